@@ -1,0 +1,1 @@
+//! The vgpu ledger: see docs/architecture.md.

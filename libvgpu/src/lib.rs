@@ -1,0 +1,1 @@
+//! libvgpu.so: see docs/architecture.md.

@@ -1,0 +1,1 @@
+//! Shared code of vgpu-hook and vgpu-container-runtime.

@@ -1,0 +1,1 @@
+//! Fake libcuda.so.1: see tests/fake-driver.md.

@@ -1,0 +1,1 @@
+//! Fake libnvidia-ml.so.1: see tests/fake-driver.md.

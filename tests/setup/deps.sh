@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything `make demo`, `make test` and `make bench` need on a fresh Debian 12 machine:
+# container engines from Debian's packages, CUDA/NVML headers (build time only, never committed) and
+# zig + cargo-zigbuild for the glibc-2.17 build of libvgpu.so. Idempotent; quiet when all is there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+apt_pkgs=(runc crun podman docker.io containerd uidmap fuse-overlayfs iptables
+          jq hyperfine gcc make python3-pip procps util-linux)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# CUDA driver API and NVML headers, for the C test clients and the GPU suite's programs.
+if [ ! -f .deps/cuda/include/cuda.h ] || [ ! -f .deps/cuda/include/nvml.h ]; then
+    echo "deps: fetching CUDA headers"
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps -d "$tmp" nvidia-cuda-runtime-cu12 nvidia-nvml-dev-cu12
+    mkdir -p .deps/cuda/include
+    for w in "$tmp"/*.whl; do
+        (cd "$tmp" && python3 -m zipfile -e "$w" x >/dev/null)
+    done
+    cp -r "$tmp"/x/nvidia/cuda_runtime/include/. .deps/cuda/include/
+    cp "$tmp"/x/nvidia/nvml_dev/include/nvml.h .deps/cuda/include/
+    rm -rf "$tmp"
+fi
+
+# zig + cargo-zigbuild: libvgpu.so is built against glibc 2.17 so old images can preload it.
+if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/null 2>&1; then
+    echo "deps: installing ziglang and cargo-zigbuild"
+    python3 -m pip install -q ziglang cargo-zigbuild
+fi
+rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-gnu || true
