@@ -1,10 +1,117 @@
-use clap::Parser;
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use vgpuctl::engines::{self, Engine};
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
 #[derive(Parser)]
 #[command(version, about)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Configure a container engine to run containers through vgpu, or take that back.
+    #[command(subcommand)]
+    Runtime(RuntimeCmd),
+}
+
+#[derive(Subcommand)]
+enum RuntimeCmd {
+    /// Add the vgpu runtime (Docker, containerd, CRI-O) or hooks (Podman) to the engine's config.
+    Configure(ConfigureArgs),
+    /// Remove exactly what `configure` added.
+    Unconfigure(CommonArgs),
+}
+
+#[derive(Args)]
+struct CommonArgs {
+    /// The engine to configure.
+    #[arg(long, value_enum)]
+    runtime: Engine,
+    /// The engine's config file (default: /etc/docker/daemon.json, /etc/containerd/config.toml,
+    /// /etc/crio/crio.conf).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print what would be written or removed, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// hooks.d folder (Podman; CRI-O's hooks path).
+    #[arg(long)]
+    hooks_dir: Option<PathBuf>,
+    /// CRI-O: the drop-in folder (default: crio.conf.d beside --config).
+    #[arg(long)]
+    drop_in_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ConfigureArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Also make vgpu the engine's default runtime (Docker, containerd, CRI-O).
+    #[arg(long)]
+    set_as_default: bool,
+    /// Where vgpu-container-runtime is installed.
+    #[arg(long, default_value = "/usr/bin/vgpu-container-runtime")]
+    runtime_path: String,
+    /// Where vgpu-hook is installed (hooks.d files).
+    #[arg(long, default_value = "/usr/bin/vgpu-hook")]
+    hook_path: String,
+    /// Extra KEY=VALUE for the hooks' explicit environment (e.g. VGPU_CONFIG=/etc/vgpu/config.toml).
+    #[arg(long = "hook-env", value_name = "KEY=VALUE")]
+    hook_env: Vec<String>,
+}
+
+fn options(c: &CommonArgs) -> engines::Options {
+    engines::Options {
+        engine: c.runtime,
+        config: c.config.clone(),
+        set_as_default: false,
+        runtime_path: String::new(),
+        hook_path: String::new(),
+        hooks_dir: c.hooks_dir.clone(),
+        hook_env: vec![],
+        drop_in_dir: c.drop_in_dir.clone(),
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match cli.cmd {
+        Cmd::Runtime(RuntimeCmd::Configure(a)) => {
+            let mut o = options(&a.common);
+            o.set_as_default = a.set_as_default;
+            o.runtime_path = a.runtime_path;
+            o.hook_path = a.hook_path;
+            o.hook_env = a.hook_env;
+            let changes = engines::plan_configure(&o)?;
+            finish(&changes, a.common.dry_run, o.engine, "configured", &mut out)
+        }
+        Cmd::Runtime(RuntimeCmd::Unconfigure(c)) => {
+            let o = options(&c);
+            let changes = engines::plan_unconfigure(&o)?;
+            finish(&changes, c.dry_run, o.engine, "not configured", &mut out)
+        }
+    }
+}
+
+fn finish(changes: &[engines::Change], dry_run: bool, engine: Engine, state: &str, out: &mut dyn std::io::Write) -> Result<()> {
+    if changes.is_empty() {
+        writeln!(out, "{engine:?} is already {state} for vgpu: nothing to change")?;
+        return Ok(());
+    }
+    engines::apply(changes, dry_run, out)?;
+    if !dry_run {
+        writeln!(out, "{}", engines::restart_hint(engine))?;
+    }
+    Ok(())
+}
 
 fn main() {
-    let _ = Cli::parse();
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("vgpuctl: error: {e:#}");
+        std::process::exit(1);
+    }
 }

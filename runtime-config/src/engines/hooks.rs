@@ -1,0 +1,93 @@
+//! OCI hooks.d files (the hooks 1.0.0 format read by Podman and CRI-O): they make the engine run
+//! `vgpu-hook` for every container carrying a `vgpu.io/` annotation, with no shim in between.
+//! One file per stage, because the hook learns its stage from its arguments.
+use anyhow::{bail, Result};
+use serde_json::json;
+
+/// Podman's and CRI-O's default (vendor) hooks directory; `/etc/containers/oci/hooks.d` takes precedence
+/// over it for files of the same name.
+pub const DEFAULT_DIR: &str = "/usr/share/containers/oci/hooks.d";
+
+/// The stages installed. `createRuntime` runs in the runtime namespace before `pivot_root`: the hook
+/// provisions the container's state and bind-mounts it in. `poststop` removes the state again.
+pub const STAGES: &[&str] = &["createRuntime", "poststop"];
+
+/// The only environment the hook gets (never the container's: an image's `LD_PRELOAD` must not reach a
+/// process running with host privileges).
+pub const BASE_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn file_name(stage: &str) -> String {
+    format!("vgpu-{}.json", stage.to_ascii_lowercase())
+}
+
+/// The names of every file `files` writes (what unconfigure removes).
+pub fn file_names() -> Vec<String> {
+    STAGES.iter().map(|s| file_name(s)).collect()
+}
+
+/// `(file name, contents)` for each stage.
+pub fn files(hook_path: &str, extra_env: &[String]) -> Result<Vec<(String, String)>> {
+    if !hook_path.starts_with('/') {
+        bail!("--hook-path must be absolute, got {hook_path:?}");
+    }
+    let mut env = vec![BASE_ENV.to_string()];
+    for e in extra_env {
+        match e.split_once('=') {
+            Some((k, _)) if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                if k == "PATH" {
+                    env[0] = e.clone();
+                } else {
+                    env.push(e.clone());
+                }
+            }
+            _ => bail!("--hook-env wants KEY=VALUE, got {e:?}"),
+        }
+    }
+    STAGES
+        .iter()
+        .map(|stage| {
+            let doc = json!({
+                "version": "1.0.0",
+                "hook": { "path": hook_path, "args": ["vgpu-hook", stage], "env": env },
+                "when": { "annotations": { "^vgpu\\.io/": ".*" } },
+                "stages": [stage],
+            });
+            Ok((file_name(stage), serde_json::to_string_pretty(&doc)? + "\n"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_file_per_stage_with_explicit_env() {
+        let f = files("/usr/bin/vgpu-hook", &["VGPU_CONFIG=/etc/vgpu/test.toml".into()]).unwrap();
+        assert_eq!(f.len(), STAGES.len());
+        for ((name, text), stage) in f.iter().zip(STAGES) {
+            assert_eq!(name, &file_name(stage));
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert_eq!(v["version"], "1.0.0");
+            assert_eq!(v["stages"], json!([stage]));
+            assert_eq!(v["hook"]["args"], json!(["vgpu-hook", stage]));
+            assert_eq!(v["hook"]["env"], json!([BASE_ENV, "VGPU_CONFIG=/etc/vgpu/test.toml"]));
+            assert_eq!(v["when"]["annotations"]["^vgpu\\.io/"], ".*");
+        }
+        assert!(text_of(&f).contains(r#""^vgpu\\.io/": ".*""#));
+    }
+
+    fn text_of(f: &[(String, String)]) -> String {
+        f.iter().map(|(_, t)| t.as_str()).collect()
+    }
+
+    #[test]
+    fn bad_arguments() {
+        assert!(files("vgpu-hook", &[]).is_err());
+        assert!(files("/usr/bin/vgpu-hook", &["NOEQUALS".into()]).is_err());
+        assert!(files("/usr/bin/vgpu-hook", &["=x".into()]).is_err());
+        let f = files("/x", &["PATH=/opt/bin".into()]).unwrap();
+        assert!(f[0].1.contains("\"PATH=/opt/bin\""));
+        assert!(!f[0].1.contains(BASE_ENV));
+    }
+}

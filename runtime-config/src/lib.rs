@@ -1,0 +1,4 @@
+//! vgpuctl: the operator's tool. `engines` configures container engines for vgpu (and takes it back);
+//! `status` shows quotas and usage per container and GPU from the state root, read-only.
+pub mod engines;
+pub mod fsutil;
