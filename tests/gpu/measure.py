@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""What NVML measures, from outside any quota: the GPU suite's yardstick.
+
+    measure.py PID...   {"<pid>": bytes of GPU memory NVML charges to that process, ...}, "source": ...
+    measure.py --gpu    {"total": bytes, "used": bytes, "free": bytes} of GPU 0, "source": ...
+
+Uses pynvml (nvidia-ml-py) when importable, else `nvidia-smi`. Run it without LD_PRELOAD (usage()
+below does that): the interposer must not stand between the measurement and the driver.
+A process NVML does not list gets 0. Prints one JSON line; exit status 1 if neither source works.
+"""
+import json
+import os
+import subprocess
+import sys
+
+MIB = 1 << 20
+_CLEAN_ENV_DROP = ("LD_PRELOAD", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_SHARED_CACHE")
+
+
+def clean_env():
+    """The environment without the interposer and its settings."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in _CLEAN_ENV_DROP and not k.startswith("CUDA_DEVICE_MEMORY_LIMIT_")}
+    return env
+
+
+def _smi(args):
+    return subprocess.run(["nvidia-smi"] + args, capture_output=True, text=True, timeout=30,
+                          env=clean_env(), check=True).stdout
+
+
+def per_process(pids):
+    pids = [int(p) for p in pids]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            seen = {}
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    if p.usedGpuMemory is not None:
+                        seen[p.pid] = seen.get(p.pid, 0) + int(p.usedGpuMemory)
+            return {str(p): seen.get(p, 0) for p in pids}, "pynvml"
+        finally:
+            pynvml.nvmlShutdown()
+    except ImportError:
+        pass
+    seen = {}
+    for line in _smi(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]).splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            seen[int(parts[0])] = seen.get(int(parts[0]), 0) + int(parts[1]) * MIB
+    return {str(p): seen.get(p, 0) for p in pids}, "nvidia-smi"
+
+
+def gpu():
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            m = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+            return {"total": int(m.total), "used": int(m.used), "free": int(m.free)}, "pynvml"
+        finally:
+            pynvml.nvmlShutdown()
+    except ImportError:
+        pass
+    line = _smi(["--query-gpu=memory.total,memory.used,memory.free", "--format=csv,noheader,nounits",
+                 "-i", "0"]).strip().splitlines()[0]
+    t, u, f = (int(x.strip()) * MIB for x in line.split(","))
+    return {"total": t, "used": u, "free": f}, "nvidia-smi"
+
+
+def usage(pid, python=None):
+    """NVML's bytes for PID, measured by a fresh process without the interposer; None if unmeasurable."""
+    try:
+        r = subprocess.run([python or sys.executable, os.path.abspath(__file__), str(pid)],
+                           capture_output=True, text=True, timeout=60, env=clean_env())
+        if r.returncode != 0:
+            return None
+        return json.loads(r.stdout.strip().splitlines()[-1]).get(str(pid))
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
+def main():
+    try:
+        if sys.argv[1:] == ["--gpu"]:
+            d, src = gpu()
+        elif sys.argv[1:] and all(a.isdigit() for a in sys.argv[1:]):
+            d, src = per_process(sys.argv[1:])
+        else:
+            sys.exit("usage: measure.py PID... | --gpu")
+    except Exception as e:  # no NVML of either kind: say so in one line
+        print(f"measure.py: cannot read NVML: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
+    d["source"] = src
+    print(json.dumps(d))
+
+
+if __name__ == "__main__":
+    main()
