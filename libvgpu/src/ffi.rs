@@ -1,0 +1,135 @@
+//! The slice of the CUDA driver API and NVML ABI the interposer touches (values from cuda.h / nvml.h).
+#![allow(non_camel_case_types, dead_code)]
+
+use std::os::raw::{c_char, c_int, c_uint, c_void};
+
+pub type CUresult = c_uint;
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+pub type CUdeviceptr_v1 = c_uint;
+pub type CUcontext = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUarray = *mut c_void;
+pub type CUmipmappedArray = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
+pub type CUgraph = *mut c_void;
+pub type CUgraphExec = *mut c_void;
+pub type CUgraphNode = *mut c_void;
+pub type CUevent = *mut c_void;
+pub type CUmemGenericAllocationHandle = u64;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUuuid {
+    pub bytes: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY_DESCRIPTOR {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY_DESCRIPTOR_v1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR_v1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub depth: c_uint,
+    pub format: c_uint,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUDA_ARRAY_MEMORY_REQUIREMENTS {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [c_uint; 4],
+}
+
+/// Only the leading fields of `CUmemAllocationProp` are read: the location says which device's memory.
+#[repr(C)]
+pub struct CUmemAllocationPropHead {
+    pub alloc_type: c_uint,
+    pub requested_handle_types: c_uint,
+    pub location_type: c_int,
+    pub location_id: c_int,
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (120 bytes); `bytesize` is at offset 104.
+#[repr(C)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
+    pub pool_props: [u8; 88],
+    pub access_descs: *const c_void,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+// NVML
+pub type nvmlReturn_t = c_uint;
+pub type nvmlDevice_t = *mut c_void;
+pub const NVML_SUCCESS: nvmlReturn_t = 0;
+pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
+pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
+pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct nvmlMemory_t {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct nvmlMemory_v2_t {
+    pub version: c_uint,
+    pub total: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+pub type CStr = *const c_char;

@@ -1,0 +1,264 @@
+//! How programs reach the hooks: an exported `dlsym`, and `cuGetProcAddress[_v2]`.
+//!
+//! `dlsym` is a tail-calling trampoline: for a name we do not hook it jumps into glibc's dlsym with the
+//! caller's own return address still on the stack, so RTLD_NEXT keeps meaning "after the caller" (a plain
+//! wrapper would make it mean "after libvgpu" and break other interposers). For a hooked name found in the
+//! real libcuda / libnvidia-ml it returns our hook.
+//!
+//! `cuGetProcAddress`: the real one answers first, with the caller's CUDA version and flags, so version and
+//! per-thread-stream (`_ptds`/`_ptsz`) selection stay the driver's; if the pointer it returns is the real
+//! address of a versioned symbol we hook, the caller gets our hook of exactly that symbol. Anything else is
+//! returned untouched.
+#![allow(clippy::missing_safety_doc)]
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+use crate::ffi::*;
+use crate::lifecycle::guard;
+use crate::real::{self, real, Lib};
+use crate::{hooks, nvml};
+
+macro_rules! table {
+    ($lib:expr; $($path:path : $name:ident),* $(,)?) => {
+        vec![$( (
+            $lib,
+            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) { Ok(c) => c, Err(_) => unreachable!() },
+            $path as *const () as usize,
+        ) ),*]
+    };
+}
+
+type Entry = (Lib, &'static CStr, usize);
+
+/// Every hooked symbol, by its exact (versioned) name.
+fn entries() -> &'static [Vec<Entry>; 2] {
+    static T: OnceLock<[Vec<Entry>; 2]> = OnceLock::new();
+    T.get_or_init(build_entries)
+}
+
+fn build_entries() -> [Vec<Entry>; 2] {
+    use hooks::*;
+    let cuda: Vec<Entry> = table!(Lib::Cuda;
+        cuInit: cuInit,
+        cuMemGetInfo_v2: cuMemGetInfo_v2, cuMemGetInfo: cuMemGetInfo,
+        cuDeviceTotalMem_v2: cuDeviceTotalMem_v2, cuDeviceTotalMem: cuDeviceTotalMem,
+        cuMemAlloc_v2: cuMemAlloc_v2, cuMemAlloc: cuMemAlloc,
+        cuMemAllocPitch_v2: cuMemAllocPitch_v2, cuMemAllocPitch: cuMemAllocPitch,
+        cuMemAllocManaged: cuMemAllocManaged,
+        cuMemFree_v2: cuMemFree_v2, cuMemFree: cuMemFree,
+        cuArrayCreate_v2: cuArrayCreate_v2, cuArrayCreate: cuArrayCreate,
+        cuArray3DCreate_v2: cuArray3DCreate_v2, cuArray3DCreate: cuArray3DCreate,
+        cuMipmappedArrayCreate: cuMipmappedArrayCreate,
+        cuArrayDestroy: cuArrayDestroy, cuMipmappedArrayDestroy: cuMipmappedArrayDestroy,
+        cuMemAllocAsync: cuMemAllocAsync, cuMemAllocAsync_ptsz: cuMemAllocAsync_ptsz,
+        cuMemAllocFromPoolAsync: cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz: cuMemAllocFromPoolAsync_ptsz,
+        cuMemFreeAsync: cuMemFreeAsync, cuMemFreeAsync_ptsz: cuMemFreeAsync_ptsz,
+        cuMemPoolCreate: cuMemPoolCreate, cuMemPoolDestroy: cuMemPoolDestroy, cuMemPoolTrimTo: cuMemPoolTrimTo,
+        cuStreamSynchronize: cuStreamSynchronize, cuStreamSynchronize_ptsz: cuStreamSynchronize_ptsz,
+        cuCtxSynchronize: cuCtxSynchronize, cuEventSynchronize: cuEventSynchronize,
+        cuMemCreate: cuMemCreate, cuMemRelease: cuMemRelease,
+        cuGraphInstantiateWithFlags: cuGraphInstantiateWithFlags, cuGraphInstantiate_v2: cuGraphInstantiate_v2,
+        cuGraphInstantiate: cuGraphInstantiate, cuGraphInstantiateWithParams: cuGraphInstantiateWithParams,
+        cuGraphInstantiateWithParams_ptsz: cuGraphInstantiateWithParams_ptsz,
+        cuGraphLaunch: cuGraphLaunch, cuGraphLaunch_ptsz: cuGraphLaunch_ptsz,
+        cuGraphUpload: cuGraphUpload, cuGraphUpload_ptsz: cuGraphUpload_ptsz,
+        cuGraphExecDestroy: cuGraphExecDestroy, cuDeviceGraphMemTrim: cuDeviceGraphMemTrim,
+        cuCtxCreate_v2: cuCtxCreate_v2, cuCtxCreate: cuCtxCreate, cuCtxCreate_v3: cuCtxCreate_v3, cuCtxCreate_v4: cuCtxCreate_v4,
+        cuCtxDestroy_v2: cuCtxDestroy_v2, cuCtxDestroy: cuCtxDestroy,
+        cuDevicePrimaryCtxRetain: cuDevicePrimaryCtxRetain,
+        cuDevicePrimaryCtxRelease_v2: cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease: cuDevicePrimaryCtxRelease,
+        cuDevicePrimaryCtxReset_v2: cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset: cuDevicePrimaryCtxReset,
+        cuModuleLoad: cuModuleLoad, cuModuleLoadData: cuModuleLoadData, cuModuleLoadDataEx: cuModuleLoadDataEx,
+        cuModuleLoadFatBinary: cuModuleLoadFatBinary, cuModuleUnload: cuModuleUnload,
+        self::cuGetProcAddress: cuGetProcAddress, self::cuGetProcAddress_v2: cuGetProcAddress_v2,
+    );
+    let nvml: Vec<Entry> = table!(Lib::Nvml;
+        nvml::nvmlDeviceGetMemoryInfo: nvmlDeviceGetMemoryInfo,
+        nvml::nvmlDeviceGetMemoryInfo_v2: nvmlDeviceGetMemoryInfo_v2,
+    );
+    [cuda, nvml]
+}
+
+/// name -> (library, hook address)
+fn by_name() -> &'static HashMap<&'static [u8], (Lib, usize)> {
+    static T: OnceLock<HashMap<&'static [u8], (Lib, usize)>> = OnceLock::new();
+    T.get_or_init(|| entries().iter().flat_map(|t| t.iter()).map(|(l, n, h)| (n.to_bytes(), (*l, *h))).collect())
+}
+
+/// real driver address -> hook address (built once libcuda is loaded).
+fn by_real_addr() -> &'static HashMap<usize, usize> {
+    static T: OnceLock<HashMap<usize, usize>> = OnceLock::new();
+    T.get_or_init(|| {
+        entries()[0]
+            .iter()
+            .filter_map(|(l, n, h)| {
+                let r = real::lookup(*l, n);
+                (r != 0).then_some((r, *h))
+            })
+            .collect()
+    })
+}
+
+/// Our hook for a driver pointer, or the pointer itself.
+pub fn map_proc(p: usize) -> usize {
+    by_real_addr().get(&p).copied().unwrap_or(p)
+}
+
+#[repr(C)]
+struct Route {
+    /// Non-zero: return this to the caller.
+    hook: usize,
+    /// Otherwise: tail-call this dlsym with the caller's arguments.
+    real: usize,
+}
+
+extern "C" fn no_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
+    guard(Route { hook: 0, real: no_dlsym as *const () as usize }, || {
+        let real_dlsym = match real::real_dlsym_addr() {
+            0 => no_dlsym as *const () as usize,
+            a => a,
+        };
+        let pass = Route { hook: 0, real: real_dlsym };
+        if name.is_null() {
+            return pass;
+        }
+        // SAFETY: dlsym's name argument is a NUL-terminated string.
+        let n = unsafe { CStr::from_ptr(name) }.to_bytes();
+        if !(n.starts_with(b"cu") || n.starts_with(b"nvml")) {
+            return pass;
+        }
+        let Some(&(lib, hook)) = by_name().get(n) else { return pass };
+        let found = real::real_dlsym(handle, name) as usize;
+        if found == 0 {
+            return pass; // let glibc fail it, setting dlerror
+        }
+        if found == hook || found == real::lookup(lib, CStr::from_bytes_with_nul(&n_with_nul(name, n.len())).unwrap_or(c"")) {
+            return Route { hook, real: 0 };
+        }
+        Route { hook: found, real: 0 }
+    })
+}
+
+fn n_with_nul(name: *const c_char, len: usize) -> Vec<u8> {
+    // SAFETY: name has len bytes plus its NUL.
+    unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len + 1) }.to_vec()
+}
+
+/// The exported `dlsym` (see the module comment).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // SAFETY: keeps the SysV stack alignment (8 + 16 + 8 bytes pushed before the call), restores the
+    // argument registers, and either returns the hook in rax or jumps to glibc's dlsym with the original
+    // arguments and return address.
+    core::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {route}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jnz 2f",
+        "jmp rdx",
+        "2:",
+        "ret",
+        route = sym dlsym_route,
+    )
+}
+
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // SAFETY: saves fp/lr and the arguments, calls the router (result in x0:x1), then returns the hook or
+    // branches to glibc's dlsym with the original arguments and link register.
+    core::arch::naked_asm!(
+        "stp x29, x30, [sp, #-32]!",
+        "mov x29, sp",
+        "stp x0, x1, [sp, #16]",
+        "bl {route}",
+        "cbnz x0, 2f",
+        "mov x16, x1",
+        "ldp x0, x1, [sp, #16]",
+        "ldp x29, x30, [sp], #32",
+        "br x16",
+        "2:",
+        "ldp x29, x30, [sp], #32",
+        "ret",
+        route = sym dlsym_route,
+    )
+}
+
+/// After the real cuGetProcAddress: swap a hooked driver function for our hook.
+fn swap_proc(r: CUresult, pfn: *mut *mut c_void) -> CUresult {
+    if r == CUDA_SUCCESS && !pfn.is_null() {
+        // SAFETY: non-null out-pointer the driver just wrote.
+        unsafe {
+            if !(*pfn).is_null() {
+                *pfn = map_proc(*pfn as usize) as *mut c_void;
+            }
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
+    guard(CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real!(Lib::Cuda, "cuGetProcAddress_v2",
+            unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the caller's arguments, unchanged.
+        swap_proc(unsafe { f(symbol, pfn, version, flags, status) }, pfn)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult {
+    guard(CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real!(Lib::Cuda, "cuGetProcAddress", unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the caller's arguments, unchanged.
+        swap_proc(unsafe { f(symbol, pfn, version, flags) }, pfn)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hook_name_is_unique_and_named() {
+        let n: usize = entries().iter().map(|t| t.len()).sum();
+        assert_eq!(by_name().len(), n);
+        assert!(by_name().contains_key(&b"cuMemAlloc_v2"[..]));
+        assert!(by_name().contains_key(&b"cuMemAllocAsync_ptsz"[..]));
+        assert!(by_name().contains_key(&b"nvmlDeviceGetMemoryInfo_v2"[..]));
+    }
+
+    #[test]
+    fn trampoline_forwards_ordinary_names() {
+        // Through our exported dlsym, a libc symbol resolves to libc's own address.
+        let me = unsafe { dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
+        assert_eq!(me as usize, libc::getpid as *const () as usize);
+        let none = unsafe { dlsym(libc::RTLD_DEFAULT, c"no_such_symbol_vgpu".as_ptr()) };
+        assert!(none.is_null());
+    }
+}
