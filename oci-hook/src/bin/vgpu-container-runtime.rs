@@ -1,10 +1,9 @@
-use clap::Parser;
-
-/// vgpu-container-runtime (placeholder until the OCI issue lands).
-#[derive(Parser)]
-#[command(version, about)]
-struct Cli {}
+//! `vgpu-container-runtime`: the OCI runtime shim; see `vgpu_oci::shim` and docs/oci.md.
+//! It takes runc's command line as is, so no argument parser of its own.
 
 fn main() {
-    let _ = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `run` returns only on error, after reporting it on stderr and in the engine's --log file.
+    let _ = vgpu_oci::shim::run(args);
+    std::process::exit(1);
 }

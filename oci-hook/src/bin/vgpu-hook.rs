@@ -1,10 +1,21 @@
+//! `vgpu-hook <stage>`: see `vgpu_oci::hook` and docs/oci.md.
+
 use clap::Parser;
 
-/// vgpu-hook (placeholder until the OCI issue lands).
+/// vgpu OCI hook: provisions and removes a container's GPU memory quota state.
 #[derive(Parser)]
 #[command(version, about)]
-struct Cli {}
+struct Cli {
+    /// createRuntime, prestart, precreate or poststop.
+    stage: String,
+}
 
 fn main() {
-    let _ = Cli::parse();
+    let cli = Cli::parse();
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = vgpu_oci::hook::run(&cli.stage, &mut stdin, &mut stdout) {
+        eprintln!("vgpu: {e:#}");
+        std::process::exit(1);
+    }
 }

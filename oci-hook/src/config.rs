@@ -1,0 +1,184 @@
+//! `/etc/vgpu/config.toml` (or the file named by `VGPU_CONFIG`): where things are on the host.
+//! A missing default file means all defaults; a file named by `VGPU_CONFIG` must exist.
+//! Keys this crate does not know are ignored (other vgpu tools keep their own keys in the same file).
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Default location of the configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/vgpu/config.toml";
+/// Environment variable that names another configuration file.
+pub const CONFIG_ENV: &str = "VGPU_CONFIG";
+
+/// The hook stage the shim installs for provisioning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum HookStage {
+    /// OCI 1.0.2+ `createRuntime` (runc ≥ 1.0, crun ≥ 0.14).
+    #[serde(rename = "createRuntime")]
+    CreateRuntime,
+    /// The older `prestart` stage (deprecated in the spec, still run by every runtime).
+    #[serde(rename = "prestart")]
+    Prestart,
+}
+
+impl HookStage {
+    /// Name of the stage in the spec's `hooks` object and on the hook's command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookStage::CreateRuntime => "createRuntime",
+            HookStage::Prestart => "prestart",
+        }
+    }
+}
+
+/// Every key of the configuration file; see docs/oci.md for the operator's view.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Root of the per-container state on the host.
+    pub state_root: PathBuf,
+    /// Host path of the interposer mounted into containers.
+    pub library: PathBuf,
+    /// The runtime the shim execs: a name looked up in `PATH` or an absolute path.
+    pub lower_runtime: String,
+    /// Host path of `vgpu-hook`, written into the hooks the shim adds.
+    pub hook_path: PathBuf,
+    /// NVML library used to resolve GPUs to UUIDs and sizes (a name for the loader or a path).
+    pub nvml_library: String,
+    /// `error` (default), `warn`, `info` or `debug`: what the shim and the hook print on stderr.
+    pub log_level: String,
+    /// Stage the shim installs the provisioning hook at.
+    pub hook_stage: HookStage,
+    /// State that a shim provisioned but whose hook never ran (the lower runtime failed to create the
+    /// container) is garbage after this many seconds.
+    pub gc_pending_grace_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            state_root: PathBuf::from("/run/vgpu"),
+            library: PathBuf::from("/usr/lib/vgpu/libvgpu.so"),
+            lower_runtime: "runc".into(),
+            hook_path: PathBuf::from("/usr/bin/vgpu-hook"),
+            nvml_library: "libnvidia-ml.so.1".into(),
+            log_level: "error".into(),
+            hook_stage: HookStage::CreateRuntime,
+            gc_pending_grace_seconds: 300,
+        }
+    }
+}
+
+impl Config {
+    /// Loads the configuration named by `VGPU_CONFIG`, or the default file, or the defaults.
+    pub fn load() -> Result<Config> {
+        match std::env::var_os(CONFIG_ENV) {
+            Some(p) if !p.is_empty() => Config::load_from(Path::new(&p), true),
+            _ => Config::load_from(Path::new(DEFAULT_CONFIG_PATH), false),
+        }
+    }
+
+    /// Loads `path`; when `must_exist` is false a missing file gives the defaults.
+    pub fn load_from(path: &Path, must_exist: bool) -> Result<Config> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+                return Ok(Config::default())
+            }
+            Err(e) => return Err(e).with_context(|| format!("vgpu config {}", path.display())),
+        };
+        let cfg: Config =
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("vgpu config {}: {}", path.display(), e.message()))?;
+        cfg.validate().with_context(|| format!("vgpu config {}", path.display()))?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !self.state_root.is_absolute() {
+            bail!("state_root must be an absolute path, got {:?}", self.state_root);
+        }
+        if !self.library.is_absolute() {
+            bail!("library must be an absolute path, got {:?}", self.library);
+        }
+        if !self.hook_path.is_absolute() {
+            bail!("hook_path must be an absolute path, got {:?}", self.hook_path);
+        }
+        if self.lower_runtime.is_empty() {
+            bail!("lower_runtime is empty");
+        }
+        if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug") {
+            bail!("log_level must be error, warn, info or debug, got {:?}", self.log_level);
+        }
+        Ok(())
+    }
+
+    /// The configuration file to hand to hooks through their explicit env (only when it is not the default).
+    pub fn env_for_hooks() -> Option<String> {
+        let p = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty())?;
+        let p = PathBuf::from(p);
+        let abs = if p.is_absolute() { p } else { std::env::current_dir().ok()?.join(p) };
+        Some(format!("{}={}", CONFIG_ENV, abs.display()))
+    }
+
+    /// True when messages of `level` should be printed.
+    pub fn logs(&self, level: &str) -> bool {
+        fn rank(l: &str) -> u8 {
+            match l {
+                "error" => 0,
+                "warn" => 1,
+                "info" => 2,
+                _ => 3,
+            }
+        }
+        rank(level) <= rank(&self.log_level)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_default_file_gives_defaults() {
+        let c = Config::load_from(Path::new("/nonexistent/vgpu.toml"), false).unwrap();
+        assert_eq!(c.state_root, PathBuf::from("/run/vgpu"));
+        assert_eq!(c.lower_runtime, "runc");
+        assert_eq!(c.hook_stage, HookStage::CreateRuntime);
+    }
+
+    #[test]
+    fn missing_named_file_is_an_error() {
+        let e = Config::load_from(Path::new("/nonexistent/vgpu.toml"), true).unwrap_err();
+        assert!(format!("{e:#}").contains("/nonexistent/vgpu.toml"));
+    }
+
+    #[test]
+    fn keys_are_read_and_unknown_keys_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "# comment\nstate_root = \"/tmp/x\"\nlower_runtime = \"crun\"\nhook_stage = \"prestart\"\nmetrics_listen = \"0.0.0.0:9394\"\n",
+        )
+        .unwrap();
+        let c = Config::load_from(&p, true).unwrap();
+        assert_eq!(c.state_root, PathBuf::from("/tmp/x"));
+        assert_eq!(c.lower_runtime, "crun");
+        assert_eq!(c.hook_stage, HookStage::Prestart);
+        assert_eq!(c.library, PathBuf::from("/usr/lib/vgpu/libvgpu.so"));
+    }
+
+    #[test]
+    fn bad_values_name_the_file_and_key() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.toml");
+        std::fs::write(&p, "state_root = \"relative\"\n").unwrap();
+        let e = format!("{:#}", Config::load_from(&p, true).unwrap_err());
+        assert!(e.contains("state_root") && e.contains("c.toml"), "{e}");
+        std::fs::write(&p, "state_root = 5\n").unwrap();
+        let e = format!("{:#}", Config::load_from(&p, true).unwrap_err());
+        assert!(e.contains("c.toml"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}

@@ -1,0 +1,58 @@
+//! The edits the shim makes to a spec with a quota: env for the interposer, bind mounts of the state, and
+//! the hooks that record the owner and clean up.
+
+use crate::config::Config;
+use crate::paths;
+use crate::plan::Plan;
+use crate::spec::Spec;
+use crate::{HOOK_PATH_ENV, MARKER_ANNOTATION};
+use anyhow::Result;
+use std::path::Path;
+use vgpu_ledger::layout::StateRoot;
+
+/// Env the interposer reads: the limits file, and HAMi-compatible per-GPU limits (for images that carry
+/// another HAMi-style library, and for people reading `env` in the container).
+pub fn add_env(spec: &mut Spec, plan: &Plan) -> Result<()> {
+    for g in &plan.gpus {
+        spec.set_env(&format!("CUDA_DEVICE_MEMORY_LIMIT_{}", g.index), &g.memory_limit.to_string())?;
+    }
+    spec.set_env("VGPU_LIMITS_FILE", paths::LIMITS_IN_CONTAINER)
+}
+
+/// The explicit env of every hook we install: nothing from the container.
+pub fn hook_env() -> Vec<String> {
+    let mut env = vec![HOOK_PATH_ENV.to_string()];
+    env.extend(Config::env_for_hooks());
+    env
+}
+
+/// Everything the shim adds for container `id` whose state is (about to be) provisioned under `root`.
+pub fn shim_edit(spec: &mut Spec, plan: &Plan, root: &StateRoot, id: &str, cfg: &Config) -> Result<()> {
+    add_env(spec, plan)?;
+    let ro = ["rbind", "ro", "nosuid", "nodev", "noexec"];
+    spec.add_mount(paths::LIMITS_IN_CONTAINER, &root.limits_path(id)?, &ro)?;
+    spec.add_mount(paths::LEDGERS_IN_CONTAINER, &root.ledgers_dir(id)?, &["rbind", "rw", "nosuid", "nodev", "noexec"])?;
+    // The library is mmap'ed executable: no noexec here.
+    spec.add_mount(paths::LIBRARY_IN_CONTAINER, &cfg.library, &["rbind", "ro", "nosuid", "nodev"])?;
+    spec.add_mount(paths::PRELOAD_IN_CONTAINER, &root.preload_path(id)?, &ro)?;
+    let env = hook_env();
+    let stage = cfg.hook_stage.as_str();
+    spec.add_hook(stage, &cfg.hook_path, &["vgpu-hook", stage], &env)?;
+    spec.add_hook("poststop", &cfg.hook_path, &["vgpu-hook", "poststop"], &env)?;
+    spec.set_annotation(MARKER_ANNOTATION, "vgpu-container-runtime")
+}
+
+/// True when the spec (or the state's annotations) say the shim already provisioned and mounted.
+pub fn shim_ran(annotations: &[(String, String)]) -> bool {
+    annotations.iter().any(|(k, _)| k == MARKER_ANNOTATION)
+}
+
+/// A short check that the library exists before a container is set up to preload it.
+pub fn check_library(cfg: &Config) -> Result<()> {
+    let p: &Path = &cfg.library;
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => anyhow::bail!("vgpu library {} is not a file (config key library)", p.display()),
+        Err(e) => anyhow::bail!("vgpu library {}: {e} (config key library)", p.display()),
+    }
+}

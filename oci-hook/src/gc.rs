@@ -1,0 +1,157 @@
+//! Garbage collection of state whose poststop never came (engine crash, CRI-O removing late, a lower
+//! runtime that failed after the shim provisioned). Run cheaply by every hook, and by `vgpuctl gc`.
+//!
+//! A container folder is garbage when its container is gone — its init process is dead, or that pid now
+//! belongs to another PID namespace — and no process still holds a slot of any of its ledgers (the OFD-lock
+//! test is read-only and needs no PIDs). State provisioned by the shim whose hook never recorded an owner
+//! is garbage once it is older than `gc_pending_grace_seconds`.
+
+use crate::provision;
+use anyhow::{Context, Result};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_ledger::limits::Limits;
+
+/// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
+pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
+
+/// What one collection did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GcReport {
+    /// Container ids whose state was removed.
+    pub removed: Vec<String>,
+    /// Container ids whose state was kept (container alive, or a process still holds a slot).
+    pub kept: Vec<String>,
+    /// One line per folder that could not be examined or removed.
+    pub errors: Vec<String>,
+}
+
+/// Collects with the default grace for owner-less state.
+pub fn collect(root: &StateRoot) -> Result<GcReport> {
+    collect_with(root, DEFAULT_PENDING_GRACE)
+}
+
+/// Collects garbage under `root`; `pending_grace` is how old owner-less state must be to be garbage.
+pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcReport> {
+    let mut report = GcReport::default();
+    let dir = root.containers_dir();
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    let now = SystemTime::now();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let age = entry
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default();
+        if name.starts_with('.') {
+            // Leftovers of an interrupted provision (.tmp-*) or removal (.rm-*).
+            if age > pending_grace {
+                match fs::remove_dir_all(&path) {
+                    Ok(()) => report.removed.push(name),
+                    Err(e) => report.errors.push(format!("{}: {e}", path.display())),
+                }
+            }
+            continue;
+        }
+        match is_garbage(&path, age, pending_grace) {
+            Ok(true) => match provision::remove_dir(&path) {
+                Ok(_) => report.removed.push(name),
+                Err(e) => report.errors.push(format!("{e:#}")),
+            },
+            Ok(false) => report.kept.push(name),
+            Err(e) => report.errors.push(format!("{}: {e:#}", path.display())),
+        }
+    }
+    Ok(report)
+}
+
+fn is_garbage(dir: &Path, age: Duration, pending_grace: Duration) -> Result<bool> {
+    let container_gone = match Limits::load(&dir.join(layout::LIMITS_FILE_NAME)) {
+        Ok(Limits { init_pid: Some(pid), pid_ns: Some(ns), .. }) => !owner_alive(pid, ns),
+        // No owner yet (or a limits file being rewritten): only old ones are garbage.
+        _ => age > pending_grace,
+    };
+    Ok(container_gone && !any_slot_alive(&dir.join(layout::LEDGERS_DIR_NAME))?)
+}
+
+/// True when host pid `pid` runs and still lives in PID namespace `pid_ns`.
+pub fn owner_alive(pid: u32, pid_ns: u64) -> bool {
+    match fs::metadata(format!("/proc/{pid}/ns/pid")) {
+        Ok(m) => m.ino() == pid_ns,
+        Err(_) => false,
+    }
+}
+
+/// True when any process holds a slot in any ledger of the folder (read-only check).
+fn any_slot_alive(ledgers: &Path) -> Result<bool> {
+    let entries = match fs::read_dir(ledgers) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", ledgers.display())),
+    };
+    for e in entries {
+        let p = e?.path();
+        if p.extension().and_then(|x| x.to_str()) != Some(layout::LEDGER_EXTENSION) {
+            continue;
+        }
+        if crate::ledgers::any_slot_alive(&p) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Plan, PlannedGpu};
+    use crate::provision::{provision, record_owner, Owner};
+
+    fn plan() -> Plan {
+        Plan { gpus: vec![PlannedGpu { index: 0, uuid: "GPU-1".into(), memory_limit: 1 << 30 }] }
+    }
+
+    #[test]
+    fn collects_dead_and_stale_keeps_live_and_fresh() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        // Alive: owned by this test process.
+        provision(&root, "alive", &plan(), Owner::of_pid(std::process::id()).unwrap(), None).unwrap();
+        // Dead: a child that has exited and been reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let owner = Owner::of_pid(pid).unwrap_or(Owner { init_pid: pid, pid_ns: 1 });
+        child.wait().unwrap();
+        provision(&root, "dead", &plan(), Owner::default(), None).unwrap();
+        record_owner(&root, "dead", owner).unwrap();
+        // Reused pid: this process, but recorded with another namespace inode.
+        provision(&root, "reused", &plan(), Owner { init_pid: std::process::id(), pid_ns: 1 }, None).unwrap();
+        // Pending (the shim provisioned, no hook yet): kept while fresh.
+        provision(&root, "pending", &plan(), Owner::default(), None).unwrap();
+        let r = collect_with(&root, Duration::from_secs(60)).unwrap();
+        let mut removed = r.removed.clone();
+        removed.sort();
+        assert_eq!(removed, vec!["dead", "reused"]);
+        let mut kept = r.kept.clone();
+        kept.sort();
+        assert_eq!(kept, vec!["alive", "pending"]);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        // With no grace the pending one goes too; the live one never.
+        let r = collect_with(&root, Duration::ZERO).unwrap();
+        assert_eq!(r.removed, vec!["pending"]);
+        assert!(root.container_dir("alive").unwrap().is_dir());
+        // A missing root is not an error.
+        assert_eq!(collect(&StateRoot::new(d.path().join("none"))).unwrap(), GcReport::default());
+    }
+}

@@ -1,0 +1,154 @@
+//! `vgpu-hook <stage>`: the OCI hook.
+//!
+//! - `createRuntime` / `prestart` (OCI state on stdin): after the shim, record the container's owner in its
+//!   limits file; on the hooks.d path (no shim ran), validate the quota, provision the state and bind-mount
+//!   it into the container before `pivot_root`.
+//! - `precreate` (Podman; the spec on stdin, the edited spec on stdout): validate and add the env.
+//! - `poststop` (OCI state on stdin, no pid): remove the container's state.
+//!
+//! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
+
+use crate::config::Config;
+use crate::edit;
+use crate::gc;
+use crate::mountns::{self, Bind};
+use crate::paths;
+use crate::plan::{self, SpecFacts};
+use crate::provision::{self, Owner};
+use crate::rootfs::Rootfs;
+use crate::spec::{annotations_of, Spec};
+use crate::nvml;
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use vgpu_ledger::layout::StateRoot;
+
+/// The OCI state a runtime hands its hooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub id: String,
+    /// Host pid of the container's init; absent at poststop.
+    pub pid: Option<u32>,
+    pub bundle: PathBuf,
+    pub annotations: Vec<(String, String)>,
+}
+
+impl State {
+    /// Parses the state JSON.
+    pub fn parse(text: &str) -> Result<State> {
+        let v: Value = serde_json::from_str(text).map_err(|e| anyhow!("malformed OCI state on stdin: {e}"))?;
+        let id = v.get("id").and_then(Value::as_str).ok_or_else(|| anyhow!("OCI state on stdin has no id"))?;
+        let pid = match v.get("pid") {
+            None | Some(Value::Null) => None,
+            Some(p) => match p.as_u64() {
+                Some(0) => None,
+                Some(p) if p <= u32::MAX as u64 => Some(p as u32),
+                _ => bail!("OCI state on stdin: pid {p} is not a pid"),
+            },
+        };
+        let bundle = v.get("bundle").and_then(Value::as_str).unwrap_or("").into();
+        Ok(State { id: id.to_string(), pid, bundle, annotations: annotations_of(v.get("annotations")) })
+    }
+}
+
+/// Runs stage `stage` with the given stdin/stdout.
+pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
+    let cfg = Config::load()?;
+    let root = StateRoot::new(cfg.state_root.clone());
+    let mut text = String::new();
+    input.read_to_string(&mut text).context("cannot read stdin")?;
+    let result = match stage {
+        "createRuntime" | "prestart" => provision_stage(&cfg, &root, &State::parse(&text)?),
+        "poststop" => provision::remove(&root, &State::parse(&text)?.id).map(|_| ()),
+        "precreate" => precreate(&cfg, &text, output),
+        other => bail!("unknown hook stage {other:?} (expected createRuntime, prestart, precreate or poststop)"),
+    };
+    // Garbage collection never fails a container.
+    match gc::collect_with(&root, Duration::from_secs(cfg.gc_pending_grace_seconds)) {
+        Ok(r) => {
+            if cfg.logs("info") && !r.removed.is_empty() {
+                eprintln!("vgpu-hook: collected state of gone containers: {}", r.removed.join(", "));
+            }
+            if cfg.logs("warn") {
+                for e in r.errors {
+                    eprintln!("vgpu-hook: gc: {e}");
+                }
+            }
+        }
+        Err(e) if cfg.logs("warn") => eprintln!("vgpu-hook: gc: {e:#}"),
+        Err(_) => {}
+    }
+    result
+}
+
+fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
+    let pid = st.pid.ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
+    let owner = Owner::of_pid(pid)?;
+    if edit::shim_ran(&st.annotations) {
+        // The shim provisioned and the runtime mounted; only the owner was unknown until now.
+        if !root.container_dir(&st.id)?.is_dir() {
+            bail!("state of container {} is missing under {}", st.id, root.root().display());
+        }
+        return provision::record_owner(root, &st.id, owner);
+    }
+    // hooks.d path: the spec is the bundle's config.json.
+    let (spec, _) = Spec::read_bundle(&st.bundle)?;
+    let (env, mut annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
+    // Annotations of the state win over (and add to) the spec's.
+    for (k, v) in &st.annotations {
+        annotations.retain(|(ak, _)| ak != k);
+        annotations.push((k.clone(), v.clone()));
+    }
+    let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
+    let Some(plan) = plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? else {
+        return Ok(());
+    };
+    root.container_dir(&st.id)?;
+    edit::check_library(cfg)?;
+    let rootfs = spec.rootfs(&st.bundle)?;
+    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(paths::PRELOAD_IN_CONTAINER))?;
+    let dir = provision::provision(root, &st.id, &plan, owner, image_preload.as_deref())?;
+    let binds = [
+        Bind { source: root.limits_path(&st.id)?, target: paths::LIMITS_IN_CONTAINER.into(), read_only: true, noexec: true },
+        Bind { source: root.ledgers_dir(&st.id)?, target: paths::LEDGERS_IN_CONTAINER.into(), read_only: false, noexec: true },
+        Bind { source: cfg.library.clone(), target: paths::LIBRARY_IN_CONTAINER.into(), read_only: true, noexec: false },
+        Bind { source: root.preload_path(&st.id)?, target: paths::PRELOAD_IN_CONTAINER.into(), read_only: true, noexec: true },
+    ];
+    if let Err(e) = mountns::bind_into(pid, &rootfs, &binds) {
+        let _ = provision::remove_dir(&dir);
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn precreate(cfg: &Config, text: &str, output: &mut dyn Write) -> Result<()> {
+    let mut spec = Spec::parse(text, Path::new("<precreate spec on stdin>"))?;
+    let (env, annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
+    let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
+    match plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? {
+        None => output.write_all(text.as_bytes())?,
+        Some(plan) => {
+            edit::add_env(&mut spec, &plan)?;
+            output.write_all(spec.to_text().as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_parsing() {
+        let s = State::parse(r#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":42,"bundle":"/b","annotations":{"a":"b"}}"#).unwrap();
+        assert_eq!(s.pid, Some(42));
+        assert_eq!(s.annotations, vec![("a".to_string(), "b".to_string())]);
+        let s = State::parse(r#"{"id":"c1","status":"stopped","bundle":"/b"}"#).unwrap();
+        assert_eq!(s.pid, None);
+        assert!(State::parse("{").unwrap_err().to_string().contains("malformed OCI state"));
+        assert!(State::parse(r#"{"pid":1}"#).unwrap_err().to_string().contains("no id"));
+    }
+}

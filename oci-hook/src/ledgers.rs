@@ -1,0 +1,20 @@
+//! The two ledger operations the OCI side needs, on top of the ledger crate.
+
+use anyhow::{anyhow, Result};
+use std::path::Path;
+use vgpu_ledger::Ledger;
+
+/// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit.
+pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
+    Ledger::open_or_create(path, uuid, limit).map_err(|e| anyhow!("cannot create ledger {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// True when a process holds a slot of the ledger at `path` (read-only OFD-lock test). A ledger that cannot
+/// be read has no live users to protect.
+pub fn any_slot_alive(path: &Path) -> bool {
+    match Ledger::open_readonly(path) {
+        Ok(l) => l.snapshot().slots.iter().any(|s| s.alive),
+        Err(_) => false,
+    }
+}

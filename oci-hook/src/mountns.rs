@@ -1,0 +1,100 @@
+//! The hooks.d path (Podman, CRI-O, or any runtime without the shim): bind-mount the container's state,
+//! the interposer and its `ld.so.preload` into the container's mount namespace, before `pivot_root`.
+//!
+//! At `createRuntime`/`prestart` the container's mount namespace exists, its rootfs is mounted at the same
+//! path as on the host, and the container's process waits for the hooks. A forked child joins that
+//! namespace (`setns` needs a single-threaded caller) and mounts onto targets resolved inside the rootfs
+//! ([`crate::rootfs`]), so an image's symlinks cannot aim a mount at a host path.
+
+use crate::rootfs::Rootfs;
+use anyhow::{anyhow, bail, Context, Result};
+use nix::fcntl::OFlag;
+use nix::mount::{mount, MsFlags};
+use nix::sched::{setns, CloneFlags};
+use nix::sys::stat::fstat;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, pipe, ForkResult};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// One bind mount to make.
+#[derive(Debug, Clone)]
+pub struct Bind {
+    /// Host path (visible in the container's mount namespace, which started as a copy of the host's).
+    pub source: PathBuf,
+    /// Path inside the container.
+    pub target: PathBuf,
+    pub read_only: bool,
+    /// `noexec` too (everything but the library).
+    pub noexec: bool,
+}
+
+/// Makes `binds` in the mount namespace of host pid `pid`, whose rootfs is at `rootfs` (host path).
+pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Bind]) -> Result<()> {
+    let ns_path = format!("/proc/{pid}/ns/mnt");
+    let ns = std::fs::File::open(&ns_path).with_context(|| format!("cannot open {ns_path}"))?;
+    let (rd, wr) = pipe()?;
+    // SAFETY: the hook is single-threaded (no thread is ever started in it), so the child may run
+    // arbitrary code; it only makes syscalls and exits.
+    match unsafe { fork() }? {
+        ForkResult::Child => {
+            drop(rd);
+            let code = match child(OwnedFd::from(ns), rootfs, binds) {
+                Ok(()) => 0,
+                Err(e) => {
+                    let _ = std::fs::File::from(wr).write_all(format!("{e:#}").as_bytes());
+                    1
+                }
+            };
+            // SAFETY: leave without running the parent's atexit handlers or destructors twice.
+            unsafe { libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => {
+            drop(wr);
+            let mut msg = String::new();
+            let _ = std::fs::File::from(rd).read_to_string(&mut msg);
+            match waitpid(child, None)? {
+                WaitStatus::Exited(_, 0) => Ok(()),
+                WaitStatus::Exited(_, _) if !msg.is_empty() => Err(anyhow!(msg)),
+                st => bail!("mounting into container (pid {pid}) failed: {st:?}"),
+            }
+        }
+    }
+}
+
+fn child(ns: OwnedFd, rootfs: &Path, binds: &[Bind]) -> Result<()> {
+    setns(&ns, CloneFlags::CLONE_NEWNS).context("cannot join the container's mount namespace")?;
+    std::env::set_current_dir("/")?;
+    let root = Rootfs::open(rootfs)?;
+    for b in binds {
+        bind_one(&root, b).with_context(|| format!("cannot mount {} at {}", b.source.display(), b.target.display()))?;
+    }
+    Ok(())
+}
+
+fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+fn bind_one(root: &Rootfs, b: &Bind) -> Result<()> {
+    let src_md = std::fs::metadata(&b.source)?;
+    let target = if src_md.is_dir() { root.mkdir_all(&b.target, 0o755)? } else { root.ensure_file(&b.target, 0o644)? };
+    mount(Some(&b.source), fd_path(&target).as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+    // The old descriptor still names the covered file; reopen to reach the new mount on top of it.
+    let mounted = root.open_in(&b.target, OFlag::O_PATH)?;
+    let st = fstat(&mounted)?;
+    if (st.st_dev, st.st_ino) != (std::os::unix::fs::MetadataExt::dev(&src_md), std::os::unix::fs::MetadataExt::ino(&src_md)) {
+        bail!("the mount did not land at the target (path changed while mounting?)");
+    }
+    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if b.read_only {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    if b.noexec {
+        flags |= MsFlags::MS_NOEXEC;
+    }
+    mount(None::<&str>, fd_path(&mounted).as_str(), None::<&str>, flags, None::<&str>)
+        .context("cannot make the mount read-only/nosuid")?;
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! Deciding a container's quota: the request ([`crate::quota`]) checked against the GPUs it gets
+//! ([`crate::gpus`]) on this host. Every check happens here, before anything is written anywhere.
+
+use crate::gpus;
+use crate::nvml::HostGpu;
+use crate::quota::{self, QuotaRequest};
+use anyhow::{bail, Result};
+
+/// One limited GPU of the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedGpu {
+    /// The container's GPU index.
+    pub index: usize,
+    pub uuid: String,
+    pub memory_limit: u64,
+}
+
+/// A validated quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub gpus: Vec<PlannedGpu>,
+}
+
+/// What the planner needs from a spec.
+pub struct SpecFacts<'a> {
+    pub env: &'a [(String, String)],
+    pub annotations: &'a [(String, String)],
+    pub devices: &'a [String],
+}
+
+/// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
+/// so a node without NVML runs unquota'd containers fine.
+pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>) -> Result<Option<Plan>> {
+    let q: QuotaRequest = quota::from_spec(facts.annotations, facts.env)?;
+    if q.is_empty() {
+        return Ok(None);
+    }
+    let first_source = q.all.as_ref().or(q.per_gpu.values().next()).map(|r| r.source.clone()).unwrap_or_default();
+    let Some(sel) = gpus::from_spec(facts.env, facts.annotations, facts.devices)? else {
+        bail!(
+            "{first_source} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)"
+        );
+    };
+    let host = host_gpus()?;
+    let gpus = gpus::resolve(&sel, &host)?;
+    if gpus.is_empty() {
+        bail!("{first_source} is set but {} gives the container no GPU", sel.source);
+    }
+    if let Some((&i, r)) = q.per_gpu.range(gpus.len()..).next() {
+        bail!(
+            "{}: the container has no GPU {i}: it gets {} GPU{} ({})",
+            r.source,
+            gpus.len(),
+            if gpus.len() == 1 { "" } else { "s" },
+            sel.source
+        );
+    }
+    let mut out = Vec::new();
+    for (i, g) in gpus.iter().enumerate() {
+        let Some(r) = q.limit_for(i) else { continue };
+        if r.bytes > g.total_memory {
+            bail!(
+                "{}: {} is larger than the container's GPU {i} ({}, {})",
+                r.source,
+                fmt_bytes(r.bytes),
+                g.uuid,
+                fmt_bytes(g.total_memory)
+            );
+        }
+        out.push(PlannedGpu { index: i, uuid: g.uuid.clone(), memory_limit: r.bytes });
+    }
+    Ok(Some(Plan { gpus: out }))
+}
+
+/// Bytes for people: `1.5 GiB`, `512 MiB`, `1000 B`.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (u, s) in UNITS {
+        if b >= s {
+            return if b % s == 0 { format!("{} {u}", b / s) } else { format!("{:.2} {u}", b as f64 / s as f64) };
+        }
+    }
+    format!("{b} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn host() -> Result<Vec<HostGpu>> {
+        Ok((0..2)
+            .map(|i| HostGpu { index: i, uuid: format!("GPU-{i}"), total_memory: 16 << 30, minor: None })
+            .collect())
+    }
+
+    fn run(env: &[(&str, &str)], ann: &[(&str, &str)]) -> Result<Option<Plan>> {
+        let (e, a) = (kv(env), kv(ann));
+        plan(&SpecFacts { env: &e, annotations: &a, devices: &[] }, host)
+    }
+
+    #[test]
+    fn no_quota_never_touches_nvml() {
+        let e = kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]);
+        let p = plan(&SpecFacts { env: &e, annotations: &[], devices: &[] }, || panic!("NVML loaded")).unwrap();
+        assert_eq!(p, None);
+    }
+
+    #[test]
+    fn per_gpu_and_all() {
+        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "1,0"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[("vgpu.io/memory-limit.1", "2Gi")])
+            .unwrap()
+            .unwrap();
+        // The annotation wins, so only GPU 1 of the container (host GPU 0) is limited.
+        assert_eq!(p.gpus, vec![PlannedGpu { index: 1, uuid: "GPU-0".into(), memory_limit: 2 << 30 }]);
+        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "all"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[]).unwrap().unwrap();
+        assert_eq!(p.gpus.len(), 2);
+    }
+
+    #[test]
+    fn refusals() {
+        let cases: &[(&[(&str, &str)], &[(&str, &str)], &str)] = &[
+            (&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gets no GPU"),
+            (&[("NVIDIA_VISIBLE_DEVICES", "none"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gives the container no GPU"),
+            (&[("NVIDIA_VISIBLE_DEVICES", "0")], &[("vgpu.io/memory-limit.1", "1Gi")], "has no GPU 1"),
+            (&[("NVIDIA_VISIBLE_DEVICES", "0")], &[("vgpu.io/memory-limit", "17Gi")], "larger than"),
+            (&[("NVIDIA_VISIBLE_DEVICES", "5"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "no GPU with index 5"),
+        ];
+        for (env, ann, want) in cases {
+            let e = run(env, ann).unwrap_err().to_string();
+            assert!(e.contains(want), "{e} (wanted {want})");
+            assert!(!e.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn bytes_for_people() {
+        assert_eq!(fmt_bytes(16 << 30), "16 GiB");
+        assert_eq!(fmt_bytes(1536 << 20), "1.50 GiB");
+        assert_eq!(fmt_bytes(100), "100 B");
+    }
+}

@@ -1,0 +1,210 @@
+//! File operations inside a container's root filesystem that can never leave it.
+//!
+//! An image controls its own symlinks: `/etc` may point at `/host/etc`, `/usr/local` at `/`. Every path is
+//! resolved with `openat2(RESOLVE_IN_ROOT)`, so symlinks (absolute or `..`) are followed as if the rootfs
+//! were `/`, and new entries are created one name at a time relative to an already-resolved directory.
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::errno::Errno;
+use nix::fcntl::{openat, openat2, readlinkat, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+/// A container's root filesystem, held open.
+pub struct Rootfs {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// Largest file [`Rootfs::read_small_file`] reads.
+const SMALL_FILE_MAX: u64 = 64 * 1024;
+
+impl Rootfs {
+    /// Opens the rootfs directory (a trusted host path).
+    pub fn open(path: &Path) -> Result<Rootfs> {
+        let fd = nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+            .with_context(|| format!("cannot open rootfs {}", path.display()))?;
+        Ok(Rootfs { fd, path: path.to_path_buf() })
+    }
+
+    /// The host path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens `p` (absolute, as the container sees it) inside the rootfs.
+    pub fn open_in(&self, p: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
+        let how = OpenHow::new()
+            .flags(flags | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        openat2(self.fd.as_fd(), &relative(p), how)
+    }
+
+    /// Reads a small regular file; `None` when it does not exist. FIFOs, devices and large files are refused
+    /// (an image must not be able to hang or flood the shim).
+    pub fn read_small_file(&self, p: &Path) -> Result<Option<String>> {
+        let fd = match self.open_in(p, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(None),
+            Err(e) => return Err(anyhow!("cannot open {} in the container's rootfs: {e}", p.display())),
+        };
+        let st = fstat(&fd)?;
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            bail!("{} in the container's rootfs is not a regular file", p.display());
+        }
+        if st.st_size as u64 > SMALL_FILE_MAX {
+            bail!("{} in the container's rootfs is larger than {SMALL_FILE_MAX} bytes", p.display());
+        }
+        let mut s = String::new();
+        std::fs::File::from(fd)
+            .take(SMALL_FILE_MAX)
+            .read_to_string(&mut s)
+            .with_context(|| format!("cannot read {} in the container's rootfs", p.display()))?;
+        Ok(Some(s))
+    }
+
+    /// Creates directory `p` and its parents inside the rootfs (existing ones, symlinked or not, are
+    /// followed inside the rootfs). Returns an `O_PATH` descriptor of it.
+    pub fn mkdir_all(&self, p: &Path, mode: u32) -> Result<OwnedFd> {
+        self.mkdir_all_depth(p, mode, 0)
+    }
+
+    fn mkdir_all_depth(&self, p: &Path, mode: u32, depth: u32) -> Result<OwnedFd> {
+        if depth > 40 {
+            bail!("too many levels of symbolic links creating {} in the container's rootfs", p.display());
+        }
+        let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
+        let mut cur = self.open_in(Path::new("/"), dir_flags)?;
+        let mut prefix = PathBuf::from("/");
+        let comps = names(p)?;
+        for (i, name) in comps.iter().enumerate() {
+            prefix.push(name);
+            cur = match self.open_in(&prefix, dir_flags) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => {
+                    match mkdirat(cur.as_fd(), *name, Mode::from_bits_truncate(mode)) {
+                        Ok(()) => {}
+                        Err(Errno::EEXIST) => {
+                            // A dangling symlink: follow an absolute one from the rootfs' top.
+                            let target = readlinkat(cur.as_fd(), *name)
+                                .map_err(|e| anyhow!("cannot create {} in the container's rootfs: {e}", prefix.display()))?;
+                            let target = PathBuf::from(target);
+                            if !target.is_absolute() {
+                                bail!(
+                                    "cannot create {} in the container's rootfs: it is a symlink to the missing {}",
+                                    prefix.display(),
+                                    target.display()
+                                );
+                            }
+                            let rest: PathBuf = comps[i + 1..].iter().collect();
+                            return self.mkdir_all_depth(&clean(&target).join(rest), mode, depth + 1);
+                        }
+                        Err(e) => bail!("cannot create {} in the container's rootfs: {e}", prefix.display()),
+                    }
+                    self.open_in(&prefix, dir_flags)
+                        .map_err(|e| anyhow!("cannot open {} in the container's rootfs: {e}", prefix.display()))?
+                }
+                Err(e) => bail!("cannot open {} in the container's rootfs: {e}", prefix.display()),
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Makes sure a regular file exists at `p` (creating parents), for use as a bind-mount target.
+    /// Returns an `O_PATH` descriptor of it.
+    pub fn ensure_file(&self, p: &Path, mode: u32) -> Result<OwnedFd> {
+        let parent = p.parent().ok_or_else(|| anyhow!("{} has no parent", p.display()))?;
+        let name = p.file_name().ok_or_else(|| anyhow!("{} has no file name", p.display()))?;
+        // An O_PATH directory descriptor is a valid dirfd for openat(2).
+        let dir = self.mkdir_all(parent, 0o755)?;
+        match openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        ) {
+            Ok(_) | Err(Errno::EEXIST) => {}
+            Err(e) => bail!("cannot create {} in the container's rootfs: {e}", p.display()),
+        }
+        self.open_in(p, OFlag::O_PATH)
+            .map_err(|e| anyhow!("cannot open {} in the container's rootfs: {e}", p.display()))
+    }
+}
+
+/// `p` as a path relative to the rootfs.
+fn relative(p: &Path) -> PathBuf {
+    let r = p.strip_prefix("/").unwrap_or(p);
+    if r.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        r.to_path_buf()
+    }
+}
+
+/// `p` with `.` and `..` removed lexically, never above `/` (as the kernel does at the root).
+fn clean(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The plain names of `p`; `..` is refused (our own target paths never have it).
+fn names(p: &Path) -> Result<Vec<&std::ffi::OsStr>> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(Ok(n)),
+            Component::RootDir | Component::CurDir => None,
+            _ => Some(Err(anyhow!("path {} must not contain '..'", p.display()))),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn symlinks_stay_inside_the_rootfs() {
+        let host = tempfile::tempdir().unwrap();
+        let outside = host.path().join("outside");
+        let root = host.path().join("root");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(outside.join("ld.so.preload"), "/evil.so\n").unwrap();
+        // /etc -> <absolute host path>, /usr -> ../../.. : both must resolve inside the rootfs.
+        symlink(&outside, root.join("etc")).unwrap();
+        symlink("../../..", root.join("usr")).unwrap();
+        let r = Rootfs::open(&root).unwrap();
+        assert_eq!(r.read_small_file(Path::new("/etc/ld.so.preload")).unwrap(), None);
+        r.ensure_file(Path::new("/etc/ld.so.preload"), 0o644).unwrap();
+        r.ensure_file(Path::new("/usr/local/vgpu/libvgpu.so"), 0o644).unwrap();
+        // Created inside the rootfs, at the symlinks' in-root meaning; nothing appeared outside.
+        assert!(root.join(outside.strip_prefix("/").unwrap()).join("ld.so.preload").is_file());
+        assert!(root.join("local/vgpu/libvgpu.so").is_file());
+        assert_eq!(std::fs::read_to_string(outside.join("ld.so.preload")).unwrap(), "/evil.so\n");
+        assert!(!host.path().join("local").exists());
+    }
+
+    #[test]
+    fn reads_regular_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("etc")).unwrap();
+        std::fs::write(d.path().join("etc/ld.so.preload"), "/a.so\n").unwrap();
+        nix::unistd::mkfifo(&d.path().join("etc/fifo"), Mode::from_bits_truncate(0o644)).unwrap();
+        let r = Rootfs::open(d.path()).unwrap();
+        assert_eq!(r.read_small_file(Path::new("/etc/ld.so.preload")).unwrap().as_deref(), Some("/a.so\n"));
+        assert!(r.read_small_file(Path::new("/etc/fifo")).is_err());
+        assert_eq!(r.read_small_file(Path::new("/nope/x")).unwrap(), None);
+    }
+}
