@@ -1,1 +1,18 @@
-//! The vgpu ledger: see docs/architecture.md.
+//! The vgpu ledger crate: everything the other components share.
+//!
+//! * [`region`]: the ledger ("shared region") — one memory-mapped file per GPU and container that every
+//!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.
+//! * [`limits`]: limits.json, the per-container limits written by the hook.
+//! * [`layout`]: where the state lives on the host and inside the container.
+//! * [`quantity`]: "4Gi" ⇄ bytes.
+//!
+//! The formats are described in docs/architecture.md.
+
+pub mod layout;
+pub mod limits;
+pub mod quantity;
+pub mod region;
+
+pub use limits::{DeviceLimit, Limits, LimitsError, LIMITS_VERSION};
+pub use quantity::{format_bytes, parse_quantity, QuantityError};
+pub use region::{Kind, Ledger, LedgerError, Refused, Slot, SlotSnapshot, Snapshot};

@@ -1,0 +1,186 @@
+//! Where vgpu's per-container state lives, on the host and inside the container (docs/architecture.md,
+//! "State on the host").
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Inside the container: the folder of vgpu's state.
+pub const CONTAINER_STATE_DIR: &str = "/run/vgpu";
+/// Inside the container: the limits file (mounted read-only).
+pub const CONTAINER_LIMITS_PATH: &str = "/run/vgpu/limits.json";
+/// Inside the container: the folder of the ledgers (mounted read-write).
+pub const CONTAINER_LEDGERS_DIR: &str = "/run/vgpu/ledgers";
+/// Inside the container: the interposer (mounted read-only).
+pub const CONTAINER_LIBRARY_PATH: &str = "/usr/local/vgpu/libvgpu.so";
+
+/// File names inside a container's state folder.
+pub const LIMITS_FILE_NAME: &str = "limits.json";
+pub const LEDGERS_DIR_NAME: &str = "ledgers";
+pub const PRELOAD_FILE_NAME: &str = "ld.so.preload";
+/// Extension of a ledger file: `ledgers/<uuid>.ledger`.
+pub const LEDGER_EXTENSION: &str = "ledger";
+
+/// Longest container id or GPU uuid accepted as a path component.
+pub const MAX_NAME_LEN: usize = 256;
+
+/// A name that cannot be used as a path component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutError {
+    what: &'static str,
+    name: String,
+    problem: &'static str,
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {} {:?}: {}", self.what, self.name, self.problem)
+    }
+}
+
+impl std::error::Error for LayoutError {}
+
+/// Check that `name` is usable as one path component: engines choose container ids and a malicious one
+/// ("../../etc") must not move our state outside the root.
+fn check_component(what: &'static str, name: &str) -> Result<(), LayoutError> {
+    let problem = if name.is_empty() {
+        Some("empty")
+    } else if name.len() > MAX_NAME_LEN {
+        Some("longer than 256 bytes")
+    } else if name.contains('/') {
+        Some("contains '/'")
+    } else if name.contains('\0') {
+        Some("contains a NUL byte")
+    } else if name == "." || name == ".." || name.contains("..") {
+        Some("is '.' or contains '..'")
+    } else if name.starts_with('.') {
+        // Temporary files in our folders start with '.'; a name never may.
+        Some("starts with '.'")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(LayoutError { what, name: name.chars().take(300).collect(), problem }),
+        None => Ok(()),
+    }
+}
+
+/// Validate a container id as the engines hand it to us.
+pub fn check_container_id(id: &str) -> Result<(), LayoutError> {
+    check_component("container id", id)
+}
+
+/// Validate a GPU uuid before it names a ledger file.
+pub fn check_gpu_uuid(uuid: &str) -> Result<(), LayoutError> {
+    check_component("GPU uuid", uuid)
+}
+
+/// The ledger's path relative to a container's state folder: `ledgers/<uuid>.ledger` (what limits.json
+/// records, so the same file works on the host and in the container).
+pub fn relative_ledger_path(uuid: &str) -> Result<PathBuf, LayoutError> {
+    check_gpu_uuid(uuid)?;
+    Ok(Path::new(LEDGERS_DIR_NAME).join(format!("{uuid}.{LEDGER_EXTENSION}")))
+}
+
+/// The state root on the host (`state_root` of /etc/vgpu/config.toml, default /run/vgpu).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRoot {
+    root: PathBuf,
+}
+
+impl StateRoot {
+    pub fn new(root: PathBuf) -> Self {
+        StateRoot { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/containers`
+    pub fn containers_dir(&self) -> PathBuf {
+        self.root.join("containers")
+    }
+
+    /// `<root>/containers/<id>`; refuses ids that are not a single safe path component.
+    pub fn container_dir(&self, id: &str) -> Result<PathBuf, LayoutError> {
+        check_container_id(id)?;
+        Ok(self.containers_dir().join(id))
+    }
+
+    /// `<root>/containers/<id>/limits.json`
+    pub fn limits_path(&self, id: &str) -> Result<PathBuf, LayoutError> {
+        Ok(self.container_dir(id)?.join(LIMITS_FILE_NAME))
+    }
+
+    /// `<root>/containers/<id>/ledgers`
+    pub fn ledgers_dir(&self, id: &str) -> Result<PathBuf, LayoutError> {
+        Ok(self.container_dir(id)?.join(LEDGERS_DIR_NAME))
+    }
+
+    /// `<root>/containers/<id>/ledgers/<uuid>.ledger`
+    pub fn ledger_path(&self, id: &str, uuid: &str) -> Result<PathBuf, LayoutError> {
+        Ok(self.container_dir(id)?.join(relative_ledger_path(uuid)?))
+    }
+
+    /// `<root>/containers/<id>/ld.so.preload`
+    pub fn preload_path(&self, id: &str) -> Result<PathBuf, LayoutError> {
+        Ok(self.container_dir(id)?.join(PRELOAD_FILE_NAME))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> StateRoot {
+        StateRoot::new(PathBuf::from("/run/vgpu"))
+    }
+
+    #[test]
+    fn paths() {
+        let r = root();
+        assert_eq!(r.containers_dir(), Path::new("/run/vgpu/containers"));
+        assert_eq!(r.container_dir("abc").unwrap(), Path::new("/run/vgpu/containers/abc"));
+        assert_eq!(r.limits_path("abc").unwrap(), Path::new("/run/vgpu/containers/abc/limits.json"));
+        assert_eq!(r.ledgers_dir("abc").unwrap(), Path::new("/run/vgpu/containers/abc/ledgers"));
+        assert_eq!(
+            r.ledger_path("abc", "GPU-1234").unwrap(),
+            Path::new("/run/vgpu/containers/abc/ledgers/GPU-1234.ledger")
+        );
+        assert_eq!(r.preload_path("abc").unwrap(), Path::new("/run/vgpu/containers/abc/ld.so.preload"));
+        assert_eq!(relative_ledger_path("GPU-1").unwrap(), Path::new("ledgers/GPU-1.ledger"));
+    }
+
+    #[test]
+    fn accepts_engine_ids() {
+        let r = root();
+        let docker = "3f2a9c0d1e2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
+        assert!(r.container_dir(docker).is_ok());
+        assert!(r.container_dir("k8s_app_pod-1_default_0a1b").is_ok());
+        assert!(r.container_dir("my.container-1").is_ok());
+        assert!(r.container_dir(&"x".repeat(256)).is_ok());
+    }
+
+    #[test]
+    fn rejects_unsafe_ids() {
+        let r = root();
+        for (id, problem) in [
+            ("", "empty"),
+            ("a/b", "contains '/'"),
+            ("/etc", "contains '/'"),
+            ("..", "'..'"),
+            ("a..b", "'..'"),
+            (".", "is '.'"),
+            (".hidden", "starts with '.'"),
+            ("a\0b", "NUL"),
+        ] {
+            let err = r.container_dir(id).unwrap_err().to_string();
+            assert!(err.contains("invalid container id") && err.contains(problem), "{id:?}: {err}");
+        }
+        let long = "x".repeat(257);
+        assert!(r.container_dir(&long).unwrap_err().to_string().contains("longer than 256"));
+        assert!(r.ledger_path("ok", "../x").unwrap_err().to_string().contains("invalid GPU uuid"));
+        assert!(r.limits_path("a/b").is_err());
+        assert!(r.preload_path("..").is_err());
+    }
+}

@@ -1,0 +1,300 @@
+//! limits.json: the per-container limits the hook writes once and the library reads (docs/architecture.md,
+//! "limits.json"). The file is mounted read-only into the container, so a tenant cannot raise its quota.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fmt;
+use std::io::{self, Write};
+use std::path::{Component, Path, PathBuf};
+
+use crate::layout;
+
+/// The only format version this build reads and writes.
+pub const LIMITS_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub version: u32,
+    pub container_id: String,
+    /// Inode of the container's PID namespace as the host sees it (for the garbage collector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
+    /// Host PID of the container's first process (for the garbage collector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_pid: Option<u32>,
+    pub devices: Vec<DeviceLimit>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceLimit {
+    /// The container's i-th GPU (its CUDA ordinal inside the container).
+    pub index: u32,
+    pub uuid: String,
+    /// Bytes; never 0 in a valid file.
+    pub memory_limit: u64,
+    /// Ledger file, relative to the limits file's folder (`ledgers/<uuid>.ledger`).
+    pub ledger: PathBuf,
+}
+
+/// A limits file that cannot be used. `Display` names the file and the problem.
+#[derive(Debug)]
+pub struct LimitsError {
+    pub path: PathBuf,
+    pub kind: LimitsErrorKind,
+}
+
+#[derive(Debug)]
+pub enum LimitsErrorKind {
+    /// The file could not be read.
+    Io(io::Error),
+    /// Not JSON, or cut short.
+    Malformed(String),
+    /// A format version this build does not know.
+    UnsupportedVersion { found: u64 },
+    /// Well-formed JSON whose content is wrong (missing field, duplicate device, bad path, ...).
+    Invalid(String),
+}
+
+impl fmt::Display for LimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.display();
+        match &self.kind {
+            LimitsErrorKind::Io(e) => write!(f, "vgpu limits file {path}: cannot read: {e}"),
+            LimitsErrorKind::Malformed(e) => write!(f, "vgpu limits file {path}: not valid JSON (truncated or garbage?): {e}"),
+            LimitsErrorKind::UnsupportedVersion { found } => write!(
+                f,
+                "vgpu limits file {path}: format version {found} is not supported (this build reads version {LIMITS_VERSION})"
+            ),
+            LimitsErrorKind::Invalid(e) => write!(f, "vgpu limits file {path}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LimitsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            LimitsErrorKind::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl Limits {
+    /// Read and validate a limits file.
+    pub fn load(path: &Path) -> Result<Limits, LimitsError> {
+        let err = |kind| LimitsError { path: path.to_path_buf(), kind };
+        let bytes = std::fs::read(path).map_err(|e| err(LimitsErrorKind::Io(e)))?;
+        Self::from_slice(&bytes).map_err(err)
+    }
+
+    /// Parse and validate the bytes of a limits file.
+    pub fn from_slice(bytes: &[u8]) -> Result<Limits, LimitsErrorKind> {
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| LimitsErrorKind::Malformed(e.to_string()))?;
+        // The version decides how to read the rest, so look at it first.
+        let version = match value.get("version") {
+            None => return Err(LimitsErrorKind::Invalid("missing field \"version\"".into())),
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| LimitsErrorKind::Invalid(format!("\"version\" is not a positive integer: {v}")))?,
+        };
+        if version != LIMITS_VERSION as u64 {
+            return Err(LimitsErrorKind::UnsupportedVersion { found: version });
+        }
+        let limits: Limits =
+            serde_path_to_error::deserialize(value).map_err(|e| LimitsErrorKind::Invalid(e.to_string()))?;
+        limits.validate().map_err(LimitsErrorKind::Invalid)?;
+        Ok(limits)
+    }
+
+    /// Check what serde cannot: names usable as paths, one entry per GPU, ledgers inside the folder.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.version != LIMITS_VERSION {
+            return Err(format!("format version {} is not supported (this build writes version {LIMITS_VERSION})", self.version));
+        }
+        layout::check_container_id(&self.container_id).map_err(|e| e.to_string())?;
+        if self.devices.is_empty() {
+            return Err("lists no devices".into());
+        }
+        let mut indices = HashSet::new();
+        let mut uuids = HashSet::new();
+        for d in &self.devices {
+            layout::check_gpu_uuid(&d.uuid).map_err(|e| format!("device {}: {e}", d.index))?;
+            if !indices.insert(d.index) {
+                return Err(format!("device index {} is listed twice", d.index));
+            }
+            if !uuids.insert(d.uuid.as_str()) {
+                return Err(format!("GPU {} is listed twice", d.uuid));
+            }
+            if d.memory_limit == 0 {
+                return Err(format!("device {} ({}): memory_limit is 0", d.index, d.uuid));
+            }
+            let safe = !d.ledger.as_os_str().is_empty()
+                && d.ledger.components().all(|c| matches!(c, Component::Normal(_)));
+            if !safe {
+                return Err(format!(
+                    "device {} ({}): ledger path {:?} must be relative to the limits file's folder, without '..'",
+                    d.index,
+                    d.uuid,
+                    d.ledger.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write the file atomically (temporary file in the same folder, then rename), mode 0644: readable by
+    /// the container's non-root processes, writable by nobody inside (it is mounted read-only anyway).
+    pub fn write_atomic(&self, path: &Path) -> io::Result<()> {
+        self.validate().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display())))?;
+        let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        text.push(b'\n');
+        write_file_atomic(path, &text, 0o644)
+    }
+
+    /// Absolute path of a device's ledger: the `ledger` entry resolved against the limits file's folder.
+    pub fn ledger_path(&self, limits_path: &Path, dev: &DeviceLimit) -> PathBuf {
+        limits_path.parent().unwrap_or_else(|| Path::new(".")).join(&dev.ledger)
+    }
+
+    pub fn device_by_uuid(&self, uuid: &str) -> Option<&DeviceLimit> {
+        self.devices.iter().find(|d| d.uuid == uuid)
+    }
+
+    pub fn device_by_index(&self, i: u32) -> Option<&DeviceLimit> {
+        self.devices.iter().find(|d| d.index == i)
+    }
+}
+
+/// Write `bytes` to `path` through a temporary file in the same folder and a rename, so readers see the old
+/// file or the whole new one, never a part.
+pub(crate) fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Limits {
+        Limits {
+            version: 1,
+            container_id: "3f2a".into(),
+            pid_ns: Some(4026532612),
+            init_pid: Some(12345),
+            devices: vec![
+                DeviceLimit { index: 0, uuid: "GPU-aaaa".into(), memory_limit: 1 << 30, ledger: "ledgers/GPU-aaaa.ledger".into() },
+                DeviceLimit { index: 1, uuid: "GPU-bbbb".into(), memory_limit: 2 << 30, ledger: "ledgers/GPU-bbbb.ledger".into() },
+            ],
+        }
+    }
+
+    fn load_text(text: &str) -> Result<Limits, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.json");
+        std::fs::write(&path, text).unwrap();
+        Limits::load(&path).map_err(|e| {
+            let msg = e.to_string();
+            assert!(msg.contains(&path.display().to_string()), "error does not name the file: {msg}");
+            msg
+        })
+    }
+
+    #[test]
+    fn round_trip_and_lookups() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.json");
+        let l = sample();
+        l.write_atomic(&path).unwrap();
+        let back = Limits::load(&path).unwrap();
+        assert_eq!(back, l);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+        assert_eq!(back.device_by_uuid("GPU-bbbb").unwrap().index, 1);
+        assert_eq!(back.device_by_index(0).unwrap().uuid, "GPU-aaaa");
+        assert!(back.device_by_uuid("GPU-cccc").is_none());
+        assert!(back.device_by_index(7).is_none());
+        let dev = back.device_by_index(1).unwrap();
+        assert_eq!(back.ledger_path(&path, dev), dir.path().join("ledgers/GPU-bbbb.ledger"));
+        // no temporary file is left behind
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("limits.json")]);
+    }
+
+    #[test]
+    fn the_documented_example_loads() {
+        let text = r#"{
+          "version": 1,
+          "container_id": "3f2a",
+          "pid_ns": 4026532612,
+          "init_pid": 12345,
+          "devices": [
+            { "index": 0, "uuid": "GPU-0", "memory_limit": 1073741824, "ledger": "ledgers/GPU-0.ledger" }
+          ]
+        }"#;
+        let l = load_text(text).unwrap();
+        assert_eq!(l.devices[0].memory_limit, 1 << 30);
+        // optional fields may be absent; unknown keys are tolerated
+        let l = load_text(r#"{"version":1,"container_id":"c","future":true,"devices":[{"index":0,"uuid":"GPU-0","memory_limit":1,"ledger":"ledgers/GPU-0.ledger"}]}"#).unwrap();
+        assert_eq!(l.pid_ns, None);
+        assert_eq!(l.init_pid, None);
+    }
+
+    #[test]
+    fn bad_files_get_one_clear_error() {
+        let good = serde_json::to_string(&sample()).unwrap();
+        let cases: Vec<(String, &str)> = vec![
+            (good[..good.len() / 2].to_string(), "not valid JSON"),
+            ("".into(), "not valid JSON"),
+            ("\u{1}\u{2}garbage".into(), "not valid JSON"),
+            (good.replace("\"version\":1", "\"version\":2"), "format version 2 is not supported (this build reads version 1)"),
+            (good.replace("\"version\":1", "\"version\":\"1\""), "\"version\" is not a positive integer"),
+            (good.replace("\"version\":1,", ""), "missing field \"version\""),
+            ("[1,2]".into(), "missing field \"version\""),
+            (good.replace("\"container_id\":\"3f2a\",", ""), "missing field `container_id`"),
+            (good.replace("\"container_id\":\"3f2a\"", "\"container_id\":\"../x\""), "invalid container id"),
+            (good.replace("GPU-bbbb\"", "GPU-aaaa\""), "listed twice"),
+            (good.replace("\"index\":1", "\"index\":0"), "device index 0 is listed twice"),
+            (good.replace("\"memory_limit\":2147483648", "\"memory_limit\":0"), "memory_limit is 0"),
+            (good.replace("\"memory_limit\":2147483648", "\"memory_limit\":-1"), "devices[1].memory_limit: invalid value"),
+            (good.replace("ledgers/GPU-bbbb.ledger", "../../etc/x"), "without '..'"),
+            (good.replace("ledgers/GPU-bbbb.ledger", "/etc/x"), "must be relative"),
+            (r#"{"version":1,"container_id":"c","devices":[]}"#.into(), "lists no devices"),
+        ];
+        for (text, want) in cases {
+            let msg = load_text(&text).expect_err(&text);
+            assert!(msg.contains(want), "for {text:?}: got {msg:?}, want {want:?}");
+            assert!(!msg.contains('\n'), "multi-line error: {msg:?}");
+        }
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let err = Limits::load(Path::new("/nonexistent/vgpu/limits.json")).unwrap_err();
+        assert!(matches!(err.kind, LimitsErrorKind::Io(_)));
+        assert!(err.to_string().contains("/nonexistent/vgpu/limits.json"));
+    }
+
+    #[test]
+    fn write_refuses_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = sample();
+        l.devices[1].ledger = "../escape".into();
+        assert!(l.write_atomic(&dir.path().join("limits.json")).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

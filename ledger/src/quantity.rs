@@ -1,0 +1,248 @@
+//! Memory quantities as operators write them ("4Gi", "4096Mi", "4G") and as people read them ("1.00 GiB").
+//!
+//! Every unit is binary. The single letters `k`/`m`/`g`/`t` mean KiB/MiB/GiB/TiB, as HAMi-core's
+//! `CUDA_DEVICE_MEMORY_LIMIT` does (so "4G" is 4 GiB and "512m" is 512 MiB, never milli); `Ki`/`Mi`/`Gi`/`Ti`
+//! (Kubernetes style) and `KiB`/`MiB`/`GiB`/`TiB` mean the same; a bare number or a `B` suffix is bytes.
+//! Units are case-insensitive. Decimal units (`GB`, `MB`, ...) are refused rather than guessed: "4GB" means
+//! 4·10⁹ to some people and 4 GiB to others, and a quota must not be off by 7 % silently.
+//! A fraction is allowed ("1.5Gi"); the result is rounded down to whole bytes.
+
+use std::fmt;
+
+/// Why a quantity could not be parsed. Its `Display` names the input and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuantityError {
+    input: String,
+    problem: Problem,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Problem {
+    Empty,
+    Negative,
+    NoNumber,
+    BadNumber,
+    UnknownUnit(String),
+    DecimalUnit(String),
+    Overflow,
+}
+
+impl fmt::Display for QuantityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let input = &self.input;
+        match &self.problem {
+            Problem::Empty => write!(f, "empty memory quantity (expected e.g. 4Gi, 512Mi, 4G)"),
+            Problem::Negative => write!(f, "memory quantity {input:?} is negative"),
+            Problem::NoNumber => write!(f, "memory quantity {input:?} does not start with a number"),
+            Problem::BadNumber => write!(f, "memory quantity {input:?} has a malformed number"),
+            Problem::UnknownUnit(u) => write!(
+                f,
+                "memory quantity {input:?} has unknown unit {u:?} (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB, P/Pi/PiB; all binary)"
+            ),
+            Problem::DecimalUnit(u) => write!(
+                f,
+                "memory quantity {input:?} uses decimal unit {u:?}; vgpu units are binary: write {}i (or {}) for {}iB",
+                &u[..1],
+                &u[..1],
+                u[..1].to_ascii_uppercase()
+            ),
+            Problem::Overflow => write!(f, "memory quantity {input:?} is too large (over 16 EiB)"),
+        }
+    }
+}
+
+impl std::error::Error for QuantityError {}
+
+/// The multiplier of a unit suffix (already trimmed), or the problem with it.
+fn unit_multiplier(unit: &str) -> Result<u64, Problem> {
+    let lower = unit.to_ascii_lowercase();
+    let shift = match lower.as_str() {
+        "" | "b" => 0,
+        "k" | "ki" | "kib" => 10,
+        "m" | "mi" | "mib" => 20,
+        "g" | "gi" | "gib" => 30,
+        "t" | "ti" | "tib" => 40,
+        "p" | "pi" | "pib" => 50,
+        "e" | "ei" | "eib" => 60,
+        "kb" | "mb" | "gb" | "tb" | "pb" | "eb" => return Err(Problem::DecimalUnit(unit.to_string())),
+        _ => return Err(Problem::UnknownUnit(unit.to_string())),
+    };
+    Ok(1u64 << shift)
+}
+
+/// Parse a memory quantity into bytes. Zero parses to 0: whether zero means "no limit" or is an error is
+/// the caller's decision.
+pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
+    let err = |problem| QuantityError { input: s.to_string(), problem };
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(err(Problem::Empty));
+    }
+    if t.starts_with('-') {
+        return Err(err(Problem::Negative));
+    }
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let num_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(num_end);
+    if number.is_empty() {
+        return Err(err(Problem::NoNumber));
+    }
+    let multiplier = unit_multiplier(unit.trim()).map_err(err)?;
+
+    let (int_part, frac_part) = match number.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (number, ""),
+    };
+    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+        return Err(err(Problem::BadNumber));
+    }
+    // Integer part × multiplier, checked; the fraction adds floor(frac × multiplier / 10^digits).
+    let int: u64 = if int_part.is_empty() {
+        0
+    } else {
+        int_part.parse().map_err(|_| err(Problem::Overflow))?
+    };
+    let whole = int.checked_mul(multiplier).ok_or_else(|| err(Problem::Overflow))?;
+    // Digits beyond 19 cannot change a result in whole bytes below 2^64 by more than rounding; drop them.
+    let frac_digits = &frac_part[..frac_part.len().min(19)];
+    let frac_bytes = if frac_digits.is_empty() {
+        0
+    } else {
+        let frac: u128 = frac_digits.parse().map_err(|_| err(Problem::BadNumber))?;
+        let scale = 10u128.pow(frac_digits.len() as u32);
+        (frac * multiplier as u128 / scale) as u64
+    };
+    whole.checked_add(frac_bytes).ok_or_else(|| err(Problem::Overflow))
+}
+
+/// Human-readable bytes with three significant digits: "0 B", "1023 B", "1.50 KiB", "512 MiB", "1.00 GiB".
+pub fn format_bytes(n: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut unit = 0;
+    let mut value = n as f64;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let text = if value < 10.0 {
+        format!("{value:.2}")
+    } else if value < 100.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    };
+    format!("{text} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KI: u64 = 1 << 10;
+    const MI: u64 = 1 << 20;
+    const GI: u64 = 1 << 30;
+    const TI: u64 = 1 << 40;
+
+    #[test]
+    fn parses_every_spelling() {
+        let cases: &[(&str, u64)] = &[
+            ("4Gi", 4 * GI),
+            ("4096Mi", 4096 * MI),
+            ("4G", 4 * GI),
+            ("4g", 4 * GI),
+            ("4GiB", 4 * GI),
+            ("4gib", 4 * GI),
+            ("512m", 512 * MI),
+            ("512M", 512 * MI),
+            ("512MiB", 512 * MI),
+            ("1073741824", GI),
+            ("1073741824B", GI),
+            ("1k", KI),
+            ("2Ki", 2 * KI),
+            ("1T", TI),
+            ("1Ti", TI),
+            ("1.5Gi", GI + GI / 2),
+            ("0.5G", GI / 2),
+            (".5Mi", MI / 2),
+            ("1.", 1),
+            ("0.1Ki", 102), // 102.4 rounded down
+            (" 4Gi ", 4 * GI),
+            ("4 Gi", 4 * GI),
+            ("+1Mi", MI),
+            ("0", 0),
+            ("0Gi", 0),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_quantity(input), Ok(*want), "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn errors_name_input_and_problem() {
+        let msg = |s: &str| parse_quantity(s).unwrap_err().to_string();
+        assert!(msg("4GB").contains("\"4GB\"") && msg("4GB").contains("decimal unit \"GB\""), "{}", msg("4GB"));
+        assert!(msg("4GB").contains("Gi"));
+        assert!(msg("4X").contains("unknown unit \"X\""), "{}", msg("4X"));
+        assert!(msg("4Gix").contains("unknown unit \"Gix\""));
+        assert!(msg("").contains("empty"));
+        assert!(msg("   ").contains("empty"));
+        assert!(msg("-1Gi").contains("negative"));
+        assert!(msg("Gi").contains("does not start with a number"));
+        assert!(msg("1.2.3Gi").contains("malformed"));
+        assert!(msg(".Gi").contains("malformed"));
+        assert!(msg("99999999999999999999").contains("too large"));
+        assert!(msg("16777216Ti").contains("too large")); // 2^24 TiB = 2^64
+        assert!(msg("17179869184G").contains("too large"));
+    }
+
+    #[test]
+    fn largest_values() {
+        assert_eq!(parse_quantity("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_quantity("16777215Ti"), Ok(16777215 * TI));
+        assert!(parse_quantity("18446744073709551616").is_err());
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_bytes(0), "0 B");
+        assert_eq!(format_bytes(1023), "1023 B");
+        assert_eq!(format_bytes(1024), "1.00 KiB");
+        assert_eq!(format_bytes(1536), "1.50 KiB");
+        assert_eq!(format_bytes(512 * MI), "512 MiB");
+        assert_eq!(format_bytes(GI), "1.00 GiB");
+        assert_eq!(format_bytes(80 * GI), "80.0 GiB");
+        assert_eq!(format_bytes(u64::MAX), "16.0 EiB");
+    }
+
+    proptest! {
+        #[test]
+        fn integer_with_unit_round_trips(n in 0u64..(1 << 20), unit in 0usize..5, spelling in 0usize..3) {
+            let names = [["", "B", "b"], ["k", "Ki", "KiB"], ["m", "Mi", "MiB"], ["g", "Gi", "GiB"], ["t", "Ti", "TiB"]];
+            let text = format!("{n}{}", names[unit][spelling]);
+            prop_assert_eq!(parse_quantity(&text), Ok(n << (10 * unit)));
+        }
+
+        #[test]
+        fn plain_bytes_round_trip(n: u64) {
+            prop_assert_eq!(parse_quantity(&n.to_string()), Ok(n));
+        }
+
+        #[test]
+        fn formatted_parses_back_within_rounding(n in 1u64..(1 << 62)) {
+            let text = format_bytes(n);
+            let back = parse_quantity(&text).unwrap();
+            // three significant digits: relative error at most half a unit in the third digit
+            let err = (back as f64 - n as f64).abs() / n as f64;
+            prop_assert!(err <= 0.005 + 1e-12, "{} -> {} -> {} (err {})", n, text, back, err);
+        }
+
+        #[test]
+        fn never_panics(s in "\\PC{0,24}") {
+            let _ = parse_quantity(&s);
+        }
+    }
+}
