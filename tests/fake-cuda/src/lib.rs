@@ -1,1 +1,23 @@
-//! Fake libcuda.so.1: see tests/fake-driver.md.
+//! Fake `libcuda.so.1`: a test double of NVIDIA's driver API for machines without a GPU.
+//! See `tests/fake-driver.md` for what it models and the environment it reads.
+//!
+//! Layout: `types` (CUresult codes, handle types), `driver` (the per-process state, init, fork,
+//! contexts), `mem` (the device address arenas and the allocation map), one module per API area
+//! (`api_*`), and `procaddr` (`cuGetProcAddress`, resolved against our own symbol table).
+//! Every exported function goes through [`cu_fn!`], which turns a Rust `Result` into a `CUresult`
+//! and stops any panic at the FFI edge.
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+
+#[macro_use]
+mod types;
+mod api_ctx;
+mod api_device;
+mod api_graph;
+mod api_mem;
+mod api_module;
+mod api_pool;
+mod api_vmm;
+mod driver;
+mod errors;
+mod mem;
+mod procaddr;

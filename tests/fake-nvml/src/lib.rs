@@ -1,1 +1,351 @@
-//! Fake libnvidia-ml.so.1: see tests/fake-driver.md.
+//! Fake `libnvidia-ml.so.1`: the NVML calls a GPU memory quota touches, reading the same device
+//! state file as the fake `libcuda.so.1` (see `tests/fake-driver.md`). Devices are in physical
+//! order: NVML ignores `CUDA_VISIBLE_DEVICES`, like the real one.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use fake_gpu::config::{env_size, pci_bus_id, uuid_string};
+use fake_gpu::{Config, Shared};
+use std::ffi::{c_char, c_int, c_uint, CStr};
+use std::sync::Mutex;
+
+type Ret = c_uint;
+type R = Result<(), Ret>;
+type Device = *const u8;
+
+const SUCCESS: Ret = 0;
+const UNINITIALIZED: Ret = 1;
+const INVALID_ARGUMENT: Ret = 2;
+const NOT_FOUND: Ret = 6;
+const INSUFFICIENT_SIZE: Ret = 7;
+const ARGUMENT_VERSION_MISMATCH: Ret = 25;
+const UNKNOWN: Ret = 999;
+
+const DRIVER_VERSION: &str = "580.65.06";
+const CUDA_DRIVER_VERSION: c_int = 13000;
+
+static ERRORS: &[(Ret, &str)] = &[
+    (0, "Success\0"),
+    (1, "Uninitialized\0"),
+    (2, "Invalid Argument\0"),
+    (3, "Not Supported\0"),
+    (4, "Insufficient Permissions\0"),
+    (5, "Already Initialized\0"),
+    (6, "Not Found\0"),
+    (7, "Insufficient Size\0"),
+    (9, "Driver Not Loaded\0"),
+    (13, "Function Not Found\0"),
+    (25, "Argument version mismatch\0"),
+    (999, "Unknown Error\0"),
+];
+
+struct Nvml {
+    refs: u32,
+    shared: Option<Shared>,
+    reserved: u64,
+}
+
+static NVML: Mutex<Nvml> = Mutex::new(Nvml { refs: 0, shared: None, reserved: 0 });
+/// Device handles point into this array: handle i is &HANDLES[i].
+static HANDLES: [u8; fake_gpu::MAX_DEVICES] = [0; fake_gpu::MAX_DEVICES];
+
+fn guard(f: impl FnOnce() -> R) -> Ret {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => SUCCESS,
+        Ok(Err(e)) => e,
+        Err(_) => UNKNOWN,
+    }
+}
+
+/// Runs `f` with the open state file; NVML_ERROR_UNINITIALIZED before nvmlInit.
+fn with<T>(f: impl FnOnce(&Shared, u64) -> Result<T, Ret>) -> Result<T, Ret> {
+    let n = NVML.lock().unwrap_or_else(|e| e.into_inner());
+    match (&n.shared, n.refs) {
+        (Some(s), r) if r > 0 => f(s, n.reserved),
+        _ => Err(UNINITIALIZED),
+    }
+}
+
+/// Physical index of a device handle.
+fn index(dev: Device) -> Result<usize, Ret> {
+    let base = HANDLES.as_ptr() as usize;
+    let i = (dev as usize).wrapping_sub(base);
+    let n = with(|s, _| Ok(s.ndev()))?;
+    if i < n { Ok(i) } else { Err(INVALID_ARGUMENT) }
+}
+
+unsafe fn out<T>(p: *mut T, v: T) -> R {
+    if p.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null out-pointer from the caller.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// Copies `s` NUL-terminated into `buf` of `len` bytes; NVML_ERROR_INSUFFICIENT_SIZE if it does not fit.
+unsafe fn copy_str(buf: *mut c_char, len: c_uint, s: &str) -> R {
+    if buf.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    if (len as usize) < s.len() + 1 {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    // SAFETY: the buffer holds len >= s.len() + 1 bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr() as *const c_char, buf, s.len());
+        *buf.add(s.len()) = 0;
+    }
+    Ok(())
+}
+
+fn init() -> R {
+    let mut n = NVML.lock().unwrap_or_else(|e| e.into_inner());
+    if n.shared.is_none() {
+        let cfg = Config::from_env().map_err(|e| {
+            eprintln!("fake-nvml: {e}");
+            UNKNOWN
+        })?;
+        n.shared = Some(Shared::open(&cfg).map_err(|e| {
+            eprintln!("fake-nvml: {e}");
+            UNKNOWN
+        })?);
+        n.reserved = env_size("FAKE_NVML_RESERVED_BYTES", 0);
+    }
+    n.refs += 1;
+    Ok(())
+}
+
+/// Defines exported NVML functions whose bodies return `R`.
+macro_rules! nvml_fn {
+    ($(fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> Ret {
+            guard(|| -> R { $body })
+        }
+    )*};
+}
+
+#[repr(C)]
+pub struct PciInfo {
+    bus_id_legacy: [c_char; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_subsystem_id: c_uint,
+    bus_id: [c_char; 32],
+}
+
+#[repr(C)]
+pub struct Memory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
+
+#[repr(C)]
+pub struct MemoryV2 {
+    version: c_uint,
+    total: u64,
+    reserved: u64,
+    free: u64,
+    used: u64,
+}
+
+/// nvmlMemory_v2: the struct size in the low bits, the version in the high byte.
+const MEMORY_V2: c_uint = std::mem::size_of::<MemoryV2>() as c_uint | (2 << 24);
+
+#[repr(C)]
+pub struct ProcessV1 {
+    pid: c_uint,
+    used: u64,
+}
+
+#[repr(C)]
+pub struct ProcessV2 {
+    pid: c_uint,
+    used: u64,
+    gpu_instance: c_uint,
+    compute_instance: c_uint,
+}
+
+fn fill_str<const N: usize>(s: &str) -> [c_char; N] {
+    let mut a = [0 as c_char; N];
+    for (i, b) in s.bytes().take(N - 1).enumerate() {
+        a[i] = b as c_char;
+    }
+    a
+}
+
+/// Live processes with memory on device `i`: (pid, bytes).
+fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
+    with(|s, _| Ok(s.snapshot().processes.into_iter().filter(|p| p.1[i] > 0).map(|p| (p.0, p.1[i])).collect()))
+}
+
+/// The NVML process-list protocol: report the count; fill only when the buffer is big enough.
+unsafe fn list<T>(dev: Device, count: *mut c_uint, infos: *mut T, make: impl Fn(u32, u64) -> T) -> R {
+    let procs = processes(index(dev)?)?;
+    if count.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null in/out count from the caller.
+    let room = unsafe { *count } as usize;
+    // SAFETY: as above.
+    unsafe { *count = procs.len() as c_uint };
+    if room < procs.len() {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    if !procs.is_empty() && infos.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    for (k, (pid, used)) in procs.into_iter().enumerate() {
+        // SAFETY: the caller's buffer holds `room` >= len entries.
+        unsafe { infos.add(k).write(make(pid, used)) };
+    }
+    Ok(())
+}
+
+unsafe fn handle_by(dev: *mut Device, pred: impl Fn(usize) -> bool) -> R {
+    let n = with(|s, _| Ok(s.ndev()))?;
+    let i = (0..n).find(|&i| pred(i)).ok_or(NOT_FOUND)?;
+    // SAFETY: out-pointer from the caller, checked by out().
+    unsafe { out(dev, HANDLES.as_ptr().add(i)) }
+}
+
+fn arg_str(p: *const c_char) -> Result<String, Ret> {
+    if p.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null C string from the caller.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+nvml_fn! {
+fn nvmlInit_v2() { init() }
+fn nvmlInit() { init() }
+fn nvmlInitWithFlags(_flags: c_uint) { init() }
+
+fn nvmlShutdown() {
+    let mut n = NVML.lock().unwrap_or_else(|e| e.into_inner());
+    if n.refs == 0 { return Err(UNINITIALIZED); }
+    n.refs -= 1;
+    Ok(())
+}
+
+fn nvmlSystemGetDriverVersion(buf: *mut c_char, len: c_uint) {
+    with(|_, _| Ok(()))?;
+    copy_str(buf, len, DRIVER_VERSION)
+}
+
+fn nvmlSystemGetNVMLVersion(buf: *mut c_char, len: c_uint) {
+    copy_str(buf, len, "12.580.65.06")
+}
+
+fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) { out(v, CUDA_DRIVER_VERSION) }
+fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) { out(v, CUDA_DRIVER_VERSION) }
+
+fn nvmlDeviceGetCount_v2(n: *mut c_uint) { out(n, with(|s, _| Ok(s.ndev()))? as c_uint) }
+fn nvmlDeviceGetCount(n: *mut c_uint) { out(n, with(|s, _| Ok(s.ndev()))? as c_uint) }
+
+fn nvmlDeviceGetHandleByIndex_v2(i: c_uint, dev: *mut Device) { handle_by(dev, |k| k == i as usize) }
+fn nvmlDeviceGetHandleByIndex(i: c_uint, dev: *mut Device) { handle_by(dev, |k| k == i as usize) }
+
+fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut Device) {
+    let u = arg_str(uuid)?;
+    handle_by(dev, |k| uuid_string(k).eq_ignore_ascii_case(&u))
+}
+
+fn nvmlDeviceGetHandleByPciBusId_v2(id: *const c_char, dev: *mut Device) {
+    let want = arg_str(id)?.to_ascii_uppercase();
+    let want = want.trim_start_matches('0').to_string();
+    handle_by(dev, |k| pci_bus_id(k).trim_start_matches('0') == want)
+}
+
+fn nvmlDeviceGetHandleByPciBusId(id: *const c_char, dev: *mut Device) {
+    let want = arg_str(id)?.to_ascii_uppercase();
+    let want = want.trim_start_matches('0').to_string();
+    handle_by(dev, |k| pci_bus_id(k).trim_start_matches('0') == want)
+}
+
+fn nvmlDeviceGetUUID(dev: Device, buf: *mut c_char, len: c_uint) { copy_str(buf, len, &uuid_string(index(dev)?)) }
+
+fn nvmlDeviceGetName(dev: Device, buf: *mut c_char, len: c_uint) {
+    let i = index(dev)?;
+    let total = with(|s, _| Ok(s.total(i)))?;
+    let name = if total % (1 << 30) == 0 { format!("NVIDIA H100 (fake, {} GiB)", total >> 30) } else { format!("NVIDIA H100 (fake, {} MiB)", total >> 20) };
+    copy_str(buf, len, &name)
+}
+
+fn nvmlDeviceGetIndex(dev: Device, i: *mut c_uint) { out(i, index(dev)? as c_uint) }
+fn nvmlDeviceGetMinorNumber(dev: Device, i: *mut c_uint) { out(i, index(dev)? as c_uint) }
+
+fn nvmlDeviceGetCudaComputeCapability(dev: Device, major: *mut c_int, minor: *mut c_int) {
+    index(dev)?;
+    out(major, 9)?;
+    out(minor, 0)
+}
+
+fn nvmlDeviceGetPciInfo_v3(dev: Device, pci: *mut PciInfo) { pci_info(dev, pci) }
+fn nvmlDeviceGetPciInfo_v2(dev: Device, pci: *mut PciInfo) { pci_info(dev, pci) }
+
+fn nvmlDeviceGetMemoryInfo(dev: Device, m: *mut Memory) {
+    let i = index(dev)?;
+    let (total, used, reserved) = with(|s, r| Ok((s.total(i), s.snapshot().devices[i].1, r)))?;
+    let used = (used + reserved).min(total);
+    out(m, Memory { total, free: total - used, used })
+}
+
+fn nvmlDeviceGetMemoryInfo_v2(dev: Device, m: *mut MemoryV2) {
+    let i = index(dev)?;
+    if m.is_null() { return Err(INVALID_ARGUMENT); }
+    if (*m).version != MEMORY_V2 { return Err(ARGUMENT_VERSION_MISMATCH); }
+    let (total, used, reserved) = with(|s, r| Ok((s.total(i), s.snapshot().devices[i].1, r)))?;
+    let reserved = reserved.min(total);
+    let used = used.min(total - reserved);
+    out(m, MemoryV2 { version: MEMORY_V2, total, reserved, free: total - reserved - used, used })
+}
+
+fn nvmlDeviceGetComputeRunningProcesses_v3(dev: Device, count: *mut c_uint, infos: *mut ProcessV2) {
+    list(dev, count, infos, |pid, used| ProcessV2 { pid, used, gpu_instance: u32::MAX, compute_instance: u32::MAX })
+}
+
+fn nvmlDeviceGetComputeRunningProcesses_v2(dev: Device, count: *mut c_uint, infos: *mut ProcessV2) {
+    list(dev, count, infos, |pid, used| ProcessV2 { pid, used, gpu_instance: u32::MAX, compute_instance: u32::MAX })
+}
+
+fn nvmlDeviceGetComputeRunningProcesses(dev: Device, count: *mut c_uint, infos: *mut ProcessV1) {
+    list(dev, count, infos, |pid, used| ProcessV1 { pid, used })
+}
+
+fn nvmlDeviceGetGraphicsRunningProcesses_v3(dev: Device, count: *mut c_uint, _infos: *mut ProcessV2) {
+    index(dev)?;
+    out(count, 0)
+}
+}
+
+unsafe fn pci_info(dev: Device, pci: *mut PciInfo) -> R {
+    let i = index(dev)?;
+    let id = pci_bus_id(i);
+    // SAFETY: out-pointer checked by out().
+    unsafe {
+        out(
+            pci,
+            PciInfo {
+                bus_id_legacy: fill_str(&id[4..]),
+                domain: 0,
+                bus: 0x18 + i as c_uint * 0x10,
+                device: 0,
+                pci_device_id: 0x2330_10de,
+                pci_subsystem_id: 0x16c1_10de,
+                bus_id: fill_str(&id),
+            },
+        )
+    }
+}
+
+/// nvmlErrorString: a static description of a return code.
+#[no_mangle]
+pub extern "C" fn nvmlErrorString(r: Ret) -> *const c_char {
+    let s = ERRORS.iter().find(|e| e.0 == r).map_or("Unknown Error\0", |e| e.1);
+    s.as_ptr() as *const c_char
+}

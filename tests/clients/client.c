@@ -1,0 +1,594 @@
+/* Test client for the fake (and the real) CUDA driver. Built twice by build.sh:
+ *   rt_client      reaches the driver like the CUDA runtime: dlopen("libcuda.so.1"), dlsym of
+ *                  cuGetProcAddress_v2 (or cuGetProcAddress) only, every other entry point through it
+ *                  (CLIENT_CUDA_VERSION, default 13000; CLIENT_PTDS=1 for per-thread default stream).
+ *   linked_client  linked with -lcuda, calls the exported symbols.
+ * Arguments are operations; each prints one line "op=NAME key=value ... rc=N err=NAME".
+ * A leading '!' makes an operation required: if it fails the client prints "fatal op=NAME" and
+ * exits 1 at once. '?' (or nothing) lets it fail. See tests/fake-driver.md for the list. */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Every driver function the client uses: (name as cuda.h spells it, name cuGetProcAddress knows). */
+#define API(X)                                                                     \
+    X(cuInit, "cuInit")                                                            \
+    X(cuDriverGetVersion, "cuDriverGetVersion")                                    \
+    X(cuGetErrorName, "cuGetErrorName")                                            \
+    X(cuDeviceGet, "cuDeviceGet")                                                  \
+    X(cuDeviceGetCount, "cuDeviceGetCount")                                        \
+    X(cuDeviceGetName, "cuDeviceGetName")                                          \
+    X(cuDeviceGetUuid, "cuDeviceGetUuid")                                          \
+    X(cuDeviceTotalMem, "cuDeviceTotalMem")                                        \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                        \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease")                      \
+    X(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset")                          \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent")                                          \
+    X(cuCtxSynchronize, "cuCtxSynchronize")                                        \
+    X(cuMemGetInfo, "cuMemGetInfo")                                                \
+    X(cuMemAlloc, "cuMemAlloc")                                                    \
+    X(cuMemAllocPitch, "cuMemAllocPitch")                                          \
+    X(cuMemAllocManaged, "cuMemAllocManaged")                                      \
+    X(cuMemFree, "cuMemFree")                                                      \
+    X(cuMemGetAddressRange, "cuMemGetAddressRange")                                \
+    X(cuMemcpyHtoD, "cuMemcpyHtoD")                                                \
+    X(cuMemcpyDtoH, "cuMemcpyDtoH")                                                \
+    X(cuMemcpyDtoD, "cuMemcpyDtoD")                                                \
+    X(cuMemsetD8, "cuMemsetD8")                                                    \
+    X(cuArrayCreate, "cuArrayCreate")                                              \
+    X(cuArray3DCreate, "cuArray3DCreate")                                          \
+    X(cuArrayDestroy, "cuArrayDestroy")                                            \
+    X(cuArrayGetMemoryRequirements, "cuArrayGetMemoryRequirements")                \
+    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")                            \
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")                          \
+    X(cuStreamCreate, "cuStreamCreate")                                            \
+    X(cuStreamSynchronize, "cuStreamSynchronize")                                  \
+    X(cuMemAllocAsync, "cuMemAllocAsync")                                          \
+    X(cuMemFreeAsync, "cuMemFreeAsync")                                            \
+    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")                          \
+    X(cuMemPoolCreate, "cuMemPoolCreate")                                          \
+    X(cuMemPoolDestroy, "cuMemPoolDestroy")                                        \
+    X(cuMemPoolTrimTo, "cuMemPoolTrimTo")                                          \
+    X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                              \
+    X(cuDeviceGetMemPool, "cuDeviceGetMemPool")                                    \
+    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity")              \
+    X(cuMemCreate, "cuMemCreate")                                                  \
+    X(cuMemRelease, "cuMemRelease")                                                \
+    X(cuMemAddressReserve, "cuMemAddressReserve")                                  \
+    X(cuMemAddressFree, "cuMemAddressFree")                                        \
+    X(cuMemMap, "cuMemMap")                                                        \
+    X(cuMemUnmap, "cuMemUnmap")                                                    \
+    X(cuMemSetAccess, "cuMemSetAccess")                                            \
+    X(cuGraphCreate, "cuGraphCreate")                                              \
+    X(cuGraphDestroy, "cuGraphDestroy")                                            \
+    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode")                            \
+    X(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode")                              \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")                  \
+    X(cuGraphLaunch, "cuGraphLaunch")                                              \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy")                                    \
+    X(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute")                \
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")                                \
+    X(cuModuleLoadData, "cuModuleLoadData")                                        \
+    X(cuModuleUnload, "cuModuleUnload")                                            \
+    X(cuModuleGetFunction, "cuModuleGetFunction")                                  \
+    X(cuLaunchKernel, "cuLaunchKernel")
+
+#define DECLARE(fn, name) static __typeof__(fn) *p_##fn;
+API(DECLARE)
+
+typedef CUresult (*getproc2_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+typedef CUresult (*getproc1_t)(const char *, void **, int, cuuint64_t);
+static getproc2_t getproc2;
+static getproc1_t getproc1;
+static int cuda_version = 13000;
+static cuuint64_t proc_flags = CU_GET_PROC_ADDRESS_DEFAULT;
+
+/* Calls a driver function; CUDA_ERROR_NOT_FOUND if it could not be resolved. */
+#define CALL(fn, ...) (p_##fn ? p_##fn(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
+
+static CUresult resolve(const char *name, void **pfn, int version, cuuint64_t flags, int *status) {
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult rc;
+    *pfn = NULL;
+    if (getproc2)
+        rc = getproc2(name, pfn, version, flags, &st);
+    else if (getproc1)
+        rc = getproc1(name, pfn, version, flags);
+    else
+        rc = CUDA_ERROR_NOT_FOUND;
+    if (status) *status = (int)st;
+    return rc;
+}
+
+#ifdef RT_CLIENT
+static int load_driver(void) {
+    const char *lib = getenv("CLIENT_LIB");
+    void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) { printf("op=load rc=-1 err=%s\n", dlerror()); return -1; }
+    getproc2 = (getproc2_t)dlsym(h, "cuGetProcAddress_v2");
+    if (!getproc2) getproc1 = (getproc1_t)dlsym(h, "cuGetProcAddress");
+    if (!getproc2 && !getproc1) { printf("op=load rc=-1 err=no_cuGetProcAddress\n"); return -1; }
+    int unresolved = 0;
+#define RESOLVE(fn, name) if (resolve(name, (void **)&p_##fn, cuda_version, proc_flags, NULL) != CUDA_SUCCESS) unresolved++;
+    API(RESOLVE)
+    printf("op=load mode=runtime getproc=%s version=%d flags=%d unresolved=%d rc=0\n",
+           getproc2 ? "cuGetProcAddress_v2" : "cuGetProcAddress", cuda_version, (int)proc_flags, unresolved);
+    return 0;
+}
+#else
+static int load_driver(void) {
+#define LINK(fn, name) p_##fn = &fn;
+    API(LINK)
+    getproc2 = (getproc2_t)&cuGetProcAddress_v2;
+    printf("op=load mode=linked rc=0\n");
+    return 0;
+}
+#endif
+
+/* ---- what the client holds ---- */
+enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE };
+struct held {
+    enum kind kind;
+    CUdeviceptr ptr;
+    size_t size;
+    void *handle;                        /* array, mipmap, graph exec, module */
+    void *handle2;                       /* graph */
+    CUmemGenericAllocationHandle phys;   /* vmm */
+};
+static struct held *held;
+static int nheld, capheld;
+static int dev_ord = -1;
+static CUdevice dev;
+static CUcontext ctx;
+static CUstream stream;
+static CUmemoryPool pool;
+static CUfunction kernel;
+static int hold_at_exit;
+
+static void push(struct held h) {
+    if (nheld == capheld) {
+        capheld = capheld ? capheld * 2 : 64;
+        held = realloc(held, capheld * sizeof *held);
+        if (!held) { perror("realloc"); exit(3); }
+    }
+    held[nheld++] = h;
+}
+
+static const char *errname(CUresult rc) {
+    const char *s = NULL;
+    if (rc == CUDA_ERROR_NOT_FOUND && !p_cuGetErrorName) return "CUDA_ERROR_NOT_FOUND";
+    if (CALL(cuGetErrorName, rc, &s) != CUDA_SUCCESS || !s) return "UNKNOWN_CODE";
+    return s;
+}
+
+/* Prints the end of an op line: rc and err. */
+static void endline(CUresult rc) {
+    if (rc == CUDA_SUCCESS) printf(" rc=0\n");
+    else printf(" rc=%d err=%s\n", (int)rc, errname(rc));
+    fflush(stdout);
+}
+
+static unsigned long long parse_size(const char *s) {
+    char *end;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (end == s) { fprintf(stderr, "client: bad size '%s'\n", s); exit(2); }
+    int shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    case 0: break;
+    default: fprintf(stderr, "client: bad size '%s'\n", s); exit(2);
+    }
+    return n << shift;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static CUresult select_device(int ord) {
+    CUresult rc = CALL(cuDeviceGet, &dev, ord);
+    if (rc == CUDA_SUCCESS) rc = CALL(cuDevicePrimaryCtxRetain, &ctx, dev);
+    if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSetCurrent, ctx);
+    if (rc == CUDA_SUCCESS) { dev_ord = ord; stream = NULL; pool = NULL; kernel = NULL; }
+    return rc;
+}
+
+/* Ops that need a context get device 0's primary context when none was chosen. */
+static CUresult need_ctx(void) { return dev_ord >= 0 ? CUDA_SUCCESS : select_device(0); }
+
+static CUresult need_stream(void) {
+    CUresult rc = need_ctx();
+    if (rc == CUDA_SUCCESS && !stream) rc = CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+    return rc;
+}
+
+static unsigned long long pool_reserved(CUmemoryPool p) {
+    cuuint64_t v = 0;
+    if (p) CALL(cuMemPoolGetAttribute, p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+    return v;
+}
+
+static CUmemoryPool default_pool(void) {
+    CUmemoryPool p = NULL;
+    CALL(cuDeviceGetMemPool, &p, dev);
+    return p;
+}
+
+static unsigned long long graph_reserved(void) {
+    cuuint64_t v = 0;
+    CALL(cuDeviceGetGraphMemAttribute, dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v);
+    return v;
+}
+
+static CUresult free_one(struct held *h) {
+    CUresult rc = CUDA_SUCCESS;
+    switch (h->kind) {
+    case K_DEV: rc = CALL(cuMemFree, h->ptr); break;
+    case K_ARRAY: rc = CALL(cuArrayDestroy, (CUarray)h->handle); break;
+    case K_MIPMAP: rc = CALL(cuMipmappedArrayDestroy, (CUmipmappedArray)h->handle); break;
+    case K_ASYNC:
+        rc = CALL(cuMemFreeAsync, h->ptr, stream);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
+        break;
+    case K_VMM:
+        rc = CALL(cuMemUnmap, h->ptr, h->size);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemRelease, h->phys);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemAddressFree, h->ptr, h->size);
+        break;
+    case K_GRAPH:
+        rc = CALL(cuGraphExecDestroy, (CUgraphExec)h->handle);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuGraphDestroy, (CUgraph)h->handle2);
+        break;
+    case K_MODULE: rc = CALL(cuModuleUnload, (CUmodule)h->handle); kernel = NULL; break;
+    }
+    return rc;
+}
+
+static const char ptx[] =
+    ".version 8.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    ".visible .entry vgpu_noop()\n"
+    "{\n"
+    "\tret;\n"
+    "}\n";
+
+static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module"};
+
+/* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
+static int run_op(int argc, char **argv, int i, int *required_failed) {
+    const char *raw = argv[i];
+    int required = raw[0] == '!';
+    const char *op = (raw[0] == '!' || raw[0] == '?') ? raw + 1 : raw;
+    int used = 1;
+    int ok;
+    CUresult rc = CUDA_SUCCESS;
+#define ARG(k) (i + (k) < argc ? argv[i + (k)] : (fprintf(stderr, "client: %s needs %d argument(s)\n", op, k), exit(2), ""))
+
+    printf("op=%s", op);
+    if (!strcmp(op, "device")) {
+        int n = atoi(ARG(1)); used = 2;
+        rc = select_device(n);
+        printf(" ord=%d", n);
+    } else if (!strcmp(op, "info")) {
+        size_t fr = 0, to = 0, dt = 0;
+        char name[128] = "";
+        CUuuid u;
+        int count = 0;
+        memset(&u, 0, sizeof u);
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemGetInfo, &fr, &to);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceTotalMem, &dt, dev);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceGetUuid, &u, dev);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceGetName, name, sizeof name, dev);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceGetCount, &count);
+        for (char *c = name; *c; c++) if (*c == ' ') *c = '_';
+        unsigned char *b = (unsigned char *)u.bytes;
+        printf(" ord=%d free=%zu total=%zu devtotal=%zu count=%d"
+               " uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x name=%s",
+               dev_ord, fr, to, dt, count, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+               b[12], b[13], b[14], b[15], name);
+    } else if (!strcmp(op, "alloc") || !strcmp(op, "managed")) {
+        unsigned long long n = parse_size(ARG(1)); used = 2;
+        CUdeviceptr p = 0;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS)
+            rc = op[0] == 'a' ? CALL(cuMemAlloc, &p, n) : CALL(cuMemAllocManaged, &p, n, CU_MEM_ATTACH_GLOBAL);
+        if (rc == CUDA_SUCCESS) push((struct held){.kind = K_DEV, .ptr = p, .size = n});
+        printf(" size=%llu ptr=0x%llx", n, (unsigned long long)p);
+    } else if (!strcmp(op, "pitch")) {
+        unsigned long long w = parse_size(ARG(1)), hgt = parse_size(ARG(2)); used = 3;
+        CUdeviceptr p = 0;
+        size_t pitch = 0;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemAllocPitch, &p, &pitch, w, hgt, 4);
+        if (rc == CUDA_SUCCESS) push((struct held){.kind = K_DEV, .ptr = p, .size = pitch * hgt});
+        printf(" width=%llu height=%llu pitch=%zu bytes=%llu ptr=0x%llx", w, hgt, pitch, (unsigned long long)pitch * hgt,
+               (unsigned long long)p);
+    } else if (!strcmp(op, "array") || !strcmp(op, "array3d") || !strcmp(op, "mipmap")) {
+        int is3d = !strcmp(op, "array3d"), mip = !strcmp(op, "mipmap");
+        unsigned long long w = parse_size(ARG(1)), hgt = parse_size(ARG(2));
+        unsigned long long d3 = (is3d || mip) ? parse_size(ARG(3)) : 0;
+        used = (is3d || mip) ? 4 : 3;
+        void *h = NULL;
+        CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+        memset(&req, 0, sizeof req);
+        CUresult rrc = CUDA_SUCCESS;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS && !is3d && !mip) {
+            CUDA_ARRAY_DESCRIPTOR d = {.Width = w, .Height = hgt, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+            rc = CALL(cuArrayCreate, (CUarray *)&h, &d);
+            if (rc == CUDA_SUCCESS) rrc = CALL(cuArrayGetMemoryRequirements, &req, (CUarray)h, dev);
+        } else if (rc == CUDA_SUCCESS && is3d) {
+            CUDA_ARRAY3D_DESCRIPTOR d = {.Width = w, .Height = hgt, .Depth = d3, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+            rc = CALL(cuArray3DCreate, (CUarray *)&h, &d);
+            if (rc == CUDA_SUCCESS) rrc = CALL(cuArrayGetMemoryRequirements, &req, (CUarray)h, dev);
+        } else if (rc == CUDA_SUCCESS) {
+            CUDA_ARRAY3D_DESCRIPTOR d = {.Width = w, .Height = hgt, .Depth = 0, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+            rc = CALL(cuMipmappedArrayCreate, (CUmipmappedArray *)&h, &d, (unsigned)d3);
+        }
+        if (rc == CUDA_SUCCESS) push((struct held){.kind = mip ? K_MIPMAP : K_ARRAY, .handle = h});
+        printf(" width=%llu height=%llu", w, hgt);
+        if (is3d) printf(" depth=%llu", d3);
+        if (mip) printf(" levels=%llu", d3);
+        if (!mip) printf(" req_size=%zu req_align=%zu req_rc=%d", req.size, req.alignment, (int)rrc);
+    } else if (!strcmp(op, "async") || !strcmp(op, "pool")) {
+        unsigned long long n = parse_size(ARG(1)); used = 2;
+        CUdeviceptr p = 0;
+        int own = op[0] == 'p';
+        rc = need_stream();
+        if (rc == CUDA_SUCCESS && own && !pool) {
+            CUmemPoolProps props;
+            memset(&props, 0, sizeof props);
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location.id = dev;
+            rc = CALL(cuMemPoolCreate, &pool, &props);
+        }
+        if (rc == CUDA_SUCCESS)
+            rc = own ? CALL(cuMemAllocFromPoolAsync, &p, n, pool, stream) : CALL(cuMemAllocAsync, &p, n, stream);
+        if (rc == CUDA_SUCCESS) push((struct held){.kind = K_ASYNC, .ptr = p, .size = n});
+        printf(" size=%llu ptr=0x%llx reserved=%llu", n, (unsigned long long)p, pool_reserved(own ? pool : default_pool()));
+    } else if (!strcmp(op, "vmm")) {
+        unsigned long long n = parse_size(ARG(1)); used = 2;
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        size_t gran = 0;
+        CUdeviceptr va = 0;
+        CUmemGenericAllocationHandle ph = 0;
+        rc = need_ctx();
+        prop.location.id = dev;
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (rc == CUDA_SUCCESS) {
+            n = (n + gran - 1) / gran * gran;
+            rc = CALL(cuMemCreate, &ph, n, &prop, 0);
+        }
+        if (rc == CUDA_SUCCESS) {
+            rc = CALL(cuMemAddressReserve, &va, n, 0, 0, 0);
+            if (rc != CUDA_SUCCESS) CALL(cuMemRelease, ph);
+        }
+        if (rc == CUDA_SUCCESS) {
+            rc = CALL(cuMemMap, va, n, 0, ph, 0);
+            if (rc != CUDA_SUCCESS) { CALL(cuMemRelease, ph); CALL(cuMemAddressFree, va, n); }
+        }
+        if (rc == CUDA_SUCCESS) {
+            CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+            rc = CALL(cuMemSetAccess, va, n, &acc, 1);
+            push((struct held){.kind = K_VMM, .ptr = va, .size = n, .phys = ph});
+        }
+        printf(" size=%llu granularity=%zu ptr=0x%llx", n, gran, (unsigned long long)va);
+    } else if (!strcmp(op, "graph")) {
+        unsigned long long n = parse_size(ARG(1)); used = 2;
+        CUgraph g = NULL;
+        CUgraphExec ex = NULL;
+        CUgraphNode an = NULL, fn = NULL;
+        CUDA_MEM_ALLOC_NODE_PARAMS prm;
+        memset(&prm, 0, sizeof prm);
+        rc = need_stream();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuGraphCreate, &g, 0);
+        if (rc == CUDA_SUCCESS) {
+            prm.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            prm.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            prm.poolProps.location.id = dev;
+            prm.bytesize = n;
+            rc = CALL(cuGraphAddMemAllocNode, &an, g, NULL, 0, &prm);
+        }
+        if (rc == CUDA_SUCCESS) rc = CALL(cuGraphAddMemFreeNode, &fn, g, &an, 1, prm.dptr);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuGraphInstantiateWithFlags, &ex, g, 0);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuGraphLaunch, ex, stream);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
+        if (ex || g) push((struct held){.kind = K_GRAPH, .handle = ex, .handle2 = g});
+        printf(" size=%llu ptr=0x%llx graph_reserved=%llu", n, (unsigned long long)prm.dptr, graph_reserved());
+    } else if (!strcmp(op, "module")) {
+        CUmodule m = NULL;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuModuleLoadData, &m, ptx);
+        if (rc == CUDA_SUCCESS) {
+            push((struct held){.kind = K_MODULE, .handle = m});
+            rc = CALL(cuModuleGetFunction, &kernel, m, "vgpu_noop");
+        }
+    } else if (!strcmp(op, "launch")) {
+        long n = atol(ARG(1)); used = 2;
+        double t0 = now();
+        long k = 0;
+        rc = need_stream();
+        if (rc == CUDA_SUCCESS && !kernel) rc = CUDA_ERROR_INVALID_HANDLE;
+        for (; rc == CUDA_SUCCESS && k < n; k++) rc = CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
+        printf(" launched=%ld ns_per_launch=%.0f", k, k ? (now() - t0) * 1e9 / k : 0.0);
+    } else if (!strcmp(op, "free-last")) {
+        if (nheld == 0) rc = CUDA_ERROR_INVALID_VALUE;
+        else {
+            printf(" kind=%s", kind_name[held[nheld - 1].kind]);
+            rc = free_one(&held[--nheld]);
+        }
+    } else if (!strcmp(op, "free-all")) {
+        int n = 0;
+        for (; nheld > 0; n++) {
+            CUresult r = free_one(&held[--nheld]);
+            if (r != CUDA_SUCCESS && rc == CUDA_SUCCESS) rc = r;
+        }
+        printf(" freed=%d", n);
+    } else if (!strcmp(op, "free-bogus")) {
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemFree, (CUdeviceptr)0x7ead0000beef00ULL);
+    } else if (!strcmp(op, "fill")) {
+        unsigned long long n = parse_size(ARG(1)); used = 2;
+        long count = 0;
+        rc = need_ctx();
+        while (rc == CUDA_SUCCESS) {
+            CUdeviceptr p;
+            rc = CALL(cuMemAlloc, &p, n);
+            if (rc == CUDA_SUCCESS) { push((struct held){.kind = K_DEV, .ptr = p, .size = n}); count++; }
+        }
+        printf(" chunk=%llu count=%ld bytes=%llu", n, count, n * count);
+    } else if (!strcmp(op, "trim")) {
+        CUmemoryPool dp = NULL;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) dp = default_pool();
+        if (rc == CUDA_SUCCESS && dp) rc = CALL(cuMemPoolTrimTo, dp, 0);
+        if (rc == CUDA_SUCCESS && pool) rc = CALL(cuMemPoolTrimTo, pool, 0);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceGraphMemTrim, dev);
+        printf(" reserved=%llu pool_reserved=%llu graph_reserved=%llu", pool_reserved(dp), pool_reserved(pool), graph_reserved());
+    } else if (!strcmp(op, "sync")) {
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS && stream) rc = CALL(cuStreamSynchronize, stream);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSynchronize);
+        printf(" reserved=%llu", pool_reserved(default_pool()));
+    } else if (!strcmp(op, "sleep")) {
+        double s = atof(ARG(1)); used = 2;
+        struct timespec t = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+    } else if (!strcmp(op, "wait")) {
+        char line[64];
+        printf(" ready"); fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) rc = CUDA_SUCCESS;
+    } else if (!strcmp(op, "fork")) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid < 0) { rc = CUDA_ERROR_OPERATING_SYSTEM; }
+        else if (pid == 0) {
+            /* The child: a new process for the driver; it forgets what the parent held. */
+            nheld = 0; dev_ord = -1; stream = NULL; pool = NULL; kernel = NULL;
+            printf(" child=%d", (int)getpid());
+            rc = CALL(cuInit, 0);
+            endline(rc);
+            return rc == CUDA_SUCCESS ? used : (*required_failed = required, -1);
+        } else {
+            int st = 0;
+            waitpid(pid, &st, 0);
+            printf(" child=%d child_status=%d", (int)pid, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = CUDA_ERROR_UNKNOWN;
+            endline(rc);
+            return -2; /* the parent stops here: the child ran the remaining ops */
+        }
+    } else if (!strcmp(op, "memgetinfo-null")) {
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemGetInfo, NULL, NULL);
+    } else if (!strcmp(op, "memcheck")) {
+        /* Proves the last plain allocation is usable memory: memset, HtoD, DtoD, DtoH. */
+        int k = nheld - 1;
+        while (k >= 0 && held[k].kind != K_DEV && held[k].kind != K_ASYNC && held[k].kind != K_VMM) k--;
+        if (k < 0) rc = CUDA_ERROR_INVALID_VALUE;
+        else {
+            size_t n = held[k].size < 8192 ? held[k].size : 8192, half = n / 2;
+            unsigned char *a = malloc(n), *b = malloc(n);
+            for (size_t j = 0; j < half; j++) a[j] = (unsigned char)(j * 7 + 1);
+            rc = CALL(cuMemsetD8, held[k].ptr, 0xab, n);
+            if (rc == CUDA_SUCCESS) rc = CALL(cuMemcpyHtoD, held[k].ptr, a, half);
+            if (rc == CUDA_SUCCESS && half) rc = CALL(cuMemcpyDtoD, held[k].ptr + half, held[k].ptr, half);
+            if (rc == CUDA_SUCCESS) rc = CALL(cuMemcpyDtoH, b, held[k].ptr, n);
+            int good = rc == CUDA_SUCCESS;
+            for (size_t j = 0; good && j < 2 * half; j++) good = b[j] == a[j % half];
+            if (good && n > 2 * half) good = b[n - 1] == 0xab;
+            printf(" bytes=%zu ok=%d", n, good);
+            if (rc == CUDA_SUCCESS && !good) rc = CUDA_ERROR_UNKNOWN;
+            free(a); free(b);
+        }
+    } else if (!strcmp(op, "addrrange")) {
+        CUdeviceptr base = 0;
+        size_t sz = 0;
+        if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
+        else rc = CALL(cuMemGetAddressRange, &base, &sz, held[nheld - 1].ptr + held[nheld - 1].size / 2);
+        printf(" base=0x%llx size=%zu", (unsigned long long)base, sz);
+    } else if (!strcmp(op, "procaddr")) {
+        const char *name = ARG(1);
+        used = 2;
+        int ver = cuda_version;
+        cuuint64_t flags = proc_flags;
+        if (i + 2 < argc && argv[i + 2][0] >= '0' && argv[i + 2][0] <= '9') { ver = atoi(argv[i + 2]); used++; }
+        if (i + used < argc && !strcmp(argv[i + used], "ptds")) { flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM; used++; }
+        else if (i + used < argc && !strcmp(argv[i + used], "legacy")) { flags = CU_GET_PROC_ADDRESS_LEGACY_STREAM; used++; }
+        void *fp = NULL;
+        int status = -1;
+        rc = resolve(name, &fp, ver, flags, &status);
+        Dl_info info;
+        memset(&info, 0, sizeof info);
+        const char *sym = fp && dladdr(fp, &info) && info.dli_sname ? info.dli_sname : "-";
+        printf(" name=%s version=%d flags=%d sym=%s status=%d", name, ver, (int)flags, sym, status);
+    } else if (!strcmp(op, "reset")) {
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDevicePrimaryCtxReset, dev);
+        if (rc == CUDA_SUCCESS) { nheld = 0; dev_ord = -1; stream = NULL; pool = NULL; kernel = NULL; }
+    } else if (!strcmp(op, "hold")) {
+        hold_at_exit = 1;
+    } else {
+        fprintf(stderr, "client: unknown op '%s'\n", op);
+        exit(2);
+    }
+
+    if (!strcmp(op, "fill")) ok = rc == CUDA_ERROR_OUT_OF_MEMORY;
+    else if (!strcmp(op, "free-bogus") || !strcmp(op, "memgetinfo-null")) ok = rc == CUDA_ERROR_INVALID_VALUE;
+    else ok = rc == CUDA_SUCCESS;
+    endline(rc);
+    if (!ok && required) {
+        printf("fatal op=%s\n", op);
+        fflush(stdout);
+        *required_failed = 1;
+        return -1;
+    }
+    return used;
+}
+
+int main(int argc, char **argv) {
+    const char *v = getenv("CLIENT_CUDA_VERSION");
+    if (v && *v) cuda_version = atoi(v);
+    v = getenv("CLIENT_PTDS");
+    if (v && !strcmp(v, "1")) proc_flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (load_driver() != 0) return 1;
+    CUresult rc = CALL(cuInit, 0);
+    int ver = 0;
+    CALL(cuDriverGetVersion, &ver);
+    printf("op=init driver=%d pid=%d", ver, (int)getpid());
+    endline(rc);
+    if (rc != CUDA_SUCCESS) return 1;
+    int failed = 0;
+    for (int i = 1; i < argc;) {
+        int n = run_op(argc, argv, i, &failed);
+        if (n == -1) return 1;
+        if (n == -2) break;
+        i += n;
+    }
+    if (!hold_at_exit) {
+        while (nheld > 0) free_one(&held[--nheld]);
+        if (dev_ord >= 0) CALL(cuDevicePrimaryCtxRelease, dev);
+    }
+    return 0;
+}

@@ -1,0 +1,275 @@
+//! Initialisation, versions, error strings, contexts, streams and events.
+
+use crate::api_pool::release_pools;
+use crate::driver::*;
+use crate::errors::ERRORS;
+use crate::types::*;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// What cuDriverGetVersion reports (CUDA 13.0).
+pub const DRIVER_VERSION: c_int = 13000;
+
+cu_fn! {
+fn cuInit(flags: c_uint) { init(flags) }
+
+fn cuDriverGetVersion(v: *mut c_int) { out(v, DRIVER_VERSION) }
+
+fn cuGetErrorName(e: CUresult, s: *mut *const c_char) {
+    let (_, name, _) = ERRORS.iter().find(|x| x.0 == e).ok_or(INVALID_VALUE)?;
+    out(s, leak_cstr(name))
+}
+
+fn cuGetErrorString(e: CUresult, s: *mut *const c_char) {
+    let (_, _, text) = ERRORS.iter().find(|x| x.0 == e).ok_or(INVALID_VALUE)?;
+    out(s, leak_cstr(text))
+}
+
+fn cuCtxCreate_v2(pctx: *mut Handle, flags: c_uint, dev: CUdevice) {
+    let d = drv()?;
+    if pctx.is_null() { return Err(INVALID_VALUE); }
+    let h = d.create_ctx(&mut lock(&d.objs), dev, flags, false)?;
+    stack_push(h);
+    out(pctx, h)
+}
+
+fn cuCtxCreate_v3(pctx: *mut Handle, _params: *mut c_void, _n: c_int, flags: c_uint, dev: CUdevice) {
+    cuCtxCreate_v2_impl(pctx, flags, dev)
+}
+
+fn cuCtxCreate_v4(pctx: *mut Handle, _params: *mut c_void, flags: c_uint, dev: CUdevice) {
+    cuCtxCreate_v2_impl(pctx, flags, dev)
+}
+
+fn cuCtxDestroy_v2(ctx: Handle) {
+    let d = drv()?;
+    let mut objs = lock(&d.objs);
+    if objs.ctxs.get(&ctx).ok_or(INVALID_CONTEXT)?.primary { return Err(INVALID_CONTEXT); }
+    d.destroy_ctx(&mut objs, ctx)
+}
+
+fn cuCtxPushCurrent_v2(ctx: Handle) {
+    let d = drv()?;
+    if !lock(&d.objs).ctxs.contains_key(&ctx) { return Err(INVALID_CONTEXT); }
+    stack_push(ctx);
+    Ok(())
+}
+
+fn cuCtxPopCurrent_v2(pctx: *mut Handle) {
+    drv()?;
+    let h = stack_pop();
+    if h == 0 { return Err(INVALID_CONTEXT); }
+    if !pctx.is_null() { out(pctx, h)?; }
+    Ok(())
+}
+
+fn cuCtxSetCurrent(ctx: Handle) {
+    let d = drv()?;
+    if ctx != 0 && !lock(&d.objs).ctxs.contains_key(&ctx) { return Err(INVALID_CONTEXT); }
+    stack_set(ctx);
+    Ok(())
+}
+
+fn cuCtxGetCurrent(pctx: *mut Handle) {
+    let d = drv()?;
+    let top = stack_top();
+    let valid = top != 0 && lock(&d.objs).ctxs.contains_key(&top);
+    out(pctx, if valid { top } else { 0 })
+}
+
+fn cuCtxGetDevice(dev: *mut CUdevice) {
+    let d = drv()?;
+    let (_, ord, _) = current(d)?;
+    out(dev, ord as CUdevice)
+}
+
+fn cuCtxGetFlags(flags: *mut c_uint) {
+    let d = drv()?;
+    let (h, _, _) = current(d)?;
+    let f = lock(&d.objs).ctxs.get(&h).map(|c| c.flags).ok_or(INVALID_CONTEXT)?;
+    out(flags, f)
+}
+
+fn cuCtxGetApiVersion(ctx: Handle, v: *mut c_uint) {
+    let d = drv()?;
+    let h = if ctx == 0 { current(d)?.0 } else { ctx };
+    if !lock(&d.objs).ctxs.contains_key(&h) { return Err(INVALID_CONTEXT); }
+    out(v, 3020)
+}
+
+fn cuCtxSynchronize() {
+    let d = drv()?;
+    let (_, _, phys) = current(d)?;
+    release_pools(d, &mut lock(&d.objs), phys);
+    Ok(())
+}
+
+fn cuDevicePrimaryCtxRetain(pctx: *mut Handle, dev: CUdevice) {
+    let d = drv()?;
+    if pctx.is_null() { return Err(INVALID_VALUE); }
+    d.phys(dev)?;
+    let mut objs = lock(&d.objs);
+    let p = &objs.primary[dev as usize];
+    let (mut h, flags) = (p.handle, p.flags);
+    if h == 0 {
+        h = d.create_ctx(&mut objs, dev, flags, true)?;
+    }
+    let p = &mut objs.primary[dev as usize];
+    p.handle = h;
+    p.refs += 1;
+    out(pctx, h)
+}
+
+fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
+    let d = drv()?;
+    d.phys(dev)?;
+    let mut objs = lock(&d.objs);
+    let p = &mut objs.primary[dev as usize];
+    if p.refs == 0 { return Err(INVALID_CONTEXT); }
+    p.refs -= 1;
+    if p.refs == 0 {
+        let h = std::mem::take(&mut p.handle);
+        d.destroy_ctx(&mut objs, h)?;
+    }
+    Ok(())
+}
+
+fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) {
+    let d = drv()?;
+    d.phys(dev)?;
+    let mut objs = lock(&d.objs);
+    let p = &mut objs.primary[dev as usize];
+    let h = std::mem::take(&mut p.handle);
+    p.refs = 0;
+    if h != 0 { d.destroy_ctx(&mut objs, h)?; }
+    Ok(())
+}
+
+fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) {
+    let d = drv()?;
+    d.phys(dev)?;
+    let objs = lock(&d.objs);
+    let p = &objs.primary[dev as usize];
+    out(flags, p.flags)?;
+    out(active, (p.handle != 0) as c_int)
+}
+
+fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) {
+    let d = drv()?;
+    d.phys(dev)?;
+    lock(&d.objs).primary[dev as usize].flags = flags;
+    Ok(())
+}
+
+fn cuStreamCreate(ps: *mut Handle, _flags: c_uint) {
+    let d = drv()?;
+    if ps.is_null() { return Err(INVALID_VALUE); }
+    let (_, _, phys) = current(d)?;
+    let h = new_handle();
+    lock(&d.objs).streams.insert(h, Stream { phys });
+    out(ps, h)
+}
+
+fn cuStreamCreateWithPriority(ps: *mut Handle, flags: c_uint, _prio: c_int) { cuStreamCreate_impl(ps, flags) }
+
+fn cuStreamDestroy_v2(s: Handle) {
+    let d = drv()?;
+    lock(&d.objs).streams.remove(&s).map(|_| ()).ok_or(INVALID_HANDLE)
+}
+
+fn cuStreamSynchronize(s: Handle) {
+    let d = drv()?;
+    let mut objs = lock(&d.objs);
+    let phys = stream_phys(d, &objs, s)?;
+    release_pools(d, &mut objs, phys);
+    Ok(())
+}
+
+fn cuStreamQuery(s: Handle) {
+    let d = drv()?;
+    stream_phys(d, &lock(&d.objs), s).map(|_| ())
+}
+
+fn cuEventCreate(pe: *mut Handle, _flags: c_uint) {
+    let d = drv()?;
+    if pe.is_null() { return Err(INVALID_VALUE); }
+    current(d)?;
+    let h = new_handle();
+    lock(&d.objs).events.insert(h, ());
+    out(pe, h)
+}
+
+fn cuEventDestroy_v2(e: Handle) {
+    let d = drv()?;
+    lock(&d.objs).events.remove(&e).ok_or(INVALID_HANDLE)
+}
+
+fn cuEventRecord(e: Handle, _s: Handle) {
+    let d = drv()?;
+    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+}
+
+fn cuEventSynchronize(e: Handle) {
+    let d = drv()?;
+    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+}
+
+fn cuEventQuery(e: Handle) {
+    let d = drv()?;
+    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+}
+
+fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
+    let d = drv()?;
+    let objs = lock(&d.objs);
+    if !objs.events.contains_key(&a) || !objs.events.contains_key(&b) { return Err(INVALID_HANDLE); }
+    out(ms, 0.0)
+}
+
+fn cuStreamWaitEvent(_s: Handle, e: Handle, _flags: c_uint) {
+    let d = drv()?;
+    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+}
+}
+
+unsafe fn cuCtxCreate_v2_impl(pctx: *mut Handle, flags: c_uint, dev: CUdevice) -> R {
+    match cuCtxCreate_v2(pctx, flags, dev) {
+        SUCCESS => Ok(()),
+        e => Err(e),
+    }
+}
+
+unsafe fn cuStreamCreate_impl(ps: *mut Handle, flags: c_uint) -> R {
+    match cuStreamCreate(ps, flags) {
+        SUCCESS => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// A NUL-terminated copy of a static string, made once per string (the C API returns pointers
+/// that stay valid forever).
+fn leak_cstr(s: &'static str) -> *const c_char {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static CACHE: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+    let mut c = lock(&CACHE);
+    let m = c.get_or_insert_with(HashMap::new);
+    *m.entry(s.as_ptr() as usize).or_insert_with(|| {
+        std::ffi::CString::new(s).unwrap_or_default().into_raw() as usize
+    }) as *const c_char
+}
+
+cu_alias! {
+    cuCtxCreate => cuCtxCreate_v2(pctx: *mut Handle, flags: c_uint, dev: CUdevice);
+    cuCtxDestroy => cuCtxDestroy_v2(ctx: Handle);
+    cuCtxPushCurrent => cuCtxPushCurrent_v2(ctx: Handle);
+    cuCtxPopCurrent => cuCtxPopCurrent_v2(pctx: *mut Handle);
+    cuDevicePrimaryCtxRelease => cuDevicePrimaryCtxRelease_v2(dev: CUdevice);
+    cuDevicePrimaryCtxReset => cuDevicePrimaryCtxReset_v2(dev: CUdevice);
+    cuDevicePrimaryCtxSetFlags => cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint);
+    cuStreamDestroy => cuStreamDestroy_v2(s: Handle);
+    cuEventDestroy => cuEventDestroy_v2(e: Handle);
+    cuStreamSynchronize_ptsz => cuStreamSynchronize(s: Handle);
+    cuStreamQuery_ptsz => cuStreamQuery(s: Handle);
+    cuEventRecord_ptsz => cuEventRecord(e: Handle, s: Handle);
+    cuStreamWaitEvent_ptsz => cuStreamWaitEvent(s: Handle, e: Handle, flags: c_uint);
+}

@@ -1,0 +1,204 @@
+//! Graph memory: allocation and free nodes. A node's address is fixed when the node is added; its
+//! memory comes from the device's graph reservation, which grows (charged, in [`POOL_CHUNK`]s) when
+//! a launch needs more than is reserved and shrinks only on `cuDeviceGraphMemTrim`.
+
+use crate::driver::*;
+use crate::mem::Kind;
+use crate::types::*;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+#[repr(C)]
+pub struct AllocNodeParams {
+    alloc_type: c_int,
+    handle_types: c_int,
+    loc_type: c_int,
+    loc_id: c_int,
+    rest: [u8; 72],
+    access: *const c_void,
+    access_count: usize,
+    bytesize: usize,
+    dptr: u64,
+}
+
+/// Frees graph memory outside the graph (cuMemFree/cuMemFreeAsync of a node's address).
+pub fn graph_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
+    let mut mem = lock(&d.mem);
+    let a = mem.allocs.get_mut(&p).filter(|a| a.live).ok_or(INVALID_VALUE)?;
+    a.live = false;
+    let gm = &mut objs.graph_mem[a.phys];
+    gm.used -= a.size.min(gm.used);
+    Ok(())
+}
+
+fn add_node(d: &Driver, node: *mut Handle, graph: Handle, n: Node) -> R {
+    if node.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let mut objs = lock(&d.objs);
+    let g = objs.graphs.get_mut(&graph).ok_or(INVALID_VALUE)?;
+    let h = new_handle();
+    g.push((h, n));
+    // SAFETY: checked non-null above.
+    unsafe { out(node, h) }
+}
+
+fn instantiate(d: &Driver, exec: *mut Handle, graph: Handle) -> R {
+    if exec.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let mut objs = lock(&d.objs);
+    let nodes: Vec<Node> = objs.graphs.get(&graph).ok_or(INVALID_VALUE)?.iter().map(|(_, n)| n.clone()).collect();
+    let h = new_handle();
+    objs.execs.insert(h, nodes);
+    // SAFETY: checked non-null above.
+    unsafe { out(exec, h) }
+}
+
+cu_fn! {
+fn cuGraphCreate(graph: *mut Handle, _flags: c_uint) {
+    let d = drv()?;
+    if graph.is_null() { return Err(INVALID_VALUE); }
+    let h = new_handle();
+    lock(&d.objs).graphs.insert(h, Vec::new());
+    out(graph, h)
+}
+
+fn cuGraphDestroy(graph: Handle) {
+    let d = drv()?;
+    let nodes = lock(&d.objs).graphs.remove(&graph).ok_or(INVALID_VALUE)?;
+    let mut mem = lock(&d.mem);
+    for (_, n) in nodes {
+        if let Node::Alloc { dptr, .. } = n {
+            if mem.allocs.get(&dptr).is_some_and(|a| !a.live) { mem.release(dptr); }
+        }
+    }
+    Ok(())
+}
+
+fn cuGraphAddMemAllocNode(node: *mut Handle, graph: Handle, _deps: *const Handle, _n: usize, params: *mut AllocNodeParams) {
+    let d = drv()?;
+    if params.is_null() { return Err(INVALID_VALUE); }
+    let p = &mut *params;
+    if p.alloc_type != 1 || p.loc_type != 1 || p.bytesize == 0 { return Err(INVALID_VALUE); }
+    let phys = d.phys(p.loc_id).map_err(|_| INVALID_VALUE)?;
+    if !lock(&d.objs).graphs.contains_key(&graph) { return Err(INVALID_VALUE); }
+    let size = p.bytesize as u64;
+    let dptr = lock(&d.mem).alloc(phys, d.shared.total(phys), size, Kind::Graph, 0, 0, 0).ok_or(OUT_OF_MEMORY)?;
+    p.dptr = dptr;
+    add_node(d, node, graph, Node::Alloc { dptr, size, phys })
+}
+
+fn cuGraphAddMemFreeNode(node: *mut Handle, graph: Handle, _deps: *const Handle, _n: usize, dptr: u64) {
+    let d = drv()?;
+    if lock(&d.mem).allocs.get(&dptr).map(|a| a.kind) != Some(Kind::Graph) { return Err(INVALID_VALUE); }
+    add_node(d, node, graph, Node::Free { dptr })
+}
+
+fn cuGraphAddEmptyNode(node: *mut Handle, graph: Handle, _deps: *const Handle, _n: usize) {
+    add_node(drv()?, node, graph, Node::Other)
+}
+
+fn cuGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, _flags: u64) {
+    instantiate(drv()?, exec, graph)
+}
+
+fn cuGraphInstantiate_v2(exec: *mut Handle, graph: Handle, _err: *mut Handle, _log: *mut c_char, _len: usize) {
+    instantiate(drv()?, exec, graph)
+}
+
+fn cuGraphExecDestroy(exec: Handle) {
+    let d = drv()?;
+    lock(&d.objs).execs.remove(&exec).map(|_| ()).ok_or(INVALID_VALUE)
+}
+
+fn cuGraphLaunch(exec: Handle, stream: Handle) {
+    let d = drv()?;
+    let mut objs = lock(&d.objs);
+    stream_phys(d, &objs, stream)?;
+    let nodes = objs.execs.get(&exec).ok_or(INVALID_VALUE)?.clone();
+    let mut mem = lock(&d.mem);
+    // Dry run: the peak graph memory per device during this launch.
+    let mut used: Vec<u64> = objs.graph_mem.iter().map(|g| g.used).collect();
+    let mut peak = used.clone();
+    for n in &nodes {
+        match *n {
+            Node::Alloc { dptr, size, phys } => {
+                if mem.allocs.get(&dptr).is_none_or(|a| a.live) { return Err(INVALID_VALUE); }
+                used[phys] += size;
+                peak[phys] = peak[phys].max(used[phys]);
+            }
+            Node::Free { dptr } => {
+                let a = mem.allocs.get(&dptr).ok_or(INVALID_VALUE)?;
+                used[a.phys] -= a.size.min(used[a.phys]);
+            }
+            Node::Other => {}
+        }
+    }
+    let mut charged = Vec::new();
+    for (phys, &p) in peak.iter().enumerate() {
+        let gm = &objs.graph_mem[phys];
+        if p > gm.reserved {
+            let grow = round_up(p - gm.reserved, POOL_CHUNK);
+            if let Err(e) = d.charge(phys, grow) {
+                for (ph, g) in charged { d.refund(ph, g); }
+                return Err(e);
+            }
+            charged.push((phys, grow));
+        }
+    }
+    for (phys, grow) in charged {
+        let gm = &mut objs.graph_mem[phys];
+        gm.reserved += grow;
+        gm.reserved_high = gm.reserved_high.max(gm.reserved);
+    }
+    for n in &nodes {
+        match *n {
+            Node::Alloc { dptr, .. } | Node::Free { dptr } => {
+                let a = mem.allocs.get_mut(&dptr).unwrap();
+                a.live = matches!(n, Node::Alloc { .. });
+            }
+            Node::Other => {}
+        }
+    }
+    for (phys, u) in used.into_iter().enumerate() {
+        let gm = &mut objs.graph_mem[phys];
+        gm.used = u;
+        gm.used_high = gm.used_high.max(peak[phys]);
+    }
+    Ok(())
+}
+
+fn cuDeviceGetGraphMemAttribute(dev: CUdevice, attr: c_int, value: *mut u64) {
+    let d = drv()?;
+    let phys = d.phys(dev)?;
+    let objs = lock(&d.objs);
+    let gm = &objs.graph_mem[phys];
+    out(value, match attr { 0 => gm.used, 1 => gm.used_high, 2 => gm.reserved, 3 => gm.reserved_high, _ => return Err(INVALID_VALUE) })
+}
+
+fn cuDeviceSetGraphMemAttribute(dev: CUdevice, attr: c_int, _value: *mut u64) {
+    let d = drv()?;
+    let phys = d.phys(dev)?;
+    let mut objs = lock(&d.objs);
+    let gm = &mut objs.graph_mem[phys];
+    match attr { 1 => gm.used_high = gm.used, 3 => gm.reserved_high = gm.reserved, _ => return Err(INVALID_VALUE) }
+    Ok(())
+}
+
+fn cuDeviceGraphMemTrim(dev: CUdevice) {
+    let d = drv()?;
+    let phys = d.phys(dev)?;
+    let mut objs = lock(&d.objs);
+    let gm = &mut objs.graph_mem[phys];
+    let keep = round_up(gm.used, POOL_CHUNK);
+    if gm.reserved > keep {
+        d.refund(phys, gm.reserved - keep);
+        gm.reserved = keep;
+    }
+    Ok(())
+}
+}
+
+cu_alias! {
+    cuGraphLaunch_ptsz => cuGraphLaunch(exec: Handle, stream: Handle);
+}

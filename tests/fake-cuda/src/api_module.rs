@@ -1,0 +1,158 @@
+//! Modules and libraries (each takes FAKE_CUDA_MODULE_BYTES of device memory) and kernel launch
+//! (validates its arguments, runs nothing).
+
+use crate::driver::*;
+use crate::types::*;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+/// Reads a module image: PTX text (must look like PTX) or a binary (ELF cubin or fatbin).
+unsafe fn image(p: *const c_void) -> Result<Option<String>, CUresult> {
+    if p.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: the caller passes an image; the first 4 bytes of any image are readable.
+    let head = unsafe { std::slice::from_raw_parts(p as *const u8, 4) };
+    if head == b"\x7fELF" || head == [0x50, 0xed, 0x55, 0xba] || head == [0x46, 0x62, 0x43, 0x46] {
+        return Ok(None);
+    }
+    // SAFETY: not a binary image, so it is NUL-terminated PTX text.
+    let text = unsafe { CStr::from_ptr(p as *const c_char) }.to_string_lossy().into_owned();
+    if !text.contains(".version") || !text.contains(".target") {
+        return Err(INVALID_IMAGE);
+    }
+    Ok(Some(text))
+}
+
+/// Does the PTX declare kernel `name` (`.entry name`)?
+fn has_entry(ptx: &str, name: &str) -> bool {
+    ptx.match_indices(".entry").any(|(i, _)| {
+        let rest = ptx[i + 6..].trim_start();
+        rest.strip_prefix(name).is_some_and(|r| r.starts_with(|c: char| c == '(' || c.is_whitespace()))
+    })
+}
+
+fn load(d: &Driver, m: *mut Handle, ptx: Option<String>) -> R {
+    if m.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let (ctx, _, phys) = current(d)?;
+    d.charge(phys, d.module_bytes)?;
+    let h = new_handle();
+    lock(&d.objs).modules.insert(h, Module { phys, ctx, ptx, charged: d.module_bytes });
+    // SAFETY: checked non-null above.
+    unsafe { out(m, h) }
+}
+
+fn unload(d: &Driver, h: Handle) -> R {
+    let mut objs = lock(&d.objs);
+    let m = objs.modules.remove(&h).ok_or(INVALID_HANDLE)?;
+    objs.functions.retain(|_, owner| *owner != h);
+    d.refund(m.phys, m.charged);
+    Ok(())
+}
+
+fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) -> R {
+    if f.is_null() || name.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: non-null C string from the caller.
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    let mut objs = lock(&d.objs);
+    let module = objs.modules.get(&m).ok_or(INVALID_HANDLE)?;
+    if let Some(ptx) = &module.ptx {
+        if !has_entry(ptx, &name) {
+            return Err(NOT_FOUND);
+        }
+    }
+    let h = new_handle();
+    objs.functions.insert(h, m);
+    // SAFETY: checked non-null above.
+    unsafe { out(f, h) }
+}
+
+fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R {
+    let d = drv()?;
+    let objs = lock(&d.objs);
+    if !objs.functions.contains_key(&f) {
+        return Err(INVALID_HANDLE);
+    }
+    stream_phys(d, &objs, stream)?;
+    let threads = block.iter().map(|&b| b as u64).product::<u64>();
+    if grid.contains(&0) || block.contains(&0) || threads > 1024 || block[2] > 64 {
+        return Err(INVALID_VALUE);
+    }
+    Ok(())
+}
+
+cu_fn! {
+fn cuModuleLoadData(m: *mut Handle, img: *const c_void) {
+    let d = drv()?;
+    load(d, m, image(img)?)
+}
+
+fn cuModuleLoadDataEx(m: *mut Handle, img: *const c_void, _n: c_uint, _opts: *mut c_int, _vals: *mut *mut c_void) {
+    let d = drv()?;
+    load(d, m, image(img)?)
+}
+
+fn cuModuleLoadFatBinary(m: *mut Handle, img: *const c_void) {
+    let d = drv()?;
+    load(d, m, image(img)?)
+}
+
+fn cuModuleLoad(m: *mut Handle, path: *const c_char) {
+    let d = drv()?;
+    if path.is_null() { return Err(INVALID_VALUE); }
+    let path = CStr::from_ptr(path).to_string_lossy().into_owned();
+    let mut bytes = std::fs::read(&path).map_err(|_| FILE_NOT_FOUND)?;
+    bytes.extend_from_slice(&[0, 0, 0, 0]);
+    load(d, m, image(bytes.as_ptr() as *const c_void)?)
+}
+
+fn cuModuleUnload(m: Handle) { unload(drv()?, m) }
+
+fn cuModuleGetFunction(f: *mut Handle, m: Handle, name: *const c_char) { get_function(drv()?, f, m, name) }
+
+fn cuLibraryLoadData(lib: *mut Handle, code: *const c_void, _jo: *mut c_int, _jv: *mut *mut c_void, _nj: c_uint,
+                     _lo: *mut c_int, _lv: *mut *mut c_void, _nl: c_uint) {
+    let d = drv()?;
+    load(d, lib, image(code)?)
+}
+
+fn cuLibraryUnload(lib: Handle) { unload(drv()?, lib) }
+
+fn cuLibraryGetKernel(k: *mut Handle, lib: Handle, name: *const c_char) { get_function(drv()?, k, lib, name) }
+
+fn cuLibraryGetModule(m: *mut Handle, lib: Handle) {
+    let d = drv()?;
+    if !lock(&d.objs).modules.contains_key(&lib) { return Err(INVALID_HANDLE); }
+    out(m, lib)
+}
+
+fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) {
+    let d = drv()?;
+    if !lock(&d.objs).functions.contains_key(&f) { return Err(INVALID_HANDLE); }
+    out(v, match attr { 0 => 1024, 4 => 32, 5 | 6 => 90, _ => 0 })
+}
+
+fn cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+                  _shmem: c_uint, stream: Handle, _params: *mut *mut c_void, _extra: *mut *mut c_void) {
+    launch(f, [gx, gy, gz], [bx, by, bz], stream)
+}
+}
+
+cu_alias! {
+    cuLaunchKernel_ptsz => cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+                                          shmem: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn entries() {
+        let ptx = ".version 8.0\n.target sm_90\n.visible .entry fill(\n.param .u64 p)\n{ ret; }";
+        assert!(super::has_entry(ptx, "fill"));
+        assert!(!super::has_entry(ptx, "fil"));
+        assert!(!super::has_entry(ptx, "other"));
+    }
+}

@@ -1,0 +1,324 @@
+//! The per-process driver state: configuration, the shared state file, the object tables
+//! (contexts, streams, pools, modules, ...), and the current-context stack of each thread.
+
+use crate::mem::Mem;
+use crate::types::*;
+use fake_gpu::config::{env_size, visible_devices};
+use fake_gpu::{Config, Shared};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Mutex, MutexGuard, Once};
+
+/// Granularity of pool and graph-memory reservations.
+pub const POOL_CHUNK: u64 = 32 << 20;
+/// VMM allocation granularity (`cuMemGetAllocationGranularity`).
+pub const VMM_GRANULARITY: u64 = 2 << 20;
+
+pub struct Ctx {
+    pub ordinal: usize,
+    pub phys: usize,
+    pub primary: bool,
+    pub flags: u32,
+}
+
+#[derive(Default)]
+pub struct Primary {
+    pub handle: Handle,
+    pub refs: u32,
+    pub flags: u32,
+}
+
+pub struct Stream {
+    pub phys: usize,
+}
+
+/// A stream-ordered memory pool: memory is charged by reservation (in [`POOL_CHUNK`]s), not by
+/// allocation; freed memory stays reserved until a synchronisation releases it down to the
+/// release threshold, or a trim.
+pub struct Pool {
+    pub phys: usize,
+    pub reserved: u64,
+    pub used: u64,
+    pub reserved_high: u64,
+    pub used_high: u64,
+    pub threshold: u64,
+}
+
+/// VMM physical memory (`cuMemCreate`), freed when released and unmapped everywhere.
+pub struct Phys {
+    pub phys: usize,
+    pub size: u64,
+    pub refs: u32,
+}
+
+#[derive(Clone)]
+pub enum Node {
+    Alloc { dptr: u64, size: u64, phys: usize },
+    Free { dptr: u64 },
+    Other,
+}
+
+#[derive(Default)]
+pub struct GraphMem {
+    pub reserved: u64,
+    pub used: u64,
+    pub reserved_high: u64,
+    pub used_high: u64,
+}
+
+pub struct Module {
+    pub phys: usize,
+    pub ctx: Handle,
+    /// PTX text, or None for a binary image (any function name resolves).
+    pub ptx: Option<String>,
+    pub charged: u64,
+}
+
+pub struct Array {
+    pub phys: usize,
+    pub bytes: u64,
+    pub desc: [u64; 3],
+    pub format: u32,
+    pub channels: u32,
+    pub flags: u32,
+    pub mipmap: bool,
+}
+
+#[derive(Default)]
+pub struct Objs {
+    pub ctxs: HashMap<Handle, Ctx>,
+    pub primary: Vec<Primary>,
+    pub streams: HashMap<Handle, Stream>,
+    pub events: HashMap<Handle, ()>,
+    pub pools: HashMap<Handle, Pool>,
+    /// Per physical device: its default pool and its current pool (0 = not made yet).
+    pub default_pool: Vec<Handle>,
+    pub current_pool: Vec<Handle>,
+    pub vmm: HashMap<u64, Phys>,
+    /// VA reservations: start -> size.
+    pub reservations: BTreeMap<u64, u64>,
+    /// VMM mappings: start -> (size, physical handle).
+    pub mappings: BTreeMap<u64, (u64, u64)>,
+    pub graphs: HashMap<Handle, Vec<(Handle, Node)>>,
+    pub execs: HashMap<Handle, Vec<Node>>,
+    pub graph_mem: Vec<GraphMem>,
+    pub modules: HashMap<Handle, Module>,
+    pub functions: HashMap<Handle, Handle>,
+    pub arrays: HashMap<Handle, Array>,
+}
+
+pub struct Driver {
+    pub shared: Shared,
+    /// CUDA ordinal -> physical index (CUDA_VISIBLE_DEVICES applied).
+    pub visible: Vec<usize>,
+    pub ctx_bytes: u64,
+    pub module_bytes: u64,
+    pub objs: Mutex<Objs>,
+    pub mem: Mutex<Mem>,
+}
+
+static DRIVER: AtomicPtr<Driver> = AtomicPtr::new(std::ptr::null_mut());
+static INIT: Mutex<()> = Mutex::new(());
+static ATFORK: Once = Once::new();
+/// Handles are unique for the life of the process (forks included), so a stale one never matches.
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x5eed_0000);
+/// Bumped when a context dies, so threads revalidate their cached current context.
+static CTX_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+pub fn new_handle() -> Handle {
+    NEXT_HANDLE.fetch_add(0x40, Relaxed)
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The initialised driver, or CUDA_ERROR_NOT_INITIALIZED before `cuInit`.
+pub fn drv() -> Result<&'static Driver, CUresult> {
+    let p = DRIVER.load(Acquire);
+    if p.is_null() {
+        return Err(NOT_INITIALIZED);
+    }
+    // SAFETY: a published driver is never freed (after fork it is abandoned, not dropped).
+    Ok(unsafe { &*p })
+}
+
+/// In the child after fork: the parent's driver state is not ours. Drop our copy of the state
+/// file's descriptor (so the parent's slot lock dies with the parent) and require a new cuInit.
+extern "C" fn atfork_child() {
+    let p = DRIVER.swap(std::ptr::null_mut(), AcqRel);
+    if !p.is_null() {
+        // SAFETY: in the child only this thread exists; the abandoned driver is never read again.
+        unsafe { (*p).shared.forget_after_fork() };
+    }
+    CTX_EPOCH.fetch_add(1, AcqRel);
+}
+
+pub fn init(flags: u32) -> R {
+    if flags != 0 {
+        return Err(INVALID_VALUE);
+    }
+    let _g = lock(&INIT);
+    if !DRIVER.load(Acquire).is_null() {
+        return Ok(());
+    }
+    let cfg = Config::from_env().map_err(|e| {
+        eprintln!("fake-cuda: {e}");
+        INVALID_VALUE
+    })?;
+    let visible = visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), cfg.totals.len());
+    if visible.is_empty() {
+        return Err(NO_DEVICE);
+    }
+    let mut shared = Shared::open(&cfg).map_err(|e| {
+        eprintln!("fake-cuda: {e}");
+        UNKNOWN
+    })?;
+    shared.claim().map_err(|e| {
+        eprintln!("fake-cuda: {e}");
+        OUT_OF_MEMORY
+    })?;
+    let n = cfg.totals.len();
+    let objs = Objs {
+        primary: (0..visible.len()).map(|_| Primary::default()).collect(),
+        default_pool: vec![0; n],
+        current_pool: vec![0; n],
+        graph_mem: (0..n).map(|_| GraphMem::default()).collect(),
+        ..Default::default()
+    };
+    let d = Box::new(Driver {
+        mem: Mutex::new(Mem::new(n)),
+
+        shared,
+        visible,
+        ctx_bytes: env_size("FAKE_CUDA_CONTEXT_BYTES", 256 << 20),
+        module_bytes: env_size("FAKE_CUDA_MODULE_BYTES", 2 << 20),
+        objs: Mutex::new(objs),
+    });
+    ATFORK.call_once(|| {
+        // SAFETY: registering a plain extern "C" handler.
+        unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+    });
+    DRIVER.store(Box::into_raw(d), Release);
+    Ok(())
+}
+
+impl Driver {
+    /// Physical index of CUDA ordinal `dev`.
+    pub fn phys(&self, dev: CUdevice) -> Result<usize, CUresult> {
+        usize::try_from(dev).ok().and_then(|i| self.visible.get(i).copied()).ok_or(INVALID_DEVICE)
+    }
+
+    /// CUDA ordinal of physical device `phys` (it is visible when we have a handle on it).
+    pub fn ordinal(&self, phys: usize) -> usize {
+        self.visible.iter().position(|&p| p == phys).unwrap_or(0)
+    }
+
+    /// Charges device memory, reclaiming dead processes' memory once when the device is full.
+    pub fn charge(&self, phys: usize, bytes: u64) -> R {
+        if bytes == 0 || self.shared.charge_or_reclaim(phys, bytes) {
+            Ok(())
+        } else {
+            Err(OUT_OF_MEMORY)
+        }
+    }
+
+    pub fn refund(&self, phys: usize, bytes: u64) {
+        if bytes != 0 {
+            self.shared.refund(phys, bytes);
+        }
+    }
+
+    /// Creates a context on ordinal `dev` (charging context memory) and returns its handle.
+    pub fn create_ctx(&self, objs: &mut Objs, dev: CUdevice, flags: u32, primary: bool) -> Result<Handle, CUresult> {
+        let phys = self.phys(dev)?;
+        self.charge(phys, self.ctx_bytes)?;
+        let h = new_handle();
+        objs.ctxs.insert(h, Ctx { ordinal: dev as usize, phys, primary, flags });
+        Ok(h)
+    }
+
+    /// Destroys a context: its memory, allocations and modules return to the device, as on a GPU.
+    pub fn destroy_ctx(&self, objs: &mut Objs, h: Handle) -> R {
+        let ctx = objs.ctxs.remove(&h).ok_or(INVALID_CONTEXT)?;
+        CTX_EPOCH.fetch_add(1, AcqRel);
+        self.refund(ctx.phys, self.ctx_bytes);
+        let mods: Vec<Handle> = objs.modules.iter().filter(|(_, m)| m.ctx == h).map(|(&k, _)| k).collect();
+        for m in mods {
+            let m = objs.modules.remove(&m).unwrap();
+            self.refund(m.phys, m.charged);
+        }
+        objs.functions.retain(|_, m| objs.modules.contains_key(m));
+        let freed = lock(&self.mem).free_ctx(h);
+        for (phys, bytes) in freed {
+            self.refund(phys, bytes);
+        }
+        STACK.with(|s| s.borrow_mut().retain(|&c| c != h));
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// The thread's context stack; the last entry is current.
+    static STACK: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
+    /// (handle, epoch, ordinal, phys) of the current context as last validated.
+    static CACHE: Cell<(Handle, u64, usize, usize)> = const { Cell::new((0, 0, 0, 0)) };
+}
+
+pub fn stack_top() -> Handle {
+    STACK.with(|s| s.borrow().last().copied().unwrap_or(0))
+}
+
+pub fn stack_push(h: Handle) {
+    STACK.with(|s| s.borrow_mut().push(h));
+}
+
+pub fn stack_pop() -> Handle {
+    STACK.with(|s| s.borrow_mut().pop().unwrap_or(0))
+}
+
+/// Replaces the current context (cuCtxSetCurrent); 0 unbinds it.
+pub fn stack_set(h: Handle) {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        s.pop();
+        if h != 0 {
+            s.push(h);
+        }
+    });
+}
+
+/// Current context as (handle, CUDA ordinal, physical index); CUDA_ERROR_INVALID_CONTEXT when
+/// none is current or it was destroyed. Cached per thread, so the hot path takes no lock.
+pub fn current(d: &Driver) -> Result<(Handle, usize, usize), CUresult> {
+    let top = stack_top();
+    if top == 0 {
+        return Err(INVALID_CONTEXT);
+    }
+    let epoch = CTX_EPOCH.load(Acquire);
+    let (h, e, ord, phys) = CACHE.with(|c| c.get());
+    if h == top && e == epoch {
+        return Ok((h, ord, phys));
+    }
+    let objs = lock(&d.objs);
+    let ctx = objs.ctxs.get(&top).ok_or(INVALID_CONTEXT)?;
+    CACHE.with(|c| c.set((top, epoch, ctx.ordinal, ctx.phys)));
+    Ok((top, ctx.ordinal, ctx.phys))
+}
+
+/// Physical device of a stream (0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD mean the current
+/// context's device).
+pub fn stream_phys(d: &Driver, objs: &Objs, stream: Handle) -> Result<usize, CUresult> {
+    if stream <= 2 {
+        drop_guard_current(d, objs)
+    } else {
+        objs.streams.get(&stream).map(|s| s.phys).ok_or(INVALID_HANDLE)
+    }
+}
+
+/// [`current`] for callers already holding the objects lock.
+pub fn drop_guard_current(_d: &Driver, objs: &Objs) -> Result<usize, CUresult> {
+    let top = stack_top();
+    objs.ctxs.get(&top).map(|c| c.phys).ok_or(INVALID_CONTEXT)
+}

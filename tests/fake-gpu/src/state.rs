@@ -1,0 +1,433 @@
+//! The state file: device memory shared by every process that uses the fakes.
+//!
+//! One memory-mapped file per device configuration holds, per device, the bytes in use and, per
+//! process, a slot with its usage per device. Charging is a compare-and-swap on the device's
+//! counter (no lock), then an add to the process's slot. A process owns its slot by holding an
+//! `fcntl` OFD write lock on the slot's first byte: the kernel drops the lock when the process
+//! dies, in whatever PID namespace, so a slot whose lock can be taken is dead and its usage can
+//! be given back to the devices ("reclaim"). Reclaim is lazy: at process start, when an
+//! allocation does not fit, and when NVML reads the state.
+//!
+//! Known limit of the model: a process killed between the two steps of a charge or refund
+//! (a few instructions) leaves those bytes counted until the state file is removed.
+
+use crate::config::{Config, MAX_DEVICES};
+use std::ffi::CString;
+use std::mem::size_of;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+
+/// Format version of the state file (part of its name).
+pub const VERSION: u32 = 1;
+/// Process slots in the file.
+pub const SLOTS: usize = 512;
+const MAGIC: u64 = u64::from_le_bytes(*b"FAKECUDA");
+const FREE: u32 = 0;
+const LIVE: u32 = 1;
+
+#[repr(C, align(64))]
+struct Header {
+    magic: AtomicU64,
+    version: u32,
+    ndev: u32,
+    nslots: u32,
+    _pad: u32,
+    totals: [u64; MAX_DEVICES],
+}
+
+#[repr(C, align(64))]
+struct Device {
+    used: AtomicU64,
+}
+
+#[repr(C, align(64))]
+struct Slot {
+    state: AtomicU32,
+    /// The owner's PID as the owner sees it (informational: NVML lists it).
+    pid: AtomicU32,
+    used: [AtomicU64; MAX_DEVICES],
+}
+
+#[repr(C)]
+struct Layout {
+    header: Header,
+    devices: [Device; MAX_DEVICES],
+    slots: [Slot; SLOTS],
+}
+
+/// What NVML shows: per device (total, used) and the live processes with their usage.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub devices: Vec<(u64, u64)>,
+    pub processes: Vec<(u32, Vec<u64>)>,
+}
+
+/// An open state file, optionally with a claimed process slot.
+#[derive(Debug)]
+pub struct Shared {
+    fd: i32,
+    map: *mut Layout,
+    ndev: usize,
+    slot: Option<usize>,
+}
+
+// SAFETY: the mapping is only accessed through atomics; the fd is an integer.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+fn slot_offset(i: usize) -> i64 {
+    (std::mem::offset_of!(Layout, slots) + i * size_of::<Slot>()) as i64
+}
+
+/// Tries (or with `wait`, waits) to take an OFD lock of `kind` on one byte at `off`.
+fn ofd_lock(fd: i32, off: i64, kind: i32, wait: bool) -> bool {
+    // SAFETY: flock is plain data; zeroed is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = off;
+    fl.l_len = 1;
+    let cmd = if wait { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
+    loop {
+        // SAFETY: fd is ours, fl is a valid flock.
+        let r = unsafe { libc::fcntl(fd, cmd, &mut fl as *mut libc::flock) };
+        if r == 0 {
+            return true;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return false;
+        }
+    }
+}
+
+impl Shared {
+    /// Opens (creating when absent) the state file of `cfg`. Claims no slot.
+    pub fn open(cfg: &Config) -> Result<Shared, String> {
+        let path = cfg.state_file();
+        let dir = CString::new(cfg.state_dir.as_str()).map_err(|_| "state dir has a NUL byte".to_string())?;
+        let cpath = CString::new(path.as_str()).map_err(|_| "state path has a NUL byte".to_string())?;
+        // SAFETY: valid C strings; errors are checked.
+        unsafe {
+            if libc::mkdir(dir.as_ptr(), 0o1777) == 0 {
+                libc::chmod(dir.as_ptr(), 0o1777); // whoever comes next (another container, user) shares it
+            }
+            let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666);
+            if fd < 0 {
+                return Err(format!("cannot open {path}: {}", std::io::Error::last_os_error()));
+            }
+            libc::fchmod(fd, 0o666);
+            let me = Shared::map_and_init(fd, cfg, &path);
+            if me.is_err() {
+                libc::close(fd);
+            }
+            me
+        }
+    }
+
+    /// Maps the file, initialising it under an OFD lock on byte 0 when it is new.
+    unsafe fn map_and_init(fd: i32, cfg: &Config, path: &str) -> Result<Shared, String> {
+        let len = size_of::<Layout>();
+        ofd_lock(fd, 0, libc::F_WRLCK, true);
+        let result = (|| {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) != 0 {
+                return Err(format!("cannot stat {path}"));
+            }
+            let fresh = st.st_size == 0;
+            if fresh && libc::ftruncate(fd, len as libc::off_t) != 0 {
+                return Err(format!("cannot size {path}: {}", std::io::Error::last_os_error()));
+            } else if !fresh && st.st_size as usize != len {
+                return Err(format!("{path}: size {} is not {len}: not a fake-cuda state file", st.st_size));
+            }
+            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+            if p == libc::MAP_FAILED {
+                return Err(format!("cannot map {path}: {}", std::io::Error::last_os_error()));
+            }
+            let map = p as *mut Layout;
+            let h = &mut (*map).header;
+            if fresh {
+                h.version = VERSION;
+                h.ndev = cfg.totals.len() as u32;
+                h.nslots = SLOTS as u32;
+                h.totals[..cfg.totals.len()].copy_from_slice(&cfg.totals);
+                h.magic.store(MAGIC, Release);
+            } else if h.magic.load(Acquire) != MAGIC
+                || h.version != VERSION
+                || h.ndev as usize != cfg.totals.len()
+                || h.totals[..cfg.totals.len()] != cfg.totals[..]
+            {
+                libc::munmap(p, len);
+                return Err(format!("{path}: header does not match this configuration"));
+            }
+            Ok(Shared { fd, map, ndev: cfg.totals.len(), slot: None })
+        })();
+        ofd_lock(fd, 0, libc::F_UNLCK, false);
+        result
+    }
+
+    fn layout(&self) -> &Layout {
+        // SAFETY: map points at a live mapping of a whole Layout for the life of self.
+        unsafe { &*self.map }
+    }
+
+    /// Number of physical devices.
+    pub fn ndev(&self) -> usize {
+        self.ndev
+    }
+
+    /// Memory of physical device `dev`.
+    pub fn total(&self, dev: usize) -> u64 {
+        self.layout().header.totals[dev]
+    }
+
+    /// Bytes in use on physical device `dev`, all processes together.
+    pub fn used(&self, dev: usize) -> u64 {
+        self.layout().devices[dev].used.load(Relaxed)
+    }
+
+    /// This process's slot, once claimed.
+    pub fn slot(&self) -> Option<usize> {
+        self.slot
+    }
+
+    /// Bytes this process holds on `dev`.
+    pub fn my_usage(&self, dev: usize) -> u64 {
+        self.slot.map_or(0, |s| self.layout().slots[s].used[dev].load(Relaxed))
+    }
+
+    /// Gives back the usage of every dead process; then claims a slot for this one.
+    pub fn claim(&mut self) -> Result<usize, String> {
+        if let Some(s) = self.slot {
+            return Ok(s);
+        }
+        self.reclaim_dead();
+        let pid = std::process::id();
+        for i in 0..SLOTS {
+            let slot = &self.layout().slots[i];
+            if slot.state.load(Relaxed) != FREE || !ofd_lock(self.fd, slot_offset(i), libc::F_WRLCK, false) {
+                continue;
+            }
+            // Holding the lock: nobody else can claim or reclaim this slot.
+            if slot.state.load(Acquire) == LIVE {
+                self.give_back(i); // died between our sweep and now
+            }
+            slot.pid.store(pid, Relaxed);
+            slot.state.store(LIVE, Release);
+            self.slot = Some(i);
+            return Ok(i);
+        }
+        Err(format!("all {SLOTS} process slots of the state file are in use"))
+    }
+
+    /// Returns the usage of slot `i` (whose lock we hold) to the devices.
+    fn give_back(&self, i: usize) -> u64 {
+        let slot = &self.layout().slots[i];
+        let mut total = 0;
+        for d in 0..self.ndev {
+            let u = slot.used[d].swap(0, AcqRel);
+            if u != 0 {
+                self.layout().devices[d].used.fetch_sub(u, AcqRel);
+                total += u;
+            }
+        }
+        slot.state.store(FREE, Release);
+        total
+    }
+
+    /// Gives back the usage of every process that died; returns the bytes returned.
+    pub fn reclaim_dead(&self) -> u64 {
+        let mut back = 0;
+        for i in 0..SLOTS {
+            if Some(i) == self.slot || self.layout().slots[i].state.load(Acquire) != LIVE {
+                continue;
+            }
+            if ofd_lock(self.fd, slot_offset(i), libc::F_WRLCK, false) {
+                if self.layout().slots[i].state.load(Acquire) == LIVE {
+                    back += self.give_back(i);
+                }
+                ofd_lock(self.fd, slot_offset(i), libc::F_UNLCK, false);
+            }
+        }
+        back
+    }
+
+    /// Takes `bytes` of device `dev` for this process; false when the device is full.
+    /// Lock-free: a compare-and-swap on the device counter, then an add to our slot.
+    pub fn charge(&self, dev: usize, bytes: u64) -> bool {
+        let Some(s) = self.slot else { return false };
+        let l = self.layout();
+        let total = l.header.totals[dev];
+        let used = &l.devices[dev].used;
+        let mut cur = used.load(Relaxed);
+        loop {
+            match cur.checked_add(bytes) {
+                Some(n) if n <= total => match used.compare_exchange_weak(cur, n, AcqRel, Relaxed) {
+                    Ok(_) => break,
+                    Err(v) => cur = v,
+                },
+                _ => return false,
+            }
+        }
+        l.slots[s].used[dev].fetch_add(bytes, Relaxed);
+        true
+    }
+
+    /// Like [`charge`](Self::charge), but when the device is full first gives back the memory of
+    /// dead processes and tries again.
+    pub fn charge_or_reclaim(&self, dev: usize, bytes: u64) -> bool {
+        self.charge(dev, bytes) || (self.reclaim_dead() > 0 && self.charge(dev, bytes))
+    }
+
+    /// Returns `bytes` of device `dev` taken by this process.
+    pub fn refund(&self, dev: usize, bytes: u64) {
+        let Some(s) = self.slot else { return };
+        let l = self.layout();
+        // Slot first: a crash in between leaks (never double-refunds).
+        l.slots[s].used[dev].fetch_sub(bytes, Relaxed);
+        l.devices[dev].used.fetch_sub(bytes, AcqRel);
+    }
+
+    /// Device totals/usage and the live processes, after reclaiming dead ones.
+    pub fn snapshot(&self) -> Snapshot {
+        self.reclaim_dead();
+        let l = self.layout();
+        let devices = (0..self.ndev).map(|d| (l.header.totals[d], l.devices[d].used.load(Acquire))).collect();
+        let processes = (0..SLOTS)
+            .filter(|&i| l.slots[i].state.load(Acquire) == LIVE)
+            .map(|i| {
+                let s = &l.slots[i];
+                (s.pid.load(Relaxed), (0..self.ndev).map(|d| s.used[d].load(Relaxed)).collect())
+            })
+            .collect();
+        Snapshot { devices, processes }
+    }
+
+    /// In a child after `fork`: drops the inherited file descriptor (so the parent's slot lock
+    /// dies with the parent) and forgets the parent's slot. The mapping stays usable; call
+    /// [`reopen_after_fork`](Self::reopen_after_fork) before claiming a slot of our own.
+    /// Only async-signal-safe calls: this runs in a `pthread_atfork` child handler.
+    pub fn forget_after_fork(&mut self) {
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(self.fd) };
+        self.fd = -1;
+        self.slot = None;
+    }
+
+    /// After [`forget_after_fork`](Self::forget_after_fork): opens the file anew (a new open file
+    /// description, so our locks are our own).
+    pub fn reopen_after_fork(&mut self, cfg: &Config) -> Result<(), String> {
+        if self.fd >= 0 {
+            return Ok(());
+        }
+        let c = CString::new(cfg.state_file()).map_err(|_| "bad path".to_string())?;
+        // SAFETY: valid C string.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("cannot reopen {}: {}", cfg.state_file(), std::io::Error::last_os_error()));
+        }
+        self.fd = fd;
+        Ok(())
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: our mapping and descriptor; dropping the descriptor releases our slot lock, so
+        // whatever we still hold is reclaimed by the next process.
+        unsafe {
+            libc::munmap(self.map as *mut libc::c_void, size_of::<Layout>());
+            if self.fd >= 0 {
+                libc::close(self.fd);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(dir: &str, totals: Vec<u64>) -> Config {
+        Config { totals, state_dir: dir.to_string() }
+    }
+
+    fn tmpdir(name: &str) -> String {
+        let d = std::env::temp_dir().join(format!("fake-gpu-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn charge_refund_and_full() {
+        let dir = tmpdir("charge");
+        let c = cfg(&dir, vec![1000, 500]);
+        let mut a = Shared::open(&c).unwrap();
+        a.claim().unwrap();
+        assert!(a.charge(0, 600));
+        assert!(!a.charge(0, 401));
+        assert!(a.charge(0, 400));
+        assert_eq!(a.used(0), 1000);
+        assert_eq!(a.my_usage(0), 1000);
+        a.refund(0, 1000);
+        assert_eq!(a.used(0), 0);
+        assert!(a.charge(1, 500));
+        assert!(!a.charge(1, 1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn dead_slot_is_reclaimed() {
+        let dir = tmpdir("reclaim");
+        let c = cfg(&dir, vec![1 << 20]);
+        let mut a = Shared::open(&c).unwrap();
+        a.claim().unwrap();
+        assert!(a.charge(0, 1000));
+        let b = Shared::open(&c).unwrap();
+        assert_eq!(b.snapshot().processes.len(), 1, "a is alive: its lock holds");
+        drop(a); // closing the description drops the lock, as process death does
+        let snap = b.snapshot();
+        assert_eq!(snap.processes.len(), 0);
+        assert_eq!(snap.devices, vec![(1 << 20, 0)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn other_config_is_refused_or_separate() {
+        let dir = tmpdir("cfg");
+        let a = Shared::open(&cfg(&dir, vec![1000])).unwrap();
+        let b = Shared::open(&cfg(&dir, vec![2000])).unwrap();
+        assert_eq!(a.total(0), 1000);
+        assert_eq!(b.total(0), 2000);
+        let path = cfg(&dir, vec![3000]).state_file();
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(Shared::open(&cfg(&dir, vec![3000])).unwrap_err().contains("not a fake-cuda state file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn concurrent_charges_never_exceed_total() {
+        let dir = tmpdir("race");
+        let c = cfg(&dir, vec![10_000]);
+        let shared: Vec<Shared> = (0..4)
+            .map(|_| {
+                let mut s = Shared::open(&c).unwrap();
+                s.claim().unwrap();
+                s
+            })
+            .collect();
+        std::thread::scope(|sc| {
+            for s in &shared {
+                sc.spawn(move || {
+                    for _ in 0..20_000 {
+                        if s.charge(0, 3000) {
+                            assert!(s.used(0) <= 10_000);
+                            s.refund(0, 3000);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(shared[0].used(0), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
