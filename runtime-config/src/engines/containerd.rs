@@ -21,6 +21,12 @@ const CREATED: &str = "# Created by `vgpuctl runtime configure --runtime=contain
 /// `--set-as-default` keeps the replaced `default_runtime_name` in a comment on the same line.
 const PREVIOUS: &str = "vgpuctl: previous default_runtime_name = ";
 const WAS_UNSET: &str = "vgpuctl: default_runtime_name was unset";
+/// On a table that had no header of its own until `--set-as-default` put a key in it.
+const HEADER_ADDED: &str = "# vgpuctl: header added for default_runtime_name";
+/// containerd replaces its built-in runtimes map with the file's as soon as the file names any runtime,
+/// so adding `vgpu` alone would make the built-in `runc` (the usual default) disappear. vgpuctl then
+/// restates it, marked with this comment, and unconfigure removes it again.
+const RUNC_RESTATED: &str = "# vgpuctl: containerd's built-in runc, restated because the file now names runtimes";
 
 pub struct Settings<'a> {
     pub runtime_path: &'a str,
@@ -154,6 +160,12 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
         .filter(|t| t.get("runtime_type").and_then(Item::as_str).is_none_or(|rt| rt == RUNC_V2))
         .map(detached);
 
+    if base_name == "runc" && !runtimes.contains_key("runc") && !runtimes.contains_key(RUNTIME) {
+        let mut runc = Table::new();
+        runc.decor_mut().set_prefix(format!("\n{RUNC_RESTATED}\n"));
+        runc.insert("runtime_type", Item::Value(Value::from(RUNC_V2)));
+        runtimes.insert("runc", Item::Table(runc));
+    }
     if !runtimes.contains_key(RUNTIME) {
         let mut t = base.clone().unwrap_or_default();
         // Annotations are ours to set; the rest of the copy stays.
@@ -188,6 +200,10 @@ fn set_default(containerd: &mut Table) {
         None => WAS_UNSET.to_string(),
     };
     let v = Value::from(RUNTIME).decorated(" ", format!(" # {note}"));
+    if containerd.is_implicit() {
+        containerd.set_implicit(false);
+        containerd.decor_mut().set_prefix(format!("\n{HEADER_ADDED}\n"));
+    }
     match containerd.get_mut("default_runtime_name") {
         Some(Item::Value(old)) => *old = v,
         _ => {
@@ -205,6 +221,11 @@ fn previous_default(containerd: &Table) -> Option<Option<String>> {
     }
     let repr = comment.strip_prefix(PREVIOUS)?;
     Some(repr.parse::<Value>().ok()?.as_str().map(str::to_string))
+}
+
+/// Whether vgpuctl's comment `mark` is on the line(s) before the table's header.
+fn marked(t: &Table, mark: &str) -> bool {
+    t.decor().prefix().and_then(|p| p.as_str()).is_some_and(|p| p.contains(mark))
 }
 
 /// Removes `key` from `parent` if it is an empty table without a header of its own (one that
@@ -242,8 +263,15 @@ pub fn unconfigure(path: &Path, current: Option<&str>) -> Result<Vec<Change>> {
                 }
             }
         }
+        if marked(containerd, HEADER_ADDED) {
+            containerd.decor_mut().clear();
+            containerd.set_implicit(true);
+        }
         if let Some(runtimes) = containerd.get_mut("runtimes").and_then(Item::as_table_mut) {
             runtimes.remove(RUNTIME);
+            if runtimes.get("runc").and_then(Item::as_table).is_some_and(|t| marked(t, RUNC_RESTATED)) {
+                runtimes.remove("runc");
+            }
         }
         prune(containerd, "runtimes");
     }
@@ -351,6 +379,23 @@ mod tests {
         let orig = "version = 2\n# only this\n[debug]\n  level = \"info\"\n";
         let out = conf(Some(orig), false);
         assert_eq!(unconf(&out).unwrap(), orig);
+        let out = conf(Some(orig), true);
+        assert!(out.contains(HEADER_ADDED));
+        assert_eq!(unconf(&out).unwrap(), orig);
+    }
+
+    #[test]
+    fn builtin_runc_is_restated_when_the_file_names_no_runtime() {
+        let orig = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/usr/lib/cni\"\n";
+        let out = conf(Some(orig), false);
+        let d: DocumentMut = out.parse().unwrap();
+        let runtimes = &d["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"];
+        assert_eq!(runtimes["runc"]["runtime_type"].as_str(), Some(RUNC_V2));
+        assert!(out.contains(RUNC_RESTATED));
+        assert_eq!(conf(Some(&out), false), out);
+        assert_eq!(unconf(&out).unwrap(), orig);
+        // A runc the operator wrote is never removed.
+        assert!(unconf(&conf(Some(V2), false)).unwrap().contains("runtimes.runc]"));
     }
 
     #[test]

@@ -8,9 +8,11 @@ use serde_json::json;
 /// over it for files of the same name.
 pub const DEFAULT_DIR: &str = "/usr/share/containers/oci/hooks.d";
 
-/// The stages installed. `createRuntime` runs in the runtime namespace before `pivot_root`: the hook
-/// provisions the container's state and bind-mounts it in. `poststop` removes the state again.
-pub const STAGES: &[&str] = &["createRuntime", "poststop"];
+/// The stages installed. `precreate` (a Podman extension: the spec on stdin, the edited spec on stdout)
+/// validates the quota before anything starts, so a bad one fails `podman run` with one clear line.
+/// `createRuntime` runs in the runtime namespace before `pivot_root`: the hook provisions the container's
+/// state and bind-mounts it in. `poststop` removes the state again.
+pub const STAGES: &[&str] = &["precreate", "createRuntime", "poststop"];
 
 /// The only environment the hook gets (never the container's: an image's `LD_PRELOAD` must not reach a
 /// process running with host privileges).
