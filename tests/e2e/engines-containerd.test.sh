@@ -84,7 +84,7 @@ check "bad file: untouched" test "$(fingerprint "$T/bad.toml")" = "$before"
 check "unknown runtime: lists the known ones" grep -q "docker, containerd, crio, podman" "$T/err"
 
 # 6. A private containerd on the configured file runs containers through the shim with `ctr run`.
-need "$SHIM" "$HOOK" "$ROOT/target/fake/libnvidia-ml.so.1" "$ROOT/target/vgpu/libvgpu.so"
+need "$SHIM" "$HOOK" "$ROOT/target/fake/libnvidia-ml.so.1" "$LIBVGPU"
 mkdir -p "$T/root" "$T/state" "$T/vgpu"
 printf 'version = 2\nroot = "%s"\nstate = "%s"\n[grpc]\n  address = "%s"\n' \
     "$T/root" "$T/state" "$T/containerd.sock" > "$T/run.toml"

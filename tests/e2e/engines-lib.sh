@@ -5,6 +5,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VGPUCTL=$ROOT/target/release/vgpuctl
 SHIM=$ROOT/target/release/vgpu-container-runtime
 HOOK=$ROOT/target/release/vgpu-hook
+LIBVGPU=${LIBVGPU:-$ROOT/target/vgpu/libvgpu.so}   # the glibc-2.17 build that ships
 passed=0; failed=0
 
 # Results go to fd 3 (the suite's stdout), so `check ... > file` captures only the command's output.
@@ -39,7 +40,7 @@ make_rootfs() {
 write_vgpu_config() {
     cat > "$1" <<EOT
 state_root = "$2"
-library = "$ROOT/target/vgpu/libvgpu.so"
+library = "$LIBVGPU"
 hook_path = "$HOOK"
 nvml_library = "$ROOT/target/fake/libnvidia-ml.so.1"
 lower_runtime = "runc"
