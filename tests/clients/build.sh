@@ -23,3 +23,5 @@ else
     exit 1
 fi
 echo "built $out/rt_client $out/linked_client"
+"$cc" "${flags[@]}" tests/clients/nvml_client.c -o "$out/nvml_client" -ldl
+echo "built $out/nvml_client"

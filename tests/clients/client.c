@@ -278,7 +278,7 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
     CUresult rc = CUDA_SUCCESS;
 #define ARG(k) (i + (k) < argc ? argv[i + (k)] : (fprintf(stderr, "client: %s needs %d argument(s)\n", op, k), exit(2), ""))
 
-    printf("op=%s", op);
+    if (strcmp(op, "fork")) printf("op=%s", op); /* fork prints its line in parent and child */
     if (!strcmp(op, "device")) {
         int n = atoi(ARG(1)); used = 2;
         rc = select_device(n);
@@ -458,6 +458,27 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             if (rc == CUDA_SUCCESS) { push((struct held){.kind = K_DEV, .ptr = p, .size = n}); count++; }
         }
         printf(" chunk=%llu count=%ld bytes=%llu", n, count, n * count);
+    } else if (!strcmp(op, "churn")) {
+        /* N alloc/free pairs of SIZE: the cost of the pair, for benchmarks. */
+        long n = atol(ARG(1));
+        unsigned long long sz = parse_size(ARG(2)); used = 3;
+        long k = 0;
+        rc = need_ctx();
+        double t0 = now();
+        for (; rc == CUDA_SUCCESS && k < n; k++) {
+            CUdeviceptr p;
+            rc = CALL(cuMemAlloc, &p, sz);
+            if (rc == CUDA_SUCCESS) rc = CALL(cuMemFree, p);
+        }
+        printf(" pairs=%ld size=%llu ns_per_pair=%.0f", k, sz, k ? (now() - t0) * 1e9 / k : 0.0);
+    } else if (!strcmp(op, "meminfo-loop")) {
+        long n = atol(ARG(1)); used = 2;
+        size_t fr, to;
+        long k = 0;
+        rc = need_ctx();
+        double t0 = now();
+        for (; rc == CUDA_SUCCESS && k < n; k++) rc = CALL(cuMemGetInfo, &fr, &to);
+        printf(" calls=%ld ns_per_call=%.0f", k, k ? (now() - t0) * 1e9 / k : 0.0);
     } else if (!strcmp(op, "trim")) {
         CUmemoryPool dp = NULL;
         rc = need_ctx();
@@ -482,18 +503,18 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
     } else if (!strcmp(op, "fork")) {
         fflush(stdout);
         pid_t pid = fork();
-        if (pid < 0) { rc = CUDA_ERROR_OPERATING_SYSTEM; }
+        if (pid < 0) { printf("op=fork"); rc = CUDA_ERROR_OPERATING_SYSTEM; }
         else if (pid == 0) {
             /* The child: a new process for the driver; it forgets what the parent held. */
             nheld = 0; dev_ord = -1; stream = NULL; pool = NULL; kernel = NULL;
-            printf(" child=%d", (int)getpid());
+            printf("op=fork child=%d", (int)getpid());
             rc = CALL(cuInit, 0);
             endline(rc);
             return rc == CUDA_SUCCESS ? used : (*required_failed = required, -1);
         } else {
             int st = 0;
             waitpid(pid, &st, 0);
-            printf(" child=%d child_status=%d", (int)pid, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+            printf("op=fork child=%d child_status=%d", (int)pid, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = CUDA_ERROR_UNKNOWN;
             endline(rc);
             return -2; /* the parent stops here: the child ran the remaining ops */
@@ -541,7 +562,9 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         Dl_info info;
         memset(&info, 0, sizeof info);
         const char *sym = fp && dladdr(fp, &info) && info.dli_sname ? info.dli_sname : "-";
-        printf(" name=%s version=%d flags=%d sym=%s status=%d", name, ver, (int)flags, sym, status);
+        const char *file = fp && info.dli_fname ? strrchr(info.dli_fname, '/') : NULL;
+        printf(" name=%s version=%d flags=%d sym=%s lib=%s status=%d", name, ver, (int)flags, sym,
+               file ? file + 1 : (fp && info.dli_fname ? info.dli_fname : "-"), status);
     } else if (!strcmp(op, "reset")) {
         rc = need_ctx();
         if (rc == CUDA_SUCCESS) rc = CALL(cuDevicePrimaryCtxReset, dev);

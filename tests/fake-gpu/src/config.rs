@@ -20,7 +20,7 @@ impl Config {
     /// Reads `FAKE_CUDA_DEVICES` and `FAKE_CUDA_STATE_DIR`.
     pub fn from_env() -> Result<Config, String> {
         let devices = env::var("FAKE_CUDA_DEVICES").unwrap_or_default();
-        let totals = parse_devices(&devices)?;
+        let totals = parse_devices(&devices).map_err(|e| format!("FAKE_CUDA_DEVICES={devices:?}: {e}"))?;
         let state_dir = env::var("FAKE_CUDA_STATE_DIR")
             .ok()
             .filter(|s| !s.is_empty())
@@ -49,19 +49,19 @@ pub fn parse_devices(s: &str) -> Result<Vec<u64>, String> {
         return Ok(vec![DEFAULT_DEVICE_BYTES]);
     }
     let list = if let Some((n, size)) = s.split_once('x') {
-        let n: usize = n.trim().parse().map_err(|_| format!("FAKE_CUDA_DEVICES: bad count in {s:?}"))?;
+        let n: usize = n.trim().parse().map_err(|_| format!("bad count in {s:?}"))?;
         vec![parse_size(size)?; n]
     } else if !s.contains(',') && s.len() <= 2 && s.bytes().all(|b| b.is_ascii_digit()) {
-        let n: usize = s.parse().map_err(|_| format!("FAKE_CUDA_DEVICES: bad count {s:?}"))?;
+        let n: usize = s.parse().map_err(|_| format!("bad count {s:?}"))?;
         vec![DEFAULT_DEVICE_BYTES; n]
     } else {
         s.split(',').map(parse_size).collect::<Result<Vec<_>, _>>()?
     };
     if list.is_empty() || list.len() > MAX_DEVICES {
-        return Err(format!("FAKE_CUDA_DEVICES: between 1 and {MAX_DEVICES} devices, got {s:?}"));
+        return Err(format!("between 1 and {MAX_DEVICES} devices, got {s:?}"));
     }
     if list.iter().any(|&b| b == 0 || b >= 1 << 47) {
-        return Err(format!("FAKE_CUDA_DEVICES: a device size is zero or too large in {s:?}"));
+        return Err(format!("a device size is zero or too large in {s:?}"));
     }
     Ok(list)
 }

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Proves the fake CUDA driver and NVML (tests/fake-driver.md) through the test clients: every
+# client op, OOM at the device size, memory shared by concurrent processes, memory returned after
+# SIGKILL and after fork, CUDA_VISIBLE_DEVICES, cuGetProcAddress versions and per-thread-stream
+# variants (also with an interposer preloaded), NVML memory info and per-process usage.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+if [ ! -x target/clients/rt_client ] || [ ! -e target/fake/libcuda.so.1 ] || [ ! -x target/clients/nvml_client ]; then
+    cargo build --release -q -p fake-cuda -p fake-nvml && make -s --no-print-directory fake clients >/dev/null || exit 1
+fi
+work=$(mktemp -d /tmp/fake-driver-test.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+export LD_LIBRARY_PATH=$root/target/fake
+export FAKE_CUDA_STATE_DIR=$work/state
+unset CUDA_VISIBLE_DEVICES FAKE_CUDA_DEVICES FAKE_CUDA_CONTEXT_BYTES FAKE_CUDA_MODULE_BYTES CLIENT_CUDA_VERSION CLIENT_PTDS
+RT=$root/target/clients/rt_client
+LINKED=$root/target/clients/linked_client
+NVML=$root/target/clients/nvml_client
+GiB=$((1 << 30)); MiB=$((1 << 20))
+pass=0; fail=0
+
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+# check DESCRIPTION ACTUAL EXPECTED
+check() { if [ "$2" == "$3" ]; then ok "$1"; else bad "$1: got '$2', want '$3'"; fi; }
+# val OUTPUT OP KEY [N]: value of KEY on the N-th (default first) line of op OP.
+val() { printf '%s\n' "$1" | grep "^op=$2 " | sed -n "${4:-1}p" | tr ' ' '\n' | sed -n "s/^$3=//p" | head -1; }
+# nval OUTPUT INDEX KEY: from nvml_client output.
+nval() { printf '%s\n' "$1" | grep "^nvml index=$2 " | tr ' ' '\n' | sed -n "s/^$3=//p"; }
+# start NAME CLIENT ARGS...: runs a client in the background that ends in `wait`; waits until ready.
+start() {
+    local name=$1; shift
+    mkfifo "$work/$name.in"
+    "$@" <"$work/$name.in" >"$work/$name.out" 2>&1 &
+    pids+=($!); eval "${name}_pid=$!"
+    exec {fd}>"$work/$name.in"; eval "${name}_fd=$fd"
+    for _ in $(seq 200); do grep -q "op=wait ready" "$work/$name.out" && return 0; sleep 0.02; done
+    echo "client $name never got ready:"; cat "$work/$name.out"; return 1
+}
+release() { local fd; eval "fd=\$${1}_fd"; echo go >&"$fd"; eval "exec ${fd}>&-"; local p; eval "p=\$${1}_pid"; wait "$p"; }
+
+for client in rt_client linked_client; do
+    C=$root/target/clients/$client
+    export FAKE_CUDA_DEVICES=2x4Gi
+    # ---- every op ----
+    out=$("$C" '!info' '!alloc' 256Mi '!memcheck' '!addrrange' '!pitch' 1000 10 '!managed' 64Mi '!memcheck' \
+        '!array' 1024 1024 '!array3d' 64 64 64 '!mipmap' 256 256 4 '!async' 10Mi '!memcheck' '!info' \
+        '!pool' 40Mi '!graph' 100Mi '!info' '!trim' '!vmm' 3Mi '!memcheck' '!module' '!launch' 100 \
+        '!free-last' '!free-bogus' '!memgetinfo-null' '!sync' '!free-all' '!info' '!device' 1 '!info' hold 2>&1)
+    rc=$?
+    check "$client: all ops succeed (exit status)" "$rc" 0
+    [ "$rc" = 0 ] || printf '%s\n' "$out"
+    check "$client: context memory taken on device 0 (free = 4Gi - 256Mi)" "$(val "$out" info free)" $((4 * GiB - 256 * MiB))
+    check "$client: total and cuDeviceTotalMem = 4Gi" "$(val "$out" info total) $(val "$out" info devtotal)" "$((4 * GiB)) $((4 * GiB))"
+    check "$client: uuid of device 0" "$(val "$out" info uuid)" GPU-fa4ec0de-0000-4000-8000-000000000000
+    check "$client: addrrange finds the allocation" "$(val "$out" addrrange size)" $((256 * MiB))
+    check "$client: pitch rounded to 512" "$(val "$out" pitch pitch)" 1024
+    check "$client: memcheck ok on plain, managed, async, vmm memory" "$(printf '%s\n' "$out" | grep -c '^op=memcheck .*ok=1 rc=0')" 4
+    check "$client: array memory requirements" "$(val "$out" array req_size) $(val "$out" array3d req_size)" "$((4 * MiB)) $((1 * MiB))"
+    check "$client: async pool reserves a 32Mi chunk" "$(val "$out" async reserved)" $((32 * MiB))
+    # 256Mi ctx + 256Mi + 10240*... : free after async = 4Gi - ctx - alloc - pitch(10240) - managed - arrays - pool chunk
+    arrays=$((4 * MiB + 1 * MiB + 384 * 1024))   # 256x256 floats, 4 levels: 349520 bytes -> 384Ki
+    want=$((4 * GiB - 256 * MiB - 256 * MiB - 10240 - 64 * MiB - arrays - 32 * MiB))
+    # pitch 10240 bytes is charged exactly
+    check "$client: free after alloc/pitch/managed/arrays/async" "$(val "$out" info free 2)" "$want"
+    check "$client: own pool reserves 64Mi for 40Mi" "$(val "$out" pool reserved)" $((64 * MiB))
+    check "$client: graph memory reserved 128Mi for 100Mi" "$(val "$out" graph graph_reserved)" $((128 * MiB))
+    check "$client: free after pool and graph" "$(val "$out" info free 3)" $((want - 64 * MiB - 128 * MiB))
+    check "$client: trim releases graph memory, pools keep what is in use" \
+        "$(val "$out" trim graph_reserved) $(val "$out" trim reserved) $(val "$out" trim pool_reserved)" "0 $((32 * MiB)) $((64 * MiB))"
+    check "$client: vmm rounded to the 2Mi granularity" "$(val "$out" vmm size)" $((4 * MiB))
+    check "$client: launch ran" "$(val "$out" launch launched)" 100
+    check "$client: free-bogus is CUDA_ERROR_INVALID_VALUE" "$(val "$out" free-bogus err)" CUDA_ERROR_INVALID_VALUE
+    check "$client: cuMemGetInfo(NULL, NULL) is CUDA_ERROR_INVALID_VALUE" "$(val "$out" memgetinfo-null err)" CUDA_ERROR_INVALID_VALUE
+    check "$client: everything returned after free-all (only the context left)" "$(val "$out" info free 4)" $((4 * GiB - 256 * MiB))
+    check "$client: device 1 has its own memory and uuid" "$(val "$out" info free 5) $(val "$out" info uuid 5)" \
+        "$((4 * GiB - 256 * MiB)) GPU-fa4ec0de-0000-4000-8000-000000000001"
+    out=$("$C" info 2>&1)
+    check "$client: memory of an exited process (hold) is back for the next one" "$(val "$out" info free)" $((4 * GiB - 256 * MiB))
+
+    # ---- OOM at the device size ----
+    export FAKE_CUDA_DEVICES=1Gi
+    out=$(FAKE_CUDA_CONTEXT_BYTES=0 "$C" '!fill' 100Mi '!info' 2>&1)
+    check "$client: fill 100Mi on a 1Gi device: 10 fit, then CUDA_ERROR_OUT_OF_MEMORY" \
+        "$(val "$out" fill count) $(val "$out" fill err)" "10 CUDA_ERROR_OUT_OF_MEMORY"
+    check "$client: free after fill" "$(val "$out" info free)" $((GiB - 1000 * MiB))
+    out=$("$C" '!fill' 100Mi 2>&1)
+    check "$client: with the default 256Mi context only 7 fit" "$(val "$out" fill count)" 7
+    out=$("$C" alloc 2Gi 2>&1)
+    check "$client: one allocation larger than the device" "$(val "$out" alloc err)" CUDA_ERROR_OUT_OF_MEMORY
+done
+
+# ---- device-global memory across processes; NVML agrees; SIGKILL returns memory ----
+export FAKE_CUDA_DEVICES=2x4Gi
+start a "$LINKED" '!alloc' 1Gi '!info' wait || exit 1
+start b "$RT" '!device' 1 '!alloc' 512Mi '!device' 0 '!alloc' 256Mi '!info' wait || exit 1
+a_out=$(cat "$work/a.out"); b_out=$(cat "$work/b.out")
+check "two processes: B sees A's memory (4Gi - A 1Gi+ctx - B 256Mi+ctx)" "$(val "$b_out" info free)" \
+    $((4 * GiB - GiB - 256 * MiB - 256 * MiB - 256 * MiB))
+nv=$("$NVML" 2>&1)
+check "NVML used on device 0 = A + B" "$(nval "$nv" 0 used)" $((GiB + 256 * MiB + 512 * MiB))
+check "NVML free on device 0 = what CUDA reports" "$(nval "$nv" 0 free)" "$(val "$b_out" info free)"
+check "NVML v2 used/free/reserved" "$(nval "$nv" 0 v2_used) $(nval "$nv" 0 v2_free) $(nval "$nv" 0 v2_reserved)" \
+    "$((GiB + 768 * MiB)) $(val "$b_out" info free) 0"
+check "NVML v2 with a wrong version field: NVML_ERROR_ARGUMENT_VERSION_MISMATCH" "$(nval "$nv" 0 v2_badversion)" 25
+check "NVML device 1 used = B's 512Mi + context" "$(nval "$nv" 1 used)" $((768 * MiB))
+check "NVML lists A's usage on device 0" "$(printf '%s\n' "$nv" | grep -c "^proc index=0 pid=$a_pid used=$((GiB + 256 * MiB))$")" 1
+check "NVML lists B's usage on device 1" "$(printf '%s\n' "$nv" | grep -c "^proc index=1 pid=$b_pid used=$((768 * MiB))$")" 1
+out=$("$RT" '!fill' 1Gi 2>&1)
+# used on device 0: A 1Gi + ctx, B 256Mi + ctx, this process's ctx: 2Gi left.
+check "a third process fills only what is left of device 0" "$(val "$out" fill count)" 2
+kill -9 "$a_pid"; wait "$a_pid" 2>/dev/null
+out=$("$RT" '!info' 2>&1)
+check "after SIGKILL of A its memory is back (next process start reclaims)" "$(val "$out" info free)" \
+    $((4 * GiB - 512 * MiB - 256 * MiB))
+nv=$("$NVML" 0 2>&1)
+check "NVML agrees after the kill" "$(nval "$nv" 0 used) $(printf '%s\n' "$nv" | grep -c '^proc index=0')" "$((512 * MiB)) 1"
+release b
+out=$("$RT" '!info' 2>&1)
+check "after B exits everything is back" "$(val "$out" info free)" $((4 * GiB - 256 * MiB))
+# A process that cannot allocate reclaims the dead: kill a holder, then allocate without a new start.
+start c "$LINKED" '!alloc' 3Gi wait || exit 1
+start d "$LINKED" '!info' wait '!alloc' 3Gi '!info' wait || exit 1
+kill -9 "$c_pid"; wait "$c_pid" 2>/dev/null
+eval "echo go >&$d_fd"; sleep 0.3
+d_out=$(cat "$work/d.out")
+check "an allocation that does not fit reclaims a dead process's memory first" "$(val "$d_out" alloc rc)" 0
+release d
+
+# ---- fork: the child is a process of its own ----
+out=$("$LINKED" '!alloc' 1Gi fork '!alloc' 512Mi '!info' 2>&1)
+check "fork: child runs the rest and sees parent + child memory" "$(val "$out" info free)" \
+    $((4 * GiB - GiB - 256 * MiB - 512 * MiB - 256 * MiB))
+check "fork: parent reports the child's success" "$(printf '%s\n' "$out" | grep '^op=fork .*child_status=' | tr ' ' '\n' | sed -n 's/^child_status=//p')" 0
+out=$("$RT" '!info' 2>&1)
+check "fork: all returned after both exit" "$(val "$out" info free)" $((4 * GiB - 256 * MiB))
+
+# ---- CUDA_VISIBLE_DEVICES ----
+export FAKE_CUDA_DEVICES=1Gi,2Gi,3Gi
+out=$(CUDA_VISIBLE_DEVICES=2,0 "$RT" '!info' '!device' 1 '!info' 2>&1)
+check "CUDA_VISIBLE_DEVICES=2,0: ordinal 0 is physical 2" "$(val "$out" info uuid) $(val "$out" info total) $(val "$out" info count)" \
+    "GPU-fa4ec0de-0000-4000-8000-000000000002 $((3 * GiB)) 2"
+check "CUDA_VISIBLE_DEVICES=2,0: ordinal 1 is physical 0" "$(val "$out" info uuid 2)" GPU-fa4ec0de-0000-4000-8000-000000000000
+out=$(CUDA_VISIBLE_DEVICES=GPU-fa4ec0de-0000-4000-8000-000000000001 "$LINKED" '!info' device 1 2>&1)
+check "CUDA_VISIBLE_DEVICES by UUID" "$(val "$out" info total) $(val "$out" info count) $(val "$out" device err)" \
+    "$((2 * GiB)) 1 CUDA_ERROR_INVALID_DEVICE"
+out=$(CUDA_VISIBLE_DEVICES=1,9,0 "$LINKED" '!info' 2>&1)
+check "CUDA_VISIBLE_DEVICES stops at an invalid entry" "$(val "$out" info count)" 1
+out=$(CUDA_VISIBLE_DEVICES=9 "$LINKED" info 2>&1)
+check "no visible device: cuInit fails with CUDA_ERROR_NO_DEVICE" "$(val "$out" init err)" CUDA_ERROR_NO_DEVICE
+nv=$(CUDA_VISIBLE_DEVICES=2,0 "$NVML" 2>&1)
+check "NVML ignores CUDA_VISIBLE_DEVICES (physical order)" \
+    "$(printf '%s\n' "$nv" | sed -n 's/^nvml driver=.* count=//p') $(nval "$nv" 0 uuid)" "3 GPU-fa4ec0de-0000-4000-8000-000000000000"
+
+# ---- cuGetProcAddress ----
+export FAKE_CUDA_DEVICES=1
+pa=$("$RT" procaddr cuMemAlloc procaddr cuMemAlloc 3010 procaddr cuMemGetInfo 3020 procaddr cuMemGetInfo 2000 \
+    procaddr cuCtxCreate 3020 procaddr cuCtxCreate 11040 procaddr cuCtxCreate 13000 procaddr cuDeviceTotalMem \
+    procaddr cuMemAllocAsync 13000 ptds procaddr cuMemFreeAsync 13000 ptds procaddr cuMemAllocFromPoolAsync 13000 ptds \
+    procaddr cuLaunchKernel 13000 ptds procaddr cuLaunchKernel 13000 legacy procaddr cuMemcpyHtoD 13000 ptds \
+    procaddr cuMemAlloc 13000 ptds procaddr cuMemAllocAsync 11010 procaddr cuNoSuchFunction procaddr cuMemAlloc_v2 \
+    procaddr cuGraphInstantiate 12000 procaddr cuDeviceGetUuid 13000 2>&1)
+syms=$(printf '%s\n' "$pa" | grep '^op=procaddr' | tr ' ' '\n' | sed -n 's/^sym=//p' | tr '\n' ' ')
+check "cuGetProcAddress resolves by version and stream mode" "$syms" \
+    "cuMemAlloc_v2 cuMemAlloc cuMemGetInfo_v2 cuMemGetInfo cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuDeviceTotalMem_v2 cuMemAllocAsync_ptsz cuMemFreeAsync_ptsz cuMemAllocFromPoolAsync_ptsz cuLaunchKernel_ptsz cuLaunchKernel cuMemcpyHtoD_v2_ptds cuMemAlloc_v2 - - - cuGraphInstantiateWithFlags cuDeviceGetUuid_v2 "
+check "version too old: CUDA_ERROR_NOT_FOUND, VERSION_NOT_SUFFICIENT" "$(val "$pa" procaddr err 16) $(val "$pa" procaddr status 16)" "CUDA_ERROR_NOT_FOUND 2"
+check "unknown symbol: CUDA_ERROR_NOT_FOUND, SYMBOL_NOT_FOUND" "$(val "$pa" procaddr err 17) $(val "$pa" procaddr status 17)" "CUDA_ERROR_NOT_FOUND 1"
+out=$(CLIENT_PTDS=1 "$RT" '!alloc' 64Mi '!async' 1Mi '!memcheck' '!module' '!launch' 10 '!graph' 1Mi '!free-all' procaddr cuStreamSynchronize 2>&1)
+check "per-thread default stream client works end to end" "$?" 0
+check "per-thread default stream client got the _ptsz entry points" "$(val "$out" procaddr sym)" cuStreamSynchronize_ptsz
+# An interposer preloaded in front of the fake must not be handed back as the "real" function.
+cat >"$work/shim.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
+int cuMemAlloc_v2(unsigned long long *p, unsigned long n) { (void)p; (void)n; return 999; }
+int cuGetProcAddress_v2(const char *s, void **pfn, int v, uint64_t f, int *st) {
+    gpa_t real = (gpa_t)dlsym(RTLD_NEXT, "cuGetProcAddress_v2");
+    return real(s, pfn, v, f, st);
+}
+C
+gcc -shared -fPIC -o "$work/shim.so" "$work/shim.c" -ldl
+out=$(LD_PRELOAD=$work/shim.so "$LINKED" procaddr cuMemAlloc 2>&1)
+check "with an interposer preloaded, the fake still returns its own cuMemAlloc_v2 (-Bsymbolic)" \
+    "$(val "$out" procaddr sym) $(val "$out" procaddr lib)" "cuMemAlloc_v2 libcuda.so.1"
+
+# ---- driver rules ----
+out=$(FAKE_CUDA_DEVICES=bogus "$LINKED" info 2>&1)
+check "bad FAKE_CUDA_DEVICES: cuInit fails with a line naming it" "$(printf '%s\n' "$out" | grep -c 'fake-cuda: FAKE_CUDA_DEVICES')" 1
+check "soname of the fake driver and NVML" \
+    "$(readelf -d target/fake/libcuda.so.1 | grep -o 'libcuda.so.1' | head -1) $(readelf -d target/fake/libnvidia-ml.so.1 | grep -o 'libnvidia-ml.so.1' | head -1)" \
+    "libcuda.so.1 libnvidia-ml.so.1"
+
+echo "fake-driver: $pass passed, $fail failed"
+((fail == 0))
