@@ -516,6 +516,8 @@ hook!(cuMipmappedArrayDestroy(a: CUmipmappedArray) {
 // call, so the quota is exact), then the pool's RESERVED_MEM_CURRENT is read and any growth beyond it is
 // charged too. A stream-ordered free does not refund at once (the memory stays reserved); at the next
 // synchronisation, trim, cuMemFree or cuMemGetInfo the reservation is read again and the shrink refunded.
+// If the driver's chunked growth does not fit in the quota, the allocation is undone (free, synchronise
+// that stream, trim the pool back) and out-of-memory returned: the charge never exceeds the quota.
 // All ledger operations of one pool happen under that pool's table lock, so they never reorder.
 
 fn pool_reserved(pool: u64) -> Option<u64> {
@@ -566,7 +568,7 @@ fn pool_released(pool: u64, bytes: u64) {
     POOLS_DIRTY.store(true, Ordering::Release);
 }
 
-fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, call: impl FnOnce() -> CUresult) -> CUresult {
+fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, stream: CUstream, call: impl FnOnce() -> CUresult) -> CUresult {
     if dptr.is_null() || exiting() {
         return call();
     }
@@ -605,8 +607,35 @@ fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, call
     }
     // SAFETY: non-null, written by the driver.
     let ptr = unsafe { *dptr };
+    // The driver may have grown the reservation by more than the allocation (it reserves in chunks).
+    // Charge the growth within the quota; if it does not fit, give the allocation back, trim the pool
+    // and report out of memory, so the quota is never exceeded.
+    let fits = match pool_reserved(pool) {
+        Some(reserved) => POOLS.update(pool, || new_pool(dev), |p| {
+            let want = reserved.max(p.outstanding);
+            if want <= p.charged {
+                return true;
+            }
+            if !q.charge(Kind::AsyncPool, want - p.charged) {
+                return false;
+            }
+            p.charged = want;
+            true
+        }),
+        None => true,
+    };
+    if !fits {
+        forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), ptr, stream);
+        forward!("cuStreamSynchronize", fn(CUstream), stream);
+        let keep = POOLS.update(pool, || new_pool(dev), |p| {
+            p.outstanding = p.outstanding.saturating_sub(bytes);
+            p.outstanding
+        });
+        forward!("cuMemPoolTrimTo", fn(CUmemoryPool, usize), pool as CUmemoryPool, keep as usize);
+        reconcile_pool(pool);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     ALLOCS.insert(ptr, Rec { dev, kind: Kind::AsyncPool, bytes, ctx: current_ctx(), pool });
-    reconcile_pool(pool);
     r
 }
 
@@ -615,7 +644,7 @@ fn device_pool(dev: CUdevice) -> Option<u64> {
     (forward!("cuDeviceGetMemPool", fn(*mut CUmemoryPool, CUdevice), &mut p, dev) == CUDA_SUCCESS).then_some(p as u64)
 }
 
-fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, call: impl FnOnce() -> CUresult) -> CUresult {
+fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream, call: impl FnOnce() -> CUresult) -> CUresult {
     if quota::unlimited() {
         return call();
     }
@@ -624,10 +653,10 @@ fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, call: impl FnOnce() -> CUre
     }
     let Some(dev) = current_device() else { return call() };
     let Some(pool) = device_pool(dev) else { return call() };
-    pool_alloc(dptr, bytes as u64, pool, dev, call)
+    pool_alloc(dptr, bytes as u64, pool, dev, stream, call)
 }
 
-fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, call: impl FnOnce() -> CUresult) -> CUresult {
+fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream, call: impl FnOnce() -> CUresult) -> CUresult {
     if quota::unlimited() {
         return call();
     }
@@ -636,20 +665,20 @@ fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, cal
     }
     let known = POOLS.with(pool as u64, |p| p.map(|p| p.dev));
     let Some(dev) = known.or_else(current_device) else { return call() };
-    pool_alloc(dptr, bytes as u64, pool as u64, dev, call)
+    pool_alloc(dptr, bytes as u64, pool as u64, dev, stream, call)
 }
 
 hook!(cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
-    alloc_async(dptr, bytes, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+    alloc_async(dptr, bytes, s, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
 });
 hook!(cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
-    alloc_async(dptr, bytes, || forward!("cuMemAllocAsync_ptsz", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+    alloc_async(dptr, bytes, s, || forward!("cuMemAllocAsync_ptsz", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
 });
 hook!(cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
-    alloc_from_pool(dptr, bytes, pool, || forward!("cuMemAllocFromPoolAsync", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+    alloc_from_pool(dptr, bytes, pool, s, || forward!("cuMemAllocFromPoolAsync", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
 });
 hook!(cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
-    alloc_from_pool(dptr, bytes, pool, || forward!("cuMemAllocFromPoolAsync_ptsz", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+    alloc_from_pool(dptr, bytes, pool, s, || forward!("cuMemAllocFromPoolAsync_ptsz", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
 });
 hook!(cuMemFreeAsync(p: CUdeviceptr, s: CUstream) {
     tracked_free(&ALLOCS, p, || forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), p, s))

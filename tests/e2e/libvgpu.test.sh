@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# End-to-end tests of libvgpu.so on the fake driver: both test clients (runtime-style through dlsym +
+# cuGetProcAddress_v2, and linked), NVML through dlsym, several processes, fork, SIGKILL, configuration.
+# Needs `make build` (target/vgpu/libvgpu.so, target/fake/*, target/clients/*).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+LIB=$ROOT/target/vgpu/libvgpu.so
+RT=$ROOT/target/clients/rt_client
+LN=$ROOT/target/clients/linked_client
+for f in "$LIB" "$RT" "$LN" target/fake/libcuda.so.1 target/fake/libnvidia-ml.so.1; do
+    [ -e "$f" ] || { echo "libvgpu.test: $f missing (run make build)"; echo "0 passed, 1 failed"; exit 1; }
+done
+export LD_LIBRARY_PATH=$ROOT/target/fake
+W=$(mktemp -d /tmp/vgpu-libvgpu-test.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$W"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+
+GiB=1073741824; MiB=1048576
+UUID0=GPU-fa4ec0de-0000-4000-8000-000000000000
+UUID1=GPU-fa4ec0de-0000-4000-8000-000000000001
+
+# Each case gets fresh fake-device state and a fresh ledger prefix.
+n=0
+fresh() {
+    n=$((n + 1))
+    export FAKE_CUDA_STATE_DIR=$W/fake$n CACHE=$W/cache$n
+    mkdir -p "$FAKE_CUDA_STATE_DIR"
+    export FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=1
+    unset FAKE_CUDA_MODULE_BYTES
+}
+# vg CLIENT ARGS...: the client under the library with a 1 GiB quota (override with env before the call).
+vg() { LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-1g} "$@"; }
+field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p"; }   # field KEY < lines
+opline() { grep "^op=$1 " | sed -n "${2:-1}p"; }  # opline OP [Nth]
+
+# --- the quota is the GPU's size, through both clients ------------------------------------------------
+fresh
+for c in "$RT" "$LN"; do
+    out=$(vg "$c" info 2>&1)
+    check "$(basename "$c"): cuMemGetInfo total and cuDeviceTotalMem are the quota" \
+        test "$(echo "$out" | opline info | field total)/$(echo "$out" | opline info | field devtotal)" = "$GiB/$GiB"
+    check "$(basename "$c"): free is the quota when nothing is allocated" test "$(echo "$out" | opline info | field free)" = "$GiB"
+done
+
+# --- NVML through dlsym (as nvidia-smi resolves it) -----------------------------------------------------
+cat > "$W/nvml_probe.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+typedef struct { unsigned long long total, free, used; } mem_t;
+typedef struct { unsigned version; unsigned long long total, reserved, free, used; } mem2_t;
+int main(void) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!h) return 2;
+    int (*init)(void) = dlsym(h, "nvmlInit_v2");
+    int (*byidx)(unsigned, void **) = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    int (*info)(void *, mem_t *) = dlsym(h, "nvmlDeviceGetMemoryInfo");
+    int (*info2)(void *, mem2_t *) = dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
+    void *d; mem_t m; mem2_t m2 = {.version = (unsigned)(sizeof(mem2_t) | (2u << 24))};
+    if (init() || byidx(0, &d)) return 3;
+    int r = info(d, &m), r2 = info2 ? info2(d, &m2) : -1;
+    printf("nvml total=%llu free=%llu used=%llu rc=%d total2=%llu free2=%llu used2=%llu rc2=%d\n",
+           m.total, m.free, m.used, r, m2.total, m2.free, m2.used, r2);
+    return 0;
+}
+C
+gcc -O1 -o "$W/nvml_probe" "$W/nvml_probe.c" -ldl
+fresh
+out=$( (vg "$RT" alloc 256m wait <<<"" & sleep 0.5; vg "$W/nvml_probe"; wait) 2>&1 | grep '^nvml')
+check "NVML memory info: total = quota, used = container usage" \
+    test "$(echo "$out" | field total)/$(echo "$out" | field used)/$(echo "$out" | field free)" = "$GiB/$((256 * MiB))/$((768 * MiB))"
+check "NVML memory info v2 likewise" test "$(echo "$out" | field total2)/$(echo "$out" | field used2)" = "$GiB/$((256 * MiB))"
+out=$(FAKE_CUDA_STATE_DIR=$W/nolimit "$W/nvml_probe"); out2=$(LD_PRELOAD=$LIB FAKE_CUDA_STATE_DIR=$W/nolimit "$W/nvml_probe")
+check "NVML without a limit is the driver's answer" test "$out" = "$out2"
+
+# --- every allocation kind stops exactly at the quota with CUDA_ERROR_OUT_OF_MEMORY, and is refunded ------
+# 1 GiB quota, contexts cost nothing on this fake run: four 256 MiB objects fit, the fifth is refused.
+kinds=("alloc 256m" "managed 256m" "pitch 1m 256" "array 4096 16384" "array3d 1024 1024 64" "async 256m" "pool 256m"
+       "vmm 256m" "graph 256m")
+for k in "${kinds[@]}"; do
+    for c in "$RT" "$LN"; do
+        fresh
+        read -r op _ <<<"$k"
+        # shellcheck disable=SC2086
+        out=$(vg "$c" $k $k $k $k $k info free-all sync trim info 2>/dev/null)
+        codes=$(echo "$out" | grep "^op=$op " | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' ')
+        f1=$(echo "$out" | opline info 1 | field free); f2=$(echo "$out" | opline info 2 | field free)
+        check "$(basename "$c") $op: 4 fit, the 5th is OOM, full refund after free ($codes free $f1 -> $f2)" \
+            test "$codes/$f1/$f2" = "0 0 0 0 2 /0/$GiB"
+    done
+done
+
+# mipmapped arrays and modules are charged and refunded
+fresh
+out=$(vg "$RT" mipmap 1024 1024 3 info free-all info 2>/dev/null)
+f1=$(echo "$out" | opline info 1 | field free); f2=$(echo "$out" | opline info 2 | field free)
+check "mipmapped array charged ($f1) and refunded ($f2)" test "$f1" -lt "$GiB" -a "$f2" = "$GiB"
+fresh
+out=$(FAKE_CUDA_MODULE_BYTES=64m vg "$RT" module info free-all info 2>/dev/null)
+check "module memory charged (measured) and refunded" \
+    test "$(echo "$out" | opline info 1 | field free)/$(echo "$out" | opline info 2 | field free)" = "$((960 * MiB))/$GiB"
+fresh
+out=$(FAKE_CUDA_CONTEXT_BYTES=128m vg "$RT" info 2>/dev/null)
+check "context memory charged (measured through NVML)" test "$(echo "$out" | opline info | field free)" = "$((896 * MiB))"
+
+# stream-ordered: small allocations from 32 MiB pool chunks never push the charge past the quota
+fresh
+out=$(LIMIT=100m vg "$RT" async 1m async 1m async 1m async 40m async 40m async 40m info 2>/dev/null)
+check "async pool chunks stay within the quota (last is OOM)" \
+    test "$(echo "$out" | grep '^op=async ' | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' ')" = "0 0 0 0 0 2 "
+
+# --- the quota's edges ---------------------------------------------------------------------------------
+fresh
+out=$(vg "$RT" free-bogus 2>/dev/null | opline free-bogus); base=$("$RT" free-bogus 2>/dev/null | opline free-bogus)
+check "freeing an untracked pointer passes through (driver's own answer)" test "$out" = "$base"
+out=$(vg "$RT" memgetinfo-null 2>/dev/null | opline memgetinfo-null)
+check "cuMemGetInfo(NULL, NULL) is CUDA_ERROR_INVALID_VALUE, no crash" test "$(echo "$out" | field rc)" = 1
+fresh
+out=$(CLIENT_PTDS=1 vg "$RT" async 512m async 512m async 1m 2>/dev/null | grep '^op=async' | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' ')
+check "per-thread-stream (_ptsz) entry points are hooked too" test "$out" = "0 0 2 "
+
+# --- several processes share one quota ---------------------------------------------------------------------
+fresh
+for i in 1 2 3 4; do (sleep 3 | vg "$RT" fill 16m wait >"$W/p$i.out" 2>/dev/null) & done
+wait
+total=0; for i in 1 2 3 4; do total=$((total + $(opline fill <"$W/p$i.out" | field bytes))); done
+check "4 processes filling at once get exactly the quota together ($total)" test "$total" = "$GiB"
+out=$(vg "$LN" info 2>/dev/null | opline info | field free)
+check "all of it is back once they exit" test "$out" = "$GiB"
+
+# a SIGKILLed process's usage is reclaimed
+fresh
+(sleep 30 | vg "$RT" alloc 768m wait >"$W/k.out" 2>/dev/null) &
+for _ in $(seq 50); do grep -q ready "$W/k.out" 2>/dev/null && break; sleep 0.1; done
+during=$(vg "$RT" info 2>/dev/null | opline info | field free)
+pkill -KILL -P $! -f rt_client 2>/dev/null || kill -KILL "$(pgrep -n -f "rt_client alloc 768m")"
+sleep 0.3
+after=$(vg "$RT" info 2>/dev/null | opline info | field free)
+check "SIGKILLed holder: free $during while alive, $after after" test "$during/$after" = "$((256 * MiB))/$GiB"
+wait 2>/dev/null
+
+# fork: the child gets its own slot; the parent's usage stays the parent's
+fresh
+out=$(vg "$RT" alloc 256m fork alloc 256m info 2>/dev/null)
+check "fork child charges its own slot (sees parent + own usage)" test "$(echo "$out" | opline info | field free)" = "$((512 * MiB))"
+check "fork child and parent both exit cleanly" test "$(echo "$out" | opline fork 2 | field child_status)" = 0
+out=$(vg "$RT" info 2>/dev/null | opline info | field free)
+check "after both exit the ledger is empty" test "$out" = "$GiB"
+
+# --- configuration ------------------------------------------------------------------------------------------
+# CUDA_VISIBLE_DEVICES reorder: a limits file names physical GPU 1 by UUID; wherever it appears, it is limited
+fresh; export FAKE_CUDA_DEVICES=2
+mkdir -p "$W/state$n/ledgers"
+cat >"$W/state$n/limits.json" <<J
+{"version":1,"container_id":"t$n","devices":[{"index":0,"uuid":"$UUID1","memory_limit":$((512 * MiB)),"ledger":"ledgers/$UUID1.ledger"}]}
+J
+for cvd in "0,1" "1,0"; do
+    out=$(CUDA_VISIBLE_DEVICES=$cvd VGPU_LIMITS_FILE=$W/state$n/limits.json LD_PRELOAD=$LIB "$RT" device 0 info device 1 info 2>/dev/null)
+    t0=$(echo "$out" | opline info 1 | field total); u0=$(echo "$out" | opline info 1 | field uuid)
+    t1=$(echo "$out" | opline info 2 | field total); u1=$(echo "$out" | opline info 2 | field uuid)
+    lim=$([ "$u0" = "$UUID1" ] && echo "$t0/$t1" || echo "$t1/$t0")
+    check "CUDA_VISIBLE_DEVICES=$cvd: the quota follows GPU $UUID1 ($lim)" test "$lim" = "$((512 * MiB))/$((16 * GiB))"
+done
+# per-ordinal env limits are by CUDA ordinal as the process sees it
+out=$(CUDA_VISIBLE_DEVICES=1,0 LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT_0=1g \
+      "$RT" device 0 info device 1 info 2>/dev/null)
+check "CUDA_DEVICE_MEMORY_LIMIT_0 limits CUDA ordinal 0 (physical GPU 1 here)" \
+    test "$(echo "$out" | opline info 1 | field total)/$(echo "$out" | opline info 1 | field uuid)/$(echo "$out" | opline info 2 | field total)" \
+    = "$GiB/$UUID1/$((16 * GiB))"
+export FAKE_CUDA_DEVICES=1
+
+# the limits file wins over the environment
+fresh; mkdir -p "$W/state$n"
+cat >"$W/state$n/limits.json" <<J
+{"version":1,"container_id":"t$n","devices":[{"index":0,"uuid":"$UUID0","memory_limit":$((512 * MiB)),"ledger":"ledgers/$UUID0.ledger"}]}
+J
+mkdir -p "$W/state$n/ledgers"
+out=$(VGPU_LIMITS_FILE=$W/state$n/limits.json vg "$RT" info 2>/dev/null | opline info | field total)
+check "limits.json (512 MiB) wins over CUDA_DEVICE_MEMORY_LIMIT=1g" test "$out" = "$((512 * MiB))"
+
+# bad configuration: one line on stderr, CUDA refuses to start
+fresh
+echo '{"version":1,"devices":[' >"$W/corrupt.json"
+VGPU_LIMITS_FILE=$W/corrupt.json LD_PRELOAD=$LIB "$RT" info >"$W/o" 2>"$W/e"
+check "corrupt limits file: cuInit fails ($(opline init <"$W/o" | field err))" grep -q "^op=init.* rc=3 " "$W/o"
+check "corrupt limits file: exactly one line naming the file" test "$(wc -l <"$W/e")/$(grep -c corrupt.json "$W/e")" = "1/1"
+LIMIT=lots vg "$RT" info >"$W/o" 2>"$W/e"
+check "bad CUDA_DEVICE_MEMORY_LIMIT: cuInit fails" grep -q "^op=init.* rc=3 " "$W/o"
+check "bad CUDA_DEVICE_MEMORY_LIMIT: one line naming the variable" test "$(wc -l <"$W/e")/$(grep -c 'CUDA_DEVICE_MEMORY_LIMIT="lots"' "$W/e")" = "1/1"
+
+# --- no limit: identical to the bare driver; nothing on stdout; non-CUDA programs untouched -----------------
+ops="info alloc 64m pitch 1000 10 async 4m pool 4m vmm 4m graph 64m array 100 100 free-bogus free-all trim info"
+fresh; bare=$("$RT" $ops 2>&1 | sed 's/pid=[0-9]*//')
+fresh; pre=$(LD_PRELOAD=$LIB "$RT" $ops 2>&1 | sed 's/pid=[0-9]*//')
+check "no limit: output identical to the bare fake driver" test "$bare" = "$pre"
+fresh
+out=$(LIBCUDA_LOG_LEVEL=4 vg "$RT" info fill 256m 2>/dev/null | grep -vc '^op=\|^fatal')
+check "the library writes nothing to stdout (log level 4)" test "$out" = 0
+fresh
+LD_PRELOAD=$LIB LIBCUDA_LOG_LEVEL=4 CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE /bin/true 2>"$W/e"
+check "/bin/true under the preload: exit 0, no output, no ledger created" \
+    test "$?/$(wc -c <"$W/e")/$(ls "$CACHE"* 2>/dev/null | wc -l)" = "0/0/0"
+check "ls output unchanged under the preload" test "$(LD_PRELOAD=$LIB ls /)" = "$(ls /)"
+
+# --- the shipped binary ---------------------------------------------------------------------------------------
+newest=$(objdump -T "$LIB" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+check "libvgpu.so needs no glibc newer than 2.17 (newest: $newest)" \
+    test "$(printf '%s\n' "$newest" GLIBC_2.17 | sort -V | tail -1)" = GLIBC_2.17
+extra=$(nm -D --defined-only "$LIB" | awk '{print $3}' | grep -v '^\(cu[A-Za-z0-9_]*\|nvml[A-Za-z0-9_]*\|dlsym\)$' | tr '\n' ' ')
+check "libvgpu.so exports only hook symbols (extra: '${extra}')" test -z "$extra"
+
+echo "libvgpu: $pass passed, $fail failed"
+((fail == 0))
