@@ -5,16 +5,17 @@
 # Every figure comes from the C programs in this folder; the same script runs on the GPU machine against
 # the real driver (tests/gpu/run.sh calls it with BENCH_DRIVER=system). Overrides (environment):
 #   BENCH_DRIVER      fake (default: target/fake/libcuda.so.1) | system (the installed libcuda.so.1)
+#   BENCH_FAKE_DIR    the fake driver's folder (default target/fake)
 #   BENCH_LIBVGPU     the interposer (default target/vgpu/libvgpu.so)
 #   BENCH_OUT         output folder (default target/bench)
-#   BENCH_ROUNDS      with/without runs alternate this many times; the best round counts (default 3)
+#   BENCH_ROUNDS      with/without runs alternate this many times; the best round counts (default 5)
 #   BENCH_ITERS       calls per repetition for the per-call figures (default 20000)
 #   BENCH_PAIR_ITERS  the same for alloc/free pairs (default BENCH_ITERS)
-#   BENCH_REPS        repetitions per run, median taken (default 11)
+#   BENCH_REPS        repetitions per run, median taken (default 7)
 #   BENCH_BYTES       bytes per allocation (default 4096)
 #   BENCH_PROCS       process counts for the throughput figure (default "1 8 32")
 #   BENCH_PROC_ITERS  alloc/free pairs per process (default 20000)
-#   BENCH_START_RUNS  spawns per process-start figure (default 2000)
+#   BENCH_START_RUNS  spawns per configuration and round (default 1000)
 #   BENCH_LIMIT       the quota while measuring with the library, large enough never to refuse (64Gi)
 #   BENCH_SKIP        space-separated parts to leave out: pair meminfo launch start procs ledger
 #   CC, PYTHON        compiler (gcc) and Python 3 (python3) to use
@@ -25,14 +26,14 @@ root=$PWD
 driver=${BENCH_DRIVER:-fake}
 libvgpu=$(realpath -m "${BENCH_LIBVGPU:-target/vgpu/libvgpu.so}")
 out=$(realpath -m "${BENCH_OUT:-target/bench}")
-rounds=${BENCH_ROUNDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 iters=${BENCH_ITERS:-20000}
 pair_iters=${BENCH_PAIR_ITERS:-$iters}
-reps=${BENCH_REPS:-11}
+reps=${BENCH_REPS:-7}
 bytes=${BENCH_BYTES:-4096}
 procs=${BENCH_PROCS:-1 8 32}
 proc_iters=${BENCH_PROC_ITERS:-20000}
-start_runs=${BENCH_START_RUNS:-2000}
+start_runs=${BENCH_START_RUNS:-1000}
 limit=${BENCH_LIMIT:-64Gi}
 skip=" ${BENCH_SKIP:-} "
 cc=${CC:-gcc}
@@ -55,12 +56,15 @@ done
 $cc -O2 -Wall -I"$inc" -o "$out/allocbench" tests/bench/allocbench.c -ldl
 $cc -O2 -Wall -o "$out/startbench" tests/bench/startbench.c
 $cc -shared -fPIC -o "$out/empty.so" -x c /dev/null
+# The same empty object, but needing libpthread and libdl as a glibc-2.17 build of libvgpu.so does: shows
+# how much of the library's start cost is loading those two objects.
+$cc -shared -fPIC -o "$out/empty-deps.so" -x c /dev/null -Wl,--no-as-needed -lpthread -ldl
 
 # Environment of each configuration. The fake driver keeps device-global state in a folder of its own.
 common_env=()
 case "$driver" in
     fake)
-        fake=$root/target/fake
+        fake=$(realpath -m "${BENCH_FAKE_DIR:-$root/target/fake}")
         [ -f "$fake/libcuda.so.1" ] || die "no fake driver at $fake (run make build)"
         common_env=(LD_LIBRARY_PATH="$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
                     FAKE_CUDA_DEVICES=1x80Gi FAKE_CUDA_STATE_DIR="$work/fake")
@@ -103,8 +107,9 @@ done
 if ! skipped start; then
     for r in $(seq 1 "$rounds"); do
         echo "bench: process start round $r" >&2
-        # the three configurations interleaved spawn by spawn; startbench names each line's config
-        "$out/startbench" -n "$start_runs" -c none= -c empty="$out/empty.so" -c vgpu="$libvgpu" -- /bin/true \
+        # the configurations interleaved spawn by spawn; startbench names each line's config
+        "$out/startbench" -n "$start_runs" -c none= -c empty="$out/empty.so" -c vgpu="$libvgpu" \
+            -c empty-deps="$out/empty-deps.so" -- /bin/true \
             | sed "s/^{/{\"round\":$r,/" >>"$raw" || die "failed: startbench"
     done
 fi

@@ -12,6 +12,7 @@
 #   GPU_SUITE_ONLY      comma-separated groups: smi,driverapi,shared,torch,cupy,jax,perf,bench
 #   GPU_BENCH_PROCS     process counts of the throughput bench ("1 8 16")
 #   GPU_TORCH_PYTHON, GPU_JAX_PYTHON, GPU_CUPY_PYTHON   interpreters (else found under /opt/*/.venv)
+#   GPU_FAKE_DIR        --fake only: folder of the fake libcuda.so.1 (target/fake)
 # Exit status: 0 when every case that ran passed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +40,7 @@ done
 # Build the C programs against this machine's CUDA (or, for --fake, the project's headers and fake).
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 if [ -n "$fake" ]; then
-    gcc -O2 -Wall -I.deps/cuda/include -o "$build/driverapi" tests/gpu/driverapi.c -Ltarget/fake -lcuda
+    gcc -O2 -Wall -I.deps/cuda/include -o "$build/driverapi" tests/gpu/driverapi.c -L"${GPU_FAKE_DIR:-target/fake}" -lcuda
 else
     nvcc=$(command -v nvcc || echo "$cuda_home/bin/nvcc")
     if ! { [ -x "$nvcc" ] && "$nvcc" -O2 -o "$build/driverapi" tests/gpu/driverapi.c -lcuda; }; then

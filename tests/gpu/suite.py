@@ -66,7 +66,7 @@ class Suite:
     def base_env(self):
         env = measure.clean_env()
         if self.fake:  # the project's fake driver stands in for the GPU (dry run of the suite)
-            env["LD_LIBRARY_PATH"] = os.path.join(ROOT, "target", "fake")
+            env["LD_LIBRARY_PATH"] = os.environ.get("GPU_FAKE_DIR") or os.path.join(ROOT, "target", "fake")
             env["FAKE_CUDA_DEVICES"] = "1x80Gi"
             env["FAKE_CUDA_STATE_DIR"] = os.path.join(self.tmp, "fake")
         return env
@@ -409,8 +409,14 @@ class Suite:
             notes = []
             for k in ("reason", "refused", "refused_at", "error_type", "per_process", "prealloc_fraction",
                       "total_mib", "train_ratio", "churn_ratio"):
-                if r.get(k) not in (None, "", []):
-                    notes.append(f"{k}={r[k]}")
+                v = r.get(k)
+                if v in (None, "", []):
+                    continue
+                if k == "per_process":
+                    v = "/".join(f"{b // MIB}" for b in v) + " MiB"
+                elif isinstance(v, list):
+                    v = "/".join(x or "ok" for x in v)
+                notes.append(f"{k}={v}")
             if r.get("checks"):
                 bad = [k for k, v in r["checks"].items() if v is False]
                 if bad:
