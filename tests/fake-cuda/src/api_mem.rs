@@ -26,19 +26,19 @@ pub fn alloc_charged(d: &Driver, size: u64, kind: Kind) -> Result<u64, CUresult>
 /// Frees a device pointer of any kind; CUDA_ERROR_INVALID_VALUE when it is not an allocation's start.
 pub fn free_ptr(d: &Driver, p: u64) -> R {
     let mut mem = lock(&d.mem);
-    let kind = mem.allocs.get(&p).ok_or(INVALID_VALUE)?.kind;
-    match kind {
-        Kind::Pool | Kind::Graph => {
-            drop(mem);
-            let mut objs = lock(&d.objs);
-            if kind == Kind::Pool { pool_free(d, &mut objs, p) } else { graph_free(d, &mut objs, p) }
-        }
-        _ => {
-            let a = mem.release(p).ok_or(INVALID_VALUE)?;
-            drop(mem);
+    let a = mem.release_if(p, |a| matches!(a.kind, Kind::Data | Kind::Pitch | Kind::Managed));
+    drop(mem);
+    match a {
+        Ok(a) => {
             d.refund(a.phys, a.charged);
             Ok(())
         }
+        Err(Some(kind)) => {
+            // Pool and graph memory are accounted by their owner, under the objects lock.
+            let mut objs = lock(&d.objs);
+            if kind == Kind::Pool { pool_free(d, &mut objs, p) } else { graph_free(d, &mut objs, p) }
+        }
+        Err(None) => Err(INVALID_VALUE),
     }
 }
 

@@ -254,34 +254,42 @@ impl Driver {
         for (phys, bytes) in freed {
             self.refund(phys, bytes);
         }
-        STACK.with(|s| s.borrow_mut().retain(|&c| c != h));
+        with_stack(|s| s.retain(|&c| c != h));
         Ok(())
     }
 }
 
+/// Per thread: the context stack (the last entry is current) and the current context as last
+/// validated: (handle, epoch, ordinal, phys).
+struct ThreadCtx {
+    stack: RefCell<Vec<Handle>>,
+    cache: Cell<(Handle, u64, usize, usize)>,
+}
+
 thread_local! {
-    /// The thread's context stack; the last entry is current.
-    static STACK: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
-    /// (handle, epoch, ordinal, phys) of the current context as last validated.
-    static CACHE: Cell<(Handle, u64, usize, usize)> = const { Cell::new((0, 0, 0, 0)) };
+    static THREAD: ThreadCtx = const { ThreadCtx { stack: RefCell::new(Vec::new()), cache: Cell::new((0, 0, 0, 0)) } };
+}
+
+/// Runs `f` on this thread's context stack.
+fn with_stack<T>(f: impl FnOnce(&mut Vec<Handle>) -> T) -> T {
+    THREAD.with(|t| f(&mut t.stack.borrow_mut()))
 }
 
 pub fn stack_top() -> Handle {
-    STACK.with(|s| s.borrow().last().copied().unwrap_or(0))
+    with_stack(|s| s.last().copied().unwrap_or(0))
 }
 
 pub fn stack_push(h: Handle) {
-    STACK.with(|s| s.borrow_mut().push(h));
+    with_stack(|s| s.push(h));
 }
 
 pub fn stack_pop() -> Handle {
-    STACK.with(|s| s.borrow_mut().pop().unwrap_or(0))
+    with_stack(|s| s.pop().unwrap_or(0))
 }
 
 /// Replaces the current context (cuCtxSetCurrent); 0 unbinds it.
 pub fn stack_set(h: Handle) {
-    STACK.with(|s| {
-        let mut s = s.borrow_mut();
+    with_stack(|s| {
         s.pop();
         if h != 0 {
             s.push(h);
@@ -292,18 +300,18 @@ pub fn stack_set(h: Handle) {
 /// Current context as (handle, CUDA ordinal, physical index); CUDA_ERROR_INVALID_CONTEXT when
 /// none is current or it was destroyed. Cached per thread, so the hot path takes no lock.
 pub fn current(d: &Driver) -> Result<(Handle, usize, usize), CUresult> {
-    let top = stack_top();
+    let epoch = CTX_EPOCH.load(Acquire);
+    let (top, cached) = THREAD.with(|t| (t.stack.borrow().last().copied().unwrap_or(0), t.cache.get()));
     if top == 0 {
         return Err(INVALID_CONTEXT);
     }
-    let epoch = CTX_EPOCH.load(Acquire);
-    let (h, e, ord, phys) = CACHE.with(|c| c.get());
+    let (h, e, ord, phys) = cached;
     if h == top && e == epoch {
         return Ok((h, ord, phys));
     }
     let objs = lock(&d.objs);
     let ctx = objs.ctxs.get(&top).ok_or(INVALID_CONTEXT)?;
-    CACHE.with(|c| c.set((top, epoch, ctx.ordinal, ctx.phys)));
+    THREAD.with(|t| t.cache.set((top, epoch, ctx.ordinal, ctx.phys)));
     Ok((top, ctx.ordinal, ctx.phys))
 }
 

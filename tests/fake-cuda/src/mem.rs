@@ -4,7 +4,8 @@
 //! pointer -> allocation that cuMemFree, cuMemGetAddressRange and cuPointerGetAttribute use.
 
 use crate::types::*;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::hash_map::Entry;
 
 const ALIGN: u64 = 512;
 
@@ -43,13 +44,15 @@ struct Arena {
 
 pub struct Mem {
     arenas: Vec<Option<Arena>>,
-    pub allocs: BTreeMap<u64, Alloc>,
+    /// Allocation start -> allocation. A hash map: alloc and free are the hot path; lookups of
+    /// interior pointers (copies, address ranges) fall back to a scan.
+    pub allocs: HashMap<u64, Alloc>,
     pub host: HashMap<usize, usize>,
 }
 
 impl Mem {
     pub fn new(ndev: usize) -> Mem {
-        Mem { arenas: (0..ndev).map(|_| None).collect(), allocs: BTreeMap::new(), host: HashMap::new() }
+        Mem { arenas: (0..ndev).map(|_| None).collect(), allocs: HashMap::default(), host: HashMap::default() }
     }
 
     /// Carves `size` bytes from device `phys`'s range (whose device has `total` bytes).
@@ -60,7 +63,7 @@ impl Mem {
                 // Twice the device plus slack: enough for any mix of sizes that fits the device.
                 let len = round_up(total * 2 + (1 << 30), 2 << 20);
                 let p = map_noreserve(len)?;
-                slot.insert(Arena { base: p, len, bump: 0, free: HashMap::new() })
+                slot.insert(Arena { base: p, len, bump: 0, free: HashMap::default() })
             }
         };
         let block = round_up(size.max(1), ALIGN);
@@ -88,9 +91,28 @@ impl Mem {
         Some(addr)
     }
 
+    /// Releases the allocation at `addr` if `pred` holds for it; otherwise tells its kind
+    /// (None: no allocation starts there).
+    pub fn release_if(&mut self, addr: u64, pred: impl Fn(&Alloc) -> bool) -> Result<Alloc, Option<Kind>> {
+        match self.allocs.entry(addr) {
+            Entry::Occupied(e) if pred(e.get()) => {
+                let a = e.remove();
+                self.give_back(addr, &a);
+                Ok(a)
+            }
+            Entry::Occupied(e) => Err(Some(e.get().kind)),
+            Entry::Vacant(_) => Err(None),
+        }
+    }
+
     /// Forgets an allocation and gives its range back (its pages too, if they were written).
     pub fn release(&mut self, addr: u64) -> Option<Alloc> {
         let a = self.allocs.remove(&addr)?;
+        self.give_back(addr, &a);
+        Some(a)
+    }
+
+    fn give_back(&mut self, addr: u64, a: &Alloc) {
         if a.touched {
             // SAFETY: the range is inside our own arena mapping.
             unsafe { libc::madvise(addr as *mut libc::c_void, a.block as usize, libc::MADV_DONTNEED) };
@@ -98,13 +120,18 @@ impl Mem {
         if let Some(arena) = &mut self.arenas[a.phys] {
             arena.free.entry(a.block).or_default().push(addr);
         }
-        Some(a)
     }
 
     /// The allocation containing `[p, p+len)`, as (start, allocation).
     pub fn find(&mut self, p: u64, len: u64) -> Option<(u64, &mut Alloc)> {
-        let (&start, a) = self.allocs.range_mut(..=p).next_back()?;
-        (p.checked_add(len)? <= start + a.size.max(1)).then_some((start, a))
+        let end = p.checked_add(len)?;
+        let start = if self.allocs.contains_key(&p) {
+            p
+        } else {
+            *self.allocs.iter().find(|(&s, a)| s <= p && p < s + a.size.max(1))?.0
+        };
+        let a = self.allocs.get_mut(&start)?;
+        (end <= start + a.size.max(1)).then_some((start, a))
     }
 
     /// Frees every allocation of context `ctx`; returns the device bytes to refund.
