@@ -33,6 +33,8 @@
     X(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset")                          \
     X(cuCtxSetCurrent, "cuCtxSetCurrent")                                          \
     X(cuCtxSynchronize, "cuCtxSynchronize")                                        \
+    X(cuCtxDestroy, "cuCtxDestroy")                                                \
+    X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                              \
     X(cuMemGetInfo, "cuMemGetInfo")                                                \
     X(cuMemAlloc, "cuMemAlloc")                                                    \
     X(cuMemAllocPitch, "cuMemAllocPitch")                                          \
@@ -134,7 +136,7 @@ static int load_driver(void) {
 #endif
 
 /* ---- what the client holds ---- */
-enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE };
+enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE, K_CTX };
 struct held {
     enum kind kind;
     CUdeviceptr ptr;
@@ -253,6 +255,12 @@ static CUresult free_one(struct held *h) {
         if (rc == CUDA_SUCCESS) rc = CALL(cuGraphDestroy, (CUgraph)h->handle2);
         break;
     case K_MODULE: rc = CALL(cuModuleUnload, (CUmodule)h->handle); kernel = NULL; break;
+    case K_CTX:
+        /* Back to the primary context; streams and pools made in the destroyed one are gone. */
+        rc = CALL(cuCtxDestroy, (CUcontext)h->handle);
+        if (rc == CUDA_SUCCESS && ctx) rc = CALL(cuCtxSetCurrent, ctx);
+        stream = NULL; pool = NULL; kernel = NULL;
+        break;
     }
     return rc;
 }
@@ -266,7 +274,7 @@ static const char ptx[] =
     "\tret;\n"
     "}\n";
 
-static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module"};
+static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx"};
 
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
 static int run_op(int argc, char **argv, int i, int *required_failed) {
@@ -479,6 +487,20 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         double t0 = now();
         for (; rc == CUDA_SUCCESS && k < n; k++) rc = CALL(cuMemGetInfo, &fr, &to);
         printf(" calls=%ld ns_per_call=%.0f", k, k ? (now() - t0) * 1e9 / k : 0.0);
+    } else if (!strcmp(op, "ctx")) {
+        /* cuCtxCreate with the classic (3.2) signature, resolved the same way in both clients. */
+        typedef CUresult (*ctxcreate_t)(CUcontext *, unsigned int, CUdevice);
+        ctxcreate_t create = NULL;
+        CUcontext c = NULL;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = resolve("cuCtxCreate", (void **)&create, 3020, CU_GET_PROC_ADDRESS_DEFAULT, NULL);
+        if (rc == CUDA_SUCCESS) rc = create(&c, 0, dev);
+        if (rc == CUDA_SUCCESS) { push((struct held){.kind = K_CTX, .handle = c}); stream = NULL; pool = NULL; kernel = NULL; }
+    } else if (!strcmp(op, "threshold")) {
+        cuuint64_t t = parse_size(ARG(1)); used = 2;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemPoolSetAttribute, default_pool(), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &t);
+        printf(" bytes=%llu", (unsigned long long)t);
     } else if (!strcmp(op, "trim")) {
         CUmemoryPool dp = NULL;
         rc = need_ctx();

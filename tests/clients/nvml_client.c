@@ -19,10 +19,12 @@ int main(int argc, char **argv) {
     SYM(nvmlInit_v2); SYM(nvmlShutdown); SYM(nvmlErrorString); SYM(nvmlDeviceGetCount_v2);
     SYM(nvmlDeviceGetHandleByIndex_v2); SYM(nvmlDeviceGetUUID); SYM(nvmlDeviceGetMemoryInfo);
     SYM(nvmlDeviceGetMemoryInfo_v2); SYM(nvmlDeviceGetComputeRunningProcesses_v3);
-    SYM(nvmlSystemGetDriverVersion); SYM(nvmlDeviceGetHandleByUUID);
+    SYM(nvmlSystemGetDriverVersion); SYM(nvmlDeviceGetHandleByUUID); SYM(nvmlDeviceGetPciInfo_v3);
+    SYM(nvmlDeviceGetHandleByPciBusId_v2); SYM(nvmlDeviceGetIndex);
     if (!p_nvmlInit_v2 || !p_nvmlDeviceGetCount_v2 || !p_nvmlDeviceGetHandleByIndex_v2 || !p_nvmlDeviceGetMemoryInfo ||
         !p_nvmlDeviceGetMemoryInfo_v2 || !p_nvmlDeviceGetComputeRunningProcesses_v3 || !p_nvmlDeviceGetUUID ||
-        !p_nvmlErrorString || !p_nvmlShutdown || !p_nvmlSystemGetDriverVersion || !p_nvmlDeviceGetHandleByUUID) {
+        !p_nvmlErrorString || !p_nvmlShutdown || !p_nvmlSystemGetDriverVersion || !p_nvmlDeviceGetHandleByUUID ||
+        !p_nvmlDeviceGetPciInfo_v3 || !p_nvmlDeviceGetHandleByPciBusId_v2 || !p_nvmlDeviceGetIndex) {
         printf("nvml error=missing_symbol\n");
         return 1;
     }
@@ -45,6 +47,12 @@ int main(int argc, char **argv) {
         CHECK(p_nvmlDeviceGetUUID(d, uuid, sizeof uuid));
         CHECK(p_nvmlDeviceGetHandleByUUID(uuid, &d2));
         if (d2 != d) { printf("nvml error=uuid_lookup_mismatch\n"); return 1; }
+        nvmlPciInfo_t pci;
+        unsigned idx = 99;
+        CHECK(p_nvmlDeviceGetPciInfo_v3(d, &pci));
+        CHECK(p_nvmlDeviceGetHandleByPciBusId_v2(pci.busId, &d2));
+        CHECK(p_nvmlDeviceGetIndex(d2, &idx));
+        if (d2 != d || idx != i) { printf("nvml error=pci_lookup_mismatch\n"); return 1; }
         CHECK(p_nvmlDeviceGetMemoryInfo(d, &m));
         memset(&m2, 0, sizeof m2);
         m2.version = 0;
@@ -57,9 +65,9 @@ int main(int argc, char **argv) {
         nvmlProcessInfo_t *procs = calloc(cnt + 8, sizeof *procs);
         unsigned room = cnt + 8;
         CHECK(p_nvmlDeviceGetComputeRunningProcesses_v3(d, &room, procs));
-        printf("nvml index=%u uuid=%s total=%llu free=%llu used=%llu v2_total=%llu v2_reserved=%llu v2_free=%llu"
+        printf("nvml index=%u uuid=%s pci=%s total=%llu free=%llu used=%llu v2_total=%llu v2_reserved=%llu v2_free=%llu"
                " v2_used=%llu v2_badversion=%d procs=%u\n",
-               i, uuid, m.total, m.free, m.used, m2.total, m2.reserved, m2.free, m2.used, (int)bad, room);
+               i, uuid, pci.busId, m.total, m.free, m.used, m2.total, m2.reserved, m2.free, m2.used, (int)bad, room);
         for (unsigned k = 0; k < room; k++)
             printf("proc index=%u pid=%u used=%llu\n", i, procs[k].pid, procs[k].usedGpuMemory);
         free(procs);

@@ -81,6 +81,17 @@ for client in rt_client linked_client; do
     out=$("$C" info 2>&1)
     check "$client: memory of an exited process (hold) is back for the next one" "$(val "$out" info free)" $((4 * GiB - 256 * MiB))
 
+    # ---- contexts and pool release ----
+    out=$("$C" '!info' '!ctx' '!info' '!alloc' 1Gi '!free-last' '!free-last' '!info' '!alloc' 1Gi '!reset' '!info' 2>&1)
+    check "$client: cuCtxCreate takes context memory, cuCtxDestroy gives it back" \
+        "$(val "$out" info free 2) $(val "$out" info free 3)" "$((4 * GiB - 512 * MiB)) $((4 * GiB - 256 * MiB))"
+    check "$client: cuDevicePrimaryCtxReset frees the context's allocations" "$(val "$out" info free 4)" $((4 * GiB - 256 * MiB))
+    out=$("$C" '!async' 10Mi '!free-last' '!sync' '!threshold' 1Gi '!async' 10Mi '!free-last' '!sync' '!info' '!trim' '!info' 2>&1)
+    check "$client: freed pool memory is released at synchronize (threshold 0)" "$(val "$out" sync reserved)" 0
+    check "$client: with a release threshold it stays reserved (and charged) until trim" \
+        "$(val "$out" sync reserved 2) $(val "$out" info free) $(val "$out" trim reserved) $(val "$out" info free 2)" \
+        "$((32 * MiB)) $((4 * GiB - 256 * MiB - 32 * MiB)) 0 $((4 * GiB - 256 * MiB))"
+
     # ---- OOM at the device size ----
     export FAKE_CUDA_DEVICES=1Gi
     out=$(FAKE_CUDA_CONTEXT_BYTES=0 "$C" '!fill' 100Mi '!info' 2>&1)
@@ -107,6 +118,7 @@ check "NVML v2 used/free/reserved" "$(nval "$nv" 0 v2_used) $(nval "$nv" 0 v2_fr
     "$((GiB + 768 * MiB)) $(val "$b_out" info free) 0"
 check "NVML v2 with a wrong version field: NVML_ERROR_ARGUMENT_VERSION_MISMATCH" "$(nval "$nv" 0 v2_badversion)" 25
 check "NVML device 1 used = B's 512Mi + context" "$(nval "$nv" 1 used)" $((768 * MiB))
+check "NVML PCI bus ids" "$(nval "$nv" 0 pci) $(nval "$nv" 1 pci)" "00000000:18:00.0 00000000:28:00.0"
 check "NVML lists A's usage on device 0" "$(printf '%s\n' "$nv" | grep -c "^proc index=0 pid=$a_pid used=$((GiB + 256 * MiB))$")" 1
 check "NVML lists B's usage on device 1" "$(printf '%s\n' "$nv" | grep -c "^proc index=1 pid=$b_pid used=$((768 * MiB))$")" 1
 out=$("$RT" '!fill' 1Gi 2>&1)
