@@ -91,5 +91,5 @@ printf '{\n  "debug": true,\n  "runtimes": {,}\n}\n' > "$T/bad.json"; b=$(finger
 "$VGPUCTL" runtime configure --runtime=docker --config "$T/bad.json" 2> "$T/err" > /dev/null
 check "bad daemon.json: refused with path and line" grep -q "^vgpuctl: error: $T/bad.json:3:" "$T/err"
 check "bad daemon.json: untouched" test "$(fingerprint "$T/bad.json")" = "$b"
-((failed)) && { echo "--- dockerd log (tail)"; tail -20 "$T/dockerd.log"; cat "$T/quota.out"; }
+((failed)) && { echo "--- dockerd log (tail)"; tail -5 "$T/dockerd.log"; echo "--- quota container"; cat "$T/quota.out"; }
 finish

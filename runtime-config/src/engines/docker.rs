@@ -1,10 +1,13 @@
 //! Docker: the `vgpu` runtime in `/etc/docker/daemon.json` (`runtimes.vgpu.path`, and `default-runtime`
-//! with `--set-as-default`). The file is JSON: every other key is kept in its place (serde_json with
-//! `preserve_order`) and the file's indentation is kept.
+//! with `--set-as-default`). The file is validated as strict JSON (serde_json, which also gives the line of
+//! an error) and edited through a concrete syntax tree (jsonc-parser's CST), so everything vgpuctl does
+//! not touch keeps its bytes: key order, indentation, inline arrays. Removing what was appended gives the
+//! original text back.
 use super::{parse_error, Change};
-use anyhow::{bail, Result};
-use serde::Serialize;
-use serde_json::{Map, Value};
+use anyhow::{anyhow, bail, Result};
+use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
+use jsonc_parser::ParseOptions;
+use serde_json::Value;
 use std::path::Path;
 
 pub const DEFAULT_CONFIG: &str = "/etc/docker/daemon.json";
@@ -23,84 +26,91 @@ pub fn undo_path(config: &Path) -> std::path::PathBuf {
     config.with_file_name(format!(".{name}.vgpuctl-previous-default"))
 }
 
-fn parse(path: &Path, text: &str) -> Result<Map<String, Value>> {
-    if text.trim().is_empty() {
-        return Ok(Map::new());
-    }
+/// Checks `text` is a JSON object (as strictly as dockerd does) and returns its syntax tree.
+fn parse(path: &Path, text: &str) -> Result<(CstRootNode, CstObject)> {
     match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Object(_)) => {}
         Ok(_) => bail!("{}: the top level is not a JSON object", path.display()),
-        Err(e) => Err(parse_error(path, e.line(), e.column(), &e.to_string())),
+        Err(e) => return Err(parse_error(path, e.line(), e.column(), &e.to_string())),
+    }
+    let root = CstRootNode::parse(text, &ParseOptions::default())
+        .map_err(|e| parse_error(path, e.line_display(), e.column_display(), &e.to_string()))?;
+    let obj = root.object_value().ok_or_else(|| anyhow!("{}: the top level is not a JSON object", path.display()))?;
+    Ok((root, obj))
+}
+
+/// The string value of `obj[key]`: Ok(None) if absent, an error if it is not a string.
+fn string_at(path: &Path, obj: &CstObject, key: &str) -> Result<Option<String>> {
+    let Some(prop) = obj.get(key) else { return Ok(None) };
+    match prop.value().and_then(|v| v.to_serde_value()) {
+        Some(Value::String(s)) => Ok(Some(s)),
+        _ => bail!("{}: \"{key}\" is not a string", path.display()),
     }
 }
 
-/// The file's own indentation (first indented line), so a rewrite changes only what vgpuctl changes.
-fn indent_of(text: &str) -> String {
-    text.lines()
-        .skip(1)
-        .find_map(|l| {
-            let ws: String = l.chars().take_while(|c| *c == ' ' || *c == '\t').collect();
-            (!ws.is_empty()).then_some(ws)
-        })
-        .unwrap_or_else(|| "  ".to_string())
-}
-
-fn render(map: &Map<String, Value>, original: &str) -> Result<String> {
-    let indent = indent_of(original);
-    let mut out = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-    map.serialize(&mut ser)?;
-    let mut s = String::from_utf8(out)?;
-    if original.is_empty() || original.ends_with('\n') {
-        s.push('\n');
+/// The daemon.json vgpuctl writes where there was none (or an empty one).
+fn fresh(s: &Settings) -> String {
+    let mut v = serde_json::json!({ "runtimes": { RUNTIME: { "path": s.runtime_path } } });
+    if s.set_as_default {
+        v["default-runtime"] = Value::String(RUNTIME.into());
     }
-    Ok(s)
-}
-
-fn runtimes_mut<'a>(path: &Path, map: &'a mut Map<String, Value>) -> Result<&'a mut Map<String, Value>> {
-    let v = map.entry("runtimes").or_insert_with(|| Value::Object(Map::new()));
-    match v {
-        Value::Object(m) => Ok(m),
-        _ => bail!("{}: \"runtimes\" is not a JSON object", path.display()),
-    }
+    serde_json::to_string_pretty(&v).expect("a JSON value serializes") + "\n"
 }
 
 /// The changes that add the vgpu runtime to `path` (whose current text is `current`).
 pub fn configure(path: &Path, current: Option<&str>, previous_default: Option<&str>, s: &Settings) -> Result<Vec<Change>> {
-    let original = current.unwrap_or("");
-    let mut map = parse(path, original)?;
-    let runtimes = runtimes_mut(path, &mut map)?;
-    let entry = runtimes.entry(RUNTIME).or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(rt) = entry else { bail!("{}: \"runtimes.vgpu\" is not a JSON object", path.display()) };
-    rt.insert("path".into(), Value::String(s.runtime_path.into()));
-
-    let mut changes = Vec::new();
-    if s.set_as_default {
-        match map.get("default-runtime") {
-            Some(Value::String(d)) if d == RUNTIME => {}
-            Some(Value::String(d)) => {
-                // Remember what was there, unless an earlier configure already did.
-                if previous_default.is_none() {
-                    changes.push(Change::write(undo_path(path), current_undo(d)?, 0o600));
+    let original = match current {
+        Some(t) if !t.trim().is_empty() => t,
+        _ => return Ok(vec![Change::write(path.to_path_buf(), fresh(s), 0o644)]),
+    };
+    let (root, obj) = parse(path, original)?;
+    let runtimes = obj
+        .object_value_or_create("runtimes")
+        .ok_or_else(|| anyhow!("{}: \"runtimes\" is not a JSON object", path.display()))?;
+    match runtimes.get(RUNTIME) {
+        None => {
+            runtimes.append(RUNTIME, CstInputValue::Object(vec![("path".into(), s.runtime_path.into())]));
+        }
+        Some(_) => {
+            let rt = runtimes
+                .object_value(RUNTIME)
+                .ok_or_else(|| anyhow!("{}: \"runtimes.vgpu\" is not a JSON object", path.display()))?;
+            if string_at(path, &rt, "path").ok().flatten().as_deref() != Some(s.runtime_path) {
+                match rt.get("path") {
+                    Some(p) => p.set_value(s.runtime_path.into()),
+                    None => {
+                        rt.append("path", s.runtime_path.into());
+                    }
                 }
-                map.insert("default-runtime".into(), Value::String(RUNTIME.into()));
-            }
-            Some(_) => bail!("{}: \"default-runtime\" is not a string", path.display()),
-            None => {
-                map.insert("default-runtime".into(), Value::String(RUNTIME.into()));
             }
         }
     }
-    let new = render(&map, original)?;
-    if current != Some(new.as_str()) {
+
+    let mut changes = Vec::new();
+    if s.set_as_default {
+        match string_at(path, &obj, "default-runtime")? {
+            Some(d) if d == RUNTIME => {}
+            Some(d) => {
+                // Remember what was there, unless an earlier configure already did.
+                if previous_default.is_none() {
+                    changes.push(Change::write(undo_path(path), undo_record(&d), 0o600));
+                }
+                obj.get("default-runtime").expect("just read").set_value(RUNTIME.into());
+            }
+            None => {
+                obj.append("default-runtime", RUNTIME.into());
+            }
+        }
+    }
+    let new = root.to_string();
+    if new != original {
         changes.insert(0, Change::write(path.to_path_buf(), new, 0o644));
     }
     Ok(changes)
 }
 
-fn current_undo(previous: &str) -> Result<String> {
-    Ok(serde_json::to_string(&serde_json::json!({ "default-runtime": previous }))? + "\n")
+fn undo_record(previous: &str) -> String {
+    serde_json::json!({ "default-runtime": previous }).to_string() + "\n"
 }
 
 /// Reads the remembered `default-runtime`, if `configure --set-as-default` replaced one.
@@ -111,34 +121,32 @@ pub fn read_undo(text: &str) -> Option<String> {
 
 /// The changes that take back what `configure` added.
 pub fn unconfigure(path: &Path, current: Option<&str>, previous_default: Option<&str>) -> Result<Vec<Change>> {
-    let Some(original) = current else { return Ok(Vec::new()) };
-    let mut map = parse(path, original)?;
-    let mut touched = false;
-    if let Some(Value::Object(runtimes)) = map.get_mut("runtimes") {
-        touched |= runtimes.shift_remove(RUNTIME).is_some();
-        // An empty "runtimes" is what configure created: drop it again.
-        if touched && runtimes.is_empty() {
-            map.shift_remove("runtimes");
+    let Some(original) = current.filter(|t| !t.trim().is_empty()) else { return Ok(Vec::new()) };
+    let (root, obj) = parse(path, original)?;
+    if let Some(runtimes) = obj.object_value("runtimes") {
+        if let Some(vgpu) = runtimes.get(RUNTIME) {
+            vgpu.remove();
+            // An empty "runtimes" is what configure created: drop it again.
+            if runtimes.properties().is_empty() {
+                obj.get("runtimes").expect("just read").remove();
+            }
+        }
+    }
+    if string_at(path, &obj, "default-runtime").ok().flatten().as_deref() == Some(RUNTIME) {
+        let prop = obj.get("default-runtime").expect("just read");
+        match previous_default {
+            // In place, so the key keeps its position.
+            Some(prev) => prop.set_value(prev.into()),
+            None => prop.remove(),
         }
     }
     let mut changes = Vec::new();
-    if map.get("default-runtime").and_then(Value::as_str) == Some(RUNTIME) {
-        touched = true;
-        match previous_default {
-            // In place, so the key keeps its position.
-            Some(prev) => {
-                map.insert("default-runtime".into(), Value::String(prev.into()));
-            }
-            None => {
-                map.shift_remove("default-runtime");
-            }
-        }
+    let new = root.to_string();
+    if new != original {
+        changes.push(Change::write(path.to_path_buf(), new, 0o644));
     }
     if previous_default.is_some() {
         changes.push(Change::remove(undo_path(path)));
-    }
-    if touched {
-        changes.insert(0, Change::write(path.to_path_buf(), render(&map, original)?, 0o644));
     }
     Ok(changes)
 }
@@ -178,6 +186,7 @@ mod tests {
         for start in [None, Some(""), Some("  \n")] {
             let out = conf(start, false).unwrap();
             assert_eq!(out, "{\n  \"runtimes\": {\n    \"vgpu\": {\n      \"path\": \"/usr/bin/vgpu-container-runtime\"\n    }\n  }\n}\n");
+            assert!(unconfigure(Path::new(P), Some(&out), None).unwrap()[0].contents.as_deref() == Some("{}\n"));
         }
     }
 
@@ -204,6 +213,16 @@ mod tests {
     }
 
     #[test]
+    fn empty_objects_round_trip() {
+        // (`{\n}` comes back as `{}`: the one layout the syntax tree does not restore.)
+        for orig in ["{}\n", "{}"] {
+            let out = conf(Some(orig), false).unwrap();
+            let ch = unconfigure(Path::new(P), Some(&out), None).unwrap();
+            assert_eq!(apply_in_memory(&ch, P, Some(&out)).unwrap(), orig, "from {orig:?} via {out:?}");
+        }
+    }
+
+    #[test]
     fn unconfigure_of_unconfigured_file_touches_nothing() {
         assert!(unconfigure(Path::new(P), Some("{\"a\": 1}"), None).unwrap().is_empty());
         assert!(unconfigure(Path::new(P), None, None).unwrap().is_empty());
@@ -221,15 +240,22 @@ mod tests {
     }
 
     proptest! {
-        // Any daemon.json made of other keys survives configure + unconfigure byte for byte.
+        // Any daemon.json made of other keys, in any of the usual layouts, survives configure +
+        // unconfigure byte for byte.
         #[test]
-        fn round_trip(keys in proptest::collection::btree_map("[a-z-]{1,12}", any::<u32>(), 0..8),
-                      with_runtimes in any::<bool>(), def in any::<bool>()) {
-            let mut m = Map::new();
-            for (k, v) in keys { if k != "runtimes" && k != "default-runtime" { m.insert(k, Value::from(v)); } }
-            if with_runtimes { m.insert("runtimes".into(), serde_json::json!({"crun": {"path": "/usr/bin/crun"}})); }
-            let orig = serde_json::to_string_pretty(&m).unwrap() + "\n";
+        fn round_trip(keys in proptest::collection::btree_map("[a-z-]{1,12}", any::<u32>(), 1..8),
+                      with_runtimes in any::<bool>(), def in any::<bool>(), tabs in any::<bool>(),
+                      inline_array in any::<bool>()) {
+            let ind = if tabs { "\t" } else { "    " };
+            let mut lines: Vec<String> = keys.iter()
+                .filter(|(k, _)| k.as_str() != "runtimes" && k.as_str() != "default-runtime")
+                .map(|(k, v)| format!("{ind}\"{k}\": {v}")).collect();
+            if inline_array { lines.push(format!("{ind}\"hosts\": [\"unix:///run/a.sock\", \"tcp://0.0.0.0:1\"]")); }
+            if with_runtimes { lines.push(format!("{ind}\"runtimes\": {{\n{ind}{ind}\"crun\": {{\"path\": \"/usr/bin/crun\"}}\n{ind}}}")); }
+            let orig = format!("{{\n{}\n}}\n", lines.join(",\n"));
             let out = conf(Some(&orig), def).unwrap();
+            let v: Value = serde_json::from_str(&out).unwrap();
+            prop_assert_eq!(v["runtimes"]["vgpu"]["path"].as_str(), Some("/usr/bin/vgpu-container-runtime"));
             let again = configure(Path::new(P), Some(&out), None, &settings(def)).unwrap();
             prop_assert!(again.is_empty());
             let ch = unconfigure(Path::new(P), Some(&out), None).unwrap();
