@@ -321,7 +321,9 @@ class Suite:
         ok = (bare["total"] == lib["total"] and bare["props_total"] == lib["props_total"]
               and abs(bare["free"] - lib["free"]) <= 64 * MIB
               and abs(bare["free_after_1g"] - lib["free_after_1g"]) <= 64 * MIB)
-        return self.record("torch-nolimit", ok, s0 + s1, bare=bare, with_library=lib)
+        note = (f"total {bare['total'] // MIB}/{lib['total'] // MIB} MiB, free {bare['free'] // MIB}/"
+                f"{lib['free'] // MIB} MiB (without/with the library)")
+        return self.record("torch-nolimit", ok, s0 + s1, bare=bare, with_library=lib, note=note)
 
     def case_torch_perf(self, python):
         out = {}
@@ -407,7 +409,7 @@ class Suite:
         for r in self.results:
             res = "pass" if r["ok"] else ("skipped" if r["ok"] is None else "**FAIL**")
             notes = []
-            for k in ("reason", "refused", "refused_at", "error_type", "per_process", "prealloc_fraction",
+            for k in ("reason", "note", "refused", "refused_at", "error_type", "per_process", "prealloc_fraction",
                       "total_mib", "train_ratio", "churn_ratio"):
                 v = r.get(k)
                 if v in (None, "", []):
@@ -431,7 +433,8 @@ class Suite:
                       f"| alloc+free, caching off (µs) | {perf['churn_us_bare']:.1f} | {perf['churn_us_vgpu']:.1f} | {perf['churn_ratio']} |"]
         bench_md = os.path.join(self.out, "bench", "results.md")
         if os.path.exists(bench_md):
-            lines += ["", "## Benchmark on this machine (tests/bench/run.sh, BENCH_DRIVER=system)", ""]
+            lines += ["", f"## Benchmark on this machine (tests/bench/run.sh, "
+                          f"BENCH_DRIVER={'fake' if self.fake else 'system'})", ""]
             lines += ["#" + l if l.startswith("#") else l for l in open(bench_md).read().splitlines()[1:]]
         with open(os.path.join(self.out, "summary.md"), "w") as f:
             f.write("\n".join(lines) + "\n")
