@@ -97,13 +97,13 @@ check "private containerd started" test -S "$T/containerd.sock"
 make_rootfs "$T/rootfs"
 CTR=(ctr -a "$T/containerd.sock" -n vgpu-e2e)
 check "ctr run without a quota passes through" \
-    timeout 60 "${CTR[@]}" run --rm --rootfs "$T/rootfs" --runc-binary "$SHIM" vgpu-e2e-plain /bin/sh -c 'echo plain-ok' \
+    timeout 60 "${CTR[@]}" run --rm --runc-binary "$SHIM" --rootfs "$T/rootfs" vgpu-e2e-plain /bin/sh -c 'echo plain-ok' \
     > "$T/plain.out" 2>&1
 check "plain container printed" grep -q plain-ok "$T/plain.out"
-timeout 60 "${CTR[@]}" run --rm --rootfs "$T/rootfs" --runc-binary "$SHIM" \
-    --annotation vgpu.io/memory-limit=1Gi --env NVIDIA_VISIBLE_DEVICES=0 vgpu-e2e-quota \
+timeout 60 "${CTR[@]}" run --rm --runc-binary "$SHIM" \
+    --annotation vgpu.io/memory-limit=1Gi --env NVIDIA_VISIBLE_DEVICES=0 --rootfs "$T/rootfs" vgpu-e2e-quota \
     /bin/cat /run/vgpu/limits.json > "$T/quota.out" 2>&1
 check "ctr run with vgpu.io/memory-limit=1Gi sees its limits file" grep -q '"memory_limit": *1073741824' "$T/quota.out"
 check "state removed after the container" bash -c "[ -z \"\$(ls -A '$T/vgpu/containers' 2>/dev/null)\" ]"
-((failed)) && { echo "--- containerd log (tail)"; tail -20 "$T/containerd.log"; cat "$T/quota.out"; }
+((failed)) && { echo "--- containerd log (tail)"; tail -5 "$T/containerd.log"; echo "--- plain"; cat "$T/plain.out"; echo "--- quota"; cat "$T/quota.out"; }
 finish

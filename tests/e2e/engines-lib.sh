@@ -30,7 +30,7 @@ make_rootfs() {
     mkdir -p "$dir"/{bin,etc,proc,sys,dev,tmp,run,usr/local/bin}
     for b in sh cat ls env; do cp -L "$(command -v $b)" "$dir/bin/$b"; done
     # Plus what the preloaded interposer needs (libgcc_s, ...), as any real distribution image has.
-    for lib in $( (ldd "$dir"/bin/*; [ -e "$LIBVGPU" ] && ldd "$LIBVGPU") | grep -o '/[^ ]*' | sort -u); do
+    for lib in $( (ldd "$dir"/bin/*; [ -e "$LIBVGPU" ] && ldd "$LIBVGPU") | grep -P '^\t' | grep -o '/[^ ]*' | sort -u); do
         mkdir -p "$dir$(dirname "$lib")"; cp -L "$lib" "$dir$lib"
     done
     echo 'root:x:0:0:root:/:/bin/sh' > "$dir/etc/passwd"
