@@ -57,6 +57,7 @@ static PRIMARY: Table<u32> = Table::new(); // primary context retain count per d
 static POOLS: Table<PoolState> = Table::new();
 static GRAPH_DEV: Table<u64> = Table::new(); // graph memory charged per device
 static GRAPH_EXECS: Table<(CUdevice, u64)> = Table::new(); // exec -> (device, bytes its alloc nodes need)
+static GRAPH_NEEDS: Table<u64> = Table::new(); // graph -> bytes of the alloc nodes added to it
 /// A stream-ordered free happened: pool reservations may shrink at the next synchronisation.
 static POOLS_DIRTY: AtomicBool = AtomicBool::new(false);
 
@@ -79,6 +80,7 @@ pub(crate) fn lock_tables() {
     POOLS.lock_all();
     GRAPH_DEV.lock_all();
     GRAPH_EXECS.lock_all();
+    GRAPH_NEEDS.lock_all();
 }
 pub(crate) fn unlock_tables() {
     ALL_TABLES.iter().for_each(|t| t.unlock_all());
@@ -86,6 +88,7 @@ pub(crate) fn unlock_tables() {
     POOLS.unlock_all();
     GRAPH_DEV.unlock_all();
     GRAPH_EXECS.unlock_all();
+    GRAPH_NEEDS.unlock_all();
 }
 pub(crate) fn clear_tables() {
     ALL_TABLES.iter().for_each(|t| t.clear());
@@ -93,6 +96,7 @@ pub(crate) fn clear_tables() {
     POOLS.clear();
     GRAPH_DEV.clear();
     GRAPH_EXECS.clear();
+    GRAPH_NEEDS.clear();
 }
 
 // ---- helpers -------------------------------------------------------------------------------------------
@@ -767,8 +771,13 @@ fn graph_attr(dev: CUdevice, attr: i32) -> Option<u64> {
         .then_some(v)
 }
 
-/// Sum of the sizes of a graph's memory-alloc nodes (0 when the driver cannot tell).
+/// Sum of the sizes of a graph's memory-alloc nodes: walked with the driver's node queries, or as recorded
+/// when the nodes were added, whichever is larger.
 fn graph_need(graph: CUgraph) -> u64 {
+    graph_walk(graph).max(GRAPH_NEEDS.with(graph as u64, |n| n.copied()).unwrap_or(0))
+}
+
+fn graph_walk(graph: CUgraph) -> u64 {
     let mut n: usize = 0;
     if forward!("cuGraphGetNodes", fn(CUgraph, *mut CUgraphNode, *mut usize), graph, std::ptr::null_mut(), &mut n) != CUDA_SUCCESS
         || n == 0
@@ -818,6 +827,21 @@ fn after_instantiate(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUr
     }
     r
 }
+
+hook!(cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) {
+    let r = forward!("cuGraphAddMemAllocNode", fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut CUDA_MEM_ALLOC_NODE_PARAMS), node, graph, deps, n, params);
+    if r == CUDA_SUCCESS && !params.is_null() && !quota::unlimited() {
+        // SAFETY: non-null, accepted by the driver.
+        let bytes = unsafe { (*params).bytesize } as u64;
+        GRAPH_NEEDS.update(graph as u64, || 0, |b| *b = b.saturating_add(bytes));
+    }
+    r
+});
+hook!(cuGraphDestroy(graph: CUgraph) {
+    let r = forward!("cuGraphDestroy", fn(CUgraph), graph);
+    if r == CUDA_SUCCESS { GRAPH_NEEDS.remove(graph as u64); }
+    r
+});
 
 hook!(cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) {
     after_instantiate(forward!("cuGraphInstantiateWithFlags", fn(*mut CUgraphExec, CUgraph, u64), exec, graph, flags), exec, graph)
@@ -887,19 +911,26 @@ hook!(cuDeviceGraphMemTrim(dev: CUdevice) {
 // Their device memory is not asked for by size: it is measured. Contexts: the device's used memory as NVML
 // reports it, before and after creation (a context is not current yet, so cuMemGetInfo cannot be asked);
 // modules: cuMemGetInfo's free memory before and after loading. Another process allocating at the same
-// instant can skew a measurement; each is clamped to a ceiling. If the measured memory does not fit, the
+// instant can skew a measurement: what the ledger recorded meanwhile is subtracted (that covers this
+// container's own processes), and the result is clamped to [0, ceiling]. If the measured memory does not fit, the
 // context or module is destroyed again and the call fails with out-of-memory.
 
 const CONTEXT_CEILING: u64 = 2 << 30;
+
+/// A measured cost: the device's growth minus what the ledger recorded meanwhile (allocations of this
+/// container's other processes and threads during the measurement), within [0, ceiling].
+fn measured(device_delta: i128, ledger_delta: i128, ceiling: u64) -> u64 {
+    (device_delta - ledger_delta).clamp(0, ceiling as i128) as u64
+}
 const MODULE_CEILING: u64 = 4 << 30;
 
 fn measure_ctx(dev: CUdevice, q: Option<&DeviceQuota>, create: impl FnOnce() -> CUresult) -> (CUresult, u64) {
     let Some(q) = q else { return (create(), 0) };
-    let before = nvml::device_used(&q.uuid);
+    let (before, lb) = (nvml::device_used(&q.uuid), q.used());
     let r = create();
-    let after = nvml::device_used(&q.uuid);
+    let (after, la) = (nvml::device_used(&q.uuid), q.used());
     let cost = match (before, after) {
-        (Some(b), Some(a)) => a.saturating_sub(b).min(CONTEXT_CEILING),
+        (Some(b), Some(a)) => measured(a as i128 - b as i128, la as i128 - lb as i128, CONTEXT_CEILING),
         _ => 0,
     };
     log::debug(format_args!("context on device {dev}: {cost} bytes"));
@@ -1054,13 +1085,13 @@ fn module_load(m: *mut CUmodule, load: impl FnOnce() -> CUresult) -> CUresult {
         Target::Forward => return load(),
         Target::Fail(e) => return e,
     };
-    let before = device_free();
+    let (before, lb) = (device_free(), q.used());
     let r = load();
     if r != CUDA_SUCCESS {
         return r;
     }
     let cost = match (before, device_free()) {
-        (Some(b), Some(a)) => b.saturating_sub(a).min(MODULE_CEILING),
+        (Some(b), Some(a)) => measured(b as i128 - a as i128, q.used() as i128 - lb as i128, MODULE_CEILING),
         _ => 0,
     };
     // SAFETY: non-null, written by the driver.

@@ -69,7 +69,7 @@ int main(void) {
 C
 gcc -O1 -o "$W/nvml_probe" "$W/nvml_probe.c" -ldl
 fresh
-out=$( (vg "$RT" alloc 256m wait <<<"" & sleep 0.5; vg "$W/nvml_probe"; wait) 2>&1 | grep '^nvml')
+out=$( (sleep 2 | vg "$RT" alloc 256m wait >/dev/null 2>&1 & sleep 1; vg "$W/nvml_probe"; wait) 2>&1 | grep '^nvml')
 check "NVML memory info: total = quota, used = container usage" \
     test "$(echo "$out" | field total)/$(echo "$out" | field used)/$(echo "$out" | field free)" = "$GiB/$((256 * MiB))/$((768 * MiB))"
 check "NVML memory info v2 likewise" test "$(echo "$out" | field total2)/$(echo "$out" | field used2)" = "$GiB/$((256 * MiB))"
@@ -79,7 +79,7 @@ check "NVML without a limit is the driver's answer" test "$out" = "$out2"
 # --- every allocation kind stops exactly at the quota with CUDA_ERROR_OUT_OF_MEMORY, and is refunded ------
 # 1 GiB quota, contexts cost nothing on this fake run: four 256 MiB objects fit, the fifth is refused.
 kinds=("alloc 256m" "managed 256m" "pitch 1m 256" "array 4096 16384" "array3d 1024 1024 64" "async 256m" "pool 256m"
-       "vmm 256m" "graph 256m")
+       "vmm 256m")
 for k in "${kinds[@]}"; do
     for c in "$RT" "$LN"; do
         fresh
@@ -91,6 +91,17 @@ for k in "${kinds[@]}"; do
         check "$(basename "$c") $op: 4 fit, the 5th is OOM, full refund after free ($codes free $f1 -> $f2)" \
             test "$codes/$f1/$f2" = "0 0 0 0 2 /0/$GiB"
     done
+done
+
+# graph memory: each test graph allocates and frees inside itself, so its reservation is reused by the next
+# launch; the reservation is charged, a launch that would grow it past the quota is refused, trim refunds.
+for c in "$RT" "$LN"; do
+    fresh
+    out=$(vg "$c" graph 256m graph 256m info alloc 512m graph 768m graph 512m info free-all trim info 2>/dev/null)
+    codes=$(echo "$out" | grep "^op=graph " | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' ')
+    f=$(echo "$out" | grep '^op=info' | field free | tr '\n' ' ')
+    check "$(basename "$c") graph: reservation charged, over-quota launch OOM, trim refunds ($codes/ $f)" \
+        test "$codes/$f" = "0 0 2 0 /$((768 * MiB)) 0 $GiB "
 done
 
 # mipmapped arrays and modules are charged and refunded
@@ -193,8 +204,8 @@ check "bad CUDA_DEVICE_MEMORY_LIMIT: one line naming the variable" test "$(wc -l
 
 # --- no limit: identical to the bare driver; nothing on stdout; non-CUDA programs untouched -----------------
 ops="info alloc 64m pitch 1000 10 async 4m pool 4m vmm 4m graph 64m array 100 100 free-bogus free-all trim info"
-fresh; bare=$("$RT" $ops 2>&1 | sed 's/pid=[0-9]*//')
-fresh; pre=$(LD_PRELOAD=$LIB "$RT" $ops 2>&1 | sed 's/pid=[0-9]*//')
+fresh; bare=$("$RT" $ops 2>&1 | sed 's/pid=[0-9]*//; s/ptr=[0-9a-fx]*//')
+fresh; pre=$(LD_PRELOAD=$LIB "$RT" $ops 2>&1 | sed 's/pid=[0-9]*//; s/ptr=[0-9a-fx]*//')
 check "no limit: output identical to the bare fake driver" test "$bare" = "$pre"
 fresh
 out=$(LIBCUDA_LOG_LEVEL=4 vg "$RT" info fill 256m 2>/dev/null | grep -vc '^op=\|^fatal')
