@@ -8,11 +8,14 @@ use serde_json::json;
 /// over it for files of the same name.
 pub const DEFAULT_DIR: &str = "/usr/share/containers/oci/hooks.d";
 
-/// The stages installed. `precreate` (a Podman extension: the spec on stdin, the edited spec on stdout)
-/// validates the quota before anything starts, so a bad one fails `podman run` with one clear line.
-/// `createRuntime` runs in the runtime namespace before `pivot_root`: the hook provisions the container's
-/// state and bind-mounts it in. `poststop` removes the state again.
-pub const STAGES: &[&str] = &["precreate", "createRuntime", "poststop"];
+/// The stages installed. `createRuntime` runs in the runtime namespace before `pivot_root`: the hook
+/// validates the quota, provisions the container's state and bind-mounts it in; a bad quota fails the
+/// container with the hook's one-line reason in runc's/crun's error. `poststop` removes the state again.
+///
+/// Podman's own `precreate` stage is left out on purpose: Podman 4 reports a failing precreate hook as
+/// only "exit status 1", dropping the reason, and everything precreate would add (the limits in the
+/// environment) the library already reads from the mounted limits file.
+pub const STAGES: &[&str] = &["createRuntime", "poststop"];
 
 /// The only environment the hook gets (never the container's: an image's `LD_PRELOAD` must not reach a
 /// process running with host privileges).

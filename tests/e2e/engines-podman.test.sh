@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Podman: `vgpuctl runtime configure --runtime=podman` writes hooks.d files; `podman run --annotation
+# vgpu.io/memory-limit=1Gi` then gets the quota with no shim (createRuntime + poststop of vgpu-hook);
+# unconfigure removes exactly those files.
+source "$(dirname "$0")/engines-lib.sh"
+need "$VGPUCTL" "$HOOK" "$ROOT/target/fake/libnvidia-ml.so.1" "$LIBVGPU"
+T=$(mktemp -d /tmp/vgpu-e2e-podman.XXXXXX)
+HD=$T/hooks.d
+# Private storage and state; cgroupfs and explicit ulimits because this machine has no systemd session and
+# Podman cannot raise RLIMIT_NPROC/NOFILE to its defaults here.
+P=(podman --root "$T/storage" --runroot "$T/runroot" --tmpdir "$T/tmp" --storage-driver vfs
+   --cgroup-manager cgroupfs --events-backend none --runtime runc --hooks-dir "$HD")
+RUN=(run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+cleanup() {
+    "${P[@]}" rm -af > /dev/null 2>&1
+    grep -o " $T/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+mkdir -p "$HD" "$T/vgpu"
+# Someone else's hook in the same folder: vgpuctl must never touch it.
+printf '{"version":"1.0.0","hook":{"path":"/bin/true"},"when":{"always":false},"stages":["prestart"]}\n' > "$HD/other.json"
+other=$(fingerprint "$HD/other.json")
+write_vgpu_config "$T/vgpu.toml" "$T/vgpu"
+
+# 1. Configure.
+check "configure succeeds" "$VGPUCTL" runtime configure --runtime=podman --hooks-dir "$HD" \
+    --hook-path "$HOOK" --hook-env "VGPU_CONFIG=$T/vgpu.toml" > "$T/out"
+check "says nothing needs a restart" grep -q "nothing to restart" "$T/out"
+check "one file per stage (createRuntime, poststop)" test "$(ls "$HD" | grep -c '^vgpu-')" -eq 2
+check "hooks match vgpu.io annotations" jq -e '.when.annotations["^vgpu\\.io/"] == ".*"' "$HD/vgpu-createruntime.json" > /dev/null
+check "hooks carry an explicit env" jq -e '.hook.env | length == 2' "$HD/vgpu-createruntime.json" > /dev/null
+snap=$(cat "$HD"/vgpu-* | sha256sum)
+"$VGPUCTL" runtime configure --runtime=podman --hooks-dir "$HD" --hook-path "$HOOK" --hook-env "VGPU_CONFIG=$T/vgpu.toml" > "$T/out"
+check "second configure changes nothing" test "$(cat "$HD"/vgpu-* | sha256sum)" = "$snap"
+
+# 2. Real containers.
+make_rootfs "$T/rootfs"
+tar -C "$T/rootfs" -c . | "${P[@]}" import - localhost/vgpu-e2e:rootfs > /dev/null 2>&1
+check "podman imported the rootfs" "${P[@]}" image exists localhost/vgpu-e2e:rootfs
+"${P[@]}" "${RUN[@]}" localhost/vgpu-e2e:rootfs /bin/sh -c 'ls /run/vgpu 2>&1; echo plain-ok' > "$T/plain.out" 2>&1
+check "a container without annotation runs" grep -q plain-ok "$T/plain.out"
+check "and gets no quota" grep -q "No such file" "$T/plain.out"
+"${P[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=1Gi -e NVIDIA_VISIBLE_DEVICES=0 localhost/vgpu-e2e:rootfs \
+    /bin/sh -c 'cat /run/vgpu/limits.json; echo; env; cat /etc/ld.so.preload' > "$T/quota.out" 2>&1
+check "--annotation vgpu.io/memory-limit=1Gi: the container sees its limits file" grep -q '"memory_limit": *1073741824' "$T/quota.out"
+check "the interposer is preloaded" grep -q '^/usr/local/vgpu/libvgpu.so' "$T/quota.out"
+check "poststop removed the container's state" bash -c "[ -z \"\$(ls -A '$T/vgpu/containers' 2>/dev/null)\" ]"
+"${P[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=4Qi -e NVIDIA_VISIBLE_DEVICES=0 localhost/vgpu-e2e:rootfs \
+    /bin/true > "$T/bad.out" 2>&1
+check "a bad quota fails podman run" test $? -ne 0
+check "with the hook's one-line reason" grep -q 'vgpu: annotation vgpu.io/memory-limit="4Qi"' "$T/bad.out"
+check "and nothing provisioned" bash -c "[ -z \"\$(ls -A '$T/vgpu/containers' 2>/dev/null)\" ]"
+
+# 3. Unconfigure: our files go, the other hook stays; again is a no-op.
+check "unconfigure succeeds" "$VGPUCTL" runtime unconfigure --runtime=podman --hooks-dir "$HD" > /dev/null
+check "only the other hook is left" test "$(ls "$HD")" = other.json
+check "the other hook is untouched" test "$(fingerprint "$HD/other.json")" = "$other"
+"$VGPUCTL" runtime unconfigure --runtime=podman --hooks-dir "$HD" > "$T/out"
+check "second unconfigure changes nothing" grep -q "nothing to change" "$T/out"
+"${P[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=1Gi localhost/vgpu-e2e:rootfs /bin/sh -c 'ls /run/vgpu 2>&1' > "$T/after.out" 2>&1
+check "after unconfigure the annotation does nothing" grep -q "No such file" "$T/after.out"
+((failed)) && { echo "--- quota container"; cat "$T/quota.out"; echo "--- bad quota"; cat "$T/bad.out"; }
+finish
