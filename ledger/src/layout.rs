@@ -59,7 +59,11 @@ fn check_component(what: &'static str, name: &str) -> Result<(), LayoutError> {
         None
     };
     match problem {
-        Some(problem) => Err(LayoutError { what, name: name.chars().take(300).collect(), problem }),
+        Some(problem) => Err(LayoutError {
+            what,
+            name: name.chars().take(300).collect(),
+            problem,
+        }),
         None => Ok(()),
     }
 }
@@ -141,14 +145,26 @@ mod tests {
         let r = root();
         assert_eq!(r.containers_dir(), Path::new("/run/vgpu/containers"));
         assert_eq!(r.container_dir("abc").unwrap(), Path::new("/run/vgpu/containers/abc"));
-        assert_eq!(r.limits_path("abc").unwrap(), Path::new("/run/vgpu/containers/abc/limits.json"));
-        assert_eq!(r.ledgers_dir("abc").unwrap(), Path::new("/run/vgpu/containers/abc/ledgers"));
+        assert_eq!(
+            r.limits_path("abc").unwrap(),
+            Path::new("/run/vgpu/containers/abc/limits.json")
+        );
+        assert_eq!(
+            r.ledgers_dir("abc").unwrap(),
+            Path::new("/run/vgpu/containers/abc/ledgers")
+        );
         assert_eq!(
             r.ledger_path("abc", "GPU-1234").unwrap(),
             Path::new("/run/vgpu/containers/abc/ledgers/GPU-1234.ledger")
         );
-        assert_eq!(r.preload_path("abc").unwrap(), Path::new("/run/vgpu/containers/abc/ld.so.preload"));
-        assert_eq!(relative_ledger_path("GPU-1").unwrap(), Path::new("ledgers/GPU-1.ledger"));
+        assert_eq!(
+            r.preload_path("abc").unwrap(),
+            Path::new("/run/vgpu/containers/abc/ld.so.preload")
+        );
+        assert_eq!(
+            relative_ledger_path("GPU-1").unwrap(),
+            Path::new("ledgers/GPU-1.ledger")
+        );
     }
 
     #[test]
@@ -175,11 +191,22 @@ mod tests {
             ("a\0b", "NUL"),
         ] {
             let err = r.container_dir(id).unwrap_err().to_string();
-            assert!(err.contains("invalid container id") && err.contains(problem), "{id:?}: {err}");
+            assert!(
+                err.contains("invalid container id") && err.contains(problem),
+                "{id:?}: {err}"
+            );
         }
         let long = "x".repeat(257);
-        assert!(r.container_dir(&long).unwrap_err().to_string().contains("longer than 256"));
-        assert!(r.ledger_path("ok", "../x").unwrap_err().to_string().contains("invalid GPU uuid"));
+        assert!(r
+            .container_dir(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("longer than 256"));
+        assert!(r
+            .ledger_path("ok", "../x")
+            .unwrap_err()
+            .to_string()
+            .contains("invalid GPU uuid"));
         assert!(r.limits_path("a/b").is_err());
         assert!(r.preload_path("..").is_err());
     }

@@ -82,7 +82,10 @@ impl std::error::Error for LimitsError {
 impl Limits {
     /// Read and validate a limits file.
     pub fn load(path: &Path) -> Result<Limits, LimitsError> {
-        let err = |kind| LimitsError { path: path.to_path_buf(), kind };
+        let err = |kind| LimitsError {
+            path: path.to_path_buf(),
+            kind,
+        };
         let bytes = std::fs::read(path).map_err(|e| err(LimitsErrorKind::Io(e)))?;
         Self::from_slice(&bytes).map_err(err)
     }
@@ -110,7 +113,10 @@ impl Limits {
     /// Check what serde cannot: names usable as paths, one entry per GPU, ledgers inside the folder.
     pub fn validate(&self) -> Result<(), String> {
         if self.version != LIMITS_VERSION {
-            return Err(format!("format version {} is not supported (this build writes version {LIMITS_VERSION})", self.version));
+            return Err(format!(
+                "format version {} is not supported (this build writes version {LIMITS_VERSION})",
+                self.version
+            ));
         }
         layout::check_container_id(&self.container_id).map_err(|e| e.to_string())?;
         if self.devices.is_empty() {
@@ -129,8 +135,8 @@ impl Limits {
             if d.memory_limit == 0 {
                 return Err(format!("device {} ({}): memory_limit is 0", d.index, d.uuid));
             }
-            let safe = !d.ledger.as_os_str().is_empty()
-                && d.ledger.components().all(|c| matches!(c, Component::Normal(_)));
+            let safe =
+                !d.ledger.as_os_str().is_empty() && d.ledger.components().all(|c| matches!(c, Component::Normal(_)));
             if !safe {
                 return Err(format!(
                     "device {} ({}): ledger path {:?} must be relative to the limits file's folder, without '..'",
@@ -146,7 +152,8 @@ impl Limits {
     /// Write the file atomically (temporary file in the same folder, then rename), mode 0644: readable by
     /// the container's non-root processes, writable by nobody inside (it is mounted read-only anyway).
     pub fn write_atomic(&self, path: &Path) -> io::Result<()> {
-        self.validate().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display())))?;
+        self.validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display())))?;
         let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         text.push(b'\n');
         write_file_atomic(path, &text, 0o644)
@@ -174,7 +181,9 @@ pub(crate) fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Res
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{}.", name.to_string_lossy()))
         .suffix(".tmp")
@@ -197,8 +206,18 @@ mod tests {
             pid_ns: Some(4026532612),
             init_pid: Some(12345),
             devices: vec![
-                DeviceLimit { index: 0, uuid: "GPU-aaaa".into(), memory_limit: 1 << 30, ledger: "ledgers/GPU-aaaa.ledger".into() },
-                DeviceLimit { index: 1, uuid: "GPU-bbbb".into(), memory_limit: 2 << 30, ledger: "ledgers/GPU-bbbb.ledger".into() },
+                DeviceLimit {
+                    index: 0,
+                    uuid: "GPU-aaaa".into(),
+                    memory_limit: 1 << 30,
+                    ledger: "ledgers/GPU-aaaa.ledger".into(),
+                },
+                DeviceLimit {
+                    index: 1,
+                    uuid: "GPU-bbbb".into(),
+                    memory_limit: 2 << 30,
+                    ledger: "ledgers/GPU-bbbb.ledger".into(),
+                },
             ],
         }
     }
@@ -209,7 +228,10 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         Limits::load(&path).map_err(|e| {
             let msg = e.to_string();
-            assert!(msg.contains(&path.display().to_string()), "error does not name the file: {msg}");
+            assert!(
+                msg.contains(&path.display().to_string()),
+                "error does not name the file: {msg}"
+            );
             msg
         })
     }
@@ -231,7 +253,10 @@ mod tests {
         let dev = back.device_by_index(1).unwrap();
         assert_eq!(back.ledger_path(&path, dev), dir.path().join("ledgers/GPU-bbbb.ledger"));
         // no temporary file is left behind
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("limits.json")]);
     }
 
@@ -261,19 +286,43 @@ mod tests {
             (good[..good.len() / 2].to_string(), "not valid JSON"),
             ("".into(), "not valid JSON"),
             ("\u{1}\u{2}garbage".into(), "not valid JSON"),
-            (good.replace("\"version\":1", "\"version\":2"), "format version 2 is not supported (this build reads version 1)"),
-            (good.replace("\"version\":1", "\"version\":\"1\""), "\"version\" is not a positive integer"),
+            (
+                good.replace("\"version\":1", "\"version\":2"),
+                "format version 2 is not supported (this build reads version 1)",
+            ),
+            (
+                good.replace("\"version\":1", "\"version\":\"1\""),
+                "\"version\" is not a positive integer",
+            ),
             (good.replace("\"version\":1,", ""), "missing field \"version\""),
             ("[1,2]".into(), "missing field \"version\""),
-            (good.replace("\"container_id\":\"3f2a\",", ""), "missing field `container_id`"),
-            (good.replace("\"container_id\":\"3f2a\"", "\"container_id\":\"../x\""), "invalid container id"),
+            (
+                good.replace("\"container_id\":\"3f2a\",", ""),
+                "missing field `container_id`",
+            ),
+            (
+                good.replace("\"container_id\":\"3f2a\"", "\"container_id\":\"../x\""),
+                "invalid container id",
+            ),
             (good.replace("GPU-bbbb\"", "GPU-aaaa\""), "listed twice"),
-            (good.replace("\"index\":1", "\"index\":0"), "device index 0 is listed twice"),
-            (good.replace("\"memory_limit\":2147483648", "\"memory_limit\":0"), "memory_limit is 0"),
-            (good.replace("\"memory_limit\":2147483648", "\"memory_limit\":-1"), "devices[1].memory_limit: invalid value"),
+            (
+                good.replace("\"index\":1", "\"index\":0"),
+                "device index 0 is listed twice",
+            ),
+            (
+                good.replace("\"memory_limit\":2147483648", "\"memory_limit\":0"),
+                "memory_limit is 0",
+            ),
+            (
+                good.replace("\"memory_limit\":2147483648", "\"memory_limit\":-1"),
+                "devices[1].memory_limit: invalid value",
+            ),
             (good.replace("ledgers/GPU-bbbb.ledger", "../../etc/x"), "without '..'"),
             (good.replace("ledgers/GPU-bbbb.ledger", "/etc/x"), "must be relative"),
-            (r#"{"version":1,"container_id":"c","devices":[]}"#.into(), "lists no devices"),
+            (
+                r#"{"version":1,"container_id":"c","devices":[]}"#.into(),
+                "lists no devices",
+            ),
         ];
         for (text, want) in cases {
             let msg = load_text(&text).expect_err(&text);

@@ -73,7 +73,10 @@ fn unit_multiplier(unit: &str) -> Result<u64, Problem> {
 /// Parse a memory quantity into bytes. Zero parses to 0: whether zero means "no limit" or is an error is
 /// the caller's decision.
 pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
-    let err = |problem| QuantityError { input: s.to_string(), problem };
+    let err = |problem| QuantityError {
+        input: s.to_string(),
+        problem,
+    };
     let t = s.trim();
     if t.is_empty() {
         return Err(err(Problem::Empty));
@@ -184,7 +187,11 @@ mod tests {
     #[test]
     fn errors_name_input_and_problem() {
         let msg = |s: &str| parse_quantity(s).unwrap_err().to_string();
-        assert!(msg("4GB").contains("\"4GB\"") && msg("4GB").contains("decimal unit \"GB\""), "{}", msg("4GB"));
+        assert!(
+            msg("4GB").contains("\"4GB\"") && msg("4GB").contains("decimal unit \"GB\""),
+            "{}",
+            msg("4GB")
+        );
         assert!(msg("4GB").contains("Gi"));
         assert!(msg("4X").contains("unknown unit \"X\""), "{}", msg("4X"));
         assert!(msg("4Gix").contains("unknown unit \"Gix\""));

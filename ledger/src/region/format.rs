@@ -18,7 +18,10 @@ compile_error!("the ledger format is little-endian; this target is not");
 // The commit word and the counters are shared between processes through the file: a lock-based fallback
 // would be process-local and silently wrong. portable-atomic only offers AtomicU128 natively where the
 // instruction exists (x86-64 needs the cmpxchg16b target feature, see .cargo/config.toml).
-const _: () = assert!(AtomicU128::is_always_lock_free(), "128-bit atomics must be lock-free (enable cmpxchg16b)");
+const _: () = assert!(
+    AtomicU128::is_always_lock_free(),
+    "128-bit atomics must be lock-free (enable cmpxchg16b)"
+);
 const _: () = assert!(AtomicU64::is_always_lock_free());
 
 pub const MAGIC: [u8; 8] = *b"VGPULDGR";
@@ -94,14 +97,17 @@ impl Header {
         h
     }
 
-    pub fn to_bytes(&self) -> [u8; HEADER_SIZE] {
+    pub fn to_bytes(self) -> [u8; HEADER_SIZE] {
         let mut out = [0u8; HEADER_SIZE];
         let mut put = |off: usize, b: &[u8]| out[off..off + b.len()].copy_from_slice(b);
         put(offset_of!(Header, magic), &self.magic);
         put(offset_of!(Header, version), &self.version.to_le_bytes());
         put(offset_of!(Header, header_size), &self.header_size.to_le_bytes());
         put(offset_of!(Header, file_size), &self.file_size.to_le_bytes());
-        put(offset_of!(Header, provisioned_limit), &self.provisioned_limit.to_le_bytes());
+        put(
+            offset_of!(Header, provisioned_limit),
+            &self.provisioned_limit.to_le_bytes(),
+        );
         put(offset_of!(Header, slot_count), &self.slot_count.to_le_bytes());
         put(offset_of!(Header, slot_size), &self.slot_size.to_le_bytes());
         put(offset_of!(Header, commit_offset), &self.commit_offset.to_le_bytes());
@@ -303,7 +309,15 @@ mod tests {
 
     #[test]
     fn commit_word_bits() {
-        let c = Commit { total: 5, slot: 1, kind: 2, seq: 3, amount: 9, refund: true, gen: 4 };
+        let c = Commit {
+            total: 5,
+            slot: 1,
+            kind: 2,
+            seq: 3,
+            amount: 9,
+            refund: true,
+            gen: 4,
+        };
         let v = c.encode();
         assert_eq!(v as u64, 5 | 1 << 46 | 2 << 56 | 3 << 59);
         assert_eq!((v >> 64) as u64, 9 | 1 << 46 | 4 << 47);

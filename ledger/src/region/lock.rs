@@ -35,7 +35,9 @@ pub fn try_lock_slot(fd: impl AsFd, slot: usize) -> io::Result<bool> {
 /// Release the lock on `slot` taken through `fd`'s open file description.
 pub fn unlock_slot(fd: impl AsFd, slot: usize) -> io::Result<()> {
     let fl = slot_range(slot, libc::F_UNLCK);
-    fcntl(fd, FcntlArg::F_OFD_SETLK(&fl)).map(|_| ()).map_err(io::Error::from)
+    fcntl(fd, FcntlArg::F_OFD_SETLK(&fl))
+        .map(|_| ())
+        .map_err(io::Error::from)
 }
 
 /// Whether some other open file description holds a lock on `slot`. Asks for a *read* lock with GETLK,

@@ -32,7 +32,7 @@ mod lock;
 pub use format::{FORMAT_VERSION, KINDS, MAX_TOTAL, SLOT_COUNT};
 
 use format::{
-    pack_pair, total_of_low_half, unpack_pair, CommitArea, Commit, Header, Pair, SlotRecord, COMMIT_OFFSET, FILE_SIZE,
+    pack_pair, total_of_low_half, unpack_pair, Commit, CommitArea, Header, Pair, SlotRecord, COMMIT_OFFSET, FILE_SIZE,
     HEADER_SIZE, MAGIC, SEQ_MASK, SLOTS_OFFSET, SLOT_SIZE, UUID_CAPACITY,
 };
 use memmap2::{MmapOptions, MmapRaw};
@@ -64,8 +64,16 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; KINDS] =
-        [Kind::Context, Kind::Module, Kind::Data, Kind::Array, Kind::AsyncPool, Kind::Vmm, Kind::Managed, Kind::Graph];
+    pub const ALL: [Kind; KINDS] = [
+        Kind::Context,
+        Kind::Module,
+        Kind::Data,
+        Kind::Array,
+        Kind::AsyncPool,
+        Kind::Vmm,
+        Kind::Managed,
+        Kind::Graph,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -131,7 +139,11 @@ pub enum LedgerError {
     #[error("vgpu ledger {}: corrupt header: {what}", path.display())]
     Corrupt { path: PathBuf, what: String },
     #[error("vgpu ledger {}: belongs to GPU {found}, not {expected}", path.display())]
-    UuidMismatch { path: PathBuf, found: String, expected: String },
+    UuidMismatch {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
     #[error("vgpu ledger {}: all {SLOT_COUNT} process slots are held by live processes", path.display())]
     NoFreeSlot { path: PathBuf },
     #[error("vgpu ledger {}: opened read-only", path.display())]
@@ -279,7 +291,11 @@ impl Shared {
                 Op::Charge { bytes, limit } => {
                     let cap = limit.min(MAX_TOTAL);
                     if bytes > cap || cur.total > cap - bytes {
-                        return Err(Refused { requested: bytes, used: cur.total, limit });
+                        return Err(Refused {
+                            requested: bytes,
+                            used: cur.total,
+                            limit,
+                        });
                     }
                     (bytes, false, cur.total + bytes)
                 }
@@ -351,18 +367,27 @@ pub struct Slot {
 
 impl fmt::Debug for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ledger").field("path", &self.shared.path).field("uuid", &self.shared.uuid).finish()
+        f.debug_struct("Ledger")
+            .field("path", &self.shared.path)
+            .field("uuid", &self.shared.uuid)
+            .finish()
     }
 }
 
 impl fmt::Debug for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Slot").field("index", &self.index).field("ledger", &self.shared.path).finish()
+        f.debug_struct("Slot")
+            .field("index", &self.index)
+            .field("ledger", &self.shared.path)
+            .finish()
     }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LedgerError + '_ {
-    move |source| LedgerError::Io { path: path.to_path_buf(), source }
+    move |source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Check the header of an open ledger file before anything is mapped (a truncated file must give an error,
@@ -372,38 +397,69 @@ fn validate(path: &Path, file: &File) -> Result<(String, u64), LedgerError> {
     let mut bytes = [0u8; HEADER_SIZE];
     let have = size.min(HEADER_SIZE as u64) as usize;
     file.read_exact_at(&mut bytes[..have], 0).map_err(io_err(path))?;
-    let truncated = |size| LedgerError::Truncated { path: path.to_path_buf(), size, expected: FILE_SIZE as u64 };
+    let truncated = |size| LedgerError::Truncated {
+        path: path.to_path_buf(),
+        size,
+        expected: FILE_SIZE as u64,
+    };
     if have < MAGIC.len() {
         return Err(truncated(size));
     }
     if bytes[..8] != MAGIC {
-        return Err(LedgerError::BadMagic { path: path.to_path_buf(), found: bytes[..8].to_vec() });
+        return Err(LedgerError::BadMagic {
+            path: path.to_path_buf(),
+            found: bytes[..8].to_vec(),
+        });
     }
     let h = Header::from_bytes(&bytes);
     // The version comes before any size check: another version may well have another size.
     if have >= 12 && h.version != FORMAT_VERSION {
-        return Err(LedgerError::UnsupportedVersion { path: path.to_path_buf(), found: h.version, supported: FORMAT_VERSION });
+        return Err(LedgerError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: h.version,
+            supported: FORMAT_VERSION,
+        });
     }
     if have < HEADER_SIZE {
         return Err(truncated(size));
     }
-    let corrupt = |what: String| LedgerError::Corrupt { path: path.to_path_buf(), what };
+    let corrupt = |what: String| LedgerError::Corrupt {
+        path: path.to_path_buf(),
+        what,
+    };
     let expect = Header::new("", 0);
-    let geometry = (h.header_size, h.slot_count, h.slot_size, h.commit_offset, h.slots_offset);
-    let wanted = (expect.header_size, expect.slot_count, expect.slot_size, expect.commit_offset, expect.slots_offset);
+    let geometry = (
+        h.header_size,
+        h.slot_count,
+        h.slot_size,
+        h.commit_offset,
+        h.slots_offset,
+    );
+    let wanted = (
+        expect.header_size,
+        expect.slot_count,
+        expect.slot_size,
+        expect.commit_offset,
+        expect.slots_offset,
+    );
     if geometry != wanted {
         return Err(corrupt(format!(
             "geometry (header size, slots, slot size, commit offset, slots offset) is {geometry:?}, version 1 has {wanted:?}"
         )));
     }
     if h.file_size != FILE_SIZE as u64 {
-        return Err(corrupt(format!("header says the file has {} bytes, version 1 files have {FILE_SIZE}", h.file_size)));
+        return Err(corrupt(format!(
+            "header says the file has {} bytes, version 1 files have {FILE_SIZE}",
+            h.file_size
+        )));
     }
     if size < FILE_SIZE as u64 {
         return Err(truncated(size));
     }
     if size > FILE_SIZE as u64 {
-        return Err(corrupt(format!("file has {size} bytes, version 1 files have {FILE_SIZE}")));
+        return Err(corrupt(format!(
+            "file has {size} bytes, version 1 files have {FILE_SIZE}"
+        )));
     }
     let len = h.uuid_len as usize;
     if len == 0 || len > UUID_CAPACITY {
@@ -442,7 +498,11 @@ impl Ledger {
         if limit > MAX_TOTAL {
             return Err(LedgerError::InvalidArgument {
                 path: path.to_path_buf(),
-                what: format!("limit {} is above the ledger's maximum {}", format_bytes(limit), format_bytes(MAX_TOTAL)),
+                what: format!(
+                    "limit {} is above the ledger's maximum {}",
+                    format_bytes(limit),
+                    format_bytes(MAX_TOTAL)
+                ),
             });
         }
         for _ in 0..16 {
@@ -460,7 +520,10 @@ impl Ledger {
             }
             Self::create(path, uuid, limit)?;
         }
-        Err(LedgerError::Io { path: path.to_path_buf(), source: io::Error::other("the file keeps disappearing") })
+        Err(LedgerError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::other("the file keeps disappearing"),
+        })
     }
 
     /// Build a fresh ledger under a temporary name and link it to `path` unless someone else was first.
@@ -469,7 +532,10 @@ impl Ledger {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{name}."))
             .suffix(".tmp")
@@ -477,9 +543,11 @@ impl Ledger {
             .map_err(io_err(path))?;
         let file = tmp.as_file();
         file.set_len(FILE_SIZE as u64).map_err(io_err(path))?;
-        file.write_all_at(&Header::new(uuid, limit).to_bytes(), 0).map_err(io_err(path))?;
+        file.write_all_at(&Header::new(uuid, limit).to_bytes(), 0)
+            .map_err(io_err(path))?;
         // Explicit chmod: the umask must not take write access from the container's non-root processes.
-        file.set_permissions(std::fs::Permissions::from_mode(0o666)).map_err(io_err(path))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o666))
+            .map_err(io_err(path))?;
         match std::fs::hard_link(tmp.path(), path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()), // another process won; join its file
@@ -489,7 +557,11 @@ impl Ledger {
 
     /// Join an existing, valid ledger for charging.
     pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
         Self::map(path, file, true)
     }
 
@@ -504,16 +576,32 @@ impl Ledger {
         let (uuid, provisioned_limit) = validate(path, &file)?;
         let mut options = MmapOptions::new();
         options.len(FILE_SIZE);
-        let map = if writable { options.map_raw(&file) } else { options.map_raw_read_only(&file) }.map_err(io_err(path))?;
-        let shared = Shared { map, file, path: path.to_path_buf(), writable, uuid, provisioned_limit };
-        Ok(Ledger { shared: Arc::new(shared) })
+        let map = if writable {
+            options.map_raw(&file)
+        } else {
+            options.map_raw_read_only(&file)
+        }
+        .map_err(io_err(path))?;
+        let shared = Shared {
+            map,
+            file,
+            path: path.to_path_buf(),
+            writable,
+            uuid,
+            provisioned_limit,
+        };
+        Ok(Ledger {
+            shared: Arc::new(shared),
+        })
     }
 
     fn require_writable(&self) -> Result<(), LedgerError> {
         if self.shared.writable {
             Ok(())
         } else {
-            Err(LedgerError::ReadOnly { path: self.shared.path.clone() })
+            Err(LedgerError::ReadOnly {
+                path: self.shared.path.clone(),
+            })
         }
     }
 
@@ -548,7 +636,11 @@ impl Ledger {
                 rec.pid_ns.store(pid_ns, SeqCst);
                 rec.pid.store(pid, SeqCst);
                 rec.claims.fetch_add(1, SeqCst);
-                return Ok(Slot { index: index as u16, fd: Some(fd), shared: Arc::clone(shared) });
+                return Ok(Slot {
+                    index: index as u16,
+                    fd: Some(fd),
+                    shared: Arc::clone(shared),
+                });
             }
         }
         Err(LedgerError::NoFreeSlot { path: path.clone() })
@@ -560,13 +652,17 @@ impl Ledger {
         if bytes == 0 {
             return Ok(());
         }
-        slot.shared.commit(slot.index as usize, kind.index(), &Op::Charge { bytes, limit }, true).map(|_| ())
+        slot.shared
+            .commit(slot.index as usize, kind.index(), &Op::Charge { bytes, limit }, true)
+            .map(|_| ())
     }
 
     /// Give back `bytes` of `kind` charged to `slot`; never more than the slot holds of that kind.
     pub fn refund(&self, slot: &Slot, kind: Kind, bytes: u64) {
         debug_assert!(Arc::ptr_eq(&self.shared, &slot.shared) || self.shared.path == slot.shared.path);
-        let _ = slot.shared.commit(slot.index as usize, kind.index(), &Op::Refund { bytes }, true);
+        let _ = slot
+            .shared
+            .commit(slot.index as usize, kind.index(), &Op::Refund { bytes }, true);
     }
 
     /// Bytes charged in the whole ledger now (one atomic load).
@@ -644,9 +740,20 @@ impl Ledger {
                 continue;
             }
             let alive = lock::slot_is_locked(&shared.file, index).unwrap_or(false);
-            slots.push(SlotSnapshot { index: index as u16, pid, pid_ns: rec.pid_ns.load(SeqCst), alive, usage });
+            slots.push(SlotSnapshot {
+                index: index as u16,
+                pid,
+                pid_ns: rec.pid_ns.load(SeqCst),
+                alive,
+                usage,
+            });
         }
-        Snapshot { uuid: shared.uuid.clone(), limit: shared.provisioned_limit, used, slots }
+        Snapshot {
+            uuid: shared.uuid.clone(),
+            limit: shared.provisioned_limit,
+            used,
+            slots,
+        }
     }
 
     #[cfg(test)]
@@ -670,8 +777,17 @@ impl Slot {
     /// Test hook: commit an operation but do not apply it, as a process killed between the two steps would.
     #[cfg(test)]
     fn commit_unapplied(&self, kind: Kind, bytes: u64, refund: bool) {
-        let op = if refund { Op::Refund { bytes } } else { Op::Charge { bytes, limit: MAX_TOTAL } };
-        self.shared.commit(self.index as usize, kind.index(), &op, false).unwrap();
+        let op = if refund {
+            Op::Refund { bytes }
+        } else {
+            Op::Charge {
+                bytes,
+                limit: MAX_TOTAL,
+            }
+        };
+        self.shared
+            .commit(self.index as usize, kind.index(), &op, false)
+            .unwrap();
     }
 }
 

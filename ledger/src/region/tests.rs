@@ -48,7 +48,10 @@ fn create_then_join() {
     assert_eq!(Ledger::open(&path).unwrap().used(), 100);
     // a ledger of another GPU at this path is an error, not silently joined
     let err = Ledger::open_or_create(&path, "GPU-other", GI).unwrap_err().to_string();
-    assert!(err.contains("belongs to GPU") && err.contains(&path.display().to_string()), "{err}");
+    assert!(
+        err.contains("belongs to GPU") && err.contains(&path.display().to_string()),
+        "{err}"
+    );
     // only the ledger in the folder: no temporary file left behind
     assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
 }
@@ -57,9 +60,15 @@ fn create_then_join() {
 fn create_arguments_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.ledger");
-    assert!(Ledger::open_or_create(&path, "", GI).unwrap_err().to_string().contains("GPU uuid"));
+    assert!(Ledger::open_or_create(&path, "", GI)
+        .unwrap_err()
+        .to_string()
+        .contains("GPU uuid"));
     assert!(Ledger::open_or_create(&path, &"u".repeat(97), GI).is_err());
-    assert!(Ledger::open_or_create(&path, UUID, MAX_TOTAL + 1).unwrap_err().to_string().contains("maximum"));
+    assert!(Ledger::open_or_create(&path, UUID, MAX_TOTAL + 1)
+        .unwrap_err()
+        .to_string()
+        .contains("maximum"));
     let missing = dir.path().join("no/such/dir/x.ledger");
     let err = Ledger::open_or_create(&missing, UUID, GI).unwrap_err().to_string();
     assert!(err.contains("no/such/dir"), "{err}");
@@ -72,7 +81,9 @@ fn racing_creators_share_one_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("race.ledger");
     let ledgers: Vec<Ledger> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..8).map(|_| s.spawn(|| Ledger::open_or_create(&path, UUID, GI).unwrap())).collect();
+        let handles: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| Ledger::open_or_create(&path, UUID, GI).unwrap()))
+            .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let slot = ledgers[0].attach().unwrap();
@@ -91,8 +102,15 @@ fn open_error(bytes: &[u8]) -> String {
     let joined = Ledger::open_or_create(&path, UUID, GI).unwrap_err().to_string();
     assert_eq!(rw, ro);
     assert_eq!(rw, joined);
-    assert!(rw.contains(&path.display().to_string()), "error does not name the file: {rw}");
-    assert_eq!(std::fs::read(&path).unwrap(), bytes, "a bad file must be left as it was");
+    assert!(
+        rw.contains(&path.display().to_string()),
+        "error does not name the file: {rw}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a bad file must be left as it was"
+    );
     rw
 }
 
@@ -118,7 +136,10 @@ fn header_validation() {
 
     for cut in [0, 5, 100, 255, 1000, FILE_SIZE - 1] {
         let e = open_error(&good[..cut]);
-        assert!(e.contains(&format!("truncated: {cut} bytes, expected {FILE_SIZE}")), "cut {cut}: {e}");
+        assert!(
+            e.contains(&format!("truncated: {cut} bytes, expected {FILE_SIZE}")),
+            "cut {cut}: {e}"
+        );
     }
 
     let mut longer = good.clone();
@@ -149,8 +170,18 @@ fn charge_refund_and_refusal() {
     l.charge(&s, Kind::Data, 600 << 20, GI).unwrap();
     l.charge(&s, Kind::Context, 300 << 20, GI).unwrap();
     let r = l.charge(&s, Kind::Data, 200 << 20, GI).unwrap_err();
-    assert_eq!(r, Refused { requested: 200 << 20, used: 900 << 20, limit: GI });
-    assert_eq!(r.to_string(), "GPU memory quota exceeded: requested 200 MiB, 900 MiB of 1.00 GiB already in use");
+    assert_eq!(
+        r,
+        Refused {
+            requested: 200 << 20,
+            used: 900 << 20,
+            limit: GI
+        }
+    );
+    assert_eq!(
+        r.to_string(),
+        "GPU memory quota exceeded: requested 200 MiB, 900 MiB of 1.00 GiB already in use"
+    );
     // exactly up to the limit is allowed, one byte more is not
     l.charge(&s, Kind::Module, GI - (900 << 20), GI).unwrap();
     assert_eq!(l.used(), GI);
@@ -268,7 +299,10 @@ fn operation_left_unapplied_is_finished_by_others() {
         c.commit_unapplied(Kind::Array, 10 + i, false);
     }
     l.refund(&c, Kind::Array, 0);
-    assert_eq!(slot_usage(&l, &c)[Kind::Array.index()], (0..20).map(|i| 10 + i).sum::<u64>());
+    assert_eq!(
+        slot_usage(&l, &c)[Kind::Array.index()],
+        (0..20).map(|i| 10 + i).sum::<u64>()
+    );
     drop(c);
     assert_eq!(l.used(), 0);
 }
@@ -314,7 +348,19 @@ fn kinds() {
     }
     assert_eq!(Kind::from_index(8), None);
     let names: Vec<_> = Kind::ALL.iter().map(|k| k.name()).collect();
-    assert_eq!(names, ["context", "module", "data", "array", "async_pool", "vmm", "managed", "graph"]);
+    assert_eq!(
+        names,
+        [
+            "context",
+            "module",
+            "data",
+            "array",
+            "async_pool",
+            "vmm",
+            "managed",
+            "graph"
+        ]
+    );
 }
 
 #[test]
@@ -368,11 +414,26 @@ fn threads_share_slots_without_passing_the_limit() {
 
 #[derive(Debug, Clone)]
 enum Step {
-    Charge { slot: usize, kind: usize, bytes: u64 },
-    Refund { slot: usize, kind: usize, bytes: u64 },
+    Charge {
+        slot: usize,
+        kind: usize,
+        bytes: u64,
+    },
+    Refund {
+        slot: usize,
+        kind: usize,
+        bytes: u64,
+    },
     /// Commit without applying, as a process killed between the two steps leaves it.
-    Crash { slot: usize, kind: usize, bytes: u64, refund: bool },
-    Detach { slot: usize },
+    Crash {
+        slot: usize,
+        kind: usize,
+        bytes: u64,
+        refund: bool,
+    },
+    Detach {
+        slot: usize,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
