@@ -206,7 +206,7 @@ static void trim(const char *kind) {
     } else if (!strcmp(kind, "graph")) {
         cuDeviceGraphMemTrim(dev);
     }
-    cuCtxSynchronize();
+    cuStreamSynchronize(stream); /* all work of this program runs on this stream */
 }
 
 static struct piece pieces[MAX_PIECES];
