@@ -142,6 +142,23 @@ d_out=$(cat "$work/d.out")
 check "an allocation that does not fit reclaims a dead process's memory first" "$(val "$d_out" alloc rc)" 0
 release d
 
+# ---- concurrent churn: the device counter ends where it began, never past the device ----
+for k in 1 2 3 4 5 6; do
+    FAKE_CUDA_CONTEXT_BYTES=0 "$LINKED" '!churn' 100000 2100Mi >"$work/churn.$k" 2>&1 &
+    pids+=($!)
+done
+wait_fail=0
+for k in 1 2 3 4 5 6; do wait "${pids[-$k]}" || wait_fail=1; done
+out=$(cat "$work"/churn.*)
+# Two 2100Mi allocations do not fit in 4Gi: when processes overlap, one gets OOM.
+check "6 processes churning 2100Mi on a 4Gi device: all finish (OOM counted, no other error)" \
+    "$wait_fail$(printf '%s\n' "$out" | grep -c '^op=churn pairs=100000 .* rc=0$')" "06"
+ooms=$(printf '%s\n' "$out" | sed -n 's/.* oom=\([0-9]*\) .*/\1/p' | paste -sd+ | bc)
+if [ "${ooms:-0}" -gt 0 ]; then ok "racing processes were refused by device-global admission ($ooms OOM answers)"
+else bad "racing processes never saw OOM: device memory not shared?"; fi
+out=$(FAKE_CUDA_CONTEXT_BYTES=0 "$RT" '!info' '!fill' 1Mi 2>&1)
+check "after the churn the device is whole again" "$(val "$out" info free) $(val "$out" fill count)" "$((4 * GiB)) 4096"
+
 # ---- fork: the child is a process of its own ----
 out=$("$LINKED" '!alloc' 1Gi fork '!alloc' 512Mi '!info' 2>&1)
 check "fork: child runs the rest and sees parent + child memory" "$(val "$out" info free)" \

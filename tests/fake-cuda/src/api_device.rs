@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_uint, CStr};
 
 /// Name of a fake device, e.g. "NVIDIA H100 (fake, 16 GiB)".
 pub fn device_name(total: u64) -> String {
-    if total % (1 << 30) == 0 {
+    if total.is_multiple_of(1 << 30) {
         format!("NVIDIA H100 (fake, {} GiB)", total >> 30)
     } else {
         format!("NVIDIA H100 (fake, {} MiB)", total >> 20)
@@ -31,7 +31,7 @@ unsafe fn copy_cstr(buf: *mut c_char, len: c_int, s: &str) -> R {
 /// Values of the attributes a CUDA runtime or framework asks for; others read 0.
 fn attribute(attr: c_int, phys: usize) -> Option<c_int> {
     Some(match attr {
-        1 | 2 | 3 => 1024,                // max threads per block, block dim x/y
+        1..=3 => 1024,                    // max threads per block, block dim x/y
         4 => 64,                          // block dim z
         5 => i32::MAX,                    // grid dim x
         6 | 7 => 65535,                   // grid dim y/z

@@ -48,7 +48,7 @@ fn cuMemGetAllocationGranularity(g: *mut usize, prop: *const AllocProp, _option:
 fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocProp, flags: u64) {
     let d = drv()?;
     let phys = check_prop(d, prop)?;
-    if handle.is_null() || size == 0 || size as u64 % VMM_GRANULARITY != 0 || flags != 0 { return Err(INVALID_VALUE); }
+    if handle.is_null() || size == 0 || !(size as u64).is_multiple_of(VMM_GRANULARITY) || flags != 0 { return Err(INVALID_VALUE); }
     d.charge(phys, size as u64)?;
     let h = new_handle() as u64;
     lock(&d.objs).vmm.insert(h, Phys { phys, size: size as u64, refs: 1 });
@@ -65,7 +65,7 @@ fn cuMemRelease(h: u64) {
 
 fn cuMemAddressReserve(ptr: *mut u64, size: usize, align: usize, _addr: u64, _flags: u64) {
     let d = drv()?;
-    if ptr.is_null() || size == 0 || size as u64 % VMM_GRANULARITY != 0 { return Err(INVALID_VALUE); }
+    if ptr.is_null() || size == 0 || !(size as u64).is_multiple_of(VMM_GRANULARITY) { return Err(INVALID_VALUE); }
     let align = (align as u64).max(VMM_GRANULARITY);
     if !align.is_power_of_two() { return Err(INVALID_VALUE); }
     // Over-map, then cut to an aligned range.

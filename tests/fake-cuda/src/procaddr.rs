@@ -7,6 +7,9 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
+/// (name, [(first CUDA version, entry point)], [(first CUDA version, per-thread-stream entry point)])
+type Rule = (&'static str, &'static [(c_int, &'static str)], &'static [(c_int, &'static str)]);
+
 include!("procaddr_table.rs");
 
 const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
