@@ -71,11 +71,12 @@ def gpu():
     return {"total": t, "used": u, "free": f}, "nvidia-smi"
 
 
-def usage(pid, python=None):
-    """NVML's bytes for PID, measured by a fresh process without the interposer; None if unmeasurable."""
+def usage(pid, python=None, env=None):
+    """NVML's bytes for PID, measured by a fresh process without the interposer; None if unmeasurable.
+    ENV: the environment to measure in (default: this one, without the interposer)."""
     try:
         r = subprocess.run([python or sys.executable, os.path.abspath(__file__), str(pid)],
-                           capture_output=True, text=True, timeout=60, env=clean_env())
+                           capture_output=True, text=True, timeout=60, env=env or clean_env())
         if r.returncode != 0:
             return None
         return json.loads(r.stdout.strip().splitlines()[-1]).get(str(pid))

@@ -240,7 +240,7 @@ class Suite:
             p.stdin.write("go\n")
             p.stdin.flush()
             held = self.read_event(p, deadline)
-        nvml = measure.usage(p.pid) if held else None
+        nvml = measure.usage(p.pid, env=self.base_env()) if held else None
         self.stop_holders(procs)
         if not held:
             return self.record("driverapi-peak", False, time.monotonic() - t, reason="holder did not report")
@@ -278,7 +278,7 @@ class Suite:
                 return self.record(name, False, time.monotonic() - t, reason="a process did not report")
             nvml = {}
             for p in procs:
-                nvml[p.pid] = measure.usage(p.pid)
+                nvml[p.pid] = measure.usage(p.pid, env=self.base_env())
         finally:
             self.stop_holders(procs)
         granted = [h["granted"] for h in helds]
