@@ -36,7 +36,7 @@ proc_iters=${BENCH_PROC_ITERS:-20000}
 start_runs=${BENCH_START_RUNS:-1000}
 limit=${BENCH_LIMIT:-64Gi}
 skip=" ${BENCH_SKIP:-} "
-cc=${CC:-gcc}
+cc=${CC:-$(command -v gcc || command -v cc || echo gcc)}
 python=${PYTHON:-python3}
 
 die() { echo "bench: $*" >&2; exit 1; }
