@@ -225,6 +225,46 @@ fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
     out(ms, 0.0)
 }
 
+fn cuCtxGetLimit(v: *mut usize, limit: c_int) {
+    let d = drv()?;
+    current(d)?;
+    // stack size, printf FIFO, malloc heap, runtime sync depth, pending launches, L2 fetch, persisting L2
+    out(v, match limit { 0 => 1024, 1 => 1 << 20, 2 => 8 << 20, 3 => 2, 4 => 2048, 5 => 64, 6 => 0, _ => return Err(INVALID_VALUE) })
+}
+
+fn cuCtxSetLimit(limit: c_int, _v: usize) {
+    let d = drv()?;
+    current(d)?;
+    if (0..=6).contains(&limit) { Ok(()) } else { Err(INVALID_VALUE) }
+}
+
+fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {
+    let d = drv()?;
+    current(d)?;
+    if !least.is_null() { out(least, 0)?; }
+    if !greatest.is_null() { out(greatest, -5)?; }
+    Ok(())
+}
+
+fn cuStreamGetFlags(s: Handle, flags: *mut c_uint) {
+    let d = drv()?;
+    stream_phys(d, &lock(&d.objs), s)?;
+    out(flags, 0)
+}
+
+fn cuStreamGetPriority(s: Handle, prio: *mut c_int) {
+    let d = drv()?;
+    stream_phys(d, &lock(&d.objs), s)?;
+    out(prio, 0)
+}
+
+fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, peer: CUdevice) {
+    let d = drv()?;
+    d.phys(dev)?;
+    d.phys(peer)?;
+    out(can, 0)
+}
+
 fn cuStreamWaitEvent(_s: Handle, e: Handle, _flags: c_uint) {
     let d = drv()?;
     lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
@@ -272,4 +312,6 @@ cu_alias! {
     cuStreamQuery_ptsz => cuStreamQuery(s: Handle);
     cuEventRecord_ptsz => cuEventRecord(e: Handle, s: Handle);
     cuStreamWaitEvent_ptsz => cuStreamWaitEvent(s: Handle, e: Handle, flags: c_uint);
+    cuStreamGetFlags_ptsz => cuStreamGetFlags(s: Handle, flags: *mut c_uint);
+    cuStreamGetPriority_ptsz => cuStreamGetPriority(s: Handle, prio: *mut c_int);
 }

@@ -215,6 +215,20 @@ fn cuMemHostGetDevicePointer_v2(dptr: *mut u64, p: *mut c_void, _flags: c_uint) 
     out(dptr, p as u64)
 }
 
+fn cuMemHostRegister_v2(p: *mut c_void, size: usize, _flags: c_uint) {
+    // Pinning host memory takes no device memory; the range becomes known as host memory.
+    let d = drv()?;
+    if p.is_null() || size == 0 { return Err(INVALID_VALUE); }
+    current(d)?;
+    lock(&d.mem).registered.insert(p as usize, size);
+    Ok(())
+}
+
+fn cuMemHostUnregister(p: *mut c_void) {
+    let d = drv()?;
+    lock(&d.mem).registered.remove(&(p as usize)).map(|_| ()).ok_or(INVALID_VALUE)
+}
+
 fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) {
     let d = drv()?;
     check_dev(d, dst, n, true)?;

@@ -135,6 +135,24 @@ fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) {
     out(v, match attr { 0 => 1024, 4 => 32, 5 | 6 => 90, _ => 0 })
 }
 
+fn cuFuncSetAttribute(f: Handle, _attr: c_int, _v: c_int) {
+    let d = drv()?;
+    if lock(&d.objs).functions.contains_key(&f) { Ok(()) } else { Err(INVALID_HANDLE) }
+}
+
+fn cuModuleGetGlobal_v2(_dptr: *mut u64, _bytes: *mut usize, m: Handle, _name: *const c_char) {
+    // Globals are not modelled: a module has none.
+    let d = drv()?;
+    if lock(&d.objs).modules.contains_key(&m) { Err(NOT_FOUND) } else { Err(INVALID_HANDLE) }
+}
+
+fn cuOccupancyMaxActiveBlocksPerMultiprocessor(n: *mut c_int, f: Handle, block: c_int, _shmem: usize) {
+    let d = drv()?;
+    if !lock(&d.objs).functions.contains_key(&f) { return Err(INVALID_HANDLE); }
+    if block <= 0 || block > 1024 { return Err(INVALID_VALUE); }
+    out(n, 2048 / block)
+}
+
 fn cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                   _shmem: c_uint, stream: Handle, _params: *mut *mut c_void, _extra: *mut *mut c_void) {
     launch(f, [gx, gy, gz], [bx, by, bz], stream)

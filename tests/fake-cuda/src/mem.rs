@@ -47,12 +47,15 @@ pub struct Mem {
     /// Allocation start -> allocation. A hash map: alloc and free are the hot path; lookups of
     /// interior pointers (copies, address ranges) fall back to a scan.
     pub allocs: HashMap<u64, Alloc>,
+    /// cuMemAllocHost/cuMemHostAlloc memory: start -> length.
     pub host: HashMap<usize, usize>,
+    /// cuMemHostRegister ranges: start -> length.
+    pub registered: HashMap<usize, usize>,
 }
 
 impl Mem {
     pub fn new(ndev: usize) -> Mem {
-        Mem { arenas: (0..ndev).map(|_| None).collect(), allocs: HashMap::default(), host: HashMap::default() }
+        Mem { arenas: (0..ndev).map(|_| None).collect(), allocs: HashMap::default(), host: HashMap::default(), registered: HashMap::default() }
     }
 
     /// Carves `size` bytes from device `phys`'s range (whose device has `total` bytes).
