@@ -2,3 +2,4 @@
 //! `status` shows quotas and usage per container and GPU from the state root, read-only.
 pub mod engines;
 pub mod fsutil;
+pub mod status;

@@ -1,6 +1,8 @@
 use anyhow::Result;
+use std::io::Write;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
+use vgpu_ledger::layout::StateRoot;
 use vgpuctl::engines::{self, Engine};
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
@@ -16,6 +18,34 @@ enum Cmd {
     /// Configure a container engine to run containers through vgpu, or take that back.
     #[command(subcommand)]
     Runtime(RuntimeCmd),
+    /// Show quota, usage by kind and processes per container and GPU (read-only).
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        root: RootArgs,
+    },
+    /// Remove the state of containers that are gone (whose poststop hook never came).
+    Gc {
+        #[command(flatten)]
+        root: RootArgs,
+    },
+}
+
+#[derive(Args)]
+struct RootArgs {
+    /// The state root (default: state_root from /etc/vgpu/config.toml, or the file VGPU_CONFIG names).
+    #[arg(long)]
+    state_root: Option<PathBuf>,
+}
+
+impl RootArgs {
+    fn resolve(&self) -> Result<(StateRoot, std::time::Duration)> {
+        let cfg = vgpu_oci::config::Config::load()?;
+        let root = self.state_root.clone().unwrap_or(cfg.state_root);
+        Ok((StateRoot::new(root), std::time::Duration::from_secs(cfg.gc_pending_grace_seconds)))
+    }
 }
 
 #[derive(Subcommand)]
@@ -88,6 +118,29 @@ fn run(cli: Cli) -> Result<()> {
             o.hook_env = a.hook_env;
             let changes = engines::plan_configure(&o)?;
             finish(&changes, a.common.dry_run, o.engine, "configured", &mut out)
+        }
+        Cmd::Status { json, root } => {
+            let (root, _) = root.resolve()?;
+            let status = vgpuctl::status::collect(&root)?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, &status)?;
+                writeln!(out)?;
+            } else {
+                vgpuctl::status::print_table(&status, &mut out)?;
+            }
+            Ok(())
+        }
+        Cmd::Gc { root } => {
+            let (root, grace) = root.resolve()?;
+            let report = vgpu_oci::gc::collect_with(&root, grace)?;
+            for id in &report.removed {
+                writeln!(out, "removed {id}")?;
+            }
+            writeln!(out, "{} removed, {} kept (still running)", report.removed.len(), report.kept.len())?;
+            if !report.errors.is_empty() {
+                anyhow::bail!("{} folder(s) could not be collected: {}", report.errors.len(), report.errors.join("; "));
+            }
+            Ok(())
         }
         Cmd::Runtime(RuntimeCmd::Unconfigure(c)) => {
             let o = options(&c);

@@ -24,11 +24,13 @@ need() {
     done
 }
 
-# make_rootfs DIR: sh, cat, ls, env and their libraries from the host (nothing is pulled).
+# make_rootfs DIR [PROGRAM...]: sh, cat, ls, env, sleep, the given programs and their libraries from the
+# host (nothing is pulled).
 make_rootfs() {
-    local dir=$1 b lib
+    local dir=$1 b lib; shift
     mkdir -p "$dir"/{bin,etc,proc,sys,dev,tmp,run,usr/local/bin}
-    for b in sh cat ls env; do cp -L "$(command -v $b)" "$dir/bin/$b"; done
+    for b in sh cat ls env sleep; do cp -L "$(command -v $b)" "$dir/bin/$b"; done
+    for b in "$@"; do cp -L "$b" "$dir/bin/"; done
     # Plus what the preloaded interposer needs (libgcc_s, ...), as any real distribution image has.
     for lib in $( (ldd "$dir"/bin/*; [ -e "$LIBVGPU" ] && ldd "$LIBVGPU") | grep -P '^\t' | grep -o '/[^ ]*' | sort -u); do
         mkdir -p "$dir$(dirname "$lib")"; cp -L "$lib" "$dir$lib"

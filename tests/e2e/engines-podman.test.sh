@@ -3,7 +3,8 @@
 # vgpu.io/memory-limit=1Gi` then gets the quota with no shim (createRuntime + poststop of vgpu-hook);
 # unconfigure removes exactly those files.
 source "$(dirname "$0")/engines-lib.sh"
-need "$VGPUCTL" "$HOOK" "$ROOT/target/fake/libnvidia-ml.so.1" "$LIBVGPU"
+FAKE=$ROOT/target/fake
+need "$VGPUCTL" "$HOOK" "$FAKE/libnvidia-ml.so.1" "$FAKE/libcuda.so.1" "$LIBVGPU" "$ROOT/target/clients/rt_client"
 T=$(mktemp -d /tmp/vgpu-e2e-podman.XXXXXX)
 HD=$T/hooks.d
 # Private storage and state; cgroupfs and explicit ulimits because this machine has no systemd session and
@@ -36,7 +37,7 @@ snap=$(cat "$HD"/vgpu-* | sha256sum)
 check "second configure changes nothing" test "$(cat "$HD"/vgpu-* | sha256sum)" = "$snap"
 
 # 2. Real containers.
-make_rootfs "$T/rootfs"
+make_rootfs "$T/rootfs" "$ROOT/target/clients/rt_client"
 tar -C "$T/rootfs" -c . | "${P[@]}" import - localhost/vgpu-e2e:rootfs > /dev/null 2>&1
 check "podman imported the rootfs" "${P[@]}" image exists localhost/vgpu-e2e:rootfs
 "${P[@]}" "${RUN[@]}" localhost/vgpu-e2e:rootfs /bin/sh -c 'ls /run/vgpu 2>&1; echo plain-ok' > "$T/plain.out" 2>&1
@@ -47,6 +48,25 @@ check "and gets no quota" grep -q "No such file" "$T/plain.out"
 check "--annotation vgpu.io/memory-limit=1Gi: the container sees its limits file" grep -q '"memory_limit": *1073741824' "$T/quota.out"
 check "the interposer is preloaded" grep -q '^/usr/local/vgpu/libvgpu.so' "$T/quota.out"
 check "poststop removed the container's state" bash -c "[ -z \"\$(ls -A '$T/vgpu/containers' 2>/dev/null)\" ]"
+# The quota at work: the fake driver (16 GiB device) bind-mounted in, a client that allocates like the
+# CUDA runtime; its context (256 MiB in the fake) and data count against the 1 GiB quota.
+"${P[@]}" run -d --name vgpu-e2e-cuda --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+    --annotation vgpu.io/memory-limit=1Gi -e NVIDIA_VISIBLE_DEVICES=0 -e LD_LIBRARY_PATH=/usr/local/fake \
+    -v "$FAKE:/usr/local/fake:ro" localhost/vgpu-e2e:rootfs \
+    /bin/rt_client info '!alloc' 512Mi alloc 512Mi sleep 6 > /dev/null
+for _ in $(seq 40); do "$VGPUCTL" status --json --state-root "$T/vgpu" > "$T/status.json"
+    jq -e '.containers[0].gpus[0].used > 0' "$T/status.json" > /dev/null 2>&1 && break; sleep 0.2; done
+"$VGPUCTL" status --state-root "$T/vgpu" > "$T/status.txt"
+"${P[@]}" wait vgpu-e2e-cuda > /dev/null; "${P[@]}" logs vgpu-e2e-cuda > "$T/cuda.out" 2>&1; "${P[@]}" rm vgpu-e2e-cuda > /dev/null
+check "inside, the GPU's total is the quota" grep -q 'op=info .*total=1073741824' "$T/cuda.out"
+check "an allocation within the quota succeeds" grep -q 'op=alloc size=536870912 .*rc=0' "$T/cuda.out"
+check "one past it fails with out-of-memory" grep -q 'op=alloc size=536870912 .*err=CUDA_ERROR_OUT_OF_MEMORY' "$T/cuda.out"
+check "vgpuctl status --json: quota and usage by kind" jq -e '.containers[0].gpus[0] | .quota == 1073741824
+    and .by_kind.data == 536870912 and .by_kind.context > 0 and .used == .by_kind.data + .by_kind.context' "$T/status.json"
+check "vgpuctl status --json: one live process" jq -e '.containers[0].gpus[0].processes | length == 1 and .[0].alive' "$T/status.json"
+check "vgpuctl status table: the container's line" grep -qE '^[0-9a-f]{12} +0 +GPU-.* 1.00 GiB +768 MiB \(75%\)' "$T/status.txt"
+"$VGPUCTL" status --state-root "$T/vgpu" > "$T/status2.txt"
+check "vgpuctl status: nothing running afterwards" grep -q "^no containers" "$T/status2.txt"
 "${P[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=4Qi -e NVIDIA_VISIBLE_DEVICES=0 localhost/vgpu-e2e:rootfs \
     /bin/true > "$T/bad.out" 2>&1
 check "a bad quota fails podman run" test $? -ne 0
@@ -61,5 +81,5 @@ check "the other hook is untouched" test "$(fingerprint "$HD/other.json")" = "$o
 check "second unconfigure changes nothing" grep -q "nothing to change" "$T/out"
 "${P[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=1Gi localhost/vgpu-e2e:rootfs /bin/sh -c 'ls /run/vgpu 2>&1' > "$T/after.out" 2>&1
 check "after unconfigure the annotation does nothing" grep -q "No such file" "$T/after.out"
-((failed)) && { echo "--- quota container"; cat "$T/quota.out"; echo "--- bad quota"; cat "$T/bad.out"; }
+((failed)) && { for f in quota cuda bad; do echo "--- $f"; cat "$T/$f.out"; done; cat "$T/status.json" "$T/status.txt"; }
 finish

@@ -1,0 +1,251 @@
+//! `vgpuctl status`: quota, usage by kind and processes per container and GPU, read from the state root.
+//! Read-only: limits files are read, ledgers are mapped read-only and liveness is asked with F_GETLK, so
+//! looking never changes what it looks at (no slot is claimed, reclaimed or locked).
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use vgpu_ledger::layout::{StateRoot, LIMITS_FILE_NAME};
+use vgpu_ledger::{format_bytes, Kind, Ledger, Limits};
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub state_root: String,
+    pub containers: Vec<Container>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Container {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_pid: Option<u32>,
+    /// Why this container's state could not be read (the others are still shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub uuid: String,
+    /// Bytes, from limits.json (what the library enforces).
+    pub quota: u64,
+    /// Bytes charged in the ledger, all processes together.
+    pub used: u64,
+    /// Bytes per kind (context, module, data, ...), all processes together; kinds at zero left out.
+    pub by_kind: serde_json::Map<String, serde_json::Value>,
+    pub processes: Vec<Process>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Process {
+    pub slot: u16,
+    /// PID inside the container's own PID namespace (0: not recorded).
+    pub pid: u32,
+    pub pid_ns: u64,
+    /// The process still holds its slot; a dead one's usage is given back by the next reclaim.
+    pub alive: bool,
+    pub used: u64,
+}
+
+fn by_kind(usage: impl Fn(Kind) -> u64) -> serde_json::Map<String, serde_json::Value> {
+    Kind::ALL.iter().filter(|k| usage(**k) > 0).map(|k| (k.name().to_string(), usage(*k).into())).collect()
+}
+
+fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> Gpu {
+    let mut g = Gpu {
+        index: dev.index,
+        uuid: dev.uuid.clone(),
+        quota: dev.memory_limit,
+        used: 0,
+        by_kind: Default::default(),
+        processes: vec![],
+        error: None,
+    };
+    let path = limits.ledger_path(limits_path, dev);
+    match Ledger::open_readonly(&path) {
+        Ok(ledger) => {
+            let snap = ledger.snapshot();
+            g.used = snap.used;
+            g.by_kind = by_kind(|k| snap.slots.iter().map(|s| s.usage[k.index()]).sum());
+            g.processes = snap
+                .slots
+                .iter()
+                .map(|s| Process { slot: s.index, pid: s.pid, pid_ns: s.pid_ns, alive: s.alive, used: s.total() })
+                .collect();
+        }
+        // A process that has not started CUDA yet has no ledger to show.
+        Err(_) if !path.exists() => {}
+        Err(e) => g.error = Some(e.to_string()),
+    }
+    g
+}
+
+/// Reads every container under `root`.
+pub fn collect(root: &StateRoot) -> Result<Status> {
+    let mut status = Status { state_root: root.root().display().to_string(), containers: vec![] };
+    let dir = root.containers_dir();
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(status),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        // Dot-folders are provisions or removals in progress.
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    for id in names {
+        let limits_path = dir.join(&id).join(LIMITS_FILE_NAME);
+        let mut c = Container { id, init_pid: None, error: None, gpus: vec![] };
+        match Limits::load(&limits_path) {
+            Ok(limits) => {
+                c.init_pid = limits.init_pid;
+                c.gpus = limits.devices.iter().map(|d| gpu(&limits_path, &limits, d)).collect();
+            }
+            Err(e) => c.error = Some(e.to_string()),
+        }
+        status.containers.push(c);
+    }
+    Ok(status)
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+fn processes(ps: &[Process]) -> String {
+    if ps.is_empty() {
+        return "-".into();
+    }
+    ps.iter()
+        .map(|p| format!("{}{}", if p.pid == 0 { "?".to_string() } else { p.pid.to_string() }, if p.alive { "" } else { "(dead)" }))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn kinds(m: &serde_json::Map<String, serde_json::Value>) -> String {
+    if m.is_empty() {
+        return "-".into();
+    }
+    m.iter().map(|(k, v)| format!("{k}={}", format_bytes(v.as_u64().unwrap_or(0)))).collect::<Vec<_>>().join(" ")
+}
+
+/// The human view: one line per container and GPU.
+pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
+    if s.containers.is_empty() {
+        writeln!(out, "no containers with a GPU memory quota (state root {})", s.state_root)?;
+        return Ok(());
+    }
+    let mut rows = vec![["CONTAINER", "GPU", "UUID", "QUOTA", "USED", "BY KIND", "PIDS"].map(String::from)];
+    for c in &s.containers {
+        if let Some(e) = &c.error {
+            rows.push([short(&c.id).into(), "-".into(), "-".into(), "-".into(), "-".into(), format!("error: {e}"), "-".into()]);
+        }
+        for g in &c.gpus {
+            let kinds = match &g.error {
+                Some(e) => format!("error: {e}"),
+                None => kinds(&g.by_kind),
+            };
+            rows.push([
+                short(&c.id).into(),
+                g.index.to_string(),
+                g.uuid.clone(),
+                format_bytes(g.quota),
+                format!("{} ({}%)", format_bytes(g.used), g.used.saturating_mul(100) / g.quota.max(1)),
+                kinds,
+                processes(&g.processes),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    for r in rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        writeln!(out, "{}", line.join("  ").trim_end())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vgpu_ledger::DeviceLimit;
+
+    fn provision(root: &StateRoot, id: &str, uuid: &str, limit: u64) -> (Ledger, std::path::PathBuf) {
+        let limits_path = root.limits_path(id).unwrap();
+        std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
+        let limits = Limits {
+            version: vgpu_ledger::LIMITS_VERSION,
+            container_id: id.into(),
+            pid_ns: None,
+            init_pid: Some(1),
+            devices: vec![DeviceLimit {
+                index: 0,
+                uuid: uuid.into(),
+                memory_limit: limit,
+                ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
+            }],
+        };
+        limits.write_atomic(&limits_path).unwrap();
+        let ledger_path = root.ledger_path(id, uuid).unwrap();
+        (Ledger::open_or_create(&ledger_path, uuid, limit).unwrap(), ledger_path)
+    }
+
+    #[test]
+    fn empty_or_missing_root_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(dir.path().join("nothing-here"));
+        let s = collect(&root).unwrap();
+        assert!(s.containers.is_empty());
+        assert!(!dir.path().join("nothing-here").exists(), "status creates nothing");
+        let mut out = Vec::new();
+        print_table(&s, &mut out).unwrap();
+        assert!(String::from_utf8(out).unwrap().starts_with("no containers with a GPU memory quota"));
+    }
+
+    #[test]
+    fn shows_quota_usage_by_kind_and_processes_without_changing_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(dir.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        let (ledger, ledger_path) = provision(&root, "c1", uuid, 1 << 30);
+        let slot = ledger.attach().unwrap();
+        ledger.charge(&slot, Kind::Context, 256 << 20, 1 << 30).unwrap();
+        ledger.charge(&slot, Kind::Data, 100 << 20, 1 << 30).unwrap();
+        // A container whose limits file is broken is reported, not fatal.
+        std::fs::create_dir_all(root.container_dir("c2").unwrap()).unwrap();
+        std::fs::write(root.limits_path("c2").unwrap(), "{").unwrap();
+        // In-progress provisions are not containers.
+        std::fs::create_dir_all(root.containers_dir().join(".tmp-x")).unwrap();
+
+        let before = std::fs::read(&ledger_path).unwrap();
+        let s = collect(&root).unwrap();
+        assert_eq!(std::fs::read(&ledger_path).unwrap(), before, "status must not write the ledger");
+
+        assert_eq!(s.containers.len(), 2);
+        let g = &s.containers[0].gpus[0];
+        assert_eq!((g.quota, g.used), (1 << 30, 356 << 20));
+        assert_eq!(g.by_kind["context"], 256u64 << 20);
+        assert_eq!(g.by_kind["data"], 100u64 << 20);
+        assert!(!g.by_kind.contains_key("vmm"));
+        assert_eq!(g.processes.len(), 1);
+        assert!(g.processes[0].alive);
+        assert_eq!(g.processes[0].used, 356 << 20);
+        assert!(s.containers[1].error.is_some());
+
+        let mut out = Vec::new();
+        print_table(&s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(uuid) && text.contains("context=") && text.contains("error:"), "{text}");
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["containers"][0]["gpus"][0]["used"], 356u64 << 20);
+        drop(slot);
+    }
+}
