@@ -911,8 +911,9 @@ hook!(cuDeviceGraphMemTrim(dev: CUdevice) {
 // Their device memory is not asked for by size: it is measured. Contexts: the device's used memory as NVML
 // reports it, before and after creation (a context is not current yet, so cuMemGetInfo cannot be asked);
 // modules: cuMemGetInfo's free memory before and after loading. Another process allocating at the same
-// instant can skew a measurement: what the ledger recorded meanwhile is subtracted (that covers this
-// container's own processes), and the result is clamped to [0, ceiling]. If the measured memory does not fit, the
+// instant can skew a measurement: context creations of the processes sharing a quota are serialised by a
+// lock file next to the ledger, what the ledger recorded meanwhile is subtracted (allocations of the
+// container's other processes), and the result is clamped to [0, ceiling]. If the measured memory does not fit, the
 // context or module is destroyed again and the call fails with out-of-memory.
 
 const CONTEXT_CEILING: u64 = 2 << 30;
@@ -926,6 +927,7 @@ const MODULE_CEILING: u64 = 4 << 30;
 
 fn measure_ctx(dev: CUdevice, q: Option<&DeviceQuota>, create: impl FnOnce() -> CUresult) -> (CUresult, u64) {
     let Some(q) = q else { return (create(), 0) };
+    let _measuring = q.measure_lock();
     let (before, lb) = (nvml::device_used(&q.uuid), q.used());
     let r = create();
     let (after, la) = (nvml::device_used(&q.uuid), q.used());

@@ -21,6 +21,7 @@ pub struct DeviceQuota {
     pub ordinal: i32,
     pub uuid: String,
     pub limit: u64,
+    ledger_path: std::path::PathBuf,
     ledger: Ledger,
     // ManuallyDrop: after fork the child takes the slot out with ptr::read and forgets it (see `child`).
     slot: ManuallyDrop<Slot>,
@@ -63,6 +64,19 @@ impl DeviceQuota {
         if bytes > 0 {
             self.ledger.refund(&self.slot, kind, bytes);
         }
+    }
+
+    /// Serialises memory measurements (context creation) among the processes sharing this quota, so that
+    /// one process's measurement does not count another's new context. An flock on `<ledger>.measure`,
+    /// released by the kernel if the holder dies; None (measure unlocked) if the file cannot be opened.
+    pub fn measure_lock(&self) -> Option<std::fs::File> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut path = self.ledger_path.clone().into_os_string();
+        path.push(".measure");
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).mode(0o666).open(path).ok()?;
+        // SAFETY: flock on a descriptor we own; released when the File is dropped.
+        (unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(f)
     }
 
     /// The container's usage of this GPU (all processes).
@@ -178,7 +192,14 @@ fn open_quota(dev: CUdevice, uuid: &str, spec: &DeviceSpec) -> Result<DeviceQuot
     let slot = ledger.attach().map_err(|e| e.to_string())?;
     // Usage left by processes killed earlier goes back to the quota now.
     let _ = ledger.reclaim_dead();
-    Ok(DeviceQuota { ordinal: dev, uuid: uuid.to_string(), limit: spec.limit, ledger, slot: ManuallyDrop::new(slot) })
+    Ok(DeviceQuota {
+        ordinal: dev,
+        uuid: uuid.to_string(),
+        limit: spec.limit,
+        ledger_path: spec.ledger.clone(),
+        ledger,
+        slot: ManuallyDrop::new(slot),
+    })
 }
 
 /// Resolves every visible device now (from cuInit), so a limit that cannot be enforced fails CUDA's start.
