@@ -13,11 +13,11 @@ cc=${CC:-gcc}
 [ -f "$inc/cuda.h" ] || { echo "build.sh: no cuda.h in $inc (set CUDA_INCLUDE)" >&2; exit 1; }
 mkdir -p "$out"
 flags=(-O2 -Wall -Wextra -Wno-unused-parameter -Wno-deprecated-declarations -std=gnu11 -I"$inc")
-"$cc" "${flags[@]}" -DRT_CLIENT tests/clients/client.c -o "$out/rt_client" -ldl
+"$cc" "${flags[@]}" -DRT_CLIENT tests/clients/client.c -o "$out/rt_client" -ldl -lpthread
 if [ -e "$libdir/libcuda.so" ] || [ -e "$libdir/libcuda.so.1" ]; then
     # Link against the soname file when no unversioned link exists (e.g. a driver-only install).
     if [ -e "$libdir/libcuda.so" ]; then lib=(-L"$libdir" -lcuda); else lib=("$libdir/libcuda.so.1"); fi
-    "$cc" "${flags[@]}" tests/clients/client.c -o "$out/linked_client" "${lib[@]}" -ldl
+    "$cc" "${flags[@]}" tests/clients/client.c -o "$out/linked_client" "${lib[@]}" -ldl -lpthread
 else
     echo "build.sh: no libcuda.so in $libdir (set LIBCUDA_DIR)" >&2
     exit 1

@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,6 +277,21 @@ static const char ptx[] =
 
 static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx"};
 
+/* threads op: each thread makes the primary context current and churns alloc/free pairs. */
+struct churn_arg { long count; unsigned long long size; long oom; long pairs; CUresult rc; };
+
+static void *churn_thread(void *p) {
+    struct churn_arg *a = p;
+    a->rc = CALL(cuCtxSetCurrent, ctx);
+    for (; a->rc == CUDA_SUCCESS && a->pairs < a->count; a->pairs++) {
+        CUdeviceptr d;
+        a->rc = CALL(cuMemAlloc, &d, a->size);
+        if (a->rc == CUDA_ERROR_OUT_OF_MEMORY) { a->oom++; a->rc = CUDA_SUCCESS; continue; }
+        if (a->rc == CUDA_SUCCESS) a->rc = CALL(cuMemFree, d);
+    }
+    return NULL;
+}
+
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
 static int run_op(int argc, char **argv, int i, int *required_failed) {
     const char *raw = argv[i];
@@ -480,6 +496,28 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             if (rc == CUDA_SUCCESS) rc = CALL(cuMemFree, p);
         }
         printf(" pairs=%ld oom=%ld size=%llu ns_per_pair=%.0f", k, oom, sz, k ? (now() - t0) * 1e9 / k : 0.0);
+    } else if (!strcmp(op, "threads")) {
+        int nt = atoi(ARG(1));
+        long count = atol(ARG(2));
+        unsigned long long sz = parse_size(ARG(3)); used = 4;
+        struct churn_arg args[64];
+        pthread_t tids[64];
+        if (nt < 1 || nt > 64) { fprintf(stderr, "client: threads: 1..64\n"); exit(2); }
+        rc = need_ctx();
+        double t0 = now();
+        int started = 0;
+        for (; rc == CUDA_SUCCESS && started < nt; started++) {
+            args[started] = (struct churn_arg){.count = count, .size = sz};
+            if (pthread_create(&tids[started], NULL, churn_thread, &args[started]) != 0) rc = CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        long pairs = 0, oom = 0;
+        for (int t = 0; t < started; t++) {
+            pthread_join(tids[t], NULL);
+            pairs += args[t].pairs; oom += args[t].oom;
+            if (rc == CUDA_SUCCESS) rc = args[t].rc;
+        }
+        printf(" threads=%d pairs=%ld oom=%ld size=%llu ns_per_pair=%.0f", nt, pairs, oom, sz,
+               pairs ? (now() - t0) * 1e9 / pairs : 0.0);
     } else if (!strcmp(op, "meminfo-loop")) {
         long n = atol(ARG(1)); used = 2;
         size_t fr, to;

@@ -159,6 +159,10 @@ else bad "racing processes never saw OOM: device memory not shared?"; fi
 out=$(FAKE_CUDA_CONTEXT_BYTES=0 "$RT" '!info' '!fill' 1Mi 2>&1)
 check "after the churn the device is whole again" "$(val "$out" info free) $(val "$out" fill count)" "$((4 * GiB)) 4096"
 
+out=$("$RT" '!threads' 8 5000 1500Mi '!info' 2>&1)
+check "8 threads of one process churning 1500Mi: all pairs done, device whole after" \
+    "$(val "$out" threads pairs) $(val "$out" info free)" "40000 $((4 * GiB - 256 * MiB))"
+
 # ---- fork: the child is a process of its own ----
 out=$("$LINKED" '!alloc' 1Gi fork '!alloc' 512Mi '!info' 2>&1)
 check "fork: child runs the rest and sees parent + child memory" "$(val "$out" info free)" \
