@@ -153,7 +153,7 @@ out=$(cat "$work"/churn.*)
 # Two 2100Mi allocations do not fit in 4Gi: when processes overlap, one gets OOM.
 check "6 processes churning 2100Mi on a 4Gi device: all finish (OOM counted, no other error)" \
     "$wait_fail$(printf '%s\n' "$out" | grep -c '^op=churn pairs=100000 .* rc=0$')" "06"
-ooms=$(printf '%s\n' "$out" | sed -n 's/.* oom=\([0-9]*\) .*/\1/p' | paste -sd+ | bc)
+ooms=$(printf '%s\n' "$out" | sed -n 's/.* oom=\([0-9]*\) .*/\1/p' | awk '{s += $1} END {print s + 0}')
 if [ "${ooms:-0}" -gt 0 ]; then ok "racing processes were refused by device-global admission ($ooms OOM answers)"
 else bad "racing processes never saw OOM: device memory not shared?"; fi
 out=$(FAKE_CUDA_CONTEXT_BYTES=0 "$RT" '!info' '!fill' 1Mi 2>&1)
