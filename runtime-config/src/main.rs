@@ -89,7 +89,7 @@ struct ConfigureArgs {
     /// Where vgpu-hook is installed (hooks.d files).
     #[arg(long, default_value = "/usr/bin/vgpu-hook")]
     hook_path: String,
-    /// Extra KEY=VALUE for the hooks' explicit environment (e.g. VGPU_CONFIG=/etc/vgpu/config.toml).
+    /// Extra KEY=VALUE for the hooks' explicit environment (VGPU_CONFIG is passed on when set).
     #[arg(long = "hook-env", value_name = "KEY=VALUE")]
     hook_env: Vec<String>,
 }
@@ -116,6 +116,10 @@ fn run(cli: Cli) -> Result<()> {
             o.runtime_path = a.runtime_path;
             o.hook_path = a.hook_path;
             o.hook_env = a.hook_env;
+            // Hooks must find the same vgpu config as the operator who configured them.
+            if !o.hook_env.iter().any(|e| e.starts_with("VGPU_CONFIG=")) {
+                o.hook_env.extend(vgpu_oci::config::Config::env_for_hooks());
+            }
             let changes = engines::plan_configure(&o)?;
             finish(&changes, a.common.dry_run, o.engine, "configured", &mut out)
         }

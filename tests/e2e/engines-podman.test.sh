@@ -73,6 +73,16 @@ check "a bad quota fails podman run" test $? -ne 0
 check "with the hook's one-line reason" grep -q 'vgpu: annotation vgpu.io/memory-limit="4Qi"' "$T/bad.out"
 check "and nothing provisioned" bash -c "[ -z \"\$(ls -A '$T/vgpu/containers' 2>/dev/null)\" ]"
 
+# A container whose poststop never came: its init is gone, so `vgpuctl gc` removes its state.
+sleep 0 & dead=$!; wait $dead
+mkdir -p "$T/vgpu/containers/stale/ledgers"
+printf '{"version":1,"container_id":"stale","pid_ns":1,"init_pid":%d,"devices":[{"index":0,"uuid":"GPU-x","memory_limit":1024,"ledger":"ledgers/GPU-x.ledger"}]}\n' \
+    "$dead" > "$T/vgpu/containers/stale/limits.json"
+"$VGPUCTL" status --state-root "$T/vgpu" > "$T/status3.txt"
+check "vgpuctl status lists the stale container" grep -q '^stale ' "$T/status3.txt"
+check "vgpuctl gc succeeds" "$VGPUCTL" gc --state-root "$T/vgpu" > "$T/gc.out"
+check "vgpuctl gc removed the stale state" bash -c "grep -q '^removed stale' '$T/gc.out' && [ ! -e '$T/vgpu/containers/stale' ]"
+
 # 3. Unconfigure: our files go, the other hook stays; again is a no-op.
 check "unconfigure succeeds" "$VGPUCTL" runtime unconfigure --runtime=podman --hooks-dir "$HD" > /dev/null
 check "only the other hook is left" test "$(ls "$HD")" = other.json
