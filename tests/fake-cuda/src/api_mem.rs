@@ -420,3 +420,22 @@ cu_alias! {
     cuMemsetD8Async_ptsz => cuMemsetD8Async(dst: u64, v: u8, n: usize, s: Handle);
     cuMemsetD32Async_ptsz => cuMemsetD32Async(dst: u64, v: u32, n: usize, s: Handle);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_sizes() {
+        // 1024 x 1024 floats, one channel: exactly 4 MiB.
+        assert_eq!(array_bytes(1024, 1024, 0, 0x20, 1, 1), Ok(4 << 20));
+        // Rounded up to 64 KiB.
+        assert_eq!(array_bytes(10, 0, 0, 0x01, 1, 1), Ok(64 << 10));
+        // Mip levels: 256^2 + 128^2 + 64^2 + 32^2 floats = 349520 bytes -> 384 KiB.
+        assert_eq!(array_bytes(256, 256, 0, 0x20, 1, 4), Ok(384 << 10));
+        assert_eq!(array_bytes(0, 1, 1, 0x20, 1, 1), Err(INVALID_VALUE));
+        assert_eq!(array_bytes(1, 1, 1, 0x20, 3, 1), Err(INVALID_VALUE));
+        assert_eq!(array_bytes(1, 1, 1, 0x77, 1, 1), Err(INVALID_VALUE));
+        assert_eq!(array_bytes(u64::MAX, 2, 1, 0x20, 4, 1), Err(INVALID_VALUE));
+    }
+}

@@ -74,6 +74,16 @@ mod tests {
     }
 
     #[test]
+    fn every_rule_names_an_exported_symbol() {
+        for (name, versions, ptds) in RULES {
+            for (_, sym) in versions.iter().chain(ptds.iter()) {
+                assert!(symbols().contains_key(sym), "{name}: {sym} is not exported");
+            }
+            assert!(versions.windows(2).all(|w| w[0].0 < w[1].0), "{name}: versions not ascending");
+        }
+    }
+
+    #[test]
     fn versions_and_ptds() {
         assert_eq!(name_of(resolve("cuMemAlloc", 13000, 0).unwrap()), "cuMemAlloc_v2");
         assert_eq!(name_of(resolve("cuMemAlloc", 3010, 0).unwrap()), "cuMemAlloc");
