@@ -52,6 +52,9 @@
     X(cuArrayGetMemoryRequirements, "cuArrayGetMemoryRequirements")                \
     X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")                            \
     X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")                          \
+    X(cuMipmappedArrayGetMemoryRequirements, "cuMipmappedArrayGetMemoryRequirements") \
+    X(cuMemAllocHost, "cuMemAllocHost")                                            \
+    X(cuMemFreeHost, "cuMemFreeHost")                                              \
     X(cuStreamCreate, "cuStreamCreate")                                            \
     X(cuStreamSynchronize, "cuStreamSynchronize")                                  \
     X(cuMemAllocAsync, "cuMemAllocAsync")                                          \
@@ -137,7 +140,7 @@ static int load_driver(void) {
 #endif
 
 /* ---- what the client holds ---- */
-enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE, K_CTX };
+enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE, K_CTX, K_HOST };
 struct held {
     enum kind kind;
     CUdeviceptr ptr;
@@ -256,6 +259,7 @@ static CUresult free_one(struct held *h) {
         if (rc == CUDA_SUCCESS) rc = CALL(cuGraphDestroy, (CUgraph)h->handle2);
         break;
     case K_MODULE: rc = CALL(cuModuleUnload, (CUmodule)h->handle); kernel = NULL; break;
+    case K_HOST: rc = CALL(cuMemFreeHost, h->handle); break;
     case K_CTX:
         /* Back to the primary context; streams and pools made in the destroyed one are gone. */
         rc = CALL(cuCtxDestroy, (CUcontext)h->handle);
@@ -275,7 +279,7 @@ static const char ptx[] =
     "\tret;\n"
     "}\n";
 
-static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx"};
+static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx", "host"};
 
 /* threads op: each thread makes the primary context current and churns alloc/free pairs. */
 struct churn_arg { long count; unsigned long long size; long oom; long pairs; CUresult rc; };
@@ -333,6 +337,13 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             rc = op[0] == 'a' ? CALL(cuMemAlloc, &p, n) : CALL(cuMemAllocManaged, &p, n, CU_MEM_ATTACH_GLOBAL);
         if (rc == CUDA_SUCCESS) push((struct held){.kind = K_DEV, .ptr = p, .size = n});
         printf(" size=%llu ptr=0x%llx", n, (unsigned long long)p);
+    } else if (!strcmp(op, "host")) {
+        unsigned long long n = parse_size(ARG(1)); used = 2;
+        void *p = NULL;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuMemAllocHost, &p, n);
+        if (rc == CUDA_SUCCESS) { memset(p, 0x5a, n < 4096 ? n : 4096); push((struct held){.kind = K_HOST, .handle = p, .size = n}); }
+        printf(" size=%llu ptr=%p", n, p);
     } else if (!strcmp(op, "pitch")) {
         unsigned long long w = parse_size(ARG(1)), hgt = parse_size(ARG(2)); used = 3;
         CUdeviceptr p = 0;
@@ -363,12 +374,13 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         } else if (rc == CUDA_SUCCESS) {
             CUDA_ARRAY3D_DESCRIPTOR d = {.Width = w, .Height = hgt, .Depth = 0, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
             rc = CALL(cuMipmappedArrayCreate, (CUmipmappedArray *)&h, &d, (unsigned)d3);
+            if (rc == CUDA_SUCCESS) rrc = CALL(cuMipmappedArrayGetMemoryRequirements, &req, (CUmipmappedArray)h, dev);
         }
         if (rc == CUDA_SUCCESS) push((struct held){.kind = mip ? K_MIPMAP : K_ARRAY, .handle = h});
         printf(" width=%llu height=%llu", w, hgt);
         if (is3d) printf(" depth=%llu", d3);
         if (mip) printf(" levels=%llu", d3);
-        if (!mip) printf(" req_size=%zu req_align=%zu req_rc=%d", req.size, req.alignment, (int)rrc);
+        printf(" req_size=%zu req_align=%zu req_rc=%d", req.size, req.alignment, (int)rrc);
     } else if (!strcmp(op, "async") || !strcmp(op, "pool")) {
         unsigned long long n = parse_size(ARG(1)); used = 2;
         CUdeviceptr p = 0;

@@ -59,7 +59,8 @@ for client in rt_client linked_client; do
     check "$client: addrrange finds the allocation" "$(val "$out" addrrange size)" $((256 * MiB))
     check "$client: pitch rounded to 512" "$(val "$out" pitch pitch)" 1024
     check "$client: memcheck ok on plain, managed, async, vmm memory" "$(printf '%s\n' "$out" | grep -c '^op=memcheck .*ok=1 rc=0')" 4
-    check "$client: array memory requirements" "$(val "$out" array req_size) $(val "$out" array3d req_size)" "$((4 * MiB)) $((1 * MiB))"
+    check "$client: array memory requirements" "$(val "$out" array req_size) $(val "$out" array3d req_size) $(val "$out" mipmap req_size)" \
+        "$((4 * MiB)) $((1 * MiB)) $((384 * 1024))"
     check "$client: async pool reserves a 32Mi chunk" "$(val "$out" async reserved)" $((32 * MiB))
     # 256Mi ctx + 256Mi + 10240*... : free after async = 4Gi - ctx - alloc - pitch(10240) - managed - arrays - pool chunk
     arrays=$((4 * MiB + 1 * MiB + 384 * 1024))   # 256x256 floats, 4 levels: 349520 bytes -> 384Ki
@@ -91,6 +92,9 @@ for client in rt_client linked_client; do
     check "$client: with a release threshold it stays reserved (and charged) until trim" \
         "$(val "$out" sync reserved 2) $(val "$out" info free) $(val "$out" trim reserved) $(val "$out" info free 2)" \
         "$((32 * MiB)) $((4 * GiB - 256 * MiB - 32 * MiB)) 0 $((4 * GiB - 256 * MiB))"
+
+    out=$("$C" '!info' '!host' 64Mi '!info' 2>&1)
+    check "$client: host memory takes no device memory" "$(val "$out" info free 2)" "$(val "$out" info free)"
 
     # ---- OOM at the device size ----
     export FAKE_CUDA_DEVICES=1Gi
