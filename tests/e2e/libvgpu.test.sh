@@ -137,7 +137,7 @@ check "per-thread-stream (_ptsz) entry points are hooked too" test "$out" = "0 0
 # (each context costs 64 MiB here, measured while the others allocate: 4 x 64 MiB + the data = the quota)
 fresh
 # (a process whose context no longer fits is refused at context creation)
-for i in 1 2 3 4; do (sleep 3 | FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" fill 16m wait >"$W/p$i.out" 2>"$W/p$i.err") & done
+for i in 1 2 3 4; do (sleep 4 | FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" info sleep 1 fill 16m wait >"$W/p$i.out" 2>"$W/p$i.err") & done
 wait
 total=0; ctxs=0
 for i in 1 2 3 4; do
