@@ -141,7 +141,8 @@ check "after B exits everything is back" "$(val "$out" info free)" $((4 * GiB - 
 start c "$LINKED" '!alloc' 3Gi wait || exit 1
 start d "$LINKED" '!info' wait '!alloc' 3Gi '!info' wait || exit 1
 kill -9 "$c_pid"; wait "$c_pid" 2>/dev/null
-eval "echo go >&$d_fd"; sleep 0.3
+eval "echo go >&$d_fd"
+for _ in $(seq 200); do [ "$(grep -c 'op=wait ready' "$work/d.out")" -ge 2 ] && break; sleep 0.02; done
 d_out=$(cat "$work/d.out")
 check "an allocation that does not fit reclaims a dead process's memory first" "$(val "$d_out" alloc rc)" 0
 release d
