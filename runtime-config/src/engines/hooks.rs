@@ -86,6 +86,17 @@ mod tests {
         f.iter().map(|(_, t)| t.as_str()).collect()
     }
 
+    /// packaging/hooks.d holds what the package installs; it must be what vgpuctl writes.
+    #[test]
+    fn packaged_hooks_are_current() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/hooks.d");
+        for (name, text) in files("/usr/bin/vgpu-hook", &[]).unwrap() {
+            let packaged = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
+            assert_eq!(packaged, text, "packaging/hooks.d/{name} is stale: regenerate with `vgpuctl runtime configure --runtime=podman --hooks-dir packaging/hooks.d`");
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), STAGES.len());
+    }
+
     #[test]
     fn bad_arguments() {
         assert!(files("vgpu-hook", &[]).is_err());
