@@ -572,7 +572,9 @@ fn pool_released(pool: u64, bytes: u64) {
     POOLS_DIRTY.store(true, Ordering::Release);
 }
 
-fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, stream: CUstream, call: impl FnOnce() -> CUresult) -> CUresult {
+/// `ptsz`: the allocation came through a per-thread-default-stream entry point (undo it the same way).
+#[allow(clippy::too_many_arguments)]
+fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
     if dptr.is_null() || exiting() {
         return call();
     }
@@ -629,8 +631,13 @@ fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, stre
         None => true,
     };
     if !fits {
-        forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), ptr, stream);
-        forward!("cuStreamSynchronize", fn(CUstream), stream);
+        if ptsz {
+            forward!("cuMemFreeAsync_ptsz", fn(CUdeviceptr, CUstream), ptr, stream);
+            forward!("cuStreamSynchronize_ptsz", fn(CUstream), stream);
+        } else {
+            forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), ptr, stream);
+            forward!("cuStreamSynchronize", fn(CUstream), stream);
+        }
         let keep = POOLS.update(pool, || new_pool(dev), |p| {
             p.outstanding = p.outstanding.saturating_sub(bytes);
             p.outstanding
@@ -648,7 +655,7 @@ fn device_pool(dev: CUdevice) -> Option<u64> {
     (forward!("cuDeviceGetMemPool", fn(*mut CUmemoryPool, CUdevice), &mut p, dev) == CUDA_SUCCESS).then_some(p as u64)
 }
 
-fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream, call: impl FnOnce() -> CUresult) -> CUresult {
+fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
     if quota::unlimited() {
         return call();
     }
@@ -657,10 +664,10 @@ fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream, call: imp
     }
     let Some(dev) = current_device() else { return call() };
     let Some(pool) = device_pool(dev) else { return call() };
-    pool_alloc(dptr, bytes as u64, pool, dev, stream, call)
+    pool_alloc(dptr, bytes as u64, pool, dev, stream, ptsz, call)
 }
 
-fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream, call: impl FnOnce() -> CUresult) -> CUresult {
+fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
     if quota::unlimited() {
         return call();
     }
@@ -669,20 +676,20 @@ fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, str
     }
     let known = POOLS.with(pool as u64, |p| p.map(|p| p.dev));
     let Some(dev) = known.or_else(current_device) else { return call() };
-    pool_alloc(dptr, bytes as u64, pool as u64, dev, stream, call)
+    pool_alloc(dptr, bytes as u64, pool as u64, dev, stream, ptsz, call)
 }
 
 hook!(cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
-    alloc_async(dptr, bytes, s, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+    alloc_async(dptr, bytes, s, false, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
 });
 hook!(cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
-    alloc_async(dptr, bytes, s, || forward!("cuMemAllocAsync_ptsz", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+    alloc_async(dptr, bytes, s, true, || forward!("cuMemAllocAsync_ptsz", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
 });
 hook!(cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
-    alloc_from_pool(dptr, bytes, pool, s, || forward!("cuMemAllocFromPoolAsync", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+    alloc_from_pool(dptr, bytes, pool, s, false, || forward!("cuMemAllocFromPoolAsync", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
 });
 hook!(cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
-    alloc_from_pool(dptr, bytes, pool, s, || forward!("cuMemAllocFromPoolAsync_ptsz", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+    alloc_from_pool(dptr, bytes, pool, s, true, || forward!("cuMemAllocFromPoolAsync_ptsz", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
 });
 hook!(cuMemFreeAsync(p: CUdeviceptr, s: CUstream) {
     tracked_free(&ALLOCS, p, || forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), p, s))
@@ -1121,3 +1128,24 @@ hook!(cuModuleLoadFatBinary(m: *mut CUmodule, fatbin: *const c_void) {
 hook!(cuModuleUnload(m: CUmodule) {
     tracked_free(&MODULES, m as u64, || forward!("cuModuleUnload", fn(CUmodule), m))
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measurements_net_of_ledger_activity_and_clamped() {
+        assert_eq!(measured(600, 100, 1000), 500);
+        assert_eq!(measured(100, 300, 1000), 0);
+        assert_eq!(measured(-50, 0, 1000), 0);
+        assert_eq!(measured(5000, 0, 1000), 1000);
+    }
+
+    #[test]
+    fn cubemaps_have_six_faces_and_sparse_arrays_no_memory() {
+        assert_eq!(layers_depth(0, 0), 1);
+        assert_eq!(layers_depth(7, 0x01), 7);
+        assert_eq!(layers_depth(0, 0x04), 6);
+        assert!(unbacked(0x40) && unbacked(0x80) && !unbacked(0x01));
+    }
+}

@@ -108,7 +108,7 @@ pub fn map_proc(p: usize) -> usize {
 }
 
 #[repr(C)]
-struct Route {
+pub struct Route {
     /// Non-zero: return this to the caller.
     hook: usize,
     /// Otherwise: tail-call this dlsym with the caller's arguments.
@@ -117,6 +117,13 @@ struct Route {
 
 extern "C" fn no_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
     std::ptr::null_mut()
+}
+
+/// The routing decision of `dlsym`, exported for the preload front (`libvgpu/preload`), whose own
+/// `dlsym` trampoline asks it for every CUDA and NVML name.
+#[no_mangle]
+pub extern "C" fn vgpu_dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
+    dlsym_route(handle, name)
 }
 
 extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {

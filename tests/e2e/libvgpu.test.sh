@@ -149,6 +149,49 @@ check "4 processes filling at once get exactly the quota together ($total + $ctx
 out=$(vg "$LN" info 2>/dev/null | opline info | field free)
 check "all of it is back once they exit" test "$out" = "$GiB"
 
+# threads of one process: 8 threads fill at once, then free and refill many times
+cat > "$W/threads.c" <<'C'
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#define T 8
+static CUcontext ctx;
+static pthread_barrier_t bar;
+static unsigned long long got[T];
+static int bad;
+static void *run(void *arg) {
+    long t = (long)arg;
+    CUdeviceptr p[64];
+    cuCtxSetCurrent(ctx);
+    for (int round = 0; round < 20; round++) {
+        int n = 0;
+        pthread_barrier_wait(&bar);
+        while (n < 64 && cuMemAlloc(&p[n], 8 << 20) == CUDA_SUCCESS) n++;
+        if (round == 19) got[t] = (unsigned long long)n << 23;
+        pthread_barrier_wait(&bar);
+        for (int i = 0; i < n; i++) if (cuMemFree(p[i]) != CUDA_SUCCESS) bad = 1;
+    }
+    return NULL;
+}
+int main(void) {
+    CUdevice d; pthread_t th[T]; size_t fr, to;
+    if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&ctx, d)) return 2;
+    pthread_barrier_init(&bar, NULL, T);
+    for (long t = 0; t < T; t++) pthread_create(&th[t], NULL, run, (void *)t);
+    unsigned long long sum = 0;
+    for (int t = 0; t < T; t++) { pthread_join(th[t], NULL); sum += got[t]; }
+    cuCtxSetCurrent(ctx);
+    cuMemGetInfo(&fr, &to);
+    printf("threads sum=%llu free=%zu total=%zu bad=%d\n", sum, fr, to, bad);
+    return 0;
+}
+C
+gcc -O1 -pthread -I"$ROOT/.deps/cuda/include" -o "$W/threads" "$W/threads.c" -L"$ROOT/target/fake" -lcuda
+fresh
+out=$(vg "$W/threads" 2>/dev/null)
+check "8 threads filling at once share the quota exactly, 20 rounds, all refunded ($out)" \
+    test "$(echo "$out" | field sum)/$(echo "$out" | field free)/$(echo "$out" | field bad)" = "$GiB/$GiB/0"
+
 # a SIGKILLed process's usage is reclaimed
 fresh
 (sleep 30 | vg "$RT" alloc 768m wait >"$W/k.out" 2>/dev/null) &
