@@ -168,6 +168,23 @@ out=$("$RT" '!threads' 8 5000 1500Mi '!info' 2>&1)
 check "8 threads of one process churning 1500Mi: all pairs done, device whole after" \
     "$(val "$out" threads pairs) $(val "$out" info free)" "40000 $((4 * GiB - 256 * MiB))"
 
+# ---- SIGKILL at random moments of alloc/free: the device counter comes back exact ----
+kills=0
+for round in $(seq 8); do
+    for k in 1 2 3; do
+        "$RT" churn 100000000 3Mi '!threads' 2 100000000 5Mi >/dev/null 2>&1 &
+        pids+=($!)
+    done
+    sleep "0.0$((RANDOM % 9 + 1))"
+    for k in 1 2 3; do kill -9 "${pids[-$k]}" 2>/dev/null && kills=$((kills + 1)); done
+    for k in 1 2 3; do wait "${pids[-$k]}" 2>/dev/null; done
+done
+out=$(FAKE_CUDA_CONTEXT_BYTES=0 "$RT" '!info' 2>&1)
+check "after $kills SIGKILLs in the middle of alloc/free loops the device is exactly whole" \
+    "$(val "$out" info free)" $((4 * GiB))
+nv=$("$NVML" 0 2>&1)
+check "NVML: nothing used, no process listed" "$(nval "$nv" 0 used) $(printf '%s\n' "$nv" | grep -c '^proc ')" "0 0"
+
 # ---- fork: the child is a process of its own ----
 out=$("$LINKED" '!alloc' 1Gi fork '!alloc' 512Mi '!info' 2>&1)
 check "fork: child runs the rest and sees parent + child memory" "$(val "$out" info free)" \

@@ -8,8 +8,13 @@
 //! be given back to the devices ("reclaim"). Reclaim is lazy: at process start, when an
 //! allocation does not fit, and when NVML reads the state.
 //!
-//! Known limit of the model: a process killed between the two steps of a charge or refund
-//! (a few instructions) leaves those bytes counted until the state file is removed.
+//! A process can die between the two steps of a charge or refund, so the device counters and the
+//! slots may disagree by that operation. Reclaim therefore does not subtract the dead slots'
+//! usage: it raises a flag that holds new operations back, waits until no live process is inside
+//! one (each slot counts its operations in flight), and recomputes every device counter as the
+//! sum of the live slots. The device counters come back exact whatever instruction a process died
+//! at. (A live process stuck inside an operation, e.g. stopped, makes reclaim fall back to
+//! subtracting the dead slots' usage after a short wait.)
 
 use crate::config::{Config, MAX_DEVICES};
 use std::ffi::CString;
@@ -17,7 +22,7 @@ use std::mem::size_of;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 /// Format version of the state file (part of its name).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Process slots in the file.
 pub const SLOTS: usize = 512;
 const MAGIC: u64 = u64::from_le_bytes(*b"FAKECUDA");
@@ -30,7 +35,8 @@ struct Header {
     version: u32,
     ndev: u32,
     nslots: u32,
-    _pad: u32,
+    /// Non-zero while a reclaim recomputes the device counters: operations wait.
+    reclaiming: AtomicU32,
     totals: [u64; MAX_DEVICES],
 }
 
@@ -44,6 +50,8 @@ struct Slot {
     state: AtomicU32,
     /// The owner's PID as the owner sees it (informational: NVML lists it).
     pid: AtomicU32,
+    /// Charges and refunds of this process in progress (all its threads).
+    in_flight: AtomicU32,
     used: [AtomicU64; MAX_DEVICES],
 }
 
@@ -78,6 +86,11 @@ unsafe impl Sync for Shared {}
 fn slot_offset(i: usize) -> i64 {
     (std::mem::offset_of!(Layout, slots) + i * size_of::<Slot>()) as i64
 }
+
+/// Byte of the header whose lock serialises reclaimers (byte 0 serialises initialisation).
+const RECLAIM_LOCK: i64 = 1;
+/// How long a reclaim waits for live processes to finish their operations in flight.
+const QUIESCE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Tries (or with `wait`, waits) to take an OFD lock of `kind` on one byte at `off`.
 fn ofd_lock(fd: i32, off: i64, kind: i32, wait: bool) -> bool {
@@ -212,6 +225,10 @@ impl Shared {
                 self.give_back(i); // died between our sweep and now
             }
             slot.pid.store(pid, Relaxed);
+            slot.in_flight.store(0, Relaxed);
+            for u in &slot.used {
+                u.store(0, Relaxed);
+            }
             slot.state.store(LIVE, Release);
             self.slot = Some(i);
             return Ok(i);
@@ -219,36 +236,135 @@ impl Shared {
         Err(format!("all {SLOTS} process slots of the state file are in use"))
     }
 
-    /// Returns the usage of slot `i` (whose lock we hold) to the devices.
+    /// Returns the usage of slot `i` (whose lock we hold) to the devices by subtraction (exact
+    /// unless the process died inside an operation); frees the slot.
     fn give_back(&self, i: usize) -> u64 {
         let slot = &self.layout().slots[i];
         let mut total = 0;
         for d in 0..self.ndev {
             let u = slot.used[d].swap(0, AcqRel);
             if u != 0 {
-                self.layout().devices[d].used.fetch_sub(u, AcqRel);
+                let _ = self.layout().devices[d].used.fetch_update(AcqRel, Acquire, |v| Some(v.saturating_sub(u)));
                 total += u;
             }
         }
+        slot.in_flight.store(0, Release);
         slot.state.store(FREE, Release);
         total
     }
 
+    /// Is slot `i` owned by a dead process? Takes its lock when so (the caller must release it).
+    fn lock_if_dead(&self, i: usize) -> bool {
+        if Some(i) == self.slot || self.layout().slots[i].state.load(Acquire) != LIVE {
+            return false;
+        }
+        if !ofd_lock(self.fd, slot_offset(i), libc::F_WRLCK, false) {
+            return false;
+        }
+        if self.layout().slots[i].state.load(Acquire) == LIVE {
+            return true;
+        }
+        ofd_lock(self.fd, slot_offset(i), libc::F_UNLCK, false);
+        false
+    }
+
     /// Gives back the usage of every process that died; returns the bytes returned.
     pub fn reclaim_dead(&self) -> u64 {
-        let mut back = 0;
-        for i in 0..SLOTS {
-            if Some(i) == self.slot || self.layout().slots[i].state.load(Acquire) != LIVE {
-                continue;
-            }
-            if ofd_lock(self.fd, slot_offset(i), libc::F_WRLCK, false) {
-                if self.layout().slots[i].state.load(Acquire) == LIVE {
-                    back += self.give_back(i);
+        let l = self.layout();
+        let mut dead: Vec<usize> = (0..SLOTS).filter(|&i| self.lock_if_dead(i)).collect();
+        if dead.is_empty() {
+            return 0;
+        }
+        let before: u64 = (0..self.ndev).map(|d| l.devices[d].used.load(Acquire)).sum();
+        let exclusive = ofd_lock(self.fd, RECLAIM_LOCK, libc::F_WRLCK, false);
+        let mut exact = false;
+        if exclusive {
+            l.header.reclaiming.store(1, SeqCst);
+            exact = self.quiesce(&mut dead);
+            if exact {
+                // Every live process is outside its operations: the live slots are the truth.
+                for d in 0..self.ndev {
+                    let sum: u64 = (0..SLOTS)
+                        .filter(|i| l.slots[*i].state.load(Acquire) == LIVE && !dead.contains(i))
+                        .map(|i| l.slots[i].used[d].load(Acquire))
+                        .sum();
+                    l.devices[d].used.store(sum, SeqCst);
                 }
-                ofd_lock(self.fd, slot_offset(i), libc::F_UNLCK, false);
+                for &i in &dead {
+                    let slot = &l.slots[i];
+                    for d in 0..self.ndev {
+                        slot.used[d].store(0, Release);
+                    }
+                    slot.in_flight.store(0, Release);
+                    slot.state.store(FREE, Release);
+                }
             }
         }
-        back
+        if !exact {
+            for &i in &dead {
+                self.give_back(i);
+            }
+        }
+        if exclusive {
+            l.header.reclaiming.store(0, SeqCst);
+            ofd_lock(self.fd, RECLAIM_LOCK, libc::F_UNLCK, false);
+        }
+        for &i in &dead {
+            ofd_lock(self.fd, slot_offset(i), libc::F_UNLCK, false);
+        }
+        let after: u64 = (0..self.ndev).map(|d| l.devices[d].used.load(Acquire)).sum();
+        before.saturating_sub(after)
+    }
+
+    /// With the reclaiming flag up: waits until no live slot has an operation in flight. A slot
+    /// whose process dies meanwhile joins `dead`. False after [`QUIESCE_WAIT`].
+    fn quiesce(&self, dead: &mut Vec<usize>) -> bool {
+        let l = self.layout();
+        let start = std::time::Instant::now();
+        loop {
+            let mut busy = false;
+            for i in 0..SLOTS {
+                if dead.contains(&i) || l.slots[i].state.load(Acquire) != LIVE || l.slots[i].in_flight.load(SeqCst) == 0 {
+                    continue;
+                }
+                if self.lock_if_dead(i) {
+                    dead.push(i); // died inside an operation: exactly the case the recount fixes
+                } else {
+                    busy = true;
+                }
+            }
+            if !busy {
+                return true;
+            }
+            if start.elapsed() > QUIESCE_WAIT {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Marks an operation of our slot in flight, after any reclaim in progress.
+    fn enter(&self, s: usize) {
+        let l = self.layout();
+        loop {
+            while l.header.reclaiming.load(Acquire) != 0 {
+                // A reclaimer holds RECLAIM_LOCK while the flag is up: if the lock is free, it died.
+                if ofd_lock(self.fd, RECLAIM_LOCK, libc::F_WRLCK, false) {
+                    l.header.reclaiming.store(0, SeqCst);
+                    ofd_lock(self.fd, RECLAIM_LOCK, libc::F_UNLCK, false);
+                }
+                std::thread::yield_now();
+            }
+            l.slots[s].in_flight.fetch_add(1, SeqCst);
+            if l.header.reclaiming.load(SeqCst) == 0 {
+                return;
+            }
+            l.slots[s].in_flight.fetch_sub(1, SeqCst);
+        }
+    }
+
+    fn leave(&self, s: usize) {
+        self.layout().slots[s].in_flight.fetch_sub(1, Release);
     }
 
     /// Takes `bytes` of device `dev` for this process; false when the device is full.
@@ -258,18 +374,22 @@ impl Shared {
         let l = self.layout();
         let total = l.header.totals[dev];
         let used = &l.devices[dev].used;
+        self.enter(s);
         let mut cur = used.load(Relaxed);
-        loop {
+        let ok = loop {
             match cur.checked_add(bytes) {
                 Some(n) if n <= total => match used.compare_exchange_weak(cur, n, AcqRel, Relaxed) {
-                    Ok(_) => break,
+                    Ok(_) => break true,
                     Err(v) => cur = v,
                 },
-                _ => return false,
+                _ => break false,
             }
+        };
+        if ok {
+            l.slots[s].used[dev].fetch_add(bytes, Relaxed);
         }
-        l.slots[s].used[dev].fetch_add(bytes, Relaxed);
-        true
+        self.leave(s);
+        ok
     }
 
     /// Like [`charge`](Self::charge), but when the device is full first gives back the memory of
@@ -282,9 +402,10 @@ impl Shared {
     pub fn refund(&self, dev: usize, bytes: u64) {
         let Some(s) = self.slot else { return };
         let l = self.layout();
-        // Slot first: a crash in between leaks (never double-refunds).
+        self.enter(s);
         l.slots[s].used[dev].fetch_sub(bytes, Relaxed);
         l.devices[dev].used.fetch_sub(bytes, AcqRel);
+        self.leave(s);
     }
 
     /// Device totals/usage and the live processes, after reclaiming dead ones.
@@ -388,6 +509,48 @@ mod tests {
         let snap = b.snapshot();
         assert_eq!(snap.processes.len(), 0);
         assert_eq!(snap.devices, vec![(1 << 20, 0)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn death_inside_an_operation_is_recounted_exactly() {
+        let dir = tmpdir("midop");
+        let c = cfg(&dir, vec![1 << 20]);
+        let mut live = Shared::open(&c).unwrap();
+        live.claim().unwrap();
+        assert!(live.charge(0, 300));
+        let mut a = Shared::open(&c).unwrap();
+        let s = a.claim().unwrap();
+        assert!(a.charge(0, 1000));
+        // `a` dies after the device step of a 500-byte charge, before the slot step.
+        a.layout().slots[s].in_flight.fetch_add(1, SeqCst);
+        a.layout().devices[0].used.fetch_add(500, SeqCst);
+        drop(a);
+        let b = Shared::open(&c).unwrap();
+        assert_eq!(b.snapshot().devices, vec![(1 << 20, 300)], "only the live process's 300 bytes remain");
+        // And one that died after the slot step of a refund, before the device step.
+        let mut a = Shared::open(&c).unwrap();
+        let s = a.claim().unwrap();
+        assert!(a.charge(0, 1000));
+        a.layout().slots[s].in_flight.fetch_add(1, SeqCst);
+        a.layout().slots[s].used[0].fetch_sub(400, SeqCst);
+        drop(a);
+        assert_eq!(b.snapshot().devices, vec![(1 << 20, 300)]);
+        live.refund(0, 300);
+        assert_eq!(b.snapshot().devices, vec![(1 << 20, 0)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dead_reclaimer_does_not_block_others() {
+        let dir = tmpdir("deadreclaimer");
+        let c = cfg(&dir, vec![1000]);
+        let mut a = Shared::open(&c).unwrap();
+        a.claim().unwrap();
+        // A reclaimer died with the flag up (it no longer holds the reclaim lock).
+        a.layout().header.reclaiming.store(1, SeqCst);
+        assert!(a.charge(0, 10));
+        assert_eq!(a.layout().header.reclaiming.load(SeqCst), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
