@@ -1,7 +1,7 @@
 # The two README commands: `make demo` (the main job) and `make test`. Both install what they need.
 # Build products:
 #   target/release/{vgpu-hook,vgpu-container-runtime,vgpuctl}   host binaries
-#   target/vgpu/libvgpu.so          the interposer, built against glibc 2.17 (what ships)
+#   target/vgpu/{libvgpu.so,libvgpu_core.so}  the interposer (preload front + engine), glibc 2.17
 #   target/fake/{libcuda.so.1,libnvidia-ml.so.1}   the fake driver and NVML
 #   target/clients/{rt_client,linked_client}       C test clients
 SHELL := /bin/bash
@@ -19,11 +19,16 @@ build: deps
 	$(CARGO) build --release --workspace
 	@$(MAKE) --no-print-directory libvgpu fake clients
 
-# The shipped interposer: zig links it against glibc 2.17 symbols only (DESIGN.md §5).
+# The shipped interposer, two files that always travel together: libvgpu.so, the no_std preload front every
+# process loads, and libvgpu_core.so, the engine it loads beside itself on the first CUDA/NVML call.
+# zig links both against glibc 2.17 symbols only (DESIGN.md §5).
 libvgpu:
 	$(CARGO) zigbuild --release -p libvgpu --target $(ZIG_TARGET)
+	$(CARGO) zigbuild --release --manifest-path libvgpu/preload/Cargo.toml --target $(ZIG_TARGET) \
+		--target-dir target/preload
 	@mkdir -p target/vgpu
-	cp target/x86_64-unknown-linux-gnu/release/libvgpu.so target/vgpu/libvgpu.so
+	cp target/x86_64-unknown-linux-gnu/release/libvgpu_core.so target/vgpu/libvgpu_core.so
+	cp target/preload/x86_64-unknown-linux-gnu/release/libvgpu.so target/vgpu/libvgpu.so
 
 # The fake driver under its real sonames.
 fake:
