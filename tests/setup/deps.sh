@@ -38,3 +38,15 @@ if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/
     python3 -m pip install -q ziglang cargo-zigbuild
 fi
 rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-gnu || true
+
+# C test clients (tests/clients/build.sh): the C library's headers (only recommended by gcc, so not
+# pulled in with --no-install-recommends) and binutils (readelf, used by the fake-driver suite).
+client_pkgs=()
+for p in libc6-dev binutils; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || client_pkgs+=("$p")
+done
+if ((${#client_pkgs[@]})); then
+    echo "deps: installing ${client_pkgs[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null; }
+fi
