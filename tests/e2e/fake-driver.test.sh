@@ -185,6 +185,22 @@ check "after $kills SIGKILLs in the middle of alloc/free loops the device is exa
 nv=$("$NVML" 0 2>&1)
 check "NVML: nothing used, no process listed" "$(nval "$nv" 0 used) $(printf '%s\n' "$nv" | grep -c '^proc ')" "0 0"
 
+# ---- processes in other PID namespaces (as in containers): both are PID 1, liveness still right ----
+if unshare --pid --fork true 2>/dev/null; then
+    start n1 unshare --pid --fork "$LINKED" '!alloc' 1Gi wait || exit 1
+    start n2 unshare --pid --fork "$RT" '!alloc' 512Mi wait || exit 1
+    nv=$("$NVML" 0 2>&1)
+    check "two PID namespaces: NVML lists both processes as pid 1 with their own usage" \
+        "$(printf '%s\n' "$nv" | grep '^proc index=0 pid=1 ' | sed 's/.*used=//' | sort -n | tr '\n' ' ')" \
+        "$((768 * MiB)) $((GiB + 256 * MiB)) "
+    kill -9 "$(pgrep -P "$n1_pid")"; wait "$n1_pid" 2>/dev/null
+    nv=$("$NVML" 0 2>&1)
+    check "killing one PID 1 returns its memory only" "$(nval "$nv" 0 used)" $((768 * MiB))
+    release n2
+else
+    echo "skip PID namespaces: unshare --pid not permitted here"
+fi
+
 # ---- fork: the child is a process of its own ----
 out=$("$LINKED" '!alloc' 1Gi fork '!alloc' 512Mi '!info' 2>&1)
 check "fork: child runs the rest and sees parent + child memory" "$(val "$out" info free)" \
