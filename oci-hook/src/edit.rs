@@ -34,6 +34,9 @@ pub fn shim_edit(spec: &mut Spec, plan: &Plan, root: &StateRoot, id: &str, cfg: 
     spec.add_mount(paths::LEDGERS_IN_CONTAINER, &root.ledgers_dir(id)?, &["rbind", "rw", "nosuid", "nodev", "noexec"])?;
     // The library is mmap'ed executable: no noexec here.
     spec.add_mount(paths::LIBRARY_IN_CONTAINER, &cfg.library, &["rbind", "ro", "nosuid", "nodev"])?;
+    if let Some(core) = core_library(cfg) {
+        spec.add_mount(paths::CORE_IN_CONTAINER, &core, &["rbind", "ro", "nosuid", "nodev"])?;
+    }
     spec.add_mount(paths::PRELOAD_IN_CONTAINER, &root.preload_path(id)?, &ro)?;
     let env = hook_env();
     let stage = cfg.hook_stage.as_str();
@@ -45,6 +48,13 @@ pub fn shim_edit(spec: &mut Spec, plan: &Plan, root: &StateRoot, id: &str, cfg: 
 /// True when the spec (or the state's annotations) say the shim already provisioned and mounted.
 pub fn shim_ran(annotations: &[(String, String)]) -> bool {
     annotations.iter().any(|(k, _)| k == MARKER_ANNOTATION)
+}
+
+/// The interposer's engine (`libvgpu_core.so`) beside the configured library, when the build has one: the
+/// library loads it from its own folder, so it is mounted beside it.
+pub fn core_library(cfg: &Config) -> Option<std::path::PathBuf> {
+    let p = cfg.library.parent()?.join(paths::CORE_FILE_NAME);
+    p.is_file().then_some(p)
 }
 
 /// A short check that the library exists before a container is set up to preload it.

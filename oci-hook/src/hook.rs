@@ -110,12 +110,15 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     let rootfs = spec.rootfs(&st.bundle)?;
     let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(paths::PRELOAD_IN_CONTAINER))?;
     let dir = provision::provision(root, &st.id, &plan, owner, image_preload.as_deref())?;
-    let binds = [
+    let mut binds = vec![
         Bind { source: root.limits_path(&st.id)?, target: paths::LIMITS_IN_CONTAINER.into(), read_only: true, noexec: true },
         Bind { source: root.ledgers_dir(&st.id)?, target: paths::LEDGERS_IN_CONTAINER.into(), read_only: false, noexec: true },
         Bind { source: cfg.library.clone(), target: paths::LIBRARY_IN_CONTAINER.into(), read_only: true, noexec: false },
         Bind { source: root.preload_path(&st.id)?, target: paths::PRELOAD_IN_CONTAINER.into(), read_only: true, noexec: true },
     ];
+    if let Some(core) = edit::core_library(cfg) {
+        binds.push(Bind { source: core, target: paths::CORE_IN_CONTAINER.into(), read_only: true, noexec: false });
+    }
     if let Err(e) = mountns::bind_into(pid, &rootfs, &binds) {
         let _ = provision::remove_dir(&dir);
         return Err(e);

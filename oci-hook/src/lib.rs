@@ -29,6 +29,10 @@ pub mod paths {
     pub const LEDGERS_IN_CONTAINER: &str = "/run/vgpu/ledgers";
     /// The interposer, mounted read-only.
     pub const LIBRARY_IN_CONTAINER: &str = "/usr/local/vgpu/libvgpu.so";
+    /// The interposer's engine, loaded by the library from its own folder on the first CUDA call.
+    pub const CORE_IN_CONTAINER: &str = "/usr/local/vgpu/libvgpu_core.so";
+    /// File name of the engine beside the library on the host.
+    pub const CORE_FILE_NAME: &str = "libvgpu_core.so";
     /// The generated preload list, mounted read-only.
     pub const PRELOAD_IN_CONTAINER: &str = "/etc/ld.so.preload";
 }

@@ -50,3 +50,9 @@ if ((${#client_pkgs[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null \
         || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null; }
 fi
+
+# OCI end-to-end suites (tests/e2e/lib/rootfs.sh): a static busybox makes the containers' root filesystems.
+if ! dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "install ok installed"; then
+    echo "deps: installing busybox-static"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends busybox-static >/dev/null
+fi
