@@ -121,7 +121,11 @@ fn run(cli: Cli) -> Result<()> {
                 o.hook_env.extend(vgpu_oci::config::Config::env_for_hooks());
             }
             let changes = engines::plan_configure(&o)?;
-            finish(&changes, a.common.dry_run, o.engine, "configured", &mut out)
+            finish(&changes, a.common.dry_run, o.engine, "configured", &mut out)?;
+            for n in engines::notes(&o) {
+                writeln!(out, "{n}")?;
+            }
+            Ok(())
         }
         Cmd::Status { json, root } => {
             let (root, _) = root.resolve()?;

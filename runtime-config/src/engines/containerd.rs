@@ -18,8 +18,9 @@ const ANNOTATIONS: &str = "vgpu.io/*";
 /// First line of a config file vgpuctl created because there was none; unconfigure removes such a file
 /// again once nothing but the version is left in it.
 const CREATED: &str = "# Created by `vgpuctl runtime configure --runtime=containerd`";
-/// `--set-as-default` keeps the replaced `default_runtime_name` in a comment on the same line.
-const PREVIOUS: &str = "vgpuctl: previous default_runtime_name = ";
+/// `--set-as-default` keeps the replaced `default_runtime_name` in a comment on the same line: its text
+/// and the whitespace and comment around it, as a JSON array, so unconfigure restores the line exactly.
+const PREVIOUS: &str = "vgpuctl: previous default_runtime_name ";
 const WAS_UNSET: &str = "vgpuctl: default_runtime_name was unset";
 /// On a table that had no header of its own until `--set-as-default` put a key in it.
 const HEADER_ADDED: &str = "# vgpuctl: header added for default_runtime_name";
@@ -148,7 +149,7 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
     // The runtime to copy: the configured default (or runc), unless vgpu itself is the default already.
     let mut base_name = containerd.get("default_runtime_name").and_then(Item::as_str).unwrap_or("runc").to_string();
     if base_name == RUNTIME {
-        base_name = previous_default(containerd).flatten().unwrap_or_else(|| "runc".into());
+        base_name = previous_default(containerd).flatten().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| "runc".into());
     }
     if s.set_as_default {
         set_default(containerd);
@@ -196,7 +197,11 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
 fn set_default(containerd: &mut Table) {
     let note = match containerd.get("default_runtime_name").and_then(Item::as_value) {
         Some(v) if v.as_str() == Some(RUNTIME) => return,
-        Some(v) => format!("{PREVIOUS}{}", bare(v)),
+        Some(v) => {
+            let raw = |r: Option<&toml_edit::RawString>| r.and_then(|r| r.as_str()).unwrap_or("").to_string();
+            let saved = [bare(v), raw(v.decor().prefix()), raw(v.decor().suffix())];
+            format!("{PREVIOUS}{}", serde_json::to_string(&saved).expect("strings serialize"))
+        }
         None => WAS_UNSET.to_string(),
     };
     let v = Value::from(RUNTIME).decorated(" ", format!(" # {note}"));
@@ -212,15 +217,16 @@ fn set_default(containerd: &mut Table) {
     }
 }
 
-/// What `set_default` replaced: Some(Some(name)), Some(None) if unset, None if vgpuctl did not set it.
-fn previous_default(containerd: &Table) -> Option<Option<String>> {
+/// What `set_default` replaced: Some(Some(value as it was written)), Some(None) if unset, None if
+/// vgpuctl did not set it.
+fn previous_default(containerd: &Table) -> Option<Option<Value>> {
     let v = containerd.get("default_runtime_name")?.as_value()?;
     let comment = v.decor().suffix()?.as_str()?.trim().trim_start_matches('#').trim().to_string();
     if comment == WAS_UNSET {
         return Some(None);
     }
-    let repr = comment.strip_prefix(PREVIOUS)?;
-    Some(repr.parse::<Value>().ok()?.as_str().map(str::to_string))
+    let [repr, prefix, suffix]: [String; 3] = serde_json::from_str(comment.strip_prefix(PREVIOUS)?).ok()?;
+    Some(Some(repr.parse::<Value>().ok()?.decorated(prefix, suffix)))
 }
 
 /// Whether vgpuctl's comment `mark` is on the line(s) before the table's header.
@@ -257,7 +263,11 @@ pub fn unconfigure(path: &Path, current: Option<&str>) -> Result<Vec<Change>> {
         };
         if containerd.get("default_runtime_name").and_then(Item::as_str) == Some(RUNTIME) {
             match previous_default(containerd) {
-                Some(Some(prev)) => ensure(containerd, "default_runtime_name", Value::from(prev)),
+                Some(Some(prev)) => {
+                    if let Some(Item::Value(v)) = containerd.get_mut("default_runtime_name") {
+                        *v = prev;
+                    }
+                }
                 _ => {
                     containerd.remove("default_runtime_name");
                 }
@@ -401,7 +411,7 @@ mod tests {
     #[test]
     fn set_as_default_round_trip() {
         let out = conf(Some(V2), true);
-        assert!(out.contains("default_runtime_name = \"vgpu\" # vgpuctl: previous default_runtime_name = \"runc\""), "{out}");
+        assert!(out.contains(r#"default_runtime_name = "vgpu" # vgpuctl: previous default_runtime_name ["\"runc\""," ",""]"#), "{out}");
         // The copy is still made from runc, not from vgpu itself.
         assert_eq!(vgpu_table(&out, "io.containerd.grpc.v1.cri")["options"]["SystemdCgroup"].as_bool(), Some(true));
         assert_eq!(conf(Some(&out), true), out);
@@ -431,12 +441,18 @@ mod tests {
         assert!(format!("{e:#}").contains("unsupported containerd config version 4"), "{e:#}");
     }
 
+    /// tests/golden/containerd: real configs (Debian's, `containerd config default`, a 2.x version 3) →
+    /// the exact file vgpuctl writes; configure again is a no-op and unconfigure gives the input back.
     #[test]
-    fn the_real_default_config_round_trips() {
-        let orig = include_str!("../../tests/golden/containerd/v2-default.toml");
-        let out = conf(Some(orig), false);
-        assert_eq!(conf(Some(&out), false), out);
-        assert_eq!(unconf(&out).unwrap(), orig);
+    fn golden() {
+        let n = crate::engines::golden("containerd", "toml", |case, input| {
+            let def = case.ends_with("set-as-default");
+            let out = conf(Some(input), def);
+            assert_eq!(conf(Some(&out), def), out, "{case}: idempotent");
+            assert_eq!(unconf(&out).unwrap(), input, "{case}: unconfigure restores the bytes");
+            out
+        });
+        assert!(n >= 3, "golden cases: {n}");
     }
 
     proptest! {

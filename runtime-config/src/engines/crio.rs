@@ -92,31 +92,17 @@ mod tests {
         drop_in(Path::new(P), main, &Settings { runtime_path: "/usr/bin/vgpu-container-runtime", set_as_default: def }).unwrap()
     }
 
-    /// Golden files: tests/golden/crio/<case>.conf (input crio.conf) → <case>.expected.toml (drop-in).
-    /// `VGPU_UPDATE_GOLDEN=1` rewrites the expected files after a deliberate change.
+    /// Golden files: tests/golden/crio/<case>.conf (input crio.conf) → <case>.expected.toml (the drop-in).
     #[test]
     fn golden() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/crio");
-        let mut cases = 0;
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            let Some(case) = name.strip_suffix(".conf") else { continue };
-            let input = std::fs::read_to_string(&p).unwrap();
-            let def = case.ends_with("set-as-default");
-            let got = gen(if input.is_empty() { None } else { Some(&input) }, def);
-            let want_path = dir.join(format!("{case}.expected.toml"));
-            if std::env::var_os("VGPU_UPDATE_GOLDEN").is_some() {
-                std::fs::write(&want_path, &got).unwrap();
-            }
-            let want = std::fs::read_to_string(&want_path).unwrap();
-            assert_eq!(got, want, "golden case {case}");
+        let n = crate::engines::golden("crio", "conf", |case, input| {
+            let got = gen(if input.is_empty() { None } else { Some(input) }, case.ends_with("set-as-default"));
             // The drop-in itself is valid TOML naming the handler.
             let d: DocumentMut = got.parse().unwrap();
             assert_eq!(d["crio"]["runtime"]["runtimes"]["vgpu"]["runtime_type"].as_str(), Some("oci"));
-            cases += 1;
-        }
-        assert!(cases >= 3, "golden cases found: {cases}");
+            got
+        });
+        assert!(n >= 3, "golden cases: {n}");
     }
 
     #[test]

@@ -228,6 +228,28 @@ mod tests {
         assert!(unconfigure(Path::new(P), None, None).unwrap().is_empty());
     }
 
+    /// tests/golden/docker: daemon.json files → the exact file vgpuctl writes; unconfigure gives the input
+    /// back (for set-as-default through the remembered previous default).
+    #[test]
+    fn golden() {
+        let n = crate::engines::golden("docker", "json", |case, input| {
+            let def = case.ends_with("set-as-default");
+            let ch = configure(Path::new(P), Some(input), None, &settings(def)).unwrap();
+            let out = apply_in_memory(&ch, P, Some(input)).unwrap();
+            let prev = ch.iter().find(|c| c.path == undo_path(Path::new(P))).and_then(|c| read_undo(c.contents.as_deref()?));
+            let back = unconfigure(Path::new(P), Some(&out), prev.as_deref()).unwrap();
+            let restored = apply_in_memory(&back, P, Some(&out)).unwrap();
+            // An empty file comes back as an empty object, the one case where configure wrote from scratch.
+            if input.trim().is_empty() {
+                assert_eq!(restored, "{}\n");
+            } else {
+                assert_eq!(restored, input, "{case}: unconfigure restores the bytes");
+            }
+            out
+        });
+        assert!(n >= 3, "golden cases: {n}");
+    }
+
     #[test]
     fn parse_error_names_path_and_line() {
         let e = configure(Path::new(P), Some("{\n  \"a\": 1,\n  oops\n}"), None, &settings(false)).unwrap_err();

@@ -166,6 +166,22 @@ pub fn plan_unconfigure(o: &Options) -> Result<Vec<Change>> {
     }
 }
 
+/// Advice printed after configure: an engine that already runs containers through NVIDIA's runtime
+/// should keep doing so underneath the vgpu shim, which hands over to `lower_runtime` (default runc).
+pub fn notes(o: &Options) -> Vec<String> {
+    let text = match o.engine {
+        Engine::Podman => return vec![],
+        _ => fsutil::read_optional(&o.config_path()).ok().flatten().unwrap_or_default(),
+    };
+    if text.contains("nvidia-container-runtime") {
+        vec!["note: this engine's config names nvidia-container-runtime; so that NVIDIA's device injection \
+              still happens under vgpu, set lower_runtime = \"nvidia-container-runtime\" in /etc/vgpu/config.toml"
+            .into()]
+    } else {
+        vec![]
+    }
+}
+
 /// What the operator must do for the engine to see the change.
 pub fn restart_hint(engine: Engine) -> &'static str {
     match engine {
@@ -209,6 +225,34 @@ pub fn apply_in_memory(changes: &[Change], path: &str, current: Option<&str>) ->
         text = c.contents.clone();
     }
     text
+}
+
+/// Test helper: runs `f(case, input)` on every golden input `tests/golden/<kind>/<case>.<ext>` and
+/// compares with `<case>.expected.<ext>` (`VGPU_UPDATE_GOLDEN=1` rewrites the expected files after a
+/// deliberate change; review the diff). Returns how many cases ran.
+#[cfg(test)]
+pub fn golden(kind: &str, ext: &str, mut f: impl FnMut(&str, &str) -> String) -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(kind);
+    let mut cases = 0;
+    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    for name in names {
+        let name = name.to_string_lossy().into_owned();
+        let Some(case) = name.strip_suffix(&format!(".{ext}")) else { continue };
+        if case.ends_with(".expected") {
+            continue;
+        }
+        let input = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let got = f(case, &input);
+        let want_path = dir.join(format!("{case}.expected.{ext}"));
+        if std::env::var_os("VGPU_UPDATE_GOLDEN").is_some() {
+            std::fs::write(&want_path, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(&want_path).unwrap_or_default();
+        assert_eq!(got, want, "golden case {kind}/{case}");
+        cases += 1;
+    }
+    cases
 }
 
 #[cfg(test)]
