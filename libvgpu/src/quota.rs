@@ -74,7 +74,16 @@ impl DeviceQuota {
         use std::os::unix::fs::OpenOptionsExt;
         let mut path = self.ledger_path.clone().into_os_string();
         path.push(".measure");
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).mode(0o666).open(path).ok()?;
+        // Created 0666 whatever the umask (the container's processes may run as different users); an
+        // existing file is opened read-only if need be: flock needs no write access.
+        let f = match std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o666).open(&path) {
+            Ok(f) => {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
+                f
+            }
+            Err(_) => std::fs::File::open(&path).ok()?,
+        };
         // SAFETY: flock on a descriptor we own; released when the File is dropped.
         (unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(f)
     }

@@ -38,11 +38,55 @@ macro_rules! entry_points {
         #[repr(usize)]
         enum Ix { $($($name,)*)* COUNT }
         const N: usize = Ix::COUNT as usize;
-        static NAMES: [&[u8]; N] = [$($(concat!(stringify!($name), "\0").as_bytes(),)*)*];
+        const LIST: [&str; N] = [$($(stringify!($name),)*)*];
         // (`$name` only drives the repetition: one family entry per name)
         static FAMILIES: [Family; N] = [$($({ let _ = stringify!($name); Family::$family },)*)*];
         $($(trampoline!($name, Ix::$name as usize);)*)*
     };
+}
+
+// The names, NUL-terminated, in one byte string indexed by offset: a table of string pointers would cost a
+// load-time relocation per entry in every process.
+const NAMES_LEN: usize = {
+    let mut total = 0;
+    let mut i = 0;
+    while i < N {
+        total += LIST[i].len() + 1;
+        i += 1;
+    }
+    total
+};
+static NAME_BYTES: [u8; NAMES_LEN] = {
+    let mut out = [0u8; NAMES_LEN];
+    let (mut i, mut at) = (0, 0);
+    while i < N {
+        let b = LIST[i].as_bytes();
+        let mut j = 0;
+        while j < b.len() {
+            out[at] = b[j];
+            at += 1;
+            j += 1;
+        }
+        at += 1; // the NUL
+        i += 1;
+    }
+    out
+};
+static NAME_OFFSETS: [u16; N] = {
+    let mut out = [0u16; N];
+    let (mut i, mut at) = (0, 0);
+    while i < N {
+        out[i] = at as u16;
+        at += LIST[i].len() + 1;
+        i += 1;
+    }
+    out
+};
+
+/// The NUL-terminated name of entry point `ix`.
+fn name(ix: usize) -> Option<*const c_char> {
+    let off = *NAME_OFFSETS.get(ix)? as usize;
+    NAME_BYTES.get(off..).map(|s| s.as_ptr().cast())
 }
 
 /// The engine's function for each entry point (0 = not resolved yet).
@@ -159,12 +203,12 @@ entry_points! {
 
 /// First call of entry point `ix`: its engine function, or the failing stand-in.
 extern "C" fn resolve(ix: usize) -> usize {
-    let (Some(name), Some(family)) = (NAMES.get(ix), FAMILIES.get(ix)) else {
+    let (Some(name), Some(family)) = (name(ix), FAMILIES.get(ix)) else {
         return cuda_unavailable as *const () as usize;
     };
     let f = match core_handle() {
         0 => 0,
-        h => sys::real_dlsym(h, name.as_ptr().cast()),
+        h => sys::real_dlsym(h, name),
     };
     let f = if f != 0 { f } else { unavailable(*family) };
     if let Some(slot) = SLOTS.get(ix) {
@@ -282,10 +326,13 @@ unsafe fn starts_with(s: *const c_char, prefix: &[u8]) -> bool {
 }
 
 /// The entry point named by the C string `name`, if it is one of ours.
-fn index_of(name: *const c_char) -> Option<usize> {
-    NAMES.iter().position(|n| {
-        // SAFETY: n ends with NUL and name is NUL-terminated; comparison stops at the first difference.
-        unsafe { starts_with(name, n) }
+fn index_of(wanted: *const c_char) -> Option<usize> {
+    (0..N).find(|&ix| {
+        let Some(n) = NAME_OFFSETS.get(ix).and_then(|&off| NAME_BYTES.get(off as usize..)) else { return false };
+        let len = n.iter().position(|&b| b == 0).map_or(n.len(), |l| l + 1);
+        // SAFETY: n[..len] ends with its NUL and `wanted` is NUL-terminated; the comparison stops at the
+        // first difference.
+        n.get(..len).is_some_and(|n| unsafe { starts_with(wanted, n) })
     })
 }
 
