@@ -46,6 +46,7 @@ unsafe fn get(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flag
         unsafe { *status = r.err().unwrap_or(SUCCESS_FOUND) };
     }
     match r {
+        // SAFETY: pfn checked non-null above.
         Ok(p) => unsafe { out(pfn, p as *mut c_void) },
         Err(_) => {
             // SAFETY: checked non-null above.
