@@ -212,6 +212,16 @@ unsafe fn handle_by(dev: *mut Device, pred: impl Fn(usize) -> bool) -> R {
     unsafe { out(dev, HANDLES.as_ptr().add(i)) }
 }
 
+/// An index past the device count is an invalid argument (not "not found"), as in NVML.
+unsafe fn by_index(i: c_uint, dev: *mut Device) -> R {
+    let n = with(|s, _| Ok(s.ndev()))?;
+    if i as usize >= n {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: out-pointer from the caller, checked by handle_by.
+    unsafe { handle_by(dev, |k| k == i as usize) }
+}
+
 fn arg_str(p: *const c_char) -> Result<String, Ret> {
     if p.is_null() {
         return Err(INVALID_ARGUMENT);
@@ -247,8 +257,8 @@ fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) { out(v, CUDA_DRIVER_VERSION
 fn nvmlDeviceGetCount_v2(n: *mut c_uint) { out(n, with(|s, _| Ok(s.ndev()))? as c_uint) }
 fn nvmlDeviceGetCount(n: *mut c_uint) { out(n, with(|s, _| Ok(s.ndev()))? as c_uint) }
 
-fn nvmlDeviceGetHandleByIndex_v2(i: c_uint, dev: *mut Device) { handle_by(dev, |k| k == i as usize) }
-fn nvmlDeviceGetHandleByIndex(i: c_uint, dev: *mut Device) { handle_by(dev, |k| k == i as usize) }
+fn nvmlDeviceGetHandleByIndex_v2(i: c_uint, dev: *mut Device) { by_index(i, dev) }
+fn nvmlDeviceGetHandleByIndex(i: c_uint, dev: *mut Device) { by_index(i, dev) }
 
 fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut Device) {
     let u = arg_str(uuid)?;
