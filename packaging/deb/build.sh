@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Builds the vgpu .deb from `make build`'s products: packaging/deb/build.sh [OUT_DIR] (default target/deb).
-# Installs: /usr/bin/{vgpuctl,vgpu-hook,vgpu-container-runtime}, /usr/lib/vgpu/libvgpu.so (the glibc-2.17
-# build), the gc timer, a commented /etc/vgpu/config.toml, the hooks.d files for reference and the engine
-# docs. It configures no engine: the operator runs `vgpuctl runtime configure --runtime=...` (docs/engines/).
+# Installs: /usr/bin/{vgpuctl,vgpu-hook,vgpu-container-runtime}, /usr/lib/vgpu/{libvgpu.so,libvgpu_core.so}
+# (the glibc-2.17 build), the gc timer, a commented /etc/vgpu/config.toml, the hooks.d files for reference
+# and the engine docs. It configures no engine: the operator runs `vgpuctl runtime configure --runtime=...` (docs/engines/).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/target/deb}
-LIB=${LIBVGPU:-$ROOT/target/vgpu/libvgpu.so}
+# The interposer is two files that always travel together: the preload front and its engine.
+LIB=$ROOT/target/vgpu/libvgpu.so
+CORE=$ROOT/target/vgpu/libvgpu_core.so
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -1)
 ARCH=$(dpkg --print-architecture)
-for f in "$ROOT"/target/release/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$LIB"; do
+for f in "$ROOT"/target/release/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$LIB" "$CORE"; do
     [ -f "$f" ] || { echo "build.sh: missing $f (run make build)" >&2; exit 1; }
 done
 
 PKG=$(mktemp -d); trap 'rm -rf "$PKG"' EXIT
 install -D -m 0755 -t "$PKG/usr/bin" "$ROOT"/target/release/{vgpuctl,vgpu-hook,vgpu-container-runtime}
 install -D -m 0644 "$LIB" "$PKG/usr/lib/vgpu/libvgpu.so"
+install -D -m 0644 "$CORE" "$PKG/usr/lib/vgpu/libvgpu_core.so"
 install -D -m 0644 -t "$PKG/lib/systemd/system" "$ROOT"/packaging/systemd/vgpu-gc.{service,timer}
 install -D -m 0644 -t "$PKG/usr/share/vgpu/hooks.d" "$ROOT"/packaging/hooks.d/*.json
 install -D -m 0644 -t "$PKG/usr/share/doc/vgpu/engines" "$ROOT"/docs/engines/*.md

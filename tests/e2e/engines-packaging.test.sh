@@ -3,12 +3,12 @@
 # valid YAML, and packaging/hooks.d is exactly what vgpuctl writes.
 . "$(dirname "$0")/engines-lib.sh"
 t_init engines-packaging
-t_require "$VGPUCTL" "$SHIM" "$HOOK" "$LIBVGPU"
+t_require "$VGPUCTL" "$SHIM" "$HOOK" "$LIBVGPU" "$CORE"
 
 deb=$(bash "$REPO/packaging/deb/build.sh" "$WORK" 2> "$WORK/build.err")
 ok_if "the .deb builds" test -f "$deb"
 dpkg-deb -c "$deb" > "$WORK/contents" 2>&1
-for f in ./usr/bin/vgpuctl ./usr/bin/vgpu-hook ./usr/bin/vgpu-container-runtime ./usr/lib/vgpu/libvgpu.so \
+for f in ./usr/bin/vgpuctl ./usr/bin/vgpu-hook ./usr/bin/vgpu-container-runtime ./usr/lib/vgpu/libvgpu.so ./usr/lib/vgpu/libvgpu_core.so \
          ./lib/systemd/system/vgpu-gc.timer ./etc/vgpu/config.toml ./usr/share/doc/vgpu/engines/podman.md; do
     ok_if "package holds $f" grep -q " $f\$" "$WORK/contents"
 done
