@@ -56,3 +56,12 @@ if ! dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "install 
     echo "deps: installing busybox-static"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends busybox-static >/dev/null
 fi
+
+# Engine suites (tests/e2e/engines-*.test.sh): PyYAML checks the Kubernetes example, systemd-analyze the
+# gc timer units, dpkg-deb builds the package.
+for p in python3-yaml systemd dpkg; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        echo "deps: installing $p"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+    fi
+done
