@@ -4,7 +4,6 @@
 
 use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use vgpu_ledger::Kind;
 
@@ -114,7 +113,7 @@ fn current_ctx() -> usize {
 
 /// The quota to charge for `dev`, or how the call must end without one.
 enum Target {
-    Charge(Arc<DeviceQuota>),
+    Charge(&'static DeviceQuota),
     Forward,
     Fail(CUresult),
 }
@@ -830,7 +829,7 @@ fn after_instantiate(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUr
     if let Target::Charge(q) = target(Some(dev)) {
         // SAFETY: non-null, written by the driver.
         GRAPH_EXECS.insert(unsafe { *exec } as u64, (dev, graph_need(graph)));
-        reconcile_graph(dev, &q);
+        reconcile_graph(dev, q);
     }
     r
 }
@@ -884,7 +883,7 @@ fn graph_run(exec: CUgraphExec, call: impl FnOnce() -> CUresult) -> CUresult {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     let r = call();
-    reconcile_graph(dev, &q);
+    reconcile_graph(dev, q);
     r
 }
 
@@ -908,7 +907,7 @@ hook!(cuGraphExecDestroy(exec: CUgraphExec) {
 hook!(cuDeviceGraphMemTrim(dev: CUdevice) {
     let r = forward!("cuDeviceGraphMemTrim", fn(CUdevice), dev);
     if r == CUDA_SUCCESS && !quota::unlimited() {
-        if let Target::Charge(q) = target(Some(dev)) { reconcile_graph(dev, &q); }
+        if let Target::Charge(q) = target(Some(dev)) { reconcile_graph(dev, q); }
     }
     r
 });
@@ -955,7 +954,7 @@ fn ctx_create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUre
         Target::Forward => return create(),
         Target::Fail(e) => return e,
     };
-    let (r, cost) = measure_ctx(dev, Some(&q), create);
+    let (r, cost) = measure_ctx(dev, Some(q), create);
     if r != CUDA_SUCCESS {
         return r;
     }
@@ -1022,7 +1021,7 @@ hook!(cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
     let (mut flags, mut active) = (0 as c_uint, 0i32);
     forward!("cuDevicePrimaryCtxGetState", fn(CUdevice, *mut c_uint, *mut i32), dev, &mut flags, &mut active);
     let fresh = active == 0;
-    let (r, cost) = measure_ctx(dev, fresh.then_some(&*q), call);
+    let (r, cost) = measure_ctx(dev, fresh.then_some(q), call);
     if r != CUDA_SUCCESS {
         return r;
     }

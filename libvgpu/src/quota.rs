@@ -5,9 +5,10 @@
 //! without refunding them (`Slot::forget_after_fork`) and attaches its own on next use.
 
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 use vgpu_ledger::{Kind, Ledger, Slot};
 
 use crate::config::{Config, DeviceSpec, UuidLookup};
@@ -94,22 +95,24 @@ impl DeviceQuota {
     }
 }
 
-impl Drop for DeviceQuota {
-    fn drop(&mut self) {
-        // SAFETY: the slot is dropped exactly once, here; the fork child path never drops a DeviceQuota.
-        unsafe { ManuallyDrop::drop(&mut self.slot) }
+// Per CUDA ordinal: 0 unknown, 1 no limit, 2 failed (a limit applies but cannot be used), else a pointer to
+// a leaked DeviceQuota. Quotas are immortal (never freed), so the hot path is one atomic load: no lock, no
+// reference count. Only their slots end: at exit (released) or in a fork child (forgotten).
+const UNKNOWN: usize = 0;
+const UNLIMITED: usize = 1;
+const FAILED: usize = 2;
+static DEVICES: [AtomicUsize; MAX_DEVICES] = [const { AtomicUsize::new(UNKNOWN) }; MAX_DEVICES];
+/// Serialises resolution (ledger open and slot attach) so each device gets exactly one slot.
+static RESOLVING: Mutex<()> = Mutex::new(());
+
+fn decode(v: usize) -> Result<Option<&'static DeviceQuota>, CUresult> {
+    match v {
+        UNKNOWN | UNLIMITED => Ok(None),
+        FAILED => Err(CUDA_ERROR_NOT_INITIALIZED),
+        // SAFETY: every other value is a pointer from Box::leak in `for_device`, never freed.
+        p => Ok(Some(unsafe { &*(p as *const DeviceQuota) })),
     }
 }
-
-enum Entry {
-    Unknown,
-    Unlimited,
-    Quota(Arc<DeviceQuota>),
-    /// A limit applies but its ledger cannot be used: CUDA is refused on this device.
-    Failed,
-}
-
-static DEVICES: [RwLock<Entry>; MAX_DEVICES] = [const { RwLock::new(Entry::Unknown) }; MAX_DEVICES];
 
 static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
 
@@ -150,48 +153,57 @@ pub fn device_uuid(dev: CUdevice) -> Option<String> {
 }
 
 /// The quota of CUDA device `dev`: Ok(None) without a limit, Err when a limit applies but cannot be used.
-pub fn for_device(dev: CUdevice) -> Result<Option<Arc<DeviceQuota>>, CUresult> {
+pub fn for_device(dev: CUdevice) -> Result<Option<&'static DeviceQuota>, CUresult> {
+    if crate::lifecycle::exiting() {
+        return Ok(None);
+    }
+    let Some(cell) = usize::try_from(dev).ok().and_then(|i| DEVICES.get(i)) else { return Ok(None) };
+    let v = cell.load(Ordering::Acquire);
+    if v != UNKNOWN {
+        return decode(v);
+    }
     let Ok(cfg) = config() else { return Err(CUDA_ERROR_NOT_INITIALIZED) };
     if cfg.is_unlimited() {
         return Ok(None);
     }
-    let Some(cell) = usize::try_from(dev).ok().and_then(|i| DEVICES.get(i)) else { return Ok(None) };
-    match &*cell.read() {
-        Entry::Quota(q) => return Ok(Some(q.clone())),
-        Entry::Unlimited => return Ok(None),
-        Entry::Failed => return Err(CUDA_ERROR_NOT_INITIALIZED),
-        Entry::Unknown => {}
+    // Slow path, once per device: a driver call and file I/O under the resolution lock (not the hot path).
+    let _g = RESOLVING.lock();
+    let v = cell.load(Ordering::Acquire);
+    if v != UNKNOWN {
+        return decode(v);
     }
-    // Resolve without holding the lock (driver call, file I/O); the first writer wins.
-    let resolved = resolve(cfg, dev);
-    let mut w = cell.write();
-    if matches!(*w, Entry::Unknown) {
-        *w = resolved;
-    }
-    match &*w {
-        Entry::Quota(q) => Ok(Some(q.clone())),
-        Entry::Unlimited | Entry::Unknown => Ok(None),
-        Entry::Failed => Err(CUDA_ERROR_NOT_INITIALIZED),
-    }
+    let v = match resolve(cfg, dev) {
+        Resolved::Unlimited => UNLIMITED,
+        Resolved::Failed => FAILED,
+        Resolved::Quota(q) => Box::leak(Box::new(q)) as *const DeviceQuota as usize,
+    };
+    cell.store(v, Ordering::Release);
+    decode(v)
 }
 
-fn resolve(cfg: &Config, dev: CUdevice) -> Entry {
+enum Resolved {
+    Unlimited,
+    Failed,
+    Quota(DeviceQuota),
+}
+
+fn resolve(cfg: &Config, dev: CUdevice) -> Resolved {
     let Some(uuid) = device_uuid(dev) else {
         log::error(format_args!("cannot read the UUID of CUDA device {dev}; CUDA is refused on it"));
-        return Entry::Failed;
+        return Resolved::Failed;
     };
     let Some(spec) = cfg.for_device(dev, &uuid) else {
         log::debug(format_args!("device {dev} ({uuid}): no limit"));
-        return Entry::Unlimited;
+        return Resolved::Unlimited;
     };
     match open_quota(dev, &uuid, &spec) {
         Ok(q) => {
             log::info(format_args!("device {dev} ({uuid}): limit {} bytes, ledger {}", spec.limit, spec.ledger.display()));
-            Entry::Quota(Arc::new(q))
+            Resolved::Quota(q)
         }
         Err(e) => {
             log::error(format_args!("device {dev} ({uuid}): ledger {}: {e}; CUDA is refused on it", spec.ledger.display()));
-            Entry::Failed
+            Resolved::Failed
         }
     }
 }
@@ -267,9 +279,9 @@ pub fn view_by_uuid(uuid: &str) -> Result<Option<UuidView>, ()> {
     Ok(Some(UuidView { limit: spec.limit, used }))
 }
 
-fn attached_by_uuid(uuid: &str) -> Option<Arc<DeviceQuota>> {
-    DEVICES.iter().find_map(|c| match &*c.read() {
-        Entry::Quota(q) if q.uuid == uuid => Some(q.clone()),
+fn attached_by_uuid(uuid: &str) -> Option<&'static DeviceQuota> {
+    DEVICES.iter().find_map(|c| match decode(c.load(Ordering::Acquire)) {
+        Ok(Some(q)) if q.uuid == uuid => Some(q),
         _ => None,
     })
 }
@@ -288,42 +300,41 @@ fn ordinal_of_uuid(uuid: &str) -> Option<i32> {
 
 // ---- process life -------------------------------------------------------------------------------------
 
-/// fork prepare: hold every device entry so none is half-updated in the child.
+/// fork prepare: no resolution may be half done when the child is made.
 pub(crate) fn lock_all() {
-    for c in &DEVICES {
-        std::mem::forget(c.write());
-    }
+    std::mem::forget(RESOLVING.lock());
 }
 
 /// fork parent: release what `lock_all` took.
 pub(crate) fn unlock_all() {
-    for c in &DEVICES {
-        // SAFETY: lock_all took exactly this write lock in this thread and forgot its guard.
-        unsafe { c.force_unlock_write() };
-    }
+    // SAFETY: lock_all took exactly this lock in this thread and forgot its guard.
+    unsafe { RESOLVING.force_unlock() };
 }
 
 /// fork child: the parent's slots are not ours. Forget them (closing the inherited descriptors without
 /// refunding) and attach fresh slots on next use.
 pub(crate) fn child_after_fork() {
+    // SAFETY: as in unlock_all; the child has one thread, which took the lock in lock_all.
+    unsafe { RESOLVING.force_unlock() };
     for c in &DEVICES {
-        // SAFETY: as in unlock_all; the child has one thread, which took the lock in lock_all.
-        unsafe { c.force_unlock_write() };
-        let old = std::mem::replace(&mut *c.write(), Entry::Unknown);
-        if let Entry::Quota(q) = old {
-            let raw = Arc::into_raw(q);
-            // SAFETY: the Arc is leaked (never dropped, so the slot is not dropped twice); the child has one
-            // thread, so nothing else reads the slot while it is moved out.
-            let slot = unsafe { std::ptr::read(&(*raw).slot) };
+        if let Ok(Some(q)) = decode(c.swap(UNKNOWN, Ordering::AcqRel)) {
+            // SAFETY: the quota is leaked and never read again in this process (its entry is reset), and
+            // the child has a single thread: the slot is moved out exactly once.
+            let slot = unsafe { std::ptr::read(&q.slot) };
             ManuallyDrop::into_inner(slot).forget_after_fork();
         }
     }
 }
 
-/// exit: detach our slots (refunding what this process still holds).
+/// exit: detach our slots, refunding what this process still holds. `exiting()` is already set, so no
+/// new hooked call reaches a quota; the quotas themselves stay allocated (a thread still inside a call
+/// reads valid memory).
 pub(crate) fn release_all() {
     for c in &DEVICES {
-        let old = std::mem::replace(&mut *c.write(), Entry::Unknown);
-        drop(old);
+        if let Ok(Some(q)) = decode(c.swap(UNKNOWN, Ordering::AcqRel)) {
+            // SAFETY: the entry was swapped out, so the slot is moved out exactly once.
+            let slot = unsafe { std::ptr::read(&q.slot) };
+            drop(ManuallyDrop::into_inner(slot));
+        }
     }
 }
