@@ -1,0 +1,280 @@
+//! Ledger behaviour that needs real processes: fork, SIGKILL, PID namespaces, a non-root tenant.
+//! (harness = false: `main` runs the scenarios one after the other on one thread, so `fork` is safe.)
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::stat::{umask, Mode};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, pipe, read, write, ForkResult, Gid, Pid, Uid};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use vgpu_ledger::{Kind, Ledger, Snapshot};
+
+const UUID: &str = "GPU-f0f0f0f0-0000-4000-8000-000000000002";
+const LIMIT: u64 = 1 << 30;
+
+/// Run `f` in a forked child that exits with its return code (101 if it panics). Returns the child's pid.
+fn spawn(f: impl FnOnce() -> i32) -> Pid {
+    // SAFETY: this test's process is single-threaded when it forks (harness = false, no threads started).
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+            // SAFETY: _exit skips the parent's atexit handlers and destructors, which a forked child must not run.
+            unsafe { nix::libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => child,
+    }
+}
+
+fn send(fd: &OwnedFd, value: u32) {
+    assert_eq!(write(fd, &value.to_le_bytes()).unwrap(), 4);
+}
+
+/// Read one u32 a child sent; None if it died first.
+fn receive(fd: &OwnedFd) -> Option<u32> {
+    let mut b = [0u8; 4];
+    match read(fd, &mut b) {
+        Ok(4) => Some(u32::from_le_bytes(b)),
+        _ => None,
+    }
+}
+
+/// Park a child until it is killed; it exits by itself once the test process is gone, so a failing test
+/// leaves nothing behind. Children in another PID namespace cannot see the test's PID: they get a parent
+/// death signal instead (see `pid_namespaces`).
+fn sleep_forever() -> ! {
+    let test = Pid::from_raw(std::env::var("VGPU_TEST_PID").unwrap().parse().unwrap());
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        if std::process::id() != 1 && kill(test, None).is_err() {
+            // SAFETY: leaving a forked child without running the parent's destructors.
+            unsafe { nix::libc::_exit(0) }
+        }
+    }
+}
+
+fn kill_and_reap(pid: Pid) {
+    kill(pid, Signal::SIGKILL).unwrap();
+    assert!(matches!(waitpid(pid, None).unwrap(), WaitStatus::Signaled(_, Signal::SIGKILL, _)));
+}
+
+/// Wait until the slot is no longer alive (its last holder exited), at most 10 s.
+fn wait_dead(ledger: &Ledger, index: u16) -> Snapshot {
+    let t = Instant::now();
+    loop {
+        let snap = ledger.snapshot();
+        if snap.slots.iter().all(|s| s.index != index || !s.alive) {
+            return snap;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "slot {index} still alive");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn fresh(dir: &Path, name: &str) -> (PathBuf, Ledger) {
+    let path = dir.join(name);
+    let ledger = Ledger::open_or_create(&path, UUID, LIMIT).unwrap();
+    (path, ledger)
+}
+
+/// A forked child gives up its copy of the parent's slot and attaches its own; the parent's death then
+/// frees the parent's slot only.
+fn fork_child_forgets_parent_slot(dir: &Path) {
+    let (path, ledger) = fresh(dir, "fork.ledger");
+    let (rx, tx) = pipe().unwrap();
+    let parent = spawn(|| {
+        let l = Ledger::open(&path).unwrap();
+        let slot = l.attach().unwrap();
+        l.charge(&slot, Kind::Data, 1000, LIMIT).unwrap();
+        let (crx, ctx) = pipe().unwrap();
+        let slot_index = slot.index() as u32;
+        // Held in an Option so that only the child's code gives it up (the parent keeps it).
+        let mut held = Some(slot);
+        let _child = spawn(|| {
+            held.take().unwrap().forget_after_fork();
+            let own = l.attach().unwrap();
+            l.charge(&own, Kind::Module, 500, LIMIT).unwrap();
+            send(&ctx, own.index() as u32);
+            sleep_forever()
+        });
+        let child_slot = receive(&crx).expect("child died");
+        assert!(held.is_some());
+        send(&tx, slot_index);
+        send(&tx, child_slot);
+        sleep_forever()
+    });
+    let parent_slot = receive(&rx).expect("parent died") as u16;
+    let child_slot = receive(&rx).expect("parent died") as u16;
+    assert_ne!(parent_slot, child_slot);
+    let snap = ledger.snapshot();
+    assert_eq!(snap.used, 1500);
+    assert!(snap.slots.iter().all(|s| s.alive));
+    let child_pid = snap.slots.iter().find(|s| s.index == child_slot).unwrap().pid;
+
+    kill_and_reap(parent);
+    let snap = wait_dead(&ledger, parent_slot);
+    assert!(snap.slots.iter().find(|s| s.index == child_slot).unwrap().alive, "the child's own slot must live on");
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 500);
+
+    kill(Pid::from_raw(child_pid as i32), Signal::SIGKILL).unwrap(); // an orphan now; init reaps it
+    wait_dead(&ledger, child_slot);
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 0);
+    assert!(ledger.snapshot().slots.is_empty());
+}
+
+/// Why `forget_after_fork` exists: a child that keeps the inherited descriptor keeps the parent's lock.
+fn fork_child_keeping_the_descriptor_keeps_parent_alive(dir: &Path) {
+    let (path, ledger) = fresh(dir, "inherit.ledger");
+    let (rx, tx) = pipe().unwrap();
+    let parent = spawn(|| {
+        let l = Ledger::open(&path).unwrap();
+        let slot = l.attach().unwrap();
+        l.charge(&slot, Kind::Data, 777, LIMIT).unwrap();
+        let child = spawn(|| sleep_forever());
+        send(&tx, slot.index() as u32);
+        send(&tx, child.as_raw() as u32);
+        sleep_forever()
+    });
+    let slot = receive(&rx).unwrap() as u16;
+    let child = Pid::from_raw(receive(&rx).unwrap() as i32);
+    kill_and_reap(parent);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(ledger.snapshot().slots.iter().any(|s| s.index == slot && s.alive));
+    assert_eq!(ledger.reclaim_dead().unwrap(), 0);
+    assert_eq!(ledger.used(), 777);
+    kill(child, Signal::SIGKILL).unwrap();
+    wait_dead(&ledger, slot);
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 0);
+}
+
+/// Two processes that are both PID 1, each in its own PID namespace: liveness is per slot lock, so killing
+/// one returns exactly its usage. Returns false if this machine does not allow new PID namespaces.
+fn pid_namespaces(dir: &Path) -> bool {
+    use nix::sched::{unshare, CloneFlags};
+    let (path, ledger) = fresh(dir, "pidns.ledger");
+    let mut pid1s = Vec::new();
+    for (i, bytes) in [(0u32, 4096u64), (1, 8192)] {
+        let (rx, tx) = pipe().unwrap();
+        let path = path.clone();
+        let intermediate = spawn(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).unwrap();
+            if unshare(CloneFlags::CLONE_NEWPID).is_err()
+                && unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).is_err()
+            {
+                return 77;
+            }
+            let (grx, gtx) = pipe().unwrap();
+            let inner = spawn(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).unwrap();
+                assert_eq!(std::process::id(), 1, "first process of a new PID namespace");
+                let l = Ledger::open(&path).unwrap();
+                let slot = l.attach().unwrap();
+                l.charge(&slot, Kind::Context, bytes, LIMIT).unwrap();
+                send(&gtx, slot.index() as u32);
+                sleep_forever()
+            });
+            let slot = receive(&grx).expect("namespace child died");
+            send(&tx, inner.as_raw() as u32); // its PID as our namespace sees it
+            send(&tx, slot);
+            let _ = waitpid(inner, None);
+            0
+        });
+        let Some(host_pid) = receive(&rx) else {
+            assert!(matches!(waitpid(intermediate, None).unwrap(), WaitStatus::Exited(_, 77)));
+            return false;
+        };
+        let slot = receive(&rx).unwrap() as u16;
+        pid1s.push((intermediate, Pid::from_raw(host_pid as i32), slot, i));
+    }
+    let snap = ledger.snapshot();
+    assert_eq!(snap.used, 4096 + 8192);
+    let own_ns = std::fs::metadata("/proc/self/ns/pid").map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    let (a, b) = (&snap.slots[0], &snap.slots[1]);
+    assert!(a.pid == 1 && b.pid == 1, "both record PID 1: {snap:?}");
+    assert!(a.pid_ns != b.pid_ns && a.pid_ns != own_ns && b.pid_ns != own_ns);
+    assert!(a.alive && b.alive);
+
+    let (intermediate, host_pid, slot, _) = pid1s.remove(0);
+    kill(host_pid, Signal::SIGKILL).unwrap();
+    assert!(matches!(waitpid(intermediate, None).unwrap(), WaitStatus::Exited(_, 0)));
+    let snap = wait_dead(&ledger, slot);
+    assert!(snap.slots.iter().any(|s| s.index != slot && s.alive), "the other PID 1 is unaffected");
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 8192);
+
+    let (intermediate, host_pid, slot, _) = pid1s.remove(0);
+    kill(host_pid, Signal::SIGKILL).unwrap();
+    assert!(matches!(waitpid(intermediate, None).unwrap(), WaitStatus::Exited(_, 0)));
+    wait_dead(&ledger, slot);
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 0);
+    true
+}
+
+/// The hook creates ledgers as root (whatever its umask); the container's processes may not be root and
+/// must still charge them. Returns false when not run as root (nothing to switch from).
+fn non_root_tenant_can_charge(dir: &Path) -> bool {
+    if !Uid::effective().is_root() {
+        return false;
+    }
+    let old = umask(Mode::from_bits_truncate(0o077));
+    let (path, ledger) = fresh(dir, "tenant.ledger");
+    umask(old);
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o666);
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let child = spawn(|| {
+        nix::unistd::setgid(Gid::from_raw(65534)).unwrap();
+        nix::unistd::setuid(Uid::from_raw(65534)).unwrap();
+        let l = Ledger::open(&path).unwrap();
+        let slot = l.attach().unwrap();
+        l.charge(&slot, Kind::Data, 12345, LIMIT).unwrap();
+        if l.used() != 12345 {
+            return 1;
+        }
+        std::mem::forget(slot); // exit without detaching, as a killed process would
+        0
+    });
+    assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0)));
+    assert_eq!(ledger.used(), 12345);
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 0);
+    true
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    // A hang (deadlock) ends the test by SIGALRM instead of blocking `make test`; the children notice.
+    nix::unistd::alarm::set(120);
+    std::env::set_var("VGPU_TEST_PID", std::process::id().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let mut passed = 0;
+    let mut skipped = Vec::new();
+    fork_child_forgets_parent_slot(dir.path());
+    passed += 1;
+    println!("processes: fork child forgets the parent's slot ... ok");
+    fork_child_keeping_the_descriptor_keeps_parent_alive(dir.path());
+    passed += 1;
+    println!("processes: fork child keeping the descriptor keeps the parent's slot alive ... ok");
+    if pid_namespaces(dir.path()) {
+        passed += 1;
+        println!("processes: two PID-1 processes in separate PID namespaces ... ok");
+    } else {
+        skipped.push("PID namespaces (unshare not permitted here)");
+    }
+    if non_root_tenant_can_charge(dir.path()) {
+        passed += 1;
+        println!("processes: non-root process charges a ledger root created under umask 077 ... ok");
+    } else {
+        skipped.push("non-root tenant (test not run as root)");
+    }
+    for s in &skipped {
+        println!("processes: SKIPPED {s}");
+    }
+    println!("processes: {passed} passed, 0 failed, {} skipped", skipped.len());
+}
