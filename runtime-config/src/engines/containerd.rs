@@ -158,7 +158,7 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
     let base = runtimes
         .get(&base_name)
         .and_then(Item::as_table)
-        .filter(|t| t.get("runtime_type").and_then(Item::as_str).is_none_or(|rt| rt == RUNC_V2))
+        .filter(|t| !matches!(t.get("runtime_type").and_then(Item::as_str), Some(rt) if rt != RUNC_V2))
         .map(detached);
 
     if base_name == "runc" && !runtimes.contains_key("runc") && !runtimes.contains_key(RUNTIME) {
