@@ -11,6 +11,7 @@ rm -f /tmp/vgpu-gpu-smoke.*
 q() { LD_PRELOAD=$L CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-8g} "$@"; }
 echo "== device"; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
 echo "== nvidia-smi under an 8g quota"; q nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader
+q nvidia-smi | grep -i mib
 echo "== bare vs preloaded without limit"
 target/clients/rt_client info 2>&1 | grep op=info
 LD_PRELOAD=$L target/clients/rt_client info 2>&1 | grep op=info
@@ -22,9 +23,10 @@ for c in rt_client linked_client; do
 done
 echo "== procaddr"
 q target/clients/rt_client procaddr cuMemAlloc procaddr cuMemAllocAsync 13000 ptds procaddr cuGetProcAddress 2>&1 | grep procaddr
-for conf in "" "backend:cudaMallocAsync"; do
+for conf in "" "backend:cudaMallocAsync" "nocache"; do
     echo "== PyTorch, 8g quota, PYTORCH_CUDA_ALLOC_CONF='$conf'"
-    PYTORCH_CUDA_ALLOC_CONF=$conf q timeout 120 $PY - <<'PY'
+    nc=0; [ "$conf" = nocache ] && { nc=1; conf=""; }
+    PYTORCH_NO_CUDA_MEMORY_CACHING=$nc PYTORCH_CUDA_ALLOC_CONF=$conf q timeout 120 $PY - <<'PY'
 import subprocess, torch
 f, t = torch.cuda.mem_get_info(); print("mem_get_info free", f >> 20, "MiB total", t >> 20, "MiB")
 xs = []
@@ -43,8 +45,8 @@ torch.cuda.synchronize(); print("training loop ok, loss", round(float(loss), 4))
 PY
 done
 echo "== 4 processes sharing a 4g quota"
-for i in 1 2 3 4; do (sleep 15 | LIMIT=4g q target/clients/rt_client fill 128m wait 2>/dev/null | grep op=fill > /tmp/vg-p$i) & done
-sleep 10; LIMIT=4g q nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader
+for i in 1 2 3 4; do (sleep 16 | LIBCUDA_LOG_LEVEL=3 LIMIT=4g q target/clients/rt_client info sleep 4 fill 128m wait 2>&1 | grep -E "op=fill|context" > /tmp/vg-p$i) & done
+sleep 12; LIMIT=4g q nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';'; echo
 wait; cat /tmp/vg-p*
 echo "== after exit"; LIMIT=4g q target/clients/rt_client info 2>&1 | grep op=info
