@@ -165,20 +165,72 @@ pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
     let result = (|| -> Result<std::convert::Infallible> {
         let cfg = Config::load()?;
         let lower_name = cfg.lower_runtime.clone();
-        if matches!(inv.verb.as_deref(), Some("create") | Some("run")) {
-            prepare_create(&inv, &cfg)?;
-        }
+        let provisioned = if matches!(inv.verb.as_deref(), Some("create") | Some("run")) {
+            prepare_create(&inv, &cfg)?
+        } else {
+            None
+        };
         let lower = resolve_lower(&lower_name)?;
-        let err = std::process::Command::new(&lower).arg0(&lower_name).args(&args[1..]).exec();
-        Err(anyhow!("cannot exec lower runtime {}: {err}", lower.display()))
+        let mut cmd = std::process::Command::new(&lower);
+        cmd.arg0(&lower_name).args(&args[1..]);
+        let Some((root, id)) = provisioned else {
+            let err = cmd.exec();
+            bail!("cannot exec lower runtime {}: {err}", lower.display());
+        };
+        // State was provisioned: stay as the lower runtime's parent, so that if it fails to create the
+        // container (after our checks passed) the state goes with it instead of waiting for the collector.
+        let code = run_child(cmd).with_context(|| format!("lower runtime {}", lower.display()))?;
+        // A failed create/run has no container; a `run` whose container exited non-zero already had its
+        // poststop, so removing again is a no-op.
+        if code != 0 {
+            let _ = provision::remove(&root, &id);
+        }
+        std::process::exit(code);
     })();
     let e = result.unwrap_err();
     report_error(&inv, &format!("{e:#}"));
     Err(e)
 }
 
-/// The `create` work: plan, provision, edit. Leaves nothing behind on failure.
-fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<()> {
+/// Runs the lower runtime as a child, passing on the signals an engine sends to its runtime, and returns
+/// its exit status the way a shell reports it (128 + signal when killed).
+fn run_child(mut cmd: std::process::Command) -> Result<i32> {
+    use nix::sys::signal::{SigSet, Signal};
+    use std::os::unix::process::ExitStatusExt;
+    const FORWARDED: [Signal; 7] = [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGWINCH,
+    ];
+    let mut set = SigSet::empty();
+    for s in FORWARDED.iter().chain([Signal::SIGCHLD].iter()) {
+        set.add(*s);
+    }
+    // Blocked here and taken with sigwait; the child starts with an empty mask (std resets it).
+    set.thread_block()?;
+    let mut child = cmd.spawn()?;
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    loop {
+        match set.wait()? {
+            Signal::SIGCHLD => {
+                if let Some(st) = child.try_wait()? {
+                    return Ok(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)));
+                }
+            }
+            sig => {
+                let _ = nix::sys::signal::kill(pid, sig);
+            }
+        }
+    }
+}
+
+/// The `create` work: plan, provision, edit. Leaves nothing behind on failure. Returns the state root and
+/// container id when state was provisioned.
+fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, String)>> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
         None => std::env::current_dir().context("cannot find the working directory (the default bundle)")?,
@@ -193,11 +245,11 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<()> {
     let (env, annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
     if edit::shim_ran(&annotations) {
         // Already edited (e.g. a retried create): never add a second set of mounts and hooks.
-        return Ok(());
+        return Ok(None);
     }
     let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
     let Some(plan) = plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? else {
-        return Ok(());
+        return Ok(None);
     };
     let id = inv.id.as_deref().ok_or_else(|| anyhow!("create: no container id on the command line"))?;
     let root = StateRoot::new(cfg.state_root.clone());
@@ -213,7 +265,7 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<()> {
         let _ = provision::remove(&root, id);
         return Err(e);
     }
-    Ok(())
+    Ok(Some((root, id.to_string())))
 }
 
 /// Replaces `path` atomically (temporary file in the same folder, same mode, then rename).

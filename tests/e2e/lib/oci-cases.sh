@@ -21,7 +21,7 @@ oci_setup() {
 oci_cleanup_containers() {
     local id
     for id in $("$RUNTIME" --root "$WORK/rt" list -q 2>/dev/null); do
-        "$RUNTIME" --root "$WORK/rt" delete -f "$id"
+        "$RUNTIME" --root "$WORK/rt" ${RT_FLAGS:-} delete -f "$id"
     done
 }
 
@@ -35,9 +35,10 @@ new_bundle() {
 }
 
 # shim ARGS...: the shim with the suite's runtime root, as an engine would call it.
-shim() { "$SHIM" --root "$WORK/rt" "$@"; }
+# RT_FLAGS: extra global flags for the runtime (crun 1.8 needs --cgroup-manager=disabled on hybrid cgroup hosts).
+shim() { "$SHIM" --root "$WORK/rt" ${RT_FLAGS:-} "$@"; }
 # plain ARGS...: the lower runtime itself (no shim).
-plain() { "$RUNTIME" --root "$WORK/rt" "$@"; }
+plain() { "$RUNTIME" --root "$WORK/rt" ${RT_FLAGS:-} "$@"; }
 
 # create_quiet: creates $ID through the shim; the container's stdio goes to a file (a created container
 # keeps its stdio open until it exits, so a command substitution would wait for it).
@@ -131,7 +132,7 @@ case_kill_and_gc() {
     local pid; pid=$(plain state "$ID" | jq -r .pid)
     check_eq "limits.json records the container's init pid" "$(jq -r .init_pid "$STATE/containers/$ID/limits.json")" "$pid"
     plain kill "$ID" KILL
-    wait_for 10 sh -c "$RUNTIME --root '$WORK/rt' state '$ID' | jq -e '.status == \"stopped\"'"
+    wait_for 10 sh -c "$RUNTIME --root '$WORK/rt' ${RT_FLAGS:-} state '$ID' | jq -e '.status == \"stopped\"'"
     plain delete "$ID"
     check_eq "state gone after kill -9 and delete" "$(state_left)" ""
 
@@ -221,7 +222,14 @@ case_security() {
     bundle_jq "$B" '.root.path = $r' --arg r "$evil"
     bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
     out=$(shim run --bundle "$B" "$ID" 2>&1)
-    check_eq "symlinked /etc: the container's preload is the library only (the host file was not read)" "$out" /usr/local/vgpu/libvgpu.so
+    # runc follows the dangling /usr/local symlink inside the rootfs; crun refuses to (openat2 fails): both
+    # are safe. What matters is what the container sees when it runs, and that nothing lands outside.
+    if [ "$RUNTIME" = crun ] && [[ "$out" == *"openat2 \`usr/local\`"* ]]; then
+        pass "symlinked /usr/local: crun refuses the mount target inside the rootfs ($out)"
+        check_eq "  ... and the shim removed the state of the failed create" "$(state_left)" ""
+    else
+        check_eq "symlinked /etc: the container's preload is the library only (the host file was not read)" "$out" /usr/local/vgpu/libvgpu.so
+    fi
     check_eq "symlinked /etc, /usr/local: nothing written outside the rootfs (shim path)" "$(cd "$host" && find . -printf '%p %s %T@\n' | sort)" "$snap"
     rm -rf "$evil/${host#/}"
     new_bundle cat /etc/ld.so.preload
@@ -267,7 +275,9 @@ case_hooksd() {
     bundle_annotate "$B" vgpu.io/memory-limit 99Gi
     bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
     add_hooksd_hooks
-    out=$(plain run --bundle "$B" "$ID" 2>&1); local rc=$?
+    # crun drops a hook's stderr unless the annotation run.oci.hooks.stderr names a file for it.
+    bundle_annotate "$B" run.oci.hooks.stderr "$WORK/hook-stderr"
+    out=$(plain run --bundle "$B" "$ID" 2>&1; cat "$WORK/hook-stderr" 2>/dev/null)
     check_match "hooks.d path: bad quota fails the container with the hook's line" 'vgpu: annotation vgpu.io/memory-limit.*larger than' "$out"
     check_eq "  ... and leaves nothing" "$(state_left)" ""
     echo '{"id":"never-created","bundle":"/nonexistent"}' > "$WORK/st.json"
