@@ -88,8 +88,24 @@ impl Options {
     }
 }
 
+/// Refuses options that mean nothing for the engine, rather than ignoring them silently.
+fn check_options(o: &Options) -> Result<()> {
+    let name = format!("{:?}", o.engine).to_lowercase();
+    if o.engine == Engine::Podman && o.config.is_some() {
+        anyhow::bail!("--config has no meaning for podman (it has no config entry for vgpu); use --hooks-dir");
+    }
+    if o.engine != Engine::Podman && o.hooks_dir.is_some() {
+        anyhow::bail!("--hooks-dir is for podman's hooks.d files; {name} is configured through --config");
+    }
+    if o.engine != Engine::Crio && o.drop_in_dir.is_some() {
+        anyhow::bail!("--drop-in-dir is for crio only");
+    }
+    Ok(())
+}
+
 /// The changes that configure `o.engine`.
 pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
+    check_options(o)?;
     let cfg = o.config_path();
     match o.engine {
         Engine::Docker => {
@@ -132,6 +148,7 @@ pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
 
 /// The changes that take back what `plan_configure` added.
 pub fn plan_unconfigure(o: &Options) -> Result<Vec<Change>> {
+    check_options(o)?;
     let cfg = o.config_path();
     match o.engine {
         Engine::Docker => {
