@@ -56,7 +56,10 @@ fn sleep_forever() -> ! {
 
 fn kill_and_reap(pid: Pid) {
     kill(pid, Signal::SIGKILL).unwrap();
-    assert!(matches!(waitpid(pid, None).unwrap(), WaitStatus::Signaled(_, Signal::SIGKILL, _)));
+    assert!(matches!(
+        waitpid(pid, None).unwrap(),
+        WaitStatus::Signaled(_, Signal::SIGKILL, _)
+    ));
 }
 
 /// Wait until the slot is no longer alive (its last holder exited), at most 10 s.
@@ -114,7 +117,10 @@ fn fork_child_forgets_parent_slot(dir: &Path) {
 
     kill_and_reap(parent);
     let snap = wait_dead(&ledger, parent_slot);
-    assert!(snap.slots.iter().find(|s| s.index == child_slot).unwrap().alive, "the child's own slot must live on");
+    assert!(
+        snap.slots.iter().find(|s| s.index == child_slot).unwrap().alive,
+        "the child's own slot must live on"
+    );
     assert_eq!(ledger.reclaim_dead().unwrap(), 1);
     assert_eq!(ledger.used(), 500);
 
@@ -184,7 +190,10 @@ fn pid_namespaces(dir: &Path) -> bool {
             0
         });
         let Some(host_pid) = receive(&rx) else {
-            assert!(matches!(waitpid(intermediate, None).unwrap(), WaitStatus::Exited(_, 77)));
+            assert!(matches!(
+                waitpid(intermediate, None).unwrap(),
+                WaitStatus::Exited(_, 77)
+            ));
             return false;
         };
         let slot = receive(&rx).unwrap() as u16;
@@ -192,7 +201,9 @@ fn pid_namespaces(dir: &Path) -> bool {
     }
     let snap = ledger.snapshot();
     assert_eq!(snap.used, 4096 + 8192);
-    let own_ns = std::fs::metadata("/proc/self/ns/pid").map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    let own_ns = std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
     let (a, b) = (&snap.slots[0], &snap.slots[1]);
     assert!(a.pid == 1 && b.pid == 1, "both record PID 1: {snap:?}");
     assert!(a.pid_ns != b.pid_ns && a.pid_ns != own_ns && b.pid_ns != own_ns);
@@ -202,7 +213,10 @@ fn pid_namespaces(dir: &Path) -> bool {
     kill(host_pid, Signal::SIGKILL).unwrap();
     assert!(matches!(waitpid(intermediate, None).unwrap(), WaitStatus::Exited(_, 0)));
     let snap = wait_dead(&ledger, slot);
-    assert!(snap.slots.iter().any(|s| s.index != slot && s.alive), "the other PID 1 is unaffected");
+    assert!(
+        snap.slots.iter().any(|s| s.index != slot && s.alive),
+        "the other PID 1 is unaffected"
+    );
     assert_eq!(ledger.reclaim_dead().unwrap(), 1);
     assert_eq!(ledger.used(), 8192);
 

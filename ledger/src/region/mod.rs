@@ -345,6 +345,16 @@ impl Shared {
         had
     }
 
+    /// A new open file description of the same file (even if the path has been replaced meanwhile): locks
+    /// taken through it belong to it alone, not to descriptors this process shares with a forked child.
+    fn new_description(&self) -> Result<OwnedFd, LedgerError> {
+        let rw = |p: &Path| OpenOptions::new().read(true).write(true).open(p);
+        let fd = rw(Path::new(&format!("/proc/self/fd/{}", self.file.as_raw_fd())))
+            .or_else(|_| rw(&self.path))
+            .map_err(io_err(&self.path))?;
+        Ok(fd.into())
+    }
+
     fn slot_usage(&self, index: usize) -> [u64; KINDS] {
         let rec = self.slot(index);
         std::array::from_fn(|k| rec.counters[k].usage.load(SeqCst))
@@ -495,16 +505,8 @@ impl Ledger {
     /// only that container mounts.
     pub fn open_or_create(path: &Path, uuid: &str, limit: u64) -> Result<Ledger, LedgerError> {
         check_uuid(path, uuid)?;
-        if limit > MAX_TOTAL {
-            return Err(LedgerError::InvalidArgument {
-                path: path.to_path_buf(),
-                what: format!(
-                    "limit {} is above the ledger's maximum {}",
-                    format_bytes(limit),
-                    format_bytes(MAX_TOTAL)
-                ),
-            });
-        }
+        // Informational only; a ledger holds at most MAX_TOTAL whatever the limit ("unlimited" = u64::MAX).
+        let limit = limit.min(MAX_TOTAL);
         for _ in 0..16 {
             match Ledger::open(path) {
                 Ok(ledger) if ledger.shared.uuid == uuid => return Ok(ledger),
@@ -612,14 +614,7 @@ impl Ledger {
         self.require_writable()?;
         let shared = &self.shared;
         let path = &shared.path;
-        // A new open file description of the same file (even if the path has been replaced meanwhile).
-        let fd: OwnedFd = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/self/fd/{}", shared.file.as_raw_fd()))
-            .or_else(|_| OpenOptions::new().read(true).write(true).open(path))
-            .map_err(io_err(path))?
-            .into();
+        let fd = shared.new_description()?;
         let pid = std::process::id();
         let pid_ns = own_pid_namespace();
         // First pass: slots that look free (no recorded owner); second: every slot, dead owners included.
@@ -688,6 +683,9 @@ impl Ledger {
     pub fn reclaim_dead(&self) -> Result<usize, LedgerError> {
         self.require_writable()?;
         let shared = &self.shared;
+        // Locks through a description of our own: were this process killed while holding one, a forked
+        // child sharing `shared.file` must not keep the slot looking alive.
+        let fd = shared.new_description()?;
         shared.help_pending();
         let mut reclaimed = 0;
         for index in 0..SLOT_COUNT {
@@ -695,13 +693,13 @@ impl Ledger {
             if rec.pid.load(SeqCst) == 0 && shared.slot_usage(index).iter().all(|&u| u == 0) {
                 continue;
             }
-            if !lock::try_lock_slot(&shared.file, index).map_err(io_err(&shared.path))? {
+            if !lock::try_lock_slot(&fd, index).map_err(io_err(&shared.path))? {
                 continue; // alive, or being claimed or reclaimed right now
             }
             if shared.empty_slot(index) {
                 reclaimed += 1;
             }
-            lock::unlock_slot(&shared.file, index).map_err(io_err(&shared.path))?;
+            lock::unlock_slot(&fd, index).map_err(io_err(&shared.path))?;
         }
         Ok(reclaimed)
     }
