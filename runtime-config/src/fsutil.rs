@@ -1,9 +1,9 @@
 //! Writing other programs' config files safely: a temp file in the same folder, fsync, then rename, so a
-//! crash leaves either the old file or the new one, never half of one. The file's mode is kept.
+//! crash leaves either the old file or the new one, never half of one. The file's mode and owner are kept.
 use anyhow::{Context, Result};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 /// Replaces (or creates) `path` with `contents` atomically. An existing file keeps its permission bits;
@@ -14,9 +14,9 @@ pub fn write_atomic(path: &Path, contents: &[u8], new_mode: u32) -> Result<()> {
         _ => Path::new("."),
     };
     fs::create_dir_all(dir).with_context(|| format!("cannot create folder {}", dir.display()))?;
-    let mode = match fs::metadata(path) {
-        Ok(m) => m.permissions().mode() & 0o7777,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => new_mode,
+    let (mode, owner) = match fs::metadata(path) {
+        Ok(m) => (m.permissions().mode() & 0o7777, Some((m.uid(), m.gid()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (new_mode, None),
         Err(e) => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
     };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -26,6 +26,10 @@ pub fn write_atomic(path: &Path, contents: &[u8], new_mode: u32) -> Result<()> {
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
     tmp.write_all(contents).with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(tmp.as_file(), Some(uid), Some(gid))
+            .with_context(|| format!("cannot give {} the owner of {}", tmp.path().display(), path.display()))?;
+    }
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(mode))
         .with_context(|| format!("cannot set the mode of {}", tmp.path().display()))?;
@@ -71,6 +75,23 @@ mod tests {
         assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
         let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn keeps_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("containers.conf");
+        fs::write(&p, "x").unwrap();
+        // Only root can give a file away; elsewhere this checks the owner stays the same.
+        let (uid, gid) = if nix_is_root() { (65534, 65534) } else { let m = fs::metadata(&p).unwrap(); (m.uid(), m.gid()) };
+        std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+        write_atomic(&p, b"y", 0o644).unwrap();
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid));
+    }
+
+    fn nix_is_root() -> bool {
+        fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
     }
 
     #[test]

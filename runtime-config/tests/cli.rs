@@ -1,0 +1,88 @@
+//! The vgpuctl binary as an operator uses it: files on disk, exit codes, one-line errors.
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn vgpuctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vgpuctl")).args(args).env_remove("VGPU_CONFIG").output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn dry_run_prints_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("daemon.json");
+    fs::write(&cfg, "{\n  \"debug\": true\n}\n").unwrap();
+    let out = vgpuctl(&["runtime", "configure", "--runtime=docker", "--config", cfg.to_str().unwrap(), "--dry-run"]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("\"vgpu\""), "{}", text(&out.stdout));
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), "{\n  \"debug\": true\n}\n");
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temp or undo file left");
+}
+
+#[test]
+fn unparsable_config_is_one_line_naming_file_and_line_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    for (engine, name, body, line) in [
+        ("docker", "daemon.json", "{\n  \"a\": 1,\n  \"b\": ,\n}\n", 3),
+        ("containerd", "config.toml", "version = 2\n\n[plugins\n", 3),
+        ("crio", "crio.conf", "[crio.runtime]\ndefault_runtime = \n", 2),
+    ] {
+        let cfg = dir.path().join(name);
+        fs::write(&cfg, body).unwrap();
+        let out = vgpuctl(&["runtime", "configure", &format!("--runtime={engine}"), "--config", cfg.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{engine}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{engine}: {err}");
+        assert!(err.starts_with(&format!("vgpuctl: error: {}:{line}:", cfg.display())), "{engine}: {err}");
+        assert_eq!(fs::read_to_string(&cfg).unwrap(), body, "{engine}: file untouched");
+        assert!(out.stdout.is_empty());
+    }
+    assert!(!dir.path().join("crio.conf.d").exists(), "no drop-in from a bad crio.conf");
+}
+
+#[test]
+fn unknown_runtime_lists_the_known_ones() {
+    let out = vgpuctl(&["runtime", "configure", "--runtime=lxc"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("docker, containerd, crio, podman"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn crio_configure_and_unconfigure_leave_crio_conf_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("crio.conf");
+    let body = "# mine\n[crio.runtime]\ndefault_runtime = \"crun\"\n[crio.runtime.runtimes.crun]\nruntime_root = \"/run/crun\"\n";
+    fs::write(&main, body).unwrap();
+    let m = main.to_str().unwrap();
+    let out = vgpuctl(&["runtime", "configure", "--runtime=crio", "--config", m]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("systemctl restart crio"));
+    let drop_in = dir.path().join("crio.conf.d/99-vgpu.toml");
+    assert!(fs::read_to_string(&drop_in).unwrap().contains("runtime_root = \"/run/crun\""));
+    let again = vgpuctl(&["runtime", "configure", "--runtime=crio", "--config", m]);
+    assert!(text(&again.stdout).contains("nothing to change"));
+    assert!(vgpuctl(&["runtime", "unconfigure", "--runtime=crio", "--config", m]).status.success());
+    assert!(!drop_in.exists());
+    assert_eq!(fs::read_to_string(&main).unwrap(), body);
+    // A file of that name that vgpuctl did not write is not removed.
+    fs::write(&drop_in, "[crio]\n").unwrap();
+    let out = vgpuctl(&["runtime", "unconfigure", "--runtime=crio", "--config", m]);
+    assert!(!out.status.success() && drop_in.exists());
+}
+
+#[test]
+fn status_on_an_empty_root_is_clear_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("state");
+    let out = vgpuctl(&["status", "--state-root", root.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).starts_with("no containers with a GPU memory quota"));
+    let out = vgpuctl(&["status", "--json", "--state-root", root.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["containers"], serde_json::json!([]));
+    assert!(!Path::new(&root).exists());
+}
