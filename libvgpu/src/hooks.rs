@@ -403,6 +403,11 @@ fn array_create(
     }
     let tgt = target_current();
     let dev = tgt.1;
+    // For a measurement when the driver cannot state the size (see below).
+    let before = match &tgt.0 {
+        Target::Charge(q) => Some((device_free(), q.used())),
+        _ => None,
+    };
     let r = charged_call(&ARRAYS, Kind::Array, estimate, tgt, call,
         // SAFETY: non-null, written by the driver.
         || unsafe { *handle } as u64);
@@ -411,7 +416,18 @@ fn array_create(
     }
     // SAFETY: as above.
     let h = unsafe { *handle };
-    if let Some(actual) = requirements(h, dev) {
+    // The real driver states an array's size only for deferred-mapping arrays; otherwise the device's
+    // free memory before and after tells (net of the ledger's other activity, our estimate included), and
+    // the larger of measurement and estimate stays charged.
+    let actual = requirements(h, dev).or_else(|| match (before, target(Some(dev))) {
+        (Some((Some(b), lb)), Target::Charge(q)) => {
+            let a = device_free()?;
+            let others = q.used() as i128 - lb as i128 - estimate as i128;
+            Some(measured(b as i128 - a as i128, others, MODULE_CEILING).max(estimate))
+        }
+        _ => None,
+    });
+    if let Some(actual) = actual {
         if !true_up(&ARRAYS, h as u64, actual) {
             if let Some(rec) = ARRAYS.remove(h as u64) {
                 destroy(h);
@@ -654,12 +670,27 @@ fn device_pool(dev: CUdevice) -> Option<u64> {
     (forward!("cuDeviceGetMemPool", fn(*mut CUmemoryPool, CUdevice), &mut p, dev) == CUDA_SUCCESS).then_some(p as u64)
 }
 
+/// A stream being captured into a graph: its stream-ordered allocations become graph memory nodes, charged
+/// as graph memory when the graph runs, so they are not charged here.
+fn capturing(stream: CUstream, ptsz: bool) -> bool {
+    let mut status: i32 = 0;
+    let r = if ptsz {
+        forward!("cuStreamIsCapturing_ptsz", fn(CUstream, *mut i32), stream, &mut status)
+    } else {
+        forward!("cuStreamIsCapturing", fn(CUstream, *mut i32), stream, &mut status)
+    };
+    r == CUDA_SUCCESS && status != 0
+}
+
 fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
     if quota::unlimited() {
         return call();
     }
     if quota::config().is_err() {
         return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if capturing(stream, ptsz) {
+        return call();
     }
     let Some(dev) = current_device() else { return call() };
     let Some(pool) = device_pool(dev) else { return call() };
@@ -672,6 +703,9 @@ fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, str
     }
     if quota::config().is_err() {
         return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if capturing(stream, ptsz) {
+        return call();
     }
     let known = POOLS.with(pool as u64, |p| p.map(|p| p.dev));
     let Some(dev) = known.or_else(current_device) else { return call() };

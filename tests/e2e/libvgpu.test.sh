@@ -73,6 +73,9 @@ out=$( (sleep 2 | vg "$RT" alloc 256m wait >/dev/null 2>&1 & sleep 1; vg "$W/nvm
 check "NVML memory info: total = quota, used = container usage" \
     test "$(echo "$out" | field total)/$(echo "$out" | field used)/$(echo "$out" | field free)" = "$GiB/$((256 * MiB))/$((768 * MiB))"
 check "NVML memory info v2 likewise" test "$(echo "$out" | field total2)/$(echo "$out" | field used2)" = "$GiB/$((256 * MiB))"
+fresh
+out=$(LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT_0=512m "$W/nvml_probe")
+check "NVML with a per-ordinal limit (CUDA ordinal found through the driver)" test "$(echo "$out" | field total)" = "$((512 * MiB))"
 out=$(FAKE_CUDA_STATE_DIR=$W/nolimit "$W/nvml_probe"); out2=$(LD_PRELOAD=$LIB FAKE_CUDA_STATE_DIR=$W/nolimit "$W/nvml_probe")
 check "NVML without a limit is the driver's answer" test "$out" = "$out2"
 
