@@ -1,6 +1,6 @@
 use anyhow::Result;
-use std::io::Write;
 use clap::{Args, Parser, Subcommand};
+use std::io::Write;
 use std::path::PathBuf;
 use vgpu_ledger::layout::StateRoot;
 use vgpuctl::engines::{self, Engine};
@@ -41,10 +41,12 @@ struct RootArgs {
 }
 
 impl RootArgs {
-    fn resolve(&self) -> Result<(StateRoot, std::time::Duration)> {
-        let cfg = vgpu_oci::config::Config::load()?;
-        let root = self.state_root.clone().unwrap_or(cfg.state_root);
-        Ok((StateRoot::new(root), std::time::Duration::from_secs(cfg.gc_pending_grace_seconds)))
+    /// The state root: --state-root, else the vgpu config's.
+    fn root(&self) -> Result<StateRoot> {
+        match &self.state_root {
+            Some(r) => Ok(StateRoot::new(r.clone())),
+            None => Ok(StateRoot::new(vgpu_oci::config::Config::load()?.state_root)),
+        }
     }
 }
 
@@ -128,8 +130,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Status { json, root } => {
-            let (root, _) = root.resolve()?;
-            let status = vgpuctl::status::collect(&root)?;
+            let status = vgpuctl::status::collect(&root.root()?)?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &status)?;
                 writeln!(out)?;
@@ -139,7 +140,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Gc { root } => {
-            let (root, grace) = root.resolve()?;
+            // The grace for state without an owner comes from the config, like the hooks' own collection.
+            let cfg = vgpu_oci::config::Config::load()?;
+            let grace = std::time::Duration::from_secs(cfg.gc_pending_grace_seconds);
+            let root = root.state_root.clone().map(StateRoot::new).unwrap_or_else(|| StateRoot::new(cfg.state_root));
             let report = vgpu_oci::gc::collect_with(&root, grace)?;
             for id in &report.removed {
                 writeln!(out, "removed {id}")?;
