@@ -94,6 +94,12 @@ containerd --config "$WORK/run.toml" > "$WORK/containerd.log" 2>&1 &
 CPID=$!
 for _ in $(seq 50); do [ -S "$WORK/containerd.sock" ] && break; sleep 0.2; done
 ok_if "private containerd started" test -S "$WORK/containerd.sock"
+# The CRI plugin (which owns the runtime handlers) loaded with the vgpu handler in its config.
+ok_if "containerd's CRI plugin loaded the config" bash -c \
+    "ctr -a '$WORK/containerd.sock' plugins ls | grep -E '^io.containerd.grpc.v1 +cri .* ok *\$' > /dev/null"
+ok_if "CRI has the vgpu handler with vgpu.io/* pod annotations and the shim" grep -qE \
+    'Start cri plugin with config .*vgpu:\{Type:io.containerd.runc.v2 .*PodAnnotations:\[vgpu.io/\*\] ContainerAnnotations:\[vgpu.io/\*\] .*BinaryName:'"$SHIM" \
+    "$WORK/containerd.log"
 engine_rootfs "$WORK/rootfs"
 CTR=(ctr -a "$WORK/containerd.sock" -n vgpu-e2e)
 ok_if "ctr run without a quota passes through" \
