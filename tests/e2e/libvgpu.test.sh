@@ -120,6 +120,32 @@ fresh
 out=$(FAKE_CUDA_CONTEXT_BYTES=128m vg "$RT" info 2>/dev/null)
 check "context memory charged (measured through NVML)" test "$(echo "$out" | opline info | field free)" = "$((896 * MiB))"
 
+# primary context reset frees everything the context held; cuCtxCreate/cuCtxDestroy likewise
+fresh
+out=$(FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" alloc 256m array 1024 1024 info reset info 2>/dev/null | grep '^op=info' | field free | tr '\n' ' ')
+check "cuDevicePrimaryCtxReset refunds the context and its memory ($out)" test "$out" = "$((700 * MiB)) $((960 * MiB)) "
+cat > "$W/ctx.c" <<'C'
+#include <cuda.h>
+#include <stdio.h>
+int main(void) {
+    CUdevice d; CUcontext c; CUdeviceptr p; size_t f1 = 0, f2 = 0, t;
+    if (cuInit(0) || cuDeviceGet(&d, 0)) return 2;
+    CUresult r1 = cuCtxCreate(&c, 0, d);
+    CUresult r2 = cuMemAlloc(&p, 128 << 20);
+    cuMemGetInfo(&f1, &t);
+    CUresult r3 = cuCtxDestroy(c);
+    cuDevicePrimaryCtxRetain(&c, d); cuCtxSetCurrent(c);
+    cuMemGetInfo(&f2, &t);
+    printf("ctx rc=%d/%d/%d during=%zu after=%zu\n", r1, r2, r3, f1, f2);
+    return 0;
+}
+C
+gcc -O1 -I"$ROOT/.deps/cuda/include" -o "$W/ctx" "$W/ctx.c" -L"$ROOT/target/fake" -lcuda
+fresh
+out=$(FAKE_CUDA_CONTEXT_BYTES=64m vg "$W/ctx" 2>/dev/null)
+check "cuCtxCreate charged (measured), cuCtxDestroy refunds it and its allocations ($out)" \
+    test "$(echo "$out" | field during)/$(echo "$out" | field after)" = "$((832 * MiB))/$((960 * MiB))"
+
 # stream-ordered: small allocations from 32 MiB pool chunks never push the charge past the quota
 fresh
 out=$(LIMIT=100m vg "$RT" async 1m async 1m async 1m async 40m async 40m async 40m info 2>/dev/null)
