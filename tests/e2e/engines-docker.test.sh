@@ -31,11 +31,11 @@ after=$(fingerprint "$WORK/daemon.json")
 ok_if "second configure changes nothing" test "$(fingerprint "$WORK/daemon.json")" = "$after"
 
 # 2. A real dockerd reads it and runs containers through the shim.
-t_require "$SHIM" "$HOOK" "$FAKE_DIR/libnvidia-ml.so.1" "$LIBVGPU" "$CORE"
+t_require "$SHIM" "$HOOK" "$FAKE_DIR/libnvidia-ml.so.1" "$FAKE_DIR/libcuda.so.1" "$LIBVGPU" "$CORE" "$CLIENTS_DIR/rt_client"
 vgpu_config
 ok_if "dockerd started on the configured daemon.json" dockerd_start "$WORK/docker" "$WORK/daemon.json"
 ok_if "dockerd lists the vgpu runtime" bash -c "docker info --format '{{json .Runtimes}}' | jq -e '.vgpu.path == \"$SHIM\"' > /dev/null"
-engine_rootfs "$WORK/rootfs"
+engine_rootfs "$WORK/rootfs" "$CLIENTS_DIR/rt_client"
 tar -C "$WORK/rootfs" -c . | docker import - vgpu-e2e:rootfs > /dev/null
 ok_if "docker run --runtime=vgpu without a quota passes through" \
     bash -c "docker run --rm --runtime=vgpu --network none vgpu-e2e:rootfs /bin/sh -c 'echo plain-ok' | grep -q plain-ok"
@@ -43,6 +43,13 @@ docker run --rm --runtime=vgpu --network none -e CUDA_DEVICE_MEMORY_LIMIT=1Gi -e
     vgpu-e2e:rootfs /bin/cat /run/vgpu/limits.json > "$WORK/quota.out" 2>&1
 ok_if "docker run --runtime=vgpu -e CUDA_DEVICE_MEMORY_LIMIT=1Gi sees its limits file" \
     grep -q '"memory_limit": *1073741824' "$WORK/quota.out"
+# Enforced: the fake driver (a 16 GiB device) bind-mounted in, a client allocating like the CUDA runtime.
+docker run --rm --runtime=vgpu --network none -e CUDA_DEVICE_MEMORY_LIMIT=1Gi -e NVIDIA_VISIBLE_DEVICES=0 \
+    -e LD_LIBRARY_PATH=/usr/local/fake -v "$FAKE_DIR:/usr/local/fake:ro" vgpu-e2e:rootfs \
+    /bin/rt_client info alloc 512Mi alloc 512Mi > "$WORK/cuda.out" 2>&1
+ok_if "inside, the GPU's total is the quota" grep -q 'op=info .*total=1073741824' "$WORK/cuda.out"
+ok_if "past the quota an allocation fails with out-of-memory" \
+    grep -q 'op=alloc size=536870912 .*err=CUDA_ERROR_OUT_OF_MEMORY' "$WORK/cuda.out"
 docker run --rm --runtime=vgpu --network none -e CUDA_DEVICE_MEMORY_LIMIT=-1 -e NVIDIA_VISIBLE_DEVICES=0 \
     vgpu-e2e:rootfs /bin/true > "$WORK/badquota.out" 2>&1
 ok_if "a bad quota fails docker run" test $? -ne 0
@@ -68,5 +75,5 @@ printf '{\n  "debug": true,\n  "runtimes": {,}\n}\n' > "$WORK/bad.json"; b=$(fin
 "$VGPUCTL" runtime configure --runtime=docker --config "$WORK/bad.json" 2> "$WORK/err" > /dev/null
 ok_if "bad daemon.json: refused with path and line" grep -q "^vgpuctl: error: $WORK/bad.json:3:" "$WORK/err"
 ok_if "bad daemon.json: untouched" test "$(fingerprint "$WORK/bad.json")" = "$b"
-((FAILED)) && { echo "--- dockerd log (tail)"; tail -5 "$WORK/docker/dockerd.log"; echo "--- quota container"; cat "$WORK/quota.out"; }
+((FAILED)) && { echo "--- dockerd log (tail)"; tail -5 "$WORK/docker/dockerd.log"; echo "--- quota container"; cat "$WORK/quota.out" "$WORK/cuda.out"; }
 t_done
