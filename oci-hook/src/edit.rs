@@ -45,6 +45,26 @@ pub fn shim_edit(spec: &mut Spec, plan: &Plan, root: &StateRoot, id: &str, cfg: 
     spec.set_annotation(MARKER_ANNOTATION, "vgpu-container-runtime")
 }
 
+/// Removes what [`shim_edit`] added (mounts at our destinations, hooks running `vgpu-hook`); env entries
+/// are replaced by the next edit anyway.
+pub fn strip_shim_edit(spec: &mut Spec) {
+    const OURS: [&str; 5] = [
+        paths::LIMITS_IN_CONTAINER,
+        paths::LEDGERS_IN_CONTAINER,
+        paths::LIBRARY_IN_CONTAINER,
+        paths::CORE_IN_CONTAINER,
+        paths::PRELOAD_IN_CONTAINER,
+    ];
+    if let Some(m) = spec.0.get_mut("mounts").and_then(|m| m.as_array_mut()) {
+        m.retain(|m| !m.get("destination").and_then(|d| d.as_str()).is_some_and(|d| OURS.contains(&d)));
+    }
+    if let Some(h) = spec.0.get_mut("hooks").and_then(|h| h.as_object_mut()) {
+        for list in h.values_mut().filter_map(|l| l.as_array_mut()) {
+            list.retain(|e| e.pointer("/args/0").and_then(|a| a.as_str()) != Some("vgpu-hook"));
+        }
+    }
+}
+
 /// True when the spec (or the state's annotations) say the shim already provisioned and mounted.
 pub fn shim_ran(annotations: &[(String, String)]) -> bool {
     annotations.iter().any(|(k, _)| k == MARKER_ANNOTATION)
@@ -64,5 +84,37 @@ pub fn check_library(cfg: &Config) -> Result<()> {
         Ok(m) if m.is_file() => Ok(()),
         Ok(_) => anyhow::bail!("vgpu library {} is not a file (config key library)", p.display()),
         Err(e) => anyhow::bail!("vgpu library {}: {e} (config key library)", p.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlannedGpu;
+
+    #[test]
+    fn editing_twice_gives_one_set_for_the_last_id() {
+        let mut spec = Spec::parse(
+            r#"{"process":{"env":["A=1"]},"mounts":[{"destination":"/proc","type":"proc","source":"proc"}],
+                "hooks":{"prestart":[{"path":"/usr/bin/other-hook"}]}}"#,
+            Path::new("config.json"),
+        )
+        .unwrap();
+        let plan = Plan { gpus: vec![PlannedGpu { index: 0, uuid: "GPU-1".into(), memory_limit: 1 << 30 }] };
+        let cfg = Config::default();
+        let root = StateRoot::new("/run/vgpu".into());
+        shim_edit(&mut spec, &plan, &root, "first", &cfg).unwrap();
+        assert!(shim_ran(&spec.annotations()));
+        strip_shim_edit(&mut spec);
+        shim_edit(&mut spec, &plan, &root, "second", &cfg).unwrap();
+        let text = spec.to_text();
+        assert!(!text.contains("containers/first"), "{text}");
+        let v = &spec.0;
+        assert_eq!(v["mounts"].as_array().unwrap().len(), 1 + 4 + usize::from(core_library(&cfg).is_some()));
+        assert_eq!(v["hooks"]["createRuntime"].as_array().unwrap().len(), 1);
+        assert_eq!(v["hooks"]["poststop"].as_array().unwrap().len(), 1);
+        assert_eq!(v["hooks"]["prestart"][0]["path"], "/usr/bin/other-hook");
+        assert_eq!(spec.env_var("CUDA_DEVICE_MEMORY_LIMIT_0").as_deref(), Some("1073741824"));
+        assert_eq!(spec.env().iter().filter(|(k, _)| k == "VGPU_LIMITS_FILE").count(), 1);
     }
 }

@@ -243,10 +243,6 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
     let text = std::fs::read_to_string(&spec_path).with_context(|| format!("cannot read {}", spec_path.display()))?;
     let mut spec = Spec::parse(&text, &spec_path)?;
     let (env, annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
-    if edit::shim_ran(&annotations) {
-        // Already edited (e.g. a retried create): never add a second set of mounts and hooks.
-        return Ok(None);
-    }
     let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
     let Some(plan) = plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? else {
         return Ok(None);
@@ -259,6 +255,11 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
     edit::check_library(cfg)?;
     let rootfs = spec.rootfs(&bundle)?;
     let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(paths::PRELOAD_IN_CONTAINER))?;
+    // A bundle the shim already edited (a retried create, a bundle run again, maybe under another id):
+    // take out the earlier edit first, so there is exactly one set of mounts and hooks, for this id.
+    if edit::shim_ran(&annotations) {
+        edit::strip_shim_edit(&mut spec);
+    }
     edit::shim_edit(&mut spec, &plan, &root, id, cfg)?;
     provision::provision(&root, id, &plan, Owner::default(), image_preload.as_deref())?;
     if let Err(e) = write_atomic(&spec_path, spec.to_text().as_bytes()) {
@@ -276,8 +277,9 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
         .prefix(".vgpu-")
         .tempfile_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
+    // No fsync: a bundle does not outlive a machine crash, and the rename alone keeps readers from ever
+    // seeing half a file (an fsync here cost milliseconds per container start).
     tmp.write_all(data)?;
-    tmp.as_file().sync_all()?;
     tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
     tmp.persist(path).map_err(|e| anyhow!("cannot replace {}: {}", path.display(), e.error))?;
     Ok(())
