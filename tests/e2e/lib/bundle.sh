@@ -1,5 +1,5 @@
 # OCI bundles for runc/crun, edited with jq.
-#   bundle_new DIR ROOTFS CMD...    config.json from `runc spec` (no terminal, rootfs at ROOTFS, command CMD)
+#   bundle_new DIR ROOTFS CMD...    config.json from `runc spec` ($RUNC if set; no terminal, rootfs at ROOTFS, command CMD)
 #   bundle_env DIR NAME=VALUE...    appends to process.env
 #   bundle_annotate DIR KEY VALUE   sets an annotation
 #   bundle_bind DIR SRC DST [ro]    appends a bind mount
@@ -17,7 +17,7 @@ bundle_new() {
     local dir=$1 rootfs=$2; shift 2
     mkdir -p "$dir"
     rm -f "$dir/config.json"
-    (cd "$dir" && runc spec)
+    (cd "$dir" && "${RUNC:-runc}" spec)
     local args
     args=$(jq -n '$ARGS.positional' --args -- "$@")
     bundle_jq "$dir" '.process.terminal = false | .root.path = $r | .root.readonly = true

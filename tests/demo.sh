@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# `make demo`: one real container, started with runc through vgpu-container-runtime, with a GPU memory quota.
+# It shows the quota as the container sees it, an allocation refused past it, and the container's state gone
+# from the host once it has exited.
+#
+# On a machine where `nvidia-smi -L` works it uses the real GPU: the host's driver libraries, its
+# /dev/nvidia* nodes, a rootfs made of read-only bind mounts of the host's system folders, quota 4 GiB.
+# Elsewhere it uses the project's fake driver (one 16 GiB fake GPU) in a busybox rootfs, quota 1 GiB.
+# Overrides: VGPU_DEMO_FAKE=1 (fake driver even with a GPU), VGPU_DEMO_QUOTA (e.g. 2Gi), RUNC (runc binary).
+set -euo pipefail
+. "$(dirname "$0")/e2e/lib/common.sh"
+. "$(dirname "$0")/e2e/lib/rootfs.sh"
+. "$(dirname "$0")/e2e/lib/bundle.sh"
+. "$(dirname "$0")/e2e/lib/vgpu.sh"
+RUNC=${RUNC:-$(command -v runc || true)}
+[ -n "$RUNC" ] || { echo "demo: runc not found (set RUNC=/path/to/runc)"; exit 1; }
+t_init demo
+t_require "$HOOK" "$SHIM" "$LIBVGPU" "$CLIENTS_DIR/rt_client"
+
+if [ "${VGPU_DEMO_FAKE:-0}" != 1 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    MODE=gpu
+else
+    MODE=fake
+fi
+ID=vgpu-demo
+B=$WORK/bundle
+R=$WORK/runc-root
+say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+mib() { echo $(( $1 / 1048576 )); }
+
+if [ "$MODE" = gpu ]; then
+    QUOTA=${VGPU_DEMO_QUOTA:-4Gi}
+    say "vgpu demo on a real GPU: one runc container through vgpu-container-runtime, quota $QUOTA"
+    nvidia-smi -L | head -1 | sed 's/^/  host: /'
+    # The rootfs: the host's system folders, read-only; /etc copied (the preload file is mounted over a
+    # file in it), /usr/local a tmpfs (the library is mounted into it).
+    ROOTFS=$WORK/rootfs
+    mkdir -p "$ROOTFS"/{usr,lib,lib64,bin,sbin,opt,etc,tmp,proc,sys,dev,run}
+    cp -a /etc/. "$ROOTFS/etc/" 2>/dev/null || true
+    rm -f "$ROOTFS/etc/ld.so.preload"
+    bundle_new "$B" "$ROOTFS" sh -c 'rt_client device 0 info fill 256Mi; echo; nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv 2>&1 || true'
+    bundle_jq "$B" '.root.readonly = false'
+    for d in usr lib lib64 bin sbin opt; do
+        if [ -L "/$d" ]; then      # merged /usr: /lib -> usr/lib, the same link in the rootfs
+            rmdir "$ROOTFS/$d" && ln -s "$(readlink "/$d")" "$ROOTFS/$d"
+        elif [ -d "/$d" ]; then
+            bundle_bind "$B" "/$d" "/$d" ro
+        fi
+    done
+    bundle_jq "$B" '.mounts += [{"destination": "/usr/local", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=755"]},
+                                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=1777"]}]'
+    bundle_bind "$B" "$CLIENTS_DIR" /opt/vgpu-clients ro
+    for n in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
+        [ -c "$n" ] || continue
+        maj=$((16#$(stat -c %t "$n"))); min=$((16#$(stat -c %T "$n")))
+        bundle_jq "$B" '.linux.devices += [{"path": $p, "type": "c", "major": $M, "minor": $m, "fileMode": 438, "uid": 0, "gid": 0}]
+            | .linux.resources.devices += [{"allow": true, "type": "c", "major": $M, "minor": $m, "access": "rwm"}]' \
+            --arg p "$n" --argjson M "$maj" --argjson m "$min"
+    done
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT="$QUOTA" PATH=/opt/vgpu-clients:/usr/bin:/bin
+    vgpu_config lower_runtime="\"$RUNC\"" nvml_library='"libnvidia-ml.so.1"'
+else
+    QUOTA=${VGPU_DEMO_QUOTA:-1Gi}
+    say "vgpu demo on the fake GPU driver (no NVIDIA GPU here): one runc container through vgpu-container-runtime, quota $QUOTA"
+    t_require "$FAKE_DIR/libcuda.so.1" "$T/vgpu/libvgpu_core.so"
+    echo "  host: one fake 16 GiB GPU (target/fake/libcuda.so.1 and libnvidia-ml.so.1, mounted into the container)"
+    ROOTFS=$WORK/rootfs
+    rootfs_busybox "$ROOTFS"
+    rootfs_add_libs "$ROOTFS" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1" "$CLIENTS_DIR"/* "$LIBVGPU" "$T/vgpu/libvgpu_core.so"
+    mkdir -p "$WORK/fakestate"
+    bundle_new "$B" "$ROOTFS" rt_client device 0 info fill 256Mi
+    fake_gpu_mounts "$B" "$WORK/fakestate"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT="$QUOTA"
+    vgpu_config lower_runtime="\"$RUNC\""
+fi
+on_exit "'$RUNC' --root '$R' delete -f $ID"
+
+say "1. create: the engine calls vgpu-container-runtime create (it edits config.json, provisions, execs runc)"
+echo "  \$ vgpu-container-runtime --root ... create --bundle $B $ID      # env CUDA_DEVICE_MEMORY_LIMIT=$QUOTA"
+"$SHIM" --root "$R" create --bundle "$B" "$ID" </dev/null >"$WORK/container.out" 2>&1 || { cat "$WORK/container.out"; exit 1; }
+echo "  state on the host, $STATE/containers/$ID/:"
+(cd "$STATE/containers/$ID" && find . -type f | sort | sed 's/^\.\//    /')
+echo "  limits.json (mounted read-only at /run/vgpu/limits.json):"
+jq -c '{devices: [.devices[] | {index, uuid, memory_limit}], init_pid, pid_ns}' "$STATE/containers/$ID/limits.json" | sed 's/^/    /'
+echo "  hooks added to config.json: $(jq -c '[.hooks | to_entries[] | select(any(.value[]; .args[0] == "vgpu-hook")) | .key]' "$B/config.json")"
+
+say "2. start: inside the container"
+"$RUNC" --root "$R" start "$ID"
+wait_for 300 sh -c "'$RUNC' --root '$R' state $ID | jq -e '.status == \"stopped\"'" || echo "  (container still running after 300 s)"
+out=$(cat "$WORK/container.out")
+total=$(field total "$out"); free=$(field free "$out"); bytes=$(field bytes "$out"); count=$(field count "$out")
+phys=$(printf '%s\n' "$out" | grep -o 'name=[^ ]*' | head -1 | cut -d= -f2 | tr _ ' ')
+if [ -z "$total" ]; then echo "  the client did not report:"; printf '%s\n' "$out" | sed 's/^/    | /'; exit 1; fi
+echo "  GPU                          : $phys"
+echo "  total memory it sees         : $(mib "$total") MiB   (cuMemGetInfo and cuDeviceTotalMem: the quota)"
+echo "  free at start                : $(mib "$free") MiB   (its CUDA context already holds $(mib $((total - free))) MiB)"
+echo "  allocating 256 MiB at a time : $count granted ($(mib "$bytes") MiB), then $(printf '%s\n' "$out" | grep -o 'op=fill.*err=[A-Z_]*' | grep -o 'err=.*' | cut -d= -f2)"
+printf '%s\n' "$out" | grep -E '^\[vgpu' | head -1 | sed 's/^/  library: /'
+if [ "$MODE" = gpu ]; then
+    printf '%s\n' "$out" | sed -n '/^name, memory.total/,$p' | sed 's/^/  nvidia-smi in the container: /'
+fi
+
+say "3. delete: runc runs the poststop hook"
+"$RUNC" --root "$R" delete "$ID"
+left=$(state_left)
+echo "  state left under $STATE/containers: ${left:-(none)}"
+if [ -z "$left" ] && [ "$total" -le $((64 * 1073741824)) ] && printf '%s\n' "$out" | grep -q 'op=fill .*err=CUDA_ERROR_OUT_OF_MEMORY'; then
+    say "demo: OK — the container saw its quota as the GPU's size, was refused past it, and left nothing behind"
+else
+    say "demo: FAILED"; exit 1
+fi
