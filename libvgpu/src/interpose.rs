@@ -137,7 +137,8 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
             return pass;
         }
         // SAFETY: dlsym's name argument is a NUL-terminated string.
-        let n = unsafe { CStr::from_ptr(name) }.to_bytes();
+        let cname = unsafe { CStr::from_ptr(name) };
+        let n = cname.to_bytes();
         if !(n.starts_with(b"cu") || n.starts_with(b"nvml")) {
             return pass;
         }
@@ -146,16 +147,11 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
         if found == 0 {
             return pass; // let glibc fail it, setting dlerror
         }
-        if found == hook || found == real::lookup(lib, CStr::from_bytes_with_nul(&n_with_nul(name, n.len())).unwrap_or(c"")) {
+        if found == hook || found == real::lookup(lib, cname) {
             return Route { hook, real: 0 };
         }
         Route { hook: found, real: 0 }
     })
-}
-
-fn n_with_nul(name: *const c_char, len: usize) -> Vec<u8> {
-    // SAFETY: name has len bytes plus its NUL.
-    unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len + 1) }.to_vec()
 }
 
 /// The exported `dlsym` (see the module comment).
