@@ -20,7 +20,13 @@ command -v hyperfine >/dev/null || { echo "container-start: hyperfine missing (t
 rootfs_busybox "$WORK/rootfs"
 rootfs_add_libs "$WORK/rootfs" /bin/true "$LIBVGPU" "$T/vgpu/libvgpu_core.so"
 cp /bin/true "$WORK/rootfs/bin/true-dyn"
-vgpu_config
+# The state root on tmpfs, as /run/vgpu is on a node (on a disk, the fsync of limits.json alone costs ms).
+STATE_TMPFS=$WORK/state-tmpfs
+mkdir -p "$STATE_TMPFS"
+mount -t tmpfs -o size=64m,mode=711 vgpu-bench "$STATE_TMPFS"
+on_exit "umount '$STATE_TMPFS'"
+vgpu_config state_root="\"$STATE_TMPFS\""
+STATE=$STATE_TMPFS
 mk() { # mk NAME [ENV...]
     local b=$WORK/$1; shift
     bundle_new "$b" "$WORK/rootfs" /bin/true-dyn
