@@ -295,6 +295,30 @@ check "/bin/true under the preload: exit 0, no output, no ledger created" \
     test "$?/$(wc -c <"$W/e")/$(ls "$CACHE"* 2>/dev/null | wc -l)" = "0/0/0"
 check "ls output unchanged under the preload" test "$(LD_PRELOAD=$LIB ls /)" = "$(ls /)"
 
+# RTLD_NEXT keeps its meaning for another interposer preloaded after us (a plain dlsym wrapper would make
+# "next" mean "after libvgpu", find the other interposer's own getpid and recurse forever)
+cat > "$W/next.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sys/types.h>
+static int calls;
+pid_t getpid(void) {
+    pid_t (*real)(void) = (pid_t (*)(void))dlsym(RTLD_NEXT, "getpid");
+    if (++calls > 1) return -1;
+    pid_t p = real ? real() : -2;
+    calls--;
+    return p;
+}
+C
+cat > "$W/pid.c" <<'C'
+#include <stdio.h>
+#include <unistd.h>
+int main(void) { printf("pid=%d\n", (int)getpid()); return 0; }
+C
+gcc -shared -fPIC -o "$W/libnext.so" "$W/next.c" -ldl && gcc -o "$W/pid" "$W/pid.c"
+out=$(LD_PRELOAD="$LIB $W/libnext.so" "$W/pid" | field pid)
+check "dlsym(RTLD_NEXT) from another interposer still finds the next object (pid=$out)" test "$out" -gt 0
+
 # --- the shipped binary ---------------------------------------------------------------------------------------
 newest=$(objdump -T "$LIB" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
 check "libvgpu.so needs no glibc newer than 2.17 (newest: $newest)" \
