@@ -6,7 +6,9 @@
 # On a machine where `nvidia-smi -L` works it uses the real GPU: the host's driver libraries, its
 # /dev/nvidia* nodes, a rootfs made of read-only bind mounts of the host's system folders, quota 4 GiB.
 # Elsewhere it uses the project's fake driver (one 16 GiB fake GPU) in a busybox rootfs, quota 1 GiB.
-# Overrides: VGPU_DEMO_FAKE=1 (fake driver even with a GPU), VGPU_DEMO_QUOTA (e.g. 2Gi), RUNC (runc binary).
+# Overrides: VGPU_DEMO_MODE=gpu|fake (instead of detecting), VGPU_DEMO_QUOTA (e.g. 2Gi), RUNC (runc binary),
+# VGPU_DEMO_DRIVER_DIR (gpu mode: a folder with libcuda.so.1 and libnvidia-ml.so.1 to use instead of the
+# host's installed driver; this is how the gpu mode's container layout is exercised without a GPU).
 set -euo pipefail
 . "$(dirname "$0")/e2e/lib/common.sh"
 . "$(dirname "$0")/e2e/lib/rootfs.sh"
@@ -17,7 +19,9 @@ RUNC=${RUNC:-$(command -v runc || true)}
 t_init demo
 t_require "$HOOK" "$SHIM" "$LIBVGPU" "$CLIENTS_DIR/rt_client"
 
-if [ "${VGPU_DEMO_FAKE:-0}" != 1 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+if [ -n "${VGPU_DEMO_MODE:-}" ]; then
+    MODE=$VGPU_DEMO_MODE
+elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     MODE=gpu
 else
     MODE=fake
@@ -31,7 +35,7 @@ mib() { echo $(( $1 / 1048576 )); }
 if [ "$MODE" = gpu ]; then
     QUOTA=${VGPU_DEMO_QUOTA:-4Gi}
     say "vgpu demo on a real GPU: one runc container through vgpu-container-runtime, quota $QUOTA"
-    nvidia-smi -L | head -1 | sed 's/^/  host: /'
+    { nvidia-smi -L 2>/dev/null || echo "(nvidia-smi -L failed)"; } | head -1 | sed 's/^/  host: /'
     # The rootfs: the host's system folders, read-only; /etc copied (the preload file is mounted over a
     # file in it), /usr/local a tmpfs (the library is mounted into it).
     ROOTFS=$WORK/rootfs
@@ -49,7 +53,7 @@ if [ "$MODE" = gpu ]; then
     done
     bundle_jq "$B" '.mounts += [{"destination": "/usr/local", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=755"]},
                                 {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=1777"]}]'
-    bundle_bind "$B" "$CLIENTS_DIR" /opt/vgpu-clients ro
+    bundle_bind "$B" "$CLIENTS_DIR" /vgpu-clients ro
     for n in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
         [ -c "$n" ] || continue
         maj=$((16#$(stat -c %t "$n"))); min=$((16#$(stat -c %T "$n")))
@@ -57,8 +61,14 @@ if [ "$MODE" = gpu ]; then
             | .linux.resources.devices += [{"allow": true, "type": "c", "major": $M, "minor": $m, "access": "rwm"}]' \
             --arg p "$n" --argjson M "$maj" --argjson m "$min"
     done
-    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT="$QUOTA" PATH=/opt/vgpu-clients:/usr/bin:/bin
-    vgpu_config lower_runtime="\"$RUNC\"" nvml_library='"libnvidia-ml.so.1"'
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT="$QUOTA" PATH=/vgpu-clients:/usr/bin:/bin
+    nvml='"libnvidia-ml.so.1"'
+    if [ -n "${VGPU_DEMO_DRIVER_DIR:-}" ]; then
+        bundle_bind "$B" "$VGPU_DEMO_DRIVER_DIR" /vgpu-driver ro
+        bundle_env "$B" LD_LIBRARY_PATH=/vgpu-driver
+        nvml="\"$VGPU_DEMO_DRIVER_DIR/libnvidia-ml.so.1\""
+    fi
+    vgpu_config lower_runtime="\"$RUNC\"" nvml_library="$nvml"
 else
     QUOTA=${VGPU_DEMO_QUOTA:-1Gi}
     say "vgpu demo on the fake GPU driver (no NVIDIA GPU here): one runc container through vgpu-container-runtime, quota $QUOTA"
