@@ -570,7 +570,8 @@ fn reconcile_pool(pool: u64) {
 }
 
 fn reconcile_dirty_pools() {
-    if POOLS_DIRTY.swap(false, Ordering::AcqRel) {
+    // A plain load first: cuMemGetInfo and synchronisations call this often, a write would bounce the line.
+    if POOLS_DIRTY.load(Ordering::Relaxed) && POOLS_DIRTY.swap(false, Ordering::AcqRel) {
         for pool in POOLS.keys() {
             reconcile_pool(pool);
         }

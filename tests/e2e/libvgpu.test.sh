@@ -323,6 +323,8 @@ check "dlsym(RTLD_NEXT) from another interposer still finds the next object (pid
 newest=$(objdump -T "$LIB" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
 check "libvgpu.so needs no glibc newer than 2.17 (newest: $newest)" \
     test "$(printf '%s\n' "$newest" GLIBC_2.17 | sort -V | tail -1)" = GLIBC_2.17
+inits=$(readelf -d "$LIB" | grep -c '(INIT\|(INIT_ARRAY\|(PREINIT_ARRAY')
+check "libvgpu.so has no constructor (no INIT / INIT_ARRAY entries: $inits)" test "$inits" = 0
 extra=$(nm -D --defined-only "$LIB" | awk '{print $3}' | grep -v '^\(cu[A-Za-z0-9_]*\|nvml[A-Za-z0-9_]*\|dlsym\)$' | tr '\n' ' ')
 check "libvgpu.so exports only hook symbols (extra: '${extra}')" test -z "$extra"
 
