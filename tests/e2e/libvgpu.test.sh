@@ -226,7 +226,7 @@ fresh
 (sleep 30 | vg "$RT" alloc 768m wait >"$W/k.out" 2>/dev/null) &
 for _ in $(seq 50); do grep -q ready "$W/k.out" 2>/dev/null && break; sleep 0.1; done
 during=$(vg "$RT" info 2>/dev/null | opline info | field free)
-pkill -KILL -P $! -f rt_client 2>/dev/null || kill -KILL "$(pgrep -n -f "rt_client alloc 768m")"
+kill -KILL "$(opline init <"$W/k.out" | field pid)"   # the client's own pid, from its first line
 sleep 0.3
 after=$(vg "$RT" info 2>/dev/null | opline info | field free)
 check "SIGKILLed holder: free $during while alive, $after after" test "$during/$after" = "$((256 * MiB))/$GiB"
