@@ -5,6 +5,7 @@ use crate::gpus;
 use crate::nvml::HostGpu;
 use crate::quota::{self, QuotaRequest};
 use anyhow::{bail, Result};
+use vgpu_ledger::format_bytes;
 
 /// One limited GPU of the container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,25 +63,14 @@ pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>)
             bail!(
                 "{}: {} is larger than the container's GPU {i} ({}, {})",
                 r.source,
-                fmt_bytes(r.bytes),
+                format_bytes(r.bytes),
                 g.uuid,
-                fmt_bytes(g.total_memory)
+                format_bytes(g.total_memory)
             );
         }
         out.push(PlannedGpu { index: i, uuid: g.uuid.clone(), memory_limit: r.bytes });
     }
     Ok(Some(Plan { gpus: out }))
-}
-
-/// Bytes for people: `1.5 GiB`, `512 MiB`, `1000 B`.
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (u, s) in UNITS {
-        if b >= s {
-            return if b % s == 0 { format!("{} {u}", b / s) } else { format!("{:.2} {u}", b as f64 / s as f64) };
-        }
-    }
-    format!("{b} B")
 }
 
 #[cfg(test)]
@@ -122,7 +112,8 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let cases: &[(&[(&str, &str)], &[(&str, &str)], &str)] = &[
+        type Pairs = &'static [(&'static str, &'static str)];
+        let cases: &[(Pairs, Pairs, &str)] = &[
             (&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gets no GPU"),
             (&[("NVIDIA_VISIBLE_DEVICES", "none"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gives the container no GPU"),
             (&[("NVIDIA_VISIBLE_DEVICES", "0")], &[("vgpu.io/memory-limit.1", "1Gi")], "has no GPU 1"),
@@ -134,12 +125,5 @@ mod tests {
             assert!(e.contains(want), "{e} (wanted {want})");
             assert!(!e.contains('\n'));
         }
-    }
-
-    #[test]
-    fn bytes_for_people() {
-        assert_eq!(fmt_bytes(16 << 30), "16 GiB");
-        assert_eq!(fmt_bytes(1536 << 20), "1.50 GiB");
-        assert_eq!(fmt_bytes(100), "100 B");
     }
 }

@@ -79,7 +79,7 @@ impl Spec {
     pub fn set_env(&mut self, name: &str, value: &str) -> Result<()> {
         let process = object_at(&mut self.0, "process")?;
         let env = array_at(process, "env")?;
-        env.retain(|e| e.as_str().map_or(true, |s| s.split_once('=').map_or(s, |(k, _)| k) != name));
+        env.retain(|e| e.as_str().is_none_or(|s| s.split_once('=').map_or(s, |(k, _)| k) != name));
         env.push(Value::String(format!("{name}={value}")));
         Ok(())
     }
@@ -211,5 +211,36 @@ mod tests {
         assert_eq!(s.rootfs(Path::new("/b")).unwrap(), PathBuf::from("/b/rootfs"));
         let s = spec(r#"{"root":{"path":"/abs"}}"#);
         assert_eq!(s.rootfs(Path::new("/b")).unwrap(), PathBuf::from("/abs"));
+    }
+
+    proptest::proptest! {
+        /// Whatever else a spec holds, the shim's edits leave it as it was.
+        #[test]
+        fn edits_never_lose_fields(
+            extra in proptest::collection::btree_map("[a-zA-Z.]{1,12}", proptest::prelude::any::<i64>(), 0..8),
+            env in proptest::collection::vec("[A-Z]{1,6}=[a-z0-9]{0,6}", 0..6),
+        ) {
+            let mut v = serde_json::json!({"process": {"env": env.clone()}});
+            for (k, x) in &extra {
+                if k != "process" && k != "mounts" && k != "hooks" && k != "annotations" {
+                    v[k] = serde_json::json!({"n": x, "list": [x, "s"]});
+                }
+            }
+            let before = v.clone();
+            let mut s = Spec(v);
+            s.set_env("VGPU_LIMITS_FILE", "/run/vgpu/limits.json").unwrap();
+            s.add_mount("/run/vgpu/limits.json", Path::new("/h/l"), &["rbind", "ro"]).unwrap();
+            s.add_hook("poststop", Path::new("/h/hook"), &["vgpu-hook", "poststop"], &[]).unwrap();
+            s.set_annotation("vgpu.io/provisioned-by", "x").unwrap();
+            let after: Value = serde_json::from_str(&s.to_text()).unwrap();
+            for (k, x) in before.as_object().unwrap() {
+                if k != "process" {
+                    proptest::prop_assert_eq!(&after[k], x);
+                }
+            }
+            let kept: Vec<String> = env.iter().filter(|e| !e.starts_with("VGPU_LIMITS_FILE=")).cloned().collect();
+            let new_env: Vec<String> = serde_json::from_value(after["process"]["env"].clone()).unwrap();
+            proptest::prop_assert_eq!(&new_env[..new_env.len() - 1], &kept[..]);
+        }
     }
 }
