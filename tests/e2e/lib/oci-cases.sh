@@ -66,6 +66,13 @@ case_quota_is_total() {
     check_match "fill ended with CUDA_ERROR_OUT_OF_MEMORY" 'op=fill .*err=CUDA_ERROR_OUT_OF_MEMORY' "$out"
     check_eq "state removed after the container exits" "$(state_left)" ""
 
+    new_bundle rt_client device 0 info fill 64Mi
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    bundle_jq "$B" '.process.user = {"uid": 65534, "gid": 65534}'
+    out=$(shim run --bundle "$B" "$ID" 2>&1)
+    check_eq "a non-root user in the container (uid 65534) gets the quota too" "$(field total "$out")" "$GIB"
+    check_match "  ... and is refused past it" 'op=fill .*err=CUDA_ERROR_OUT_OF_MEMORY' "$out"
+
     new_bundle rt_client device 0 info
     bundle_env "$B" NVIDIA_VISIBLE_DEVICES=all CUDA_DEVICE_MEMORY_LIMIT=1G
     bundle_annotate "$B" vgpu.io/memory-limit 512Mi
