@@ -303,6 +303,31 @@ case_precreate() {
     check_eq "unknown fields kept" "$(jq -c '.linux.maskedPaths' <<<"$out")" "$(jq -c '.linux.maskedPaths' "$B/config.json")"
 }
 
+case_chained_lower_runtime() {
+    echo "-- a wrapping lower runtime (as nvidia-container-runtime is): its own edits and ours both apply"
+    # A stand-in for nvidia-container-runtime: on create/run it edits config.json itself, then execs $RUNTIME.
+    cat > "$WORK/wrapper-runtime" <<WRAP
+#!/bin/sh
+case " \$* " in *" create "*|*" run "*)
+    b=\$(pwd); prev=
+    for a in "\$@"; do [ "\$prev" = --bundle ] && b=\$a; prev=\$a; done
+    jq '.process.env += ["INJECTED_BY_LOWER=1"]' "\$b/config.json" > "\$b/config.json.w" && mv "\$b/config.json.w" "\$b/config.json";;
+esac
+exec $RUNTIME "\$@"
+WRAP
+    chmod +x "$WORK/wrapper-runtime"
+    local saved=$VGPU_CONFIG
+    sed "s|^lower_runtime = .*|lower_runtime = \"$WORK/wrapper-runtime\"|" "$saved" > "$WORK/config-wrapper.toml"
+    export VGPU_CONFIG=$WORK/config-wrapper.toml
+    new_bundle sh -c 'echo injected=$INJECTED_BY_LOWER; rt_client device 0 info'
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    local out; out=$(shim run --bundle "$B" "$ID" 2>&1)
+    export VGPU_CONFIG=$saved
+    check_match "the wrapping runtime's injection reached the container" '^injected=1$' "$out"
+    check_eq "  ... and so did the quota" "$(field total "$out")" "$GIB"
+    check_eq "  ... and the state went at the end" "$(state_left)" ""
+}
+
 oci_cases() {
     oci_setup
     case_quota_is_total
@@ -314,4 +339,5 @@ oci_cases() {
     case_security
     case_hooksd
     case_precreate
+    case_chained_lower_runtime
 }
