@@ -3,7 +3,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_uint, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use vgpu_ledger::Kind;
 
@@ -90,6 +91,7 @@ pub(crate) fn unlock_tables() {
     GRAPH_NEEDS.unlock_all();
 }
 pub(crate) fn clear_tables() {
+    CTX_GENERATION.fetch_add(1, Ordering::AcqRel); // the parent's contexts mean nothing in the child
     ALL_TABLES.iter().for_each(|t| t.clear());
     PRIMARY.clear();
     POOLS.clear();
@@ -100,15 +102,42 @@ pub(crate) fn clear_tables() {
 
 // ---- helpers -------------------------------------------------------------------------------------------
 
-fn current_device() -> Option<CUdevice> {
-    let mut d: CUdevice = 0;
-    (forward!("cuCtxGetDevice", fn(*mut CUdevice), &mut d) == CUDA_SUCCESS).then_some(d)
-}
-
 fn current_ctx() -> usize {
     let mut c: CUcontext = std::ptr::null_mut();
     forward!("cuCtxGetCurrent", fn(*mut CUcontext), &mut c);
     c as usize
+}
+
+/// Bumped whenever a context goes away: a handle may then be reused for another device.
+static CTX_GENERATION: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// (context, its device, generation): the device of this thread's current context, remembered so an
+    /// allocation costs one driver query (cuCtxGetCurrent), not two.
+    static CTX_DEVICE: Cell<(usize, CUdevice, u32)> = const { Cell::new((0, 0, u32::MAX)) };
+}
+
+/// The current context and its device.
+fn current() -> Option<(CUdevice, usize)> {
+    let ctx = current_ctx();
+    if ctx == 0 {
+        return None;
+    }
+    let generation = CTX_GENERATION.load(Ordering::Acquire);
+    let (c, d, g) = CTX_DEVICE.with(|v| v.get());
+    if c == ctx && g == generation {
+        return Some((d, ctx));
+    }
+    let mut d: CUdevice = 0;
+    if forward!("cuCtxGetDevice", fn(*mut CUdevice), &mut d) != CUDA_SUCCESS {
+        return None;
+    }
+    CTX_DEVICE.with(|v| v.set((ctx, d, generation)));
+    Some((d, ctx))
+}
+
+fn current_device() -> Option<CUdevice> {
+    current().map(|(d, _)| d)
 }
 
 /// The quota to charge for `dev`, or how the call must end without one.
@@ -130,15 +159,17 @@ fn target(dev: Option<CUdevice>) -> Target {
     }
 }
 
-/// Target for the device of the current context (allocations in it).
-fn target_current() -> (Target, CUdevice) {
+/// Target for the device of the current context (allocations in it): (target, device, context).
+fn target_current() -> (Target, CUdevice, usize) {
     match quota::config() {
-        Err(()) => return (Target::Fail(CUDA_ERROR_NOT_INITIALIZED), 0),
-        Ok(c) if c.is_unlimited() => return (Target::Forward, 0),
+        Err(()) => return (Target::Fail(CUDA_ERROR_NOT_INITIALIZED), 0, 0),
+        Ok(c) if c.is_unlimited() => return (Target::Forward, 0, 0),
         Ok(_) => {}
     }
-    let dev = current_device();
-    (target(dev), dev.unwrap_or(0))
+    match current() {
+        Some((dev, ctx)) => (target(Some(dev)), dev, ctx),
+        None => (Target::Forward, 0, 0),
+    }
 }
 
 fn refund_rec(r: &Rec) {
@@ -152,14 +183,14 @@ fn charged_call(
     table: &Table<Rec>,
     kind: Kind,
     bytes: u64,
-    tgt: (Target, CUdevice),
+    tgt: (Target, CUdevice, usize),
     call: impl FnOnce() -> CUresult,
     key: impl FnOnce() -> u64,
 ) -> CUresult {
-    let (q, dev) = match tgt {
-        (Target::Forward, _) => return call(),
-        (Target::Fail(e), _) => return e,
-        (Target::Charge(q), dev) => (q, dev),
+    let (q, dev, ctx) = match tgt {
+        (Target::Forward, ..) => return call(),
+        (Target::Fail(e), ..) => return e,
+        (Target::Charge(q), dev, ctx) => (q, dev, ctx),
     };
     if !q.charge(kind, bytes) {
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -169,12 +200,15 @@ fn charged_call(
         q.refund(kind, bytes);
         return r;
     }
-    table.insert(key(), Rec { dev, kind, bytes, ctx: current_ctx(), pool: 0 });
+    table.insert(key(), Rec { dev, kind, bytes, ctx, pool: 0 });
     r
 }
 
 /// Frees `key` with `call`; refunds what was recorded for it. Untracked keys pass straight through.
 fn tracked_free(table: &Table<Rec>, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+    if quota::unlimited() {
+        return call(); // nothing is ever recorded without a limit
+    }
     let Some(rec) = table.remove(key) else { return call() };
     let r = call();
     if r != CUDA_SUCCESS {
@@ -232,7 +266,7 @@ fn mem_get_info(free: *mut u64, total: *mut u64, real_call: impl FnOnce(*mut u64
     let (mut f, mut t) = (0u64, 0u64);
     let r = real_call(&mut f, &mut t);
     if r == CUDA_SUCCESS {
-        let (tgt, _) = target_current();
+        let (tgt, ..) = target_current();
         if let Target::Charge(q) = &tgt {
             reconcile_dirty_pools();
             (f, t) = virt::mem_info(q.limit, q.used(), f, t);
@@ -336,18 +370,13 @@ hook!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) {
         || unsafe { *dptr })
 });
 
-fn alloc_pitch(dptr: *mut u64, pitch: *mut u64, w: u64, h: u64, call: impl FnOnce() -> CUresult, free: impl FnOnce(u64)) -> CUresult {
-    if dptr.is_null() || pitch.is_null() {
-        return call();
-    }
-    let r = charged_call(&ALLOCS, Kind::Data, virt::pitch_estimate(w, h), target_current(), call,
-        // SAFETY: non-null, written by the driver.
-        || unsafe { *dptr });
+/// `read` returns what the driver wrote to the caller's out-parameters: (pointer, pitch).
+fn alloc_pitch(w: u64, h: u64, call: impl FnOnce() -> CUresult, read: impl Fn() -> (u64, u64), free: impl FnOnce(u64)) -> CUresult {
+    let r = charged_call(&ALLOCS, Kind::Data, virt::pitch_estimate(w, h), target_current(), call, || read().0);
     if r != CUDA_SUCCESS {
         return r;
     }
-    // SAFETY: as above.
-    let (p, pitch) = unsafe { (*dptr, *pitch) };
+    let (p, pitch) = read();
     if !true_up(&ALLOCS, p, pitch.saturating_mul(h.max(1))) {
         if let Some(rec) = ALLOCS.remove(p) {
             free(p);
@@ -359,25 +388,25 @@ fn alloc_pitch(dptr: *mut u64, pitch: *mut u64, w: u64, h: u64, call: impl FnOnc
 }
 
 hook!(cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, elem: c_uint) {
-    alloc_pitch(dptr, pitch.cast(), w as u64, h as u64,
-        || forward!("cuMemAllocPitch_v2", fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint), dptr, pitch, w, h, elem),
+    let call = || forward!("cuMemAllocPitch_v2", fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint), dptr, pitch, w, h, elem);
+    if dptr.is_null() || pitch.is_null() {
+        return call();
+    }
+    alloc_pitch(w as u64, h as u64, call,
+        // SAFETY: both non-null; read only after the driver succeeded and wrote them.
+        || unsafe { (*dptr, *pitch as u64) },
         |p| { forward!("cuMemFree_v2", fn(CUdeviceptr), p); })
 });
 
 hook!(cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pitch: *mut c_uint, w: c_uint, h: c_uint, elem: c_uint) {
+    let call = || forward!("cuMemAllocPitch", fn(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint), dptr, pitch, w, h, elem);
     if dptr.is_null() || pitch.is_null() {
-        return forward!("cuMemAllocPitch", fn(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint), dptr, pitch, w, h, elem);
+        return call();
     }
-    let (mut p, mut pp) = (0u64, 0u64);
-    let r = alloc_pitch(&mut p, &mut pp, w as u64, h as u64,
-        || {
-            let r = forward!("cuMemAllocPitch", fn(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint), dptr, pitch, w, h, elem);
-            // SAFETY: non-null, written by the driver on success.
-            if r == CUDA_SUCCESS { unsafe { p = *dptr as u64; pp = *pitch as u64; } }
-            r
-        },
-        |p| { forward!("cuMemFree", fn(CUdeviceptr_v1), p as CUdeviceptr_v1); });
-    r
+    alloc_pitch(w as u64, h as u64, call,
+        // SAFETY: as above.
+        || unsafe { (*dptr as u64, *pitch as u64) },
+        |p| { forward!("cuMemFree", fn(CUdeviceptr_v1), p as CUdeviceptr_v1); })
 });
 
 hook!(cuMemFree_v2(p: CUdeviceptr) {
@@ -789,7 +818,8 @@ hook!(cuMemCreate(handle: *mut CUmemGenericAllocationHandle, bytes: usize, prop:
     if quota::config().is_err() {
         return CUDA_ERROR_NOT_INITIALIZED;
     }
-    charged_call(&VMM, Kind::Vmm, bytes as u64, (target(Some(dev)), dev), call,
+    // (VMM memory belongs to the device, not to a context: it outlives a context's destruction)
+    charged_call(&VMM, Kind::Vmm, bytes as u64, (target(Some(dev)), dev, 0), call,
         // SAFETY: non-null, written by the driver.
         || unsafe { *handle })
 });
@@ -1018,6 +1048,7 @@ hook!(cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, d
 
 /// The driver freed everything of context `ctx`: refund its records.
 fn context_gone(ctx: usize) {
+    CTX_GENERATION.fetch_add(1, Ordering::AcqRel);
     if let Some(rec) = CONTEXTS.remove(ctx as u64) {
         refund_rec(&rec);
     }
@@ -1122,7 +1153,7 @@ fn module_load(m: *mut CUmodule, load: impl FnOnce() -> CUresult) -> CUresult {
     if m.is_null() {
         return load();
     }
-    let (tgt, dev) = target_current();
+    let (tgt, dev, ctx) = target_current();
     let q = match tgt {
         Target::Charge(q) => q,
         Target::Forward => return load(),
@@ -1143,7 +1174,7 @@ fn module_load(m: *mut CUmodule, load: impl FnOnce() -> CUresult) -> CUresult {
         forward!("cuModuleUnload", fn(CUmodule), module);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    MODULES.insert(module as u64, Rec { dev, kind: Kind::Module, bytes: cost, ctx: current_ctx(), pool: 0 });
+    MODULES.insert(module as u64, Rec { dev, kind: Kind::Module, bytes: cost, ctx, pool: 0 });
     r
 }
 

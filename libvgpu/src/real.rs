@@ -78,6 +78,7 @@ pub fn handle(lib: Lib) -> Option<*mut c_void> {
 }
 
 /// The address of `name` in the real library, cached in `cache` (0 unknown, MISSING absent).
+#[inline]
 pub fn resolve_cached(cache: &AtomicUsize, lib: Lib, name: &CStr) -> usize {
     match cache.load(Ordering::Relaxed) {
         0 => {}
@@ -104,14 +105,11 @@ pub fn lookup(lib: Lib, name: &CStr) -> usize {
 macro_rules! real {
     ($lib:expr, $name:literal, $ty:ty) => {{
         static CACHE: ::std::sync::atomic::AtomicUsize = ::std::sync::atomic::AtomicUsize::new(0);
-        let p = $crate::real::resolve_cached(
-            &CACHE,
-            $lib,
-            match ::std::ffi::CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()) {
-                Ok(c) => c,
-                Err(_) => unreachable!(),
-            },
-        );
+        const NAME: &::std::ffi::CStr = match ::std::ffi::CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()) {
+            Ok(c) => c,
+            Err(_) => panic!("symbol name"),
+        };
+        let p = $crate::real::resolve_cached(&CACHE, $lib, NAME);
         if p == 0 {
             None
         } else {

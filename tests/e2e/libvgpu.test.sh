@@ -320,13 +320,21 @@ out=$(LD_PRELOAD="$LIB $W/libnext.so" "$W/pid" | field pid)
 check "dlsym(RTLD_NEXT) from another interposer still finds the next object (pid=$out)" test "$out" -gt 0
 
 # --- the shipped binary ---------------------------------------------------------------------------------------
-newest=$(objdump -T "$LIB" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
-check "libvgpu.so needs no glibc newer than 2.17 (newest: $newest)" \
-    test "$(printf '%s\n' "$newest" GLIBC_2.17 | sort -V | tail -1)" = GLIBC_2.17
+# (the shipped interposer is two files: the preload front libvgpu.so and the engine libvgpu_core.so)
+CORE=$(dirname "$LIB")/libvgpu_core.so
+for f in "$LIB" "$CORE"; do
+    [ -e "$f" ] || { bad "$f missing"; continue; }
+    b=$(basename "$f")
+    newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+    check "$b needs no glibc newer than 2.17 (newest: $newest)" \
+        test "$(printf '%s\n' "$newest" GLIBC_2.17 | sort -V | tail -1)" = GLIBC_2.17
+    extra=$(nm -D --defined-only "$f" | awk '{print $3}' | grep -v '^\(cu[A-Za-z0-9_]*\|nvml[A-Za-z0-9_]*\|dlsym\|vgpu_dlsym_route\)$' | tr '\n' ' ')
+    check "$b exports only hook symbols (extra: '${extra}')" test -z "$extra"
+done
+# Every process of a container loads the front: it must have no constructor at all. (The engine is loaded
+# only by CUDA processes; its only initialisers are Rust's runtime bookkeeping, no work of ours.)
 inits=$(readelf -d "$LIB" | grep -c '(INIT\|(INIT_ARRAY\|(PREINIT_ARRAY')
-check "libvgpu.so has no constructor (no INIT / INIT_ARRAY entries: $inits)" test "$inits" = 0
-extra=$(nm -D --defined-only "$LIB" | awk '{print $3}' | grep -v '^\(cu[A-Za-z0-9_]*\|nvml[A-Za-z0-9_]*\|dlsym\)$' | tr '\n' ' ')
-check "libvgpu.so exports only hook symbols (extra: '${extra}')" test -z "$extra"
+check "libvgpu.so has no constructor (INIT / INIT_ARRAY entries: $inits)" test "$inits" = 0
 
 echo "libvgpu: $pass passed, $fail failed"
 ((fail == 0))
