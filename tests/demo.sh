@@ -14,6 +14,7 @@ set -euo pipefail
 . "$(dirname "$0")/e2e/lib/rootfs.sh"
 . "$(dirname "$0")/e2e/lib/bundle.sh"
 . "$(dirname "$0")/e2e/lib/vgpu.sh"
+. "$(dirname "$0")/e2e/lib/gpu.sh"
 RUNC=${RUNC:-$(command -v runc || true)}
 [ -n "$RUNC" ] || { echo "demo: runc not found (set RUNC=/path/to/runc)"; exit 1; }
 t_init demo
@@ -36,32 +37,9 @@ if [ "$MODE" = gpu ]; then
     QUOTA=${VGPU_DEMO_QUOTA:-4Gi}
     say "vgpu demo on a real GPU: one runc container through vgpu-container-runtime, quota $QUOTA"
     { nvidia-smi -L 2>/dev/null || echo "(nvidia-smi -L failed)"; } | head -1 | sed 's/^/  host: /'
-    # The rootfs: the host's system folders, read-only; /etc copied (the preload file is mounted over a
-    # file in it), /usr/local a tmpfs (the library is mounted into it).
     ROOTFS=$WORK/rootfs
-    mkdir -p "$ROOTFS"/{usr,lib,lib64,bin,sbin,opt,etc,tmp,proc,sys,dev,run}
-    cp -a /etc/. "$ROOTFS/etc/" 2>/dev/null || true
-    rm -f "$ROOTFS/etc/ld.so.preload"
-    bundle_new "$B" "$ROOTFS" sh -c 'rt_client device 0 info fill 256Mi; echo; nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv 2>&1 || true'
-    bundle_jq "$B" '.root.readonly = false'
-    for d in usr lib lib64 bin sbin opt; do
-        if [ -L "/$d" ]; then      # merged /usr: /lib -> usr/lib, the same link in the rootfs
-            rmdir "$ROOTFS/$d" && ln -s "$(readlink "/$d")" "$ROOTFS/$d"
-        elif [ -d "/$d" ]; then
-            bundle_bind "$B" "/$d" "/$d" ro
-        fi
-    done
-    bundle_jq "$B" '.mounts += [{"destination": "/usr/local", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=755"]},
-                                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=1777"]}]'
-    bundle_bind "$B" "$CLIENTS_DIR" /vgpu-clients ro
-    for n in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
-        [ -c "$n" ] || continue
-        maj=$((16#$(stat -c %t "$n"))); min=$((16#$(stat -c %T "$n")))
-        bundle_jq "$B" '.linux.devices += [{"path": $p, "type": "c", "major": $M, "minor": $m, "fileMode": 438, "uid": 0, "gid": 0}]
-            | .linux.resources.devices += [{"allow": true, "type": "c", "major": $M, "minor": $m, "access": "rwm"}]' \
-            --arg p "$n" --argjson M "$maj" --argjson m "$min"
-    done
-    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT="$QUOTA" PATH=/vgpu-clients:/usr/bin:/bin
+    gpu_bundle "$B" "$ROOTFS" sh -c 'rt_client device 0 info fill 256Mi; echo; nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv 2>&1 || true'
+    bundle_env "$B" CUDA_DEVICE_MEMORY_LIMIT="$QUOTA"
     nvml='"libnvidia-ml.so.1"'
     if [ -n "${VGPU_DEMO_DRIVER_DIR:-}" ]; then
         bundle_bind "$B" "$VGPU_DEMO_DRIVER_DIR" /vgpu-driver ro
