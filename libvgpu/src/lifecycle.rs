@@ -36,9 +36,11 @@ pub fn register() {
 }
 
 unsafe extern "C" fn prepare() {
+    // Tables first, then the resolution lock: a thread may wait for resolution while holding a table
+    // shard, never the other way round, so this order cannot deadlock.
     let _ = catch_unwind(|| {
-        quota::lock_all();
         hooks::lock_tables();
+        quota::lock_all();
     });
 }
 
