@@ -983,7 +983,7 @@ hook!(cuDeviceGraphMemTrim(dev: CUdevice) {
 // reports it, before and after creation (a context is not current yet, so cuMemGetInfo cannot be asked);
 // modules: cuMemGetInfo's free memory before and after loading. Another process allocating at the same
 // instant can skew a measurement: context creations of the processes sharing a quota are serialised by a
-// lock file next to the ledger, what the ledger recorded meanwhile is subtracted (allocations of the
+// record lock on a file next to the ledger, what the ledger recorded meanwhile is subtracted (allocations of the
 // container's other processes), and the result is clamped to [0, ceiling]. If the measured memory does not fit, the
 // context or module is destroyed again and the call fails with out-of-memory.
 

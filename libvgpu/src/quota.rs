@@ -68,25 +68,32 @@ impl DeviceQuota {
     }
 
     /// Serialises memory measurements (context creation) among the processes sharing this quota, so that
-    /// one process's measurement does not count another's new context. An flock on `<ledger>.measure`,
-    /// released by the kernel if the holder dies; None (measure unlocked) if the file cannot be opened.
+    /// one process's measurement does not count another's new context. A POSIX record lock on
+    /// `<ledger>.measure`: released by the kernel if the holder dies, and not inherited by a fork child
+    /// (an flock or OFD lock would stay held by the child's copy of the descriptor). None (measure
+    /// unlocked) if the file cannot be opened.
     pub fn measure_lock(&self) -> Option<std::fs::File> {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let mut path = self.ledger_path.clone().into_os_string();
         path.push(".measure");
-        // Created 0666 whatever the umask (the container's processes may run as different users); an
-        // existing file is opened read-only if need be: flock needs no write access.
-        let f = match std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o666).open(&path) {
-            Ok(f) => {
-                use std::os::unix::fs::PermissionsExt;
-                let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
-                f
+        // Created 0666 whatever the umask (the container's processes may run as different users).
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o666).open(&path).ok()?;
+        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
+        // SAFETY: an all-zero flock is a valid value; the fields are set below.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as _;
+        fl.l_whence = libc::SEEK_SET as _;
+        loop {
+            // SAFETY: fcntl F_SETLKW on a descriptor we own with a valid flock; the lock goes when the File
+            // is dropped (closed).
+            if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLKW, &fl) } == 0 {
+                return Some(f);
             }
-            Err(_) => std::fs::File::open(&path).ok()?,
-        };
-        // SAFETY: flock on a descriptor we own; released when the File is dropped.
-        (unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(f)
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return None;
+            }
+        }
     }
 
     /// The container's usage of this GPU (all processes).
