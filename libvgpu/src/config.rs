@@ -26,7 +26,11 @@ pub enum Config {
     /// The container's limits file.
     File { path: PathBuf, limits: Limits },
     /// Environment variables.
-    Env { global: u64, per_index: BTreeMap<u32, u64>, prefix: String },
+    Env {
+        global: u64,
+        per_index: BTreeMap<u32, u64>,
+        prefix: String,
+    },
 }
 
 /// What a UUID alone tells (NVML knows devices by UUID, the environment by CUDA ordinal).
@@ -58,12 +62,14 @@ impl Config {
             _ => None,
         };
         if let Some(path) = file {
-            let limits = Limits::load(&path).map_err(|e| format!("limits file {}: {e}", path.display()))?;
+            let limits =
+                Limits::load(&path).map_err(|e| format!("limits file {}: {e}", path.display()))?;
             return Ok(Config::File { path, limits });
         }
         let quantity = |name: &str, v: &str| {
-            parse_quantity(v.trim())
-                .map_err(|e| format!("{name}={v:?} is not a memory size (bytes, or k/m/g/t, Ki/Mi/Gi/Ti): {e}"))
+            parse_quantity(v.trim()).map_err(|e| {
+                format!("{name}={v:?} is not a memory size (bytes, or k/m/g/t, Ki/Mi/Gi/Ti): {e}")
+            })
         };
         let global = match get(ENV_LIMIT) {
             Some(v) if !v.trim().is_empty() => quantity(ENV_LIMIT, v)?,
@@ -71,7 +77,9 @@ impl Config {
         };
         let mut per_index = BTreeMap::new();
         for (k, v) in env {
-            let Some(suffix) = k.strip_prefix("CUDA_DEVICE_MEMORY_LIMIT_") else { continue };
+            let Some(suffix) = k.strip_prefix("CUDA_DEVICE_MEMORY_LIMIT_") else {
+                continue;
+            };
             let i: u32 = suffix
                 .parse()
                 .map_err(|_| format!("{k}: the suffix must be a CUDA device index (CUDA_DEVICE_MEMORY_LIMIT_0, _1, ...)"))?;
@@ -87,7 +95,11 @@ impl Config {
             Some(p) if !p.is_empty() => p.to_string(),
             _ => DEFAULT_CACHE.to_string(),
         };
-        Ok(Config::Env { global, per_index, prefix })
+        Ok(Config::Env {
+            global,
+            per_index,
+            prefix,
+        })
     }
 
     pub fn is_unlimited(&self) -> bool {
@@ -102,9 +114,20 @@ impl Config {
                 UuidLookup::Limit(s) => Some(s),
                 _ => None,
             },
-            Config::Env { global, per_index, prefix } => {
-                let limit = u32::try_from(ordinal).ok().and_then(|i| per_index.get(&i)).copied().unwrap_or(*global);
-                (limit > 0).then(|| DeviceSpec { limit, ledger: env_ledger_path(prefix, uuid) })
+            Config::Env {
+                global,
+                per_index,
+                prefix,
+            } => {
+                let limit = u32::try_from(ordinal)
+                    .ok()
+                    .and_then(|i| per_index.get(&i))
+                    .copied()
+                    .unwrap_or(*global);
+                (limit > 0).then(|| DeviceSpec {
+                    limit,
+                    ledger: env_ledger_path(prefix, uuid),
+                })
             }
         }
     }
@@ -120,11 +143,18 @@ impl Config {
                 }),
                 _ => UuidLookup::NoLimit,
             },
-            Config::Env { global, per_index, prefix } => {
+            Config::Env {
+                global,
+                per_index,
+                prefix,
+            } => {
                 if !per_index.is_empty() {
                     UuidLookup::NeedsOrdinal
                 } else if *global > 0 {
-                    UuidLookup::Limit(DeviceSpec { limit: *global, ledger: env_ledger_path(prefix, uuid) })
+                    UuidLookup::Limit(DeviceSpec {
+                        limit: *global,
+                        ledger: env_ledger_path(prefix, uuid),
+                    })
                 } else {
                     UuidLookup::NoLimit
                 }
@@ -143,20 +173,33 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
     const NOFILE: &str = "/nonexistent/vgpu/limits.json";
 
     #[test]
     fn nothing_set_is_unlimited() {
-        assert!(Config::from_env(&env(&[]), Path::new(NOFILE)).unwrap().is_unlimited());
-        assert!(Config::from_env(&env(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")]), Path::new(NOFILE)).unwrap().is_unlimited());
+        assert!(Config::from_env(&env(&[]), Path::new(NOFILE))
+            .unwrap()
+            .is_unlimited());
+        assert!(Config::from_env(
+            &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")]),
+            Path::new(NOFILE)
+        )
+        .unwrap()
+        .is_unlimited());
     }
 
     #[test]
     fn global_and_per_index_limits() {
         let c = Config::from_env(
-            &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "512Mi")]),
+            &env(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "512Mi"),
+            ]),
             Path::new(NOFILE),
         )
         .unwrap();
@@ -170,7 +213,10 @@ mod tests {
     #[test]
     fn per_index_zero_means_no_limit_for_that_device() {
         let c = Config::from_env(
-            &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "1g"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")]),
+            &env(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+            ]),
             Path::new(NOFILE),
         )
         .unwrap();
@@ -181,29 +227,51 @@ mod tests {
     #[test]
     fn shared_cache_prefix() {
         let c = Config::from_env(
-            &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "4096"), ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q")]),
+            &env(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4096"),
+                ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+            ]),
             Path::new(NOFILE),
         )
         .unwrap();
         assert_eq!(
             c.for_uuid("GPU-1"),
-            UuidLookup::Limit(DeviceSpec { limit: 4096, ledger: "/x/q.GPU-1".into() })
+            UuidLookup::Limit(DeviceSpec {
+                limit: 4096,
+                ledger: "/x/q.GPU-1".into()
+            })
         );
     }
 
     #[test]
     fn bad_values_are_errors_naming_the_variable() {
-        let e = Config::from_env(&env(&[("CUDA_DEVICE_MEMORY_LIMIT", "lots")]), Path::new(NOFILE)).unwrap_err();
+        let e = Config::from_env(
+            &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "lots")]),
+            Path::new(NOFILE),
+        )
+        .unwrap_err();
         assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT=\"lots\""), "{e}");
-        let e = Config::from_env(&env(&[("CUDA_DEVICE_MEMORY_LIMIT_x", "1g")]), Path::new(NOFILE)).unwrap_err();
+        let e = Config::from_env(
+            &env(&[("CUDA_DEVICE_MEMORY_LIMIT_x", "1g")]),
+            Path::new(NOFILE),
+        )
+        .unwrap_err();
         assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT_x"), "{e}");
-        let e = Config::from_env(&env(&[("CUDA_DEVICE_MEMORY_LIMIT_2", "-5")]), Path::new(NOFILE)).unwrap_err();
+        let e = Config::from_env(
+            &env(&[("CUDA_DEVICE_MEMORY_LIMIT_2", "-5")]),
+            Path::new(NOFILE),
+        )
+        .unwrap_err();
         assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT_2"), "{e}");
     }
 
     #[test]
     fn named_limits_file_must_exist() {
-        let e = Config::from_env(&env(&[("VGPU_LIMITS_FILE", "/nonexistent/l.json")]), Path::new(NOFILE)).unwrap_err();
+        let e = Config::from_env(
+            &env(&[("VGPU_LIMITS_FILE", "/nonexistent/l.json")]),
+            Path::new(NOFILE),
+        )
+        .unwrap_err();
         assert!(e.contains("/nonexistent/l.json"), "{e}");
     }
 }

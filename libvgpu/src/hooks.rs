@@ -2,8 +2,8 @@
 //! virtualise the memory queries. Every exported function forwards untouched when no limit applies.
 #![allow(clippy::missing_safety_doc)]
 
-use std::ffi::{c_char, c_uint, c_void};
 use std::cell::Cell;
+use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use vgpu_ledger::Kind;
@@ -151,7 +151,9 @@ fn target(dev: Option<CUdevice>) -> Target {
     if exiting() {
         return Target::Forward;
     }
-    let Some(dev) = dev else { return Target::Forward };
+    let Some(dev) = dev else {
+        return Target::Forward;
+    };
     match quota::for_device(dev) {
         Ok(Some(q)) => Target::Charge(q),
         Ok(None) => Target::Forward,
@@ -200,7 +202,16 @@ fn charged_call(
         q.refund(kind, bytes);
         return r;
     }
-    table.insert(key(), Rec { dev, kind, bytes, ctx, pool: 0 });
+    table.insert(
+        key(),
+        Rec {
+            dev,
+            kind,
+            bytes,
+            ctx,
+            pool: 0,
+        },
+    );
     r
 }
 
@@ -209,7 +220,9 @@ fn tracked_free(table: &Table<Rec>, key: u64, call: impl FnOnce() -> CUresult) -
     if quota::unlimited() {
         return call(); // nothing is ever recorded without a limit
     }
-    let Some(rec) = table.remove(key) else { return call() };
+    let Some(rec) = table.remove(key) else {
+        return call();
+    };
     let r = call();
     if r != CUDA_SUCCESS {
         table.insert(key, rec);
@@ -226,8 +239,12 @@ fn tracked_free(table: &Table<Rec>, key: u64, call: impl FnOnce() -> CUresult) -
 /// Corrects a charge made from an estimate to the size the driver reports. Returns false when the larger
 /// true size does not fit: the caller then frees the object and reports out of memory.
 fn true_up(table: &Table<Rec>, key: u64, actual: u64) -> bool {
-    let Some(rec) = table.with(key, |r| r.copied()) else { return true };
-    let Target::Charge(q) = target(Some(rec.dev)) else { return true };
+    let Some(rec) = table.with(key, |r| r.copied()) else {
+        return true;
+    };
+    let Target::Charge(q) = target(Some(rec.dev)) else {
+        return true;
+    };
     if actual > rec.bytes {
         if !q.charge(rec.kind, actual - rec.bytes) {
             return false;
@@ -259,7 +276,11 @@ hook!(cuInit(flags: c_uint) {
 
 // ---- memory queries -----------------------------------------------------------------------------------
 
-fn mem_get_info(free: *mut u64, total: *mut u64, real_call: impl FnOnce(*mut u64, *mut u64) -> CUresult) -> CUresult {
+fn mem_get_info(
+    free: *mut u64,
+    total: *mut u64,
+    real_call: impl FnOnce(*mut u64, *mut u64) -> CUresult,
+) -> CUresult {
     if free.is_null() || total.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -371,8 +392,21 @@ hook!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) {
 });
 
 /// `read` returns what the driver wrote to the caller's out-parameters: (pointer, pitch).
-fn alloc_pitch(w: u64, h: u64, call: impl FnOnce() -> CUresult, read: impl Fn() -> (u64, u64), free: impl FnOnce(u64)) -> CUresult {
-    let r = charged_call(&ALLOCS, Kind::Data, virt::pitch_estimate(w, h), target_current(), call, || read().0);
+fn alloc_pitch(
+    w: u64,
+    h: u64,
+    call: impl FnOnce() -> CUresult,
+    read: impl Fn() -> (u64, u64),
+    free: impl FnOnce(u64),
+) -> CUresult {
+    let r = charged_call(
+        &ALLOCS,
+        Kind::Data,
+        virt::pitch_estimate(w, h),
+        target_current(),
+        call,
+        || read().0,
+    );
     if r != CUDA_SUCCESS {
         return r;
     }
@@ -437,9 +471,15 @@ fn array_create(
         Target::Charge(q) => Some((device_free(), q.used())),
         _ => None,
     };
-    let r = charged_call(&ARRAYS, Kind::Array, estimate, tgt, call,
+    let r = charged_call(
+        &ARRAYS,
+        Kind::Array,
+        estimate,
+        tgt,
+        call,
         // SAFETY: non-null, written by the driver.
-        || unsafe { *handle } as u64);
+        || unsafe { *handle } as u64,
+    );
     if r != CUDA_SUCCESS {
         return r;
     }
@@ -470,15 +510,25 @@ fn array_create(
 
 fn array_requirements(a: *mut c_void, dev: CUdevice) -> Option<u64> {
     let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
-    (forward!("cuArrayGetMemoryRequirements", fn(*mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUarray, CUdevice), &mut req, a, dev)
-        == CUDA_SUCCESS)
+    (forward!(
+        "cuArrayGetMemoryRequirements",
+        fn(*mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUarray, CUdevice),
+        &mut req,
+        a,
+        dev
+    ) == CUDA_SUCCESS)
         .then_some(req.size as u64)
 }
 
 fn mipmap_requirements(a: *mut c_void, dev: CUdevice) -> Option<u64> {
     let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
-    (forward!("cuMipmappedArrayGetMemoryRequirements", fn(*mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUmipmappedArray, CUdevice), &mut req, a, dev)
-        == CUDA_SUCCESS)
+    (forward!(
+        "cuMipmappedArrayGetMemoryRequirements",
+        fn(*mut CUDA_ARRAY_MEMORY_REQUIREMENTS, CUmipmappedArray, CUdevice),
+        &mut req,
+        a,
+        dev
+    ) == CUDA_SUCCESS)
         .then_some(req.size as u64)
 }
 
@@ -491,7 +541,11 @@ fn layers_depth(depth: u64, flags: c_uint) -> u64 {
     const LAYERED: c_uint = 0x01;
     const CUBEMAP: c_uint = 0x04;
     let d = depth.max(1);
-    if flags & CUBEMAP != 0 && flags & LAYERED == 0 { 6 } else { d }
+    if flags & CUBEMAP != 0 && flags & LAYERED == 0 {
+        6
+    } else {
+        d
+    }
 }
 
 /// Sparse and deferred-mapping arrays have no memory of their own until mapped (VMM charges that).
@@ -570,24 +624,38 @@ hook!(cuMipmappedArrayDestroy(a: CUmipmappedArray) {
 
 fn pool_reserved(pool: u64) -> Option<u64> {
     let mut v: u64 = 0;
-    (forward!("cuMemPoolGetAttribute", fn(CUmemoryPool, i32, *mut c_void), pool as CUmemoryPool,
-        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, (&mut v as *mut u64).cast()) == CUDA_SUCCESS)
+    (forward!(
+        "cuMemPoolGetAttribute",
+        fn(CUmemoryPool, i32, *mut c_void),
+        pool as CUmemoryPool,
+        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+        (&mut v as *mut u64).cast()
+    ) == CUDA_SUCCESS)
         .then_some(v)
 }
 
 fn new_pool(dev: CUdevice) -> PoolState {
-    PoolState { dev, charged: 0, outstanding: 0, device_memory: true }
+    PoolState {
+        dev,
+        charged: 0,
+        outstanding: 0,
+        device_memory: true,
+    }
 }
 
 /// Brings a pool's charge to max(reservation, live allocations).
 fn reconcile_pool(pool: u64) {
-    let Some(reserved) = pool_reserved(pool) else { return };
+    let Some(reserved) = pool_reserved(pool) else {
+        return;
+    };
     POOLS.with(pool, |p| {
         let Some(p) = p else { return };
         if !p.device_memory {
             return;
         }
-        let Target::Charge(q) = target(Some(p.dev)) else { return };
+        let Target::Charge(q) = target(Some(p.dev)) else {
+            return;
+        };
         let want = reserved.max(p.outstanding);
         if want > p.charged {
             q.charge_forced(Kind::AsyncPool, want - p.charged);
@@ -619,7 +687,15 @@ fn pool_released(pool: u64, bytes: u64) {
 
 /// `ptsz`: the allocation came through a per-thread-default-stream entry point (undo it the same way).
 #[allow(clippy::too_many_arguments)]
-fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
+fn pool_alloc(
+    dptr: *mut CUdeviceptr,
+    bytes: u64,
+    pool: u64,
+    dev: CUdevice,
+    stream: CUstream,
+    ptsz: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
     if dptr.is_null() || exiting() {
         return call();
     }
@@ -629,18 +705,22 @@ fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, stre
         Err(e) => return e,
     };
     // Charge what this allocation adds above the pool's current charge, before the driver call.
-    let charged = POOLS.update(pool, || new_pool(dev), |p| {
-        if !p.device_memory {
-            return None;
-        }
-        let need = (p.outstanding + bytes).saturating_sub(p.charged);
-        if !q.charge(Kind::AsyncPool, need) {
-            return Some(false);
-        }
-        p.charged += need;
-        p.outstanding += bytes;
-        Some(true)
-    });
+    let charged = POOLS.update(
+        pool,
+        || new_pool(dev),
+        |p| {
+            if !p.device_memory {
+                return None;
+            }
+            let need = (p.outstanding + bytes).saturating_sub(p.charged);
+            if !q.charge(Kind::AsyncPool, need) {
+                return Some(false);
+            }
+            p.charged += need;
+            p.outstanding += bytes;
+            Some(true)
+        },
+    );
     match charged {
         None => return call(),
         Some(false) => return CUDA_ERROR_OUT_OF_MEMORY,
@@ -662,42 +742,75 @@ fn pool_alloc(dptr: *mut CUdeviceptr, bytes: u64, pool: u64, dev: CUdevice, stre
     // Charge the growth within the quota; if it does not fit, give the allocation back, trim the pool
     // and report out of memory, so the quota is never exceeded.
     let fits = match pool_reserved(pool) {
-        Some(reserved) => POOLS.update(pool, || new_pool(dev), |p| {
-            let want = reserved.max(p.outstanding);
-            if want <= p.charged {
-                return true;
-            }
-            if !q.charge(Kind::AsyncPool, want - p.charged) {
-                return false;
-            }
-            p.charged = want;
-            true
-        }),
+        Some(reserved) => POOLS.update(
+            pool,
+            || new_pool(dev),
+            |p| {
+                let want = reserved.max(p.outstanding);
+                if want <= p.charged {
+                    return true;
+                }
+                if !q.charge(Kind::AsyncPool, want - p.charged) {
+                    return false;
+                }
+                p.charged = want;
+                true
+            },
+        ),
         None => true,
     };
     if !fits {
         if ptsz {
-            forward!("cuMemFreeAsync_ptsz", fn(CUdeviceptr, CUstream), ptr, stream);
+            forward!(
+                "cuMemFreeAsync_ptsz",
+                fn(CUdeviceptr, CUstream),
+                ptr,
+                stream
+            );
             forward!("cuStreamSynchronize_ptsz", fn(CUstream), stream);
         } else {
             forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), ptr, stream);
             forward!("cuStreamSynchronize", fn(CUstream), stream);
         }
-        let keep = POOLS.update(pool, || new_pool(dev), |p| {
-            p.outstanding = p.outstanding.saturating_sub(bytes);
-            p.outstanding
-        });
-        forward!("cuMemPoolTrimTo", fn(CUmemoryPool, usize), pool as CUmemoryPool, keep as usize);
+        let keep = POOLS.update(
+            pool,
+            || new_pool(dev),
+            |p| {
+                p.outstanding = p.outstanding.saturating_sub(bytes);
+                p.outstanding
+            },
+        );
+        forward!(
+            "cuMemPoolTrimTo",
+            fn(CUmemoryPool, usize),
+            pool as CUmemoryPool,
+            keep as usize
+        );
         reconcile_pool(pool);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    ALLOCS.insert(ptr, Rec { dev, kind: Kind::AsyncPool, bytes, ctx: current_ctx(), pool });
+    ALLOCS.insert(
+        ptr,
+        Rec {
+            dev,
+            kind: Kind::AsyncPool,
+            bytes,
+            ctx: current_ctx(),
+            pool,
+        },
+    );
     r
 }
 
 fn device_pool(dev: CUdevice) -> Option<u64> {
     let mut p: CUmemoryPool = std::ptr::null_mut();
-    (forward!("cuDeviceGetMemPool", fn(*mut CUmemoryPool, CUdevice), &mut p, dev) == CUDA_SUCCESS).then_some(p as u64)
+    (forward!(
+        "cuDeviceGetMemPool",
+        fn(*mut CUmemoryPool, CUdevice),
+        &mut p,
+        dev
+    ) == CUDA_SUCCESS)
+        .then_some(p as u64)
 }
 
 /// A stream being captured into a graph: its stream-ordered allocations become graph memory nodes, charged
@@ -705,14 +818,30 @@ fn device_pool(dev: CUdevice) -> Option<u64> {
 fn capturing(stream: CUstream, ptsz: bool) -> bool {
     let mut status: i32 = 0;
     let r = if ptsz {
-        forward!("cuStreamIsCapturing_ptsz", fn(CUstream, *mut i32), stream, &mut status)
+        forward!(
+            "cuStreamIsCapturing_ptsz",
+            fn(CUstream, *mut i32),
+            stream,
+            &mut status
+        )
     } else {
-        forward!("cuStreamIsCapturing", fn(CUstream, *mut i32), stream, &mut status)
+        forward!(
+            "cuStreamIsCapturing",
+            fn(CUstream, *mut i32),
+            stream,
+            &mut status
+        )
     };
     r == CUDA_SUCCESS && status != 0
 }
 
-fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
+fn alloc_async(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+    ptsz: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
     if quota::unlimited() {
         return call();
     }
@@ -722,12 +851,23 @@ fn alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream, ptsz: boo
     if capturing(stream, ptsz) {
         return call();
     }
-    let Some(dev) = current_device() else { return call() };
-    let Some(pool) = device_pool(dev) else { return call() };
+    let Some(dev) = current_device() else {
+        return call();
+    };
+    let Some(pool) = device_pool(dev) else {
+        return call();
+    };
     pool_alloc(dptr, bytes as u64, pool, dev, stream, ptsz, call)
 }
 
-fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
+fn alloc_from_pool(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+    ptsz: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
     if quota::unlimited() {
         return call();
     }
@@ -738,7 +878,9 @@ fn alloc_from_pool(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, str
         return call();
     }
     let known = POOLS.with(pool as u64, |p| p.map(|p| p.dev));
-    let Some(dev) = known.or_else(current_device) else { return call() };
+    let Some(dev) = known.or_else(current_device) else {
+        return call();
+    };
     pool_alloc(dptr, bytes as u64, pool as u64, dev, stream, ptsz, call)
 }
 
@@ -837,8 +979,13 @@ hook!(cuMemRelease(handle: CUmemGenericAllocationHandle) {
 
 fn graph_attr(dev: CUdevice, attr: i32) -> Option<u64> {
     let mut v: u64 = 0;
-    (forward!("cuDeviceGetGraphMemAttribute", fn(CUdevice, i32, *mut c_void), dev, attr, (&mut v as *mut u64).cast())
-        == CUDA_SUCCESS)
+    (forward!(
+        "cuDeviceGetGraphMemAttribute",
+        fn(CUdevice, i32, *mut c_void),
+        dev,
+        attr,
+        (&mut v as *mut u64).cast()
+    ) == CUDA_SUCCESS)
         .then_some(v)
 }
 
@@ -850,22 +997,48 @@ fn graph_need(graph: CUgraph) -> u64 {
 
 fn graph_walk(graph: CUgraph) -> u64 {
     let mut n: usize = 0;
-    if forward!("cuGraphGetNodes", fn(CUgraph, *mut CUgraphNode, *mut usize), graph, std::ptr::null_mut(), &mut n) != CUDA_SUCCESS
+    if forward!(
+        "cuGraphGetNodes",
+        fn(CUgraph, *mut CUgraphNode, *mut usize),
+        graph,
+        std::ptr::null_mut(),
+        &mut n
+    ) != CUDA_SUCCESS
         || n == 0
     {
         return 0;
     }
     let mut nodes = vec![std::ptr::null_mut::<c_void>(); n];
-    if forward!("cuGraphGetNodes", fn(CUgraph, *mut CUgraphNode, *mut usize), graph, nodes.as_mut_ptr(), &mut n) != CUDA_SUCCESS {
+    if forward!(
+        "cuGraphGetNodes",
+        fn(CUgraph, *mut CUgraphNode, *mut usize),
+        graph,
+        nodes.as_mut_ptr(),
+        &mut n
+    ) != CUDA_SUCCESS
+    {
         return 0;
     }
     let mut sum = 0u64;
     for node in nodes.into_iter().take(n) {
         let mut t: i32 = 0;
-        if forward!("cuGraphNodeGetType", fn(CUgraphNode, *mut i32), node, &mut t) == CUDA_SUCCESS && t == CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+        if forward!(
+            "cuGraphNodeGetType",
+            fn(CUgraphNode, *mut i32),
+            node,
+            &mut t
+        ) == CUDA_SUCCESS
+            && t == CU_GRAPH_NODE_TYPE_MEM_ALLOC
+        {
             // SAFETY: an all-zero CUDA_MEM_ALLOC_NODE_PARAMS is a valid out-buffer (plain data and pointers).
             let mut p: CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            if forward!("cuGraphMemAllocNodeGetParams", fn(CUgraphNode, *mut CUDA_MEM_ALLOC_NODE_PARAMS), node, &mut p) == CUDA_SUCCESS {
+            if forward!(
+                "cuGraphMemAllocNodeGetParams",
+                fn(CUgraphNode, *mut CUDA_MEM_ALLOC_NODE_PARAMS),
+                node,
+                &mut p
+            ) == CUDA_SUCCESS
+            {
                 sum = sum.saturating_add(p.bytesize as u64);
             }
         }
@@ -875,22 +1048,30 @@ fn graph_walk(graph: CUgraph) -> u64 {
 
 /// Sets the device's graph charge to its real reservation (plus `pending`, charged but not yet used).
 fn reconcile_graph(dev: CUdevice, q: &DeviceQuota) {
-    let Some(reserved) = graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) else { return };
-    GRAPH_DEV.update(dev as u64, || 0, |charged| {
-        if reserved > *charged {
-            q.charge_forced(Kind::Graph, reserved - *charged);
-        } else {
-            q.refund(Kind::Graph, *charged - reserved);
-        }
-        *charged = reserved;
-    });
+    let Some(reserved) = graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) else {
+        return;
+    };
+    GRAPH_DEV.update(
+        dev as u64,
+        || 0,
+        |charged| {
+            if reserved > *charged {
+                q.charge_forced(Kind::Graph, reserved - *charged);
+            } else {
+                q.refund(Kind::Graph, *charged - reserved);
+            }
+            *charged = reserved;
+        },
+    );
 }
 
 fn after_instantiate(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUresult {
     if r != CUDA_SUCCESS || exec.is_null() || quota::unlimited() {
         return r;
     }
-    let Some(dev) = current_device() else { return r };
+    let Some(dev) = current_device() else {
+        return r;
+    };
     if let Target::Charge(q) = target(Some(dev)) {
         // SAFETY: non-null, written by the driver.
         GRAPH_EXECS.insert(unsafe { *exec } as u64, (dev, graph_need(graph)));
@@ -932,18 +1113,26 @@ hook!(cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, 
 
 /// A launch or upload of `exec`: pre-charge what its allocations may add, run, then settle to the truth.
 fn graph_run(exec: CUgraphExec, call: impl FnOnce() -> CUresult) -> CUresult {
-    let Some((dev, need)) = GRAPH_EXECS.with(exec as u64, |e| e.copied()) else { return call() };
-    let Target::Charge(q) = target(Some(dev)) else { return call() };
+    let Some((dev, need)) = GRAPH_EXECS.with(exec as u64, |e| e.copied()) else {
+        return call();
+    };
+    let Target::Charge(q) = target(Some(dev)) else {
+        return call();
+    };
     let reserved = graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
     let used = graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT).unwrap_or(0);
     let extra = need.saturating_sub(reserved.saturating_sub(used));
-    let ok = GRAPH_DEV.update(dev as u64, || 0, |charged| {
-        if !q.charge(Kind::Graph, extra) {
-            return false;
-        }
-        *charged += extra;
-        true
-    });
+    let ok = GRAPH_DEV.update(
+        dev as u64,
+        || 0,
+        |charged| {
+            if !q.charge(Kind::Graph, extra) {
+                return false;
+            }
+            *charged += extra;
+            true
+        },
+    );
     if !ok {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -996,14 +1185,22 @@ fn measured(device_delta: i128, ledger_delta: i128, ceiling: u64) -> u64 {
 }
 const MODULE_CEILING: u64 = 4 << 30;
 
-fn measure_ctx(dev: CUdevice, q: Option<&DeviceQuota>, create: impl FnOnce() -> CUresult) -> (CUresult, u64) {
+fn measure_ctx(
+    dev: CUdevice,
+    q: Option<&DeviceQuota>,
+    create: impl FnOnce() -> CUresult,
+) -> (CUresult, u64) {
     let Some(q) = q else { return (create(), 0) };
     let _measuring = q.measure_lock();
     let (before, lb) = (nvml::device_used(&q.uuid), q.used());
     let r = create();
     let (after, la) = (nvml::device_used(&q.uuid), q.used());
     let cost = match (before, after) {
-        (Some(b), Some(a)) => measured(a as i128 - b as i128, la as i128 - lb as i128, CONTEXT_CEILING),
+        (Some(b), Some(a)) => measured(
+            a as i128 - b as i128,
+            la as i128 - lb as i128,
+            CONTEXT_CEILING,
+        ),
         _ => 0,
     };
     log::debug(format_args!("context on device {dev}: {cost} bytes"));
@@ -1029,7 +1226,16 @@ fn ctx_create(pctx: *mut CUcontext, dev: CUdevice, create: impl FnOnce() -> CUre
         forward!("cuCtxDestroy_v2", fn(CUcontext), ctx);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    CONTEXTS.insert(ctx as u64, Rec { dev, kind: Kind::Context, bytes: cost, ctx: ctx as usize, pool: 0 });
+    CONTEXTS.insert(
+        ctx as u64,
+        Rec {
+            dev,
+            kind: Kind::Context,
+            bytes: cost,
+            ctx: ctx as usize,
+            pool: 0,
+        },
+    );
     r
 }
 
@@ -1110,10 +1316,23 @@ fn primary_release(dev: CUdevice, call: impl FnOnce() -> CUresult, reset: bool) 
     }
     // Which context is the primary one: ask the driver before it may go away.
     let (mut flags, mut active) = (0 as c_uint, 0i32);
-    forward!("cuDevicePrimaryCtxGetState", fn(CUdevice, *mut c_uint, *mut i32), dev, &mut flags, &mut active);
+    forward!(
+        "cuDevicePrimaryCtxGetState",
+        fn(CUdevice, *mut c_uint, *mut i32),
+        dev,
+        &mut flags,
+        &mut active
+    );
     let mut ctx: CUcontext = std::ptr::null_mut();
     let mut found = false;
-    if active != 0 && forward!("cuDevicePrimaryCtxRetain", fn(*mut CUcontext, CUdevice), &mut ctx, dev) == CUDA_SUCCESS {
+    if active != 0
+        && forward!(
+            "cuDevicePrimaryCtxRetain",
+            fn(*mut CUcontext, CUdevice),
+            &mut ctx,
+            dev
+        ) == CUDA_SUCCESS
+    {
         forward!("cuDevicePrimaryCtxRelease_v2", fn(CUdevice), dev);
         found = true;
     }
@@ -1121,10 +1340,14 @@ fn primary_release(dev: CUdevice, call: impl FnOnce() -> CUresult, reset: bool) 
     if r != CUDA_SUCCESS {
         return r;
     }
-    let last = PRIMARY.update(dev as u64, || 0, |n| {
-        *n = if reset { 0 } else { n.saturating_sub(1) };
-        *n == 0
-    });
+    let last = PRIMARY.update(
+        dev as u64,
+        || 0,
+        |n| {
+            *n = if reset { 0 } else { n.saturating_sub(1) };
+            *n == 0
+        },
+    );
     if last && found {
         context_gone(ctx as usize);
     }
@@ -1146,7 +1369,13 @@ hook!(cuDevicePrimaryCtxReset(dev: CUdevice) {
 
 fn device_free() -> Option<u64> {
     let (mut f, mut t) = (0usize, 0usize);
-    (forward!("cuMemGetInfo_v2", fn(*mut usize, *mut usize), &mut f, &mut t) == CUDA_SUCCESS).then_some(f as u64)
+    (forward!(
+        "cuMemGetInfo_v2",
+        fn(*mut usize, *mut usize),
+        &mut f,
+        &mut t
+    ) == CUDA_SUCCESS)
+        .then_some(f as u64)
 }
 
 fn module_load(m: *mut CUmodule, load: impl FnOnce() -> CUresult) -> CUresult {
@@ -1165,7 +1394,11 @@ fn module_load(m: *mut CUmodule, load: impl FnOnce() -> CUresult) -> CUresult {
         return r;
     }
     let cost = match (before, device_free()) {
-        (Some(b), Some(a)) => measured(b as i128 - a as i128, q.used() as i128 - lb as i128, MODULE_CEILING),
+        (Some(b), Some(a)) => measured(
+            b as i128 - a as i128,
+            q.used() as i128 - lb as i128,
+            MODULE_CEILING,
+        ),
         _ => 0,
     };
     // SAFETY: non-null, written by the driver.
@@ -1174,7 +1407,16 @@ fn module_load(m: *mut CUmodule, load: impl FnOnce() -> CUresult) -> CUresult {
         forward!("cuModuleUnload", fn(CUmodule), module);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    MODULES.insert(module as u64, Rec { dev, kind: Kind::Module, bytes: cost, ctx, pool: 0 });
+    MODULES.insert(
+        module as u64,
+        Rec {
+            dev,
+            kind: Kind::Module,
+            bytes: cost,
+            ctx,
+            pool: 0,
+        },
+    );
     r
 }
 

@@ -85,7 +85,13 @@ fn build_entries() -> [Vec<Entry>; 2] {
 /// name -> (library, hook address)
 fn by_name() -> &'static HashMap<&'static [u8], (Lib, usize)> {
     static T: OnceLock<HashMap<&'static [u8], (Lib, usize)>> = OnceLock::new();
-    T.get_or_init(|| entries().iter().flat_map(|t| t.iter()).map(|(l, n, h)| (n.to_bytes(), (*l, *h))).collect())
+    T.get_or_init(|| {
+        entries()
+            .iter()
+            .flat_map(|t| t.iter())
+            .map(|(l, n, h)| (n.to_bytes(), (*l, *h)))
+            .collect()
+    })
 }
 
 /// real driver address -> hook address (built once libcuda is loaded).
@@ -127,31 +133,45 @@ pub extern "C" fn vgpu_dlsym_route(handle: *mut c_void, name: *const c_char) -> 
 }
 
 extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
-    guard(Route { hook: 0, real: no_dlsym as *const () as usize }, || {
-        let real_dlsym = match real::real_dlsym_addr() {
-            0 => no_dlsym as *const () as usize,
-            a => a,
-        };
-        let pass = Route { hook: 0, real: real_dlsym };
-        if name.is_null() {
-            return pass;
-        }
-        // SAFETY: dlsym's name argument is a NUL-terminated string.
-        let cname = unsafe { CStr::from_ptr(name) };
-        let n = cname.to_bytes();
-        if !(n.starts_with(b"cu") || n.starts_with(b"nvml")) {
-            return pass;
-        }
-        let Some(&(lib, hook)) = by_name().get(n) else { return pass };
-        let found = real::real_dlsym(handle, name) as usize;
-        if found == 0 {
-            return pass; // let glibc fail it, setting dlerror
-        }
-        if found == hook || found == real::lookup(lib, cname) {
-            return Route { hook, real: 0 };
-        }
-        Route { hook: found, real: 0 }
-    })
+    guard(
+        Route {
+            hook: 0,
+            real: no_dlsym as *const () as usize,
+        },
+        || {
+            let real_dlsym = match real::real_dlsym_addr() {
+                0 => no_dlsym as *const () as usize,
+                a => a,
+            };
+            let pass = Route {
+                hook: 0,
+                real: real_dlsym,
+            };
+            if name.is_null() {
+                return pass;
+            }
+            // SAFETY: dlsym's name argument is a NUL-terminated string.
+            let cname = unsafe { CStr::from_ptr(name) };
+            let n = cname.to_bytes();
+            if !(n.starts_with(b"cu") || n.starts_with(b"nvml")) {
+                return pass;
+            }
+            let Some(&(lib, hook)) = by_name().get(n) else {
+                return pass;
+            };
+            let found = real::real_dlsym(handle, name) as usize;
+            if found == 0 {
+                return pass; // let glibc fail it, setting dlerror
+            }
+            if found == hook || found == real::lookup(lib, cname) {
+                return Route { hook, real: 0 };
+            }
+            Route {
+                hook: found,
+                real: 0,
+            }
+        },
+    )
 }
 
 /// The exported `dlsym` (see the module comment).
@@ -224,8 +244,17 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     status: *mut c_int,
 ) -> CUresult {
     guard(CUDA_ERROR_UNKNOWN, || {
-        let Some(f) = real!(Lib::Cuda, "cuGetProcAddress_v2",
-            unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult) else {
+        let Some(f) = real!(
+            Lib::Cuda,
+            "cuGetProcAddress_v2",
+            unsafe extern "C" fn(
+                *const c_char,
+                *mut *mut c_void,
+                c_int,
+                u64,
+                *mut c_int,
+            ) -> CUresult
+        ) else {
             return CUDA_ERROR_NOT_FOUND;
         };
         // SAFETY: the caller's arguments, unchanged.
@@ -234,9 +263,18 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CUresult {
     guard(CUDA_ERROR_UNKNOWN, || {
-        let Some(f) = real!(Lib::Cuda, "cuGetProcAddress", unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult) else {
+        let Some(f) = real!(
+            Lib::Cuda,
+            "cuGetProcAddress",
+            unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult
+        ) else {
             return CUDA_ERROR_NOT_FOUND;
         };
         // SAFETY: the caller's arguments, unchanged.

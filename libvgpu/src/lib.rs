@@ -6,7 +6,6 @@
 //! ledger and slot), `config` (limits file and environment), `track` (what each allocation charged),
 //! `virt` (the arithmetic of the virtual view), `real` (the real driver), `lifecycle` (fork, exit, panics).
 
-mod real;
 pub mod config;
 mod ffi;
 pub mod hooks;
@@ -15,5 +14,6 @@ mod lifecycle;
 mod log;
 pub mod nvml;
 mod quota;
+mod real;
 mod track;
 pub mod virt;

@@ -71,7 +71,9 @@ pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {
-            log::error(format_args!("internal error in the interposer; the call fails"));
+            log::error(format_args!(
+                "internal error in the interposer; the call fails"
+            ));
             on_panic
         }
     }

@@ -36,7 +36,10 @@ pub fn level() -> u8 {
     };
     LEVEL.store(l, Ordering::Relaxed);
     if let Some(v) = bad {
-        log(WARN, format_args!("LIBCUDA_LOG_LEVEL={v:?} is not 0..4; using 1"));
+        log(
+            WARN,
+            format_args!("LIBCUDA_LOG_LEVEL={v:?} is not 0..4; using 1"),
+        );
     }
     l
 }

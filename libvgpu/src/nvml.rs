@@ -12,14 +12,22 @@ use crate::real::{real, Lib};
 use crate::virt;
 
 fn uuid_of(dev: nvmlDevice_t) -> Option<String> {
-    let f = real!(Lib::Nvml, "nvmlDeviceGetUUID", unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t)?;
+    let f = real!(
+        Lib::Nvml,
+        "nvmlDeviceGetUUID",
+        unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t
+    )?;
     let mut buf = [0 as c_char; 96];
     // SAFETY: buf is writable for its length, which is passed.
     if unsafe { f(dev, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
         return None;
     }
     // SAFETY: NVML NUL-terminates within the length given.
-    Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// (limit, container usage) of an NVML device under a quota; Ok(None) without one.
@@ -27,14 +35,23 @@ fn quota_of(dev: nvmlDevice_t) -> Result<Option<quota::UuidView>, ()> {
     if quota::unlimited() {
         return Ok(None);
     }
-    let Some(uuid) = uuid_of(dev) else { return Ok(None) };
+    let Some(uuid) = uuid_of(dev) else {
+        return Ok(None);
+    };
     quota::view_by_uuid(&uuid)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, mem: *mut nvmlMemory_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
+    dev: nvmlDevice_t,
+    mem: *mut nvmlMemory_t,
+) -> nvmlReturn_t {
     guard(NVML_ERROR_UNKNOWN, || {
-        let Some(f) = real!(Lib::Nvml, "nvmlDeviceGetMemoryInfo", unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t) else {
+        let Some(f) = real!(
+            Lib::Nvml,
+            "nvmlDeviceGetMemoryInfo",
+            unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t
+        ) else {
             return NVML_ERROR_UNINITIALIZED;
         };
         // SAFETY: arguments passed through unchanged.
@@ -56,9 +73,16 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, mem: *mut nv
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, mem: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    dev: nvmlDevice_t,
+    mem: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
     guard(NVML_ERROR_UNKNOWN, || {
-        let Some(f) = real!(Lib::Nvml, "nvmlDeviceGetMemoryInfo_v2", unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t) else {
+        let Some(f) = real!(
+            Lib::Nvml,
+            "nvmlDeviceGetMemoryInfo_v2",
+            unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t
+        ) else {
             return NVML_ERROR_UNINITIALIZED;
         };
         // SAFETY: arguments passed through unchanged.
@@ -88,13 +112,27 @@ pub fn device_used(uuid: &str) -> Option<u64> {
     static INIT: OnceLock<bool> = OnceLock::new();
     let ok = *INIT.get_or_init(|| {
         // SAFETY: plain NVML initialisation; reference counted by NVML.
-        real!(Lib::Nvml, "nvmlInit_v2", unsafe extern "C" fn() -> nvmlReturn_t).map(|f| unsafe { f() } == NVML_SUCCESS).unwrap_or(false)
+        real!(
+            Lib::Nvml,
+            "nvmlInit_v2",
+            unsafe extern "C" fn() -> nvmlReturn_t
+        )
+        .map(|f| unsafe { f() } == NVML_SUCCESS)
+        .unwrap_or(false)
     });
     if !ok {
         return None;
     }
-    let by_uuid = real!(Lib::Nvml, "nvmlDeviceGetHandleByUUID", unsafe extern "C" fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t)?;
-    let info = real!(Lib::Nvml, "nvmlDeviceGetMemoryInfo", unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t)?;
+    let by_uuid = real!(
+        Lib::Nvml,
+        "nvmlDeviceGetHandleByUUID",
+        unsafe extern "C" fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t
+    )?;
+    let info = real!(
+        Lib::Nvml,
+        "nvmlDeviceGetMemoryInfo",
+        unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t
+    )?;
     let c = std::ffi::CString::new(uuid).ok()?;
     let mut dev: nvmlDevice_t = std::ptr::null_mut();
     let mut m = nvmlMemory_t::default();

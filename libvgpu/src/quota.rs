@@ -56,8 +56,16 @@ impl DeviceQuota {
 
     /// Records memory the driver already handed out (pool or graph reservation growth found afterwards).
     pub fn charge_forced(&self, kind: Kind, bytes: u64) {
-        if bytes > 0 && self.ledger.charge(&self.slot, kind, bytes, u64::MAX).is_err() {
-            log::error(format_args!("ledger full: cannot record {bytes} bytes on {}", self.uuid));
+        if bytes > 0
+            && self
+                .ledger
+                .charge(&self.slot, kind, bytes, u64::MAX)
+                .is_err()
+        {
+            log::error(format_args!(
+                "ledger full: cannot record {bytes} bytes on {}",
+                self.uuid
+            ));
         }
     }
 
@@ -78,7 +86,14 @@ impl DeviceQuota {
         let mut path = self.ledger_path.clone().into_os_string();
         path.push(".measure");
         // Created 0666 whatever the umask (the container's processes may run as different users).
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o666).open(&path).ok()?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .open(&path)
+            .ok()?;
         let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
         // SAFETY: an all-zero flock is a valid value; the fields are set below.
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
@@ -148,13 +163,28 @@ pub fn unlimited() -> bool {
 /// The UUID of a CUDA device in NVML's spelling, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
 pub fn format_uuid(b: &[u8; 16]) -> String {
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 pub fn device_uuid(dev: CUdevice) -> Option<String> {
     let mut u = CUuuid::default();
-    let f = real!(Lib::Cuda, "cuDeviceGetUuid_v2", unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult)
-        .or(real!(Lib::Cuda, "cuDeviceGetUuid", unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult))?;
+    let f = real!(
+        Lib::Cuda,
+        "cuDeviceGetUuid_v2",
+        unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult
+    )
+    .or(real!(
+        Lib::Cuda,
+        "cuDeviceGetUuid",
+        unsafe extern "C" fn(*mut CUuuid, CUdevice) -> CUresult
+    ))?;
     // SAFETY: u is a valid out-pointer of the driver's CUuuid type.
     (unsafe { f(&mut u, dev) } == CUDA_SUCCESS).then(|| format_uuid(&u.bytes))
 }
@@ -164,12 +194,16 @@ pub fn for_device(dev: CUdevice) -> Result<Option<&'static DeviceQuota>, CUresul
     if crate::lifecycle::exiting() {
         return Ok(None);
     }
-    let Some(cell) = usize::try_from(dev).ok().and_then(|i| DEVICES.get(i)) else { return Ok(None) };
+    let Some(cell) = usize::try_from(dev).ok().and_then(|i| DEVICES.get(i)) else {
+        return Ok(None);
+    };
     let v = cell.load(Ordering::Acquire);
     if v != UNKNOWN {
         return decode(v);
     }
-    let Ok(cfg) = config() else { return Err(CUDA_ERROR_NOT_INITIALIZED) };
+    let Ok(cfg) = config() else {
+        return Err(CUDA_ERROR_NOT_INITIALIZED);
+    };
     if cfg.is_unlimited() {
         return Ok(None);
     }
@@ -196,7 +230,9 @@ enum Resolved {
 
 fn resolve(cfg: &Config, dev: CUdevice) -> Resolved {
     let Some(uuid) = device_uuid(dev) else {
-        log::error(format_args!("cannot read the UUID of CUDA device {dev}; CUDA is refused on it"));
+        log::error(format_args!(
+            "cannot read the UUID of CUDA device {dev}; CUDA is refused on it"
+        ));
         return Resolved::Failed;
     };
     let Some(spec) = cfg.for_device(dev, &uuid) else {
@@ -205,18 +241,26 @@ fn resolve(cfg: &Config, dev: CUdevice) -> Resolved {
     };
     match open_quota(dev, &uuid, &spec) {
         Ok(q) => {
-            log::info(format_args!("device {dev} ({uuid}): limit {} bytes, ledger {}", spec.limit, spec.ledger.display()));
+            log::info(format_args!(
+                "device {dev} ({uuid}): limit {} bytes, ledger {}",
+                spec.limit,
+                spec.ledger.display()
+            ));
             Resolved::Quota(q)
         }
         Err(e) => {
-            log::error(format_args!("device {dev} ({uuid}): ledger {}: {e}; CUDA is refused on it", spec.ledger.display()));
+            log::error(format_args!(
+                "device {dev} ({uuid}): ledger {}: {e}; CUDA is refused on it",
+                spec.ledger.display()
+            ));
             Resolved::Failed
         }
     }
 }
 
 fn open_quota(dev: CUdevice, uuid: &str, spec: &DeviceSpec) -> Result<DeviceQuota, String> {
-    let ledger = Ledger::open_or_create(&spec.ledger, uuid, spec.limit).map_err(|e| e.to_string())?;
+    let ledger =
+        Ledger::open_or_create(&spec.ledger, uuid, spec.limit).map_err(|e| e.to_string())?;
     let slot = ledger.attach().map_err(|e| e.to_string())?;
     // Usage left by processes killed earlier goes back to the quota now.
     let _ = ledger.reclaim_dead();
@@ -232,7 +276,11 @@ fn open_quota(dev: CUdevice, uuid: &str, spec: &DeviceSpec) -> Result<DeviceQuot
 
 /// Resolves every visible device now (from cuInit), so a limit that cannot be enforced fails CUDA's start.
 pub fn resolve_all() -> CUresult {
-    let Some(count) = real!(Lib::Cuda, "cuDeviceGetCount", unsafe extern "C" fn(*mut i32) -> CUresult) else {
+    let Some(count) = real!(
+        Lib::Cuda,
+        "cuDeviceGetCount",
+        unsafe extern "C" fn(*mut i32) -> CUresult
+    ) else {
         return CUDA_SUCCESS;
     };
     let mut n = 0;
@@ -261,7 +309,12 @@ pub fn view_by_uuid(uuid: &str) -> Result<Option<UuidView>, ()> {
         UuidLookup::Limit(s) => s,
         UuidLookup::NeedsOrdinal => match ordinal_of_uuid(uuid) {
             Some(d) => match for_device(d) {
-                Ok(Some(q)) => return Ok(Some(UuidView { limit: q.limit, used: q.used() })),
+                Ok(Some(q)) => {
+                    return Ok(Some(UuidView {
+                        limit: q.limit,
+                        used: q.used(),
+                    }))
+                }
                 Ok(None) => return Ok(None),
                 Err(_) => return Err(()),
             },
@@ -270,7 +323,10 @@ pub fn view_by_uuid(uuid: &str) -> Result<Option<UuidView>, ()> {
     };
     // If this process already holds the quota, use it; otherwise read the ledger without a slot.
     if let Some(q) = attached_by_uuid(uuid) {
-        return Ok(Some(UuidView { limit: q.limit, used: q.used() }));
+        return Ok(Some(UuidView {
+            limit: q.limit,
+            used: q.used(),
+        }));
     }
     let used = if spec.ledger.exists() {
         match Ledger::open_readonly(&spec.ledger) {
@@ -283,20 +339,29 @@ pub fn view_by_uuid(uuid: &str) -> Result<Option<UuidView>, ()> {
     } else {
         0
     };
-    Ok(Some(UuidView { limit: spec.limit, used }))
+    Ok(Some(UuidView {
+        limit: spec.limit,
+        used,
+    }))
 }
 
 fn attached_by_uuid(uuid: &str) -> Option<&'static DeviceQuota> {
-    DEVICES.iter().find_map(|c| match decode(c.load(Ordering::Acquire)) {
-        Ok(Some(q)) if q.uuid == uuid => Some(q),
-        _ => None,
-    })
+    DEVICES
+        .iter()
+        .find_map(|c| match decode(c.load(Ordering::Acquire)) {
+            Ok(Some(q)) if q.uuid == uuid => Some(q),
+            _ => None,
+        })
 }
 
 /// The CUDA ordinal of a GPU by UUID, asking the real driver (only for per-ordinal env limits under NVML).
 fn ordinal_of_uuid(uuid: &str) -> Option<i32> {
     let init = real!(Lib::Cuda, "cuInit", unsafe extern "C" fn(u32) -> CUresult)?;
-    let count = real!(Lib::Cuda, "cuDeviceGetCount", unsafe extern "C" fn(*mut i32) -> CUresult)?;
+    let count = real!(
+        Lib::Cuda,
+        "cuDeviceGetCount",
+        unsafe extern "C" fn(*mut i32) -> CUresult
+    )?;
     let mut n = 0;
     // SAFETY: plain driver calls with valid out-pointers.
     if unsafe { init(0) } != CUDA_SUCCESS || unsafe { count(&mut n) } != CUDA_SUCCESS {

@@ -32,7 +32,9 @@ pub struct Table<V> {
 
 impl<V> Table<V> {
     pub const fn new() -> Self {
-        Table { shards: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS] }
+        Table {
+            shards: [const { Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())) }; SHARDS],
+        }
     }
 
     fn shard(&self, k: u64) -> &Mutex<Map<V>> {
@@ -75,7 +77,10 @@ impl<V> Table<V> {
 
     /// Keys of all entries (a snapshot).
     pub fn keys(&self) -> Vec<u64> {
-        self.shards.iter().flat_map(|s| s.lock().keys().copied().collect::<Vec<_>>()).collect()
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().keys().copied().collect::<Vec<_>>())
+            .collect()
     }
 
     /// fork prepare: hold every shard so the child never inherits a shard locked by another thread.

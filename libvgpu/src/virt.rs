@@ -32,7 +32,14 @@ pub fn array_format_bytes(format: u32) -> u64 {
 }
 
 /// Estimated bytes of an array of `levels` mipmap levels (1 for a plain array).
-pub fn array_estimate(width: u64, height: u64, depth: u64, format: u32, channels: u32, levels: u32) -> u64 {
+pub fn array_estimate(
+    width: u64,
+    height: u64,
+    depth: u64,
+    format: u32,
+    channels: u32,
+    levels: u32,
+) -> u64 {
     let elem = array_format_bytes(format).saturating_mul(channels.max(1) as u64);
     let (mut w, mut h, mut d) = (width.max(1), height.max(1), depth.max(1));
     let mut sum: u64 = 0;
@@ -49,7 +56,10 @@ pub fn array_estimate(width: u64, height: u64, depth: u64, format: u32, channels
 pub const PITCH_ALIGN_ESTIMATE: u64 = 512;
 
 pub fn pitch_estimate(width: u64, height: u64) -> u64 {
-    width.div_ceil(PITCH_ALIGN_ESTIMATE).saturating_mul(PITCH_ALIGN_ESTIMATE).saturating_mul(height.max(1))
+    width
+        .div_ceil(PITCH_ALIGN_ESTIMATE)
+        .saturating_mul(PITCH_ALIGN_ESTIMATE)
+        .saturating_mul(height.max(1))
 }
 
 #[cfg(test)]
@@ -59,7 +69,10 @@ mod tests {
     #[test]
     fn quota_is_the_total() {
         assert_eq!(mem_info(1 << 30, 0, 80 << 30, 80 << 30), (1 << 30, 1 << 30));
-        assert_eq!(mem_info(1 << 30, 256 << 20, 80 << 30, 80 << 30), (768 << 20, 1 << 30));
+        assert_eq!(
+            mem_info(1 << 30, 256 << 20, 80 << 30, 80 << 30),
+            (768 << 20, 1 << 30)
+        );
     }
 
     #[test]
@@ -69,7 +82,10 @@ mod tests {
 
     #[test]
     fn limit_above_physical_is_physical() {
-        assert_eq!(mem_info(200 << 30, 0, 70 << 30, 80 << 30), (70 << 30, 80 << 30));
+        assert_eq!(
+            mem_info(200 << 30, 0, 70 << 30, 80 << 30),
+            (70 << 30, 80 << 30)
+        );
         assert_eq!(total_mem(200 << 30, 80 << 30), 80 << 30);
     }
 
