@@ -96,6 +96,21 @@ mod tests {
         assert_eq!(nvml_info(u64::MAX, u64::MAX, 0, 0), (0, 0, 0));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn view_is_consistent(limit in 1u64.., used: u64, phys_total: u64, free_frac in 0u64..=100) {
+            let phys_free = phys_total / 100 * free_frac;
+            let (free, total) = mem_info(limit, used, phys_free, phys_total);
+            proptest::prop_assert!(free <= total);
+            proptest::prop_assert!(total <= limit && total <= phys_total);
+            proptest::prop_assert!(free <= phys_free);
+            proptest::prop_assert!(free <= limit.saturating_sub(used));
+            let (t, f, u) = nvml_info(limit, used, phys_free, phys_total);
+            proptest::prop_assert_eq!((t, f), (total, free));
+            proptest::prop_assert!(u <= t);
+        }
+    }
+
     #[test]
     fn array_estimates() {
         assert_eq!(array_estimate(100, 0, 0, 0x20, 4, 1), 1600);
