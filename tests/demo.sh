@@ -38,6 +38,7 @@ if [ "$MODE" = gpu ]; then
     say "vgpu demo on a real GPU: one runc container through vgpu-container-runtime, quota $QUOTA"
     { nvidia-smi -L 2>/dev/null || echo "(nvidia-smi -L failed)"; } | head -1 | sed 's/^/  host: /'
     ROOTFS=$WORK/rootfs
+    GPU_HOST_LD_LIBRARY_PATH=${GPU_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
     gpu_bundle "$B" "$ROOTFS" sh -c 'rt_client device 0 info fill 256Mi; echo; nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv 2>&1 || true'
     bundle_env "$B" CUDA_DEVICE_MEMORY_LIMIT="$QUOTA"
     nvml='"libnvidia-ml.so.1"'
@@ -76,8 +77,8 @@ say "2. start: inside the container"
 "$RUNC" --root "$R" start "$ID"
 wait_for 300 sh -c "'$RUNC' --root '$R' state $ID | jq -e '.status == \"stopped\"'" || echo "  (container still running after 300 s)"
 out=$(cat "$WORK/container.out")
-total=$(field total "$out"); free=$(field free "$out"); bytes=$(field bytes "$out"); count=$(field count "$out")
-phys=$(printf '%s\n' "$out" | grep -o 'name=[^ ]*' | head -1 | cut -d= -f2 | tr _ ' ')
+total=$(field total "$out" || true); free=$(field free "$out" || true); bytes=$(field bytes "$out" || true); count=$(field count "$out" || true)
+phys=$(printf '%s\n' "$out" | grep -o 'name=[^ ]*' | head -1 | cut -d= -f2 | tr _ ' ' || true)
 if [ -z "$total" ]; then echo "  the client did not report:"; printf '%s\n' "$out" | sed 's/^/    | /'; exit 1; fi
 echo "  GPU                          : $phys"
 echo "  total memory it sees         : $(mib "$total") MiB   (cuMemGetInfo and cuDeviceTotalMem: the quota)"

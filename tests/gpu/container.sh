@@ -11,6 +11,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
+# The driver is where the host finds it; the containers get the same LD_LIBRARY_PATH.
+export GPU_HOST_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 DEBS=/tmp/vgpu-debs
 mkdir -p "$DEBS" target/release
 for d in .deps/gpu/*.deb; do dpkg -x "$d" "$DEBS"; done
@@ -19,12 +21,17 @@ cp .deps/gpu/bin/* target/release/
 export RUNC=$DEBS/usr/sbin/runc
 # The test clients, built against this machine's CUDA.
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
-libcuda_dir=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')")
+libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')
+for d in ${LD_LIBRARY_PATH//:/ } "${CUDA_HOME:-/usr/local/cuda}/lib64/stubs"; do
+    [ -z "$libcuda" ] && { [ -e "$d/libcuda.so.1" ] || [ -e "$d/libcuda.so" ]; } && libcuda=$d/libcuda.so
+done
+libcuda_dir=$(dirname "${libcuda:-/usr/lib/x86_64-linux-gnu/libcuda.so.1}")
 CUDA_INCLUDE=$cuda_inc LIBCUDA_DIR=$libcuda_dir OUT=target/clients bash tests/clients/build.sh >/dev/null
 
 if [ -n "${OUT:-}" ]; then exec > >(tee "$OUT/container.log") 2>&1; fi
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 echo "== runc $("$RUNC" --version | head -1), $(jq --version)"
+echo "== libcuda: $(ldconfig -p | grep -m1 'libcuda\.so\.1 ' || echo 'not in ld.so.cache'); LD_LIBRARY_PATH=$GPU_HOST_LD_LIBRARY_PATH"
 
 echo "== make demo (GPU mode)"
 VGPU_DEMO_MODE=gpu VGPU_DEMO_QUOTA=4Gi bash tests/demo.sh; demo_rc=$?
@@ -73,9 +80,10 @@ check "second process got less than 1 GiB (3 GiB held by the first; got $((got /
 
 echo "== two containers on one GPU, quotas 2 GiB and 3 GiB, at the same time"
 run_container c2g 2Gi sh -c 'rt_client device 0 info fill 256Mi sleep 15' > "$WORK/c2g.out" &
+bg=$!
 sleep 5
 out3=$(run_container c3g 3Gi sh -c 'rt_client device 0 info fill 256Mi')
-wait
+wait "$bg"
 out2=$(cat "$WORK/c2g.out")
 printf '%s\n' "$out2" "$out3" | grep -E '^op=(info|fill)'
 check_eq "container A sees 2 GiB" "$(field total "$(grep '^op=info' <<<"$out2")")" $((2 * GiB))

@@ -3,7 +3,8 @@
 # file in it), /usr/local and /tmp as tmpfs (the library is mounted into /usr/local), and the /dev/nvidia*
 # nodes in linux.devices. Used by `make demo` on a GPU and by tests/gpu/container.sh.
 #   gpu_bundle DIR ROOTFS CMD...    bundle DIR running CMD in such a container (NVIDIA_VISIBLE_DEVICES=0,
-#                                   $CLIENTS_DIR mounted at /vgpu-clients and first in PATH)
+#                                   $CLIENTS_DIR mounted at /vgpu-clients and first in PATH,
+#                                   LD_LIBRARY_PATH=$GPU_HOST_LD_LIBRARY_PATH when set)
 
 gpu_bundle() {
     local dir=$1 rootfs=$2 d n maj min; shift 2
@@ -21,6 +22,11 @@ gpu_bundle() {
     done
     bundle_jq "$dir" '.mounts += [{"destination": "/usr/local", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=755"]},
                                   {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid","nodev","mode=1777"]}]'
+    # The tmpfs hides the host's /usr/local (where GPU hosts often keep the driver and CUDA): bring its
+    # entries back, read-only, beside the folder the library will be mounted in.
+    for d in /usr/local/*; do
+        [ -e "$d" ] && [ "$d" != /usr/local/vgpu ] && bundle_bind "$dir" "$(readlink -f "$d")" "$d" ro
+    done
     bundle_bind "$dir" "$CLIENTS_DIR" /vgpu-clients ro
     for n in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
         [ -c "$n" ] || continue
@@ -30,4 +36,7 @@ gpu_bundle() {
             --arg p "$n" --argjson M "$maj" --argjson m "$min"
     done
     bundle_env "$dir" NVIDIA_VISIBLE_DEVICES=0 PATH=/vgpu-clients:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+    # where the host finds its driver, the container finds it too
+    [ -n "${GPU_HOST_LD_LIBRARY_PATH:-}" ] && bundle_env "$dir" LD_LIBRARY_PATH="$GPU_HOST_LD_LIBRARY_PATH"
+    return 0
 }
