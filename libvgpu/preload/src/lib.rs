@@ -20,6 +20,7 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+mod libdl;
 mod sys;
 
 /// The engine's file name; it lives in the same folder as this object.

@@ -1,8 +1,10 @@
-//! The few libc/libdl calls the front needs, declared by hand: the front has no std and no libc crate, so
-//! that it stays a few pages (and on glibc < 2.34 dlopen, dladdr and dlvsym live in libdl).
+//! The few libc calls the front needs, declared by hand (no std, no libc crate: the front stays a few
+//! pages), and the dl functions, found at first use through `libdl`.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::libdl;
 
 #[repr(C)]
 struct DlInfo {
@@ -14,15 +16,6 @@ struct DlInfo {
 
 const RTLD_NOW: c_int = 2;
 const RTLD_LOCAL: c_int = 0;
-const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
-
-#[link(name = "dl")]
-extern "C" {
-    fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
-    fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
-    fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
-    fn dlerror() -> *const c_char;
-}
 
 extern "C" {
     fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
@@ -35,24 +28,32 @@ pub fn abort() -> ! {
     unsafe { libc_abort() }
 }
 
-/// glibc's own dlsym (GLIBC_2.34 in libc, or the older libdl one), found once.
-static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+// dlsym and dladdr exist since GLIBC_2.2.5 (x86-64) / GLIBC_2.17 (aarch64) and moved into libc as
+// GLIBC_2.34; ask for the new one first.
+#[cfg(target_arch = "aarch64")]
+const DL_VERSIONS: [&[u8]; 2] = [b"GLIBC_2.34\0", b"GLIBC_2.17\0"];
+#[cfg(not(target_arch = "aarch64"))]
+const DL_VERSIONS: [&[u8]; 2] = [b"GLIBC_2.34\0", b"GLIBC_2.2.5\0"];
 
-pub fn real_dlsym_addr() -> usize {
-    let cur = REAL_DLSYM.load(Ordering::Acquire);
+/// A dl function by name, cached in `slot`.
+fn dl(slot: &AtomicUsize, name: &[u8]) -> usize {
+    let cur = slot.load(Ordering::Acquire);
     if cur != 0 {
         return cur;
     }
-    let old: &[u8] = if cfg!(target_arch = "aarch64") { b"GLIBC_2.17\0" } else { b"GLIBC_2.2.5\0" };
-    for v in [&b"GLIBC_2.34\0"[..], old] {
-        // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated strings; dlvsym is not interposed by us.
-        let p = unsafe { dlvsym(RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr().cast()) };
-        if !p.is_null() {
-            REAL_DLSYM.store(p as usize, Ordering::Release);
-            return p as usize;
-        }
-    }
-    0
+    let p = libdl::next_symbol(name, &DL_VERSIONS);
+    slot.store(p, Ordering::Release);
+    p
+}
+
+static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+static DLOPEN: AtomicUsize = AtomicUsize::new(0);
+static DLADDR: AtomicUsize = AtomicUsize::new(0);
+static DLERROR: AtomicUsize = AtomicUsize::new(0);
+
+/// glibc's own dlsym, found once; 0 if it cannot be found.
+pub fn real_dlsym_addr() -> usize {
+    dl(&REAL_DLSYM, b"dlsym\0")
 }
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -75,8 +76,13 @@ pub fn sibling_path(addr: *const c_void, file: &[u8], buf: &mut [u8]) -> Option<
         dli_sname: core::ptr::null(),
         dli_saddr: core::ptr::null_mut(),
     };
-    // SAFETY: dladdr fills `info` for an address inside this object.
-    if unsafe { dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+    let dladdr = dl(&DLADDR, b"dladdr\0");
+    if dladdr == 0 {
+        return None;
+    }
+    type DladdrFn = unsafe extern "C" fn(*const c_void, *mut DlInfo) -> c_int;
+    // SAFETY: glibc's dladdr fills `info` for an address inside this object.
+    if unsafe { core::mem::transmute::<usize, DladdrFn>(dladdr)(addr, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
     // SAFETY: dli_fname is the NUL-terminated path the loader opened this object by.
@@ -108,17 +114,26 @@ unsafe fn cstr_bytes<'a>(s: *const c_char) -> &'a [u8] {
 /// dlopen(path, RTLD_NOW | RTLD_LOCAL); 0 on failure. Local: the engine's exports stay out of the global
 /// scope, so they never shadow anything for the rest of the process.
 pub fn dlopen_local(path: *const c_char) -> usize {
-    // SAFETY: path is NUL-terminated (sibling_path).
-    unsafe { dlopen(path, RTLD_NOW | RTLD_LOCAL) as usize }
+    let dlopen = dl(&DLOPEN, b"dlopen\0");
+    if dlopen == 0 {
+        return 0;
+    }
+    type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+    // SAFETY: glibc's dlopen; path is NUL-terminated (sibling_path).
+    unsafe { core::mem::transmute::<usize, DlopenFn>(dlopen)(path, RTLD_NOW | RTLD_LOCAL) as usize }
 }
 
 /// One line on stderr: the engine is missing, so CUDA and NVML calls will fail.
 pub fn report_missing_core(path: &[u8]) {
     let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
-    // SAFETY: dlerror returns NULL or a NUL-terminated message owned by libdl.
-    let err = unsafe {
-        let e = dlerror();
-        if e.is_null() { &b"not found"[..] } else { cstr_bytes(e) }
+    type DlerrorFn = unsafe extern "C" fn() -> *const c_char;
+    let err = match dl(&DLERROR, b"dlerror\0") {
+        0 => &b"glibc's dl functions not found"[..],
+        // SAFETY: glibc's dlerror returns NULL or a NUL-terminated message it owns.
+        f => unsafe {
+            let e = core::mem::transmute::<usize, DlerrorFn>(f)();
+            if e.is_null() { &b"not found"[..] } else { cstr_bytes(e) }
+        },
     };
     for part in [&b"vgpu: cannot load the quota engine "[..], path, b": ", err, b"; CUDA and NVML calls will fail\n"] {
         // SAFETY: writing a byte slice to stderr.
