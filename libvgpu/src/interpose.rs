@@ -1,9 +1,8 @@
-//! How programs reach the hooks: an exported `dlsym`, and `cuGetProcAddress[_v2]`.
+//! How programs reach the hooks: `dlsym`, and `cuGetProcAddress[_v2]`.
 //!
-//! `dlsym` is a tail-calling trampoline: for a name we do not hook it jumps into glibc's dlsym with the
-//! caller's own return address still on the stack, so RTLD_NEXT keeps meaning "after the caller" (a plain
-//! wrapper would make it mean "after libvgpu" and break other interposers). For a hooked name found in the
-//! real libcuda / libnvidia-ml it returns our hook.
+//! `dlsym` itself is exported by the preload front (`libvgpu/preload`), a tail-calling trampoline that
+//! keeps RTLD_NEXT meaning "after the caller". For every CUDA or NVML name it asks `vgpu_dlsym_route`
+//! here: our hook for a hooked name found in the real libcuda / libnvidia-ml, else glibc's dlsym.
 //!
 //! `cuGetProcAddress`: the real one answers first, with the caller's CUDA version and flags, so version and
 //! per-thread-stream (`_ptds`/`_ptsz`) selection stay the driver's; if the pointer it returns is the real
@@ -174,54 +173,6 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     )
 }
 
-/// The exported `dlsym` (see the module comment).
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    // SAFETY: keeps the SysV stack alignment (8 + 16 + 8 bytes pushed before the call), restores the
-    // argument registers, and either returns the hook in rax or jumps to glibc's dlsym with the original
-    // arguments and return address.
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "call {route}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "test rax, rax",
-        "jnz 2f",
-        "jmp rdx",
-        "2:",
-        "ret",
-        route = sym dlsym_route,
-    )
-}
-
-#[cfg(target_arch = "aarch64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    // SAFETY: saves fp/lr and the arguments, calls the router (result in x0:x1), then returns the hook or
-    // branches to glibc's dlsym with the original arguments and link register.
-    core::arch::naked_asm!(
-        "stp x29, x30, [sp, #-32]!",
-        "mov x29, sp",
-        "stp x0, x1, [sp, #16]",
-        "bl {route}",
-        "cbnz x0, 2f",
-        "mov x16, x1",
-        "ldp x0, x1, [sp, #16]",
-        "ldp x29, x30, [sp], #32",
-        "br x16",
-        "2:",
-        "ldp x29, x30, [sp], #32",
-        "ret",
-        route = sym dlsym_route,
-    )
-}
-
 /// After the real cuGetProcAddress: swap a hooked driver function for our hook.
 fn swap_proc(r: CUresult, pfn: *mut *mut c_void) -> CUresult {
     if r == CUDA_SUCCESS && !pfn.is_null() {
@@ -296,11 +247,13 @@ mod tests {
     }
 
     #[test]
-    fn trampoline_forwards_ordinary_names() {
-        // Through our exported dlsym, a libc symbol resolves to libc's own address.
-        let me = unsafe { dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
-        assert_eq!(me as usize, libc::getpid as *const () as usize);
-        let none = unsafe { dlsym(libc::RTLD_DEFAULT, c"no_such_symbol_vgpu".as_ptr()) };
-        assert!(none.is_null());
+    fn ordinary_names_are_left_to_glibc() {
+        // A name that is neither CUDA nor NVML: no hook, and the route leads to glibc's own dlsym.
+        let r = vgpu_dlsym_route(libc::RTLD_DEFAULT, c"getpid".as_ptr());
+        assert_eq!(r.hook, 0);
+        assert_eq!(r.real, real::real_dlsym_addr());
+        assert_ne!(r.real, 0);
+        // A CUDA name we do not hook is not ours either, found or not.
+        assert_eq!(vgpu_dlsym_route(libc::RTLD_DEFAULT, c"cuNoSuchFunction".as_ptr()).hook, 0);
     }
 }
