@@ -59,16 +59,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
         if r != NVML_SUCCESS || mem.is_null() {
             return r;
         }
-        match quota_of(dev) {
-            Ok(Some(v)) => {
-                // SAFETY: non-null, just filled by NVML.
-                let m = unsafe { &mut *mem };
-                (m.total, m.free, m.used) = virt::nvml_info(v.limit, v.used, m.free, m.total);
-                r
-            }
-            Ok(None) => r,
-            Err(()) => NVML_ERROR_UNKNOWN,
-        }
+        // SAFETY: non-null, just filled by NVML.
+        let m = unsafe { &mut *mem };
+        virtualise(dev, r, &mut m.total, &mut m.free, &mut m.used)
     })
 }
 
@@ -90,21 +83,27 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if r != NVML_SUCCESS || mem.is_null() {
             return r;
         }
-        match quota_of(dev) {
-            Ok(Some(v)) => {
-                // SAFETY: non-null, just filled by NVML.
-                let m = unsafe { &mut *mem };
-                let (total, free, used) = virt::nvml_info(v.limit, v.used, m.free, m.total);
-                m.total = total;
-                m.free = free;
-                m.used = used;
-                m.reserved = m.reserved.min(total - free - used.min(total - free));
-                r
-            }
-            Ok(None) => r,
-            Err(()) => NVML_ERROR_UNKNOWN,
-        }
+        // SAFETY: non-null, just filled by NVML.
+        let m = unsafe { &mut *mem };
+        let r = virtualise(dev, r, &mut m.total, &mut m.free, &mut m.used);
+        // what is neither free nor used by the container is all the "reserved" the quota leaves room for
+        let not_free = m.total.saturating_sub(m.free);
+        m.reserved = m.reserved.min(not_free - m.used.min(not_free));
+        r
     })
+}
+
+/// NVML's answer `r` for `dev`, with total/free/used replaced by the quota's view when the device has one
+/// (both nvmlMemory_t versions).
+fn virtualise(dev: nvmlDevice_t, r: nvmlReturn_t, total: &mut u64, free: &mut u64, used: &mut u64) -> nvmlReturn_t {
+    match quota_of(dev) {
+        Ok(Some(v)) => {
+            (*total, *free, *used) = virt::nvml_info(v.limit, v.used, *free, *total);
+            r
+        }
+        Ok(None) => r,
+        Err(()) => NVML_ERROR_UNKNOWN,
+    }
 }
 
 /// The whole device's used memory (all processes), for measuring a context; None without NVML.
