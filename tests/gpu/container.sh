@@ -71,12 +71,14 @@ check "PyTorch: granted ($((granted / 1048576)) MiB) within the quota" test "${g
 check_eq "PyTorch: training loop ran under the quota" "$(jq -r '.train_ok' <<<"$res" 2>/dev/null)" true
 
 echo "== two processes in one container share its 4 GiB quota"
-out=$(run_container shared 4Gi sh -c 'rt_client device 0 alloc 3Gi sleep 20 & sleep 10; rt_client device 0 info fill 256Mi; wait')
+out=$(run_container shared 4Gi sh -c 'rt_client device 0 alloc 2Gi sleep 20 & sleep 10; rt_client device 0 info fill 256Mi; wait')
 printf '%s\n' "$out" | grep -E '^op=(info|fill|alloc)'
 f=$(printf '%s\n' "$out" | grep '^op=fill' | tail -1)
-got=$(field bytes "$f")
+i=$(printf '%s\n' "$out" | grep '^op=info' | tail -1)
+got=$(field bytes "$f"); free2=$(field free "$i")
 check_match "second process refused with OUT_OF_MEMORY" 'err=CUDA_ERROR_OUT_OF_MEMORY' "$f"
-check "second process got less than 1 GiB (3 GiB held by the first; got $((got / 1048576)) MiB)" test "${got:-0}" -lt "$GiB"
+check "second process sees the first's 2 GiB as used (free $((free2 / 1048576)) MiB < 2 GiB)" test "${free2:-0}" -gt 0 -a "${free2:-0}" -lt $((2 * GiB))
+check "second process got what was left, not more (got $((got / 1048576)) MiB <= free)" test "${got:-0}" -gt 0 -a "${got:-0}" -le "${free2:-0}"
 
 echo "== two containers on one GPU, quotas 2 GiB and 3 GiB, at the same time"
 run_container c2g 2Gi sh -c 'rt_client device 0 info fill 256Mi sleep 15' > "$WORK/c2g.out" &
