@@ -15,70 +15,37 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use crate::ffi::*;
-use crate::lifecycle::guard;
+use crate::guard::guard;
 use crate::real::{self, real, Lib};
-use crate::{hooks, nvml};
 
-macro_rules! table {
-    ($lib:expr; $($path:path : $name:ident),* $(,)?) => {
-        vec![$( (
-            $lib,
-            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) { Ok(c) => c, Err(_) => unreachable!() },
-            $path as *const () as usize,
-        ) ),*]
+include!("../abi/route.rs");
+
+/// (library, exact versioned name, our hook's address) for one hooked symbol.
+type Entry = (Lib, &'static CStr, usize);
+
+/// Builds the table from the one symbol list (`libvgpu/abi/symbols.rs`).
+macro_rules! hook_table {
+    ($($family:ident: $($name:ident)*;)*) => {
+        vec![$($( (
+            Lib::$family,
+            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(c) => c,
+                Err(_) => unreachable!(),
+            },
+            $name as *const () as usize,
+        ), )*)*]
     };
 }
 
-type Entry = (Lib, &'static CStr, usize);
+include!("../abi/symbols.rs");
 
 /// Every hooked symbol, by its exact (versioned) name.
-fn entries() -> &'static [Vec<Entry>; 2] {
-    static T: OnceLock<[Vec<Entry>; 2]> = OnceLock::new();
-    T.get_or_init(build_entries)
-}
-
-fn build_entries() -> [Vec<Entry>; 2] {
-    use hooks::*;
-    let cuda: Vec<Entry> = table!(Lib::Cuda;
-        cuInit: cuInit,
-        cuMemGetInfo_v2: cuMemGetInfo_v2, cuMemGetInfo: cuMemGetInfo,
-        cuDeviceTotalMem_v2: cuDeviceTotalMem_v2, cuDeviceTotalMem: cuDeviceTotalMem,
-        cuMemAlloc_v2: cuMemAlloc_v2, cuMemAlloc: cuMemAlloc,
-        cuMemAllocPitch_v2: cuMemAllocPitch_v2, cuMemAllocPitch: cuMemAllocPitch,
-        cuMemAllocManaged: cuMemAllocManaged,
-        cuMemFree_v2: cuMemFree_v2, cuMemFree: cuMemFree,
-        cuArrayCreate_v2: cuArrayCreate_v2, cuArrayCreate: cuArrayCreate,
-        cuArray3DCreate_v2: cuArray3DCreate_v2, cuArray3DCreate: cuArray3DCreate,
-        cuMipmappedArrayCreate: cuMipmappedArrayCreate,
-        cuArrayDestroy: cuArrayDestroy, cuMipmappedArrayDestroy: cuMipmappedArrayDestroy,
-        cuMemAllocAsync: cuMemAllocAsync, cuMemAllocAsync_ptsz: cuMemAllocAsync_ptsz,
-        cuMemAllocFromPoolAsync: cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz: cuMemAllocFromPoolAsync_ptsz,
-        cuMemFreeAsync: cuMemFreeAsync, cuMemFreeAsync_ptsz: cuMemFreeAsync_ptsz,
-        cuMemPoolCreate: cuMemPoolCreate, cuMemPoolDestroy: cuMemPoolDestroy, cuMemPoolTrimTo: cuMemPoolTrimTo,
-        cuStreamSynchronize: cuStreamSynchronize, cuStreamSynchronize_ptsz: cuStreamSynchronize_ptsz,
-        cuCtxSynchronize: cuCtxSynchronize, cuEventSynchronize: cuEventSynchronize,
-        cuMemCreate: cuMemCreate, cuMemRelease: cuMemRelease,
-        cuGraphInstantiateWithFlags: cuGraphInstantiateWithFlags, cuGraphInstantiate_v2: cuGraphInstantiate_v2,
-        cuGraphInstantiate: cuGraphInstantiate, cuGraphInstantiateWithParams: cuGraphInstantiateWithParams,
-        cuGraphInstantiateWithParams_ptsz: cuGraphInstantiateWithParams_ptsz,
-        cuGraphLaunch: cuGraphLaunch, cuGraphLaunch_ptsz: cuGraphLaunch_ptsz,
-        cuGraphUpload: cuGraphUpload, cuGraphUpload_ptsz: cuGraphUpload_ptsz,
-        cuGraphExecDestroy: cuGraphExecDestroy,
-        cuGraphAddMemAllocNode: cuGraphAddMemAllocNode, cuGraphDestroy: cuGraphDestroy, cuDeviceGraphMemTrim: cuDeviceGraphMemTrim,
-        cuCtxCreate_v2: cuCtxCreate_v2, cuCtxCreate: cuCtxCreate, cuCtxCreate_v3: cuCtxCreate_v3, cuCtxCreate_v4: cuCtxCreate_v4,
-        cuCtxDestroy_v2: cuCtxDestroy_v2, cuCtxDestroy: cuCtxDestroy,
-        cuDevicePrimaryCtxRetain: cuDevicePrimaryCtxRetain,
-        cuDevicePrimaryCtxRelease_v2: cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease: cuDevicePrimaryCtxRelease,
-        cuDevicePrimaryCtxReset_v2: cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset: cuDevicePrimaryCtxReset,
-        cuModuleLoad: cuModuleLoad, cuModuleLoadData: cuModuleLoadData, cuModuleLoadDataEx: cuModuleLoadDataEx,
-        cuModuleLoadFatBinary: cuModuleLoadFatBinary, cuModuleUnload: cuModuleUnload,
-        self::cuGetProcAddress: cuGetProcAddress, self::cuGetProcAddress_v2: cuGetProcAddress_v2,
-    );
-    let nvml: Vec<Entry> = table!(Lib::Nvml;
-        nvml::nvmlDeviceGetMemoryInfo: nvmlDeviceGetMemoryInfo,
-        nvml::nvmlDeviceGetMemoryInfo_v2: nvmlDeviceGetMemoryInfo_v2,
-    );
-    [cuda, nvml]
+fn entries() -> &'static [Entry] {
+    static T: OnceLock<Vec<Entry>> = OnceLock::new();
+    T.get_or_init(|| {
+        use crate::hooks::*;
+        hooked_symbols!(hook_table)
+    })
 }
 
 /// name -> (library, hook address)
@@ -87,7 +54,6 @@ fn by_name() -> &'static HashMap<&'static [u8], (Lib, usize)> {
     T.get_or_init(|| {
         entries()
             .iter()
-            .flat_map(|t| t.iter())
             .map(|(l, n, h)| (n.to_bytes(), (*l, *h)))
             .collect()
     })
@@ -97,8 +63,9 @@ fn by_name() -> &'static HashMap<&'static [u8], (Lib, usize)> {
 fn by_real_addr() -> &'static HashMap<usize, usize> {
     static T: OnceLock<HashMap<usize, usize>> = OnceLock::new();
     T.get_or_init(|| {
-        entries()[0]
+        entries()
             .iter()
+            .filter(|(l, ..)| *l == Lib::Cuda)
             .filter_map(|(l, n, h)| {
                 let r = real::lookup(*l, n);
                 (r != 0).then_some((r, *h))
@@ -110,14 +77,6 @@ fn by_real_addr() -> &'static HashMap<usize, usize> {
 /// Our hook for a driver pointer, or the pointer itself.
 pub fn map_proc(p: usize) -> usize {
     by_real_addr().get(&p).copied().unwrap_or(p)
-}
-
-#[repr(C)]
-pub struct Route {
-    /// Non-zero: return this to the caller.
-    hook: usize,
-    /// Otherwise: tail-call this dlsym with the caller's arguments.
-    real: usize,
 }
 
 extern "C" fn no_dlsym(_: *mut c_void, _: *const c_char) -> *mut c_void {
@@ -239,7 +198,7 @@ mod tests {
 
     #[test]
     fn every_hook_name_is_unique_and_named() {
-        let n: usize = entries().iter().map(|t| t.len()).sum();
+        let n = entries().len();
         assert_eq!(by_name().len(), n);
         assert!(by_name().contains_key(&b"cuMemAlloc_v2"[..]));
         assert!(by_name().contains_key(&b"cuMemAllocAsync_ptsz"[..]));
@@ -254,6 +213,9 @@ mod tests {
         assert_eq!(r.real, real::real_dlsym_addr());
         assert_ne!(r.real, 0);
         // A CUDA name we do not hook is not ours either, found or not.
-        assert_eq!(vgpu_dlsym_route(libc::RTLD_DEFAULT, c"cuNoSuchFunction".as_ptr()).hook, 0);
+        assert_eq!(
+            vgpu_dlsym_route(libc::RTLD_DEFAULT, c"cuNoSuchFunction".as_ptr()).hook,
+            0
+        );
     }
 }

@@ -1,19 +1,28 @@
-//! libvgpu.so: the CUDA driver API / NVML interposer that enforces a container's GPU memory quota and
-//! shows the quota as the GPU's size. See docs/libvgpu.md (behaviour) and docs/architecture.md (contract).
+//! libvgpu_core.so: the CUDA driver API / NVML interposer engine that enforces a container's GPU memory
+//! quota and shows the quota as the GPU's size. See docs/libvgpu.md (behaviour) and docs/architecture.md
+//! (the module table).
 //!
 //! Nothing runs at load time: the library only exports hook symbols and initialises on the first hooked
-//! call. Modules: `interpose` (dlsym / cuGetProcAddress), `hooks` (driver API), `nvml`, `quota` (per-GPU
-//! ledger and slot), `config` (limits file and environment), `track` (what each allocation charged),
-//! `virt` (the arithmetic of the virtual view), `real` (the real driver), `lifecycle` (fork, exit, panics).
+//! call. Layers, each importing only those below it:
+//! - `interpose` (dlsym routing, cuGetProcAddress) and `hooks` (one module per allocation family);
+//! - `driver` (the seam the policies call the driver through), `settings` and `lifecycle` (configuration
+//!   and process life), `devices` (which quota governs a device), `quota` (one GPU's ledger and slot),
+//!   `records` (what this process charged);
+//! - leaves: `config` (parsing), `virt` (arithmetic of the view), `real` (the real symbols), `error`,
+//!   `guard` (panics and exit), `log`, `ffi`.
 
 pub mod config;
+mod devices;
+mod driver;
+mod error;
 mod ffi;
+mod guard;
 pub mod hooks;
 pub mod interpose;
 mod lifecycle;
 mod log;
-pub mod nvml;
 mod quota;
 mod real;
-mod track;
+mod records;
+mod settings;
 pub mod virt;

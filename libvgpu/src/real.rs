@@ -1,8 +1,9 @@
-//! The real driver and NVML, reached without ever going through our own exported symbols.
+//! The real driver and NVML, reached without ever going through our own exported symbols: symbol
+//! lookup (`real!`) and plain forwarding (`forward!`). What is charged for a call lives in `hooks`.
 //!
-//! `dlsym` is exported by this library (see `interpose.rs`), so every lookup made here goes through the real
-//! one found with `dlvsym(RTLD_NEXT, "dlsym", <glibc version>)`. The fake driver and the real libcuda bind
-//! their own symbols locally, so a real pointer obtained here never leads back into us.
+//! `dlsym` is exported by the preload front, so every lookup made here goes through the real one found
+//! with `dlvsym(RTLD_NEXT, "dlsym", <glibc version>)`. The fake driver and the real libcuda bind their own
+//! symbols locally, so a real pointer obtained here never leads back into us.
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -119,3 +120,20 @@ macro_rules! real {
     }};
 }
 pub(crate) use real;
+
+/// Calls the real driver function `$name` with the given arguments:
+/// `forward!("cuMemFree_v2", fn(CUdeviceptr), p)`. CUDA_ERROR_NOT_FOUND when the driver lacks it.
+macro_rules! forward {
+    ($name:literal, fn($($t:ty),*) $(, $a:expr)*) => {
+        match $crate::real::real!(
+            $crate::real::Lib::Cuda,
+            $name,
+            unsafe extern "C" fn($($t),*) -> $crate::ffi::CUresult
+        ) {
+            // SAFETY: the arguments go unchanged to the driver's own function of the same C type.
+            Some(f) => unsafe { f($($a),*) },
+            None => $crate::ffi::CUDA_ERROR_NOT_FOUND,
+        }
+    };
+}
+pub(crate) use forward;

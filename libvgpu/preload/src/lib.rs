@@ -178,29 +178,9 @@ macro_rules! trampoline {
     };
 }
 
-// Every entry point the engine hooks, `dlsym` aside (tests/e2e/libvgpu.test.sh checks that this list and
-// the engine's exports agree).
-entry_points! {
-    Cuda:
-        cuInit cuGetProcAddress cuGetProcAddress_v2
-        cuMemGetInfo cuMemGetInfo_v2 cuDeviceTotalMem cuDeviceTotalMem_v2
-        cuMemAlloc cuMemAlloc_v2 cuMemAllocPitch cuMemAllocPitch_v2 cuMemAllocManaged cuMemFree cuMemFree_v2
-        cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
-        cuMipmappedArrayCreate cuMipmappedArrayDestroy
-        cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
-        cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
-        cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuEventSynchronize
-        cuMemCreate cuMemRelease
-        cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags cuGraphInstantiateWithParams
-        cuGraphInstantiateWithParams_ptsz cuGraphLaunch cuGraphLaunch_ptsz cuGraphUpload cuGraphUpload_ptsz
-        cuGraphExecDestroy cuGraphAddMemAllocNode cuGraphDestroy cuDeviceGraphMemTrim
-        cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2
-        cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
-        cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
-        cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload;
-    Nvml:
-        nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2;
-}
+// Every entry point the engine hooks, `dlsym` aside: the one list shared with the engine.
+include!("../../abi/symbols.rs");
+hooked_symbols!(entry_points);
 
 /// First call of entry point `ix`: its engine function, or the failing stand-in.
 extern "C" fn resolve(ix: usize) -> usize {
@@ -261,13 +241,7 @@ fn core_handle() -> usize {
     h
 }
 
-/// What the `dlsym` trampoline does: return `hook` if non-zero, else tail-call `real`. The engine's
-/// `vgpu_dlsym_route` returns the same pair.
-#[repr(C)]
-pub struct Route {
-    hook: usize,
-    real: usize,
-}
+include!("../../abi/route.rs");
 
 type RouteFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> Route;
 

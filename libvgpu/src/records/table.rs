@@ -1,4 +1,4 @@
-//! Process-local records of what was charged: sharded maps keyed by pointer or handle.
+//! A sharded map keyed by pointer or handle: the storage of every per-process record table.
 //! A shard's lock is held only for the map operation itself, never across a driver call.
 
 use std::collections::HashMap;

@@ -1,0 +1,205 @@
+//! An in-process fake of the driver seam for unit tests: a device whose memory, contexts, pools, arrays
+//! and graphs the test sets up, and a log of the calls the policies made. No real or fake libcuda.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::Driver;
+use crate::error::Error;
+use crate::ffi::CUdevice;
+use crate::quota::DeviceQuota;
+use crate::settings::Applies;
+
+/// Handles unique across tests (the per-thread context cache is keyed by handle).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x1000);
+
+pub fn handle() -> usize {
+    NEXT_HANDLE.fetch_add(0x100, Ordering::Relaxed)
+}
+
+pub struct FakeDriver {
+    /// The context current at creation, on device 0.
+    pub home: usize,
+    pub applies: Cell<Applies>,
+    pub quotas: RefCell<HashMap<CUdevice, Result<&'static DeviceQuota, Error>>>,
+    /// The calling thread's current context and the device of each context.
+    pub current: Cell<usize>,
+    pub ctx_devices: RefCell<HashMap<usize, CUdevice>>,
+    /// Primary context per device, and whether it is active.
+    pub primary: RefCell<HashMap<CUdevice, (usize, bool)>>,
+    /// The device's memory: total, and used by everyone (what NVML and cuMemGetInfo report).
+    pub total: Cell<u64>,
+    pub device_used: Cell<u64>,
+    /// cu*GetMemoryRequirements answers by array handle.
+    pub array_sizes: RefCell<HashMap<usize, u64>>,
+    /// Pool reservations, and each device's default pool.
+    pub pool_reserved: RefCell<HashMap<u64, u64>>,
+    pub device_pools: RefCell<HashMap<CUdevice, u64>>,
+    /// Streams under capture.
+    pub capturing: RefCell<Vec<usize>>,
+    /// Graph memory attributes per device: (reserved, used).
+    pub graph_mem: RefCell<HashMap<CUdevice, (u64, u64)>>,
+    /// Nodes of each graph, and the size of each memory-allocation node.
+    pub graphs: RefCell<HashMap<usize, Vec<usize>>>,
+    pub alloc_nodes: RefCell<HashMap<usize, u64>>,
+    /// Every side call the policies made, as text ("mem_free 0x10", "pool_trim 5 0", ...).
+    pub calls: RefCell<Vec<String>>,
+}
+
+impl FakeDriver {
+    /// A device 0 of `total` bytes with a current context.
+    pub fn new(total: u64) -> FakeDriver {
+        let ctx = handle();
+        FakeDriver {
+            home: ctx,
+            applies: Cell::new(Applies::Somewhere),
+            quotas: RefCell::new(HashMap::new()),
+            current: Cell::new(ctx),
+            ctx_devices: RefCell::new(HashMap::from([(ctx, 0)])),
+            primary: RefCell::new(HashMap::new()),
+            total: Cell::new(total),
+            device_used: Cell::new(0),
+            array_sizes: RefCell::new(HashMap::new()),
+            pool_reserved: RefCell::new(HashMap::new()),
+            device_pools: RefCell::new(HashMap::new()),
+            capturing: RefCell::new(Vec::new()),
+            graph_mem: RefCell::new(HashMap::new()),
+            graphs: RefCell::new(HashMap::new()),
+            alloc_nodes: RefCell::new(HashMap::new()),
+            calls: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The context made current at creation.
+    pub fn ctx(&self) -> usize {
+        self.home
+    }
+
+    pub fn set_current(&self, ctx: usize) {
+        self.current.set(ctx);
+    }
+
+    pub fn set_applies(&self, a: Applies) {
+        self.applies.set(a);
+    }
+
+    /// Device memory in use grows (or shrinks) by `delta`, as a driver allocation would do.
+    pub fn grow(&self, delta: i64) {
+        self.device_used
+            .set(self.device_used.get().saturating_add_signed(delta));
+    }
+
+    fn log(&self, s: String) {
+        self.calls.borrow_mut().push(s);
+    }
+
+    /// Did the policies make a side call starting with `prefix`?
+    pub fn called(&self, prefix: &str) -> bool {
+        self.calls.borrow().iter().any(|c| c.starts_with(prefix))
+    }
+}
+
+impl Driver for FakeDriver {
+    fn applies(&self) -> Applies {
+        self.applies.get()
+    }
+
+    fn quota(&self, dev: CUdevice) -> Result<Option<&'static DeviceQuota>, Error> {
+        match self.quotas.borrow().get(&dev) {
+            None => Ok(None),
+            Some(Ok(q)) => Ok(Some(*q)),
+            Some(Err(e)) => Err(e.clone()),
+        }
+    }
+
+    fn ctx_current(&self) -> usize {
+        self.current.get()
+    }
+
+    fn ctx_device(&self) -> Option<CUdevice> {
+        self.ctx_devices.borrow().get(&self.current.get()).copied()
+    }
+
+    fn ctx_destroy(&self, ctx: usize) {
+        self.log(format!("ctx_destroy {ctx:#x}"));
+        self.ctx_devices.borrow_mut().remove(&ctx);
+    }
+
+    fn primary_active(&self, dev: CUdevice) -> bool {
+        self.primary.borrow().get(&dev).is_some_and(|p| p.1)
+    }
+
+    fn primary_handle(&self, dev: CUdevice) -> Option<usize> {
+        self.primary.borrow().get(&dev).map(|p| p.0)
+    }
+
+    fn primary_release(&self, dev: CUdevice) {
+        self.log(format!("primary_release {dev}"));
+    }
+
+    fn mem_info(&self) -> Option<(u64, u64)> {
+        let t = self.total.get();
+        Some((t.saturating_sub(self.device_used.get()), t))
+    }
+
+    fn device_used(&self, _uuid: &str) -> Option<u64> {
+        Some(self.device_used.get())
+    }
+
+    fn mem_free(&self, ptr: u64) {
+        self.log(format!("mem_free {ptr:#x}"));
+    }
+
+    fn array_requirements(&self, handle: usize, _dev: CUdevice, _mipmapped: bool) -> Option<u64> {
+        self.array_sizes.borrow().get(&handle).copied()
+    }
+
+    fn array_destroy(&self, handle: usize, mipmapped: bool) {
+        self.log(format!("array_destroy {handle:#x} {mipmapped}"));
+    }
+
+    fn pool_reserved(&self, pool: u64) -> Option<u64> {
+        self.pool_reserved.borrow().get(&pool).copied()
+    }
+
+    fn pool_trim(&self, pool: u64, keep: u64) {
+        self.log(format!("pool_trim {pool:#x} {keep}"));
+        if let Some(r) = self.pool_reserved.borrow_mut().get_mut(&pool) {
+            *r = (*r).min(keep);
+        }
+    }
+
+    fn device_pool(&self, dev: CUdevice) -> Option<u64> {
+        self.device_pools.borrow().get(&dev).copied()
+    }
+
+    fn capturing(&self, stream: usize, _ptsz: bool) -> bool {
+        self.capturing.borrow().contains(&stream)
+    }
+
+    fn free_async_and_sync(&self, ptr: u64, stream: usize, ptsz: bool) {
+        self.log(format!("free_async_and_sync {ptr:#x} {stream:#x} {ptsz}"));
+    }
+
+    fn graph_mem_attr(&self, dev: CUdevice, attr: i32) -> Option<u64> {
+        let (reserved, used) = self.graph_mem.borrow().get(&dev).copied()?;
+        match attr {
+            crate::ffi::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT => Some(reserved),
+            crate::ffi::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT => Some(used),
+            _ => None,
+        }
+    }
+
+    fn graph_nodes(&self, graph: usize) -> Option<Vec<usize>> {
+        self.graphs.borrow().get(&graph).cloned()
+    }
+
+    fn alloc_node_bytes(&self, node: usize) -> Option<u64> {
+        self.alloc_nodes.borrow().get(&node).copied()
+    }
+
+    fn module_unload(&self, module: usize) {
+        self.log(format!("module_unload {module:#x}"));
+    }
+}

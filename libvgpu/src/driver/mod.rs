@@ -1,0 +1,74 @@
+//! The driver seam: everything the accounting policies ask outside themselves, as one trait. The library
+//! uses `RealDriver` (zero-sized, monomorphised: no cost over calling the driver directly); unit tests use
+//! the in-process `fake::FakeDriver`. The policies themselves live in `hooks`.
+
+#[cfg(test)]
+pub mod fake;
+mod real;
+
+pub use real::RealDriver;
+
+use crate::error::Error;
+use crate::ffi::CUdevice;
+use crate::quota::DeviceQuota;
+use crate::settings::Applies;
+
+/// What the policies ask the CUDA driver and NVML (beyond the call being hooked, which each hook passes
+/// in as a closure), and which quota the configuration gives a device. Handles are plain integers.
+pub trait Driver {
+    /// Whether any limit applies in this process.
+    fn applies(&self) -> Applies;
+    /// True when no limit applies anywhere (the fast path of every hook).
+    #[inline]
+    fn unlimited(&self) -> bool {
+        self.applies() == Applies::Nowhere
+    }
+    /// The quota of device `dev`: None without a limit, Err when a limit applies but cannot be enforced.
+    fn quota(&self, dev: CUdevice) -> Result<Option<&'static DeviceQuota>, Error>;
+
+    // ---- contexts
+    /// The calling thread's current context (0: none).
+    fn ctx_current(&self) -> usize;
+    /// The device of the calling thread's current context.
+    fn ctx_device(&self) -> Option<CUdevice>;
+    fn ctx_destroy(&self, ctx: usize);
+    /// Whether the primary context of `dev` is active.
+    fn primary_active(&self, dev: CUdevice) -> bool;
+    /// The handle of the primary context of `dev` (retained and released again to learn it).
+    fn primary_handle(&self, dev: CUdevice) -> Option<usize>;
+    fn primary_release(&self, dev: CUdevice);
+
+    // ---- memory
+    /// (free, total) of the current context's device.
+    fn mem_info(&self) -> Option<(u64, u64)>;
+    /// The whole device's used memory as NVML reports it (all processes).
+    fn device_used(&self, uuid: &str) -> Option<u64>;
+    fn mem_free(&self, ptr: u64);
+
+    // ---- arrays
+    /// What cu[Mipmapped]ArrayGetMemoryRequirements says an array takes on `dev`.
+    fn array_requirements(&self, handle: usize, dev: CUdevice, mipmapped: bool) -> Option<u64>;
+    fn array_destroy(&self, handle: usize, mipmapped: bool);
+
+    // ---- stream-ordered pools
+    /// RESERVED_MEM_CURRENT of a pool.
+    fn pool_reserved(&self, pool: u64) -> Option<u64>;
+    fn pool_trim(&self, pool: u64, keep: u64);
+    /// The current default pool of `dev`.
+    fn device_pool(&self, dev: CUdevice) -> Option<u64>;
+    /// Whether `stream` is being captured into a graph (`ptsz`: per-thread default stream entry points).
+    fn capturing(&self, stream: usize, ptsz: bool) -> bool;
+    /// Frees a stream-ordered allocation and waits for the stream (undoing an allocation).
+    fn free_async_and_sync(&self, ptr: u64, stream: usize, ptsz: bool);
+
+    // ---- graphs
+    /// A graph memory attribute of `dev` (CU_GRAPH_MEM_ATTR_*).
+    fn graph_mem_attr(&self, dev: CUdevice, attr: i32) -> Option<u64>;
+    /// The nodes of a graph.
+    fn graph_nodes(&self, graph: usize) -> Option<Vec<usize>>;
+    /// The size of a memory-allocation node; None for any other node.
+    fn alloc_node_bytes(&self, node: usize) -> Option<u64>;
+
+    // ---- modules
+    fn module_unload(&self, module: usize);
+}

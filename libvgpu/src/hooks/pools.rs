@@ -1,0 +1,291 @@
+//! Stream-ordered allocations and memory pools: `cuMemAllocAsync*`, `cuMemAllocFromPoolAsync*`,
+//! `cuMemFreeAsync*`, pool create/destroy/trim, and the synchronisations after which pools are reconciled.
+//! Graph memory (also stream-ordered when captured) lives in `graphs`.
+//!
+//! Scheme: per pool we keep `charged` = max(reservation, live allocations), never below what the driver
+//! really holds. An allocation first charges whatever its size adds above `charged` (before the driver
+//! call, so the quota is exact), then the pool's RESERVED_MEM_CURRENT is read and any growth beyond it is
+//! charged too. A stream-ordered free does not refund at once (the memory stays reserved); at the next
+//! synchronisation, trim, cuMemFree or cuMemGetInfo the reservation is read again and the shrink refunded.
+//! If the driver's chunked growth does not fit in the quota, the allocation is undone (free, synchronise
+//! that stream, trim the pool back) and out-of-memory returned: the charge never exceeds the quota.
+//! All ledger operations of one pool happen under that pool's table lock, so they never reorder.
+#![allow(clippy::missing_safety_doc)]
+
+use std::sync::atomic::Ordering;
+
+use vgpu_ledger::Kind;
+
+use super::{engine, hook, Engine, Target};
+use crate::driver::Driver;
+use crate::error::Error;
+use crate::ffi::*;
+use crate::real::forward;
+use crate::records::{PoolState, Rec};
+use crate::settings::Applies;
+
+impl<D: Driver> Engine<'_, D> {
+    /// Brings a pool's charge to max(reservation, live allocations).
+    pub(crate) fn reconcile_pool(&self, pool: u64) {
+        let Some(reserved) = self.drv.pool_reserved(pool) else {
+            return;
+        };
+        self.rec.pools.with(pool, |p| {
+            let Some(p) = p else { return };
+            if !p.device_memory {
+                return;
+            }
+            let Some(q) = self.quota_of(p.dev) else {
+                return;
+            };
+            let want = reserved.max(p.outstanding);
+            if want > p.charged {
+                q.charge_forced(Kind::AsyncPool, want - p.charged);
+            } else {
+                q.refund(Kind::AsyncPool, p.charged - want);
+            }
+            p.charged = want;
+        });
+    }
+
+    /// Reconciles every pool if a stream-ordered free happened since the last time.
+    pub(crate) fn reconcile_dirty_pools(&self) {
+        // A plain load first: cuMemGetInfo and synchronisations call this often, a write would bounce the line.
+        let dirty = &self.rec.pools_dirty;
+        if dirty.load(Ordering::Relaxed) && dirty.swap(false, Ordering::AcqRel) {
+            for pool in self.rec.pools.keys() {
+                self.reconcile_pool(pool);
+            }
+        }
+    }
+
+    /// An allocation of `bytes` from `pool` of `dev` on `stream`. `ptsz`: it came through a
+    /// per-thread-default-stream entry point (undo it the same way).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn pool_alloc(
+        &self,
+        dptr: *mut CUdeviceptr,
+        bytes: u64,
+        pool: u64,
+        dev: CUdevice,
+        stream: usize,
+        ptsz: bool,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        if dptr.is_null() {
+            return call();
+        }
+        let q = match self.target(Some(dev)) {
+            Target::Charge(q) => q,
+            Target::Forward => return call(),
+            Target::Fail(e) => return e.cuda(),
+        };
+        let pools = &self.rec.pools;
+        // Charge what this allocation adds above the pool's current charge, before the driver call.
+        let charged = pools.update(
+            pool,
+            || PoolState::new(dev, true),
+            |p| {
+                if !p.device_memory {
+                    return None;
+                }
+                let need = (p.outstanding + bytes).saturating_sub(p.charged);
+                if !q.charge(Kind::AsyncPool, need) {
+                    return Some(false);
+                }
+                p.charged += need;
+                p.outstanding += bytes;
+                Some(true)
+            },
+        );
+        match charged {
+            None => return call(),
+            Some(false) => return Error::OutOfMemory.cuda(),
+            Some(true) => {}
+        }
+        let r = call();
+        if r != CUDA_SUCCESS {
+            pools.with(pool, |p| {
+                if let Some(p) = p {
+                    p.outstanding = p.outstanding.saturating_sub(bytes);
+                }
+            });
+            self.reconcile_pool(pool);
+            return r;
+        }
+        // SAFETY: non-null, written by the driver.
+        let ptr = unsafe { *dptr };
+        // The driver may have grown the reservation by more than the allocation (it reserves in chunks).
+        // Charge the growth within the quota; if it does not fit, give the allocation back, trim the pool
+        // and report out of memory, so the quota is never exceeded.
+        let fits = match self.drv.pool_reserved(pool) {
+            Some(reserved) => pools.update(
+                pool,
+                || PoolState::new(dev, true),
+                |p| {
+                    let want = reserved.max(p.outstanding);
+                    if want <= p.charged {
+                        return true;
+                    }
+                    if !q.charge(Kind::AsyncPool, want - p.charged) {
+                        return false;
+                    }
+                    p.charged = want;
+                    true
+                },
+            ),
+            None => true,
+        };
+        if !fits {
+            self.drv.free_async_and_sync(ptr, stream, ptsz);
+            let keep = pools.update(
+                pool,
+                || PoolState::new(dev, true),
+                |p| {
+                    p.outstanding = p.outstanding.saturating_sub(bytes);
+                    p.outstanding
+                },
+            );
+            self.drv.pool_trim(pool, keep);
+            self.reconcile_pool(pool);
+            return Error::OutOfMemory.cuda();
+        }
+        let rec = Rec {
+            pool,
+            ..Rec::new(dev, Kind::AsyncPool, bytes, self.drv.ctx_current())
+        };
+        self.rec.allocs.insert(ptr, rec);
+        r
+    }
+
+    /// cuMemAllocAsync: from the current device's default pool.
+    pub(crate) fn alloc_async(
+        &self,
+        dptr: *mut CUdeviceptr,
+        bytes: u64,
+        stream: usize,
+        ptsz: bool,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        match self.drv.applies() {
+            Applies::Nowhere => return call(),
+            Applies::Broken => return Error::Refused.cuda(),
+            Applies::Somewhere => {}
+        }
+        if self.drv.capturing(stream, ptsz) {
+            return call();
+        }
+        let Some(dev) = self.current_device() else {
+            return call();
+        };
+        let Some(pool) = self.drv.device_pool(dev) else {
+            return call();
+        };
+        self.pool_alloc(dptr, bytes, pool, dev, stream, ptsz, call)
+    }
+
+    /// cuMemAllocFromPoolAsync: from an explicit pool (its device known from its creation).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn alloc_from_pool(
+        &self,
+        dptr: *mut CUdeviceptr,
+        bytes: u64,
+        pool: u64,
+        stream: usize,
+        ptsz: bool,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        match self.drv.applies() {
+            Applies::Nowhere => return call(),
+            Applies::Broken => return Error::Refused.cuda(),
+            Applies::Somewhere => {}
+        }
+        if self.drv.capturing(stream, ptsz) {
+            return call();
+        }
+        let known = self.rec.pools.with(pool, |p| p.map(|p| p.dev));
+        let Some(dev) = known.or_else(|| self.current_device()) else {
+            return call();
+        };
+        self.pool_alloc(dptr, bytes, pool, dev, stream, ptsz, call)
+    }
+
+    /// A pool was created: remember its device and whether it holds device memory.
+    pub(crate) fn pool_created(&self, pool: u64, location_type: i32, dev: CUdevice) {
+        let device_memory = location_type == CU_MEM_LOCATION_TYPE_DEVICE;
+        self.rec
+            .pools
+            .insert(pool, PoolState::new(dev, device_memory));
+    }
+
+    /// A pool was destroyed: its charge goes back.
+    pub(crate) fn pool_destroyed(&self, pool: u64) {
+        if let Some(p) = self.rec.pools.remove(pool) {
+            if let (true, Some(q)) = (p.device_memory, self.quota_of(p.dev)) {
+                q.refund(Kind::AsyncPool, p.charged);
+            }
+        }
+    }
+
+    /// After a synchronisation: pools may have released memory.
+    pub(crate) fn after_sync(&self, r: CUresult) -> CUresult {
+        if r == CUDA_SUCCESS {
+            self.reconcile_dirty_pools();
+        }
+        r
+    }
+}
+
+hook!(cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
+    engine().alloc_async(dptr, bytes as u64, s as usize, false, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+});
+hook!(cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
+    engine().alloc_async(dptr, bytes as u64, s as usize, true, || forward!("cuMemAllocAsync_ptsz", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+});
+hook!(cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
+    engine().alloc_from_pool(dptr, bytes as u64, pool as u64, s as usize, false, || forward!("cuMemAllocFromPoolAsync", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+});
+hook!(cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
+    engine().alloc_from_pool(dptr, bytes as u64, pool as u64, s as usize, true, || forward!("cuMemAllocFromPoolAsync_ptsz", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+});
+hook!(cuMemFreeAsync(p: CUdeviceptr, s: CUstream) {
+    let e = engine();
+    e.tracked_free(&e.rec.allocs, p, || forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), p, s))
+});
+hook!(cuMemFreeAsync_ptsz(p: CUdeviceptr, s: CUstream) {
+    let e = engine();
+    e.tracked_free(&e.rec.allocs, p, || forward!("cuMemFreeAsync_ptsz", fn(CUdeviceptr, CUstream), p, s))
+});
+
+hook!(cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemAllocationPropHead) {
+    let r = forward!("cuMemPoolCreate", fn(*mut CUmemoryPool, *const CUmemAllocationPropHead), pool, props);
+    let e = engine();
+    if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() && !e.drv.unlimited() {
+        // SAFETY: both non-null; the driver accepted the props and wrote the pool.
+        let (p, props) = unsafe { (*pool as u64, &*props) };
+        e.pool_created(p, props.location_type, props.location_id);
+    }
+    r
+});
+
+hook!(cuMemPoolDestroy(pool: CUmemoryPool) {
+    let r = forward!("cuMemPoolDestroy", fn(CUmemoryPool), pool);
+    if r == CUDA_SUCCESS {
+        engine().pool_destroyed(pool as u64);
+    }
+    r
+});
+
+hook!(cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
+    let r = forward!("cuMemPoolTrimTo", fn(CUmemoryPool, usize), pool, keep);
+    if r == CUDA_SUCCESS { engine().reconcile_pool(pool as u64); }
+    r
+});
+
+hook!(cuStreamSynchronize(s: CUstream) { engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s)) });
+hook!(cuStreamSynchronize_ptsz(s: CUstream) { engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s)) });
+hook!(cuCtxSynchronize() { engine().after_sync(forward!("cuCtxSynchronize", fn())) });
+hook!(cuEventSynchronize(ev: CUevent) { engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev)) });
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,51 @@
+//! Unit-test fixtures for the policies: a fake driver with one device under a quota kept in a real
+//! ledger file in a temporary folder, and the process's record tables of its own.
+
+use vgpu_ledger::Kind;
+
+use super::Engine;
+use crate::driver::fake::FakeDriver;
+use crate::quota::DeviceQuota;
+use crate::records::Records;
+
+pub struct World {
+    pub fake: FakeDriver,
+    pub rec: Records,
+    pub q: &'static DeviceQuota,
+    _dir: tempfile::TempDir,
+}
+
+impl World {
+    /// Device 0 with a quota of `limit` bytes on a 64 GiB device.
+    pub(crate) fn new(limit: u64) -> World {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let uuid = "GPU-00000000-0000-0000-0000-000000000001";
+        let q = DeviceQuota::open(0, uuid, limit, &dir.path().join("gpu0.ledger")).expect("ledger");
+        // Leaked like the library's own quotas, which live as long as the process.
+        let q: &'static DeviceQuota = Box::leak(Box::new(q));
+        let fake = FakeDriver::new(64 << 30);
+        fake.quotas.borrow_mut().insert(0, Ok(q));
+        World {
+            fake,
+            rec: Records::new(),
+            q,
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn engine(&self) -> Engine<'_, FakeDriver> {
+        Engine {
+            drv: &self.fake,
+            rec: &self.rec,
+        }
+    }
+
+    /// The container's usage of the device (all kinds).
+    pub(crate) fn used(&self) -> u64 {
+        self.q.used()
+    }
+
+    pub(crate) fn usage(&self, kind: Kind) -> u64 {
+        self.q.usage_of(kind)
+    }
+}

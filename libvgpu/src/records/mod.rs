@@ -1,0 +1,219 @@
+//! Per-process records of what was charged, and their fork handling: which allocation, array, handle,
+//! module, context, pool and graph holds how many bytes of which device. Policies live in `hooks`.
+
+mod table;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use vgpu_ledger::Kind;
+
+use crate::ffi::CUdevice;
+pub use table::Table;
+
+/// What one tracked allocation charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rec {
+    pub dev: CUdevice,
+    pub kind: Kind,
+    pub bytes: u64,
+    /// The context it lives in (0 when not bound to one): freed with it.
+    pub ctx: usize,
+    /// The stream-ordered pool it came from (0 otherwise).
+    pub pool: u64,
+}
+
+impl Rec {
+    pub fn new(dev: CUdevice, kind: Kind, bytes: u64, ctx: usize) -> Rec {
+        Rec {
+            dev,
+            kind,
+            bytes,
+            ctx,
+            pool: 0,
+        }
+    }
+}
+
+/// A stream-ordered memory pool as charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolState {
+    pub dev: CUdevice,
+    /// Bytes charged to the ledger for this pool: never below its reservation or its live allocations.
+    pub charged: u64,
+    /// Live allocations from this pool.
+    pub outstanding: u64,
+    /// A pool of host memory is nobody's device quota.
+    pub device_memory: bool,
+}
+
+impl PoolState {
+    pub fn new(dev: CUdevice, device_memory: bool) -> PoolState {
+        PoolState {
+            dev,
+            charged: 0,
+            outstanding: 0,
+            device_memory,
+        }
+    }
+}
+
+/// Every record table of the process. The library has one (`RECORDS`); unit tests make their own.
+pub struct Records {
+    /// Device pointers: plain, pitch, managed, async.
+    pub allocs: Table<Rec>,
+    /// CUarray and CUmipmappedArray.
+    pub arrays: Table<Rec>,
+    /// cuMemCreate handles.
+    pub vmm: Table<Rec>,
+    pub modules: Table<Rec>,
+    /// cuCtxCreate contexts and primary contexts (key: the context).
+    pub contexts: Table<Rec>,
+    /// Primary context retain count per device.
+    pub primary: Table<u32>,
+    pub pools: Table<PoolState>,
+    /// A stream-ordered free happened: pool reservations may shrink at the next synchronisation.
+    pub pools_dirty: AtomicBool,
+    /// Graph memory charged per device.
+    pub graph_dev: Table<u64>,
+    /// Graph exec -> (device, bytes its alloc nodes need).
+    pub graph_execs: Table<(CUdevice, u64)>,
+    /// Graph -> bytes of the alloc nodes added to it.
+    pub graph_needs: Table<u64>,
+}
+
+pub static RECORDS: Records = Records::new();
+
+impl Records {
+    pub const fn new() -> Records {
+        Records {
+            allocs: Table::new(),
+            arrays: Table::new(),
+            vmm: Table::new(),
+            modules: Table::new(),
+            contexts: Table::new(),
+            primary: Table::new(),
+            pools: Table::new(),
+            pools_dirty: AtomicBool::new(false),
+            graph_dev: Table::new(),
+            graph_execs: Table::new(),
+            graph_needs: Table::new(),
+        }
+    }
+
+    fn recs(&self) -> [&Table<Rec>; 5] {
+        [
+            &self.allocs,
+            &self.arrays,
+            &self.vmm,
+            &self.modules,
+            &self.contexts,
+        ]
+    }
+
+    /// A pool allocation of `bytes` went away (stream-ordered free, cuMemFree, or its context): the
+    /// pool's reservation may shrink, which the next reconciliation reads.
+    pub fn pool_released(&self, pool: u64, bytes: u64) {
+        self.pools.with(pool, |p| {
+            if let Some(p) = p {
+                p.outstanding = p.outstanding.saturating_sub(bytes);
+            }
+        });
+        self.pools_dirty.store(true, Ordering::Release);
+    }
+
+    /// fork prepare: hold every shard so the child never inherits one locked by another thread.
+    pub fn lock_all(&self) {
+        self.recs().iter().for_each(|t| t.lock_all());
+        self.primary.lock_all();
+        self.pools.lock_all();
+        self.graph_dev.lock_all();
+        self.graph_execs.lock_all();
+        self.graph_needs.lock_all();
+    }
+
+    /// fork parent and child: release what `lock_all` took.
+    pub fn unlock_all(&self) {
+        self.recs().iter().for_each(|t| t.unlock_all());
+        self.primary.unlock_all();
+        self.pools.unlock_all();
+        self.graph_dev.unlock_all();
+        self.graph_execs.unlock_all();
+        self.graph_needs.unlock_all();
+    }
+
+    /// fork child: records of the parent's memory are not the child's.
+    pub fn clear_after_fork(&self) {
+        context_gone(); // the parent's contexts mean nothing in the child
+        self.recs().iter().for_each(|t| t.clear());
+        self.primary.clear();
+        self.pools.clear();
+        self.graph_dev.clear();
+        self.graph_execs.clear();
+        self.graph_needs.clear();
+    }
+}
+
+/// Bumped whenever a context goes away: a handle may then be reused for another device.
+static CTX_GENERATION: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// (context, its device, generation): the device of this thread's current context, remembered so an
+    /// allocation costs one driver query (cuCtxGetCurrent), not two.
+    static CTX_DEVICE: Cell<(usize, CUdevice, u32)> = const { Cell::new((0, 0, u32::MAX)) };
+}
+
+/// A context went away: forget every thread's remembered context -> device pairs.
+pub fn context_gone() {
+    CTX_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The remembered device of context `ctx` in this thread, if still valid.
+#[inline]
+pub fn cached_device(ctx: usize) -> Option<CUdevice> {
+    let generation = CTX_GENERATION.load(Ordering::Acquire);
+    let (c, d, g) = CTX_DEVICE.with(|v| v.get());
+    (c == ctx && g == generation).then_some(d)
+}
+
+/// Remembers that context `ctx` belongs to `dev` (valid until the next `context_gone`). The generation
+/// is read before the driver was asked, so a context destroyed meanwhile is never remembered as valid.
+#[inline]
+pub fn remember_device(ctx: usize, dev: CUdevice, generation: u32) {
+    CTX_DEVICE.with(|v| v.set((ctx, dev, generation)));
+}
+
+/// The current context generation, read before asking the driver for a context's device.
+#[inline]
+pub fn generation() -> u32 {
+    CTX_GENERATION.load(Ordering::Acquire)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fork_child_forgets_everything_and_tables_unlock() {
+        let r = Records::new();
+        r.allocs.insert(1, Rec::new(0, Kind::Data, 10, 5));
+        r.pools.insert(2, PoolState::new(0, true));
+        r.graph_needs.insert(3, 7);
+        r.lock_all();
+        r.unlock_all();
+        r.clear_after_fork();
+        assert!(r.allocs.keys().is_empty());
+        assert!(r.pools.keys().is_empty());
+        assert!(r.graph_needs.keys().is_empty());
+    }
+
+    #[test]
+    fn a_gone_context_invalidates_the_cached_device() {
+        let g = generation();
+        remember_device(0x1000, 3, g);
+        assert_eq!(cached_device(0x1000), Some(3));
+        assert_eq!(cached_device(0x2000), None);
+        context_gone();
+        assert_eq!(cached_device(0x1000), None);
+    }
+}
