@@ -1,6 +1,14 @@
-use super::*;
+//! Tests of the ledger as a whole, through its handles: files, slots, charging, reclaim, views, threads,
+//! and a model-checked property test. Tests of `Kind` and of the byte format sit beside their code.
+
+use super::format::FILE_SIZE;
+use super::slot::own_pid_namespace;
+use super::{Kind, Ledger, LedgerError, Refused, Slot, KINDS, MAX_TOTAL, SLOT_COUNT};
 use proptest::prelude::*;
+use std::io;
 use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::SeqCst;
 
 const GI: u64 = 1 << 30;
 const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
@@ -336,30 +344,6 @@ fn readonly_view_never_writes() {
     assert!(ro.snapshot().slots[0].alive);
     drop(s);
     assert!(ro.snapshot().slots.is_empty());
-}
-
-#[test]
-fn kinds() {
-    assert_eq!(Kind::ALL.len(), KINDS);
-    for (i, k) in Kind::ALL.iter().enumerate() {
-        assert_eq!(k.index(), i);
-        assert_eq!(Kind::from_index(i), Some(*k));
-    }
-    assert_eq!(Kind::from_index(8), None);
-    let names: Vec<_> = Kind::ALL.iter().map(|k| k.name()).collect();
-    assert_eq!(
-        names,
-        [
-            "context",
-            "module",
-            "data",
-            "array",
-            "async_pool",
-            "vmm",
-            "managed",
-            "graph"
-        ]
-    );
 }
 
 #[test]

@@ -1,0 +1,81 @@
+//! `Shared`: the mapping and the file behind it, shared by a `Ledger` and its `Slot`s, and typed access to
+//! the mapped bytes. No protocol here: committing lives in `commit`, claiming and emptying slots in `slot`.
+
+use super::error::{io_err, LedgerError};
+use super::format::{
+    total_of_low_half, CommitArea, Pair, SlotRecord, COMMIT_OFFSET, KINDS, SLOTS_OFFSET, SLOT_COUNT, SLOT_SIZE,
+};
+use memmap2::MmapRaw;
+use portable_atomic::{AtomicU128, AtomicU64};
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::SeqCst;
+
+/// The mapping and the file behind it, shared by a `Ledger` and the `Slot`s it handed out.
+pub(super) struct Shared {
+    pub(super) map: MmapRaw,
+    /// This handle's own open file description: reclaim takes slot locks through it, snapshot asks GETLK.
+    pub(super) file: File,
+    pub(super) path: PathBuf,
+    pub(super) writable: bool,
+    pub(super) uuid: String,
+    pub(super) provisioned_limit: u64,
+}
+
+impl Shared {
+    fn at<T>(&self, offset: usize) -> &T {
+        debug_assert!(offset + std::mem::size_of::<T>() <= self.map.len());
+        // SAFETY: the mapping is FILE_SIZE bytes (checked before mapping) and lives as long as `self`; every
+        // offset used is inside it and aligned for T (compile-time checks in format.rs; mmap is page
+        // aligned). T is only ever a struct of atomics, which other processes may change at any time.
+        unsafe { &*(self.map.as_ptr().add(offset) as *const T) }
+    }
+
+    fn commit_area(&self) -> &CommitArea {
+        self.at(COMMIT_OFFSET)
+    }
+
+    /// The commit word as one 128-bit atomic: read-write mappings only (a 128-bit load may be a CAS).
+    pub(super) fn word(&self) -> &AtomicU128 {
+        debug_assert!(self.writable);
+        &self.commit_area().word
+    }
+
+    /// The low 64 bits of the commit word (total, slot, kind, seq), loadable from a read-only mapping.
+    pub(super) fn word_low(&self) -> &AtomicU64 {
+        self.at(COMMIT_OFFSET)
+    }
+
+    pub(super) fn word_high(&self) -> &AtomicU64 {
+        self.at(COMMIT_OFFSET + 8)
+    }
+
+    pub(super) fn slot(&self, index: usize) -> &SlotRecord {
+        assert!(index < SLOT_COUNT);
+        self.at(SLOTS_OFFSET + index * SLOT_SIZE)
+    }
+
+    pub(super) fn pair(&self, slot: usize, kind: usize) -> &Pair {
+        &self.slot(slot).counters[kind]
+    }
+
+    pub(super) fn used(&self) -> u64 {
+        total_of_low_half(self.word_low().load(SeqCst))
+    }
+
+    /// A new open file description of the same file (even if the path has been replaced meanwhile): locks
+    /// taken through it belong to it alone, not to descriptors this process shares with a forked child.
+    pub(super) fn new_description(&self) -> Result<OwnedFd, LedgerError> {
+        let rw = |p: &Path| OpenOptions::new().read(true).write(true).open(p);
+        let fd = rw(Path::new(&format!("/proc/self/fd/{}", self.file.as_raw_fd())))
+            .or_else(|_| rw(&self.path))
+            .map_err(io_err(&self.path))?;
+        Ok(fd.into())
+    }
+
+    pub(super) fn slot_usage(&self, index: usize) -> [u64; KINDS] {
+        let rec = self.slot(index);
+        std::array::from_fn(|k| rec.counters[k].usage.load(SeqCst))
+    }
+}

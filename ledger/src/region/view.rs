@@ -1,0 +1,96 @@
+//! Read-only queries: `used()` and the monitor's `Snapshot` of usage per slot and kind with each slot's
+//! liveness. Reads only (no write, no lock taken); whatever charges, refunds or reclaims lives elsewhere.
+
+use super::format::{total_of_low_half, Commit, KINDS, SEQ_MASK, SLOT_COUNT};
+use super::ledger::Ledger;
+use super::lock;
+use serde::Serialize;
+use std::sync::atomic::Ordering::SeqCst;
+
+/// A point-in-time view for the monitor. Exact when nobody is charging; under load each number is a value
+/// it really had, taken a few instructions apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    pub uuid: String,
+    /// The limit recorded at provisioning (informational).
+    pub limit: u64,
+    pub used: u64,
+    /// Slots with a live owner or leftover usage, by index.
+    pub slots: Vec<SlotSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SlotSnapshot {
+    pub index: u16,
+    /// PID in the owner's own PID namespace (0: none recorded).
+    pub pid: u32,
+    /// Inode of the owner's PID namespace.
+    pub pid_ns: u64,
+    /// Someone holds the slot's lock (its owner lives).
+    pub alive: bool,
+    /// Bytes per kind, indexed by `Kind::index()`.
+    pub usage: [u64; KINDS],
+}
+
+impl SlotSnapshot {
+    pub fn total(&self) -> u64 {
+        self.usage.iter().fold(0u64, |a, &b| a.saturating_add(b))
+    }
+}
+
+impl Ledger {
+    /// Bytes charged in the whole ledger now (one atomic load).
+    pub fn used(&self) -> u64 {
+        self.shared.used()
+    }
+
+    /// Usage per slot and kind, the total and the liveness of each slot in use. Reads only.
+    pub fn snapshot(&self) -> Snapshot {
+        let shared = &self.shared;
+        // The commit word through two 64-bit loads (a 128-bit load could write); retry until consistent.
+        let mut pending = None;
+        let mut used = 0;
+        for _ in 0..64 {
+            let lo = shared.word_low().load(SeqCst);
+            let hi = shared.word_high().load(SeqCst);
+            if shared.word_low().load(SeqCst) == lo {
+                let c = Commit::decode(lo as u128 | (hi as u128) << 64);
+                used = c.total;
+                pending = Some(c);
+                break;
+            }
+            used = total_of_low_half(lo);
+        }
+        let mut slots = Vec::new();
+        for index in 0..SLOT_COUNT {
+            let rec = shared.slot(index);
+            let pid = rec.pid.load(SeqCst);
+            let mut usage = shared.slot_usage(index);
+            // Count the operation in the word if it is not applied yet, so that Σ usage == used.
+            if let Some(c) = pending.filter(|c| c.slot as usize == index) {
+                let applied = rec.counters[c.kind as usize].applied.load(SeqCst);
+                if applied & SEQ_MASK != c.seq as u64 {
+                    let u = &mut usage[c.kind as usize];
+                    *u = u.saturating_add_signed(c.delta());
+                }
+            }
+            if pid == 0 && usage.iter().all(|&u| u == 0) {
+                continue;
+            }
+            let alive = lock::slot_is_locked(&shared.file, index).unwrap_or(false);
+            slots.push(SlotSnapshot {
+                index: index as u16,
+                pid,
+                pid_ns: rec.pid_ns.load(SeqCst),
+                alive,
+                usage,
+            });
+        }
+        Snapshot {
+            uuid: shared.uuid.clone(),
+            limit: shared.provisioned_limit,
+            used,
+            slots,
+        }
+    }
+}
