@@ -1,4 +1,5 @@
 //! The slice of the CUDA driver API and NVML ABI the interposer touches (values from cuda.h / nvml.h).
+//! Types and constants only: no calls (`real`, `driver`) and no policy (`hooks`).
 #![allow(non_camel_case_types, dead_code)]
 
 use std::os::raw::{c_char, c_int, c_uint, c_void};

@@ -1,4 +1,5 @@
-//! How programs reach the hooks: `dlsym`, and `cuGetProcAddress[_v2]`.
+//! How programs reach the hooks: `dlsym` routing and `cuGetProcAddress[_v2]`, with the name -> hook table
+//! built from the one symbol list (`libvgpu/abi/symbols.rs`). The hooks themselves live in `hooks`.
 //!
 //! `dlsym` itself is exported by the preload front (`libvgpu/preload`), a tail-calling trampoline that
 //! keeps RTLD_NEXT meaning "after the caller". For every CUDA or NVML name it asks `vgpu_dlsym_route`

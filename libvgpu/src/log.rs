@@ -1,4 +1,5 @@
 //! Levelled logging to stderr only (never stdout: the library lives inside other people's programs).
+//! What is worth a line is decided by the callers; the panic guard writes its own line (`guard`).
 //!
 //! `LIBCUDA_LOG_LEVEL`: 0 errors, 1 (default) + warnings and quota refusals, 2 info, 3 debug, 4 trace.
 

@@ -1,4 +1,5 @@
-//! What a process under a quota is told about memory: the quota is the GPU's size.
+//! What a process under a quota is told about memory: the quota is the GPU's size. Pure arithmetic and
+//! size estimates; which quota applies and when to ask is `hooks`'.
 //! All arithmetic saturates: usage above the limit (a forced charge, a racing refund) never underflows.
 
 /// (free, total) for cuMemGetInfo: total = min(limit, physical total), free = min(limit − used, physical free).
