@@ -2,13 +2,12 @@
 //! the hooks that record the owner and clean up.
 
 use crate::config::Config;
-use crate::paths;
 use crate::plan::Plan;
 use crate::spec::Spec;
 use crate::{HOOK_PATH_ENV, MARKER_ANNOTATION};
 use anyhow::Result;
 use std::path::Path;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::layout::{self, StateRoot};
 
 /// Env the interposer reads: the limits file, and HAMi-compatible per-GPU limits (for images that carry
 /// another HAMi-style library, and for people reading `env` in the container).
@@ -16,7 +15,7 @@ pub fn add_env(spec: &mut Spec, plan: &Plan) -> Result<()> {
     for g in &plan.gpus {
         spec.set_env(&format!("CUDA_DEVICE_MEMORY_LIMIT_{}", g.index), &g.memory_limit.to_string())?;
     }
-    spec.set_env("VGPU_LIMITS_FILE", paths::LIMITS_IN_CONTAINER)
+    spec.set_env("VGPU_LIMITS_FILE", layout::CONTAINER_LIMITS_PATH)
 }
 
 /// The explicit env of every hook we install: nothing from the container.
@@ -30,14 +29,14 @@ pub fn hook_env() -> Vec<String> {
 pub fn shim_edit(spec: &mut Spec, plan: &Plan, root: &StateRoot, id: &str, cfg: &Config) -> Result<()> {
     add_env(spec, plan)?;
     let ro = ["rbind", "ro", "nosuid", "nodev", "noexec"];
-    spec.add_mount(paths::LIMITS_IN_CONTAINER, &root.limits_path(id)?, &ro)?;
-    spec.add_mount(paths::LEDGERS_IN_CONTAINER, &root.ledgers_dir(id)?, &["rbind", "rw", "nosuid", "nodev", "noexec"])?;
+    spec.add_mount(layout::CONTAINER_LIMITS_PATH, &root.limits_path(id)?, &ro)?;
+    spec.add_mount(layout::CONTAINER_LEDGERS_DIR, &root.ledgers_dir(id)?, &["rbind", "rw", "nosuid", "nodev", "noexec"])?;
     // The library is mmap'ed executable: no noexec here.
-    spec.add_mount(paths::LIBRARY_IN_CONTAINER, &cfg.library, &["rbind", "ro", "nosuid", "nodev"])?;
+    spec.add_mount(layout::CONTAINER_LIBRARY_PATH, &cfg.library, &["rbind", "ro", "nosuid", "nodev"])?;
     if let Some(core) = core_library(cfg) {
-        spec.add_mount(paths::CORE_IN_CONTAINER, &core, &["rbind", "ro", "nosuid", "nodev"])?;
+        spec.add_mount(layout::CONTAINER_CORE_PATH, &core, &["rbind", "ro", "nosuid", "nodev"])?;
     }
-    spec.add_mount(paths::PRELOAD_IN_CONTAINER, &root.preload_path(id)?, &ro)?;
+    spec.add_mount(layout::CONTAINER_PRELOAD_PATH, &root.preload_path(id)?, &ro)?;
     let env = hook_env();
     let stage = cfg.hook_stage.as_str();
     spec.add_hook(stage, &cfg.hook_path, &["vgpu-hook", stage], &env)?;
@@ -49,11 +48,11 @@ pub fn shim_edit(spec: &mut Spec, plan: &Plan, root: &StateRoot, id: &str, cfg: 
 /// are replaced by the next edit anyway.
 pub fn strip_shim_edit(spec: &mut Spec) {
     const OURS: [&str; 5] = [
-        paths::LIMITS_IN_CONTAINER,
-        paths::LEDGERS_IN_CONTAINER,
-        paths::LIBRARY_IN_CONTAINER,
-        paths::CORE_IN_CONTAINER,
-        paths::PRELOAD_IN_CONTAINER,
+        layout::CONTAINER_LIMITS_PATH,
+        layout::CONTAINER_LEDGERS_DIR,
+        layout::CONTAINER_LIBRARY_PATH,
+        layout::CONTAINER_CORE_PATH,
+        layout::CONTAINER_PRELOAD_PATH,
     ];
     if let Some(m) = spec.0.get_mut("mounts").and_then(|m| m.as_array_mut()) {
         m.retain(|m| !m.get("destination").and_then(|d| d.as_str()).is_some_and(|d| OURS.contains(&d)));
@@ -73,7 +72,7 @@ pub fn shim_ran(annotations: &[(String, String)]) -> bool {
 /// The interposer's engine (`libvgpu_core.so`) beside the configured library, when the build has one: the
 /// library loads it from its own folder, so it is mounted beside it.
 pub fn core_library(cfg: &Config) -> Option<std::path::PathBuf> {
-    let p = cfg.library.parent()?.join(paths::CORE_FILE_NAME);
+    let p = cfg.library.parent()?.join(layout::CORE_FILE_NAME);
     p.is_file().then_some(p)
 }
 

@@ -12,7 +12,6 @@ use crate::config::Config;
 use crate::edit;
 use crate::gc;
 use crate::mountns::{self, Bind};
-use crate::paths;
 use crate::plan::{self, SpecFacts};
 use crate::provision::{self, Owner};
 use crate::rootfs::Rootfs;
@@ -23,7 +22,7 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::layout::{self, StateRoot};
 
 /// The OCI state a runtime hands its hooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,16 +107,16 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     root.container_dir(&st.id)?;
     edit::check_library(cfg)?;
     let rootfs = spec.rootfs(&st.bundle)?;
-    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(paths::PRELOAD_IN_CONTAINER))?;
+    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(layout::CONTAINER_PRELOAD_PATH))?;
     let dir = provision::provision(root, &st.id, &plan, owner, image_preload.as_deref())?;
     let mut binds = vec![
-        Bind { source: root.limits_path(&st.id)?, target: paths::LIMITS_IN_CONTAINER.into(), read_only: true, noexec: true },
-        Bind { source: root.ledgers_dir(&st.id)?, target: paths::LEDGERS_IN_CONTAINER.into(), read_only: false, noexec: true },
-        Bind { source: cfg.library.clone(), target: paths::LIBRARY_IN_CONTAINER.into(), read_only: true, noexec: false },
-        Bind { source: root.preload_path(&st.id)?, target: paths::PRELOAD_IN_CONTAINER.into(), read_only: true, noexec: true },
+        Bind { source: root.limits_path(&st.id)?, target: layout::CONTAINER_LIMITS_PATH.into(), read_only: true, noexec: true },
+        Bind { source: root.ledgers_dir(&st.id)?, target: layout::CONTAINER_LEDGERS_DIR.into(), read_only: false, noexec: true },
+        Bind { source: cfg.library.clone(), target: layout::CONTAINER_LIBRARY_PATH.into(), read_only: true, noexec: false },
+        Bind { source: root.preload_path(&st.id)?, target: layout::CONTAINER_PRELOAD_PATH.into(), read_only: true, noexec: true },
     ];
     if let Some(core) = edit::core_library(cfg) {
-        binds.push(Bind { source: core, target: paths::CORE_IN_CONTAINER.into(), read_only: true, noexec: false });
+        binds.push(Bind { source: core, target: layout::CONTAINER_CORE_PATH.into(), read_only: true, noexec: false });
     }
     if let Err(e) = mountns::bind_into(pid, &rootfs, &binds) {
         let _ = provision::remove_dir(&dir);

@@ -21,22 +21,6 @@ pub mod rootfs;
 pub mod shim;
 pub mod spec;
 
-/// Where the state appears inside the container (fixed by docs/architecture.md).
-pub mod paths {
-    /// The limits file, mounted read-only.
-    pub const LIMITS_IN_CONTAINER: &str = "/run/vgpu/limits.json";
-    /// The container's ledger folder, mounted read-write.
-    pub const LEDGERS_IN_CONTAINER: &str = "/run/vgpu/ledgers";
-    /// The interposer, mounted read-only.
-    pub const LIBRARY_IN_CONTAINER: &str = "/usr/local/vgpu/libvgpu.so";
-    /// The interposer's engine, loaded by the library from its own folder on the first CUDA call.
-    pub const CORE_IN_CONTAINER: &str = "/usr/local/vgpu/libvgpu_core.so";
-    /// File name of the engine beside the library on the host.
-    pub const CORE_FILE_NAME: &str = "libvgpu_core.so";
-    /// The generated preload list, mounted read-only.
-    pub const PRELOAD_IN_CONTAINER: &str = "/etc/ld.so.preload";
-}
-
 /// Annotation the shim (and the precreate stage) adds so the later hook knows the spec was already edited
 /// and the state is mounted by the runtime, not by the hook.
 pub const MARKER_ANNOTATION: &str = "vgpu.io/provisioned-by";

@@ -5,7 +5,6 @@
 //! nothing behind, and a reader never sees a half-made container folder.
 
 use crate::plan::Plan;
-use crate::paths;
 use anyhow::{anyhow, Context, Result};
 use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
@@ -35,7 +34,7 @@ impl Owner {
 /// The preload list for the container: the interposer first (so its symbols win), then the image's own
 /// entries (glibc separates them by whitespace or ':'), without duplicates.
 pub fn preload_contents(image_preload: Option<&str>) -> String {
-    let mut out = vec![paths::LIBRARY_IN_CONTAINER.to_string()];
+    let mut out = vec![layout::CONTAINER_LIBRARY_PATH.to_string()];
     for e in image_preload.unwrap_or("").split(|c: char| c.is_whitespace() || c == ':') {
         if !e.is_empty() && !out.iter().any(|o| o == e) {
             out.push(e.to_string());

@@ -10,14 +10,14 @@ use crate::plan::{self, SpecFacts};
 use crate::provision::{self, Owner};
 use crate::rootfs::Rootfs;
 use crate::spec::Spec;
-use crate::{nvml, paths};
+use crate::nvml;
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::layout::{self, StateRoot};
 
 /// What the shim needs from runc-style command-line arguments.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -254,7 +254,7 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
     resolve_lower(&cfg.lower_runtime)?;
     edit::check_library(cfg)?;
     let rootfs = spec.rootfs(&bundle)?;
-    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(paths::PRELOAD_IN_CONTAINER))?;
+    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(layout::CONTAINER_PRELOAD_PATH))?;
     // A bundle the shim already edited (a retried create, a bundle run again, maybe under another id):
     // take out the earlier edit first, so there is exactly one set of mounts and hooks, for this id.
     if edit::shim_ran(&annotations) {
