@@ -5,12 +5,14 @@
 //! * [`limits`]: limits.json, the per-container limits written by the hook.
 //! * [`layout`]: where the state lives on the host and inside the container.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
+//! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //!
 //! The formats are described in docs/architecture.md.
 
 // `x.is_multiple_of(y)` needs Rust 1.87; the workspace supports 1.80.
 #![allow(clippy::manual_is_multiple_of)]
 
+pub mod atomic;
 pub mod layout;
 pub mod limits;
 pub mod quantity;

@@ -4,10 +4,13 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::layout;
+
+/// How the limits file is written: mode 0644 whatever was there, synced (docs/architecture.md).
+const WRITE_OPTIONS: crate::atomic::WriteOptions = crate::atomic::WriteOptions::with_mode(0o644).durable();
 
 /// The only format version this build reads and writes.
 pub const LIMITS_VERSION: u32 = 1;
@@ -156,7 +159,7 @@ impl Limits {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display())))?;
         let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         text.push(b'\n');
-        write_file_atomic(path, &text, 0o644)
+        crate::atomic::write_atomic(path, &text, WRITE_OPTIONS)
     }
 
     /// Absolute path of a device's ledger: the `ledger` entry resolved against the limits file's folder.
@@ -171,28 +174,6 @@ impl Limits {
     pub fn device_by_index(&self, i: u32) -> Option<&DeviceLimit> {
         self.devices.iter().find(|d| d.index == i)
     }
-}
-
-/// Write `bytes` to `path` through a temporary file in the same folder and a rename, so readers see the old
-/// file or the whole new one, never a part.
-pub(crate) fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.", name.to_string_lossy()))
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
 
@@ -123,14 +124,9 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
         .write_atomic(&dir.join(layout::LIMITS_FILE_NAME))
         .map_err(|e| anyhow!("cannot write limits file in {}: {e}", dir.display()))?;
     fs::set_permissions(dir.join(layout::LIMITS_FILE_NAME), fs::Permissions::from_mode(0o644))?;
-    write_file(&dir.join(layout::PRELOAD_FILE_NAME), &preload_contents(image_preload))?;
-    Ok(())
-}
-
-fn write_file(p: &Path, text: &str) -> Result<()> {
-    let mut f = fs::OpenOptions::new().write(true).create_new(true).open(p)?;
-    f.write_all(text.as_bytes())?;
-    f.set_permissions(fs::Permissions::from_mode(0o644))?;
+    // Not synced: the folder is renamed into place as a whole, and lives on a tmpfs by default.
+    let preload = preload_contents(image_preload);
+    write_atomic(&dir.join(layout::PRELOAD_FILE_NAME), preload.as_bytes(), WriteOptions::with_mode(0o644))?;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::layout::{self, StateRoot};
 
 /// What the shim needs from runc-style command-line arguments.
@@ -228,6 +229,11 @@ fn run_child(mut cmd: std::process::Command) -> Result<i32> {
     }
 }
 
+/// How the edited `config.json` replaces the engine's: same mode, not synced (a bundle does not outlive a
+/// machine crash, and the rename alone keeps readers from ever seeing half a file; an fsync here cost
+/// milliseconds per container start).
+const SPEC_WRITE: WriteOptions = WriteOptions::with_mode(0o644).keep_mode();
+
 /// The `create` work: plan, provision, edit. Leaves nothing behind on failure. Returns the state root and
 /// container id when state was provisioned.
 fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, String)>> {
@@ -262,27 +268,11 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
     }
     edit::shim_edit(&mut spec, &plan, &root, id, cfg)?;
     provision::provision(&root, id, &plan, Owner::default(), image_preload.as_deref())?;
-    if let Err(e) = write_atomic(&spec_path, spec.to_text().as_bytes()) {
+    if let Err(e) = write_atomic(&spec_path, spec.to_text().as_bytes(), SPEC_WRITE) {
         let _ = provision::remove(&root, id);
-        return Err(e);
+        return Err(e.into());
     }
     Ok(Some((root, id.to_string())))
-}
-
-/// Replaces `path` atomically (temporary file in the same folder, same mode, then rename).
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mode = std::fs::metadata(path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".vgpu-")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    // No fsync: a bundle does not outlive a machine crash, and the rename alone keeps readers from ever
-    // seeing half a file (an fsync here cost milliseconds per container start).
-    tmp.write_all(data)?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
-    tmp.persist(path).map_err(|e| anyhow!("cannot replace {}: {}", path.display(), e.error))?;
-    Ok(())
 }
 
 /// argv[0] as the engine called us, for messages.
