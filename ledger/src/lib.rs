@@ -4,6 +4,7 @@
 //!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.
 //! * [`limits`]: limits.json, the per-container limits written by the hook.
 //! * [`layout`]: where the state lives on the host and inside the container.
+//! * [`walk`]: the walk over the state root's container folders.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //!
@@ -17,6 +18,7 @@ pub mod layout;
 pub mod limits;
 pub mod quantity;
 pub mod region;
+pub mod walk;
 
 pub use limits::{DeviceLimit, Limits, LimitsError, LIMITS_VERSION};
 pub use quantity::{format_bytes, parse_quantity, QuantityError};

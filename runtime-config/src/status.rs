@@ -1,12 +1,13 @@
 //! `vgpuctl status`: quota, usage by kind and processes per container and GPU, read from the state root.
 //! Read-only: limits files are read, ledgers are mapped read-only and liveness is asked with F_GETLK, so
-//! looking never changes what it looks at (no slot is claimed, reclaimed or locked).
-use anyhow::{Context, Result};
+//! looking never changes what it looks at (no slot is claimed, reclaimed or locked). The walk over the state
+//! root is `vgpu_ledger::walk`; the garbage collector (`vgpuctl gc`) is `vgpu_oci::gc`.
+use anyhow::Result;
 use serde::Serialize;
-use std::fs;
 use std::io::Write;
 use std::path::Path;
-use vgpu_ledger::layout::{StateRoot, LIMITS_FILE_NAME};
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::walk::StateEntry;
 use vgpu_ledger::{format_bytes, Kind, Ledger, Limits};
 
 #[derive(Debug, Serialize)]
@@ -85,33 +86,31 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
     g
 }
 
-/// Reads every container under `root`.
+/// Reads every container under `root`. Entries of the state root that are not a container's state are
+/// listed with an error; provisions and removals in progress are not listed.
 pub fn collect(root: &StateRoot) -> Result<Status> {
     let mut status = Status { state_root: root.root().display().to_string(), containers: vec![] };
-    let dir = root.containers_dir();
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(status),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        // Dot-folders are provisions or removals in progress.
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    names.sort();
-    for id in names {
-        let limits_path = dir.join(&id).join(LIMITS_FILE_NAME);
-        let mut c = Container { id, init_pid: None, error: None, gpus: vec![] };
-        match Limits::load(&limits_path) {
-            Ok(limits) => {
-                c.init_pid = limits.init_pid;
-                c.gpus = limits.devices.iter().map(|d| gpu(&limits_path, &limits, d)).collect();
+    for entry in root.entries()? {
+        let c = match entry {
+            StateEntry::Leftover(_) => continue,
+            StateEntry::Foreign { entry, why } => Container {
+                id: entry.name,
+                init_pid: None,
+                error: Some(format!("not a container's state: {why}")),
+                gpus: vec![],
+            },
+            StateEntry::Container(dir) => {
+                let mut c = Container { id: dir.id, init_pid: None, error: None, gpus: vec![] };
+                match Limits::load(&dir.limits_path) {
+                    Ok(limits) => {
+                        c.init_pid = limits.init_pid;
+                        c.gpus = limits.devices.iter().map(|d| gpu(&dir.limits_path, &limits, d)).collect();
+                    }
+                    Err(e) => c.error = Some(e.to_string()),
+                }
+                c
             }
-            Err(e) => c.error = Some(e.to_string()),
-        }
+        };
         status.containers.push(c);
     }
     Ok(status)
