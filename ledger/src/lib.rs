@@ -5,6 +5,7 @@
 //! * [`limits`]: limits.json, the per-container limits written by the hook.
 //! * [`layout`]: where the state lives on the host and inside the container.
 //! * [`walk`]: the walk over the state root's container folders.
+//! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //!
@@ -14,6 +15,7 @@
 #![allow(clippy::manual_is_multiple_of)]
 
 pub mod atomic;
+pub mod envlimits;
 pub mod layout;
 pub mod limits;
 pub mod quantity;

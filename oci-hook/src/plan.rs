@@ -36,7 +36,7 @@ pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>)
     if q.is_empty() {
         return Ok(None);
     }
-    let first_source = q.all.as_ref().or(q.per_gpu.values().next()).map(|r| r.source.clone()).unwrap_or_default();
+    let first_source = q.limits().next().map(|r| r.source.clone()).unwrap_or_default();
     let Some(sel) = gpus::from_spec(facts.env, facts.annotations, facts.devices)? else {
         bail!(
             "{first_source} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)"
@@ -47,7 +47,7 @@ pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>)
     if gpus.is_empty() {
         bail!("{first_source} is set but {} gives the container no GPU", sel.source);
     }
-    if let Some((&i, r)) = q.per_gpu.range(gpus.len()..).next() {
+    if let Some((i, r)) = q.first_beyond(gpus.len()) {
         bail!(
             "{}: the container has no GPU {i}: it gets {} GPU{} ({})",
             r.source,
@@ -108,6 +108,24 @@ mod tests {
         assert_eq!(p.gpus, vec![PlannedGpu { index: 1, uuid: "GPU-0".into(), memory_limit: 2 << 30 }]);
         let p = run(&[("NVIDIA_VISIBLE_DEVICES", "all"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[]).unwrap().unwrap();
         assert_eq!(p.gpus.len(), 2);
+    }
+
+    #[test]
+    fn env_zero_is_no_quota_and_never_touches_nvml() {
+        for env in [&[("NVIDIA_VISIBLE_DEVICES", "0"), ("CUDA_DEVICE_MEMORY_LIMIT", "0")][..], &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")]] {
+            let e = kv(env);
+            let p = plan(&SpecFacts { env: &e, annotations: &[], devices: &[] }, || panic!("NVML loaded")).unwrap();
+            assert_eq!(p, None, "{env:?}");
+        }
+        // Zero for one GPU leaves that GPU unlimited, and is no refusal for a GPU the container lacks.
+        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "0,1"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")], &[])
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.gpus, vec![PlannedGpu { index: 1, uuid: "GPU-1".into(), memory_limit: 1 << 30 }]);
+        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "0"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "0")], &[])
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.gpus, vec![PlannedGpu { index: 0, uuid: "GPU-0".into(), memory_limit: 1 << 30 }]);
     }
 
     #[test]
