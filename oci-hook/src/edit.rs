@@ -116,4 +116,35 @@ mod tests {
         assert_eq!(spec.env_var("CUDA_DEVICE_MEMORY_LIMIT_0").as_deref(), Some("1073741824"));
         assert_eq!(spec.env().iter().filter(|(k, _)| k == "VGPU_LIMITS_FILE").count(), 1);
     }
+
+    /// The shim's edit, byte for byte (a guard for refactoring: the spec a runtime sees must not change).
+    #[test]
+    fn the_shim_edit_byte_for_byte() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("libvgpu.so"), "").unwrap();
+        std::fs::write(d.path().join("libvgpu_core.so"), "").unwrap();
+        let cfg = Config { library: d.path().join("libvgpu.so"), hook_path: "/usr/bin/vgpu-hook".into(), ..Config::default() };
+        let plan = Plan {
+            gpus: vec![
+                PlannedGpu { index: 0, uuid: "GPU-0".into(), memory_limit: 1 << 30 },
+                PlannedGpu { index: 2, uuid: "GPU-2".into(), memory_limit: 512 << 20 },
+            ],
+        };
+        let mut spec = Spec::parse(r#"{"ociVersion":"1.0.2","process":{"env":["PATH=/bin"]},"annotations":{"a":"b"}}"#, Path::new("c")).unwrap();
+        shim_edit(&mut spec, &plan, &StateRoot::new("/s".into()), "c1", &cfg).unwrap();
+        let lib = d.path().display();
+        let hook_env: Vec<String> = hook_env().iter().map(|e| format!("{e:?}")).collect();
+        let hook_env = hook_env.join(",");
+        let want = format!(
+            r#"{{"ociVersion":"1.0.2","process":{{"env":["PATH=/bin","CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}},"annotations":{{"a":"b","vgpu.io/provisioned-by":"vgpu-container-runtime"}},"mounts":[{{"destination":"/run/vgpu/limits.json","type":"bind","source":"/s/containers/c1/limits.json","options":["rbind","ro","nosuid","nodev","noexec"]}},{{"destination":"/run/vgpu/ledgers","type":"bind","source":"/s/containers/c1/ledgers","options":["rbind","rw","nosuid","nodev","noexec"]}},{{"destination":"/usr/local/vgpu/libvgpu.so","type":"bind","source":"{lib}/libvgpu.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/usr/local/vgpu/libvgpu_core.so","type":"bind","source":"{lib}/libvgpu_core.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/etc/ld.so.preload","type":"bind","source":"/s/containers/c1/ld.so.preload","options":["rbind","ro","nosuid","nodev","noexec"]}}],"hooks":{{"createRuntime":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","createRuntime"],"env":[{hook_env}]}}],"poststop":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","poststop"],"env":[{hook_env}]}}]}}}}"#
+        );
+        assert_eq!(serde_json::to_string(&spec.0).unwrap(), want);
+        // The precreate stage adds the env alone.
+        let mut spec = Spec::parse(r#"{"process":{"env":["CUDA_DEVICE_MEMORY_LIMIT_0=1"]}}"#, Path::new("c")).unwrap();
+        add_env(&mut spec, &plan).unwrap();
+        assert_eq!(
+            serde_json::to_string(&spec.0).unwrap(),
+            r#"{"process":{"env":["CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}}"#
+        );
+    }
 }
