@@ -6,12 +6,14 @@
 //! shim ran by bind-mounting the state into the container itself ([`mountns`]). [`gc`] removes state whose
 //! container is gone. See docs/oci.md.
 
+pub mod args;
 pub mod config;
 pub mod edit;
 pub mod gc;
 pub mod gpus;
 pub mod hook;
 pub mod ledgers;
+pub mod lower;
 pub mod mountns;
 pub mod nvml;
 pub mod plan;
