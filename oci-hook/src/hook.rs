@@ -6,23 +6,23 @@
 //! - `precreate` (Podman; the spec on stdin, the edited spec on stdout): validate and add the env.
 //! - `poststop` (OCI state on stdin, no pid): remove the container's state.
 //!
-//! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
+//! Every stage is idempotent, and every run also collects garbage left by containers that are gone. Not
+//! here: the create steps shared with the shim (`crate::create`), the edits (`crate::edits`).
 
 use crate::config::Config;
-use crate::edit;
+use crate::create::{self, Create};
+use crate::edits::{self, ContainerEdits};
 use crate::gc;
-use crate::mountns::{self, Bind};
-use crate::plan::{self, SpecFacts};
+use crate::mountns;
+use crate::plan::SpecFacts;
 use crate::provision::{self, Owner};
-use crate::rootfs::Rootfs;
 use crate::spec::{annotations_of, Spec};
-use crate::nvml;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_ledger::layout::StateRoot;
 
 /// The OCI state a runtime hands its hooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,40 +85,25 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
 fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     let pid = st.pid.ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
     let owner = Owner::of_pid(pid)?;
-    if edit::shim_ran(&st.annotations) {
+    if edits::shim_ran(&st.annotations) {
         // The shim provisioned and the runtime mounted; only the owner was unknown until now.
         if !root.container_dir(&st.id)?.is_dir() {
             bail!("state of container {} is missing under {}", st.id, root.root().display());
         }
         return provision::record_owner(root, &st.id, owner);
     }
-    // hooks.d path: the spec is the bundle's config.json.
+    // hooks.d path: the spec is the bundle's config.json; the state's annotations win over its own.
     let (spec, _) = Spec::read_bundle(&st.bundle)?;
-    let (env, mut annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
-    // Annotations of the state win over (and add to) the spec's.
-    for (k, v) in &st.annotations {
-        annotations.retain(|(ak, _)| ak != k);
-        annotations.push((k.clone(), v.clone()));
-    }
-    let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
-    let Some(plan) = plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? else {
+    let facts = SpecFacts::of(&spec).with_state_annotations(&st.annotations);
+    let Some(plan) = create::plan(&facts, cfg)? else {
         return Ok(());
     };
-    root.container_dir(&st.id)?;
-    edit::check_library(cfg)?;
-    let rootfs = spec.rootfs(&st.bundle)?;
-    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(layout::CONTAINER_PRELOAD_PATH))?;
-    let dir = provision::provision(root, &st.id, &plan, owner, image_preload.as_deref())?;
-    let mut binds = vec![
-        Bind { source: root.limits_path(&st.id)?, target: layout::CONTAINER_LIMITS_PATH.into(), read_only: true, noexec: true },
-        Bind { source: root.ledgers_dir(&st.id)?, target: layout::CONTAINER_LEDGERS_DIR.into(), read_only: false, noexec: true },
-        Bind { source: cfg.library.clone(), target: layout::CONTAINER_LIBRARY_PATH.into(), read_only: true, noexec: false },
-        Bind { source: root.preload_path(&st.id)?, target: layout::CONTAINER_PRELOAD_PATH.into(), read_only: true, noexec: true },
-    ];
-    if let Some(core) = edit::core_library(cfg) {
-        binds.push(Bind { source: core, target: layout::CONTAINER_CORE_PATH.into(), read_only: true, noexec: false });
-    }
-    if let Err(e) = mountns::bind_into(pid, &rootfs, &binds) {
+    let create = Create::new(cfg, root, &st.id, plan)?;
+    let image = create.read_image(&spec, &st.bundle)?;
+    let edits = create.edits()?;
+    let dir = create.provision(owner, &image)?;
+    // The same mounts the shim writes into a spec, made here in the container's mount namespace.
+    if let Err(e) = mountns::bind_into(pid, &image.rootfs, &edits.mounts) {
         let _ = provision::remove_dir(&dir);
         return Err(e);
     }
@@ -127,12 +112,11 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
 
 fn precreate(cfg: &Config, text: &str, output: &mut dyn Write) -> Result<()> {
     let mut spec = Spec::parse(text, Path::new("<precreate spec on stdin>"))?;
-    let (env, annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
-    let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
-    match plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? {
+    match create::plan(&SpecFacts::of(&spec), cfg)? {
         None => output.write_all(text.as_bytes())?,
         Some(plan) => {
-            edit::add_env(&mut spec, &plan)?;
+            // The env alone: the mounts come from this hook's createRuntime stage.
+            ContainerEdits::env_only(&plan).apply_to_spec(&mut spec)?;
             output.write_all(spec.to_text().as_bytes())?;
         }
     }

@@ -1,14 +1,18 @@
-//! vgpu's OCI side: the runtime shim (`vgpu-container-runtime`) and the hook (`vgpu-hook`).
+//! vgpu's OCI side: the runtime shim (`vgpu-container-runtime`) and the hook (`vgpu-hook`). Not here: the
+//! contracts shared with the library and vgpuctl (paths, env grammar, atomic writes, state walk: `vgpu_ledger`).
 //!
-//! Both read a container's spec, decide its GPU memory quota ([`plan`]), and provision the per-container
-//! state on the host ([`provision`]) that the interposer inside the container reads. The shim edits the
-//! spec before the lower runtime sees it ([`shim`], [`edit`]); the hook covers the hooks.d path where no
-//! shim ran by bind-mounting the state into the container itself ([`mountns`]). [`gc`] removes state whose
-//! container is gone. See docs/oci.md.
+//! Both run one create pipeline ([`create`]): facts from the container's spec, its quota decided ([`plan`]
+//! from [`quota`] and [`gpus`], GPUs from [`nvml`]), the edits it gets computed once as a value
+//! ([`edits::ContainerEdits`]), the per-container state provisioned on the host ([`provision`]). The shim
+//! ([`shim`]; its command line: [`args`]; the runtime under it: [`lower`]) applies the edits to the spec before
+//! the lower runtime sees it ([`spec`]); on the hooks.d path, where no shim ran, the hook ([`hook`]) makes the
+//! same mounts in the container's namespace itself ([`mountns`], inside the rootfs: [`rootfs`]). [`gc`]
+//! removes state whose container is gone. See docs/oci.md.
 
 pub mod args;
 pub mod config;
-pub mod edit;
+pub mod create;
+pub mod edits;
 pub mod gc;
 pub mod gpus;
 pub mod hook;
@@ -23,10 +27,4 @@ pub mod rootfs;
 pub mod shim;
 pub mod spec;
 
-/// Annotation the shim (and the precreate stage) adds so the later hook knows the spec was already edited
-/// and the state is mounted by the runtime, not by the hook.
-pub const MARKER_ANNOTATION: &str = "vgpu.io/provisioned-by";
-
-/// The minimal environment every hook we install runs with: nothing from the container (an image's
-/// `LD_PRELOAD` must never reach a process with host privileges).
-pub const HOOK_PATH_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

@@ -1,9 +1,11 @@
 //! Deciding a container's quota: the request ([`crate::quota`]) checked against the GPUs it gets
-//! ([`crate::gpus`]) on this host. Every check happens here, before anything is written anywhere.
+//! ([`crate::gpus`]) on this host. Every check happens here, before anything is written anywhere. Not
+//! here: asking NVML (`crate::nvml`, called by `crate::create`), or acting on the plan.
 
 use crate::gpus;
 use crate::nvml::HostGpu;
 use crate::quota::{self, QuotaRequest};
+use crate::spec::Spec;
 use anyhow::{bail, Result};
 use vgpu_ledger::format_bytes;
 
@@ -23,21 +25,41 @@ pub struct Plan {
 }
 
 /// What the planner needs from a spec.
-pub struct SpecFacts<'a> {
-    pub env: &'a [(String, String)],
-    pub annotations: &'a [(String, String)],
-    pub devices: &'a [String],
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecFacts {
+    /// `process.env`, in order.
+    pub env: Vec<(String, String)>,
+    /// The spec's annotations (string values).
+    pub annotations: Vec<(String, String)>,
+    /// `linux.devices[].path`.
+    pub devices: Vec<String>,
+}
+
+impl SpecFacts {
+    /// The facts of `spec` (the one place they are read from a spec).
+    pub fn of(spec: &Spec) -> SpecFacts {
+        SpecFacts { env: spec.env(), annotations: spec.annotations(), devices: spec.device_paths() }
+    }
+
+    /// With the annotations of the OCI state (hooks.d path) winning over, and adding to, the spec's.
+    pub fn with_state_annotations(mut self, state: &[(String, String)]) -> SpecFacts {
+        for (k, v) in state {
+            self.annotations.retain(|(ak, _)| ak != k);
+            self.annotations.push((k.clone(), v.clone()));
+        }
+        self
+    }
 }
 
 /// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
 /// so a node without NVML runs unquota'd containers fine.
 pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>) -> Result<Option<Plan>> {
-    let q: QuotaRequest = quota::from_spec(facts.annotations, facts.env)?;
+    let q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
     if q.is_empty() {
         return Ok(None);
     }
     let first_source = q.limits().next().map(|r| r.source.clone()).unwrap_or_default();
-    let Some(sel) = gpus::from_spec(facts.env, facts.annotations, facts.devices)? else {
+    let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
         bail!(
             "{first_source} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)"
         );
@@ -89,13 +111,13 @@ mod tests {
 
     fn run(env: &[(&str, &str)], ann: &[(&str, &str)]) -> Result<Option<Plan>> {
         let (e, a) = (kv(env), kv(ann));
-        plan(&SpecFacts { env: &e, annotations: &a, devices: &[] }, host)
+        plan(&SpecFacts { env: e, annotations: a, devices: vec![] }, host)
     }
 
     #[test]
     fn no_quota_never_touches_nvml() {
         let e = kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]);
-        let p = plan(&SpecFacts { env: &e, annotations: &[], devices: &[] }, || panic!("NVML loaded")).unwrap();
+        let p = plan(&SpecFacts { env: e, ..Default::default() }, || panic!("NVML loaded")).unwrap();
         assert_eq!(p, None);
     }
 
@@ -114,7 +136,7 @@ mod tests {
     fn env_zero_is_no_quota_and_never_touches_nvml() {
         for env in [&[("NVIDIA_VISIBLE_DEVICES", "0"), ("CUDA_DEVICE_MEMORY_LIMIT", "0")][..], &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")]] {
             let e = kv(env);
-            let p = plan(&SpecFacts { env: &e, annotations: &[], devices: &[] }, || panic!("NVML loaded")).unwrap();
+            let p = plan(&SpecFacts { env: e, ..Default::default() }, || panic!("NVML loaded")).unwrap();
             assert_eq!(p, None, "{env:?}");
         }
         // Zero for one GPU leaves that GPU unlimited, and is no refusal for a GPU the container lacks.
@@ -126,6 +148,19 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(p.gpus, vec![PlannedGpu { index: 0, uuid: "GPU-0".into(), memory_limit: 1 << 30 }]);
+    }
+
+    #[test]
+    fn facts_of_a_spec_and_state_annotations_winning() {
+        let spec = Spec::parse(
+            r#"{"process":{"env":["A=1"]},"annotations":{"x":"1","y":"2"},"linux":{"devices":[{"path":"/dev/nvidia0"}]}}"#,
+            std::path::Path::new("c"),
+        )
+        .unwrap();
+        let f = SpecFacts::of(&spec).with_state_annotations(&kv(&[("y", "3"), ("z", "4")]));
+        assert_eq!(f.env, kv(&[("A", "1")]));
+        assert_eq!(f.annotations, kv(&[("x", "1"), ("y", "3"), ("z", "4")]));
+        assert_eq!(f.devices, vec!["/dev/nvidia0".to_string()]);
     }
 
     #[test]

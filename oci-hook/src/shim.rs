@@ -7,20 +7,19 @@
 
 use crate::args::{parse_args, Invocation};
 use crate::config::Config;
+use crate::create::{self, Create};
+use crate::edits::{self, ContainerEdits};
 use crate::lower;
-use crate::edit;
-use crate::plan::{self, SpecFacts};
+use crate::plan::SpecFacts;
 use crate::provision::{self, Owner};
-use crate::rootfs::Rootfs;
 use crate::spec::Spec;
-use crate::nvml;
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_ledger::layout::StateRoot;
 
 /// Writes one error line to stderr and, when the engine gave `--log`, to that file in its format (Docker
 /// and containerd read the runtime's last error from there).
@@ -92,26 +91,23 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
     };
     let text = std::fs::read_to_string(&spec_path).with_context(|| format!("cannot read {}", spec_path.display()))?;
     let mut spec = Spec::parse(&text, &spec_path)?;
-    let (env, annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
-    let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
-    let Some(plan) = plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? else {
+    let facts = SpecFacts::of(&spec);
+    let Some(plan) = create::plan(&facts, cfg)? else {
         return Ok(None);
     };
     let id = inv.id.as_deref().ok_or_else(|| anyhow!("create: no container id on the command line"))?;
     let root = StateRoot::new(cfg.state_root.clone());
-    root.container_dir(id)?;
+    let create = Create::new(cfg, &root, id, plan)?;
     // Everything that can fail without side effects, first.
     lower::resolve_lower(&cfg.lower_runtime)?;
-    edit::check_library(cfg)?;
-    let rootfs = spec.rootfs(&bundle)?;
-    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(layout::CONTAINER_PRELOAD_PATH))?;
+    let image = create.read_image(&spec, &bundle)?;
     // A bundle the shim already edited (a retried create, a bundle run again, maybe under another id):
     // take out the earlier edit first, so there is exactly one set of mounts and hooks, for this id.
-    if edit::shim_ran(&annotations) {
-        edit::strip_shim_edit(&mut spec);
+    if edits::shim_ran(&facts.annotations) {
+        ContainerEdits::strip_from_spec(&mut spec);
     }
-    edit::shim_edit(&mut spec, &plan, &root, id, cfg)?;
-    provision::provision(&root, id, &plan, Owner::default(), image_preload.as_deref())?;
+    create.edits()?.apply_to_spec(&mut spec)?;
+    create.provision(Owner::default(), &image)?;
     if let Err(e) = write_atomic(&spec_path, spec.to_text().as_bytes(), SPEC_WRITE) {
         let _ = provision::remove(&root, id);
         return Err(e.into());
