@@ -29,27 +29,45 @@ pub struct WriteOptions {
 impl WriteOptions {
     /// Mode `mode` whatever was there; not synced, no folder created.
     pub const fn with_mode(mode: u32) -> Self {
-        WriteOptions { mode, keep_mode: false, keep_owner: false, durable: false, create_parents: false }
+        WriteOptions {
+            mode,
+            keep_mode: false,
+            keep_owner: false,
+            durable: false,
+            create_parents: false,
+        }
     }
 
     /// An existing file keeps its mode; a new one gets `mode`.
     pub const fn keep_mode(self) -> Self {
-        WriteOptions { keep_mode: true, ..self }
+        WriteOptions {
+            keep_mode: true,
+            ..self
+        }
     }
 
     /// An existing file keeps its owner and group.
     pub const fn keep_owner(self) -> Self {
-        WriteOptions { keep_owner: true, ..self }
+        WriteOptions {
+            keep_owner: true,
+            ..self
+        }
     }
 
     /// Synced to disk before (file) and after (folder) the rename.
     pub const fn durable(self) -> Self {
-        WriteOptions { durable: true, ..self }
+        WriteOptions {
+            durable: true,
+            ..self
+        }
     }
 
     /// Missing parent folders are created.
     pub const fn create_parents(self) -> Self {
-        WriteOptions { create_parents: true, ..self }
+        WriteOptions {
+            create_parents: true,
+            ..self
+        }
     }
 }
 
@@ -64,11 +82,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8], opts: WriteOptions) -> io::Result
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: no file name", path.display())))?;
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: no file name", path.display()),
+        )
+    })?;
     if opts.create_parents {
-        fs::create_dir_all(dir).map_err(|e| err(e, format_args!("cannot create folder {}", dir.display())))?;
+        fs::create_dir_all(dir)
+            .map_err(|e| err(e, format_args!("cannot create folder {}", dir.display())))?;
     }
     let existing = if opts.keep_mode || opts.keep_owner {
         match fs::metadata(path) {
@@ -87,20 +109,41 @@ pub fn write_atomic(path: &Path, bytes: &[u8], opts: WriteOptions) -> io::Result
         .prefix(&format!(".{}.", name.to_string_lossy()))
         .suffix(".vgpu-tmp")
         .tempfile_in(dir)
-        .map_err(|e| err(e, format_args!("cannot create a temporary file in {}", dir.display())))?;
-    tmp.write_all(bytes).map_err(|e| err(e, format_args!("cannot write {}", tmp.path().display())))?;
+        .map_err(|e| {
+            err(
+                e,
+                format_args!("cannot create a temporary file in {}", dir.display()),
+            )
+        })?;
+    tmp.write_all(bytes)
+        .map_err(|e| err(e, format_args!("cannot write {}", tmp.path().display())))?;
     if let (Some(m), true) = (&existing, opts.keep_owner) {
         std::os::unix::fs::fchown(tmp.as_file(), Some(m.uid()), Some(m.gid())).map_err(|e| {
-            err(e, format_args!("cannot give {} the owner of {}", tmp.path().display(), path.display()))
+            err(
+                e,
+                format_args!(
+                    "cannot give {} the owner of {}",
+                    tmp.path().display(),
+                    path.display()
+                ),
+            )
         })?;
     }
     tmp.as_file()
         .set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(|e| err(e, format_args!("cannot set the mode of {}", tmp.path().display())))?;
+        .map_err(|e| {
+            err(
+                e,
+                format_args!("cannot set the mode of {}", tmp.path().display()),
+            )
+        })?;
     if opts.durable {
-        tmp.as_file().sync_all().map_err(|e| err(e, format_args!("cannot sync {}", tmp.path().display())))?;
+        tmp.as_file()
+            .sync_all()
+            .map_err(|e| err(e, format_args!("cannot sync {}", tmp.path().display())))?;
     }
-    tmp.persist(path).map_err(|e| err(e.error, format_args!("cannot replace {}", path.display())))?;
+    tmp.persist(path)
+        .map_err(|e| err(e.error, format_args!("cannot replace {}", path.display())))?;
     if opts.durable {
         // The rename is durable only once the folder itself is synced.
         if let Ok(d) = fs::File::open(dir) {
@@ -119,7 +162,10 @@ mod tests {
     }
 
     fn names(d: &Path) -> Vec<String> {
-        fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+        fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
     }
 
     #[test]
@@ -131,7 +177,11 @@ mod tests {
         write_atomic(&p, b"new", WriteOptions::with_mode(0o644).durable()).unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "new");
         assert_eq!(mode_of(&p), 0o644);
-        assert_eq!(names(d.path()), vec!["limits.json"], "no temporary file left");
+        assert_eq!(
+            names(d.path()),
+            vec!["limits.json"],
+            "no temporary file left"
+        );
     }
 
     #[test]
@@ -152,7 +202,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("a/b/f.toml");
         let e = write_atomic(&p, b"x", WriteOptions::with_mode(0o644)).unwrap_err();
-        assert!(e.to_string().contains(&d.path().join("a/b").display().to_string()), "{e}");
+        assert!(
+            e.to_string()
+                .contains(&d.path().join("a/b").display().to_string()),
+            "{e}"
+        );
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         write_atomic(&p, b"x", WriteOptions::with_mode(0o644).create_parents()).unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "x");
@@ -164,7 +218,12 @@ mod tests {
         let p = d.path().join("f");
         fs::write(&p, "x").unwrap();
         let before = fs::metadata(&p).unwrap();
-        write_atomic(&p, b"y", WriteOptions::with_mode(0o644).keep_mode().keep_owner()).unwrap();
+        write_atomic(
+            &p,
+            b"y",
+            WriteOptions::with_mode(0o644).keep_mode().keep_owner(),
+        )
+        .unwrap();
         let after = fs::metadata(&p).unwrap();
         assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
     }

@@ -80,7 +80,10 @@ impl EnvLimits {
         // The last occurrence wins; sorted so the first error reported does not depend on the order.
         let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
         for (k, v) in vars {
-            if k == LIMIT_VAR || k.strip_prefix(LIMIT_VAR).is_some_and(|r| r.starts_with('_')) {
+            if k == LIMIT_VAR
+                || k.strip_prefix(LIMIT_VAR)
+                    .is_some_and(|r| r.starts_with('_'))
+            {
                 latest.insert(k, v);
             }
         }
@@ -89,9 +92,16 @@ impl EnvLimits {
             if value.trim().is_empty() {
                 continue;
             }
-            let err = |problem: String| EnvLimitError { var: var.to_string(), problem };
-            let bytes = parse_quantity(value.trim()).map_err(|e| err(format!("={value:?}: {e}")))?;
-            let limit = EnvLimit { var: var.to_string(), bytes };
+            let err = |problem: String| EnvLimitError {
+                var: var.to_string(),
+                problem,
+            };
+            let bytes =
+                parse_quantity(value.trim()).map_err(|e| err(format!("={value:?}: {e}")))?;
+            let limit = EnvLimit {
+                var: var.to_string(),
+                bytes,
+            };
             if var == LIMIT_VAR {
                 out.global = Some(limit);
                 continue;
@@ -102,7 +112,9 @@ impl EnvLimits {
                     out.per_index.insert(i, limit);
                 }
                 None => {
-                    return Err(err(format!(": {idx:?} is not a GPU index (expected {LIMIT_VAR}_<0..{MAX_INDEX}>)")))
+                    return Err(err(format!(
+                        ": {idx:?} is not a GPU index (expected {LIMIT_VAR}_<0..{MAX_INDEX}>)"
+                    )))
                 }
             }
         }
@@ -121,7 +133,10 @@ impl EnvLimits {
 
     /// True when no GPU gets a limit (nothing set, or only zeros).
     pub fn is_unlimited(&self) -> bool {
-        self.global.iter().chain(self.per_index.values()).all(|l| l.bytes == 0)
+        self.global
+            .iter()
+            .chain(self.per_index.values())
+            .all(|l| l.bytes == 0)
     }
 }
 
@@ -130,7 +145,12 @@ mod tests {
     use super::*;
 
     fn parse(pairs: &[(&str, &str)]) -> Result<EnvLimits, EnvLimitError> {
-        EnvLimits::parse(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>())
+        EnvLimits::parse(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>(),
+        )
     }
 
     #[test]
@@ -152,33 +172,66 @@ mod tests {
     #[test]
     fn zero_is_no_limit_and_empty_is_unset() {
         assert!(parse(&[]).unwrap().is_unlimited());
-        assert!(parse(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")]).unwrap().is_unlimited());
-        assert!(parse(&[("CUDA_DEVICE_MEMORY_LIMIT", ""), ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")]).unwrap().is_unlimited());
+        assert!(parse(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")])
+            .unwrap()
+            .is_unlimited());
+        assert!(parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", ""),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")
+        ])
+        .unwrap()
+        .is_unlimited());
         // Zero for one GPU overrides the global limit for that GPU only.
-        let l = parse(&[("CUDA_DEVICE_MEMORY_LIMIT", "1Gi"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")]).unwrap();
+        let l = parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1Gi"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+        ])
+        .unwrap();
         assert_eq!((l.bytes_for(0), l.bytes_for(1)), (0, 1 << 30));
         assert!(!l.is_unlimited());
         // An empty per-GPU value is no setting: the global limit applies.
-        let l = parse(&[("CUDA_DEVICE_MEMORY_LIMIT", "1Gi"), ("CUDA_DEVICE_MEMORY_LIMIT_0", " ")]).unwrap();
+        let l = parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1Gi"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", " "),
+        ])
+        .unwrap();
         assert_eq!(l.bytes_for(0), 1 << 30);
         assert!(l.per_index.is_empty());
     }
 
     #[test]
     fn last_occurrence_wins_and_lookalike_names_are_not_limits() {
-        let l = parse(&[("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT", "2G")]).unwrap();
+        let l = parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "2G"),
+        ])
+        .unwrap();
         assert_eq!(l.bytes_for(0), 2 << 30);
-        assert!(parse(&[("CUDA_DEVICE_MEMORY_LIMITX", "5")]).unwrap().is_unlimited());
+        assert!(parse(&[("CUDA_DEVICE_MEMORY_LIMITX", "5")])
+            .unwrap()
+            .is_unlimited());
     }
 
     #[test]
     fn malformed_values_and_indexes_are_one_line_naming_the_variable() {
         for (k, v, want) in [
             ("CUDA_DEVICE_MEMORY_LIMIT", "4Qi", "unknown unit"),
-            ("CUDA_DEVICE_MEMORY_LIMIT", "lots", "CUDA_DEVICE_MEMORY_LIMIT=\"lots\""),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT",
+                "lots",
+                "CUDA_DEVICE_MEMORY_LIMIT=\"lots\"",
+            ),
             ("CUDA_DEVICE_MEMORY_LIMIT", "4GB", "decimal"),
-            ("CUDA_DEVICE_MEMORY_LIMIT_2", "-5", "CUDA_DEVICE_MEMORY_LIMIT_2=\"-5\""),
-            ("CUDA_DEVICE_MEMORY_LIMIT_x", "1G", "\"x\" is not a GPU index"),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_2",
+                "-5",
+                "CUDA_DEVICE_MEMORY_LIMIT_2=\"-5\"",
+            ),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_x",
+                "1G",
+                "\"x\" is not a GPU index",
+            ),
             ("CUDA_DEVICE_MEMORY_LIMIT_+1", "1G", "not a GPU index"),
             ("CUDA_DEVICE_MEMORY_LIMIT_1024", "1G", "<0..1023>"),
             ("CUDA_DEVICE_MEMORY_LIMIT_", "1G", "\"\" is not a GPU index"),
@@ -186,7 +239,10 @@ mod tests {
             let e = parse(&[(k, v)]).unwrap_err();
             let msg = e.to_string();
             assert_eq!(e.var, k);
-            assert!(msg.starts_with(k) && msg.contains(want), "{msg} (wanted {want})");
+            assert!(
+                msg.starts_with(k) && msg.contains(want),
+                "{msg} (wanted {want})"
+            );
             assert!(!msg.contains('\n'), "{msg}");
         }
     }

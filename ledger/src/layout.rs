@@ -151,7 +151,10 @@ mod tests {
     fn paths() {
         let r = root();
         assert_eq!(r.containers_dir(), Path::new("/run/vgpu/containers"));
-        assert_eq!(r.container_dir("abc").unwrap(), Path::new("/run/vgpu/containers/abc"));
+        assert_eq!(
+            r.container_dir("abc").unwrap(),
+            Path::new("/run/vgpu/containers/abc")
+        );
         assert_eq!(
             r.limits_path("abc").unwrap(),
             Path::new("/run/vgpu/containers/abc/limits.json")
@@ -176,10 +179,19 @@ mod tests {
 
     #[test]
     fn in_container_paths_agree() {
-        assert_eq!(Path::new(CONTAINER_LIMITS_PATH), Path::new(CONTAINER_STATE_DIR).join(LIMITS_FILE_NAME));
-        assert_eq!(Path::new(CONTAINER_LEDGERS_DIR), Path::new(CONTAINER_STATE_DIR).join(LEDGERS_DIR_NAME));
+        assert_eq!(
+            Path::new(CONTAINER_LIMITS_PATH),
+            Path::new(CONTAINER_STATE_DIR).join(LIMITS_FILE_NAME)
+        );
+        assert_eq!(
+            Path::new(CONTAINER_LEDGERS_DIR),
+            Path::new(CONTAINER_STATE_DIR).join(LEDGERS_DIR_NAME)
+        );
         // The library loads its engine from its own folder.
-        assert_eq!(Path::new(CONTAINER_CORE_PATH), Path::new(CONTAINER_LIBRARY_PATH).with_file_name(CORE_FILE_NAME));
+        assert_eq!(
+            Path::new(CONTAINER_CORE_PATH),
+            Path::new(CONTAINER_LIBRARY_PATH).with_file_name(CORE_FILE_NAME)
+        );
     }
 
     #[test]

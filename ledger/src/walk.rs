@@ -42,7 +42,10 @@ pub enum StateEntry {
     /// A dot-name: a provision (`.tmp-*`) or removal (`.rm-*`) in progress, or interrupted.
     Leftover(OtherEntry),
     /// Not ours: not a directory, or a name that is not a container id. `why` says which, in a few words.
-    Foreign { entry: OtherEntry, why: String },
+    Foreign {
+        entry: OtherEntry,
+        why: String,
+    },
 }
 
 impl StateRoot {
@@ -53,25 +56,45 @@ impl StateRoot {
         let list = match fs::read_dir(&dir) {
             Ok(l) => l,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io::Error::new(e.kind(), format!("cannot list {}: {e}", dir.display()))),
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot list {}: {e}", dir.display()),
+                ))
+            }
         };
         let mut out = Vec::new();
         for entry in list {
-            let entry = entry.map_err(|e| io::Error::new(e.kind(), format!("cannot list {}: {e}", dir.display())))?;
+            let entry = entry.map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot list {}: {e}", dir.display()))
+            })?;
             let os_name = entry.file_name();
             let name = os_name.to_string_lossy().into_owned();
             let path = entry.path();
             let meta = entry.metadata().ok();
             let modified = meta.as_ref().and_then(|m| m.modified().ok());
-            let other = OtherEntry { name: name.clone(), path: path.clone(), modified };
+            let other = OtherEntry {
+                name: name.clone(),
+                path: path.clone(),
+                modified,
+            };
             out.push(if name.starts_with('.') {
                 StateEntry::Leftover(other)
             } else if !meta.as_ref().is_some_and(|m| m.is_dir()) {
-                StateEntry::Foreign { entry: other, why: "not a folder".into() }
+                StateEntry::Foreign {
+                    entry: other,
+                    why: "not a folder".into(),
+                }
             } else if os_name.to_str().is_none() {
-                StateEntry::Foreign { entry: other, why: "name is not UTF-8".into() }
+                StateEntry::Foreign {
+                    entry: other,
+                    why: "name is not UTF-8".into(),
+                }
             } else if let Err(e) = check_container_id(&name) {
-                StateEntry::Foreign { entry: other, why: e.to_string() }
+                StateEntry::Foreign {
+                    entry: other,
+                    why: e.to_string(),
+                }
             } else {
                 StateEntry::Container(ContainerDir {
                     limits_path: path.join(LIMITS_FILE_NAME),
@@ -113,7 +136,10 @@ mod tests {
     fn sorts_entries_into_containers_leftovers_and_foreign() {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
-        assert!(root.entries().unwrap().is_empty(), "a missing containers folder has no entries");
+        assert!(
+            root.entries().unwrap().is_empty(),
+            "a missing containers folder has no entries"
+        );
         let c = root.containers_dir();
         for name in ["b", "a", ".tmp-x-123", ".rm-y-1", "a..b"] {
             fs::create_dir_all(c.join(name)).unwrap();
@@ -133,7 +159,14 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            vec![(".rm-y-1", 'l'), (".tmp-x-123", 'l'), ("a", 'c'), ("a..b", 'f'), ("b", 'c'), ("stray-file", 'f')]
+            vec![
+                (".rm-y-1", 'l'),
+                (".tmp-x-123", 'l'),
+                ("a", 'c'),
+                ("a..b", 'f'),
+                ("b", 'c'),
+                ("stray-file", 'f')
+            ]
         );
         match &entries[5] {
             StateEntry::Foreign { why, .. } => assert_eq!(why, "not a folder"),

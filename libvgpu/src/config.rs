@@ -73,7 +73,11 @@ impl Config {
             return Ok(Config::Unlimited);
         }
         let global = limits.global.as_ref().map_or(0, |l| l.bytes);
-        let per_index: BTreeMap<u32, u64> = limits.per_index.iter().map(|(&i, l)| (i, l.bytes)).collect();
+        let per_index: BTreeMap<u32, u64> = limits
+            .per_index
+            .iter()
+            .map(|(&i, l)| (i, l.bytes))
+            .collect();
         let prefix = match get(ENV_CACHE) {
             Some(p) if !p.is_empty() => p.to_string(),
             _ => DEFAULT_CACHE.to_string(),
@@ -213,7 +217,10 @@ mod tests {
         for pairs in [
             &[("CUDA_DEVICE_MEMORY_LIMIT", "0")][..],
             &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")],
-            &[("CUDA_DEVICE_MEMORY_LIMIT", "0"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "")],
+            &[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", ""),
+            ],
         ] {
             let c = Config::from_env(&env(pairs), Path::new(NOFILE)).unwrap();
             assert!(c.is_unlimited(), "{pairs:?}");

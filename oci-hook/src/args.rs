@@ -21,13 +21,32 @@ pub struct Invocation {
 }
 
 // Global flags of runc and crun that take a value; all others are switches.
-const GLOBAL_VALUE_FLAGS: &[&str] = &["root", "log", "log-format", "criu", "rootless", "cgroup-manager", "log-level"];
+const GLOBAL_VALUE_FLAGS: &[&str] = &[
+    "root",
+    "log",
+    "log-format",
+    "criu",
+    "rootless",
+    "cgroup-manager",
+    "log-level",
+];
 // Flags of create/run that take a value.
-const CREATE_VALUE_FLAGS: &[&str] = &["bundle", "b", "console-socket", "pid-file", "preserve-fds", "config", "f"];
+const CREATE_VALUE_FLAGS: &[&str] = &[
+    "bundle",
+    "b",
+    "console-socket",
+    "pid-file",
+    "preserve-fds",
+    "config",
+    "f",
+];
 
 /// Splits `-x`, `--x`, `--x=v` into (name, inline value); `None` for positional arguments.
 fn flag(arg: &str) -> Option<(&str, Option<&str>)> {
-    let body = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')).filter(|b| !b.is_empty())?;
+    let body = arg
+        .strip_prefix("--")
+        .or_else(|| arg.strip_prefix('-'))
+        .filter(|b| !b.is_empty())?;
     Some(match body.split_once('=') {
         Some((n, v)) => (n, Some(v)),
         None => (body, None),
@@ -125,7 +144,10 @@ mod tests {
         assert_eq!(inv.config_file, Some(PathBuf::from("other.json")));
         assert_eq!(inv.id.as_deref(), Some("c1"));
         let inv = p("run -d --bundle /x c2");
-        assert_eq!((inv.verb.as_deref(), inv.id.as_deref()), (Some("run"), Some("c2")));
+        assert_eq!(
+            (inv.verb.as_deref(), inv.id.as_deref()),
+            (Some("run"), Some("c2"))
+        );
         assert_eq!(inv.bundle, Some(PathBuf::from("/x")));
     }
 

@@ -38,9 +38,19 @@ pub struct Create<'a> {
 
 impl<'a> Create<'a> {
     /// Checks that `id` is one safe file name before any path is built from it.
-    pub fn new(cfg: &'a Config, root: &'a StateRoot, id: &'a str, plan: Plan) -> Result<Create<'a>> {
+    pub fn new(
+        cfg: &'a Config,
+        root: &'a StateRoot,
+        id: &'a str,
+        plan: Plan,
+    ) -> Result<Create<'a>> {
         root.container_dir(id)?;
-        Ok(Create { cfg, root, id, plan })
+        Ok(Create {
+            cfg,
+            root,
+            id,
+            plan,
+        })
     }
 
     /// Checks the library, and reads the image's `/etc/ld.so.preload` resolved inside the rootfs (an image
@@ -48,7 +58,8 @@ impl<'a> Create<'a> {
     pub fn read_image(&self, spec: &Spec, bundle: &Path) -> Result<Image> {
         edits::check_library(self.cfg)?;
         let rootfs = spec.rootfs(bundle)?;
-        let preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(layout::CONTAINER_PRELOAD_PATH))?;
+        let preload =
+            Rootfs::open(&rootfs)?.read_small_file(Path::new(layout::CONTAINER_PRELOAD_PATH))?;
         Ok(Image { rootfs, preload })
     }
 
@@ -59,6 +70,12 @@ impl<'a> Create<'a> {
 
     /// Provisions `<root>/containers/<id>/`; returns the folder.
     pub fn provision(&self, owner: Owner, image: &Image) -> Result<PathBuf> {
-        provision::provision(self.root, self.id, &self.plan, owner, image.preload.as_deref())
+        provision::provision(
+            self.root,
+            self.id,
+            &self.plan,
+            owner,
+            image.preload.as_deref(),
+        )
     }
 }

@@ -48,7 +48,12 @@ pub struct Mount {
 impl Mount {
     /// The mount's options in an OCI spec.
     pub fn options(&self) -> Vec<&'static str> {
-        let mut o = vec!["rbind", if self.read_only { "ro" } else { "rw" }, "nosuid", "nodev"];
+        let mut o = vec![
+            "rbind",
+            if self.read_only { "ro" } else { "rw" },
+            "nosuid",
+            "nodev",
+        ];
         if self.noexec {
             o.push("noexec");
         }
@@ -79,17 +84,42 @@ pub struct ContainerEdits {
 impl ContainerEdits {
     /// The edits of container `id` whose state is (about to be) provisioned under `root` with quota `plan`.
     pub fn new(plan: &Plan, root: &StateRoot, id: &str, cfg: &Config) -> Result<ContainerEdits> {
-        let mount = |destination, source, read_only, noexec| Mount { destination, source, read_only, noexec };
+        let mount = |destination, source, read_only, noexec| Mount {
+            destination,
+            source,
+            read_only,
+            noexec,
+        };
         let mut mounts = vec![
-            mount(layout::CONTAINER_LIMITS_PATH, root.limits_path(id)?, true, true),
-            mount(layout::CONTAINER_LEDGERS_DIR, root.ledgers_dir(id)?, false, true),
+            mount(
+                layout::CONTAINER_LIMITS_PATH,
+                root.limits_path(id)?,
+                true,
+                true,
+            ),
+            mount(
+                layout::CONTAINER_LEDGERS_DIR,
+                root.ledgers_dir(id)?,
+                false,
+                true,
+            ),
             // The library is mmap'ed executable: no noexec here.
-            mount(layout::CONTAINER_LIBRARY_PATH, cfg.library.clone(), true, false),
+            mount(
+                layout::CONTAINER_LIBRARY_PATH,
+                cfg.library.clone(),
+                true,
+                false,
+            ),
         ];
         if let Some(core) = core_library(cfg) {
             mounts.push(mount(layout::CONTAINER_CORE_PATH, core, true, false));
         }
-        mounts.push(mount(layout::CONTAINER_PRELOAD_PATH, root.preload_path(id)?, true, true));
+        mounts.push(mount(
+            layout::CONTAINER_PRELOAD_PATH,
+            root.preload_path(id)?,
+            true,
+            true,
+        ));
         let env = hook_env();
         let hook = |stage: &'static str| Hook {
             stage,
@@ -101,7 +131,10 @@ impl ContainerEdits {
             env: Self::env_only(plan).env,
             mounts,
             hooks: vec![hook(cfg.hook_stage.as_str()), hook("poststop")],
-            annotations: vec![(MARKER_ANNOTATION.to_string(), "vgpu-container-runtime".to_string())],
+            annotations: vec![(
+                MARKER_ANNOTATION.to_string(),
+                "vgpu-container-runtime".to_string(),
+            )],
         })
     }
 
@@ -112,10 +145,21 @@ impl ContainerEdits {
         let mut env: Vec<(String, String)> = plan
             .gpus
             .iter()
-            .map(|g| (envlimits::per_index_var(g.index as u32), g.memory_limit.to_string()))
+            .map(|g| {
+                (
+                    envlimits::per_index_var(g.index as u32),
+                    g.memory_limit.to_string(),
+                )
+            })
             .collect();
-        env.push((envlimits::LIMITS_FILE_VAR.to_string(), layout::CONTAINER_LIMITS_PATH.to_string()));
-        ContainerEdits { env, ..Default::default() }
+        env.push((
+            envlimits::LIMITS_FILE_VAR.to_string(),
+            layout::CONTAINER_LIMITS_PATH.to_string(),
+        ));
+        ContainerEdits {
+            env,
+            ..Default::default()
+        }
     }
 
     /// Applies the edits to a spec: env, then mounts, hooks and annotations, each appended in order.
@@ -141,7 +185,11 @@ impl ContainerEdits {
     /// replaced by the next edit anyway.
     pub fn strip_from_spec(spec: &mut Spec) {
         if let Some(m) = spec.0.get_mut("mounts").and_then(|m| m.as_array_mut()) {
-            m.retain(|m| !m.get("destination").and_then(|d| d.as_str()).is_some_and(|d| DESTINATIONS.contains(&d)));
+            m.retain(|m| {
+                !m.get("destination")
+                    .and_then(|d| d.as_str())
+                    .is_some_and(|d| DESTINATIONS.contains(&d))
+            });
         }
         if let Some(h) = spec.0.get_mut("hooks").and_then(|h| h.as_object_mut()) {
             for list in h.values_mut().filter_map(|l| l.as_array_mut()) {
@@ -175,7 +223,10 @@ pub fn check_library(cfg: &Config) -> Result<()> {
     let p: &Path = &cfg.library;
     match std::fs::metadata(p) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => anyhow::bail!("vgpu library {} is not a file (config key library)", p.display()),
+        Ok(_) => anyhow::bail!(
+            "vgpu library {} is not a file (config key library)",
+            p.display()
+        ),
         Err(e) => anyhow::bail!("vgpu library {}: {e} (config key library)", p.display()),
     }
 }
@@ -193,22 +244,46 @@ mod tests {
             Path::new("config.json"),
         )
         .unwrap();
-        let plan = Plan { gpus: vec![PlannedGpu { index: 0, uuid: "GPU-1".into(), memory_limit: 1 << 30 }] };
+        let plan = Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30,
+            }],
+        };
         let cfg = Config::default();
         let root = StateRoot::new("/run/vgpu".into());
-        ContainerEdits::new(&plan, &root, "first", &cfg).unwrap().apply_to_spec(&mut spec).unwrap();
+        ContainerEdits::new(&plan, &root, "first", &cfg)
+            .unwrap()
+            .apply_to_spec(&mut spec)
+            .unwrap();
         assert!(shim_ran(&spec.annotations()));
         ContainerEdits::strip_from_spec(&mut spec);
-        ContainerEdits::new(&plan, &root, "second", &cfg).unwrap().apply_to_spec(&mut spec).unwrap();
+        ContainerEdits::new(&plan, &root, "second", &cfg)
+            .unwrap()
+            .apply_to_spec(&mut spec)
+            .unwrap();
         let text = spec.to_text();
         assert!(!text.contains("containers/first"), "{text}");
         let v = &spec.0;
-        assert_eq!(v["mounts"].as_array().unwrap().len(), 1 + 4 + usize::from(core_library(&cfg).is_some()));
+        assert_eq!(
+            v["mounts"].as_array().unwrap().len(),
+            1 + 4 + usize::from(core_library(&cfg).is_some())
+        );
         assert_eq!(v["hooks"]["createRuntime"].as_array().unwrap().len(), 1);
         assert_eq!(v["hooks"]["poststop"].as_array().unwrap().len(), 1);
         assert_eq!(v["hooks"]["prestart"][0]["path"], "/usr/bin/other-hook");
-        assert_eq!(spec.env_var("CUDA_DEVICE_MEMORY_LIMIT_0").as_deref(), Some("1073741824"));
-        assert_eq!(spec.env().iter().filter(|(k, _)| k == "VGPU_LIMITS_FILE").count(), 1);
+        assert_eq!(
+            spec.env_var("CUDA_DEVICE_MEMORY_LIMIT_0").as_deref(),
+            Some("1073741824")
+        );
+        assert_eq!(
+            spec.env()
+                .iter()
+                .filter(|(k, _)| k == "VGPU_LIMITS_FILE")
+                .count(),
+            1
+        );
     }
 
     /// The shim's edit, byte for byte (a guard for refactoring: the spec a runtime sees must not change).
@@ -217,15 +292,34 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("libvgpu.so"), "").unwrap();
         std::fs::write(d.path().join("libvgpu_core.so"), "").unwrap();
-        let cfg = Config { library: d.path().join("libvgpu.so"), hook_path: "/usr/bin/vgpu-hook".into(), ..Config::default() };
+        let cfg = Config {
+            library: d.path().join("libvgpu.so"),
+            hook_path: "/usr/bin/vgpu-hook".into(),
+            ..Config::default()
+        };
         let plan = Plan {
             gpus: vec![
-                PlannedGpu { index: 0, uuid: "GPU-0".into(), memory_limit: 1 << 30 },
-                PlannedGpu { index: 2, uuid: "GPU-2".into(), memory_limit: 512 << 20 },
+                PlannedGpu {
+                    index: 0,
+                    uuid: "GPU-0".into(),
+                    memory_limit: 1 << 30,
+                },
+                PlannedGpu {
+                    index: 2,
+                    uuid: "GPU-2".into(),
+                    memory_limit: 512 << 20,
+                },
             ],
         };
-        let mut spec = Spec::parse(r#"{"ociVersion":"1.0.2","process":{"env":["PATH=/bin"]},"annotations":{"a":"b"}}"#, Path::new("c")).unwrap();
-        ContainerEdits::new(&plan, &StateRoot::new("/s".into()), "c1", &cfg).unwrap().apply_to_spec(&mut spec).unwrap();
+        let mut spec = Spec::parse(
+            r#"{"ociVersion":"1.0.2","process":{"env":["PATH=/bin"]},"annotations":{"a":"b"}}"#,
+            Path::new("c"),
+        )
+        .unwrap();
+        ContainerEdits::new(&plan, &StateRoot::new("/s".into()), "c1", &cfg)
+            .unwrap()
+            .apply_to_spec(&mut spec)
+            .unwrap();
         let lib = d.path().display();
         let hook_env: Vec<String> = hook_env().iter().map(|e| format!("{e:?}")).collect();
         let hook_env = hook_env.join(",");
@@ -234,8 +328,14 @@ mod tests {
         );
         assert_eq!(serde_json::to_string(&spec.0).unwrap(), want);
         // The precreate stage adds the env alone.
-        let mut spec = Spec::parse(r#"{"process":{"env":["CUDA_DEVICE_MEMORY_LIMIT_0=1"]}}"#, Path::new("c")).unwrap();
-        ContainerEdits::env_only(&plan).apply_to_spec(&mut spec).unwrap();
+        let mut spec = Spec::parse(
+            r#"{"process":{"env":["CUDA_DEVICE_MEMORY_LIMIT_0=1"]}}"#,
+            Path::new("c"),
+        )
+        .unwrap();
+        ContainerEdits::env_only(&plan)
+            .apply_to_spec(&mut spec)
+            .unwrap();
         assert_eq!(
             serde_json::to_string(&spec.0).unwrap(),
             r#"{"process":{"env":["CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}}"#
@@ -246,8 +346,20 @@ mod tests {
     /// flags (read-only, noexec) — one value, two ways of applying it.
     #[test]
     fn the_mounts_are_the_same_whichever_way_they_are_applied() {
-        let plan = Plan { gpus: vec![PlannedGpu { index: 0, uuid: "GPU-1".into(), memory_limit: 1 << 30 }] };
-        let edits = ContainerEdits::new(&plan, &StateRoot::new("/s".into()), "c1", &Config::default()).unwrap();
+        let plan = Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30,
+            }],
+        };
+        let edits = ContainerEdits::new(
+            &plan,
+            &StateRoot::new("/s".into()),
+            "c1",
+            &Config::default(),
+        )
+        .unwrap();
         let mut spec = Spec::parse("{}", Path::new("c")).unwrap();
         edits.apply_to_spec(&mut spec).unwrap();
         let in_spec = spec.0["mounts"].as_array().unwrap();
@@ -255,14 +367,25 @@ mod tests {
         for (m, s) in edits.mounts.iter().zip(in_spec) {
             assert_eq!(s["destination"], m.destination);
             assert_eq!(s["source"], m.source.to_str().unwrap());
-            let opts: Vec<&str> = s["options"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+            let opts: Vec<&str> = s["options"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o.as_str().unwrap())
+                .collect();
             assert_eq!(opts.contains(&"ro"), m.read_only);
             assert_eq!(opts.contains(&"noexec"), m.noexec);
         }
         // Every mount is one a re-edit strips.
-        assert!(edits.mounts.iter().all(|m| DESTINATIONS.contains(&m.destination)));
+        assert!(edits
+            .mounts
+            .iter()
+            .all(|m| DESTINATIONS.contains(&m.destination)));
         ContainerEdits::strip_from_spec(&mut spec);
         assert_eq!(spec.0["mounts"], serde_json::json!([]));
-        assert_eq!(spec.0["hooks"], serde_json::json!({"createRuntime": [], "poststop": []}));
+        assert_eq!(
+            spec.0["hooks"],
+            serde_json::json!({"createRuntime": [], "poststop": []})
+        );
     }
 }

@@ -14,8 +14,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 use vgpu_ledger::layout::{self, StateRoot};
-use vgpu_ledger::walk::{ContainerDir, StateEntry};
 use vgpu_ledger::limits::Limits;
+use vgpu_ledger::walk::{ContainerDir, StateEntry};
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
@@ -41,7 +41,10 @@ pub fn collect(root: &StateRoot) -> Result<GcReport> {
 pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcReport> {
     let mut report = GcReport::default();
     let now = SystemTime::now();
-    let age = |m: Option<SystemTime>| m.and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
+    let age = |m: Option<SystemTime>| {
+        m.and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default()
+    };
     for entry in root.entries()? {
         match entry {
             // Leftovers of an interrupted provision (.tmp-*) or removal (.rm-*).
@@ -53,9 +56,10 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
                     }
                 }
             }
-            StateEntry::Foreign { entry, why } => {
-                report.errors.push(format!("{}: not a container's state ({why}); left alone", entry.path.display()))
-            }
+            StateEntry::Foreign { entry, why } => report.errors.push(format!(
+                "{}: not a container's state ({why}); left alone",
+                entry.path.display()
+            )),
             StateEntry::Container(c) => match is_garbage(&c, age(c.modified), pending_grace) {
                 Ok(true) => match provision::remove_dir(&c.dir) {
                     Ok(_) => report.removed.push(c.id),
@@ -71,7 +75,11 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
 
 fn is_garbage(c: &ContainerDir, age: Duration, pending_grace: Duration) -> Result<bool> {
     let container_gone = match Limits::load(&c.limits_path) {
-        Ok(Limits { init_pid: Some(pid), pid_ns: Some(ns), .. }) => !owner_alive(pid, ns),
+        Ok(Limits {
+            init_pid: Some(pid),
+            pid_ns: Some(ns),
+            ..
+        }) => !owner_alive(pid, ns),
         // No owner yet (or a limits file being rewritten): only old ones are garbage.
         _ => age > pending_grace,
     };
@@ -112,7 +120,13 @@ mod tests {
     use crate::provision::{provision, record_owner, Owner};
 
     fn plan() -> Plan {
-        Plan { gpus: vec![PlannedGpu { index: 0, uuid: "GPU-1".into(), memory_limit: 1 << 30 }] }
+        Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30,
+            }],
+        }
     }
 
     #[test]
@@ -120,16 +134,36 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         // Alive: owned by this test process.
-        provision(&root, "alive", &plan(), Owner::of_pid(std::process::id()).unwrap(), None).unwrap();
+        provision(
+            &root,
+            "alive",
+            &plan(),
+            Owner::of_pid(std::process::id()).unwrap(),
+            None,
+        )
+        .unwrap();
         // Dead: a child that has exited and been reaped.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        let owner = Owner::of_pid(pid).unwrap_or(Owner { init_pid: pid, pid_ns: 1 });
+        let owner = Owner::of_pid(pid).unwrap_or(Owner {
+            init_pid: pid,
+            pid_ns: 1,
+        });
         child.wait().unwrap();
         provision(&root, "dead", &plan(), Owner::default(), None).unwrap();
         record_owner(&root, "dead", owner).unwrap();
         // Reused pid: this process, but recorded with another namespace inode.
-        provision(&root, "reused", &plan(), Owner { init_pid: std::process::id(), pid_ns: 1 }, None).unwrap();
+        provision(
+            &root,
+            "reused",
+            &plan(),
+            Owner {
+                init_pid: std::process::id(),
+                pid_ns: 1,
+            },
+            None,
+        )
+        .unwrap();
         // Pending (the shim provisioned, no hook yet): kept while fresh.
         provision(&root, "pending", &plan(), Owner::default(), None).unwrap();
         let r = collect_with(&root, Duration::from_secs(60)).unwrap();
@@ -145,7 +179,10 @@ mod tests {
         assert_eq!(r.removed, vec!["pending"]);
         assert!(root.container_dir("alive").unwrap().is_dir());
         // A missing root is not an error.
-        assert_eq!(collect(&StateRoot::new(d.path().join("none"))).unwrap(), GcReport::default());
+        assert_eq!(
+            collect(&StateRoot::new(d.path().join("none"))).unwrap(),
+            GcReport::default()
+        );
     }
 
     #[test]
@@ -158,7 +195,11 @@ mod tests {
         let r = collect_with(&root, Duration::ZERO).unwrap();
         assert!(r.removed.is_empty() && r.kept.is_empty(), "{r:?}");
         assert_eq!(r.errors.len(), 1);
-        assert!(r.errors[0].contains("stray-file") && r.errors[0].contains("not a folder"), "{:?}", r.errors);
+        assert!(
+            r.errors[0].contains("stray-file") && r.errors[0].contains("not a folder"),
+            "{:?}",
+            r.errors
+        );
         assert!(stray.is_file());
     }
 }

@@ -37,8 +37,12 @@ pub struct State {
 impl State {
     /// Parses the state JSON.
     pub fn parse(text: &str) -> Result<State> {
-        let v: Value = serde_json::from_str(text).map_err(|e| anyhow!("malformed OCI state on stdin: {e}"))?;
-        let id = v.get("id").and_then(Value::as_str).ok_or_else(|| anyhow!("OCI state on stdin has no id"))?;
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| anyhow!("malformed OCI state on stdin: {e}"))?;
+        let id = v
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| anyhow!("OCI state on stdin has no id"))?;
         let pid = match v.get("pid") {
             None | Some(Value::Null) => None,
             Some(p) => match p.as_u64() {
@@ -48,7 +52,12 @@ impl State {
             },
         };
         let bundle = v.get("bundle").and_then(Value::as_str).unwrap_or("").into();
-        Ok(State { id: id.to_string(), pid, bundle, annotations: annotations_of(v.get("annotations")) })
+        Ok(State {
+            id: id.to_string(),
+            pid,
+            bundle,
+            annotations: annotations_of(v.get("annotations")),
+        })
     }
 }
 
@@ -57,7 +66,9 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
     let cfg = Config::load()?;
     let root = StateRoot::new(cfg.state_root.clone());
     let mut text = String::new();
-    input.read_to_string(&mut text).context("cannot read stdin")?;
+    input
+        .read_to_string(&mut text)
+        .context("cannot read stdin")?;
     let result = match stage {
         "createRuntime" | "prestart" => provision_stage(&cfg, &root, &State::parse(&text)?),
         "poststop" => provision::remove(&root, &State::parse(&text)?.id).map(|_| ()),
@@ -68,7 +79,10 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
     match gc::collect_with(&root, Duration::from_secs(cfg.gc_pending_grace_seconds)) {
         Ok(r) => {
             if cfg.logs("info") && !r.removed.is_empty() {
-                eprintln!("vgpu-hook: collected state of gone containers: {}", r.removed.join(", "));
+                eprintln!(
+                    "vgpu-hook: collected state of gone containers: {}",
+                    r.removed.join(", ")
+                );
             }
             if cfg.logs("warn") {
                 for e in r.errors {
@@ -83,12 +97,18 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
 }
 
 fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
-    let pid = st.pid.ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
+    let pid = st
+        .pid
+        .ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
     let owner = Owner::of_pid(pid)?;
     if edits::shim_ran(&st.annotations) {
         // The shim provisioned and the runtime mounted; only the owner was unknown until now.
         if !root.container_dir(&st.id)?.is_dir() {
-            bail!("state of container {} is missing under {}", st.id, root.root().display());
+            bail!(
+                "state of container {} is missing under {}",
+                st.id,
+                root.root().display()
+            );
         }
         return provision::record_owner(root, &st.id, owner);
     }
@@ -134,7 +154,13 @@ mod tests {
         assert_eq!(s.annotations, vec![("a".to_string(), "b".to_string())]);
         let s = State::parse(r#"{"id":"c1","status":"stopped","bundle":"/b"}"#).unwrap();
         assert_eq!(s.pid, None);
-        assert!(State::parse("{").unwrap_err().to_string().contains("malformed OCI state"));
-        assert!(State::parse(r#"{"pid":1}"#).unwrap_err().to_string().contains("no id"));
+        assert!(State::parse("{")
+            .unwrap_err()
+            .to_string()
+            .contains("malformed OCI state"));
+        assert!(State::parse(r#"{"pid":1}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("no id"));
     }
 }

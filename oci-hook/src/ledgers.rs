@@ -6,7 +6,8 @@ use vgpu_ledger::Ledger;
 
 /// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit.
 pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
-    Ledger::open_or_create(path, uuid, limit).map_err(|e| anyhow!("cannot create ledger {}: {e}", path.display()))?;
+    Ledger::open_or_create(path, uuid, limit)
+        .map_err(|e| anyhow!("cannot create ledger {}: {e}", path.display()))?;
     Ok(())
 }
 

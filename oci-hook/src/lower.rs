@@ -13,13 +13,20 @@ pub fn resolve_lower(name: &str) -> Result<PathBuf> {
         is_executable(&p).then_some(p)
     } else {
         std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| is_executable(p)))
+            .map(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join(name))
+                    .find(|p| is_executable(p))
+            })
             .unwrap_or(None)
     };
     let Some(p) = found else {
         bail!("lower runtime {name:?} not found or not executable (config key lower_runtime)");
     };
-    if let (Ok(me), Ok(it)) = (std::fs::canonicalize("/proc/self/exe"), std::fs::canonicalize(&p)) {
+    if let (Ok(me), Ok(it)) = (
+        std::fs::canonicalize("/proc/self/exe"),
+        std::fs::canonicalize(&p),
+    ) {
         if me == it {
             bail!("lower runtime {name:?} is vgpu-container-runtime itself (config key lower_runtime)");
         }
@@ -28,7 +35,9 @@ pub fn resolve_lower(name: &str) -> Result<PathBuf> {
 }
 
 fn is_executable(p: &Path) -> bool {
-    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 /// Runs the lower runtime as a child, passing on the signals an engine sends to its runtime, and returns
@@ -74,7 +83,12 @@ mod tests {
     #[test]
     fn lower_runtime_lookup() {
         assert!(resolve_lower("/bin/sh").is_ok());
-        let e = resolve_lower("no-such-runtime-xyz").unwrap_err().to_string();
-        assert!(e.contains("no-such-runtime-xyz") && e.contains("lower_runtime"), "{e}");
+        let e = resolve_lower("no-such-runtime-xyz")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no-such-runtime-xyz") && e.contains("lower_runtime"),
+            "{e}"
+        );
     }
 }

@@ -58,7 +58,8 @@ fn child(ns: OwnedFd, rootfs: &Path, binds: &[Mount]) -> Result<()> {
     std::env::set_current_dir("/")?;
     let root = Rootfs::open(rootfs)?;
     for b in binds {
-        bind_one(&root, b).with_context(|| format!("cannot mount {} at {}", b.source.display(), b.destination))?;
+        bind_one(&root, b)
+            .with_context(|| format!("cannot mount {} at {}", b.source.display(), b.destination))?;
     }
     Ok(())
 }
@@ -69,12 +70,27 @@ fn fd_path(fd: &OwnedFd) -> String {
 
 fn bind_one(root: &Rootfs, b: &Mount) -> Result<()> {
     let src_md = std::fs::metadata(&b.source)?;
-    let target = if src_md.is_dir() { root.mkdir_all(Path::new(b.destination), 0o755)? } else { root.ensure_file(Path::new(b.destination), 0o644)? };
-    mount(Some(&b.source), fd_path(&target).as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+    let target = if src_md.is_dir() {
+        root.mkdir_all(Path::new(b.destination), 0o755)?
+    } else {
+        root.ensure_file(Path::new(b.destination), 0o644)?
+    };
+    mount(
+        Some(&b.source),
+        fd_path(&target).as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )?;
     // The old descriptor still names the covered file; reopen to reach the new mount on top of it.
     let mounted = root.open_in(Path::new(b.destination), OFlag::O_PATH)?;
     let st = fstat(&mounted)?;
-    if (st.st_dev, st.st_ino) != (std::os::unix::fs::MetadataExt::dev(&src_md), std::os::unix::fs::MetadataExt::ino(&src_md)) {
+    if (st.st_dev, st.st_ino)
+        != (
+            std::os::unix::fs::MetadataExt::dev(&src_md),
+            std::os::unix::fs::MetadataExt::ino(&src_md),
+        )
+    {
         bail!("the mount did not land at the target (path changed while mounting?)");
     }
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
@@ -84,7 +100,13 @@ fn bind_one(root: &Rootfs, b: &Mount) -> Result<()> {
     if b.noexec {
         flags |= MsFlags::MS_NOEXEC;
     }
-    mount(None::<&str>, fd_path(&mounted).as_str(), None::<&str>, flags, None::<&str>)
-        .context("cannot make the mount read-only/nosuid")?;
+    mount(
+        None::<&str>,
+        fd_path(&mounted).as_str(),
+        None::<&str>,
+        flags,
+        None::<&str>,
+    )
+    .context("cannot make the mount read-only/nosuid")?;
     Ok(())
 }

@@ -38,7 +38,11 @@ pub struct SpecFacts {
 impl SpecFacts {
     /// The facts of `spec` (the one place they are read from a spec).
     pub fn of(spec: &Spec) -> SpecFacts {
-        SpecFacts { env: spec.env(), annotations: spec.annotations(), devices: spec.device_paths() }
+        SpecFacts {
+            env: spec.env(),
+            annotations: spec.annotations(),
+            devices: spec.device_paths(),
+        }
     }
 
     /// With the annotations of the OCI state (hooks.d path) winning over, and adding to, the spec's.
@@ -53,12 +57,19 @@ impl SpecFacts {
 
 /// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
 /// so a node without NVML runs unquota'd containers fine.
-pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>) -> Result<Option<Plan>> {
+pub fn plan(
+    facts: &SpecFacts,
+    host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
+) -> Result<Option<Plan>> {
     let q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
     if q.is_empty() {
         return Ok(None);
     }
-    let first_source = q.limits().next().map(|r| r.source.clone()).unwrap_or_default();
+    let first_source = q
+        .limits()
+        .next()
+        .map(|r| r.source.clone())
+        .unwrap_or_default();
     let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
         bail!(
             "{first_source} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)"
@@ -67,7 +78,10 @@ pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>)
     let host = host_gpus()?;
     let gpus = gpus::resolve(&sel, &host)?;
     if gpus.is_empty() {
-        bail!("{first_source} is set but {} gives the container no GPU", sel.source);
+        bail!(
+            "{first_source} is set but {} gives the container no GPU",
+            sel.source
+        );
     }
     if let Some((i, r)) = q.first_beyond(gpus.len()) {
         bail!(
@@ -90,7 +104,11 @@ pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>)
                 format_bytes(g.total_memory)
             );
         }
-        out.push(PlannedGpu { index: i, uuid: g.uuid.clone(), memory_limit: r.bytes });
+        out.push(PlannedGpu {
+            index: i,
+            uuid: g.uuid.clone(),
+            memory_limit: r.bytes,
+        });
     }
     Ok(Some(Plan { gpus: out }))
 }
@@ -100,54 +118,137 @@ mod tests {
     use super::*;
 
     fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn host() -> Result<Vec<HostGpu>> {
         Ok((0..2)
-            .map(|i| HostGpu { index: i, uuid: format!("GPU-{i}"), total_memory: 16 << 30, minor: None })
+            .map(|i| HostGpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                total_memory: 16 << 30,
+                minor: None,
+            })
             .collect())
     }
 
     fn run(env: &[(&str, &str)], ann: &[(&str, &str)]) -> Result<Option<Plan>> {
         let (e, a) = (kv(env), kv(ann));
-        plan(&SpecFacts { env: e, annotations: a, devices: vec![] }, host)
+        plan(
+            &SpecFacts {
+                env: e,
+                annotations: a,
+                devices: vec![],
+            },
+            host,
+        )
     }
 
     #[test]
     fn no_quota_never_touches_nvml() {
         let e = kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]);
-        let p = plan(&SpecFacts { env: e, ..Default::default() }, || panic!("NVML loaded")).unwrap();
+        let p = plan(
+            &SpecFacts {
+                env: e,
+                ..Default::default()
+            },
+            || panic!("NVML loaded"),
+        )
+        .unwrap();
         assert_eq!(p, None);
     }
 
     #[test]
     fn per_gpu_and_all() {
-        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "1,0"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[("vgpu.io/memory-limit.1", "2Gi")])
-            .unwrap()
-            .unwrap();
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "1,0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ],
+            &[("vgpu.io/memory-limit.1", "2Gi")],
+        )
+        .unwrap()
+        .unwrap();
         // The annotation wins, so only GPU 1 of the container (host GPU 0) is limited.
-        assert_eq!(p.gpus, vec![PlannedGpu { index: 1, uuid: "GPU-0".into(), memory_limit: 2 << 30 }]);
-        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "all"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[]).unwrap().unwrap();
+        assert_eq!(
+            p.gpus,
+            vec![PlannedGpu {
+                index: 1,
+                uuid: "GPU-0".into(),
+                memory_limit: 2 << 30
+            }]
+        );
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(p.gpus.len(), 2);
     }
 
     #[test]
     fn env_zero_is_no_quota_and_never_touches_nvml() {
-        for env in [&[("NVIDIA_VISIBLE_DEVICES", "0"), ("CUDA_DEVICE_MEMORY_LIMIT", "0")][..], &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")]] {
+        for env in [
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+            ][..],
+            &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")],
+        ] {
             let e = kv(env);
-            let p = plan(&SpecFacts { env: e, ..Default::default() }, || panic!("NVML loaded")).unwrap();
+            let p = plan(
+                &SpecFacts {
+                    env: e,
+                    ..Default::default()
+                },
+                || panic!("NVML loaded"),
+            )
+            .unwrap();
             assert_eq!(p, None, "{env:?}");
         }
         // Zero for one GPU leaves that GPU unlimited, and is no refusal for a GPU the container lacks.
-        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "0,1"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")], &[])
-            .unwrap()
-            .unwrap();
-        assert_eq!(p.gpus, vec![PlannedGpu { index: 1, uuid: "GPU-1".into(), memory_limit: 1 << 30 }]);
-        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "0"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "0")], &[])
-            .unwrap()
-            .unwrap();
-        assert_eq!(p.gpus, vec![PlannedGpu { index: 0, uuid: "GPU-0".into(), memory_limit: 1 << 30 }]);
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+            ],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            p.gpus,
+            vec![PlannedGpu {
+                index: 1,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30
+            }]
+        );
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+            ],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            p.gpus,
+            vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-0".into(),
+                memory_limit: 1 << 30
+            }]
+        );
     }
 
     #[test]
@@ -168,10 +269,32 @@ mod tests {
         type Pairs = &'static [(&'static str, &'static str)];
         let cases: &[(Pairs, Pairs, &str)] = &[
             (&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gets no GPU"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "none"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gives the container no GPU"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "0")], &[("vgpu.io/memory-limit.1", "1Gi")], "has no GPU 1"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "0")], &[("vgpu.io/memory-limit", "17Gi")], "larger than"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "5"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "no GPU with index 5"),
+            (
+                &[
+                    ("NVIDIA_VISIBLE_DEVICES", "none"),
+                    ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ],
+                &[],
+                "gives the container no GPU",
+            ),
+            (
+                &[("NVIDIA_VISIBLE_DEVICES", "0")],
+                &[("vgpu.io/memory-limit.1", "1Gi")],
+                "has no GPU 1",
+            ),
+            (
+                &[("NVIDIA_VISIBLE_DEVICES", "0")],
+                &[("vgpu.io/memory-limit", "17Gi")],
+                "larger than",
+            ),
+            (
+                &[
+                    ("NVIDIA_VISIBLE_DEVICES", "5"),
+                    ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ],
+                &[],
+                "no GPU with index 5",
+            ),
         ];
         for (env, ann, want) in cases {
             let e = run(env, ann).unwrap_err().to_string();

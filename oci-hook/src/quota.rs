@@ -41,17 +41,26 @@ impl QuotaRequest {
 
     /// The limit of the container's GPU `i`, if any.
     pub fn limit_for(&self, i: usize) -> Option<&Requested> {
-        self.per_gpu.get(&i).or(self.all.as_ref()).filter(|r| r.bytes > 0)
+        self.per_gpu
+            .get(&i)
+            .or(self.all.as_ref())
+            .filter(|r| r.bytes > 0)
     }
 
     /// Every setting that asks for a limit (zeros left out), the one for every GPU first.
     pub fn limits(&self) -> impl Iterator<Item = &Requested> {
-        self.all.iter().chain(self.per_gpu.values()).filter(|r| r.bytes > 0)
+        self.all
+            .iter()
+            .chain(self.per_gpu.values())
+            .filter(|r| r.bytes > 0)
     }
 
     /// The first per-GPU limit (zeros left out) for a GPU at index `n` or above.
     pub fn first_beyond(&self, n: usize) -> Option<(usize, &Requested)> {
-        self.per_gpu.range(n..).find(|(_, r)| r.bytes > 0).map(|(&i, r)| (i, r))
+        self.per_gpu
+            .range(n..)
+            .find(|(_, r)| r.bytes > 0)
+            .map(|(&i, r)| (i, r))
     }
 }
 
@@ -70,16 +79,26 @@ pub fn parse_limit(value: &str, source: &str) -> Result<u64> {
 }
 
 /// Reads the quota from annotations (winning) or the spec's env.
-pub fn from_spec(annotations: &[(String, String)], env: &[(String, String)]) -> Result<QuotaRequest> {
+pub fn from_spec(
+    annotations: &[(String, String)],
+    env: &[(String, String)],
+) -> Result<QuotaRequest> {
     let from_ann = from_annotations(annotations)?;
     if !from_ann.is_empty() {
         return Ok(from_ann);
     }
     let env = EnvLimits::parse(env).map_err(|e| anyhow!("env {e}"))?;
-    let req = |l: EnvLimit| Requested { bytes: l.bytes, source: format!("env {}", l.var) };
+    let req = |l: EnvLimit| Requested {
+        bytes: l.bytes,
+        source: format!("env {}", l.var),
+    };
     Ok(QuotaRequest {
         all: env.global.map(req),
-        per_gpu: env.per_index.into_iter().map(|(i, l)| (i as usize, req(l))).collect(),
+        per_gpu: env
+            .per_index
+            .into_iter()
+            .map(|(i, l)| (i as usize, req(l)))
+            .collect(),
     })
 }
 
@@ -88,14 +107,20 @@ fn from_annotations(pairs: &[(String, String)]) -> Result<QuotaRequest> {
     // The last occurrence wins (as for env).
     let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
     for (k, v) in pairs {
-        if k == ANNOTATION || k.strip_prefix(ANNOTATION).is_some_and(|r| r.starts_with('.')) {
+        if k == ANNOTATION
+            || k.strip_prefix(ANNOTATION)
+                .is_some_and(|r| r.starts_with('.'))
+        {
             latest.insert(k, v);
         }
     }
     for (k, v) in latest {
         let source = format!("annotation {k}");
         let bytes = parse_limit(v, &source)?;
-        let r = Requested { bytes, source: source.clone() };
+        let r = Requested {
+            bytes,
+            source: source.clone(),
+        };
         if k == ANNOTATION {
             q.all = Some(r);
             continue;
@@ -105,7 +130,10 @@ fn from_annotations(pairs: &[(String, String)]) -> Result<QuotaRequest> {
             Some(i) => {
                 q.per_gpu.insert(i as usize, r);
             }
-            None => bail!("{source}: {idx:?} is not a GPU index (expected {ANNOTATION}.<0..{}>)", envlimits::MAX_INDEX),
+            None => bail!(
+                "{source}: {idx:?} is not a GPU index (expected {ANNOTATION}.<0..{}>)",
+                envlimits::MAX_INDEX
+            ),
         }
     }
     Ok(q)
@@ -116,7 +144,9 @@ mod tests {
     use super::*;
 
     fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -135,17 +165,27 @@ mod tests {
     fn env_quota_and_per_gpu_override() {
         let q = from_spec(
             &kv(&[("other.io/x", "1")]),
-            &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "512m")]),
+            &kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "512m"),
+            ]),
         )
         .unwrap();
         assert_eq!(q.limit_for(0).unwrap().bytes, 1 << 30);
         assert_eq!(q.limit_for(1).unwrap().bytes, 512 << 20);
-        assert_eq!(q.limit_for(1).unwrap().source, "env CUDA_DEVICE_MEMORY_LIMIT_1");
+        assert_eq!(
+            q.limit_for(1).unwrap().source,
+            "env CUDA_DEVICE_MEMORY_LIMIT_1"
+        );
     }
 
     #[test]
     fn no_quota_is_empty() {
-        let q = from_spec(&kv(&[("vgpu.io/other", "x")]), &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "")])).unwrap();
+        let q = from_spec(
+            &kv(&[("vgpu.io/other", "x")]),
+            &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "")]),
+        )
+        .unwrap();
         assert!(q.is_empty());
         // Names that merely start with the base are not quotas.
         let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMITX", "5")])).unwrap();
@@ -177,7 +217,9 @@ mod tests {
             assert!(e.starts_with(&format!("env {k}")), "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
-        let e = from_spec(&kv(&[("vgpu.io/memory-limit", "0")]), &[]).unwrap_err().to_string();
+        let e = from_spec(&kv(&[("vgpu.io/memory-limit", "0")]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("greater than zero"), "{e}");
     }
 
@@ -186,10 +228,24 @@ mod tests {
         // The whole container: no quota at all.
         let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")])).unwrap();
         assert!(q.is_empty());
-        let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "0"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "0")])).unwrap();
+        let q = from_spec(
+            &[],
+            &kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+            ]),
+        )
+        .unwrap();
         assert!(q.is_empty());
         // One GPU: zero overrides the limit for every GPU.
-        let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")])).unwrap();
+        let q = from_spec(
+            &[],
+            &kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+            ]),
+        )
+        .unwrap();
         assert!(!q.is_empty());
         assert_eq!(q.limit_for(0), None);
         assert_eq!(q.limit_for(1).unwrap().bytes, 1 << 30);

@@ -33,14 +33,22 @@ pub fn report_error(inv: &Invocation, msg: &str) {
     } else {
         format!("time={time:?} level=error msg={line:?}")
     };
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+    {
         let _ = writeln!(f, "{entry}");
     }
 }
 
 /// The shim's whole run; returns only on error (success execs the lower runtime).
 pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
-    let strs: Vec<String> = args.iter().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    let strs: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let inv = parse_args(&strs);
     let result = (|| -> Result<std::convert::Infallible> {
         let cfg = Config::load()?;
@@ -59,7 +67,8 @@ pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
         };
         // State was provisioned: stay as the lower runtime's parent, so that if it fails to create the
         // container (after our checks passed) the state goes with it instead of waiting for the collector.
-        let code = lower::run_child(cmd).with_context(|| format!("lower runtime {}", lower.display()))?;
+        let code =
+            lower::run_child(cmd).with_context(|| format!("lower runtime {}", lower.display()))?;
         // A failed create/run has no container; a `run` whose container exited non-zero already had its
         // poststop, so removing again is a no-op.
         if code != 0 {
@@ -82,20 +91,25 @@ const SPEC_WRITE: WriteOptions = WriteOptions::with_mode(0o644).keep_mode();
 fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, String)>> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
-        None => std::env::current_dir().context("cannot find the working directory (the default bundle)")?,
+        None => std::env::current_dir()
+            .context("cannot find the working directory (the default bundle)")?,
     };
     let spec_path = match &inv.config_file {
         Some(f) if f.is_absolute() => f.clone(),
         Some(f) => bundle.join(f),
         None => bundle.join("config.json"),
     };
-    let text = std::fs::read_to_string(&spec_path).with_context(|| format!("cannot read {}", spec_path.display()))?;
+    let text = std::fs::read_to_string(&spec_path)
+        .with_context(|| format!("cannot read {}", spec_path.display()))?;
     let mut spec = Spec::parse(&text, &spec_path)?;
     let facts = SpecFacts::of(&spec);
     let Some(plan) = create::plan(&facts, cfg)? else {
         return Ok(None);
     };
-    let id = inv.id.as_deref().ok_or_else(|| anyhow!("create: no container id on the command line"))?;
+    let id = inv
+        .id
+        .as_deref()
+        .ok_or_else(|| anyhow!("create: no container id on the command line"))?;
     let root = StateRoot::new(cfg.state_root.clone());
     let create = Create::new(cfg, &root, id, plan)?;
     // Everything that can fail without side effects, first.
@@ -117,7 +131,15 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
 
 /// argv[0] as the engine called us, for messages.
 pub fn program_name(args: &[OsString]) -> String {
-    args.first().map(|a| Path::new(a).file_name().unwrap_or(OsStr::new("vgpu-container-runtime")).to_string_lossy().into_owned()).unwrap_or_default()
+    args.first()
+        .map(|a| {
+            Path::new(a)
+                .file_name()
+                .unwrap_or(OsStr::new("vgpu-container-runtime"))
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -128,9 +150,14 @@ mod tests {
     fn log_lines_in_the_engine_format() {
         let d = tempfile::tempdir().unwrap();
         let log = d.path().join("log.json");
-        let inv = Invocation { log: Some(log.clone()), log_format: Some("json".into()), ..Default::default() };
+        let inv = Invocation {
+            log: Some(log.clone()),
+            log_format: Some("json".into()),
+            ..Default::default()
+        };
         report_error(&inv, "bad \"quota\"");
-        let v: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().trim()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(&log).unwrap().trim()).unwrap();
         assert_eq!(v["level"], "error");
         assert_eq!(v["msg"], "vgpu: bad \"quota\"");
         assert!(v["time"].as_str().unwrap().ends_with('Z'));

@@ -8,7 +8,11 @@ use vgpu_ledger::atomic::WriteOptions;
 /// Replaces (or creates) `path` with `contents` atomically. An existing file keeps its permission bits and
 /// owner; a new one gets `new_mode`. Missing parent folders are created. Synced, folder included.
 pub fn write_atomic(path: &Path, contents: &[u8], new_mode: u32) -> Result<()> {
-    let opts = WriteOptions::with_mode(new_mode).keep_mode().keep_owner().durable().create_parents();
+    let opts = WriteOptions::with_mode(new_mode)
+        .keep_mode()
+        .keep_owner()
+        .durable()
+        .create_parents();
     Ok(vgpu_ledger::atomic::write_atomic(path, contents, opts)?)
 }
 
@@ -43,8 +47,14 @@ mod tests {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
         write_atomic(&p, b"{\"a\":1}", 0o644).unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "{\"a\":1}");
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "{names:?}");
     }
 
@@ -54,7 +64,12 @@ mod tests {
         let p = dir.path().join("containers.conf");
         fs::write(&p, "x").unwrap();
         // Only root can give a file away; elsewhere this checks the owner stays the same.
-        let (uid, gid) = if nix_is_root() { (65534, 65534) } else { let m = fs::metadata(&p).unwrap(); (m.uid(), m.gid()) };
+        let (uid, gid) = if nix_is_root() {
+            (65534, 65534)
+        } else {
+            let m = fs::metadata(&p).unwrap();
+            (m.uid(), m.gid())
+        };
         std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
         write_atomic(&p, b"y", 0o644).unwrap();
         let m = fs::metadata(&p).unwrap();
@@ -62,7 +77,9 @@ mod tests {
     }
 
     fn nix_is_root() -> bool {
-        fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+        fs::metadata("/proc/self")
+            .map(|m| m.uid() == 0)
+            .unwrap_or(false)
     }
 
     #[test]
@@ -70,6 +87,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a/b/99-vgpu.toml");
         write_atomic(&p, b"x", 0o640).unwrap();
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o640);
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
     }
 }
