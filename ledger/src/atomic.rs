@@ -1,5 +1,7 @@
-//! Replacing a file atomically, for every writer in vgpu: a temporary file in the same folder, then a rename,
-//! so a reader sees the old file or the whole new one, never a part. Not here: what is written (callers).
+//! Replacing a file atomically, for every writer in vgpu: temporary file in the same folder, then rename.
+//! Not here: what is written, or where (the callers: the limits file, the shim, vgpuctl, provisioning).
+//!
+//! A reader sees the old file or the whole new one, never a part.
 //!
 //! The callers differ only in what they ask for ([`WriteOptions`]): the limits file is written with a fixed
 //! mode and synced; the shim's `config.json` keeps its mode and is not synced (a bundle does not outlive a

@@ -1,6 +1,5 @@
-//! The limit environment, HAMi-core compatible: `CUDA_DEVICE_MEMORY_LIMIT` (every GPU) and
-//! `CUDA_DEVICE_MEMORY_LIMIT_<i>` (the i-th GPU), parsed once for the hook and the library. Not here: where
-//! the variables come from (a spec's `process.env`, the process environment) or what a limit is applied to.
+//! The limit environment grammar (HAMi-core's): `CUDA_DEVICE_MEMORY_LIMIT[_<i>]`, for the hook and library.
+//! Not here: where the variables come from (a spec, the process) or what a limit is applied to.
 //!
 //! Grammar (docs/oci.md, docs/libvgpu.md):
 //! - a value is a quantity ([`crate::quantity`]), surrounding whitespace ignored;

@@ -1,4 +1,5 @@
-//! The vgpu ledger crate: everything the other components share.
+//! The vgpu ledger crate: everything the other components share, each contract written once.
+//! Not here: anything only one component needs (the hook's planning, the library's hooks, vgpuctl's engines).
 //!
 //! * [`region`]: the ledger ("shared region") — one memory-mapped file per GPU and container that every
 //!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.

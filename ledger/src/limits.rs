@@ -1,5 +1,7 @@
 //! limits.json: the per-container limits the hook writes once and the library reads (docs/architecture.md,
-//! "limits.json"). The file is mounted read-only into the container, so a tenant cannot raise its quota.
+//! "limits.json"). Not here: the atomic write itself (`crate::atomic`), the file's place (`crate::layout`).
+//!
+//! The file is mounted read-only into the container, so a tenant cannot raise its quota.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;

@@ -1,5 +1,5 @@
-//! The walk over the state root's container folders (`<root>/containers/<id>/`), for every reader of the
-//! state (the garbage collector, `vgpuctl status`). Not here: what a reader does with a folder.
+//! The walk over the state root's container folders (`<root>/containers/<id>/`), for every reader of them.
+//! Not here: what a reader does with a folder (the garbage collector, `vgpuctl status`), or its paths.
 //!
 //! Every entry is sorted into one of three kinds: a container's folder (a directory whose name is a valid
 //! container id), a leftover of a provision or removal in progress or interrupted (a dot-name: `.tmp-*`,

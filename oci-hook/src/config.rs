@@ -1,4 +1,6 @@
 //! `/etc/vgpu/config.toml` (or the file named by `VGPU_CONFIG`): where things are on the host.
+//! Not here: the paths inside a container or of the state folder (`vgpu_ledger::layout`).
+//!
 //! A missing default file means all defaults; a file named by `VGPU_CONFIG` must exist.
 //! Keys this crate does not know are ignored (other vgpu tools keep their own keys in the same file).
 

@@ -1,6 +1,5 @@
-//! The create pipeline the shim and the hook (hooks.d path) share: the quota planned from a spec's facts,
-//! the checks, the image's own preload list read inside its rootfs, the edits, the state provisioned.
-//! Not here: how the edits reach the container (a spec file: `crate::shim`; mounts: `crate::hook`).
+//! The create pipeline the shim and the hook (hooks.d path) share: plan, checks, image preload, edits,
+//! provisioning. Not here: how the edits reach the container (spec file: `crate::shim`; mounts: `crate::hook`).
 
 use crate::config::Config;
 use crate::edits::{self, ContainerEdits};

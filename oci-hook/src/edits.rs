@@ -1,8 +1,9 @@
-//! What a container with a quota gets — env, bind mounts, hooks, the marker annotation — computed once as a
-//! value ([`ContainerEdits`]) and applied three ways: as a spec edit (the shim; env alone for `precreate`),
-//! as bind mounts made in the container's namespace (the hook on the hooks.d path, via `crate::mountns`),
-//! or stripped from a spec edited before ([`ContainerEdits::strip_from_spec`]).
-//! Not here: provisioning the state the mounts point at (`crate::provision`), or mounting (`crate::mountns`).
+//! What a container with a quota gets (env, bind mounts, hooks, marker annotation), as one value. Not here:
+//! provisioning the state the mounts point at (`crate::provision`), or mounting (`crate::mountns`).
+//!
+//! [`ContainerEdits`] is computed once and applied three ways: as a spec edit (the shim; its env alone for
+//! `precreate`), as bind mounts made in the container's namespace (the hook on the hooks.d path, through
+//! `crate::mountns`), or stripped from a spec edited before ([`ContainerEdits::strip_from_spec`]).
 
 use crate::config::Config;
 use crate::plan::Plan;

@@ -1,11 +1,12 @@
-//! Garbage collection of state whose poststop never came (engine crash, CRI-O removing late, a lower
-//! runtime that failed after the shim provisioned). Run cheaply by every hook, and by `vgpuctl gc`.
+//! Garbage collection of state whose poststop never came; run by every hook and by `vgpuctl gc`. Not here:
+//! the walk over the state root (`vgpu_ledger::walk`), removing a folder (`crate::provision::remove_dir`).
 //!
+//! Its poststop may never come after an engine crash, CRI-O removing late, or a lower runtime that failed
+//! after the shim provisioned.
 //! A container folder is garbage when its container is gone — its init process is dead, or that pid now
 //! belongs to another PID namespace — and no process still holds a slot of any of its ledgers (the OFD-lock
 //! test is read-only and needs no PIDs). State provisioned by the shim whose hook never recorded an owner
-//! is garbage once it is older than `gc_pending_grace_seconds`. The walk over the state root itself is
-//! `vgpu_ledger::walk`; removing a folder is `crate::provision::remove_dir`.
+//! is garbage once it is older than `gc_pending_grace_seconds`.
 
 use crate::provision;
 use anyhow::{Context, Result};

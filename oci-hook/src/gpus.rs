@@ -1,4 +1,5 @@
 //! Which GPUs a container gets, read from its spec, and their resolution to host GPUs.
+//! Not here: the quota on them (`crate::quota`, `crate::plan`) or asking NVML (`crate::nvml`).
 //!
 //! Sources, first present wins: env `NVIDIA_VISIBLE_DEVICES` (indices, UUIDs, `all`, `none`/`void`),
 //! CDI device names `nvidia.com/gpu=<index|uuid|all>` in `cdi.k8s.io/*` annotations, then `/dev/nvidiaN`

@@ -1,4 +1,5 @@
-//! `vgpu-hook <stage>`: the OCI hook.
+//! `vgpu-hook <stage>`: the OCI hook's stages. Not here: the create steps shared with the shim
+//! (`crate::create`), the edits (`crate::edits`), mounting into the container (`crate::mountns`).
 //!
 //! - `createRuntime` / `prestart` (OCI state on stdin): after the shim, record the container's owner in its
 //!   limits file; on the hooks.d path (no shim ran), validate the quota, provision the state and bind-mount
@@ -6,8 +7,7 @@
 //! - `precreate` (Podman; the spec on stdin, the edited spec on stdout): validate and add the env.
 //! - `poststop` (OCI state on stdin, no pid): remove the container's state.
 //!
-//! Every stage is idempotent, and every run also collects garbage left by containers that are gone. Not
-//! here: the create steps shared with the shim (`crate::create`), the edits (`crate::edits`).
+//! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
 
 use crate::config::Config;
 use crate::create::{self, Create};

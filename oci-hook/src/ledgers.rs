@@ -1,4 +1,5 @@
 //! The two ledger operations the OCI side needs, on top of the ledger crate.
+//! Not here: the ledger itself (`vgpu_ledger::region`) or where ledgers live (`vgpu_ledger::layout`).
 
 use anyhow::{anyhow, Result};
 use std::path::Path;

@@ -1,11 +1,12 @@
-//! The hooks.d path (Podman, CRI-O, or any runtime without the shim): bind-mount the container's state,
-//! the interposer and its `ld.so.preload` into the container's mount namespace, before `pivot_root`.
+//! Bind mounts made in a container's mount namespace before `pivot_root` (the hooks.d path: no shim ran).
+//! Not here: which mounts (`crate::edits::ContainerEdits::mounts`, the same the shim writes into a spec).
 //!
+//! Podman, CRI-O or any runtime without the shim gets the container's state, the interposer and its
+//! `ld.so.preload` this way.
 //! At `createRuntime`/`prestart` the container's mount namespace exists, its rootfs is mounted at the same
 //! path as on the host, and the container's process waits for the hooks. A forked child joins that
 //! namespace (`setns` needs a single-threaded caller) and mounts onto targets resolved inside the rootfs
-//! ([`crate::rootfs`]), so an image's symlinks cannot aim a mount at a host path. Not here: which mounts
-//! (`crate::edits::ContainerEdits::mounts`, the same the shim writes into a spec).
+//! ([`crate::rootfs`]), so an image's symlinks cannot aim a mount at a host path.
 
 use crate::edits::Mount;
 use crate::rootfs::Rootfs;

@@ -1,4 +1,5 @@
 //! The host's GPUs as NVML sees them: index, UUID, memory size and device-node minor number.
+//! Not here: which of them a container gets (`crate::gpus`).
 //!
 //! NVML is loaded at run time (`nvml_library` in the config) so the shim and hook run on nodes without a
 //! GPU driver until a container actually asks for a quota.

@@ -1,6 +1,7 @@
 //! Deciding a container's quota: the request ([`crate::quota`]) checked against the GPUs it gets
-//! ([`crate::gpus`]) on this host. Every check happens here, before anything is written anywhere. Not
-//! here: asking NVML (`crate::nvml`, called by `crate::create`), or acting on the plan.
+//! ([`crate::gpus`]). Not here: asking NVML (`crate::nvml`, through `crate::create`), acting on the plan.
+//!
+//! Every check happens here, before anything is written anywhere.
 
 use crate::gpus;
 use crate::nvml::HostGpu;

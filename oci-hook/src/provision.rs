@@ -1,5 +1,5 @@
 //! The per-container state on the host: `<root>/containers/<id>/{limits.json, ledgers/, ld.so.preload}`
-//! (docs/architecture.md, "State on the host").
+//! made, recorded, removed. Not here: its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
 //!
 //! The state is built in a hidden temporary folder and renamed into place, so a failure at any step leaves
 //! nothing behind, and a reader never sees a half-made container folder.

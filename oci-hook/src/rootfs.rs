@@ -1,4 +1,5 @@
 //! File operations inside a container's root filesystem that can never leave it.
+//! Not here: mounting (`crate::mountns`) or which paths (`vgpu_ledger::layout`).
 //!
 //! An image controls its own symlinks: `/etc` may point at `/host/etc`, `/usr/local` at `/`. Every path is
 //! resolved with `openat2(RESOLVE_IN_ROOT)`, so symlinks (absolute or `..`) are followed as if the rootfs

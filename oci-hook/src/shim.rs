@@ -1,9 +1,8 @@
-//! `vgpu-container-runtime`: an OCI runtime that edits the spec of a container with a quota and then execs
-//! the real (lower) runtime with the same arguments.
+//! `vgpu-container-runtime`: edits the spec of a container with a quota, then runs the lower runtime. Not
+//! here: its command line (`crate::args`), the lower runtime (`crate::lower`), the create steps (`crate::create`).
 //!
 //! Only `create` (and `run`, which creates) is acted on; every other verb is passed straight through. A
-//! container without a quota is passed through with its `config.json` untouched, byte for byte. Not here:
-//! the command line (`crate::args`), the lower runtime (`crate::lower`), the create steps (`crate::create`).
+//! container without a quota is passed through with its `config.json` untouched, byte for byte.
 
 use crate::args::{parse_args, Invocation};
 use crate::config::Config;

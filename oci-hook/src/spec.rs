@@ -1,4 +1,5 @@
 //! Reading and editing an OCI runtime spec (`config.json`) as generic JSON.
+//! Not here: what vgpu adds to a spec (`crate::edits`) or what it reads from one (`crate::plan::SpecFacts`).
 //!
 //! The spec is never deserialised into typed structs and written back: fields this crate does not model
 //! (seccomp, vendor extensions, future spec versions) must survive untouched.
