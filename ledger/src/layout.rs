@@ -1,5 +1,5 @@
 //! Where vgpu's per-container state lives, on the host and inside the container (docs/architecture.md,
-//! "State on the host").
+//! "State on the host"): every path both sides agree on. Not here: the walk over the state root (`walk`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,13 @@ pub const CONTAINER_LIMITS_PATH: &str = "/run/vgpu/limits.json";
 pub const CONTAINER_LEDGERS_DIR: &str = "/run/vgpu/ledgers";
 /// Inside the container: the interposer (mounted read-only).
 pub const CONTAINER_LIBRARY_PATH: &str = "/usr/local/vgpu/libvgpu.so";
+/// Inside the container: the interposer's engine, which the library loads from its own folder on the first
+/// CUDA call (mounted read-only).
+pub const CONTAINER_CORE_PATH: &str = "/usr/local/vgpu/libvgpu_core.so";
+/// Inside the container: the generated preload list (mounted read-only over the image's).
+pub const CONTAINER_PRELOAD_PATH: &str = "/etc/ld.so.preload";
+/// On the host: file name of the engine beside the configured library.
+pub const CORE_FILE_NAME: &str = "libvgpu_core.so";
 
 /// File names inside a container's state folder.
 pub const LIMITS_FILE_NAME: &str = "limits.json";
@@ -144,7 +151,10 @@ mod tests {
     fn paths() {
         let r = root();
         assert_eq!(r.containers_dir(), Path::new("/run/vgpu/containers"));
-        assert_eq!(r.container_dir("abc").unwrap(), Path::new("/run/vgpu/containers/abc"));
+        assert_eq!(
+            r.container_dir("abc").unwrap(),
+            Path::new("/run/vgpu/containers/abc")
+        );
         assert_eq!(
             r.limits_path("abc").unwrap(),
             Path::new("/run/vgpu/containers/abc/limits.json")
@@ -164,6 +174,23 @@ mod tests {
         assert_eq!(
             relative_ledger_path("GPU-1").unwrap(),
             Path::new("ledgers/GPU-1.ledger")
+        );
+    }
+
+    #[test]
+    fn in_container_paths_agree() {
+        assert_eq!(
+            Path::new(CONTAINER_LIMITS_PATH),
+            Path::new(CONTAINER_STATE_DIR).join(LIMITS_FILE_NAME)
+        );
+        assert_eq!(
+            Path::new(CONTAINER_LEDGERS_DIR),
+            Path::new(CONTAINER_STATE_DIR).join(LEDGERS_DIR_NAME)
+        );
+        // The library loads its engine from its own folder.
+        assert_eq!(
+            Path::new(CONTAINER_CORE_PATH),
+            Path::new(CONTAINER_LIBRARY_PATH).with_file_name(CORE_FILE_NAME)
         );
     }
 

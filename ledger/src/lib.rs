@@ -1,20 +1,27 @@
-//! The vgpu ledger crate: everything the other components share.
+//! The vgpu ledger crate: everything the other components share, each contract written once.
+//! Not here: anything only one component needs (the hook's planning, the library's hooks, vgpuctl's engines).
 //!
 //! * [`region`]: the ledger ("shared region") — one memory-mapped file per GPU and container that every
 //!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.
 //! * [`limits`]: limits.json, the per-container limits written by the hook.
 //! * [`layout`]: where the state lives on the host and inside the container.
+//! * [`walk`]: the walk over the state root's container folders.
+//! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
+//! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //!
 //! The formats are described in docs/architecture.md.
 
 // `x.is_multiple_of(y)` needs Rust 1.87; the workspace supports 1.80.
 #![allow(clippy::manual_is_multiple_of)]
 
+pub mod atomic;
+pub mod envlimits;
 pub mod layout;
 pub mod limits;
 pub mod quantity;
 pub mod region;
+pub mod walk;
 
 pub use limits::{DeviceLimit, Limits, LimitsError, LIMITS_VERSION};
 pub use quantity::{format_bytes, parse_quantity, QuantityError};

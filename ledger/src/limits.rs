@@ -1,13 +1,19 @@
 //! limits.json: the per-container limits the hook writes once and the library reads (docs/architecture.md,
-//! "limits.json"). The file is mounted read-only into the container, so a tenant cannot raise its quota.
+//! "limits.json"). Not here: the atomic write itself (`crate::atomic`), the file's place (`crate::layout`).
+//!
+//! The file is mounted read-only into the container, so a tenant cannot raise its quota.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::layout;
+
+/// How the limits file is written: mode 0644 whatever was there, synced (docs/architecture.md).
+const WRITE_OPTIONS: crate::atomic::WriteOptions =
+    crate::atomic::WriteOptions::with_mode(0o644).durable();
 
 /// The only format version this build reads and writes.
 pub const LIMITS_VERSION: u32 = 1;
@@ -97,15 +103,15 @@ impl Limits {
         // The version decides how to read the rest, so look at it first.
         let version = match value.get("version") {
             None => return Err(LimitsErrorKind::Invalid("missing field \"version\"".into())),
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| LimitsErrorKind::Invalid(format!("\"version\" is not a positive integer: {v}")))?,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                LimitsErrorKind::Invalid(format!("\"version\" is not a positive integer: {v}"))
+            })?,
         };
         if version != LIMITS_VERSION as u64 {
             return Err(LimitsErrorKind::UnsupportedVersion { found: version });
         }
-        let limits: Limits =
-            serde_path_to_error::deserialize(value).map_err(|e| LimitsErrorKind::Invalid(e.to_string()))?;
+        let limits: Limits = serde_path_to_error::deserialize(value)
+            .map_err(|e| LimitsErrorKind::Invalid(e.to_string()))?;
         limits.validate().map_err(LimitsErrorKind::Invalid)?;
         Ok(limits)
     }
@@ -133,10 +139,15 @@ impl Limits {
                 return Err(format!("GPU {} is listed twice", d.uuid));
             }
             if d.memory_limit == 0 {
-                return Err(format!("device {} ({}): memory_limit is 0", d.index, d.uuid));
+                return Err(format!(
+                    "device {} ({}): memory_limit is 0",
+                    d.index, d.uuid
+                ));
             }
-            let safe =
-                !d.ledger.as_os_str().is_empty() && d.ledger.components().all(|c| matches!(c, Component::Normal(_)));
+            let safe = !d.ledger.as_os_str().is_empty()
+                && d.ledger
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_)));
             if !safe {
                 return Err(format!(
                     "device {} ({}): ledger path {:?} must be relative to the limits file's folder, without '..'",
@@ -152,16 +163,23 @@ impl Limits {
     /// Write the file atomically (temporary file in the same folder, then rename), mode 0644: readable by
     /// the container's non-root processes, writable by nobody inside (it is mounted read-only anyway).
     pub fn write_atomic(&self, path: &Path) -> io::Result<()> {
-        self.validate()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", path.display())))?;
+        self.validate().map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: {e}", path.display()),
+            )
+        })?;
         let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         text.push(b'\n');
-        write_file_atomic(path, &text, 0o644)
+        crate::atomic::write_atomic(path, &text, WRITE_OPTIONS)
     }
 
     /// Absolute path of a device's ledger: the `ledger` entry resolved against the limits file's folder.
     pub fn ledger_path(&self, limits_path: &Path, dev: &DeviceLimit) -> PathBuf {
-        limits_path.parent().unwrap_or_else(|| Path::new(".")).join(&dev.ledger)
+        limits_path
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join(&dev.ledger)
     }
 
     pub fn device_by_uuid(&self, uuid: &str) -> Option<&DeviceLimit> {
@@ -171,28 +189,6 @@ impl Limits {
     pub fn device_by_index(&self, i: u32) -> Option<&DeviceLimit> {
         self.devices.iter().find(|d| d.index == i)
     }
-}
-
-/// Write `bytes` to `path` through a temporary file in the same folder and a rename, so readers see the old
-/// file or the whole new one, never a part.
-pub(crate) fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.", name.to_string_lossy()))
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -245,13 +241,19 @@ mod tests {
         let back = Limits::load(&path).unwrap();
         assert_eq!(back, l);
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
         assert_eq!(back.device_by_uuid("GPU-bbbb").unwrap().index, 1);
         assert_eq!(back.device_by_index(0).unwrap().uuid, "GPU-aaaa");
         assert!(back.device_by_uuid("GPU-cccc").is_none());
         assert!(back.device_by_index(7).is_none());
         let dev = back.device_by_index(1).unwrap();
-        assert_eq!(back.ledger_path(&path, dev), dir.path().join("ledgers/GPU-bbbb.ledger"));
+        assert_eq!(
+            back.ledger_path(&path, dev),
+            dir.path().join("ledgers/GPU-bbbb.ledger")
+        );
         // no temporary file is left behind
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -294,7 +296,10 @@ mod tests {
                 good.replace("\"version\":1", "\"version\":\"1\""),
                 "\"version\" is not a positive integer",
             ),
-            (good.replace("\"version\":1,", ""), "missing field \"version\""),
+            (
+                good.replace("\"version\":1,", ""),
+                "missing field \"version\"",
+            ),
             ("[1,2]".into(), "missing field \"version\""),
             (
                 good.replace("\"container_id\":\"3f2a\",", ""),
@@ -317,8 +322,14 @@ mod tests {
                 good.replace("\"memory_limit\":2147483648", "\"memory_limit\":-1"),
                 "devices[1].memory_limit: invalid value",
             ),
-            (good.replace("ledgers/GPU-bbbb.ledger", "../../etc/x"), "without '..'"),
-            (good.replace("ledgers/GPU-bbbb.ledger", "/etc/x"), "must be relative"),
+            (
+                good.replace("ledgers/GPU-bbbb.ledger", "../../etc/x"),
+                "without '..'",
+            ),
+            (
+                good.replace("ledgers/GPU-bbbb.ledger", "/etc/x"),
+                "must be relative",
+            ),
             (
                 r#"{"version":1,"container_id":"c","devices":[]}"#.into(),
                 "lists no devices",
@@ -326,7 +337,10 @@ mod tests {
         ];
         for (text, want) in cases {
             let msg = load_text(&text).expect_err(&text);
-            assert!(msg.contains(want), "for {text:?}: got {msg:?}, want {want:?}");
+            assert!(
+                msg.contains(want),
+                "for {text:?}: got {msg:?}, want {want:?}"
+            );
             assert!(!msg.contains('\n'), "multi-line error: {msg:?}");
         }
     }

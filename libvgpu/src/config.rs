@@ -1,15 +1,16 @@
 //! Where the limits come from: the container's limits file (written by vgpu-hook, read-only), which wins,
-//! or the HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver.
+//! or the HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver. Not
+//! here: the environment's grammar (`vgpu_ledger::envlimits`, shared with the hook) or the files' format.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use vgpu_ledger::envlimits::{self, EnvLimits};
 use vgpu_ledger::limits::Limits;
-use vgpu_ledger::quantity::parse_quantity;
 
-pub const ENV_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+pub const ENV_LIMIT: &str = envlimits::LIMIT_VAR;
 pub const ENV_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
-pub const ENV_LIMITS_FILE: &str = "VGPU_LIMITS_FILE";
+pub const ENV_LIMITS_FILE: &str = envlimits::LIMITS_FILE_VAR;
 pub const DEFAULT_CACHE: &str = "/tmp/cudevshr.cache";
 
 /// The limit and ledger of one GPU.
@@ -66,31 +67,17 @@ impl Config {
                 Limits::load(&path).map_err(|e| format!("limits file {}: {e}", path.display()))?;
             return Ok(Config::File { path, limits });
         }
-        let quantity = |name: &str, v: &str| {
-            parse_quantity(v.trim()).map_err(|e| {
-                format!("{name}={v:?} is not a memory size (bytes, or k/m/g/t, Ki/Mi/Gi/Ti): {e}")
-            })
-        };
-        let global = match get(ENV_LIMIT) {
-            Some(v) if !v.trim().is_empty() => quantity(ENV_LIMIT, v)?,
-            _ => 0,
-        };
-        let mut per_index = BTreeMap::new();
-        for (k, v) in env {
-            let Some(suffix) = k.strip_prefix("CUDA_DEVICE_MEMORY_LIMIT_") else {
-                continue;
-            };
-            let i: u32 = suffix
-                .parse()
-                .map_err(|_| format!("{k}: the suffix must be a CUDA device index (CUDA_DEVICE_MEMORY_LIMIT_0, _1, ...)"))?;
-            if v.trim().is_empty() {
-                continue;
-            }
-            per_index.insert(i, quantity(k, v)?);
-        }
-        if global == 0 && per_index.values().all(|&l| l == 0) {
+        // The grammar is the hook's too (vgpu_ledger::envlimits): 0 or empty is no limit for those GPUs.
+        let limits = EnvLimits::parse(env).map_err(|e| e.to_string())?;
+        if limits.is_unlimited() {
             return Ok(Config::Unlimited);
         }
+        let global = limits.global.as_ref().map_or(0, |l| l.bytes);
+        let per_index: BTreeMap<u32, u64> = limits
+            .per_index
+            .iter()
+            .map(|(&i, l)| (i, l.bytes))
+            .collect();
         let prefix = match get(ENV_CACHE) {
             Some(p) if !p.is_empty() => p.to_string(),
             _ => DEFAULT_CACHE.to_string(),
@@ -216,6 +203,32 @@ mod tests {
             &env(&[
                 ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
                 ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+            ]),
+            Path::new(NOFILE),
+        )
+        .unwrap();
+        assert_eq!(c.for_device(0, "GPU-a"), None);
+        assert_eq!(c.for_device(1, "GPU-b").unwrap().limit, 1 << 30);
+    }
+
+    #[test]
+    fn zero_means_no_limit_as_the_hook_reads_it() {
+        // The hook passes such a container through untouched; the library then runs it unlimited.
+        for pairs in [
+            &[("CUDA_DEVICE_MEMORY_LIMIT", "0")][..],
+            &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")],
+            &[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", ""),
+            ],
+        ] {
+            let c = Config::from_env(&env(pairs), Path::new(NOFILE)).unwrap();
+            assert!(c.is_unlimited(), "{pairs:?}");
+        }
+        let c = Config::from_env(
+            &env(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g"),
             ]),
             Path::new(NOFILE),
         )

@@ -1,4 +1,6 @@
 //! `/etc/vgpu/config.toml` (or the file named by `VGPU_CONFIG`): where things are on the host.
+//! Not here: the paths inside a container or of the state folder (`vgpu_ledger::layout`).
+//!
 //! A missing default file means all defaults; a file named by `VGPU_CONFIG` must exist.
 //! Keys this crate does not know are ignored (other vgpu tools keep their own keys in the same file).
 
@@ -88,27 +90,37 @@ impl Config {
             }
             Err(e) => return Err(e).with_context(|| format!("vgpu config {}", path.display())),
         };
-        let cfg: Config =
-            toml::from_str(&text).map_err(|e| anyhow::anyhow!("vgpu config {}: {}", path.display(), e.message()))?;
-        cfg.validate().with_context(|| format!("vgpu config {}", path.display()))?;
+        let cfg: Config = toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("vgpu config {}: {}", path.display(), e.message()))?;
+        cfg.validate()
+            .with_context(|| format!("vgpu config {}", path.display()))?;
         Ok(cfg)
     }
 
     fn validate(&self) -> Result<()> {
         if !self.state_root.is_absolute() {
-            bail!("state_root must be an absolute path, got {:?}", self.state_root);
+            bail!(
+                "state_root must be an absolute path, got {:?}",
+                self.state_root
+            );
         }
         if !self.library.is_absolute() {
             bail!("library must be an absolute path, got {:?}", self.library);
         }
         if !self.hook_path.is_absolute() {
-            bail!("hook_path must be an absolute path, got {:?}", self.hook_path);
+            bail!(
+                "hook_path must be an absolute path, got {:?}",
+                self.hook_path
+            );
         }
         if self.lower_runtime.is_empty() {
             bail!("lower_runtime is empty");
         }
         if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug") {
-            bail!("log_level must be error, warn, info or debug, got {:?}", self.log_level);
+            bail!(
+                "log_level must be error, warn, info or debug, got {:?}",
+                self.log_level
+            );
         }
         Ok(())
     }
@@ -117,7 +129,11 @@ impl Config {
     pub fn env_for_hooks() -> Option<String> {
         let p = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty())?;
         let p = PathBuf::from(p);
-        let abs = if p.is_absolute() { p } else { std::env::current_dir().ok()?.join(p) };
+        let abs = if p.is_absolute() {
+            p
+        } else {
+            std::env::current_dir().ok()?.join(p)
+        };
         Some(format!("{}={}", CONFIG_ENV, abs.display()))
     }
 

@@ -1,6 +1,8 @@
-//! Garbage collection of state whose poststop never came (engine crash, CRI-O removing late, a lower
-//! runtime that failed after the shim provisioned). Run cheaply by every hook, and by `vgpuctl gc`.
+//! Garbage collection of state whose poststop never came; run by every hook and by `vgpuctl gc`. Not here:
+//! the walk over the state root (`vgpu_ledger::walk`), removing a folder (`crate::provision::remove_dir`).
 //!
+//! Its poststop may never come after an engine crash, CRI-O removing late, or a lower runtime that failed
+//! after the shim provisioned.
 //! A container folder is garbage when its container is gone — its init process is dead, or that pid now
 //! belongs to another PID namespace — and no process still holds a slot of any of its ledgers (the OFD-lock
 //! test is read-only and needs no PIDs). State provisioned by the shim whose hook never recorded an owner
@@ -14,6 +16,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::Limits;
+use vgpu_ledger::walk::{ContainerDir, StateEntry};
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
@@ -34,55 +37,54 @@ pub fn collect(root: &StateRoot) -> Result<GcReport> {
     collect_with(root, DEFAULT_PENDING_GRACE)
 }
 
-/// Collects garbage under `root`; `pending_grace` is how old owner-less state must be to be garbage.
+/// Collects garbage under `root`; `pending_grace` is how old owner-less state must be to be garbage. Entries
+/// of the state root that are not a container's state are reported in `errors` and left alone.
 pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcReport> {
     let mut report = GcReport::default();
-    let dir = root.containers_dir();
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
-    };
     let now = SystemTime::now();
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        let age = entry
-            .metadata()
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .and_then(|m| now.duration_since(m).ok())
-            .unwrap_or_default();
-        if name.starts_with('.') {
+    let age = |m: Option<SystemTime>| {
+        m.and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default()
+    };
+    for entry in root.entries()? {
+        match entry {
             // Leftovers of an interrupted provision (.tmp-*) or removal (.rm-*).
-            if age > pending_grace {
-                match fs::remove_dir_all(&path) {
-                    Ok(()) => report.removed.push(name),
-                    Err(e) => report.errors.push(format!("{}: {e}", path.display())),
+            StateEntry::Leftover(o) => {
+                if age(o.modified) > pending_grace {
+                    match fs::remove_dir_all(&o.path) {
+                        Ok(()) => report.removed.push(o.name),
+                        Err(e) => report.errors.push(format!("{}: {e}", o.path.display())),
+                    }
                 }
             }
-            continue;
-        }
-        match is_garbage(&path, age, pending_grace) {
-            Ok(true) => match provision::remove_dir(&path) {
-                Ok(_) => report.removed.push(name),
-                Err(e) => report.errors.push(format!("{e:#}")),
+            StateEntry::Foreign { entry, why } => report.errors.push(format!(
+                "{}: not a container's state ({why}); left alone",
+                entry.path.display()
+            )),
+            StateEntry::Container(c) => match is_garbage(&c, age(c.modified), pending_grace) {
+                Ok(true) => match provision::remove_dir(&c.dir) {
+                    Ok(_) => report.removed.push(c.id),
+                    Err(e) => report.errors.push(format!("{e:#}")),
+                },
+                Ok(false) => report.kept.push(c.id),
+                Err(e) => report.errors.push(format!("{}: {e:#}", c.dir.display())),
             },
-            Ok(false) => report.kept.push(name),
-            Err(e) => report.errors.push(format!("{}: {e:#}", path.display())),
         }
     }
     Ok(report)
 }
 
-fn is_garbage(dir: &Path, age: Duration, pending_grace: Duration) -> Result<bool> {
-    let container_gone = match Limits::load(&dir.join(layout::LIMITS_FILE_NAME)) {
-        Ok(Limits { init_pid: Some(pid), pid_ns: Some(ns), .. }) => !owner_alive(pid, ns),
+fn is_garbage(c: &ContainerDir, age: Duration, pending_grace: Duration) -> Result<bool> {
+    let container_gone = match Limits::load(&c.limits_path) {
+        Ok(Limits {
+            init_pid: Some(pid),
+            pid_ns: Some(ns),
+            ..
+        }) => !owner_alive(pid, ns),
         // No owner yet (or a limits file being rewritten): only old ones are garbage.
         _ => age > pending_grace,
     };
-    Ok(container_gone && !any_slot_alive(&dir.join(layout::LEDGERS_DIR_NAME))?)
+    Ok(container_gone && !any_slot_alive(&c.ledgers_dir)?)
 }
 
 /// True when host pid `pid` runs and still lives in PID namespace `pid_ns`.
@@ -119,7 +121,13 @@ mod tests {
     use crate::provision::{provision, record_owner, Owner};
 
     fn plan() -> Plan {
-        Plan { gpus: vec![PlannedGpu { index: 0, uuid: "GPU-1".into(), memory_limit: 1 << 30 }] }
+        Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30,
+            }],
+        }
     }
 
     #[test]
@@ -127,16 +135,36 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         // Alive: owned by this test process.
-        provision(&root, "alive", &plan(), Owner::of_pid(std::process::id()).unwrap(), None).unwrap();
+        provision(
+            &root,
+            "alive",
+            &plan(),
+            Owner::of_pid(std::process::id()).unwrap(),
+            None,
+        )
+        .unwrap();
         // Dead: a child that has exited and been reaped.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        let owner = Owner::of_pid(pid).unwrap_or(Owner { init_pid: pid, pid_ns: 1 });
+        let owner = Owner::of_pid(pid).unwrap_or(Owner {
+            init_pid: pid,
+            pid_ns: 1,
+        });
         child.wait().unwrap();
         provision(&root, "dead", &plan(), Owner::default(), None).unwrap();
         record_owner(&root, "dead", owner).unwrap();
         // Reused pid: this process, but recorded with another namespace inode.
-        provision(&root, "reused", &plan(), Owner { init_pid: std::process::id(), pid_ns: 1 }, None).unwrap();
+        provision(
+            &root,
+            "reused",
+            &plan(),
+            Owner {
+                init_pid: std::process::id(),
+                pid_ns: 1,
+            },
+            None,
+        )
+        .unwrap();
         // Pending (the shim provisioned, no hook yet): kept while fresh.
         provision(&root, "pending", &plan(), Owner::default(), None).unwrap();
         let r = collect_with(&root, Duration::from_secs(60)).unwrap();
@@ -152,6 +180,27 @@ mod tests {
         assert_eq!(r.removed, vec!["pending"]);
         assert!(root.container_dir("alive").unwrap().is_dir());
         // A missing root is not an error.
-        assert_eq!(collect(&StateRoot::new(d.path().join("none"))).unwrap(), GcReport::default());
+        assert_eq!(
+            collect(&StateRoot::new(d.path().join("none"))).unwrap(),
+            GcReport::default()
+        );
+    }
+
+    #[test]
+    fn entries_not_ours_are_reported_and_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        fs::create_dir_all(root.containers_dir()).unwrap();
+        let stray = root.containers_dir().join("stray-file");
+        fs::write(&stray, "x").unwrap();
+        let r = collect_with(&root, Duration::ZERO).unwrap();
+        assert!(r.removed.is_empty() && r.kept.is_empty(), "{r:?}");
+        assert_eq!(r.errors.len(), 1);
+        assert!(
+            r.errors[0].contains("stray-file") && r.errors[0].contains("not a folder"),
+            "{:?}",
+            r.errors
+        );
+        assert!(stray.is_file());
     }
 }

@@ -1,4 +1,5 @@
 //! Which GPUs a container gets, read from its spec, and their resolution to host GPUs.
+//! Not here: the quota on them (`crate::quota`, `crate::plan`) or asking NVML (`crate::nvml`).
 //!
 //! Sources, first present wins: env `NVIDIA_VISIBLE_DEVICES` (indices, UUIDs, `all`, `none`/`void`),
 //! CDI device names `nvidia.com/gpu=<index|uuid|all>` in `cdi.k8s.io/*` annotations, then `/dev/nvidiaN`
@@ -43,15 +44,24 @@ pub fn from_spec(
         if !v.is_empty() {
             let source = format!("env {VISIBLE}={v}");
             if v == "none" || v == "void" {
-                return Ok(Some(Selection { selectors: vec![], source }));
+                return Ok(Some(Selection {
+                    selectors: vec![],
+                    source,
+                }));
             }
-            let selectors = v.split(',').map(|s| parse_name(s.trim(), &source)).collect::<Result<_>>()?;
+            let selectors = v
+                .split(',')
+                .map(|s| parse_name(s.trim(), &source))
+                .collect::<Result<_>>()?;
             return Ok(Some(Selection { selectors, source }));
         }
     }
     let mut cdi = Vec::new();
     let mut cdi_src = Vec::new();
-    for (k, v) in annotations.iter().filter(|(k, _)| k.starts_with(CDI_PREFIX)) {
+    for (k, v) in annotations
+        .iter()
+        .filter(|(k, _)| k.starts_with(CDI_PREFIX))
+    {
         for name in v.split(',').map(str::trim) {
             if let Some(n) = name.strip_prefix(CDI_KIND) {
                 cdi.push(parse_name(n, &format!("annotation {k}"))?);
@@ -60,11 +70,19 @@ pub fn from_spec(
         }
     }
     if !cdi.is_empty() {
-        return Ok(Some(Selection { selectors: cdi, source: format!("CDI devices {}", cdi_src.join(",")) }));
+        return Ok(Some(Selection {
+            selectors: cdi,
+            source: format!("CDI devices {}", cdi_src.join(",")),
+        }));
     }
     let nodes: Vec<_> = devices
         .iter()
-        .filter_map(|p| p.strip_prefix("/dev/nvidia")?.parse::<u32>().ok().map(|m| (p, m)))
+        .filter_map(|p| {
+            p.strip_prefix("/dev/nvidia")?
+                .parse::<u32>()
+                .ok()
+                .map(|m| (p, m))
+        })
         .collect();
     if !nodes.is_empty() {
         let names: Vec<&str> = nodes.iter().map(|(p, _)| p.as_str()).collect();
@@ -105,7 +123,11 @@ pub fn resolve(sel: &Selection, host: &[HostGpu]) -> Result<Vec<HostGpu>> {
             Selector::All => host.iter().for_each(&mut push),
             Selector::Index(i) => match host.iter().find(|g| g.index == *i) {
                 Some(g) => push(g),
-                None => bail!("{}: no GPU with index {i} on this host ({} GPUs)", sel.source, host.len()),
+                None => bail!(
+                    "{}: no GPU with index {i} on this host ({} GPUs)",
+                    sel.source,
+                    host.len()
+                ),
             },
             Selector::Uuid(u) => match host.iter().find(|g| g.uuid.eq_ignore_ascii_case(u)) {
                 Some(g) => push(g),
@@ -113,9 +135,10 @@ pub fn resolve(sel: &Selection, host: &[HostGpu]) -> Result<Vec<HostGpu>> {
             },
             Selector::Minor(m) => {
                 // Drivers without minor numbers in NVML number the nodes by index.
-                let g = host.iter().find(|g| g.minor == Some(*m)).or_else(|| {
-                    host.iter().find(|g| g.minor.is_none() && g.index == *m)
-                });
+                let g = host
+                    .iter()
+                    .find(|g| g.minor == Some(*m))
+                    .or_else(|| host.iter().find(|g| g.minor.is_none() && g.index == *m));
                 match g {
                     Some(g) => push(g),
                     None => bail!("{}: no GPU behind /dev/nvidia{m} on this host", sel.source),
@@ -131,25 +154,41 @@ mod tests {
     use super::*;
 
     fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn host() -> Vec<HostGpu> {
         (0..3)
-            .map(|i| HostGpu { index: i, uuid: format!("GPU-{i}aaa"), total_memory: 16 << 30, minor: Some(i + 10) })
+            .map(|i| HostGpu {
+                index: i,
+                uuid: format!("GPU-{i}aaa"),
+                total_memory: 16 << 30,
+                minor: Some(i + 10),
+            })
             .collect()
     }
 
     #[test]
     fn visible_devices_forms() {
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "2,GPU-0aaa")]), &[], &[]).unwrap().unwrap();
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "2,GPU-0aaa")]), &[], &[])
+            .unwrap()
+            .unwrap();
         let r = resolve(&s, &host()).unwrap();
         assert_eq!(r.iter().map(|g| g.index).collect::<Vec<_>>(), vec![2, 0]);
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]), &[], &[]).unwrap().unwrap();
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]), &[], &[])
+            .unwrap()
+            .unwrap();
         assert_eq!(resolve(&s, &host()).unwrap().len(), 3);
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]), &[], &[]).unwrap().unwrap();
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]), &[], &[])
+            .unwrap()
+            .unwrap();
         assert!(resolve(&s, &host()).unwrap().is_empty());
-        assert_eq!(from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "")]), &[], &[]).unwrap(), None);
+        assert_eq!(
+            from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "")]), &[], &[]).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -157,19 +196,33 @@ mod tests {
         let a = kv(&[("cdi.k8s.io/vgpu", "nvidia.com/gpu=1,vendor.com/x=y")]);
         let s = from_spec(&[], &a, &[]).unwrap().unwrap();
         assert_eq!(s.selectors, vec![Selector::Index(1)]);
-        let s = from_spec(&[], &[], &["/dev/nvidiactl".into(), "/dev/nvidia12".into()]).unwrap().unwrap();
+        let s = from_spec(&[], &[], &["/dev/nvidiactl".into(), "/dev/nvidia12".into()])
+            .unwrap()
+            .unwrap();
         assert_eq!(resolve(&s, &host()).unwrap()[0].index, 2);
-        assert_eq!(from_spec(&[], &[], &["/dev/nvidiactl".into()]).unwrap(), None);
+        assert_eq!(
+            from_spec(&[], &[], &["/dev/nvidiactl".into()]).unwrap(),
+            None
+        );
     }
 
     #[test]
     fn unknown_gpus_are_clear_errors() {
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "7")]), &[], &[]).unwrap().unwrap();
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "7")]), &[], &[])
+            .unwrap()
+            .unwrap();
         let e = resolve(&s, &host()).unwrap_err().to_string();
-        assert!(e.contains("NVIDIA_VISIBLE_DEVICES=7") && e.contains("index 7"), "{e}");
-        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "x")]), &[], &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("NVIDIA_VISIBLE_DEVICES=7") && e.contains("index 7"),
+            "{e}"
+        );
+        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "x")]), &[], &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("neither"), "{e}");
-        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "0:1")]), &[], &[]).unwrap_err().to_string();
+        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "0:1")]), &[], &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("MIG"), "{e}");
     }
 }

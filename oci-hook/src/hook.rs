@@ -1,4 +1,5 @@
-//! `vgpu-hook <stage>`: the OCI hook.
+//! `vgpu-hook <stage>`: the OCI hook's stages. Not here: the create steps shared with the shim
+//! (`crate::create`), the edits (`crate::edits`), mounting into the container (`crate::mountns`).
 //!
 //! - `createRuntime` / `prestart` (OCI state on stdin): after the shim, record the container's owner in its
 //!   limits file; on the hooks.d path (no shim ran), validate the quota, provision the state and bind-mount
@@ -9,15 +10,13 @@
 //! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
 
 use crate::config::Config;
-use crate::edit;
+use crate::create::{self, Create};
+use crate::edits::{self, ContainerEdits};
 use crate::gc;
-use crate::mountns::{self, Bind};
-use crate::paths;
-use crate::plan::{self, SpecFacts};
+use crate::mountns;
+use crate::plan::SpecFacts;
 use crate::provision::{self, Owner};
-use crate::rootfs::Rootfs;
 use crate::spec::{annotations_of, Spec};
-use crate::nvml;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -38,8 +37,12 @@ pub struct State {
 impl State {
     /// Parses the state JSON.
     pub fn parse(text: &str) -> Result<State> {
-        let v: Value = serde_json::from_str(text).map_err(|e| anyhow!("malformed OCI state on stdin: {e}"))?;
-        let id = v.get("id").and_then(Value::as_str).ok_or_else(|| anyhow!("OCI state on stdin has no id"))?;
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| anyhow!("malformed OCI state on stdin: {e}"))?;
+        let id = v
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| anyhow!("OCI state on stdin has no id"))?;
         let pid = match v.get("pid") {
             None | Some(Value::Null) => None,
             Some(p) => match p.as_u64() {
@@ -49,7 +52,12 @@ impl State {
             },
         };
         let bundle = v.get("bundle").and_then(Value::as_str).unwrap_or("").into();
-        Ok(State { id: id.to_string(), pid, bundle, annotations: annotations_of(v.get("annotations")) })
+        Ok(State {
+            id: id.to_string(),
+            pid,
+            bundle,
+            annotations: annotations_of(v.get("annotations")),
+        })
     }
 }
 
@@ -58,7 +66,9 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
     let cfg = Config::load()?;
     let root = StateRoot::new(cfg.state_root.clone());
     let mut text = String::new();
-    input.read_to_string(&mut text).context("cannot read stdin")?;
+    input
+        .read_to_string(&mut text)
+        .context("cannot read stdin")?;
     let result = match stage {
         "createRuntime" | "prestart" => provision_stage(&cfg, &root, &State::parse(&text)?),
         "poststop" => provision::remove(&root, &State::parse(&text)?.id).map(|_| ()),
@@ -69,7 +79,10 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
     match gc::collect_with(&root, Duration::from_secs(cfg.gc_pending_grace_seconds)) {
         Ok(r) => {
             if cfg.logs("info") && !r.removed.is_empty() {
-                eprintln!("vgpu-hook: collected state of gone containers: {}", r.removed.join(", "));
+                eprintln!(
+                    "vgpu-hook: collected state of gone containers: {}",
+                    r.removed.join(", ")
+                );
             }
             if cfg.logs("warn") {
                 for e in r.errors {
@@ -84,42 +97,33 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
 }
 
 fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
-    let pid = st.pid.ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
+    let pid = st
+        .pid
+        .ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
     let owner = Owner::of_pid(pid)?;
-    if edit::shim_ran(&st.annotations) {
+    if edits::shim_ran(&st.annotations) {
         // The shim provisioned and the runtime mounted; only the owner was unknown until now.
         if !root.container_dir(&st.id)?.is_dir() {
-            bail!("state of container {} is missing under {}", st.id, root.root().display());
+            bail!(
+                "state of container {} is missing under {}",
+                st.id,
+                root.root().display()
+            );
         }
         return provision::record_owner(root, &st.id, owner);
     }
-    // hooks.d path: the spec is the bundle's config.json.
+    // hooks.d path: the spec is the bundle's config.json; the state's annotations win over its own.
     let (spec, _) = Spec::read_bundle(&st.bundle)?;
-    let (env, mut annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
-    // Annotations of the state win over (and add to) the spec's.
-    for (k, v) in &st.annotations {
-        annotations.retain(|(ak, _)| ak != k);
-        annotations.push((k.clone(), v.clone()));
-    }
-    let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
-    let Some(plan) = plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? else {
+    let facts = SpecFacts::of(&spec).with_state_annotations(&st.annotations);
+    let Some(plan) = create::plan(&facts, cfg)? else {
         return Ok(());
     };
-    root.container_dir(&st.id)?;
-    edit::check_library(cfg)?;
-    let rootfs = spec.rootfs(&st.bundle)?;
-    let image_preload = Rootfs::open(&rootfs)?.read_small_file(Path::new(paths::PRELOAD_IN_CONTAINER))?;
-    let dir = provision::provision(root, &st.id, &plan, owner, image_preload.as_deref())?;
-    let mut binds = vec![
-        Bind { source: root.limits_path(&st.id)?, target: paths::LIMITS_IN_CONTAINER.into(), read_only: true, noexec: true },
-        Bind { source: root.ledgers_dir(&st.id)?, target: paths::LEDGERS_IN_CONTAINER.into(), read_only: false, noexec: true },
-        Bind { source: cfg.library.clone(), target: paths::LIBRARY_IN_CONTAINER.into(), read_only: true, noexec: false },
-        Bind { source: root.preload_path(&st.id)?, target: paths::PRELOAD_IN_CONTAINER.into(), read_only: true, noexec: true },
-    ];
-    if let Some(core) = edit::core_library(cfg) {
-        binds.push(Bind { source: core, target: paths::CORE_IN_CONTAINER.into(), read_only: true, noexec: false });
-    }
-    if let Err(e) = mountns::bind_into(pid, &rootfs, &binds) {
+    let create = Create::new(cfg, root, &st.id, plan)?;
+    let image = create.read_image(&spec, &st.bundle)?;
+    let edits = create.edits()?;
+    let dir = create.provision(owner, &image)?;
+    // The same mounts the shim writes into a spec, made here in the container's mount namespace.
+    if let Err(e) = mountns::bind_into(pid, &image.rootfs, &edits.mounts) {
         let _ = provision::remove_dir(&dir);
         return Err(e);
     }
@@ -128,12 +132,11 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
 
 fn precreate(cfg: &Config, text: &str, output: &mut dyn Write) -> Result<()> {
     let mut spec = Spec::parse(text, Path::new("<precreate spec on stdin>"))?;
-    let (env, annotations, devices) = (spec.env(), spec.annotations(), spec.device_paths());
-    let facts = SpecFacts { env: &env, annotations: &annotations, devices: &devices };
-    match plan::plan(&facts, || nvml::list_gpus(&cfg.nvml_library))? {
+    match create::plan(&SpecFacts::of(&spec), cfg)? {
         None => output.write_all(text.as_bytes())?,
         Some(plan) => {
-            edit::add_env(&mut spec, &plan)?;
+            // The env alone: the mounts come from this hook's createRuntime stage.
+            ContainerEdits::env_only(&plan).apply_to_spec(&mut spec)?;
             output.write_all(spec.to_text().as_bytes())?;
         }
     }
@@ -151,7 +154,13 @@ mod tests {
         assert_eq!(s.annotations, vec![("a".to_string(), "b".to_string())]);
         let s = State::parse(r#"{"id":"c1","status":"stopped","bundle":"/b"}"#).unwrap();
         assert_eq!(s.pid, None);
-        assert!(State::parse("{").unwrap_err().to_string().contains("malformed OCI state"));
-        assert!(State::parse(r#"{"pid":1}"#).unwrap_err().to_string().contains("no id"));
+        assert!(State::parse("{")
+            .unwrap_err()
+            .to_string()
+            .contains("malformed OCI state"));
+        assert!(State::parse(r#"{"pid":1}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("no id"));
     }
 }

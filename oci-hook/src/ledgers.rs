@@ -1,4 +1,5 @@
 //! The two ledger operations the OCI side needs, on top of the ledger crate.
+//! Not here: the ledger itself (`vgpu_ledger::region`) or where ledgers live (`vgpu_ledger::layout`).
 
 use anyhow::{anyhow, Result};
 use std::path::Path;
@@ -6,7 +7,8 @@ use vgpu_ledger::Ledger;
 
 /// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit.
 pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
-    Ledger::open_or_create(path, uuid, limit).map_err(|e| anyhow!("cannot create ledger {}: {e}", path.display()))?;
+    Ledger::open_or_create(path, uuid, limit)
+        .map_err(|e| anyhow!("cannot create ledger {}: {e}", path.display()))?;
     Ok(())
 }
 

@@ -1,11 +1,14 @@
-//! The hooks.d path (Podman, CRI-O, or any runtime without the shim): bind-mount the container's state,
-//! the interposer and its `ld.so.preload` into the container's mount namespace, before `pivot_root`.
+//! Bind mounts made in a container's mount namespace before `pivot_root` (the hooks.d path: no shim ran).
+//! Not here: which mounts (`crate::edits::ContainerEdits::mounts`, the same the shim writes into a spec).
 //!
+//! Podman, CRI-O or any runtime without the shim gets the container's state, the interposer and its
+//! `ld.so.preload` this way.
 //! At `createRuntime`/`prestart` the container's mount namespace exists, its rootfs is mounted at the same
 //! path as on the host, and the container's process waits for the hooks. A forked child joins that
 //! namespace (`setns` needs a single-threaded caller) and mounts onto targets resolved inside the rootfs
 //! ([`crate::rootfs`]), so an image's symlinks cannot aim a mount at a host path.
 
+use crate::edits::Mount;
 use crate::rootfs::Rootfs;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::OFlag;
@@ -16,22 +19,10 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, pipe, ForkResult};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-
-/// One bind mount to make.
-#[derive(Debug, Clone)]
-pub struct Bind {
-    /// Host path (visible in the container's mount namespace, which started as a copy of the host's).
-    pub source: PathBuf,
-    /// Path inside the container.
-    pub target: PathBuf,
-    pub read_only: bool,
-    /// `noexec` too (everything but the library).
-    pub noexec: bool,
-}
+use std::path::Path;
 
 /// Makes `binds` in the mount namespace of host pid `pid`, whose rootfs is at `rootfs` (host path).
-pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Bind]) -> Result<()> {
+pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Mount]) -> Result<()> {
     let ns_path = format!("/proc/{pid}/ns/mnt");
     let ns = std::fs::File::open(&ns_path).with_context(|| format!("cannot open {ns_path}"))?;
     let (rd, wr) = pipe()?;
@@ -63,12 +54,13 @@ pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Bind]) -> Result<()> {
     }
 }
 
-fn child(ns: OwnedFd, rootfs: &Path, binds: &[Bind]) -> Result<()> {
+fn child(ns: OwnedFd, rootfs: &Path, binds: &[Mount]) -> Result<()> {
     setns(&ns, CloneFlags::CLONE_NEWNS).context("cannot join the container's mount namespace")?;
     std::env::set_current_dir("/")?;
     let root = Rootfs::open(rootfs)?;
     for b in binds {
-        bind_one(&root, b).with_context(|| format!("cannot mount {} at {}", b.source.display(), b.target.display()))?;
+        bind_one(&root, b)
+            .with_context(|| format!("cannot mount {} at {}", b.source.display(), b.destination))?;
     }
     Ok(())
 }
@@ -77,14 +69,29 @@ fn fd_path(fd: &OwnedFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
-fn bind_one(root: &Rootfs, b: &Bind) -> Result<()> {
+fn bind_one(root: &Rootfs, b: &Mount) -> Result<()> {
     let src_md = std::fs::metadata(&b.source)?;
-    let target = if src_md.is_dir() { root.mkdir_all(&b.target, 0o755)? } else { root.ensure_file(&b.target, 0o644)? };
-    mount(Some(&b.source), fd_path(&target).as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+    let target = if src_md.is_dir() {
+        root.mkdir_all(Path::new(b.destination), 0o755)?
+    } else {
+        root.ensure_file(Path::new(b.destination), 0o644)?
+    };
+    mount(
+        Some(&b.source),
+        fd_path(&target).as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )?;
     // The old descriptor still names the covered file; reopen to reach the new mount on top of it.
-    let mounted = root.open_in(&b.target, OFlag::O_PATH)?;
+    let mounted = root.open_in(Path::new(b.destination), OFlag::O_PATH)?;
     let st = fstat(&mounted)?;
-    if (st.st_dev, st.st_ino) != (std::os::unix::fs::MetadataExt::dev(&src_md), std::os::unix::fs::MetadataExt::ino(&src_md)) {
+    if (st.st_dev, st.st_ino)
+        != (
+            std::os::unix::fs::MetadataExt::dev(&src_md),
+            std::os::unix::fs::MetadataExt::ino(&src_md),
+        )
+    {
         bail!("the mount did not land at the target (path changed while mounting?)");
     }
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
@@ -94,7 +101,13 @@ fn bind_one(root: &Rootfs, b: &Bind) -> Result<()> {
     if b.noexec {
         flags |= MsFlags::MS_NOEXEC;
     }
-    mount(None::<&str>, fd_path(&mounted).as_str(), None::<&str>, flags, None::<&str>)
-        .context("cannot make the mount read-only/nosuid")?;
+    mount(
+        None::<&str>,
+        fd_path(&mounted).as_str(),
+        None::<&str>,
+        flags,
+        None::<&str>,
+    )
+    .context("cannot make the mount read-only/nosuid")?;
     Ok(())
 }

@@ -1,4 +1,5 @@
 //! The host's GPUs as NVML sees them: index, UUID, memory size and device-node minor number.
+//! Not here: which of them a container gets (`crate::gpus`).
 //!
 //! NVML is loaded at run time (`nvml_library` in the config) so the shim and hook run on nodes without a
 //! GPU driver until a container actually asks for a quota.
@@ -37,7 +38,8 @@ const UUID_BUFFER: usize = 96;
 pub fn list_gpus(lib: &str) -> Result<Vec<HostGpu>> {
     // SAFETY: loading NVML runs its initialisers; it is the vendor library the configuration names,
     // loaded the same way every NVML user loads it.
-    let nvml = unsafe { Library::new(lib) }.map_err(|e| anyhow!("cannot load NVML ({lib}): {e}"))?;
+    let nvml =
+        unsafe { Library::new(lib) }.map_err(|e| anyhow!("cannot load NVML ({lib}): {e}"))?;
     let api = Api::new(&nvml).with_context(|| format!("NVML library {lib}"))?;
     // SAFETY: the symbols have NVML's documented signatures; nvmlInit_v2 takes no arguments.
     let rc = unsafe { (api.init)() };
@@ -69,12 +71,18 @@ impl<'l> Api<'l> {
             Ok(Api {
                 init: l.get(b"nvmlInit_v2\0").map_err(|_| sym("nvmlInit_v2"))?,
                 shutdown: l.get(b"nvmlShutdown\0").map_err(|_| sym("nvmlShutdown"))?,
-                count: l.get(b"nvmlDeviceGetCount_v2\0").map_err(|_| sym("nvmlDeviceGetCount_v2"))?,
+                count: l
+                    .get(b"nvmlDeviceGetCount_v2\0")
+                    .map_err(|_| sym("nvmlDeviceGetCount_v2"))?,
                 by_index: l
                     .get(b"nvmlDeviceGetHandleByIndex_v2\0")
                     .map_err(|_| sym("nvmlDeviceGetHandleByIndex_v2"))?,
-                uuid: l.get(b"nvmlDeviceGetUUID\0").map_err(|_| sym("nvmlDeviceGetUUID"))?,
-                memory: l.get(b"nvmlDeviceGetMemoryInfo\0").map_err(|_| sym("nvmlDeviceGetMemoryInfo"))?,
+                uuid: l
+                    .get(b"nvmlDeviceGetUUID\0")
+                    .map_err(|_| sym("nvmlDeviceGetUUID"))?,
+                memory: l
+                    .get(b"nvmlDeviceGetMemoryInfo\0")
+                    .map_err(|_| sym("nvmlDeviceGetMemoryInfo"))?,
                 minor: l.get(b"nvmlDeviceGetMinorNumber\0").ok(),
                 error_string: l.get(b"nvmlErrorString\0").ok(),
             })
@@ -87,7 +95,10 @@ impl<'l> Api<'l> {
             let p = unsafe { f(rc) };
             if !p.is_null() {
                 // SAFETY: non-NULL, NUL-terminated, static (per nvml.h).
-                return format!("{} (error {rc})", unsafe { CStr::from_ptr(p) }.to_string_lossy());
+                return format!(
+                    "{} (error {rc})",
+                    unsafe { CStr::from_ptr(p) }.to_string_lossy()
+                );
             }
         }
         format!("error {rc}")
@@ -116,7 +127,9 @@ impl<'l> Api<'l> {
             }
             // SAFETY: NVML NUL-terminates within the buffer; the last byte is never written past.
             buf[UUID_BUFFER - 1] = 0;
-            let uuid = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+            let uuid = unsafe { CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
             let mut mem = NvmlMemory::default();
             // SAFETY: `mem` has nvmlMemory_t's layout.
             let rc = unsafe { (self.memory)(dev, &mut mem) };
@@ -128,7 +141,12 @@ impl<'l> Api<'l> {
                 // SAFETY: `m` is a valid out-pointer.
                 (unsafe { f(dev, &mut m) } == NVML_SUCCESS).then_some(m)
             });
-            out.push(HostGpu { index, uuid, total_memory: mem.total, minor });
+            out.push(HostGpu {
+                index,
+                uuid,
+                total_memory: mem.total,
+                minor,
+            });
         }
         Ok(out)
     }

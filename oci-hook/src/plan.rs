@@ -1,9 +1,12 @@
 //! Deciding a container's quota: the request ([`crate::quota`]) checked against the GPUs it gets
-//! ([`crate::gpus`]) on this host. Every check happens here, before anything is written anywhere.
+//! ([`crate::gpus`]). Not here: asking NVML (`crate::nvml`, through `crate::create`), acting on the plan.
+//!
+//! Every check happens here, before anything is written anywhere.
 
 use crate::gpus;
 use crate::nvml::HostGpu;
 use crate::quota::{self, QuotaRequest};
+use crate::spec::Spec;
 use anyhow::{bail, Result};
 use vgpu_ledger::format_bytes;
 
@@ -23,21 +26,52 @@ pub struct Plan {
 }
 
 /// What the planner needs from a spec.
-pub struct SpecFacts<'a> {
-    pub env: &'a [(String, String)],
-    pub annotations: &'a [(String, String)],
-    pub devices: &'a [String],
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecFacts {
+    /// `process.env`, in order.
+    pub env: Vec<(String, String)>,
+    /// The spec's annotations (string values).
+    pub annotations: Vec<(String, String)>,
+    /// `linux.devices[].path`.
+    pub devices: Vec<String>,
+}
+
+impl SpecFacts {
+    /// The facts of `spec` (the one place they are read from a spec).
+    pub fn of(spec: &Spec) -> SpecFacts {
+        SpecFacts {
+            env: spec.env(),
+            annotations: spec.annotations(),
+            devices: spec.device_paths(),
+        }
+    }
+
+    /// With the annotations of the OCI state (hooks.d path) winning over, and adding to, the spec's.
+    pub fn with_state_annotations(mut self, state: &[(String, String)]) -> SpecFacts {
+        for (k, v) in state {
+            self.annotations.retain(|(ak, _)| ak != k);
+            self.annotations.push((k.clone(), v.clone()));
+        }
+        self
+    }
 }
 
 /// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
 /// so a node without NVML runs unquota'd containers fine.
-pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>) -> Result<Option<Plan>> {
-    let q: QuotaRequest = quota::from_spec(facts.annotations, facts.env)?;
+pub fn plan(
+    facts: &SpecFacts,
+    host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
+) -> Result<Option<Plan>> {
+    let q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
     if q.is_empty() {
         return Ok(None);
     }
-    let first_source = q.all.as_ref().or(q.per_gpu.values().next()).map(|r| r.source.clone()).unwrap_or_default();
-    let Some(sel) = gpus::from_spec(facts.env, facts.annotations, facts.devices)? else {
+    let first_source = q
+        .limits()
+        .next()
+        .map(|r| r.source.clone())
+        .unwrap_or_default();
+    let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
         bail!(
             "{first_source} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)"
         );
@@ -45,9 +79,12 @@ pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>)
     let host = host_gpus()?;
     let gpus = gpus::resolve(&sel, &host)?;
     if gpus.is_empty() {
-        bail!("{first_source} is set but {} gives the container no GPU", sel.source);
+        bail!(
+            "{first_source} is set but {} gives the container no GPU",
+            sel.source
+        );
     }
-    if let Some((&i, r)) = q.per_gpu.range(gpus.len()..).next() {
+    if let Some((i, r)) = q.first_beyond(gpus.len()) {
         bail!(
             "{}: the container has no GPU {i}: it gets {} GPU{} ({})",
             r.source,
@@ -68,7 +105,11 @@ pub fn plan(facts: &SpecFacts, host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>)
                 format_bytes(g.total_memory)
             );
         }
-        out.push(PlannedGpu { index: i, uuid: g.uuid.clone(), memory_limit: r.bytes });
+        out.push(PlannedGpu {
+            index: i,
+            uuid: g.uuid.clone(),
+            memory_limit: r.bytes,
+        });
     }
     Ok(Some(Plan { gpus: out }))
 }
@@ -78,36 +119,150 @@ mod tests {
     use super::*;
 
     fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn host() -> Result<Vec<HostGpu>> {
         Ok((0..2)
-            .map(|i| HostGpu { index: i, uuid: format!("GPU-{i}"), total_memory: 16 << 30, minor: None })
+            .map(|i| HostGpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                total_memory: 16 << 30,
+                minor: None,
+            })
             .collect())
     }
 
     fn run(env: &[(&str, &str)], ann: &[(&str, &str)]) -> Result<Option<Plan>> {
         let (e, a) = (kv(env), kv(ann));
-        plan(&SpecFacts { env: &e, annotations: &a, devices: &[] }, host)
+        plan(
+            &SpecFacts {
+                env: e,
+                annotations: a,
+                devices: vec![],
+            },
+            host,
+        )
     }
 
     #[test]
     fn no_quota_never_touches_nvml() {
         let e = kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]);
-        let p = plan(&SpecFacts { env: &e, annotations: &[], devices: &[] }, || panic!("NVML loaded")).unwrap();
+        let p = plan(
+            &SpecFacts {
+                env: e,
+                ..Default::default()
+            },
+            || panic!("NVML loaded"),
+        )
+        .unwrap();
         assert_eq!(p, None);
     }
 
     #[test]
     fn per_gpu_and_all() {
-        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "1,0"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[("vgpu.io/memory-limit.1", "2Gi")])
-            .unwrap()
-            .unwrap();
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "1,0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ],
+            &[("vgpu.io/memory-limit.1", "2Gi")],
+        )
+        .unwrap()
+        .unwrap();
         // The annotation wins, so only GPU 1 of the container (host GPU 0) is limited.
-        assert_eq!(p.gpus, vec![PlannedGpu { index: 1, uuid: "GPU-0".into(), memory_limit: 2 << 30 }]);
-        let p = run(&[("NVIDIA_VISIBLE_DEVICES", "all"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[]).unwrap().unwrap();
+        assert_eq!(
+            p.gpus,
+            vec![PlannedGpu {
+                index: 1,
+                uuid: "GPU-0".into(),
+                memory_limit: 2 << 30
+            }]
+        );
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(p.gpus.len(), 2);
+    }
+
+    #[test]
+    fn env_zero_is_no_quota_and_never_touches_nvml() {
+        for env in [
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+            ][..],
+            &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")],
+        ] {
+            let e = kv(env);
+            let p = plan(
+                &SpecFacts {
+                    env: e,
+                    ..Default::default()
+                },
+                || panic!("NVML loaded"),
+            )
+            .unwrap();
+            assert_eq!(p, None, "{env:?}");
+        }
+        // Zero for one GPU leaves that GPU unlimited, and is no refusal for a GPU the container lacks.
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+            ],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            p.gpus,
+            vec![PlannedGpu {
+                index: 1,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30
+            }]
+        );
+        let p = run(
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+            ],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            p.gpus,
+            vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-0".into(),
+                memory_limit: 1 << 30
+            }]
+        );
+    }
+
+    #[test]
+    fn facts_of_a_spec_and_state_annotations_winning() {
+        let spec = Spec::parse(
+            r#"{"process":{"env":["A=1"]},"annotations":{"x":"1","y":"2"},"linux":{"devices":[{"path":"/dev/nvidia0"}]}}"#,
+            std::path::Path::new("c"),
+        )
+        .unwrap();
+        let f = SpecFacts::of(&spec).with_state_annotations(&kv(&[("y", "3"), ("z", "4")]));
+        assert_eq!(f.env, kv(&[("A", "1")]));
+        assert_eq!(f.annotations, kv(&[("x", "1"), ("y", "3"), ("z", "4")]));
+        assert_eq!(f.devices, vec!["/dev/nvidia0".to_string()]);
     }
 
     #[test]
@@ -115,10 +270,32 @@ mod tests {
         type Pairs = &'static [(&'static str, &'static str)];
         let cases: &[(Pairs, Pairs, &str)] = &[
             (&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gets no GPU"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "none"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gives the container no GPU"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "0")], &[("vgpu.io/memory-limit.1", "1Gi")], "has no GPU 1"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "0")], &[("vgpu.io/memory-limit", "17Gi")], "larger than"),
-            (&[("NVIDIA_VISIBLE_DEVICES", "5"), ("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "no GPU with index 5"),
+            (
+                &[
+                    ("NVIDIA_VISIBLE_DEVICES", "none"),
+                    ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ],
+                &[],
+                "gives the container no GPU",
+            ),
+            (
+                &[("NVIDIA_VISIBLE_DEVICES", "0")],
+                &[("vgpu.io/memory-limit.1", "1Gi")],
+                "has no GPU 1",
+            ),
+            (
+                &[("NVIDIA_VISIBLE_DEVICES", "0")],
+                &[("vgpu.io/memory-limit", "17Gi")],
+                "larger than",
+            ),
+            (
+                &[
+                    ("NVIDIA_VISIBLE_DEVICES", "5"),
+                    ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ],
+                &[],
+                "no GPU with index 5",
+            ),
         ];
         for (env, ann, want) in cases {
             let e = run(env, ann).unwrap_err().to_string();

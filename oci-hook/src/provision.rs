@@ -1,17 +1,17 @@
 //! The per-container state on the host: `<root>/containers/<id>/{limits.json, ledgers/, ld.so.preload}`
-//! (docs/architecture.md, "State on the host").
+//! made, recorded, removed. Not here: its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
 //!
 //! The state is built in a hidden temporary folder and renamed into place, so a failure at any step leaves
 //! nothing behind, and a reader never sees a half-made container folder.
 
 use crate::plan::Plan;
-use crate::paths;
 use anyhow::{anyhow, Context, Result};
 use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
 
@@ -27,16 +27,23 @@ impl Owner {
     /// The owner of host pid `pid`: its PID namespace inode from /proc.
     pub fn of_pid(pid: u32) -> Result<Owner> {
         let ns = format!("/proc/{pid}/ns/pid");
-        let md = fs::metadata(&ns).with_context(|| format!("container init pid {pid}: cannot stat {ns}"))?;
-        Ok(Owner { init_pid: pid, pid_ns: std::os::unix::fs::MetadataExt::ino(&md) })
+        let md = fs::metadata(&ns)
+            .with_context(|| format!("container init pid {pid}: cannot stat {ns}"))?;
+        Ok(Owner {
+            init_pid: pid,
+            pid_ns: std::os::unix::fs::MetadataExt::ino(&md),
+        })
     }
 }
 
 /// The preload list for the container: the interposer first (so its symbols win), then the image's own
 /// entries (glibc separates them by whitespace or ':'), without duplicates.
 pub fn preload_contents(image_preload: Option<&str>) -> String {
-    let mut out = vec![paths::LIBRARY_IN_CONTAINER.to_string()];
-    for e in image_preload.unwrap_or("").split(|c: char| c.is_whitespace() || c == ':') {
+    let mut out = vec![layout::CONTAINER_LIBRARY_PATH.to_string()];
+    for e in image_preload
+        .unwrap_or("")
+        .split(|c: char| c.is_whitespace() || c == ':')
+    {
         if !e.is_empty() && !out.iter().any(|o| o == e) {
             out.push(e.to_string());
         }
@@ -62,17 +69,34 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
         Owner { init_pid: 0, .. } => (None, None),
         o => (Some(o.init_pid), Some(o.pid_ns)),
     };
-    Ok(Limits { version: LIMITS_VERSION, container_id: id.to_string(), pid_ns, init_pid, devices })
+    Ok(Limits {
+        version: LIMITS_VERSION,
+        container_id: id.to_string(),
+        pid_ns,
+        init_pid,
+        devices,
+    })
 }
 
 fn same_quota(a: &Limits, b: &Limits) -> bool {
-    let key = |l: &Limits| l.devices.iter().map(|d| (d.index, d.uuid.clone(), d.memory_limit)).collect::<Vec<_>>();
+    let key = |l: &Limits| {
+        l.devices
+            .iter()
+            .map(|d| (d.index, d.uuid.clone(), d.memory_limit))
+            .collect::<Vec<_>>()
+    };
     key(a) == key(b)
 }
 
 /// Creates the container's state (idempotent: state already there with the same quota is kept as is,
 /// state with another quota is replaced). Returns the container's folder.
-pub fn provision(root: &StateRoot, id: &str, plan: &Plan, owner: Owner, image_preload: Option<&str>) -> Result<PathBuf> {
+pub fn provision(
+    root: &StateRoot,
+    id: &str,
+    plan: &Plan,
+    owner: Owner,
+    image_preload: Option<&str>,
+) -> Result<PathBuf> {
     let dir = root.container_dir(id)?;
     let limits = limits_for(id, plan, owner)?;
     if let Ok(existing) = Limits::load(&dir.join(layout::LIMITS_FILE_NAME)) {
@@ -101,8 +125,14 @@ pub fn provision(root: &StateRoot, id: &str, plan: &Plan, owner: Owner, image_pr
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST)) => {
             // Replace a stale folder atomically, then remove what was there before.
-            renameat2(AT_FDCWD, tmp.path(), AT_FDCWD, &dir, RenameFlags::RENAME_EXCHANGE)
-                .map_err(|e| anyhow!("cannot replace {}: {e}", dir.display()))?;
+            renameat2(
+                AT_FDCWD,
+                tmp.path(),
+                AT_FDCWD,
+                &dir,
+                RenameFlags::RENAME_EXCHANGE,
+            )
+            .map_err(|e| anyhow!("cannot replace {}: {e}", dir.display()))?;
             // `tmp` now holds the old state and is removed when dropped.
         }
         Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
@@ -123,15 +153,17 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
     limits
         .write_atomic(&dir.join(layout::LIMITS_FILE_NAME))
         .map_err(|e| anyhow!("cannot write limits file in {}: {e}", dir.display()))?;
-    fs::set_permissions(dir.join(layout::LIMITS_FILE_NAME), fs::Permissions::from_mode(0o644))?;
-    write_file(&dir.join(layout::PRELOAD_FILE_NAME), &preload_contents(image_preload))?;
-    Ok(())
-}
-
-fn write_file(p: &Path, text: &str) -> Result<()> {
-    let mut f = fs::OpenOptions::new().write(true).create_new(true).open(p)?;
-    f.write_all(text.as_bytes())?;
-    f.set_permissions(fs::Permissions::from_mode(0o644))?;
+    fs::set_permissions(
+        dir.join(layout::LIMITS_FILE_NAME),
+        fs::Permissions::from_mode(0o644),
+    )?;
+    // Not synced: the folder is renamed into place as a whole, and lives on a tmpfs by default.
+    let preload = preload_contents(image_preload);
+    write_atomic(
+        &dir.join(layout::PRELOAD_FILE_NAME),
+        preload.as_bytes(),
+        WriteOptions::with_mode(0o644),
+    )?;
     Ok(())
 }
 
@@ -148,7 +180,10 @@ pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     limits.pid_ns = Some(owner.pid_ns);
     let mut text = serde_json::to_string_pretty(&limits)?;
     text.push('\n');
-    let mut f = fs::OpenOptions::new().write(true).open(&p).with_context(|| format!("cannot open {}", p.display()))?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .with_context(|| format!("cannot open {}", p.display()))?;
     f.write_all(text.as_bytes())?;
     f.set_len(text.len() as u64)?;
     Ok(())
@@ -162,8 +197,13 @@ pub fn remove(root: &StateRoot, id: &str) -> Result<bool> {
 
 /// Removes a state folder: renamed aside first so no reader sees it half-deleted.
 pub fn remove_dir(dir: &Path) -> Result<bool> {
-    let parent = dir.parent().ok_or_else(|| anyhow!("{} has no parent", dir.display()))?;
-    let name = dir.file_name().ok_or_else(|| anyhow!("{} has no name", dir.display()))?.to_string_lossy();
+    let parent = dir
+        .parent()
+        .ok_or_else(|| anyhow!("{} has no parent", dir.display()))?;
+    let name = dir
+        .file_name()
+        .ok_or_else(|| anyhow!("{} has no name", dir.display()))?
+        .to_string_lossy();
     let aside = parent.join(format!(".rm-{name}-{}", std::process::id()));
     match fs::rename(dir, &aside) {
         Ok(()) => {}
@@ -180,14 +220,22 @@ mod tests {
     use crate::plan::PlannedGpu;
 
     fn plan(limit: u64) -> Plan {
-        Plan { gpus: vec![PlannedGpu { index: 0, uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(), memory_limit: limit }] }
+        Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),
+                memory_limit: limit,
+            }],
+        }
     }
 
     #[test]
     fn preload_keeps_image_entries_after_the_library() {
         assert_eq!(preload_contents(None), "/usr/local/vgpu/libvgpu.so\n");
         assert_eq!(
-            preload_contents(Some("/lib/a.so:/lib/b.so\n /usr/local/vgpu/libvgpu.so\t/lib/a.so\n")),
+            preload_contents(Some(
+                "/lib/a.so:/lib/b.so\n /usr/local/vgpu/libvgpu.so\t/lib/a.so\n"
+            )),
             "/usr/local/vgpu/libvgpu.so\n/lib/a.so\n/lib/b.so\n"
         );
     }
@@ -196,19 +244,34 @@ mod tests {
     fn provision_is_complete_idempotent_and_removable() {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().join("state"));
-        let dir = provision(&root, "c1", &plan(1 << 30), Owner::default(), Some("/x.so\n")).unwrap();
+        let dir = provision(
+            &root,
+            "c1",
+            &plan(1 << 30),
+            Owner::default(),
+            Some("/x.so\n"),
+        )
+        .unwrap();
         let limits = Limits::load(&dir.join("limits.json")).unwrap();
         assert_eq!(limits.devices[0].memory_limit, 1 << 30);
         assert_eq!(limits.init_pid, None);
-        assert!(dir.join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger").is_file());
-        assert_eq!(fs::read_to_string(dir.join("ld.so.preload")).unwrap(), "/usr/local/vgpu/libvgpu.so\n/x.so\n");
+        assert!(dir
+            .join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger")
+            .is_file());
+        assert_eq!(
+            fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
+            "/usr/local/vgpu/libvgpu.so\n/x.so\n"
+        );
         // Same quota again: kept (same inode), another quota: replaced.
         let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
         let before = ino(&dir.join("limits.json"));
         provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
         assert_eq!(ino(&dir.join("limits.json")), before);
         provision(&root, "c1", &plan(2 << 30), Owner::default(), None).unwrap();
-        assert_eq!(Limits::load(&dir.join("limits.json")).unwrap().devices[0].memory_limit, 2 << 30);
+        assert_eq!(
+            Limits::load(&dir.join("limits.json")).unwrap().devices[0].memory_limit,
+            2 << 30
+        );
         // The owner is recorded in place (the file may be bind-mounted).
         let me = Owner::of_pid(std::process::id()).unwrap();
         let before = ino(&dir.join("limits.json"));
@@ -218,7 +281,11 @@ mod tests {
         assert_eq!(ino(&dir.join("limits.json")), before);
         assert!(remove(&root, "c1").unwrap());
         assert!(!remove(&root, "c1").unwrap());
-        assert_eq!(fs::read_dir(root.containers_dir()).unwrap().count(), 0, "nothing left behind");
+        assert_eq!(
+            fs::read_dir(root.containers_dir()).unwrap().count(),
+            0,
+            "nothing left behind"
+        );
     }
 
     #[test]
@@ -228,6 +295,9 @@ mod tests {
         for id in ["../x", "a/b", ".hidden", ""] {
             assert!(provision(&root, id, &plan(1 << 30), Owner::default(), None).is_err());
         }
-        assert!(!d.path().join("state").exists() || fs::read_dir(root.containers_dir()).unwrap().count() == 0);
+        assert!(
+            !d.path().join("state").exists()
+                || fs::read_dir(root.containers_dir()).unwrap().count() == 0
+        );
     }
 }

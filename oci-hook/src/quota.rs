@@ -1,21 +1,25 @@
-//! The quota a container asks for, from its annotations or its environment.
+//! The quota a container asks for, from its annotations or its environment. Not here: checking it against
+//! the container's GPUs (`crate::plan`), or the environment grammar itself (`vgpu_ledger::envlimits`).
 //!
 //! Annotations `vgpu.io/memory-limit` (every GPU) and `vgpu.io/memory-limit.<i>` (the container's i-th
 //! GPU); or env `CUDA_DEVICE_MEMORY_LIMIT` / `CUDA_DEVICE_MEMORY_LIMIT_<i>` (HAMi-compatible, and what
 //! Docker 20.10 can pass). When any quota annotation is present the env quotas are ignored entirely, so
-//! one source decides the whole quota.
+//! one source decides the whole quota. In the env `0` means "no limit" for the GPUs it covers (as HAMi-core
+//! reads it); in an annotation `0` is an error (a quota of nothing is a mistake).
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeMap;
+use vgpu_ledger::envlimits::{self, EnvLimit, EnvLimits};
 
 /// Annotation for every GPU of the container.
 pub const ANNOTATION: &str = "vgpu.io/memory-limit";
 /// Environment variable for every GPU of the container.
-pub const ENV: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+pub const ENV: &str = envlimits::LIMIT_VAR;
 
 /// One requested limit and where it came from (for error messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requested {
+    /// Bytes; 0 (env only) is "no limit for these GPUs".
     pub bytes: u64,
     pub source: String,
 }
@@ -30,19 +34,38 @@ pub struct QuotaRequest {
 }
 
 impl QuotaRequest {
-    /// True when the container asks for no quota at all.
+    /// True when the container asks for no quota at all (nothing set, or only env zeros).
     pub fn is_empty(&self) -> bool {
-        self.all.is_none() && self.per_gpu.is_empty()
+        self.limits().next().is_none()
     }
 
     /// The limit of the container's GPU `i`, if any.
     pub fn limit_for(&self, i: usize) -> Option<&Requested> {
-        self.per_gpu.get(&i).or(self.all.as_ref())
+        self.per_gpu
+            .get(&i)
+            .or(self.all.as_ref())
+            .filter(|r| r.bytes > 0)
+    }
+
+    /// Every setting that asks for a limit (zeros left out), the one for every GPU first.
+    pub fn limits(&self) -> impl Iterator<Item = &Requested> {
+        self.all
+            .iter()
+            .chain(self.per_gpu.values())
+            .filter(|r| r.bytes > 0)
+    }
+
+    /// The first per-GPU limit (zeros left out) for a GPU at index `n` or above.
+    pub fn first_beyond(&self, n: usize) -> Option<(usize, &Requested)> {
+        self.per_gpu
+            .range(n..)
+            .find(|(_, r)| r.bytes > 0)
+            .map(|(&i, r)| (i, r))
     }
 }
 
-/// Parses a quantity through the ledger crate's parser, and refuses zero (a quota of nothing is a mistake;
-/// no quota is written by leaving the setting out).
+/// Parses an annotation's quantity through the ledger crate's parser, and refuses zero (a quota of nothing
+/// is a mistake; no quota is written by leaving the annotation out).
 pub fn parse_limit(value: &str, source: &str) -> Result<u64> {
     let v = value.trim();
     let bytes = match vgpu_ledger::quantity::parse_quantity(v) {
@@ -56,46 +79,61 @@ pub fn parse_limit(value: &str, source: &str) -> Result<u64> {
 }
 
 /// Reads the quota from annotations (winning) or the spec's env.
-pub fn from_spec(annotations: &[(String, String)], env: &[(String, String)]) -> Result<QuotaRequest> {
-    let from_ann = collect(annotations, ANNOTATION, '.', "annotation ", false)?;
+pub fn from_spec(
+    annotations: &[(String, String)],
+    env: &[(String, String)],
+) -> Result<QuotaRequest> {
+    let from_ann = from_annotations(annotations)?;
     if !from_ann.is_empty() {
         return Ok(from_ann);
     }
-    collect(env, ENV, '_', "env ", true)
+    let env = EnvLimits::parse(env).map_err(|e| anyhow!("env {e}"))?;
+    let req = |l: EnvLimit| Requested {
+        bytes: l.bytes,
+        source: format!("env {}", l.var),
+    };
+    Ok(QuotaRequest {
+        all: env.global.map(req),
+        per_gpu: env
+            .per_index
+            .into_iter()
+            .map(|(i, l)| (i as usize, req(l)))
+            .collect(),
+    })
 }
 
-fn collect(
-    pairs: &[(String, String)],
-    base: &str,
-    sep: char,
-    what: &str,
-    empty_is_unset: bool,
-) -> Result<QuotaRequest> {
+fn from_annotations(pairs: &[(String, String)]) -> Result<QuotaRequest> {
     let mut q = QuotaRequest::default();
-    // The last occurrence wins (what a process would see for a repeated env entry).
+    // The last occurrence wins (as for env).
     let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
     for (k, v) in pairs {
-        if k == base || k.strip_prefix(base).is_some_and(|r| r.starts_with(sep)) {
+        if k == ANNOTATION
+            || k.strip_prefix(ANNOTATION)
+                .is_some_and(|r| r.starts_with('.'))
+        {
             latest.insert(k, v);
         }
     }
     for (k, v) in latest {
-        if empty_is_unset && v.trim().is_empty() {
-            continue;
-        }
-        let source = format!("{what}{k}");
+        let source = format!("annotation {k}");
         let bytes = parse_limit(v, &source)?;
-        let r = Requested { bytes, source: source.clone() };
-        if k == base {
+        let r = Requested {
+            bytes,
+            source: source.clone(),
+        };
+        if k == ANNOTATION {
             q.all = Some(r);
             continue;
         }
-        let idx = &k[base.len() + 1..];
-        match idx.parse::<usize>() {
-            Ok(i) if !idx.starts_with('+') && i < 1024 => {
-                q.per_gpu.insert(i, r);
+        let idx = &k[ANNOTATION.len() + 1..];
+        match envlimits::parse_index(idx) {
+            Some(i) => {
+                q.per_gpu.insert(i as usize, r);
             }
-            _ => bail!("{source}: {idx:?} is not a GPU index (expected {base}{sep}<0..1023>)"),
+            None => bail!(
+                "{source}: {idx:?} is not a GPU index (expected {ANNOTATION}.<0..{}>)",
+                envlimits::MAX_INDEX
+            ),
         }
     }
     Ok(q)
@@ -106,7 +144,9 @@ mod tests {
     use super::*;
 
     fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -125,17 +165,27 @@ mod tests {
     fn env_quota_and_per_gpu_override() {
         let q = from_spec(
             &kv(&[("other.io/x", "1")]),
-            &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "1G"), ("CUDA_DEVICE_MEMORY_LIMIT_1", "512m")]),
+            &kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "512m"),
+            ]),
         )
         .unwrap();
         assert_eq!(q.limit_for(0).unwrap().bytes, 1 << 30);
         assert_eq!(q.limit_for(1).unwrap().bytes, 512 << 20);
-        assert_eq!(q.limit_for(1).unwrap().source, "env CUDA_DEVICE_MEMORY_LIMIT_1");
+        assert_eq!(
+            q.limit_for(1).unwrap().source,
+            "env CUDA_DEVICE_MEMORY_LIMIT_1"
+        );
     }
 
     #[test]
     fn no_quota_is_empty() {
-        let q = from_spec(&kv(&[("vgpu.io/other", "x")]), &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "")])).unwrap();
+        let q = from_spec(
+            &kv(&[("vgpu.io/other", "x")]),
+            &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "")]),
+        )
+        .unwrap();
         assert!(q.is_empty());
         // Names that merely start with the base are not quotas.
         let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMITX", "5")])).unwrap();
@@ -156,7 +206,48 @@ mod tests {
             assert!(e.contains(k), "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
-        let e = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")])).unwrap_err().to_string();
+        for (k, v) in [
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4Qi"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "-1"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_x", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_+1", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1024", "1G"),
+        ] {
+            let e = from_spec(&[], &kv(&[(k, v)])).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("env {k}")), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let e = from_spec(&kv(&[("vgpu.io/memory-limit", "0")]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("greater than zero"), "{e}");
+    }
+
+    #[test]
+    fn env_zero_means_no_limit_for_that_gpu_as_hami_core_reads_it() {
+        // The whole container: no quota at all.
+        let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")])).unwrap();
+        assert!(q.is_empty());
+        let q = from_spec(
+            &[],
+            &kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+            ]),
+        )
+        .unwrap();
+        assert!(q.is_empty());
+        // One GPU: zero overrides the limit for every GPU.
+        let q = from_spec(
+            &[],
+            &kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+            ]),
+        )
+        .unwrap();
+        assert!(!q.is_empty());
+        assert_eq!(q.limit_for(0), None);
+        assert_eq!(q.limit_for(1).unwrap().bytes, 1 << 30);
     }
 }

@@ -1,4 +1,5 @@
 //! File operations inside a container's root filesystem that can never leave it.
+//! Not here: mounting (`crate::mountns`) or which paths (`vgpu_ledger::layout`).
 //!
 //! An image controls its own symlinks: `/etc` may point at `/host/etc`, `/usr/local` at `/`. Every path is
 //! resolved with `openat2(RESOLVE_IN_ROOT)`, so symlinks (absolute or `..`) are followed as if the rootfs
@@ -24,9 +25,16 @@ const SMALL_FILE_MAX: u64 = 64 * 1024;
 impl Rootfs {
     /// Opens the rootfs directory (a trusted host path).
     pub fn open(path: &Path) -> Result<Rootfs> {
-        let fd = nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .with_context(|| format!("cannot open rootfs {}", path.display()))?;
-        Ok(Rootfs { fd, path: path.to_path_buf() })
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .with_context(|| format!("cannot open rootfs {}", path.display()))?;
+        Ok(Rootfs {
+            fd,
+            path: path.to_path_buf(),
+        })
     }
 
     /// The host path it was opened from.
@@ -48,14 +56,25 @@ impl Rootfs {
         let fd = match self.open_in(p, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(None),
-            Err(e) => return Err(anyhow!("cannot open {} in the container's rootfs: {e}", p.display())),
+            Err(e) => {
+                return Err(anyhow!(
+                    "cannot open {} in the container's rootfs: {e}",
+                    p.display()
+                ))
+            }
         };
         let st = fstat(&fd)?;
         if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            bail!("{} in the container's rootfs is not a regular file", p.display());
+            bail!(
+                "{} in the container's rootfs is not a regular file",
+                p.display()
+            );
         }
         if st.st_size as u64 > SMALL_FILE_MAX {
-            bail!("{} in the container's rootfs is larger than {SMALL_FILE_MAX} bytes", p.display());
+            bail!(
+                "{} in the container's rootfs is larger than {SMALL_FILE_MAX} bytes",
+                p.display()
+            );
         }
         let mut s = String::new();
         std::fs::File::from(fd)
@@ -73,7 +92,10 @@ impl Rootfs {
 
     fn mkdir_all_depth(&self, p: &Path, mode: u32, depth: u32) -> Result<OwnedFd> {
         if depth > 40 {
-            bail!("too many levels of symbolic links creating {} in the container's rootfs", p.display());
+            bail!(
+                "too many levels of symbolic links creating {} in the container's rootfs",
+                p.display()
+            );
         }
         let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
         let mut cur = self.open_in(Path::new("/"), dir_flags)?;
@@ -88,8 +110,12 @@ impl Rootfs {
                         Ok(()) => {}
                         Err(Errno::EEXIST) => {
                             // A dangling symlink: follow an absolute one from the rootfs' top.
-                            let target = readlinkat(cur.as_fd(), *name)
-                                .map_err(|e| anyhow!("cannot create {} in the container's rootfs: {e}", prefix.display()))?;
+                            let target = readlinkat(cur.as_fd(), *name).map_err(|e| {
+                                anyhow!(
+                                    "cannot create {} in the container's rootfs: {e}",
+                                    prefix.display()
+                                )
+                            })?;
                             let target = PathBuf::from(target);
                             if !target.is_absolute() {
                                 bail!(
@@ -99,14 +125,28 @@ impl Rootfs {
                                 );
                             }
                             let rest: PathBuf = comps[i + 1..].iter().collect();
-                            return self.mkdir_all_depth(&clean(&target).join(rest), mode, depth + 1);
+                            return self.mkdir_all_depth(
+                                &clean(&target).join(rest),
+                                mode,
+                                depth + 1,
+                            );
                         }
-                        Err(e) => bail!("cannot create {} in the container's rootfs: {e}", prefix.display()),
+                        Err(e) => bail!(
+                            "cannot create {} in the container's rootfs: {e}",
+                            prefix.display()
+                        ),
                     }
-                    self.open_in(&prefix, dir_flags)
-                        .map_err(|e| anyhow!("cannot open {} in the container's rootfs: {e}", prefix.display()))?
+                    self.open_in(&prefix, dir_flags).map_err(|e| {
+                        anyhow!(
+                            "cannot open {} in the container's rootfs: {e}",
+                            prefix.display()
+                        )
+                    })?
                 }
-                Err(e) => bail!("cannot open {} in the container's rootfs: {e}", prefix.display()),
+                Err(e) => bail!(
+                    "cannot open {} in the container's rootfs: {e}",
+                    prefix.display()
+                ),
             };
         }
         Ok(cur)
@@ -115,8 +155,12 @@ impl Rootfs {
     /// Makes sure a regular file exists at `p` (creating parents), for use as a bind-mount target.
     /// Returns an `O_PATH` descriptor of it.
     pub fn ensure_file(&self, p: &Path, mode: u32) -> Result<OwnedFd> {
-        let parent = p.parent().ok_or_else(|| anyhow!("{} has no parent", p.display()))?;
-        let name = p.file_name().ok_or_else(|| anyhow!("{} has no file name", p.display()))?;
+        let parent = p
+            .parent()
+            .ok_or_else(|| anyhow!("{} has no parent", p.display()))?;
+        let name = p
+            .file_name()
+            .ok_or_else(|| anyhow!("{} has no file name", p.display()))?;
         // An O_PATH directory descriptor is a valid dirfd for openat(2).
         let dir = self.mkdir_all(parent, 0o755)?;
         match openat(
@@ -126,7 +170,10 @@ impl Rootfs {
             Mode::from_bits_truncate(mode),
         ) {
             Ok(_) | Err(Errno::EEXIST) => {}
-            Err(e) => bail!("cannot create {} in the container's rootfs: {e}", p.display()),
+            Err(e) => bail!(
+                "cannot create {} in the container's rootfs: {e}",
+                p.display()
+            ),
         }
         self.open_in(p, OFlag::O_PATH)
             .map_err(|e| anyhow!("cannot open {} in the container's rootfs: {e}", p.display()))
@@ -186,13 +233,24 @@ mod tests {
         symlink(&outside, root.join("etc")).unwrap();
         symlink("../../..", root.join("usr")).unwrap();
         let r = Rootfs::open(&root).unwrap();
-        assert_eq!(r.read_small_file(Path::new("/etc/ld.so.preload")).unwrap(), None);
-        r.ensure_file(Path::new("/etc/ld.so.preload"), 0o644).unwrap();
-        r.ensure_file(Path::new("/usr/local/vgpu/libvgpu.so"), 0o644).unwrap();
+        assert_eq!(
+            r.read_small_file(Path::new("/etc/ld.so.preload")).unwrap(),
+            None
+        );
+        r.ensure_file(Path::new("/etc/ld.so.preload"), 0o644)
+            .unwrap();
+        r.ensure_file(Path::new("/usr/local/vgpu/libvgpu.so"), 0o644)
+            .unwrap();
         // Created inside the rootfs, at the symlinks' in-root meaning; nothing appeared outside.
-        assert!(root.join(outside.strip_prefix("/").unwrap()).join("ld.so.preload").is_file());
+        assert!(root
+            .join(outside.strip_prefix("/").unwrap())
+            .join("ld.so.preload")
+            .is_file());
         assert!(root.join("local/vgpu/libvgpu.so").is_file());
-        assert_eq!(std::fs::read_to_string(outside.join("ld.so.preload")).unwrap(), "/evil.so\n");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("ld.so.preload")).unwrap(),
+            "/evil.so\n"
+        );
         assert!(!host.path().join("local").exists());
     }
 
@@ -203,7 +261,12 @@ mod tests {
         std::fs::write(d.path().join("etc/ld.so.preload"), "/a.so\n").unwrap();
         nix::unistd::mkfifo(&d.path().join("etc/fifo"), Mode::from_bits_truncate(0o644)).unwrap();
         let r = Rootfs::open(d.path()).unwrap();
-        assert_eq!(r.read_small_file(Path::new("/etc/ld.so.preload")).unwrap().as_deref(), Some("/a.so\n"));
+        assert_eq!(
+            r.read_small_file(Path::new("/etc/ld.so.preload"))
+                .unwrap()
+                .as_deref(),
+            Some("/a.so\n")
+        );
         assert!(r.read_small_file(Path::new("/etc/fifo")).is_err());
         assert_eq!(r.read_small_file(Path::new("/nope/x")).unwrap(), None);
     }

@@ -1,4 +1,5 @@
 //! Reading and editing an OCI runtime spec (`config.json`) as generic JSON.
+//! Not here: what vgpu adds to a spec (`crate::edits`) or what it reads from one (`crate::plan::SpecFacts`).
 //!
 //! The spec is never deserialised into typed structs and written back: fields this crate does not model
 //! (seccomp, vendor extensions, future spec versions) must survive untouched.
@@ -25,7 +26,8 @@ impl Spec {
     /// Reads `<bundle>/config.json`.
     pub fn read_bundle(bundle: &Path) -> Result<(Spec, String)> {
         let path = bundle.join("config.json");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Ok((Spec::parse(&text, &path)?, text))
     }
 
@@ -48,7 +50,11 @@ impl Spec {
 
     /// Last value of env `name` (the one a process would see).
     pub fn env_var(&self, name: &str) -> Option<String> {
-        self.env().into_iter().rev().find(|(k, _)| k == name).map(|(_, v)| v)
+        self.env()
+            .into_iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
     }
 
     /// The spec's annotations (string values only).
@@ -61,7 +67,11 @@ impl Spec {
         self.0
             .pointer("/linux/devices")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|d| d.get("path")?.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.get("path")?.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -72,14 +82,21 @@ impl Spec {
             .pointer("/root/path")
             .and_then(Value::as_str)
             .ok_or_else(|| anyhow!("config.json has no root.path"))?;
-        Ok(if Path::new(p).is_absolute() { PathBuf::from(p) } else { bundle.join(p) })
+        Ok(if Path::new(p).is_absolute() {
+            PathBuf::from(p)
+        } else {
+            bundle.join(p)
+        })
     }
 
     /// Sets env `name=value` in `process.env`, replacing every earlier entry of that name.
     pub fn set_env(&mut self, name: &str, value: &str) -> Result<()> {
         let process = object_at(&mut self.0, "process")?;
         let env = array_at(process, "env")?;
-        env.retain(|e| e.as_str().is_none_or(|s| s.split_once('=').map_or(s, |(k, _)| k) != name));
+        env.retain(|e| {
+            e.as_str()
+                .is_none_or(|s| s.split_once('=').map_or(s, |(k, _)| k) != name)
+        });
         env.push(Value::String(format!("{name}={value}")));
         Ok(())
     }
@@ -98,7 +115,13 @@ impl Spec {
     }
 
     /// Appends a hook to `hooks.<stage>`.
-    pub fn add_hook(&mut self, stage: &str, path: &Path, args: &[&str], env: &[String]) -> Result<()> {
+    pub fn add_hook(
+        &mut self,
+        stage: &str,
+        path: &Path,
+        args: &[&str],
+        env: &[String],
+    ) -> Result<()> {
         let root = self.0.as_object_mut().expect("spec is an object");
         let hooks = object_at_map(root, "hooks")?;
         let list = array_at(hooks, stage)?;
@@ -128,7 +151,11 @@ impl Spec {
 /// String-valued entries of an `annotations` object.
 pub fn annotations_of(v: Option<&Value>) -> Vec<(String, String)> {
     v.and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -137,20 +164,29 @@ fn object_at<'a>(v: &'a mut Value, key: &str) -> Result<&'a mut Map<String, Valu
     object_at_map(root, key)
 }
 
-fn object_at_map<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Map<String, Value>> {
-    let e = m.entry(key.to_string()).or_insert_with(|| Value::Object(Map::new()));
+fn object_at_map<'a>(
+    m: &'a mut Map<String, Value>,
+    key: &str,
+) -> Result<&'a mut Map<String, Value>> {
+    let e = m
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
     if e.is_null() {
         *e = Value::Object(Map::new());
     }
-    e.as_object_mut().ok_or_else(|| anyhow!("malformed config.json: {key} is not an object"))
+    e.as_object_mut()
+        .ok_or_else(|| anyhow!("malformed config.json: {key} is not an object"))
 }
 
 fn array_at<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value>> {
-    let e = m.entry(key.to_string()).or_insert_with(|| Value::Array(Vec::new()));
+    let e = m
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Array(Vec::new()));
     if e.is_null() {
         *e = Value::Array(Vec::new());
     }
-    e.as_array_mut().ok_or_else(|| anyhow!("malformed config.json: {key} is not an array"))
+    e.as_array_mut()
+        .ok_or_else(|| anyhow!("malformed config.json: {key} is not an array"))
 }
 
 #[cfg(test)]
@@ -163,7 +199,9 @@ mod tests {
 
     #[test]
     fn malformed_spec_is_one_line_naming_the_file() {
-        let e = Spec::parse("{\"a\":", Path::new("/b/config.json")).unwrap_err().to_string();
+        let e = Spec::parse("{\"a\":", Path::new("/b/config.json"))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("malformed /b/config.json"), "{e}");
         assert!(!e.contains('\n'));
         assert!(Spec::parse("[1]", Path::new("c")).is_err());
@@ -175,7 +213,10 @@ mod tests {
         assert_eq!(s.env_var("A").as_deref(), Some("3"));
         assert_eq!(s.env_var("NOVALUE").as_deref(), Some(""));
         s.set_env("A", "9").unwrap();
-        assert_eq!(s.0["process"]["env"], serde_json::json!(["B=2", "NOVALUE", "A=9"]));
+        assert_eq!(
+            s.0["process"]["env"],
+            serde_json::json!(["B=2", "NOVALUE", "A=9"])
+        );
     }
 
     #[test]
@@ -183,8 +224,15 @@ mod tests {
         let text = r#"{"ociVersion":"1.0.2","zeta":{"x":[1,2]},"process":{"env":[],"vendor.x":true},
             "linux":{"seccomp":{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW"}]}},"alpha":1}"#;
         let mut s = spec(text);
-        s.add_mount("/run/x", Path::new("/h/x"), &["rbind", "ro"]).unwrap();
-        s.add_hook("poststop", Path::new("/bin/h"), &["h", "poststop"], &["PATH=/bin".into()]).unwrap();
+        s.add_mount("/run/x", Path::new("/h/x"), &["rbind", "ro"])
+            .unwrap();
+        s.add_hook(
+            "poststop",
+            Path::new("/bin/h"),
+            &["h", "poststop"],
+            &["PATH=/bin".into()],
+        )
+        .unwrap();
         s.set_annotation("k", "v").unwrap();
         let out: Value = serde_json::from_str(&s.to_text()).unwrap();
         let orig: Value = serde_json::from_str(text).unwrap();
@@ -192,8 +240,14 @@ mod tests {
         assert_eq!(out["linux"], orig["linux"]);
         assert_eq!(out["process"]["vendor.x"], true);
         let keys: Vec<_> = out.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(&keys[..5], &["ociVersion", "zeta", "process", "linux", "alpha"]);
-        assert_eq!(out["hooks"]["poststop"][0]["env"], serde_json::json!(["PATH=/bin"]));
+        assert_eq!(
+            &keys[..5],
+            &["ociVersion", "zeta", "process", "linux", "alpha"]
+        );
+        assert_eq!(
+            out["hooks"]["poststop"][0]["env"],
+            serde_json::json!(["PATH=/bin"])
+        );
     }
 
     #[test]
@@ -208,7 +262,10 @@ mod tests {
     #[test]
     fn rootfs_relative_to_bundle() {
         let s = spec(r#"{"root":{"path":"rootfs"}}"#);
-        assert_eq!(s.rootfs(Path::new("/b")).unwrap(), PathBuf::from("/b/rootfs"));
+        assert_eq!(
+            s.rootfs(Path::new("/b")).unwrap(),
+            PathBuf::from("/b/rootfs")
+        );
         let s = spec(r#"{"root":{"path":"/abs"}}"#);
         assert_eq!(s.rootfs(Path::new("/b")).unwrap(), PathBuf::from("/abs"));
     }

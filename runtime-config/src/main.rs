@@ -143,14 +143,27 @@ fn run(cli: Cli) -> Result<()> {
             // The grace for state without an owner comes from the config, like the hooks' own collection.
             let cfg = vgpu_oci::config::Config::load()?;
             let grace = std::time::Duration::from_secs(cfg.gc_pending_grace_seconds);
-            let root = root.state_root.clone().map(StateRoot::new).unwrap_or_else(|| StateRoot::new(cfg.state_root));
+            let root = root
+                .state_root
+                .clone()
+                .map(StateRoot::new)
+                .unwrap_or_else(|| StateRoot::new(cfg.state_root));
             let report = vgpu_oci::gc::collect_with(&root, grace)?;
             for id in &report.removed {
                 writeln!(out, "removed {id}")?;
             }
-            writeln!(out, "{} removed, {} kept (still running)", report.removed.len(), report.kept.len())?;
+            writeln!(
+                out,
+                "{} removed, {} kept (still running)",
+                report.removed.len(),
+                report.kept.len()
+            )?;
             if !report.errors.is_empty() {
-                anyhow::bail!("{} folder(s) could not be collected: {}", report.errors.len(), report.errors.join("; "));
+                anyhow::bail!(
+                    "{} folder(s) could not be collected: {}",
+                    report.errors.len(),
+                    report.errors.join("; ")
+                );
             }
             Ok(())
         }
@@ -162,9 +175,18 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn finish(changes: &[engines::Change], dry_run: bool, engine: Engine, state: &str, out: &mut dyn std::io::Write) -> Result<()> {
+fn finish(
+    changes: &[engines::Change],
+    dry_run: bool,
+    engine: Engine,
+    state: &str,
+    out: &mut dyn std::io::Write,
+) -> Result<()> {
     if changes.is_empty() {
-        writeln!(out, "{engine:?} is already {state} for vgpu: nothing to change")?;
+        writeln!(
+            out,
+            "{engine:?} is already {state} for vgpu: nothing to change"
+        )?;
         return Ok(());
     }
     engines::apply(changes, dry_run, out)?;

@@ -1,12 +1,13 @@
 //! `vgpuctl status`: quota, usage by kind and processes per container and GPU, read from the state root.
 //! Read-only: limits files are read, ledgers are mapped read-only and liveness is asked with F_GETLK, so
-//! looking never changes what it looks at (no slot is claimed, reclaimed or locked).
-use anyhow::{Context, Result};
+//! looking never changes what it looks at (no slot is claimed, reclaimed or locked). The walk over the state
+//! root is `vgpu_ledger::walk`; the garbage collector (`vgpuctl gc`) is `vgpu_oci::gc`.
+use anyhow::Result;
 use serde::Serialize;
-use std::fs;
 use std::io::Write;
 use std::path::Path;
-use vgpu_ledger::layout::{StateRoot, LIMITS_FILE_NAME};
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::walk::StateEntry;
 use vgpu_ledger::{format_bytes, Kind, Ledger, Limits};
 
 #[derive(Debug, Serialize)]
@@ -53,7 +54,11 @@ pub struct Process {
 }
 
 fn by_kind(usage: impl Fn(Kind) -> u64) -> serde_json::Map<String, serde_json::Value> {
-    Kind::ALL.iter().filter(|k| usage(**k) > 0).map(|k| (k.name().to_string(), usage(*k).into())).collect()
+    Kind::ALL
+        .iter()
+        .filter(|k| usage(**k) > 0)
+        .map(|k| (k.name().to_string(), usage(*k).into()))
+        .collect()
 }
 
 fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> Gpu {
@@ -75,7 +80,13 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
             g.processes = snap
                 .slots
                 .iter()
-                .map(|s| Process { slot: s.index, pid: s.pid, pid_ns: s.pid_ns, alive: s.alive, used: s.total() })
+                .map(|s| Process {
+                    slot: s.index,
+                    pid: s.pid,
+                    pid_ns: s.pid_ns,
+                    alive: s.alive,
+                    used: s.total(),
+                })
                 .collect();
         }
         // A process that has not started CUDA yet has no ledger to show.
@@ -85,33 +96,43 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
     g
 }
 
-/// Reads every container under `root`.
+/// Reads every container under `root`. Entries of the state root that are not a container's state are
+/// listed with an error; provisions and removals in progress are not listed.
 pub fn collect(root: &StateRoot) -> Result<Status> {
-    let mut status = Status { state_root: root.root().display().to_string(), containers: vec![] };
-    let dir = root.containers_dir();
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(status),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    let mut status = Status {
+        state_root: root.root().display().to_string(),
+        containers: vec![],
     };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        // Dot-folders are provisions or removals in progress.
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    names.sort();
-    for id in names {
-        let limits_path = dir.join(&id).join(LIMITS_FILE_NAME);
-        let mut c = Container { id, init_pid: None, error: None, gpus: vec![] };
-        match Limits::load(&limits_path) {
-            Ok(limits) => {
-                c.init_pid = limits.init_pid;
-                c.gpus = limits.devices.iter().map(|d| gpu(&limits_path, &limits, d)).collect();
+    for entry in root.entries()? {
+        let c = match entry {
+            StateEntry::Leftover(_) => continue,
+            StateEntry::Foreign { entry, why } => Container {
+                id: entry.name,
+                init_pid: None,
+                error: Some(format!("not a container's state: {why}")),
+                gpus: vec![],
+            },
+            StateEntry::Container(dir) => {
+                let mut c = Container {
+                    id: dir.id,
+                    init_pid: None,
+                    error: None,
+                    gpus: vec![],
+                };
+                match Limits::load(&dir.limits_path) {
+                    Ok(limits) => {
+                        c.init_pid = limits.init_pid;
+                        c.gpus = limits
+                            .devices
+                            .iter()
+                            .map(|d| gpu(&dir.limits_path, &limits, d))
+                            .collect();
+                    }
+                    Err(e) => c.error = Some(e.to_string()),
+                }
+                c
             }
-            Err(e) => c.error = Some(e.to_string()),
-        }
+        };
         status.containers.push(c);
     }
     Ok(status)
@@ -126,7 +147,17 @@ fn processes(ps: &[Process]) -> String {
         return "-".into();
     }
     ps.iter()
-        .map(|p| format!("{}{}", if p.pid == 0 { "?".to_string() } else { p.pid.to_string() }, if p.alive { "" } else { "(dead)" }))
+        .map(|p| {
+            format!(
+                "{}{}",
+                if p.pid == 0 {
+                    "?".to_string()
+                } else {
+                    p.pid.to_string()
+                },
+                if p.alive { "" } else { "(dead)" }
+            )
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -135,19 +166,43 @@ fn kinds(m: &serde_json::Map<String, serde_json::Value>) -> String {
     if m.is_empty() {
         return "-".into();
     }
-    m.iter().map(|(k, v)| format!("{k}={}", format_bytes(v.as_u64().unwrap_or(0)))).collect::<Vec<_>>().join(" ")
+    m.iter()
+        .map(|(k, v)| format!("{k}={}", format_bytes(v.as_u64().unwrap_or(0))))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The human view: one line per container and GPU.
 pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
     if s.containers.is_empty() {
-        writeln!(out, "no containers with a GPU memory quota (state root {})", s.state_root)?;
+        writeln!(
+            out,
+            "no containers with a GPU memory quota (state root {})",
+            s.state_root
+        )?;
         return Ok(());
     }
-    let mut rows = vec![["CONTAINER", "GPU", "UUID", "QUOTA", "USED", "BY KIND", "PIDS"].map(String::from)];
+    let mut rows = vec![[
+        "CONTAINER",
+        "GPU",
+        "UUID",
+        "QUOTA",
+        "USED",
+        "BY KIND",
+        "PIDS",
+    ]
+    .map(String::from)];
     for c in &s.containers {
         if let Some(e) = &c.error {
-            rows.push([short(&c.id).into(), "-".into(), "-".into(), "-".into(), "-".into(), format!("error: {e}"), "-".into()]);
+            rows.push([
+                short(&c.id).into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                format!("error: {e}"),
+                "-".into(),
+            ]);
         }
         for g in &c.gpus {
             let kinds = match &g.error {
@@ -159,15 +214,25 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 g.index.to_string(),
                 g.uuid.clone(),
                 format_bytes(g.quota),
-                format!("{} ({}%)", format_bytes(g.used), g.used.saturating_mul(100) / g.quota.max(1)),
+                format!(
+                    "{} ({}%)",
+                    format_bytes(g.used),
+                    g.used.saturating_mul(100) / g.quota.max(1)
+                ),
                 kinds,
                 processes(&g.processes),
             ]);
         }
     }
-    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..7)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
     for r in rows {
-        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         writeln!(out, "{}", line.join("  ").trim_end())?;
     }
     Ok(())
@@ -178,7 +243,12 @@ mod tests {
     use super::*;
     use vgpu_ledger::DeviceLimit;
 
-    fn provision(root: &StateRoot, id: &str, uuid: &str, limit: u64) -> (Ledger, std::path::PathBuf) {
+    fn provision(
+        root: &StateRoot,
+        id: &str,
+        uuid: &str,
+        limit: u64,
+    ) -> (Ledger, std::path::PathBuf) {
         let limits_path = root.limits_path(id).unwrap();
         std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
         let limits = Limits {
@@ -195,7 +265,10 @@ mod tests {
         };
         limits.write_atomic(&limits_path).unwrap();
         let ledger_path = root.ledger_path(id, uuid).unwrap();
-        (Ledger::open_or_create(&ledger_path, uuid, limit).unwrap(), ledger_path)
+        (
+            Ledger::open_or_create(&ledger_path, uuid, limit).unwrap(),
+            ledger_path,
+        )
     }
 
     #[test]
@@ -204,10 +277,15 @@ mod tests {
         let root = StateRoot::new(dir.path().join("nothing-here"));
         let s = collect(&root).unwrap();
         assert!(s.containers.is_empty());
-        assert!(!dir.path().join("nothing-here").exists(), "status creates nothing");
+        assert!(
+            !dir.path().join("nothing-here").exists(),
+            "status creates nothing"
+        );
         let mut out = Vec::new();
         print_table(&s, &mut out).unwrap();
-        assert!(String::from_utf8(out).unwrap().starts_with("no containers with a GPU memory quota"));
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("no containers with a GPU memory quota"));
     }
 
     #[test]
@@ -217,8 +295,12 @@ mod tests {
         let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
         let (ledger, ledger_path) = provision(&root, "c1", uuid, 1 << 30);
         let slot = ledger.attach().unwrap();
-        ledger.charge(&slot, Kind::Context, 256 << 20, 1 << 30).unwrap();
-        ledger.charge(&slot, Kind::Data, 100 << 20, 1 << 30).unwrap();
+        ledger
+            .charge(&slot, Kind::Context, 256 << 20, 1 << 30)
+            .unwrap();
+        ledger
+            .charge(&slot, Kind::Data, 100 << 20, 1 << 30)
+            .unwrap();
         // A container whose limits file is broken is reported, not fatal.
         std::fs::create_dir_all(root.container_dir("c2").unwrap()).unwrap();
         std::fs::write(root.limits_path("c2").unwrap(), "{").unwrap();
@@ -227,7 +309,11 @@ mod tests {
 
         let before = std::fs::read(&ledger_path).unwrap();
         let s = collect(&root).unwrap();
-        assert_eq!(std::fs::read(&ledger_path).unwrap(), before, "status must not write the ledger");
+        assert_eq!(
+            std::fs::read(&ledger_path).unwrap(),
+            before,
+            "status must not write the ledger"
+        );
 
         assert_eq!(s.containers.len(), 2);
         let g = &s.containers[0].gpus[0];
@@ -243,7 +329,10 @@ mod tests {
         let mut out = Vec::new();
         print_table(&s, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains(uuid) && text.contains("context=") && text.contains("error:"), "{text}");
+        assert!(
+            text.contains(uuid) && text.contains("context=") && text.contains("error:"),
+            "{text}"
+        );
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["containers"][0]["gpus"][0]["used"], 356u64 << 20);
         drop(slot);

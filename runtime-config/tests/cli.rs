@@ -4,7 +4,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn vgpuctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vgpuctl")).args(args).env_remove("VGPU_CONFIG").output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_vgpuctl"))
+        .args(args)
+        .env_remove("VGPU_CONFIG")
+        .output()
+        .unwrap()
 }
 
 fn text(b: &[u8]) -> String {
@@ -16,39 +20,87 @@ fn dry_run_prints_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("daemon.json");
     fs::write(&cfg, "{\n  \"debug\": true\n}\n").unwrap();
-    let out = vgpuctl(&["runtime", "configure", "--runtime=docker", "--config", cfg.to_str().unwrap(), "--dry-run"]);
+    let out = vgpuctl(&[
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--dry-run",
+    ]);
     assert!(out.status.success());
-    assert!(text(&out.stdout).contains("\"vgpu\""), "{}", text(&out.stdout));
-    assert_eq!(fs::read_to_string(&cfg).unwrap(), "{\n  \"debug\": true\n}\n");
-    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "no temp or undo file left");
+    assert!(
+        text(&out.stdout).contains("\"vgpu\""),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        fs::read_to_string(&cfg).unwrap(),
+        "{\n  \"debug\": true\n}\n"
+    );
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temp or undo file left"
+    );
 }
 
 #[test]
 fn unparsable_config_is_one_line_naming_file_and_line_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     for (engine, name, body, line) in [
-        ("docker", "daemon.json", "{\n  \"a\": 1,\n  \"b\": ,\n}\n", 3),
+        (
+            "docker",
+            "daemon.json",
+            "{\n  \"a\": 1,\n  \"b\": ,\n}\n",
+            3,
+        ),
         ("containerd", "config.toml", "version = 2\n\n[plugins\n", 3),
-        ("crio", "crio.conf", "[crio.runtime]\ndefault_runtime = \n", 2),
+        (
+            "crio",
+            "crio.conf",
+            "[crio.runtime]\ndefault_runtime = \n",
+            2,
+        ),
     ] {
         let cfg = dir.path().join(name);
         fs::write(&cfg, body).unwrap();
-        let out = vgpuctl(&["runtime", "configure", &format!("--runtime={engine}"), "--config", cfg.to_str().unwrap()]);
+        let out = vgpuctl(&[
+            "runtime",
+            "configure",
+            &format!("--runtime={engine}"),
+            "--config",
+            cfg.to_str().unwrap(),
+        ]);
         assert_eq!(out.status.code(), Some(1), "{engine}");
         let err = text(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{engine}: {err}");
-        assert!(err.starts_with(&format!("vgpuctl: error: {}:{line}:", cfg.display())), "{engine}: {err}");
-        assert_eq!(fs::read_to_string(&cfg).unwrap(), body, "{engine}: file untouched");
+        assert!(
+            err.starts_with(&format!("vgpuctl: error: {}:{line}:", cfg.display())),
+            "{engine}: {err}"
+        );
+        assert_eq!(
+            fs::read_to_string(&cfg).unwrap(),
+            body,
+            "{engine}: file untouched"
+        );
         assert!(out.stdout.is_empty());
     }
-    assert!(!dir.path().join("crio.conf.d").exists(), "no drop-in from a bad crio.conf");
+    assert!(
+        !dir.path().join("crio.conf.d").exists(),
+        "no drop-in from a bad crio.conf"
+    );
 }
 
 #[test]
 fn unknown_runtime_lists_the_known_ones() {
     let out = vgpuctl(&["runtime", "configure", "--runtime=lxc"]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("docker, containerd, crio, podman"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("docker, containerd, crio, podman"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -62,10 +114,16 @@ fn crio_configure_and_unconfigure_leave_crio_conf_alone() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("systemctl restart crio"));
     let drop_in = dir.path().join("crio.conf.d/99-vgpu.toml");
-    assert!(fs::read_to_string(&drop_in).unwrap().contains("runtime_root = \"/run/crun\""));
+    assert!(fs::read_to_string(&drop_in)
+        .unwrap()
+        .contains("runtime_root = \"/run/crun\""));
     let again = vgpuctl(&["runtime", "configure", "--runtime=crio", "--config", m]);
     assert!(text(&again.stdout).contains("nothing to change"));
-    assert!(vgpuctl(&["runtime", "unconfigure", "--runtime=crio", "--config", m]).status.success());
+    assert!(
+        vgpuctl(&["runtime", "unconfigure", "--runtime=crio", "--config", m])
+            .status
+            .success()
+    );
     assert!(!drop_in.exists());
     assert_eq!(fs::read_to_string(&main).unwrap(), body);
     // A file of that name that vgpuctl did not write is not removed.

@@ -70,13 +70,18 @@ check "docker rm vgpu-a" docker_ok docker rm vgpu-a
 check_eq "no state left" "$(state_left)" ""
 
 echo "-- bad input: docker shows one clear line, nothing provisioned"
-for v in "4Qi:unknown unit" "64Gi:larger than" "0:greater than zero"; do
+for v in "4Qi:unknown unit" "64Gi:larger than" "-1G:negative"; do
     out=$("${RUN[@]}" --rm -e CUDA_DEVICE_MEMORY_LIMIT="${v%%:*}" vgpu-e2e:1 true 2>&1); rc=$?
     if [ "$rc" != 0 ] && printf '%s' "$out" | grep -q "vgpu: env CUDA_DEVICE_MEMORY_LIMIT.*${v#*:}"; then
         pass "CUDA_DEVICE_MEMORY_LIMIT=${v%%:*}: $(printf '%s' "$out" | grep -o 'vgpu: [^"]*' | head -1)"
     else fail "CUDA_DEVICE_MEMORY_LIMIT=${v%%:*} refused with the shim's line (rc=$rc)" "$out"; fi
     check_eq "  ... nothing under the state root" "$(state_left)" ""
 done
+# HAMi-core's grammar, which the library reads too: 0 in the env is no limit, so no quota at all.
+out=$("${RUN[@]}" --rm -e CUDA_DEVICE_MEMORY_LIMIT=0 vgpu-e2e:1 sh -c 'rt_client device 0 info; test -e /run/vgpu/limits.json || echo no-limits-file' 2>&1)
+check_eq "CUDA_DEVICE_MEMORY_LIMIT=0 is no quota: the whole 16 GiB GPU" "$(field total "$out")" $((16 * GIB))
+check_match "  ... and no limits file" no-limits-file "$out"
+check_eq "  ... nothing under the state root" "$(state_left)" ""
 out=$("${RUN[@]}" --rm -e NVIDIA_VISIBLE_DEVICES=5 -e CUDA_DEVICE_MEMORY_LIMIT=1G vgpu-e2e:1 true 2>&1)
 check_match "a GPU the host does not have is refused" 'vgpu: env NVIDIA_VISIBLE_DEVICES=5: no GPU with index 5' "$out"
 check_eq "  ... nothing under the state root" "$(state_left)" ""

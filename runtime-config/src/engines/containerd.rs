@@ -27,7 +27,8 @@ const HEADER_ADDED: &str = "# vgpuctl: header added for default_runtime_name";
 /// containerd replaces its built-in runtimes map with the file's as soon as the file names any runtime,
 /// so adding `vgpu` alone would make the built-in `runc` (the usual default) disappear. vgpuctl then
 /// restates it, marked with this comment, and unconfigure removes it again.
-const RUNC_RESTATED: &str = "# vgpuctl: containerd's built-in runc, restated because the file now names runtimes";
+const RUNC_RESTATED: &str =
+    "# vgpuctl: containerd's built-in runc, restated because the file now names runtimes";
 
 pub struct Settings<'a> {
     pub runtime_path: &'a str,
@@ -67,13 +68,20 @@ fn version_of(path: &Path, doc: &DocumentMut) -> Result<i64> {
 
 /// containerd 2.x reads version 3; 1.x reads version 2.
 fn installed_version() -> i64 {
-    let out = std::process::Command::new("containerd").arg("--version").output();
-    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let out = std::process::Command::new("containerd")
+        .arg("--version")
+        .output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
     // "containerd github.com/containerd/containerd 1.6.20~ds1 ..." or "... v2.0.0 ..."
-    let major = text
-        .split_whitespace()
-        .nth(2)
-        .and_then(|v| v.trim_start_matches('v').split('.').next()?.parse::<i64>().ok());
+    let major = text.split_whitespace().nth(2).and_then(|v| {
+        v.trim_start_matches('v')
+            .split('.')
+            .next()?
+            .parse::<i64>()
+            .ok()
+    });
     if major.unwrap_or(1) >= 2 {
         3
     } else {
@@ -88,8 +96,12 @@ fn child<'a>(parent: &'a mut Table, key: &str, path: &Path) -> Result<&'a mut Ta
         t.set_implicit(true);
         Item::Table(t)
     });
-    item.as_table_mut()
-        .ok_or_else(|| anyhow!("{}: `{key}` is not a [table] (inline tables are not edited by vgpuctl)", path.display()))
+    item.as_table_mut().ok_or_else(|| {
+        anyhow!(
+            "{}: `{key}` is not a [table] (inline tables are not edited by vgpuctl)",
+            path.display()
+        )
+    })
 }
 
 /// A value as written by vgpuctl, whatever its decor, for comparisons.
@@ -147,9 +159,16 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
     let containerd = child(cri, "containerd", path)?;
 
     // The runtime to copy: the configured default (or runc), unless vgpu itself is the default already.
-    let mut base_name = containerd.get("default_runtime_name").and_then(Item::as_str).unwrap_or("runc").to_string();
+    let mut base_name = containerd
+        .get("default_runtime_name")
+        .and_then(Item::as_str)
+        .unwrap_or("runc")
+        .to_string();
     if base_name == RUNTIME {
-        base_name = previous_default(containerd).flatten().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| "runc".into());
+        base_name = previous_default(containerd)
+            .flatten()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "runc".into());
     }
     if s.set_as_default {
         set_default(containerd);
@@ -158,7 +177,9 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
     let base = runtimes
         .get(&base_name)
         .and_then(Item::as_table)
-        .filter(|t| !matches!(t.get("runtime_type").and_then(Item::as_str), Some(rt) if rt != RUNC_V2))
+        .filter(
+            |t| !matches!(t.get("runtime_type").and_then(Item::as_str), Some(rt) if rt != RUNC_V2),
+        )
         .map(detached);
 
     if base_name == "runc" && !runtimes.contains_key("runc") && !runtimes.contains_key(RUNTIME) {
@@ -181,33 +202,55 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
     ensure(vgpu, "pod_annotations", annotations());
     ensure(vgpu, "container_annotations", annotations());
     if !vgpu.contains_key("options") {
-        let opts = base.as_ref().and_then(|b| b.get("options")).and_then(Item::as_table).cloned().unwrap_or_default();
+        let opts = base
+            .as_ref()
+            .and_then(|b| b.get("options"))
+            .and_then(Item::as_table)
+            .cloned()
+            .unwrap_or_default();
         vgpu.insert("options", Item::Table(opts));
     }
-    let options = vgpu["options"]
-        .as_table_mut()
-        .ok_or_else(|| anyhow!("{}: runtimes.{RUNTIME}.options is not a [table]", path.display()))?;
+    let options = vgpu["options"].as_table_mut().ok_or_else(|| {
+        anyhow!(
+            "{}: runtimes.{RUNTIME}.options is not a [table]",
+            path.display()
+        )
+    })?;
     ensure(options, "BinaryName", Value::from(s.runtime_path));
 
     let new = doc.to_string();
-    Ok(if current == Some(new.as_str()) { vec![] } else { vec![Change::write(path.to_path_buf(), new, 0o644)] })
+    Ok(if current == Some(new.as_str()) {
+        vec![]
+    } else {
+        vec![Change::write(path.to_path_buf(), new, 0o644)]
+    })
 }
 
 /// Makes vgpu the default runtime, keeping the replaced value in a comment on the same line.
 fn set_default(containerd: &mut Table) {
-    let note = match containerd.get("default_runtime_name").and_then(Item::as_value) {
+    let note = match containerd
+        .get("default_runtime_name")
+        .and_then(Item::as_value)
+    {
         Some(v) if v.as_str() == Some(RUNTIME) => return,
         Some(v) => {
-            let raw = |r: Option<&toml_edit::RawString>| r.and_then(|r| r.as_str()).unwrap_or("").to_string();
+            let raw = |r: Option<&toml_edit::RawString>| {
+                r.and_then(|r| r.as_str()).unwrap_or("").to_string()
+            };
             let saved = [bare(v), raw(v.decor().prefix()), raw(v.decor().suffix())];
-            format!("{PREVIOUS}{}", serde_json::to_string(&saved).expect("strings serialize"))
+            format!(
+                "{PREVIOUS}{}",
+                serde_json::to_string(&saved).expect("strings serialize")
+            )
         }
         None => WAS_UNSET.to_string(),
     };
     let v = Value::from(RUNTIME).decorated(" ", format!(" # {note}"));
     if containerd.is_implicit() {
         containerd.set_implicit(false);
-        containerd.decor_mut().set_prefix(format!("\n{HEADER_ADDED}\n"));
+        containerd
+            .decor_mut()
+            .set_prefix(format!("\n{HEADER_ADDED}\n"));
     }
     match containerd.get_mut("default_runtime_name") {
         Some(Item::Value(old)) => *old = v,
@@ -221,17 +264,28 @@ fn set_default(containerd: &mut Table) {
 /// vgpuctl did not set it.
 fn previous_default(containerd: &Table) -> Option<Option<Value>> {
     let v = containerd.get("default_runtime_name")?.as_value()?;
-    let comment = v.decor().suffix()?.as_str()?.trim().trim_start_matches('#').trim().to_string();
+    let comment = v
+        .decor()
+        .suffix()?
+        .as_str()?
+        .trim()
+        .trim_start_matches('#')
+        .trim()
+        .to_string();
     if comment == WAS_UNSET {
         return Some(None);
     }
-    let [repr, prefix, suffix]: [String; 3] = serde_json::from_str(comment.strip_prefix(PREVIOUS)?).ok()?;
+    let [repr, prefix, suffix]: [String; 3] =
+        serde_json::from_str(comment.strip_prefix(PREVIOUS)?).ok()?;
     Some(Some(repr.parse::<Value>().ok()?.decorated(prefix, suffix)))
 }
 
 /// Whether vgpuctl's comment `mark` is on the line(s) before the table's header.
 fn marked(t: &Table, mark: &str) -> bool {
-    t.decor().prefix().and_then(|p| p.as_str()).is_some_and(|p| p.contains(mark))
+    t.decor()
+        .prefix()
+        .and_then(|p| p.as_str())
+        .is_some_and(|p| p.contains(mark))
 }
 
 /// Removes `key` from `parent` if it is an empty table without a header of its own (one that
@@ -246,7 +300,9 @@ fn prune(parent: &mut Table, key: &str) {
 
 /// The changes that take back what `configure` added.
 pub fn unconfigure(path: &Path, current: Option<&str>) -> Result<Vec<Change>> {
-    let Some(text) = current.filter(|t| !t.trim().is_empty()) else { return Ok(vec![]) };
+    let Some(text) = current.filter(|t| !t.trim().is_empty()) else {
+        return Ok(vec![]);
+    };
     let mut doc = parse(path, text)?;
     let version = version_of(path, &doc)?;
     let plugin = cri_plugin(version);
@@ -261,7 +317,11 @@ pub fn unconfigure(path: &Path, current: Option<&str>) -> Result<Vec<Change>> {
         else {
             return Ok(vec![]);
         };
-        if containerd.get("default_runtime_name").and_then(Item::as_str) == Some(RUNTIME) {
+        if containerd
+            .get("default_runtime_name")
+            .and_then(Item::as_str)
+            == Some(RUNTIME)
+        {
             match previous_default(containerd) {
                 Some(Some(prev)) => {
                     if let Some(Item::Value(v)) = containerd.get_mut("default_runtime_name") {
@@ -279,7 +339,11 @@ pub fn unconfigure(path: &Path, current: Option<&str>) -> Result<Vec<Change>> {
         }
         if let Some(runtimes) = containerd.get_mut("runtimes").and_then(Item::as_table_mut) {
             runtimes.remove(RUNTIME);
-            if runtimes.get("runc").and_then(Item::as_table).is_some_and(|t| marked(t, RUNC_RESTATED)) {
+            if runtimes
+                .get("runc")
+                .and_then(Item::as_table)
+                .is_some_and(|t| marked(t, RUNC_RESTATED))
+            {
                 runtimes.remove("runc");
             }
         }
@@ -287,7 +351,10 @@ pub fn unconfigure(path: &Path, current: Option<&str>) -> Result<Vec<Change>> {
     }
     // Walk back up, dropping the header-less tables configure had to create.
     let plugins = doc["plugins"].as_table_mut().expect("checked above");
-    prune(plugins[plugin].as_table_mut().expect("checked above"), "containerd");
+    prune(
+        plugins[plugin].as_table_mut().expect("checked above"),
+        "containerd",
+    );
     prune(plugins, plugin);
     prune(doc.as_table_mut(), "plugins");
 
@@ -310,7 +377,11 @@ mod tests {
 
     const P: &str = "/etc/containerd/config.toml";
     fn s(def: bool) -> Settings<'static> {
-        Settings { runtime_path: "/usr/bin/vgpu-container-runtime", set_as_default: def, version_for_new_file: Some(2) }
+        Settings {
+            runtime_path: "/usr/bin/vgpu-container-runtime",
+            set_as_default: def,
+            version_for_new_file: Some(2),
+        }
     }
     fn conf(text: Option<&str>, def: bool) -> String {
         let ch = configure(Path::new(P), text, &s(def)).unwrap();
@@ -345,20 +416,40 @@ mod tests {
 
     fn vgpu_table(doc: &str, plugin: &str) -> Table {
         let d: DocumentMut = doc.parse().unwrap();
-        d["plugins"][plugin]["containerd"]["runtimes"]["vgpu"].as_table().unwrap().clone()
+        d["plugins"][plugin]["containerd"]["runtimes"]["vgpu"]
+            .as_table()
+            .unwrap()
+            .clone()
     }
 
     #[test]
     fn v2_adds_handler_copies_options_keeps_comments() {
         let out = conf(Some(V2), false);
-        assert!(is_subsequence(V2, &out), "every original line is kept, in order:\n{out}");
+        assert!(
+            is_subsequence(V2, &out),
+            "every original line is kept, in order:\n{out}"
+        );
         let t = vgpu_table(&out, "io.containerd.grpc.v1.cri");
         assert_eq!(t["runtime_type"].as_str(), Some(RUNC_V2));
-        assert_eq!(t["options"]["BinaryName"].as_str(), Some("/usr/bin/vgpu-container-runtime"));
+        assert_eq!(
+            t["options"]["BinaryName"].as_str(),
+            Some("/usr/bin/vgpu-container-runtime")
+        );
         assert_eq!(t["options"]["SystemdCgroup"].as_bool(), Some(true));
-        assert_eq!(t["pod_annotations"].as_array().unwrap().get(0).unwrap().as_str(), Some("vgpu.io/*"));
+        assert_eq!(
+            t["pod_annotations"]
+                .as_array()
+                .unwrap()
+                .get(0)
+                .unwrap()
+                .as_str(),
+            Some("vgpu.io/*")
+        );
         assert_eq!(t["container_annotations"].as_array().unwrap().len(), 1);
-        assert!(!out.contains("# keep cgroups under systemd\n[plugins"), "copied keys carry no comments");
+        assert!(
+            !out.contains("# keep cgroups under systemd\n[plugins"),
+            "copied keys carry no comments"
+        );
         assert_eq!(conf(Some(&out), false), out, "idempotent");
         assert_eq!(unconf(&out).unwrap(), V2, "unconfigure restores the bytes");
     }
@@ -368,7 +459,10 @@ mod tests {
         let v3 = "version = 3\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = 'io.containerd.runc.v2'\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  SystemdCgroup = false\n  BinaryName = '/usr/bin/runc'\n";
         let out = conf(Some(v3), false);
         let t = vgpu_table(&out, "io.containerd.cri.v1.runtime");
-        assert_eq!(t["options"]["BinaryName"].as_str(), Some("/usr/bin/vgpu-container-runtime"));
+        assert_eq!(
+            t["options"]["BinaryName"].as_str(),
+            Some("/usr/bin/vgpu-container-runtime")
+        );
         assert_eq!(t["options"]["SystemdCgroup"].as_bool(), Some(false));
         assert!(!out.contains("io.containerd.grpc.v1.cri"));
         assert_eq!(unconf(&out).unwrap(), v3);
@@ -379,7 +473,10 @@ mod tests {
         let out = conf(None, false);
         assert!(out.starts_with(CREATED));
         let t = vgpu_table(&out, "io.containerd.grpc.v1.cri");
-        assert_eq!(t["options"]["BinaryName"].as_str(), Some("/usr/bin/vgpu-container-runtime"));
+        assert_eq!(
+            t["options"]["BinaryName"].as_str(),
+            Some("/usr/bin/vgpu-container-runtime")
+        );
         let ch = unconfigure(Path::new(P), Some(&out)).unwrap();
         assert_eq!(ch, vec![Change::remove(P.into())]);
     }
@@ -405,7 +502,9 @@ mod tests {
         assert_eq!(conf(Some(&out), false), out);
         assert_eq!(unconf(&out).unwrap(), orig);
         // A runc the operator wrote is never removed.
-        assert!(unconf(&conf(Some(V2), false)).unwrap().contains("runtimes.runc]"));
+        assert!(unconf(&conf(Some(V2), false))
+            .unwrap()
+            .contains("runtimes.runc]"));
     }
 
     #[test]
@@ -413,7 +512,10 @@ mod tests {
         let out = conf(Some(V2), true);
         assert!(out.contains(r#"default_runtime_name = "vgpu" # vgpuctl: previous default_runtime_name ["\"runc\""," ",""]"#), "{out}");
         // The copy is still made from runc, not from vgpu itself.
-        assert_eq!(vgpu_table(&out, "io.containerd.grpc.v1.cri")["options"]["SystemdCgroup"].as_bool(), Some(true));
+        assert_eq!(
+            vgpu_table(&out, "io.containerd.grpc.v1.cri")["options"]["SystemdCgroup"].as_bool(),
+            Some(true)
+        );
         assert_eq!(conf(Some(&out), true), out);
         assert_eq!(unconf(&out).unwrap(), V2);
         // Unset before: removed again.
@@ -433,12 +535,23 @@ mod tests {
 
     #[test]
     fn bad_input_is_reported_with_line() {
-        let e = configure(Path::new(P), Some("version = 2\n[plugins\nfoo = 1\n"), &s(false)).unwrap_err();
-        assert!(format!("{e:#}").starts_with("/etc/containerd/config.toml:2:"), "{e:#}");
+        let e = configure(
+            Path::new(P),
+            Some("version = 2\n[plugins\nfoo = 1\n"),
+            &s(false),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with("/etc/containerd/config.toml:2:"),
+            "{e:#}"
+        );
         let e = configure(Path::new(P), Some("[plugins.cri]\nx = 1\n"), &s(false)).unwrap_err();
         assert!(format!("{e:#}").contains("version 1"), "{e:#}");
         let e = configure(Path::new(P), Some("version = 4\n"), &s(false)).unwrap_err();
-        assert!(format!("{e:#}").contains("unsupported containerd config version 4"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("unsupported containerd config version 4"),
+            "{e:#}"
+        );
     }
 
     /// tests/golden/containerd: real configs (Debian's, `containerd config default`, a 2.x version 3) →
@@ -449,7 +562,11 @@ mod tests {
             let def = case.ends_with("set-as-default");
             let out = conf(Some(input), def);
             assert_eq!(conf(Some(&out), def), out, "{case}: idempotent");
-            assert_eq!(unconf(&out).unwrap(), input, "{case}: unconfigure restores the bytes");
+            assert_eq!(
+                unconf(&out).unwrap(),
+                input,
+                "{case}: unconfigure restores the bytes"
+            );
             out
         });
         assert!(n >= 3, "golden cases: {n}");

@@ -22,7 +22,10 @@ pub struct Settings<'a> {
 /// JSON has no comments, so the `default-runtime` that `--set-as-default` replaced is remembered in a
 /// small file beside daemon.json; unconfigure puts it back and removes that file.
 pub fn undo_path(config: &Path) -> std::path::PathBuf {
-    let name = config.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = config
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     config.with_file_name(format!(".{name}.vgpuctl-previous-default"))
 }
 
@@ -35,13 +38,17 @@ fn parse(path: &Path, text: &str) -> Result<(CstRootNode, CstObject)> {
     }
     let root = CstRootNode::parse(text, &ParseOptions::default())
         .map_err(|e| parse_error(path, e.line_display(), e.column_display(), &e.to_string()))?;
-    let obj = root.object_value().ok_or_else(|| anyhow!("{}: the top level is not a JSON object", path.display()))?;
+    let obj = root
+        .object_value()
+        .ok_or_else(|| anyhow!("{}: the top level is not a JSON object", path.display()))?;
     Ok((root, obj))
 }
 
 /// The string value of `obj[key]`: Ok(None) if absent, an error if it is not a string.
 fn string_at(path: &Path, obj: &CstObject, key: &str) -> Result<Option<String>> {
-    let Some(prop) = obj.get(key) else { return Ok(None) };
+    let Some(prop) = obj.get(key) else {
+        return Ok(None);
+    };
     match prop.value().and_then(|v| v.to_serde_value()) {
         Some(Value::String(s)) => Ok(Some(s)),
         _ => bail!("{}: \"{key}\" is not a string", path.display()),
@@ -58,7 +65,12 @@ fn fresh(s: &Settings) -> String {
 }
 
 /// The changes that add the vgpu runtime to `path` (whose current text is `current`).
-pub fn configure(path: &Path, current: Option<&str>, previous_default: Option<&str>, s: &Settings) -> Result<Vec<Change>> {
+pub fn configure(
+    path: &Path,
+    current: Option<&str>,
+    previous_default: Option<&str>,
+    s: &Settings,
+) -> Result<Vec<Change>> {
     let original = match current {
         Some(t) if !t.trim().is_empty() => t,
         _ => return Ok(vec![Change::write(path.to_path_buf(), fresh(s), 0o644)]),
@@ -69,12 +81,15 @@ pub fn configure(path: &Path, current: Option<&str>, previous_default: Option<&s
         .ok_or_else(|| anyhow!("{}: \"runtimes\" is not a JSON object", path.display()))?;
     match runtimes.get(RUNTIME) {
         None => {
-            runtimes.append(RUNTIME, CstInputValue::Object(vec![("path".into(), s.runtime_path.into())]));
+            runtimes.append(
+                RUNTIME,
+                CstInputValue::Object(vec![("path".into(), s.runtime_path.into())]),
+            );
         }
         Some(_) => {
-            let rt = runtimes
-                .object_value(RUNTIME)
-                .ok_or_else(|| anyhow!("{}: \"runtimes.vgpu\" is not a JSON object", path.display()))?;
+            let rt = runtimes.object_value(RUNTIME).ok_or_else(|| {
+                anyhow!("{}: \"runtimes.vgpu\" is not a JSON object", path.display())
+            })?;
             if string_at(path, &rt, "path").ok().flatten().as_deref() != Some(s.runtime_path) {
                 match rt.get("path") {
                     Some(p) => p.set_value(s.runtime_path.into()),
@@ -95,7 +110,9 @@ pub fn configure(path: &Path, current: Option<&str>, previous_default: Option<&s
                 if previous_default.is_none() {
                     changes.push(Change::write(undo_path(path), undo_record(&d), 0o600));
                 }
-                obj.get("default-runtime").expect("just read").set_value(RUNTIME.into());
+                obj.get("default-runtime")
+                    .expect("just read")
+                    .set_value(RUNTIME.into());
             }
             None => {
                 obj.append("default-runtime", RUNTIME.into());
@@ -120,8 +137,14 @@ pub fn read_undo(text: &str) -> Option<String> {
 }
 
 /// The changes that take back what `configure` added.
-pub fn unconfigure(path: &Path, current: Option<&str>, previous_default: Option<&str>) -> Result<Vec<Change>> {
-    let Some(original) = current.filter(|t| !t.trim().is_empty()) else { return Ok(Vec::new()) };
+pub fn unconfigure(
+    path: &Path,
+    current: Option<&str>,
+    previous_default: Option<&str>,
+) -> Result<Vec<Change>> {
+    let Some(original) = current.filter(|t| !t.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
     let (root, obj) = parse(path, original)?;
     if let Some(runtimes) = obj.object_value("runtimes") {
         if let Some(vgpu) = runtimes.get(RUNTIME) {
@@ -132,7 +155,12 @@ pub fn unconfigure(path: &Path, current: Option<&str>, previous_default: Option<
             }
         }
     }
-    if string_at(path, &obj, "default-runtime").ok().flatten().as_deref() == Some(RUNTIME) {
+    if string_at(path, &obj, "default-runtime")
+        .ok()
+        .flatten()
+        .as_deref()
+        == Some(RUNTIME)
+    {
         let prop = obj.get("default-runtime").expect("just read");
         match previous_default {
             // In place, so the key keeps its position.
@@ -159,7 +187,10 @@ mod tests {
 
     const P: &str = "/etc/docker/daemon.json";
     fn settings(def: bool) -> Settings<'static> {
-        Settings { runtime_path: "/usr/bin/vgpu-container-runtime", set_as_default: def }
+        Settings {
+            runtime_path: "/usr/bin/vgpu-container-runtime",
+            set_as_default: def,
+        }
     }
     fn conf(text: Option<&str>, def: bool) -> Option<String> {
         let ch = configure(Path::new(P), text, None, &settings(def)).unwrap();
@@ -175,7 +206,9 @@ mod tests {
             "{\n    \"log-driver\": \"journald\",\n    \"runtimes\": {\n        \"crun\": {\n            \"path\": \"/usr/bin/crun\"\n        },\n        \"vgpu\": {\n            \"path\": \"/usr/bin/vgpu-container-runtime\"\n        }\n    },\n    \"storage-driver\": \"overlay2\"\n}\n"
         );
         // Idempotent: a second configure changes nothing.
-        assert!(configure(Path::new(P), Some(&out), None, &settings(false)).unwrap().is_empty());
+        assert!(configure(Path::new(P), Some(&out), None, &settings(false))
+            .unwrap()
+            .is_empty());
         // And unconfigure gives back the original bytes.
         let ch = unconfigure(Path::new(P), Some(&out), None).unwrap();
         assert_eq!(apply_in_memory(&ch, P, Some(&out)).unwrap(), orig);
@@ -186,7 +219,12 @@ mod tests {
         for start in [None, Some(""), Some("  \n")] {
             let out = conf(start, false).unwrap();
             assert_eq!(out, "{\n  \"runtimes\": {\n    \"vgpu\": {\n      \"path\": \"/usr/bin/vgpu-container-runtime\"\n    }\n  }\n}\n");
-            assert!(unconfigure(Path::new(P), Some(&out), None).unwrap()[0].contents.as_deref() == Some("{}\n"));
+            assert!(
+                unconfigure(Path::new(P), Some(&out), None).unwrap()[0]
+                    .contents
+                    .as_deref()
+                    == Some("{}\n")
+            );
         }
     }
 
@@ -201,7 +239,10 @@ mod tests {
         assert_eq!(read_undo(undo).as_deref(), Some("crun"));
         let ch = unconfigure(Path::new(P), Some(&out), Some("crun")).unwrap();
         assert_eq!(apply_in_memory(&ch, P, Some(&out)).unwrap(), orig);
-        assert!(ch[1].contents.is_none(), "the remembered default is removed");
+        assert!(
+            ch[1].contents.is_none(),
+            "the remembered default is removed"
+        );
     }
 
     #[test]
@@ -218,13 +259,19 @@ mod tests {
         for orig in ["{}\n", "{}"] {
             let out = conf(Some(orig), false).unwrap();
             let ch = unconfigure(Path::new(P), Some(&out), None).unwrap();
-            assert_eq!(apply_in_memory(&ch, P, Some(&out)).unwrap(), orig, "from {orig:?} via {out:?}");
+            assert_eq!(
+                apply_in_memory(&ch, P, Some(&out)).unwrap(),
+                orig,
+                "from {orig:?} via {out:?}"
+            );
         }
     }
 
     #[test]
     fn unconfigure_of_unconfigured_file_touches_nothing() {
-        assert!(unconfigure(Path::new(P), Some("{\"a\": 1}"), None).unwrap().is_empty());
+        assert!(unconfigure(Path::new(P), Some("{\"a\": 1}"), None)
+            .unwrap()
+            .is_empty());
         assert!(unconfigure(Path::new(P), None, None).unwrap().is_empty());
     }
 
@@ -236,7 +283,10 @@ mod tests {
             let def = case.ends_with("set-as-default");
             let ch = configure(Path::new(P), Some(input), None, &settings(def)).unwrap();
             let out = apply_in_memory(&ch, P, Some(input)).unwrap();
-            let prev = ch.iter().find(|c| c.path == undo_path(Path::new(P))).and_then(|c| read_undo(c.contents.as_deref()?));
+            let prev = ch
+                .iter()
+                .find(|c| c.path == undo_path(Path::new(P)))
+                .and_then(|c| read_undo(c.contents.as_deref()?));
             let back = unconfigure(Path::new(P), Some(&out), prev.as_deref()).unwrap();
             let restored = apply_in_memory(&back, P, Some(&out)).unwrap();
             // An empty file comes back as an empty object, the one case where configure wrote from scratch.
@@ -252,12 +302,24 @@ mod tests {
 
     #[test]
     fn parse_error_names_path_and_line() {
-        let e = configure(Path::new(P), Some("{\n  \"a\": 1,\n  oops\n}"), None, &settings(false)).unwrap_err();
+        let e = configure(
+            Path::new(P),
+            Some("{\n  \"a\": 1,\n  oops\n}"),
+            None,
+            &settings(false),
+        )
+        .unwrap_err();
         let msg = format!("{e:#}");
         assert!(msg.starts_with("/etc/docker/daemon.json:3:"), "{msg}");
         let e = configure(Path::new(P), Some("[1]"), None, &settings(false)).unwrap_err();
         assert!(format!("{e:#}").contains("not a JSON object"));
-        let e = configure(Path::new(P), Some("{\"runtimes\": 3}"), None, &settings(false)).unwrap_err();
+        let e = configure(
+            Path::new(P),
+            Some("{\"runtimes\": 3}"),
+            None,
+            &settings(false),
+        )
+        .unwrap_err();
         assert!(format!("{e:#}").contains("\"runtimes\" is not a JSON object"));
     }
 

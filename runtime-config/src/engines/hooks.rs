@@ -38,7 +38,9 @@ pub fn files(hook_path: &str, extra_env: &[String]) -> Result<Vec<(String, Strin
     let mut env = vec![BASE_ENV.to_string()];
     for e in extra_env {
         match e.split_once('=') {
-            Some((k, _)) if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+            Some((k, _))
+                if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
                 if k == "PATH" {
                     env[0] = e.clone();
                 } else {
@@ -68,7 +70,11 @@ mod tests {
 
     #[test]
     fn one_file_per_stage_with_explicit_env() {
-        let f = files("/usr/bin/vgpu-hook", &["VGPU_CONFIG=/etc/vgpu/test.toml".into()]).unwrap();
+        let f = files(
+            "/usr/bin/vgpu-hook",
+            &["VGPU_CONFIG=/etc/vgpu/test.toml".into()],
+        )
+        .unwrap();
         assert_eq!(f.len(), STAGES.len());
         for ((name, text), stage) in f.iter().zip(STAGES) {
             assert_eq!(name, &file_name(stage));
@@ -76,7 +82,10 @@ mod tests {
             assert_eq!(v["version"], "1.0.0");
             assert_eq!(v["stages"], json!([stage]));
             assert_eq!(v["hook"]["args"], json!(["vgpu-hook", stage]));
-            assert_eq!(v["hook"]["env"], json!([BASE_ENV, "VGPU_CONFIG=/etc/vgpu/test.toml"]));
+            assert_eq!(
+                v["hook"]["env"],
+                json!([BASE_ENV, "VGPU_CONFIG=/etc/vgpu/test.toml"])
+            );
             assert_eq!(v["when"]["annotations"]["^vgpu\\.io/"], ".*");
         }
         assert!(text_of(&f).contains(r#""^vgpu\\.io/": ".*""#));

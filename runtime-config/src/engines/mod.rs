@@ -29,24 +29,45 @@ pub struct Change {
 
 impl Change {
     pub fn write(path: PathBuf, contents: String, mode: u32) -> Self {
-        Change { path, contents: Some(contents), mode }
+        Change {
+            path,
+            contents: Some(contents),
+            mode,
+        }
     }
     pub fn remove(path: PathBuf) -> Self {
-        Change { path, contents: None, mode: 0 }
+        Change {
+            path,
+            contents: None,
+            mode: 0,
+        }
     }
 }
 
 /// An error in a file vgpuctl was asked to edit: `path:line:column: message`, one line.
 pub fn parse_error(path: &Path, line: usize, column: usize, msg: &str) -> anyhow::Error {
-    let msg = msg.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
-    anyhow!("{}:{line}:{column}: cannot parse: {msg} (file left untouched)", path.display())
+    let msg = msg
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    anyhow!(
+        "{}:{line}:{column}: cannot parse: {msg} (file left untouched)",
+        path.display()
+    )
 }
 
 /// 1-based line and column of byte `offset` in `text`.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
     (line, col)
 }
 
@@ -78,11 +99,16 @@ impl Options {
         })
     }
     fn hooks_dir(&self) -> PathBuf {
-        self.hooks_dir.clone().unwrap_or_else(|| PathBuf::from(hooks::DEFAULT_DIR))
+        self.hooks_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(hooks::DEFAULT_DIR))
     }
     fn drop_in_path(&self) -> PathBuf {
         let dir = self.drop_in_dir.clone().unwrap_or_else(|| {
-            self.config_path().parent().unwrap_or(Path::new("/etc/crio")).join("crio.conf.d")
+            self.config_path()
+                .parent()
+                .unwrap_or(Path::new("/etc/crio"))
+                .join("crio.conf.d")
         });
         dir.join(crio::DROP_IN_NAME)
     }
@@ -92,10 +118,14 @@ impl Options {
 fn check_options(o: &Options) -> Result<()> {
     let name = format!("{:?}", o.engine).to_lowercase();
     if o.engine == Engine::Podman && o.config.is_some() {
-        anyhow::bail!("--config has no meaning for podman (it has no config entry for vgpu); use --hooks-dir");
+        anyhow::bail!(
+            "--config has no meaning for podman (it has no config entry for vgpu); use --hooks-dir"
+        );
     }
     if o.engine != Engine::Podman && o.hooks_dir.is_some() {
-        anyhow::bail!("--hooks-dir is for podman's hooks.d files; {name} is configured through --config");
+        anyhow::bail!(
+            "--hooks-dir is for podman's hooks.d files; {name} is configured through --config"
+        );
     }
     if o.engine != Engine::Crio && o.drop_in_dir.is_some() {
         anyhow::bail!("--drop-in-dir is for crio only");
@@ -112,7 +142,10 @@ pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
             let current = fsutil::read_optional(&cfg)?;
             let undo = fsutil::read_optional(&docker::undo_path(&cfg))?;
             let prev = undo.as_deref().and_then(docker::read_undo);
-            let s = docker::Settings { runtime_path: &o.runtime_path, set_as_default: o.set_as_default };
+            let s = docker::Settings {
+                runtime_path: &o.runtime_path,
+                set_as_default: o.set_as_default,
+            };
             docker::configure(&cfg, current.as_deref(), prev.as_deref(), &s)
         }
         Engine::Containerd => {
@@ -128,9 +161,16 @@ pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
             let main = fsutil::read_optional(&cfg)?;
             let drop_in = o.drop_in_path();
             let current = fsutil::read_optional(&drop_in)?;
-            let s = crio::Settings { runtime_path: &o.runtime_path, set_as_default: o.set_as_default };
+            let s = crio::Settings {
+                runtime_path: &o.runtime_path,
+                set_as_default: o.set_as_default,
+            };
             let new = crio::drop_in(&cfg, main.as_deref(), &s)?;
-            Ok(if current.as_deref() == Some(new.as_str()) { vec![] } else { vec![Change::write(drop_in, new, 0o644)] })
+            Ok(if current.as_deref() == Some(new.as_str()) {
+                vec![]
+            } else {
+                vec![Change::write(drop_in, new, 0o644)]
+            })
         }
         Engine::Podman => {
             let dir = o.hooks_dir();
@@ -165,7 +205,10 @@ pub fn plan_unconfigure(o: &Options) -> Result<Vec<Change>> {
             let drop_in = o.drop_in_path();
             Ok(match fsutil::read_optional(&drop_in)? {
                 Some(text) if crio::is_ours(&text) => vec![Change::remove(drop_in)],
-                Some(_) => anyhow::bail!("{}: not written by vgpuctl (no vgpuctl header); left alone", drop_in.display()),
+                Some(_) => anyhow::bail!(
+                    "{}: not written by vgpuctl (no vgpuctl header); left alone",
+                    drop_in.display()
+                ),
                 None => vec![],
             })
         }
@@ -188,7 +231,10 @@ pub fn plan_unconfigure(o: &Options) -> Result<Vec<Change>> {
 pub fn notes(o: &Options) -> Vec<String> {
     let text = match o.engine {
         Engine::Podman => return vec![],
-        _ => fsutil::read_optional(&o.config_path()).ok().flatten().unwrap_or_default(),
+        _ => fsutil::read_optional(&o.config_path())
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
     };
     if text.contains("nvidia-container-runtime") {
         vec!["note: this engine's config names nvidia-container-runtime; so that NVIDIA's device injection \
@@ -249,13 +295,20 @@ pub fn apply_in_memory(changes: &[Change], path: &str, current: Option<&str>) ->
 /// deliberate change; review the diff). Returns how many cases ran.
 #[cfg(test)]
 pub fn golden(kind: &str, ext: &str, mut f: impl FnMut(&str, &str) -> String) -> usize {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(kind);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(kind);
     let mut cases = 0;
-    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     names.sort();
     for name in names {
         let name = name.to_string_lossy().into_owned();
-        let Some(case) = name.strip_suffix(&format!(".{ext}")) else { continue };
+        let Some(case) = name.strip_suffix(&format!(".{ext}")) else {
+            continue;
+        };
         if case.ends_with(".expected") {
             continue;
         }
@@ -298,10 +351,18 @@ mod tests {
         let ch = plan_configure(&o).unwrap();
         assert!(!ch.is_empty());
         apply(&ch, false, &mut Vec::new()).unwrap();
-        assert!(plan_configure(&o).unwrap().is_empty(), "second configure changes nothing");
+        assert!(
+            plan_configure(&o).unwrap().is_empty(),
+            "second configure changes nothing"
+        );
         let ch = plan_unconfigure(&o).unwrap();
         apply(&ch, false, &mut Vec::new()).unwrap();
-        assert_eq!(std::fs::read_dir(dir.path().join("hooks.d")).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("hooks.d"))
+                .unwrap()
+                .count(),
+            0
+        );
         assert!(plan_unconfigure(&o).unwrap().is_empty());
     }
 }

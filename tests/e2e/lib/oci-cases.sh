@@ -90,6 +90,13 @@ case_no_quota() {
     after=$(sha256sum < "$B/config.json")
     check_eq "config.json byte for byte unchanged" "$after" "$before"
     plain delete -f "$ID" >/dev/null 2>&1
+    # HAMi-core's grammar: 0 in the env is no limit, so no quota (an annotation of 0 is refused: case_bad_input).
+    new_bundle rt_client device 0 info
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=0
+    before=$(sha256sum < "$B/config.json")
+    check "env CUDA_DEVICE_MEMORY_LIMIT=0: create through the shim" create_quiet
+    check_eq "  ... config.json byte for byte unchanged" "$(sha256sum < "$B/config.json")" "$before"
+    plain delete -f "$ID" >/dev/null 2>&1
     new_bundle sh -c 'rt_client device 0 info; cat /etc/ld.so.preload; grep -q . /run/vgpu/limits.json 2>/dev/null || echo no-limits-file'
     bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
     out=$(shim run --bundle "$B" "$ID" 2>&1)

@@ -1,0 +1,259 @@
+//! The limit environment grammar (HAMi-core's): `CUDA_DEVICE_MEMORY_LIMIT[_<i>]`, for the hook and library.
+//! Not here: where the variables come from (a spec, the process) or what a limit is applied to.
+//!
+//! Grammar (docs/oci.md, docs/libvgpu.md):
+//! - a value is a quantity ([`crate::quantity`]), surrounding whitespace ignored;
+//! - an empty value is the same as no variable;
+//! - `0` means "no limit" for the GPUs the variable covers — as HAMi-core reads it — so
+//!   `CUDA_DEVICE_MEMORY_LIMIT=0` is no quota at all, and `CUDA_DEVICE_MEMORY_LIMIT_1=0` leaves GPU 1
+//!   unlimited whatever `CUDA_DEVICE_MEMORY_LIMIT` says;
+//! - `<i>` is a decimal index `0..=1023` (no sign);
+//! - a name given twice: the last one counts (what a process would see);
+//! - other names, `CUDA_DEVICE_MEMORY_LIMITX` included, are not limits.
+//!
+//! A malformed value or index is an error of one line naming the variable.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::quantity::parse_quantity;
+
+/// The limit for every GPU; `<LIMIT_VAR>_<i>` is the limit for the i-th.
+pub const LIMIT_VAR: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+/// The container's limits file, which wins over the limit variables (set by the hook to
+/// [`crate::layout::CONTAINER_LIMITS_PATH`]).
+pub const LIMITS_FILE_VAR: &str = "VGPU_LIMITS_FILE";
+/// Largest GPU index a per-GPU variable may name.
+pub const MAX_INDEX: u32 = 1023;
+
+/// The name of the per-GPU variable of GPU `i`.
+pub fn per_index_var(i: u32) -> String {
+    format!("{LIMIT_VAR}_{i}")
+}
+
+/// Parses the `<i>` of a per-GPU setting: decimal digits, `0..=MAX_INDEX`. Shared with the hook's
+/// `vgpu.io/memory-limit.<i>` annotations, so both count GPUs the same way.
+pub fn parse_index(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<u32>().ok().filter(|&i| i <= MAX_INDEX)
+}
+
+/// One limit variable that was set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvLimit {
+    /// The variable's name, for messages.
+    pub var: String,
+    /// Bytes; 0 is "no limit".
+    pub bytes: u64,
+}
+
+/// The limits the environment asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvLimits {
+    /// `CUDA_DEVICE_MEMORY_LIMIT`, when set (and not empty).
+    pub global: Option<EnvLimit>,
+    /// `CUDA_DEVICE_MEMORY_LIMIT_<i>` by index, when set (and not empty); they override `global`.
+    pub per_index: BTreeMap<u32, EnvLimit>,
+}
+
+/// A malformed limit variable. `Display` is one line starting with the variable's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvLimitError {
+    pub var: String,
+    pub problem: String,
+}
+
+impl fmt::Display for EnvLimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.var, self.problem)
+    }
+}
+
+impl std::error::Error for EnvLimitError {}
+
+impl EnvLimits {
+    /// Reads the limit variables out of `vars` (name, value), ignoring every other name.
+    pub fn parse(vars: &[(String, String)]) -> Result<EnvLimits, EnvLimitError> {
+        // The last occurrence wins; sorted so the first error reported does not depend on the order.
+        let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in vars {
+            if k == LIMIT_VAR
+                || k.strip_prefix(LIMIT_VAR)
+                    .is_some_and(|r| r.starts_with('_'))
+            {
+                latest.insert(k, v);
+            }
+        }
+        let mut out = EnvLimits::default();
+        for (var, value) in latest {
+            if value.trim().is_empty() {
+                continue;
+            }
+            let err = |problem: String| EnvLimitError {
+                var: var.to_string(),
+                problem,
+            };
+            let bytes =
+                parse_quantity(value.trim()).map_err(|e| err(format!("={value:?}: {e}")))?;
+            let limit = EnvLimit {
+                var: var.to_string(),
+                bytes,
+            };
+            if var == LIMIT_VAR {
+                out.global = Some(limit);
+                continue;
+            }
+            let idx = &var[LIMIT_VAR.len() + 1..];
+            match parse_index(idx) {
+                Some(i) => {
+                    out.per_index.insert(i, limit);
+                }
+                None => {
+                    return Err(err(format!(
+                        ": {idx:?} is not a GPU index (expected {LIMIT_VAR}_<0..{MAX_INDEX}>)"
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The setting that decides GPU `i`'s limit, if any (its `bytes` may be 0: no limit).
+    pub fn setting_for(&self, i: u32) -> Option<&EnvLimit> {
+        self.per_index.get(&i).or(self.global.as_ref())
+    }
+
+    /// The limit of GPU `i` in bytes; 0 is no limit.
+    pub fn bytes_for(&self, i: u32) -> u64 {
+        self.setting_for(i).map_or(0, |l| l.bytes)
+    }
+
+    /// True when no GPU gets a limit (nothing set, or only zeros).
+    pub fn is_unlimited(&self) -> bool {
+        self.global
+            .iter()
+            .chain(self.per_index.values())
+            .all(|l| l.bytes == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<EnvLimits, EnvLimitError> {
+        EnvLimits::parse(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn global_and_per_index_with_units() {
+        let l = parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", " 512m "),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x"),
+            ("PATH", "/bin"),
+        ])
+        .unwrap();
+        assert_eq!(l.bytes_for(0), 4 << 30);
+        assert_eq!(l.bytes_for(1), 512 << 20);
+        assert_eq!(l.setting_for(1).unwrap().var, "CUDA_DEVICE_MEMORY_LIMIT_1");
+        assert_eq!(l.per_index.len(), 1);
+        assert!(!l.is_unlimited());
+    }
+
+    #[test]
+    fn zero_is_no_limit_and_empty_is_unset() {
+        assert!(parse(&[]).unwrap().is_unlimited());
+        assert!(parse(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")])
+            .unwrap()
+            .is_unlimited());
+        assert!(parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", ""),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "0")
+        ])
+        .unwrap()
+        .is_unlimited());
+        // Zero for one GPU overrides the global limit for that GPU only.
+        let l = parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1Gi"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+        ])
+        .unwrap();
+        assert_eq!((l.bytes_for(0), l.bytes_for(1)), (0, 1 << 30));
+        assert!(!l.is_unlimited());
+        // An empty per-GPU value is no setting: the global limit applies.
+        let l = parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1Gi"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", " "),
+        ])
+        .unwrap();
+        assert_eq!(l.bytes_for(0), 1 << 30);
+        assert!(l.per_index.is_empty());
+    }
+
+    #[test]
+    fn last_occurrence_wins_and_lookalike_names_are_not_limits() {
+        let l = parse(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "2G"),
+        ])
+        .unwrap();
+        assert_eq!(l.bytes_for(0), 2 << 30);
+        assert!(parse(&[("CUDA_DEVICE_MEMORY_LIMITX", "5")])
+            .unwrap()
+            .is_unlimited());
+    }
+
+    #[test]
+    fn malformed_values_and_indexes_are_one_line_naming_the_variable() {
+        for (k, v, want) in [
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4Qi", "unknown unit"),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT",
+                "lots",
+                "CUDA_DEVICE_MEMORY_LIMIT=\"lots\"",
+            ),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4GB", "decimal"),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_2",
+                "-5",
+                "CUDA_DEVICE_MEMORY_LIMIT_2=\"-5\"",
+            ),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_x",
+                "1G",
+                "\"x\" is not a GPU index",
+            ),
+            ("CUDA_DEVICE_MEMORY_LIMIT_+1", "1G", "not a GPU index"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1024", "1G", "<0..1023>"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_", "1G", "\"\" is not a GPU index"),
+        ] {
+            let e = parse(&[(k, v)]).unwrap_err();
+            let msg = e.to_string();
+            assert_eq!(e.var, k);
+            assert!(
+                msg.starts_with(k) && msg.contains(want),
+                "{msg} (wanted {want})"
+            );
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+    }
+
+    #[test]
+    fn indexes() {
+        assert_eq!(parse_index("0"), Some(0));
+        assert_eq!(parse_index("007"), Some(7));
+        assert_eq!(parse_index("1023"), Some(1023));
+        for bad in ["", "1024", "+1", "-1", "x", "1 ", "99999999999999999999"] {
+            assert_eq!(parse_index(bad), None, "{bad:?}");
+        }
+        assert_eq!(per_index_var(3), "CUDA_DEVICE_MEMORY_LIMIT_3");
+    }
+}

@@ -1,0 +1,80 @@
+//! The create pipeline the shim and the hook (hooks.d path) share: plan, checks, image preload, edits,
+//! provisioning. Not here: how the edits reach the container (spec file: `crate::shim`; mounts: `crate::hook`).
+
+use crate::config::Config;
+use crate::edits::{self, ContainerEdits};
+use crate::nvml;
+use crate::plan::{self, Plan, SpecFacts};
+use crate::provision::{self, Owner};
+use crate::rootfs::Rootfs;
+use crate::spec::Spec;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use vgpu_ledger::layout::{self, StateRoot};
+
+/// Plans the quota of a spec's facts; NVML (config key `nvml_library`) is loaded only when a quota is
+/// asked for, so a node without a driver runs other containers unaffected. `None`: no quota.
+pub fn plan(facts: &SpecFacts, cfg: &Config) -> Result<Option<Plan>> {
+    plan::plan(facts, || nvml::list_gpus(&cfg.nvml_library))
+}
+
+/// What the pipeline reads from the container's image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Host path of the rootfs.
+    pub rootfs: PathBuf,
+    /// The image's own `/etc/ld.so.preload`, kept after the library's entry.
+    pub preload: Option<String>,
+}
+
+/// A container with a planned quota, on its way to being provisioned.
+pub struct Create<'a> {
+    cfg: &'a Config,
+    root: &'a StateRoot,
+    id: &'a str,
+    plan: Plan,
+}
+
+impl<'a> Create<'a> {
+    /// Checks that `id` is one safe file name before any path is built from it.
+    pub fn new(
+        cfg: &'a Config,
+        root: &'a StateRoot,
+        id: &'a str,
+        plan: Plan,
+    ) -> Result<Create<'a>> {
+        root.container_dir(id)?;
+        Ok(Create {
+            cfg,
+            root,
+            id,
+            plan,
+        })
+    }
+
+    /// Checks the library, and reads the image's `/etc/ld.so.preload` resolved inside the rootfs (an image
+    /// whose `/etc` is a symlink to a host folder cannot make it read a host file).
+    pub fn read_image(&self, spec: &Spec, bundle: &Path) -> Result<Image> {
+        edits::check_library(self.cfg)?;
+        let rootfs = spec.rootfs(bundle)?;
+        let preload =
+            Rootfs::open(&rootfs)?.read_small_file(Path::new(layout::CONTAINER_PRELOAD_PATH))?;
+        Ok(Image { rootfs, preload })
+    }
+
+    /// The edits the container gets.
+    pub fn edits(&self) -> Result<ContainerEdits> {
+        ContainerEdits::new(&self.plan, self.root, self.id, self.cfg)
+    }
+
+    /// Provisions `<root>/containers/<id>/`; returns the folder.
+    pub fn provision(&self, owner: Owner, image: &Image) -> Result<PathBuf> {
+        provision::provision(
+            self.root,
+            self.id,
+            &self.plan,
+            owner,
+            image.preload.as_deref(),
+        )
+    }
+}

@@ -1,0 +1,392 @@
+//! What a container with a quota gets (env, bind mounts, hooks, marker annotation), as one value. Not here:
+//! provisioning the state the mounts point at (`crate::provision`), or mounting (`crate::mountns`).
+//!
+//! [`ContainerEdits`] is computed once and applied three ways: as a spec edit (the shim; its env alone for
+//! `precreate`), as bind mounts made in the container's namespace (the hook on the hooks.d path, through
+//! `crate::mountns`), or stripped from a spec edited before ([`ContainerEdits::strip_from_spec`]).
+
+use crate::config::Config;
+use crate::plan::Plan;
+use crate::spec::Spec;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use vgpu_ledger::envlimits;
+use vgpu_ledger::layout::{self, StateRoot};
+
+/// Annotation the shim adds so the later hook knows the spec was already edited and the state is mounted
+/// by the runtime, not by the hook.
+pub const MARKER_ANNOTATION: &str = "vgpu.io/provisioned-by";
+
+/// The minimal environment every hook we install runs with: nothing from the container (an image's
+/// `LD_PRELOAD` must never reach a process with host privileges).
+pub const HOOK_PATH_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `args[0]` of every hook we install: how a re-edit finds them again.
+pub const HOOK_ARG0: &str = "vgpu-hook";
+
+/// Every destination vgpu ever mounts at, in the order it mounts them (the engine's only when the build has
+/// one): what a re-edit takes out.
+pub const DESTINATIONS: [&str; 5] = [
+    layout::CONTAINER_LIMITS_PATH,
+    layout::CONTAINER_LEDGERS_DIR,
+    layout::CONTAINER_LIBRARY_PATH,
+    layout::CONTAINER_CORE_PATH,
+    layout::CONTAINER_PRELOAD_PATH,
+];
+
+/// One bind mount into the container; always `nosuid` and `nodev`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Path inside the container (one of [`DESTINATIONS`]).
+    pub destination: &'static str,
+    /// Host path (visible in the container's mount namespace, which started as a copy of the host's).
+    pub source: PathBuf,
+    pub read_only: bool,
+    /// `noexec` too: everything but the library and its engine, which are mapped executable.
+    pub noexec: bool,
+}
+
+impl Mount {
+    /// The mount's options in an OCI spec.
+    pub fn options(&self) -> Vec<&'static str> {
+        let mut o = vec![
+            "rbind",
+            if self.read_only { "ro" } else { "rw" },
+            "nosuid",
+            "nodev",
+        ];
+        if self.noexec {
+            o.push("noexec");
+        }
+        o
+    }
+}
+
+/// One hook added to the spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    /// `createRuntime`, `prestart`, `poststop`.
+    pub stage: &'static str,
+    pub path: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+}
+
+/// Everything vgpu adds to a container with a quota.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerEdits {
+    /// `process.env` entries, set in this order (an earlier entry of the same name is replaced).
+    pub env: Vec<(String, String)>,
+    pub mounts: Vec<Mount>,
+    pub hooks: Vec<Hook>,
+    pub annotations: Vec<(String, String)>,
+}
+
+impl ContainerEdits {
+    /// The edits of container `id` whose state is (about to be) provisioned under `root` with quota `plan`.
+    pub fn new(plan: &Plan, root: &StateRoot, id: &str, cfg: &Config) -> Result<ContainerEdits> {
+        let mount = |destination, source, read_only, noexec| Mount {
+            destination,
+            source,
+            read_only,
+            noexec,
+        };
+        let mut mounts = vec![
+            mount(
+                layout::CONTAINER_LIMITS_PATH,
+                root.limits_path(id)?,
+                true,
+                true,
+            ),
+            mount(
+                layout::CONTAINER_LEDGERS_DIR,
+                root.ledgers_dir(id)?,
+                false,
+                true,
+            ),
+            // The library is mmap'ed executable: no noexec here.
+            mount(
+                layout::CONTAINER_LIBRARY_PATH,
+                cfg.library.clone(),
+                true,
+                false,
+            ),
+        ];
+        if let Some(core) = core_library(cfg) {
+            mounts.push(mount(layout::CONTAINER_CORE_PATH, core, true, false));
+        }
+        mounts.push(mount(
+            layout::CONTAINER_PRELOAD_PATH,
+            root.preload_path(id)?,
+            true,
+            true,
+        ));
+        let env = hook_env();
+        let hook = |stage: &'static str| Hook {
+            stage,
+            path: cfg.hook_path.clone(),
+            args: vec![HOOK_ARG0.to_string(), stage.to_string()],
+            env: env.clone(),
+        };
+        Ok(ContainerEdits {
+            env: Self::env_only(plan).env,
+            mounts,
+            hooks: vec![hook(cfg.hook_stage.as_str()), hook("poststop")],
+            annotations: vec![(
+                MARKER_ANNOTATION.to_string(),
+                "vgpu-container-runtime".to_string(),
+            )],
+        })
+    }
+
+    /// The env alone — what `precreate` adds (the mounts come later, from the hook): the limits file, and
+    /// HAMi-compatible per-GPU limits (for images that carry another HAMi-style library, and for people
+    /// reading `env` in the container).
+    pub fn env_only(plan: &Plan) -> ContainerEdits {
+        let mut env: Vec<(String, String)> = plan
+            .gpus
+            .iter()
+            .map(|g| {
+                (
+                    envlimits::per_index_var(g.index as u32),
+                    g.memory_limit.to_string(),
+                )
+            })
+            .collect();
+        env.push((
+            envlimits::LIMITS_FILE_VAR.to_string(),
+            layout::CONTAINER_LIMITS_PATH.to_string(),
+        ));
+        ContainerEdits {
+            env,
+            ..Default::default()
+        }
+    }
+
+    /// Applies the edits to a spec: env, then mounts, hooks and annotations, each appended in order.
+    pub fn apply_to_spec(&self, spec: &mut Spec) -> Result<()> {
+        for (k, v) in &self.env {
+            spec.set_env(k, v)?;
+        }
+        for m in &self.mounts {
+            spec.add_mount(m.destination, &m.source, &m.options())?;
+        }
+        for h in &self.hooks {
+            let args: Vec<&str> = h.args.iter().map(String::as_str).collect();
+            spec.add_hook(h.stage, &h.path, &args, &h.env)?;
+        }
+        for (k, v) in &self.annotations {
+            spec.set_annotation(k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Takes out what an earlier [`apply_to_spec`](Self::apply_to_spec) added, whatever its container id:
+    /// mounts at our destinations and hooks running `vgpu-hook`. Env entries and the annotation are
+    /// replaced by the next edit anyway.
+    pub fn strip_from_spec(spec: &mut Spec) {
+        if let Some(m) = spec.0.get_mut("mounts").and_then(|m| m.as_array_mut()) {
+            m.retain(|m| {
+                !m.get("destination")
+                    .and_then(|d| d.as_str())
+                    .is_some_and(|d| DESTINATIONS.contains(&d))
+            });
+        }
+        if let Some(h) = spec.0.get_mut("hooks").and_then(|h| h.as_object_mut()) {
+            for list in h.values_mut().filter_map(|l| l.as_array_mut()) {
+                list.retain(|e| e.pointer("/args/0").and_then(|a| a.as_str()) != Some(HOOK_ARG0));
+            }
+        }
+    }
+}
+
+/// The explicit env of every hook we install: nothing from the container.
+pub fn hook_env() -> Vec<String> {
+    let mut env = vec![HOOK_PATH_ENV.to_string()];
+    env.extend(Config::env_for_hooks());
+    env
+}
+
+/// True when the spec (or the state's annotations) say the shim already provisioned and mounted.
+pub fn shim_ran(annotations: &[(String, String)]) -> bool {
+    annotations.iter().any(|(k, _)| k == MARKER_ANNOTATION)
+}
+
+/// The interposer's engine (`libvgpu_core.so`) beside the configured library, when the build has one: the
+/// library loads it from its own folder, so it is mounted beside it.
+pub fn core_library(cfg: &Config) -> Option<PathBuf> {
+    let p = cfg.library.parent()?.join(layout::CORE_FILE_NAME);
+    p.is_file().then_some(p)
+}
+
+/// A short check that the library exists before a container is set up to preload it.
+pub fn check_library(cfg: &Config) -> Result<()> {
+    let p: &Path = &cfg.library;
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => anyhow::bail!(
+            "vgpu library {} is not a file (config key library)",
+            p.display()
+        ),
+        Err(e) => anyhow::bail!("vgpu library {}: {e} (config key library)", p.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlannedGpu;
+
+    #[test]
+    fn editing_twice_gives_one_set_for_the_last_id() {
+        let mut spec = Spec::parse(
+            r#"{"process":{"env":["A=1"]},"mounts":[{"destination":"/proc","type":"proc","source":"proc"}],
+                "hooks":{"prestart":[{"path":"/usr/bin/other-hook"}]}}"#,
+            Path::new("config.json"),
+        )
+        .unwrap();
+        let plan = Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30,
+            }],
+        };
+        let cfg = Config::default();
+        let root = StateRoot::new("/run/vgpu".into());
+        ContainerEdits::new(&plan, &root, "first", &cfg)
+            .unwrap()
+            .apply_to_spec(&mut spec)
+            .unwrap();
+        assert!(shim_ran(&spec.annotations()));
+        ContainerEdits::strip_from_spec(&mut spec);
+        ContainerEdits::new(&plan, &root, "second", &cfg)
+            .unwrap()
+            .apply_to_spec(&mut spec)
+            .unwrap();
+        let text = spec.to_text();
+        assert!(!text.contains("containers/first"), "{text}");
+        let v = &spec.0;
+        assert_eq!(
+            v["mounts"].as_array().unwrap().len(),
+            1 + 4 + usize::from(core_library(&cfg).is_some())
+        );
+        assert_eq!(v["hooks"]["createRuntime"].as_array().unwrap().len(), 1);
+        assert_eq!(v["hooks"]["poststop"].as_array().unwrap().len(), 1);
+        assert_eq!(v["hooks"]["prestart"][0]["path"], "/usr/bin/other-hook");
+        assert_eq!(
+            spec.env_var("CUDA_DEVICE_MEMORY_LIMIT_0").as_deref(),
+            Some("1073741824")
+        );
+        assert_eq!(
+            spec.env()
+                .iter()
+                .filter(|(k, _)| k == "VGPU_LIMITS_FILE")
+                .count(),
+            1
+        );
+    }
+
+    /// The shim's edit, byte for byte (a guard for refactoring: the spec a runtime sees must not change).
+    #[test]
+    fn the_shim_edit_byte_for_byte() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("libvgpu.so"), "").unwrap();
+        std::fs::write(d.path().join("libvgpu_core.so"), "").unwrap();
+        let cfg = Config {
+            library: d.path().join("libvgpu.so"),
+            hook_path: "/usr/bin/vgpu-hook".into(),
+            ..Config::default()
+        };
+        let plan = Plan {
+            gpus: vec![
+                PlannedGpu {
+                    index: 0,
+                    uuid: "GPU-0".into(),
+                    memory_limit: 1 << 30,
+                },
+                PlannedGpu {
+                    index: 2,
+                    uuid: "GPU-2".into(),
+                    memory_limit: 512 << 20,
+                },
+            ],
+        };
+        let mut spec = Spec::parse(
+            r#"{"ociVersion":"1.0.2","process":{"env":["PATH=/bin"]},"annotations":{"a":"b"}}"#,
+            Path::new("c"),
+        )
+        .unwrap();
+        ContainerEdits::new(&plan, &StateRoot::new("/s".into()), "c1", &cfg)
+            .unwrap()
+            .apply_to_spec(&mut spec)
+            .unwrap();
+        let lib = d.path().display();
+        let hook_env: Vec<String> = hook_env().iter().map(|e| format!("{e:?}")).collect();
+        let hook_env = hook_env.join(",");
+        let want = format!(
+            r#"{{"ociVersion":"1.0.2","process":{{"env":["PATH=/bin","CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}},"annotations":{{"a":"b","vgpu.io/provisioned-by":"vgpu-container-runtime"}},"mounts":[{{"destination":"/run/vgpu/limits.json","type":"bind","source":"/s/containers/c1/limits.json","options":["rbind","ro","nosuid","nodev","noexec"]}},{{"destination":"/run/vgpu/ledgers","type":"bind","source":"/s/containers/c1/ledgers","options":["rbind","rw","nosuid","nodev","noexec"]}},{{"destination":"/usr/local/vgpu/libvgpu.so","type":"bind","source":"{lib}/libvgpu.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/usr/local/vgpu/libvgpu_core.so","type":"bind","source":"{lib}/libvgpu_core.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/etc/ld.so.preload","type":"bind","source":"/s/containers/c1/ld.so.preload","options":["rbind","ro","nosuid","nodev","noexec"]}}],"hooks":{{"createRuntime":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","createRuntime"],"env":[{hook_env}]}}],"poststop":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","poststop"],"env":[{hook_env}]}}]}}}}"#
+        );
+        assert_eq!(serde_json::to_string(&spec.0).unwrap(), want);
+        // The precreate stage adds the env alone.
+        let mut spec = Spec::parse(
+            r#"{"process":{"env":["CUDA_DEVICE_MEMORY_LIMIT_0=1"]}}"#,
+            Path::new("c"),
+        )
+        .unwrap();
+        ContainerEdits::env_only(&plan)
+            .apply_to_spec(&mut spec)
+            .unwrap();
+        assert_eq!(
+            serde_json::to_string(&spec.0).unwrap(),
+            r#"{"process":{"env":["CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}}"#
+        );
+    }
+
+    /// The hooks.d path mounts the same things as the shim's spec edit: same sources, destinations and
+    /// flags (read-only, noexec) — one value, two ways of applying it.
+    #[test]
+    fn the_mounts_are_the_same_whichever_way_they_are_applied() {
+        let plan = Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: "GPU-1".into(),
+                memory_limit: 1 << 30,
+            }],
+        };
+        let edits = ContainerEdits::new(
+            &plan,
+            &StateRoot::new("/s".into()),
+            "c1",
+            &Config::default(),
+        )
+        .unwrap();
+        let mut spec = Spec::parse("{}", Path::new("c")).unwrap();
+        edits.apply_to_spec(&mut spec).unwrap();
+        let in_spec = spec.0["mounts"].as_array().unwrap();
+        assert_eq!(in_spec.len(), edits.mounts.len());
+        for (m, s) in edits.mounts.iter().zip(in_spec) {
+            assert_eq!(s["destination"], m.destination);
+            assert_eq!(s["source"], m.source.to_str().unwrap());
+            let opts: Vec<&str> = s["options"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o.as_str().unwrap())
+                .collect();
+            assert_eq!(opts.contains(&"ro"), m.read_only);
+            assert_eq!(opts.contains(&"noexec"), m.noexec);
+        }
+        // Every mount is one a re-edit strips.
+        assert!(edits
+            .mounts
+            .iter()
+            .all(|m| DESTINATIONS.contains(&m.destination)));
+        ContainerEdits::strip_from_spec(&mut spec);
+        assert_eq!(spec.0["mounts"], serde_json::json!([]));
+        assert_eq!(
+            spec.0["hooks"],
+            serde_json::json!({"createRuntime": [], "poststop": []})
+        );
+    }
+}
