@@ -2,6 +2,7 @@
 //! or the HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver. Not
 //! here: the environment's grammar (`vgpu_ledger::envlimits`, shared with the hook) or the files' format.
 
+use crate::error::Error;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -45,7 +46,7 @@ pub enum UuidLookup {
 
 impl Config {
     /// Reads the process environment and, when present, the limits file.
-    pub fn load() -> Result<Config, String> {
+    pub fn load() -> Result<Config, Error> {
         let env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| k.starts_with("CUDA_DEVICE_MEMORY_") || k == ENV_LIMITS_FILE)
@@ -54,7 +55,7 @@ impl Config {
     }
 
     /// `env`: the relevant variables; `default_file`: the limits file used when VGPU_LIMITS_FILE is unset.
-    pub fn from_env(env: &[(String, String)], default_file: &Path) -> Result<Config, String> {
+    pub fn from_env(env: &[(String, String)], default_file: &Path) -> Result<Config, Error> {
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         // The limits file wins. Named explicitly it must exist; at the default path it is optional.
         let file = match get(ENV_LIMITS_FILE) {
@@ -63,12 +64,12 @@ impl Config {
             _ => None,
         };
         if let Some(path) = file {
-            let limits =
-                Limits::load(&path).map_err(|e| format!("limits file {}: {e}", path.display()))?;
+            let limits = Limits::load(&path)
+                .map_err(|e| Error::Config(format!("limits file {}: {e}", path.display())))?;
             return Ok(Config::File { path, limits });
         }
         // The grammar is the hook's too (vgpu_ledger::envlimits): 0 or empty is no limit for those GPUs.
-        let limits = EnvLimits::parse(env).map_err(|e| e.to_string())?;
+        let limits = EnvLimits::parse(env).map_err(|e| Error::Config(e.to_string()))?;
         if limits.is_unlimited() {
             return Ok(Config::Unlimited);
         }
@@ -262,19 +263,22 @@ mod tests {
             &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "lots")]),
             Path::new(NOFILE),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT=\"lots\""), "{e}");
         let e = Config::from_env(
             &env(&[("CUDA_DEVICE_MEMORY_LIMIT_x", "1g")]),
             Path::new(NOFILE),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT_x"), "{e}");
         let e = Config::from_env(
             &env(&[("CUDA_DEVICE_MEMORY_LIMIT_2", "-5")]),
             Path::new(NOFILE),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT_2"), "{e}");
     }
 
@@ -284,7 +288,8 @@ mod tests {
             &env(&[("VGPU_LIMITS_FILE", "/nonexistent/l.json")]),
             Path::new(NOFILE),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("/nonexistent/l.json"), "{e}");
     }
 }

@@ -14,7 +14,7 @@
 pub mod config;
 mod devices;
 mod driver;
-mod error;
+pub mod error;
 mod ffi;
 mod guard;
 pub mod hooks;

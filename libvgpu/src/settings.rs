@@ -12,7 +12,7 @@ static CONFIG: OnceLock<Result<Config, Error>> = OnceLock::new();
 /// The configuration; an error is logged once and makes CUDA refuse to start in this process.
 pub fn config() -> Result<&'static Config, Error> {
     let c = CONFIG.get_or_init(|| {
-        let c = Config::load().map_err(Error::Config);
+        let c = Config::load();
         match &c {
             Err(e) => log::error(format_args!("{e}; CUDA is refused in this process")),
             Ok(c) if !c.is_unlimited() => {

@@ -19,7 +19,12 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The crate's top-level module a file belongs to ("" for lib.rs).
 fn top_module(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
     first.trim_end_matches(".rs").replace("lib", "")
 }
 
@@ -30,13 +35,20 @@ fn crate_refs(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
         let mut rest = line;
         while let Some(i) = rest.find("crate::") {
             rest = &rest[i + "crate::".len()..];
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
             if modules.contains(&name) {
                 out.insert(name);
             } else if rest.starts_with('{') {
                 let group = &rest[1..rest.find('}').unwrap_or(rest.len())];
                 for part in group.split(',') {
-                    let n: String = part.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    let n: String = part
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
                     if modules.contains(&n) {
                         out.insert(n);
                     }
@@ -51,7 +63,11 @@ fn graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<PathBuf>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
-    let modules: BTreeSet<String> = files.iter().map(|f| top_module(&src, f)).filter(|m| !m.is_empty()).collect();
+    let modules: BTreeSet<String> = files
+        .iter()
+        .map(|f| top_module(&src, f))
+        .filter(|m| !m.is_empty())
+        .collect();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in &files {
         let m = top_module(&src, f);
@@ -59,7 +75,10 @@ fn graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<PathBuf>) {
             continue;
         }
         let refs = crate_refs(&fs::read_to_string(f).unwrap(), &modules);
-        edges.entry(m.clone()).or_default().extend(refs.into_iter().filter(|r| *r != m));
+        edges
+            .entry(m.clone())
+            .or_default()
+            .extend(refs.into_iter().filter(|r| *r != m));
     }
     (edges, files)
 }
@@ -67,7 +86,10 @@ fn graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<PathBuf>) {
 #[test]
 fn modules_import_each_other_without_a_circle() {
     let (edges, _) = graph();
-    assert!(edges.contains_key("hooks") && edges["hooks"].contains("driver"), "the scan sees imports: {edges:?}");
+    assert!(
+        edges.contains_key("hooks") && edges["hooks"].contains("driver"),
+        "the scan sees imports: {edges:?}"
+    );
     // Depth-first search for a back edge.
     fn visit<'a>(
         m: &'a str,
@@ -97,7 +119,12 @@ fn modules_import_each_other_without_a_circle() {
 #[test]
 fn the_guard_is_a_leaf() {
     let (edges, _) = graph();
-    assert_eq!(edges.get("guard").map(|e| e.len()), Some(0), "guard imports {:?}", edges.get("guard"));
+    assert_eq!(
+        edges.get("guard").map(|e| e.len()),
+        Some(0),
+        "guard imports {:?}",
+        edges.get("guard")
+    );
 }
 
 #[test]
@@ -106,7 +133,15 @@ fn every_file_is_short_and_opens_with_what_it_holds() {
     for f in files {
         let text = fs::read_to_string(&f).unwrap();
         let lines = text.lines().count();
-        assert!(lines <= 600, "{} has {lines} lines (at most 600)", f.display());
-        assert!(text.starts_with("//!"), "{} does not open with a //! comment", f.display());
+        assert!(
+            lines <= 600,
+            "{} has {lines} lines (at most 600)",
+            f.display()
+        );
+        assert!(
+            text.starts_with("//!"),
+            "{} does not open with a //! comment",
+            f.display()
+        );
     }
 }
