@@ -18,7 +18,7 @@ macro_rules! hooked_symbols {
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
                 cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
                 cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuEventSynchronize
-                cuMemCreate cuMemRelease
+                cuMemCreate cuMemRelease cuMemRetainAllocationHandle cuMemMap cuMemUnmap
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
                 cuGraphLaunch cuGraphLaunch_ptsz cuGraphUpload cuGraphUpload_ptsz

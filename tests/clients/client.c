@@ -68,6 +68,7 @@
     X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity")              \
     X(cuMemCreate, "cuMemCreate")                                                  \
     X(cuMemRelease, "cuMemRelease")                                                \
+    X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")                  \
     X(cuMemAddressReserve, "cuMemAddressReserve")                                  \
     X(cuMemAddressFree, "cuMemAddressFree")                                        \
     X(cuMemMap, "cuMemMap")                                                        \
@@ -251,7 +252,7 @@ static CUresult free_one(struct held *h) {
         break;
     case K_VMM:
         rc = CALL(cuMemUnmap, h->ptr, h->size);
-        if (rc == CUDA_SUCCESS) rc = CALL(cuMemRelease, h->phys);
+        if (rc == CUDA_SUCCESS && h->phys) rc = CALL(cuMemRelease, h->phys);
         if (rc == CUDA_SUCCESS) rc = CALL(cuMemAddressFree, h->ptr, h->size);
         break;
     case K_GRAPH:
@@ -552,6 +553,28 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         rc = need_ctx();
         if (rc == CUDA_SUCCESS) rc = CALL(cuMemPoolSetAttribute, default_pool(), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &t);
         printf(" bytes=%llu", (unsigned long long)t);
+    } else if (!strcmp(op, "vmm-release") || !strcmp(op, "vmm-retain")) {
+        /* On the last VMM allocation: vmm-release releases its handle at once, while mapped (the CUDA
+         * samples' order); vmm-retain retains the handle from the address and releases that reference
+         * (NCCL's order), leaving the allocation as it was. */
+        int k = nheld - 1;
+        while (k >= 0 && held[k].kind != K_VMM) k--;
+        if (k < 0 || !held[k].phys) {
+            rc = CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "vmm-release")) {
+            rc = CALL(cuMemRelease, held[k].phys);
+            if (rc == CUDA_SUCCESS) held[k].phys = 0;
+        } else {
+            CUmemGenericAllocationHandle again = 0;
+            rc = CALL(cuMemRetainAllocationHandle, &again, (void *)held[k].ptr);
+            printf(" same=%d", again == held[k].phys);
+            if (rc == CUDA_SUCCESS) rc = CALL(cuMemRelease, again);
+        }
+    } else if (!strcmp(op, "pool-destroy")) {
+        /* Destroys the own pool with its allocations still live (they stay held and valid); the next
+         * `pool` op creates a new one. */
+        rc = pool ? CALL(cuMemPoolDestroy, pool) : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) pool = NULL;
     } else if (!strcmp(op, "trim")) {
         CUmemoryPool dp = NULL;
         rc = need_ctx();

@@ -155,6 +155,26 @@ out=$(LIMIT=100m vg "$RT" async 1m async 1m async 1m async 40m async 40m async 4
 check "async pool chunks stay within the quota (last is OOM)" \
     test "$(echo "$out" | grep '^op=async ' | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' ')" = "0 0 0 0 0 2 "
 
+# a pool destroyed while its allocations live keeps its memory until they are freed: so does the charge
+fresh
+out=$(LIMIT=1g vg "$RT" pool 600m pool-destroy pool 600m pool-destroy free-all sync pool 600m 2>/dev/null)
+check "a destroyed pool's live allocations stay charged until freed (create/alloc/destroy rounds)" \
+    test "$(echo "$out" | grep '^op=pool ' | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' ')" = "0 2 0 "
+
+# VMM: physical memory lives until its last reference is gone and it is unmapped: so does the charge
+rcs() { grep "^op=$1 " | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' '; }
+fresh
+out=$(LIMIT=768m vg "$RT" vmm 512m vmm-release vmm 512m vmm-release vmm 512m vmm-release 2>/dev/null)
+check "a VMM handle released while still mapped stays charged (map+release rounds)" \
+    test "$(echo "$out" | rcs vmm)" = "0 2 2 "
+fresh
+out=$(LIMIT=768m vg "$RT" vmm 512m vmm-retain vmm 512m 2>/dev/null)
+check "retaining a mapped handle and releasing that reference refunds nothing" \
+    test "$(echo "$out" | rcs vmm)/$(echo "$out" | rcs vmm-retain)" = "0 2 /0 "
+fresh
+out=$(LIMIT=768m vg "$RT" vmm 512m vmm-release free-all vmm 512m 2>/dev/null)
+check "unmapping a released handle gives its memory back" test "$(echo "$out" | rcs vmm)" = "0 0 "
+
 # --- the quota's edges ---------------------------------------------------------------------------------
 fresh
 out=$(vg "$RT" free-bogus 2>/dev/null | opline free-bogus); base=$("$RT" free-bogus 2>/dev/null | opline free-bogus)

@@ -144,6 +144,21 @@ impl<D: Driver> Engine<'_, D> {
         call: impl FnOnce() -> CUresult,
         key: impl FnOnce() -> u64,
     ) -> CUresult {
+        self.charged(table, kind, bytes, tgt, call, key, |r| r)
+    }
+
+    /// `charged_call` for any record type: `wrap` makes the record kept for `key()`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn charged<T>(
+        &self,
+        table: &Table<T>,
+        kind: Kind,
+        bytes: u64,
+        tgt: (Target, CUdevice, usize),
+        call: impl FnOnce() -> CUresult,
+        key: impl FnOnce() -> u64,
+        wrap: impl FnOnce(Rec) -> T,
+    ) -> CUresult {
         let (q, dev, ctx) = match tgt {
             (Target::Forward, ..) => return call(),
             (Target::Fail(e), ..) => return e.cuda(),
@@ -157,7 +172,7 @@ impl<D: Driver> Engine<'_, D> {
             q.refund(kind, bytes);
             return r;
         }
-        table.insert(key(), Rec::new(dev, kind, bytes, ctx));
+        table.insert(key(), wrap(Rec::new(dev, kind, bytes, ctx)));
         r
     }
 

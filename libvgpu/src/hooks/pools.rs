@@ -21,12 +21,15 @@ use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
 use crate::real::forward;
-use crate::records::{PoolState, Rec};
+use crate::records::{self, PoolState, Rec};
 use crate::settings::Applies;
 
 impl<D: Driver> Engine<'_, D> {
     /// Brings a pool's charge to max(reservation, live allocations).
     pub(crate) fn reconcile_pool(&self, pool: u64) {
+        if records::is_dead_pool(pool) {
+            return self.reconcile_dead_pool(pool);
+        }
         let Some(reserved) = self.drv.pool_reserved(pool) else {
             return;
         };
@@ -218,11 +221,40 @@ impl<D: Driver> Engine<'_, D> {
             .insert(pool, PoolState::new(dev, device_memory));
     }
 
-    /// A pool was destroyed: its charge goes back.
+    /// A pool was destroyed. Without live allocations its charge goes back. With some, the driver keeps
+    /// them valid and the pool's memory reserved until the last is freed: the charge stays, under a key
+    /// of its own (a new pool may get the same handle at once), and goes back at the first
+    /// reconciliation after the last of them is freed.
     pub(crate) fn pool_destroyed(&self, pool: u64) {
-        if let Some(p) = self.rec.pools.remove(pool) {
-            if let (true, Some(q)) = (p.device_memory, self.quota_of(p.dev)) {
+        let Some(p) = self.rec.pools.remove(pool) else {
+            return;
+        };
+        if !p.device_memory {
+            return;
+        }
+        if p.outstanding == 0 {
+            if let Some(q) = self.quota_of(p.dev) {
                 q.refund(Kind::AsyncPool, p.charged);
+            }
+            return;
+        }
+        let dead = records::dead_pool_key();
+        self.rec.pools.insert(dead, p);
+        for (ptr, rec) in self.rec.allocs.drain_where(|r| r.pool == pool) {
+            self.rec.allocs.insert(ptr, Rec { pool: dead, ..rec });
+        }
+    }
+
+    /// A destroyed pool keeps its charge while any of its allocations lives.
+    fn reconcile_dead_pool(&self, key: u64) {
+        let done = self.rec.pools.with(key, |p| {
+            p.filter(|p| p.outstanding == 0).map(|p| (p.dev, p.charged))
+        });
+        if let Some((dev, charged)) = done {
+            if self.rec.pools.remove(key).is_some() {
+                if let Some(q) = self.quota_of(dev) {
+                    q.refund(Kind::AsyncPool, charged);
+                }
             }
         }
     }

@@ -35,6 +35,14 @@ impl Rec {
     }
 }
 
+/// A VMM physical allocation as charged, with the references the driver counts on it: its handle, each
+/// `cuMemRetainAllocationHandle` and each mapping. The driver frees it when the last one goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmmRec {
+    pub rec: Rec,
+    pub refs: u32,
+}
+
 /// A stream-ordered memory pool as charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolState {
@@ -65,7 +73,9 @@ pub struct Records {
     /// CUarray and CUmipmappedArray.
     pub arrays: Table<Rec>,
     /// cuMemCreate handles.
-    pub vmm: Table<Rec>,
+    pub vmm: Table<VmmRec>,
+    /// VMM mappings by address: (address, handle).
+    pub vmm_maps: Table<(u64, u64)>,
     pub modules: Table<Rec>,
     /// cuCtxCreate contexts and primary contexts (key: the context).
     pub contexts: Table<Rec>,
@@ -90,6 +100,7 @@ impl Records {
             allocs: Table::new(),
             arrays: Table::new(),
             vmm: Table::new(),
+            vmm_maps: Table::new(),
             modules: Table::new(),
             contexts: Table::new(),
             primary: Table::new(),
@@ -101,14 +112,8 @@ impl Records {
         }
     }
 
-    fn recs(&self) -> [&Table<Rec>; 5] {
-        [
-            &self.allocs,
-            &self.arrays,
-            &self.vmm,
-            &self.modules,
-            &self.contexts,
-        ]
+    fn recs(&self) -> [&Table<Rec>; 4] {
+        [&self.allocs, &self.arrays, &self.modules, &self.contexts]
     }
 
     /// A pool allocation of `bytes` went away (stream-ordered free, cuMemFree, or its context): the
@@ -125,6 +130,8 @@ impl Records {
     /// fork prepare: hold every shard so the child never inherits one locked by another thread.
     pub fn lock_all(&self) {
         self.recs().iter().for_each(|t| t.lock_all());
+        self.vmm.lock_all();
+        self.vmm_maps.lock_all();
         self.primary.lock_all();
         self.pools.lock_all();
         self.graph_dev.lock_all();
@@ -135,6 +142,8 @@ impl Records {
     /// fork parent and child: release what `lock_all` took.
     pub fn unlock_all(&self) {
         self.recs().iter().for_each(|t| t.unlock_all());
+        self.vmm.unlock_all();
+        self.vmm_maps.unlock_all();
         self.primary.unlock_all();
         self.pools.unlock_all();
         self.graph_dev.unlock_all();
@@ -146,12 +155,27 @@ impl Records {
     pub fn clear_after_fork(&self) {
         context_gone(); // the parent's contexts mean nothing in the child
         self.recs().iter().for_each(|t| t.clear());
+        self.vmm.clear();
+        self.vmm_maps.clear();
         self.primary.clear();
         self.pools.clear();
         self.graph_dev.clear();
         self.graph_execs.clear();
         self.graph_needs.clear();
     }
+}
+
+/// Keys of destroyed pools whose allocations still live: the top bit (never set in a user-space
+/// handle) and a sequence number, so a new pool reusing the handle never mixes with the old one.
+const DEAD_POOL: u64 = 1 << 63;
+static DEAD_POOL_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+pub fn dead_pool_key() -> u64 {
+    DEAD_POOL | DEAD_POOL_SEQ.fetch_add(1, Ordering::Relaxed)
+}
+
+pub fn is_dead_pool(key: u64) -> bool {
+    key & DEAD_POOL != 0
 }
 
 /// Bumped whenever a context goes away: a handle may then be reused for another device.

@@ -94,10 +94,18 @@ fn alloc_from(d: &Driver, objs: &mut Objs, pool_h: Handle, size: u64) -> Result<
 }
 
 /// Frees a pool allocation: it stops being used; its memory stays reserved.
-pub fn pool_free(_d: &Driver, objs: &mut Objs, p: u64) -> R {
-    let a = lock(&_d.mem).release(p).ok_or(INVALID_VALUE)?;
+/// The last allocation of a destroyed pool takes the pool's whole reservation with it.
+pub fn pool_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
+    let a = lock(&d.mem).release(p).ok_or(INVALID_VALUE)?;
     if let Some(pool) = objs.pools.get_mut(&a.pool) {
         pool.used -= a.size.min(pool.used);
+    } else if let Some(pool) = objs.dead_pools.get_mut(&a.pool) {
+        pool.used -= a.size.min(pool.used);
+        if pool.used == 0 {
+            let (phys, reserved) = (pool.phys, pool.reserved);
+            objs.dead_pools.remove(&a.pool);
+            d.refund(phys, reserved);
+        }
     }
     Ok(())
 }
@@ -142,7 +150,12 @@ fn cuMemPoolDestroy(pool: Handle) {
     if objs.default_pool.contains(&pool) { return Err(INVALID_VALUE); }
     let p = objs.pools.remove(&pool).ok_or(INVALID_VALUE)?;
     for c in objs.current_pool.iter_mut().filter(|c| **c == pool) { *c = 0; }
-    d.refund(p.phys, p.reserved);
+    if p.used > 0 {
+        // Live allocations stay valid: the memory goes when the last of them is freed.
+        objs.dead_pools.insert(pool, p);
+    } else {
+        d.refund(p.phys, p.reserved);
+    }
     Ok(())
 }
 

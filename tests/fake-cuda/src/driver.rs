@@ -92,6 +92,9 @@ pub struct Objs {
     pub streams: HashMap<Handle, Stream>,
     pub events: HashMap<Handle, ()>,
     pub pools: HashMap<Handle, Pool>,
+    /// Pools destroyed while allocations from them were live: the driver keeps their memory until the
+    /// last of those allocations is freed (cuMemPoolDestroy's documented behaviour).
+    pub dead_pools: HashMap<Handle, Pool>,
     /// Per physical device: its default pool and its current pool (0 = not made yet).
     pub default_pool: Vec<Handle>,
     pub current_pool: Vec<Handle>,

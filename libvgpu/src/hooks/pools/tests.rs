@@ -207,12 +207,43 @@ fn an_explicit_pool_charges_the_device_it_was_created_on() {
 }
 
 #[test]
-fn destroying_a_pool_refunds_its_charge() {
+fn destroying_a_pool_without_live_allocations_refunds_its_charge() {
     let w = World::new(100 * MIB);
     let d = DriverPool::new(&w);
-    d.alloc(MIB).unwrap();
+    let p = d.alloc(MIB).unwrap();
+    d.free(p, MIB);
     w.engine().pool_destroyed(POOL);
     assert_eq!(w.used(), 0);
+}
+
+#[test]
+fn a_destroyed_pool_stays_charged_while_its_allocations_live() {
+    let w = World::new(100 * MIB);
+    let d = DriverPool::new(&w);
+    let (a, b) = (d.alloc(MIB).unwrap(), d.alloc(MIB).unwrap());
+    let e = w.engine();
+    e.pool_destroyed(POOL);
+    e.after_sync(CUDA_SUCCESS);
+    assert_eq!(
+        w.used(),
+        CHUNK,
+        "the driver keeps the pool's memory for the live allocations"
+    );
+    // a new pool may get the same handle: it starts from nothing and never mixes with the old one
+    e.pool_created(POOL, CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    w.fake.pool_reserved.borrow_mut().insert(POOL, 0);
+    d.free(a, MIB);
+    e.after_sync(CUDA_SUCCESS);
+    assert_eq!(w.used(), CHUNK, "one allocation still lives");
+    d.free(b, MIB);
+    assert_eq!(
+        w.used(),
+        CHUNK,
+        "given back at the next reconciliation, not before"
+    );
+    e.after_sync(CUDA_SUCCESS);
+    assert_eq!(w.used(), 0);
+    assert_eq!(w.rec.pools.keys(), vec![POOL], "only the new pool is left");
 }
 
 #[test]
