@@ -43,6 +43,8 @@ pub struct FakeDriver {
     /// Nodes of each graph, and the size of each memory-allocation node.
     pub graphs: RefCell<HashMap<usize, Vec<usize>>>,
     pub alloc_nodes: RefCell<HashMap<usize, u64>>,
+    /// Child-graph nodes and the graph each embeds.
+    pub child_graphs: RefCell<HashMap<usize, usize>>,
     /// Every side call the policies made, as text ("mem_free 0x10", "pool_trim 5 0", ...).
     pub calls: RefCell<Vec<String>>,
 }
@@ -67,6 +69,7 @@ impl FakeDriver {
             graph_mem: RefCell::new(HashMap::new()),
             graphs: RefCell::new(HashMap::new()),
             alloc_nodes: RefCell::new(HashMap::new()),
+            child_graphs: RefCell::new(HashMap::new()),
             calls: RefCell::new(Vec::new()),
         }
     }
@@ -197,6 +200,10 @@ impl Driver for FakeDriver {
 
     fn alloc_node_bytes(&self, node: usize) -> Option<u64> {
         self.alloc_nodes.borrow().get(&node).copied()
+    }
+
+    fn child_graph(&self, node: usize) -> Option<usize> {
+        self.child_graphs.borrow().get(&node).copied()
     }
 
     fn module_unload(&self, module: usize) {

@@ -68,6 +68,8 @@ pub trait Driver {
     fn graph_nodes(&self, graph: usize) -> Option<Vec<usize>>;
     /// The size of a memory-allocation node; None for any other node.
     fn alloc_node_bytes(&self, node: usize) -> Option<u64>;
+    /// The graph embedded in a child-graph node; None for any other node.
+    fn child_graph(&self, node: usize) -> Option<usize>;
 
     // ---- modules
     fn module_unload(&self, module: usize);

@@ -294,6 +294,30 @@ impl Driver for RealDriver {
             .then_some(p.bytesize as u64)
     }
 
+    fn child_graph(&self, node: usize) -> Option<usize> {
+        let node = node as CUgraphNode;
+        let mut t: i32 = 0;
+        if forward!(
+            "cuGraphNodeGetType",
+            fn(CUgraphNode, *mut i32),
+            node,
+            &mut t
+        ) != CUDA_SUCCESS
+            || t != CU_GRAPH_NODE_TYPE_GRAPH
+        {
+            return None;
+        }
+        let mut g: CUgraph = std::ptr::null_mut();
+        (forward!(
+            "cuGraphChildGraphNodeGetGraph",
+            fn(CUgraphNode, *mut CUgraph),
+            node,
+            &mut g
+        ) == CUDA_SUCCESS
+            && !g.is_null())
+        .then_some(g as usize)
+    }
+
     fn module_unload(&self, module: usize) {
         forward!("cuModuleUnload", fn(CUmodule), module as CUmodule);
     }

@@ -18,17 +18,13 @@ use crate::error::Error;
 use crate::ffi::*;
 use crate::quota::DeviceQuota;
 use crate::real::forward;
+use crate::records::GraphDev;
 
 impl<D: Driver> Engine<'_, D> {
-    /// Sum of the sizes of a graph's memory-alloc nodes: walked with the driver's node queries, or as
-    /// recorded when the nodes were added, whichever is larger.
+    /// Sum of the sizes of a graph's memory-alloc nodes, child graphs included: walked with the driver's
+    /// node queries, or as recorded when the nodes were added, whichever is larger.
     pub(crate) fn graph_need(&self, graph: usize) -> u64 {
-        let walked = self.drv.graph_nodes(graph).map_or(0, |nodes| {
-            nodes
-                .into_iter()
-                .filter_map(|n| self.drv.alloc_node_bytes(n))
-                .fold(0u64, u64::saturating_add)
-        });
+        let walked = self.graph_walk(graph, 0);
         walked.max(
             self.rec
                 .graph_needs
@@ -37,7 +33,27 @@ impl<D: Driver> Engine<'_, D> {
         )
     }
 
-    /// Sets the device's graph charge to its real reservation.
+    fn graph_walk(&self, graph: usize, depth: u32) -> u64 {
+        // Child graphs nest; a bound keeps a malformed (cyclic) answer from recursing forever.
+        if depth > 16 {
+            return 0;
+        }
+        self.drv.graph_nodes(graph).map_or(0, |nodes| {
+            nodes
+                .into_iter()
+                .map(|n| match self.drv.alloc_node_bytes(n) {
+                    Some(b) => b,
+                    None => self
+                        .drv
+                        .child_graph(n)
+                        .map_or(0, |g| self.graph_walk(g, depth + 1)),
+                })
+                .fold(0u64, u64::saturating_add)
+        })
+    }
+
+    /// Sets the device's graph charge to its real reservation, plus what launches still in progress
+    /// pre-charged beyond it.
     pub(crate) fn reconcile_graph(&self, dev: CUdevice, q: &DeviceQuota) {
         let Some(reserved) = self
             .drv
@@ -45,21 +61,20 @@ impl<D: Driver> Engine<'_, D> {
         else {
             return;
         };
-        self.rec.graph_dev.update(
-            dev as u64,
-            || 0,
-            |charged| {
-                if reserved > *charged {
-                    q.charge_forced(Kind::Graph, reserved - *charged);
+        self.rec
+            .graph_dev
+            .update(dev as u64, GraphDev::default, |g| {
+                let want = reserved.saturating_add(g.inflight_extra);
+                if want > g.charged {
+                    q.charge_forced(Kind::Graph, want - g.charged);
                 } else {
-                    q.refund(Kind::Graph, *charged - reserved);
+                    q.refund(Kind::Graph, g.charged - want);
                 }
-                *charged = reserved;
-            },
-        );
+                g.charged = want;
+            });
     }
 
-    /// After cuGraphInstantiate*: remember what the exec's allocation nodes need.
+    /// After cuGraphInstantiate* without upload: remember what the exec's allocation nodes need.
     pub(crate) fn graph_instantiated(&self, r: CUresult, exec: usize, graph: usize) -> CUresult {
         if r != CUDA_SUCCESS || self.drv.unlimited() {
             return r;
@@ -76,6 +91,34 @@ impl<D: Driver> Engine<'_, D> {
         r
     }
 
+    /// cuGraphInstantiateWithParams with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: the driver reserves the
+    /// graph's memory at instantiation, so it is charged like a launch, before the call. `exec` reads
+    /// the exec the driver wrote.
+    pub(crate) fn graph_instantiate_upload(
+        &self,
+        graph: usize,
+        call: impl FnOnce() -> CUresult,
+        exec: impl FnOnce() -> usize,
+    ) -> CUresult {
+        if self.drv.unlimited() {
+            return call();
+        }
+        let Some(dev) = self.current_device() else {
+            return call();
+        };
+        let q = match self.target(Some(dev)) {
+            Target::Charge(q) => q,
+            Target::Forward => return call(),
+            Target::Fail(e) => return e.cuda(),
+        };
+        let need = self.graph_need(graph);
+        let r = self.graph_charged(dev, q, need, call);
+        if r == CUDA_SUCCESS {
+            self.rec.graph_execs.insert(exec() as u64, (dev, need));
+        }
+        r
+    }
+
     /// A launch or upload of `exec`: pre-charge what its allocations may add, run, then settle to the truth.
     pub(crate) fn graph_run(&self, exec: usize, call: impl FnOnce() -> CUresult) -> CUresult {
         let Some((dev, need)) = self.rec.graph_execs.with(exec as u64, |e| e.copied()) else {
@@ -84,25 +127,46 @@ impl<D: Driver> Engine<'_, D> {
         let Target::Charge(q) = self.target(Some(dev)) else {
             return call();
         };
+        self.graph_charged(dev, q, need, call)
+    }
+
+    /// Runs `call`, which may make the driver reserve up to `need` bytes of graph memory on `dev`: charges
+    /// beforehand what the unused reservation cannot cover (less what other launches in progress need),
+    /// refusing with out-of-memory past the quota, then settles to the real reservation.
+    fn graph_charged(
+        &self,
+        dev: CUdevice,
+        q: &DeviceQuota,
+        need: u64,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
         let attr = |a| self.drv.graph_mem_attr(dev, a).unwrap_or(0);
         let reserved = attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
         let used = attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
-        let extra = need.saturating_sub(reserved.saturating_sub(used));
-        let ok = self.rec.graph_dev.update(
-            dev as u64,
-            || 0,
-            |charged| {
+        let extra = self
+            .rec
+            .graph_dev
+            .update(dev as u64, GraphDev::default, |g| {
+                let unused = reserved.saturating_sub(used).saturating_sub(g.inflight);
+                let extra = need.saturating_sub(unused);
                 if !q.charge(Kind::Graph, extra) {
-                    return false;
+                    return None;
                 }
-                *charged += extra;
-                true
-            },
-        );
-        if !ok {
+                g.charged += extra;
+                g.inflight += need;
+                g.inflight_extra += extra;
+                Some(extra)
+            });
+        let Some(extra) = extra else {
             return Error::OutOfMemory.cuda();
-        }
+        };
         let r = call();
+        self.rec
+            .graph_dev
+            .update(dev as u64, GraphDev::default, |g| {
+                g.inflight = g.inflight.saturating_sub(need);
+                g.inflight_extra = g.inflight_extra.saturating_sub(extra);
+            });
         self.reconcile_graph(dev, q);
         r
     }
@@ -141,11 +205,29 @@ hook!(cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, err: *mut CU
 hook!(cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, err: *mut CUgraphNode, log_buf: *mut c_char, size: usize) {
     instantiated(forward!("cuGraphInstantiate", fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize), exec, graph, err, log_buf, size), exec, graph)
 });
+/// cuGraphInstantiateWithParams[_ptsz]: with the upload flag the reservation happens inside the call.
+fn instantiate_with_params(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut c_void,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    // SAFETY: when non-null, `params` is the caller's CUDA_GRAPH_INSTANTIATE_PARAMS, whose first field is
+    // the u64 flags.
+    let upload = !params.is_null()
+        && unsafe { *(params as *const u64) } & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0;
+    if !upload || exec.is_null() {
+        return instantiated(call(), exec, graph);
+    }
+    // SAFETY: non-null, read only after the driver succeeded and wrote it.
+    engine().graph_instantiate_upload(graph as usize, call, || unsafe { *exec } as usize)
+}
+
 hook!(cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut c_void) {
-    instantiated(forward!("cuGraphInstantiateWithParams", fn(*mut CUgraphExec, CUgraph, *mut c_void), exec, graph, params), exec, graph)
+    instantiate_with_params(exec, graph, params, || forward!("cuGraphInstantiateWithParams", fn(*mut CUgraphExec, CUgraph, *mut c_void), exec, graph, params))
 });
 hook!(cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut c_void) {
-    instantiated(forward!("cuGraphInstantiateWithParams_ptsz", fn(*mut CUgraphExec, CUgraph, *mut c_void), exec, graph, params), exec, graph)
+    instantiate_with_params(exec, graph, params, || forward!("cuGraphInstantiateWithParams_ptsz", fn(*mut CUgraphExec, CUgraph, *mut c_void), exec, graph, params))
 });
 
 hook!(cuGraphLaunch(exec: CUgraphExec, s: CUstream) {
@@ -244,6 +326,93 @@ mod tests {
             w.usage(Kind::Graph),
             512,
             "settled to the reservation once the first ran"
+        );
+    }
+
+    #[test]
+    fn two_launches_in_progress_never_count_the_same_unused_reservation() {
+        let w = World::new(800);
+        graph(&w);
+        let e = w.engine();
+        e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
+        e.graph_instantiated(CUDA_SUCCESS, EXEC + 1, GRAPH);
+        // a first launch reserved 512 and finished with it: the reservation is unused
+        e.graph_run(EXEC, || {
+            w.fake.graph_mem.borrow_mut().insert(0, (512, 500));
+            CUDA_SUCCESS
+        });
+        w.fake.graph_mem.borrow_mut().insert(0, (512, 0));
+        assert_eq!(w.usage(Kind::Graph), 512);
+        let r = e.graph_run(EXEC, || {
+            // the first relaunch counts on the unused 512; a second one at the same time cannot
+            assert_eq!(
+                e.graph_run(EXEC + 1, || panic!("launched")),
+                CUDA_ERROR_OUT_OF_MEMORY
+            );
+            CUDA_SUCCESS
+        });
+        assert_eq!(r, CUDA_SUCCESS);
+        assert_eq!(w.usage(Kind::Graph), 512);
+    }
+
+    #[test]
+    fn a_pre_charge_survives_another_launch_settling_meanwhile() {
+        let w = World::new(2000);
+        graph(&w);
+        let e = w.engine();
+        e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
+        e.graph_instantiated(CUDA_SUCCESS, EXEC + 1, GRAPH);
+        e.graph_run(EXEC, || {
+            // another thread's launch starts, grows the reservation and settles while this one is pending
+            e.graph_run(EXEC + 1, || {
+                w.fake.graph_mem.borrow_mut().insert(0, (512, 500));
+                CUDA_SUCCESS
+            });
+            assert_eq!(
+                w.usage(Kind::Graph),
+                1012,
+                "this launch's 500 stays charged beside the 512 reserved"
+            );
+            w.fake.graph_mem.borrow_mut().insert(0, (1024, 1000));
+            CUDA_SUCCESS
+        });
+        assert_eq!(w.usage(Kind::Graph), 1024);
+    }
+
+    #[test]
+    fn child_graphs_are_walked() {
+        let w = World::new(1000);
+        graph(&w);
+        w.fake.graphs.borrow_mut().insert(0x900, vec![9, 10]);
+        w.fake.child_graphs.borrow_mut().insert(10, GRAPH);
+        w.fake.alloc_nodes.borrow_mut().insert(9, 100);
+        assert_eq!(w.engine().graph_need(0x900), 600);
+    }
+
+    #[test]
+    fn an_upload_at_instantiation_is_charged_before_the_driver_reserves() {
+        let w = World::new(400);
+        graph(&w);
+        let e = w.engine();
+        let r = e.graph_instantiate_upload(GRAPH, || panic!("instantiated"), || EXEC);
+        assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY, "500 needed under a 400 quota");
+        let w = World::new(1000);
+        graph(&w);
+        let e = w.engine();
+        let r = e.graph_instantiate_upload(
+            GRAPH,
+            || {
+                assert_eq!(w.usage(Kind::Graph), 500);
+                w.fake.graph_mem.borrow_mut().insert(0, (512, 0));
+                CUDA_SUCCESS
+            },
+            || EXEC,
+        );
+        assert_eq!(r, CUDA_SUCCESS);
+        assert_eq!(w.usage(Kind::Graph), 512);
+        assert!(
+            w.rec.graph_execs.with(EXEC as u64, |x| x.is_some()),
+            "later launches are charged too"
         );
     }
 

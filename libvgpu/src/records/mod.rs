@@ -66,6 +66,18 @@ impl PoolState {
     }
 }
 
+/// A device's graph memory as charged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphDev {
+    /// Bytes charged to the ledger: the device's graph reservation, plus what launches in progress
+    /// pre-charged beyond it.
+    pub charged: u64,
+    /// What the launches in progress need (so two launches never count the same unused reservation).
+    pub inflight: u64,
+    /// What those launches pre-charged beyond the reservation they found.
+    pub inflight_extra: u64,
+}
+
 /// Every record table of the process. The library has one (`RECORDS`); unit tests make their own.
 pub struct Records {
     /// Device pointers: plain, pitch, managed, async.
@@ -84,8 +96,8 @@ pub struct Records {
     pub pools: Table<PoolState>,
     /// A stream-ordered free happened: pool reservations may shrink at the next synchronisation.
     pub pools_dirty: AtomicBool,
-    /// Graph memory charged per device.
-    pub graph_dev: Table<u64>,
+    /// Graph memory per device.
+    pub graph_dev: Table<GraphDev>,
     /// Graph exec -> (device, bytes its alloc nodes need).
     pub graph_execs: Table<(CUdevice, u64)>,
     /// Graph -> bytes of the alloc nodes added to it.
