@@ -312,6 +312,17 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         int n = atoi(ARG(1)); used = 2;
         rc = select_device(n);
         printf(" ord=%d", n);
+    } else if (!strcmp(op, "current")) {
+        /* Makes device N's primary context current, keeping the client's stream and pool of the device
+         * chosen before (a thread that switches contexts while it keeps using another device's stream). */
+        int n = atoi(ARG(1)); used = 2;
+        CUdevice d = 0;
+        CUcontext c = NULL;
+        rc = need_stream();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceGet, &d, n);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDevicePrimaryCtxRetain, &c, d);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSetCurrent, c);
+        printf(" ord=%d", n);
     } else if (!strcmp(op, "info")) {
         size_t fr = 0, to = 0, dt = 0;
         char name[128] = "";

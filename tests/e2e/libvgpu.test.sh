@@ -175,6 +175,13 @@ fresh
 out=$(LIMIT=768m vg "$RT" vmm 512m vmm-release free-all vmm 512m 2>/dev/null)
 check "unmapping a released handle gives its memory back" test "$(echo "$out" | rcs vmm)" = "0 0 "
 
+# stream-ordered memory is charged to the stream's device, whichever context is current
+fresh; export FAKE_CUDA_DEVICES=2
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=512m vg "$RT" device 1 current 0 async 600m 2>/dev/null)
+check "an allocation on device 1's stream with device 0 current is held to device 1's quota" \
+    test "$(echo "$out" | rcs async)" = "2 "
+export FAKE_CUDA_DEVICES=1
+
 # --- the quota's edges ---------------------------------------------------------------------------------
 fresh
 out=$(vg "$RT" free-bogus 2>/dev/null | opline free-bogus); base=$("$RT" free-bogus 2>/dev/null | opline free-bogus)

@@ -36,6 +36,8 @@ pub struct FakeDriver {
     /// Pool reservations, and each device's default pool.
     pub pool_reserved: RefCell<HashMap<u64, u64>>,
     pub device_pools: RefCell<HashMap<CUdevice, u64>>,
+    /// The device of each stream that is not a default stream.
+    pub stream_devices: RefCell<HashMap<usize, CUdevice>>,
     /// Streams under capture.
     pub capturing: RefCell<Vec<usize>>,
     /// Graph memory attributes per device: (reserved, used).
@@ -65,6 +67,7 @@ impl FakeDriver {
             array_sizes: RefCell::new(HashMap::new()),
             pool_reserved: RefCell::new(HashMap::new()),
             device_pools: RefCell::new(HashMap::new()),
+            stream_devices: RefCell::new(HashMap::new()),
             capturing: RefCell::new(Vec::new()),
             graph_mem: RefCell::new(HashMap::new()),
             graphs: RefCell::new(HashMap::new()),
@@ -179,6 +182,10 @@ impl Driver for FakeDriver {
 
     fn capturing(&self, stream: usize, _ptsz: bool) -> bool {
         self.capturing.borrow().contains(&stream)
+    }
+
+    fn stream_device(&self, stream: usize, _ptsz: bool) -> Option<CUdevice> {
+        self.stream_devices.borrow().get(&stream).copied()
     }
 
     fn free_async_and_sync(&self, ptr: u64, stream: usize, ptsz: bool) {

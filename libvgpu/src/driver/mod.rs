@@ -58,6 +58,8 @@ pub trait Driver {
     fn device_pool(&self, dev: CUdevice) -> Option<u64>;
     /// Whether `stream` is being captured into a graph (`ptsz`: per-thread default stream entry points).
     fn capturing(&self, stream: usize, ptsz: bool) -> bool;
+    /// The device of `stream`; None for the default streams (they belong to the current context).
+    fn stream_device(&self, stream: usize, ptsz: bool) -> Option<CUdevice>;
     /// Frees a stream-ordered allocation and waits for the stream (undoing an allocation).
     fn free_async_and_sync(&self, ptr: u64, stream: usize, ptsz: bool);
 

@@ -217,6 +217,42 @@ impl Driver for RealDriver {
         r == CUDA_SUCCESS && status != 0
     }
 
+    fn stream_device(&self, stream: usize, ptsz: bool) -> Option<CUdevice> {
+        // 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: the current context's default streams.
+        if stream <= 2 {
+            return None;
+        }
+        let s = stream as CUstream;
+        let mut d: CUdevice = 0;
+        let r = if ptsz {
+            forward!(
+                "cuStreamGetDevice_ptsz",
+                fn(CUstream, *mut CUdevice),
+                s,
+                &mut d
+            )
+        } else {
+            forward!("cuStreamGetDevice", fn(CUstream, *mut CUdevice), s, &mut d)
+        };
+        if r == CUDA_SUCCESS {
+            return Some(d);
+        }
+        // Drivers before CUDA 12.8 have no cuStreamGetDevice: ask the stream's context for its device.
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        if forward!("cuStreamGetCtx", fn(CUstream, *mut CUcontext), s, &mut ctx) != CUDA_SUCCESS
+            || ctx.is_null()
+        {
+            return None;
+        }
+        if forward!("cuCtxPushCurrent_v2", fn(CUcontext), ctx) != CUDA_SUCCESS {
+            return None;
+        }
+        let ok = forward!("cuCtxGetDevice", fn(*mut CUdevice), &mut d) == CUDA_SUCCESS;
+        let mut popped: CUcontext = std::ptr::null_mut();
+        forward!("cuCtxPopCurrent_v2", fn(*mut CUcontext), &mut popped);
+        ok.then_some(d)
+    }
+
     fn free_async_and_sync(&self, ptr: u64, stream: usize, ptsz: bool) {
         let s = stream as CUstream;
         if ptsz {

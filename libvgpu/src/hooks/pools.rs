@@ -161,7 +161,7 @@ impl<D: Driver> Engine<'_, D> {
         r
     }
 
-    /// cuMemAllocAsync: from the current device's default pool.
+    /// cuMemAllocAsync: from the current pool of the stream's device.
     pub(crate) fn alloc_async(
         &self,
         dptr: *mut CUdeviceptr,
@@ -178,7 +178,12 @@ impl<D: Driver> Engine<'_, D> {
         if self.drv.capturing(stream, ptsz) {
             return call();
         }
-        let Some(dev) = self.current_device() else {
+        // The stream's device, which need not be the current context's.
+        let Some(dev) = self
+            .drv
+            .stream_device(stream, ptsz)
+            .or_else(|| self.current_device())
+        else {
             return call();
         };
         let Some(pool) = self.drv.device_pool(dev) else {

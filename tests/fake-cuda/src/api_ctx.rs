@@ -252,6 +252,12 @@ fn cuStreamGetFlags(s: Handle, flags: *mut c_uint) {
     out(flags, 0)
 }
 
+fn cuStreamGetDevice(s: Handle, dev: *mut CUdevice) {
+    let d = drv()?;
+    let phys = stream_phys(d, &lock(&d.objs), s)?;
+    out(dev, d.ordinal(phys) as CUdevice)
+}
+
 fn cuStreamGetPriority(s: Handle, prio: *mut c_int) {
     let d = drv()?;
     stream_phys(d, &lock(&d.objs), s)?;
@@ -313,5 +319,6 @@ cu_alias! {
     cuEventRecord_ptsz => cuEventRecord(e: Handle, s: Handle);
     cuStreamWaitEvent_ptsz => cuStreamWaitEvent(s: Handle, e: Handle, flags: c_uint);
     cuStreamGetFlags_ptsz => cuStreamGetFlags(s: Handle, flags: *mut c_uint);
+    cuStreamGetDevice_ptsz => cuStreamGetDevice(s: Handle, dev: *mut CUdevice);
     cuStreamGetPriority_ptsz => cuStreamGetPriority(s: Handle, prio: *mut c_int);
 }

@@ -263,3 +263,32 @@ fn broken_configuration_refuses_and_no_limit_forwards() {
     );
     assert_eq!(w.used(), 0);
 }
+
+#[test]
+fn charged_to_the_streams_device_not_the_current_contexts() {
+    let w = World::new(100 * MIB);
+    DriverPool::new(&w);
+    // device 1 has no quota; a stream of device 1 used while device 0's context is current
+    w.fake.stream_devices.borrow_mut().insert(0x88, 1);
+    w.fake.device_pools.borrow_mut().insert(1, 0x5100);
+    let mut ptr: CUdeviceptr = 0;
+    let e = w.engine();
+    assert_eq!(
+        e.alloc_async(&mut ptr, 64 * MIB, 0x88, false, || CUDA_SUCCESS),
+        CUDA_SUCCESS
+    );
+    assert_eq!(w.used(), 0, "device 1's memory is not device 0's quota");
+    // and the other way round: device 0's stream while device 1 is current
+    w.fake.ctx_devices.borrow_mut().insert(w.fake.home, 1);
+    crate::records::context_gone();
+    w.fake.stream_devices.borrow_mut().insert(0x89, 0);
+    let out: *mut CUdeviceptr = &mut ptr;
+    let r = e.alloc_async(out, MIB, 0x89, false, || {
+        // SAFETY: `out` points at the local `ptr`.
+        unsafe { *out = 0x4400 };
+        w.fake.pool_reserved.borrow_mut().insert(POOL, CHUNK);
+        CUDA_SUCCESS
+    });
+    assert_eq!(r, CUDA_SUCCESS);
+    assert_eq!(w.used(), CHUNK);
+}
