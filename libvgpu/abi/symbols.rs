@@ -26,7 +26,8 @@ macro_rules! hooked_symbols {
                 cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2
                 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
                 cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
-                cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload;
+                cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
+                cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload;
             Nvml:
                 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2;
         }

@@ -8,6 +8,7 @@ mod arrays;
 mod contexts;
 mod device;
 mod graphs;
+mod measure;
 mod memory;
 mod modules;
 mod nvml;
