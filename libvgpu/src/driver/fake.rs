@@ -280,12 +280,6 @@ impl Driver for FakeDriver {
         self.limits.borrow().get(&limit).copied()
     }
 
-    fn ctx_set_limit(&self, limit: i32, value: u64) -> crate::ffi::CUresult {
-        self.log(format!("ctx_set_limit {limit} {value}"));
-        self.limits.borrow_mut().insert(limit, value);
-        0
-    }
-
     fn device_attribute(&self, _dev: CUdevice, attr: i32) -> Option<i64> {
         self.attributes.borrow().get(&attr).copied()
     }

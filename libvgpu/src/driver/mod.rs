@@ -9,7 +9,7 @@ mod real;
 pub use real::RealDriver;
 
 use crate::error::Error;
-use crate::ffi::{CUdevice, CUresult};
+use crate::ffi::CUdevice;
 use crate::quota::DeviceQuota;
 use crate::settings::Applies;
 
@@ -86,8 +86,6 @@ pub trait Driver {
     fn ctx_mem_info(&self, ctx: usize) -> Option<(u64, u64)>;
     /// cuCtxGetLimit of the current context.
     fn ctx_get_limit(&self, limit: i32) -> Option<u64>;
-    /// cuCtxSetLimit of the current context (to put a limit back).
-    fn ctx_set_limit(&self, limit: i32, value: u64) -> CUresult;
     /// cuDeviceGetAttribute.
     fn device_attribute(&self, dev: CUdevice, attr: i32) -> Option<i64>;
     fn library_unload(&self, library: usize);

@@ -329,7 +329,7 @@ impl Driver for RealDriver {
     fn nvml_pid_hint(&self) -> Option<u32> {
         // The initial PID namespace's inode is PROC_PID_INIT_INO (0xEFFFFFFC).
         let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
-        (ns.as_os_str() == "pid:[4026531836]").then(|| std::process::id())
+        (ns.as_os_str() == "pid:[4026531836]").then(std::process::id)
     }
 
     fn own_pid(&self) -> u32 {
@@ -350,10 +350,6 @@ impl Driver for RealDriver {
         let mut v: usize = 0;
         (forward!("cuCtxGetLimit", fn(*mut usize, i32), &mut v, limit) == CUDA_SUCCESS)
             .then_some(v as u64)
-    }
-
-    fn ctx_set_limit(&self, limit: i32, value: u64) -> CUresult {
-        forward!("cuCtxSetLimit", fn(i32, usize), limit, value as usize)
     }
 
     fn device_attribute(&self, dev: CUdevice, attr: i32) -> Option<i64> {

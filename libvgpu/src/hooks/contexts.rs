@@ -126,6 +126,7 @@ impl<D: Driver> Engine<'_, D> {
     /// The driver freed everything of context `ctx`: give back its records.
     pub(crate) fn context_gone(&self, ctx: usize) {
         records::context_gone();
+        self.limits_gone(ctx);
         if let Some(rec) = self.rec.contexts.remove(ctx as u64) {
             self.release(&rec);
         }
