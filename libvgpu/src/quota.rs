@@ -124,6 +124,18 @@ impl DeviceQuota {
     pub fn used(&self) -> u64 {
         self.ledger.used()
     }
+
+    /// This process's own usage of this GPU (its slot, all kinds), from a ledger snapshot: for
+    /// measurements only (it reads every slot).
+    pub fn own_used(&self) -> u64 {
+        let index = self.slot.index();
+        self.ledger
+            .snapshot()
+            .slots
+            .iter()
+            .find(|s| s.index == index)
+            .map_or(0, |s| s.total())
+    }
 }
 
 #[cfg(test)]

@@ -86,6 +86,10 @@
     X(cuModuleLoadData, "cuModuleLoadData")                                        \
     X(cuModuleUnload, "cuModuleUnload")                                            \
     X(cuModuleGetFunction, "cuModuleGetFunction")                                  \
+    X(cuLibraryLoadData, "cuLibraryLoadData")                                      \
+    X(cuLibraryUnload, "cuLibraryUnload")                                          \
+    X(cuCtxSetLimit, "cuCtxSetLimit")                                              \
+    X(cuCtxGetLimit, "cuCtxGetLimit")                                              \
     X(cuLaunchKernel, "cuLaunchKernel")
 
 #define DECLARE(fn, name) static __typeof__(fn) *p_##fn;
@@ -141,7 +145,7 @@ static int load_driver(void) {
 #endif
 
 /* ---- what the client holds ---- */
-enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE, K_CTX, K_HOST };
+enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE, K_CTX, K_HOST, K_LIBRARY };
 struct held {
     enum kind kind;
     CUdeviceptr ptr;
@@ -261,6 +265,7 @@ static CUresult free_one(struct held *h) {
         break;
     case K_MODULE: rc = CALL(cuModuleUnload, (CUmodule)h->handle); kernel = NULL; break;
     case K_HOST: rc = CALL(cuMemFreeHost, h->handle); break;
+    case K_LIBRARY: rc = CALL(cuLibraryUnload, (CUlibrary)h->handle); break;
     case K_CTX:
         /* Back to the primary context; streams and pools made in the destroyed one are gone. */
         rc = CALL(cuCtxDestroy, (CUcontext)h->handle);
@@ -280,7 +285,7 @@ static const char ptx[] =
     "\tret;\n"
     "}\n";
 
-static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx", "host"};
+static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx", "host", "library"};
 
 /* threads op: each thread makes the primary context current and churns alloc/free pairs. */
 struct churn_arg { long count; unsigned long long size; long oom; long pairs; CUresult rc; };
@@ -471,6 +476,23 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             push((struct held){.kind = K_MODULE, .handle = m});
             rc = CALL(cuModuleGetFunction, &kernel, m, "vgpu_noop");
         }
+    } else if (!strcmp(op, "library")) {
+        CUlibrary l = NULL;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuLibraryLoadData, &l, ptx, NULL, NULL, 0, NULL, NULL, 0);
+        if (rc == CUDA_SUCCESS) push((struct held){.kind = K_LIBRARY, .handle = l});
+    } else if (!strcmp(op, "limit")) {
+        const char *name = ARG(1);
+        unsigned long long v = parse_size(ARG(2));
+        CUlimit lim = !strcmp(name, "stack") ? CU_LIMIT_STACK_SIZE
+                      : !strcmp(name, "printf") ? CU_LIMIT_PRINTF_FIFO_SIZE
+                      : !strcmp(name, "heap") ? CU_LIMIT_MALLOC_HEAP_SIZE : (CUlimit)-1;
+        size_t got = 0;
+        used = 3;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSetLimit, lim, (size_t)v);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxGetLimit, &got, lim);
+        printf(" limit=%s value=%llu got=%zu", name, v, got);
     } else if (!strcmp(op, "launch")) {
         long n = atol(ARG(1)); used = 2;
         double t0 = now();

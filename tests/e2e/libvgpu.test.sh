@@ -122,6 +122,32 @@ check "module memory charged (measured) and refunded" \
 fresh
 out=$(FAKE_CUDA_CONTEXT_BYTES=128m vg "$RT" info 2>/dev/null)
 check "context memory charged (measured through NVML)" test "$(echo "$out" | opline info | field free)" = "$((896 * MiB))"
+fresh
+out=$(FAKE_CUDA_CONTEXT_BYTES=3g LIMIT=8g FAKE_CUDA_DEVICES=16Gi vg "$RT" info 2>/dev/null)
+check "a context above the old 2 GiB ceiling is charged in full" test "$(echo "$out" | opline info | field free)" = "$((5 * GiB))"
+# without NVML (NVIDIA_DRIVER_CAPABILITIES=compute): the driver measures contexts (the first one by what the
+# device holds after it, the next through the first) instead of charging nothing
+fresh
+mkdir -p "$W/nonvml" && ln -sf "$ROOT/target/fake/libcuda.so.1" "$W/nonvml/libcuda.so.1"
+out=$(FAKE_CUDA_CONTEXT_BYTES=128m LD_LIBRARY_PATH=$W/nonvml vg "$RT" info ctx info 2>/dev/null | grep '^op=info' | field free | tr '\n' ' ')
+check "without NVML contexts are measured with the driver ($out)" test "$out" = "$((896 * MiB)) $((768 * MiB)) "
+# cuLibraryLoadData (CUDA 12 context-independent loading) is measured like a module
+fresh
+out=$(FAKE_CUDA_MODULE_BYTES=64m vg "$RT" library info free-all info 2>/dev/null)
+check "library memory charged (measured) and refunded" \
+    test "$(echo "$out" | opline info 1 | field free)/$(echo "$out" | opline info 2 | field free)" = "$((960 * MiB))/$GiB"
+# cuCtxSetLimit: heap and FIFO growth charged, a shrink refunded, past the quota refused; stack = per thread
+# x 132 SMs x 2048 threads
+fresh
+out=$(vg "$RT" limit heap 264m info limit printf 33m info limit heap 8m info limit heap 2g info 2>/dev/null)
+f=$(echo "$out" | grep '^op=info' | field free | tr '\n' ' ')
+check "cuCtxSetLimit heap/printf charged and refunded ($f)" \
+    test "$f" = "$((768 * MiB)) $((736 * MiB)) $((992 * MiB)) $((992 * MiB)) "
+check "cuCtxSetLimit past the quota is CUDA_ERROR_OUT_OF_MEMORY" test "$(echo "$out" | opline limit 4 | field rc)" = 2
+fresh
+out=$(vg "$RT" limit stack 2048 info free-all limit stack 1024 info 2>/dev/null | grep '^op=info' | field free | tr '\n' ' ')
+check "cuCtxSetLimit stack charged per resident thread and refunded ($out)" \
+    test "$out" = "$((GiB - 1024 * 132 * 2048)) $GiB "
 
 # primary context reset frees everything the context held; cuCtxCreate/cuCtxDestroy likewise
 fresh

@@ -10,6 +10,14 @@
  *       on stdin, allocates BYTES (or until refused) with cuMemAlloc in CHUNK pieces, prints
  *       {"event":"held",...}, waits for stdin to close, frees, prints {"event":"freed",...}.
  *
+ *   driverapi measure
+ *       What the driver takes for memory nobody asks for by size, as cuMemGetInfo's free drop (run bare to
+ *       learn the driver, under the library to see what is charged): a second context, cuCtxSetLimit of the
+ *       malloc heap (1 GiB), the printf FIFO (64 MiB) and the stack (4 KiB per thread), a launch after
+ *       them, cuLibraryLoadData of a PTX kernel and its first cuLibraryGetKernel. One JSON line
+ *       {"case":"measure","kind":K,"drop":BYTES,"bound":BYTES,"rc":N} per step (bound: libvgpu's computed
+ *       charge for the limits, -1 elsewhere).
+ *
  * Checks per kind (all in the JSON line, "ok" is their conjunction):
  *   total_is_quota  cuMemGetInfo's total equals -q (skipped without -q)
  *   refused_oom     the fill ended with CUDA_ERROR_OUT_OF_MEMORY, not another error and not the cap
@@ -318,9 +326,63 @@ static int hold(size_t want, size_t chunk) {
     return 0;
 }
 
+static size_t free_now(void) {
+    size_t f = 0, t = 0;
+    cuMemGetInfo(&f, &t);
+    return f;
+}
+
+static void measured(const char *kind, size_t before, long long bound, CUresult rc) {
+    long long drop = (long long)before - (long long)free_now();
+    printf("{\"case\":\"measure\",\"kind\":\"%s\",\"drop\":%lld,\"bound\":%lld,\"rc\":%d}\n", kind, drop, bound,
+           (int)rc);
+    fflush(stdout);
+}
+
+static const char measure_ptx[] = ".version 8.0\n.target sm_75\n.address_size 64\n"
+                                  ".visible .entry vgpu_noop()\n{\n\tret;\n}\n";
+
+static int measure(void) {
+    int sms = 0, threads = 0;
+    cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev);
+    size_t b = free_now(), old = 0;
+    CUcontext second = NULL;
+    CUresult rc = cuCtxCreate(&second, 0, dev);
+    if (rc == CUDA_SUCCESS) cuCtxSetCurrent(ctx);
+    measured("context", b, -1, rc);
+    cuCtxGetLimit(&old, CU_LIMIT_MALLOC_HEAP_SIZE);
+    b = free_now();
+    measured("limit-heap", b, (long long)(1024 * MIB - old), cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 1024 * MIB));
+    cuCtxGetLimit(&old, CU_LIMIT_PRINTF_FIFO_SIZE);
+    b = free_now();
+    measured("limit-printf", b, (long long)(64 * MIB - old), cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 64 * MIB));
+    cuCtxGetLimit(&old, CU_LIMIT_STACK_SIZE);
+    b = free_now();
+    measured("limit-stack", b, (long long)(4096 - old) * sms * threads, cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
+    CUlibrary lib = NULL;
+    CUkernel kern = NULL;
+    b = free_now();
+    rc = cuLibraryLoadData(&lib, measure_ptx, NULL, NULL, 0, NULL, NULL, 0);
+    measured("library-load", b, -1, rc);
+    b = free_now();
+    measured("library-get-kernel", b, -1, rc == CUDA_SUCCESS ? cuLibraryGetKernel(&kern, lib, "vgpu_noop") : rc);
+    b = free_now();
+    /* A CUkernel may be passed to cuLaunchKernel as a CUfunction (CUDA 12). */
+    rc = kern ? cuLaunchKernel((CUfunction)kern, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) : CUDA_ERROR_NOT_FOUND;
+    if (rc == CUDA_SUCCESS) rc = cuCtxSynchronize();
+    measured("first-launch", b, -1, rc);
+    b = free_now();
+    measured("limit-heap-shrink", b, -1, cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MIB));
+    if (lib) cuLibraryUnload(lib);
+    if (second) cuCtxDestroy(second);
+    return 0;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: driverapi fill KIND... [-c CHUNK_MIB] [-q QUOTA_BYTES]\n"
-                    "       driverapi hold [-b BYTES] [-c CHUNK_MIB]\n");
+                    "       driverapi hold [-b BYTES] [-c CHUNK_MIB]\n"
+                    "       driverapi measure\n");
     exit(2);
 }
 
@@ -354,6 +416,7 @@ int main(int argc, char **argv) {
     if ((rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) setup_fail("cuCtxSetCurrent", rc);
 
     if (!strcmp(argv[1], "hold")) return hold(want, chunk);
+    if (!strcmp(argv[1], "measure")) return measure();
     if (strcmp(argv[1], "fill") != 0 || nk == 0) usage();
 
     if ((rc = cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) setup_fail("cuStreamCreate", rc);

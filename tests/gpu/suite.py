@@ -168,6 +168,26 @@ class Suite:
         if rc != 0 and all(r["ok"] for r in self.results if r["case"].startswith("driverapi/")):
             self.record("driverapi", False, secs, rc=rc, reason="exit status without a failed check")
 
+    def case_measure(self):
+        """Memory nobody asks for by size (items 8/9 of 'hard quota, exactly'). Bare, the free-memory drops
+        show what the real driver takes: a context (~500 MiB on H100/H200); cuCtxSetLimit heap 1 GiB and
+        printf 64 MiB either at once or at the next launch ("first-launch"); stack 4 KiB per thread about
+        (4096 - 1024) x SMs x threads per SM (the "bound"); a PTX library at load (EAGER) or at its first
+        kernel (LAZY). Under the library every drop must be at least the bare one (charged >= taken)."""
+        exe = os.path.join(self.a.build, "driverapi")
+        rows = {}
+        for label, preload in (("bare", False), ("vgpu", True)):
+            rc, out, secs = self.run(f"measure-{label}", [exe, "measure"], self.env("measure", preload=preload), 60)
+            rows[label] = {r["kind"]: r for r in (json.loads(l) for l in out.splitlines() if l.startswith("{"))}
+        bare, vg = rows["bare"], rows["vgpu"]
+        if not bare or not vg:
+            return self.record("measure", False, 0.0, reason="no output (see logs/measure-*.log)")
+        for kind, b in bare.items():
+            v = vg.get(kind, {})
+            charged_ok = kind == "limit-heap-shrink" or v.get("drop", -1) >= b["drop"] - 2 * MIB
+            self.record(f"measure/{kind}", charged_ok and v.get("rc") == b["rc"], 0.0, taken=b["drop"],
+                        charged=v.get("drop"), bound=b["bound"], rc=b["rc"])
+
     def case_managed(self):
         # Managed memory may oversubscribe: never ask for more than the GPU has free (driverapi's cap is
         # one chunk past the quota's free, so the quota + 1 GiB must fit in what is really free).
@@ -499,6 +519,7 @@ def main():
             s.case_nvidia_smi()
         if want("driverapi") and s.fits("driverapi", 20):
             s.case_driverapi()
+            s.case_measure()
             s.case_managed()
             s.case_peak()
         if want("shared") and s.fits("shared", 20):

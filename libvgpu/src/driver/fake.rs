@@ -18,6 +18,9 @@ pub fn handle() -> usize {
     NEXT_HANDLE.fetch_add(0x100, Ordering::Relaxed)
 }
 
+/// PIDs unique across tests (what the policies learn about this process is kept per PID).
+static NEXT_PID: AtomicUsize = AtomicUsize::new(10_000);
+
 pub struct FakeDriver {
     /// The context current at creation, on device 0.
     pub home: usize,
@@ -49,12 +52,26 @@ pub struct FakeDriver {
     pub child_graphs: RefCell<HashMap<usize, usize>>,
     /// Every side call the policies made, as text ("mem_free 0x10", "pool_trim 5 0", ...).
     pub calls: RefCell<Vec<String>>,
+    /// NVML is present (device and per-process usage); per-process usage is reported.
+    pub nvml: Cell<bool>,
+    pub per_process: Cell<bool>,
+    /// This process's PID in its namespace, and as NVML reports it; whether NVML's PIDs are ours.
+    pub pid: Cell<u32>,
+    pub nvml_pid: Cell<u32>,
+    pub same_pid_ns: Cell<bool>,
+    /// This process's device memory, and other processes' (other tenants) by NVML PID.
+    pub own_used: Cell<u64>,
+    pub others: RefCell<HashMap<u32, u64>>,
+    /// The current context's limits (cuCtxGetLimit) and the device's attributes.
+    pub limits: RefCell<HashMap<i32, u64>>,
+    pub attributes: RefCell<HashMap<i32, i64>>,
 }
 
 impl FakeDriver {
     /// A device 0 of `total` bytes with a current context.
     pub fn new(total: u64) -> FakeDriver {
         let ctx = handle();
+        let pid = NEXT_PID.fetch_add(1, Ordering::Relaxed) as u32;
         FakeDriver {
             home: ctx,
             applies: Cell::new(Applies::Somewhere),
@@ -74,6 +91,16 @@ impl FakeDriver {
             alloc_nodes: RefCell::new(HashMap::new()),
             child_graphs: RefCell::new(HashMap::new()),
             calls: RefCell::new(Vec::new()),
+            nvml: Cell::new(true),
+            per_process: Cell::new(true),
+            pid: Cell::new(pid),
+            nvml_pid: Cell::new(pid),
+            same_pid_ns: Cell::new(true),
+            own_used: Cell::new(0),
+            others: RefCell::new(HashMap::new()),
+            limits: RefCell::new(HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20)])),
+            // 132 multiprocessors of 2048 resident threads (an H100)
+            attributes: RefCell::new(HashMap::from([(16, 132), (39, 2048)])),
         }
     }
 
@@ -90,10 +117,21 @@ impl FakeDriver {
         self.applies.set(a);
     }
 
-    /// Device memory in use grows (or shrinks) by `delta`, as a driver allocation would do.
+    /// Device memory in use grows (or shrinks) by `delta`, as a driver allocation of this process would.
     pub fn grow(&self, delta: i64) {
         self.device_used
             .set(self.device_used.get().saturating_add_signed(delta));
+        self.own_used
+            .set(self.own_used.get().saturating_add_signed(delta));
+    }
+
+    /// Another process (NVML PID `pid`, another tenant) allocates (or frees) `delta` on the device.
+    pub fn neighbour(&self, pid: u32, delta: i64) {
+        self.device_used
+            .set(self.device_used.get().saturating_add_signed(delta));
+        let mut o = self.others.borrow_mut();
+        let u = o.entry(pid).or_insert(0);
+        *u = u.saturating_add_signed(delta);
     }
 
     fn log(&self, s: String) {
@@ -150,7 +188,7 @@ impl Driver for FakeDriver {
     }
 
     fn device_used(&self, _uuid: &str) -> Option<u64> {
-        Some(self.device_used.get())
+        self.nvml.get().then(|| self.device_used.get())
     }
 
     fn mem_free(&self, ptr: u64) {
@@ -215,5 +253,52 @@ impl Driver for FakeDriver {
 
     fn module_unload(&self, module: usize) {
         self.log(format!("module_unload {module:#x}"));
+    }
+
+    fn device_processes(&self, _uuid: &str) -> Option<Vec<(u32, u64)>> {
+        if !self.nvml.get() || !self.per_process.get() {
+            return None;
+        }
+        let mut v: Vec<(u32, u64)> = self
+            .others
+            .borrow()
+            .iter()
+            .filter(|p| *p.1 > 0)
+            .map(|(&p, &u)| (p, u))
+            .collect();
+        if self.own_used.get() > 0 {
+            v.push((self.nvml_pid.get(), self.own_used.get()));
+        }
+        v.sort_unstable();
+        Some(v)
+    }
+
+    fn nvml_pid_hint(&self) -> Option<u32> {
+        self.same_pid_ns.get().then(|| self.pid.get())
+    }
+
+    fn own_pid(&self) -> u32 {
+        self.pid.get()
+    }
+
+    fn ctx_mem_info(&self, ctx: usize) -> Option<(u64, u64)> {
+        self.log(format!("ctx_mem_info {ctx:#x}"));
+        if !self.ctx_devices.borrow().contains_key(&ctx) {
+            return None;
+        }
+        let t = self.total.get();
+        Some((t.saturating_sub(self.device_used.get()), t))
+    }
+
+    fn ctx_get_limit(&self, limit: i32) -> Option<u64> {
+        self.limits.borrow().get(&limit).copied()
+    }
+
+    fn device_attribute(&self, _dev: CUdevice, attr: i32) -> Option<i64> {
+        self.attributes.borrow().get(&attr).copied()
+    }
+
+    fn library_unload(&self, library: usize) {
+        self.log(format!("library_unload {library:#x}"));
     }
 }

@@ -75,4 +75,22 @@ pub trait Driver {
 
     // ---- modules
     fn module_unload(&self, module: usize);
+
+    // ---- measurement and limits (hooks/measure, hooks/limits, hooks/modules)
+    /// NVML's compute processes on the device as (PID as NVML reports it, used bytes); None without NVML
+    /// or when the driver does not report per-process usage.
+    fn device_processes(&self, uuid: &str) -> Option<Vec<(u32, u64)>>;
+    /// This process's PID as NVML reports it, when knowable without discovery: in the initial PID
+    /// namespace NVML's PIDs are ours. None in a container (NVML reports host PIDs).
+    fn nvml_pid_hint(&self) -> Option<u32>;
+    /// This process's PID in its own namespace (`getpid`), to tell a fork child from its parent.
+    fn own_pid(&self) -> u32;
+    /// (free, total) of the device of `ctx`, asked with `ctx` pushed current on this thread and popped
+    /// again (the previous current context is restored).
+    fn ctx_mem_info(&self, ctx: usize) -> Option<(u64, u64)>;
+    /// cuCtxGetLimit of the current context.
+    fn ctx_get_limit(&self, limit: i32) -> Option<u64>;
+    /// cuDeviceGetAttribute.
+    fn device_attribute(&self, dev: CUdevice, attr: i32) -> Option<i64>;
+    fn library_unload(&self, library: usize);
 }

@@ -357,4 +357,117 @@ impl Driver for RealDriver {
     fn module_unload(&self, module: usize) {
         forward!("cuModuleUnload", fn(CUmodule), module as CUmodule);
     }
+
+    fn device_processes(&self, uuid: &str) -> Option<Vec<(u32, u64)>> {
+        let dev = nvml_device(uuid)?;
+        let list = real!(
+            Lib::Nvml,
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            unsafe extern "C" fn(nvmlDevice_t, *mut c_uint, *mut NvmlProcess) -> nvmlReturn_t
+        )?;
+        let mut buf = vec![NvmlProcess::default(); 64];
+        for _ in 0..4 {
+            let mut n = buf.len() as c_uint;
+            // SAFETY: `buf` holds `n` entries of the v2 process struct the _v3 entry point fills.
+            let r = unsafe { list(dev, &mut n, buf.as_mut_ptr()) };
+            if r == NVML_SUCCESS {
+                buf.truncate(n as usize);
+                // NVML_VALUE_NOT_AVAILABLE: per-process usage is not reported (e.g. WDDM).
+                if buf.iter().any(|p| p.used == u64::MAX) {
+                    return None;
+                }
+                return Some(buf.iter().map(|p| (p.pid, p.used)).collect());
+            }
+            if r != NVML_ERROR_INSUFFICIENT_SIZE {
+                return None;
+            }
+            buf = vec![NvmlProcess::default(); n as usize + 16];
+        }
+        None
+    }
+
+    fn nvml_pid_hint(&self) -> Option<u32> {
+        // The initial PID namespace's inode is PROC_PID_INIT_INO (0xEFFFFFFC).
+        let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+        (ns.as_os_str() == "pid:[4026531836]").then(std::process::id)
+    }
+
+    fn own_pid(&self) -> u32 {
+        std::process::id()
+    }
+
+    fn ctx_mem_info(&self, ctx: usize) -> Option<(u64, u64)> {
+        if forward!("cuCtxPushCurrent_v2", fn(CUcontext), ctx as CUcontext) != CUDA_SUCCESS {
+            return None;
+        }
+        let info = self.mem_info();
+        let mut popped: CUcontext = std::ptr::null_mut();
+        forward!("cuCtxPopCurrent_v2", fn(*mut CUcontext), &mut popped);
+        info
+    }
+
+    fn ctx_get_limit(&self, limit: i32) -> Option<u64> {
+        let mut v: usize = 0;
+        (forward!("cuCtxGetLimit", fn(*mut usize, i32), &mut v, limit) == CUDA_SUCCESS)
+            .then_some(v as u64)
+    }
+
+    fn device_attribute(&self, dev: CUdevice, attr: i32) -> Option<i64> {
+        let mut v: i32 = 0;
+        (forward!(
+            "cuDeviceGetAttribute",
+            fn(*mut i32, i32, CUdevice),
+            &mut v,
+            attr,
+            dev
+        ) == CUDA_SUCCESS)
+            .then_some(v as i64)
+    }
+
+    fn library_unload(&self, library: usize) {
+        forward!("cuLibraryUnload", fn(*mut c_void), library as *mut c_void);
+    }
+}
+
+/// nvmlProcessInfo_v2_t (`nvmlDeviceGetComputeRunningProcesses_v3`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct NvmlProcess {
+    pid: c_uint,
+    used: u64,
+    gpu_instance: c_uint,
+    compute_instance: c_uint,
+}
+
+const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
+
+/// NVML, initialised once for this process's measurements (false: no NVML).
+fn nvml_ready() -> bool {
+    static INIT: OnceLock<bool> = OnceLock::new();
+    *INIT.get_or_init(|| {
+        real!(
+            Lib::Nvml,
+            "nvmlInit_v2",
+            unsafe extern "C" fn() -> nvmlReturn_t
+        )
+        // SAFETY: plain NVML initialisation; reference counted by NVML.
+        .map(|f| unsafe { f() } == NVML_SUCCESS)
+        .unwrap_or(false)
+    })
+}
+
+/// The NVML handle of the device with `uuid`.
+fn nvml_device(uuid: &str) -> Option<nvmlDevice_t> {
+    if !nvml_ready() {
+        return None;
+    }
+    let by_uuid = real!(
+        Lib::Nvml,
+        "nvmlDeviceGetHandleByUUID",
+        unsafe extern "C" fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t
+    )?;
+    let c = std::ffi::CString::new(uuid).ok()?;
+    let mut dev: nvmlDevice_t = std::ptr::null_mut();
+    // SAFETY: valid C string and out-pointer.
+    (unsafe { by_uuid(c.as_ptr(), &mut dev) } == NVML_SUCCESS).then_some(dev)
 }

@@ -1,19 +1,19 @@
 //! Contexts: `cuCtxCreate*`, `cuCtxDestroy*` and the primary context's retain/release/reset. A context's
 //! own memory is measured (not asked for by size); destroying it gives back everything recorded in it.
 //!
-//! Measurement: the device's used memory as NVML reports it, before and after creation (a context is not
-//! current yet, so cuMemGetInfo cannot be asked). Another process allocating at the same instant can skew
-//! it: context creations of the processes sharing a quota are serialised by a record lock on a file next
-//! to the ledger, what the ledger recorded meanwhile is subtracted, and the result is clamped to
-//! [0, ceiling]. If the measured memory does not fit, the context is destroyed again and the call fails
-//! with out-of-memory.
+//! Measurement (`measure`): this process's own usage in NVML before and after creation, else the device's
+//! used memory (NVML, or without NVML the driver's free memory through a context of the device before and
+//! the new one after) bounded by the context size this process learned first. Context creations of the
+//! processes sharing a quota are serialised by a record lock on a file next to the ledger. If the measured
+//! memory does not fit, the context is destroyed again and the call fails with out-of-memory.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_uint, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, measured, Engine, Target};
+use super::measure::{estimate, Probe};
+use super::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
@@ -23,31 +23,72 @@ use crate::quota::DeviceQuota;
 use crate::real::forward;
 use crate::records::{self, Rec};
 
-const CONTEXT_CEILING: u64 = 2 << 30;
+/// What a context is charged when nothing can measure it (no NVML, no earlier context of the device):
+/// about an H100/H200 context with driver 580 (an H200 context measured 524 MiB).
+pub(crate) const DEFAULT_CONTEXT_BYTES: u64 = 512 << 20;
 
 impl<D: Driver> Engine<'_, D> {
-    /// Runs `create` and measures what it took on the device (0 without a quota to measure for).
+    /// Runs `create` and measures what the new context (`new_ctx()`, read after success) took on the
+    /// device (0 without a quota to measure for). See `measure` for the estimator.
     fn measure_ctx(
         &self,
         dev: CUdevice,
         q: Option<&DeviceQuota>,
         create: impl FnOnce() -> CUresult,
+        new_ctx: impl FnOnce() -> usize,
     ) -> (CUresult, u64) {
         let Some(q) = q else { return (create(), 0) };
         let _measuring = q.measure_lock();
-        let (before, lb) = (self.drv.device_used(&q.uuid), q.used());
-        let r = create();
-        let (after, la) = (self.drv.device_used(&q.uuid), q.used());
-        let cost = match (before, after) {
-            (Some(b), Some(a)) => measured(
-                a as i128 - b as i128,
-                la as i128 - lb as i128,
-                CONTEXT_CEILING,
-            ),
-            _ => 0,
+        let nvml = self.drv.device_used(&q.uuid).is_some();
+        let probe = if nvml {
+            Probe::Nvml
+        } else {
+            self.ctx_probe(dev)
         };
-        log::debug(format_args!("context on device {dev}: {cost} bytes"));
+        let pid = self.nvml_pid();
+        let (mut before, procs_b) = self.read(q, probe, pid);
+        let r = create();
+        if r != CUDA_SUCCESS {
+            return (r, 0);
+        }
+        let probe = if nvml {
+            Probe::Nvml
+        } else {
+            Probe::Ctx(new_ctx())
+        };
+        let (mut after, procs_a) = self.read(q, probe, pid);
+        if pid.is_none() {
+            self.discover((&mut before, &procs_b), (&mut after, &procs_a));
+        } else if after.process == Some(0) {
+            // A process holding a context is in NVML's list: this PID is not ours (any more).
+            self.forget_nvml_pid();
+            (before.process, after.process) = (None, None);
+        }
+        let measured_before = before.process.is_some() || before.device.is_some();
+        let (cost, source) = estimate(
+            measured_before.then_some(&before),
+            &after,
+            self.known_context(&q.uuid),
+            DEFAULT_CONTEXT_BYTES,
+        );
+        self.learn_context(&q.uuid, cost, source);
+        log::debug(format_args!(
+            "context on device {dev}: {cost} bytes ({source:?})"
+        ));
         (r, cost)
+    }
+
+    /// Where to read the device's free memory before a context is created without NVML: a context of
+    /// `dev` that exists now (the current one, or the active primary context).
+    fn ctx_probe(&self, dev: CUdevice) -> Probe {
+        match self.current() {
+            Some((d, ctx)) if d == dev => return Probe::Ctx(ctx),
+            _ => {}
+        }
+        match self.drv.primary_active(dev) {
+            true => self.drv.primary_handle(dev).map_or(Probe::None, Probe::Ctx),
+            false => Probe::None,
+        }
     }
 
     /// cuCtxCreate*: the new context written to `pctx` by `create` is charged what it measured.
@@ -65,7 +106,8 @@ impl<D: Driver> Engine<'_, D> {
             Target::Forward => return create(),
             Target::Fail(e) => return e.cuda(),
         };
-        let (r, cost) = self.measure_ctx(dev, Some(q), create);
+        // SAFETY: the closure runs only after `create` succeeded: `pctx` is non-null and written by the driver.
+        let (r, cost) = self.measure_ctx(dev, Some(q), create, || unsafe { *pctx } as usize);
         if r != CUDA_SUCCESS {
             return r;
         }
@@ -84,6 +126,7 @@ impl<D: Driver> Engine<'_, D> {
     /// The driver freed everything of context `ctx`: give back its records.
     pub(crate) fn context_gone(&self, ctx: usize) {
         records::context_gone();
+        self.limits_gone(ctx);
         if let Some(rec) = self.rec.contexts.remove(ctx as u64) {
             self.release(&rec);
         }
@@ -110,7 +153,9 @@ impl<D: Driver> Engine<'_, D> {
             Target::Fail(e) => return e.cuda(),
         };
         let fresh = !self.drv.primary_active(dev);
-        let (r, cost) = self.measure_ctx(dev, fresh.then_some(q), retain);
+        // SAFETY: the closure runs only after `retain` succeeded: `pctx` is non-null and written by the driver.
+        let (r, cost) = self.measure_ctx(dev, fresh.then_some(q), retain, || unsafe { *pctx }
+            as usize);
         if r != CUDA_SUCCESS {
             return r;
         }

@@ -1,13 +1,13 @@
-//! Modules: `cuModuleLoad*` and `cuModuleUnload`. A module's device memory (code, globals) is measured as
-//! the device's free memory before and after loading, net of the ledger's other activity.
-//! Libraries (`cuLibraryLoad*`) are not charged yet.
+//! Modules and libraries: `cuModuleLoad*`, `cuModuleUnload`, `cuLibraryLoadData`, `cuLibraryLoadFromFile`,
+//! `cuLibraryUnload`. Their device memory (code, globals) is measured around the load (`measure`).
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_uint, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, measured, Engine, Target, MODULE_CEILING};
+use super::measure::{estimate, Probe};
+use super::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
@@ -21,7 +21,29 @@ impl<D: Driver> Engine<'_, D> {
         m: *mut CUmodule,
         load: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        if m.is_null() {
+        self.load_measured(m.cast(), load, |h| self.drv.module_unload(h))
+    }
+
+    /// cuLibraryLoad*: a library loaded while a context is current is measured like a module in that
+    /// context; without a current context nothing is loaded on a device yet (contexts created later are
+    /// measured with what they load).
+    pub(crate) fn library_load(
+        &self,
+        lib: *mut *mut c_void,
+        load: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        self.load_measured(lib, load, |h| self.drv.library_unload(h))
+    }
+
+    /// Runs `load` (which writes a handle to `out`) and charges what the device grew by in this process
+    /// (`measure`); with `unload` undoes it when that does not fit.
+    fn load_measured(
+        &self,
+        out: *mut *mut c_void,
+        load: impl FnOnce() -> CUresult,
+        unload: impl FnOnce(usize),
+    ) -> CUresult {
+        if out.is_null() {
             return load();
         }
         let (tgt, dev, ctx) = self.target_current();
@@ -30,28 +52,23 @@ impl<D: Driver> Engine<'_, D> {
             Target::Forward => return load(),
             Target::Fail(e) => return e.cuda(),
         };
-        let (before, lb) = (self.device_free(), q.used());
+        let pid = self.nvml_pid();
+        let (before, _) = self.read(q, Probe::Current, pid);
         let r = load();
         if r != CUDA_SUCCESS {
             return r;
         }
-        let cost = match (before, self.device_free()) {
-            (Some(b), Some(a)) => measured(
-                b as i128 - a as i128,
-                q.used() as i128 - lb as i128,
-                MODULE_CEILING,
-            ),
-            _ => 0,
-        };
+        let (after, _) = self.read(q, Probe::Current, pid);
+        let (cost, _) = estimate(Some(&before), &after, None, 0);
         // SAFETY: non-null, written by the driver.
-        let module = unsafe { *m } as usize;
+        let handle = unsafe { *out } as usize;
         if !q.charge(Kind::Module, cost) {
-            self.drv.module_unload(module);
+            unload(handle);
             return Error::OutOfMemory.cuda();
         }
         self.rec
             .modules
-            .insert(module as u64, Rec::new(dev, Kind::Module, cost, ctx));
+            .insert(handle as u64, Rec::new(dev, Kind::Module, cost, ctx));
         r
     }
 }
@@ -71,6 +88,18 @@ hook!(cuModuleLoadFatBinary(m: *mut CUmodule, fatbin: *const c_void) {
 hook!(cuModuleUnload(m: CUmodule) {
     let e = engine();
     e.tracked_free(&e.rec.modules, m as u64, || forward!("cuModuleUnload", fn(CUmodule), m))
+});
+
+type Opts = *mut c_void;
+hook!(cuLibraryLoadData(lib: *mut *mut c_void, code: *const c_void, jo: Opts, jv: *mut *mut c_void, nj: c_uint, lo: Opts, lv: *mut *mut c_void, nl: c_uint) {
+    engine().library_load(lib, || forward!("cuLibraryLoadData", fn(*mut *mut c_void, *const c_void, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, code, jo, jv, nj, lo, lv, nl))
+});
+hook!(cuLibraryLoadFromFile(lib: *mut *mut c_void, fname: *const c_char, jo: Opts, jv: *mut *mut c_void, nj: c_uint, lo: Opts, lv: *mut *mut c_void, nl: c_uint) {
+    engine().library_load(lib, || forward!("cuLibraryLoadFromFile", fn(*mut *mut c_void, *const c_char, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, fname, jo, jv, nj, lo, lv, nl))
+});
+hook!(cuLibraryUnload(lib: *mut c_void) {
+    let e = engine();
+    e.tracked_free(&e.rec.modules, lib as u64, || forward!("cuLibraryUnload", fn(*mut c_void), lib))
 });
 
 #[cfg(test)]
@@ -110,6 +139,52 @@ mod tests {
         assert_eq!(load(&w, 0xe2, 2 << 20), CUDA_ERROR_OUT_OF_MEMORY);
         assert!(w.fake.called("module_unload 0xe2"));
         assert_eq!(w.used(), 0);
+    }
+
+    // Regression (item 8c): a module measured above the old 4 GiB ceiling was charged 4 GiB.
+    #[test]
+    fn a_module_larger_than_the_old_ceiling_is_charged_in_full() {
+        let w = World::new(8 << 30);
+        assert_eq!(load(&w, 0xe4, 5 << 30), CUDA_SUCCESS);
+        assert_eq!(w.usage(Kind::Module), 5 << 30);
+    }
+
+    // Regression (item 9): another tenant allocating while a module loads was charged to the module.
+    #[test]
+    fn a_neighbour_allocating_while_a_module_loads_is_not_charged() {
+        let w = World::new(8 << 30);
+        let mut out: CUmodule = std::ptr::null_mut();
+        let p: *mut CUmodule = &mut out;
+        let r = w.engine().module_load(p, || {
+            w.fake.grow(2 << 20);
+            w.fake.neighbour(90, 1 << 30);
+            // SAFETY: `p` points at the local `out`.
+            unsafe { *p = 0xe5 as CUmodule };
+            CUDA_SUCCESS
+        });
+        assert_eq!(r, CUDA_SUCCESS);
+        assert_eq!(w.usage(Kind::Module), 2 << 20);
+    }
+
+    // Item 8b: cuLibraryLoad* was not charged at all.
+    #[test]
+    fn a_library_is_measured_like_a_module_and_unloaded_when_it_does_not_fit() {
+        let w = World::new(64 << 20);
+        let lib = |h: usize, grow: i64| {
+            let mut out: *mut c_void = std::ptr::null_mut();
+            let p: *mut *mut c_void = &mut out;
+            w.engine().library_load(p, || {
+                w.fake.grow(grow);
+                // SAFETY: `p` points at the local `out`.
+                unsafe { *p = h as *mut c_void };
+                CUDA_SUCCESS
+            })
+        };
+        assert_eq!(lib(0xf1, 3 << 20), CUDA_SUCCESS);
+        assert_eq!(w.usage(Kind::Module), 3 << 20);
+        assert_eq!(lib(0xf2, 100 << 20), CUDA_ERROR_OUT_OF_MEMORY);
+        assert!(w.fake.called("library_unload 0xf2"));
+        assert_eq!(w.used(), 3 << 20);
     }
 
     #[test]

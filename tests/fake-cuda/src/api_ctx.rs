@@ -227,15 +227,37 @@ fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
 
 fn cuCtxGetLimit(v: *mut usize, limit: c_int) {
     let d = drv()?;
-    current(d)?;
-    // stack size, printf FIFO, malloc heap, runtime sync depth, pending launches, L2 fetch, persisting L2
-    out(v, match limit { 0 => 1024, 1 => 1 << 20, 2 => 8 << 20, 3 => 2, 4 => 2048, 5 => 64, 6 => 0, _ => return Err(INVALID_VALUE) })
+    let (h, _, _) = current(d)?;
+    // stack size, printf FIFO, malloc heap (per context), runtime sync depth, pending launches, L2 fetch,
+    // persisting L2
+    let own = lock(&d.objs).ctxs.get(&h).map(|c| c.limits).ok_or(INVALID_CONTEXT)?;
+    out(v, match limit { 0..=2 => own[limit as usize] as usize, 3 => 2, 4 => 2048, 5 => 64, 6 => 0, _ => return Err(INVALID_VALUE) })
 }
 
-fn cuCtxSetLimit(limit: c_int, _v: usize) {
+fn cuCtxSetLimit(limit: c_int, v: usize) {
     let d = drv()?;
-    current(d)?;
-    if (0..=6).contains(&limit) { Ok(()) } else { Err(INVALID_VALUE) }
+    let (h, _, phys) = current(d)?;
+    if !(0..=6).contains(&limit) { return Err(INVALID_VALUE); }
+    if limit > 2 { return Ok(()); }
+    // Stack, FIFO and heap are device memory, taken (or given back) now: per thread × every resident
+    // thread for the stack. What is above the defaults is charged to the device.
+    let cost = |l: &[u64; 3]| {
+        let per = [RESIDENT_THREADS, 1, 1];
+        (0..3).map(|i| l[i].saturating_sub(DEFAULT_LIMITS[i]).saturating_mul(per[i])).sum::<u64>()
+    };
+    let mut objs = lock(&d.objs);
+    let ctx = objs.ctxs.get_mut(&h).ok_or(INVALID_CONTEXT)?;
+    let mut limits = ctx.limits;
+    limits[limit as usize] = v as u64;
+    let bytes = cost(&limits);
+    if bytes > ctx.limit_bytes {
+        d.charge(phys, bytes - ctx.limit_bytes)?;
+    } else {
+        d.refund(phys, ctx.limit_bytes - bytes);
+    }
+    ctx.limits = limits;
+    ctx.limit_bytes = bytes;
+    Ok(())
 }
 
 fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {

@@ -119,6 +119,16 @@ fn cuLibraryLoadData(lib: *mut Handle, code: *const c_void, _jo: *mut c_int, _jv
     load(d, lib, image(code)?)
 }
 
+fn cuLibraryLoadFromFile(lib: *mut Handle, path: *const c_char, _jo: *mut c_int, _jv: *mut *mut c_void, _nj: c_uint,
+                         _lo: *mut c_int, _lv: *mut *mut c_void, _nl: c_uint) {
+    let d = drv()?;
+    if path.is_null() { return Err(INVALID_VALUE); }
+    let path = CStr::from_ptr(path).to_string_lossy().into_owned();
+    let mut bytes = std::fs::read(&path).map_err(|_| FILE_NOT_FOUND)?;
+    bytes.extend_from_slice(&[0, 0, 0, 0]);
+    load(d, lib, image(bytes.as_ptr() as *const c_void)?)
+}
+
 fn cuLibraryUnload(lib: Handle) { unload(drv()?, lib) }
 
 fn cuLibraryGetKernel(k: *mut Handle, lib: Handle, name: *const c_char) { get_function(drv()?, k, lib, name) }

@@ -20,7 +20,16 @@ pub struct Ctx {
     pub phys: usize,
     pub primary: bool,
     pub flags: u32,
+    /// Stack size, printf FIFO and malloc heap (`cuCtxSetLimit`), and the device memory they take above
+    /// the defaults (which are part of the context's own bytes).
+    pub limits: [u64; 3],
+    pub limit_bytes: u64,
 }
+
+/// The default stack size, printf FIFO and malloc heap of a new context.
+pub const DEFAULT_LIMITS: [u64; 3] = [1024, 1 << 20, 8 << 20];
+/// Resident threads of a device (132 multiprocessors × 2048): what a byte of stack size costs.
+pub const RESIDENT_THREADS: u64 = 132 * 2048;
 
 #[derive(Default)]
 pub struct Primary {
@@ -238,7 +247,7 @@ impl Driver {
         let phys = self.phys(dev)?;
         self.charge(phys, self.ctx_bytes)?;
         let h = new_handle();
-        objs.ctxs.insert(h, Ctx { ordinal: dev as usize, phys, primary, flags });
+        objs.ctxs.insert(h, Ctx { ordinal: dev as usize, phys, primary, flags, limits: DEFAULT_LIMITS, limit_bytes: 0 });
         Ok(h)
     }
 
@@ -246,7 +255,7 @@ impl Driver {
     pub fn destroy_ctx(&self, objs: &mut Objs, h: Handle) -> R {
         let ctx = objs.ctxs.remove(&h).ok_or(INVALID_CONTEXT)?;
         CTX_EPOCH.fetch_add(1, AcqRel);
-        self.refund(ctx.phys, self.ctx_bytes);
+        self.refund(ctx.phys, self.ctx_bytes + ctx.limit_bytes);
         let mods: Vec<Handle> = objs.modules.iter().filter(|(_, m)| m.ctx == h).map(|(&k, _)| k).collect();
         for m in mods {
             let m = objs.modules.remove(&m).unwrap();

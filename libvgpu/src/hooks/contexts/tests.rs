@@ -25,7 +25,7 @@ fn a_context_is_charged_what_the_device_grew_by() {
 }
 
 #[test]
-fn the_measurement_excludes_what_the_ledger_recorded_meanwhile_and_is_clamped() {
+fn the_measurement_excludes_what_the_ledger_recorded_meanwhile() {
     let w = World::new(8 << 30);
     // another process of the container allocated 100 MiB during the creation
     let mut out: CUcontext = std::ptr::null_mut();
@@ -38,12 +38,14 @@ fn the_measurement_excludes_what_the_ledger_recorded_meanwhile_and_is_clamped() 
         CUDA_SUCCESS
     });
     assert_eq!(w.usage(Kind::Context), 300 << 20);
+}
+
+// Regression (item 8c): a context measured above the old 2 GiB ceiling was charged 2 GiB.
+#[test]
+fn a_context_larger_than_the_old_ceiling_is_charged_in_full() {
+    let w = World::new(8 << 30);
     assert_eq!(create(&w, 0xc3, 5 << 30), CUDA_SUCCESS);
-    assert_eq!(
-        w.usage(Kind::Context),
-        (300 << 20) + CONTEXT_CEILING,
-        "clamped to the ceiling"
-    );
+    assert_eq!(w.usage(Kind::Context), 5 << 30);
 }
 
 #[test]
@@ -149,4 +151,100 @@ fn a_primary_context_that_does_not_fit_is_released_and_refused() {
         w.rec.primary.keys().is_empty(),
         "a refused retain is not counted"
     );
+}
+
+/// cuCtxCreate through the policy; during the creation another tenant (NVML PID `pid`) changes its
+/// device memory by `noise`. The new context is registered with the fake (so it can be asked).
+fn create_noisy(w: &World, ctx: usize, grow: i64, pid: u32, noise: i64) -> CUresult {
+    let mut out: CUcontext = std::ptr::null_mut();
+    let p: *mut CUcontext = &mut out;
+    w.engine().ctx_create(p, 0, || {
+        w.fake.neighbour(pid, noise / 2);
+        w.fake.grow(grow);
+        w.fake.ctx_devices.borrow_mut().insert(ctx, 0);
+        w.fake.neighbour(pid, noise - noise / 2);
+        // SAFETY: `p` points at the local `out`.
+        unsafe { *p = ctx as CUcontext };
+        CUDA_SUCCESS
+    })
+}
+
+// Regression (item 9): another tenant's allocation inside the window was charged to the context.
+#[test]
+fn a_neighbour_allocating_during_creation_is_not_charged() {
+    let w = World::new(8 << 30);
+    assert_eq!(create_noisy(&w, 0xca, 300 << 20, 77, 3 << 30), CUDA_SUCCESS);
+    assert_eq!(w.usage(Kind::Context), 300 << 20);
+}
+
+// Regression (item 9): another tenant's free inside the window made the context cost nothing.
+#[test]
+fn a_neighbour_freeing_during_creation_does_not_hide_the_cost() {
+    let w = World::new(8 << 30);
+    w.fake.neighbour(77, 2 << 30);
+    assert_eq!(
+        create_noisy(&w, 0xcb, 300 << 20, 77, -(2 << 30)),
+        CUDA_SUCCESS
+    );
+    assert_eq!(w.usage(Kind::Context), 300 << 20);
+}
+
+// Item 9: in a PID namespace NVML's PIDs are the host's; the process finds its own as the one PID that
+// appears with its first context, then measures through it.
+#[test]
+fn in_a_pid_namespace_the_process_is_found_in_nvml_by_its_first_context() {
+    let w = World::new(8 << 30);
+    w.fake.same_pid_ns.set(false);
+    w.fake.nvml_pid.set(900_001);
+    w.fake.neighbour(78, 1 << 30);
+    assert_eq!(create_noisy(&w, 0xcc, 300 << 20, 78, 1 << 30), CUDA_SUCCESS);
+    assert_eq!(w.usage(Kind::Context), 300 << 20);
+    // a second context while a new process of another tenant appears: still exact
+    assert_eq!(create_noisy(&w, 0xcd, 300 << 20, 79, 2 << 30), CUDA_SUCCESS);
+    assert_eq!(w.usage(Kind::Context), 600 << 20);
+}
+
+// Item 9: without per-process usage, a device-wide measurement far from the context size this process
+// learned first is other tenants' noise: the known size is charged.
+#[test]
+fn without_per_process_usage_a_noisy_measurement_is_bounded_by_the_known_context_size() {
+    let w = World::new(8 << 30);
+    w.fake.per_process.set(false);
+    assert_eq!(create_noisy(&w, 0xce, 300 << 20, 80, 0), CUDA_SUCCESS);
+    assert_eq!(create_noisy(&w, 0xcf, 300 << 20, 80, 3 << 30), CUDA_SUCCESS);
+    assert_eq!(
+        create_noisy(&w, 0xd1, 300 << 20, 80, -(3 << 30)),
+        CUDA_SUCCESS
+    );
+    assert_eq!(w.usage(Kind::Context), 900 << 20);
+}
+
+// Regression (item 8d): without NVML every context was charged 0. The driver measures it: the free
+// memory through a context of the device before, through the new context after.
+#[test]
+fn without_nvml_a_context_is_measured_with_the_driver() {
+    let w = World::new(8 << 30);
+    w.fake.nvml.set(false);
+    assert_eq!(create_noisy(&w, 0xd2, 300 << 20, 81, 0), CUDA_SUCCESS);
+    assert_eq!(w.usage(Kind::Context), 300 << 20);
+    assert!(w.fake.called(&format!("ctx_mem_info {:#x}", w.fake.ctx())));
+    assert!(w.fake.called("ctx_mem_info 0xd2"));
+}
+
+// Item 8d: without NVML and without any context of the device before, the first context is charged what
+// the device holds after its creation beyond the container's ledger, at most DEFAULT_CONTEXT_BYTES.
+#[test]
+fn without_nvml_or_a_prior_context_the_first_context_is_bounded() {
+    let w = World::new(8 << 30);
+    w.fake.nvml.set(false);
+    w.fake.set_current(0);
+    assert_eq!(create_noisy(&w, 0xd3, 300 << 20, 82, 0), CUDA_SUCCESS);
+    assert_eq!(w.usage(Kind::Context), 300 << 20);
+    // another tenant holds 4 GiB: the bound is the default context size, then the learned one
+    let w = World::new(8 << 30);
+    w.fake.nvml.set(false);
+    w.fake.set_current(0);
+    w.fake.neighbour(83, 4 << 30);
+    assert_eq!(create_noisy(&w, 0xd4, 300 << 20, 83, 0), CUDA_SUCCESS);
+    assert_eq!(w.usage(Kind::Context), DEFAULT_CONTEXT_BYTES);
 }

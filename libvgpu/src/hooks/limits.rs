@@ -1,0 +1,200 @@
+//! Context limits: `cuCtxSetLimit` of the three limits that are device memory the application sizes —
+//! thread stack (per thread × every resident thread of the device), printf FIFO, malloc heap.
+//!
+//! Charged by a computed bound, not measured: the driver may allocate the heap and FIFO only at the next
+//! launch, so a measurement around the call can see nothing. Growth above the current value is charged
+//! before the call (refused with out-of-memory when it does not fit: the driver is not asked); a shrink
+//! refunds what this library charged for that limit, never the defaults (they are part of the context's
+//! measured cost). The charge belongs to the context's record and goes with the context.
+#![allow(clippy::missing_safety_doc)]
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::Mutex;
+
+use vgpu_ledger::Kind;
+
+use super::{engine, hook, Engine, Target};
+use crate::driver::Driver;
+use crate::error::Error;
+use crate::ffi::*;
+use crate::real::forward;
+use crate::records::Rec;
+
+pub(crate) const CU_LIMIT_STACK_SIZE: i32 = 0;
+pub(crate) const CU_LIMIT_PRINTF_FIFO_SIZE: i32 = 1;
+pub(crate) const CU_LIMIT_MALLOC_HEAP_SIZE: i32 = 2;
+const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
+const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
+
+/// What this library charged per (own PID, context) for each of the three limits, above their values at
+/// the first set. Serialises setters too: held across cuCtxGetLimit / cuCtxSetLimit, which must be one
+/// step (two threads setting a limit at once would otherwise both charge from the same old value).
+static EXTRAS: Mutex<Option<Extras>> = Mutex::new(None);
+type Extras = HashMap<(u32, usize), [u64; 3]>;
+
+impl<D: Driver> Engine<'_, D> {
+    /// The device memory a limit of `value` takes on `dev` (None: that limit is not device memory).
+    pub(crate) fn limit_bytes(&self, dev: CUdevice, limit: i32, value: u64) -> Option<u64> {
+        match limit {
+            CU_LIMIT_STACK_SIZE => {
+                let sms = self
+                    .drv
+                    .device_attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+                let threads = self
+                    .drv
+                    .device_attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
+                Some(value.saturating_mul((sms.max(0) * threads.max(0)) as u64))
+            }
+            CU_LIMIT_PRINTF_FIFO_SIZE | CU_LIMIT_MALLOC_HEAP_SIZE => Some(value),
+            _ => None,
+        }
+    }
+
+    /// cuCtxSetLimit: charges growth before `set`, refunds a shrink after it.
+    pub(crate) fn set_limit(
+        &self,
+        limit: i32,
+        value: u64,
+        set: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        if self.drv.unlimited() || !(0..=2).contains(&limit) {
+            return set();
+        }
+        let (q, dev, ctx) = match self.target_current() {
+            (Target::Charge(q), dev, ctx) => (q, dev, ctx),
+            (Target::Forward, ..) => return set(),
+            (Target::Fail(e), ..) => return e.cuda(),
+        };
+        let mut extras = EXTRAS.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (self.drv.own_pid(), ctx);
+        let (Some(old), Some(new_bytes)) = (
+            self.drv.ctx_get_limit(limit),
+            self.limit_bytes(dev, limit, value),
+        ) else {
+            return set();
+        };
+        let old_bytes = self.limit_bytes(dev, limit, old).unwrap_or(0);
+        let slot = limit as usize;
+        let charged = extras
+            .as_ref()
+            .and_then(|m| m.get(&key))
+            .map_or(0, |e| e[slot]);
+        let (grow, shrink) = if new_bytes >= old_bytes {
+            (new_bytes - old_bytes, 0)
+        } else {
+            (0, (old_bytes - new_bytes).min(charged))
+        };
+        if !q.charge(Kind::Context, grow) {
+            return Error::OutOfMemory.cuda();
+        }
+        let r = set();
+        if r != CUDA_SUCCESS {
+            q.refund(Kind::Context, grow);
+            return r;
+        }
+        q.refund(Kind::Context, shrink);
+        let e = extras
+            .get_or_insert_with(HashMap::new)
+            .entry(key)
+            .or_insert([0; 3]);
+        e[slot] = charged + grow - shrink;
+        drop(extras);
+        // The context's record carries the charge, so that the context's end gives it back.
+        self.rec.contexts.update(
+            ctx as u64,
+            || Rec::new(dev, Kind::Context, 0, ctx),
+            |r| r.bytes = r.bytes + grow - shrink,
+        );
+        r
+    }
+
+    /// The context went away (its record, with the limits' charge, is given back by the caller).
+    pub(crate) fn limits_gone(&self, ctx: usize) {
+        let key = (self.drv.own_pid(), ctx);
+        if let Some(m) = EXTRAS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            m.remove(&key);
+        }
+    }
+}
+
+hook!(cuCtxSetLimit(limit: c_int, value: usize) {
+    engine().set_limit(limit, value as u64, || forward!("cuCtxSetLimit", fn(c_int, usize), limit, value))
+});
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::World;
+    use super::*;
+
+    /// cuCtxSetLimit through the policy; the fake records the new value when the driver succeeds.
+    fn set(w: &World, limit: i32, value: u64, rc: CUresult) -> CUresult {
+        w.engine().set_limit(limit, value, || {
+            if rc == CUDA_SUCCESS {
+                w.fake.limits.borrow_mut().insert(limit, value);
+            }
+            rc
+        })
+    }
+
+    // Regression (item 8a): cuCtxSetLimit was not hooked; a 1 GiB malloc heap was never charged.
+    #[test]
+    fn heap_and_fifo_growth_is_charged_and_a_shrink_refunded() {
+        let w = World::new(4 << 30);
+        assert_eq!(set(&w, CU_LIMIT_MALLOC_HEAP_SIZE, 1 << 30, 0), CUDA_SUCCESS);
+        assert_eq!(w.usage(Kind::Context), (1 << 30) - (8 << 20));
+        assert_eq!(
+            set(&w, CU_LIMIT_PRINTF_FIFO_SIZE, 65 << 20, 0),
+            CUDA_SUCCESS
+        );
+        assert_eq!(w.used(), (1 << 30) - (8 << 20) + (64 << 20));
+        assert_eq!(set(&w, CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20, 0), CUDA_SUCCESS);
+        assert_eq!(w.used(), 64 << 20);
+        // below the default: nothing more than what was charged comes back
+        assert_eq!(set(&w, CU_LIMIT_MALLOC_HEAP_SIZE, 0, 0), CUDA_SUCCESS);
+        assert_eq!(w.used(), 64 << 20);
+    }
+
+    #[test]
+    fn stack_size_is_per_thread_times_every_resident_thread() {
+        let w = World::new(4 << 30);
+        assert_eq!(set(&w, CU_LIMIT_STACK_SIZE, 2048, 0), CUDA_SUCCESS);
+        assert_eq!(w.used(), 1024 * 132 * 2048);
+    }
+
+    #[test]
+    fn growth_past_the_quota_is_refused_without_asking_the_driver() {
+        let w = World::new(1 << 30);
+        let mut called = false;
+        let r = w
+            .engine()
+            .set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 2 << 30, || {
+                called = true;
+                CUDA_SUCCESS
+            });
+        assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
+        assert!(!called);
+        assert_eq!(w.used(), 0);
+        assert_eq!(
+            set(
+                &w,
+                CU_LIMIT_MALLOC_HEAP_SIZE,
+                512 << 20,
+                CUDA_ERROR_INVALID_VALUE
+            ),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(w.used(), 0, "a failed set is refunded");
+    }
+
+    #[test]
+    fn the_context_going_away_gives_the_limits_back() {
+        let w = World::new(4 << 30);
+        assert_eq!(set(&w, CU_LIMIT_MALLOC_HEAP_SIZE, 1 << 30, 0), CUDA_SUCCESS);
+        w.engine().context_gone(w.fake.ctx());
+        assert_eq!(w.used(), 0);
+        // other limits (e.g. CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH) are forwarded uncharged
+        assert_eq!(set(&w, 3, 4, 0), CUDA_SUCCESS);
+        assert_eq!(w.used(), 0);
+    }
+}
