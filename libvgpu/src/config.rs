@@ -35,13 +35,24 @@ pub enum Config {
     },
 }
 
-/// What a UUID alone tells (NVML knows devices by UUID, the environment by CUDA ordinal).
+/// A GPU as the configuration sees it (`identity` finds it): its own UUID (`GPU-…`, or `MIG-…` for a MIG
+/// instance), the parent GPU's UUID for a MIG instance, and the NVML index of the GPU (the parent's for
+/// MIG; None when NVML cannot tell).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gpu<'a> {
+    pub uuid: &'a str,
+    pub parent: Option<&'a str>,
+    pub index: Option<u32>,
+}
+
+/// The quota of one GPU.
 #[derive(Debug, PartialEq, Eq)]
-pub enum UuidLookup {
+pub enum Lookup {
     Limit(DeviceSpec),
     NoLimit,
-    /// Per-ordinal environment limits: the CUDA ordinal of this UUID must be found first.
-    NeedsOrdinal,
+    /// A limit applies to the process but cannot be placed on this GPU: CUDA is refused on it (the reason
+    /// is one line for the log).
+    Refuse(String),
 }
 
 impl Config {
@@ -94,60 +105,62 @@ impl Config {
         matches!(self, Config::Unlimited)
     }
 
-    /// The quota of the GPU with CUDA ordinal `ordinal` (as this process sees it) and UUID `uuid`.
-    pub fn for_device(&self, ordinal: i32, uuid: &str) -> Option<DeviceSpec> {
+    /// The quota of a GPU. The limits file knows GPUs by UUID (a MIG instance gets its GPU's quota);
+    /// a GPU it does not list is refused, never unlimited. The environment's `CUDA_DEVICE_MEMORY_LIMIT_<i>`
+    /// is GPU `i` in NVML's order (HAMi-core's reading), so it follows the GPU whatever
+    /// CUDA_VISIBLE_DEVICES does; each GPU or MIG instance has its own ledger `<prefix>.<uuid>`.
+    pub fn lookup(&self, gpu: Gpu<'_>) -> Lookup {
         match self {
-            Config::Unlimited => None,
-            Config::File { .. } => match self.for_uuid(uuid) {
-                UuidLookup::Limit(s) => Some(s),
-                _ => None,
-            },
+            Config::Unlimited => Lookup::NoLimit,
+            Config::File { path, limits } => {
+                let found = limits
+                    .device_by_uuid(gpu.uuid)
+                    .or_else(|| gpu.parent.and_then(|p| limits.device_by_uuid(p)));
+                match found {
+                    Some(d) => Lookup::Limit(DeviceSpec {
+                        limit: d.memory_limit,
+                        ledger: limits.ledger_path(path, d),
+                    }),
+                    None => Lookup::Refuse(format!(
+                        "{}{} is not in the limits file {}",
+                        gpu.uuid,
+                        gpu.parent
+                            .map(|p| format!(" (MIG of {p})"))
+                            .unwrap_or_default(),
+                        path.display()
+                    )),
+                }
+            }
             Config::Env {
                 global,
                 per_index,
                 prefix,
             } => {
-                let limit = u32::try_from(ordinal)
-                    .ok()
-                    .and_then(|i| per_index.get(&i))
-                    .copied()
-                    .unwrap_or(*global);
-                (limit > 0).then(|| DeviceSpec {
+                let limit = match gpu.index.and_then(|i| per_index.get(&i)) {
+                    Some(&l) => l,
+                    None if gpu.index.is_none() && !per_index.is_empty() => {
+                        return Lookup::Refuse(format!(
+                            "{}: NVML cannot tell its index, which CUDA_DEVICE_MEMORY_LIMIT_<i> needs",
+                            gpu.uuid
+                        ))
+                    }
+                    None => *global,
+                };
+                if limit == 0 {
+                    return Lookup::NoLimit;
+                }
+                Lookup::Limit(DeviceSpec {
                     limit,
-                    ledger: env_ledger_path(prefix, uuid),
+                    ledger: env_ledger_path(prefix, gpu.uuid),
                 })
             }
         }
     }
 
-    /// The quota of the GPU with this UUID, if the UUID alone decides it.
-    pub fn for_uuid(&self, uuid: &str) -> UuidLookup {
-        match self {
-            Config::Unlimited => UuidLookup::NoLimit,
-            Config::File { path, limits } => match limits.device_by_uuid(uuid) {
-                Some(d) if d.memory_limit > 0 => UuidLookup::Limit(DeviceSpec {
-                    limit: d.memory_limit,
-                    ledger: limits.ledger_path(path, d),
-                }),
-                _ => UuidLookup::NoLimit,
-            },
-            Config::Env {
-                global,
-                per_index,
-                prefix,
-            } => {
-                if !per_index.is_empty() {
-                    UuidLookup::NeedsOrdinal
-                } else if *global > 0 {
-                    UuidLookup::Limit(DeviceSpec {
-                        limit: *global,
-                        ledger: env_ledger_path(prefix, uuid),
-                    })
-                } else {
-                    UuidLookup::NoLimit
-                }
-            }
-        }
+    /// Whether ledgers are the environment mode's (created on demand in a shared folder such as /tmp, so
+    /// they must be this user's or root's: `quota`), rather than provisioned by the hook.
+    pub fn env_mode(&self) -> bool {
+        matches!(self, Config::Env { .. })
     }
 }
 
@@ -167,6 +180,56 @@ mod tests {
             .collect()
     }
     const NOFILE: &str = "/nonexistent/vgpu/limits.json";
+
+    fn gpu(uuid: &str, index: Option<u32>) -> Gpu<'_> {
+        Gpu {
+            uuid,
+            parent: None,
+            index,
+        }
+    }
+
+    fn limit(c: &Config, g: Gpu<'_>) -> Option<u64> {
+        match c.lookup(g) {
+            Lookup::Limit(s) => Some(s.limit),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn limits_file_refuses_unlisted_gpus_and_gives_mig_its_gpus_quota() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.json");
+        std::fs::write(
+            &path,
+            r#"{"version":1,"container_id":"c","devices":[{"index":0,"uuid":"GPU-a","memory_limit":4096,"ledger":"ledgers/GPU-a.ledger"}]}"#,
+        )
+        .unwrap();
+        let env = env(&[("VGPU_LIMITS_FILE", path.to_str().unwrap())]);
+        let c = Config::from_env(&env, Path::new(NOFILE)).unwrap();
+        assert_eq!(limit(&c, gpu("GPU-a", Some(3))), Some(4096));
+        let Lookup::Refuse(why) = c.lookup(gpu("GPU-b", Some(0))) else {
+            panic!("an unlisted GPU must be refused")
+        };
+        assert!(
+            why.contains("GPU-b") && why.contains("limits.json"),
+            "{why}"
+        );
+        let mig = Gpu {
+            uuid: "MIG-x",
+            parent: Some("GPU-a"),
+            index: Some(0),
+        };
+        let Lookup::Limit(s) = c.lookup(mig) else {
+            panic!("a MIG instance gets its GPU's quota")
+        };
+        assert_eq!(s.ledger, dir.path().join("ledgers/GPU-a.ledger"));
+        let orphan = Gpu {
+            parent: Some("GPU-z"),
+            ..mig
+        };
+        assert!(matches!(c.lookup(orphan), Lookup::Refuse(_)));
+    }
 
     #[test]
     fn nothing_set_is_unlimited() {
@@ -191,11 +254,13 @@ mod tests {
             Path::new(NOFILE),
         )
         .unwrap();
-        let d0 = c.for_device(0, "GPU-a").unwrap();
+        let Lookup::Limit(d0) = c.lookup(gpu("GPU-a", Some(0))) else {
+            panic!()
+        };
         assert_eq!(d0.limit, 1 << 30);
         assert_eq!(d0.ledger, PathBuf::from("/tmp/cudevshr.cache.GPU-a"));
-        assert_eq!(c.for_device(1, "GPU-b").unwrap().limit, 512 << 20);
-        assert_eq!(c.for_uuid("GPU-a"), UuidLookup::NeedsOrdinal);
+        assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(512 << 20));
+        assert!(matches!(c.lookup(gpu("GPU-b", None)), Lookup::Refuse(m) if m.contains("index")));
     }
 
     #[test]
@@ -208,8 +273,8 @@ mod tests {
             Path::new(NOFILE),
         )
         .unwrap();
-        assert_eq!(c.for_device(0, "GPU-a"), None);
-        assert_eq!(c.for_device(1, "GPU-b").unwrap().limit, 1 << 30);
+        assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
+        assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(1 << 30));
     }
 
     #[test]
@@ -234,8 +299,8 @@ mod tests {
             Path::new(NOFILE),
         )
         .unwrap();
-        assert_eq!(c.for_device(0, "GPU-a"), None);
-        assert_eq!(c.for_device(1, "GPU-b").unwrap().limit, 1 << 30);
+        assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
+        assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(1 << 30));
     }
 
     #[test]
@@ -249,8 +314,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            c.for_uuid("GPU-1"),
-            UuidLookup::Limit(DeviceSpec {
+            c.lookup(gpu("GPU-1", None)),
+            Lookup::Limit(DeviceSpec {
                 limit: 4096,
                 ledger: "/x/q.GPU-1".into()
             })

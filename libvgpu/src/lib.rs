@@ -7,7 +7,7 @@
 //! - `interpose` (dlsym routing, cuGetProcAddress) and `hooks` (one module per allocation family);
 //! - `driver` (the seam the policies call the driver through), `settings` and `lifecycle` (configuration
 //!   and process life), `devices` (which quota governs a device), `quota` (one GPU's ledger and slot),
-//!   `records` (what this process charged);
+//!   `records` (what this process charged), `identity` (a device's UUID, MIG parent and NVML index);
 //! - leaves: `config` (parsing), `virt` (arithmetic of the view), `real` (the real symbols), `error`,
 //!   `guard` (panics and exit), `log`, `ffi`.
 
@@ -18,6 +18,7 @@ pub mod error;
 mod ffi;
 mod guard;
 pub mod hooks;
+mod identity;
 pub mod interpose;
 mod lifecycle;
 mod log;

@@ -1,14 +1,23 @@
-//! One GPU's quota in this process: the container's ledger, this process's slot in it, and the limit.
-//! Charging, refunding and the measurement lock live here; which quota governs which device does not
-//! (`devices`).
+//! One GPU's quota in this process: the container's ledger, this process's slot in it (attached on the
+//! first charge), and the limit. Charging, refunding, the measurement lock and the fork gate live here;
+//! which quota governs which device does not (`devices`).
 
-use std::mem::ManuallyDrop;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use vgpu_ledger::{Kind, Ledger, Slot};
 
 use crate::error::Error;
+use crate::guard::exiting;
 use crate::log;
+
+/// How long a context creation waits for another process's measurement before measuring without it.
+const MEASURE_WAIT: Duration = Duration::from_secs(3);
+/// After a failed slot attach (slot table full, EMFILE), the next try waits this long.
+const ATTACH_BACKOFF: Duration = Duration::from_millis(100);
 
 pub struct DeviceQuota {
     pub ordinal: i32,
@@ -16,16 +25,44 @@ pub struct DeviceQuota {
     pub limit: u64,
     ledger_path: PathBuf,
     ledger: Ledger,
-    // ManuallyDrop: after fork the child takes the slot out with ptr::read and forgets it (`devices`).
-    pub(crate) slot: ManuallyDrop<Slot>,
+    /// The environment mode's files may sit in a shared folder: only this user's or root's are trusted.
+    env_mode: bool,
+    /// This process's slot: null until the first charge (a leaked Box once attached).
+    slot: AtomicPtr<Slot>,
+    /// Milliseconds since `epoch()` before which no new attach is tried (after a failure).
+    attach_after: AtomicU64,
 }
 
 impl DeviceQuota {
-    /// Opens (or creates, in the environment mode) the ledger at `path` and attaches a slot for this process.
+    /// Opens (or creates) the ledger at `path` and attaches a slot at once (unit tests).
+    #[cfg(test)]
     pub fn open(ordinal: i32, uuid: &str, limit: u64, path: &Path) -> Result<DeviceQuota, Error> {
+        let q = Self::open_unattached(ordinal, uuid, limit, path, false)?;
+        q.slot()?;
+        Ok(q)
+    }
+
+    /// Opens (or creates) the ledger without taking a slot: enough to show the quota and to know it can
+    /// be enforced; the slot is attached on the first charge. `env_mode`: the ledger must not be a
+    /// symbolic link nor belong to another user than this one or root (see `trusted`).
+    pub fn open_unattached(
+        ordinal: i32,
+        uuid: &str,
+        limit: u64,
+        path: &Path,
+        env_mode: bool,
+    ) -> Result<DeviceQuota, Error> {
+        let fail = |e: String| Error::Ledger(format!("ledger {}: {e}", path.display()));
+        if env_mode {
+            trusted(path, true).map_err(fail)?;
+        }
         let ledger =
             Ledger::open_or_create(path, uuid, limit).map_err(|e| Error::Ledger(e.to_string()))?;
-        let slot = ledger.attach().map_err(|e| Error::Ledger(e.to_string()))?;
+        if env_mode {
+            // Checked again now that it exists: in a sticky folder such as /tmp, a file that is ours or
+            // root's cannot be replaced by another user any more.
+            trusted(path, false).map_err(fail)?;
+        }
         // Usage left by processes killed earlier goes back to the quota now.
         let _ = ledger.reclaim_dead();
         Ok(DeviceQuota {
@@ -34,8 +71,89 @@ impl DeviceQuota {
             limit,
             ledger_path: path.to_path_buf(),
             ledger,
-            slot: ManuallyDrop::new(slot),
+            env_mode,
+            slot: AtomicPtr::new(ptr::null_mut()),
+            attach_after: AtomicU64::new(0),
         })
+    }
+
+    /// This process's slot, attached on first use (under the fork gate, so a fork never copies a slot
+    /// half taken). A failure is retried on a later call, at most every ATTACH_BACKOFF.
+    fn slot(&self) -> Result<&Slot, Error> {
+        let p = self.slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: a published slot is a leaked Box, never freed (at exit and in a fork child its
+            // contents are dropped in place, the memory stays).
+            return Ok(unsafe { &*p });
+        }
+        if exiting() {
+            return Err(Error::Refused);
+        }
+        if millis() < self.attach_after.load(Ordering::Relaxed) {
+            return Err(Error::Unenforceable);
+        }
+        let _gate = gate_enter();
+        let fresh = match self.ledger.attach() {
+            Ok(s) => Box::into_raw(Box::new(s)),
+            Err(e) => {
+                self.attach_after.store(
+                    millis() + ATTACH_BACKOFF.as_millis() as u64,
+                    Ordering::Relaxed,
+                );
+                log::error(format_args!(
+                    "device {} ({}): cannot take a slot in {}: {e}; retried on the next allocation",
+                    self.ordinal,
+                    self.uuid,
+                    self.ledger_path.display()
+                ));
+                return Err(Error::Ledger(e.to_string()));
+            }
+        };
+        match self.slot.compare_exchange(
+            ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: just published; never freed (see above).
+            Ok(_) => Ok(unsafe { &*fresh }),
+            Err(won) => {
+                // SAFETY: `fresh` was never published: ours alone to free (its drop releases the slot).
+                drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: as for any published slot.
+                Ok(unsafe { &*won })
+            }
+        }
+    }
+
+    pub fn ledger_path(&self) -> &Path {
+        &self.ledger_path
+    }
+
+    /// Whether this process holds a slot in the ledger.
+    #[cfg(test)]
+    pub fn attached(&self) -> bool {
+        !self.slot.load(Ordering::Acquire).is_null()
+    }
+
+    /// fork child: the slot is the parent's. Close our copy of its descriptor without refunding; the next
+    /// charge attaches a slot of the child's own. Only the child's one thread runs.
+    pub(crate) fn forget_slot_after_fork(&self) {
+        let p = self.slot.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: swapped out, so its contents are moved out exactly once; the memory stays (leaked).
+            unsafe { ptr::read(p) }.forget_after_fork();
+        }
+    }
+
+    /// exit: release the slot, refunding what this process still holds. The memory of the slot stays
+    /// allocated: a thread still inside a call reads valid memory.
+    pub(crate) fn release_slot(&self) {
+        let p = self.slot.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: swapped out, so its contents are dropped exactly once; the memory is never freed.
+            drop(unsafe { ptr::read(p) });
+        }
     }
 
     /// Charges before the driver call; false = the quota would be exceeded.
@@ -43,10 +161,13 @@ impl DeviceQuota {
         if bytes == 0 {
             return true;
         }
-        let mut r = self.ledger.charge(&self.slot, kind, bytes, self.limit);
+        let Ok(slot) = self.slot() else {
+            return false;
+        };
+        let mut r = self.ledger.charge(slot, kind, bytes, self.limit);
         // Refused: a killed process may still hold usage; reclaim dead slots and try once more.
         if r.is_err() && matches!(self.ledger.reclaim_dead(), Ok(n) if n > 0) {
-            r = self.ledger.charge(&self.slot, kind, bytes, self.limit);
+            r = self.ledger.charge(slot, kind, bytes, self.limit);
         }
         match r {
             Ok(()) => true,
@@ -65,12 +186,13 @@ impl DeviceQuota {
 
     /// Records memory the driver already handed out (pool or graph reservation growth found afterwards).
     pub fn charge_forced(&self, kind: Kind, bytes: u64) {
-        if bytes > 0
-            && self
-                .ledger
-                .charge(&self.slot, kind, bytes, u64::MAX)
-                .is_err()
-        {
+        if bytes == 0 {
+            return;
+        }
+        let recorded = self
+            .slot()
+            .is_ok_and(|slot| self.ledger.charge(slot, kind, bytes, u64::MAX).is_ok());
+        if !recorded {
             log::error(format_args!(
                 "ledger full: cannot record {bytes} bytes on {}",
                 self.uuid
@@ -79,43 +201,68 @@ impl DeviceQuota {
     }
 
     pub fn refund(&self, kind: Kind, bytes: u64) {
-        if bytes > 0 {
-            self.ledger.refund(&self.slot, kind, bytes);
+        // Without a slot this process never charged anything.
+        let p = self.slot.load(Ordering::Acquire);
+        if bytes > 0 && !p.is_null() {
+            // SAFETY: as in `slot`: a published slot's memory is never freed.
+            self.ledger.refund(unsafe { &*p }, kind, bytes);
         }
     }
 
     /// Serialises memory measurements (context creation) among the processes sharing this quota, so that
     /// one process's measurement does not count another's new context. A POSIX record lock on
     /// `<ledger>.measure`: released by the kernel if the holder dies, and not inherited by a fork child
-    /// (an flock or OFD lock would stay held by the child's copy of the descriptor). None (measure
-    /// unlocked) if the file cannot be opened.
-    pub fn measure_lock(&self) -> Option<std::fs::File> {
+    /// (an flock or OFD lock would stay held by the child's copy of the descriptor).
+    ///
+    /// The wait is bounded (MEASURE_WAIT): a holder that is stopped or stuck makes this measurement run
+    /// without the lock, which can only count another process's concurrent context too (charge more,
+    /// never less). None (measure unlocked) too when the file cannot be used: it is opened without
+    /// following a symbolic link, its mode is set only when this process created it, and in the
+    /// environment mode one belonging to another user than this one or root is not used.
+    pub fn measure_lock(&self) -> Option<File> {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let mut path = self.ledger_path.clone().into_os_string();
         path.push(".measure");
-        // Created 0666 whatever the umask (the container's processes may run as different users).
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o666)
-            .open(&path)
-            .ok()?;
-        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
+        let path = PathBuf::from(path);
+        let f = match open_measure_file(&path, self.env_mode) {
+            Ok(f) => f,
+            Err(e) => {
+                log::warn(format_args!(
+                    "measurement lock {}: {e}; measuring without it",
+                    path.display()
+                ));
+                return None;
+            }
+        };
         // SAFETY: an all-zero flock is a valid value; the fields are set below.
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = libc::F_WRLCK as _;
         fl.l_whence = libc::SEEK_SET as _;
+        let deadline = Instant::now() + MEASURE_WAIT;
+        let mut pause = Duration::from_millis(1);
         loop {
-            // SAFETY: fcntl F_SETLKW on a descriptor we own with a valid flock; the lock goes when the File
+            // SAFETY: fcntl F_SETLK on a descriptor we own with a valid flock; the lock goes when the File
             // is dropped (closed).
-            if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLKW, &fl) } == 0 {
+            if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) } == 0 {
                 return Some(f);
             }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return None;
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) | Some(libc::EACCES) if Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Some(libc::EAGAIN) | Some(libc::EACCES) => {
+                    log::warn(format_args!(
+                        "measurement lock {} still held after {} s (a stopped process?): measuring \
+                         without it; a context created meanwhile by another process may be counted twice",
+                        path.display(),
+                        MEASURE_WAIT.as_secs()
+                    ));
+                    return None;
+                }
+                _ => return None,
             }
         }
     }
@@ -128,7 +275,12 @@ impl DeviceQuota {
     /// This process's own usage of this GPU (its slot, all kinds), from a ledger snapshot: for
     /// measurements only (it reads every slot).
     pub fn own_used(&self) -> u64 {
-        let index = self.slot.index();
+        let p = self.slot.load(Ordering::Acquire);
+        if p.is_null() {
+            return 0; // no slot yet: this process never charged anything here
+        }
+        // SAFETY: as in `slot`: a published slot's memory is never freed.
+        let index = unsafe { &*p }.index();
         self.ledger
             .snapshot()
             .slots
@@ -136,6 +288,126 @@ impl DeviceQuota {
             .find(|s| s.index == index)
             .map_or(0, |s| s.total())
     }
+}
+
+/// Whether the environment mode may use the file at `path`: not a symbolic link, and owned by this user or
+/// root. `may_be_missing`: a file that does not exist yet is fine (it will be created).
+fn trusted(path: &Path, may_be_missing: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if may_be_missing && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    owned_by_us_or_root(m.file_type().is_symlink(), m.uid())
+}
+
+fn owned_by_us_or_root(symlink: bool, uid: u32) -> Result<(), String> {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if symlink {
+        Err("is a symbolic link, which is not followed".into())
+    } else if uid != 0 && uid != me {
+        Err(format!(
+            "belongs to user {uid}, neither this user ({me}) nor root"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Opens (creating it 0666 if missing) the measurement file, never through a symbolic link.
+fn open_measure_file(path: &Path, env_mode: bool) -> Result<File, String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let base = || {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        o
+    };
+    match base().create_new(true).mode(0o666).open(path) {
+        Ok(f) => {
+            // Ours: 0666 whatever the umask (the container's processes may run as different users).
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
+            return Ok(f);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let f = base().open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => "is a symbolic link, which is not followed".to_string(),
+        _ => e.to_string(),
+    })?;
+    if env_mode {
+        let m = f.metadata().map_err(|e| e.to_string())?;
+        owned_by_us_or_root(false, m.uid())?;
+    }
+    Ok(f)
+}
+
+/// Milliseconds since the first call (a monotonic clock for backoffs).
+pub(crate) fn millis() -> u64 {
+    static EPOCH: AtomicU64 = AtomicU64::new(0);
+    let now = {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    };
+    let e = EPOCH.load(Ordering::Relaxed);
+    if e == 0 {
+        let _ = EPOCH.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    now.saturating_sub(EPOCH.load(Ordering::Relaxed)) + 1
+}
+
+// ---- the fork gate ------------------------------------------------------------------------------------
+// A slot is attached inside the gate and fork waits until no attach is in flight, so a child never
+// inherits a slot's descriptor that nobody will forget. Attaches do not wait for a fork that is only
+// waiting (the gate favours them), so no attach can be held up behind a fork that waits for it.
+
+const FORKING: usize = 1 << (usize::BITS - 1);
+static GATE: AtomicUsize = AtomicUsize::new(0);
+
+struct GateGuard;
+
+fn gate_enter() -> GateGuard {
+    loop {
+        let s = GATE.load(Ordering::Acquire);
+        if s & FORKING == 0
+            && GATE
+                .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return GateGuard;
+        }
+        std::thread::yield_now();
+    }
+}
+
+impl Drop for GateGuard {
+    fn drop(&mut self) {
+        GATE.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// fork prepare: wait until no slot is being attached, and hold new attaches back until the fork is done.
+pub(crate) fn fork_prepare() {
+    while GATE
+        .compare_exchange_weak(0, FORKING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+}
+
+/// fork parent and child: attaches may go on.
+pub(crate) fn fork_done() {
+    GATE.store(0, Ordering::Release);
 }
 
 #[cfg(test)]
@@ -148,5 +420,74 @@ impl DeviceQuota {
             .iter()
             .map(|s| s.usage[kind.index()])
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UUID: &str = "GPU-00000000-0000-0000-0000-0000000000aa";
+
+    #[test]
+    fn the_slot_is_attached_on_the_first_charge() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = DeviceQuota::open_unattached(0, UUID, 100, &dir.path().join("l"), true).unwrap();
+        assert!(!q.attached(), "opening the quota takes no slot");
+        q.refund(Kind::Data, 5);
+        assert!(
+            !q.attached(),
+            "a refund without a slot is nothing to give back"
+        );
+        assert!(q.charge(Kind::Data, 60));
+        assert!(q.attached());
+        assert!(!q.charge(Kind::Data, 60), "the limit holds");
+        q.refund(Kind::Data, 60);
+        assert_eq!(q.used(), 0);
+        q.release_slot();
+        assert!(!q.attached());
+    }
+
+    #[test]
+    fn the_environment_mode_refuses_a_symlinked_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &real, true).unwrap());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = DeviceQuota::open_unattached(0, UUID, 100, &link, true)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("symbolic link") && e.contains("link"), "{e}");
+        assert!(DeviceQuota::open_unattached(0, UUID, 100, &link, false).is_ok());
+        assert!(owned_by_us_or_root(false, 0).is_ok());
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        assert!(owned_by_us_or_root(false, me).is_ok());
+        let other = if me == 65534 { 65533 } else { 65534 };
+        assert!(owned_by_us_or_root(false, other).is_err());
+    }
+
+    #[test]
+    fn the_measurement_file_is_never_followed_nor_re_moded() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        let q = DeviceQuota::open_unattached(0, UUID, 100, &path, true).unwrap();
+        let measure = dir.path().join("l.measure");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "x").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&victim, &measure).unwrap();
+        assert!(q.measure_lock().is_none());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&victim), 0o600);
+        std::fs::remove_file(&measure).unwrap();
+        assert!(q.measure_lock().is_some(), "created");
+        assert_eq!(mode(&measure), 0o666, "ours: 0666 whatever the umask");
+        std::fs::set_permissions(&measure, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(q.measure_lock().is_some());
+        assert_eq!(mode(&measure), 0o640, "not ours to re-mode any more");
     }
 }

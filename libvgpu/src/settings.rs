@@ -10,20 +10,34 @@ use crate::{lifecycle, log};
 static CONFIG: OnceLock<Result<Config, Error>> = OnceLock::new();
 
 /// The configuration; an error is logged once and makes CUDA refuse to start in this process.
+///
+/// Loaded with no lock held (the files read and any dlsym the standard library makes happen outside),
+/// then published; threads that load it at the same time each read the same files and one publishes.
+/// A one-time lock held across the load could deadlock with a thread inside `dlopen` whose library
+/// constructor calls CUDA (the loader lock against ours).
 pub fn config() -> Result<&'static Config, Error> {
-    let c = CONFIG.get_or_init(|| {
-        let c = Config::load();
-        match &c {
-            Err(e) => log::error(format_args!("{e}; CUDA is refused in this process")),
-            Ok(c) if !c.is_unlimited() => {
+    let c = match CONFIG.get() {
+        Some(c) => c,
+        None => publish(Config::load()),
+    };
+    c.as_ref().map_err(|_| Error::Refused)
+}
+
+#[cold]
+fn publish(c: Result<Config, Error>) -> &'static Result<Config, Error> {
+    // `set` only moves the value in under the cell's lock: nothing runs under it.
+    if CONFIG.set(c).is_ok() {
+        match CONFIG.get() {
+            Some(Err(e)) => log::error(format_args!("{e}; CUDA is refused in this process")),
+            Some(Ok(c)) if !c.is_unlimited() => {
                 lifecycle::register();
                 log::info(format_args!("configuration: {c:?}"));
             }
-            Ok(_) => {}
+            _ => {}
         }
-        c
-    });
-    c.as_ref().map_err(|_| Error::Refused)
+    }
+    // Set above by us or by another thread: the fallback never runs.
+    CONFIG.get_or_init(|| Err(Error::Refused))
 }
 
 /// True when no quota applies anywhere (the hooks then only forward).

@@ -78,7 +78,7 @@ check "NVML memory info: total = quota, used = container usage" \
 check "NVML memory info v2 likewise" test "$(echo "$out" | field total2)/$(echo "$out" | field used2)" = "$GiB/$((256 * MiB))"
 fresh
 out=$(LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT_0=512m "$W/nvml_probe")
-check "NVML with a per-ordinal limit (CUDA ordinal found through the driver)" test "$(echo "$out" | field total)" = "$((512 * MiB))"
+check "NVML with a per-index limit (NVML index 0, no CUDA call)" test "$(echo "$out" | field total)" = "$((512 * MiB))"
 out=$(FAKE_CUDA_STATE_DIR=$W/nolimit "$W/nvml_probe"); out2=$(LD_PRELOAD=$LIB FAKE_CUDA_STATE_DIR=$W/nolimit "$W/nvml_probe")
 check "NVML without a limit is the driver's answer" test "$out" = "$out2"
 
@@ -297,26 +297,140 @@ out=$(vg "$RT" info 2>/dev/null | opline info | field free)
 check "after both exit the ledger is empty" test "$out" = "$GiB"
 
 # --- configuration ------------------------------------------------------------------------------------------
-# CUDA_VISIBLE_DEVICES reorder: a limits file names physical GPU 1 by UUID; wherever it appears, it is limited
+# CUDA_VISIBLE_DEVICES reorder: a limits file names each physical GPU by UUID; wherever it appears, its quota
+# follows it
 fresh; export FAKE_CUDA_DEVICES=2
 mkdir -p "$W/state$n/ledgers"
 cat >"$W/state$n/limits.json" <<J
-{"version":1,"container_id":"t$n","devices":[{"index":0,"uuid":"$UUID1","memory_limit":$((512 * MiB)),"ledger":"ledgers/$UUID1.ledger"}]}
+{"version":1,"container_id":"t$n","devices":[{"index":0,"uuid":"$UUID1","memory_limit":$((512 * MiB)),"ledger":"ledgers/$UUID1.ledger"},
+ {"index":1,"uuid":"$UUID0","memory_limit":$GiB,"ledger":"ledgers/$UUID0.ledger"}]}
 J
 for cvd in "0,1" "1,0"; do
     out=$(CUDA_VISIBLE_DEVICES=$cvd VGPU_LIMITS_FILE=$W/state$n/limits.json LD_PRELOAD=$LIB "$RT" device 0 info device 1 info 2>/dev/null)
     t0=$(echo "$out" | opline info 1 | field total); u0=$(echo "$out" | opline info 1 | field uuid)
     t1=$(echo "$out" | opline info 2 | field total); u1=$(echo "$out" | opline info 2 | field uuid)
     lim=$([ "$u0" = "$UUID1" ] && echo "$t0/$t1" || echo "$t1/$t0")
-    check "CUDA_VISIBLE_DEVICES=$cvd: the quota follows GPU $UUID1 ($lim)" test "$lim" = "$((512 * MiB))/$((16 * GiB))"
+    check "CUDA_VISIBLE_DEVICES=$cvd: the quota follows GPU $UUID1 ($lim)" test "$lim" = "$((512 * MiB))/$GiB"
 done
-# per-ordinal env limits are by CUDA ordinal as the process sees it
-out=$(CUDA_VISIBLE_DEVICES=1,0 LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT_0=1g \
-      "$RT" device 0 info device 1 info 2>/dev/null)
-check "CUDA_DEVICE_MEMORY_LIMIT_0 limits CUDA ordinal 0 (physical GPU 1 here)" \
-    test "$(echo "$out" | opline info 1 | field total)/$(echo "$out" | opline info 1 | field uuid)/$(echo "$out" | opline info 2 | field total)" \
-    = "$GiB/$UUID1/$((16 * GiB))"
+# a GPU the limits file does not list is refused, never unlimited (the listed one still works)
+fresh; export FAKE_CUDA_DEVICES=2; mkdir -p "$W/state$n/ledgers"
+cat >"$W/state$n/limits.json" <<J
+{"version":1,"container_id":"t$n","devices":[{"index":0,"uuid":"$UUID1","memory_limit":$((512 * MiB)),"ledger":"ledgers/$UUID1.ledger"}]}
+J
+VGPU_LIMITS_FILE=$W/state$n/limits.json LD_PRELOAD=$LIB "$RT" device 1 info device 0 info >"$W/o" 2>"$W/e"
+check "a GPU missing from limits.json: CUDA_ERROR_NOT_INITIALIZED on it ($(opline device 2 <"$W/o" | field rc)/$(opline info 2 <"$W/o" | field rc)), the listed one keeps its quota" \
+    test "$(opline info 1 <"$W/o" | field total)/$(opline device 2 <"$W/o" | field rc)/$(opline info 2 <"$W/o" | field rc)" = "$((512 * MiB))/3/3"
+check "a GPU missing from limits.json: one line naming it" test "$(wc -l <"$W/e")/$(grep -c "$UUID0" "$W/e")" = "1/1"
+# per-index env limits follow the GPU: index i is the GPU NVML (and the container) sees as i, as in HAMi-core
+for cvd in "0,1" "1,0"; do
+    out=$(CUDA_VISIBLE_DEVICES=$cvd LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT_0=2g \
+          CUDA_DEVICE_MEMORY_LIMIT_1=3g "$RT" device 0 info device 1 info 2>/dev/null)
+    got=$(for i in 1 2; do l=$(echo "$out" | opline info $i); echo "$(echo "$l" | field uuid)=$(echo "$l" | field total)"; done | sort | tr '\n' ' ')
+    check "CUDA_VISIBLE_DEVICES=$cvd: CUDA_DEVICE_MEMORY_LIMIT_<i> stays on NVML GPU i ($got)" \
+        test "$got" = "$UUID0=$((2 * GiB)) $UUID1=$((3 * GiB)) "
+done
 export FAKE_CUDA_DEVICES=1
+
+# a MIG instance (CUDA reports its MIG- UUID) is charged to its GPU's quota, never unlimited
+fresh; mkdir -p "$W/state$n/ledgers"
+cat >"$W/state$n/limits.json" <<J
+{"version":1,"container_id":"t$n","devices":[{"index":0,"uuid":"$UUID0","memory_limit":$((512 * MiB)),"ledger":"ledgers/$UUID0.ledger"}]}
+J
+out=$(FAKE_CUDA_MIG=0 VGPU_LIMITS_FILE=$W/state$n/limits.json LD_PRELOAD=$LIB "$RT" info alloc 400m alloc 400m 2>/dev/null)
+check "MIG instance: the GPU's quota applies ($(echo "$out" | opline info | field total), 2nd alloc rc $(echo "$out" | opline alloc 2 | field rc))" \
+    test "$(echo "$out" | opline info | field total)/$(echo "$out" | opline alloc 2 | field rc)" = "$((512 * MiB))/2"
+
+# an NVML-only query never initialises CUDA (per-index limits included): a later CUDA_VISIBLE_DEVICES still counts
+cat > "$W/nvml_then_cuda.c" <<'C'
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef struct { unsigned long long total, free, used; } mem_t;
+int main(void) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*init)(void) = dlsym(h, "nvmlInit_v2");
+    int (*byidx)(unsigned, void **) = dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    int (*info)(void *, mem_t *) = dlsym(h, "nvmlDeviceGetMemoryInfo");
+    void *d; mem_t m0 = {0}, m1 = {0};
+    if (init() || byidx(0, &d) || info(d, &m0) || byidx(1, &d) || info(d, &m1)) return 3;
+    setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+    int n = -1;
+    CUresult r = cuInit(0);
+    cuDeviceGetCount(&n);
+    printf("nvml total0=%llu total1=%llu rc=%d count=%d\n", m0.total, m1.total, r, n);
+    return 0;
+}
+C
+gcc -O1 -I"$ROOT/.deps/cuda/include" -o "$W/nvml_then_cuda" "$W/nvml_then_cuda.c" -L"$ROOT/target/fake" -lcuda -ldl
+fresh
+out=$(FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT_1=512m "$W/nvml_then_cuda")
+check "NVML with per-index limits needs no CUDA: CUDA_VISIBLE_DEVICES set afterwards still applies ($out)" \
+    test "$(echo "$out" | field total0)/$(echo "$out" | field total1)/$(echo "$out" | field count)" = "$((16 * GiB))/$((512 * MiB))/1"
+
+# --- the measurement lock and the environment mode's ledger files ------------------------------------------
+# a process stopped while holding the measurement lock delays a context creation by seconds, never forever
+fresh
+python3 - "$CACHE.$UUID0.measure" >"$W/lockholder.out" <<'P' &
+import fcntl, sys, time
+f = open(sys.argv[1], "a+"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(30)
+P
+holder=$!
+for _ in $(seq 50); do grep -q locked "$W/lockholder.out" 2>/dev/null && break; sleep 0.1; done
+t0=$(date +%s)
+out=$(FAKE_CUDA_CONTEXT_BYTES=64m LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=1g \
+      timeout 20 "$RT" info 2>"$W/e" | opline info | field free)
+t=$(($(date +%s) - t0)); kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+check "measurement lock held by a stuck process: the context is still created and charged ($out) within ${t}s" \
+    test "$out/$((t < 12))" = "$((960 * MiB))/1"
+check "measurement lock held: one warning line" test "$(grep -c 'measure' "$W/e")" = 1
+# the measurement file: never followed through a symlink, never re-moded when not ours
+fresh
+echo secret >"$W/victim"; chmod 600 "$W/victim"; ln -s "$W/victim" "$CACHE.$UUID0.measure"
+out=$(FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" info 2>/dev/null | opline info | field free)
+check "a symlinked measurement file is not followed (target mode $(stat -c %a "$W/victim")), the context is charged ($out)" \
+    test "$(stat -c %a "$W/victim")/$out" = "600/$((960 * MiB))"
+fresh
+touch "$CACHE.$UUID0.measure"; chmod 640 "$CACHE.$UUID0.measure"
+FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" info >/dev/null 2>&1
+check "an existing measurement file keeps its mode ($(stat -c %a "$CACHE.$UUID0.measure"))" test "$(stat -c %a "$CACHE.$UUID0.measure")" = 640
+# environment mode: a ledger that is a symlink, or owned by another non-root user, is refused
+fresh
+vg "$RT" info >/dev/null 2>&1; mv "$CACHE.$UUID0" "$W/moved.ledger"; ln -s "$W/moved.ledger" "$CACHE.$UUID0"
+vg "$RT" info >"$W/o" 2>"$W/e"
+check "environment mode: a symlinked ledger is refused (cuInit rc $(opline init <"$W/o" | field rc), $(wc -l <"$W/e") line)" \
+    test "$(opline init <"$W/o" | field rc)/$(wc -l <"$W/e")" = "3/1"
+if [ "$(id -u)" = 0 ]; then
+    fresh
+    vg "$RT" info >/dev/null 2>&1; chown 65534 "$CACHE.$UUID0"
+    vg "$RT" info >"$W/o" 2>"$W/e"
+    check "environment mode: a ledger owned by another user is refused (cuInit rc $(opline init <"$W/o" | field rc), $(wc -l <"$W/e") line)" \
+        test "$(opline init <"$W/o" | field rc)/$(wc -l <"$W/e")" = "3/1"
+fi
+
+# a failure at first use is retried: cuInit fails while the ledger cannot be created, then succeeds
+cat > "$W/retry.c" <<'C'
+#include <cuda.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    CUresult r1 = cuInit(0);
+    mkdir(argv[1], 0755);
+    usleep(300000);
+    CUresult r2 = cuInit(0);
+    CUdevice d; size_t t = 0;
+    cuDeviceGet(&d, 0);
+    CUresult r3 = cuDeviceTotalMem(&t, d);
+    printf("retry rc1=%d rc2=%d rc3=%d total=%zu\n", r1, r2, r3, t);
+    return 0;
+}
+C
+gcc -O1 -I"$ROOT/.deps/cuda/include" -o "$W/retry" "$W/retry.c" -L"$ROOT/target/fake" -lcuda
+fresh
+out=$(LD_PRELOAD=$LIB CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/later$n/cache CUDA_DEVICE_MEMORY_LIMIT=1g "$W/retry" "$W/later$n" 2>/dev/null)
+check "a failed first use is retried, not cached forever ($out)" \
+    test "$(echo "$out" | field rc1)/$(echo "$out" | field rc2)/$(echo "$out" | field rc3)/$(echo "$out" | field total)" = "3/0/0/$GiB"
 
 # the limits file wins over the environment
 fresh; mkdir -p "$W/state$n"

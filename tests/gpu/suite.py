@@ -210,6 +210,24 @@ class Suite:
         r.pop("kind")
         self.record("driverapi/managed", bool(r.pop("ok")), secs, **{k: v for k, v in r.items() if k not in ("case", "quota")})
 
+    def case_devices(self):
+        """An NVML query never initialises CUDA; CUDA_DEVICE_MEMORY_LIMIT_<i> follows NVML GPU i (2+ GPUs)."""
+        py = sys.executable
+        env = self.env("nvml-only", limit=False, extra={"CUDA_DEVICE_MEMORY_LIMIT_0": str(self.quota)})
+        r, rc, secs = self.python_case("nvml-only", py, "devices_case.py", ["nvml-only"], env, 30)
+        self.record("nvml-only", bool(r) and r["nvml_total"] == self.quota and r["cuda_count_rc_before_init"] == 3,
+                    secs, rc=rc, result=r)
+        a, b = 2 * GIB, 3 * GIB
+        env = self.env("per-index", limit=False, extra={"CUDA_VISIBLE_DEVICES": "1,0",
+                                                        "CUDA_DEVICE_MEMORY_LIMIT_0": str(a),
+                                                        "CUDA_DEVICE_MEMORY_LIMIT_1": str(b)})
+        r, rc, secs = self.python_case("per-index", py, "devices_case.py", ["per-index"], env, 60)
+        devs = (r or {}).get("devices", [])
+        if len(devs) < 2:
+            return self.skip("per-index", "needs two GPUs")
+        # CUDA ordinal 0 is NVML GPU 1 here: HAMi-core gives it CUDA_DEVICE_MEMORY_LIMIT_1.
+        return self.record("per-index", [d["total"] for d in devs[:2]] == [b, a], secs, rc=rc, devices=devs)
+
     def start_holders(self, name, n, shared, args):
         exe = os.path.join(self.a.build, "driverapi")
         procs = []
@@ -522,6 +540,8 @@ def main():
             s.case_measure()
             s.case_managed()
             s.case_peak()
+        if want("devices") and s.fits("devices", 20):
+            s.case_devices()
         if want("shared") and s.fits("shared", 20):
             s.case_shared(race=False)
             s.case_shared(race=True)

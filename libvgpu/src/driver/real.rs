@@ -2,7 +2,6 @@
 //! Zero-sized, so `Engine<RealDriver>` compiles to direct calls.
 
 use std::ffi::{c_char, c_uint, c_void};
-use std::sync::OnceLock;
 
 use super::Driver;
 use crate::devices;
@@ -90,18 +89,8 @@ impl Driver for RealDriver {
     }
 
     fn device_used(&self, uuid: &str) -> Option<u64> {
-        static INIT: OnceLock<bool> = OnceLock::new();
-        let ok = *INIT.get_or_init(|| {
-            real!(
-                Lib::Nvml,
-                "nvmlInit_v2",
-                unsafe extern "C" fn() -> nvmlReturn_t
-            )
-            // SAFETY: plain NVML initialisation; reference counted by NVML.
-            .map(|f| unsafe { f() } == NVML_SUCCESS)
-            .unwrap_or(false)
-        });
-        if !ok {
+        // Initialised without a one-time lock (no lock of ours is held across nvmlInit).
+        if !crate::identity::nvml_ready() {
             return None;
         }
         let by_uuid = real!(
@@ -441,24 +430,10 @@ struct NvmlProcess {
 
 const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 
-/// NVML, initialised once for this process's measurements (false: no NVML).
-fn nvml_ready() -> bool {
-    static INIT: OnceLock<bool> = OnceLock::new();
-    *INIT.get_or_init(|| {
-        real!(
-            Lib::Nvml,
-            "nvmlInit_v2",
-            unsafe extern "C" fn() -> nvmlReturn_t
-        )
-        // SAFETY: plain NVML initialisation; reference counted by NVML.
-        .map(|f| unsafe { f() } == NVML_SUCCESS)
-        .unwrap_or(false)
-    })
-}
-
 /// The NVML handle of the device with `uuid`.
 fn nvml_device(uuid: &str) -> Option<nvmlDevice_t> {
-    if !nvml_ready() {
+    // Initialised without a one-time lock (no lock of ours is held across nvmlInit).
+    if !crate::identity::nvml_ready() {
         return None;
     }
     let by_uuid = real!(

@@ -2,43 +2,23 @@
 //! through dlsym). Which quota a UUID has is `devices`'; the arithmetic is `virt`'s.
 #![allow(clippy::missing_safety_doc)]
 
-use std::ffi::{c_char, c_uint, CStr};
-
 use crate::devices::{self, UuidView};
 use crate::error::Error;
 use crate::ffi::*;
 use crate::guard::guard;
 use crate::real::{real, Lib};
-use crate::{settings, virt};
+use crate::{identity, settings, virt};
 
-fn uuid_of(dev: nvmlDevice_t) -> Option<String> {
-    let f = real!(
-        Lib::Nvml,
-        "nvmlDeviceGetUUID",
-        unsafe extern "C" fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t
-    )?;
-    let mut buf = [0 as c_char; 96];
-    // SAFETY: buf is writable for its length, which is passed.
-    if unsafe { f(dev, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
-        return None;
-    }
-    // SAFETY: NVML NUL-terminates within the length given.
-    Some(
-        unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
-
-/// (limit, container usage) of an NVML device under a quota; Ok(None) without one.
+/// (limit, container usage) of an NVML device under a quota; Ok(None) without one. From NVML alone: an
+/// NVML query never initialises CUDA.
 fn quota_of(dev: nvmlDevice_t) -> Result<Option<UuidView>, Error> {
     if settings::unlimited() {
         return Ok(None);
     }
-    let Some(uuid) = uuid_of(dev) else {
+    let Some(id) = identity::of_nvml_handle(dev) else {
         return Ok(None);
     };
-    devices::view_by_uuid(&uuid, settings::config)
+    devices::view_of(&id, settings::config)
 }
 
 /// NVML's (total, free, used) with the quota's view in place when the device has one.

@@ -2,7 +2,7 @@
 
 use crate::driver::*;
 use crate::types::*;
-use fake_gpu::config::{pci_bus_id, uuid_bytes};
+use fake_gpu::config::{mig_devices, mig_uuid_bytes, pci_bus_id, uuid_bytes};
 use std::ffi::{c_char, c_int, c_uint, CStr};
 
 /// Name of a fake device, e.g. "NVIDIA H100 (fake, 16 GiB)".
@@ -60,6 +60,11 @@ fn attribute(attr: c_int, phys: usize) -> Option<c_int> {
     })
 }
 
+/// The UUID CUDA reports: a MIG-enabled GPU (`FAKE_CUDA_MIG`) shows its MIG instance's.
+fn cuda_uuid(phys: usize) -> [u8; 16] {
+    if mig_devices().contains(&phys) { mig_uuid_bytes(phys) } else { uuid_bytes(phys) }
+}
+
 static UUID_V1_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 cu_fn! {
@@ -97,13 +102,13 @@ fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: CUdevice) {
     UUID_V1_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let d = drv()?;
     let phys = d.phys(dev)?;
-    out(uuid, uuid_bytes(phys))
+    out(uuid, cuda_uuid(phys))
 }
 
 fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: CUdevice) {
     let d = drv()?;
     let phys = d.phys(dev)?;
-    out(uuid, uuid_bytes(phys))
+    out(uuid, cuda_uuid(phys))
 }
 
 fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: CUdevice) {

@@ -113,6 +113,35 @@ pub fn uuid_string(index: usize) -> String {
     format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
+/// Physical devices in MIG mode (`FAKE_CUDA_MIG`: a comma-separated list of physical indices). Each has
+/// one MIG instance, which CUDA reports instead of the GPU (its UUID is [`mig_uuid_bytes`]).
+pub fn mig_devices() -> Vec<usize> {
+    env::var("FAKE_CUDA_MIG")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|e| e.trim().parse().ok())
+        .collect()
+}
+
+/// The 16 UUID bytes of the MIG instance of physical device `index`:
+/// `MIG-fa4ec0de-4d49-4000-8000-00000000000N` as NVML prints it.
+pub fn mig_uuid_bytes(index: usize) -> [u8; 16] {
+    let mut u = uuid_bytes(index);
+    u[4] = 0x4d;
+    u[5] = 0x49;
+    u
+}
+
+/// The MIG instance's UUID as NVML prints it.
+pub fn mig_uuid_string(index: usize) -> String {
+    format!("MIG-{}", &uuid_string_of(&mig_uuid_bytes(index))[4..])
+}
+
+fn uuid_string_of(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
 /// PCI bus id of physical device `index`, as NVML's `busId` and `cuDeviceGetPCIBusId` print it.
 pub fn pci_bus_id(index: usize) -> String {
     format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)
@@ -173,6 +202,7 @@ mod tests {
     fn uuids() {
         assert_eq!(uuid_string(1), "GPU-fa4ec0de-0000-4000-8000-000000000001");
         assert_eq!(uuid_bytes(3)[15], 3);
+        assert_eq!(mig_uuid_string(1), "MIG-fa4ec0de-4d49-4000-8000-000000000001");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! order: NVML ignores `CUDA_VISIBLE_DEVICES`, like the real one.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
-use fake_gpu::config::{env_size, pci_bus_id, uuid_string};
+use fake_gpu::config::{env_size, mig_devices, mig_uuid_string, pci_bus_id, uuid_string};
 use fake_gpu::{Config, Shared};
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::Mutex;
@@ -47,6 +47,14 @@ struct Nvml {
 static NVML: Mutex<Nvml> = Mutex::new(Nvml { refs: 0, shared: None, reserved: 0 });
 /// Device handles point into this array: handle i is &HANDLES[i].
 static HANDLES: [u8; fake_gpu::MAX_DEVICES] = [0; fake_gpu::MAX_DEVICES];
+/// The MIG instance of physical device i (`FAKE_CUDA_MIG`) is &MIG_HANDLES[i].
+static MIG_HANDLES: [u8; fake_gpu::MAX_DEVICES] = [0; fake_gpu::MAX_DEVICES];
+
+/// Physical index of a MIG instance handle.
+fn mig_index(dev: Device) -> Option<usize> {
+    let i = (dev as usize).wrapping_sub(MIG_HANDLES.as_ptr() as usize);
+    (i < fake_gpu::MAX_DEVICES && mig_devices().contains(&i)).then_some(i)
+}
 
 fn guard(f: impl FnOnce() -> R) -> Ret {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
@@ -262,7 +270,27 @@ fn nvmlDeviceGetHandleByIndex(i: c_uint, dev: *mut Device) { by_index(i, dev) }
 
 fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut Device) {
     let u = arg_str(uuid)?;
+    let n = with(|s, _| Ok(s.ndev()))?;
+    if let Some(i) = mig_devices().into_iter().find(|&i| i < n && mig_uuid_string(i).eq_ignore_ascii_case(&u)) {
+        // SAFETY: i < MAX_DEVICES: a pointer into MIG_HANDLES; out() checks the caller's pointer.
+        return unsafe { out(dev, MIG_HANDLES.as_ptr().add(i)) };
+    }
     handle_by(dev, |k| uuid_string(k).eq_ignore_ascii_case(&u))
+}
+
+fn nvmlDeviceIsMigDeviceHandle(dev: Device, is_mig: *mut c_uint) {
+    with(|_, _| Ok(()))?;
+    match mig_index(dev) {
+        Some(_) => out(is_mig, 1),
+        None => { index(dev)?; out(is_mig, 0) }
+    }
+}
+
+fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig: Device, dev: *mut Device) {
+    with(|_, _| Ok(()))?;
+    let i = mig_index(mig).ok_or(INVALID_ARGUMENT)?;
+    // SAFETY: i < MAX_DEVICES: a pointer into HANDLES; out() checks the caller's pointer.
+    unsafe { out(dev, HANDLES.as_ptr().add(i)) }
 }
 
 fn nvmlDeviceGetHandleByPciBusId_v2(id: *const c_char, dev: *mut Device) {
@@ -277,7 +305,13 @@ fn nvmlDeviceGetHandleByPciBusId(id: *const c_char, dev: *mut Device) {
     handle_by(dev, |k| pci_bus_id(k).trim_start_matches('0') == want)
 }
 
-fn nvmlDeviceGetUUID(dev: Device, buf: *mut c_char, len: c_uint) { copy_str(buf, len, &uuid_string(index(dev)?)) }
+fn nvmlDeviceGetUUID(dev: Device, buf: *mut c_char, len: c_uint) {
+    if let Some(i) = mig_index(dev) {
+        with(|_, _| Ok(()))?;
+        return copy_str(buf, len, &mig_uuid_string(i));
+    }
+    copy_str(buf, len, &uuid_string(index(dev)?))
+}
 
 fn nvmlDeviceGetName(dev: Device, buf: *mut c_char, len: c_uint) {
     let i = index(dev)?;
