@@ -18,6 +18,15 @@
  *       {"case":"measure","kind":K,"drop":BYTES,"bound":BYTES,"rc":N} per step (bound: libvgpu's computed
  *       charge for the limits, -1 elsewhere).
  *
+ *   driverapi escape -q QUOTA_BYTES
+ *       Patterns that once let memory escape the quota (issue "hard quota, exactly"), each repeated until
+ *       the driver refuses (at most 8 rounds), keeping what every round left allocated: vmm-release (create,
+ *       map, release the handle while mapped, as the CUDA samples do), vmm-retain (create, map, retain the
+ *       handle from the address and release that reference, as NCCL does), pool-destroy (create a pool,
+ *       allocate from it, destroy it with the allocation live). One JSON line per pattern with NVML's own
+ *       figure for this process while it holds everything ("nvml_used", -1 without NVML): "ok" when that
+ *       truth is within the quota and the last round was refused with out-of-memory.
+ *
  * Checks per kind (all in the JSON line, "ok" is their conjunction):
  *   total_is_quota  cuMemGetInfo's total equals -q (skipped without -q)
  *   refused_oom     the fill ended with CUDA_ERROR_OUT_OF_MEMORY, not another error and not the cap
@@ -35,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #define MIB (1024ull * 1024ull)
@@ -379,10 +389,90 @@ static int measure(void) {
     return 0;
 }
 
+/* NVML's figure for this process on device 0, read through libnvidia-ml directly (the interposer does
+ * not virtualise per-process usage): the truth a quota is checked against. -1 without NVML. */
+struct nvml_proc { unsigned pid; unsigned long long used; unsigned gi, ci; };
+static long long nvml_self_used(void) {
+    static void *lib;
+    if (!lib && !(lib = dlopen("libnvidia-ml.so.1", RTLD_NOW))) return -1;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*by_index)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    int (*procs)(void *, unsigned *, struct nvml_proc *) =
+        (int (*)(void *, unsigned *, struct nvml_proc *))dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
+    void *d = NULL;
+    struct nvml_proc p[64];
+    unsigned n = 64;
+    if (!init || !by_index || !procs || init() != 0 || by_index(0, &d) != 0 || procs(d, &n, p) != 0) return -1;
+    for (unsigned i = 0; i < n; i++)
+        if (p[i].pid == (unsigned)getpid()) return (long long)p[i].used;
+    return 0;
+}
+
+/* One escape pattern (see the header); returns 1 when the truth stayed within the quota. */
+static int escape_one(const char *kind, size_t quota) {
+    size_t chunk = (quota / 3 + vmm_granularity - 1) / vmm_granularity * vmm_granularity;
+    CUdeviceptr va[8] = {0};
+    CUdeviceptr ptrs[8] = {0};
+    CUmemGenericAllocationHandle hs[8] = {0};
+    int rounds = 0;
+    CUresult rc = CUDA_SUCCESS;
+    size_t granted = 0;
+    for (; rounds < 8; rounds++) {
+        if (!strncmp(kind, "vmm", 3)) {
+            CUmemAllocationProp prop = {0};
+            prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+            prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            prop.location.id = (int)dev;
+            if ((rc = cuMemCreate(&hs[rounds], chunk, &prop, 0)) != CUDA_SUCCESS) break;
+            if ((rc = cuMemAddressReserve(&va[rounds], chunk, 0, 0, 0)) != CUDA_SUCCESS) break;
+            if ((rc = cuMemMap(va[rounds], chunk, 0, hs[rounds], 0)) != CUDA_SUCCESS) break;
+            CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+            cuMemSetAccess(va[rounds], chunk, &acc, 1);
+            if (!strcmp(kind, "vmm-release")) {
+                cuMemRelease(hs[rounds]);
+                hs[rounds] = 0;
+            } else {
+                CUmemGenericAllocationHandle again = 0;
+                if (cuMemRetainAllocationHandle(&again, (void *)va[rounds]) == CUDA_SUCCESS) cuMemRelease(again);
+            }
+        } else {
+            CUmemPoolProps props = {0};
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location.id = (int)dev;
+            CUmemoryPool p;
+            if ((rc = cuMemPoolCreate(&p, &props)) != CUDA_SUCCESS) break;
+            rc = cuMemAllocFromPoolAsync(&ptrs[rounds], chunk, p, stream);
+            cuStreamSynchronize(stream);
+            cuMemPoolDestroy(p);
+            if (rc != CUDA_SUCCESS) break;
+        }
+        granted += chunk;
+    }
+    long long truth = nvml_self_used();
+    int ok = rc == CUDA_ERROR_OUT_OF_MEMORY && truth <= (long long)quota;
+    printf("{\"case\":\"escape\",\"kind\":\"%s\",\"ok\":%d,\"rounds\":%d,\"granted\":%zu,\"chunk\":%zu,"
+           "\"nvml_used\":%lld,\"last_rc\":%d}\n", kind, ok, rounds, granted, chunk, truth, (int)rc);
+    fflush(stdout);
+    for (int i = 0; i < 8; i++) {
+        if (va[i]) {
+            cuMemUnmap(va[i], chunk);
+            if (hs[i]) cuMemRelease(hs[i]);
+            cuMemAddressFree(va[i], chunk);
+        } else if (hs[i]) {
+            cuMemRelease(hs[i]);
+        }
+        if (ptrs[i]) cuMemFreeAsync(ptrs[i], stream);
+    }
+    cuStreamSynchronize(stream);
+    return ok;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: driverapi fill KIND... [-c CHUNK_MIB] [-q QUOTA_BYTES]\n"
                     "       driverapi hold [-b BYTES] [-c CHUNK_MIB]\n"
-                    "       driverapi measure\n");
+                    "       driverapi measure\n"
+                    "       driverapi escape -q QUOTA_BYTES\n");
     exit(2);
 }
 
@@ -417,7 +507,8 @@ int main(int argc, char **argv) {
 
     if (!strcmp(argv[1], "hold")) return hold(want, chunk);
     if (!strcmp(argv[1], "measure")) return measure();
-    if (strcmp(argv[1], "fill") != 0 || nk == 0) usage();
+    int escape = !strcmp(argv[1], "escape");
+    if ((strcmp(argv[1], "fill") != 0 || nk == 0) && !(escape && quota)) usage();
 
     if ((rc = cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) setup_fail("cuStreamCreate", rc);
     CUmemAllocationProp prop = {0};
@@ -426,6 +517,12 @@ int main(int argc, char **argv) {
     prop.location.id = (int)dev;
     rc = cuMemGetAllocationGranularity(&vmm_granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (rc != CUDA_SUCCESS || vmm_granularity == 0) vmm_granularity = 2 * MIB;
+    if (escape) {
+        int ok = escape_one("vmm-release", quota);
+        ok &= escape_one("vmm-retain", quota);
+        ok &= escape_one("pool-destroy", quota);
+        return ok ? 0 : 1;
+    }
 
     static const char *every[] = {"plain", "pitch", "array", "array3d", "async", "pool", "vmm", "graph"};
     int failed = 0;

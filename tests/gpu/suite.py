@@ -168,6 +168,20 @@ class Suite:
         if rc != 0 and all(r["ok"] for r in self.results if r["case"].startswith("driverapi/")):
             self.record("driverapi", False, secs, rc=rc, reason="exit status without a failed check")
 
+    def case_escape(self):
+        """Patterns that once let memory escape the quota: VMM handles released while mapped or retained and
+        released, pools destroyed with live allocations. NVML's own figure for the process must stay within
+        the quota while it holds everything it was granted."""
+        exe = os.path.join(self.a.build, "driverapi")
+        rc, out, secs = self.run("escape", [exe, "escape", "-q", str(self.quota)], self.env("escape"), 90)
+        lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+        if not lines:
+            return self.record("escape", False, secs, rc=rc, reason="no output (see logs/escape.log)")
+        for r in lines:
+            kind = r.pop("kind")
+            r.pop("case", None)
+            self.record(f"escape/{kind}", bool(r.pop("ok")), secs / len(lines), **r)
+
     def case_measure(self):
         """Memory nobody asks for by size (items 8/9 of 'hard quota, exactly'). Bare, the free-memory drops
         show what the real driver takes: a context (~500 MiB on H100/H200); cuCtxSetLimit heap 1 GiB and
@@ -537,6 +551,7 @@ def main():
             s.case_nvidia_smi()
         if want("driverapi") and s.fits("driverapi", 20):
             s.case_driverapi()
+            s.case_escape()
             s.case_measure()
             s.case_managed()
             s.case_peak()
