@@ -358,7 +358,11 @@ static int measure(void) {
     cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev);
     size_t b = free_now(), old = 0;
     CUcontext second = NULL;
+#if CUDA_VERSION >= 13000
+    CUresult rc = cuCtxCreate(&second, NULL, 0, dev); /* CUDA 13: cuCtxCreate_v4 (creation params) */
+#else
     CUresult rc = cuCtxCreate(&second, 0, dev);
+#endif
     if (rc == CUDA_SUCCESS) cuCtxSetCurrent(ctx);
     measured("context", b, -1, rc);
     cuCtxGetLimit(&old, CU_LIMIT_MALLOC_HEAP_SIZE);
