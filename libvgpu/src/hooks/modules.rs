@@ -163,7 +163,12 @@ mod tests {
             CUDA_SUCCESS
         });
         assert_eq!(r, CUDA_SUCCESS);
-        assert_eq!(w.usage(Kind::Module), 2 << 20);
+        // at most the slack the device-wide reading may add above the process's own figure
+        let m = w.usage(Kind::Module);
+        assert!(
+            (2 << 20..=(2 << 20) + super::super::measure::PROCESS_SLACK).contains(&m),
+            "{m}"
+        );
     }
 
     // Item 8b: cuLibraryLoad* was not charged at all.

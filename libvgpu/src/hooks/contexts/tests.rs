@@ -3,6 +3,7 @@
 
 use super::super::testing::World;
 use super::*;
+use crate::hooks::measure::PROCESS_SLACK;
 
 /// cuCtxCreate through the policy with a driver that takes `grow` bytes and returns context `ctx`.
 fn create(w: &World, ctx: usize, grow: i64) -> CUresult {
@@ -174,7 +175,12 @@ fn create_noisy(w: &World, ctx: usize, grow: i64, pid: u32, noise: i64) -> CUres
 fn a_neighbour_allocating_during_creation_is_not_charged() {
     let w = World::new(8 << 30);
     assert_eq!(create_noisy(&w, 0xca, 300 << 20, 77, 3 << 30), CUDA_SUCCESS);
-    assert_eq!(w.usage(Kind::Context), 300 << 20);
+    // at most the slack the device-wide reading may add above the process's own figure
+    let c = w.usage(Kind::Context);
+    assert!(
+        (300 << 20..=(300 << 20) + PROCESS_SLACK).contains(&c),
+        "{c}"
+    );
 }
 
 // Regression (item 9): another tenant's free inside the window made the context cost nothing.
@@ -198,10 +204,18 @@ fn in_a_pid_namespace_the_process_is_found_in_nvml_by_its_first_context() {
     w.fake.nvml_pid.set(900_001);
     w.fake.neighbour(78, 1 << 30);
     assert_eq!(create_noisy(&w, 0xcc, 300 << 20, 78, 1 << 30), CUDA_SUCCESS);
-    assert_eq!(w.usage(Kind::Context), 300 << 20);
-    // a second context while a new process of another tenant appears: still exact
+    let c = w.usage(Kind::Context);
+    assert!(
+        (300 << 20..=(300 << 20) + PROCESS_SLACK).contains(&c),
+        "{c}"
+    );
+    // a second context while a new process of another tenant appears: exact up to the slack
     assert_eq!(create_noisy(&w, 0xcd, 300 << 20, 79, 2 << 30), CUDA_SUCCESS);
-    assert_eq!(w.usage(Kind::Context), 600 << 20);
+    let c = w.usage(Kind::Context);
+    assert!(
+        (600 << 20..=(600 << 20) + 2 * PROCESS_SLACK).contains(&c),
+        "{c}"
+    );
 }
 
 // Item 9: without per-process usage, a device-wide measurement far from the context size this process
