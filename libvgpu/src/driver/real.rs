@@ -14,6 +14,18 @@ use crate::settings::{self, Applies};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealDriver;
 
+/// The type of a graph node (CU_GRAPH_NODE_TYPE_*).
+fn node_type(node: usize) -> Option<i32> {
+    let mut t: i32 = 0;
+    (forward!(
+        "cuGraphNodeGetType",
+        fn(CUgraphNode, *mut i32),
+        node as CUgraphNode,
+        &mut t
+    ) == CUDA_SUCCESS)
+        .then_some(t)
+}
+
 impl Driver for RealDriver {
     #[inline]
     fn applies(&self) -> Applies {
@@ -296,16 +308,7 @@ impl Driver for RealDriver {
     }
 
     fn alloc_node_bytes(&self, node: usize) -> Option<u64> {
-        let node = node as CUgraphNode;
-        let mut t: i32 = 0;
-        if forward!(
-            "cuGraphNodeGetType",
-            fn(CUgraphNode, *mut i32),
-            node,
-            &mut t
-        ) != CUDA_SUCCESS
-            || t != CU_GRAPH_NODE_TYPE_MEM_ALLOC
-        {
+        if node_type(node) != Some(CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
             return None;
         }
         // SAFETY: an all-zero CUDA_MEM_ALLOC_NODE_PARAMS is a valid out-buffer (plain data and pointers).
@@ -313,30 +316,21 @@ impl Driver for RealDriver {
         (forward!(
             "cuGraphMemAllocNodeGetParams",
             fn(CUgraphNode, *mut CUDA_MEM_ALLOC_NODE_PARAMS),
-            node,
+            node as CUgraphNode,
             &mut p
         ) == CUDA_SUCCESS)
             .then_some(p.bytesize as u64)
     }
 
     fn child_graph(&self, node: usize) -> Option<usize> {
-        let node = node as CUgraphNode;
-        let mut t: i32 = 0;
-        if forward!(
-            "cuGraphNodeGetType",
-            fn(CUgraphNode, *mut i32),
-            node,
-            &mut t
-        ) != CUDA_SUCCESS
-            || t != CU_GRAPH_NODE_TYPE_GRAPH
-        {
+        if node_type(node) != Some(CU_GRAPH_NODE_TYPE_GRAPH) {
             return None;
         }
         let mut g: CUgraph = std::ptr::null_mut();
         (forward!(
             "cuGraphChildGraphNodeGetGraph",
             fn(CUgraphNode, *mut CUgraph),
-            node,
+            node as CUgraphNode,
             &mut g
         ) == CUDA_SUCCESS
             && !g.is_null())

@@ -91,6 +91,23 @@ impl<D: Driver> Engine<'_, D> {
         }
     }
 
+    /// The quota a context made on `dev` into `pctx` is charged to: Err(None) to leave the call untouched
+    /// (no out-pointer, no limit, exiting, no quota on the device), Err(Some) to refuse it.
+    fn ctx_quota(
+        &self,
+        pctx: *mut CUcontext,
+        dev: CUdevice,
+    ) -> Result<&'static DeviceQuota, Option<Error>> {
+        if pctx.is_null() || self.drv.unlimited() || exiting() {
+            return Err(None);
+        }
+        match self.target(Some(dev)) {
+            Target::Charge(q) => Ok(q),
+            Target::Forward => Err(None),
+            Target::Fail(e) => Err(Some(e)),
+        }
+    }
+
     /// cuCtxCreate*: the new context written to `pctx` by `create` is charged what it measured.
     pub(crate) fn ctx_create(
         &self,
@@ -98,13 +115,10 @@ impl<D: Driver> Engine<'_, D> {
         dev: CUdevice,
         create: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        if pctx.is_null() || self.drv.unlimited() || exiting() {
-            return create();
-        }
-        let q = match self.target(Some(dev)) {
-            Target::Charge(q) => q,
-            Target::Forward => return create(),
-            Target::Fail(e) => return e.cuda(),
+        let q = match self.ctx_quota(pctx, dev) {
+            Ok(q) => q,
+            Err(None) => return create(),
+            Err(Some(e)) => return e.cuda(),
         };
         // SAFETY: the closure runs only after `create` succeeded: `pctx` is non-null and written by the driver.
         let (r, cost) = self.measure_ctx(dev, Some(q), create, || unsafe { *pctx } as usize);
@@ -144,13 +158,10 @@ impl<D: Driver> Engine<'_, D> {
         dev: CUdevice,
         retain: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        if pctx.is_null() || self.drv.unlimited() || exiting() {
-            return retain();
-        }
-        let q = match self.target(Some(dev)) {
-            Target::Charge(q) => q,
-            Target::Forward => return retain(),
-            Target::Fail(e) => return e.cuda(),
+        let q = match self.ctx_quota(pctx, dev) {
+            Ok(q) => q,
+            Err(None) => return retain(),
+            Err(Some(e)) => return e.cuda(),
         };
         let fresh = !self.drv.primary_active(dev);
         // SAFETY: the closure runs only after `retain` succeeded: `pctx` is non-null and written by the driver.

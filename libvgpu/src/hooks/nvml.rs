@@ -34,31 +34,49 @@ fn clamp_reserved(total: u64, free: u64, used: u64, reserved: u64) -> u64 {
     reserved.min(not_free - used.min(not_free))
 }
 
+/// The memory-info call of both `nvmlMemory_t` versions: NVML answers with `real` (None: no such entry
+/// point), then `fields` gives (total, free, used, reserved if the version has it) of the filled struct.
+fn memory_info<T>(
+    dev: nvmlDevice_t,
+    mem: *mut T,
+    real: Option<unsafe extern "C" fn(nvmlDevice_t, *mut T) -> nvmlReturn_t>,
+    fields: impl FnOnce(&mut T) -> (&mut u64, &mut u64, &mut u64, Option<&mut u64>),
+) -> nvmlReturn_t {
+    let Some(f) = real else {
+        return NVML_ERROR_UNINITIALIZED;
+    };
+    // SAFETY: arguments passed through unchanged.
+    let r = unsafe { f(dev, mem) };
+    if r != NVML_SUCCESS || mem.is_null() {
+        return r;
+    }
+    let v = match quota_of(dev) {
+        Ok(v) => v,
+        Err(e) => return e.nvml(),
+    };
+    // SAFETY: non-null, just filled by NVML.
+    let (total, free, used, reserved) = fields(unsafe { &mut *mem });
+    view(v, total, free, used);
+    if let Some(reserved) = reserved {
+        *reserved = clamp_reserved(*total, *free, *used, *reserved);
+    }
+    r
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     dev: nvmlDevice_t,
     mem: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
     guard(NVML_ERROR_UNKNOWN, || {
-        let Some(f) = real!(
+        let real = real!(
             Lib::Nvml,
             "nvmlDeviceGetMemoryInfo",
             unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t
-        ) else {
-            return NVML_ERROR_UNINITIALIZED;
-        };
-        // SAFETY: arguments passed through unchanged.
-        let r = unsafe { f(dev, mem) };
-        if r != NVML_SUCCESS || mem.is_null() {
-            return r;
-        }
-        // SAFETY: non-null, just filled by NVML.
-        let m = unsafe { &mut *mem };
-        match quota_of(dev) {
-            Ok(v) => view(v, &mut m.total, &mut m.free, &mut m.used),
-            Err(e) => return e.nvml(),
-        }
-        r
+        );
+        memory_info(dev, mem, real, |m| {
+            (&mut m.total, &mut m.free, &mut m.used, None)
+        })
     })
 }
 
@@ -68,26 +86,19 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     mem: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
     guard(NVML_ERROR_UNKNOWN, || {
-        let Some(f) = real!(
+        let real = real!(
             Lib::Nvml,
             "nvmlDeviceGetMemoryInfo_v2",
             unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t
-        ) else {
-            return NVML_ERROR_UNINITIALIZED;
-        };
-        // SAFETY: arguments passed through unchanged.
-        let r = unsafe { f(dev, mem) };
-        if r != NVML_SUCCESS || mem.is_null() {
-            return r;
-        }
-        // SAFETY: non-null, just filled by NVML.
-        let m = unsafe { &mut *mem };
-        match quota_of(dev) {
-            Ok(v) => view(v, &mut m.total, &mut m.free, &mut m.used),
-            Err(e) => return e.nvml(),
-        }
-        m.reserved = clamp_reserved(m.total, m.free, m.used, m.reserved);
-        r
+        );
+        memory_info(dev, mem, real, |m| {
+            (
+                &mut m.total,
+                &mut m.free,
+                &mut m.used,
+                Some(&mut m.reserved),
+            )
+        })
     })
 }
 

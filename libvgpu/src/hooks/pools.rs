@@ -161,6 +161,16 @@ impl<D: Driver> Engine<'_, D> {
         r
     }
 
+    /// Whether a stream-ordered allocation on `stream` is charged here: not without a limit, nor on a
+    /// stream being captured into a graph (it becomes graph memory, charged when the graph runs).
+    fn stream_alloc_charged(&self, stream: usize, ptsz: bool) -> Result<bool, Error> {
+        match self.drv.applies() {
+            Applies::Nowhere => Ok(false),
+            Applies::Broken => Err(Error::Refused),
+            Applies::Somewhere => Ok(!self.drv.capturing(stream, ptsz)),
+        }
+    }
+
     /// cuMemAllocAsync: from the current pool of the stream's device.
     pub(crate) fn alloc_async(
         &self,
@@ -170,13 +180,10 @@ impl<D: Driver> Engine<'_, D> {
         ptsz: bool,
         call: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        match self.drv.applies() {
-            Applies::Nowhere => return call(),
-            Applies::Broken => return Error::Refused.cuda(),
-            Applies::Somewhere => {}
-        }
-        if self.drv.capturing(stream, ptsz) {
-            return call();
+        match self.stream_alloc_charged(stream, ptsz) {
+            Ok(true) => {}
+            Ok(false) => return call(),
+            Err(e) => return e.cuda(),
         }
         // The stream's device, which need not be the current context's.
         let Some(dev) = self
@@ -203,13 +210,10 @@ impl<D: Driver> Engine<'_, D> {
         ptsz: bool,
         call: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        match self.drv.applies() {
-            Applies::Nowhere => return call(),
-            Applies::Broken => return Error::Refused.cuda(),
-            Applies::Somewhere => {}
-        }
-        if self.drv.capturing(stream, ptsz) {
-            return call();
+        match self.stream_alloc_charged(stream, ptsz) {
+            Ok(true) => {}
+            Ok(false) => return call(),
+            Err(e) => return e.cuda(),
         }
         let known = self.rec.pools.with(pool, |p| p.map(|p| p.dev));
         let Some(dev) = known.or_else(|| self.current_device()) else {
