@@ -33,6 +33,7 @@ pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 

@@ -446,8 +446,12 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             push((struct held){.kind = K_VMM, .ptr = va, .size = n, .phys = ph});
         }
         printf(" size=%llu granularity=%zu ptr=0x%llx", n, gran, (unsigned long long)va);
-    } else if (!strcmp(op, "graph")) {
-        unsigned long long n = parse_size(ARG(1)); used = 2;
+    } else if (!strcmp(op, "graph") || !strcmp(op, "graph-chain")) {
+        /* graph SIZE: one alloc node and its free node; graph-chain N SIZE: N such pairs one after the
+         * other (each alloc after the previous free), which need SIZE at a time, not N x SIZE. */
+        int chain = op[5] == '-';
+        unsigned long long pairs = chain ? parse_size(ARG(1)) : 1;
+        unsigned long long n = parse_size(ARG(chain ? 2 : 1)); used = chain ? 3 : 2;
         CUgraph g = NULL;
         CUgraphExec ex = NULL;
         CUgraphNode an = NULL, fn = NULL;
@@ -455,14 +459,14 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         memset(&prm, 0, sizeof prm);
         rc = need_stream();
         if (rc == CUDA_SUCCESS) rc = CALL(cuGraphCreate, &g, 0);
-        if (rc == CUDA_SUCCESS) {
+        for (unsigned long long i = 0; i < pairs && rc == CUDA_SUCCESS; i++) {
             prm.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
             prm.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
             prm.poolProps.location.id = dev;
             prm.bytesize = n;
-            rc = CALL(cuGraphAddMemAllocNode, &an, g, NULL, 0, &prm);
+            rc = CALL(cuGraphAddMemAllocNode, &an, g, fn ? &fn : NULL, fn ? 1 : 0, &prm);
+            if (rc == CUDA_SUCCESS) rc = CALL(cuGraphAddMemFreeNode, &fn, g, &an, 1, prm.dptr);
         }
-        if (rc == CUDA_SUCCESS) rc = CALL(cuGraphAddMemFreeNode, &fn, g, &an, 1, prm.dptr);
         if (rc == CUDA_SUCCESS) rc = CALL(cuGraphInstantiateWithFlags, &ex, g, 0);
         if (rc == CUDA_SUCCESS) rc = CALL(cuGraphLaunch, ex, stream);
         if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);

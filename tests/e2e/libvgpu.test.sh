@@ -208,6 +208,14 @@ check "an allocation on device 1's stream with device 0 current is held to devic
     test "$(echo "$out" | rcs async)" = "2 "
 export FAKE_CUDA_DEVICES=1
 
+# graph memory: a chain of alloc/free pairs needs one pair's memory at a time, not the sum
+fresh
+out=$(LIMIT=1g vg "$RT" graph-chain 4 400m 2>/dev/null)
+check "four sequential 400 MiB graph alloc/free pairs run under a 1 GiB quota (needed 416 MiB)" \
+    test "$(echo "$out" | rcs graph-chain)/$(echo "$out" | opline graph-chain | field graph_reserved)" = "0 /$((416 * MiB))"
+out=$(LIMIT=1g vg "$RT" graph-chain 2 1100m 2>/dev/null)
+check "a graph whose single step does not fit is still refused" test "$(echo "$out" | rcs graph-chain)" = "2 "
+
 # --- the quota's edges ---------------------------------------------------------------------------------
 fresh
 out=$(vg "$RT" free-bogus 2>/dev/null | opline free-bogus); base=$("$RT" free-bogus 2>/dev/null | opline free-bogus)

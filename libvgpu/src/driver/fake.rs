@@ -48,6 +48,11 @@ pub struct FakeDriver {
     /// Nodes of each graph, and the size of each memory-allocation node.
     pub graphs: RefCell<HashMap<usize, Vec<usize>>>,
     pub alloc_nodes: RefCell<HashMap<usize, u64>>,
+    /// Memory-free nodes and the allocation node whose memory each frees (addresses are the alloc
+    /// node's handle here).
+    pub free_nodes: RefCell<HashMap<usize, usize>>,
+    /// Dependencies of each node (absent: cannot be asked).
+    pub deps: RefCell<HashMap<usize, Vec<usize>>>,
     /// Child-graph nodes and the graph each embeds.
     pub child_graphs: RefCell<HashMap<usize, usize>>,
     /// Every side call the policies made, as text ("mem_free 0x10", "pool_trim 5 0", ...).
@@ -89,6 +94,8 @@ impl FakeDriver {
             graph_mem: RefCell::new(HashMap::new()),
             graphs: RefCell::new(HashMap::new()),
             alloc_nodes: RefCell::new(HashMap::new()),
+            free_nodes: RefCell::new(HashMap::new()),
+            deps: RefCell::new(HashMap::new()),
             child_graphs: RefCell::new(HashMap::new()),
             calls: RefCell::new(Vec::new()),
             nvml: Cell::new(true),
@@ -243,8 +250,22 @@ impl Driver for FakeDriver {
         self.graphs.borrow().get(&graph).cloned()
     }
 
-    fn alloc_node_bytes(&self, node: usize) -> Option<u64> {
-        self.alloc_nodes.borrow().get(&node).copied()
+    fn alloc_node(&self, node: usize) -> Option<(u64, u64)> {
+        self.alloc_nodes
+            .borrow()
+            .get(&node)
+            .map(|&b| (b, node as u64))
+    }
+
+    fn free_node(&self, node: usize) -> Option<u64> {
+        self.free_nodes.borrow().get(&node).map(|&a| a as u64)
+    }
+
+    fn node_dependencies(&self, node: usize) -> Option<Vec<usize>> {
+        if self.deps.borrow().is_empty() {
+            return None;
+        }
+        Some(self.deps.borrow().get(&node).cloned().unwrap_or_default())
     }
 
     fn child_graph(&self, node: usize) -> Option<usize> {

@@ -68,8 +68,12 @@ pub trait Driver {
     fn graph_mem_attr(&self, dev: CUdevice, attr: i32) -> Option<u64>;
     /// The nodes of a graph.
     fn graph_nodes(&self, graph: usize) -> Option<Vec<usize>>;
-    /// The size of a memory-allocation node; None for any other node.
-    fn alloc_node_bytes(&self, node: usize) -> Option<u64>;
+    /// (size, address) of a memory-allocation node; None for any other node.
+    fn alloc_node(&self, node: usize) -> Option<(u64, u64)>;
+    /// The address a memory-free node frees; None for any other node.
+    fn free_node(&self, node: usize) -> Option<u64>;
+    /// The nodes `node` depends on (None: cannot be asked).
+    fn node_dependencies(&self, node: usize) -> Option<Vec<usize>>;
     /// The graph embedded in a child-graph node; None for any other node.
     fn child_graph(&self, node: usize) -> Option<usize>;
 

@@ -307,7 +307,7 @@ impl Driver for RealDriver {
         Some(nodes.into_iter().take(n).map(|p| p as usize).collect())
     }
 
-    fn alloc_node_bytes(&self, node: usize) -> Option<u64> {
+    fn alloc_node(&self, node: usize) -> Option<(u64, u64)> {
         if node_type(node) != Some(CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
             return None;
         }
@@ -319,7 +319,43 @@ impl Driver for RealDriver {
             node as CUgraphNode,
             &mut p
         ) == CUDA_SUCCESS)
-            .then_some(p.bytesize as u64)
+            .then_some((p.bytesize as u64, p.dptr))
+    }
+
+    fn free_node(&self, node: usize) -> Option<u64> {
+        if node_type(node) != Some(CU_GRAPH_NODE_TYPE_MEM_FREE) {
+            return None;
+        }
+        let mut p: CUdeviceptr = 0;
+        (forward!(
+            "cuGraphMemFreeNodeGetParams",
+            fn(CUgraphNode, *mut CUdeviceptr),
+            node as CUgraphNode,
+            &mut p
+        ) == CUDA_SUCCESS)
+            .then_some(p)
+    }
+
+    fn node_dependencies(&self, node: usize) -> Option<Vec<usize>> {
+        let node = node as CUgraphNode;
+        let mut n: usize = 0;
+        let ask = |deps: *mut CUgraphNode, n: &mut usize| {
+            forward!(
+                "cuGraphNodeGetDependencies",
+                fn(CUgraphNode, *mut CUgraphNode, *mut usize),
+                node,
+                deps,
+                n
+            )
+        };
+        if ask(std::ptr::null_mut(), &mut n) != CUDA_SUCCESS {
+            return None;
+        }
+        let mut deps = vec![std::ptr::null_mut::<c_void>(); n];
+        if n > 0 && ask(deps.as_mut_ptr(), &mut n) != CUDA_SUCCESS {
+            return None;
+        }
+        Some(deps.into_iter().take(n).map(|d| d as usize).collect())
     }
 
     fn child_graph(&self, node: usize) -> Option<usize> {

@@ -8,6 +8,7 @@
 //! set to the real RESERVED_MEM_CURRENT. cuDeviceGraphMemTrim refunds what the reservation shrinks by.
 #![allow(clippy::missing_safety_doc)]
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void};
 
 use vgpu_ledger::Kind;
@@ -21,35 +22,60 @@ use crate::real::forward;
 use crate::records::GraphDev;
 
 impl<D: Driver> Engine<'_, D> {
-    /// Sum of the sizes of a graph's memory-alloc nodes, child graphs included: walked with the driver's
-    /// node queries, or as recorded when the nodes were added, whichever is larger.
+    /// What a graph's memory-allocation nodes can hold at once (child graphs included): from the
+    /// driver's node queries when they answer, else the sum recorded as the nodes were added.
     pub(crate) fn graph_need(&self, graph: usize) -> u64 {
-        let walked = self.graph_walk(graph, 0);
-        walked.max(
+        self.graph_walk(graph, 0).unwrap_or_else(|| {
             self.rec
                 .graph_needs
                 .with(graph as u64, |n| n.copied())
-                .unwrap_or(0),
-        )
+                .unwrap_or(0)
+        })
     }
 
-    fn graph_walk(&self, graph: usize, depth: u32) -> u64 {
+    fn graph_walk(&self, graph: usize, depth: u32) -> Option<u64> {
         // Child graphs nest; a bound keeps a malformed (cyclic) answer from recursing forever.
         if depth > 16 {
-            return 0;
+            return None;
         }
-        self.drv.graph_nodes(graph).map_or(0, |nodes| {
-            nodes
-                .into_iter()
-                .map(|n| match self.drv.alloc_node_bytes(n) {
-                    Some(b) => b,
-                    None => self
-                        .drv
-                        .child_graph(n)
-                        .map_or(0, |g| self.graph_walk(g, depth + 1)),
-                })
-                .fold(0u64, u64::saturating_add)
-        })
+        let nodes = self.drv.graph_nodes(graph)?;
+        let mut allocs = Vec::new();
+        let mut frees = HashMap::new();
+        let mut children = 0u64;
+        for &n in &nodes {
+            if let Some((bytes, ptr)) = self.drv.alloc_node(n) {
+                allocs.push((n, bytes, ptr));
+            } else if let Some(ptr) = self.drv.free_node(n) {
+                frees.insert(ptr, n);
+            } else if let Some(g) = self.drv.child_graph(n) {
+                // a child graph's memory is counted as live for the whole graph
+                children = children.saturating_add(self.graph_walk(g, depth + 1)?);
+            }
+        }
+        let mut succ: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut ordered = true;
+        for &n in &nodes {
+            match self.drv.node_dependencies(n) {
+                Some(deps) => deps
+                    .into_iter()
+                    .for_each(|d| succ.entry(d).or_default().push(n)),
+                None => ordered = false,
+            }
+        }
+        let lives: Vec<Lifetime> = allocs
+            .into_iter()
+            .map(|(node, bytes, ptr)| Lifetime {
+                node,
+                bytes,
+                freed_by: frees.get(&ptr).copied(),
+            })
+            .collect();
+        let need = if ordered {
+            peak(&lives, &succ)
+        } else {
+            lives.iter().fold(0u64, |a, l| a.saturating_add(l.bytes))
+        };
+        Some(need.saturating_add(children))
     }
 
     /// Sets the device's graph charge to its real reservation, plus what launches still in progress
@@ -172,6 +198,60 @@ impl<D: Driver> Engine<'_, D> {
     }
 }
 
+/// A graph allocation: its node, its size and the node that frees it in the graph (None: freed after the
+/// graph, or never by it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lifetime {
+    pub node: usize,
+    pub bytes: u64,
+    pub freed_by: Option<usize>,
+}
+
+/// The most a graph's allocations can hold at once, from their lifetimes and the graph's edges (`succ`:
+/// node -> the nodes depending on it): the largest of, for each allocation, its size plus every
+/// allocation that may be live with it. Two cannot be live together when one is freed on every path
+/// before the other is allocated. Never below the real peak; equal to it for chains (four sequential
+/// 400 MiB alloc/free pairs need 400 MiB, not 1600) and for independent branches (their sum).
+pub(crate) fn peak(lives: &[Lifetime], succ: &HashMap<usize, Vec<usize>>) -> u64 {
+    let index: HashMap<usize, usize> = lives.iter().enumerate().map(|(i, l)| (l.node, i)).collect();
+    // after[i][j]: allocation j is made after allocation i is freed (one row per allocation: the graph's
+    // other nodes are not kept, so a large captured graph costs allocations², not nodes²).
+    let after: Vec<Vec<bool>> = lives
+        .iter()
+        .map(|l| {
+            let mut row = vec![false; lives.len()];
+            if let Some(f) = l.freed_by {
+                descendants(f, succ)
+                    .into_iter()
+                    .filter_map(|n| index.get(&n))
+                    .for_each(|&j| row[j] = true);
+            }
+            row
+        })
+        .collect();
+    (0..lives.len())
+        .map(|i| {
+            (0..lives.len())
+                .filter(|&j| j == i || !(after[i][j] || after[j][i]))
+                .fold(0u64, |a, j| a.saturating_add(lives[j].bytes))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn descendants(from: usize, succ: &HashMap<usize, Vec<usize>>) -> HashSet<usize> {
+    let mut seen = HashSet::new();
+    let mut todo = vec![from];
+    while let Some(n) = todo.pop() {
+        for &m in succ.get(&n).into_iter().flatten() {
+            if seen.insert(m) {
+                todo.push(m);
+            }
+        }
+    }
+    seen
+}
+
 fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUresult {
     if r != CUDA_SUCCESS || exec.is_null() {
         return r;
@@ -272,14 +352,96 @@ mod tests {
     }
 
     #[test]
-    fn the_need_is_the_walk_or_what_was_added_whichever_is_larger() {
+    fn the_need_is_the_walk_else_what_was_added() {
         let w = World::new(1000);
         graph(&w);
-        let e = w.engine();
-        assert_eq!(e.graph_need(GRAPH), 500);
         w.rec.graph_needs.insert(GRAPH as u64, 800);
-        assert_eq!(e.graph_need(GRAPH), 800);
-        assert_eq!(e.graph_need(0x999), 0, "an unknown graph needs nothing");
+        let e = w.engine();
+        assert_eq!(
+            e.graph_need(GRAPH),
+            500,
+            "no edges to be had: the sum of the walked nodes"
+        );
+        w.rec.graph_needs.insert(0x999, 700);
+        assert_eq!(
+            e.graph_need(0x999),
+            700,
+            "nodes cannot be asked: what was added"
+        );
+        assert_eq!(e.graph_need(0x998), 0, "an unknown graph needs nothing");
+    }
+
+    fn life(node: usize, bytes: u64, freed_by: Option<usize>) -> Lifetime {
+        Lifetime {
+            node,
+            bytes,
+            freed_by,
+        }
+    }
+
+    fn edges(e: &[(usize, usize)]) -> HashMap<usize, Vec<usize>> {
+        let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
+        e.iter().for_each(|&(a, b)| m.entry(a).or_default().push(b));
+        m
+    }
+
+    #[test]
+    fn sequential_alloc_free_pairs_need_one_not_their_sum() {
+        // a1 -> f1 -> a2 -> f2 -> a3 -> f3 -> a4 -> f4, 400 MiB each
+        let m = 400 << 20;
+        let lives = [
+            life(1, m, Some(2)),
+            life(3, m, Some(4)),
+            life(5, m, Some(6)),
+            life(7, m, Some(8)),
+        ];
+        let chain = edges(&[(1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8)]);
+        assert_eq!(peak(&lives, &chain), m);
+        // without the edges every allocation may be live at once
+        assert_eq!(peak(&lives, &HashMap::new()), 4 * m);
+    }
+
+    #[test]
+    fn branches_and_allocations_freed_outside_count_together() {
+        // root 0 -> (a1 -> f1) and (a3 -> f3) in parallel, then a5 after both frees, a6 never freed
+        let lives = [
+            life(1, 100, Some(2)),
+            life(3, 200, Some(4)),
+            life(5, 50, Some(9)),
+            life(6, 10, None),
+        ];
+        let g = edges(&[
+            (0, 1),
+            (1, 2),
+            (0, 3),
+            (3, 4),
+            (2, 5),
+            (4, 5),
+            (5, 9),
+            (0, 6),
+        ]);
+        // a6 may be live with each of the others, which are not all live at once: the bound says 360
+        // where the real peak is 310 (both branches and a6) — above it, never below
+        assert_eq!(peak(&lives, &g), 360);
+        let lives = [
+            life(1, 100, Some(2)),
+            life(3, 200, Some(4)),
+            life(5, 500, Some(9)),
+        ];
+        assert_eq!(peak(&lives, &g), 500, "a5 comes after both frees");
+    }
+
+    #[test]
+    fn a_walked_chain_needs_its_peak() {
+        let w = World::new(1000);
+        w.fake.graphs.borrow_mut().insert(0x800, vec![1, 2, 3, 4]);
+        w.fake.alloc_nodes.borrow_mut().extend([(1, 400), (3, 400)]);
+        w.fake.free_nodes.borrow_mut().extend([(2, 1), (4, 3)]);
+        w.fake
+            .deps
+            .borrow_mut()
+            .extend([(2, vec![1]), (3, vec![2]), (4, vec![3])]);
+        assert_eq!(w.engine().graph_need(0x800), 400);
     }
 
     #[test]
@@ -387,6 +549,15 @@ mod tests {
         w.fake.child_graphs.borrow_mut().insert(10, GRAPH);
         w.fake.alloc_nodes.borrow_mut().insert(9, 100);
         assert_eq!(w.engine().graph_need(0x900), 600);
+    }
+
+    #[test]
+    fn a_child_graph_that_cannot_be_walked_falls_back_to_what_was_added() {
+        let w = World::new(1000);
+        w.fake.graphs.borrow_mut().insert(0x900, vec![10]);
+        w.fake.child_graphs.borrow_mut().insert(10, 0x901);
+        w.rec.graph_needs.insert(0x900, 300);
+        assert_eq!(w.engine().graph_need(0x900), 300);
     }
 
     #[test]

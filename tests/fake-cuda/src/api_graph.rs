@@ -30,14 +30,22 @@ pub fn graph_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
     Ok(())
 }
 
-fn add_node(d: &Driver, node: *mut Handle, graph: Handle, n: Node) -> R {
-    if node.is_null() {
+/// Adds a node after `deps` (the caller's array of `n` nodes, or null). Launches run the nodes in the
+/// order they were added, which honours the dependencies when they are added in order.
+fn add_node(d: &Driver, node: *mut Handle, graph: Handle, n: Node, deps: *const Handle, ndeps: usize) -> R {
+    if node.is_null() || (deps.is_null() && ndeps > 0) {
         return Err(INVALID_VALUE);
     }
+    // SAFETY: the caller passes `ndeps` valid node handles at `deps` (checked non-null when ndeps > 0).
+    let deps: Vec<Handle> = if ndeps == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(deps, ndeps) }.to_vec() };
     let mut objs = lock(&d.objs);
     let g = objs.graphs.get_mut(&graph).ok_or(INVALID_VALUE)?;
+    if deps.iter().any(|dep| !g.iter().any(|(h, _)| h == dep)) {
+        return Err(INVALID_VALUE);
+    }
     let h = new_handle();
     g.push((h, n));
+    objs.node_deps.insert(h, deps);
     // SAFETY: checked non-null above.
     unsafe { out(node, h) }
 }
@@ -52,6 +60,11 @@ fn instantiate(d: &Driver, exec: *mut Handle, graph: Handle) -> R {
     objs.execs.insert(h, nodes);
     // SAFETY: checked non-null above.
     unsafe { out(exec, h) }
+}
+
+/// A node of any graph.
+fn find_node(objs: &Objs, node: Handle) -> Result<Node, CUresult> {
+    objs.graphs.values().flatten().find(|(h, _)| *h == node).map(|(_, n)| n.clone()).ok_or(INVALID_VALUE)
 }
 
 cu_fn! {
@@ -75,7 +88,7 @@ fn cuGraphDestroy(graph: Handle) {
     Ok(())
 }
 
-fn cuGraphAddMemAllocNode(node: *mut Handle, graph: Handle, _deps: *const Handle, _n: usize, params: *mut AllocNodeParams) {
+fn cuGraphAddMemAllocNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *mut AllocNodeParams) {
     let d = drv()?;
     if params.is_null() { return Err(INVALID_VALUE); }
     let p = &mut *params;
@@ -85,17 +98,68 @@ fn cuGraphAddMemAllocNode(node: *mut Handle, graph: Handle, _deps: *const Handle
     let size = p.bytesize as u64;
     let dptr = lock(&d.mem).alloc(phys, d.shared.total(phys), size, Kind::Graph, 0, 0, 0).ok_or(OUT_OF_MEMORY)?;
     p.dptr = dptr;
-    add_node(d, node, graph, Node::Alloc { dptr, size, phys })
+    add_node(d, node, graph, Node::Alloc { dptr, size, phys }, deps, n)
 }
 
-fn cuGraphAddMemFreeNode(node: *mut Handle, graph: Handle, _deps: *const Handle, _n: usize, dptr: u64) {
+fn cuGraphAddMemFreeNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, dptr: u64) {
     let d = drv()?;
     if lock(&d.mem).allocs.get(&dptr).map(|a| a.kind) != Some(Kind::Graph) { return Err(INVALID_VALUE); }
-    add_node(d, node, graph, Node::Free { dptr })
+    add_node(d, node, graph, Node::Free { dptr }, deps, n)
 }
 
-fn cuGraphAddEmptyNode(node: *mut Handle, graph: Handle, _deps: *const Handle, _n: usize) {
-    add_node(drv()?, node, graph, Node::Other)
+fn cuGraphAddEmptyNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize) {
+    add_node(drv()?, node, graph, Node::Other, deps, n)
+}
+
+fn cuGraphGetNodes(graph: Handle, nodes: *mut Handle, n: *mut usize) {
+    let d = drv()?;
+    if n.is_null() { return Err(INVALID_VALUE); }
+    let objs = lock(&d.objs);
+    let g = objs.graphs.get(&graph).ok_or(INVALID_VALUE)?;
+    if !nodes.is_null() {
+        for (i, (h, _)) in g.iter().take(*n).enumerate() { *nodes.add(i) = *h; }
+    }
+    out(n, g.len())
+}
+
+fn cuGraphNodeGetType(node: Handle, t: *mut c_int) {
+    let d = drv()?;
+    let kind = match find_node(&lock(&d.objs), node)? {
+        Node::Alloc { .. } => 10,
+        Node::Free { .. } => 11,
+        Node::Other => 5, // CU_GRAPH_NODE_TYPE_EMPTY
+    };
+    out(t, kind)
+}
+
+fn cuGraphMemAllocNodeGetParams(node: Handle, params: *mut AllocNodeParams) {
+    let d = drv()?;
+    if params.is_null() { return Err(INVALID_VALUE); }
+    let Node::Alloc { dptr, size, phys } = find_node(&lock(&d.objs), node)? else { return Err(INVALID_VALUE) };
+    let p = &mut *params;
+    p.alloc_type = 1;
+    p.loc_type = 1;
+    p.loc_id = d.ordinal(phys) as c_int;
+    p.bytesize = size as usize;
+    p.dptr = dptr;
+    Ok(())
+}
+
+fn cuGraphMemFreeNodeGetParams(node: Handle, dptr: *mut u64) {
+    let d = drv()?;
+    let Node::Free { dptr: p } = find_node(&lock(&d.objs), node)? else { return Err(INVALID_VALUE) };
+    out(dptr, p)
+}
+
+fn cuGraphNodeGetDependencies(node: Handle, deps: *mut Handle, n: *mut usize) {
+    let d = drv()?;
+    if n.is_null() { return Err(INVALID_VALUE); }
+    let objs = lock(&d.objs);
+    let list = objs.node_deps.get(&node).ok_or(INVALID_VALUE)?;
+    if !deps.is_null() {
+        for (i, h) in list.iter().take(*n).enumerate() { *deps.add(i) = *h; }
+    }
+    out(n, list.len())
 }
 
 fn cuGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, _flags: u64) {

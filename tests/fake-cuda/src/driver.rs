@@ -113,6 +113,8 @@ pub struct Objs {
     /// VMM mappings: start -> (size, physical handle).
     pub mappings: BTreeMap<u64, (u64, u64)>,
     pub graphs: HashMap<Handle, Vec<(Handle, Node)>>,
+    /// Each graph node's dependencies (the nodes it comes after).
+    pub node_deps: HashMap<Handle, Vec<Handle>>,
     pub execs: HashMap<Handle, Vec<Node>>,
     pub graph_mem: Vec<GraphMem>,
     pub modules: HashMap<Handle, Module>,
