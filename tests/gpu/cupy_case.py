@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """CuPy under a quota: fill with 256 MiB arrays until cupy.cuda.memory.OutOfMemoryError, through the
-default memory pool (`pool`) or the stream-ordered cudaMallocAsync pool (`async`, MemoryAsyncPool). Either
-must end in a clean OutOfMemoryError, after which CuPy still works (the anchor crashed in `async`).
+default memory pool (`pool`) or the stream-ordered cudaMallocAsync pool (`async`, MemoryAsyncPool), or the
+async pool after the default pool was filled and emptied (`pool-then-async`: the driver's first
+stream-ordered use comes late in the process). Each must end in a clean OutOfMemoryError, after which CuPy
+still works (the anchor crashed in `async`).
 
-    cupy_case.py pool|async
+    cupy_case.py pool|async|pool-then-async
 
 The last line on stdout is `RESULT {json}`; suite.py decides pass or fail from it.
 """
@@ -19,10 +21,20 @@ MIB = 1 << 20
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    if mode not in ("pool", "async"):
-        sys.exit("usage: cupy_case.py pool|async")
+    if mode not in ("pool", "async", "pool-then-async"):
+        sys.exit("usage: cupy_case.py pool|async|pool-then-async")
     import cupy as cp
-    if mode == "async":
+    if mode == "pool-then-async":
+        first = cp.get_default_memory_pool()
+        warm = []
+        try:
+            while True:
+                warm.append(cp.empty(256 * MIB, dtype=cp.uint8))
+        except cp.cuda.memory.OutOfMemoryError:
+            pass
+        del warm
+        first.free_all_blocks()
+    if mode != "pool":
         pool = cp.cuda.MemoryAsyncPool()
     else:
         pool = cp.get_default_memory_pool()

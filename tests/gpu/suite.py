@@ -350,9 +350,11 @@ class Suite:
                            nvml_bytes=nvml_sum, accuracy=self.accuracy(nvml_sum),
                            nvml_per_process=list(nvml.values()))
 
-    def case_torch_fill(self, python, nocache):
-        name = "torch-fill-nocache" if nocache else "torch-fill"
+    def case_torch_fill(self, python, nocache, expandable=False):
+        name = "torch-fill-nocache" if nocache else "torch-fill-expandable" if expandable else "torch-fill"
         extra = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"} if nocache else {}
+        if expandable:  # segments grown with the VMM API (cuMemCreate/cuMemMap, handles released while mapped)
+            extra["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         r, rc, secs = self.python_case(name, python, "torch_case.py", ["fill", "--quota", str(self.quota)],
                                        self.env(name, extra=extra), 150)
         if r is None:
@@ -434,6 +436,27 @@ class Suite:
               and r["usable_after"] and (r["nvml_at_peak"] is None or r["nvml_at_peak"] <= self.quota))
         return self.record(name, ok, secs, nvml_bytes=r["nvml_at_peak"], accuracy=self.accuracy(r["nvml_at_peak"]),
                            **r)
+
+    def case_nccl(self, python):
+        """NCCL all-reduce across two GPUs, a process per GPU under its quota: values right, each fills to a
+        clean OutOfMemoryError, all-reduce still works there, NVML's figure per process within the quota."""
+        extra = {"NCCL_NVLS_ENABLE": "0"}
+        r, rc, secs = self.python_case("nccl", python, "nccl_case.py", ["--quota", str(self.quota)],
+                                       self.env("nccl", extra=extra), 300)
+        if r is None:
+            return self.record("nccl", False, secs, rc=rc, reason="no result (crash or timeout, see logs/nccl.log)")
+        if "skip" in r:
+            return self.skip("nccl", r["skip"])
+        fields = {}
+        ok = rc == 0
+        for k in r["ranks"]:
+            nv = k.get("nvml_at_peak")
+            good = (k.get("total") == self.quota and k.get("values_ok") and k.get("error_type") == "OutOfMemoryError"
+                    and k.get("reduce_after_fill_ok") and 0 < k.get("granted", 0) <= self.quota
+                    and (nv is None or nv <= self.quota))
+            ok = ok and bool(good)
+            fields[f"rank{k['rank']}"] = {x: k.get(x) for x in ("granted", "nvml_at_peak", "error_type", "error")}
+        return self.record("nccl", ok, secs, **fields)
 
     def case_bench(self):
         out = os.path.join(self.out, "bench")
@@ -523,7 +546,8 @@ def main():
     ap.add_argument("--quota", default=os.environ.get("GPU_QUOTA", "8Gi"))
     ap.add_argument("--budget", type=float, default=float(os.environ.get("GPU_SUITE_BUDGET_S", "480")))
     ap.add_argument("--bench-procs", default=os.environ.get("GPU_BENCH_PROCS", "1 8 16"))
-    ap.add_argument("--only", default=os.environ.get("GPU_SUITE_ONLY", ""), help="comma-separated case groups")
+    ap.add_argument("--only", default=os.environ.get("GPU_SUITE_ONLY", ""),
+                    help="comma-separated case groups: smi,driverapi,devices,shared,torch,cupy,jax,nccl,perf,bench")
     ap.add_argument("--fake", action="store_true", help="dry run against the project's fake driver")
     a = ap.parse_args()
     a.lib = os.path.abspath(a.lib)
@@ -567,13 +591,15 @@ def main():
                 for nocache in (False, True):
                     if s.fits("torch-fill" + ("-nocache" if nocache else ""), 30):
                         s.case_torch_fill(torch_py, nocache)
+                if s.fits("torch-fill-expandable", 30):
+                    s.case_torch_fill(torch_py, False, expandable=True)
                 if s.fits("torch-nolimit", 30):
                     s.case_torch_nolimit(torch_py)
         if want("cupy"):
             if not cupy_py:
                 s.skip("cupy", "no Python with cupy found")
             else:
-                for mode in ("pool", "async"):
+                for mode in ("pool", "async", "pool-then-async"):
                     if s.fits(f"cupy-{mode}", 20):
                         s.case_cupy(cupy_py, mode)
         if want("jax"):
@@ -581,6 +607,8 @@ def main():
                 s.skip("jax", "no Python with jax found")
             elif s.fits("jax", 40):
                 s.case_jax(jax_py)
+        if want("nccl") and torch_py and s.fits("nccl", 60):
+            s.case_nccl(torch_py)
         if want("perf") and torch_py and s.fits("torch-perf", 90):
             s.case_torch_perf(torch_py)
         if want("bench") and s.fits("bench", 60):
