@@ -54,6 +54,35 @@ def per_process(pids):
     return {str(p): seen.get(p, 0) for p in pids}, "nvidia-smi"
 
 
+def per_gpu(pid):
+    """NVML's bytes for PID on each GPU, by NVML index: {"0": bytes, "1": bytes, ...}."""
+    pid = int(pid)
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            out = {}
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                out[str(i)] = sum(int(p.usedGpuMemory or 0) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                                  if p.pid == pid)
+            return out, "pynvml"
+        finally:
+            pynvml.nvmlShutdown()
+    except ImportError:
+        pass
+    out, idx = {}, {}
+    for line in _smi(["--query-gpu=index,uuid", "--format=csv,noheader"]).splitlines():
+        i, u = (x.strip() for x in line.split(","))
+        idx[u] = i
+        out[i] = 0
+    for line in _smi(["--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader,nounits"]).splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 3 and parts[1] == str(pid) and parts[2].isdigit() and parts[0] in idx:
+            out[idx[parts[0]]] += int(parts[2]) * MIB
+    return out, "nvidia-smi"
+
+
 def gpu():
     try:
         import pynvml
@@ -69,6 +98,21 @@ def gpu():
                  "-i", "0"]).strip().splitlines()[0]
     t, u, f = (int(x.strip()) * MIB for x in line.split(","))
     return {"total": t, "used": u, "free": f}, "nvidia-smi"
+
+
+def usage_per_gpu(pid):
+    """NVML's bytes for PID on each GPU ({"0": bytes, ...}), measured by a fresh process without the
+    interposer; None if unmeasurable."""
+    try:
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--per-gpu", str(pid)],
+                           capture_output=True, text=True, timeout=60, env=clean_env())
+        if r.returncode != 0:
+            return None
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        d.pop("source", None)
+        return d
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
 
 
 def usage(pid, python=None, env=None):
@@ -88,10 +132,12 @@ def main():
     try:
         if sys.argv[1:] == ["--gpu"]:
             d, src = gpu()
+        elif len(sys.argv) == 3 and sys.argv[1] == "--per-gpu" and sys.argv[2].isdigit():
+            d, src = per_gpu(sys.argv[2])
         elif sys.argv[1:] and all(a.isdigit() for a in sys.argv[1:]):
             d, src = per_process(sys.argv[1:])
         else:
-            sys.exit("usage: measure.py PID... | --gpu")
+            sys.exit("usage: measure.py PID... | --per-gpu PID | --gpu")
     except Exception as e:  # no NVML of either kind: say so in one line
         print(f"measure.py: cannot read NVML: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)

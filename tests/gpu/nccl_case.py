@@ -2,7 +2,8 @@
 """NCCL all-reduce across two GPUs, one process per GPU, each under its own quota (run by suite.py with
 LD_PRELOAD=libvgpu.so and CUDA_DEVICE_MEMORY_LIMIT set; NCCL_NVLS_ENABLE=0). Each process: all-reduce a
 64 MiB tensor 20 times (checks the values), fill its GPU with 256 MiB tensors to OutOfMemoryError, give
-one back and all-reduce again (NCCL still works at the quota), then reports NVML's own figure for it.
+one back and all-reduce again (NCCL still works at the quota); NVML's own figure for the process on each
+GPU, read at the peak, must stay within the quota (which is per GPU).
 
     nccl_case.py --quota BYTES
 
@@ -40,7 +41,10 @@ def worker(rank, world, port, out):
         except torch.cuda.OutOfMemoryError as e:
             r["error_type"] = type(e).__name__
         r["granted"] = len(held) * 256 * MIB
-        r["nvml_at_peak"] = measure.usage(os.getpid())
+        # per GPU: a process's quota is per GPU, and NCCL may touch the peer GPU too
+        per_gpu = measure.usage_per_gpu(os.getpid())
+        r["nvml_per_gpu"] = per_gpu
+        r["nvml_at_peak"] = None if per_gpu is None else max(per_gpu.values(), default=0)
         if held:
             held.pop()
         dist.all_reduce(x)

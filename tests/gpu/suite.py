@@ -455,7 +455,8 @@ class Suite:
                     and k.get("reduce_after_fill_ok") and 0 < k.get("granted", 0) <= self.quota
                     and (nv is None or nv <= self.quota))
             ok = ok and bool(good)
-            fields[f"rank{k['rank']}"] = {x: k.get(x) for x in ("granted", "nvml_at_peak", "error_type", "error")}
+            fields[f"rank{k['rank']}"] = {x: k.get(x) for x in ("granted", "nvml_at_peak", "nvml_per_gpu", "error_type",
+                                                                  "error")}
         return self.record("nccl", ok, secs, **fields)
 
     def case_bench(self):
