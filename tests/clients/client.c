@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -294,6 +296,57 @@ static void *churn_thread(void *p) {
         if (a->rc == CUDA_SUCCESS) a->rc = CALL(cuMemFree, d);
     }
     return NULL;
+}
+
+/* closefds / pipes ops: the application's own pipes, opened onto the descriptor numbers it freed. */
+#define NPIPES 16
+static int app_pipes[NPIPES][2];
+static int napp_pipes;
+
+/* Closes every descriptor from 3 up, as a daemon's cleanup does, sparing only the fake driver's own files
+ * (under FAKE_CUDA_STATE_DIR: a program that closed its real driver's descriptors would lose CUDA itself),
+ * then opens NPIPES pipes, which take the lowest free numbers. Returns how many were closed. */
+static int close_fds(int *spared) {
+    const char *keep = getenv("FAKE_CUDA_STATE_DIR");
+    if (!keep || !*keep) keep = "/tmp/fake-cuda";
+    int closed = 0, max = (int)sysconf(_SC_OPEN_MAX);
+    if (max <= 0 || max > 1 << 20) max = 1 << 20;
+    *spared = 0;
+    for (int fd = 3; fd < max; fd++) {
+        char link[64], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n < 0) continue; /* not open */
+        target[n] = 0;
+        if (!strncmp(target, keep, strlen(keep))) { (*spared)++; continue; }
+        if (close(fd) == 0) closed++;
+    }
+    /* non-blocking: a read end that is no longer our pipe must fail, not hang */
+    for (napp_pipes = 0; napp_pipes < NPIPES && pipe2(app_pipes[napp_pipes], O_NONBLOCK) == 0; napp_pipes++) {}
+    return closed;
+}
+
+/* A byte through each of the application's pipes; returns how many failed (EBADF: closed under us). */
+static int check_pipes(int *first_errno) {
+    int bad = 0;
+    *first_errno = 0;
+    for (int i = 0; i < napp_pipes; i++) {
+        char b = (char)i, got = 0;
+        errno = 0;
+        struct stat r, w;
+        /* a number that now holds something else (the library's files) must not be written to */
+        if (fstat(app_pipes[i][0], &r) != 0 || fstat(app_pipes[i][1], &w) != 0 || !S_ISFIFO(r.st_mode) ||
+            !S_ISFIFO(w.st_mode) || r.st_ino != w.st_ino) {
+            if (!*first_errno) *first_errno = errno ? errno : EBADF;
+            bad++;
+            continue;
+        }
+        if (write(app_pipes[i][1], &b, 1) != 1 || read(app_pipes[i][0], &got, 1) != 1 || got != b) {
+            if (!*first_errno) *first_errno = errno;
+            bad++;
+        }
+    }
+    return bad;
 }
 
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
@@ -642,6 +695,14 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         rc = need_ctx();
         if (rc == CUDA_SUCCESS) rc = CALL(cuDevicePrimaryCtxReset, dev);
         if (rc == CUDA_SUCCESS) { nheld = 0; dev_ord = -1; stream = NULL; pool = NULL; kernel = NULL; }
+    } else if (!strcmp(op, "closefds")) {
+        int spared = 0, closed = close_fds(&spared);
+        printf(" closed=%d spared=%d pipes=%d lowest=%d", closed, spared, napp_pipes, napp_pipes ? app_pipes[0][0] : -1);
+        if (napp_pipes != NPIPES) rc = CUDA_ERROR_OPERATING_SYSTEM;
+    } else if (!strcmp(op, "pipes")) {
+        int err = 0, bad = check_pipes(&err);
+        printf(" pipes=%d bad=%d errno=%d", napp_pipes, bad, err);
+        if (bad) rc = CUDA_ERROR_OPERATING_SYSTEM;
     } else if (!strcmp(op, "hold")) {
         hold_at_exit = 1;
     } else {

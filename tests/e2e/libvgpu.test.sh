@@ -243,6 +243,28 @@ check "fork child and parent both exit cleanly" test "$(echo "$out" | opline for
 out=$(vg "$RT" info 2>/dev/null | opline info | field free)
 check "after both exit the ledger is empty" test "$out" = "$GiB"
 
+# An application that closes every descriptor from 3 up (daemon-style cleanup) and reuses the numbers for its
+# own pipes keeps its slot: another process's refused allocation does not reclaim its live usage, its own
+# refused allocation takes nothing from live processes, and no pipe of it is closed (nor in a fork child).
+fresh
+(sleep 8 | vg "$RT" alloc 256m wait >"$W/cf-b.out" 2>/dev/null) &        # another live process: 256 MiB
+for _ in $(seq 100); do grep -q ready "$W/cf-b.out" 2>/dev/null && break; sleep 0.1; done
+(sleep 3 | vg "$RT" alloc 512m closefds wait alloc 1g pipes fork pipes >"$W/cf.out" 2>/dev/null) &
+cf=$!
+for _ in $(seq 100); do grep -q ready "$W/cf.out" 2>/dev/null && break; sleep 0.1; done
+third=$(vg "$RT" alloc 512m 2>/dev/null | opline alloc | field rc)
+check "closefds: the live process's 512 MiB stay charged (another 512 MiB is refused: rc=$third)" test "$third" = 2
+wait "$cf"
+own=$(opline alloc 2 <"$W/cf.out" | field rc)
+check "closefds: the process's own refused allocation reclaims nothing live (rc=$own)" test "$own" = 2
+free=$(vg "$RT" info 2>/dev/null | opline info | field free)
+check "closefds: the other live process's 256 MiB stay charged (free $free)" test "$free" = "$((768 * MiB))"
+check "closefds: the application's pipes still work ($(opline pipes <"$W/cf.out"))" \
+    test "$(opline pipes <"$W/cf.out" | field bad)" = 0
+check "closefds: the fork child's pipes still work ($(opline pipes 2 <"$W/cf.out"))" \
+    test "$(opline pipes 2 <"$W/cf.out" | field bad)" = 0
+wait 2>/dev/null
+
 # --- configuration ------------------------------------------------------------------------------------------
 # CUDA_VISIBLE_DEVICES reorder: a limits file names physical GPU 1 by UUID; wherever it appears, it is limited
 fresh; export FAKE_CUDA_DEVICES=2
