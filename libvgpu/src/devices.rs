@@ -246,8 +246,8 @@ pub(crate) fn unlock_all() {
     unsafe { RESOLVING.force_unlock() };
 }
 
-/// fork child: the parent's slots are not ours. Forget them (closing the inherited descriptors without
-/// refunding) and attach fresh slots on next use.
+/// fork child: the parent's slots are not ours. Forget them (without refunding; the child inherited no
+/// descriptor or mapping of theirs, so nothing is closed) and attach fresh slots on next use.
 pub(crate) fn child_after_fork() {
     // SAFETY: as in unlock_all; the child has one thread, which took the lock in lock_all.
     unsafe { RESOLVING.force_unlock() };
