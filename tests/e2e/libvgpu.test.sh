@@ -344,6 +344,46 @@ gcc -shared -fPIC -o "$W/libnext.so" "$W/next.c" -ldl && gcc -o "$W/pid" "$W/pid
 out=$(LD_PRELOAD="$LIB $W/libnext.so" "$W/pid" | field pid)
 check "dlsym(RTLD_NEXT) from another interposer still finds the next object (pid=$out)" test "$out" -gt 0
 
+# A second interposer preloaded after us whose cuMemAlloc_v2 forwards through dlsym(RTLD_NEXT, ...) must be
+# handed our hook, not the driver's function: allocations through it stop at the quota.
+cat > "$W/other.c" <<'C'
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+int other_calls;
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    static CUresult (*next)(CUdeviceptr *, size_t);
+    if (!next) next = (CUresult (*)(CUdeviceptr *, size_t))dlsym(RTLD_NEXT, "cuMemAlloc_v2");
+    other_calls++;
+    return next ? next(p, n) : CUDA_ERROR_NOT_FOUND;
+}
+C
+cat > "$W/viaother.c" <<'C'
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    CUdevice d; CUcontext c; CUdeviceptr p;
+    if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) || cuCtxSetCurrent(c)) return 2;
+    void *h = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
+    CUresult (*alloc)(CUdeviceptr *, size_t) = h ? (CUresult (*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2") : 0;
+    int *calls = h ? (int *)dlsym(h, "other_calls") : 0;
+    if (!alloc || !calls) return 3;
+    printf("viaother rc=");
+    for (int i = 0; i < 4; i++) printf("%d%s", alloc(&p, 512u << 20), i < 3 ? "," : "");
+    printf(" calls=%d\n", *calls);
+    return 0;
+}
+C
+gcc -shared -fPIC -I"$ROOT/.deps/cuda/include" -o "$W/libother.so" "$W/other.c" -ldl &&
+    gcc -O1 -I"$ROOT/.deps/cuda/include" -o "$W/viaother" "$W/viaother.c" -L"$ROOT/target/fake" -lcuda -ldl
+fresh
+out=$(LD_PRELOAD="$LIB $W/libother.so" CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=1g \
+      "$W/viaother" "$W/libother.so" 2>/dev/null)
+check "another interposer's dlsym(RTLD_NEXT, cuMemAlloc_v2) gets the hook: 2 x 512 MiB fit, then OOM ($out)" \
+    test "$(echo "$out" | field rc)/$(echo "$out" | field calls)" = "0,0,2,2/4"
+
 # --- the shipped binary ---------------------------------------------------------------------------------------
 # (the shipped interposer is two files: the preload front libvgpu.so and the engine libvgpu_core.so)
 CORE=$(dirname "$LIB")/libvgpu_core.so
