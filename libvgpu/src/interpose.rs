@@ -123,11 +123,12 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
                 // "After the caller" cannot be looked up from here (glibc takes the caller from its return
                 // address), and handing a hooked name back to glibc would give the caller — an interposer
                 // loaded after us — the driver's own function, past the quota. Whatever follows the caller,
-                // the driver's function of that name is reached through the hook.
-                return match real::lookup(lib, cname) {
-                    0 => pass, // the driver lacks it: glibc answers (or fails) as usual
-                    _ => Route { hook, real: 0 },
-                };
+                // the driver's function of that name is reached through the hook. (A driver that is not
+                // loaded, or lacks the name, is nobody's next: glibc answers, or fails, as usual.)
+                if real::is_loaded(lib) && real::lookup(lib, cname) != 0 {
+                    return Route { hook, real: 0 };
+                }
+                return pass;
             }
             let found = real::real_dlsym(handle, name) as usize;
             if found == 0 {

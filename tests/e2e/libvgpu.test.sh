@@ -351,8 +351,14 @@ cat > "$W/other.c" <<'C'
 #include <cuda.h>
 #include <dlfcn.h>
 int other_calls;
+static CUresult (*next)(CUdeviceptr *, size_t);
+#ifdef EARLY
+/* resolved while the process starts, before any CUDA call (the engine is not loaded yet) */
+__attribute__((constructor)) static void early(void) {
+    next = (CUresult (*)(CUdeviceptr *, size_t))dlsym(RTLD_NEXT, "cuMemAlloc_v2");
+}
+#endif
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
-    static CUresult (*next)(CUdeviceptr *, size_t);
     if (!next) next = (CUresult (*)(CUdeviceptr *, size_t))dlsym(RTLD_NEXT, "cuMemAlloc_v2");
     other_calls++;
     return next ? next(p, n) : CUDA_ERROR_NOT_FOUND;
@@ -377,12 +383,15 @@ int main(int argc, char **argv) {
 }
 C
 gcc -shared -fPIC -I"$ROOT/.deps/cuda/include" -o "$W/libother.so" "$W/other.c" -ldl &&
+    gcc -shared -fPIC -DEARLY -I"$ROOT/.deps/cuda/include" -o "$W/libearly.so" "$W/other.c" -ldl &&
     gcc -O1 -I"$ROOT/.deps/cuda/include" -o "$W/viaother" "$W/viaother.c" -L"$ROOT/target/fake" -lcuda -ldl
-fresh
-out=$(LD_PRELOAD="$LIB $W/libother.so" CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=1g \
-      "$W/viaother" "$W/libother.so" 2>/dev/null)
-check "another interposer's dlsym(RTLD_NEXT, cuMemAlloc_v2) gets the hook: 2 x 512 MiB fit, then OOM ($out)" \
-    test "$(echo "$out" | field rc)/$(echo "$out" | field calls)" = "0,0,2,2/4"
+for o in other early; do
+    fresh
+    out=$(LD_PRELOAD="$LIB $W/lib$o.so" CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=1g \
+          "$W/viaother" "$W/lib$o.so" 2>/dev/null)
+    check "another interposer's dlsym(RTLD_NEXT, cuMemAlloc_v2) ($o) gets the hook: 2 x 512 MiB fit, then OOM ($out)" \
+        test "$(echo "$out" | field rc)/$(echo "$out" | field calls)" = "0,0,2,2/4"
+done
 
 # --- the shipped binary ---------------------------------------------------------------------------------------
 # (the shipped interposer is two files: the preload front libvgpu.so and the engine libvgpu_core.so)
