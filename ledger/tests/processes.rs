@@ -156,6 +156,28 @@ fn fork_child_keeping_the_slot_does_not_keep_parent_alive(dir: &Path) {
     kill(child, Signal::SIGKILL).unwrap(); // an orphan now; init reaps it
 }
 
+/// `exec` ends the process image that owned the slot: the pin mapping goes with it, so the slot is dead
+/// (and reclaimable) while the process itself lives on as another program.
+fn exec_releases_the_slot(dir: &Path) {
+    let (path, ledger) = fresh(dir, "exec.ledger");
+    let (rx, tx) = pipe().unwrap();
+    let child = spawn(|| {
+        let l = Ledger::open(&path).unwrap();
+        let slot = l.attach().unwrap();
+        l.charge(&slot, Kind::Data, 4242, LIMIT).unwrap();
+        send(&tx, slot.index() as u32);
+        std::mem::forget(slot);
+        let err = std::os::unix::process::CommandExt::exec(std::process::Command::new("sleep").arg("30"));
+        panic!("exec: {err}")
+    });
+    let slot = receive(&rx).expect("child died") as u16;
+    wait_dead(&ledger, slot);
+    assert!(kill(child, None).is_ok(), "the process lives on as `sleep`");
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 0);
+    kill_and_reap(child);
+}
+
 /// Close every descriptor from 3 up, except `keep`, as a daemon's cleanup does (close_range, or a loop where
 /// the kernel lacks it).
 fn close_all_from_3(keep: &[i32]) {
@@ -383,6 +405,9 @@ fn main() {
     fork_child_keeping_the_slot_does_not_keep_parent_alive(dir.path());
     passed += 1;
     println!("processes: a fork child that keeps the parent's slot does not keep it alive ... ok");
+    exec_releases_the_slot(dir.path());
+    passed += 1;
+    println!("processes: exec releases the slot ... ok");
     closed_descriptors_keep_the_slot(dir.path());
     passed += 1;
     println!("processes: a process closing and reusing every descriptor from 3 keeps its slot ... ok");
