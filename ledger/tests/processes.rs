@@ -5,7 +5,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::stat::{umask, Mode};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, pipe, read, write, ForkResult, Gid, Pid, Uid};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -131,8 +131,10 @@ fn fork_child_forgets_parent_slot(dir: &Path) {
     assert!(ledger.snapshot().slots.is_empty());
 }
 
-/// Why `forget_after_fork` exists: a child that keeps the inherited descriptor keeps the parent's lock.
-fn fork_child_keeping_the_descriptor_keeps_parent_alive(dir: &Path) {
+/// A child that never gives up the inherited slot (no `forget_after_fork`) does not keep the parent's slot
+/// alive either: the slot's lock is pinned by a mapping that fork children do not inherit, and there is no
+/// descriptor to inherit.
+fn fork_child_keeping_the_slot_does_not_keep_parent_alive(dir: &Path) {
     let (path, ledger) = fresh(dir, "inherit.ledger");
     let (rx, tx) = pipe().unwrap();
     let parent = spawn(|| {
@@ -146,15 +148,143 @@ fn fork_child_keeping_the_descriptor_keeps_parent_alive(dir: &Path) {
     });
     let slot = receive(&rx).unwrap() as u16;
     let child = Pid::from_raw(receive(&rx).unwrap() as i32);
-    kill_and_reap(parent);
-    std::thread::sleep(Duration::from_millis(50));
     assert!(ledger.snapshot().slots.iter().any(|s| s.index == slot && s.alive));
-    assert_eq!(ledger.reclaim_dead().unwrap(), 0);
-    assert_eq!(ledger.used(), 777);
-    kill(child, Signal::SIGKILL).unwrap();
+    kill_and_reap(parent);
     wait_dead(&ledger, slot);
     assert_eq!(ledger.reclaim_dead().unwrap(), 1);
     assert_eq!(ledger.used(), 0);
+    kill(child, Signal::SIGKILL).unwrap(); // an orphan now; init reaps it
+}
+
+/// `exec` ends the process image that owned the slot: the pin mapping goes with it, so the slot is dead
+/// (and reclaimable) while the process itself lives on as another program.
+fn exec_releases_the_slot(dir: &Path) {
+    let (path, ledger) = fresh(dir, "exec.ledger");
+    let (rx, tx) = pipe().unwrap();
+    let child = spawn(|| {
+        let l = Ledger::open(&path).unwrap();
+        let slot = l.attach().unwrap();
+        l.charge(&slot, Kind::Data, 4242, LIMIT).unwrap();
+        send(&tx, slot.index() as u32);
+        std::mem::forget(slot);
+        let err = std::os::unix::process::CommandExt::exec(std::process::Command::new("sleep").arg("30"));
+        panic!("exec: {err}")
+    });
+    let slot = receive(&rx).expect("child died") as u16;
+    wait_dead(&ledger, slot);
+    assert!(kill(child, None).is_ok(), "the process lives on as `sleep`");
+    assert_eq!(ledger.reclaim_dead().unwrap(), 1);
+    assert_eq!(ledger.used(), 0);
+    kill_and_reap(child);
+}
+
+/// Close every descriptor from 3 up, except `keep`, as a daemon's cleanup does (close_range, or a loop where
+/// the kernel lacks it).
+fn close_all_from_3(keep: &[i32]) {
+    use nix::libc;
+    let mut keep: Vec<i32> = keep.to_vec();
+    keep.sort_unstable();
+    let mut lo = 3u32;
+    for k in keep.iter().copied().chain([i32::MAX]) {
+        let hi = if k == i32::MAX { u32::MAX } else { (k - 1) as u32 };
+        if (k as u32) >= lo && hi >= lo {
+            // SAFETY: close_range on numbers this test process owns; it owns no Rust value holding them
+            // but the kept ones.
+            if unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) } != 0 {
+                for fd in lo..=hi.min(65_536) {
+                    // SAFETY: as above, a loop for kernels without close_range.
+                    unsafe { libc::close(fd as i32) };
+                }
+            }
+        }
+        if k != i32::MAX {
+            lo = k as u32 + 1;
+        }
+    }
+}
+
+/// Fill the lowest free descriptor numbers with pipes (as the application's own files would reuse the
+/// numbers it just freed). Returns (read end, write end) pairs.
+fn reuse_numbers_with_pipes(count: usize) -> Vec<(OwnedFd, OwnedFd)> {
+    (0..count).map(|_| pipe().unwrap()).collect()
+}
+
+/// Every pipe still carries data: a byte written comes back. Returns how many failed.
+fn broken_pipes(pipes: &[(OwnedFd, OwnedFd)]) -> u32 {
+    let mut bad = 0;
+    for (i, (r, w)) in pipes.iter().enumerate() {
+        let b = [i as u8];
+        let mut got = [0u8];
+        let ok = matches!(write(w, &b), Ok(1)) && matches!(read(r, &mut got), Ok(1)) && got == b;
+        bad += u32::from(!ok);
+    }
+    bad
+}
+
+/// A live process that closes every descriptor from 3 up and reuses the numbers for pipes keeps its slot:
+/// another process's reclaim leaves its usage charged; its own reclaim (as a refused charge runs) takes
+/// nothing from live slots; and a fork child giving up the slot does not close the application's pipes.
+fn closed_descriptors_keep_the_slot(dir: &Path) {
+    let (path, ledger) = fresh(dir, "closefds.ledger");
+    let other = ledger.attach().unwrap();
+    ledger.charge(&other, Kind::Data, 500, LIMIT).unwrap();
+    let (rx, tx) = pipe().unwrap();
+    let (go_rx, go_tx) = pipe().unwrap();
+    let app = spawn(|| {
+        let l = Ledger::open(&path).unwrap();
+        let slot = l.attach().unwrap();
+        l.charge(&slot, Kind::Data, 1000, LIMIT).unwrap();
+        close_all_from_3(&[tx.as_raw_fd(), go_rx.as_raw_fd()]);
+        let pipes = reuse_numbers_with_pipes(64);
+        send(&tx, 1); // ready: the test process reclaims now
+        receive(&go_rx).expect("test process died");
+        // our own reclaim, as a refused charge runs it: live slots keep their usage
+        let _ = l.reclaim_dead();
+        send(&tx, l.used() as u32);
+        send(&tx, broken_pipes(&pipes));
+        // a fork child gives the slot up: the application's pipes must stay open, in the child too
+        let mut held = Some(slot);
+        let child = spawn(|| {
+            held.take().unwrap().forget_after_fork();
+            broken_pipes(&pipes) as i32
+        });
+        let child_bad = match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => code as u32,
+            _ => 1000,
+        };
+        send(&tx, child_bad);
+        assert!(held.is_some());
+        sleep_forever()
+    });
+    assert_eq!(receive(&rx), Some(1), "the application process died");
+    let mut failures = Vec::new();
+    let reclaimed = ledger.reclaim_dead().unwrap();
+    if reclaimed != 0 || ledger.used() != 1500 {
+        failures.push(format!(
+            "another process's reclaim took the live process's usage (reclaimed {reclaimed} slots, used {} of 1500)",
+            ledger.used()
+        ));
+    }
+    send(&go_tx, 1);
+    let used_after_own = receive(&rx).expect("application died");
+    let bad = receive(&rx).expect("application died");
+    let child_bad = receive(&rx).expect("application died");
+    if used_after_own != 1500 {
+        failures.push(format!(
+            "the process's own reclaim emptied live slots (used {used_after_own} of 1500 after it)"
+        ));
+    }
+    if bad != 0 {
+        failures.push(format!("{bad} of the application's pipes broke in the process"));
+    }
+    if child_bad != 0 {
+        failures.push(format!(
+            "{child_bad} of the application's pipes broke in the fork child"
+        ));
+    }
+    kill_and_reap(app);
+    drop(other);
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// Two processes that are both PID 1, each in its own PID namespace: liveness is per slot lock, so killing
@@ -272,9 +402,15 @@ fn main() {
     fork_child_forgets_parent_slot(dir.path());
     passed += 1;
     println!("processes: fork child forgets the parent's slot ... ok");
-    fork_child_keeping_the_descriptor_keeps_parent_alive(dir.path());
+    fork_child_keeping_the_slot_does_not_keep_parent_alive(dir.path());
     passed += 1;
-    println!("processes: fork child keeping the descriptor keeps the parent's slot alive ... ok");
+    println!("processes: a fork child that keeps the parent's slot does not keep it alive ... ok");
+    exec_releases_the_slot(dir.path());
+    passed += 1;
+    println!("processes: exec releases the slot ... ok");
+    closed_descriptors_keep_the_slot(dir.path());
+    passed += 1;
+    println!("processes: a process closing and reusing every descriptor from 3 keeps its slot ... ok");
     if pid_namespaces(dir.path()) {
         passed += 1;
         println!("processes: two PID-1 processes in separate PID namespaces ... ok");

@@ -254,8 +254,9 @@ pub(crate) fn unlock_all() {
     quota::fork_done();
 }
 
-/// fork child: the parent's slots are not ours. Forget them (closing the inherited descriptors without
-/// refunding); each quota attaches a fresh slot on its next charge. Devices that failed are retried.
+/// fork child: the parent's slots are not ours. Forget them (without refunding; the child inherited no
+/// descriptor or mapping of theirs, so nothing is closed); each quota attaches a fresh slot on its next
+/// charge. Devices that failed are retried.
 pub(crate) fn child_after_fork() {
     quota::fork_done();
     for q in quotas() {

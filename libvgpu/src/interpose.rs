@@ -2,8 +2,9 @@
 //! built from the one symbol list (`libvgpu/abi/symbols.rs`). The hooks themselves live in `hooks`.
 //!
 //! `dlsym` itself is exported by the preload front (`libvgpu/preload`), a tail-calling trampoline that
-//! keeps RTLD_NEXT meaning "after the caller". For every CUDA or NVML name it asks `vgpu_dlsym_route`
-//! here: our hook for a hooked name found in the real libcuda / libnvidia-ml, else glibc's dlsym.
+//! keeps RTLD_NEXT meaning "after the caller" for every name we do not hook. For every CUDA or NVML name it
+//! asks `vgpu_dlsym_route` here: our hook for a hooked name found in the real libcuda / libnvidia-ml (with
+//! RTLD_NEXT: whenever the driver defines it, whoever asks), else glibc's dlsym.
 //!
 //! `cuGetProcAddress`: the real one answers first, with the caller's CUDA version and flags, so version and
 //! per-thread-stream (`_ptds`/`_ptsz`) selection stay the driver's; if the pointer it returns is the real
@@ -118,6 +119,17 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
             let Some(&(lib, hook)) = by_name().get(n) else {
                 return pass;
             };
+            if handle == libc::RTLD_NEXT {
+                // "After the caller" cannot be looked up from here (glibc takes the caller from its return
+                // address), and handing a hooked name back to glibc would give the caller — an interposer
+                // loaded after us — the driver's own function, past the quota. Whatever follows the caller,
+                // the driver's function of that name is reached through the hook. (A driver that is not
+                // loaded, or lacks the name, is nobody's next: glibc answers, or fails, as usual.)
+                if real::is_loaded(lib) && real::lookup(lib, cname) != 0 {
+                    return Route { hook, real: 0 };
+                }
+                return pass;
+            }
             let found = real::real_dlsym(handle, name) as usize;
             if found == 0 {
                 return pass; // let glibc fail it, setting dlerror
@@ -213,6 +225,9 @@ mod tests {
         assert_eq!(r.hook, 0);
         assert_eq!(r.real, real::real_dlsym_addr());
         assert_ne!(r.real, 0);
+        // RTLD_NEXT for a name we do not hook keeps glibc's meaning (the front tail-calls it as the caller).
+        let r = vgpu_dlsym_route(libc::RTLD_NEXT, c"getpid".as_ptr());
+        assert_eq!((r.hook, r.real), (0, real::real_dlsym_addr()));
         // A CUDA name we do not hook is not ours either, found or not.
         assert_eq!(
             vgpu_dlsym_route(libc::RTLD_DEFAULT, c"cuNoSuchFunction".as_ptr()).hook,

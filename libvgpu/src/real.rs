@@ -55,6 +55,29 @@ pub enum Lib {
 static HANDLES: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 const MISSING: usize = usize::MAX;
 
+fn soname(lib: Lib) -> &'static CStr {
+    match lib {
+        Lib::Cuda => c"libcuda.so.1",
+        Lib::Nvml => c"libnvidia-ml.so.1",
+    }
+}
+
+/// Is the real library in the process already (without loading it)?
+pub fn is_loaded(lib: Lib) -> bool {
+    if !matches!(HANDLES[lib as usize].load(Ordering::Acquire), 0 | MISSING) {
+        return true;
+    }
+    // SAFETY: RTLD_NOLOAD only looks the soname up; the reference it may take is dropped at once.
+    unsafe {
+        let h = libc::dlopen(soname(lib).as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return false;
+        }
+        libc::dlclose(h);
+    }
+    true
+}
+
 /// The handle of the real library, loaded on first use (an already loaded copy is shared).
 pub fn handle(lib: Lib) -> Option<*mut c_void> {
     let slot = &HANDLES[lib as usize];
@@ -63,10 +86,7 @@ pub fn handle(lib: Lib) -> Option<*mut c_void> {
         MISSING => return None,
         h => return Some(h as *mut c_void),
     }
-    let name: &CStr = match lib {
-        Lib::Cuda => c"libcuda.so.1",
-        Lib::Nvml => c"libnvidia-ml.so.1",
-    };
+    let name = soname(lib);
     // SAFETY: dlopen of a soname; the handle is kept for the life of the process.
     let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     if h.is_null() {

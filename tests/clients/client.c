@@ -302,6 +302,8 @@ static void *churn_thread(void *p) {
     return NULL;
 }
 
+#include "appfds.h" /* closefds / pipes ops */
+
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
 static int run_op(int argc, char **argv, int i, int *required_failed) {
     const char *raw = argv[i];
@@ -702,6 +704,14 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         rc = need_ctx();
         if (rc == CUDA_SUCCESS) rc = CALL(cuDevicePrimaryCtxReset, dev);
         if (rc == CUDA_SUCCESS) { nheld = 0; dev_ord = -1; stream = NULL; pool = NULL; kernel = NULL; }
+    } else if (!strcmp(op, "closefds")) {
+        int spared = 0, closed = close_fds(&spared);
+        printf(" closed=%d spared=%d pipes=%d lowest=%d", closed, spared, napp_pipes, napp_pipes ? app_pipes[0][0] : -1);
+        if (napp_pipes != NPIPES) rc = CUDA_ERROR_OPERATING_SYSTEM;
+    } else if (!strcmp(op, "pipes")) {
+        int err = 0, bad = check_pipes(&err);
+        printf(" pipes=%d bad=%d errno=%d", napp_pipes, bad, err);
+        if (bad) rc = CUDA_ERROR_OPERATING_SYSTEM;
     } else if (!strcmp(op, "hold")) {
         hold_at_exit = 1;
     } else {

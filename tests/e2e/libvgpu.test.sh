@@ -304,6 +304,28 @@ check "fork child and parent both exit cleanly" test "$(echo "$out" | opline for
 out=$(vg "$RT" info 2>/dev/null | opline info | field free)
 check "after both exit the ledger is empty" test "$out" = "$GiB"
 
+# An application that closes every descriptor from 3 up (daemon-style cleanup) and reuses the numbers for its
+# own pipes keeps its slot: another process's refused allocation does not reclaim its live usage, its own
+# refused allocation takes nothing from live processes, and no pipe of it is closed (nor in a fork child).
+fresh
+(sleep 8 | vg "$RT" alloc 256m wait >"$W/cf-b.out" 2>/dev/null) &        # another live process: 256 MiB
+for _ in $(seq 100); do grep -q ready "$W/cf-b.out" 2>/dev/null && break; sleep 0.1; done
+(sleep 3 | vg "$RT" alloc 512m closefds wait alloc 1g pipes fork pipes >"$W/cf.out" 2>/dev/null) &
+cf=$!
+for _ in $(seq 100); do grep -q ready "$W/cf.out" 2>/dev/null && break; sleep 0.1; done
+third=$(vg "$RT" alloc 512m 2>/dev/null | opline alloc | field rc)
+check "closefds: the live process's 512 MiB stay charged (another 512 MiB is refused: rc=$third)" test "$third" = 2
+wait "$cf"
+own=$(opline alloc 2 <"$W/cf.out" | field rc)
+check "closefds: the process's own refused allocation reclaims nothing live (rc=$own)" test "$own" = 2
+free=$(vg "$RT" info 2>/dev/null | opline info | field free)
+check "closefds: the other live process's 256 MiB stay charged (free $free)" test "$free" = "$((768 * MiB))"
+check "closefds: the application's pipes still work ($(opline pipes <"$W/cf.out"))" \
+    test "$(opline pipes <"$W/cf.out" | field bad)" = 0
+check "closefds: the fork child's pipes still work ($(opline pipes 2 <"$W/cf.out"))" \
+    test "$(opline pipes 2 <"$W/cf.out" | field bad)" = 0
+wait 2>/dev/null
+
 # --- configuration ------------------------------------------------------------------------------------------
 # CUDA_VISIBLE_DEVICES reorder: a limits file names each physical GPU by UUID; wherever it appears, its quota
 # follows it
@@ -496,6 +518,55 @@ C
 gcc -shared -fPIC -o "$W/libnext.so" "$W/next.c" -ldl && gcc -o "$W/pid" "$W/pid.c"
 out=$(LD_PRELOAD="$LIB $W/libnext.so" "$W/pid" | field pid)
 check "dlsym(RTLD_NEXT) from another interposer still finds the next object (pid=$out)" test "$out" -gt 0
+
+# A second interposer preloaded after us whose cuMemAlloc_v2 forwards through dlsym(RTLD_NEXT, ...) must be
+# handed our hook, not the driver's function: allocations through it stop at the quota.
+cat > "$W/other.c" <<'C'
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+int other_calls;
+static CUresult (*next)(CUdeviceptr *, size_t);
+#ifdef EARLY
+/* resolved while the process starts, before any CUDA call (the engine is not loaded yet) */
+__attribute__((constructor)) static void early(void) {
+    next = (CUresult (*)(CUdeviceptr *, size_t))dlsym(RTLD_NEXT, "cuMemAlloc_v2");
+}
+#endif
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    if (!next) next = (CUresult (*)(CUdeviceptr *, size_t))dlsym(RTLD_NEXT, "cuMemAlloc_v2");
+    other_calls++;
+    return next ? next(p, n) : CUDA_ERROR_NOT_FOUND;
+}
+C
+cat > "$W/viaother.c" <<'C'
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    CUdevice d; CUcontext c; CUdeviceptr p;
+    if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) || cuCtxSetCurrent(c)) return 2;
+    void *h = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
+    CUresult (*alloc)(CUdeviceptr *, size_t) = h ? (CUresult (*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2") : 0;
+    int *calls = h ? (int *)dlsym(h, "other_calls") : 0;
+    if (!alloc || !calls) return 3;
+    printf("viaother rc=");
+    for (int i = 0; i < 4; i++) printf("%d%s", alloc(&p, 512u << 20), i < 3 ? "," : "");
+    printf(" calls=%d\n", *calls);
+    return 0;
+}
+C
+gcc -shared -fPIC -I"$ROOT/.deps/cuda/include" -o "$W/libother.so" "$W/other.c" -ldl &&
+    gcc -shared -fPIC -DEARLY -I"$ROOT/.deps/cuda/include" -o "$W/libearly.so" "$W/other.c" -ldl &&
+    gcc -O1 -I"$ROOT/.deps/cuda/include" -o "$W/viaother" "$W/viaother.c" -L"$ROOT/target/fake" -lcuda -ldl
+for o in other early; do
+    fresh
+    out=$(LD_PRELOAD="$LIB $W/lib$o.so" CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=1g \
+          "$W/viaother" "$W/lib$o.so" 2>/dev/null)
+    check "another interposer's dlsym(RTLD_NEXT, cuMemAlloc_v2) ($o) gets the hook: 2 x 512 MiB fit, then OOM ($out)" \
+        test "$(echo "$out" | field rc)/$(echo "$out" | field calls)" = "0,0,2,2/4"
+done
 
 # --- the shipped binary ---------------------------------------------------------------------------------------
 # (the shipped interposer is two files: the preload front libvgpu.so and the engine libvgpu_core.so)

@@ -2,11 +2,12 @@
 //! uuid, provisioned limit). Charging lives in `commit`, slots and reclaim in `slot`, snapshots in `view`.
 
 use super::error::{io_err, LedgerError};
+use super::fd::LedgerFd;
 use super::format::{Header, FILE_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_TOTAL, UUID_CAPACITY};
 use super::shared::Shared;
 use memmap2::MmapOptions;
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
@@ -180,35 +181,36 @@ impl Ledger {
 
     /// Join an existing, valid ledger for charging.
     pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io_err(path))?;
-        Self::map(path, file, true)
+        Self::map(path, true)
     }
 
     /// The monitor's view: snapshots and `used()` only. Never writes to the file and never takes a lock
     /// (liveness is asked with F_OFD_GETLK), so it cannot disturb the container.
     pub fn open_readonly(path: &Path) -> Result<Ledger, LedgerError> {
-        let file = File::open(path).map_err(io_err(path))?;
-        Self::map(path, file, false)
+        Self::map(path, false)
     }
 
-    fn map(path: &Path, file: File, writable: bool) -> Result<Ledger, LedgerError> {
+    /// Maps the file; the descriptor it was opened through is closed again before this returns (the mapping
+    /// keeps the file), so no descriptor of ours outlives the call.
+    fn map(path: &Path, writable: bool) -> Result<Ledger, LedgerError> {
+        let reopen = std::path::absolute(path).map_err(io_err(path))?;
+        let file = LedgerFd::open(&reopen, writable, None).map_err(io_err(path))?;
         let (uuid, provisioned_limit) = validate(path, &file)?;
         let mut options = MmapOptions::new();
         options.len(FILE_SIZE);
         let map = if writable {
-            options.map_raw(&file)
+            options.map_raw(&*file)
         } else {
-            options.map_raw_read_only(&file)
+            options.map_raw_read_only(&*file)
         }
         .map_err(io_err(path))?;
+        // The mapping is of the file validated above only if the descriptor stayed ours throughout.
+        file.check().map_err(io_err(path))?;
         let shared = Shared {
             map,
-            file,
+            identity: file.identity(),
             path: path.to_path_buf(),
+            reopen,
             writable,
             uuid,
             provisioned_limit,

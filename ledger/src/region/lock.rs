@@ -1,7 +1,8 @@
 //! Slot liveness through open-file-description (OFD) locks: a process owns a slot while it holds a write
-//! lock on the slot's byte range through its own open file description. The kernel drops the lock when the
-//! last descriptor of that description closes, which includes the owner being SIGKILLed, in any PID
-//! namespace. No PID is ever compared.
+//! lock on the slot's byte range through its own open file description. Not here: what keeps it (`pin`).
+//!
+//! The kernel drops the lock when the last reference to that description goes (its descriptors and the
+//! slot's pin mapping), which includes the owner being SIGKILLed, in any PID namespace. No PID is compared.
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg};

@@ -17,14 +17,18 @@
 //! | `commit` | charge and refund: the commit word and the "help" protocol                     |
 //! | `slot`   | `Slot`: attach, detach, reclaim of dead owners                                 |
 //! | `lock`   | the OFD lock calls behind slot liveness                                        |
+//! | `pin`    | `Pin`: the mapping that keeps a slot's lock alive without a descriptor          |
+//! | `fd`     | our short-lived descriptors: by path, high numbers, closed only when ours      |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
 
 mod commit;
 mod error;
+mod fd;
 mod format;
 mod kind;
 mod ledger;
 mod lock;
+mod pin;
 mod shared;
 mod slot;
 mod view;

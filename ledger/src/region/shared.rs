@@ -2,22 +2,24 @@
 //! the mapped bytes. No protocol here: committing lives in `commit`, claiming and emptying slots in `slot`.
 
 use super::error::{io_err, LedgerError};
+use super::fd::{Identity, LedgerFd};
 use super::format::{
     total_of_low_half, CommitArea, Pair, SlotRecord, COMMIT_OFFSET, KINDS, SLOTS_OFFSET, SLOT_COUNT, SLOT_SIZE,
 };
 use memmap2::MmapRaw;
 use portable_atomic::{AtomicU128, AtomicU64};
-use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::SeqCst;
 
-/// The mapping and the file behind it, shared by a `Ledger` and the `Slot`s it handed out.
+/// The mapping and the file behind it, shared by a `Ledger` and the `Slot`s it handed out. No descriptor is
+/// kept (the mapping keeps the file): each operation that needs one opens its own (`open_description`).
 pub(super) struct Shared {
     pub(super) map: MmapRaw,
-    /// This handle's own open file description: reclaim takes slot locks through it, snapshot asks GETLK.
-    pub(super) file: File,
+    /// The file that was mapped; a descriptor is trusted only while it refers to this file.
+    pub(super) identity: Identity,
+    /// The path as given (messages) and made absolute when the ledger was opened (reopening).
     pub(super) path: PathBuf,
+    pub(super) reopen: PathBuf,
     pub(super) writable: bool,
     pub(super) uuid: String,
     pub(super) provisioned_limit: u64,
@@ -64,14 +66,11 @@ impl Shared {
         total_of_low_half(self.word_low().load(SeqCst))
     }
 
-    /// A new open file description of the same file (even if the path has been replaced meanwhile): locks
-    /// taken through it belong to it alone, not to descriptors this process shares with a forked child.
-    pub(super) fn new_description(&self) -> Result<OwnedFd, LedgerError> {
-        let rw = |p: &Path| OpenOptions::new().read(true).write(true).open(p);
-        let fd = rw(Path::new(&format!("/proc/self/fd/{}", self.file.as_raw_fd())))
-            .or_else(|_| rw(&self.path))
-            .map_err(io_err(&self.path))?;
-        Ok(fd.into())
+    /// A new open file description of the mapped file, opened by path (never through `/proc/self/fd`: the
+    /// application may own that number by now) and refused if the path names another file now. Locks
+    /// taken through it belong to it alone. Read-only for a read-only ledger.
+    pub(super) fn open_description(&self) -> Result<LedgerFd, LedgerError> {
+        LedgerFd::open(&self.reopen, self.writable, Some(self.identity)).map_err(io_err(&self.path))
     }
 
     pub(super) fn slot_usage(&self, index: usize) -> [u64; KINDS] {

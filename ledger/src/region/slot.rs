@@ -1,14 +1,18 @@
 //! Process slots: claiming one (`attach`), detaching (`Drop`), liveness through the slot's OFD lock, and
 //! reclaiming what dead owners left. The commit protocol itself is in `commit`, the lock calls in `lock`.
+//!
+//! A slot's lock is taken through a description of its own, which is then pinned by a mapping (`pin`) and
+//! its descriptor closed: liveness never rides on a descriptor number the application owns. Every lock
+//! taken through a short-lived descriptor is trusted only once the descriptor is proven still ours (`fd`).
 
 use super::commit::Op;
 use super::error::{io_err, LedgerError};
 use super::format::{KINDS, SLOT_COUNT};
 use super::ledger::Ledger;
 use super::lock;
+use super::pin::Pin;
 use super::shared::Shared;
 use std::fmt;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
@@ -17,8 +21,9 @@ use std::sync::Arc;
 /// refunded, then the lock is released.
 pub struct Slot {
     pub(super) index: u16,
-    /// The slot's own open file description, holding the slot's OFD lock. None once detached/forgotten.
-    fd: Option<OwnedFd>,
+    /// Keeps the slot's own open file description, and with it the slot's OFD lock, alive. None once
+    /// detached/forgotten.
+    pin: Option<Pin>,
     pub(super) shared: Arc<Shared>,
 }
 
@@ -56,13 +61,14 @@ pub(super) fn own_pid_namespace() -> u64 {
 
 impl Ledger {
     /// Claim a free slot for this process: an OFD write lock on the slot's byte range through a new open
-    /// file description of its own. A slot whose lock can be taken has no live owner; whatever a dead owner
-    /// left in it is refunded before it is handed out. A process killed while claiming just drops the lock.
+    /// file description of its own, pinned by a mapping (its descriptor is closed before this returns). A
+    /// slot whose lock can be taken has no live owner; whatever a dead owner left in it is refunded before it
+    /// is handed out. A process killed while claiming just drops the lock.
     pub fn attach(&self) -> Result<Slot, LedgerError> {
         self.require_writable()?;
         let shared = &self.shared;
         let path = &shared.path;
-        let fd = shared.new_description()?;
+        let fd = shared.open_description()?;
         let pid = std::process::id();
         let pid_ns = own_pid_namespace();
         // First pass: slots that look free (no recorded owner); second: every slot, dead owners included.
@@ -72,16 +78,21 @@ impl Ledger {
                 if pass == 0 && rec.pid.load(SeqCst) != 0 {
                     continue;
                 }
-                if !lock::try_lock_slot(&fd, index).map_err(io_err(path))? {
+                if !lock::try_lock_slot(&*fd, index).map_err(io_err(path))? {
                     continue;
                 }
+                // The lock and the pin are ours only if the descriptor stayed ours throughout.
+                let pin = Pin::new(&fd)
+                    .and_then(|pin| fd.check().map(|()| pin))
+                    .map_err(io_err(path))?;
                 shared.empty_slot(index);
                 rec.pid_ns.store(pid_ns, SeqCst);
                 rec.pid.store(pid, SeqCst);
                 rec.claims.fetch_add(1, SeqCst);
+                drop(fd); // the pin keeps the description and its lock
                 return Ok(Slot {
                     index: index as u16,
-                    fd: Some(fd),
+                    pin: Some(pin),
                     shared: Arc::clone(shared),
                 });
             }
@@ -94,9 +105,8 @@ impl Ledger {
     pub fn reclaim_dead(&self) -> Result<usize, LedgerError> {
         self.require_writable()?;
         let shared = &self.shared;
-        // Locks through a description of our own: were this process killed while holding one, a forked
-        // child sharing `shared.file` must not keep the slot looking alive.
-        let fd = shared.new_description()?;
+        // Locks through a description of its own, opened for this reclaim alone.
+        let fd = shared.open_description()?;
         shared.help_pending();
         let mut reclaimed = 0;
         for index in 0..SLOT_COUNT {
@@ -104,13 +114,15 @@ impl Ledger {
             if rec.pid.load(SeqCst) == 0 && shared.slot_usage(index).iter().all(|&u| u == 0) {
                 continue;
             }
-            if !lock::try_lock_slot(&fd, index).map_err(io_err(&shared.path))? {
+            if !lock::try_lock_slot(&*fd, index).map_err(io_err(&shared.path))? {
                 continue; // alive, or being claimed or reclaimed right now
             }
+            // A lock "taken" through a number the application closed and reused proves nothing.
+            fd.check().map_err(io_err(&shared.path))?;
             if shared.empty_slot(index) {
                 reclaimed += 1;
             }
-            lock::unlock_slot(&fd, index).map_err(io_err(&shared.path))?;
+            lock::unlock_slot(&*fd, index).map_err(io_err(&shared.path))?;
         }
         Ok(reclaimed)
     }
@@ -121,19 +133,27 @@ impl Slot {
         self.index
     }
 
-    /// In a forked child: close the inherited descriptor without refunding anything (the parent still owns
-    /// the slot and its usage). Without this the child would keep the parent's lock alive after the parent
-    /// died. The child attaches a slot of its own.
+    /// In a forked child: give up the parent's slot without refunding anything (the parent still owns the
+    /// slot and its usage) and without touching any descriptor or mapping (the child inherited none of the
+    /// slot's: its pin is not copied into children). The child attaches a slot of its own.
     pub fn forget_after_fork(mut self) {
-        drop(self.fd.take());
+        if let Some(pin) = self.pin.take() {
+            pin.forget();
+        }
+    }
+
+    /// Test hook: let the slot go without refunding, as its owner's death would (the lock is released).
+    #[cfg(test)]
+    pub(super) fn die(mut self) {
+        drop(self.pin.take());
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(fd) = self.fd.take() {
+        if let Some(pin) = self.pin.take() {
             self.shared.empty_slot(self.index as usize);
-            drop(fd); // releases the lock
+            drop(pin); // releases the lock
         }
     }
 }

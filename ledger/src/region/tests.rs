@@ -29,15 +29,6 @@ fn snapshot_sum(l: &Ledger) -> u64 {
     l.snapshot().slots.iter().map(|s| s.total()).sum()
 }
 
-/// Each slot holds a descriptor; filling all slots needs more than the usual soft limit of 1024.
-fn raise_fd_limit(want: u64) {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
-    if soft < want {
-        setrlimit(Resource::RLIMIT_NOFILE, want.min(hard), hard).unwrap();
-    }
-}
-
 #[test]
 fn create_then_join() {
     let (_dir, path, a) = fresh();
@@ -229,10 +220,10 @@ fn slots_detach_and_reclaim() {
     drop(a);
     assert_eq!(l.used(), 500);
     assert_eq!(l.snapshot().slots.len(), 1);
-    // a slot given up without refunding (as a forked child's copy would) leaves usage behind: the owner
+    // a slot whose owner dies without refunding leaves usage behind: the owner
     // looks dead now, so reclaim returns it
     let b_index = b.index();
-    b.forget_after_fork();
+    b.die();
     assert_eq!(l.used(), 500);
     let snap = l.snapshot();
     assert_eq!(snap.slots.len(), 1);
@@ -247,12 +238,12 @@ fn slots_detach_and_reclaim() {
 
 #[test]
 fn attach_reuses_a_dead_slot_after_reclaiming_it() {
-    raise_fd_limit(SLOT_COUNT as u64 + 64);
+    // (slots hold no descriptor: all 1024 fit under the usual limit of 1024 open files)
     let (_dir, _path, l) = fresh();
     let a = l.attach().unwrap();
     let index = a.index();
     l.charge(&a, Kind::Managed, 4096, GI).unwrap();
-    a.forget_after_fork();
+    a.die();
     // the dead slot still records its owner, so the first pass skips it; a slot that looks free is taken
     let b = l.attach().unwrap();
     assert_ne!(b.index(), index);
@@ -294,7 +285,7 @@ fn operation_left_unapplied_is_finished_by_others() {
     // the same for a pending refund, finished by the reclaimer
     a.commit_unapplied(Kind::Data, 30, true);
     assert_eq!(l.used(), 121);
-    a.forget_after_fork();
+    a.die();
     let other = Ledger::open(&path).unwrap();
     assert_eq!(other.reclaim_dead().unwrap(), 1);
     assert_eq!(l.used(), 1);
@@ -485,4 +476,20 @@ proptest! {
         drop(slots);
         prop_assert_eq!(l.used(), 0);
     }
+}
+
+#[test]
+fn a_path_that_names_another_file_now_is_not_trusted() {
+    let (dir, path, l) = fresh();
+    let a = l.attach().unwrap();
+    l.charge(&a, Kind::Data, 100, GI).unwrap();
+    a.die();
+    // the path now names another (valid) ledger: reclaiming through it would lock the wrong file
+    let other = dir.path().join("other.ledger");
+    drop(Ledger::open_or_create(&other, UUID, GI).unwrap());
+    std::fs::rename(&other, &path).unwrap();
+    let err = l.reclaim_dead().unwrap_err().to_string();
+    assert!(err.contains("no longer names this ledger file"), "{err}");
+    assert!(l.attach().is_err());
+    assert_eq!(l.used(), 100, "nothing reclaimed through the wrong file");
 }

@@ -77,14 +77,27 @@ impl Ledger {
             if pid == 0 && usage.iter().all(|&u| u == 0) {
                 continue;
             }
-            let alive = lock::slot_is_locked(&shared.file, index).unwrap_or(false);
             slots.push(SlotSnapshot {
                 index: index as u16,
                 pid,
                 pid_ns: rec.pid_ns.load(SeqCst),
-                alive,
+                alive: false,
                 usage,
             });
+        }
+        // Liveness through a description of our own, trusted only if it stayed ours for the whole pass
+        // (else asked again); a ledger whose path cannot be opened any more shows no slot alive.
+        for _ in 0..if slots.is_empty() { 0 } else { 3 } {
+            let Ok(fd) = shared.open_description() else {
+                break;
+            };
+            for s in &mut slots {
+                s.alive = lock::slot_is_locked(&*fd, s.index as usize).unwrap_or(false);
+            }
+            if fd.is_ours() {
+                break;
+            }
+            slots.iter_mut().for_each(|s| s.alive = false);
         }
         Snapshot {
             uuid: shared.uuid.clone(),
