@@ -216,6 +216,12 @@ check "four sequential 400 MiB graph alloc/free pairs run under a 1 GiB quota (n
 out=$(LIMIT=1g vg "$RT" graph-chain 2 1100m 2>/dev/null)
 check "a graph whose single step does not fit is still refused" test "$(echo "$out" | rcs graph-chain)" = "2 "
 
+# the driver grows a context's stack on its own when a kernel needs more: charged at the next sync
+fresh
+out=$(FAKE_CUDA_KERNEL_STACK=2048 vg "$RT" module launch 1 sync info 2>/dev/null)
+check "stack the driver grew for a kernel (1 KiB more per resident thread: 264 MiB) is charged" \
+    test "$(echo "$out" | opline info | field free)" = "$((1024 * MiB - 2 * MiB - 264 * MiB))"
+
 # --- the quota's edges ---------------------------------------------------------------------------------
 fresh
 out=$(vg "$RT" free-bogus 2>/dev/null | opline free-bogus); base=$("$RT" free-bogus 2>/dev/null | opline free-bogus)

@@ -21,11 +21,21 @@ def worker(rank, world, port):
     import torch
     import torch.distributed as dist
 
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+
+    def limit(which):
+        v = ctypes.c_size_t(0)
+        return v.value if cuda.cuCtxGetLimit(ctypes.byref(v), which) == 0 else None
+
     def step(name):
         torch.cuda.synchronize()
         free, total = torch.cuda.mem_get_info()
         nv = (measure.usage_per_gpu(os.getpid()) or {}).get(str(rank))
-        print(json.dumps({"rank": rank, "step": name, "nvml_mib": None if nv is None else nv // MIB,
+        # CU_LIMIT_STACK_SIZE 0, PRINTF_FIFO_SIZE 1, MALLOC_HEAP_SIZE 2: the driver grows the stack on its own
+        # when a kernel needs more (local memory for every resident thread)
+        print(json.dumps({"rank": rank, "step": name, "stack": limit(0), "printf": limit(1), "heap": limit(2),
+                          "nvml_mib": None if nv is None else nv // MIB,
                           "ledger_mib": (total - free) // MIB, "total_mib": total // MIB,
                           "torch_reserved_mib": torch.cuda.memory_reserved() // MIB}), flush=True)
 

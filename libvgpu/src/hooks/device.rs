@@ -17,6 +17,7 @@ impl<D: Driver> Engine<'_, D> {
         match self.target_current().0 {
             Target::Charge(q) => {
                 self.reconcile_dirty_pools();
+                self.reconcile_stack();
                 Ok(virt::mem_info(q.limit, q.used(), free, total))
             }
             Target::Forward => Ok((free, total)),

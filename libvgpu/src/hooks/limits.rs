@@ -6,6 +6,10 @@
 //! before the call (refused with out-of-memory when it does not fit: the driver is not asked); a shrink
 //! refunds what this library charged for that limit, never the defaults (they are part of the context's
 //! measured cost). The charge belongs to the context's record and goes with the context.
+//!
+//! The driver also grows a context's stack on its own when a kernel needs more than it has (NCCL's kernels
+//! took 720 bytes per thread more on an H200: 186 MiB). That growth is found by reading the stack size at
+//! synchronisations and memory queries and charged then, after the fact (the memory is already taken).
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
@@ -24,6 +28,8 @@ use crate::records::Rec;
 pub(crate) const CU_LIMIT_STACK_SIZE: i32 = 0;
 pub(crate) const CU_LIMIT_PRINTF_FIFO_SIZE: i32 = 1;
 pub(crate) const CU_LIMIT_MALLOC_HEAP_SIZE: i32 = 2;
+/// The stack size of a new context (bytes per thread), as the driver sets it.
+const DEFAULT_STACK: u64 = 1024;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
 const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
 
@@ -32,6 +38,9 @@ const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
 /// step (two threads setting a limit at once would otherwise both charge from the same old value).
 static EXTRAS: Mutex<Option<Extras>> = Mutex::new(None);
 type Extras = HashMap<(u32, usize), [u64; 3]>;
+/// The stack size each (own PID, context) was last accounted at (first: the default, part of the context's
+/// measured cost). Never held while `EXTRAS` is taken.
+static STACK_SEEN: Mutex<Option<HashMap<(u32, usize), u64>>> = Mutex::new(None);
 
 impl<D: Driver> Engine<'_, D> {
     /// The device memory a limit of `value` takes on `dev` (None: that limit is not device memory).
@@ -60,6 +69,10 @@ impl<D: Driver> Engine<'_, D> {
     ) -> CUresult {
         if self.drv.unlimited() || !(0..=2).contains(&limit) {
             return set();
+        }
+        if limit == CU_LIMIT_STACK_SIZE {
+            // growth the driver made on its own is charged first, so this set starts from it
+            self.reconcile_stack();
         }
         let (q, dev, ctx) = match self.target_current() {
             (Target::Charge(q), dev, ctx) => (q, dev, ctx),
@@ -99,6 +112,11 @@ impl<D: Driver> Engine<'_, D> {
             .entry(key)
             .or_insert([0; 3]);
         e[slot] = charged + grow - shrink;
+        if limit == CU_LIMIT_STACK_SIZE {
+            lock_seen()
+                .get_or_insert_with(HashMap::new)
+                .insert(key, value);
+        }
         drop(extras);
         // The context's record carries the charge, so that the context's end gives it back.
         self.rec.contexts.update(
@@ -115,7 +133,57 @@ impl<D: Driver> Engine<'_, D> {
         if let Some(m) = EXTRAS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             m.remove(&key);
         }
+        if let Some(m) = lock_seen().as_mut() {
+            m.remove(&key);
+        }
     }
+
+    /// Charges what the driver grew the current context's stack by on its own since it was last seen.
+    pub(crate) fn reconcile_stack(&self) {
+        if self.drv.unlimited() {
+            return;
+        }
+        let (Target::Charge(q), dev, ctx) = self.target_current() else {
+            return;
+        };
+        let Some(now) = self.drv.ctx_get_limit(CU_LIMIT_STACK_SIZE) else {
+            return;
+        };
+        let key = (self.drv.own_pid(), ctx);
+        let before = {
+            let mut seen = lock_seen();
+            let m = seen.get_or_insert_with(HashMap::new);
+            // First sight: a launch may already have grown it; what is above the driver's default is
+            // growth (the default, part of the measured context, is 1024 bytes on every GPU seen so far).
+            let before = *m.entry(key).or_insert(now.min(DEFAULT_STACK));
+            if now <= before {
+                return;
+            }
+            m.insert(key, now);
+            before
+        };
+        let bytes = |v| self.limit_bytes(dev, CU_LIMIT_STACK_SIZE, v).unwrap_or(0);
+        let grow = bytes(now).saturating_sub(bytes(before));
+        if grow == 0 {
+            return;
+        }
+        q.charge_forced(Kind::Context, grow);
+        let mut extras = EXTRAS.lock().unwrap_or_else(|e| e.into_inner());
+        extras
+            .get_or_insert_with(HashMap::new)
+            .entry(key)
+            .or_insert([0; 3])[CU_LIMIT_STACK_SIZE as usize] += grow;
+        drop(extras);
+        self.rec.contexts.update(
+            ctx as u64,
+            || Rec::new(dev, Kind::Context, 0, ctx),
+            |r| r.bytes += grow,
+        );
+    }
+}
+
+fn lock_seen() -> std::sync::MutexGuard<'static, Option<HashMap<(u32, usize), u64>>> {
+    STACK_SEEN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 hook!(cuCtxSetLimit(limit: c_int, value: usize) {
@@ -185,6 +253,52 @@ mod tests {
             CUDA_ERROR_INVALID_VALUE
         );
         assert_eq!(w.used(), 0, "a failed set is refunded");
+    }
+
+    // Regression (GPU, 2 x H200): NCCL's first all-reduce made the driver grow the stack from 1024 to
+    // 1744 bytes per thread on its own (186 MiB); nothing was charged.
+    #[test]
+    fn stack_the_driver_grows_on_its_own_is_charged_at_the_next_sync() {
+        let w = World::new(4 << 30);
+        w.fake
+            .attributes
+            .borrow_mut()
+            .extend([(16, 132), (39, 2048)]);
+        w.fake.limits.borrow_mut().insert(CU_LIMIT_STACK_SIZE, 1024);
+        let e = w.engine();
+        e.after_sync(CUDA_SUCCESS);
+        assert_eq!(
+            w.used(),
+            0,
+            "the default stack is part of the measured context"
+        );
+        // (a context first seen after a launch grew it is charged from the default)
+        w.fake.limits.borrow_mut().insert(CU_LIMIT_STACK_SIZE, 1744); // a launch grew it
+        e.after_sync(CUDA_SUCCESS);
+        assert_eq!(w.used(), 720 * 132 * 2048);
+        e.after_sync(CUDA_SUCCESS);
+        assert_eq!(w.used(), 720 * 132 * 2048, "counted once");
+        // a later cuCtxSetLimit starts from the grown stack, and its shrink may give the growth back
+        assert_eq!(set(&w, CU_LIMIT_STACK_SIZE, 1024, 0), CUDA_SUCCESS);
+        assert_eq!(w.used(), 0);
+        // and the context's end gives back whatever is left
+        w.fake.limits.borrow_mut().insert(CU_LIMIT_STACK_SIZE, 2048);
+        assert_eq!(e.mem_info_view(8 << 30, 8 << 30).map(|_| ()), Ok(()));
+        assert_eq!(w.used(), 1024 * 132 * 2048);
+        e.context_gone(w.fake.ctx());
+        assert_eq!(w.used(), 0);
+    }
+
+    #[test]
+    fn a_stack_grown_before_it_was_first_seen_is_charged_from_the_default() {
+        let w = World::new(4 << 30);
+        w.fake
+            .attributes
+            .borrow_mut()
+            .extend([(16, 132), (39, 2048)]);
+        w.fake.limits.borrow_mut().insert(CU_LIMIT_STACK_SIZE, 2048);
+        w.engine().after_sync(CUDA_SUCCESS);
+        assert_eq!(w.used(), 1024 * 132 * 2048);
     }
 
     #[test]

@@ -268,10 +268,11 @@ impl<D: Driver> Engine<'_, D> {
         }
     }
 
-    /// After a synchronisation: pools may have released memory.
+    /// After a synchronisation: pools may have released memory, and launches may have grown the stack.
     pub(crate) fn after_sync(&self, r: CUresult) -> CUresult {
         if r == CUDA_SUCCESS {
             self.reconcile_dirty_pools();
+            self.reconcile_stack();
         }
         r
     }

@@ -9,6 +9,28 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 /// What cuDriverGetVersion reports (CUDA 13.0).
 pub const DRIVER_VERSION: c_int = 13000;
 
+/// Sets a context's stack size, printf FIFO or malloc heap (`limit` 0..=2). They are device memory, taken
+/// (or given back) now: per thread × every resident thread for the stack. What is above the defaults is
+/// charged to the device.
+pub fn set_limit(d: &Driver, objs: &mut Objs, h: Handle, phys: usize, limit: usize, v: u64) -> R {
+    let cost = |l: &[u64; 3]| {
+        let per = [RESIDENT_THREADS, 1, 1];
+        (0..3).map(|i| l[i].saturating_sub(DEFAULT_LIMITS[i]).saturating_mul(per[i])).sum::<u64>()
+    };
+    let ctx = objs.ctxs.get_mut(&h).ok_or(INVALID_CONTEXT)?;
+    let mut limits = ctx.limits;
+    limits[limit] = v;
+    let bytes = cost(&limits);
+    if bytes > ctx.limit_bytes {
+        d.charge(phys, bytes - ctx.limit_bytes)?;
+    } else {
+        d.refund(phys, ctx.limit_bytes - bytes);
+    }
+    ctx.limits = limits;
+    ctx.limit_bytes = bytes;
+    Ok(())
+}
+
 cu_fn! {
 fn cuInit(flags: c_uint) { init(flags) }
 
@@ -239,25 +261,7 @@ fn cuCtxSetLimit(limit: c_int, v: usize) {
     let (h, _, phys) = current(d)?;
     if !(0..=6).contains(&limit) { return Err(INVALID_VALUE); }
     if limit > 2 { return Ok(()); }
-    // Stack, FIFO and heap are device memory, taken (or given back) now: per thread × every resident
-    // thread for the stack. What is above the defaults is charged to the device.
-    let cost = |l: &[u64; 3]| {
-        let per = [RESIDENT_THREADS, 1, 1];
-        (0..3).map(|i| l[i].saturating_sub(DEFAULT_LIMITS[i]).saturating_mul(per[i])).sum::<u64>()
-    };
-    let mut objs = lock(&d.objs);
-    let ctx = objs.ctxs.get_mut(&h).ok_or(INVALID_CONTEXT)?;
-    let mut limits = ctx.limits;
-    limits[limit as usize] = v as u64;
-    let bytes = cost(&limits);
-    if bytes > ctx.limit_bytes {
-        d.charge(phys, bytes - ctx.limit_bytes)?;
-    } else {
-        d.refund(phys, ctx.limit_bytes - bytes);
-    }
-    ctx.limits = limits;
-    ctx.limit_bytes = bytes;
-    Ok(())
+    set_limit(d, &mut lock(&d.objs), h, phys, limit as usize, v as u64)
 }
 
 fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {

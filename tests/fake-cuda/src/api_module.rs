@@ -72,14 +72,22 @@ fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) -> R
 
 fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R {
     let d = drv()?;
-    let objs = lock(&d.objs);
+    let mut objs = lock(&d.objs);
     if !objs.functions.contains_key(&f) {
         return Err(INVALID_HANDLE);
     }
-    stream_phys(d, &objs, stream)?;
+    let phys = stream_phys(d, &objs, stream)?;
     let threads = block.iter().map(|&b| b as u64).product::<u64>();
     if grid.contains(&0) || block.contains(&0) || threads > 1024 || block[2] > 64 {
         return Err(INVALID_VALUE);
+    }
+    // A kernel needing more stack than the context has: the driver grows the context's stack size for
+    // every resident thread, on its own (FAKE_CUDA_KERNEL_STACK).
+    let top = stack_top();
+    if let Some(stack) = objs.ctxs.get(&top).map(|c| c.limits[0]) {
+        if d.kernel_stack > stack {
+            crate::api_ctx::set_limit(d, &mut objs, top, phys, 0, d.kernel_stack)?;
+        }
     }
     Ok(())
 }

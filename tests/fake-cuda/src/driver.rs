@@ -128,6 +128,9 @@ pub struct Driver {
     pub visible: Vec<usize>,
     pub ctx_bytes: u64,
     pub module_bytes: u64,
+    /// Stack bytes per thread every launched kernel needs (FAKE_CUDA_KERNEL_STACK; 0: within the default):
+    /// a launch needing more than the context's stack size grows it, as the real driver does on its own.
+    pub kernel_stack: u64,
     pub objs: Mutex<Objs>,
     pub mem: Mutex<Mem>,
 }
@@ -208,6 +211,7 @@ pub fn init(flags: u32) -> R {
         visible,
         ctx_bytes: env_size("FAKE_CUDA_CONTEXT_BYTES", 256 << 20),
         module_bytes: env_size("FAKE_CUDA_MODULE_BYTES", 2 << 20),
+        kernel_stack: env_size("FAKE_CUDA_KERNEL_STACK", 0),
         objs: Mutex::new(objs),
     });
     ATFORK.call_once(|| {
