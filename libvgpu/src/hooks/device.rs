@@ -18,6 +18,7 @@ impl<D: Driver> Engine<'_, D> {
             Target::Charge(q) => {
                 self.reconcile_dirty_pools();
                 self.reconcile_stack();
+                self.reconcile_truth();
                 Ok(virt::mem_info(q.limit, q.used(), free, total))
             }
             Target::Forward => Ok((free, total)),

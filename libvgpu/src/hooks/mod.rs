@@ -16,6 +16,7 @@ mod nvml;
 mod pools;
 #[cfg(test)]
 mod testing;
+mod truth;
 mod vmm;
 
 pub use arrays::*;

@@ -273,6 +273,7 @@ impl<D: Driver> Engine<'_, D> {
         if r == CUDA_SUCCESS {
             self.reconcile_dirty_pools();
             self.reconcile_stack();
+            self.reconcile_truth();
         }
         r
     }

@@ -1,0 +1,156 @@
+//! The truth-up: memory NVML says this process holds on a device beyond everything its ledger slot holds
+//! (code the driver loads lazily at a kernel's first use, driver internals no hook sees) is charged too.
+//! Measured per process from NVML's process list; which PID is ours is `measure`'s.
+//!
+//! Done at synchronisations and memory queries, at most every `PERIOD_MS` per process (a process-list
+//! query costs far more than a hooked call), never on an allocation. The excess is charged forced (the
+//! memory is already taken) as module memory, and given back as NVML's figure falls. Where NVML is missing
+//! or this process's PID is not known yet, nothing happens. On an H200, PyTorch and NCCL's lazily loaded
+//! kernels held about 260 MiB per process this way.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use vgpu_ledger::Kind;
+
+use super::{Engine, Target};
+use crate::driver::Driver;
+use crate::quota;
+
+/// How often a process asks NVML at most.
+pub(crate) const PERIOD_MS: u64 = 200;
+/// Moves smaller than this are left alone (NVML's figure breathes by a few pages).
+const HYSTERESIS: u64 = 2 << 20;
+
+static LAST: AtomicU64 = AtomicU64::new(0);
+/// What the truth-up has charged per (own PID, GPU): part of this process's slot.
+static CHARGED: Mutex<Option<HashMap<(u32, String), u64>>> = Mutex::new(None);
+
+/// The unattributed memory to hold charged: NVML's figure for the process less what its slot holds
+/// besides the truth-up's own charge.
+pub(crate) fn excess(nvml_own: u64, slot_total: u64, charged: u64) -> u64 {
+    nvml_own.saturating_sub(slot_total.saturating_sub(charged))
+}
+
+impl<D: Driver> Engine<'_, D> {
+    /// Charges (or gives back) what NVML shows this process holding beyond its slot, rate-limited.
+    pub(crate) fn reconcile_truth(&self) {
+        let now = quota::millis();
+        let last = LAST.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < PERIOD_MS
+            || LAST
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        self.truth_up();
+    }
+
+    /// The truth-up itself, now.
+    pub(crate) fn truth_up(&self) {
+        if self.drv.unlimited() {
+            return;
+        }
+        let (Target::Charge(q), ..) = self.target_current() else {
+            return;
+        };
+        let Some(pid) = self.nvml_pid() else {
+            return;
+        };
+        let Some(procs) = self.drv.device_processes(&q.uuid) else {
+            return;
+        };
+        let own = procs
+            .iter()
+            .filter(|p| p.0 == pid)
+            .map(|p| p.1)
+            .sum::<u64>();
+        let key = (self.drv.own_pid(), q.uuid.clone());
+        let mut guard = CHARGED.lock().unwrap_or_else(|e| e.into_inner());
+        let charged = guard
+            .get_or_insert_with(HashMap::new)
+            .entry(key)
+            .or_insert(0);
+        let want = excess(own, q.own_used(), *charged);
+        if want > *charged + HYSTERESIS {
+            q.charge_forced(Kind::Module, want - *charged);
+            *charged = want;
+        } else if want + HYSTERESIS < *charged {
+            q.refund(Kind::Module, *charged - want);
+            *charged = want;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::World;
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_excess_is_nvmls_figure_beyond_what_the_slot_holds_besides_itself() {
+        assert_eq!(excess(1516 * MIB, 1259 * MIB, 0), 257 * MIB);
+        assert_eq!(
+            excess(1516 * MIB, 1516 * MIB, 257 * MIB),
+            257 * MIB,
+            "its own charge is not counted twice"
+        );
+        assert_eq!(
+            excess(100, 500, 0),
+            0,
+            "a slot above NVML's figure (managed memory not resident) is no excess"
+        );
+    }
+
+    // Regression (GPU, 2 x H200): NCCL and PyTorch held ~257 MiB per process no hook saw (lazily loaded
+    // kernels): NVML 1516 MiB, ledger 1259 MiB.
+    #[test]
+    fn memory_no_hook_saw_is_charged_and_given_back_as_nvml_falls() {
+        let w = World::new(8 << 30);
+        w.fake.nvml.set(true);
+        w.fake.per_process.set(true);
+        w.fake.same_pid_ns.set(true);
+        assert!(w.q.charge(Kind::Data, 1259 * MIB));
+        w.fake.own_used.set(1516 * MIB);
+        w.fake
+            .others
+            .borrow_mut()
+            .insert(w.fake.pid.get() + 1, 4000 * MIB);
+        let e = w.engine();
+        e.truth_up();
+        assert_eq!(
+            w.usage(Kind::Module),
+            257 * MIB,
+            "another process's usage is not ours"
+        );
+        e.truth_up();
+        assert_eq!(w.usage(Kind::Module), 257 * MIB, "counted once");
+        w.fake.own_used.set(1259 * MIB + 257 * MIB + MIB);
+        e.truth_up();
+        assert_eq!(
+            w.usage(Kind::Module),
+            257 * MIB,
+            "a move within the hysteresis is left alone"
+        );
+        w.fake.own_used.set(1259 * MIB);
+        e.truth_up();
+        assert_eq!(
+            w.usage(Kind::Module),
+            0,
+            "given back when NVML's figure falls"
+        );
+    }
+
+    #[test]
+    fn without_our_pid_or_nvml_nothing_happens() {
+        let w = World::new(8 << 30);
+        w.fake.same_pid_ns.set(false);
+        w.fake.own_used.set(1 << 30);
+        w.engine().truth_up();
+        assert_eq!(w.used(), 0);
+    }
+}
