@@ -30,6 +30,8 @@ def _smi(args):
 
 
 def per_process(pids):
+    """NVML's bytes for each PID on the GPU where it holds the most: a quota is per GPU, and a process
+    with a context on a second GPU (CuPy makes one on every visible GPU) must not be summed across them."""
     pids = [int(p) for p in pids]
     try:
         import pynvml
@@ -40,7 +42,7 @@ def per_process(pids):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
                     if p.usedGpuMemory is not None:
-                        seen[p.pid] = seen.get(p.pid, 0) + int(p.usedGpuMemory)
+                        seen[p.pid] = max(seen.get(p.pid, 0), int(p.usedGpuMemory))
             return {str(p): seen.get(p, 0) for p in pids}, "pynvml"
         finally:
             pynvml.nvmlShutdown()
@@ -50,7 +52,7 @@ def per_process(pids):
     for line in _smi(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]).splitlines():
         parts = [x.strip() for x in line.split(",")]
         if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            seen[int(parts[0])] = seen.get(int(parts[0]), 0) + int(parts[1]) * MIB
+            seen[int(parts[0])] = max(seen.get(int(parts[0]), 0), int(parts[1]) * MIB)
     return {str(p): seen.get(p, 0) for p in pids}, "nvidia-smi"
 
 

@@ -158,11 +158,6 @@ impl<D: Driver> Engine<'_, D> {
             ..Rec::new(dev, Kind::AsyncPool, bytes, self.drv.ctx_current())
         };
         self.rec.allocs.insert(ptr, rec);
-        // The driver's first stream-ordered use of a device takes memory no pool attribute reports (about
-        // 520 MiB on an H200 with driver 580): the truth-up charges it now, not at the next sync.
-        if self.rec.stream_ordered.insert(dev as u64, ()).is_none() {
-            self.truth_up();
-        }
         r
     }
 

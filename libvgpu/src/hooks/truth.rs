@@ -16,7 +16,7 @@ use vgpu_ledger::Kind;
 
 use super::{Engine, Target};
 use crate::driver::Driver;
-use crate::quota;
+use crate::{log, quota};
 
 /// How often a process asks NVML at most.
 pub(crate) const PERIOD_MS: u64 = 200;
@@ -57,9 +57,17 @@ impl<D: Driver> Engine<'_, D> {
             return;
         };
         let Some(pid) = self.nvml_pid() else {
+            log::debug(format_args!(
+                "truth-up on {}: this process's NVML PID is not known",
+                q.uuid
+            ));
             return;
         };
         let Some(procs) = self.drv.device_processes(&q.uuid) else {
+            log::debug(format_args!(
+                "truth-up on {}: no per-process usage from NVML",
+                q.uuid
+            ));
             return;
         };
         let own = procs
@@ -73,7 +81,12 @@ impl<D: Driver> Engine<'_, D> {
             .get_or_insert_with(HashMap::new)
             .entry(key)
             .or_insert(0);
-        let want = excess(own, q.own_used(), *charged);
+        let slot = q.own_used();
+        let want = excess(own, slot, *charged);
+        log::debug(format_args!(
+            "truth-up on {}: NVML {own} bytes for PID {pid}, slot {slot}, unattributed {want} (was {})",
+            q.uuid, *charged
+        ));
         if want > *charged + HYSTERESIS {
             q.charge_forced(Kind::Module, want - *charged);
             *charged = want;

@@ -96,9 +96,6 @@ pub struct Records {
     pub pools: Table<PoolState>,
     /// A stream-ordered free happened: pool reservations may shrink at the next synchronisation.
     pub pools_dirty: AtomicBool,
-    /// Devices this process has made a stream-ordered allocation on (the driver's first use takes memory
-    /// no pool attribute reports: the truth-up runs at once then).
-    pub stream_ordered: Table<()>,
     /// Graph memory per device.
     pub graph_dev: Table<GraphDev>,
     /// Graph exec -> (device, bytes its alloc nodes need).
@@ -121,7 +118,6 @@ impl Records {
             primary: Table::new(),
             pools: Table::new(),
             pools_dirty: AtomicBool::new(false),
-            stream_ordered: Table::new(),
             graph_dev: Table::new(),
             graph_execs: Table::new(),
             graph_needs: Table::new(),
@@ -150,7 +146,6 @@ impl Records {
         self.vmm_maps.lock_all();
         self.primary.lock_all();
         self.pools.lock_all();
-        self.stream_ordered.lock_all();
         self.graph_dev.lock_all();
         self.graph_execs.lock_all();
         self.graph_needs.lock_all();
@@ -163,7 +158,6 @@ impl Records {
         self.vmm_maps.unlock_all();
         self.primary.unlock_all();
         self.pools.unlock_all();
-        self.stream_ordered.unlock_all();
         self.graph_dev.unlock_all();
         self.graph_execs.unlock_all();
         self.graph_needs.unlock_all();
@@ -177,7 +171,6 @@ impl Records {
         self.vmm_maps.clear();
         self.primary.clear();
         self.pools.clear();
-        self.stream_ordered.clear();
         self.graph_dev.clear();
         self.graph_execs.clear();
         self.graph_needs.clear();

@@ -292,25 +292,3 @@ fn charged_to_the_streams_device_not_the_current_contexts() {
     assert_eq!(r, CUDA_SUCCESS);
     assert_eq!(w.used(), CHUNK);
 }
-
-// Regression (GPU, H200): CuPy's cudaMallocAsync pool filled to its refusal under 8 GiB: NVML 8,460 MiB —
-// the driver's first stream-ordered use took ~520 MiB no pool attribute reports, and the truth-up only ran
-// at the next synchronisation, after the fill.
-#[test]
-fn the_first_stream_ordered_allocation_runs_the_truth_up_at_once() {
-    let w = World::new(100 * MIB);
-    w.fake.nvml.set(true);
-    w.fake.per_process.set(true);
-    w.fake.same_pid_ns.set(true);
-    let d = DriverPool::new(&w);
-    w.fake.own_used.set(CHUNK + 20 * MIB); // the chunk, and what the driver took besides
-    d.alloc(MIB).unwrap();
-    assert_eq!(w.usage(Kind::Module), 20 * MIB);
-    w.fake.own_used.set(CHUNK + 60 * MIB);
-    d.alloc(MIB).unwrap();
-    assert_eq!(
-        w.usage(Kind::Module),
-        20 * MIB,
-        "only the first use of the device, not every allocation"
-    );
-}
