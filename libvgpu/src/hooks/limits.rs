@@ -38,9 +38,6 @@ const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
 /// step (two threads setting a limit at once would otherwise both charge from the same old value).
 static EXTRAS: Mutex<Option<Extras>> = Mutex::new(None);
 type Extras = HashMap<(u32, usize), [u64; 3]>;
-/// The stack size each (own PID, context) was last accounted at (first: the default, part of the context's
-/// measured cost). Never held while `EXTRAS` is taken.
-static STACK_SEEN: Mutex<Option<HashMap<(u32, usize), u64>>> = Mutex::new(None);
 
 impl<D: Driver> Engine<'_, D> {
     /// The device memory a limit of `value` takes on `dev` (None: that limit is not device memory).
@@ -113,9 +110,7 @@ impl<D: Driver> Engine<'_, D> {
             .or_insert([0; 3]);
         e[slot] = charged + grow - shrink;
         if limit == CU_LIMIT_STACK_SIZE {
-            lock_seen()
-                .get_or_insert_with(HashMap::new)
-                .insert(key, value);
+            self.rec.stack_seen.insert(ctx as u64, value);
         }
         drop(extras);
         // The context's record carries the charge, so that the context's end gives it back.
@@ -133,9 +128,7 @@ impl<D: Driver> Engine<'_, D> {
         if let Some(m) = EXTRAS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             m.remove(&key);
         }
-        if let Some(m) = lock_seen().as_mut() {
-            m.remove(&key);
-        }
+        self.rec.stack_seen.remove(ctx as u64);
     }
 
     /// Charges what the driver grew the current context's stack by on its own since it was last seen.
@@ -149,19 +142,22 @@ impl<D: Driver> Engine<'_, D> {
         let Some(now) = self.drv.ctx_get_limit(CU_LIMIT_STACK_SIZE) else {
             return;
         };
+        // First sight: a launch may already have grown it; what is above the driver's default is growth
+        // (the default, part of the measured context, is 1024 bytes on every GPU seen so far). The record
+        // is per process (cleared in a fork child), so no PID is asked for on this path.
+        let before = self.rec.stack_seen.update(
+            ctx as u64,
+            || now.min(DEFAULT_STACK),
+            |seen| {
+                let before = *seen;
+                *seen = (*seen).max(now);
+                before
+            },
+        );
+        if now <= before {
+            return;
+        }
         let key = (self.drv.own_pid(), ctx);
-        let before = {
-            let mut seen = lock_seen();
-            let m = seen.get_or_insert_with(HashMap::new);
-            // First sight: a launch may already have grown it; what is above the driver's default is
-            // growth (the default, part of the measured context, is 1024 bytes on every GPU seen so far).
-            let before = *m.entry(key).or_insert(now.min(DEFAULT_STACK));
-            if now <= before {
-                return;
-            }
-            m.insert(key, now);
-            before
-        };
         let bytes = |v| self.limit_bytes(dev, CU_LIMIT_STACK_SIZE, v).unwrap_or(0);
         let grow = bytes(now).saturating_sub(bytes(before));
         if grow == 0 {
@@ -180,10 +176,6 @@ impl<D: Driver> Engine<'_, D> {
             |r| r.bytes += grow,
         );
     }
-}
-
-fn lock_seen() -> std::sync::MutexGuard<'static, Option<HashMap<(u32, usize), u64>>> {
-    STACK_SEEN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 hook!(cuCtxSetLimit(limit: c_int, value: usize) {

@@ -96,6 +96,9 @@ pub struct Records {
     pub pools: Table<PoolState>,
     /// A stream-ordered free happened: pool reservations may shrink at the next synchronisation.
     pub pools_dirty: AtomicBool,
+    /// The stack size each context was last accounted at (`hooks/limits`: growth the driver makes on its
+    /// own is charged from there).
+    pub stack_seen: Table<u64>,
     /// Graph memory per device.
     pub graph_dev: Table<GraphDev>,
     /// Graph exec -> (device, bytes its alloc nodes need).
@@ -118,6 +121,7 @@ impl Records {
             primary: Table::new(),
             pools: Table::new(),
             pools_dirty: AtomicBool::new(false),
+            stack_seen: Table::new(),
             graph_dev: Table::new(),
             graph_execs: Table::new(),
             graph_needs: Table::new(),
@@ -146,6 +150,7 @@ impl Records {
         self.vmm_maps.lock_all();
         self.primary.lock_all();
         self.pools.lock_all();
+        self.stack_seen.lock_all();
         self.graph_dev.lock_all();
         self.graph_execs.lock_all();
         self.graph_needs.lock_all();
@@ -158,6 +163,7 @@ impl Records {
         self.vmm_maps.unlock_all();
         self.primary.unlock_all();
         self.pools.unlock_all();
+        self.stack_seen.unlock_all();
         self.graph_dev.unlock_all();
         self.graph_execs.unlock_all();
         self.graph_needs.unlock_all();
@@ -171,6 +177,7 @@ impl Records {
         self.vmm_maps.clear();
         self.primary.clear();
         self.pools.clear();
+        self.stack_seen.clear();
         self.graph_dev.clear();
         self.graph_execs.clear();
         self.graph_needs.clear();
