@@ -101,30 +101,15 @@ impl Driver for RealDriver {
     }
 
     fn device_used(&self, uuid: &str) -> Option<u64> {
-        // Initialised without a one-time lock (no lock of ours is held across nvmlInit).
-        if !crate::identity::nvml_ready() {
-            return None;
-        }
-        let by_uuid = real!(
-            Lib::Nvml,
-            "nvmlDeviceGetHandleByUUID",
-            unsafe extern "C" fn(*const c_char, *mut nvmlDevice_t) -> nvmlReturn_t
-        )?;
+        let dev = nvml_device(uuid)?;
         let info = real!(
             Lib::Nvml,
             "nvmlDeviceGetMemoryInfo",
             unsafe extern "C" fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t
         )?;
-        let c = std::ffi::CString::new(uuid).ok()?;
-        let mut dev: nvmlDevice_t = std::ptr::null_mut();
         let mut m = nvmlMemory_t::default();
-        // SAFETY: valid C string and out-pointers.
-        unsafe {
-            if by_uuid(c.as_ptr(), &mut dev) != NVML_SUCCESS || info(dev, &mut m) != NVML_SUCCESS {
-                return None;
-            }
-        }
-        Some(m.used)
+        // SAFETY: a device handle from NVML and a valid out-pointer.
+        (unsafe { info(dev, &mut m) } == NVML_SUCCESS).then_some(m.used)
     }
 
     fn mem_free(&self, ptr: u64) {
