@@ -62,18 +62,27 @@ fn by_name() -> &'static HashMap<&'static [u8], (Lib, usize)> {
 }
 
 /// real driver address -> hook address (built once libcuda is loaded).
+///
+/// Built with no lock held and then published, like the configuration (`settings`): building asks
+/// `dlsym` for every hooked name, which waits for the loader's lock, and a library constructor running
+/// inside `dlopen` (holding that lock) may be the next to want the table. A one-time lock held across the
+/// build deadlocked the two (`tests/e2e/libvgpu-preload.test.sh`). Racing builders each build; one wins.
 fn by_real_addr() -> &'static HashMap<usize, usize> {
     static T: OnceLock<HashMap<usize, usize>> = OnceLock::new();
-    T.get_or_init(|| {
-        entries()
-            .iter()
-            .filter(|(l, ..)| *l == Lib::Cuda)
-            .filter_map(|(l, n, h)| {
-                let r = real::lookup(*l, n);
-                (r != 0).then_some((r, *h))
-            })
-            .collect()
-    })
+    if let Some(t) = T.get() {
+        return t;
+    }
+    let built: HashMap<usize, usize> = entries()
+        .iter()
+        .filter(|(l, ..)| *l == Lib::Cuda)
+        .filter_map(|(l, n, h)| {
+            let r = real::lookup(*l, n);
+            (r != 0).then_some((r, *h))
+        })
+        .collect();
+    // `set` only moves the value in under the cell's lock; the loser's table is dropped.
+    let _ = T.set(built);
+    T.get_or_init(HashMap::new)
 }
 
 /// Our hook for a driver pointer, or the pointer itself.

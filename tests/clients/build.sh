@@ -25,3 +25,5 @@ fi
 echo "built $out/rt_client $out/linked_client"
 "$cc" "${flags[@]}" tests/clients/nvml_client.c -o "$out/nvml_client" -ldl
 echo "built $out/nvml_client"
+"$cc" "${flags[@]}" -shared -fPIC tests/clients/ctorlib.c -o "$out/libctor.so" -ldl
+echo "built $out/libctor.so"

@@ -10,7 +10,7 @@ FRONT=$ROOT/target/vgpu/libvgpu.so
 CORE=$ROOT/target/vgpu/libvgpu_core.so
 RT=$ROOT/target/clients/rt_client
 LN=$ROOT/target/clients/linked_client
-for f in "$FRONT" "$CORE" "$RT" "$LN" target/fake/libcuda.so.1; do
+for f in "$FRONT" "$CORE" "$RT" "$LN" target/clients/libctor.so target/fake/libcuda.so.1; do
     [ -e "$f" ] || { echo "libvgpu-preload.test: $f missing (run make build)"; echo "0 passed, 1 failed"; exit 1; }
 done
 W=$(mktemp -d /tmp/vgpu-preload-test.XXXXXX)
@@ -55,6 +55,18 @@ for c in "$RT" "$LN"; do
     check "$(basename "$c") without the engine: one line naming the missing file" \
         bash -c "test \$(wc -l < '$W/err') = 1 && grep -q 'libvgpu_core.so' '$W/err'"
 done
+
+# Regression (lock order): a library constructor that calls CUDA runs inside dlopen, holding the loader's
+# lock; a one-time lock the interposer held across dlsym (building its driver-address table) while that
+# constructor waited for it deadlocked both threads. The fake lines the two up every time
+# (FAKE_CUDA_DLOPEN_RACE, tests/fake-driver.md); `timeout` turns a deadlock into a failure.
+CTOR=$ROOT/target/clients/libctor.so
+LD_PRELOAD=$FRONT CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/cache FAKE_CUDA_DLOPEN_RACE=$CTOR \
+    timeout 20 "$RT" info >"$W/out" 2>"$W/err"
+st=$?
+check "a constructor calling CUDA inside dlopen while another thread resolves: no deadlock (exit $st)" test $st = 0
+check "  and the constructor got the driver function" grep -q 'ctorlib: cuGetProcAddress rc=0 found=1' "$W/err"
+check "  and the other thread its answer" grep -q 'op=info .*total=1073741824 ' "$W/out"
 
 echo "libvgpu-preload: $pass passed, $fail failed"
 ((fail == 0))

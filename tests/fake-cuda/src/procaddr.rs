@@ -34,7 +34,28 @@ pub fn resolve(name: &str, version: c_int, flags: u64) -> Result<usize, c_int> {
     symbols().get(sym).copied().ok_or(SYMBOL_NOT_FOUND)
 }
 
+/// `FAKE_CUDA_DLOPEN_RACE=<library>`: the first `cuGetProcAddress` starts a thread that `dlopen`s the
+/// library and returns 200 ms later, while that thread is still inside `dlopen` (holding the loader's
+/// lock) if the library's constructor takes longer. So a test can line up, every time, a constructor
+/// that calls CUDA against a thread that is between the driver's answer and whatever the interposer does
+/// with it (where a one-time lock held across `dlsym` deadlocks).
+fn dlopen_race() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(lib) = std::env::var_os("FAKE_CUDA_DLOPEN_RACE") else { return };
+        let Ok(lib) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(lib.as_os_str())) else {
+            return;
+        };
+        std::thread::spawn(move || {
+            // SAFETY: a NUL-terminated path; the handle is kept for the life of the process.
+            unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW) };
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    });
+}
+
 unsafe fn get(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> R {
+    dlopen_race();
     if symbol.is_null() || pfn.is_null() {
         return Err(INVALID_VALUE);
     }
