@@ -42,7 +42,9 @@ fn run_pairs(ledger: &Ledger, slot: &vgpu_ledger::Slot, pairs: u64) -> u64 {
     let t = Instant::now();
     for i in 0..pairs {
         let bytes = 4096 + (i & 0xff) * 512;
-        ledger.charge(slot, Kind::Data, bytes, LIMIT).expect("charge refused");
+        ledger
+            .charge(slot, Kind::Data, bytes, LIMIT)
+            .expect("charge refused");
         ledger.refund(slot, Kind::Data, bytes);
     }
     t.elapsed().as_nanos() as u64
@@ -169,7 +171,9 @@ fn main() {
     let ledger_path = dir.path().join("bench.ledger");
     let ledger = Ledger::open_or_create(&ledger_path, UUID, LIMIT).unwrap();
     let exe = std::env::current_exe().unwrap();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     println!("ledger bench: {pairs} pairs per process/thread, {cpus} CPUs");
     bare_atomic(dir.path(), pairs);
     for &t in &thread_counts {

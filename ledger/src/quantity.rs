@@ -64,7 +64,9 @@ fn unit_multiplier(unit: &str) -> Result<u64, Problem> {
         "t" | "ti" | "tib" => 40,
         "p" | "pi" | "pib" => 50,
         "e" | "ei" | "eib" => 60,
-        "kb" | "mb" | "gb" | "tb" | "pb" | "eb" => return Err(Problem::DecimalUnit(unit.to_string())),
+        "kb" | "mb" | "gb" | "tb" | "pb" | "eb" => {
+            return Err(Problem::DecimalUnit(unit.to_string()))
+        }
         _ => return Err(Problem::UnknownUnit(unit.to_string())),
     };
     Ok(1u64 << shift)
@@ -85,7 +87,9 @@ pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
         return Err(err(Problem::Negative));
     }
     let t = t.strip_prefix('+').unwrap_or(t);
-    let num_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let num_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (number, unit) = t.split_at(num_end);
     if number.is_empty() {
         return Err(err(Problem::NoNumber));
@@ -105,7 +109,9 @@ pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
     } else {
         int_part.parse().map_err(|_| err(Problem::Overflow))?
     };
-    let whole = int.checked_mul(multiplier).ok_or_else(|| err(Problem::Overflow))?;
+    let whole = int
+        .checked_mul(multiplier)
+        .ok_or_else(|| err(Problem::Overflow))?;
     // Digits beyond 19 cannot change a result in whole bytes below 2^64 by more than rounding; drop them.
     let frac_digits = &frac_part[..frac_part.len().min(19)];
     let frac_bytes = if frac_digits.is_empty() {
@@ -115,7 +121,9 @@ pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
         let scale = 10u128.pow(frac_digits.len() as u32);
         (frac * multiplier as u128 / scale) as u64
     };
-    whole.checked_add(frac_bytes).ok_or_else(|| err(Problem::Overflow))
+    whole
+        .checked_add(frac_bytes)
+        .ok_or_else(|| err(Problem::Overflow))
 }
 
 /// Human-readable bytes with three significant digits: "0 B", "1023 B", "1.50 KiB", "512 MiB", "1.00 GiB".

@@ -70,7 +70,10 @@ fn wait_dead(ledger: &Ledger, index: u16) -> Snapshot {
         if snap.slots.iter().all(|s| s.index != index || !s.alive) {
             return snap;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "slot {index} still alive");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "slot {index} still alive"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -113,12 +116,21 @@ fn fork_child_forgets_parent_slot(dir: &Path) {
     let snap = ledger.snapshot();
     assert_eq!(snap.used, 1500);
     assert!(snap.slots.iter().all(|s| s.alive));
-    let child_pid = snap.slots.iter().find(|s| s.index == child_slot).unwrap().pid;
+    let child_pid = snap
+        .slots
+        .iter()
+        .find(|s| s.index == child_slot)
+        .unwrap()
+        .pid;
 
     kill_and_reap(parent);
     let snap = wait_dead(&ledger, parent_slot);
     assert!(
-        snap.slots.iter().find(|s| s.index == child_slot).unwrap().alive,
+        snap.slots
+            .iter()
+            .find(|s| s.index == child_slot)
+            .unwrap()
+            .alive,
         "the child's own slot must live on"
     );
     assert_eq!(ledger.reclaim_dead().unwrap(), 1);
@@ -148,7 +160,11 @@ fn fork_child_keeping_the_slot_does_not_keep_parent_alive(dir: &Path) {
     });
     let slot = receive(&rx).unwrap() as u16;
     let child = Pid::from_raw(receive(&rx).unwrap() as i32);
-    assert!(ledger.snapshot().slots.iter().any(|s| s.index == slot && s.alive));
+    assert!(ledger
+        .snapshot()
+        .slots
+        .iter()
+        .any(|s| s.index == slot && s.alive));
     kill_and_reap(parent);
     wait_dead(&ledger, slot);
     assert_eq!(ledger.reclaim_dead().unwrap(), 1);
@@ -167,7 +183,8 @@ fn exec_releases_the_slot(dir: &Path) {
         l.charge(&slot, Kind::Data, 4242, LIMIT).unwrap();
         send(&tx, slot.index() as u32);
         std::mem::forget(slot);
-        let err = std::os::unix::process::CommandExt::exec(std::process::Command::new("sleep").arg("30"));
+        let err =
+            std::os::unix::process::CommandExt::exec(std::process::Command::new("sleep").arg("30"));
         panic!("exec: {err}")
     });
     let slot = receive(&rx).expect("child died") as u16;
@@ -186,7 +203,11 @@ fn close_all_from_3(keep: &[i32]) {
     keep.sort_unstable();
     let mut lo = 3u32;
     for k in keep.iter().copied().chain([i32::MAX]) {
-        let hi = if k == i32::MAX { u32::MAX } else { (k - 1) as u32 };
+        let hi = if k == i32::MAX {
+            u32::MAX
+        } else {
+            (k - 1) as u32
+        };
         if (k as u32) >= lo && hi >= lo {
             // SAFETY: close_range on numbers this test process owns; it owns no Rust value holding them
             // but the kept ones.
@@ -275,7 +296,9 @@ fn closed_descriptors_keep_the_slot(dir: &Path) {
         ));
     }
     if bad != 0 {
-        failures.push(format!("{bad} of the application's pipes broke in the process"));
+        failures.push(format!(
+            "{bad} of the application's pipes broke in the process"
+        ));
     }
     if child_bad != 0 {
         failures.push(format!(
@@ -306,7 +329,11 @@ fn pid_namespaces(dir: &Path) -> bool {
             let (grx, gtx) = pipe().unwrap();
             let inner = spawn(move || {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).unwrap();
-                assert_eq!(std::process::id(), 1, "first process of a new PID namespace");
+                assert_eq!(
+                    std::process::id(),
+                    1,
+                    "first process of a new PID namespace"
+                );
                 let l = Ledger::open(&path).unwrap();
                 let slot = l.attach().unwrap();
                 l.charge(&slot, Kind::Context, bytes, LIMIT).unwrap();
@@ -341,7 +368,10 @@ fn pid_namespaces(dir: &Path) -> bool {
 
     let (intermediate, host_pid, slot, _) = pid1s.remove(0);
     kill(host_pid, Signal::SIGKILL).unwrap();
-    assert!(matches!(waitpid(intermediate, None).unwrap(), WaitStatus::Exited(_, 0)));
+    assert!(matches!(
+        waitpid(intermediate, None).unwrap(),
+        WaitStatus::Exited(_, 0)
+    ));
     let snap = wait_dead(&ledger, slot);
     assert!(
         snap.slots.iter().any(|s| s.index != slot && s.alive),
@@ -352,7 +382,10 @@ fn pid_namespaces(dir: &Path) -> bool {
 
     let (intermediate, host_pid, slot, _) = pid1s.remove(0);
     kill(host_pid, Signal::SIGKILL).unwrap();
-    assert!(matches!(waitpid(intermediate, None).unwrap(), WaitStatus::Exited(_, 0)));
+    assert!(matches!(
+        waitpid(intermediate, None).unwrap(),
+        WaitStatus::Exited(_, 0)
+    ));
     wait_dead(&ledger, slot);
     assert_eq!(ledger.reclaim_dead().unwrap(), 1);
     assert_eq!(ledger.used(), 0);
@@ -368,7 +401,10 @@ fn non_root_tenant_can_charge(dir: &Path) -> bool {
     let old = umask(Mode::from_bits_truncate(0o077));
     let (path, ledger) = fresh(dir, "tenant.ledger");
     umask(old);
-    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o666);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o666
+    );
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let child = spawn(|| {
         nix::unistd::setgid(Gid::from_raw(65534)).unwrap();
@@ -382,7 +418,10 @@ fn non_root_tenant_can_charge(dir: &Path) -> bool {
         std::mem::forget(slot); // exit without detaching, as a killed process would
         0
     });
-    assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0)));
+    assert!(matches!(
+        waitpid(child, None).unwrap(),
+        WaitStatus::Exited(_, 0)
+    ));
     assert_eq!(ledger.used(), 12345);
     assert_eq!(ledger.reclaim_dead().unwrap(), 1);
     assert_eq!(ledger.used(), 0);
@@ -410,7 +449,9 @@ fn main() {
     println!("processes: exec releases the slot ... ok");
     closed_descriptors_keep_the_slot(dir.path());
     passed += 1;
-    println!("processes: a process closing and reusing every descriptor from 3 keeps its slot ... ok");
+    println!(
+        "processes: a process closing and reusing every descriptor from 3 keeps its slot ... ok"
+    );
     if pid_namespaces(dir.path()) {
         passed += 1;
         println!("processes: two PID-1 processes in separate PID namespaces ... ok");
@@ -419,12 +460,17 @@ fn main() {
     }
     if non_root_tenant_can_charge(dir.path()) {
         passed += 1;
-        println!("processes: non-root process charges a ledger root created under umask 077 ... ok");
+        println!(
+            "processes: non-root process charges a ledger root created under umask 077 ... ok"
+        );
     } else {
         skipped.push("non-root tenant (test not run as root)");
     }
     for s in &skipped {
         println!("processes: SKIPPED {s}");
     }
-    println!("processes: {passed} passed, 0 failed, {} skipped", skipped.len());
+    println!(
+        "processes: {passed} passed, 0 failed, {} skipped",
+        skipped.len()
+    );
 }

@@ -164,7 +164,9 @@ fn main() {
     let ledger = loop {
         match Ledger::open(&ledger_path) {
             Ok(l) => break l,
-            Err(_) if wait_for_file.elapsed() < Duration::from_secs(30) => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) if wait_for_file.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
             Err(e) => panic!("ledger never appeared: {e}"),
         }
     };
@@ -258,7 +260,9 @@ fn main() {
             }
             if start.elapsed() > DEADLINE {
                 let _ = w.kill();
-                eprintln!("stress: FAILED: a worker did not finish within {DEADLINE:?} (deadlock?)");
+                eprintln!(
+                    "stress: FAILED: a worker did not finish within {DEADLINE:?} (deadlock?)"
+                );
                 exit(1);
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -266,7 +270,11 @@ fn main() {
     }
     stop.store(true, SeqCst);
     let (samples, max_seen, snapshots) = observer.join().expect("observer failed");
-    assert_eq!(counters.get(FAILURES).load(SeqCst), 0, "a worker reported a failure");
+    assert_eq!(
+        counters.get(FAILURES).load(SeqCst),
+        0,
+        "a worker reported a failure"
+    );
 
     // Everyone is gone. Leftovers of killed workers are exact: the total equals the sum over the slots.
     let before = ledger.snapshot();
@@ -279,7 +287,11 @@ fn main() {
     let reclaimed = ledger.reclaim_dead().unwrap();
     let after = ledger.snapshot();
     assert_eq!(ledger.used(), 0, "usage left after reclaim");
-    assert!(after.slots.is_empty(), "slots left after reclaim: {:?}", after.slots);
+    assert!(
+        after.slots.is_empty(),
+        "slots left after reclaim: {:?}",
+        after.slots
+    );
 
     let cycles = counters.get(CYCLES).load(SeqCst);
     println!(
@@ -293,5 +305,8 @@ fn main() {
          reclaimed {reclaimed_live} dead slots while running, {reclaimed} at the end ({} bytes); used now 0",
         before.used
     );
-    println!("stress: elapsed {:.1} s; PASSED", start.elapsed().as_secs_f64());
+    println!(
+        "stress: elapsed {:.1} s; PASSED",
+        start.elapsed().as_secs_f64()
+    );
 }

@@ -288,6 +288,14 @@ static const char ptx[] =
 static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx", "host", "library"};
 
 /* threads op: each thread makes the primary context current and churns alloc/free pairs. */
+/* bg-limit: a cuCtxSetLimit in another thread, left running (a fork may come meanwhile). */
+struct limit_arg { CUlimit lim; size_t value; };
+static void *limit_thread(void *p) {
+    struct limit_arg *a = p;
+    if (CALL(cuCtxSetCurrent, ctx) == CUDA_SUCCESS) CALL(cuCtxSetLimit, a->lim, a->value);
+    return NULL;
+}
+
 struct churn_arg { long count; unsigned long long size; long oom; long pairs; CUresult rc; };
 
 static void *churn_thread(void *p) {
@@ -499,6 +507,18 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSetLimit, lim, (size_t)v);
         if (rc == CUDA_SUCCESS) rc = CALL(cuCtxGetLimit, &got, lim);
         printf(" limit=%s value=%llu got=%zu", name, v, got);
+    } else if (!strcmp(op, "bg-limit")) {
+        static struct limit_arg a;
+        const char *name = ARG(1);
+        a.value = (size_t)parse_size(ARG(2));
+        a.lim = !strcmp(name, "stack") ? CU_LIMIT_STACK_SIZE : !strcmp(name, "printf") ? CU_LIMIT_PRINTF_FIFO_SIZE
+                : CU_LIMIT_MALLOC_HEAP_SIZE;
+        used = 3;
+        pthread_t t;
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS && pthread_create(&t, NULL, limit_thread, &a) != 0) rc = CUDA_ERROR_OPERATING_SYSTEM;
+        if (rc == CUDA_SUCCESS) pthread_detach(t);
+        printf(" limit=%s value=%zu", name, a.value);
     } else if (!strcmp(op, "launch")) {
         long n = atol(ARG(1)); used = 2;
         double t0 = now();

@@ -57,7 +57,10 @@ impl Shared {
                 }
                 continue;
             }
-            let next = pack_pair(usage.saturating_add_signed(op.delta()), applied.wrapping_add(1));
+            let next = pack_pair(
+                usage.saturating_add_signed(op.delta()),
+                applied.wrapping_add(1),
+            );
             if pair.compare_exchange(p, next, SeqCst, SeqCst).is_ok() {
                 return true;
             }
@@ -75,7 +78,13 @@ impl Shared {
 
     /// Commit one operation on (slot, kind) and apply it. Returns the bytes actually moved: a refund is
     /// clamped to the counter's usage, so no counter and no total ever goes below zero.
-    pub(super) fn commit(&self, slot: usize, kind: usize, op: &Op, apply: bool) -> Result<u64, Refused> {
+    pub(super) fn commit(
+        &self,
+        slot: usize,
+        kind: usize,
+        op: &Op,
+        apply: bool,
+    ) -> Result<u64, Refused> {
         let word = self.word();
         let pair = self.pair(slot, kind).as_u128();
         let mut c = word.load(SeqCst);
@@ -132,21 +141,33 @@ impl Shared {
 impl Ledger {
     /// Charge `bytes` of `kind` to `slot` unless the ledger's total would pass `limit`. Lock-free.
     pub fn charge(&self, slot: &Slot, kind: Kind, bytes: u64, limit: u64) -> Result<(), Refused> {
-        debug_assert!(Arc::ptr_eq(&self.shared, &slot.shared) || self.shared.path == slot.shared.path);
+        debug_assert!(
+            Arc::ptr_eq(&self.shared, &slot.shared) || self.shared.path == slot.shared.path
+        );
         if bytes == 0 {
             return Ok(());
         }
         slot.shared
-            .commit(slot.index as usize, kind.index(), &Op::Charge { bytes, limit }, true)
+            .commit(
+                slot.index as usize,
+                kind.index(),
+                &Op::Charge { bytes, limit },
+                true,
+            )
             .map(|_| ())
     }
 
     /// Give back `bytes` of `kind` charged to `slot`; never more than the slot holds of that kind.
     pub fn refund(&self, slot: &Slot, kind: Kind, bytes: u64) {
-        debug_assert!(Arc::ptr_eq(&self.shared, &slot.shared) || self.shared.path == slot.shared.path);
-        let _ = slot
-            .shared
-            .commit(slot.index as usize, kind.index(), &Op::Refund { bytes }, true);
+        debug_assert!(
+            Arc::ptr_eq(&self.shared, &slot.shared) || self.shared.path == slot.shared.path
+        );
+        let _ = slot.shared.commit(
+            slot.index as usize,
+            kind.index(),
+            &Op::Refund { bytes },
+            true,
+        );
     }
 }
 

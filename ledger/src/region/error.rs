@@ -38,9 +38,17 @@ pub enum LedgerError {
     #[error("vgpu ledger {}: not a vgpu ledger file (magic {found:02x?}, expected \"VGPULDGR\")", path.display())]
     BadMagic { path: PathBuf, found: Vec<u8> },
     #[error("vgpu ledger {}: format version {found}; this build supports version {supported}", path.display())]
-    UnsupportedVersion { path: PathBuf, found: u32, supported: u32 },
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
     #[error("vgpu ledger {}: truncated: {size} bytes, expected {expected}", path.display())]
-    Truncated { path: PathBuf, size: u64, expected: u64 },
+    Truncated {
+        path: PathBuf,
+        size: u64,
+        expected: u64,
+    },
     #[error("vgpu ledger {}: corrupt header: {what}", path.display())]
     Corrupt { path: PathBuf, what: String },
     #[error("vgpu ledger {}: belongs to GPU {found}, not {expected}", path.display())]

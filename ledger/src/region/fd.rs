@@ -84,7 +84,11 @@ pub(super) struct LedgerFd {
 impl LedgerFd {
     /// Opens `path` (close-on-exec), tags the description, moves it to a high number. With `expect`, the file
     /// must be that one (the path may have been replaced since the ledger was mapped).
-    pub(super) fn open(path: &Path, writable: bool, expect: Option<Identity>) -> io::Result<LedgerFd> {
+    pub(super) fn open(
+        path: &Path,
+        writable: bool,
+        expect: Option<Identity>,
+    ) -> io::Result<LedgerFd> {
         let low = OpenOptions::new()
             .read(true)
             .write(writable)
@@ -201,7 +205,8 @@ mod tests {
         drop(fd);
         // SAFETY: `n` is the pipe's write end now, owned here.
         let mut w = unsafe { File::from_raw_fd(n) };
-        w.write_all(b"x").expect("the application's descriptor must stay open");
+        w.write_all(b"x")
+            .expect("the application's descriptor must stay open");
         let mut b = [0u8];
         r.read_exact(&mut b).unwrap();
         assert_eq!(&b, b"x");

@@ -102,16 +102,28 @@ impl Header {
         let mut put = |off: usize, b: &[u8]| out[off..off + b.len()].copy_from_slice(b);
         put(offset_of!(Header, magic), &self.magic);
         put(offset_of!(Header, version), &self.version.to_le_bytes());
-        put(offset_of!(Header, header_size), &self.header_size.to_le_bytes());
+        put(
+            offset_of!(Header, header_size),
+            &self.header_size.to_le_bytes(),
+        );
         put(offset_of!(Header, file_size), &self.file_size.to_le_bytes());
         put(
             offset_of!(Header, provisioned_limit),
             &self.provisioned_limit.to_le_bytes(),
         );
-        put(offset_of!(Header, slot_count), &self.slot_count.to_le_bytes());
+        put(
+            offset_of!(Header, slot_count),
+            &self.slot_count.to_le_bytes(),
+        );
         put(offset_of!(Header, slot_size), &self.slot_size.to_le_bytes());
-        put(offset_of!(Header, commit_offset), &self.commit_offset.to_le_bytes());
-        put(offset_of!(Header, slots_offset), &self.slots_offset.to_le_bytes());
+        put(
+            offset_of!(Header, commit_offset),
+            &self.commit_offset.to_le_bytes(),
+        );
+        put(
+            offset_of!(Header, slots_offset),
+            &self.slots_offset.to_le_bytes(),
+        );
         put(offset_of!(Header, uuid_len), &self.uuid_len.to_le_bytes());
         put(offset_of!(Header, uuid), &self.uuid);
         out
@@ -241,7 +253,9 @@ impl Commit {
             | (self.slot as u64 & 0x3ff) << 46
             | (self.kind as u64 & 7) << 56
             | (self.seq as u64 & SEQ_MASK) << 59;
-        let hi = (self.amount & MAX_TOTAL) | (self.refund as u64) << 46 | ((self.gen & GEN_MASK) as u64) << 47;
+        let hi = (self.amount & MAX_TOTAL)
+            | (self.refund as u64) << 46
+            | ((self.gen & GEN_MASK) as u64) << 47;
         lo as u128 | (hi as u128) << 64
     }
 

@@ -3,7 +3,9 @@
 
 use super::error::{io_err, LedgerError};
 use super::fd::LedgerFd;
-use super::format::{Header, FILE_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_TOTAL, UUID_CAPACITY};
+use super::format::{
+    Header, FILE_SIZE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_TOTAL, UUID_CAPACITY,
+};
 use super::shared::Shared;
 use memmap2::MmapOptions;
 use std::fmt;
@@ -33,7 +35,8 @@ fn validate(path: &Path, file: &File) -> Result<(String, u64), LedgerError> {
     let size = file.metadata().map_err(io_err(path))?.len();
     let mut bytes = [0u8; HEADER_SIZE];
     let have = size.min(HEADER_SIZE as u64) as usize;
-    file.read_exact_at(&mut bytes[..have], 0).map_err(io_err(path))?;
+    file.read_exact_at(&mut bytes[..have], 0)
+        .map_err(io_err(path))?;
     let truncated = |size| LedgerError::Truncated {
         path: path.to_path_buf(),
         size,
@@ -139,7 +142,8 @@ impl Ledger {
                         expected: uuid.to_string(),
                     })
                 }
-                Err(LedgerError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
+                Err(LedgerError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                }
                 Err(e) => return Err(e),
             }
             Self::create(path, uuid, limit)?;

@@ -4,7 +4,8 @@
 use super::error::{io_err, LedgerError};
 use super::fd::{Identity, LedgerFd};
 use super::format::{
-    total_of_low_half, CommitArea, Pair, SlotRecord, COMMIT_OFFSET, KINDS, SLOTS_OFFSET, SLOT_COUNT, SLOT_SIZE,
+    total_of_low_half, CommitArea, Pair, SlotRecord, COMMIT_OFFSET, KINDS, SLOTS_OFFSET,
+    SLOT_COUNT, SLOT_SIZE,
 };
 use memmap2::MmapRaw;
 use portable_atomic::{AtomicU128, AtomicU64};

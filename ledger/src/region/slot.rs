@@ -56,7 +56,9 @@ impl Shared {
 
 /// Inode of this process's PID namespace (what `ls -l /proc/self/ns/pid` shows in brackets); 0 if unknown.
 pub(super) fn own_pid_namespace() -> u64 {
-    std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).unwrap_or(0)
+    std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| m.ino())
+        .unwrap_or(0)
 }
 
 impl Ledger {

@@ -46,13 +46,18 @@ fn create_then_join() {
     assert_eq!(b.used(), 100);
     assert_eq!(Ledger::open(&path).unwrap().used(), 100);
     // a ledger of another GPU at this path is an error, not silently joined
-    let err = Ledger::open_or_create(&path, "GPU-other", GI).unwrap_err().to_string();
+    let err = Ledger::open_or_create(&path, "GPU-other", GI)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("belongs to GPU") && err.contains(&path.display().to_string()),
         "{err}"
     );
     // only the ledger in the folder: no temporary file left behind
-    assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+    assert_eq!(
+        std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+        1
+    );
 }
 
 #[test]
@@ -68,10 +73,14 @@ fn create_arguments_are_checked() {
     let big = Ledger::open_or_create(&dir.path().join("big.ledger"), UUID, u64::MAX).unwrap();
     assert_eq!(big.provisioned_limit(), MAX_TOTAL);
     let missing = dir.path().join("no/such/dir/x.ledger");
-    let err = Ledger::open_or_create(&missing, UUID, GI).unwrap_err().to_string();
+    let err = Ledger::open_or_create(&missing, UUID, GI)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no/such/dir"), "{err}");
     let err = Ledger::open(&path).unwrap_err();
-    assert!(matches!(&err, LedgerError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound));
+    assert!(
+        matches!(&err, LedgerError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    );
 }
 
 #[test]
@@ -97,7 +106,9 @@ fn open_error(bytes: &[u8]) -> String {
     std::fs::write(&path, bytes).unwrap();
     let rw = Ledger::open(&path).unwrap_err().to_string();
     let ro = Ledger::open_readonly(&path).unwrap_err().to_string();
-    let joined = Ledger::open_or_create(&path, UUID, GI).unwrap_err().to_string();
+    let joined = Ledger::open_or_create(&path, UUID, GI)
+        .unwrap_err()
+        .to_string();
     assert_eq!(rw, ro);
     assert_eq!(rw, joined);
     assert!(
@@ -128,7 +139,10 @@ fn header_validation() {
     let mut v2 = good.clone();
     v2[8..12].copy_from_slice(&2u32.to_le_bytes());
     let e = open_error(&v2);
-    assert!(e.contains("format version 2; this build supports version 1"), "{e}");
+    assert!(
+        e.contains("format version 2; this build supports version 1"),
+        "{e}"
+    );
     // another version is reported as such even if its size differs
     assert!(open_error(&v2[..300]).contains("format version 2"));
 
@@ -215,7 +229,10 @@ fn slots_detach_and_reclaim() {
     assert_eq!(l.used(), 1500);
     let snap = l.snapshot();
     assert_eq!(snap.slots.len(), 2);
-    assert!(snap.slots.iter().all(|s| s.alive && s.pid == std::process::id()));
+    assert!(snap
+        .slots
+        .iter()
+        .all(|s| s.alive && s.pid == std::process::id()));
     // dropping a slot detaches it: its usage comes back, the slot is free again
     drop(a);
     assert_eq!(l.used(), 500);
@@ -278,7 +295,11 @@ fn operation_left_unapplied_is_finished_by_others() {
     a.commit_unapplied(Kind::Data, 50, false);
     assert_eq!(l.used(), 150);
     assert_eq!(slot_usage(&l, &a)[Kind::Data.index()], 100);
-    assert_eq!(snapshot_sum(&l), 150, "the snapshot counts the pending operation");
+    assert_eq!(
+        snapshot_sum(&l),
+        150,
+        "the snapshot counts the pending operation"
+    );
     // the next operation by anyone applies it first
     l.charge(&b, Kind::Data, 1, GI).unwrap();
     assert_eq!(slot_usage(&l, &a)[Kind::Data.index()], 150);
@@ -328,7 +349,10 @@ fn readonly_view_never_writes() {
     assert_eq!(slot.usage[Kind::Data.index()], 12345);
     assert_eq!(slot.usage[Kind::Graph.index()], 5);
     assert!(matches!(ro.attach(), Err(LedgerError::ReadOnly { .. })));
-    assert!(matches!(ro.reclaim_dead(), Err(LedgerError::ReadOnly { .. })));
+    assert!(matches!(
+        ro.reclaim_dead(),
+        Err(LedgerError::ReadOnly { .. })
+    ));
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
     // the monitor's lock query did not disturb the owner: it still holds its slot

@@ -298,10 +298,6 @@ impl Driver for FakeDriver {
         self.same_pid_ns.get().then(|| self.pid.get())
     }
 
-    fn own_pid(&self) -> u32 {
-        self.pid.get()
-    }
-
     fn ctx_mem_info(&self, ctx: usize) -> Option<(u64, u64)> {
         self.log(format!("ctx_mem_info {ctx:#x}"));
         if !self.ctx_devices.borrow().contains_key(&ctx) {

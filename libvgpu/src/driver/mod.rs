@@ -87,8 +87,6 @@ pub trait Driver {
     /// This process's PID as NVML reports it, when knowable without discovery: in the initial PID
     /// namespace NVML's PIDs are ours. None in a container (NVML reports host PIDs).
     fn nvml_pid_hint(&self) -> Option<u32>;
-    /// This process's PID in its own namespace (`getpid`), to tell a fork child from its parent.
-    fn own_pid(&self) -> u32;
     /// (free, total) of the device of `ctx`, asked with `ctx` pushed current on this thread and popped
     /// again (the previous current context is restored).
     fn ctx_mem_info(&self, ctx: usize) -> Option<(u64, u64)>;

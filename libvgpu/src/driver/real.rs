@@ -396,10 +396,6 @@ impl Driver for RealDriver {
         (ns.as_os_str() == "pid:[4026531836]").then(std::process::id)
     }
 
-    fn own_pid(&self) -> u32 {
-        std::process::id()
-    }
-
     fn ctx_mem_info(&self, ctx: usize) -> Option<(u64, u64)> {
         if forward!("cuCtxPushCurrent_v2", fn(CUcontext), ctx as CUcontext) != CUDA_SUCCESS {
             return None;

@@ -68,10 +68,10 @@ impl<D: Driver> Engine<'_, D> {
         let (cost, source) = estimate(
             measured_before.then_some(&before),
             &after,
-            self.known_context(&q.uuid),
+            self.known_context(dev),
             DEFAULT_CONTEXT_BYTES,
         );
-        self.learn_context(&q.uuid, cost, source);
+        self.learn_context(dev, cost, source);
         log::debug(format_args!(
             "context on device {dev}: {cost} bytes ({source:?})"
         ));

@@ -12,9 +12,7 @@
 //! synchronisations and memory queries and charged then, after the fact (the memory is already taken).
 #![allow(clippy::missing_safety_doc)]
 
-use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::Mutex;
 
 use vgpu_ledger::Kind;
 
@@ -32,12 +30,6 @@ pub(crate) const CU_LIMIT_MALLOC_HEAP_SIZE: i32 = 2;
 const DEFAULT_STACK: u64 = 1024;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
 const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
-
-/// What this library charged per (own PID, context) for each of the three limits, above their values at
-/// the first set. Serialises setters too: held across cuCtxGetLimit / cuCtxSetLimit, which must be one
-/// step (two threads setting a limit at once would otherwise both charge from the same old value).
-static EXTRAS: Mutex<Option<Extras>> = Mutex::new(None);
-type Extras = HashMap<(u32, usize), [u64; 3]>;
 
 impl<D: Driver> Engine<'_, D> {
     /// The device memory a limit of `value` takes on `dev` (None: that limit is not device memory).
@@ -76,8 +68,10 @@ impl<D: Driver> Engine<'_, D> {
             (Target::Forward, ..) => return set(),
             (Target::Fail(e), ..) => return e.cuda(),
         };
-        let mut extras = EXTRAS.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (self.drv.own_pid(), ctx);
+        // What was charged per limit is the context's record (`Records::limit_extras`); the setter lock
+        // makes reading the old value, the driver's set and the charge one step.
+        let _setter = self.rec.limit_setter.lock();
+        let key = ctx as u64;
         let (Some(old), Some(new_bytes)) = (
             self.drv.ctx_get_limit(limit),
             self.limit_bytes(dev, limit, value),
@@ -86,10 +80,10 @@ impl<D: Driver> Engine<'_, D> {
         };
         let old_bytes = self.limit_bytes(dev, limit, old).unwrap_or(0);
         let slot = limit as usize;
-        let charged = extras
-            .as_ref()
-            .and_then(|m| m.get(&key))
-            .map_or(0, |e| e[slot]);
+        let charged = self
+            .rec
+            .limit_extras
+            .with(key, |e| e.map_or(0, |e| e[slot]));
         let (grow, shrink) = if new_bytes >= old_bytes {
             (new_bytes - old_bytes, 0)
         } else {
@@ -104,15 +98,12 @@ impl<D: Driver> Engine<'_, D> {
             return r;
         }
         q.refund(Kind::Context, shrink);
-        let e = extras
-            .get_or_insert_with(HashMap::new)
-            .entry(key)
-            .or_insert([0; 3]);
-        e[slot] = charged + grow - shrink;
+        self.rec
+            .limit_extras
+            .update(key, || [0; 3], |e| e[slot] = charged + grow - shrink);
         if limit == CU_LIMIT_STACK_SIZE {
-            self.rec.stack_seen.insert(ctx as u64, value);
+            self.rec.stack_seen.insert(key, value);
         }
-        drop(extras);
         // The context's record carries the charge, so that the context's end gives it back.
         self.rec.contexts.update(
             ctx as u64,
@@ -124,10 +115,7 @@ impl<D: Driver> Engine<'_, D> {
 
     /// The context went away (its record, with the limits' charge, is given back by the caller).
     pub(crate) fn limits_gone(&self, ctx: usize) {
-        let key = (self.drv.own_pid(), ctx);
-        if let Some(m) = EXTRAS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            m.remove(&key);
-        }
+        self.rec.limit_extras.remove(ctx as u64);
         self.rec.stack_seen.remove(ctx as u64);
     }
 
@@ -157,19 +145,17 @@ impl<D: Driver> Engine<'_, D> {
         if now <= before {
             return;
         }
-        let key = (self.drv.own_pid(), ctx);
         let bytes = |v| self.limit_bytes(dev, CU_LIMIT_STACK_SIZE, v).unwrap_or(0);
         let grow = bytes(now).saturating_sub(bytes(before));
         if grow == 0 {
             return;
         }
         q.charge_forced(Kind::Context, grow);
-        let mut extras = EXTRAS.lock().unwrap_or_else(|e| e.into_inner());
-        extras
-            .get_or_insert_with(HashMap::new)
-            .entry(key)
-            .or_insert([0; 3])[CU_LIMIT_STACK_SIZE as usize] += grow;
-        drop(extras);
+        self.rec.limit_extras.update(
+            ctx as u64,
+            || [0; 3],
+            |e| e[CU_LIMIT_STACK_SIZE as usize] += grow,
+        );
         self.rec.contexts.update(
             ctx as u64,
             || Rec::new(dev, Kind::Context, 0, ctx),

@@ -18,10 +18,12 @@
 //!
 //! There is no ceiling: what is measured is charged (or refused).
 
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use crate::driver::Driver;
+use crate::ffi::CUdevice;
 use crate::quota::DeviceQuota;
+use crate::records::KnownContext;
 
 use super::Engine;
 
@@ -98,16 +100,6 @@ pub(crate) fn estimate(
     (held.min(fallback), Source::Bound)
 }
 
-/// This process's PID as NVML reports it, per own PID (a fork child has another): learned once.
-static NVML_PIDS: Mutex<Vec<(u32, u32)>> = Mutex::new(Vec::new());
-/// The context size each device had in this process's first measurement: (own PID, GPU, bytes,
-/// measured from this process's own usage).
-static KNOWN: Mutex<Vec<(u32, String, u64, bool)>> = Mutex::new(Vec::new());
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Where the device-wide reading comes from.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Probe {
@@ -121,50 +113,47 @@ pub(crate) enum Probe {
 }
 
 impl<D: Driver> Engine<'_, D> {
-    /// This process's PID in NVML's lists, if known.
+    /// This process's PID in NVML's lists, if known (learned per process: `Records`).
     pub(crate) fn nvml_pid(&self) -> Option<u32> {
         if let Some(p) = self.drv.nvml_pid_hint() {
             return Some(p);
         }
-        let me = self.drv.own_pid();
-        lock(&NVML_PIDS).iter().find(|e| e.0 == me).map(|e| e.1)
+        match self.rec.nvml_pid.load(Ordering::Relaxed) {
+            0 => None,
+            p => Some(p),
+        }
     }
 
     /// Forgets a learned PID that turned out not to be this process's.
     pub(crate) fn forget_nvml_pid(&self) {
-        let me = self.drv.own_pid();
-        lock(&NVML_PIDS).retain(|e| e.0 != me);
+        self.rec.nvml_pid.store(0, Ordering::Relaxed);
     }
 
     fn learn_nvml_pid(&self, pid: u32) {
-        let me = self.drv.own_pid();
-        let mut v = lock(&NVML_PIDS);
-        v.retain(|e| e.0 != me);
-        v.push((me, pid));
+        self.rec.nvml_pid.store(pid, Ordering::Relaxed);
     }
 
-    /// The context size learned for device `uuid` in this process.
-    pub(crate) fn known_context(&self, uuid: &str) -> Option<u64> {
-        let me = self.drv.own_pid();
-        lock(&KNOWN)
-            .iter()
-            .find(|e| e.0 == me && e.1 == uuid)
-            .map(|e| e.2)
+    /// The context size learned for device `dev` in this process.
+    pub(crate) fn known_context(&self, dev: CUdevice) -> Option<u64> {
+        self.rec.known_ctx.with(dev as u64, |k| k.map(|k| k.bytes))
     }
 
     /// Remembers a context measurement: the first, or the first from this process's own usage.
-    pub(crate) fn learn_context(&self, uuid: &str, bytes: u64, source: Source) {
+    pub(crate) fn learn_context(&self, dev: CUdevice, bytes: u64, source: Source) {
         let trusted = source == Source::Process;
         if !(trusted || source == Source::Device) {
             return;
         }
-        let me = self.drv.own_pid();
-        let mut v = lock(&KNOWN);
-        match v.iter_mut().find(|e| e.0 == me && e.1 == uuid) {
-            Some(e) if trusted && !e.3 => *e = (me, uuid.to_string(), bytes, true),
-            Some(_) => {}
-            None => v.push((me, uuid.to_string(), bytes, trusted)),
-        }
+        let learned = KnownContext { bytes, trusted };
+        self.rec.known_ctx.update(
+            dev as u64,
+            || learned,
+            |k| {
+                if trusted && !k.trusted {
+                    *k = learned;
+                }
+            },
+        );
     }
 
     /// One reading: NVML's process list (kept for discovery), the device through `probe`, the ledger.

@@ -8,9 +8,7 @@
 //! or this process's PID is not known yet, nothing happens. On an H200, PyTorch and NCCL's lazily loaded
 //! kernels held about 260 MiB per process this way.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use vgpu_ledger::Kind;
 
@@ -23,9 +21,8 @@ pub(crate) const PERIOD_MS: u64 = 200;
 /// Moves smaller than this are left alone (NVML's figure breathes by a few pages).
 const HYSTERESIS: u64 = 2 << 20;
 
+/// When a process last asked (a fork child may ask at once: the worst is one early query).
 static LAST: AtomicU64 = AtomicU64::new(0);
-/// What the truth-up has charged per (own PID, GPU): part of this process's slot.
-static CHARGED: Mutex<Option<HashMap<(u32, String), u64>>> = Mutex::new(None);
 
 /// The unattributed memory to hold charged: NVML's figure for the process less what its slot holds
 /// besides the truth-up's own charge.
@@ -53,7 +50,7 @@ impl<D: Driver> Engine<'_, D> {
         if self.drv.unlimited() {
             return;
         }
-        let (Target::Charge(q), ..) = self.target_current() else {
+        let (Target::Charge(q), dev, _) = self.target_current() else {
             return;
         };
         let Some(pid) = self.nvml_pid() else {
@@ -75,24 +72,29 @@ impl<D: Driver> Engine<'_, D> {
             .filter(|p| p.0 == pid)
             .map(|p| p.1)
             .sum::<u64>();
-        let key = (self.drv.own_pid(), q.uuid.clone());
-        let mut guard = CHARGED.lock().unwrap_or_else(|e| e.into_inner());
-        let charged = guard
-            .get_or_insert_with(HashMap::new)
-            .entry(key)
-            .or_insert(0);
+        // What it charged is part of this process's slot (`Records::truth_charged`, per device).
         let slot = q.own_used();
-        let want = excess(own, slot, *charged);
+        let (was, want, now) = self.rec.truth_charged.update(
+            dev as u64,
+            || 0,
+            |charged| {
+                let was = *charged;
+                let want = excess(own, slot, was);
+                if want > was + HYSTERESIS || want + HYSTERESIS < was {
+                    *charged = want;
+                }
+                (was, want, *charged)
+            },
+        );
         log::debug(format_args!(
-            "truth-up on {}: NVML {own} bytes for PID {pid}, slot {slot}, unattributed {want} (was {})",
-            q.uuid, *charged
+            "truth-up on {}: NVML {own} bytes for PID {pid}, slot {slot}, unattributed {want} (was {was})",
+            q.uuid
         ));
-        if want > *charged + HYSTERESIS {
-            q.charge_forced(Kind::Module, want - *charged);
-            *charged = want;
-        } else if want + HYSTERESIS < *charged {
-            q.refund(Kind::Module, *charged - want);
-            *charged = want;
+        let delta = now as i128 - was as i128;
+        if delta > 0 {
+            q.charge_forced(Kind::Module, delta as u64);
+        } else if delta < 0 {
+            q.refund(Kind::Module, (-delta) as u64);
         }
     }
 }

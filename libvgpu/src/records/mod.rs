@@ -6,6 +6,8 @@ mod table;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use parking_lot::Mutex;
+
 use vgpu_ledger::Kind;
 
 use crate::ffi::CUdevice;
@@ -78,7 +80,18 @@ pub struct GraphDev {
     pub inflight_extra: u64,
 }
 
+/// A context size learned from a measurement (`hooks/measure`), and whether it came from this process's
+/// own usage (trusted over a device-wide reading).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownContext {
+    pub bytes: u64,
+    pub trusted: bool,
+}
+
 /// Every record table of the process. The library has one (`RECORDS`); unit tests make their own.
+/// Everything the library remembers per process lives here, never in a static of its own: the fork
+/// handlers hold every lock of it while the process forks (so a child never inherits a lock another
+/// thread held) and the child starts with it empty.
 pub struct Records {
     /// Device pointers: plain, pitch, managed, async.
     pub allocs: Table<Rec>,
@@ -105,6 +118,18 @@ pub struct Records {
     pub graph_execs: Table<(CUdevice, u64)>,
     /// Graph -> bytes of the alloc nodes added to it.
     pub graph_needs: Table<u64>,
+    /// Context -> what `cuCtxSetLimit` and the driver's own stack growth were charged for each of the
+    /// three limits that are device memory (`hooks/limits`).
+    pub limit_extras: Table<[u64; 3]>,
+    /// Serialises `cuCtxSetLimit`: reading the old value, setting and charging are one step. Held across
+    /// the driver's call (it must be); taken before any table shard, also by the fork handlers.
+    pub limit_setter: Mutex<()>,
+    /// Device -> what the truth-up charged beyond the slot's records (`hooks/truth`).
+    pub truth_charged: Table<u64>,
+    /// This process's PID in NVML's process lists, once learned (0: not known).
+    pub nvml_pid: AtomicU32,
+    /// Device -> the context size this process learned there (`hooks/measure`).
+    pub known_ctx: Table<KnownContext>,
 }
 
 pub static RECORDS: Records = Records::new();
@@ -125,6 +150,11 @@ impl Records {
             graph_dev: Table::new(),
             graph_execs: Table::new(),
             graph_needs: Table::new(),
+            limit_extras: Table::new(),
+            limit_setter: Mutex::new(()),
+            truth_charged: Table::new(),
+            nvml_pid: AtomicU32::new(0),
+            known_ctx: Table::new(),
         }
     }
 
@@ -145,6 +175,8 @@ impl Records {
 
     /// fork prepare: hold every shard so the child never inherits one locked by another thread.
     pub fn lock_all(&self) {
+        // the setter first: a thread holding it may be waiting for a shard (never the other way round)
+        std::mem::forget(self.limit_setter.lock());
         self.recs().iter().for_each(|t| t.lock_all());
         self.vmm.lock_all();
         self.vmm_maps.lock_all();
@@ -154,6 +186,9 @@ impl Records {
         self.graph_dev.lock_all();
         self.graph_execs.lock_all();
         self.graph_needs.lock_all();
+        self.limit_extras.lock_all();
+        self.truth_charged.lock_all();
+        self.known_ctx.lock_all();
     }
 
     /// fork parent and child: release what `lock_all` took.
@@ -167,6 +202,11 @@ impl Records {
         self.graph_dev.unlock_all();
         self.graph_execs.unlock_all();
         self.graph_needs.unlock_all();
+        self.limit_extras.unlock_all();
+        self.truth_charged.unlock_all();
+        self.known_ctx.unlock_all();
+        // SAFETY: lock_all took it in this thread (fork prepare) and forgot the guard.
+        unsafe { self.limit_setter.force_unlock() };
     }
 
     /// fork child: records of the parent's memory are not the child's.
@@ -181,6 +221,10 @@ impl Records {
         self.graph_dev.clear();
         self.graph_execs.clear();
         self.graph_needs.clear();
+        self.limit_extras.clear();
+        self.truth_charged.clear();
+        self.nvml_pid.store(0, Ordering::Relaxed);
+        self.known_ctx.clear();
     }
 }
 

@@ -15,7 +15,12 @@ pub const DRIVER_VERSION: c_int = 13000;
 pub fn set_limit(d: &Driver, objs: &mut Objs, h: Handle, phys: usize, limit: usize, v: u64) -> R {
     let cost = |l: &[u64; 3]| {
         let per = [RESIDENT_THREADS, 1, 1];
-        (0..3).map(|i| l[i].saturating_sub(DEFAULT_LIMITS[i]).saturating_mul(per[i])).sum::<u64>()
+        (0..3)
+            .map(|i| {
+                l[i].saturating_sub(DEFAULT_LIMITS[i])
+                    .saturating_mul(per[i])
+            })
+            .sum::<u64>()
     };
     let ctx = objs.ctxs.get_mut(&h).ok_or(INVALID_CONTEXT)?;
     let mut limits = ctx.limits;
@@ -261,6 +266,10 @@ fn cuCtxSetLimit(limit: c_int, v: usize) {
     let (h, _, phys) = current(d)?;
     if !(0..=6).contains(&limit) { return Err(INVALID_VALUE); }
     if limit > 2 { return Ok(()); }
+    // FAKE_CUDA_SET_LIMIT_DELAY_MS: a slow set (no lock of the fake held), so a test can fork meanwhile.
+    if let Some(ms) = std::env::var("FAKE_CUDA_SET_LIMIT_DELAY_MS").ok().and_then(|v| v.parse().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     set_limit(d, &mut lock(&d.objs), h, phys, limit as usize, v as u64)
 }
 
@@ -325,9 +334,9 @@ fn leak_cstr(s: &'static str) -> *const c_char {
     static CACHE: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
     let mut c = lock(&CACHE);
     let m = c.get_or_insert_with(HashMap::new);
-    *m.entry(s.as_ptr() as usize).or_insert_with(|| {
-        std::ffi::CString::new(s).unwrap_or_default().into_raw() as usize
-    }) as *const c_char
+    *m.entry(s.as_ptr() as usize)
+        .or_insert_with(|| std::ffi::CString::new(s).unwrap_or_default().into_raw() as usize)
+        as *const c_char
 }
 
 cu_alias! {

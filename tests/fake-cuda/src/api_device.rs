@@ -31,30 +31,30 @@ unsafe fn copy_cstr(buf: *mut c_char, len: c_int, s: &str) -> R {
 /// Values of the attributes a CUDA runtime or framework asks for; others read 0.
 fn attribute(attr: c_int, phys: usize) -> Option<c_int> {
     Some(match attr {
-        1..=3 => 1024,                    // max threads per block, block dim x/y
-        4 => 64,                          // block dim z
-        5 => i32::MAX,                    // grid dim x
-        6 | 7 => 65535,                   // grid dim y/z
-        8 => 49152,                       // shared memory per block
-        9 => 65536,                       // constant memory
-        10 => 32,                         // warp size
-        11 => i32::MAX,                   // max pitch
-        12 => 65536,                      // registers per block
-        13 => 1_980_000,                  // clock rate (kHz)
-        14 => 512,                        // texture alignment
+        1..=3 => 1024,                                // max threads per block, block dim x/y
+        4 => 64,                                      // block dim z
+        5 => i32::MAX,                                // grid dim x
+        6 | 7 => 65535,                               // grid dim y/z
+        8 => 49152,                                   // shared memory per block
+        9 => 65536,                                   // constant memory
+        10 => 32,                                     // warp size
+        11 => i32::MAX,                               // max pitch
+        12 => 65536,                                  // registers per block
+        13 => 1_980_000,                              // clock rate (kHz)
+        14 => 512,                                    // texture alignment
         15 | 31 | 19 | 41 | 83 | 89 | 102 | 115 => 1, // gpu overlap, concurrent kernels, map host, UVA, managed, concurrent managed, VMM, pools
-        16 => 132,                        // multiprocessors
-        33 => 0x18 + phys as c_int * 0x10, // PCI bus id
-        34 | 50 => 0,                     // PCI device / domain id
-        36 => 2_619_000,                  // memory clock (kHz)
-        37 => 5120,                       // memory bus width
-        38 => 50 << 20,                   // L2 cache
-        39 => 2048,                       // threads per multiprocessor
-        75 => 9,                          // compute capability major
-        76 => 0,                          // compute capability minor
-        81 => 233472,                     // shared memory per multiprocessor
-        82 => 65536,                      // registers per multiprocessor
-        97 => 232448,                     // shared memory per block (opt-in)
+        16 => 132,                                    // multiprocessors
+        33 => 0x18 + phys as c_int * 0x10,            // PCI bus id
+        34 | 50 => 0,                                 // PCI device / domain id
+        36 => 2_619_000,                              // memory clock (kHz)
+        37 => 5120,                                   // memory bus width
+        38 => 50 << 20,                               // L2 cache
+        39 => 2048,                                   // threads per multiprocessor
+        75 => 9,                                      // compute capability major
+        76 => 0,                                      // compute capability minor
+        81 => 233472,                                 // shared memory per multiprocessor
+        82 => 65536,                                  // registers per multiprocessor
+        97 => 232448,                                 // shared memory per block (opt-in)
         a if (0..200).contains(&a) => 0,
         _ => return None,
     })
@@ -62,7 +62,11 @@ fn attribute(attr: c_int, phys: usize) -> Option<c_int> {
 
 /// The UUID CUDA reports: a MIG-enabled GPU (`FAKE_CUDA_MIG`) shows its MIG instance's.
 fn cuda_uuid(phys: usize) -> [u8; 16] {
-    if mig_devices().contains(&phys) { mig_uuid_bytes(phys) } else { uuid_bytes(phys) }
+    if mig_devices().contains(&phys) {
+        mig_uuid_bytes(phys)
+    } else {
+        uuid_bytes(phys)
+    }
 }
 
 static UUID_V1_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -23,7 +23,11 @@ pub struct AllocNodeParams {
 /// Frees graph memory outside the graph (cuMemFree/cuMemFreeAsync of a node's address).
 pub fn graph_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
     let mut mem = lock(&d.mem);
-    let a = mem.allocs.get_mut(&p).filter(|a| a.live).ok_or(INVALID_VALUE)?;
+    let a = mem
+        .allocs
+        .get_mut(&p)
+        .filter(|a| a.live)
+        .ok_or(INVALID_VALUE)?;
     a.live = false;
     let gm = &mut objs.graph_mem[a.phys];
     gm.used -= a.size.min(gm.used);
@@ -32,12 +36,23 @@ pub fn graph_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
 
 /// Adds a node after `deps` (the caller's array of `n` nodes, or null). Launches run the nodes in the
 /// order they were added, which honours the dependencies when they are added in order.
-fn add_node(d: &Driver, node: *mut Handle, graph: Handle, n: Node, deps: *const Handle, ndeps: usize) -> R {
+fn add_node(
+    d: &Driver,
+    node: *mut Handle,
+    graph: Handle,
+    n: Node,
+    deps: *const Handle,
+    ndeps: usize,
+) -> R {
     if node.is_null() || (deps.is_null() && ndeps > 0) {
         return Err(INVALID_VALUE);
     }
     // SAFETY: the caller passes `ndeps` valid node handles at `deps` (checked non-null when ndeps > 0).
-    let deps: Vec<Handle> = if ndeps == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(deps, ndeps) }.to_vec() };
+    let deps: Vec<Handle> = if ndeps == 0 {
+        Vec::new()
+    } else {
+        unsafe { std::slice::from_raw_parts(deps, ndeps) }.to_vec()
+    };
     let mut objs = lock(&d.objs);
     let g = objs.graphs.get_mut(&graph).ok_or(INVALID_VALUE)?;
     if deps.iter().any(|dep| !g.iter().any(|(h, _)| h == dep)) {
@@ -55,7 +70,13 @@ fn instantiate(d: &Driver, exec: *mut Handle, graph: Handle) -> R {
         return Err(INVALID_VALUE);
     }
     let mut objs = lock(&d.objs);
-    let nodes: Vec<Node> = objs.graphs.get(&graph).ok_or(INVALID_VALUE)?.iter().map(|(_, n)| n.clone()).collect();
+    let nodes: Vec<Node> = objs
+        .graphs
+        .get(&graph)
+        .ok_or(INVALID_VALUE)?
+        .iter()
+        .map(|(_, n)| n.clone())
+        .collect();
     let h = new_handle();
     objs.execs.insert(h, nodes);
     // SAFETY: checked non-null above.
@@ -64,7 +85,12 @@ fn instantiate(d: &Driver, exec: *mut Handle, graph: Handle) -> R {
 
 /// A node of any graph.
 fn find_node(objs: &Objs, node: Handle) -> Result<Node, CUresult> {
-    objs.graphs.values().flatten().find(|(h, _)| *h == node).map(|(_, n)| n.clone()).ok_or(INVALID_VALUE)
+    objs.graphs
+        .values()
+        .flatten()
+        .find(|(h, _)| *h == node)
+        .map(|(_, n)| n.clone())
+        .ok_or(INVALID_VALUE)
 }
 
 cu_fn! {

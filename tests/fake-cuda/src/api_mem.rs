@@ -26,7 +26,9 @@ pub fn alloc_charged(d: &Driver, size: u64, kind: Kind) -> Result<u64, CUresult>
 /// Frees a device pointer of any kind; CUDA_ERROR_INVALID_VALUE when it is not an allocation's start.
 pub fn free_ptr(d: &Driver, p: u64) -> R {
     let mut mem = lock(&d.mem);
-    let a = mem.release_if(p, |a| matches!(a.kind, Kind::Data | Kind::Pitch | Kind::Managed));
+    let a = mem.release_if(p, |a| {
+        matches!(a.kind, Kind::Data | Kind::Pitch | Kind::Managed)
+    });
     drop(mem);
     match a {
         Ok(a) => {
@@ -36,7 +38,11 @@ pub fn free_ptr(d: &Driver, p: u64) -> R {
         Err(Some(kind)) => {
             // Pool and graph memory are accounted by their owner, under the objects lock.
             let mut objs = lock(&d.objs);
-            if kind == Kind::Pool { pool_free(d, &mut objs, p) } else { graph_free(d, &mut objs, p) }
+            if kind == Kind::Pool {
+                pool_free(d, &mut objs, p)
+            } else {
+                graph_free(d, &mut objs, p)
+            }
         }
         Err(None) => Err(INVALID_VALUE),
     }
@@ -66,7 +72,14 @@ fn element_size(format: u32) -> Option<u64> {
 }
 
 /// Bytes the fake takes for an array of these dimensions (all mip levels when `levels` > 1).
-pub fn array_bytes(w: u64, h: u64, depth: u64, format: u32, channels: u32, levels: u32) -> Result<u64, CUresult> {
+pub fn array_bytes(
+    w: u64,
+    h: u64,
+    depth: u64,
+    format: u32,
+    channels: u32,
+    levels: u32,
+) -> Result<u64, CUresult> {
     let elem = element_size(format).ok_or(INVALID_VALUE)?;
     if w == 0 || !matches!(channels, 1 | 2 | 4) || levels == 0 {
         return Err(INVALID_VALUE);
@@ -75,18 +88,41 @@ pub fn array_bytes(w: u64, h: u64, depth: u64, format: u32, channels: u32, level
     for l in 0..levels {
         let (lw, lh, ld) = ((w >> l).max(1), (h >> l).max(1), (depth >> l).max(1));
         total = total
-            .checked_add(lw.checked_mul(lh).and_then(|x| x.checked_mul(ld)).and_then(|x| x.checked_mul(elem * channels as u64)).ok_or(INVALID_VALUE)?)
+            .checked_add(
+                lw.checked_mul(lh)
+                    .and_then(|x| x.checked_mul(ld))
+                    .and_then(|x| x.checked_mul(elem * channels as u64))
+                    .ok_or(INVALID_VALUE)?,
+            )
             .ok_or(INVALID_VALUE)?;
     }
     Ok(round_up(total, ARRAY_ALIGN))
 }
 
-fn create_array(d: &Driver, desc: [u64; 3], format: u32, channels: u32, flags: u32, levels: u32) -> Result<Handle, CUresult> {
+fn create_array(
+    d: &Driver,
+    desc: [u64; 3],
+    format: u32,
+    channels: u32,
+    flags: u32,
+    levels: u32,
+) -> Result<Handle, CUresult> {
     let bytes = array_bytes(desc[0], desc[1], desc[2], format, channels, levels)?;
     let (_, _, phys) = current(d)?;
     d.charge(phys, bytes)?;
     let h = new_handle();
-    lock(&d.objs).arrays.insert(h, Array { phys, bytes, desc, format, channels, flags, mipmap: levels > 1 || flags & 0x100 != 0 });
+    lock(&d.objs).arrays.insert(
+        h,
+        Array {
+            phys,
+            bytes,
+            desc,
+            format,
+            channels,
+            flags,
+            mipmap: levels > 1 || flags & 0x100 != 0,
+        },
+    );
     Ok(h)
 }
 
@@ -383,13 +419,26 @@ unsafe fn array_requirements(req: *mut MemReq, arr: Handle, dev: CUdevice, mipma
     let d = drv()?;
     d.phys(dev)?;
     let objs = lock(&d.objs);
-    let a = objs.arrays.get(&arr).filter(|a| a.mipmap == mipmap).ok_or(INVALID_HANDLE)?;
-    out(req, MemReq { size: a.bytes as usize, alignment: ARRAY_ALIGN as usize, reserved: [0; 4] })
+    let a = objs
+        .arrays
+        .get(&arr)
+        .filter(|a| a.mipmap == mipmap)
+        .ok_or(INVALID_HANDLE)?;
+    out(
+        req,
+        MemReq {
+            size: a.bytes as usize,
+            alignment: ARRAY_ALIGN as usize,
+            reserved: [0; 4],
+        },
+    )
 }
 
 unsafe fn cuMemHostAlloc_impl(pp: *mut *mut c_void, size: usize, _flags: c_uint) -> R {
     let d = drv()?;
-    if pp.is_null() || size == 0 { return Err(INVALID_VALUE); }
+    if pp.is_null() || size == 0 {
+        return Err(INVALID_VALUE);
+    }
     current(d)?;
     let p = crate::mem::map_noreserve(size as u64).ok_or(OUT_OF_MEMORY)?;
     lock(&d.mem).host.insert(p as usize, size);
@@ -402,7 +451,11 @@ unsafe fn cuMemcpy_impl(dst: u64, src: u64, n: usize) -> R {
 
 /// A CUresult as an `R`.
 pub fn res(r: CUresult) -> R {
-    if r == SUCCESS { Ok(()) } else { Err(r) }
+    if r == SUCCESS {
+        Ok(())
+    } else {
+        Err(r)
+    }
 }
 
 cu_alias! {

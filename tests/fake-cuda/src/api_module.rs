@@ -16,7 +16,9 @@ unsafe fn image(p: *const c_void) -> Result<Option<String>, CUresult> {
         return Ok(None);
     }
     // SAFETY: not a binary image, so it is NUL-terminated PTX text.
-    let text = unsafe { CStr::from_ptr(p as *const c_char) }.to_string_lossy().into_owned();
+    let text = unsafe { CStr::from_ptr(p as *const c_char) }
+        .to_string_lossy()
+        .into_owned();
     if !text.contains(".version") || !text.contains(".target") {
         return Err(INVALID_IMAGE);
     }
@@ -27,7 +29,8 @@ unsafe fn image(p: *const c_void) -> Result<Option<String>, CUresult> {
 fn has_entry(ptx: &str, name: &str) -> bool {
     ptx.match_indices(".entry").any(|(i, _)| {
         let rest = ptx[i + 6..].trim_start();
-        rest.strip_prefix(name).is_some_and(|r| r.starts_with(|c: char| c == '(' || c.is_whitespace()))
+        rest.strip_prefix(name)
+            .is_some_and(|r| r.starts_with(|c: char| c == '(' || c.is_whitespace()))
     })
 }
 
@@ -38,7 +41,15 @@ fn load(d: &Driver, m: *mut Handle, ptx: Option<String>) -> R {
     let (ctx, _, phys) = current(d)?;
     d.charge(phys, d.module_bytes)?;
     let h = new_handle();
-    lock(&d.objs).modules.insert(h, Module { phys, ctx, ptx, charged: d.module_bytes });
+    lock(&d.objs).modules.insert(
+        h,
+        Module {
+            phys,
+            ctx,
+            ptx,
+            charged: d.module_bytes,
+        },
+    );
     // SAFETY: checked non-null above.
     unsafe { out(m, h) }
 }

@@ -30,7 +30,17 @@ const ATTR_USED_MEM_HIGH: c_int = 8;
 
 fn new_pool(objs: &mut Objs, phys: usize) -> Handle {
     let h = new_handle();
-    objs.pools.insert(h, Pool { phys, reserved: 0, used: 0, reserved_high: 0, used_high: 0, threshold: 0 });
+    objs.pools.insert(
+        h,
+        Pool {
+            phys,
+            reserved: 0,
+            used: 0,
+            reserved_high: 0,
+            used_high: 0,
+            threshold: 0,
+        },
+    );
     h
 }
 
@@ -52,7 +62,8 @@ fn current_pool(objs: &mut Objs, phys: usize) -> Handle {
 
 /// Shrinks a pool's reservation to `keep` (never below what its allocations use), refunding.
 fn shrink(d: &Driver, pool: &mut Pool, keep: u64) {
-    let target = round_up(pool.used, POOL_CHUNK).max(round_up(keep.min(u64::MAX - POOL_CHUNK), POOL_CHUNK));
+    let target =
+        round_up(pool.used, POOL_CHUNK).max(round_up(keep.min(u64::MAX - POOL_CHUNK), POOL_CHUNK));
     if pool.reserved > target {
         d.refund(pool.phys, pool.reserved - target);
         pool.reserved = target;
@@ -82,7 +93,9 @@ fn alloc_from(d: &Driver, objs: &mut Objs, pool_h: Handle, size: u64) -> Result<
         pool.reserved += grew;
     }
     let phys = pool.phys;
-    let Some(addr) = lock(&d.mem).alloc(phys, d.shared.total(phys), size, Kind::Pool, ctx, 0, pool_h) else {
+    let Some(addr) =
+        lock(&d.mem).alloc(phys, d.shared.total(phys), size, Kind::Pool, ctx, 0, pool_h)
+    else {
         pool.reserved -= grew;
         d.refund(phys, grew);
         return Err(OUT_OF_MEMORY);

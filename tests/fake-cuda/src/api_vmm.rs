@@ -142,4 +142,3 @@ fn cuMemGetAllocationPropertiesFromHandle(prop: *mut AllocProp, h: u64) {
     out(prop, AllocProp { kind: 1, handle_types: 0, loc_type: 1, loc_id: d.ordinal(p.phys) as c_int, win32: std::ptr::null_mut(), flags: [0; 8] })
 }
 }
-

@@ -184,7 +184,10 @@ pub fn init(flags: u32) -> R {
         eprintln!("fake-cuda: {e}");
         INVALID_VALUE
     })?;
-    let visible = visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), cfg.totals.len());
+    let visible = visible_devices(
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+        cfg.totals.len(),
+    );
     if visible.is_empty() {
         return Err(NO_DEVICE);
     }
@@ -225,7 +228,10 @@ pub fn init(flags: u32) -> R {
 impl Driver {
     /// Physical index of CUDA ordinal `dev`.
     pub fn phys(&self, dev: CUdevice) -> Result<usize, CUresult> {
-        usize::try_from(dev).ok().and_then(|i| self.visible.get(i).copied()).ok_or(INVALID_DEVICE)
+        usize::try_from(dev)
+            .ok()
+            .and_then(|i| self.visible.get(i).copied())
+            .ok_or(INVALID_DEVICE)
     }
 
     /// CUDA ordinal of physical device `phys` (it is visible when we have a handle on it).
@@ -249,11 +255,27 @@ impl Driver {
     }
 
     /// Creates a context on ordinal `dev` (charging context memory) and returns its handle.
-    pub fn create_ctx(&self, objs: &mut Objs, dev: CUdevice, flags: u32, primary: bool) -> Result<Handle, CUresult> {
+    pub fn create_ctx(
+        &self,
+        objs: &mut Objs,
+        dev: CUdevice,
+        flags: u32,
+        primary: bool,
+    ) -> Result<Handle, CUresult> {
         let phys = self.phys(dev)?;
         self.charge(phys, self.ctx_bytes)?;
         let h = new_handle();
-        objs.ctxs.insert(h, Ctx { ordinal: dev as usize, phys, primary, flags, limits: DEFAULT_LIMITS, limit_bytes: 0 });
+        objs.ctxs.insert(
+            h,
+            Ctx {
+                ordinal: dev as usize,
+                phys,
+                primary,
+                flags,
+                limits: DEFAULT_LIMITS,
+                limit_bytes: 0,
+            },
+        );
         Ok(h)
     }
 
@@ -262,7 +284,12 @@ impl Driver {
         let ctx = objs.ctxs.remove(&h).ok_or(INVALID_CONTEXT)?;
         CTX_EPOCH.fetch_add(1, AcqRel);
         self.refund(ctx.phys, self.ctx_bytes + ctx.limit_bytes);
-        let mods: Vec<Handle> = objs.modules.iter().filter(|(_, m)| m.ctx == h).map(|(&k, _)| k).collect();
+        let mods: Vec<Handle> = objs
+            .modules
+            .iter()
+            .filter(|(_, m)| m.ctx == h)
+            .map(|(&k, _)| k)
+            .collect();
         for m in mods {
             let m = objs.modules.remove(&m).unwrap();
             self.refund(m.phys, m.charged);
@@ -319,7 +346,8 @@ pub fn stack_set(h: Handle) {
 /// none is current or it was destroyed. Cached per thread, so the hot path takes no lock.
 pub fn current(d: &Driver) -> Result<(Handle, usize, usize), CUresult> {
     let epoch = CTX_EPOCH.load(Acquire);
-    let (top, cached) = THREAD.with(|t| (t.stack.borrow().last().copied().unwrap_or(0), t.cache.get()));
+    let (top, cached) =
+        THREAD.with(|t| (t.stack.borrow().last().copied().unwrap_or(0), t.cache.get()));
     if top == 0 {
         return Err(INVALID_CONTEXT);
     }
@@ -339,7 +367,10 @@ pub fn stream_phys(d: &Driver, objs: &Objs, stream: Handle) -> Result<usize, CUr
     if stream <= 2 {
         drop_guard_current(d, objs)
     } else {
-        objs.streams.get(&stream).map(|s| s.phys).ok_or(INVALID_HANDLE)
+        objs.streams
+            .get(&stream)
+            .map(|s| s.phys)
+            .ok_or(INVALID_HANDLE)
     }
 }
 

@@ -55,7 +55,12 @@ pub struct Mem {
 
 impl Mem {
     pub fn new(ndev: usize) -> Mem {
-        Mem { arenas: (0..ndev).map(|_| None).collect(), allocs: HashMap::default(), host: HashMap::default(), registered: HashMap::default() }
+        Mem {
+            arenas: (0..ndev).map(|_| None).collect(),
+            allocs: HashMap::default(),
+            host: HashMap::default(),
+            registered: HashMap::default(),
+        }
     }
 
     /// Carves `size` bytes from device `phys`'s range (whose device has `total` bytes).
@@ -66,7 +71,12 @@ impl Mem {
                 // Twice the device plus slack: enough for any mix of sizes that fits the device.
                 let len = round_up(total * 2 + (1 << 30), 2 << 20);
                 let p = map_noreserve(len)?;
-                slot.insert(Arena { base: p, len, bump: 0, free: HashMap::default() })
+                slot.insert(Arena {
+                    base: p,
+                    len,
+                    bump: 0,
+                    free: HashMap::default(),
+                })
             }
         };
         let block = round_up(size.max(1), ALIGN);
@@ -79,24 +89,50 @@ impl Mem {
             return Some((a, block));
         }
         // Out of fresh range: reuse any larger free block.
-        let (&bsize, _) = arena.free.iter().find(|(&s, v)| s >= block && !v.is_empty())?;
+        let (&bsize, _) = arena
+            .free
+            .iter()
+            .find(|(&s, v)| s >= block && !v.is_empty())?;
         let a = arena.free.get_mut(&bsize)?.pop()?;
         Some((a, bsize))
     }
 
     /// Allocates an address range and records it.
-    pub fn alloc(&mut self, phys: usize, total: u64, size: u64, kind: Kind, ctx: Handle, charged: u64, pool: Handle) -> Option<u64> {
+    pub fn alloc(
+        &mut self,
+        phys: usize,
+        total: u64,
+        size: u64,
+        kind: Kind,
+        ctx: Handle,
+        charged: u64,
+        pool: Handle,
+    ) -> Option<u64> {
         let (addr, block) = self.carve(phys, total, size)?;
         self.allocs.insert(
             addr,
-            Alloc { size, block, phys, kind, ctx, charged, pool, touched: false, live: kind != Kind::Graph },
+            Alloc {
+                size,
+                block,
+                phys,
+                kind,
+                ctx,
+                charged,
+                pool,
+                touched: false,
+                live: kind != Kind::Graph,
+            },
         );
         Some(addr)
     }
 
     /// Releases the allocation at `addr` if `pred` holds for it; otherwise tells its kind
     /// (None: no allocation starts there).
-    pub fn release_if(&mut self, addr: u64, pred: impl Fn(&Alloc) -> bool) -> Result<Alloc, Option<Kind>> {
+    pub fn release_if(
+        &mut self,
+        addr: u64,
+        pred: impl Fn(&Alloc) -> bool,
+    ) -> Result<Alloc, Option<Kind>> {
         match self.allocs.entry(addr) {
             Entry::Occupied(e) if pred(e.get()) => {
                 let a = e.remove();
@@ -118,7 +154,13 @@ impl Mem {
     fn give_back(&mut self, addr: u64, a: &Alloc) {
         if a.touched {
             // SAFETY: the range is inside our own arena mapping.
-            unsafe { libc::madvise(addr as *mut libc::c_void, a.block as usize, libc::MADV_DONTNEED) };
+            unsafe {
+                libc::madvise(
+                    addr as *mut libc::c_void,
+                    a.block as usize,
+                    libc::MADV_DONTNEED,
+                )
+            };
         }
         if let Some(arena) = &mut self.arenas[a.phys] {
             arena.free.entry(a.block).or_default().push(addr);
@@ -131,7 +173,11 @@ impl Mem {
         let start = if self.allocs.contains_key(&p) {
             p
         } else {
-            *self.allocs.iter().find(|(&s, a)| s <= p && p < s + a.size.max(1))?.0
+            *self
+                .allocs
+                .iter()
+                .find(|(&s, a)| s <= p && p < s + a.size.max(1))?
+                .0
         };
         let a = self.allocs.get_mut(&start)?;
         (end <= start + a.size.max(1)).then_some((start, a))
@@ -142,10 +188,16 @@ impl Mem {
         let addrs: Vec<u64> = self
             .allocs
             .iter()
-            .filter(|(_, a)| a.ctx == ctx && matches!(a.kind, Kind::Data | Kind::Pitch | Kind::Managed))
+            .filter(|(_, a)| {
+                a.ctx == ctx && matches!(a.kind, Kind::Data | Kind::Pitch | Kind::Managed)
+            })
             .map(|(&k, _)| k)
             .collect();
-        addrs.into_iter().filter_map(|k| self.release(k)).map(|a| (a.phys, a.charged)).collect()
+        addrs
+            .into_iter()
+            .filter_map(|k| self.release(k))
+            .map(|a| (a.phys, a.charged))
+            .collect()
     }
 }
 
@@ -180,7 +232,11 @@ mod tests {
         assert!(m.find(a + 1000, 1).is_none() || m.find(a + 1000, 1).unwrap().0 != a);
         assert!(m.release(a).is_some());
         assert!(m.release(a).is_none());
-        assert_eq!(m.alloc(0, 1 << 20, 1000, Kind::Data, 1, 1000, 0).unwrap(), a, "same-size block reused");
+        assert_eq!(
+            m.alloc(0, 1 << 20, 1000, Kind::Data, 1, 1000, 0).unwrap(),
+            a,
+            "same-size block reused"
+        );
         assert_eq!(m.free_ctx(1).len(), 2);
         assert!(m.allocs.is_empty());
     }

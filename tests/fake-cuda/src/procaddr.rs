@@ -8,7 +8,11 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 /// (name, [(first CUDA version, entry point)], [(first CUDA version, per-thread-stream entry point)])
-type Rule = (&'static str, &'static [(c_int, &'static str)], &'static [(c_int, &'static str)]);
+type Rule = (
+    &'static str,
+    &'static [(c_int, &'static str)],
+    &'static [(c_int, &'static str)],
+);
 
 include!("procaddr_table.rs");
 
@@ -25,7 +29,12 @@ fn symbols() -> &'static HashMap<&'static str, usize> {
 /// The entry point for `name` at `version` with `flags`, or the query status on failure.
 pub fn resolve(name: &str, version: c_int, flags: u64) -> Result<usize, c_int> {
     let (_, versions, ptds) = RULES.iter().find(|r| r.0 == name).ok_or(SYMBOL_NOT_FOUND)?;
-    let mut sym = versions.iter().rev().find(|(v, _)| *v <= version).ok_or(VERSION_NOT_SUFFICIENT)?.1;
+    let mut sym = versions
+        .iter()
+        .rev()
+        .find(|(v, _)| *v <= version)
+        .ok_or(VERSION_NOT_SUFFICIENT)?
+        .1;
     if flags & PER_THREAD_DEFAULT_STREAM != 0 {
         if let Some((_, s)) = ptds.iter().rev().find(|(v, _)| *v <= version) {
             sym = s;
@@ -42,8 +51,12 @@ pub fn resolve(name: &str, version: c_int, flags: u64) -> Result<usize, c_int> {
 fn dlopen_race() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let Some(lib) = std::env::var_os("FAKE_CUDA_DLOPEN_RACE") else { return };
-        let Ok(lib) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(lib.as_os_str())) else {
+        let Some(lib) = std::env::var_os("FAKE_CUDA_DLOPEN_RACE") else {
+            return;
+        };
+        let Ok(lib) =
+            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(lib.as_os_str()))
+        else {
             return;
         };
         std::thread::spawn(move || {
@@ -54,7 +67,13 @@ fn dlopen_race() {
     });
 }
 
-unsafe fn get(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> R {
+unsafe fn get(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> R {
     dlopen_race();
     if symbol.is_null() || pfn.is_null() {
         return Err(INVALID_VALUE);
@@ -92,7 +111,11 @@ mod tests {
     use super::*;
 
     fn name_of(p: usize) -> &'static str {
-        symbols().iter().find(|(_, &v)| v == p).map(|(k, _)| *k).unwrap()
+        symbols()
+            .iter()
+            .find(|(_, &v)| v == p)
+            .map(|(k, _)| *k)
+            .unwrap()
     }
 
     #[test]
@@ -101,20 +124,47 @@ mod tests {
             for (_, sym) in versions.iter().chain(ptds.iter()) {
                 assert!(symbols().contains_key(sym), "{name}: {sym} is not exported");
             }
-            assert!(versions.windows(2).all(|w| w[0].0 < w[1].0), "{name}: versions not ascending");
+            assert!(
+                versions.windows(2).all(|w| w[0].0 < w[1].0),
+                "{name}: versions not ascending"
+            );
         }
     }
 
     #[test]
     fn versions_and_ptds() {
-        assert_eq!(name_of(resolve("cuMemAlloc", 13000, 0).unwrap()), "cuMemAlloc_v2");
-        assert_eq!(name_of(resolve("cuMemAlloc", 3010, 0).unwrap()), "cuMemAlloc");
-        assert_eq!(name_of(resolve("cuCtxCreate", 12000, 0).unwrap()), "cuCtxCreate_v3");
-        assert_eq!(name_of(resolve("cuCtxCreate", 13000, 0).unwrap()), "cuCtxCreate_v4");
-        assert_eq!(name_of(resolve("cuMemAllocAsync", 13000, 2).unwrap()), "cuMemAllocAsync_ptsz");
-        assert_eq!(name_of(resolve("cuMemcpyHtoD", 13000, 2).unwrap()), "cuMemcpyHtoD_v2_ptds");
-        assert_eq!(name_of(resolve("cuLaunchKernel", 13000, 1).unwrap()), "cuLaunchKernel");
-        assert_eq!(resolve("cuMemAllocAsync", 11000, 0), Err(VERSION_NOT_SUFFICIENT));
+        assert_eq!(
+            name_of(resolve("cuMemAlloc", 13000, 0).unwrap()),
+            "cuMemAlloc_v2"
+        );
+        assert_eq!(
+            name_of(resolve("cuMemAlloc", 3010, 0).unwrap()),
+            "cuMemAlloc"
+        );
+        assert_eq!(
+            name_of(resolve("cuCtxCreate", 12000, 0).unwrap()),
+            "cuCtxCreate_v3"
+        );
+        assert_eq!(
+            name_of(resolve("cuCtxCreate", 13000, 0).unwrap()),
+            "cuCtxCreate_v4"
+        );
+        assert_eq!(
+            name_of(resolve("cuMemAllocAsync", 13000, 2).unwrap()),
+            "cuMemAllocAsync_ptsz"
+        );
+        assert_eq!(
+            name_of(resolve("cuMemcpyHtoD", 13000, 2).unwrap()),
+            "cuMemcpyHtoD_v2_ptds"
+        );
+        assert_eq!(
+            name_of(resolve("cuLaunchKernel", 13000, 1).unwrap()),
+            "cuLaunchKernel"
+        );
+        assert_eq!(
+            resolve("cuMemAllocAsync", 11000, 0),
+            Err(VERSION_NOT_SUFFICIENT)
+        );
         assert_eq!(resolve("cuNoSuchThing", 13000, 0), Err(SYMBOL_NOT_FOUND));
         assert_eq!(resolve("cuMemAlloc_v2", 13000, 0), Err(SYMBOL_NOT_FOUND));
     }

@@ -20,7 +20,8 @@ impl Config {
     /// Reads `FAKE_CUDA_DEVICES` and `FAKE_CUDA_STATE_DIR`.
     pub fn from_env() -> Result<Config, String> {
         let devices = env::var("FAKE_CUDA_DEVICES").unwrap_or_default();
-        let totals = parse_devices(&devices).map_err(|e| format!("FAKE_CUDA_DEVICES={devices:?}: {e}"))?;
+        let totals =
+            parse_devices(&devices).map_err(|e| format!("FAKE_CUDA_DEVICES={devices:?}: {e}"))?;
         let state_dir = env::var("FAKE_CUDA_STATE_DIR")
             .ok()
             .filter(|s| !s.is_empty())
@@ -37,7 +38,12 @@ impl Config {
                 h = h.wrapping_mul(0x100_0000_01b3);
             }
         }
-        format!("{}/state-v{}-{:016x}", self.state_dir, crate::state::VERSION, h)
+        format!(
+            "{}/state-v{}-{:016x}",
+            self.state_dir,
+            crate::state::VERSION,
+            h
+        )
     }
 }
 
@@ -49,13 +55,18 @@ pub fn parse_devices(s: &str) -> Result<Vec<u64>, String> {
         return Ok(vec![DEFAULT_DEVICE_BYTES]);
     }
     let list = if let Some((n, size)) = s.split_once('x') {
-        let n: usize = n.trim().parse().map_err(|_| format!("bad count in {s:?}"))?;
+        let n: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad count in {s:?}"))?;
         vec![parse_size(size)?; n]
     } else if !s.contains(',') && s.len() <= 2 && s.bytes().all(|b| b.is_ascii_digit()) {
         let n: usize = s.parse().map_err(|_| format!("bad count {s:?}"))?;
         vec![DEFAULT_DEVICE_BYTES; n]
     } else {
-        s.split(',').map(parse_size).collect::<Result<Vec<_>, _>>()?
+        s.split(',')
+            .map(parse_size)
+            .collect::<Result<Vec<_>, _>>()?
     };
     if list.is_empty() || list.len() > MAX_DEVICES {
         return Err(format!("between 1 and {MAX_DEVICES} devices, got {s:?}"));
@@ -71,7 +82,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let digits = t.bytes().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 {
-        return Err(format!("bad size {s:?}: expected a number with an optional k/m/g/t suffix"));
+        return Err(format!(
+            "bad size {s:?}: expected a number with an optional k/m/g/t suffix"
+        ));
     }
     let n: u64 = t[..digits].parse().map_err(|_| format!("bad size {s:?}"))?;
     let shift = match t[digits..].to_ascii_lowercase().as_str() {
@@ -82,7 +95,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "t" | "ti" | "tib" | "tb" => 40,
         _ => return Err(format!("bad size {s:?}: unknown unit")),
     };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("bad size {s:?}: too large"))
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("bad size {s:?}: too large"))
 }
 
 /// Reads a size from the environment, `default` when unset or empty.
@@ -101,7 +115,9 @@ pub fn env_size(name: &str, default: u64) -> u64 {
 
 /// The 16 UUID bytes of physical device `index`: `GPU-fa4ec0de-0000-4000-8000-00000000000N`.
 pub fn uuid_bytes(index: usize) -> [u8; 16] {
-    let mut u = [0xfa, 0x4e, 0xc0, 0xde, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0];
+    let mut u = [
+        0xfa, 0x4e, 0xc0, 0xde, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0,
+    ];
     u[10..16].copy_from_slice(&(index as u64).to_be_bytes()[2..8]);
     u
 }
@@ -110,7 +126,14 @@ pub fn uuid_bytes(index: usize) -> [u8; 16] {
 pub fn uuid_string(index: usize) -> String {
     let u = uuid_bytes(index);
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Physical devices in MIG mode (`FAKE_CUDA_MIG`: a comma-separated list of physical indices). Each has
@@ -139,7 +162,14 @@ pub fn mig_uuid_string(index: usize) -> String {
 
 fn uuid_string_of(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// PCI bus id of physical device `index`, as NVML's `busId` and `cuDeviceGetPCIBusId` print it.
@@ -151,7 +181,9 @@ pub fn pci_bus_id(index: usize) -> String {
 /// unset = all in order; entries are indices or (prefixes of) `GPU-` UUIDs; the list ends at the
 /// first entry that is invalid, unknown or repeated.
 pub fn visible_devices(var: Option<&str>, ndev: usize) -> Vec<usize> {
-    let Some(var) = var else { return (0..ndev).collect() };
+    let Some(var) = var else {
+        return (0..ndev).collect();
+    };
     let mut out: Vec<usize> = Vec::new();
     for entry in var.split(',') {
         let e = entry.trim();
@@ -159,9 +191,14 @@ pub fn visible_devices(var: Option<&str>, ndev: usize) -> Vec<usize> {
             e.parse::<usize>().ok().filter(|&i| i < ndev)
         } else if e.len() > 4 && e[..4].eq_ignore_ascii_case("GPU-") {
             let want = e.to_ascii_lowercase();
-            let hits: Vec<usize> =
-                (0..ndev).filter(|&i| uuid_string(i).to_ascii_lowercase().starts_with(&want)).collect();
-            if hits.len() == 1 { Some(hits[0]) } else { None }
+            let hits: Vec<usize> = (0..ndev)
+                .filter(|&i| uuid_string(i).to_ascii_lowercase().starts_with(&want))
+                .collect();
+            if hits.len() == 1 {
+                Some(hits[0])
+            } else {
+                None
+            }
         } else {
             None
         };
@@ -202,7 +239,10 @@ mod tests {
     fn uuids() {
         assert_eq!(uuid_string(1), "GPU-fa4ec0de-0000-4000-8000-000000000001");
         assert_eq!(uuid_bytes(3)[15], 3);
-        assert_eq!(mig_uuid_string(1), "MIG-fa4ec0de-4d49-4000-8000-000000000001");
+        assert_eq!(
+            mig_uuid_string(1),
+            "MIG-fa4ec0de-4d49-4000-8000-000000000001"
+        );
     }
 
     #[test]
@@ -212,8 +252,14 @@ mod tests {
         assert_eq!(visible_devices(Some("1,7,0"), 3), vec![1]);
         assert_eq!(visible_devices(Some(""), 3), Vec::<usize>::new());
         assert_eq!(visible_devices(Some("0,0"), 3), vec![0]);
-        assert_eq!(visible_devices(Some("GPU-fa4ec0de-0000-4000-8000-000000000002,0"), 3), vec![2, 0]);
+        assert_eq!(
+            visible_devices(Some("GPU-fa4ec0de-0000-4000-8000-000000000002,0"), 3),
+            vec![2, 0]
+        );
         // A prefix shared by all devices is ambiguous: the list ends there.
-        assert_eq!(visible_devices(Some("GPU-fa4ec0de"), 3), Vec::<usize>::new());
+        assert_eq!(
+            visible_devices(Some("GPU-fa4ec0de"), 3),
+            Vec::<usize>::new()
+        );
     }
 }

@@ -100,7 +100,11 @@ fn ofd_lock(fd: i32, off: i64, kind: i32, wait: bool) -> bool {
     fl.l_whence = libc::SEEK_SET as libc::c_short;
     fl.l_start = off;
     fl.l_len = 1;
-    let cmd = if wait { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
     loop {
         // SAFETY: fd is ours, fl is a valid flock.
         let r = unsafe { libc::fcntl(fd, cmd, &mut fl as *mut libc::flock) };
@@ -117,16 +121,25 @@ impl Shared {
     /// Opens (creating when absent) the state file of `cfg`. Claims no slot.
     pub fn open(cfg: &Config) -> Result<Shared, String> {
         let path = cfg.state_file();
-        let dir = CString::new(cfg.state_dir.as_str()).map_err(|_| "state dir has a NUL byte".to_string())?;
-        let cpath = CString::new(path.as_str()).map_err(|_| "state path has a NUL byte".to_string())?;
+        let dir = CString::new(cfg.state_dir.as_str())
+            .map_err(|_| "state dir has a NUL byte".to_string())?;
+        let cpath =
+            CString::new(path.as_str()).map_err(|_| "state path has a NUL byte".to_string())?;
         // SAFETY: valid C strings; errors are checked.
         unsafe {
             if libc::mkdir(dir.as_ptr(), 0o1777) == 0 {
                 libc::chmod(dir.as_ptr(), 0o1777); // whoever comes next (another container, user) shares it
             }
-            let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666);
+            let fd = libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                0o666,
+            );
             if fd < 0 {
-                return Err(format!("cannot open {path}: {}", std::io::Error::last_os_error()));
+                return Err(format!(
+                    "cannot open {path}: {}",
+                    std::io::Error::last_os_error()
+                ));
             }
             libc::fchmod(fd, 0o666);
             let me = Shared::map_and_init(fd, cfg, &path);
@@ -148,13 +161,29 @@ impl Shared {
             }
             let fresh = st.st_size == 0;
             if fresh && libc::ftruncate(fd, len as libc::off_t) != 0 {
-                return Err(format!("cannot size {path}: {}", std::io::Error::last_os_error()));
+                return Err(format!(
+                    "cannot size {path}: {}",
+                    std::io::Error::last_os_error()
+                ));
             } else if !fresh && st.st_size as usize != len {
-                return Err(format!("{path}: size {} is not {len}: not a fake-cuda state file", st.st_size));
+                return Err(format!(
+                    "{path}: size {} is not {len}: not a fake-cuda state file",
+                    st.st_size
+                ));
             }
-            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
             if p == libc::MAP_FAILED {
-                return Err(format!("cannot map {path}: {}", std::io::Error::last_os_error()));
+                return Err(format!(
+                    "cannot map {path}: {}",
+                    std::io::Error::last_os_error()
+                ));
             }
             let map = p as *mut Layout;
             let h = &mut (*map).header;
@@ -172,7 +201,12 @@ impl Shared {
                 libc::munmap(p, len);
                 return Err(format!("{path}: header does not match this configuration"));
             }
-            Ok(Shared { fd, map, ndev: cfg.totals.len(), slot: None })
+            Ok(Shared {
+                fd,
+                map,
+                ndev: cfg.totals.len(),
+                slot: None,
+            })
         })();
         ofd_lock(fd, 0, libc::F_UNLCK, false);
         result
@@ -205,7 +239,8 @@ impl Shared {
 
     /// Bytes this process holds on `dev`.
     pub fn my_usage(&self, dev: usize) -> u64 {
-        self.slot.map_or(0, |s| self.layout().slots[s].used[dev].load(Relaxed))
+        self.slot
+            .map_or(0, |s| self.layout().slots[s].used[dev].load(Relaxed))
     }
 
     /// Gives back the usage of every dead process; then claims a slot for this one.
@@ -217,7 +252,9 @@ impl Shared {
         let pid = std::process::id();
         for i in 0..SLOTS {
             let slot = &self.layout().slots[i];
-            if slot.state.load(Relaxed) != FREE || !ofd_lock(self.fd, slot_offset(i), libc::F_WRLCK, false) {
+            if slot.state.load(Relaxed) != FREE
+                || !ofd_lock(self.fd, slot_offset(i), libc::F_WRLCK, false)
+            {
                 continue;
             }
             // Holding the lock: nobody else can claim or reclaim this slot.
@@ -233,7 +270,9 @@ impl Shared {
             self.slot = Some(i);
             return Ok(i);
         }
-        Err(format!("all {SLOTS} process slots of the state file are in use"))
+        Err(format!(
+            "all {SLOTS} process slots of the state file are in use"
+        ))
     }
 
     /// Returns the usage of slot `i` (whose lock we hold) to the devices by subtraction (exact
@@ -244,7 +283,9 @@ impl Shared {
         for d in 0..self.ndev {
             let u = slot.used[d].swap(0, AcqRel);
             if u != 0 {
-                let _ = self.layout().devices[d].used.fetch_update(AcqRel, Acquire, |v| Some(v.saturating_sub(u)));
+                let _ = self.layout().devices[d]
+                    .used
+                    .fetch_update(AcqRel, Acquire, |v| Some(v.saturating_sub(u)));
                 total += u;
             }
         }
@@ -275,7 +316,9 @@ impl Shared {
         if dead.is_empty() {
             return 0;
         }
-        let before: u64 = (0..self.ndev).map(|d| l.devices[d].used.load(Acquire)).sum();
+        let before: u64 = (0..self.ndev)
+            .map(|d| l.devices[d].used.load(Acquire))
+            .sum();
         let exclusive = ofd_lock(self.fd, RECLAIM_LOCK, libc::F_WRLCK, false);
         let mut exact = false;
         if exclusive {
@@ -312,7 +355,9 @@ impl Shared {
         for &i in &dead {
             ofd_lock(self.fd, slot_offset(i), libc::F_UNLCK, false);
         }
-        let after: u64 = (0..self.ndev).map(|d| l.devices[d].used.load(Acquire)).sum();
+        let after: u64 = (0..self.ndev)
+            .map(|d| l.devices[d].used.load(Acquire))
+            .sum();
         before.saturating_sub(after)
     }
 
@@ -324,7 +369,10 @@ impl Shared {
         loop {
             let mut busy = false;
             for i in 0..SLOTS {
-                if dead.contains(&i) || l.slots[i].state.load(Acquire) != LIVE || l.slots[i].in_flight.load(SeqCst) == 0 {
+                if dead.contains(&i)
+                    || l.slots[i].state.load(Acquire) != LIVE
+                    || l.slots[i].in_flight.load(SeqCst) == 0
+                {
                     continue;
                 }
                 if self.lock_if_dead(i) {
@@ -378,10 +426,12 @@ impl Shared {
         let mut cur = used.load(Relaxed);
         let ok = loop {
             match cur.checked_add(bytes) {
-                Some(n) if n <= total => match used.compare_exchange_weak(cur, n, AcqRel, Relaxed) {
-                    Ok(_) => break true,
-                    Err(v) => cur = v,
-                },
+                Some(n) if n <= total => {
+                    match used.compare_exchange_weak(cur, n, AcqRel, Relaxed) {
+                        Ok(_) => break true,
+                        Err(v) => cur = v,
+                    }
+                }
                 _ => break false,
             }
         };
@@ -412,12 +462,17 @@ impl Shared {
     pub fn snapshot(&self) -> Snapshot {
         self.reclaim_dead();
         let l = self.layout();
-        let devices = (0..self.ndev).map(|d| (l.header.totals[d], l.devices[d].used.load(Acquire))).collect();
+        let devices = (0..self.ndev)
+            .map(|d| (l.header.totals[d], l.devices[d].used.load(Acquire)))
+            .collect();
         let processes = (0..SLOTS)
             .filter(|&i| l.slots[i].state.load(Acquire) == LIVE)
             .map(|i| {
                 let s = &l.slots[i];
-                (s.pid.load(Relaxed), (0..self.ndev).map(|d| s.used[d].load(Relaxed)).collect())
+                (
+                    s.pid.load(Relaxed),
+                    (0..self.ndev).map(|d| s.used[d].load(Relaxed)).collect(),
+                )
             })
             .collect();
         Snapshot { devices, processes }
@@ -444,7 +499,11 @@ impl Shared {
         // SAFETY: valid C string.
         let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd < 0 {
-            return Err(format!("cannot reopen {}: {}", cfg.state_file(), std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot reopen {}: {}",
+                cfg.state_file(),
+                std::io::Error::last_os_error()
+            ));
         }
         self.fd = fd;
         Ok(())
@@ -469,7 +528,10 @@ mod tests {
     use super::*;
 
     fn cfg(dir: &str, totals: Vec<u64>) -> Config {
-        Config { totals, state_dir: dir.to_string() }
+        Config {
+            totals,
+            state_dir: dir.to_string(),
+        }
     }
 
     fn tmpdir(name: &str) -> String {
@@ -504,7 +566,11 @@ mod tests {
         a.claim().unwrap();
         assert!(a.charge(0, 1000));
         let b = Shared::open(&c).unwrap();
-        assert_eq!(b.snapshot().processes.len(), 1, "a is alive: its lock holds");
+        assert_eq!(
+            b.snapshot().processes.len(),
+            1,
+            "a is alive: its lock holds"
+        );
         drop(a); // closing the description drops the lock, as process death does
         let snap = b.snapshot();
         assert_eq!(snap.processes.len(), 0);
@@ -527,7 +593,11 @@ mod tests {
         a.layout().devices[0].used.fetch_add(500, SeqCst);
         drop(a);
         let b = Shared::open(&c).unwrap();
-        assert_eq!(b.snapshot().devices, vec![(1 << 20, 300)], "only the live process's 300 bytes remain");
+        assert_eq!(
+            b.snapshot().devices,
+            vec![(1 << 20, 300)],
+            "only the live process's 300 bytes remain"
+        );
         // And one that died after the slot step of a refund, before the device step.
         let mut a = Shared::open(&c).unwrap();
         let s = a.claim().unwrap();
@@ -563,7 +633,9 @@ mod tests {
         assert_eq!(b.total(0), 2000);
         let path = cfg(&dir, vec![3000]).state_file();
         std::fs::write(&path, b"garbage").unwrap();
-        assert!(Shared::open(&cfg(&dir, vec![3000])).unwrap_err().contains("not a fake-cuda state file"));
+        assert!(Shared::open(&cfg(&dir, vec![3000]))
+            .unwrap_err()
+            .contains("not a fake-cuda state file"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -44,7 +44,11 @@ struct Nvml {
     reserved: u64,
 }
 
-static NVML: Mutex<Nvml> = Mutex::new(Nvml { refs: 0, shared: None, reserved: 0 });
+static NVML: Mutex<Nvml> = Mutex::new(Nvml {
+    refs: 0,
+    shared: None,
+    reserved: 0,
+});
 /// Device handles point into this array: handle i is &HANDLES[i].
 static HANDLES: [u8; fake_gpu::MAX_DEVICES] = [0; fake_gpu::MAX_DEVICES];
 /// The MIG instance of physical device i (`FAKE_CUDA_MIG`) is &MIG_HANDLES[i].
@@ -78,7 +82,11 @@ fn index(dev: Device) -> Result<usize, Ret> {
     let base = HANDLES.as_ptr() as usize;
     let i = (dev as usize).wrapping_sub(base);
     let n = with(|s, _| Ok(s.ndev()))?;
-    if i < n { Ok(i) } else { Err(INVALID_ARGUMENT) }
+    if i < n {
+        Ok(i)
+    } else {
+        Err(INVALID_ARGUMENT)
+    }
 }
 
 unsafe fn out<T>(p: *mut T, v: T) -> R {
@@ -187,11 +195,23 @@ fn fill_str<const N: usize>(s: &str) -> [c_char; N] {
 
 /// Live processes with memory on device `i`: (pid, bytes).
 fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
-    with(|s, _| Ok(s.snapshot().processes.into_iter().filter(|p| p.1[i] > 0).map(|p| (p.0, p.1[i])).collect()))
+    with(|s, _| {
+        Ok(s.snapshot()
+            .processes
+            .into_iter()
+            .filter(|p| p.1[i] > 0)
+            .map(|p| (p.0, p.1[i]))
+            .collect())
+    })
 }
 
 /// The NVML process-list protocol: report the count; fill only when the buffer is big enough.
-unsafe fn list<T>(dev: Device, count: *mut c_uint, infos: *mut T, make: impl Fn(u32, u64) -> T) -> R {
+unsafe fn list<T>(
+    dev: Device,
+    count: *mut c_uint,
+    infos: *mut T,
+    make: impl Fn(u32, u64) -> T,
+) -> R {
     let procs = processes(index(dev)?)?;
     if count.is_null() {
         return Err(INVALID_ARGUMENT);
@@ -390,6 +410,9 @@ unsafe fn pci_info(dev: Device, pci: *mut PciInfo) -> R {
 /// nvmlErrorString: a static description of a return code.
 #[no_mangle]
 pub extern "C" fn nvmlErrorString(r: Ret) -> *const c_char {
-    let s = ERRORS.iter().find(|e| e.0 == r).map_or("Unknown Error\0", |e| e.1);
+    let s = ERRORS
+        .iter()
+        .find(|e| e.0 == r)
+        .map_or("Unknown Error\0", |e| e.1);
     s.as_ptr() as *const c_char
 }
