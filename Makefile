@@ -21,7 +21,7 @@ build: deps
 
 # The shipped interposer, two files that always travel together: libvgpu.so, the no_std preload front every
 # process loads, and libvgpu_core.so, the engine it loads beside itself on the first CUDA/NVML call.
-# zig links both against glibc 2.17 symbols only (DESIGN.md §5).
+# zig links both against glibc 2.17 symbols only.
 libvgpu:
 	$(CARGO) zigbuild --release -p libvgpu --target $(ZIG_TARGET)
 	$(CARGO) zigbuild --release --manifest-path libvgpu/preload/Cargo.toml --target $(ZIG_TARGET) \

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 lib=${VGPU_LIB:-target/vgpu/libvgpu.so}
 [ -f "$lib" ] || { echo "gpu-bundle: $lib missing (make libvgpu)" >&2; exit 1; }
-# Containers with old glibc must be able to load it (DESIGN.md §5): no symbol version above GLIBC_2.17.
+# Containers with old glibc must be able to load it : no symbol version above GLIBC_2.17.
 newest=$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sort -t. -k2,2n -k3,3n -u | tail -1)
 case "$newest" in
     GLIBC_2.1[0-7]|GLIBC_2.[0-9]|GLIBC_2.[0-9].*|GLIBC_2.1[0-7].*|"") ;;

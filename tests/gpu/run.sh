@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-GPU suite (DESIGN.md §8 step 4). Run on the GPU machine from the repository root, with the
+# The real-GPU suite. Run on the GPU machine from the repository root, with the
 # interposer built here and carried in the tree (target/vgpu/libvgpu.so; no Rust is needed there):
 #
 #   bash tests/gpu/run.sh            real driver, results to $OUT (else target/gpu-results)

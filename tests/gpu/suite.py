@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import measure  # noqa: E402
+import truth  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -53,6 +54,8 @@ class Suite:
         self.jsonl = open(os.path.join(self.out, "results.jsonl"), "w")
         self.fake = a.fake
         self.current = None  # the running child, killed if the suite itself is told to stop
+        # NVML's truth, sampled all along: every case is checked against it in record()
+        self.watch = None if a.fake else truth.Watch().start()
 
     def on_term(self, signum, frame):
         if self.current is not None and self.current.poll() is None:
@@ -115,6 +118,19 @@ class Suite:
     def record(self, case, ok, seconds=0.0, **fields):
         r = {"case": case, "ok": ok, "seconds": round(seconds, 2), "quota": self.quota}
         r.update(fields)
+        # The truth check of every case: NVML's figures of the processes that shared a quota, summed,
+        # never above it at any sample taken while the case ran (tests/gpu/truth.py).
+        if self.watch is not None:
+            w, n = self.watch.take()
+            r["truth_samples"] = n
+            if w is not None:
+                r["truth_used"], r["truth_limit"], r["truth_pids"] = w["used"], w["limit"], len(w["pids"])
+                if w["used"] > w["limit"] and ok is not None:
+                    ok = r["ok"] = False
+                    r["reason"] = (f"NVML truth {w['used'] // MIB} MiB over the quota {w['limit'] // MIB} MiB "
+                                   f"(PIDs {w['pids']} on GPU {w['gpu']})")
+            elif self.watch.error:
+                r["truth_error"] = self.watch.error
         self.results.append(r)
         self.jsonl.write(json.dumps(r) + "\n")
         self.jsonl.flush()
@@ -485,8 +501,8 @@ class Suite:
                  f"- device: {device}",
                  f"- quota: {self.quota // MIB} MiB; library: {self.a.lib}",
                  f"- wall time: {time.monotonic() - self.t0:.0f} s", "",
-                 "| case | result | granted (MiB) | NVML-measured (MiB) | NVML / quota | notes |",
-                 "| --- | --- | --- | --- | --- | --- |"]
+                 "| case | result | granted (MiB) | NVML-measured (MiB) | NVML / quota | NVML truth, worst sample (MiB) | notes |",
+                 "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in self.results:
             res = "pass" if r["ok"] else ("skipped" if r["ok"] is None else "**FAIL**")
             notes = []
@@ -504,8 +520,10 @@ class Suite:
                 bad = [k for k, v in r["checks"].items() if v is False]
                 if bad:
                     notes.append("failed checks: " + ",".join(bad))
+            tr = ("" if r.get("truth_used") is None else
+                  f"{mib(r['truth_used'])} of {mib(r['truth_limit'])} ({r['truth_pids']} proc, {r['truth_samples']} samples)")
             lines.append(f"| {r['case']} | {res} | {mib(r.get('granted'))} | {mib(r.get('nvml_bytes'))} | "
-                         f"{'' if r.get('accuracy') is None else r['accuracy']} | {'; '.join(notes)} |")
+                         f"{'' if r.get('accuracy') is None else r['accuracy']} | {tr} | {'; '.join(notes)} |")
         perf = next((r for r in self.results if r["case"] == "torch-perf" and r["ok"]), None)
         if perf:
             lines += ["", f"## PyTorch with and without the library (medians, best of {os.environ.get('GPU_PERF_ROUNDS', '3')} alternating runs)", "",
@@ -615,6 +633,8 @@ def main():
         if want("bench") and s.fits("bench", 60):
             s.case_bench()
     finally:
+        if s.watch is not None:
+            s.watch.stop()
         s.summary(device)
         shutil.rmtree(s.tmp, ignore_errors=True)
     failed = [r["case"] for r in s.results if r["ok"] is False]
