@@ -480,7 +480,7 @@ class Suite:
         env = self.base_env()
         env.update({
             "BENCH_DRIVER": "fake" if self.fake else "system", "BENCH_LIBVGPU": self.a.lib, "BENCH_OUT": out,
-            "BENCH_PROCS": self.a.bench_procs, "BENCH_ROUNDS": "2", "BENCH_REPS": "5",
+            "BENCH_PROCS": self.a.bench_procs, "BENCH_ROUNDS": os.environ.get("GPU_BENCH_ROUNDS", "2"), "BENCH_REPS": "5",
             "BENCH_PAIR_ITERS": "2000", "BENCH_ITERS": "20000", "BENCH_PROC_ITERS": "500",
             "BENCH_START_RUNS": "1000", "BENCH_SKIP": "ledger", "PYTHON": sys.executable,
         })
