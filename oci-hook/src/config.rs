@@ -55,6 +55,10 @@ pub struct Config {
     /// State that a shim provisioned but whose hook never ran (the lower runtime failed to create the
     /// container) is garbage after this many seconds.
     pub gc_pending_grace_seconds: u64,
+    /// Quotas on one GPU may add up past its memory (`crate::admission`); off by default.
+    pub allow_overcommit: bool,
+    /// Memory of every GPU kept out of the quotas at admission: a quantity (`512Mi`, `1G`, bytes).
+    pub admission_reserve: String,
 }
 
 impl Default for Config {
@@ -68,6 +72,8 @@ impl Default for Config {
             log_level: "error".into(),
             hook_stage: HookStage::CreateRuntime,
             gc_pending_grace_seconds: 300,
+            allow_overcommit: false,
+            admission_reserve: "0".into(),
         }
     }
 }
@@ -116,6 +122,11 @@ impl Config {
         if self.lower_runtime.is_empty() {
             bail!("lower_runtime is empty");
         }
+        if self.admission_reserve.trim() != "0" {
+            vgpu_ledger::quantity::parse_quantity(&self.admission_reserve).map_err(|e| {
+                anyhow::anyhow!("admission_reserve {:?}: {e}", self.admission_reserve)
+            })?;
+        }
         if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug") {
             bail!(
                 "log_level must be error, warn, info or debug, got {:?}",
@@ -123,6 +134,14 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// `admission_reserve` in bytes (checked when the file was loaded).
+    pub fn admission_reserve_bytes(&self) -> u64 {
+        match self.admission_reserve.trim() {
+            "0" => 0,
+            r => vgpu_ledger::quantity::parse_quantity(r).unwrap_or(0),
+        }
     }
 
     /// The configuration file to hand to hooks through their explicit env (only when it is not the default).

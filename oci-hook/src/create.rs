@@ -1,6 +1,7 @@
 //! The create pipeline the shim and the hook (hooks.d path) share: plan, checks, image preload, edits,
 //! provisioning. Not here: how the edits reach the container (spec file: `crate::shim`; mounts: `crate::hook`).
 
+use crate::admission::{self, Policy};
 use crate::config::Config;
 use crate::edits::{self, ContainerEdits};
 use crate::nvml;
@@ -67,8 +68,13 @@ impl<'a> Create<'a> {
         ContainerEdits::new(&self.plan, self.root, self.id, self.cfg)
     }
 
-    /// Provisions `<root>/containers/<id>/`; returns the folder.
+    /// Admits the quota (the node's GPUs are not overcommitted: `crate::admission`) and provisions
+    /// `<root>/containers/<id>/`; returns the folder.
     pub fn provision(&self, owner: Owner, image: &Image) -> Result<PathBuf> {
+        let _admitted =
+            admission::admit(self.root, Policy::of(self.cfg), self.id, &self.plan, || {
+                nvml::list_gpus(&self.cfg.nvml_library)
+            })?;
         provision::provision(
             self.root,
             self.id,

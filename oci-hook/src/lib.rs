@@ -9,6 +9,7 @@
 //! same mounts in the container's namespace itself ([`mountns`], inside the rootfs: [`rootfs`]). [`gc`]
 //! removes state whose container is gone. See docs/oci.md.
 
+pub mod admission;
 pub mod args;
 pub mod config;
 pub mod create;

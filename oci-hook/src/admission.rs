@@ -1,0 +1,252 @@
+//! Quota admission: a container is refused when its quota on a GPU would make the quotas of that GPU's
+//! containers add up past the GPU's memory (less a reserve the node keeps), unless the node allows
+//! overcommit. Not here: the quota itself (`crate::plan`), writing the state (`crate::provision`).
+//!
+//! The containers counted are the state root's container folders: a container's quota is committed from
+//! its provisioning until its poststop (or the garbage collector) removes its folder. Deciding and
+//! provisioning happen under one node-level lock (`<state_root>/admission.lock`, `flock`), so two
+//! containers created at once cannot both take the last room; the lock is held only from the decision to
+//! the folder's rename into place, never across the container's life.
+
+use crate::config::Config;
+use crate::nvml::HostGpu;
+use crate::plan::Plan;
+use anyhow::{anyhow, bail, Context, Result};
+use nix::fcntl::{Flock, FlockArg};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use vgpu_ledger::format_bytes;
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::limits::Limits;
+use vgpu_ledger::walk::StateEntry;
+
+/// Name of the lock file in the state root.
+pub const LOCK_FILE_NAME: &str = "admission.lock";
+
+/// The node's admission policy (config keys `allow_overcommit`, `admission_reserve`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Quotas may add up past a GPU's memory: no check at all.
+    pub overcommit: bool,
+    /// Bytes of every GPU kept out of the quotas (the driver's own use, node daemons).
+    pub reserve: u64,
+}
+
+impl Policy {
+    pub fn of(cfg: &Config) -> Policy {
+        Policy {
+            overcommit: cfg.allow_overcommit,
+            reserve: cfg.admission_reserve_bytes(),
+        }
+    }
+}
+
+/// Held while a container is admitted and provisioned; dropping it lets the next container decide.
+pub struct Admitted {
+    _lock: Option<Flock<File>>,
+}
+
+/// What the quotas of the live containers commit on each GPU (by UUID), `except` one container (the one
+/// being created: its own earlier state is replaced, not added). Folders whose limits file cannot be read
+/// are counted as nothing and named in `unreadable`.
+pub fn committed(root: &StateRoot, except: &str) -> Result<(BTreeMap<String, u64>, Vec<String>)> {
+    let mut sum = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    let entries = root
+        .entries()
+        .with_context(|| format!("admission: {}", root.root().display()))?;
+    for e in entries {
+        let StateEntry::Container(c) = e else {
+            continue;
+        };
+        if c.id == except {
+            continue;
+        }
+        match Limits::load(&c.limits_path) {
+            Ok(l) => {
+                for d in &l.devices {
+                    *sum.entry(d.uuid.clone()).or_insert(0u64) += d.memory_limit;
+                }
+            }
+            Err(_) => unreadable.push(c.id),
+        }
+    }
+    Ok((sum, unreadable))
+}
+
+/// The refusal, if any, of a plan given what is committed: one line naming the GPU, the sum and the figure.
+pub fn check(
+    plan: &Plan,
+    gpus: &[HostGpu],
+    committed: &BTreeMap<String, u64>,
+    policy: Policy,
+) -> Result<()> {
+    if policy.overcommit {
+        return Ok(());
+    }
+    for g in &plan.gpus {
+        let Some(host) = gpus.iter().find(|h| h.uuid == g.uuid) else {
+            bail!("admission: GPU {} is not on this node any more", g.uuid);
+        };
+        let room = host.total_memory.saturating_sub(policy.reserve);
+        let others = committed.get(&g.uuid).copied().unwrap_or(0);
+        let sum = others.saturating_add(g.memory_limit);
+        if sum > room {
+            let what = if policy.reserve > 0 {
+                format!(
+                    "the {} it has for quotas ({} less a reserve of {})",
+                    format_bytes(room),
+                    format_bytes(host.total_memory),
+                    format_bytes(policy.reserve)
+                )
+            } else {
+                format!("its {}", format_bytes(host.total_memory))
+            };
+            bail!(
+                "admission: GPU {} ({}) would have {} of quotas committed ({} already, {} asked for), more than {what}; set allow_overcommit = true in the vgpu config to allow it",
+                host.index,
+                g.uuid,
+                format_bytes(sum),
+                format_bytes(others),
+                format_bytes(g.memory_limit),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Admits `plan` for container `id`, or refuses it. The returned guard must be held until the
+/// container's state is in place.
+pub fn admit(
+    root: &StateRoot,
+    policy: Policy,
+    id: &str,
+    plan: &Plan,
+    gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
+) -> Result<Admitted> {
+    if policy.overcommit {
+        return Ok(Admitted { _lock: None });
+    }
+    let lock = lock(root)?;
+    let (committed, unreadable) = committed(root, id)?;
+    if !unreadable.is_empty() {
+        // Not fatal: the garbage collector or `vgpuctl status` reports such folders.
+        eprintln!(
+            "vgpu: admission: limits of container(s) {} cannot be read; counted as no quota",
+            unreadable.join(", ")
+        );
+    }
+    check(plan, &gpus()?, &committed, policy)?;
+    Ok(Admitted { _lock: Some(lock) })
+}
+
+/// The node-level lock: `<state_root>/admission.lock`, never through a symbolic link.
+fn lock(root: &StateRoot) -> Result<Flock<File>> {
+    std::fs::create_dir_all(root.root())
+        .with_context(|| format!("cannot create {}", root.root().display()))?;
+    let path = root.root().join(LOCK_FILE_NAME);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .with_context(|| format!("admission lock {}", path.display()))?;
+    Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow!("admission lock {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlannedGpu;
+
+    const GIB: u64 = 1 << 30;
+
+    fn gpu(uuid: &str, total: u64) -> HostGpu {
+        HostGpu {
+            index: 0,
+            uuid: uuid.into(),
+            total_memory: total,
+            minor: Some(0),
+        }
+    }
+
+    fn plan(uuid: &str, limit: u64) -> Plan {
+        Plan {
+            gpus: vec![PlannedGpu {
+                index: 0,
+                uuid: uuid.into(),
+                memory_limit: limit,
+            }],
+        }
+    }
+
+    const STRICT: Policy = Policy {
+        overcommit: false,
+        reserve: 0,
+    };
+
+    // Regression: three 12 GiB quotas were admitted on one 16 GiB GPU; the third container's allocations
+    // then failed below its quota.
+    #[test]
+    fn a_quota_that_would_pass_the_gpu_is_refused_with_the_figures() {
+        let gpus = [gpu("GPU-a", 16 * GIB)];
+        let mut c = BTreeMap::new();
+        check(&plan("GPU-a", 12 * GIB), &gpus, &c, STRICT).unwrap();
+        c.insert("GPU-a".to_string(), 12 * GIB);
+        let e = check(&plan("GPU-a", 12 * GIB), &gpus, &c, STRICT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("GPU-a") && e.contains("24.0 GiB") && e.contains("its 16.0 GiB"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+        check(&plan("GPU-a", 4 * GIB), &gpus, &c, STRICT).unwrap();
+        // other GPUs' quotas do not count
+        check(
+            &plan("GPU-b", 16 * GIB),
+            &[gpu("GPU-b", 16 * GIB)],
+            &c,
+            STRICT,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_reserve_is_kept_and_overcommit_allows_anything() {
+        let gpus = [gpu("GPU-a", 16 * GIB)];
+        let c = BTreeMap::new();
+        let reserve = Policy {
+            overcommit: false,
+            reserve: GIB,
+        };
+        assert!(check(&plan("GPU-a", 16 * GIB), &gpus, &c, reserve).is_err());
+        check(&plan("GPU-a", 15 * GIB), &gpus, &c, reserve).unwrap();
+        let over = Policy {
+            overcommit: true,
+            reserve: GIB,
+        };
+        let mut c = BTreeMap::new();
+        c.insert("GPU-a".to_string(), 40 * GIB);
+        check(&plan("GPU-a", 16 * GIB), &gpus, &c, over).unwrap();
+    }
+
+    #[test]
+    fn committed_counts_live_folders_but_not_the_container_being_created() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let p = plan("GPU-fa4ec0de-0000-4000-8000-000000000000", 3 * GIB);
+        for id in ["c1", "c2"] {
+            crate::provision::provision(&root, id, &p, Default::default(), None).unwrap();
+        }
+        let (sum, bad) = committed(&root, "c2").unwrap();
+        assert_eq!(sum.values().copied().collect::<Vec<_>>(), vec![3 * GIB]);
+        assert!(bad.is_empty());
+        let (sum, _) = committed(&root, "other").unwrap();
+        assert_eq!(sum.values().copied().collect::<Vec<_>>(), vec![6 * GIB]);
+    }
+}

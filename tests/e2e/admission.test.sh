@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Quota admission with real runc through the shim, on the fake driver's 16 GiB GPU: a container whose quota
+# would make the quotas on its GPU add up past the GPU is refused with one line; a quota is released when its
+# container is removed; containers created at once cannot both take the last room; the node may allow
+# overcommit, or keep a reserve.
+set -uo pipefail
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/rootfs.sh"
+. "$(dirname "$0")/lib/bundle.sh"
+. "$(dirname "$0")/lib/vgpu.sh"
+. "$(dirname "$0")/lib/oci-cases.sh"
+RUNTIME=runc
+t_init admission
+oci_setup
+
+# quota_bundle LIMIT: a bundle of a container that sleeps, with the fake GPU and LIMIT on it.
+quota_bundle() {
+    new_bundle sleep 60
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT="$1"
+}
+gone() { plain delete -f "$1" >/dev/null 2>&1; }
+
+echo "-- quotas on one GPU never add up past it"
+quota_bundle 12G; c1=$ID
+check "a 12 GiB quota on the 16 GiB GPU is admitted" create_quiet
+quota_bundle 12G; c2=$ID
+out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1); rc=$?
+check "a second 12 GiB quota on it is refused (exit $rc)" test "$rc" != 0
+check_eq "  ... with one line" "$(printf '%s\n' "$out" | grep -c .)" 1
+check_match "  ... naming the GPU, the sum and the figure" \
+    'admission: GPU 0 \(GPU-[0-9a-f-]+\) would have 24\.0 GiB of quotas committed \(12\.0 GiB already, 12\.0 GiB asked for\), more than its 16\.0 GiB' "$out"
+check_eq "  ... and nothing of it is left" "$(state_left)" "$c1"
+check_eq "  ... no container" "$(plain list -q | grep -c "^$c2\$")" 0
+quota_bundle 4G; c3=$ID
+check "4 GiB more fits exactly (16 of 16 GiB)" create_quiet
+gone "$c3"; gone "$c1"
+check_eq "removing the containers releases their quotas" "$(state_left)" ""
+quota_bundle 12G
+check "  ... so 12 GiB is admitted again" create_quiet
+gone "$ID"
+
+echo "-- containers created at once: only as many as fit"
+pids=(); ids=()
+for i in 1 2 3 4; do
+    quota_bundle 6G
+    ids+=("$ID")
+    shim create --bundle "$B" "$ID" </dev/null >"$WORK/race$i.log" 2>&1 &
+    pids+=($!)
+done
+ok=0; refused=0
+for i in 1 2 3 4; do
+    if wait "${pids[i - 1]}"; then ok=$((ok + 1)); elif grep -q 'admission: GPU 0' "$WORK/race$i.log"; then refused=$((refused + 1)); fi
+done
+check_eq "four 6 GiB quotas created at once on 16 GiB: two admitted" "$ok" 2
+check_eq "  ... and two refused by admission" "$refused" 2
+check_eq "  ... two states" "$(state_left | wc -l)" 2
+for id in "${ids[@]}"; do gone "$id"; done
+
+echo "-- the node's policy: a reserve, or overcommit"
+vgpu_config lower_runtime='"runc"' admission_reserve='"1Gi"'
+quota_bundle 16G
+out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1)
+check_match "with admission_reserve = 1Gi a 16 GiB quota is refused" \
+    'more than the 15\.0 GiB it has for quotas \(16\.0 GiB less a reserve of 1\.0+ GiB\)' "$out"
+quota_bundle 15G
+check "  ... 15 GiB is admitted" create_quiet
+gone "$ID"
+vgpu_config lower_runtime='"runc"' allow_overcommit=true
+quota_bundle 12G; a=$ID
+check "with allow_overcommit = true: 12 GiB" create_quiet
+quota_bundle 12G
+check "  ... and 12 GiB more on the same GPU are admitted" create_quiet
+gone "$ID"; gone "$a"
+vgpu_config lower_runtime='"runc"' admission_reserve='"lots"'
+quota_bundle 1G
+out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1)
+check_match "a bad admission_reserve is one line naming the key" 'admission_reserve "lots"' "$out"
+t_done
