@@ -59,6 +59,10 @@ pub struct Config {
     pub allow_overcommit: bool,
     /// Memory of every GPU kept out of the quotas at admission: a quantity (`512Mi`, `1G`, bytes).
     pub admission_reserve: String,
+    /// A quota for containers that get a GPU and ask for none (a quantity; empty: none).
+    pub default_memory_limit: String,
+    /// Refuse containers that get a GPU and ask for no quota (when no default is set).
+    pub require_memory_limit: bool,
 }
 
 impl Default for Config {
@@ -74,6 +78,8 @@ impl Default for Config {
             gc_pending_grace_seconds: 300,
             allow_overcommit: false,
             admission_reserve: "0".into(),
+            default_memory_limit: String::new(),
+            require_memory_limit: false,
         }
     }
 }
@@ -127,6 +133,9 @@ impl Config {
                 anyhow::anyhow!("admission_reserve {:?}: {e}", self.admission_reserve)
             })?;
         }
+        if !self.default_memory_limit.trim().is_empty() {
+            crate::quota::parse_limit(&self.default_memory_limit, "default_memory_limit")?;
+        }
         if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug") {
             bail!(
                 "log_level must be error, warn, info or debug, got {:?}",
@@ -141,6 +150,17 @@ impl Config {
         match self.admission_reserve.trim() {
             "0" => 0,
             r => vgpu_ledger::quantity::parse_quantity(r).unwrap_or(0),
+        }
+    }
+
+    /// The node's policy for GPU containers that ask for no quota.
+    pub fn unquoted(&self) -> crate::plan::Unquoted {
+        use crate::plan::Unquoted;
+        match self.default_memory_limit.trim() {
+            "" if self.require_memory_limit => Unquoted::Refuse,
+            "" => Unquoted::Allow,
+            d => crate::quota::parse_limit(d, "default_memory_limit")
+                .map_or(Unquoted::Refuse, Unquoted::Default),
         }
     }
 

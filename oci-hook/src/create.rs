@@ -16,7 +16,7 @@ use vgpu_ledger::layout::{self, StateRoot};
 /// Plans the quota of a spec's facts; NVML (config key `nvml_library`) is loaded only when a quota is
 /// asked for, so a node without a driver runs other containers unaffected. `None`: no quota.
 pub fn plan(facts: &SpecFacts, cfg: &Config) -> Result<Option<Plan>> {
-    plan::plan(facts, || nvml::list_gpus(&cfg.nvml_library))
+    plan::plan_with(facts, cfg.unquoted(), || nvml::list_gpus(&cfg.nvml_library))
 }
 
 /// What the pipeline reads from the container's image.

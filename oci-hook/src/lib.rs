@@ -27,5 +27,6 @@ pub mod quota;
 pub mod rootfs;
 pub mod shim;
 pub mod spec;
+pub mod typos;
 
 pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

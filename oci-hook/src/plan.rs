@@ -7,6 +7,7 @@ use crate::gpus;
 use crate::nvml::HostGpu;
 use crate::quota::{self, QuotaRequest};
 use crate::spec::Spec;
+use crate::typos;
 use anyhow::{bail, Result};
 use vgpu_ledger::format_bytes;
 
@@ -56,15 +57,56 @@ impl SpecFacts {
     }
 }
 
+/// What the node does with a container that gets a GPU but asks for no quota (config keys
+/// `default_memory_limit`, `require_memory_limit`). A container without a GPU is never touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unquoted {
+    /// Runs with the whole GPU (the default).
+    Allow,
+    /// Gets this quota on every GPU.
+    Default(u64),
+    /// Is refused.
+    Refuse,
+}
+
 /// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
 /// so a node without NVML runs unquota'd containers fine.
 pub fn plan(
     facts: &SpecFacts,
     host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
 ) -> Result<Option<Plan>> {
-    let q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
+    plan_with(facts, Unquoted::Allow, host_gpus)
+}
+
+/// [`plan`] under the node's policy for GPU containers without a quota.
+pub fn plan_with(
+    facts: &SpecFacts,
+    unquoted: Unquoted,
+    host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
+) -> Result<Option<Plan>> {
+    typos::check(&facts.annotations, &facts.env)?;
+    let mut q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
     if q.is_empty() {
-        return Ok(None);
+        if unquoted == Unquoted::Allow {
+            return Ok(None);
+        }
+        let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
+            return Ok(None);
+        };
+        match unquoted {
+            Unquoted::Default(bytes) => {
+                q.all = Some(quota::Requested {
+                    bytes,
+                    source: "config default_memory_limit".into(),
+                })
+            }
+            _ => bail!(
+                "{} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}",
+                sel.source,
+                quota::ANNOTATION,
+                quota::ENV
+            ),
+        }
     }
     let first_source = q
         .limits()
@@ -145,6 +187,40 @@ mod tests {
             },
             host,
         )
+    }
+
+    #[test]
+    fn the_nodes_policy_for_gpu_containers_without_a_quota() {
+        let facts = |env: &[(&str, &str)]| SpecFacts {
+            env: kv(env),
+            ..Default::default()
+        };
+        let gpu = facts(&[("NVIDIA_VISIBLE_DEVICES", "0")]);
+        let none = facts(&[("PATH", "/bin")]);
+        let p = plan_with(&gpu, Unquoted::Default(4 << 30), host)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.gpus[0].memory_limit, 4 << 30);
+        let e = plan_with(&gpu, Unquoted::Refuse, host)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("NVIDIA_VISIBLE_DEVICES") && e.contains("require_memory_limit"),
+            "{e}"
+        );
+        // a container without a GPU (a pod's pause container, a sidecar) is never touched
+        for u in [Unquoted::Default(4 << 30), Unquoted::Refuse] {
+            assert_eq!(plan_with(&none, u, || panic!("NVML loaded")).unwrap(), None);
+        }
+        // a quota asked for wins over the default
+        let own = facts(&[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ]);
+        let p = plan_with(&own, Unquoted::Default(4 << 30), host)
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.gpus[0].memory_limit, 1 << 30);
     }
 
     #[test]

@@ -182,12 +182,12 @@ mod tests {
     #[test]
     fn no_quota_is_empty() {
         let q = from_spec(
-            &kv(&[("vgpu.io/other", "x")]),
+            &kv(&[("other.io/memory-limit", "x")]),
             &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "")]),
         )
         .unwrap();
         assert!(q.is_empty());
-        // Names that merely start with the base are not quotas.
+        // Names that merely start with the base are not quotas (`crate::typos` refuses the near misses).
         let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMITX", "5")])).unwrap();
         assert!(q.is_empty());
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Quota admission with real runc through the shim, on the fake driver's 16 GiB GPU: a container whose quota
-# would make the quotas on its GPU add up past the GPU is refused with one line; a quota is released when its
-# container is removed; containers created at once cannot both take the last room; the node may allow
-# overcommit, or keep a reserve.
+# The node's governance with real runc through the shim, on the fake driver's 16 GiB GPU.
+# Admission: a container whose quota would make the quotas on its GPU add up past the GPU is refused with one
+# line; a quota is released when its container is removed; containers created at once cannot both take the
+# last room; the node may allow overcommit, or keep a reserve. No silent typos: a misspelt annotation or
+# quota variable fails the container with one line. The node's policy for GPU containers without a quota.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -10,7 +11,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib/vgpu.sh"
 . "$(dirname "$0")/lib/oci-cases.sh"
 RUNTIME=runc
-t_init admission
+t_init governance
 oci_setup
 
 # quota_bundle LIMIT: a bundle of a container that sleeps, with the fake GPU and LIMIT on it.
@@ -75,4 +76,42 @@ vgpu_config lower_runtime='"runc"' admission_reserve='"lots"'
 quota_bundle 1G
 out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1)
 check_match "a bad admission_reserve is one line naming the key" 'admission_reserve "lots"' "$out"
+
+echo "-- no silent typos"
+vgpu_config lower_runtime='"runc"'
+# typo_case WHAT EXPECT: $B/$ID fails to create with one line matching EXPECT, leaving nothing.
+typo_case() {
+    local out rc=0
+    out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1) || rc=$?
+    if [ "$rc" != 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" = 1 ] && grep -Eq -- "$2" <<<"$out"; then
+        pass "$1: $out"
+    else fail "$1 (rc=$rc, wanted one line /$2/)" "$out"; fi
+    check_eq "  ... nothing left" "$(state_left)" ""
+    check_eq "  ... no container" "$(plain list -q | grep -c "^$ID\$")" 0
+}
+for key in vgpu.io/memory_limit vgpu.io/memory-limits; do
+    new_bundle true; bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0; bundle_annotate "$B" "$key" 4Gi
+    typo_case "annotation $key" "annotation $key is not one vgpu defines \(did you mean vgpu.io/memory-limit\?\)"
+done
+new_bundle true; bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMT=4G
+typo_case "env CUDA_DEVICE_MEMORY_LIMT" 'env CUDA_DEVICE_MEMORY_LIMT is not a variable vgpu knows: did you mean CUDA_DEVICE_MEMORY_LIMIT\?'
+new_bundle true; bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_MODULE_LOADING=LAZY
+check "CUDA's own variables pass (CUDA_DEVICE_ORDER, CUDA_MODULE_LOADING)" create_quiet
+gone "$ID"
+
+echo "-- GPU containers without a quota: the node's default, or refused"
+vgpu_config lower_runtime='"runc"' default_memory_limit='"2Gi"'
+new_bundle rt_client device 0 info
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+out=$(shim run --bundle "$B" "$ID" 2>&1)
+check_eq "default_memory_limit = 2Gi: a GPU container without a quota sees 2 GiB" "$(field total "$out")" $((2 * GIB))
+new_bundle sh -c 'grep -q libvgpu /etc/ld.so.preload 2>/dev/null && echo preloaded || echo no-preload'
+out=$(shim run --bundle "$B" "$ID" 2>&1)
+check_match "  ... a container without a GPU is untouched" '^no-preload$' "$out"
+vgpu_config lower_runtime='"runc"' require_memory_limit=true
+new_bundle true; bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+typo_case "require_memory_limit = true: a GPU container without a quota is refused" \
+    'gives the container a GPU but it asks for no quota, and this node requires one'
+new_bundle sh -c 'echo fine'
+check_match "  ... a container without a GPU still runs" '^fine$' "$(shim run --bundle "$B" "$ID" 2>&1)"
 t_done

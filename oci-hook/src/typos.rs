@@ -1,0 +1,178 @@
+//! No silent typos: a `vgpu.io/*` annotation the project does not define, or a near miss of a quota
+//! variable (`CUDA_DEVICE_MEMORY_LIMT`), would otherwise mean *no limit* without a word. Both fail the
+//! container with one line naming the key and what exists. Not here: parsing the keys that do exist
+//! (`crate::quota`, `vgpu_ledger::envlimits`).
+
+use anyhow::{bail, Result};
+
+use crate::edits::MARKER_ANNOTATION;
+use crate::quota::ANNOTATION;
+
+/// The prefix of every annotation the project defines.
+pub const ANNOTATION_PREFIX: &str = "vgpu.io/";
+
+/// Variables of the quota's environment (HAMi-core's and ours), without their `_<i>` index suffix.
+const ENV_BASES: [&str; 6] = [
+    "CUDA_DEVICE_MEMORY_LIMIT",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+    "CUDA_DEVICE_SM_LIMIT",
+    "CUDA_OVERSUBSCRIBE",
+    "GPU_CORE_UTILIZATION_POLICY",
+    "VGPU_LIMITS_FILE",
+];
+/// Bases that take a `_<i>` suffix.
+const INDEXED: [&str; 2] = ["CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"];
+/// How far (edits) a name may be from a base to count as its misspelling.
+const NEAR: usize = 3;
+
+/// Checks a container's annotations and environment for keys that look meant for vgpu but are not.
+pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Result<()> {
+    for (k, _) in annotations {
+        let Some(rest) = k.strip_prefix(ANNOTATION_PREFIX) else {
+            continue;
+        };
+        let known = k == ANNOTATION
+            || k == MARKER_ANNOTATION
+            || k.strip_prefix(ANNOTATION)
+                .is_some_and(|r| r.starts_with('.'));
+        if !known {
+            let hint = if distance(rest, &ANNOTATION[ANNOTATION_PREFIX.len()..]) <= NEAR
+                || rest.contains("memory")
+            {
+                format!(" (did you mean {ANNOTATION}?)")
+            } else {
+                String::new()
+            };
+            bail!(
+                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION} and {ANNOTATION}.<i>"
+            );
+        }
+    }
+    for (k, _) in env {
+        if let Some(base) = misspelt(k) {
+            bail!("env {k} is not a variable vgpu knows: did you mean {base}?");
+        }
+    }
+    Ok(())
+}
+
+/// The variable `name` looks like a misspelling of, if it is not a variable vgpu knows.
+fn misspelt(name: &str) -> Option<&'static str> {
+    if ENV_BASES.contains(&name) {
+        return None;
+    }
+    // `<base>_<digits>` of an indexed base is known (its index is checked by the grammar).
+    if let Some((base, idx)) = name.rsplit_once('_') {
+        if INDEXED.contains(&base) && !idx.is_empty() {
+            return None;
+        }
+    }
+    let stem = match name.rsplit_once('_') {
+        Some((b, i)) if i.bytes().all(|c| c.is_ascii_digit()) && !i.is_empty() => b,
+        _ => name,
+    };
+    // A name about memory is a memory variable's misspelling, whatever else is close.
+    let memory = stem.contains("MEM");
+    let near = ENV_BASES
+        .iter()
+        .filter(|b| !memory || b.contains("MEMORY"))
+        .map(|b| (distance(stem, b), *b))
+        .min()
+        .filter(|(d, _)| *d <= NEAR)
+        .map(|(_, b)| b);
+    near.or_else(|| {
+        name.starts_with("CUDA_DEVICE_MEMORY_")
+            .then_some("CUDA_DEVICE_MEMORY_LIMIT")
+    })
+}
+
+/// Levenshtein distance between two short ASCII names.
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    // Regression: `vgpu.io/memory_limit`, `vgpu.io/memory-limits` and `CUDA_DEVICE_MEMORY_LIMT` each
+    // meant no limit, silently.
+    #[test]
+    fn misspelt_keys_are_one_line_naming_them() {
+        for k in [
+            "vgpu.io/memory_limit",
+            "vgpu.io/memory-limits",
+            "vgpu.io/memlimit",
+            "vgpu.io/other",
+        ] {
+            let e = check(&kv(&[(k, "4Gi")]), &[]).unwrap_err().to_string();
+            assert!(
+                e.contains(k) && e.contains("vgpu.io/memory-limit.<i>"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'));
+        }
+        for (k, want) in [
+            ("CUDA_DEVICE_MEMORY_LIMT", "CUDA_DEVICE_MEMORY_LIMIT"),
+            ("CUDA_DEVICE_MEMORY_LIMITS", "CUDA_DEVICE_MEMORY_LIMIT"),
+            ("CUDA_DEVICE_MEM_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT"),
+            ("CUDA_DEVICE_MEMORY_LIMT_1", "CUDA_DEVICE_MEMORY_LIMIT"),
+            (
+                "CUDA_DEVICE_MEMORY_SHARED_CACH",
+                "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+            ),
+            ("CUDA_DEVICE_MEMORY_QUOTA", "CUDA_DEVICE_MEMORY_LIMIT"),
+            ("CUDA_DEVICE_SM_LIMT", "CUDA_DEVICE_SM_LIMIT"),
+        ] {
+            let e = check(&[], &kv(&[(k, "4G")])).unwrap_err().to_string();
+            assert!(
+                e.contains(k) && e.ends_with(&format!("did you mean {want}?")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_keys_that_exist_and_other_programs_keys_pass() {
+        check(
+            &kv(&[
+                ("vgpu.io/memory-limit", "4Gi"),
+                ("vgpu.io/memory-limit.1", "2Gi"),
+                ("vgpu.io/provisioned-by", "vgpu-container-runtime"),
+                ("io.kubernetes.pod.name", "p"),
+                ("nvidia.com/gpu", "0"),
+            ]),
+            &kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4G"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_12", "1G"),
+                ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/x"),
+                ("CUDA_DEVICE_SM_LIMIT_0", "30"),
+                ("CUDA_OVERSUBSCRIBE", "true"),
+                ("CUDA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                ("CUDA_DEVICE_MAX_CONNECTIONS", "1"),
+                ("CUDA_MODULE_LOADING", "LAZY"),
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("PATH", "/bin"),
+            ]),
+        )
+        .unwrap();
+    }
+}
