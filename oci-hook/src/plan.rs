@@ -57,6 +57,19 @@ impl SpecFacts {
     }
 }
 
+/// Whether a CRI runtime (containerd, CRI-O) made the container for a Kubernetes pod.
+fn in_a_pod(annotations: &[(String, String)]) -> bool {
+    const CRI_KEYS: [&str; 4] = [
+        "io.kubernetes.cri.container-type",
+        "io.kubernetes.cri.sandbox-id",
+        "io.kubernetes.cri-o.ContainerType",
+        "io.kubernetes.pod.name",
+    ];
+    annotations
+        .iter()
+        .any(|(k, _)| CRI_KEYS.contains(&k.as_str()))
+}
+
 /// What the node does with a container that gets a GPU but asks for no quota (config keys
 /// `default_memory_limit`, `require_memory_limit`). A container without a GPU is never touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +127,12 @@ pub fn plan_with(
         .map(|r| r.source.clone())
         .unwrap_or_default();
     let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
+        // A pod's annotations reach every container of the pod — the sandbox (pause) container and
+        // sidecars too (containerd and CRI-O copy the ones a handler allows into each spec). A pod-level
+        // quota is for the pod's GPU containers; the others are left untouched.
+        if in_a_pod(&facts.annotations) && first_source.starts_with("annotation ") {
+            return Ok(None);
+        }
         bail!(
             "{first_source} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)"
         );
@@ -187,6 +206,40 @@ mod tests {
             },
             host,
         )
+    }
+
+    // Regression: containerd copies the pod's annotations into the sandbox (pause) container's spec too,
+    // and the quota on a container without a GPU was refused: the documented pod never started.
+    #[test]
+    fn a_pods_quota_leaves_its_pause_container_and_sidecars_alone() {
+        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+            env: kv(env),
+            annotations: kv(ann),
+            devices: vec![],
+        };
+        for pod in [
+            ("io.kubernetes.cri.container-type", "sandbox"),
+            ("io.kubernetes.cri.container-type", "container"),
+            ("io.kubernetes.cri-o.ContainerType", "sandbox"),
+        ] {
+            let f = facts(&[pod, ("vgpu.io/memory-limit", "4Gi")], &[]);
+            assert_eq!(plan(&f, || panic!("NVML loaded")).unwrap(), None, "{pod:?}");
+        }
+        // The pod's GPU container gets the quota.
+        let f = facts(
+            &[
+                ("io.kubernetes.cri.container-type", "container"),
+                ("vgpu.io/memory-limit", "4Gi"),
+            ],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        );
+        assert_eq!(
+            plan(&f, host).unwrap().unwrap().gpus[0].memory_limit,
+            4 << 30
+        );
+        // Outside a pod, a quota on a container without a GPU is still a mistake worth a line.
+        let f = facts(&[("vgpu.io/memory-limit", "4Gi")], &[]);
+        assert!(plan(&f, host).is_err());
     }
 
     #[test]

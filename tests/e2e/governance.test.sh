@@ -114,4 +114,18 @@ typo_case "require_memory_limit = true: a GPU container without a quota is refus
     'gives the container a GPU but it asks for no quota, and this node requires one'
 new_bundle sh -c 'echo fine'
 check_match "  ... a container without a GPU still runs" '^fine$' "$(shim run --bundle "$B" "$ID" 2>&1)"
+
+echo "-- a pod's quota annotation reaches its pause container and sidecars: they are left alone"
+vgpu_config lower_runtime='"runc"'
+for type in sandbox container; do
+    new_bundle sh -c 'grep -q libvgpu /etc/ld.so.preload 2>/dev/null && echo preloaded || echo untouched'
+    bundle_annotate "$B" io.kubernetes.cri.container-type "$type"
+    bundle_annotate "$B" vgpu.io/memory-limit 4Gi
+    check_match "a pod's $type container without a GPU runs untouched" '^untouched$' "$(shim run --bundle "$B" "$ID" 2>&1)"
+done
+new_bundle rt_client device 0 info
+bundle_annotate "$B" io.kubernetes.cri.container-type container
+bundle_annotate "$B" vgpu.io/memory-limit 4Gi
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+check_eq "  ... while the pod's GPU container gets the quota" "$(field total "$(shim run --bundle "$B" "$ID" 2>&1)")" $((4 * GIB))
 t_done
