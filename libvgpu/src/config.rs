@@ -1,5 +1,6 @@
-//! Where the limits come from: the container's limits file (written by vgpu-hook, read-only), which wins,
-//! or the HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver. Not
+//! Where the limits come from: the container's limits file (written by vgpu-hook, mounted read-only),
+//! which inside a container is the only source, or outside one a file named by VGPU_LIMITS_FILE, or the
+//! HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver. Not
 //! here: the environment's grammar (`vgpu_ledger::envlimits`, shared with the hook) or the files' format.
 
 use crate::error::Error;
@@ -25,8 +26,13 @@ pub struct DeviceSpec {
 pub enum Config {
     /// No limit anywhere: every call goes straight to the driver.
     Unlimited,
-    /// The container's limits file.
-    File { path: PathBuf, limits: Limits },
+    /// A limits file: the container's (`mounted`: at the container path, then the only source), or one
+    /// named by VGPU_LIMITS_FILE outside a container.
+    File {
+        path: PathBuf,
+        limits: Limits,
+        mounted: bool,
+    },
     /// Environment variables.
     Env {
         global: u64,
@@ -65,19 +71,32 @@ impl Config {
         Self::from_env(&env, Path::new(vgpu_ledger::layout::CONTAINER_LIMITS_PATH))
     }
 
-    /// `env`: the relevant variables; `default_file`: the limits file used when VGPU_LIMITS_FILE is unset.
-    pub fn from_env(env: &[(String, String)], default_file: &Path) -> Result<Config, Error> {
+    /// `env`: the relevant variables; `mounted`: where a container's limits file is mounted
+    /// (`vgpu_ledger::layout::CONTAINER_LIMITS_PATH`).
+    pub fn from_env(env: &[(String, String)], mounted: &Path) -> Result<Config, Error> {
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        // The limits file wins. Named explicitly it must exist; at the default path it is optional.
-        let file = match get(ENV_LIMITS_FILE) {
-            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
-            _ if default_file.exists() => Some(default_file.to_path_buf()),
-            _ => None,
+        // Inside a container (its limits file is mounted) that file is the only source: any user of the
+        // container could copy it with a bigger number and name the copy in VGPU_LIMITS_FILE, or set
+        // CUDA_DEVICE_MEMORY_LIMIT. The variable is for tests and the standalone mode; a file it names must
+        // exist. Anything at the mounted path but "not found" counts as present (and must then load).
+        let in_container = !matches!(std::fs::symlink_metadata(mounted),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let file = if in_container {
+            Some((mounted.to_path_buf(), true))
+        } else {
+            match get(ENV_LIMITS_FILE) {
+                Some(p) if !p.is_empty() => Some((PathBuf::from(p), false)),
+                _ => None,
+            }
         };
-        if let Some(path) = file {
+        if let Some((path, mounted)) = file {
             let limits = Limits::load(&path)
                 .map_err(|e| Error::Config(format!("limits file {}: {e}", path.display())))?;
-            return Ok(Config::File { path, limits });
+            return Ok(Config::File {
+                path,
+                limits,
+                mounted,
+            });
         }
         // The grammar is the hook's too (vgpu_ledger::envlimits): 0 or empty is no limit for those GPUs.
         let limits = EnvLimits::parse(env).map_err(|e| Error::Config(e.to_string()))?;
@@ -112,7 +131,7 @@ impl Config {
     pub fn lookup(&self, gpu: Gpu<'_>) -> Lookup {
         match self {
             Config::Unlimited => Lookup::NoLimit,
-            Config::File { path, limits } => {
+            Config::File { path, limits, .. } => {
                 let found = limits
                     .device_by_uuid(gpu.uuid)
                     .or_else(|| gpu.parent.and_then(|p| limits.device_by_uuid(p)));
@@ -229,6 +248,39 @@ mod tests {
             ..mig
         };
         assert!(matches!(c.lookup(orphan), Lookup::Refuse(_)));
+    }
+
+    #[test]
+    fn inside_a_container_the_mounted_limits_file_is_the_only_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, limit: u64| {
+            let p = dir.path().join(name);
+            std::fs::write(
+                &p,
+                format!(r#"{{"version":1,"container_id":"c","devices":[{{"index":0,"uuid":"GPU-a","memory_limit":{limit},"ledger":"ledgers/GPU-a.ledger"}}]}}"#),
+            )
+            .unwrap();
+            p
+        };
+        let mounted = file("mounted.json", 4096);
+        // Any user can copy the file with a bigger number and name it, or set the HAMi variables.
+        let copy = file("copy.json", 1 << 40);
+        let env = env(&[
+            ("VGPU_LIMITS_FILE", copy.to_str().unwrap()),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1t"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "1t"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+        ]);
+        let c = Config::from_env(&env, &mounted).unwrap();
+        let Lookup::Limit(s) = c.lookup(gpu("GPU-a", Some(0))) else {
+            panic!("the mounted file's GPU has a limit")
+        };
+        assert_eq!(s.limit, 4096);
+        assert_eq!(s.ledger, dir.path().join("ledgers/GPU-a.ledger"));
+        // A mounted file that cannot be read refuses CUDA; nothing else takes its place.
+        std::fs::write(&mounted, "{").unwrap();
+        let e = Config::from_env(&env, &mounted).unwrap_err().to_string();
+        assert!(e.contains("mounted.json"), "{e}");
     }
 
     #[test]
