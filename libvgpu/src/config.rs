@@ -13,7 +13,9 @@ use vgpu_ledger::limits::Limits;
 pub const ENV_LIMIT: &str = envlimits::LIMIT_VAR;
 pub const ENV_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
 pub const ENV_LIMITS_FILE: &str = envlimits::LIMITS_FILE_VAR;
-pub const DEFAULT_CACHE: &str = "/tmp/cudevshr.cache";
+/// The environment mode's ledgers without CUDA_DEVICE_MEMORY_SHARED_CACHE: `<user folder>/cudevshr.cache.<uuid>`.
+pub const CACHE_NAME: &str = "cudevshr.cache";
+const ENV_XDG: &str = "XDG_RUNTIME_DIR";
 
 /// The limit and ledger of one GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,12 +35,25 @@ pub enum Config {
         limits: Limits,
         mounted: bool,
     },
-    /// Environment variables.
+    /// Environment variables. `dir`: the per-user folder the default `prefix` lies in (made and checked
+    /// when a ledger is opened); None when CUDA_DEVICE_MEMORY_SHARED_CACHE gave the prefix.
     Env {
         global: u64,
         per_index: BTreeMap<u32, u64>,
         prefix: String,
+        dir: Option<PathBuf>,
     },
+}
+
+/// How the ledgers of a configuration are opened (`quota`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerMode<'a> {
+    /// Listed in a limits file: created on demand (mode 0666) when missing.
+    File,
+    /// The environment mode: created on demand for this user alone (0600); only files of this user's or
+    /// root's that no other user can write are used; `dir`, the per-user default folder, is made first
+    /// (0700, this user's).
+    Env { dir: Option<&'a Path> },
 }
 
 /// A GPU as the configuration sees it (`identity` finds it): its own UUID (`GPU-…`, or `MIG-…` for a MIG
@@ -66,7 +81,9 @@ impl Config {
     pub fn load() -> Result<Config, Error> {
         let env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .filter(|(k, _)| k.starts_with("CUDA_DEVICE_MEMORY_") || k == ENV_LIMITS_FILE)
+            .filter(|(k, _)| {
+                k.starts_with("CUDA_DEVICE_MEMORY_") || k == ENV_LIMITS_FILE || k == ENV_XDG
+            })
             .collect();
         Self::from_env(&env, Path::new(vgpu_ledger::layout::CONTAINER_LIMITS_PATH))
     }
@@ -109,14 +126,21 @@ impl Config {
             .iter()
             .map(|(&i, l)| (i, l.bytes))
             .collect();
-        let prefix = match get(ENV_CACHE) {
-            Some(p) if !p.is_empty() => p.to_string(),
-            _ => DEFAULT_CACHE.to_string(),
+        // Never a folder every user shares: one user could truncate another's ledger (SIGBUS) or share
+        // its quota.
+        let (prefix, dir) = match get(ENV_CACHE) {
+            Some(p) if !p.is_empty() => (p.to_string(), None),
+            _ => {
+                let dir = user_dir(get(ENV_XDG));
+                let prefix = dir.join(CACHE_NAME).to_string_lossy().into_owned();
+                (prefix, Some(dir))
+            }
         };
         Ok(Config::Env {
             global,
             per_index,
             prefix,
+            dir,
         })
     }
 
@@ -154,6 +178,7 @@ impl Config {
                 global,
                 per_index,
                 prefix,
+                ..
             } => {
                 let limit = match gpu.index.and_then(|i| per_index.get(&i)) {
                     Some(&l) => l,
@@ -176,16 +201,37 @@ impl Config {
         }
     }
 
-    /// Whether ledgers are the environment mode's (created on demand in a shared folder such as /tmp, so
-    /// they must be this user's or root's: `quota`), rather than provisioned by the hook.
-    pub fn env_mode(&self) -> bool {
-        matches!(self, Config::Env { .. })
+    /// How this configuration's ledgers are opened.
+    pub fn ledger_mode(&self) -> LedgerMode<'_> {
+        match self {
+            Config::Env { dir, .. } => LedgerMode::Env {
+                dir: dir.as_deref(),
+            },
+            _ => LedgerMode::File,
+        }
     }
 }
 
 /// The ledger of GPU `uuid` when configured by the environment: `<prefix>.<uuid>`.
 pub fn env_ledger_path(prefix: &str, uuid: &str) -> PathBuf {
     PathBuf::from(format!("{prefix}.{uuid}"))
+}
+
+/// The folder of this user's default ledgers: `$XDG_RUNTIME_DIR/vgpu` when that variable names a folder
+/// of this (effective) user's, not through a symbolic link (the session's private folder), else
+/// `/tmp/vgpu-<uid>`. Made and checked (0700, this user's, not a link) by `quota` before use.
+pub fn user_dir(xdg: Option<&str>) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let ours = |p: &str| {
+        p.starts_with('/')
+            && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == me)
+    };
+    match xdg {
+        Some(x) if ours(x) => Path::new(x).join("vgpu"),
+        _ => PathBuf::from(format!("/tmp/vgpu-{me}")),
+    }
 }
 
 #[cfg(test)]
@@ -310,7 +356,12 @@ mod tests {
             panic!()
         };
         assert_eq!(d0.limit, 1 << 30);
-        assert_eq!(d0.ledger, PathBuf::from("/tmp/cudevshr.cache.GPU-a"));
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(
+            d0.ledger,
+            PathBuf::from(format!("/tmp/vgpu-{me}/cudevshr.cache.GPU-a"))
+        );
         assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(512 << 20));
         assert!(matches!(c.lookup(gpu("GPU-b", None)), Lookup::Refuse(m) if m.contains("index")));
     }
@@ -371,6 +422,56 @@ mod tests {
                 limit: 4096,
                 ledger: "/x/q.GPU-1".into()
             })
+        );
+    }
+
+    #[test]
+    fn default_ledgers_are_per_user() {
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let tmp = PathBuf::from(format!("/tmp/vgpu-{me}"));
+        let ledger_of = |pairs: &[(&str, &str)]| {
+            let mut pairs = pairs.to_vec();
+            pairs.push(("CUDA_DEVICE_MEMORY_LIMIT", "1g"));
+            let c = Config::from_env(&env(&pairs), Path::new(NOFILE)).unwrap();
+            let Lookup::Limit(s) = c.lookup(gpu("GPU-a", Some(0))) else {
+                panic!("limited")
+            };
+            let LedgerMode::Env { dir } = c.ledger_mode() else {
+                panic!("environment mode")
+            };
+            (s.ledger, dir.map(Path::to_path_buf))
+        };
+        assert_eq!(
+            ledger_of(&[]),
+            (tmp.join("cudevshr.cache.GPU-a"), Some(tmp.clone()))
+        );
+        let xdg = tempfile::tempdir().unwrap();
+        let x = xdg.path().to_str().unwrap();
+        assert_eq!(
+            ledger_of(&[("XDG_RUNTIME_DIR", x)]),
+            (
+                xdg.path().join("vgpu/cudevshr.cache.GPU-a"),
+                Some(xdg.path().join("vgpu"))
+            )
+        );
+        // Not a folder of this user's as such (a link, a relative path, missing): the /tmp folder.
+        let link = xdg.path().join("link");
+        std::os::unix::fs::symlink(xdg.path(), &link).unwrap();
+        for bad in [link.to_str().unwrap(), "relative", "/nonexistent/xdg"] {
+            assert_eq!(
+                ledger_of(&[("XDG_RUNTIME_DIR", bad)]).1,
+                Some(tmp.clone()),
+                "{bad}"
+            );
+        }
+        // A prefix given explicitly is used as it is, with no folder of ours to make.
+        assert_eq!(
+            ledger_of(&[
+                ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+                ("XDG_RUNTIME_DIR", x)
+            ]),
+            (PathBuf::from("/x/q.GPU-a"), None)
         );
     }
 

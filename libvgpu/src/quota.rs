@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use vgpu_ledger::{Kind, Ledger, Slot};
 
+use crate::config::LedgerMode;
 use crate::error::Error;
 use crate::guard::exiting;
 use crate::log;
+use crate::userfiles::{owned_by_us_or_root, private_dir, trusted};
 
 /// How long a context creation waits for another process's measurement before measuring without it.
 const MEASURE_WAIT: Duration = Duration::from_secs(3);
@@ -37,27 +39,38 @@ impl DeviceQuota {
     /// Opens (or creates) the ledger at `path` and attaches a slot at once (unit tests).
     #[cfg(test)]
     pub fn open(ordinal: i32, uuid: &str, limit: u64, path: &Path) -> Result<DeviceQuota, Error> {
-        let q = Self::open_unattached(ordinal, uuid, limit, path, false)?;
+        let q = Self::open_unattached(ordinal, uuid, limit, path, LedgerMode::File)?;
         q.slot()?;
         Ok(q)
     }
 
     /// Opens (or creates) the ledger without taking a slot: enough to show the quota and to know it can
-    /// be enforced; the slot is attached on the first charge. `env_mode`: the ledger must not be a
-    /// symbolic link nor belong to another user than this one or root (see `trusted`).
+    /// be enforced; the slot is attached on the first charge. In the environment mode the per-user folder
+    /// is made first (see `private_dir`), a ledger is created for this user alone, and one that is a
+    /// symbolic link, belongs to another user than this one or root, or that other users can write is not
+    /// used (see `trusted`).
     pub fn open_unattached(
         ordinal: i32,
         uuid: &str,
         limit: u64,
         path: &Path,
-        env_mode: bool,
+        mode: LedgerMode<'_>,
     ) -> Result<DeviceQuota, Error> {
         let fail = |e: String| Error::Ledger(format!("ledger {}: {e}", path.display()));
+        let env_mode = matches!(mode, LedgerMode::Env { .. });
+        if let LedgerMode::Env { dir: Some(dir) } = mode {
+            private_dir(dir)
+                .map_err(|e| Error::Ledger(format!("ledger folder {}: {e}", dir.display())))?;
+        }
         if env_mode {
             trusted(path, true).map_err(fail)?;
         }
-        let ledger =
-            Ledger::open_or_create(path, uuid, limit).map_err(|e| Error::Ledger(e.to_string()))?;
+        let ledger = if env_mode {
+            Ledger::open_or_create_with_mode(path, uuid, limit, 0o600)
+        } else {
+            Ledger::open_or_create(path, uuid, limit)
+        }
+        .map_err(|e| Error::Ledger(e.to_string()))?;
         if env_mode {
             // Checked again now that it exists: in a sticky folder such as /tmp, a file that is ours or
             // root's cannot be replaced by another user any more.
@@ -290,32 +303,6 @@ impl DeviceQuota {
     }
 }
 
-/// Whether the environment mode may use the file at `path`: not a symbolic link, and owned by this user or
-/// root. `may_be_missing`: a file that does not exist yet is fine (it will be created).
-fn trusted(path: &Path, may_be_missing: bool) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if may_be_missing && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    owned_by_us_or_root(m.file_type().is_symlink(), m.uid())
-}
-
-fn owned_by_us_or_root(symlink: bool, uid: u32) -> Result<(), String> {
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if symlink {
-        Err("is a symbolic link, which is not followed".into())
-    } else if uid != 0 && uid != me {
-        Err(format!(
-            "belongs to user {uid}, neither this user ({me}) nor root"
-        ))
-    } else {
-        Ok(())
-    }
-}
-
 /// Opens (creating it 0666 if missing) the measurement file, never through a symbolic link.
 fn open_measure_file(path: &Path, env_mode: bool) -> Result<File, String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -428,11 +415,40 @@ mod tests {
     use super::*;
 
     const UUID: &str = "GPU-00000000-0000-0000-0000-0000000000aa";
+    const ENV: LedgerMode<'static> = LedgerMode::Env { dir: None };
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn the_environment_mode_makes_ledgers_for_this_user_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &path, ENV).unwrap());
+        assert_eq!(mode(&path), 0o600);
+        // One another user can write could be truncated under this process (SIGBUS): not used.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = DeviceQuota::open_unattached(0, UUID, 100, &path, ENV)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("other users can write") && e.contains("/l"),
+            "{e}"
+        );
+        // A limits file's ledgers are for every user of the container.
+        let listed = dir.path().join("listed");
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &listed, LedgerMode::File).unwrap());
+        assert_eq!(mode(&listed), 0o666);
+    }
 
     #[test]
     fn the_slot_is_attached_on_the_first_charge() {
         let dir = tempfile::tempdir().unwrap();
-        let q = DeviceQuota::open_unattached(0, UUID, 100, &dir.path().join("l"), true).unwrap();
+        let q = DeviceQuota::open_unattached(0, UUID, 100, &dir.path().join("l"), ENV).unwrap();
         assert!(!q.attached(), "opening the quota takes no slot");
         q.refund(Kind::Data, 5);
         assert!(
@@ -452,21 +468,32 @@ mod tests {
     fn the_environment_mode_refuses_a_symlinked_ledger() {
         let dir = tempfile::tempdir().unwrap();
         let real = dir.path().join("real");
-        drop(DeviceQuota::open_unattached(0, UUID, 100, &real, true).unwrap());
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &real, ENV).unwrap());
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let e = DeviceQuota::open_unattached(0, UUID, 100, &link, true)
+        let e = DeviceQuota::open_unattached(0, UUID, 100, &link, ENV)
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("symbolic link") && e.contains("link"), "{e}");
-        assert!(DeviceQuota::open_unattached(0, UUID, 100, &link, false).is_ok());
-        assert!(owned_by_us_or_root(false, 0).is_ok());
-        // SAFETY: geteuid cannot fail.
-        let me = unsafe { libc::geteuid() };
-        assert!(owned_by_us_or_root(false, me).is_ok());
-        let other = if me == 65534 { 65533 } else { 65534 };
-        assert!(owned_by_us_or_root(false, other).is_err());
+        assert!(DeviceQuota::open_unattached(0, UUID, 100, &link, LedgerMode::File).is_ok());
+    }
+
+    #[test]
+    fn the_per_user_folder_is_made_before_its_ledgers_and_refused_when_not_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("vgpu-me");
+        let env = LedgerMode::Env { dir: Some(&dir) };
+        let ledger = dir.join("cudevshr.cache.x");
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &ledger, env).unwrap());
+        assert_eq!((mode(&dir), mode(&ledger)), (0o700, 0o600));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = DeviceQuota::open_unattached(0, UUID, 100, &ledger, env)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("ledger folder") && e.contains("vgpu-me"), "{e}");
     }
 
     #[test]
@@ -474,7 +501,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l");
-        let q = DeviceQuota::open_unattached(0, UUID, 100, &path, true).unwrap();
+        let q = DeviceQuota::open_unattached(0, UUID, 100, &path, ENV).unwrap();
         let measure = dir.path().join("l.measure");
         let victim = dir.path().join("victim");
         std::fs::write(&victim, "x").unwrap();
