@@ -48,7 +48,11 @@ pub enum Config {
 /// How the ledgers of a configuration are opened (`quota`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LedgerMode<'a> {
-    /// Listed in a limits file: created on demand (mode 0666) when missing.
+    /// Listed in the container's mounted limits file: provisioned by vgpu-hook, opened and never created
+    /// (a tenant who deletes it must not get a fresh, empty one); it must be a regular file.
+    Provisioned,
+    /// Listed in a limits file named by VGPU_LIMITS_FILE outside a container (tests): created on demand
+    /// (mode 0666) when missing.
     File,
     /// The environment mode: created on demand for this user alone (0600); only files of this user's or
     /// root's that no other user can write are used; `dir`, the per-user default folder, is made first
@@ -207,6 +211,7 @@ impl Config {
             Config::Env { dir, .. } => LedgerMode::Env {
                 dir: dir.as_deref(),
             },
+            Config::File { mounted: true, .. } => LedgerMode::Provisioned,
             _ => LedgerMode::File,
         }
     }
@@ -323,6 +328,9 @@ mod tests {
         };
         assert_eq!(s.limit, 4096);
         assert_eq!(s.ledger, dir.path().join("ledgers/GPU-a.ledger"));
+        assert_eq!(c.ledger_mode(), LedgerMode::Provisioned, "never created");
+        let named = Config::from_env(&env, Path::new(NOFILE)).unwrap();
+        assert_eq!(named.ledger_mode(), LedgerMode::File);
         // A mounted file that cannot be read refuses CUDA; nothing else takes its place.
         std::fs::write(&mounted, "{").unwrap();
         let e = Config::from_env(&env, &mounted).unwrap_err().to_string();

@@ -45,7 +45,8 @@ impl DeviceQuota {
     }
 
     /// Opens (or creates) the ledger without taking a slot: enough to show the quota and to know it can
-    /// be enforced; the slot is attached on the first charge. In the environment mode the per-user folder
+    /// be enforced; the slot is attached on the first charge. A container's ledger (`Provisioned`) is
+    /// only opened: it must be there, a regular file (see `provisioned`). In the environment mode the per-user folder
     /// is made first (see `private_dir`), a ledger is created for this user alone, and one that is a
     /// symbolic link, belongs to another user than this one or root, or that other users can write is not
     /// used (see `trusted`).
@@ -57,6 +58,9 @@ impl DeviceQuota {
         mode: LedgerMode<'_>,
     ) -> Result<DeviceQuota, Error> {
         let fail = |e: String| Error::Ledger(format!("ledger {}: {e}", path.display()));
+        if mode == LedgerMode::Provisioned {
+            provisioned(path).map_err(fail)?;
+        }
         let env_mode = matches!(mode, LedgerMode::Env { .. });
         if let LedgerMode::Env { dir: Some(dir) } = mode {
             private_dir(dir)
@@ -65,10 +69,10 @@ impl DeviceQuota {
         if env_mode {
             trusted(path, true).map_err(fail)?;
         }
-        let ledger = if env_mode {
-            Ledger::open_or_create_with_mode(path, uuid, limit, 0o600)
-        } else {
-            Ledger::open_or_create(path, uuid, limit)
+        let ledger = match mode {
+            LedgerMode::Provisioned => Ledger::open(path),
+            LedgerMode::Env { .. } => Ledger::open_or_create_with_mode(path, uuid, limit, 0o600),
+            LedgerMode::File => Ledger::open_or_create(path, uuid, limit),
         }
         .map_err(|e| Error::Ledger(e.to_string()))?;
         if env_mode {
@@ -303,6 +307,23 @@ impl DeviceQuota {
     }
 }
 
+/// Whether a container's ledger can be opened: vgpu-hook provisioned it as a regular file and it is
+/// mounted into the container, so missing, or anything else (a FIFO, a link), means it was tampered with.
+fn provisioned(path: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) => Err(format!(
+            "is not a regular file ({:?}); a container's ledger is one vgpu-hook provisioned",
+            m.file_type()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
+            "is missing; a container's ledger is provisioned by vgpu-hook, never created here"
+                .into(),
+        ),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Opens (creating it 0666 if missing) the measurement file, never through a symbolic link.
 fn open_measure_file(path: &Path, env_mode: bool) -> Result<File, String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -443,6 +464,31 @@ mod tests {
         let listed = dir.path().join("listed");
         drop(DeviceQuota::open_unattached(0, UUID, 100, &listed, LedgerMode::File).unwrap());
         assert_eq!(mode(&listed), 0o666);
+    }
+
+    #[test]
+    fn a_containers_ledger_is_never_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("GPU-x.ledger");
+        let open = || {
+            DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::Provisioned)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        let e = open().unwrap_err();
+        assert!(e.contains("GPU-x.ledger") && e.contains("missing"), "{e}");
+        assert!(!path.exists(), "not created");
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let e = open().unwrap_err();
+        assert!(
+            e.contains("GPU-x.ledger") && e.contains("not a regular file"),
+            "{e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        drop(Ledger::open_or_create(&path, UUID, 100).unwrap());
+        open().unwrap();
     }
 
     #[test]
