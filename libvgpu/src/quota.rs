@@ -2,19 +2,18 @@
 //! first charge), and the limit. Charging, refunding, the measurement lock and the fork gate live here;
 //! which quota governs which device does not (`devices`).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use vgpu_ledger::{Kind, Ledger, Slot};
+use vgpu_ledger::{Kind, Ledger, MeasureLock, Slot};
 
 use crate::config::LedgerMode;
 use crate::error::Error;
 use crate::guard::exiting;
 use crate::log;
-use crate::userfiles::{owned_by_us_or_root, private_dir, trusted};
+use crate::userfiles::{private_dir, trusted};
 
 /// How long a context creation waits for another process's measurement before measuring without it.
 const MEASURE_WAIT: Duration = Duration::from_secs(3);
@@ -27,8 +26,6 @@ pub struct DeviceQuota {
     pub limit: u64,
     ledger_path: PathBuf,
     ledger: Ledger,
-    /// The environment mode's files may sit in a shared folder: only this user's or root's are trusted.
-    env_mode: bool,
     /// This process's slot: null until the first charge (a leaked Box once attached).
     slot: AtomicPtr<Slot>,
     /// Milliseconds since `epoch()` before which no new attach is tried (after a failure).
@@ -88,7 +85,6 @@ impl DeviceQuota {
             limit,
             ledger_path: path.to_path_buf(),
             ledger,
-            env_mode,
             slot: AtomicPtr::new(ptr::null_mut()),
             attach_after: AtomicU64::new(0),
         })
@@ -226,60 +222,40 @@ impl DeviceQuota {
         }
     }
 
-    /// Serialises memory measurements (context creation) among the processes sharing this quota, so that
-    /// one process's measurement does not count another's new context. A POSIX record lock on
-    /// `<ledger>.measure`: released by the kernel if the holder dies, and not inherited by a fork child
-    /// (an flock or OFD lock would stay held by the child's copy of the descriptor).
+    /// Serialises memory measurements (context creation) among the processes sharing this quota, and the
+    /// threads of this process, so that one measurement does not count another's new context. The
+    /// ledger's measurement lock (`vgpu_ledger::MeasureLock`: an OFD lock on the ledger's header bytes,
+    /// no file of its own): released by the kernel if the holder dies, never inherited by a fork child.
     ///
     /// The wait is bounded (MEASURE_WAIT): a holder that is stopped or stuck makes this measurement run
     /// without the lock, which can only count another process's concurrent context too (charge more,
-    /// never less). None (measure unlocked) too when the file cannot be used: it is opened without
-    /// following a symbolic link, its mode is set only when this process created it, and in the
-    /// environment mode one belonging to another user than this one or root is not used.
-    pub fn measure_lock(&self) -> Option<File> {
-        use std::os::fd::AsRawFd;
-        let mut path = self.ledger_path.clone().into_os_string();
-        path.push(".measure");
-        let path = PathBuf::from(path);
-        let f = match open_measure_file(&path, self.env_mode) {
-            Ok(f) => f,
-            Err(e) => {
-                log::warn(format_args!(
-                    "measurement lock {}: {e}; measuring without it",
-                    path.display()
-                ));
-                return None;
-            }
-        };
-        // SAFETY: an all-zero flock is a valid value; the fields are set below.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_WRLCK as _;
-        fl.l_whence = libc::SEEK_SET as _;
+    /// never less). None (measure unlocked) too when the lock cannot be asked for (one warning line).
+    pub fn measure_lock(&self) -> Option<MeasureLock> {
         let deadline = Instant::now() + MEASURE_WAIT;
         let mut pause = Duration::from_millis(1);
         loop {
-            // SAFETY: fcntl F_SETLK on a descriptor we own with a valid flock; the lock goes when the File
-            // is dropped (closed).
-            if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) } == 0 {
-                return Some(f);
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) | Some(libc::EACCES) if Instant::now() < deadline => {
+            match self.ledger.try_measure_lock() {
+                Ok(Some(held)) => return Some(held),
+                Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
-                Some(libc::EAGAIN) | Some(libc::EACCES) => {
+                Ok(None) => {
                     log::warn(format_args!(
-                        "measurement lock {} still held after {} s (a stopped process?): measuring \
+                        "measurement lock of {} still held after {} s (a stopped process?): measuring \
                          without it; a context created meanwhile by another process may be counted twice",
-                        path.display(),
+                        self.ledger_path.display(),
                         MEASURE_WAIT.as_secs()
                     ));
                     return None;
                 }
-                _ => return None,
+                Err(e) => {
+                    log::warn(format_args!(
+                        "measurement lock of {}: {e}; measuring without it",
+                        self.ledger_path.display()
+                    ));
+                    return None;
+                }
             }
         }
     }
@@ -322,36 +298,6 @@ fn provisioned(path: &Path) -> Result<(), String> {
         ),
         Err(e) => Err(e.to_string()),
     }
-}
-
-/// Opens (creating it 0666 if missing) the measurement file, never through a symbolic link.
-fn open_measure_file(path: &Path, env_mode: bool) -> Result<File, String> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-    let base = || {
-        let mut o = std::fs::OpenOptions::new();
-        o.read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
-        o
-    };
-    match base().create_new(true).mode(0o666).open(path) {
-        Ok(f) => {
-            // Ours: 0666 whatever the umask (the container's processes may run as different users).
-            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
-            return Ok(f);
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let f = base().open(path).map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => "is a symbolic link, which is not followed".to_string(),
-        _ => e.to_string(),
-    })?;
-    if env_mode {
-        let m = f.metadata().map_err(|e| e.to_string())?;
-        owned_by_us_or_root(false, m.uid())?;
-    }
-    Ok(f)
 }
 
 /// Milliseconds since the first call (a monotonic clock for backoffs).
@@ -543,24 +489,16 @@ mod tests {
     }
 
     #[test]
-    fn the_measurement_file_is_never_followed_nor_re_moded() {
-        use std::os::unix::fs::PermissionsExt;
+    fn the_measurement_lock_needs_no_file_and_excludes_other_holders() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l");
-        let q = DeviceQuota::open_unattached(0, UUID, 100, &path, ENV).unwrap();
-        let measure = dir.path().join("l.measure");
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, "x").unwrap();
-        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
-        std::os::unix::fs::symlink(&victim, &measure).unwrap();
-        assert!(q.measure_lock().is_none());
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(&victim), 0o600);
-        std::fs::remove_file(&measure).unwrap();
-        assert!(q.measure_lock().is_some(), "created");
-        assert_eq!(mode(&measure), 0o666, "ours: 0666 whatever the umask");
-        std::fs::set_permissions(&measure, std::fs::Permissions::from_mode(0o640)).unwrap();
-        assert!(q.measure_lock().is_some());
-        assert_eq!(mode(&measure), 0o640, "not ours to re-mode any more");
+        let a = DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::File).unwrap();
+        let b = DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::File).unwrap();
+        let held = a.measure_lock().expect("free");
+        assert!(b.ledger.try_measure_lock().unwrap().is_none(), "held");
+        // A container cannot create files beside its ledger: nothing but the ledger is there.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        drop(held);
+        assert!(b.measure_lock().is_some(), "released when dropped");
     }
 }

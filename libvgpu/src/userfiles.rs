@@ -61,7 +61,7 @@ pub(crate) fn private_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
-pub(crate) fn owned_by_us_or_root(symlink: bool, uid: u32) -> Result<(), String> {
+fn owned_by_us_or_root(symlink: bool, uid: u32) -> Result<(), String> {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     if symlink {
