@@ -25,6 +25,9 @@ pub const CORE_FILE_NAME: &str = "libvgpu_core.so";
 pub const LIMITS_FILE_NAME: &str = "limits.json";
 pub const LEDGERS_DIR_NAME: &str = "ledgers";
 pub const PRELOAD_FILE_NAME: &str = "ld.so.preload";
+/// A random token written by the invocation that provisioned the folder (host only, never mounted): a
+/// create that fails removes the folder only if it still holds its own token.
+pub const CREATE_TOKEN_FILE_NAME: &str = "create.token";
 /// Extension of a ledger file: `ledgers/<uuid>.ledger`.
 pub const LEDGER_EXTENSION: &str = "ledger";
 

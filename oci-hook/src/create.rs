@@ -5,7 +5,7 @@ use crate::config::Config;
 use crate::edits::{self, ContainerEdits};
 use crate::nvml;
 use crate::plan::{self, Plan, SpecFacts};
-use crate::provision::{self, Owner};
+use crate::provision::{self, Owner, Provisioned};
 use crate::rootfs::Rootfs;
 use crate::spec::Spec;
 use anyhow::Result;
@@ -67,8 +67,9 @@ impl<'a> Create<'a> {
         ContainerEdits::new(&self.plan, self.root, self.id, self.cfg)
     }
 
-    /// Provisions `<root>/containers/<id>/`; returns the folder.
-    pub fn provision(&self, owner: Owner, image: &Image) -> Result<PathBuf> {
+    /// Provisions `<root>/containers/<id>/`, never over a folder that is there
+    /// ([`provision::AlreadyExists`]); returns the folder this call made.
+    pub fn provision(&self, owner: Owner, image: &Image) -> Result<Provisioned> {
         provision::provision(
             self.root,
             self.id,

@@ -11,7 +11,7 @@ use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
 use crate::lower;
 use crate::plan::SpecFacts;
-use crate::provision::{self, Owner};
+use crate::provision::{Owner, Provisioned};
 use crate::spec::Spec;
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::{OsStr, OsString};
@@ -92,7 +92,7 @@ fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallibl
     let lower = lower::resolve_lower(&lower_name)?;
     let mut cmd = std::process::Command::new(&lower);
     cmd.arg0(&lower_name).args(&args[1..]);
-    let Some((root, id)) = provisioned else {
+    let Some(provisioned) = provisioned else {
         let err = cmd.exec();
         bail!("cannot exec lower runtime {}: {err}", lower.display());
     };
@@ -101,9 +101,10 @@ fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallibl
     let code =
         lower::run_child(cmd).with_context(|| format!("lower runtime {}", lower.display()))?;
     // A failed create/run has no container; a `run` whose container exited non-zero already had its
-    // poststop, so removing again is a no-op.
+    // poststop. Only the folder this invocation made is removed: by now the id may be another
+    // container's (after that poststop).
     if code != 0 {
-        let _ = provision::remove(&root, &id);
+        let _ = provisioned.remove();
     }
     std::process::exit(code);
 }
@@ -113,9 +114,9 @@ fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallibl
 /// milliseconds per container start).
 const SPEC_WRITE: WriteOptions = WriteOptions::with_mode(0o644).keep_mode();
 
-/// The `create` work: plan, provision, edit. Leaves nothing behind on failure. Returns the state root and
-/// container id when state was provisioned.
-fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, String)>> {
+/// The `create` work: plan, provision, edit. Leaves nothing behind on failure, and never touches state it
+/// did not make (a live container's with the same id). Returns the state it provisioned.
+fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<Provisioned>> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
         None => std::env::current_dir()
@@ -148,12 +149,12 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
         ContainerEdits::strip_from_spec(&mut spec);
     }
     create.edits()?.apply_to_spec(&mut spec)?;
-    create.provision(Owner::default(), &image)?;
+    let provisioned = create.provision(Owner::default(), &image)?;
     if let Err(e) = write_atomic(&spec_path, spec.to_text().as_bytes(), SPEC_WRITE) {
-        let _ = provision::remove(&root, id);
+        let _ = provisioned.remove();
         return Err(e.into());
     }
-    Ok(Some((root, id.to_string())))
+    Ok(Some(provisioned))
 }
 
 /// argv[0] as the engine called us, for messages.
