@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 pub const CONTAINER_STATE_DIR: &str = "/run/vgpu";
 /// Inside the container: the limits file (mounted read-only).
 pub const CONTAINER_LIMITS_PATH: &str = "/run/vgpu/limits.json";
-/// Inside the container: the folder of the ledgers (mounted read-write).
+/// Inside the container: the folder of the ledgers. Each GPU's ledger file is bind-mounted (read-write) at
+/// [`container_ledger_path`] in it; the folder itself is the container's own, never the host's.
 pub const CONTAINER_LEDGERS_DIR: &str = "/run/vgpu/ledgers";
 /// Inside the container: the interposer (mounted read-only).
 pub const CONTAINER_LIBRARY_PATH: &str = "/usr/local/vgpu/libvgpu.so";
@@ -24,6 +25,9 @@ pub const CORE_FILE_NAME: &str = "libvgpu_core.so";
 pub const LIMITS_FILE_NAME: &str = "limits.json";
 pub const LEDGERS_DIR_NAME: &str = "ledgers";
 pub const PRELOAD_FILE_NAME: &str = "ld.so.preload";
+/// A random token written by the invocation that provisioned the folder (host only, never mounted): a
+/// create that fails removes the folder only if it still holds its own token.
+pub const CREATE_TOKEN_FILE_NAME: &str = "create.token";
 /// Extension of a ledger file: `ledgers/<uuid>.ledger`.
 pub const LEDGER_EXTENSION: &str = "ledger";
 
@@ -90,6 +94,12 @@ pub fn check_gpu_uuid(uuid: &str) -> Result<(), LayoutError> {
 pub fn relative_ledger_path(uuid: &str) -> Result<PathBuf, LayoutError> {
     check_gpu_uuid(uuid)?;
     Ok(Path::new(LEDGERS_DIR_NAME).join(format!("{uuid}.{LEDGER_EXTENSION}")))
+}
+
+/// Inside the container: where the ledger of GPU `uuid` is mounted, `/run/vgpu/ledgers/<uuid>.ledger` (the
+/// limits file's relative `ledger` path, resolved from its folder).
+pub fn container_ledger_path(uuid: &str) -> Result<PathBuf, LayoutError> {
+    Ok(Path::new(CONTAINER_STATE_DIR).join(relative_ledger_path(uuid)?))
 }
 
 /// The state root on the host (`state_root` of /etc/vgpu/config.toml, default /run/vgpu).
@@ -175,6 +185,11 @@ mod tests {
             relative_ledger_path("GPU-1").unwrap(),
             Path::new("ledgers/GPU-1.ledger")
         );
+        assert_eq!(
+            container_ledger_path("GPU-1").unwrap(),
+            Path::new(CONTAINER_LEDGERS_DIR).join("GPU-1.ledger")
+        );
+        assert!(container_ledger_path("../x").is_err());
     }
 
     #[test]

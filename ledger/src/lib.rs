@@ -25,4 +25,4 @@ pub mod walk;
 
 pub use limits::{DeviceLimit, Limits, LimitsError, LIMITS_VERSION};
 pub use quantity::{format_bytes, parse_quantity, QuantityError};
-pub use region::{Kind, Ledger, LedgerError, Refused, Slot, SlotSnapshot, Snapshot};
+pub use region::{Kind, Ledger, LedgerError, MeasureLock, Refused, Slot, SlotSnapshot, Snapshot};

@@ -172,6 +172,39 @@ fn fork_child_keeping_the_slot_does_not_keep_parent_alive(dir: &Path) {
     kill(child, Signal::SIGKILL).unwrap(); // an orphan now; init reaps it
 }
 
+/// The measurement lock is pinned like a slot's lock: a fork child of its holder neither inherits it nor
+/// keeps it alive, and it goes with the holder's death.
+fn fork_child_does_not_keep_the_measurement_lock(dir: &Path) {
+    let (path, ledger) = fresh(dir, "measure.ledger");
+    let (rx, tx) = pipe().unwrap();
+    let (crx, ctx) = pipe().unwrap();
+    let holder = spawn(|| {
+        let l = Ledger::open(&path).unwrap();
+        let _held = l.try_measure_lock().unwrap().expect("nobody else holds it");
+        let child = spawn(|| {
+            // The child cannot see the parent's lock as its own: taking it must fail while the parent lives.
+            let l = Ledger::open(&path).unwrap();
+            let free = l.try_measure_lock().unwrap().is_some();
+            send(&ctx, u32::from(free));
+            sleep_forever()
+        });
+        send(&tx, child.as_raw() as u32);
+        sleep_forever()
+    });
+    let child_free = receive(&crx).expect("child died");
+    let child = Pid::from_raw(receive(&rx).expect("holder died") as i32);
+    assert_eq!(child_free, 0, "a fork child must not hold its parent's measurement lock");
+    assert!(ledger.measure_locked().unwrap());
+    kill_and_reap(holder);
+    let t = Instant::now();
+    while ledger.measure_locked().unwrap() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the live fork child keeps the measurement lock");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(ledger.try_measure_lock().unwrap().is_some());
+    kill(child, Signal::SIGKILL).unwrap(); // an orphan now; init reaps it
+}
+
 /// `exec` ends the process image that owned the slot: the pin mapping goes with it, so the slot is dead
 /// (and reclaimable) while the process itself lives on as another program.
 fn exec_releases_the_slot(dir: &Path) {
@@ -444,6 +477,9 @@ fn main() {
     fork_child_keeping_the_slot_does_not_keep_parent_alive(dir.path());
     passed += 1;
     println!("processes: a fork child that keeps the parent's slot does not keep it alive ... ok");
+    fork_child_does_not_keep_the_measurement_lock(dir.path());
+    passed += 1;
+    println!("processes: a fork child neither holds nor keeps its parent's measurement lock ... ok");
     exec_releases_the_slot(dir.path());
     passed += 1;
     println!("processes: exec releases the slot ... ok");

@@ -1,5 +1,6 @@
-//! Where the limits come from: the container's limits file (written by vgpu-hook, read-only), which wins,
-//! or the HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver. Not
+//! Where the limits come from: the container's limits file (written by vgpu-hook, mounted read-only),
+//! which inside a container is the only source, or outside one a file named by VGPU_LIMITS_FILE, or the
+//! HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver. Not
 //! here: the environment's grammar (`vgpu_ledger::envlimits`, shared with the hook) or the files' format.
 
 use crate::error::Error;
@@ -12,7 +13,9 @@ use vgpu_ledger::limits::Limits;
 pub const ENV_LIMIT: &str = envlimits::LIMIT_VAR;
 pub const ENV_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
 pub const ENV_LIMITS_FILE: &str = envlimits::LIMITS_FILE_VAR;
-pub const DEFAULT_CACHE: &str = "/tmp/cudevshr.cache";
+/// The environment mode's ledgers without CUDA_DEVICE_MEMORY_SHARED_CACHE: `<user folder>/cudevshr.cache.<uuid>`.
+pub const CACHE_NAME: &str = "cudevshr.cache";
+const ENV_XDG: &str = "XDG_RUNTIME_DIR";
 
 /// The limit and ledger of one GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,14 +28,36 @@ pub struct DeviceSpec {
 pub enum Config {
     /// No limit anywhere: every call goes straight to the driver.
     Unlimited,
-    /// The container's limits file.
-    File { path: PathBuf, limits: Limits },
-    /// Environment variables.
+    /// A limits file: the container's (`mounted`: at the container path, then the only source), or one
+    /// named by VGPU_LIMITS_FILE outside a container.
+    File {
+        path: PathBuf,
+        limits: Limits,
+        mounted: bool,
+    },
+    /// Environment variables. `dir`: the per-user folder the default `prefix` lies in (made and checked
+    /// when a ledger is opened); None when CUDA_DEVICE_MEMORY_SHARED_CACHE gave the prefix.
     Env {
         global: u64,
         per_index: BTreeMap<u32, u64>,
         prefix: String,
+        dir: Option<PathBuf>,
     },
+}
+
+/// How the ledgers of a configuration are opened (`quota`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LedgerMode<'a> {
+    /// Listed in the container's mounted limits file: provisioned by vgpu-hook, opened and never created
+    /// (a tenant who deletes it must not get a fresh, empty one); it must be a regular file.
+    Provisioned,
+    /// Listed in a limits file named by VGPU_LIMITS_FILE outside a container (tests): created on demand
+    /// (mode 0666) when missing.
+    File,
+    /// The environment mode: created on demand for this user alone (0600); only files of this user's or
+    /// root's that no other user can write are used; `dir`, the per-user default folder, is made first
+    /// (0700, this user's).
+    Env { dir: Option<&'a Path> },
 }
 
 /// A GPU as the configuration sees it (`identity` finds it): its own UUID (`GPU-…`, or `MIG-…` for a MIG
@@ -60,24 +85,39 @@ impl Config {
     pub fn load() -> Result<Config, Error> {
         let env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .filter(|(k, _)| k.starts_with("CUDA_DEVICE_MEMORY_") || k == ENV_LIMITS_FILE)
+            .filter(|(k, _)| {
+                k.starts_with("CUDA_DEVICE_MEMORY_") || k == ENV_LIMITS_FILE || k == ENV_XDG
+            })
             .collect();
         Self::from_env(&env, Path::new(vgpu_ledger::layout::CONTAINER_LIMITS_PATH))
     }
 
-    /// `env`: the relevant variables; `default_file`: the limits file used when VGPU_LIMITS_FILE is unset.
-    pub fn from_env(env: &[(String, String)], default_file: &Path) -> Result<Config, Error> {
+    /// `env`: the relevant variables; `mounted`: where a container's limits file is mounted
+    /// (`vgpu_ledger::layout::CONTAINER_LIMITS_PATH`).
+    pub fn from_env(env: &[(String, String)], mounted: &Path) -> Result<Config, Error> {
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        // The limits file wins. Named explicitly it must exist; at the default path it is optional.
-        let file = match get(ENV_LIMITS_FILE) {
-            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
-            _ if default_file.exists() => Some(default_file.to_path_buf()),
-            _ => None,
+        // Inside a container (its limits file is mounted) that file is the only source: any user of the
+        // container could copy it with a bigger number and name the copy in VGPU_LIMITS_FILE, or set
+        // CUDA_DEVICE_MEMORY_LIMIT. The variable is for tests and the standalone mode; a file it names must
+        // exist. Anything at the mounted path but "not found" counts as present (and must then load).
+        let in_container = !matches!(std::fs::symlink_metadata(mounted),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let file = if in_container {
+            Some((mounted.to_path_buf(), true))
+        } else {
+            match get(ENV_LIMITS_FILE) {
+                Some(p) if !p.is_empty() => Some((PathBuf::from(p), false)),
+                _ => None,
+            }
         };
-        if let Some(path) = file {
+        if let Some((path, mounted)) = file {
             let limits = Limits::load(&path)
                 .map_err(|e| Error::Config(format!("limits file {}: {e}", path.display())))?;
-            return Ok(Config::File { path, limits });
+            return Ok(Config::File {
+                path,
+                limits,
+                mounted,
+            });
         }
         // The grammar is the hook's too (vgpu_ledger::envlimits): 0 or empty is no limit for those GPUs.
         let limits = EnvLimits::parse(env).map_err(|e| Error::Config(e.to_string()))?;
@@ -90,14 +130,21 @@ impl Config {
             .iter()
             .map(|(&i, l)| (i, l.bytes))
             .collect();
-        let prefix = match get(ENV_CACHE) {
-            Some(p) if !p.is_empty() => p.to_string(),
-            _ => DEFAULT_CACHE.to_string(),
+        // Never a folder every user shares: one user could truncate another's ledger (SIGBUS) or share
+        // its quota.
+        let (prefix, dir) = match get(ENV_CACHE) {
+            Some(p) if !p.is_empty() => (p.to_string(), None),
+            _ => {
+                let dir = user_dir(get(ENV_XDG));
+                let prefix = dir.join(CACHE_NAME).to_string_lossy().into_owned();
+                (prefix, Some(dir))
+            }
         };
         Ok(Config::Env {
             global,
             per_index,
             prefix,
+            dir,
         })
     }
 
@@ -112,7 +159,7 @@ impl Config {
     pub fn lookup(&self, gpu: Gpu<'_>) -> Lookup {
         match self {
             Config::Unlimited => Lookup::NoLimit,
-            Config::File { path, limits } => {
+            Config::File { path, limits, .. } => {
                 let found = limits
                     .device_by_uuid(gpu.uuid)
                     .or_else(|| gpu.parent.and_then(|p| limits.device_by_uuid(p)));
@@ -135,6 +182,7 @@ impl Config {
                 global,
                 per_index,
                 prefix,
+                ..
             } => {
                 let limit = match gpu.index.and_then(|i| per_index.get(&i)) {
                     Some(&l) => l,
@@ -157,16 +205,38 @@ impl Config {
         }
     }
 
-    /// Whether ledgers are the environment mode's (created on demand in a shared folder such as /tmp, so
-    /// they must be this user's or root's: `quota`), rather than provisioned by the hook.
-    pub fn env_mode(&self) -> bool {
-        matches!(self, Config::Env { .. })
+    /// How this configuration's ledgers are opened.
+    pub fn ledger_mode(&self) -> LedgerMode<'_> {
+        match self {
+            Config::Env { dir, .. } => LedgerMode::Env {
+                dir: dir.as_deref(),
+            },
+            Config::File { mounted: true, .. } => LedgerMode::Provisioned,
+            _ => LedgerMode::File,
+        }
     }
 }
 
 /// The ledger of GPU `uuid` when configured by the environment: `<prefix>.<uuid>`.
 pub fn env_ledger_path(prefix: &str, uuid: &str) -> PathBuf {
     PathBuf::from(format!("{prefix}.{uuid}"))
+}
+
+/// The folder of this user's default ledgers: `$XDG_RUNTIME_DIR/vgpu` when that variable names a folder
+/// of this (effective) user's, not through a symbolic link (the session's private folder), else
+/// `/tmp/vgpu-<uid>`. Made and checked (0700, this user's, not a link) by `quota` before use.
+pub fn user_dir(xdg: Option<&str>) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let ours = |p: &str| {
+        p.starts_with('/')
+            && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == me)
+    };
+    match xdg {
+        Some(x) if ours(x) => Path::new(x).join("vgpu"),
+        _ => PathBuf::from(format!("/tmp/vgpu-{me}")),
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +302,42 @@ mod tests {
     }
 
     #[test]
+    fn inside_a_container_the_mounted_limits_file_is_the_only_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, limit: u64| {
+            let p = dir.path().join(name);
+            std::fs::write(
+                &p,
+                format!(r#"{{"version":1,"container_id":"c","devices":[{{"index":0,"uuid":"GPU-a","memory_limit":{limit},"ledger":"ledgers/GPU-a.ledger"}}]}}"#),
+            )
+            .unwrap();
+            p
+        };
+        let mounted = file("mounted.json", 4096);
+        // Any user can copy the file with a bigger number and name it, or set the HAMi variables.
+        let copy = file("copy.json", 1 << 40);
+        let env = env(&[
+            ("VGPU_LIMITS_FILE", copy.to_str().unwrap()),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1t"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "1t"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+        ]);
+        let c = Config::from_env(&env, &mounted).unwrap();
+        let Lookup::Limit(s) = c.lookup(gpu("GPU-a", Some(0))) else {
+            panic!("the mounted file's GPU has a limit")
+        };
+        assert_eq!(s.limit, 4096);
+        assert_eq!(s.ledger, dir.path().join("ledgers/GPU-a.ledger"));
+        assert_eq!(c.ledger_mode(), LedgerMode::Provisioned, "never created");
+        let named = Config::from_env(&env, Path::new(NOFILE)).unwrap();
+        assert_eq!(named.ledger_mode(), LedgerMode::File);
+        // A mounted file that cannot be read refuses CUDA; nothing else takes its place.
+        std::fs::write(&mounted, "{").unwrap();
+        let e = Config::from_env(&env, &mounted).unwrap_err().to_string();
+        assert!(e.contains("mounted.json"), "{e}");
+    }
+
+    #[test]
     fn nothing_set_is_unlimited() {
         assert!(Config::from_env(&env(&[]), Path::new(NOFILE))
             .unwrap()
@@ -258,7 +364,12 @@ mod tests {
             panic!()
         };
         assert_eq!(d0.limit, 1 << 30);
-        assert_eq!(d0.ledger, PathBuf::from("/tmp/cudevshr.cache.GPU-a"));
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(
+            d0.ledger,
+            PathBuf::from(format!("/tmp/vgpu-{me}/cudevshr.cache.GPU-a"))
+        );
         assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(512 << 20));
         assert!(matches!(c.lookup(gpu("GPU-b", None)), Lookup::Refuse(m) if m.contains("index")));
     }
@@ -319,6 +430,56 @@ mod tests {
                 limit: 4096,
                 ledger: "/x/q.GPU-1".into()
             })
+        );
+    }
+
+    #[test]
+    fn default_ledgers_are_per_user() {
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let tmp = PathBuf::from(format!("/tmp/vgpu-{me}"));
+        let ledger_of = |pairs: &[(&str, &str)]| {
+            let mut pairs = pairs.to_vec();
+            pairs.push(("CUDA_DEVICE_MEMORY_LIMIT", "1g"));
+            let c = Config::from_env(&env(&pairs), Path::new(NOFILE)).unwrap();
+            let Lookup::Limit(s) = c.lookup(gpu("GPU-a", Some(0))) else {
+                panic!("limited")
+            };
+            let LedgerMode::Env { dir } = c.ledger_mode() else {
+                panic!("environment mode")
+            };
+            (s.ledger, dir.map(Path::to_path_buf))
+        };
+        assert_eq!(
+            ledger_of(&[]),
+            (tmp.join("cudevshr.cache.GPU-a"), Some(tmp.clone()))
+        );
+        let xdg = tempfile::tempdir().unwrap();
+        let x = xdg.path().to_str().unwrap();
+        assert_eq!(
+            ledger_of(&[("XDG_RUNTIME_DIR", x)]),
+            (
+                xdg.path().join("vgpu/cudevshr.cache.GPU-a"),
+                Some(xdg.path().join("vgpu"))
+            )
+        );
+        // Not a folder of this user's as such (a link, a relative path, missing): the /tmp folder.
+        let link = xdg.path().join("link");
+        std::os::unix::fs::symlink(xdg.path(), &link).unwrap();
+        for bad in [link.to_str().unwrap(), "relative", "/nonexistent/xdg"] {
+            assert_eq!(
+                ledger_of(&[("XDG_RUNTIME_DIR", bad)]).1,
+                Some(tmp.clone()),
+                "{bad}"
+            );
+        }
+        // A prefix given explicitly is used as it is, with no folder of ours to make.
+        assert_eq!(
+            ledger_of(&[
+                ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+                ("XDG_RUNTIME_DIR", x)
+            ]),
+            (PathBuf::from("/x/q.GPU-a"), None)
         );
     }
 

@@ -148,7 +148,7 @@ fn resolve(cfg: &Config, dev: CUdevice) -> Result<Option<DeviceQuota>, Error> {
         }
         Lookup::Limit(s) => s,
     };
-    match DeviceQuota::open_unattached(dev, uuid, spec.limit, &spec.ledger, cfg.env_mode()) {
+    match DeviceQuota::open_unattached(dev, uuid, spec.limit, &spec.ledger, cfg.ledger_mode()) {
         Ok(q) => {
             log::info(format_args!(
                 "device {dev} ({uuid}): limit {} bytes, ledger {}",

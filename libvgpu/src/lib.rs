@@ -7,7 +7,8 @@
 //! - `interpose` (dlsym routing, cuGetProcAddress) and `hooks` (one module per allocation family);
 //! - `driver` (the seam the policies call the driver through), `settings` and `lifecycle` (configuration
 //!   and process life), `devices` (which quota governs a device), `quota` (one GPU's ledger and slot),
-//!   `records` (what this process charged), `identity` (a device's UUID, MIG parent and NVML index);
+//!   `records` (what this process charged), `identity` (a device's UUID, MIG parent and NVML index),
+//!   `userfiles` (the environment mode's per-user folder and which of its files may be used);
 //! - leaves: `config` (parsing), `virt` (arithmetic of the view), `real` (the real symbols), `error`,
 //!   `guard` (panics and exit), `log`, `ffi`.
 
@@ -26,4 +27,5 @@ mod quota;
 mod real;
 mod records;
 mod settings;
+mod userfiles;
 pub mod virt;

@@ -2,17 +2,18 @@
 //! first charge), and the limit. Charging, refunding, the measurement lock and the fork gate live here;
 //! which quota governs which device does not (`devices`).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use vgpu_ledger::{Kind, Ledger, Slot};
+use vgpu_ledger::{Kind, Ledger, MeasureLock, Slot};
 
+use crate::config::LedgerMode;
 use crate::error::Error;
 use crate::guard::exiting;
 use crate::log;
+use crate::userfiles::{private_dir, trusted};
 
 /// How long a context creation waits for another process's measurement before measuring without it.
 const MEASURE_WAIT: Duration = Duration::from_secs(3);
@@ -25,8 +26,6 @@ pub struct DeviceQuota {
     pub limit: u64,
     ledger_path: PathBuf,
     ledger: Ledger,
-    /// The environment mode's files may sit in a shared folder: only this user's or root's are trusted.
-    env_mode: bool,
     /// This process's slot: null until the first charge (a leaked Box once attached).
     slot: AtomicPtr<Slot>,
     /// Milliseconds since `epoch()` before which no new attach is tried (after a failure).
@@ -37,27 +36,42 @@ impl DeviceQuota {
     /// Opens (or creates) the ledger at `path` and attaches a slot at once (unit tests).
     #[cfg(test)]
     pub fn open(ordinal: i32, uuid: &str, limit: u64, path: &Path) -> Result<DeviceQuota, Error> {
-        let q = Self::open_unattached(ordinal, uuid, limit, path, false)?;
+        let q = Self::open_unattached(ordinal, uuid, limit, path, LedgerMode::File)?;
         q.slot()?;
         Ok(q)
     }
 
     /// Opens (or creates) the ledger without taking a slot: enough to show the quota and to know it can
-    /// be enforced; the slot is attached on the first charge. `env_mode`: the ledger must not be a
-    /// symbolic link nor belong to another user than this one or root (see `trusted`).
+    /// be enforced; the slot is attached on the first charge. A container's ledger (`Provisioned`) is
+    /// only opened: it must be there, a regular file (see `provisioned`). In the environment mode the per-user folder
+    /// is made first (see `private_dir`), a ledger is created for this user alone, and one that is a
+    /// symbolic link, belongs to another user than this one or root, or that other users can write is not
+    /// used (see `trusted`).
     pub fn open_unattached(
         ordinal: i32,
         uuid: &str,
         limit: u64,
         path: &Path,
-        env_mode: bool,
+        mode: LedgerMode<'_>,
     ) -> Result<DeviceQuota, Error> {
         let fail = |e: String| Error::Ledger(format!("ledger {}: {e}", path.display()));
+        if mode == LedgerMode::Provisioned {
+            provisioned(path).map_err(fail)?;
+        }
+        let env_mode = matches!(mode, LedgerMode::Env { .. });
+        if let LedgerMode::Env { dir: Some(dir) } = mode {
+            private_dir(dir)
+                .map_err(|e| Error::Ledger(format!("ledger folder {}: {e}", dir.display())))?;
+        }
         if env_mode {
             trusted(path, true).map_err(fail)?;
         }
-        let ledger =
-            Ledger::open_or_create(path, uuid, limit).map_err(|e| Error::Ledger(e.to_string()))?;
+        let ledger = match mode {
+            LedgerMode::Provisioned => Ledger::open(path),
+            LedgerMode::Env { .. } => Ledger::open_or_create_with_mode(path, uuid, limit, 0o600),
+            LedgerMode::File => Ledger::open_or_create(path, uuid, limit),
+        }
+        .map_err(|e| Error::Ledger(e.to_string()))?;
         if env_mode {
             // Checked again now that it exists: in a sticky folder such as /tmp, a file that is ours or
             // root's cannot be replaced by another user any more.
@@ -71,7 +85,6 @@ impl DeviceQuota {
             limit,
             ledger_path: path.to_path_buf(),
             ledger,
-            env_mode,
             slot: AtomicPtr::new(ptr::null_mut()),
             attach_after: AtomicU64::new(0),
         })
@@ -209,60 +222,40 @@ impl DeviceQuota {
         }
     }
 
-    /// Serialises memory measurements (context creation) among the processes sharing this quota, so that
-    /// one process's measurement does not count another's new context. A POSIX record lock on
-    /// `<ledger>.measure`: released by the kernel if the holder dies, and not inherited by a fork child
-    /// (an flock or OFD lock would stay held by the child's copy of the descriptor).
+    /// Serialises memory measurements (context creation) among the processes sharing this quota, and the
+    /// threads of this process, so that one measurement does not count another's new context. The
+    /// ledger's measurement lock (`vgpu_ledger::MeasureLock`: an OFD lock on the ledger's header bytes,
+    /// no file of its own): released by the kernel if the holder dies, never inherited by a fork child.
     ///
     /// The wait is bounded (MEASURE_WAIT): a holder that is stopped or stuck makes this measurement run
     /// without the lock, which can only count another process's concurrent context too (charge more,
-    /// never less). None (measure unlocked) too when the file cannot be used: it is opened without
-    /// following a symbolic link, its mode is set only when this process created it, and in the
-    /// environment mode one belonging to another user than this one or root is not used.
-    pub fn measure_lock(&self) -> Option<File> {
-        use std::os::fd::AsRawFd;
-        let mut path = self.ledger_path.clone().into_os_string();
-        path.push(".measure");
-        let path = PathBuf::from(path);
-        let f = match open_measure_file(&path, self.env_mode) {
-            Ok(f) => f,
-            Err(e) => {
-                log::warn(format_args!(
-                    "measurement lock {}: {e}; measuring without it",
-                    path.display()
-                ));
-                return None;
-            }
-        };
-        // SAFETY: an all-zero flock is a valid value; the fields are set below.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_WRLCK as _;
-        fl.l_whence = libc::SEEK_SET as _;
+    /// never less). None (measure unlocked) too when the lock cannot be asked for (one warning line).
+    pub fn measure_lock(&self) -> Option<MeasureLock> {
         let deadline = Instant::now() + MEASURE_WAIT;
         let mut pause = Duration::from_millis(1);
         loop {
-            // SAFETY: fcntl F_SETLK on a descriptor we own with a valid flock; the lock goes when the File
-            // is dropped (closed).
-            if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) } == 0 {
-                return Some(f);
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) | Some(libc::EACCES) if Instant::now() < deadline => {
+            match self.ledger.try_measure_lock() {
+                Ok(Some(held)) => return Some(held),
+                Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
-                Some(libc::EAGAIN) | Some(libc::EACCES) => {
+                Ok(None) => {
                     log::warn(format_args!(
-                        "measurement lock {} still held after {} s (a stopped process?): measuring \
+                        "measurement lock of {} still held after {} s (a stopped process?): measuring \
                          without it; a context created meanwhile by another process may be counted twice",
-                        path.display(),
+                        self.ledger_path.display(),
                         MEASURE_WAIT.as_secs()
                     ));
                     return None;
                 }
-                _ => return None,
+                Err(e) => {
+                    log::warn(format_args!(
+                        "measurement lock of {}: {e}; measuring without it",
+                        self.ledger_path.display()
+                    ));
+                    return None;
+                }
             }
         }
     }
@@ -290,60 +283,21 @@ impl DeviceQuota {
     }
 }
 
-/// Whether the environment mode may use the file at `path`: not a symbolic link, and owned by this user or
-/// root. `may_be_missing`: a file that does not exist yet is fine (it will be created).
-fn trusted(path: &Path, may_be_missing: bool) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if may_be_missing && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    owned_by_us_or_root(m.file_type().is_symlink(), m.uid())
-}
-
-fn owned_by_us_or_root(symlink: bool, uid: u32) -> Result<(), String> {
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if symlink {
-        Err("is a symbolic link, which is not followed".into())
-    } else if uid != 0 && uid != me {
-        Err(format!(
-            "belongs to user {uid}, neither this user ({me}) nor root"
-        ))
-    } else {
-        Ok(())
+/// Whether a container's ledger can be opened: vgpu-hook provisioned it as a regular file and it is
+/// mounted into the container, so missing, or anything else (a FIFO, a link), means it was tampered with.
+fn provisioned(path: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) => Err(format!(
+            "is not a regular file ({:?}); a container's ledger is one vgpu-hook provisioned",
+            m.file_type()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
+            "is missing; a container's ledger is provisioned by vgpu-hook, never created here"
+                .into(),
+        ),
+        Err(e) => Err(e.to_string()),
     }
-}
-
-/// Opens (creating it 0666 if missing) the measurement file, never through a symbolic link.
-fn open_measure_file(path: &Path, env_mode: bool) -> Result<File, String> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-    let base = || {
-        let mut o = std::fs::OpenOptions::new();
-        o.read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
-        o
-    };
-    match base().create_new(true).mode(0o666).open(path) {
-        Ok(f) => {
-            // Ours: 0666 whatever the umask (the container's processes may run as different users).
-            let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
-            return Ok(f);
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let f = base().open(path).map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => "is a symbolic link, which is not followed".to_string(),
-        _ => e.to_string(),
-    })?;
-    if env_mode {
-        let m = f.metadata().map_err(|e| e.to_string())?;
-        owned_by_us_or_root(false, m.uid())?;
-    }
-    Ok(f)
 }
 
 /// Milliseconds since the first call (a monotonic clock for backoffs).
@@ -428,11 +382,65 @@ mod tests {
     use super::*;
 
     const UUID: &str = "GPU-00000000-0000-0000-0000-0000000000aa";
+    const ENV: LedgerMode<'static> = LedgerMode::Env { dir: None };
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn the_environment_mode_makes_ledgers_for_this_user_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &path, ENV).unwrap());
+        assert_eq!(mode(&path), 0o600);
+        // One another user can write could be truncated under this process (SIGBUS): not used.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = DeviceQuota::open_unattached(0, UUID, 100, &path, ENV)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("other users can write") && e.contains("/l"),
+            "{e}"
+        );
+        // A limits file's ledgers are for every user of the container.
+        let listed = dir.path().join("listed");
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &listed, LedgerMode::File).unwrap());
+        assert_eq!(mode(&listed), 0o666);
+    }
+
+    #[test]
+    fn a_containers_ledger_is_never_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("GPU-x.ledger");
+        let open = || {
+            DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::Provisioned)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        let e = open().unwrap_err();
+        assert!(e.contains("GPU-x.ledger") && e.contains("missing"), "{e}");
+        assert!(!path.exists(), "not created");
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let e = open().unwrap_err();
+        assert!(
+            e.contains("GPU-x.ledger") && e.contains("not a regular file"),
+            "{e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        drop(Ledger::open_or_create(&path, UUID, 100).unwrap());
+        open().unwrap();
+    }
 
     #[test]
     fn the_slot_is_attached_on_the_first_charge() {
         let dir = tempfile::tempdir().unwrap();
-        let q = DeviceQuota::open_unattached(0, UUID, 100, &dir.path().join("l"), true).unwrap();
+        let q = DeviceQuota::open_unattached(0, UUID, 100, &dir.path().join("l"), ENV).unwrap();
         assert!(!q.attached(), "opening the quota takes no slot");
         q.refund(Kind::Data, 5);
         assert!(
@@ -452,42 +460,45 @@ mod tests {
     fn the_environment_mode_refuses_a_symlinked_ledger() {
         let dir = tempfile::tempdir().unwrap();
         let real = dir.path().join("real");
-        drop(DeviceQuota::open_unattached(0, UUID, 100, &real, true).unwrap());
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &real, ENV).unwrap());
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let e = DeviceQuota::open_unattached(0, UUID, 100, &link, true)
+        let e = DeviceQuota::open_unattached(0, UUID, 100, &link, ENV)
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("symbolic link") && e.contains("link"), "{e}");
-        assert!(DeviceQuota::open_unattached(0, UUID, 100, &link, false).is_ok());
-        assert!(owned_by_us_or_root(false, 0).is_ok());
-        // SAFETY: geteuid cannot fail.
-        let me = unsafe { libc::geteuid() };
-        assert!(owned_by_us_or_root(false, me).is_ok());
-        let other = if me == 65534 { 65533 } else { 65534 };
-        assert!(owned_by_us_or_root(false, other).is_err());
+        assert!(DeviceQuota::open_unattached(0, UUID, 100, &link, LedgerMode::File).is_ok());
     }
 
     #[test]
-    fn the_measurement_file_is_never_followed_nor_re_moded() {
+    fn the_per_user_folder_is_made_before_its_ledgers_and_refused_when_not_private() {
         use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("vgpu-me");
+        let env = LedgerMode::Env { dir: Some(&dir) };
+        let ledger = dir.join("cudevshr.cache.x");
+        drop(DeviceQuota::open_unattached(0, UUID, 100, &ledger, env).unwrap());
+        assert_eq!((mode(&dir), mode(&ledger)), (0o700, 0o600));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = DeviceQuota::open_unattached(0, UUID, 100, &ledger, env)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("ledger folder") && e.contains("vgpu-me"), "{e}");
+    }
+
+    #[test]
+    fn the_measurement_lock_needs_no_file_and_excludes_other_holders() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l");
-        let q = DeviceQuota::open_unattached(0, UUID, 100, &path, true).unwrap();
-        let measure = dir.path().join("l.measure");
-        let victim = dir.path().join("victim");
-        std::fs::write(&victim, "x").unwrap();
-        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
-        std::os::unix::fs::symlink(&victim, &measure).unwrap();
-        assert!(q.measure_lock().is_none());
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(&victim), 0o600);
-        std::fs::remove_file(&measure).unwrap();
-        assert!(q.measure_lock().is_some(), "created");
-        assert_eq!(mode(&measure), 0o666, "ours: 0666 whatever the umask");
-        std::fs::set_permissions(&measure, std::fs::Permissions::from_mode(0o640)).unwrap();
-        assert!(q.measure_lock().is_some());
-        assert_eq!(mode(&measure), 0o640, "not ours to re-mode any more");
+        let a = DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::File).unwrap();
+        let b = DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::File).unwrap();
+        let held = a.measure_lock().expect("free");
+        assert!(b.ledger.try_measure_lock().unwrap().is_none(), "held");
+        // A container cannot create files beside its ledger: nothing but the ledger is there.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        drop(held);
+        assert!(b.measure_lock().is_some(), "released when dropped");
     }
 }

@@ -87,10 +87,38 @@ impl Default for Config {
 impl Config {
     /// Loads the configuration named by `VGPU_CONFIG`, or the default file, or the defaults.
     pub fn load() -> Result<Config> {
+        let (path, must_exist) = Self::path();
+        Config::load_from(&path, must_exist)
+    }
+
+    /// The configuration file: the one `VGPU_CONFIG` names (which must exist), or the default.
+    fn path() -> (PathBuf, bool) {
         match std::env::var_os(CONFIG_ENV) {
-            Some(p) if !p.is_empty() => Config::load_from(Path::new(&p), true),
-            _ => Config::load_from(Path::new(DEFAULT_CONFIG_PATH), false),
+            Some(p) if !p.is_empty() => (PathBuf::from(p), true),
+            _ => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
         }
+    }
+
+    /// The lower runtime when the configuration cannot be loaded, for the verbs the shim only passes
+    /// through (a container's `list`, `kill` or `delete` must not depend on vgpu's config): the file's
+    /// `lower_runtime` when it still says one, else `runc`.
+    pub fn lower_runtime_despite_errors() -> String {
+        Self::lower_runtime_of(&Self::path().0)
+    }
+
+    /// `lower_runtime` of the file at `path` if the file parses as TOML and has it as a non-empty string
+    /// (whatever else is wrong in it), else `runc`.
+    pub fn lower_runtime_of(path: &Path) -> String {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+            .and_then(|t| {
+                t.get("lower_runtime")
+                    .and_then(|v| v.as_str())
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| Config::default().lower_runtime)
     }
 
     /// Loads `path`; when `must_exist` is false a missing file gives the defaults.
@@ -222,6 +250,24 @@ mod tests {
         assert_eq!(c.lower_runtime, "crun");
         assert_eq!(c.hook_stage, HookStage::Prestart);
         assert_eq!(c.library, PathBuf::from("/usr/lib/vgpu/libvgpu.so"));
+    }
+
+    #[test]
+    fn the_lower_runtime_is_found_in_a_broken_file_or_is_runc() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.toml");
+        std::fs::write(&p, "lower_runtime = \"crun\"\nlog_level = \"loud\"\n").unwrap();
+        assert!(Config::load_from(&p, true).is_err());
+        assert_eq!(Config::lower_runtime_of(&p), "crun");
+        for broken in [
+            "state_root = [",
+            "lower_runtime = 5\n",
+            "lower_runtime = \"\"\n",
+        ] {
+            std::fs::write(&p, broken).unwrap();
+            assert_eq!(Config::lower_runtime_of(&p), "runc", "{broken}");
+        }
+        assert_eq!(Config::lower_runtime_of(&d.path().join("missing")), "runc");
     }
 
     #[test]

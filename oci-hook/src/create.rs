@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::edits::{self, ContainerEdits};
 use crate::nvml;
 use crate::plan::{self, Plan, SpecFacts};
-use crate::provision::{self, Owner};
+use crate::provision::{self, Owner, Provisioned};
 use crate::rootfs::Rootfs;
 use crate::spec::Spec;
 use anyhow::Result;
@@ -69,8 +69,9 @@ impl<'a> Create<'a> {
     }
 
     /// Admits the quota (the node's GPUs are not overcommitted: `crate::admission`) and provisions
-    /// `<root>/containers/<id>/`; returns the folder.
-    pub fn provision(&self, owner: Owner, image: &Image) -> Result<PathBuf> {
+    /// `<root>/containers/<id>/`, never over a folder that is there ([`provision::AlreadyExists`]);
+    /// returns the folder this call made.
+    pub fn provision(&self, owner: Owner, image: &Image) -> Result<Provisioned> {
         let _admitted =
             admission::admit(self.root, Policy::of(self.cfg), self.id, &self.plan, || {
                 nvml::list_gpus(&self.cfg.nvml_library)

@@ -24,8 +24,9 @@ pub const HOOK_PATH_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
 /// `args[0]` of every hook we install: how a re-edit finds them again.
 pub const HOOK_ARG0: &str = "vgpu-hook";
 
-/// Every destination vgpu ever mounts at, in the order it mounts them (the engine's only when the build has
-/// one): what a re-edit takes out.
+/// Every fixed destination vgpu ever mounts at (the engine's only when the build has one), and the ledger
+/// folder earlier versions mounted whole: with each GPU's ledger file (see [`is_our_destination`]), what a
+/// re-edit takes out.
 pub const DESTINATIONS: [&str; 5] = [
     layout::CONTAINER_LIMITS_PATH,
     layout::CONTAINER_LEDGERS_DIR,
@@ -34,11 +35,21 @@ pub const DESTINATIONS: [&str; 5] = [
     layout::CONTAINER_PRELOAD_PATH,
 ];
 
+/// Whether vgpu mounts at `destination`: one of [`DESTINATIONS`], or a ledger file in the ledger folder
+/// (one per GPU, named by its uuid, so not a fixed list).
+pub fn is_our_destination(destination: &str) -> bool {
+    DESTINATIONS.contains(&destination)
+        || destination
+            .strip_prefix(layout::CONTAINER_LEDGERS_DIR)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+}
+
 /// One bind mount into the container; always `nosuid` and `nodev`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
-    /// Path inside the container (one of [`DESTINATIONS`]).
-    pub destination: &'static str,
+    /// Path inside the container (see [`is_our_destination`]).
+    pub destination: String,
     /// Host path (visible in the container's mount namespace, which started as a copy of the host's).
     pub source: PathBuf,
     pub read_only: bool,
@@ -85,33 +96,36 @@ pub struct ContainerEdits {
 impl ContainerEdits {
     /// The edits of container `id` whose state is (about to be) provisioned under `root` with quota `plan`.
     pub fn new(plan: &Plan, root: &StateRoot, id: &str, cfg: &Config) -> Result<ContainerEdits> {
-        let mount = |destination, source, read_only, noexec| Mount {
-            destination,
+        let mount = |destination: &str, source, read_only, noexec| Mount {
+            destination: destination.to_string(),
             source,
             read_only,
             noexec,
         };
-        let mut mounts = vec![
-            mount(
-                layout::CONTAINER_LIMITS_PATH,
-                root.limits_path(id)?,
-                true,
-                true,
-            ),
-            mount(
-                layout::CONTAINER_LEDGERS_DIR,
-                root.ledgers_dir(id)?,
-                false,
-                true,
-            ),
-            // The library is mmap'ed executable: no noexec here.
-            mount(
-                layout::CONTAINER_LIBRARY_PATH,
-                cfg.library.clone(),
-                true,
-                false,
-            ),
-        ];
+        let mut mounts = vec![mount(
+            layout::CONTAINER_LIMITS_PATH,
+            root.limits_path(id)?,
+            true,
+            true,
+        )];
+        // Each ledger file, never the folder: a tenant must not be able to delete or replace its ledger, nor
+        // put files, FIFOs or links in the host's state folder (or fill its file system with them).
+        for g in &plan.gpus {
+            let inside = layout::container_ledger_path(&g.uuid)?;
+            mounts.push(Mount {
+                destination: inside.to_string_lossy().into_owned(),
+                source: root.ledger_path(id, &g.uuid)?,
+                read_only: false,
+                noexec: true,
+            });
+        }
+        // The library is mmap'ed executable: no noexec here.
+        mounts.push(mount(
+            layout::CONTAINER_LIBRARY_PATH,
+            cfg.library.clone(),
+            true,
+            false,
+        ));
         if let Some(core) = core_library(cfg) {
             mounts.push(mount(layout::CONTAINER_CORE_PATH, core, true, false));
         }
@@ -169,7 +183,7 @@ impl ContainerEdits {
             spec.set_env(k, v)?;
         }
         for m in &self.mounts {
-            spec.add_mount(m.destination, &m.source, &m.options())?;
+            spec.add_mount(&m.destination, &m.source, &m.options())?;
         }
         for h in &self.hooks {
             let args: Vec<&str> = h.args.iter().map(String::as_str).collect();
@@ -181,15 +195,15 @@ impl ContainerEdits {
         Ok(())
     }
 
-    /// Takes out what an earlier [`apply_to_spec`](Self::apply_to_spec) added, whatever its container id:
-    /// mounts at our destinations and hooks running `vgpu-hook`. Env entries and the annotation are
-    /// replaced by the next edit anyway.
+    /// Takes out what an earlier [`apply_to_spec`](Self::apply_to_spec) added, whatever its container id
+    /// and GPUs: mounts at our destinations (every ledger file included) and hooks running `vgpu-hook`. Env
+    /// entries and the annotation are replaced by the next edit anyway.
     pub fn strip_from_spec(spec: &mut Spec) {
         if let Some(m) = spec.0.get_mut("mounts").and_then(|m| m.as_array_mut()) {
             m.retain(|m| {
                 !m.get("destination")
                     .and_then(|d| d.as_str())
-                    .is_some_and(|d| DESTINATIONS.contains(&d))
+                    .is_some_and(is_our_destination)
             });
         }
         if let Some(h) = spec.0.get_mut("hooks").and_then(|h| h.as_object_mut()) {
@@ -236,6 +250,72 @@ pub fn check_library(cfg: &Config) -> Result<()> {
 mod tests {
     use super::*;
     use crate::plan::PlannedGpu;
+
+    #[test]
+    fn the_ledgers_are_mounted_as_files_and_any_gpus_are_stripped() {
+        let plan = |uuids: &[&str]| Plan {
+            gpus: uuids
+                .iter()
+                .enumerate()
+                .map(|(i, u)| PlannedGpu {
+                    index: i,
+                    uuid: u.to_string(),
+                    memory_limit: 1 << 30,
+                })
+                .collect(),
+        };
+        let root = StateRoot::new("/s".into());
+        let cfg = Config::default();
+        let edits = ContainerEdits::new(&plan(&["GPU-a", "GPU-b"]), &root, "c1", &cfg).unwrap();
+        let ledgers: Vec<(&str, &Path, bool)> = edits
+            .mounts
+            .iter()
+            .filter(|m| m.destination.starts_with("/run/vgpu/ledgers"))
+            .map(|m| (m.destination.as_str(), m.source.as_path(), m.read_only))
+            .collect();
+        assert_eq!(
+            ledgers,
+            [
+                (
+                    "/run/vgpu/ledgers/GPU-a.ledger",
+                    Path::new("/s/containers/c1/ledgers/GPU-a.ledger"),
+                    false
+                ),
+                (
+                    "/run/vgpu/ledgers/GPU-b.ledger",
+                    Path::new("/s/containers/c1/ledgers/GPU-b.ledger"),
+                    false
+                )
+            ],
+            "one writable file per GPU, never the folder"
+        );
+        // A bundle edited for other GPUs (or by an earlier version, which mounted the folder) is stripped
+        // of all of it; another mount under /run/vgpu is not ours.
+        let mut spec = Spec::parse(
+            r#"{"mounts":[{"destination":"/run/vgpu/ledgers","source":"/old"},{"destination":"/run/vgpu/ledgers/x/y","source":"/z"}]}"#,
+            Path::new("c"),
+        )
+        .unwrap();
+        edits.apply_to_spec(&mut spec).unwrap();
+        ContainerEdits::strip_from_spec(&mut spec);
+        ContainerEdits::new(&plan(&["GPU-c"]), &root, "c1", &cfg)
+            .unwrap()
+            .apply_to_spec(&mut spec)
+            .unwrap();
+        let dests: Vec<&str> = spec.0["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap())
+            .filter(|d| d.starts_with("/run/vgpu/ledgers"))
+            .collect();
+        assert_eq!(
+            dests,
+            ["/run/vgpu/ledgers/x/y", "/run/vgpu/ledgers/GPU-c.ledger"]
+        );
+        assert!(!is_our_destination("/run/vgpu/ledgers/"));
+        assert!(!is_our_destination("/run/vgpu/ledgersX/a"));
+    }
 
     #[test]
     fn editing_twice_gives_one_set_for_the_last_id() {
@@ -325,7 +405,7 @@ mod tests {
         let hook_env: Vec<String> = hook_env().iter().map(|e| format!("{e:?}")).collect();
         let hook_env = hook_env.join(",");
         let want = format!(
-            r#"{{"ociVersion":"1.0.2","process":{{"env":["PATH=/bin","CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}},"annotations":{{"a":"b","vgpu.io/provisioned-by":"vgpu-container-runtime"}},"mounts":[{{"destination":"/run/vgpu/limits.json","type":"bind","source":"/s/containers/c1/limits.json","options":["rbind","ro","nosuid","nodev","noexec"]}},{{"destination":"/run/vgpu/ledgers","type":"bind","source":"/s/containers/c1/ledgers","options":["rbind","rw","nosuid","nodev","noexec"]}},{{"destination":"/usr/local/vgpu/libvgpu.so","type":"bind","source":"{lib}/libvgpu.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/usr/local/vgpu/libvgpu_core.so","type":"bind","source":"{lib}/libvgpu_core.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/etc/ld.so.preload","type":"bind","source":"/s/containers/c1/ld.so.preload","options":["rbind","ro","nosuid","nodev","noexec"]}}],"hooks":{{"createRuntime":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","createRuntime"],"env":[{hook_env}]}}],"poststop":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","poststop"],"env":[{hook_env}]}}]}}}}"#
+            r#"{{"ociVersion":"1.0.2","process":{{"env":["PATH=/bin","CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}},"annotations":{{"a":"b","vgpu.io/provisioned-by":"vgpu-container-runtime"}},"mounts":[{{"destination":"/run/vgpu/limits.json","type":"bind","source":"/s/containers/c1/limits.json","options":["rbind","ro","nosuid","nodev","noexec"]}},{{"destination":"/run/vgpu/ledgers/GPU-0.ledger","type":"bind","source":"/s/containers/c1/ledgers/GPU-0.ledger","options":["rbind","rw","nosuid","nodev","noexec"]}},{{"destination":"/run/vgpu/ledgers/GPU-2.ledger","type":"bind","source":"/s/containers/c1/ledgers/GPU-2.ledger","options":["rbind","rw","nosuid","nodev","noexec"]}},{{"destination":"/usr/local/vgpu/libvgpu.so","type":"bind","source":"{lib}/libvgpu.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/usr/local/vgpu/libvgpu_core.so","type":"bind","source":"{lib}/libvgpu_core.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/etc/ld.so.preload","type":"bind","source":"/s/containers/c1/ld.so.preload","options":["rbind","ro","nosuid","nodev","noexec"]}}],"hooks":{{"createRuntime":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","createRuntime"],"env":[{hook_env}]}}],"poststop":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","poststop"],"env":[{hook_env}]}}]}}}}"#
         );
         assert_eq!(serde_json::to_string(&spec.0).unwrap(), want);
         // The precreate stage adds the env alone.
@@ -381,7 +461,7 @@ mod tests {
         assert!(edits
             .mounts
             .iter()
-            .all(|m| DESTINATIONS.contains(&m.destination)));
+            .all(|m| is_our_destination(&m.destination)));
         ContainerEdits::strip_from_spec(&mut spec);
         assert_eq!(spec.0["mounts"], serde_json::json!([]));
         assert_eq!(

@@ -121,10 +121,22 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     let create = Create::new(cfg, root, &st.id, plan)?;
     let image = create.read_image(&spec, &st.bundle)?;
     let edits = create.edits()?;
-    let dir = create.provision(owner, &image)?;
+    let made = match create.provision(owner, &image) {
+        Ok(p) => Some(p),
+        // This stage already ran for this very container (same init process): mount again, harmlessly.
+        // Any other owner's state (another container with this id) is refused and left alone.
+        Err(e)
+            if e.is::<provision::AlreadyExists>() && provision::owned_by(root, &st.id, owner) =>
+        {
+            None
+        }
+        Err(e) => return Err(e),
+    };
     // The same mounts the shim writes into a spec, made here in the container's mount namespace.
     if let Err(e) = mountns::bind_into(pid, &image.rootfs, &edits.mounts) {
-        let _ = provision::remove_dir(&dir);
+        if let Some(p) = made {
+            let _ = p.remove();
+        }
         return Err(e);
     }
     Ok(())

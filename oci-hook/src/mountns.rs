@@ -72,9 +72,9 @@ fn fd_path(fd: &OwnedFd) -> String {
 fn bind_one(root: &Rootfs, b: &Mount) -> Result<()> {
     let src_md = std::fs::metadata(&b.source)?;
     let target = if src_md.is_dir() {
-        root.mkdir_all(Path::new(b.destination), 0o755)?
+        root.mkdir_all(Path::new(&b.destination), 0o755)?
     } else {
-        root.ensure_file(Path::new(b.destination), 0o644)?
+        root.ensure_file(Path::new(&b.destination), 0o644)?
     };
     mount(
         Some(&b.source),
@@ -84,7 +84,7 @@ fn bind_one(root: &Rootfs, b: &Mount) -> Result<()> {
         None::<&str>,
     )?;
     // The old descriptor still names the covered file; reopen to reach the new mount on top of it.
-    let mounted = root.open_in(Path::new(b.destination), OFlag::O_PATH)?;
+    let mounted = root.open_in(Path::new(&b.destination), OFlag::O_PATH)?;
     let st = fstat(&mounted)?;
     if (st.st_dev, st.st_ino)
         != (

@@ -2,7 +2,10 @@
 //! made, recorded, removed. Not here: its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
 //!
 //! The state is built in a hidden temporary folder and renamed into place, so a failure at any step leaves
-//! nothing behind, and a reader never sees a half-made container folder.
+//! nothing behind, and a reader never sees a half-made container folder. The rename never replaces a
+//! folder that is there (another container with this id, or a create of it in progress), and the folder
+//! carries a random token of the invocation that made it: cleaning up after a failed create removes only
+//! a folder that still holds that token, never another's state.
 
 use crate::plan::Plan;
 use anyhow::{anyhow, Context, Result};
@@ -78,31 +81,103 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
     })
 }
 
-fn same_quota(a: &Limits, b: &Limits) -> bool {
-    let key = |l: &Limits| {
-        l.devices
-            .iter()
-            .map(|d| (d.index, d.uuid.clone(), d.memory_limit))
-            .collect::<Vec<_>>()
-    };
-    key(a) == key(b)
+/// The state of container `id` is there already: it belongs to a live container with this id, or to a
+/// create of it in progress. Nothing was changed.
+#[derive(Debug)]
+pub struct AlreadyExists {
+    pub id: String,
+    pub dir: PathBuf,
 }
 
-/// Creates the container's state (idempotent: state already there with the same quota is kept as is,
-/// state with another quota is replaced). Returns the container's folder.
+impl std::fmt::Display for AlreadyExists {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "container {}: its state {} already exists (a container with this id is running or being \
+             created; state left by a crash is collected after gc_pending_grace_seconds)",
+            self.id,
+            self.dir.display()
+        )
+    }
+}
+
+impl std::error::Error for AlreadyExists {}
+
+/// A container's state folder made by this invocation, and the token that proves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisioned {
+    pub dir: PathBuf,
+    token: String,
+}
+
+impl Provisioned {
+    /// Removes the folder if it is still the one this invocation made (its token); another's state (a
+    /// container that got the id since) is left alone. Ok(true) when removed.
+    pub fn remove(&self) -> Result<bool> {
+        if !holds_token(&self.dir, &self.token) {
+            return Ok(false);
+        }
+        let aside = aside_path(&self.dir)?;
+        match fs::rename(&self.dir, &aside) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot remove {}", self.dir.display()))
+            }
+        }
+        // Replaced between the check and the rename: put the other's folder back.
+        if !holds_token(&aside, &self.token) {
+            renameat2(
+                AT_FDCWD,
+                &aside,
+                AT_FDCWD,
+                &self.dir,
+                RenameFlags::RENAME_NOREPLACE,
+            )
+            .map_err(|e| anyhow!("cannot put {} back: {e}", self.dir.display()))?;
+            return Ok(false);
+        }
+        fs::remove_dir_all(&aside).with_context(|| format!("cannot remove {}", aside.display()))?;
+        Ok(true)
+    }
+
+    #[cfg(test)]
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+fn holds_token(dir: &Path, token: &str) -> bool {
+    fs::read_to_string(dir.join(layout::CREATE_TOKEN_FILE_NAME)).is_ok_and(|t| t == token)
+}
+
+/// 128 random bits, hex.
+fn new_token() -> Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("cannot read /dev/urandom")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Creates the container's state. Refuses (with [`AlreadyExists`]) when the container's folder is there
+/// already: it is another container's, or another create's in progress, and is left untouched.
 pub fn provision(
     root: &StateRoot,
     id: &str,
     plan: &Plan,
     owner: Owner,
     image_preload: Option<&str>,
-) -> Result<PathBuf> {
+) -> Result<Provisioned> {
     let dir = root.container_dir(id)?;
     let limits = limits_for(id, plan, owner)?;
-    if let Ok(existing) = Limits::load(&dir.join(layout::LIMITS_FILE_NAME)) {
-        if same_quota(&existing, &limits) && dir.join(layout::PRELOAD_FILE_NAME).is_file() {
-            return Ok(dir);
+    if fs::symlink_metadata(&dir).is_ok() {
+        return Err(AlreadyExists {
+            id: id.to_string(),
+            dir,
         }
+        .into());
     }
     let containers = root.containers_dir();
     for d in [root.root(), containers.as_path()] {
@@ -116,28 +191,37 @@ pub fn provision(
         .prefix(&format!(".tmp-{id}-"))
         .tempdir_in(&containers)
         .with_context(|| format!("cannot create a folder in {}", containers.display()))?;
+    let token = new_token()?;
     fill(tmp.path(), plan, &limits, image_preload)?;
+    write_atomic(
+        &tmp.path().join(layout::CREATE_TOKEN_FILE_NAME),
+        token.as_bytes(),
+        WriteOptions::with_mode(0o600),
+    )?;
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o711))?;
-    match fs::rename(tmp.path(), &dir) {
+    // Never over a folder that appeared meanwhile (two creates of one id at once: the loser fails here,
+    // before it runs anything, and removes only its own temporary folder).
+    match renameat2(
+        AT_FDCWD,
+        tmp.path(),
+        AT_FDCWD,
+        &dir,
+        RenameFlags::RENAME_NOREPLACE,
+    ) {
         Ok(()) => {
             // The folder now lives at `dir`; the TempDir guard must not delete it.
             let _ = tmp.keep();
         }
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST)) => {
-            // Replace a stale folder atomically, then remove what was there before.
-            renameat2(
-                AT_FDCWD,
-                tmp.path(),
-                AT_FDCWD,
-                &dir,
-                RenameFlags::RENAME_EXCHANGE,
-            )
-            .map_err(|e| anyhow!("cannot replace {}: {e}", dir.display()))?;
-            // `tmp` now holds the old state and is removed when dropped.
+        Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOTEMPTY) => {
+            return Err(AlreadyExists {
+                id: id.to_string(),
+                dir,
+            }
+            .into())
         }
-        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+        Err(e) => return Err(anyhow!("cannot create {}: {e}", dir.display())),
     }
-    Ok(dir)
+    Ok(Provisioned { dir, token })
 }
 
 fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -> Result<()> {
@@ -189,14 +273,25 @@ pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     Ok(())
 }
 
+/// Whether container `id`'s state records `owner` as its init process (the hooks.d path provisions with
+/// the owner known, so a stage run twice recognises its own state).
+pub fn owned_by(root: &StateRoot, id: &str, owner: Owner) -> bool {
+    let Ok(p) = root.limits_path(id) else {
+        return false;
+    };
+    Limits::load(&p).is_ok_and(|l| {
+        owner.init_pid != 0 && l.init_pid == Some(owner.init_pid) && l.pid_ns == Some(owner.pid_ns)
+    })
+}
+
 /// Removes the container's state; a missing folder is fine (poststop twice, or without a prestart).
 pub fn remove(root: &StateRoot, id: &str) -> Result<bool> {
     let dir = root.container_dir(id)?;
     remove_dir(&dir)
 }
 
-/// Removes a state folder: renamed aside first so no reader sees it half-deleted.
-pub fn remove_dir(dir: &Path) -> Result<bool> {
+/// Where a folder is renamed to before it is deleted: `.rm-<name>-<pid>` beside it.
+fn aside_path(dir: &Path) -> Result<PathBuf> {
     let parent = dir
         .parent()
         .ok_or_else(|| anyhow!("{} has no parent", dir.display()))?;
@@ -204,7 +299,12 @@ pub fn remove_dir(dir: &Path) -> Result<bool> {
         .file_name()
         .ok_or_else(|| anyhow!("{} has no name", dir.display()))?
         .to_string_lossy();
-    let aside = parent.join(format!(".rm-{name}-{}", std::process::id()));
+    Ok(parent.join(format!(".rm-{name}-{}", std::process::id())))
+}
+
+/// Removes a state folder: renamed aside first so no reader sees it half-deleted.
+pub fn remove_dir(dir: &Path) -> Result<bool> {
+    let aside = aside_path(dir)?;
     match fs::rename(dir, &aside) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -251,7 +351,8 @@ mod tests {
             Owner::default(),
             Some("/x.so\n"),
         )
-        .unwrap();
+        .unwrap()
+        .dir;
         let limits = Limits::load(&dir.join("limits.json")).unwrap();
         assert_eq!(limits.devices[0].memory_limit, 1 << 30);
         assert_eq!(limits.init_pid, None);
@@ -262,16 +363,7 @@ mod tests {
             fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
             "/usr/local/vgpu/libvgpu.so\n/x.so\n"
         );
-        // Same quota again: kept (same inode), another quota: replaced.
         let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
-        let before = ino(&dir.join("limits.json"));
-        provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
-        assert_eq!(ino(&dir.join("limits.json")), before);
-        provision(&root, "c1", &plan(2 << 30), Owner::default(), None).unwrap();
-        assert_eq!(
-            Limits::load(&dir.join("limits.json")).unwrap().devices[0].memory_limit,
-            2 << 30
-        );
         // The owner is recorded in place (the file may be bind-mounted).
         let me = Owner::of_pid(std::process::id()).unwrap();
         let before = ino(&dir.join("limits.json"));
@@ -286,6 +378,36 @@ mod tests {
             0,
             "nothing left behind"
         );
+    }
+
+    #[test]
+    fn a_second_create_of_one_id_changes_nothing_and_cleans_up_only_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().join("state"));
+        let first = provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
+        let limits = fs::read(first.dir.join("limits.json")).unwrap();
+        // Same id again (the container lives, or its create is in progress), with the same or another quota.
+        for limit in [1 << 30, 2 << 30] {
+            let e = provision(&root, "c1", &plan(limit), Owner::default(), None).unwrap_err();
+            assert!(e.downcast_ref::<AlreadyExists>().is_some(), "{e:#}");
+            assert!(format!("{e:#}").contains("already exists"), "{e:#}");
+            assert_eq!(fs::read(first.dir.join("limits.json")).unwrap(), limits);
+        }
+        assert_eq!(
+            fs::read_dir(root.containers_dir()).unwrap().count(),
+            1,
+            "the losers left no temporary folder"
+        );
+        // The first container went (poststop) and another took the id: the first create's clean-up
+        // must not remove the newcomer's state.
+        assert!(remove(&root, "c1").unwrap());
+        let second = provision(&root, "c1", &plan(2 << 30), Owner::default(), None).unwrap();
+        assert_ne!(first.token(), second.token());
+        assert!(!first.remove().unwrap());
+        assert!(second.dir.join("limits.json").is_file());
+        assert!(second.remove().unwrap());
+        assert!(!second.dir.exists());
+        assert_eq!(fs::read_dir(root.containers_dir()).unwrap().count(), 0);
     }
 
     #[test]

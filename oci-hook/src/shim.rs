@@ -1,8 +1,9 @@
 //! `vgpu-container-runtime`: edits the spec of a container with a quota, then runs the lower runtime. Not
 //! here: its command line (`crate::args`), the lower runtime (`crate::lower`), the create steps (`crate::create`).
 //!
-//! Only `create` (and `run`, which creates) is acted on; every other verb is passed straight through. A
-//! container without a quota is passed through with its `config.json` untouched, byte for byte.
+//! Only `create` (and `run`, which creates) is acted on; every other verb is passed straight through, even
+//! when vgpu's config cannot be loaded. A container without a quota is passed through with its
+//! `config.json` untouched, byte for byte.
 
 use crate::args::{parse_args, Invocation};
 use crate::config::Config;
@@ -10,7 +11,7 @@ use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
 use crate::lower;
 use crate::plan::SpecFacts;
-use crate::provision::{self, Owner};
+use crate::provision::{Owner, Provisioned};
 use crate::spec::Spec;
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::{OsStr, OsString};
@@ -49,35 +50,63 @@ pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let inv = parse_args(&strs);
-    let result = (|| -> Result<std::convert::Infallible> {
-        let cfg = Config::load()?;
-        let lower_name = cfg.lower_runtime.clone();
-        let provisioned = if matches!(inv.verb.as_deref(), Some("create") | Some("run")) {
-            prepare_create(&inv, &cfg)?
-        } else {
-            None
-        };
-        let lower = lower::resolve_lower(&lower_name)?;
-        let mut cmd = std::process::Command::new(&lower);
-        cmd.arg0(&lower_name).args(&args[1..]);
-        let Some((root, id)) = provisioned else {
-            let err = cmd.exec();
-            bail!("cannot exec lower runtime {}: {err}", lower.display());
-        };
-        // State was provisioned: stay as the lower runtime's parent, so that if it fails to create the
-        // container (after our checks passed) the state goes with it instead of waiting for the collector.
-        let code =
-            lower::run_child(cmd).with_context(|| format!("lower runtime {}", lower.display()))?;
-        // A failed create/run has no container; a `run` whose container exited non-zero already had its
-        // poststop, so removing again is a no-op.
-        if code != 0 {
-            let _ = provision::remove(&root, &id);
-        }
-        std::process::exit(code);
-    })();
+    let result = if matches!(inv.verb.as_deref(), Some("create") | Some("run")) {
+        create(&inv, &args)
+    } else {
+        pass_through(&inv, &args)
+    };
     let e = result.unwrap_err();
     report_error(&inv, &format!("{e:#}"));
     Err(e)
+}
+
+/// Every verb but `create` and `run`: straight to the lower runtime, whatever vgpu's config says. A
+/// config that cannot be loaded must not keep an engine from listing, killing or deleting containers
+/// (those without a quota included): its error goes to stderr once, and the lower runtime is the one
+/// the file still names, else `runc`.
+fn pass_through(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallible> {
+    let lower_name = match Config::load() {
+        Ok(cfg) => cfg.lower_runtime,
+        Err(e) => {
+            let name = Config::lower_runtime_despite_errors();
+            eprintln!(
+                "vgpu: {e:#} (ignored for `{}`: passed through to {name})",
+                inv.verb.as_deref().unwrap_or("")
+            );
+            name
+        }
+    };
+    let lower = lower::resolve_lower(&lower_name)?;
+    let err = std::process::Command::new(&lower)
+        .arg0(&lower_name)
+        .args(&args[1..])
+        .exec();
+    bail!("cannot exec lower runtime {}: {err}", lower.display());
+}
+
+/// `create` and `run`: the quota provisioned and the spec edited, then the lower runtime.
+fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallible> {
+    let cfg = Config::load()?;
+    let lower_name = cfg.lower_runtime.clone();
+    let provisioned = prepare_create(inv, &cfg)?;
+    let lower = lower::resolve_lower(&lower_name)?;
+    let mut cmd = std::process::Command::new(&lower);
+    cmd.arg0(&lower_name).args(&args[1..]);
+    let Some(provisioned) = provisioned else {
+        let err = cmd.exec();
+        bail!("cannot exec lower runtime {}: {err}", lower.display());
+    };
+    // State was provisioned: stay as the lower runtime's parent, so that if it fails to create the
+    // container (after our checks passed) the state goes with it instead of waiting for the collector.
+    let code =
+        lower::run_child(cmd).with_context(|| format!("lower runtime {}", lower.display()))?;
+    // A failed create/run has no container; a `run` whose container exited non-zero already had its
+    // poststop. Only the folder this invocation made is removed: by now the id may be another
+    // container's (after that poststop).
+    if code != 0 {
+        let _ = provisioned.remove();
+    }
+    std::process::exit(code);
 }
 
 /// How the edited `config.json` replaces the engine's: same mode, not synced (a bundle does not outlive a
@@ -85,9 +114,9 @@ pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
 /// milliseconds per container start).
 const SPEC_WRITE: WriteOptions = WriteOptions::with_mode(0o644).keep_mode();
 
-/// The `create` work: plan, provision, edit. Leaves nothing behind on failure. Returns the state root and
-/// container id when state was provisioned.
-fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, String)>> {
+/// The `create` work: plan, provision, edit. Leaves nothing behind on failure, and never touches state it
+/// did not make (a live container's with the same id). Returns the state it provisioned.
+fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<Provisioned>> {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
         None => std::env::current_dir()
@@ -120,12 +149,12 @@ fn prepare_create(inv: &Invocation, cfg: &Config) -> Result<Option<(StateRoot, S
         ContainerEdits::strip_from_spec(&mut spec);
     }
     create.edits()?.apply_to_spec(&mut spec)?;
-    create.provision(Owner::default(), &image)?;
+    let provisioned = create.provision(Owner::default(), &image)?;
     if let Err(e) = write_atomic(&spec_path, spec.to_text().as_bytes(), SPEC_WRITE) {
-        let _ = provision::remove(&root, id);
+        let _ = provisioned.remove();
         return Err(e.into());
     }
-    Ok(Some((root, id.to_string())))
+    Ok(Some(provisioned))
 }
 
 /// argv[0] as the engine called us, for messages.

@@ -405,11 +405,14 @@ check "NVML with per-index limits needs no CUDA: CUDA_VISIBLE_DEVICES set afterw
     test "$(echo "$out" | field total0)/$(echo "$out" | field total1)/$(echo "$out" | field count)" = "$((16 * GiB))/$((512 * MiB))/1"
 
 # --- the measurement lock and the environment mode's ledger files ------------------------------------------
-# a process stopped while holding the measurement lock delays a context creation by seconds, never forever
+# a process stopped while holding the measurement lock delays a context creation by seconds, never forever.
+# The lock is an OFD lock on the ledger's header bytes [0, 256) (ledger/src/region/format.rs); a POSIX
+# record lock on that range conflicts with it, so lockf stands in for a stuck holder.
 fresh
-python3 - "$CACHE.$UUID0.measure" >"$W/lockholder.out" <<'P' &
+vg "$RT" info >/dev/null 2>&1
+python3 - "$CACHE.$UUID0" >"$W/lockholder.out" <<'P' &
 import fcntl, sys, time
-f = open(sys.argv[1], "a+"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(30)
+f = open(sys.argv[1], "r+b"); fcntl.lockf(f, fcntl.LOCK_EX, 256, 0); print("locked", flush=True); time.sleep(30)
 P
 holder=$!
 for _ in $(seq 50); do grep -q locked "$W/lockholder.out" 2>/dev/null && break; sleep 0.1; done
@@ -420,16 +423,11 @@ t=$(($(date +%s) - t0)); kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 check "measurement lock held by a stuck process: the context is still created and charged ($out) within ${t}s" \
     test "$out/$((t < 12))" = "$((960 * MiB))/1"
 check "measurement lock held: one warning line" test "$(grep -c 'measure' "$W/e")" = 1
-# the measurement file: never followed through a symlink, never re-moded when not ours
+# the measurement lock is a byte range of the ledger: no file of its own is made beside it
 fresh
-echo secret >"$W/victim"; chmod 600 "$W/victim"; ln -s "$W/victim" "$CACHE.$UUID0.measure"
-out=$(FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" info 2>/dev/null | opline info | field free)
-check "a symlinked measurement file is not followed (target mode $(stat -c %a "$W/victim")), the context is charged ($out)" \
-    test "$(stat -c %a "$W/victim")/$out" = "600/$((960 * MiB))"
-fresh
-touch "$CACHE.$UUID0.measure"; chmod 640 "$CACHE.$UUID0.measure"
-FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" info >/dev/null 2>&1
-check "an existing measurement file keeps its mode ($(stat -c %a "$CACHE.$UUID0.measure"))" test "$(stat -c %a "$CACHE.$UUID0.measure")" = 640
+out=$(FAKE_CUDA_CONTEXT_BYTES=64m vg "$RT" ctx info 2>/dev/null | opline info | field free)
+check "contexts measured under the lock ($out); nothing but the ledger beside it ($(ls "$W" | grep -c "^cache$n"))" \
+    test "$out/$(ls "$W" | grep -c "^cache$n")" = "$((896 * MiB))/1"
 # environment mode: a ledger that is a symlink, or owned by another non-root user, is refused
 fresh
 vg "$RT" info >/dev/null 2>&1; mv "$CACHE.$UUID0" "$W/moved.ledger"; ln -s "$W/moved.ledger" "$CACHE.$UUID0"

@@ -8,6 +8,16 @@
 //! 256     128     CommitArea: the 16-byte commit word, alone on its cache lines
 //! 384     256×N   SlotRecord × SLOT_COUNT (1024): owner pid / pid-namespace, 8 counter pairs
 //! ```
+//!
+//! Byte ranges locked with `fcntl` OFD write locks (`lock`); they never overlap, and nothing else is
+//! locked:
+//!
+//! ```text
+//! range                        lock                 held by
+//! [0, 256)    (the header)     measurement lock     a process measuring a context creation (`measure`)
+//! [256, 384)  (commit area)    none
+//! [384 + 256·i, +256)          slot i's liveness    the slot's owner, for its life (`slot`)
+//! ```
 
 use portable_atomic::{AtomicU128, AtomicU32, AtomicU64};
 use std::mem::{align_of, offset_of, size_of};
@@ -33,6 +43,10 @@ pub const SLOT_COUNT: usize = 1024;
 pub const SLOT_SIZE: usize = 256;
 pub const FILE_SIZE: usize = SLOTS_OFFSET + SLOT_COUNT * SLOT_SIZE;
 pub const UUID_CAPACITY: usize = 96;
+/// The measurement lock's byte range: the header, which no slot lock covers (see the module's table).
+pub const MEASURE_LOCK_OFFSET: usize = 0;
+pub const MEASURE_LOCK_LEN: usize = HEADER_SIZE;
+const _: () = assert!(MEASURE_LOCK_OFFSET + MEASURE_LOCK_LEN <= COMMIT_OFFSET && COMMIT_OFFSET < SLOTS_OFFSET);
 /// Number of usage kinds (see `Kind`).
 pub const KINDS: usize = 8;
 

@@ -129,6 +129,12 @@ impl Ledger {
     /// creates it as root and the container's processes, maybe not root, charge it; it lives in a folder
     /// only that container mounts.
     pub fn open_or_create(path: &Path, uuid: &str, limit: u64) -> Result<Ledger, LedgerError> {
+        Self::open_or_create_with_mode(path, uuid, limit, 0o666)
+    }
+
+    /// As [`open_or_create`](Self::open_or_create), a file this call creates getting `mode` (the library's
+    /// environment mode: 0600, for one user alone). An existing file keeps its mode.
+    pub fn open_or_create_with_mode(path: &Path, uuid: &str, limit: u64, mode: u32) -> Result<Ledger, LedgerError> {
         check_uuid(path, uuid)?;
         // Informational only; a ledger holds at most MAX_TOTAL whatever the limit ("unlimited" = u64::MAX).
         let limit = limit.min(MAX_TOTAL);
@@ -146,7 +152,7 @@ impl Ledger {
                 }
                 Err(e) => return Err(e),
             }
-            Self::create(path, uuid, limit)?;
+            Self::create(path, uuid, limit, mode)?;
         }
         Err(LedgerError::Io {
             path: path.to_path_buf(),
@@ -155,7 +161,7 @@ impl Ledger {
     }
 
     /// Build a fresh ledger under a temporary name and link it to `path` unless someone else was first.
-    fn create(path: &Path, uuid: &str, limit: u64) -> Result<(), LedgerError> {
+    fn create(path: &Path, uuid: &str, limit: u64, mode: u32) -> Result<(), LedgerError> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -174,7 +180,7 @@ impl Ledger {
         file.write_all_at(&Header::new(uuid, limit).to_bytes(), 0)
             .map_err(io_err(path))?;
         // Explicit chmod: the umask must not take write access from the container's non-root processes.
-        file.set_permissions(std::fs::Permissions::from_mode(0o666))
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
             .map_err(io_err(path))?;
         match std::fs::hard_link(tmp.path(), path) {
             Ok(()) => Ok(()),

@@ -16,8 +16,9 @@
 //! | `ledger` | `Ledger`: create, open, validate the header; path, uuid, provisioned limit     |
 //! | `commit` | charge and refund: the commit word and the "help" protocol                     |
 //! | `slot`   | `Slot`: attach, detach, reclaim of dead owners                                 |
-//! | `lock`   | the OFD lock calls behind slot liveness                                        |
-//! | `pin`    | `Pin`: the mapping that keeps a slot's lock alive without a descriptor          |
+//! | `lock`   | the OFD lock calls behind slot liveness and the measurement lock               |
+//! | `measure`| `MeasureLock`: serialises measurements, a lock on the header's bytes            |
+//! | `pin`    | `Pin`: the mapping that keeps a lock alive without a descriptor                 |
 //! | `fd`     | our short-lived descriptors: by path, high numbers, closed only when ours      |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
 
@@ -28,15 +29,17 @@ mod format;
 mod kind;
 mod ledger;
 mod lock;
+mod measure;
 mod pin;
 mod shared;
 mod slot;
 mod view;
 
 pub use error::{LedgerError, Refused};
-pub use format::{FORMAT_VERSION, KINDS, MAX_TOTAL, SLOT_COUNT};
+pub use format::{FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT};
 pub use kind::Kind;
 pub use ledger::Ledger;
+pub use measure::MeasureLock;
 pub use slot::Slot;
 pub use view::{SlotSnapshot, Snapshot};
 
@@ -45,6 +48,7 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Ledger>();
     send_sync::<Slot>();
+    send_sync::<MeasureLock>();
 };
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `Pin`: what keeps a slot's lock alive — a one-page `PROT_NONE` mapping made through the slot's own open
+//! `Pin`: what keeps a slot's lock (and the measurement lock) alive — a one-page `PROT_NONE` mapping made through the slot's own open
 //! file description, not a descriptor. Not here: opening descriptors (`fd`), the lock calls (`lock`).
 //!
 //! An OFD lock lasts as long as its open file description, i.e. until the last reference to it goes; a

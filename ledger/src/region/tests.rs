@@ -517,3 +517,29 @@ fn a_path_that_names_another_file_now_is_not_trusted() {
     assert!(l.attach().is_err());
     assert_eq!(l.used(), 100, "nothing reclaimed through the wrong file");
 }
+
+#[test]
+fn the_measurement_lock_is_a_range_of_the_ledger_apart_from_the_slots() {
+    let (dir, path, a) = fresh();
+    let b = Ledger::open(&path).unwrap();
+    assert!(!b.measure_locked().unwrap());
+    let held = a.try_measure_lock().unwrap().expect("free");
+    // Another description (another process, or another thread of this one) must wait for it.
+    assert!(b.try_measure_lock().unwrap().is_none());
+    assert!(a.try_measure_lock().unwrap().is_none(), "each take is its own description");
+    assert!(b.measure_locked().unwrap());
+    // Slots neither take nor wait for it, and a held slot is not mistaken for it.
+    let slot = b.attach().unwrap();
+    b.charge(&slot, Kind::Data, 10, GI).unwrap();
+    assert_eq!(a.reclaim_dead().unwrap(), 0);
+    assert!(a.snapshot().slots.iter().all(|s| s.alive));
+    drop(held);
+    assert!(!b.measure_locked().unwrap(), "released on drop");
+    let again = b.try_measure_lock().unwrap().expect("free again");
+    assert!(a.snapshot().slots.iter().all(|s| s.alive));
+    drop((again, slot));
+    // No file of its own: the folder holds the ledger alone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    // The monitor's read-only view cannot take it.
+    assert!(Ledger::open_readonly(&path).unwrap().try_measure_lock().is_err());
+}

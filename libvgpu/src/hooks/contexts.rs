@@ -4,8 +4,9 @@
 //! Measurement (`measure`): this process's own usage in NVML before and after creation, else the device's
 //! used memory (NVML, or without NVML the driver's free memory through a context of the device before and
 //! the new one after) bounded by the context size this process learned first. Context creations of the
-//! processes sharing a quota are serialised by a record lock on a file next to the ledger. If the measured
-//! memory does not fit, the context is destroyed again and the call fails with out-of-memory.
+//! processes sharing a quota are serialised by the ledger's measurement lock (a byte range of the ledger).
+//! If the measured memory does not fit, the context is destroyed again and the call fails with
+//! out-of-memory.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_uint, c_void};
