@@ -246,6 +246,7 @@ mod tests {
         )
         .unwrap();
         let plan = Plan {
+            kubernetes: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
@@ -299,6 +300,7 @@ mod tests {
             ..Config::default()
         };
         let plan = Plan {
+            kubernetes: None,
             gpus: vec![
                 PlannedGpu {
                     index: 0,
@@ -348,6 +350,7 @@ mod tests {
     #[test]
     fn the_mounts_are_the_same_whichever_way_they_are_applied() {
         let plan = Plan {
+            kubernetes: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
