@@ -172,6 +172,12 @@ pub struct MemoryV2 {
 const MEMORY_V2: c_uint = std::mem::size_of::<MemoryV2>() as c_uint | (2 << 24);
 
 #[repr(C)]
+pub struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+#[repr(C)]
 pub struct ProcessV1 {
     pid: c_uint,
     used: u64,
@@ -193,16 +199,58 @@ fn fill_str<const N: usize>(s: &str) -> [c_char; N] {
     a
 }
 
-/// Live processes with memory on device `i`: (pid, bytes).
+/// Live processes with memory on device `i`: (pid, bytes). Like the real NVML, which names processes
+/// by host PID, each is named by the PID the caller sees: a process in the caller's own PID namespace
+/// by the PID it recorded, one in a namespace below (a container, seen from the host) by its PID in
+/// the caller's `/proc`; one the caller cannot see keeps the PID it recorded.
 fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
-    with(|s, _| {
+    let procs: Vec<(u32, u64, u64)> = with(|s, _| {
         Ok(s.snapshot()
             .processes
             .into_iter()
-            .filter(|p| p.1[i] > 0)
-            .map(|p| (p.0, p.1[i]))
+            .filter(|p| p.2[i] > 0)
+            .map(|p| (p.0, p.1, p.2[i]))
             .collect())
+    })?;
+    let own = fake_gpu::state::own_pid_ns();
+    let mut seen: Option<Vec<(u64, u32, u32)>> = None;
+    Ok(procs
+        .into_iter()
+        .map(|(pid, ns, used)| {
+            if ns == 0 || ns == own {
+                return (pid, used);
+            }
+            let table = seen.get_or_insert_with(visible_processes);
+            let host = table
+                .iter()
+                .find(|&&(n, inner, _)| n == ns && inner == pid)
+                .map_or(pid, |&(_, _, outer)| outer);
+            (host, used)
+        })
+        .collect())
+}
+
+/// Every process in the caller's `/proc`: (PID namespace inode, PID in that namespace, PID here),
+/// the inner PID being the last of the `NSpid` line of its status.
+fn visible_processes() -> Vec<(u64, u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| {
+        let name = e.ok()?.file_name();
+        let outer: u32 = name.to_str()?.parse().ok()?;
+        let ns = std::fs::metadata(format!("/proc/{outer}/ns/pid")).ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{outer}/status")).ok()?;
+        let inner = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))?
+            .split_whitespace()
+            .last()?
+            .parse()
+            .ok()?;
+        Some((std::os::unix::fs::MetadataExt::ino(&ns), inner, outer))
     })
+    .collect()
 }
 
 /// The NVML process-list protocol: report the count; fill only when the buffer is big enough.
@@ -384,6 +432,12 @@ fn nvmlDeviceGetComputeRunningProcesses(dev: Device, count: *mut c_uint, infos: 
 fn nvmlDeviceGetGraphicsRunningProcesses_v3(dev: Device, count: *mut c_uint, _infos: *mut ProcessV2) {
     index(dev)?;
     out(count, 0)
+}
+
+// The fake runs no kernels: 0 % busy, memory bandwidth 0 %.
+fn nvmlDeviceGetUtilizationRates(dev: Device, u: *mut Utilization) {
+    index(dev)?;
+    out(u, Utilization { gpu: 0, memory: 0 })
 }
 }
 
