@@ -125,7 +125,8 @@ pub fn render(s: &Scrape) -> String {
             set(&limit, &l, g.limit);
             set(&slots, &l, g.slots_sum);
             set(&live, &l, g.owners.len() as u64);
-            for k in Kind::ALL {
+            // Kinds at zero are left out (most containers use two or three of the eight).
+            for k in Kind::ALL.into_iter().filter(|k| g.by_kind[k.index()] > 0) {
                 set(&by_kind, &with(l.clone(), "kind", k.name()), g.by_kind[k.index()]);
             }
             if s.truth.knows(&g.uuid) {
@@ -246,11 +247,13 @@ mod tests {
             r#"hami_host_gpu_memory_used_bytes{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 1073741824"#.into(),
             r#"hami_host_gpu_utilization_ratio{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 0.25"#.into(),
             r#"vgpu_watchdog_events_total{finding="over_quota"} 2"#.into(),
+            "vgpu_nvml_unattributed_processes 0".into(),
             "vgpu_watchdog_kills_total 1".into(),
             "vgpu_nvml_up 1".into(),
             "# EOF".into(),
         ] {
             assert!(text.contains(&want), "missing {want}\n{text}");
         }
+        assert!(!text.contains("kind=\"vmm\""), "kinds at zero are left out");
     }
 }

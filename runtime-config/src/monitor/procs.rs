@@ -10,20 +10,30 @@ pub struct HostProc {
     pub ns: u64,
     /// Its PID inside that namespace (what the ledger's slot records).
     pub inner_pid: u32,
-    /// The text of `/proc/<pid>/cgroup`.
-    pub cgroup: String,
+    /// The text of `/proc/<pid>/cgroup`; `None`: not read yet (only needed when the PID namespace does not
+    /// tell the container, see `cgroup`).
+    pub cgroup: Option<String>,
+}
+
+impl HostProc {
+    /// The text of `/proc/<pid>/cgroup` (read now unless given).
+    pub fn cgroup(&self) -> String {
+        match &self.cgroup {
+            Some(c) => c.clone(),
+            None => std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).unwrap_or_default(),
+        }
+    }
 }
 
 /// Reads `/proc/<pid>`; `None` when the process is gone (or `/proc` is not the host's).
 pub fn inspect(pid: u32) -> Option<HostProc> {
     let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     Some(HostProc {
         pid,
         ns: std::os::unix::fs::MetadataExt::ino(&ns),
         inner_pid: inner_pid(&status).unwrap_or(pid),
-        cgroup,
+        cgroup: None,
     })
 }
 

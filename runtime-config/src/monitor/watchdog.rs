@@ -51,10 +51,14 @@ pub fn owner_of(containers: &[ContainerState], p: &HostProc) -> Option<usize> {
         .collect();
     match by_ns[..] {
         [one] => Some(one),
-        [] => (0..containers.len()).find(|&i| cgroup_names(&p.cgroup, &containers[i].id)),
-        _ => by_ns
-            .into_iter()
-            .find(|&i| cgroup_names(&p.cgroup, &containers[i].id)),
+        [] => {
+            let cg = p.cgroup();
+            (0..containers.len()).find(|&i| cgroup_names(&cg, &containers[i].id))
+        }
+        _ => {
+            let cg = p.cgroup();
+            by_ns.into_iter().find(|&i| cgroup_names(&cg, &containers[i].id))
+        }
     }
 }
 
@@ -251,7 +255,7 @@ mod tests {
             pid,
             ns,
             inner_pid: inner,
-            cgroup: cg.into(),
+            cgroup: Some(cg.into()),
         })
     }
 

@@ -213,21 +213,51 @@ fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
             .collect())
     })?;
     let own = fake_gpu::state::own_pid_ns();
-    let mut seen: Option<Vec<(u64, u32, u32)>> = None;
+    // What the last scan of /proc found, checked again before use (a PID may have been reused).
+    static SEEN: Mutex<Vec<(u64, u32, u32)>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut scanned = false;
     Ok(procs
         .into_iter()
         .map(|(pid, ns, used)| {
             if ns == 0 || ns == own {
                 return (pid, used);
             }
-            let table = seen.get_or_insert_with(visible_processes);
-            let host = table
-                .iter()
-                .find(|&&(n, inner, _)| n == ns && inner == pid)
-                .map_or(pid, |&(_, _, outer)| outer);
-            (host, used)
+            let find = |t: &[(u64, u32, u32)]| {
+                t.iter()
+                    .find(|&&(n, inner, outer)| n == ns && inner == pid && still(outer, n, inner))
+                    .map(|&(_, _, outer)| outer)
+            };
+            let host = find(&seen).or_else(|| {
+                if scanned {
+                    return None;
+                }
+                scanned = true;
+                *seen = visible_processes();
+                find(&seen)
+            });
+            (host.unwrap_or(pid), used)
         })
         .collect())
+}
+
+/// True when `/proc/<outer>` is still the process of namespace `ns` with PID `inner` there.
+fn still(outer: u32, ns: u64, inner: u32) -> bool {
+    proc_entry(outer) == Some((ns, inner))
+}
+
+/// (PID namespace inode, PID in it) of `/proc/<outer>`.
+fn proc_entry(outer: u32) -> Option<(u64, u32)> {
+    let ns = std::fs::metadata(format!("/proc/{outer}/ns/pid")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{outer}/status")).ok()?;
+    let inner = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()?;
+    Some((std::os::unix::fs::MetadataExt::ino(&ns), inner))
 }
 
 /// Every process in the caller's `/proc`: (PID namespace inode, PID in that namespace, PID here),
@@ -237,18 +267,9 @@ fn visible_processes() -> Vec<(u64, u32, u32)> {
         return vec![];
     };
     dir.filter_map(|e| {
-        let name = e.ok()?.file_name();
-        let outer: u32 = name.to_str()?.parse().ok()?;
-        let ns = std::fs::metadata(format!("/proc/{outer}/ns/pid")).ok()?;
-        let status = std::fs::read_to_string(format!("/proc/{outer}/status")).ok()?;
-        let inner = status
-            .lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))?
-            .split_whitespace()
-            .last()?
-            .parse()
-            .ok()?;
-        Some((std::os::unix::fs::MetadataExt::ino(&ns), inner, outer))
+        let outer: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let (ns, inner) = proc_entry(outer)?;
+        Some((ns, inner, outer))
     })
     .collect()
 }
