@@ -59,9 +59,15 @@ impl KubeNames {
                 .unwrap_or_default()
         };
         let n = KubeNames {
-            namespace: get(&["io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"]),
+            namespace: get(&[
+                "io.kubernetes.pod.namespace",
+                "io.kubernetes.cri.sandbox-namespace",
+            ]),
             pod: get(&["io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"]),
-            container: get(&["io.kubernetes.container.name", "io.kubernetes.cri.container-name"]),
+            container: get(&[
+                "io.kubernetes.container.name",
+                "io.kubernetes.cri.container-name",
+            ]),
         };
         (n != KubeNames::default()).then_some(n)
     }
@@ -401,7 +407,9 @@ mod tests {
     #[test]
     fn kubernetes_names_from_either_runtime_and_round_trip() {
         let kv = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
         };
         assert_eq!(KubeNames::from_annotations(&kv(&[("x", "y")])), None);
         let crio = KubeNames::from_annotations(&kv(&[

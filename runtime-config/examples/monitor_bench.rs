@@ -85,9 +85,12 @@ fn main() {
         }
         .write_atomic(&root.limits_path(&id).unwrap())
         .unwrap();
-        let ledger = Ledger::open_or_create(&root.ledger_path(&id, &uuid).unwrap(), &uuid, 1 << 30).unwrap();
+        let ledger =
+            Ledger::open_or_create(&root.ledger_path(&id, &uuid).unwrap(), &uuid, 1 << 30).unwrap();
         let slot = ledger.attach().unwrap();
-        ledger.charge(&slot, Kind::Context, 16 << 20, 1 << 30).unwrap();
+        ledger
+            .charge(&slot, Kind::Context, 16 << 20, 1 << 30)
+            .unwrap();
         ledger.charge(&slot, Kind::Data, 64 << 20, 1 << 30).unwrap();
         held.push((ledger, slot));
     }
@@ -107,7 +110,9 @@ fn main() {
         let rs = nv.read().unwrap();
         part("ledgers (state::read)", &mut || drop(state::read(&root)));
         part("NVML (the fake's, all GPUs)", &mut || drop(nv.read()));
-        part("attribution (/proc)", &mut || drop(watchdog::attribute(&cs, &rs, procs::inspect)));
+        part("attribution (/proc)", &mut || {
+            drop(watchdog::attribute(&cs, &rs, procs::inspect))
+        });
     }
     let m = Monitor::new(
         root,

@@ -95,20 +95,36 @@ mod tests {
 
     #[test]
     fn defaults_section_and_errors() {
-        let d = Settings::from_section(&parse("state_root = \"/x\"\n").unwrap(), "libnvidia-ml.so.1").unwrap();
+        let d = Settings::from_section(
+            &parse("state_root = \"/x\"\n").unwrap(),
+            "libnvidia-ml.so.1",
+        )
+        .unwrap();
         assert_eq!(d.listen, DEFAULT_LISTEN);
-        assert_eq!((d.interval.as_secs(), d.tolerance, d.kill), (10, 64 << 20, false));
+        assert_eq!(
+            (d.interval.as_secs(), d.tolerance, d.kill),
+            (10, 64 << 20, false)
+        );
         let s = parse(
             "state_root = \"/x\"\n[monitor]\nlisten = \"127.0.0.1:1\"\ninterval_seconds = 2\ntolerance = \"1Gi\"\nkill = true\n",
         )
         .unwrap();
         let s = Settings::from_section(&s, "n").unwrap();
-        assert_eq!((s.listen.as_str(), s.interval.as_secs(), s.tolerance, s.kill), ("127.0.0.1:1", 2, 1 << 30, true));
         assert_eq!(
-            Settings::from_section(&parse("[monitor]\ntolerance = 5\n").unwrap(), "n").unwrap().tolerance,
+            (s.listen.as_str(), s.interval.as_secs(), s.tolerance, s.kill),
+            ("127.0.0.1:1", 2, 1 << 30, true)
+        );
+        assert_eq!(
+            Settings::from_section(&parse("[monitor]\ntolerance = 5\n").unwrap(), "n")
+                .unwrap()
+                .tolerance,
             5
         );
-        for bad in ["[monitor]\nkil = true\n", "[monitor]\ntolerance = \"5GB\"\n", "[monitor]\ninterval_seconds = 0\n"] {
+        for bad in [
+            "[monitor]\nkil = true\n",
+            "[monitor]\ntolerance = \"5GB\"\n",
+            "[monitor]\ninterval_seconds = 0\n",
+        ] {
             let e = parse(bad).and_then(|s| Settings::from_section(&s, "n").map(|_| ()));
             let msg = format!("{:#}", e.unwrap_err());
             assert!(!msg.contains('\n'), "{msg}");

@@ -14,7 +14,8 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use vgpu_ledger::Kind;
 
-type Labels = Vec<(&'static str, String)>;
+/// Label pairs of one series.
+pub type Labels = Vec<(&'static str, String)>;
 type IntFamily = Family<Labels, Gauge>;
 type RatioFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 
@@ -92,28 +93,100 @@ fn set(f: &IntFamily, l: &Labels, v: u64) {
 /// The scrape's text (OpenMetrics, ending in `# EOF`).
 pub fn render(s: &Scrape) -> String {
     let mut reg = Registry::default();
-    let used = int(&mut reg, "hami_vgpu_memory_used_bytes", "GPU memory charged to the container's quota (its ledger's total)");
-    let limit = int(&mut reg, "hami_vgpu_memory_limit_bytes", "the container's GPU memory quota");
-    let host_used = int(&mut reg, "hami_host_gpu_memory_used_bytes", "GPU memory in use on the host GPU (NVML)");
-    let host_total = int(&mut reg, "vgpu_host_gpu_memory_total_bytes", "GPU memory of the host GPU (NVML)");
-    let host_util = ratio(&mut reg, "hami_host_gpu_utilization_ratio", "host GPU busy ratio, 0-1 (NVML)");
-    let by_kind = int(&mut reg, "vgpu_memory_used_by_kind_bytes", "GPU memory charged to the container's quota, by kind");
-    let slots = int(&mut reg, "vgpu_ledger_slots_bytes", "sum of the ledger's per-process counters (equals the total unless tampered with)");
-    let live = int(&mut reg, "vgpu_ledger_processes", "processes holding a slot of the container's ledger");
-    let truth = int(&mut reg, "vgpu_container_gpu_memory_nvml_bytes", "GPU memory the container's processes truly hold (NVML, host PIDs)");
-    let untracked = int(&mut reg, "vgpu_container_gpu_memory_untracked_bytes", "GPU memory held by container processes without a ledger slot (bypassing the library)");
-    let errors = plain(&mut reg, "vgpu_state_errors", "containers or ledgers of the state root that could not be read");
-    let nvml_up = plain(&mut reg, "vgpu_nvml_up", "1 when NVML was read for this scrape");
-    let unattributed = plain(&mut reg, "vgpu_nvml_unattributed_processes", "GPU processes of no container with a quota");
-    let open = int(&mut reg, "vgpu_watchdog_findings", "open watchdog findings (1 per container GPU and finding)");
+    let used = int(
+        &mut reg,
+        "hami_vgpu_memory_used_bytes",
+        "GPU memory charged to the container's quota (its ledger's total)",
+    );
+    let limit = int(
+        &mut reg,
+        "hami_vgpu_memory_limit_bytes",
+        "the container's GPU memory quota",
+    );
+    let host_used = int(
+        &mut reg,
+        "hami_host_gpu_memory_used_bytes",
+        "GPU memory in use on the host GPU (NVML)",
+    );
+    let host_total = int(
+        &mut reg,
+        "vgpu_host_gpu_memory_total_bytes",
+        "GPU memory of the host GPU (NVML)",
+    );
+    let host_util = ratio(
+        &mut reg,
+        "hami_host_gpu_utilization_ratio",
+        "host GPU busy ratio, 0-1 (NVML)",
+    );
+    let by_kind = int(
+        &mut reg,
+        "vgpu_memory_used_by_kind_bytes",
+        "GPU memory charged to the container's quota, by kind",
+    );
+    let slots = int(
+        &mut reg,
+        "vgpu_ledger_slots_bytes",
+        "sum of the ledger's per-process counters (equals the total unless tampered with)",
+    );
+    let live = int(
+        &mut reg,
+        "vgpu_ledger_processes",
+        "processes holding a slot of the container's ledger",
+    );
+    let truth = int(
+        &mut reg,
+        "vgpu_container_gpu_memory_nvml_bytes",
+        "GPU memory the container's processes truly hold (NVML, host PIDs)",
+    );
+    let untracked = int(
+        &mut reg,
+        "vgpu_container_gpu_memory_untracked_bytes",
+        "GPU memory held by container processes without a ledger slot (bypassing the library)",
+    );
+    let errors = plain(
+        &mut reg,
+        "vgpu_state_errors",
+        "containers or ledgers of the state root that could not be read",
+    );
+    let nvml_up = plain(
+        &mut reg,
+        "vgpu_nvml_up",
+        "1 when NVML was read for this scrape",
+    );
+    let unattributed = plain(
+        &mut reg,
+        "vgpu_nvml_unattributed_processes",
+        "GPU processes of no container with a quota",
+    );
+    let open = int(
+        &mut reg,
+        "vgpu_watchdog_findings",
+        "open watchdog findings (1 per container GPU and finding)",
+    );
     let events = Family::<Labels, Counter>::default();
-    reg.register("vgpu_watchdog_events", "watchdog findings that began, by finding", events.clone());
+    reg.register(
+        "vgpu_watchdog_events",
+        "watchdog findings that began, by finding",
+        events.clone(),
+    );
     let kills = Counter::<u64>::default();
-    reg.register("vgpu_watchdog_kills", "processes the watchdog killed (kill policy)", kills.clone());
+    reg.register(
+        "vgpu_watchdog_kills",
+        "processes the watchdog killed (kill policy)",
+        kills.clone(),
+    );
     let kill_failures = Counter::<u64>::default();
-    reg.register("vgpu_watchdog_kill_failures", "kills the watchdog attempted that failed", kill_failures.clone());
+    reg.register(
+        "vgpu_watchdog_kill_failures",
+        "kills the watchdog attempted that failed",
+        kill_failures.clone(),
+    );
     let passes = Counter::<u64>::default();
-    reg.register("vgpu_watchdog_passes", "watchdog passes run", passes.clone());
+    reg.register(
+        "vgpu_watchdog_passes",
+        "watchdog passes run",
+        passes.clone(),
+    );
 
     let mut n_errors = u64::from(s.state_error.is_some());
     for (ci, c) in s.containers.iter().enumerate() {
@@ -127,14 +200,18 @@ pub fn render(s: &Scrape) -> String {
             set(&live, &l, g.owners.len() as u64);
             // Kinds at zero are left out (most containers use two or three of the eight).
             for k in Kind::ALL.into_iter().filter(|k| g.by_kind[k.index()] > 0) {
-                set(&by_kind, &with(l.clone(), "kind", k.name()), g.by_kind[k.index()]);
+                set(
+                    &by_kind,
+                    &with(l.clone(), "kind", k.name()),
+                    g.by_kind[k.index()],
+                );
             }
             if s.truth.knows(&g.uuid) {
                 let procs = s.truth.by_gpu.get(&(ci, gi));
                 let sum = |tracked: Option<bool>| -> u64 {
                     procs.map_or(0, |ps| {
                         ps.iter()
-                            .filter(|p| tracked.map_or(true, |t| p.tracked == t))
+                            .filter(|p| tracked.is_none() || tracked == Some(p.tracked))
                             .map(|p| p.used)
                             .sum()
                     })
@@ -163,7 +240,9 @@ pub fn render(s: &Scrape) -> String {
         set(&open, &with(l.clone(), "finding", *kind), 1);
     }
     for (kind, n) in &s.watchdog.events {
-        events.get_or_create(&vec![("finding", kind.to_string())]).inc_by(*n);
+        events
+            .get_or_create(&vec![("finding", kind.to_string())])
+            .inc_by(*n);
     }
     kills.inc_by(s.watchdog.kills);
     kill_failures.inc_by(s.watchdog.kill_failures);
@@ -212,8 +291,16 @@ mod tests {
         truth.by_gpu.insert(
             (0, 0),
             vec![
-                TrueProc { pid: 10, used: 300 << 20, tracked: true },
-                TrueProc { pid: 11, used: 5 << 20, tracked: false },
+                TrueProc {
+                    pid: 10,
+                    used: 300 << 20,
+                    tracked: true,
+                },
+                TrueProc {
+                    pid: 11,
+                    used: 5 << 20,
+                    tracked: false,
+                },
             ],
         );
         let gpus = vec![GpuReading {

@@ -36,7 +36,7 @@ pub struct Monitor {
 #[derive(Default)]
 struct Watch {
     /// Findings open after the last pass: (container id, GPU uuid, kind) → the container's labels.
-    open: BTreeMap<(String, String, &'static str), Vec<(&'static str, String)>>,
+    open: BTreeMap<(String, String, &'static str), metrics::Labels>,
     events: BTreeMap<&'static str, u64>,
     kills: u64,
     kill_failures: u64,
@@ -59,7 +59,11 @@ impl Monitor {
     /// A monitor of `root`; NVML that cannot be loaded is reported once and the ledgers are still served.
     pub fn new(root: StateRoot, nvml_library: &str, policy: Policy) -> Monitor {
         let nvml = nvml::Nvml::load(nvml_library)
-            .map_err(|e| log(&format!("{e:#}; serving the ledgers' figures only, no watchdog")))
+            .map_err(|e| {
+                log(&format!(
+                    "{e:#}; serving the ledgers' figures only, no watchdog"
+                ))
+            })
             .ok();
         Monitor {
             root,
@@ -76,7 +80,11 @@ impl Monitor {
             Err(e) => (vec![], Some(e.to_string())),
         };
         let gpus = self.nvml.as_ref().and_then(|n| n.read().ok());
-        let truth = watchdog::attribute(&containers, gpus.as_deref().unwrap_or_default(), procs::inspect);
+        let truth = watchdog::attribute(
+            &containers,
+            gpus.as_deref().unwrap_or_default(),
+            procs::inspect,
+        );
         Reading {
             containers,
             gpus,
@@ -104,7 +112,11 @@ impl Monitor {
             events: w.events.iter().map(|(k, v)| (*k, *v)).collect(),
             kills: w.kills,
             kill_failures: w.kill_failures,
-            open: w.open.iter().map(|((_, _, k), l)| (l.clone(), *k)).collect(),
+            open: w
+                .open
+                .iter()
+                .map(|((_, _, k), l)| (l.clone(), *k))
+                .collect(),
             passes: w.passes,
         }
     }

@@ -89,7 +89,8 @@ impl Nvml {
     pub fn load(lib: &str) -> Result<Nvml> {
         // SAFETY: loading the vendor library the configuration names runs its initialisers, as for any
         // NVML user.
-        let l = unsafe { Library::new(lib) }.map_err(|e| anyhow!("cannot load NVML ({lib}): {e}"))?;
+        let l =
+            unsafe { Library::new(lib) }.map_err(|e| anyhow!("cannot load NVML ({lib}): {e}"))?;
         // SAFETY (every `get`): the Rust types match the prototypes in nvml.h; the pointers are used only
         // while `l` is loaded (it is kept in the struct).
         unsafe {
@@ -198,7 +199,11 @@ fn string(f: impl FnOnce(*mut c_char, c_uint) -> c_int) -> Option<String> {
     }
     buf[BUF - 1] = 0;
     // SAFETY: NUL-terminated within the buffer (last byte forced).
-    Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// NVML's list protocol: grow the buffer while it answers INSUFFICIENT_SIZE (processes come and go).

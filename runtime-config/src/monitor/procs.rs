@@ -20,7 +20,9 @@ impl HostProc {
     pub fn cgroup(&self) -> String {
         match &self.cgroup {
             Some(c) => c.clone(),
-            None => std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).unwrap_or_default(),
+            None => {
+                std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).unwrap_or_default()
+            }
         }
     }
 }

@@ -52,7 +52,10 @@ pub struct GpuState {
 
 /// Reads every container under `root`; what cannot be read is recorded in the entry, never fatal.
 pub fn read(root: &StateRoot) -> std::io::Result<Vec<ContainerState>> {
-    Ok(root.containers()?.map(|c| container(&c.id, &c.limits_path)).collect())
+    Ok(root
+        .containers()?
+        .map(|c| container(&c.id, &c.limits_path))
+        .collect())
 }
 
 fn container(id: &str, limits_path: &Path) -> ContainerState {
@@ -142,7 +145,9 @@ pub fn read_small_regular(path: &Path, max: u64) -> Result<Vec<u8>, String> {
         return Err(format!("larger than {max} bytes"));
     }
     let mut out = Vec::with_capacity(m.len() as usize);
-    f.take(max + 1).read_to_end(&mut out).map_err(|e| e.to_string())?;
+    f.take(max + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
     Ok(out)
 }
 
@@ -174,7 +179,9 @@ mod tests {
                 container: "c".into(),
             }),
         };
-        limits.write_atomic(&root.limits_path("c1").unwrap()).unwrap();
+        limits
+            .write_atomic(&root.limits_path("c1").unwrap())
+            .unwrap();
         // No ledger yet: quota only.
         let s = read(&root).unwrap();
         assert_eq!((s[0].gpus[0].limit, s[0].gpus[0].total), (1 << 30, 0));
@@ -183,7 +190,9 @@ mod tests {
         let path = root.ledger_path("c1", uuid).unwrap();
         let ledger = Ledger::open_or_create(&path, uuid, 1 << 30).unwrap();
         let slot = ledger.attach().unwrap();
-        ledger.charge(&slot, Kind::Data, 100 << 20, 1 << 30).unwrap();
+        ledger
+            .charge(&slot, Kind::Data, 100 << 20, 1 << 30)
+            .unwrap();
         let before = std::fs::read(&path).unwrap();
         let s = read(&root).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), before, "read-only");
@@ -199,12 +208,22 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
         let s = read(&root).unwrap();
-        assert!(s[0].gpus[0].error.as_deref().unwrap().contains("not a regular file"));
+        assert!(s[0].gpus[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("not a regular file"));
         let lp = root.limits_path("c1").unwrap();
         std::fs::remove_file(&lp).unwrap();
         nix::unistd::mkfifo(&lp, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
         let s = read(&root).unwrap();
-        assert!(s[0].error.as_deref().unwrap().contains("not a regular file"), "{s:?}");
+        assert!(
+            s[0].error
+                .as_deref()
+                .unwrap()
+                .contains("not a regular file"),
+            "{s:?}"
+        );
         // A symlink is not followed.
         std::fs::remove_file(&lp).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", &lp).unwrap();

@@ -34,7 +34,9 @@ pub struct Truth {
 impl Truth {
     /// The bytes a container's processes truly hold on one of its GPUs.
     pub fn used(&self, c: usize, g: usize) -> u64 {
-        self.by_gpu.get(&(c, g)).map_or(0, |ps| ps.iter().map(|p| p.used).sum())
+        self.by_gpu
+            .get(&(c, g))
+            .map_or(0, |ps| ps.iter().map(|p| p.used).sum())
     }
 
     /// True when NVML's process list for `uuid` was read.
@@ -57,7 +59,9 @@ pub fn owner_of(containers: &[ContainerState], p: &HostProc) -> Option<usize> {
         }
         _ => {
             let cg = p.cgroup();
-            by_ns.into_iter().find(|&i| cgroup_names(&cg, &containers[i].id))
+            by_ns
+                .into_iter()
+                .find(|&i| cgroup_names(&cg, &containers[i].id))
         }
     }
 }
@@ -78,15 +82,18 @@ pub fn attribute(
             let place = hp.as_ref().and_then(|hp| {
                 let c = owner_of(containers, hp)?;
                 let g = containers[c].gpus.iter().position(|g| g.uuid == r.uuid)?;
-                let tracked = containers[c].gpus[g].owners.contains(&(hp.inner_pid, hp.ns));
+                let tracked = containers[c].gpus[g]
+                    .owners
+                    .contains(&(hp.inner_pid, hp.ns));
                 Some((c, g, tracked))
             });
             match place {
-                Some((c, g, tracked)) => t.by_gpu.entry((c, g)).or_default().push(TrueProc {
-                    pid,
-                    used,
-                    tracked,
-                }),
+                Some((c, g, tracked)) => {
+                    t.by_gpu
+                        .entry((c, g))
+                        .or_default()
+                        .push(TrueProc { pid, used, tracked })
+                }
                 None => t.unattributed += 1,
             }
         }
@@ -216,7 +223,13 @@ mod tests {
     const U0: &str = "GPU-0";
     const U1: &str = "GPU-1";
 
-    fn container(id: &str, ns: u64, limit: u64, total: u64, owners: Vec<(u32, u64)>) -> ContainerState {
+    fn container(
+        id: &str,
+        ns: u64,
+        limit: u64,
+        total: u64,
+        owners: Vec<(u32, u64)>,
+    ) -> ContainerState {
         ContainerState {
             id: id.into(),
             pid_ns: Some(ns),
@@ -274,12 +287,26 @@ mod tests {
             container("c", 99, 1024 * MIB, 0, vec![]),
         ];
         let r = vec![
-            reading(U0, vec![(100, 10), (101, 20), (200, 30), (300, 40), (301, 50), (400, 60), (555, 70)]),
+            reading(
+                U0,
+                vec![
+                    (100, 10),
+                    (101, 20),
+                    (200, 30),
+                    (300, 40),
+                    (301, 50),
+                    (400, 60),
+                    (555, 70),
+                ],
+            ),
             reading(U1, vec![(200, 5)]),
         ];
         let t = attribute(&cs, &r, world);
         let pids = |c: usize| -> Vec<(u32, bool)> {
-            t.by_gpu[&(c, 0)].iter().map(|p| (p.pid, p.tracked)).collect()
+            t.by_gpu[&(c, 0)]
+                .iter()
+                .map(|p| (p.pid, p.tracked))
+                .collect()
         };
         assert_eq!(pids(0), vec![(100, true), (101, false)]);
         assert_eq!(pids(1), vec![(200, false)]);
@@ -301,19 +328,39 @@ mod tests {
             container("a", 1, 1024 * MIB, 600 * MIB, vec![(1, 1)]),
             container("b", 2, 1024 * MIB, 1000 * MIB, vec![(1, 2)]),
         ];
-        let r = vec![reading(U0, vec![(100, 600 * MIB), (101, 700 * MIB), (200, 1000 * MIB)])];
+        let r = vec![reading(
+            U0,
+            vec![(100, 600 * MIB), (101, 700 * MIB), (200, 1000 * MIB)],
+        )];
         let t = attribute(&cs, &r, world);
         let f = decide(&cs, &t, POLICY);
         assert_eq!(f.len(), 1, "{f:?}");
         match &f[0] {
-            Finding::OverQuota { c, truth, limit, kill, .. } => {
+            Finding::OverQuota {
+                c,
+                truth,
+                limit,
+                kill,
+                ..
+            } => {
                 assert_eq!((*c, *truth, *limit), (0, 1300 * MIB, 1024 * MIB));
-                assert_eq!(kill, &vec![101], "the bypassing process, not the tracked one");
+                assert_eq!(
+                    kill,
+                    &vec![101],
+                    "the bypassing process, not the tracked one"
+                );
             }
             f => panic!("{f:?}"),
         }
         // Without the policy: reported, nothing to kill.
-        let f = decide(&cs, &t, Policy { kill: false, ..POLICY });
+        let f = decide(
+            &cs,
+            &t,
+            Policy {
+                kill: false,
+                ..POLICY
+            },
+        );
         assert!(matches!(&f[0], Finding::OverQuota { kill, .. } if kill.is_empty()));
     }
 
@@ -321,7 +368,11 @@ mod tests {
     fn within_quota_plus_tolerance_is_never_touched() {
         let cs = vec![container("a", 1, 1024 * MIB, 1000 * MIB, vec![(1, 1)])];
         // 1024 + 60 MiB: over the quota but within the tolerance.
-        let t = attribute(&cs, &[reading(U0, vec![(100, 1000 * MIB), (101, 84 * MIB)])], world);
+        let t = attribute(
+            &cs,
+            &[reading(U0, vec![(100, 1000 * MIB), (101, 84 * MIB)])],
+            world,
+        );
         assert_eq!(decide(&cs, &t, POLICY), vec![]);
         // Exactly at the quota, nothing untracked.
         let t = attribute(&cs, &[reading(U0, vec![(100, 1024 * MIB)])], world);
@@ -333,9 +384,16 @@ mod tests {
         let mut a = container("a", 1, 1024 * MIB, 0, vec![(1, 1), (7, 1)]);
         a.gpus[0].total = 2000 * MIB;
         a.gpus[0].slots_sum = 2000 * MIB;
-        let t = attribute(&[a.clone()], &[reading(U0, vec![(100, 1200 * MIB), (101, 800 * MIB)])], world);
+        let t = attribute(
+            &[a.clone()],
+            &[reading(U0, vec![(100, 1200 * MIB), (101, 800 * MIB)])],
+            world,
+        );
         let f = decide(&[a], &t, POLICY);
-        assert!(matches!(&f[0], Finding::OverQuota { kill, .. } if kill == &vec![100]), "{f:?}");
+        assert!(
+            matches!(&f[0], Finding::OverQuota { kill, .. } if kill == &vec![100]),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -348,13 +406,30 @@ mod tests {
         assert_eq!(
             f,
             vec![
-                Finding::LedgerInconsistent { c: 0, g: 0, total: 0, slots_sum: 500 * MIB },
-                Finding::LedgerBelowTruth { c: 0, g: 0, total: 0, truth: 500 * MIB },
+                Finding::LedgerInconsistent {
+                    c: 0,
+                    g: 0,
+                    total: 0,
+                    slots_sum: 500 * MIB
+                },
+                Finding::LedgerBelowTruth {
+                    c: 0,
+                    g: 0,
+                    total: 0,
+                    truth: 500 * MIB
+                },
             ]
         );
         // Without NVML's list for the GPU there is no truth to compare.
         let a = container("a", 1, 1024 * MIB, 0, vec![(1, 1)]);
-        let t = attribute(&[a.clone()], &[GpuReading { uuid: U0.into(), ..Default::default() }], world);
+        let t = attribute(
+            std::slice::from_ref(&a),
+            &[GpuReading {
+                uuid: U0.into(),
+                ..Default::default()
+            }],
+            world,
+        );
         assert_eq!(decide(&[a], &t, POLICY), vec![]);
     }
 }
