@@ -53,6 +53,7 @@ check_eq "usage by kind: data 300 MiB" "$(series vgpu_memory_used_by_kind_bytes 
 check_eq "usage by kind: context 256 MiB" "$(series vgpu_memory_used_by_kind_bytes "$LA.*kind=\"context\"")" $((256 * MIB))
 check_eq "NVML's truth for A (host PID attributed by PID namespace) = 556 MiB" \
     "$(series vgpu_container_gpu_memory_nvml_bytes "$LA")" $((556 * MIB))
+check_eq "hami_container_device_utilization_ratio for A (idle fake GPU)" "$(series hami_container_device_utilization_ratio "$LA")" 0.0
 check_eq "nothing untracked in A" "$(series vgpu_container_gpu_memory_untracked_bytes "$LA")" 0
 check_match "host GPU series with its type" \
     'hami_host_gpu_memory_used_bytes\{device_index="0",device_uuid="GPU-fa4ec0de-0000-4000-8000-000000000000",device_type="NVIDIA H100 \(fake, 16 GiB\)"\} [1-9]' \

@@ -118,6 +118,11 @@ pub fn render(s: &Scrape) -> String {
         "hami_host_gpu_utilization_ratio",
         "host GPU busy ratio, 0-1 (NVML)",
     );
+    let ctr_util = ratio(
+        &mut reg,
+        "hami_container_device_utilization_ratio",
+        "SM utilisation of the container's processes on the GPU, 0-1 (NVML per-process samples)",
+    );
     let by_kind = int(
         &mut reg,
         "vgpu_memory_used_by_kind_bytes",
@@ -218,6 +223,21 @@ pub fn render(s: &Scrape) -> String {
                 };
                 set(&truth, &l, sum(None));
                 set(&untracked, &l, sum(Some(false)));
+                let samples = s
+                    .gpus
+                    .unwrap_or_default()
+                    .iter()
+                    .find(|r| r.uuid == g.uuid)
+                    .and_then(|r| r.process_utilization.as_ref());
+                if let Some(samples) = samples {
+                    let u: f64 = procs.map_or(0.0, |ps| {
+                        ps.iter()
+                            .filter_map(|p| samples.iter().find(|s| s.0 == p.pid))
+                            .map(|s| s.1)
+                            .sum()
+                    });
+                    ctr_util.get_or_create(&l).set(u.min(1.0));
+                }
             }
         }
     }
@@ -311,6 +331,7 @@ mod tests {
             used: 1 << 30,
             utilization: Some(0.25),
             processes: Some(vec![]),
+            process_utilization: Some(vec![(10, 0.5), (11, 0.125), (99, 1.0)]),
         }];
         let wd = WatchdogView {
             events: vec![("over_quota", 2)],
@@ -337,6 +358,7 @@ mod tests {
             "vgpu_nvml_unattributed_processes 0".into(),
             "vgpu_watchdog_kills_total 1".into(),
             "vgpu_nvml_up 1".into(),
+            format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
             "# EOF".into(),
         ] {
             assert!(text.contains(&want), "missing {want}\n{text}");

@@ -23,6 +23,8 @@ pub struct GpuReading {
     pub utilization: Option<f64>,
     /// Compute processes: (host PID, bytes); `None` when the list could not be read.
     pub processes: Option<Vec<(u32, u64)>>,
+    /// Each process's SM utilisation 0.0–1.0 (its latest sample); `None` when NVML cannot tell.
+    pub process_utilization: Option<Vec<(u32, f64)>>,
 }
 
 #[repr(C)]
@@ -50,6 +52,20 @@ struct ProcessV2 {
     compute_instance: c_uint,
 }
 
+/// nvmlProcessUtilizationSample_t.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct UtilSample {
+    pid: c_uint,
+    time_stamp: u64,
+    sm: c_uint,
+    mem: c_uint,
+    enc: c_uint,
+    dec: c_uint,
+}
+
+type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) -> c_int;
+
 /// nvmlProcessInfo_v1_t (the list without a version suffix).
 #[repr(C)]
 #[derive(Default, Clone, Copy)]
@@ -73,6 +89,7 @@ pub struct Nvml {
     name: Option<unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int>,
     memory: unsafe extern "C" fn(Device, *mut Memory) -> c_int,
     utilization: Option<unsafe extern "C" fn(Device, *mut Utilization) -> c_int>,
+    process_utilization: Option<UtilFn>,
     lister: Lister,
     shutdown: unsafe extern "C" fn() -> c_int,
     // Last: the function pointers above live as long as the library stays loaded.
@@ -119,6 +136,7 @@ impl Nvml {
                 name: maybe!("nvmlDeviceGetName"),
                 memory: need!("nvmlDeviceGetMemoryInfo"),
                 utilization: maybe!("nvmlDeviceGetUtilizationRates"),
+                process_utilization: maybe!("nvmlDeviceGetProcessUtilization"),
                 lister,
                 shutdown: need!("nvmlShutdown"),
                 _lib: l,
@@ -172,6 +190,7 @@ impl Nvml {
             Lister::V2(f) => list(dev, f, |p: &ProcessV2| (p.pid, p.used)),
             Lister::V1(f) => list(dev, f, |p: &ProcessV1| (p.pid, p.used)),
         };
+        let process_utilization = self.process_utilization.and_then(|f| samples(dev, f));
         Ok(GpuReading {
             index,
             uuid,
@@ -180,6 +199,7 @@ impl Nvml {
             used: mem.used,
             utilization,
             processes,
+            process_utilization,
         })
     }
 }
@@ -203,6 +223,31 @@ fn string(f: impl FnOnce(*mut c_char, c_uint) -> c_int) -> Option<String> {
         unsafe { CStr::from_ptr(buf.as_ptr()) }
             .to_string_lossy()
             .into_owned(),
+    )
+}
+
+/// Per-process SM utilisation: the latest sample of each PID (NVML keeps a buffer of samples; asked
+/// from timestamp 0, it returns all of them).
+fn samples(dev: Device, f: UtilFn) -> Option<Vec<(u32, f64)>> {
+    let mut n: c_uint = 0;
+    // SAFETY: a NULL buffer with count 0 asks for the count.
+    let rc = unsafe { f(dev, std::ptr::null_mut(), &mut n, 0) };
+    if rc != INSUFFICIENT_SIZE && rc != SUCCESS {
+        return None;
+    }
+    let mut buf = vec![UtilSample::default(); n as usize + 16];
+    let mut n = buf.len() as c_uint;
+    // SAFETY: `buf` holds `n` samples.
+    if unsafe { f(dev, buf.as_mut_ptr(), &mut n, 0) } != SUCCESS {
+        return None;
+    }
+    buf.truncate(n as usize);
+    buf.sort_by_key(|s| (s.pid, std::cmp::Reverse(s.time_stamp)));
+    buf.dedup_by_key(|s| s.pid);
+    Some(
+        buf.iter()
+            .map(|s| (s.pid, f64::from(s.sm.min(100)) / 100.0))
+            .collect(),
     )
 }
 

@@ -172,6 +172,16 @@ pub struct MemoryV2 {
 const MEMORY_V2: c_uint = std::mem::size_of::<MemoryV2>() as c_uint | (2 << 24);
 
 #[repr(C)]
+pub struct ProcessUtilization {
+    pid: c_uint,
+    time_stamp: u64,
+    sm: c_uint,
+    mem: c_uint,
+    enc: c_uint,
+    dec: c_uint,
+}
+
+#[repr(C)]
 pub struct Utilization {
     gpu: c_uint,
     memory: c_uint,
@@ -453,6 +463,22 @@ fn nvmlDeviceGetComputeRunningProcesses(dev: Device, count: *mut c_uint, infos: 
 fn nvmlDeviceGetGraphicsRunningProcesses_v3(dev: Device, count: *mut c_uint, _infos: *mut ProcessV2) {
     index(dev)?;
     out(count, 0)
+}
+
+// One sample per process holding memory on the device, all idle (the fake runs no kernels); none:
+// NOT_FOUND, as the real NVML answers when it has no sample.
+fn nvmlDeviceGetProcessUtilization(dev: Device, samples: *mut ProcessUtilization, count: *mut c_uint, _last_seen: u64) {
+    let procs = processes(index(dev)?)?;
+    if count.is_null() { return Err(INVALID_ARGUMENT); }
+    if procs.is_empty() { *count = 0; return Err(NOT_FOUND); }
+    let room = *count as usize;
+    *count = procs.len() as c_uint;
+    if samples.is_null() || room < procs.len() { return Err(INSUFFICIENT_SIZE); }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+    for (k, (pid, _)) in procs.into_iter().enumerate() {
+        samples.add(k).write(ProcessUtilization { pid, time_stamp: now, sm: 0, mem: 0, enc: 0, dec: 0 });
+    }
+    Ok(())
 }
 
 // The fake runs no kernels: 0 % busy, memory bandwidth 0 %.
