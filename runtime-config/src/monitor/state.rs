@@ -50,28 +50,12 @@ pub struct GpuState {
     pub error: Option<String>,
 }
 
-/// Reads every container under `root`; what cannot be read is recorded in the entry, never fatal. Many
-/// containers are read by a few threads at once (mapping a ledger is mostly system-call time).
+/// Reads every container under `root`; what cannot be read is recorded in the entry, never fatal.
 pub fn read(root: &StateRoot) -> std::io::Result<Vec<ContainerState>> {
-    let dirs: Vec<_> = root.containers()?.collect();
-    let one = |d: &vgpu_ledger::walk::ContainerDir| container(&d.id, &d.limits_path);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    if threads < 2 || dirs.len() < 32 {
-        return Ok(dirs.iter().map(one).collect());
-    }
-    let chunk = dirs.len().div_ceil(threads);
-    Ok(std::thread::scope(|s| {
-        let parts: Vec<_> = dirs
-            .chunks(chunk)
-            .map(|c| s.spawn(move || c.iter().map(one).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    }))
+    Ok(root
+        .containers()?
+        .map(|c| container(&c.id, &c.limits_path))
+        .collect())
 }
 
 fn container(id: &str, limits_path: &Path) -> ContainerState {
@@ -244,40 +228,6 @@ mod tests {
         std::fs::remove_file(&lp).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", &lp).unwrap();
         assert!(read(&root).unwrap()[0].error.is_some());
-    }
-
-    #[test]
-    fn many_containers_come_back_in_order() {
-        let d = tempfile::tempdir().unwrap();
-        let root = StateRoot::new(d.path().to_path_buf());
-        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000001";
-        for i in 0..70 {
-            let id = format!("c{i:03}");
-            std::fs::create_dir_all(root.ledgers_dir(&id).unwrap()).unwrap();
-            Limits {
-                version: vgpu_ledger::LIMITS_VERSION,
-                container_id: id.clone(),
-                pid_ns: None,
-                init_pid: None,
-                devices: vec![DeviceLimit {
-                    index: 0,
-                    uuid: uuid.into(),
-                    memory_limit: (i + 1) << 20,
-                    ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
-                }],
-                kubernetes: None,
-            }
-            .write_atomic(&root.limits_path(&id).unwrap())
-            .unwrap();
-        }
-        let s = read(&root).unwrap();
-        assert_eq!(s.len(), 70);
-        for (i, c) in s.iter().enumerate() {
-            assert_eq!(
-                (c.id.as_str(), c.gpus[0].limit),
-                (format!("c{i:03}").as_str(), (i as u64 + 1) << 20)
-            );
-        }
     }
 
     fn own_ns() -> u64 {
