@@ -103,7 +103,10 @@ fn main() {
             for _ in 0..5 {
                 f();
             }
-            eprintln!("  {name}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3 / 5.0);
+            eprintln!(
+                "  {name}: {:.2} ms (mean of 5)",
+                t.elapsed().as_secs_f64() * 1e3 / 5.0
+            );
         };
         let nv = Nvml::load(nvml).unwrap();
         let cs = state::read(&root).unwrap();
@@ -140,8 +143,9 @@ fn main() {
     m.pass();
     let pass = t.elapsed();
     println!(
-        "monitor scrape: {n} containers on {gpus} GPUs, {} GPU processes ({attributed} attributed): median {:.2} ms, p90 {:.2} ms, max {:.2} ms per scrape ({scrapes} scrapes, {} KiB of text); watchdog pass {:.2} ms",
+        "monitor scrape: {n} containers on {gpus} GPUs, {} GPU processes ({attributed} attributed): min {:.2} ms, median {:.2} ms, p90 {:.2} ms, max {:.2} ms per scrape ({scrapes} scrapes, {} KiB of text); watchdog pass {:.2} ms",
         children.len(),
+        ms(times[0]),
         ms(times[times.len() / 2]),
         ms(times[times.len() * 9 / 10]),
         ms(times[times.len() - 1]),

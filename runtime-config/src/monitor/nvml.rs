@@ -190,7 +190,8 @@ impl Nvml {
             Lister::V2(f) => list(dev, f, |p: &ProcessV2| (p.pid, p.used)),
             Lister::V1(f) => list(dev, f, |p: &ProcessV1| (p.pid, p.used)),
         };
-        let process_utilization = self.process_utilization.and_then(|f| samples(dev, f));
+        let hint = processes.as_ref().map_or(0, |p| p.len());
+        let process_utilization = self.process_utilization.and_then(|f| samples(dev, f, hint));
         Ok(GpuReading {
             index,
             uuid,
@@ -228,27 +229,28 @@ fn string(f: impl FnOnce(*mut c_char, c_uint) -> c_int) -> Option<String> {
 
 /// Per-process SM utilisation: the latest sample of each PID (NVML keeps a buffer of samples; asked
 /// from timestamp 0, it returns all of them).
-fn samples(dev: Device, f: UtilFn) -> Option<Vec<(u32, f64)>> {
-    let mut n: c_uint = 0;
-    // SAFETY: a NULL buffer with count 0 asks for the count.
-    let rc = unsafe { f(dev, std::ptr::null_mut(), &mut n, 0) };
-    if rc != INSUFFICIENT_SIZE && rc != SUCCESS {
-        return None;
+fn samples(dev: Device, f: UtilFn, hint: usize) -> Option<Vec<(u32, f64)>> {
+    // Sized from the process list first (one call), grown on INSUFFICIENT_SIZE.
+    let mut buf = vec![UtilSample::default(); hint + 16];
+    for _ in 0..3 {
+        let mut n = buf.len() as c_uint;
+        // SAFETY: `buf` holds `n` samples.
+        match unsafe { f(dev, buf.as_mut_ptr(), &mut n, 0) } {
+            SUCCESS => {
+                buf.truncate(n as usize);
+                buf.sort_by_key(|s| (s.pid, std::cmp::Reverse(s.time_stamp)));
+                buf.dedup_by_key(|s| s.pid);
+                return Some(
+                    buf.iter()
+                        .map(|s| (s.pid, f64::from(s.sm.min(100)) / 100.0))
+                        .collect(),
+                );
+            }
+            INSUFFICIENT_SIZE => buf = vec![UtilSample::default(); n as usize + 16],
+            _ => return None,
+        }
     }
-    let mut buf = vec![UtilSample::default(); n as usize + 16];
-    let mut n = buf.len() as c_uint;
-    // SAFETY: `buf` holds `n` samples.
-    if unsafe { f(dev, buf.as_mut_ptr(), &mut n, 0) } != SUCCESS {
-        return None;
-    }
-    buf.truncate(n as usize);
-    buf.sort_by_key(|s| (s.pid, std::cmp::Reverse(s.time_stamp)));
-    buf.dedup_by_key(|s| s.pid);
-    Some(
-        buf.iter()
-            .map(|s| (s.pid, f64::from(s.sm.min(100)) / 100.0))
-            .collect(),
-    )
+    None
 }
 
 /// NVML's list protocol: grow the buffer while it answers INSUFFICIENT_SIZE (processes come and go).
