@@ -6,7 +6,10 @@
 //! Read-only and lock-free: a limits file is opened `O_NOFOLLOW|O_NONBLOCK` and read only if it is a
 //! regular file of bounded size; a ledger is opened only if it is a regular file (not a link, FIFO or
 //! device a tenant put in its read-write ledgers folder) through `Ledger::open_readonly`, which never writes
-//! and asks liveness with `F_OFD_GETLK` (no lock is taken).
+//! and asks liveness with `F_OFD_GETLK` (no lock is taken). Two gaps remain with that reader, both closed by
+//! reading ledgers through a descriptor opened `O_NOFOLLOW|O_NONBLOCK` with `pread` snapshots instead of a
+//! mapping: a tenant could swap the file between the check and the open, and could truncate it while it is
+//! mapped (the mapping lives only for one container's reading).
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
