@@ -114,7 +114,12 @@ fn main() {
         part("ledgers (state::read)", &mut || drop(state::read(&root)));
         part("NVML (the fake's, all GPUs)", &mut || drop(nv.read()));
         part("attribution (/proc)", &mut || {
-            drop(watchdog::attribute(&cs, &rs, procs::inspect))
+            drop(watchdog::attribute(
+                &cs,
+                &rs,
+                procs::inspect,
+                procs::own_ns(),
+            ))
         });
     }
     let m = Monitor::new(

@@ -84,6 +84,7 @@ impl Monitor {
             &containers,
             gpus.as_deref().unwrap_or_default(),
             procs::inspect,
+            procs::own_ns(),
         );
         Reading {
             containers,
@@ -166,7 +167,7 @@ impl Monitor {
     /// left alone).
     fn kill(&self, r: &Reading, c: usize, pid: u32) -> Result<()> {
         let p = procs::inspect(pid).context("the process is gone")?;
-        if watchdog::owner_of(&r.containers, &p) != Some(c) {
+        if watchdog::owner_of(&r.containers, &p, procs::own_ns()) != Some(c) {
             anyhow::bail!("the PID no longer belongs to the container");
         }
         nix::sys::signal::kill(

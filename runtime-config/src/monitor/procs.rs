@@ -27,6 +27,11 @@ impl HostProc {
     }
 }
 
+/// Inode of the monitor's own PID namespace (0 when /proc cannot tell).
+pub fn own_ns() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m))
+}
+
 /// Reads `/proc/<pid>`; `None` when the process is gone (or `/proc` is not the host's).
 pub fn inspect(pid: u32) -> Option<HostProc> {
     let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;

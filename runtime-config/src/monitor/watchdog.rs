@@ -46,10 +46,12 @@ impl Truth {
 }
 
 /// The container a host process belongs to: the one whose PID namespace it lives in; when several share
-/// that namespace (a pod sharing its PID namespace), or none does, the one its cgroup names.
-pub fn owner_of(containers: &[ContainerState], p: &HostProc) -> Option<usize> {
+/// that namespace (a pod sharing its PID namespace), or none does, the one its cgroup names. The host's own
+/// PID namespace (`host_ns`, a container run with the host's PIDs) names no container: every host process
+/// lives there.
+pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Option<usize> {
     let by_ns: Vec<usize> = (0..containers.len())
-        .filter(|&i| containers[i].pid_ns == Some(p.ns))
+        .filter(|&i| p.ns != host_ns && containers[i].pid_ns == Some(p.ns))
         .collect();
     match by_ns[..] {
         [one] => Some(one),
@@ -66,11 +68,13 @@ pub fn owner_of(containers: &[ContainerState], p: &HostProc) -> Option<usize> {
     }
 }
 
-/// Attributes every process NVML lists to a container's GPU. `inspect` reads a host PID's `/proc`.
+/// Attributes every process NVML lists to a container's GPU. `inspect` reads a host PID's `/proc`;
+/// `host_ns` is the monitor's own PID namespace.
 pub fn attribute(
     containers: &[ContainerState],
     readings: &[GpuReading],
     inspect: impl Fn(u32) -> Option<HostProc>,
+    host_ns: u64,
 ) -> Truth {
     let mut t = Truth::default();
     let mut seen: BTreeMap<u32, Option<HostProc>> = BTreeMap::new();
@@ -80,7 +84,7 @@ pub fn attribute(
         for &(pid, used) in procs {
             let hp = seen.entry(pid).or_insert_with(|| inspect(pid));
             let place = hp.as_ref().and_then(|hp| {
-                let c = owner_of(containers, hp)?;
+                let c = owner_of(containers, hp, host_ns)?;
                 let g = containers[c].gpus.iter().position(|g| g.uuid == r.uuid)?;
                 let tracked = containers[c].gpus[g]
                     .owners
@@ -262,6 +266,8 @@ mod tests {
             300 => (3, 1, "0::/pod/x"),
             301 => (3, 2, "0::/pod/y"),
             400 => (9, 1, "0::/system.slice/docker-c.scope"),
+            500 => (HOST, 500, "0::/user.slice/session-1.scope"),
+            501 => (HOST, 501, "0::/system.slice/docker-h.scope"),
             _ => return None,
         };
         Some(HostProc {
@@ -271,6 +277,9 @@ mod tests {
             cgroup: Some(cg.into()),
         })
     }
+
+    /// The tests' host PID namespace.
+    const HOST: u64 = 1000;
 
     const POLICY: Policy = Policy {
         tolerance: 64 * MIB,
@@ -301,7 +310,7 @@ mod tests {
             ),
             reading(U1, vec![(200, 5)]),
         ];
-        let t = attribute(&cs, &r, world);
+        let t = attribute(&cs, &r, world, HOST);
         let pids = |c: usize| -> Vec<(u32, bool)> {
             t.by_gpu[&(c, 0)]
                 .iter()
@@ -322,6 +331,28 @@ mod tests {
     }
 
     #[test]
+    fn the_host_pid_namespace_names_no_container() {
+        // Container h runs with the host's PIDs: only its cgroup can name its processes.
+        let cs = vec![container("h", HOST, 1024 * MIB, 0, vec![])];
+        let t = attribute(
+            &cs,
+            &[reading(U0, vec![(500, 2048 * MIB), (501, 10 * MIB)])],
+            world,
+            HOST,
+        );
+        assert_eq!(
+            t.by_gpu[&(0, 0)],
+            vec![TrueProc {
+                pid: 501,
+                used: 10 * MIB,
+                tracked: false
+            }]
+        );
+        assert_eq!(t.unattributed, 1, "the host's process is nobody's");
+        assert_eq!(decide(&cs, &t, POLICY), vec![], "and is never killed for h");
+    }
+
+    #[test]
     fn over_quota_kills_the_untracked_process_first_and_only_as_many_as_needed() {
         // a: quota 1 GiB; its tracked process 100 holds 600 MiB, untracked 101 holds 700 MiB.
         let cs = vec![
@@ -332,7 +363,7 @@ mod tests {
             U0,
             vec![(100, 600 * MIB), (101, 700 * MIB), (200, 1000 * MIB)],
         )];
-        let t = attribute(&cs, &r, world);
+        let t = attribute(&cs, &r, world, HOST);
         let f = decide(&cs, &t, POLICY);
         assert_eq!(f.len(), 1, "{f:?}");
         match &f[0] {
@@ -372,10 +403,11 @@ mod tests {
             &cs,
             &[reading(U0, vec![(100, 1000 * MIB), (101, 84 * MIB)])],
             world,
+            HOST,
         );
         assert_eq!(decide(&cs, &t, POLICY), vec![]);
         // Exactly at the quota, nothing untracked.
-        let t = attribute(&cs, &[reading(U0, vec![(100, 1024 * MIB)])], world);
+        let t = attribute(&cs, &[reading(U0, vec![(100, 1024 * MIB)])], world, HOST);
         assert_eq!(decide(&cs, &t, POLICY), vec![]);
     }
 
@@ -388,6 +420,7 @@ mod tests {
             &[a.clone()],
             &[reading(U0, vec![(100, 1200 * MIB), (101, 800 * MIB)])],
             world,
+            HOST,
         );
         let f = decide(&[a], &t, POLICY);
         assert!(
@@ -401,7 +434,12 @@ mod tests {
         // The tenant zeroed the total: its process truly holds 500 MiB.
         let mut a = container("a", 1, 1024 * MIB, 0, vec![(1, 1)]);
         a.gpus[0].slots_sum = 500 * MIB;
-        let t = attribute(&[a.clone()], &[reading(U0, vec![(100, 500 * MIB)])], world);
+        let t = attribute(
+            &[a.clone()],
+            &[reading(U0, vec![(100, 500 * MIB)])],
+            world,
+            HOST,
+        );
         let f = decide(&[a], &t, POLICY);
         assert_eq!(
             f,
@@ -429,6 +467,7 @@ mod tests {
                 ..Default::default()
             }],
             world,
+            HOST,
         );
         assert_eq!(decide(&[a], &t, POLICY), vec![]);
     }
