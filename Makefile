@@ -57,6 +57,7 @@ demo: build
 bench: build
 	@bash tests/bench/run.sh
 	@bash tests/bench/container-start.sh
+	@bash tests/bench/monitor.sh
 
 # What the GPU machine needs (no Rust there): the built interposer, tools and scripts travel in the tree.
 gpu-bundle: build

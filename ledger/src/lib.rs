@@ -23,6 +23,6 @@ pub mod quantity;
 pub mod region;
 pub mod walk;
 
-pub use limits::{DeviceLimit, Limits, LimitsError, LIMITS_VERSION};
+pub use limits::{DeviceLimit, KubeNames, Limits, LimitsError, LIMITS_VERSION};
 pub use quantity::{format_bytes, parse_quantity, QuantityError};
 pub use region::{Kind, Ledger, LedgerError, MeasureLock, Refused, Slot, SlotSnapshot, Snapshot};

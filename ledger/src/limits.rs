@@ -29,6 +29,48 @@ pub struct Limits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_pid: Option<u32>,
     pub devices: Vec<DeviceLimit>,
+    /// The container's Kubernetes names from the CRI annotations at creation (informational: the monitor's
+    /// labels). Absent for containers not made by a CRI runtime, and in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubeNames>,
+}
+
+/// Pod namespace, pod and container name of a Kubernetes container (empty: not given).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeNames {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub pod: String,
+    #[serde(default)]
+    pub container: String,
+}
+
+impl KubeNames {
+    /// The names from a container's annotations: CRI-O's `io.kubernetes.pod.name`,
+    /// `io.kubernetes.pod.namespace`, `io.kubernetes.container.name`, or containerd's
+    /// `io.kubernetes.cri.sandbox-name`, `io.kubernetes.cri.sandbox-namespace`,
+    /// `io.kubernetes.cri.container-name`. `None` when none is there.
+    pub fn from_annotations(annotations: &[(String, String)]) -> Option<KubeNames> {
+        let get = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| annotations.iter().find(|(a, _)| a == k))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let n = KubeNames {
+            namespace: get(&[
+                "io.kubernetes.pod.namespace",
+                "io.kubernetes.cri.sandbox-namespace",
+            ]),
+            pod: get(&["io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"]),
+            container: get(&[
+                "io.kubernetes.container.name",
+                "io.kubernetes.cri.container-name",
+            ]),
+        };
+        (n != KubeNames::default()).then_some(n)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,6 +243,7 @@ mod tests {
             container_id: "3f2a".into(),
             pid_ns: Some(4026532612),
             init_pid: Some(12345),
+            kubernetes: None,
             devices: vec![
                 DeviceLimit {
                     index: 0,
@@ -359,5 +402,37 @@ mod tests {
         l.devices[1].ledger = "../escape".into();
         assert!(l.write_atomic(&dir.path().join("limits.json")).is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn kubernetes_names_from_either_runtime_and_round_trip() {
+        let kv = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        assert_eq!(KubeNames::from_annotations(&kv(&[("x", "y")])), None);
+        let crio = KubeNames::from_annotations(&kv(&[
+            ("io.kubernetes.pod.name", "p"),
+            ("io.kubernetes.pod.namespace", "ns"),
+            ("io.kubernetes.container.name", "c"),
+        ]));
+        let containerd = KubeNames::from_annotations(&kv(&[
+            ("io.kubernetes.cri.sandbox-name", "p"),
+            ("io.kubernetes.cri.sandbox-namespace", "ns"),
+            ("io.kubernetes.cri.container-name", "c"),
+        ]));
+        assert_eq!(crio, containerd);
+        let mut l = sample();
+        l.kubernetes = crio;
+        let text = serde_json::to_vec(&l).unwrap();
+        assert_eq!(Limits::from_slice(&text).unwrap(), l);
+        // Older files have no such key.
+        assert_eq!(
+            Limits::from_slice(&serde_json::to_vec(&sample()).unwrap())
+                .unwrap()
+                .kubernetes,
+            None
+        );
     }
 }

@@ -193,12 +193,18 @@ fn fork_child_does_not_keep_the_measurement_lock(dir: &Path) {
     });
     let child_free = receive(&crx).expect("child died");
     let child = Pid::from_raw(receive(&rx).expect("holder died") as i32);
-    assert_eq!(child_free, 0, "a fork child must not hold its parent's measurement lock");
+    assert_eq!(
+        child_free, 0,
+        "a fork child must not hold its parent's measurement lock"
+    );
     assert!(ledger.measure_locked().unwrap());
     kill_and_reap(holder);
     let t = Instant::now();
     while ledger.measure_locked().unwrap() {
-        assert!(t.elapsed() < Duration::from_secs(10), "the live fork child keeps the measurement lock");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the live fork child keeps the measurement lock"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(ledger.try_measure_lock().unwrap().is_some());
@@ -479,7 +485,9 @@ fn main() {
     println!("processes: a fork child that keeps the parent's slot does not keep it alive ... ok");
     fork_child_does_not_keep_the_measurement_lock(dir.path());
     passed += 1;
-    println!("processes: a fork child neither holds nor keeps its parent's measurement lock ... ok");
+    println!(
+        "processes: a fork child neither holds nor keeps its parent's measurement lock ... ok"
+    );
     exec_releases_the_slot(dir.path());
     passed += 1;
     println!("processes: exec releases the slot ... ok");

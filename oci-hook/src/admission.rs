@@ -181,6 +181,7 @@ mod tests {
                 uuid: uuid.into(),
                 memory_limit: limit,
             }],
+            kubernetes: None,
         }
     }
 

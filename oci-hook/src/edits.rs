@@ -263,6 +263,7 @@ mod tests {
                     memory_limit: 1 << 30,
                 })
                 .collect(),
+            kubernetes: None,
         };
         let root = StateRoot::new("/s".into());
         let cfg = Config::default();
@@ -326,6 +327,7 @@ mod tests {
         )
         .unwrap();
         let plan = Plan {
+            kubernetes: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
@@ -379,6 +381,7 @@ mod tests {
             ..Config::default()
         };
         let plan = Plan {
+            kubernetes: None,
             gpus: vec![
                 PlannedGpu {
                     index: 0,
@@ -428,6 +431,7 @@ mod tests {
     #[test]
     fn the_mounts_are_the_same_whichever_way_they_are_applied() {
         let plan = Plan {
+            kubernetes: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),

@@ -122,6 +122,7 @@ mod tests {
 
     fn plan() -> Plan {
         Plan {
+            kubernetes: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),

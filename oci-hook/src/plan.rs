@@ -24,6 +24,8 @@ pub struct PlannedGpu {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub gpus: Vec<PlannedGpu>,
+    /// The Kubernetes names from the annotations, recorded for the monitor.
+    pub kubernetes: Option<vgpu_ledger::KubeNames>,
 }
 
 /// What the planner needs from a spec.
@@ -172,7 +174,10 @@ pub fn plan_with(
             memory_limit: r.bytes,
         });
     }
-    Ok(Some(Plan { gpus: out }))
+    Ok(Some(Plan {
+        gpus: out,
+        kubernetes: vgpu_ledger::KubeNames::from_annotations(&facts.annotations),
+    }))
 }
 
 #[cfg(test)]

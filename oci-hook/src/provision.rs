@@ -78,6 +78,7 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
         pid_ns,
         init_pid,
         devices,
+        kubernetes: plan.kubernetes.clone(),
     })
 }
 
@@ -321,6 +322,7 @@ mod tests {
 
     fn plan(limit: u64) -> Plan {
         Plan {
+            kubernetes: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the vgpu .deb from `make build`'s products: packaging/deb/build.sh [OUT_DIR] (default target/deb).
 # Installs: /usr/bin/{vgpuctl,vgpu-hook,vgpu-container-runtime}, /usr/lib/vgpu/{libvgpu.so,libvgpu_core.so}
-# (the glibc-2.17 build), the gc timer, a commented /etc/vgpu/config.toml, the hooks.d files for reference
+# (the glibc-2.17 build), the gc timer, the monitor's unit (not enabled: `systemctl enable --now vgpu-monitor`)
+# and Grafana dashboard, a commented /etc/vgpu/config.toml, the hooks.d files for reference
 # and the engine docs. It configures no engine: the operator runs `vgpuctl runtime configure --runtime=...` (docs/engines/).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,7 +20,9 @@ PKG=$(mktemp -d); trap 'rm -rf "$PKG"' EXIT
 install -D -m 0755 -t "$PKG/usr/bin" "$ROOT"/target/release/{vgpuctl,vgpu-hook,vgpu-container-runtime}
 install -D -m 0644 "$LIB" "$PKG/usr/lib/vgpu/libvgpu.so"
 install -D -m 0644 "$CORE" "$PKG/usr/lib/vgpu/libvgpu_core.so"
-install -D -m 0644 -t "$PKG/lib/systemd/system" "$ROOT"/packaging/systemd/vgpu-gc.{service,timer}
+install -D -m 0644 -t "$PKG/lib/systemd/system" "$ROOT"/packaging/systemd/vgpu-gc.{service,timer} "$ROOT"/packaging/systemd/vgpu-monitor.service
+install -D -m 0644 "$ROOT/docs/monitor.md" "$PKG/usr/share/doc/vgpu/monitor.md"
+install -D -m 0644 "$ROOT/packaging/grafana/vgpu-dashboard.json" "$PKG/usr/share/vgpu/grafana/vgpu-dashboard.json"
 install -D -m 0644 -t "$PKG/usr/share/vgpu/hooks.d" "$ROOT"/packaging/hooks.d/*.json
 install -D -m 0644 -t "$PKG/usr/share/doc/vgpu/engines" "$ROOT"/docs/engines/*.md
 install -D -m 0644 "$ROOT/packaging/kubernetes/vgpu-daemonset.yaml" "$PKG/usr/share/doc/vgpu/kubernetes/vgpu-daemonset.yaml"
@@ -33,6 +36,14 @@ cat > "$PKG/etc/vgpu/config.toml" <<'EOT'
 # hook_path = "/usr/bin/vgpu-hook"
 # nvml_library = "libnvidia-ml.so.1"
 # log_level = "error"
+#
+# vgpuctl monitor (vgpu-monitor.service; docs: /usr/share/doc/vgpu/monitor.md)
+# [monitor]
+# listen = "0.0.0.0:9394"
+# interval_seconds = 10      # between watchdog passes
+# tolerance = "64Mi"         # beyond a quota before the watchdog reports
+# kill = false               # SIGKILL the processes that put a container over its quota
+# nvml_library = "libnvidia-ml.so.1"   # default: nvml_library above
 EOT
 
 mkdir -p "$PKG/DEBIAN"

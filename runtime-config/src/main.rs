@@ -26,11 +26,37 @@ enum Cmd {
         #[command(flatten)]
         root: RootArgs,
     },
+    /// Serve Prometheus metrics (quotas, usage, NVML's truth) and run the NVML-truth watchdog.
+    Monitor(MonitorArgs),
     /// Remove the state of containers that are gone (whose poststop hook never came).
     Gc {
         #[command(flatten)]
         root: RootArgs,
     },
+}
+
+#[derive(Args)]
+struct MonitorArgs {
+    /// Address to serve /metrics on (default: [monitor] listen, else 0.0.0.0:9394).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Seconds between watchdog passes (default: [monitor] interval_seconds, else 10).
+    #[arg(long, value_name = "SECONDS")]
+    interval: Option<u64>,
+    /// Bytes over a quota not reported, e.g. 64Mi (default: [monitor] tolerance, else 64Mi).
+    #[arg(long)]
+    tolerance: Option<String>,
+    /// SIGKILL the processes that put a container over its quota (default: [monitor] kill, else off).
+    #[arg(long)]
+    kill: bool,
+    /// NVML library (default: [monitor] nvml_library, else the config's nvml_library).
+    #[arg(long)]
+    nvml_library: Option<String>,
+    /// Print one scrape on stdout and exit (no server, no watchdog).
+    #[arg(long)]
+    once: bool,
+    #[command(flatten)]
+    root: RootArgs,
 }
 
 #[derive(Args)]
@@ -139,6 +165,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Monitor(a) => monitor(a, &mut out),
         Cmd::Gc { root } => {
             // The grace for state without an owner comes from the config, like the hooks' own collection.
             let cfg = vgpu_oci::config::Config::load()?;
@@ -173,6 +200,57 @@ fn run(cli: Cli) -> Result<()> {
             finish(&changes, c.dry_run, o.engine, "not configured", &mut out)
         }
     }
+}
+
+fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
+    use vgpuctl::monitor::{config, watchdog::Policy, Monitor};
+    let (path, must_exist) = match std::env::var_os(vgpu_oci::config::CONFIG_ENV) {
+        Some(p) if !p.is_empty() => (PathBuf::from(p), true),
+        _ => (PathBuf::from(vgpu_oci::config::DEFAULT_CONFIG_PATH), false),
+    };
+    let cfg = vgpu_oci::config::Config::load()?;
+    let mut section = config::section(&path, must_exist)?;
+    if let Some(l) = a.listen {
+        section.listen = Some(l);
+    }
+    if let Some(i) = a.interval {
+        section.interval_seconds = Some(i);
+    }
+    if let Some(t) = a.tolerance {
+        section.tolerance = Some(toml::Value::String(t));
+    }
+    if a.kill {
+        section.kill = Some(true);
+    }
+    if let Some(n) = a.nvml_library {
+        section.nvml_library = Some(n);
+    }
+    let s = config::Settings::from_section(&section, &cfg.nvml_library)?;
+    let root = a
+        .root
+        .state_root
+        .map(StateRoot::new)
+        .unwrap_or_else(|| StateRoot::new(cfg.state_root));
+    let policy = Policy {
+        tolerance: s.tolerance,
+        kill: s.kill,
+    };
+    let m = std::sync::Arc::new(Monitor::new(root.clone(), &s.nvml_library, policy));
+    if a.once {
+        out.write_all(m.scrape().as_bytes())?;
+        return Ok(());
+    }
+    let listener = std::net::TcpListener::bind(&s.listen)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", s.listen))?;
+    eprintln!(
+        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}",
+        listener.local_addr()?,
+        root.root().display(),
+        s.interval.as_secs(),
+        vgpu_ledger::format_bytes(s.tolerance),
+        if s.kill { "on" } else { "off" }
+    );
+    vgpuctl::monitor::run(m, listener, s.interval)
 }
 
 fn finish(

@@ -256,6 +256,7 @@ mod tests {
             container_id: id.into(),
             pid_ns: None,
             init_pid: Some(1),
+            kubernetes: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),

@@ -9,7 +9,8 @@ deb=$(bash "$REPO/packaging/deb/build.sh" "$WORK" 2> "$WORK/build.err")
 ok_if "the .deb builds" test -f "$deb"
 dpkg-deb -c "$deb" > "$WORK/contents" 2>&1
 for f in ./usr/bin/vgpuctl ./usr/bin/vgpu-hook ./usr/bin/vgpu-container-runtime ./usr/lib/vgpu/libvgpu.so ./usr/lib/vgpu/libvgpu_core.so \
-         ./lib/systemd/system/vgpu-gc.timer ./etc/vgpu/config.toml ./usr/share/doc/vgpu/engines/podman.md; do
+         ./lib/systemd/system/vgpu-gc.timer ./lib/systemd/system/vgpu-monitor.service \
+         ./usr/share/vgpu/grafana/vgpu-dashboard.json ./usr/share/doc/vgpu/monitor.md ./etc/vgpu/config.toml ./usr/share/doc/vgpu/engines/podman.md; do
     ok_if "package holds $f" grep -q " $f\$" "$WORK/contents"
 done
 ok_if "control names the package" bash -c "dpkg-deb -f '$deb' Package | grep -qx vgpu"
@@ -19,8 +20,21 @@ ok_if "the packaged vgpuctl runs" "$WORK/x/usr/bin/vgpuctl" --version > /dev/nul
 ok_if "the packaged config.toml (all defaults) is accepted" env VGPU_CONFIG="$WORK/x/etc/vgpu/config.toml" \
     "$WORK/x/usr/bin/vgpuctl" status --state-root "$WORK/none" > /dev/null
 # systemd-analyze checks the units; only the binary path (not installed on this machine) may be missing.
-systemd-analyze verify "$REPO"/packaging/systemd/vgpu-gc.{service,timer} 2>&1 | grep -v "is not executable" > "$WORK/verify"
+systemd-analyze verify "$REPO"/packaging/systemd/vgpu-{gc.service,gc.timer,monitor.service} 2>&1 | grep -v "is not executable" > "$WORK/verify"
 ok_if "systemd units verify" test ! -s "$WORK/verify"
+# The [monitor] example of the packaged config.toml, uncommented, is a valid config.
+monitor_example() {
+    sed -n '/^# \[monitor\]/,$p' "$WORK/x/etc/vgpu/config.toml" | sed 's/^# //' > "$WORK/mon.toml"
+    grep -q '^kill = false' "$WORK/mon.toml" &&
+        VGPU_CONFIG="$WORK/mon.toml" "$WORK/x/usr/bin/vgpuctl" monitor --once --state-root "$WORK/none" \
+            --nvml-library /nonexistent 2>/dev/null | grep -q '^vgpu_nvml_up 0'
+}
+ok_if "the packaged config.toml's [monitor] example, uncommented, is accepted" monitor_example
+ok_if "the Grafana dashboard is JSON using the monitor's series" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+exprs = " ".join(t["expr"] for p in d["panels"] for t in p.get("targets", []))
+assert "hami_vgpu_memory_used_bytes" in exprs and "vgpu_watchdog_findings" in exprs, exprs' "$REPO/packaging/grafana/vgpu-dashboard.json"
 ok_if "DaemonSet example is valid YAML with RuntimeClass vgpu" python3 -c '
 import sys, yaml
 docs = list(yaml.safe_load_all(open(sys.argv[1])))

@@ -46,7 +46,9 @@ pub const UUID_CAPACITY: usize = 96;
 /// The measurement lock's byte range: the header, which no slot lock covers (see the module's table).
 pub const MEASURE_LOCK_OFFSET: usize = 0;
 pub const MEASURE_LOCK_LEN: usize = HEADER_SIZE;
-const _: () = assert!(MEASURE_LOCK_OFFSET + MEASURE_LOCK_LEN <= COMMIT_OFFSET && COMMIT_OFFSET < SLOTS_OFFSET);
+const _: () = assert!(
+    MEASURE_LOCK_OFFSET + MEASURE_LOCK_LEN <= COMMIT_OFFSET && COMMIT_OFFSET < SLOTS_OFFSET
+);
 /// Number of usage kinds (see `Kind`).
 pub const KINDS: usize = 8;
 

@@ -134,7 +134,12 @@ impl Ledger {
 
     /// As [`open_or_create`](Self::open_or_create), a file this call creates getting `mode` (the library's
     /// environment mode: 0600, for one user alone). An existing file keeps its mode.
-    pub fn open_or_create_with_mode(path: &Path, uuid: &str, limit: u64, mode: u32) -> Result<Ledger, LedgerError> {
+    pub fn open_or_create_with_mode(
+        path: &Path,
+        uuid: &str,
+        limit: u64,
+        mode: u32,
+    ) -> Result<Ledger, LedgerError> {
         check_uuid(path, uuid)?;
         // Informational only; a ledger holds at most MAX_TOTAL whatever the limit ("unlimited" = u64::MAX).
         let limit = limit.min(MAX_TOTAL);

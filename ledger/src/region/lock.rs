@@ -38,7 +38,10 @@ fn try_set(fd: impl AsFd, fl: &libc::flock) -> io::Result<bool> {
 /// Try to take the measurement lock through `fd`'s open file description, without waiting. Ok(false):
 /// another open file description (or a process's POSIX record lock) holds it.
 pub fn try_lock_measure(fd: impl AsFd) -> io::Result<bool> {
-    try_set(fd, &range(MEASURE_LOCK_OFFSET, MEASURE_LOCK_LEN, libc::F_WRLCK))
+    try_set(
+        fd,
+        &range(MEASURE_LOCK_OFFSET, MEASURE_LOCK_LEN, libc::F_WRLCK),
+    )
 }
 
 /// Whether some other open file description holds the measurement lock (read-only GETLK, as for slots).

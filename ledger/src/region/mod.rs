@@ -36,7 +36,9 @@ mod slot;
 mod view;
 
 pub use error::{LedgerError, Refused};
-pub use format::{FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT};
+pub use format::{
+    FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,
+};
 pub use kind::Kind;
 pub use ledger::Ledger;
 pub use measure::MeasureLock;

@@ -526,7 +526,10 @@ fn the_measurement_lock_is_a_range_of_the_ledger_apart_from_the_slots() {
     let held = a.try_measure_lock().unwrap().expect("free");
     // Another description (another process, or another thread of this one) must wait for it.
     assert!(b.try_measure_lock().unwrap().is_none());
-    assert!(a.try_measure_lock().unwrap().is_none(), "each take is its own description");
+    assert!(
+        a.try_measure_lock().unwrap().is_none(),
+        "each take is its own description"
+    );
     assert!(b.measure_locked().unwrap());
     // Slots neither take nor wait for it, and a held slot is not mistaken for it.
     let slot = b.attach().unwrap();
@@ -541,5 +544,8 @@ fn the_measurement_lock_is_a_range_of_the_ledger_apart_from_the_slots() {
     // No file of its own: the folder holds the ledger alone.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     // The monitor's read-only view cannot take it.
-    assert!(Ledger::open_readonly(&path).unwrap().try_measure_lock().is_err());
+    assert!(Ledger::open_readonly(&path)
+        .unwrap()
+        .try_measure_lock()
+        .is_err());
 }

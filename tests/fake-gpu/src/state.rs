@@ -22,7 +22,7 @@ use std::mem::size_of;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 /// Format version of the state file (part of its name).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Process slots in the file.
 pub const SLOTS: usize = 512;
 const MAGIC: u64 = u64::from_le_bytes(*b"FAKECUDA");
@@ -52,6 +52,8 @@ struct Slot {
     pid: AtomicU32,
     /// Charges and refunds of this process in progress (all its threads).
     in_flight: AtomicU32,
+    /// Inode of the owner's PID namespace (0: unknown), so NVML can name it by the PID its caller sees.
+    pid_ns: AtomicU64,
     used: [AtomicU64; MAX_DEVICES],
 }
 
@@ -66,7 +68,8 @@ struct Layout {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub devices: Vec<(u64, u64)>,
-    pub processes: Vec<(u32, Vec<u64>)>,
+    /// (PID as the process sees it, its PID namespace inode or 0, usage per device).
+    pub processes: Vec<(u32, u64, Vec<u64>)>,
 }
 
 /// An open state file, optionally with a claimed process slot.
@@ -82,6 +85,11 @@ pub struct Shared {
 unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
+
+/// Inode of this process's PID namespace (0 when /proc cannot tell).
+pub fn own_pid_ns() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m))
+}
 
 fn slot_offset(i: usize) -> i64 {
     (std::mem::offset_of!(Layout, slots) + i * size_of::<Slot>()) as i64
@@ -262,6 +270,7 @@ impl Shared {
                 self.give_back(i); // died between our sweep and now
             }
             slot.pid.store(pid, Relaxed);
+            slot.pid_ns.store(own_pid_ns(), Relaxed);
             slot.in_flight.store(0, Relaxed);
             for u in &slot.used {
                 u.store(0, Relaxed);
@@ -471,6 +480,7 @@ impl Shared {
                 let s = &l.slots[i];
                 (
                     s.pid.load(Relaxed),
+                    s.pid_ns.load(Relaxed),
                     (0..self.ndev).map(|d| s.used[d].load(Relaxed)).collect(),
                 )
             })

@@ -172,6 +172,22 @@ pub struct MemoryV2 {
 const MEMORY_V2: c_uint = std::mem::size_of::<MemoryV2>() as c_uint | (2 << 24);
 
 #[repr(C)]
+pub struct ProcessUtilization {
+    pid: c_uint,
+    time_stamp: u64,
+    sm: c_uint,
+    mem: c_uint,
+    enc: c_uint,
+    dec: c_uint,
+}
+
+#[repr(C)]
+pub struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+#[repr(C)]
 pub struct ProcessV1 {
     pid: c_uint,
     used: u64,
@@ -193,16 +209,81 @@ fn fill_str<const N: usize>(s: &str) -> [c_char; N] {
     a
 }
 
-/// Live processes with memory on device `i`: (pid, bytes).
+/// Live processes with memory on device `i`: (pid, bytes). Like the real NVML, which names processes
+/// by host PID, each is named by the PID the caller sees: a process in the caller's own PID namespace
+/// by the PID it recorded, one in a namespace below (a container, seen from the host) by its PID in
+/// the caller's `/proc`; one the caller cannot see keeps the PID it recorded.
 fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
-    with(|s, _| {
+    let procs: Vec<(u32, u64, u64)> = with(|s, _| {
         Ok(s.snapshot()
             .processes
             .into_iter()
-            .filter(|p| p.1[i] > 0)
-            .map(|p| (p.0, p.1[i]))
+            .filter(|p| p.2[i] > 0)
+            .map(|p| (p.0, p.1, p.2[i]))
             .collect())
+    })?;
+    let own = fake_gpu::state::own_pid_ns();
+    // What the last scan of /proc found, checked again before use (a PID may have been reused).
+    static SEEN: Mutex<Vec<(u64, u32, u32)>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut scanned = false;
+    Ok(procs
+        .into_iter()
+        .map(|(pid, ns, used)| {
+            if ns == 0 || ns == own {
+                return (pid, used);
+            }
+            let find = |t: &[(u64, u32, u32)]| {
+                t.iter()
+                    .find(|&&(n, inner, outer)| n == ns && inner == pid && still(outer, n, inner))
+                    .map(|&(_, _, outer)| outer)
+            };
+            let host = find(&seen).or_else(|| {
+                if scanned {
+                    return None;
+                }
+                scanned = true;
+                *seen = visible_processes();
+                find(&seen)
+            });
+            (host.unwrap_or(pid), used)
+        })
+        .collect())
+}
+
+/// True when `/proc/<outer>` still lives in namespace `ns` (one stat: this runs for every process at
+/// every call; a PID reused inside that namespace is the remaining, accepted, blind spot of the fake).
+fn still(outer: u32, ns: u64, _inner: u32) -> bool {
+    std::fs::metadata(format!("/proc/{outer}/ns/pid"))
+        .is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ns)
+}
+
+/// (PID namespace inode, PID in it) of `/proc/<outer>`.
+fn proc_entry(outer: u32) -> Option<(u64, u32)> {
+    let ns = std::fs::metadata(format!("/proc/{outer}/ns/pid")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{outer}/status")).ok()?;
+    let inner = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()?;
+    Some((std::os::unix::fs::MetadataExt::ino(&ns), inner))
+}
+
+/// Every process in the caller's `/proc`: (PID namespace inode, PID in that namespace, PID here),
+/// the inner PID being the last of the `NSpid` line of its status.
+fn visible_processes() -> Vec<(u64, u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| {
+        let outer: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let (ns, inner) = proc_entry(outer)?;
+        Some((ns, inner, outer))
     })
+    .collect()
 }
 
 /// The NVML process-list protocol: report the count; fill only when the buffer is big enough.
@@ -384,6 +465,28 @@ fn nvmlDeviceGetComputeRunningProcesses(dev: Device, count: *mut c_uint, infos: 
 fn nvmlDeviceGetGraphicsRunningProcesses_v3(dev: Device, count: *mut c_uint, _infos: *mut ProcessV2) {
     index(dev)?;
     out(count, 0)
+}
+
+// One sample per process holding memory on the device, all idle (the fake runs no kernels); none:
+// NOT_FOUND, as the real NVML answers when it has no sample.
+fn nvmlDeviceGetProcessUtilization(dev: Device, samples: *mut ProcessUtilization, count: *mut c_uint, _last_seen: u64) {
+    let procs = processes(index(dev)?)?;
+    if count.is_null() { return Err(INVALID_ARGUMENT); }
+    if procs.is_empty() { *count = 0; return Err(NOT_FOUND); }
+    let room = *count as usize;
+    *count = procs.len() as c_uint;
+    if samples.is_null() || room < procs.len() { return Err(INSUFFICIENT_SIZE); }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+    for (k, (pid, _)) in procs.into_iter().enumerate() {
+        samples.add(k).write(ProcessUtilization { pid, time_stamp: now, sm: 0, mem: 0, enc: 0, dec: 0 });
+    }
+    Ok(())
+}
+
+// The fake runs no kernels: 0 % busy, memory bandwidth 0 %.
+fn nvmlDeviceGetUtilizationRates(dev: Device, u: *mut Utilization) {
+    index(dev)?;
+    out(u, Utilization { gpu: 0, memory: 0 })
 }
 }
 

@@ -1,0 +1,165 @@
+//! The cost of one `vgpuctl monitor` scrape (and of one watchdog pass) on a loaded node: N containers
+//! spread over the fake driver's GPUs, each with a quota, a ledger with a live slot and usage, and one GPU
+//! process of its own in a PID namespace of its own (`unshare -p --fork`), so the scrape reads every ledger,
+//! asks NVML for every GPU and attributes every process through /proc. Run by `tests/bench/monitor.sh`
+//! (root: PID namespaces), which sets the fake driver's environment.
+//!
+//!     monitor_bench CLIENT NVML_LIB [--containers 256] [--gpus 8] [--scrapes 50]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::{DeviceLimit, Kind, Ledger, Limits};
+use vgpuctl::monitor::{watchdog::Policy, Monitor};
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map_or(default, |v| v.parse().expect("a number"))
+}
+
+fn ns_of(path: &str) -> u64 {
+    std::fs::metadata(path).map(|m| m.ino()).unwrap_or(0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (client, nvml) = (&args[1], &args[2]);
+    let n = arg(&args, "--containers", 256);
+    let gpus = arg(&args, "--gpus", 8);
+    let scrapes = arg(&args, "--scrapes", 50);
+    let own_ns = ns_of("/proc/self/ns/pid");
+
+    // One GPU process per container, each in a PID namespace of its own.
+    let mut children: Vec<(Child, u64)> = Vec::new();
+    for i in 0..n {
+        let mut c = Command::new("unshare")
+            .args(["-p", "--fork", "--kill-child", client, "device"])
+            .arg((i % gpus).to_string())
+            .args(["!alloc", "64Mi", "sleep", "600"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("unshare");
+        let out = c.stdout.take().unwrap();
+        let line = BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("op=alloc") || l.starts_with("fatal"));
+        assert!(
+            line.as_deref().is_some_and(|l| l.contains("rc=0")),
+            "client {i} did not allocate: {line:?}"
+        );
+        let ns = ns_of(&format!("/proc/{}/ns/pid_for_children", c.id()));
+        assert!(ns != 0 && ns != own_ns, "no PID namespace of its own");
+        children.push((c, ns));
+    }
+
+    // On tmpfs, as /run/vgpu is on a node.
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let mut held = Vec::new();
+    for (i, (_, ns)) in children.iter().enumerate() {
+        let id = format!("bench-{i:04}");
+        let uuid = format!("GPU-fa4ec0de-0000-4000-8000-{:012x}", i % gpus);
+        std::fs::create_dir_all(root.ledgers_dir(&id).unwrap()).unwrap();
+        Limits {
+            version: vgpu_ledger::LIMITS_VERSION,
+            container_id: id.clone(),
+            pid_ns: Some(*ns),
+            init_pid: Some(1),
+            devices: vec![DeviceLimit {
+                index: 0,
+                uuid: uuid.clone(),
+                memory_limit: 1 << 30,
+                ledger: vgpu_ledger::layout::relative_ledger_path(&uuid).unwrap(),
+            }],
+            kubernetes: Some(vgpu_ledger::KubeNames {
+                namespace: "bench".into(),
+                pod: format!("pod-{i}"),
+                container: "main".into(),
+            }),
+        }
+        .write_atomic(&root.limits_path(&id).unwrap())
+        .unwrap();
+        let ledger =
+            Ledger::open_or_create(&root.ledger_path(&id, &uuid).unwrap(), &uuid, 1 << 30).unwrap();
+        let slot = ledger.attach().unwrap();
+        ledger
+            .charge(&slot, Kind::Context, 16 << 20, 1 << 30)
+            .unwrap();
+        ledger.charge(&slot, Kind::Data, 64 << 20, 1 << 30).unwrap();
+        held.push((ledger, slot));
+    }
+
+    // Where the time goes: each part alone.
+    {
+        use vgpuctl::monitor::{nvml::Nvml, procs, state, watchdog};
+        let part = |name: &str, f: &mut dyn FnMut()| {
+            let t = Instant::now();
+            for _ in 0..5 {
+                f();
+            }
+            eprintln!(
+                "  {name}: {:.2} ms (mean of 5)",
+                t.elapsed().as_secs_f64() * 1e3 / 5.0
+            );
+        };
+        let nv = Nvml::load(nvml).unwrap();
+        let cs = state::read(&root).unwrap();
+        let rs = nv.read().unwrap();
+        part("ledgers (state::read)", &mut || drop(state::read(&root)));
+        part("NVML (the fake's, all GPUs)", &mut || drop(nv.read()));
+        part("attribution (/proc)", &mut || {
+            drop(watchdog::attribute(
+                &cs,
+                &rs,
+                procs::inspect,
+                procs::own_ns(),
+            ))
+        });
+    }
+    let m = Monitor::new(
+        root,
+        nvml,
+        Policy {
+            tolerance: 64 << 20,
+            kill: false,
+        },
+    );
+    let first = m.scrape();
+    let attributed = first
+        .lines()
+        .filter(|l| l.starts_with("vgpu_container_gpu_memory_nvml_bytes{") && !l.ends_with(" 0"))
+        .count();
+    let mut times: Vec<Duration> = (0..scrapes)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(m.scrape());
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let t = Instant::now();
+    m.pass();
+    let pass = t.elapsed();
+    println!(
+        "monitor scrape: {n} containers on {gpus} GPUs, {} GPU processes ({attributed} attributed): min {:.2} ms, median {:.2} ms, p90 {:.2} ms, max {:.2} ms per scrape ({scrapes} scrapes, {} KiB of text); watchdog pass {:.2} ms",
+        children.len(),
+        ms(times[0]),
+        ms(times[times.len() / 2]),
+        ms(times[times.len() * 9 / 10]),
+        ms(times[times.len() - 1]),
+        first.len() / 1024,
+        ms(pass),
+    );
+    drop(held);
+    for (mut c, _) in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

@@ -1,0 +1,368 @@
+//! One scrape's text: the HAMi-compatible series (`hami_*`, so existing dashboards work) and ours
+//! (`vgpu_*`), encoded with `prometheus-client` in the OpenMetrics text format. Built fresh from a
+//! reading of the state root and NVML at each scrape; the watchdog's counters and open findings come from
+//! the watchdog loop. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
+
+use super::nvml::GpuReading;
+use super::state::ContainerState;
+use super::watchdog::Truth;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use vgpu_ledger::Kind;
+
+/// Label pairs of one series.
+pub type Labels = Vec<(&'static str, String)>;
+type IntFamily = Family<Labels, Gauge>;
+type RatioFamily = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// What the watchdog loop has counted and still sees, for the scrape.
+#[derive(Debug, Clone, Default)]
+pub struct WatchdogView {
+    /// Findings that began (an episode counts once), by kind.
+    pub events: Vec<(&'static str, u64)>,
+    pub kills: u64,
+    pub kill_failures: u64,
+    /// Open findings: (container id, GPU uuid, container GPU index, kind), with the container's labels.
+    pub open: Vec<(Labels, &'static str)>,
+    pub passes: u64,
+}
+
+/// Everything one scrape shows.
+pub struct Scrape<'a> {
+    pub containers: &'a [ContainerState],
+    /// `None`: NVML is not loaded or could not be read.
+    pub gpus: Option<&'a [GpuReading]>,
+    pub truth: &'a Truth,
+    pub watchdog: &'a WatchdogView,
+    pub state_error: Option<&'a str>,
+}
+
+/// The labels of a container's GPU: HAMi's (`namespace`, `pod`, `container`, `vdevice_index`,
+/// `device_uuid`) and the container id. Outside Kubernetes, `container` is the container id.
+pub fn container_labels(c: &ContainerState, g: usize) -> Labels {
+    let names = c.names.clone().unwrap_or_default();
+    let gpu = &c.gpus[g];
+    vec![
+        ("namespace", names.namespace),
+        ("pod", names.pod),
+        (
+            "container",
+            if names.container.is_empty() {
+                c.id.clone()
+            } else {
+                names.container
+            },
+        ),
+        ("container_id", c.id.clone()),
+        ("vdevice_index", gpu.index.to_string()),
+        ("device_uuid", gpu.uuid.clone()),
+    ]
+}
+
+fn with(mut l: Labels, k: &'static str, v: impl Into<String>) -> Labels {
+    l.push((k, v.into()));
+    l
+}
+
+fn int(reg: &mut Registry, name: &str, help: &str) -> IntFamily {
+    let f = IntFamily::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+fn ratio(reg: &mut Registry, name: &str, help: &str) -> RatioFamily {
+    let f = RatioFamily::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+fn plain(reg: &mut Registry, name: &str, help: &str) -> Gauge {
+    let g = Gauge::default();
+    reg.register(name, help, g.clone());
+    g
+}
+
+fn set(f: &IntFamily, l: &Labels, v: u64) {
+    f.get_or_create(l).set(v.min(i64::MAX as u64) as i64);
+}
+
+/// The scrape's text (OpenMetrics, ending in `# EOF`).
+pub fn render(s: &Scrape) -> String {
+    let mut reg = Registry::default();
+    let used = int(
+        &mut reg,
+        "hami_vgpu_memory_used_bytes",
+        "GPU memory charged to the container's quota (its ledger's total)",
+    );
+    let limit = int(
+        &mut reg,
+        "hami_vgpu_memory_limit_bytes",
+        "the container's GPU memory quota",
+    );
+    let host_used = int(
+        &mut reg,
+        "hami_host_gpu_memory_used_bytes",
+        "GPU memory in use on the host GPU (NVML)",
+    );
+    let host_total = int(
+        &mut reg,
+        "vgpu_host_gpu_memory_total_bytes",
+        "GPU memory of the host GPU (NVML)",
+    );
+    let host_util = ratio(
+        &mut reg,
+        "hami_host_gpu_utilization_ratio",
+        "host GPU busy ratio, 0-1 (NVML)",
+    );
+    let ctr_util = ratio(
+        &mut reg,
+        "hami_container_device_utilization_ratio",
+        "SM utilisation of the container's processes on the GPU, 0-1 (NVML per-process samples)",
+    );
+    let by_kind = int(
+        &mut reg,
+        "vgpu_memory_used_by_kind_bytes",
+        "GPU memory charged to the container's quota, by kind",
+    );
+    let slots = int(
+        &mut reg,
+        "vgpu_ledger_slots_bytes",
+        "sum of the ledger's per-process counters (equals the total unless tampered with)",
+    );
+    let live = int(
+        &mut reg,
+        "vgpu_ledger_processes",
+        "processes holding a slot of the container's ledger",
+    );
+    let truth = int(
+        &mut reg,
+        "vgpu_container_gpu_memory_nvml_bytes",
+        "GPU memory the container's processes truly hold (NVML, host PIDs)",
+    );
+    let untracked = int(
+        &mut reg,
+        "vgpu_container_gpu_memory_untracked_bytes",
+        "GPU memory held by container processes without a ledger slot (bypassing the library)",
+    );
+    let errors = plain(
+        &mut reg,
+        "vgpu_state_errors",
+        "containers or ledgers of the state root that could not be read",
+    );
+    let nvml_up = plain(
+        &mut reg,
+        "vgpu_nvml_up",
+        "1 when NVML was read for this scrape",
+    );
+    let unattributed = plain(
+        &mut reg,
+        "vgpu_nvml_unattributed_processes",
+        "GPU processes of no container with a quota",
+    );
+    let open = int(
+        &mut reg,
+        "vgpu_watchdog_findings",
+        "open watchdog findings (1 per container GPU and finding)",
+    );
+    let events = Family::<Labels, Counter>::default();
+    reg.register(
+        "vgpu_watchdog_events",
+        "watchdog findings that began, by finding",
+        events.clone(),
+    );
+    let kills = Counter::<u64>::default();
+    reg.register(
+        "vgpu_watchdog_kills",
+        "processes the watchdog killed (kill policy)",
+        kills.clone(),
+    );
+    let kill_failures = Counter::<u64>::default();
+    reg.register(
+        "vgpu_watchdog_kill_failures",
+        "kills the watchdog attempted that failed",
+        kill_failures.clone(),
+    );
+    let passes = Counter::<u64>::default();
+    reg.register(
+        "vgpu_watchdog_passes",
+        "watchdog passes run",
+        passes.clone(),
+    );
+
+    let mut n_errors = u64::from(s.state_error.is_some());
+    for (ci, c) in s.containers.iter().enumerate() {
+        n_errors += u64::from(c.error.is_some());
+        for (gi, g) in c.gpus.iter().enumerate() {
+            n_errors += u64::from(g.error.is_some());
+            let l = container_labels(c, gi);
+            set(&used, &l, g.total);
+            set(&limit, &l, g.limit);
+            set(&slots, &l, g.slots_sum);
+            set(&live, &l, g.owners.len() as u64);
+            // Kinds at zero are left out (most containers use two or three of the eight).
+            for k in Kind::ALL.into_iter().filter(|k| g.by_kind[k.index()] > 0) {
+                set(
+                    &by_kind,
+                    &with(l.clone(), "kind", k.name()),
+                    g.by_kind[k.index()],
+                );
+            }
+            if s.truth.knows(&g.uuid) {
+                let procs = s.truth.by_gpu.get(&(ci, gi));
+                let sum = |tracked: Option<bool>| -> u64 {
+                    procs.map_or(0, |ps| {
+                        ps.iter()
+                            .filter(|p| tracked.is_none() || tracked == Some(p.tracked))
+                            .map(|p| p.used)
+                            .sum()
+                    })
+                };
+                set(&truth, &l, sum(None));
+                set(&untracked, &l, sum(Some(false)));
+                let samples = s
+                    .gpus
+                    .unwrap_or_default()
+                    .iter()
+                    .find(|r| r.uuid == g.uuid)
+                    .and_then(|r| r.process_utilization.as_ref());
+                if let Some(samples) = samples {
+                    let u: f64 = procs.map_or(0.0, |ps| {
+                        ps.iter()
+                            .filter_map(|p| samples.iter().find(|s| s.0 == p.pid))
+                            .map(|s| s.1)
+                            .sum()
+                    });
+                    ctr_util.get_or_create(&l).set(u.min(1.0));
+                }
+            }
+        }
+    }
+    for r in s.gpus.unwrap_or_default() {
+        let l: Labels = vec![
+            ("device_index", r.index.to_string()),
+            ("device_uuid", r.uuid.clone()),
+            ("device_type", r.name.clone()),
+        ];
+        set(&host_used, &l, r.used);
+        set(&host_total, &l, r.total);
+        if let Some(u) = r.utilization {
+            host_util.get_or_create(&l).set(u);
+        }
+    }
+    errors.set(n_errors as i64);
+    nvml_up.set(i64::from(s.gpus.is_some()));
+    unattributed.set(s.truth.unattributed as i64);
+    for (l, kind) in &s.watchdog.open {
+        set(&open, &with(l.clone(), "finding", *kind), 1);
+    }
+    for (kind, n) in &s.watchdog.events {
+        events
+            .get_or_create(&vec![("finding", kind.to_string())])
+            .inc_by(*n);
+    }
+    kills.inc_by(s.watchdog.kills);
+    kill_failures.inc_by(s.watchdog.kill_failures);
+    passes.inc_by(s.watchdog.passes);
+    let mut out = String::with_capacity(64 * 1024);
+    // Writing to a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::GpuState;
+    use super::super::watchdog::TrueProc;
+    use super::*;
+
+    #[test]
+    fn renders_hami_and_vgpu_series_with_labels() {
+        let c = ContainerState {
+            id: "c1".into(),
+            names: Some(vgpu_ledger::KubeNames {
+                namespace: "ns".into(),
+                pod: "p".into(),
+                container: "main".into(),
+            }),
+            gpus: vec![GpuState {
+                index: 0,
+                uuid: "GPU-0".into(),
+                limit: 1 << 30,
+                total: 300 << 20,
+                slots_sum: 300 << 20,
+                by_kind: {
+                    let mut k = [0; vgpu_ledger::region::KINDS];
+                    k[Kind::Data.index()] = 300 << 20;
+                    k
+                },
+                owners: vec![(1, 1)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut truth = Truth {
+            listed: vec!["GPU-0".into()],
+            ..Default::default()
+        };
+        truth.by_gpu.insert(
+            (0, 0),
+            vec![
+                TrueProc {
+                    pid: 10,
+                    used: 300 << 20,
+                    tracked: true,
+                },
+                TrueProc {
+                    pid: 11,
+                    used: 5 << 20,
+                    tracked: false,
+                },
+            ],
+        );
+        let gpus = vec![GpuReading {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "NVIDIA H100".into(),
+            total: 16 << 30,
+            used: 1 << 30,
+            utilization: Some(0.25),
+            processes: Some(vec![]),
+            process_utilization: Some(vec![(10, 0.5), (11, 0.125), (99, 1.0)]),
+        }];
+        let wd = WatchdogView {
+            events: vec![("over_quota", 2)],
+            kills: 1,
+            ..Default::default()
+        };
+        let text = render(&Scrape {
+            containers: &[c],
+            gpus: Some(&gpus),
+            truth: &truth,
+            watchdog: &wd,
+            state_error: None,
+        });
+        let l = r#"namespace="ns",pod="p",container="main",container_id="c1",vdevice_index="0",device_uuid="GPU-0""#;
+        for want in [
+            format!("hami_vgpu_memory_used_bytes{{{l}}} 314572800"),
+            format!("hami_vgpu_memory_limit_bytes{{{l}}} 1073741824"),
+            format!("vgpu_memory_used_by_kind_bytes{{{l},kind=\"data\"}} 314572800"),
+            format!("vgpu_container_gpu_memory_nvml_bytes{{{l}}} 319815680"),
+            format!("vgpu_container_gpu_memory_untracked_bytes{{{l}}} 5242880"),
+            r#"hami_host_gpu_memory_used_bytes{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 1073741824"#.into(),
+            r#"hami_host_gpu_utilization_ratio{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 0.25"#.into(),
+            r#"vgpu_watchdog_events_total{finding="over_quota"} 2"#.into(),
+            "vgpu_nvml_unattributed_processes 0".into(),
+            "vgpu_watchdog_kills_total 1".into(),
+            "vgpu_nvml_up 1".into(),
+            format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
+            "# EOF".into(),
+        ] {
+            assert!(text.contains(&want), "missing {want}\n{text}");
+        }
+        assert!(!text.contains("kind=\"vmm\""), "kinds at zero are left out");
+    }
+}

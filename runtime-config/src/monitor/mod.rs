@@ -1,0 +1,295 @@
+//! `vgpuctl monitor`: a Prometheus exporter of the state root's quotas and usage and of NVML's truth, with
+//! the NVML-truth watchdog. A small synchronous HTTP server (std `TcpListener`, one request at a time)
+//! answers `GET /metrics`; a thread runs a watchdog pass every interval: it attributes NVML's processes to
+//! containers, logs each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the
+//! processes that put a container over its quota. Never writes to the state root and takes no lock on a
+//! ledger. Modules: `state` (the state root), `nvml`, `procs` (/proc), `watchdog` (decisions), `metrics`
+//! (the text), `config` (`[monitor]`).
+
+pub mod config;
+pub mod metrics;
+pub mod nvml;
+pub mod procs;
+pub mod state;
+pub mod watchdog;
+
+use anyhow::{Context, Result};
+use metrics::WatchdogView;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use vgpu_ledger::format_bytes;
+use vgpu_ledger::layout::StateRoot;
+use watchdog::{Finding, Policy, Truth};
+
+/// A running monitor: what it reads and what its watchdog has seen.
+pub struct Monitor {
+    root: StateRoot,
+    nvml: Option<nvml::Nvml>,
+    policy: Policy,
+    watch: Mutex<Watch>,
+}
+
+/// The watchdog's memory between passes.
+#[derive(Default)]
+struct Watch {
+    /// Findings open after the last pass: (container id, GPU uuid, kind) → the container's labels.
+    open: BTreeMap<(String, String, &'static str), metrics::Labels>,
+    events: BTreeMap<&'static str, u64>,
+    kills: u64,
+    kill_failures: u64,
+    passes: u64,
+}
+
+/// One reading of everything: the state root, NVML and the attribution of NVML's processes.
+pub struct Reading {
+    pub containers: Vec<state::ContainerState>,
+    pub gpus: Option<Vec<nvml::GpuReading>>,
+    pub truth: Truth,
+    pub state_error: Option<String>,
+}
+
+fn log(msg: &str) {
+    eprintln!("vgpuctl monitor: {msg}");
+}
+
+impl Monitor {
+    /// A monitor of `root`; NVML that cannot be loaded is reported once and the ledgers are still served.
+    pub fn new(root: StateRoot, nvml_library: &str, policy: Policy) -> Monitor {
+        let nvml = nvml::Nvml::load(nvml_library)
+            .map_err(|e| {
+                log(&format!(
+                    "{e:#}; serving the ledgers' figures only, no watchdog"
+                ))
+            })
+            .ok();
+        Monitor {
+            root,
+            nvml,
+            policy,
+            watch: Mutex::new(Watch::default()),
+        }
+    }
+
+    /// Reads the state root and NVML now.
+    pub fn read(&self) -> Reading {
+        let (containers, state_error) = match state::read(&self.root) {
+            Ok(c) => (c, None),
+            Err(e) => (vec![], Some(e.to_string())),
+        };
+        let gpus = self.nvml.as_ref().and_then(|n| n.read().ok());
+        let truth = watchdog::attribute(
+            &containers,
+            gpus.as_deref().unwrap_or_default(),
+            procs::inspect,
+            procs::own_ns(),
+        );
+        Reading {
+            containers,
+            gpus,
+            truth,
+            state_error,
+        }
+    }
+
+    /// The text of one scrape.
+    pub fn scrape(&self) -> String {
+        let r = self.read();
+        let view = self.watchdog_view();
+        metrics::render(&metrics::Scrape {
+            containers: &r.containers,
+            gpus: r.gpus.as_deref(),
+            truth: &r.truth,
+            watchdog: &view,
+            state_error: r.state_error.as_deref(),
+        })
+    }
+
+    fn watchdog_view(&self) -> WatchdogView {
+        let w = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        WatchdogView {
+            events: w.events.iter().map(|(k, v)| (*k, *v)).collect(),
+            kills: w.kills,
+            kill_failures: w.kill_failures,
+            open: w
+                .open
+                .iter()
+                .map(|((_, _, k), l)| (l.clone(), *k))
+                .collect(),
+            passes: w.passes,
+        }
+    }
+
+    /// One watchdog pass: findings logged when they begin, kills under the policy.
+    pub fn pass(&self) {
+        let r = self.read();
+        if r.gpus.is_none() {
+            return;
+        }
+        let findings = watchdog::decide(&r.containers, &r.truth, self.policy);
+        let mut w = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        w.passes += 1;
+        let mut open = BTreeMap::new();
+        for f in &findings {
+            let (c, g, kind) = f.key();
+            let (cs, gs) = (&r.containers[c], &r.containers[c].gpus[g]);
+            let key = (cs.id.clone(), gs.uuid.clone(), kind);
+            if !w.open.contains_key(&key) {
+                *w.events.entry(kind).or_default() += 1;
+                log(&describe(f, &r));
+            }
+            open.insert(key, metrics::container_labels(cs, g));
+            if let Finding::OverQuota { kill, .. } = f {
+                for &pid in kill {
+                    match self.kill(&r, c, pid) {
+                        Ok(()) => {
+                            w.kills += 1;
+                            log(&format!(
+                                "killed pid {pid} (SIGKILL) of {} on GPU {}: the container was over its quota",
+                                who(cs),
+                                gs.uuid
+                            ));
+                        }
+                        Err(e) => {
+                            w.kill_failures += 1;
+                            log(&format!("could not kill pid {pid} of {}: {e:#}", who(cs)));
+                        }
+                    }
+                }
+            }
+        }
+        w.open = open;
+    }
+
+    /// SIGKILLs host PID `pid` if it still belongs to container `c` (a PID reused since NVML listed it is
+    /// left alone).
+    fn kill(&self, r: &Reading, c: usize, pid: u32) -> Result<()> {
+        let p = procs::inspect(pid).context("the process is gone")?;
+        if watchdog::owner_of(&r.containers, &p, procs::own_ns()) != Some(c) {
+            anyhow::bail!("the PID no longer belongs to the container");
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        Ok(())
+    }
+}
+
+/// "container ID (pod NS/POD, container NAME)".
+fn who(c: &state::ContainerState) -> String {
+    match &c.names {
+        Some(n) => format!(
+            "container {} (pod {}/{}, container {})",
+            c.id, n.namespace, n.pod, n.container
+        ),
+        None => format!("container {}", c.id),
+    }
+}
+
+/// The log line of a finding.
+fn describe(f: &Finding, r: &Reading) -> String {
+    let (c, g, _) = f.key();
+    let (cs, gs) = (&r.containers[c], &r.containers[c].gpus[g]);
+    let at = format!("{} GPU {} ({})", who(cs), gs.index, gs.uuid);
+    match f {
+        Finding::OverQuota { truth, limit, procs, kill, .. } => {
+            let list: Vec<String> = procs
+                .iter()
+                .map(|p| {
+                    format!(
+                        "pid {} {}{}",
+                        p.pid,
+                        format_bytes(p.used),
+                        if p.tracked { "" } else { " without a ledger slot" }
+                    )
+                })
+                .collect();
+            format!(
+                "over quota: {at}: its processes hold {} (NVML), quota {}, ledger {}: {}{}",
+                format_bytes(*truth),
+                format_bytes(*limit),
+                format_bytes(gs.total),
+                list.join(", "),
+                if kill.is_empty() { "" } else { "; killing under the kill policy" }
+            )
+        }
+        Finding::LedgerBelowTruth { total, truth, .. } => format!(
+            "ledger below the truth: {at}: its ledger's total is {}, its own processes hold {} (NVML): tampered with or charges lost",
+            format_bytes(*total),
+            format_bytes(*truth)
+        ),
+        Finding::LedgerInconsistent { total, slots_sum, .. } => format!(
+            "ledger inconsistent: {at}: its total is {}, its slots add up to {}",
+            format_bytes(*total),
+            format_bytes(*slots_sum)
+        ),
+    }
+}
+
+/// Serves `GET /metrics` on `listener` and runs the watchdog every `interval`; returns only on error.
+pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> Result<()> {
+    if monitor.nvml.is_some() {
+        let m = monitor.clone();
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(move || loop {
+                m.pass();
+                std::thread::sleep(interval);
+            })?;
+    }
+    for conn in listener.incoming() {
+        match conn {
+            Ok(s) => {
+                if let Err(e) = answer(&monitor, s) {
+                    log(&format!("request: {e}"));
+                }
+            }
+            Err(e) => log(&format!("accept: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// Answers one request (a slow client gets a few seconds, not the monitor).
+fn answer(m: &Monitor, s: TcpStream) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(s.try_clone()?);
+    let mut line = String::new();
+    reader.by_ref().take(8192).read_line(&mut line)?;
+    // The headers are read and ignored (bounded).
+    let mut h = String::new();
+    for _ in 0..100 {
+        h.clear();
+        if reader.by_ref().take(8192).read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
+            break;
+        }
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            m.scrape(),
+        ),
+        ("GET", "/") => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "vgpu monitor: see /metrics\n".to_string(),
+        ),
+        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".into()),
+        _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
+    };
+    let mut s = s;
+    write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    s.write_all(body.as_bytes())?;
+    s.flush()
+}

@@ -1,0 +1,239 @@
+//! The monitor's one reader of the state root: every container's limits file (with the Kubernetes names
+//! and PID namespace the hook recorded) and, per GPU, its ledger's total, the sum of its slots, usage by
+//! kind and the live slots' owners. All ledger reading of the monitor is here, so the reader can change
+//! without touching the rest. Not here: NVML, metrics, the watchdog's decisions.
+//!
+//! Read-only and lock-free: a limits file is opened `O_NOFOLLOW|O_NONBLOCK` and read only if it is a
+//! regular file of bounded size; a ledger is opened only if it is a regular file (not a link, FIFO or
+//! device a tenant put in its read-write ledgers folder) through `Ledger::open_readonly`, which never writes
+//! and asks liveness with `F_OFD_GETLK` (no lock is taken). Two gaps remain with that reader, both closed by
+//! reading ledgers through a descriptor opened `O_NOFOLLOW|O_NONBLOCK` with `pread` snapshots instead of a
+//! mapping: a tenant could swap the file between the check and the open, and could truncate it while it is
+//! mapped (the mapping lives only for one container's reading).
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::region::KINDS;
+use vgpu_ledger::{KubeNames, Ledger, Limits};
+
+/// The largest limits file read (the hook writes a few hundred bytes per GPU).
+const MAX_LIMITS_BYTES: u64 = 1 << 20;
+
+/// One container's state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerState {
+    pub id: String,
+    pub names: Option<KubeNames>,
+    /// PID namespace inode of the container as the host sees it (none until the hook recorded it).
+    pub pid_ns: Option<u64>,
+    pub gpus: Vec<GpuState>,
+    /// Why the limits file could not be used.
+    pub error: Option<String>,
+}
+
+/// One GPU's quota and ledger.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuState {
+    /// The container's GPU index (its CUDA ordinal inside).
+    pub index: u32,
+    pub uuid: String,
+    /// Bytes, from limits.json (what the library enforces).
+    pub limit: u64,
+    /// The ledger's total (its commit word); 0 with no ledger yet.
+    pub total: u64,
+    /// The sum of its slots' counters.
+    pub slots_sum: u64,
+    /// Bytes per kind (`Kind::index()`).
+    pub by_kind: [u64; KINDS],
+    /// Live slots' owners: (PID inside the owner's namespace, that namespace's inode).
+    pub owners: Vec<(u32, u64)>,
+    /// Why the ledger could not be read (`None` also when there is none yet).
+    pub error: Option<String>,
+}
+
+/// Reads every container under `root`; what cannot be read is recorded in the entry, never fatal.
+pub fn read(root: &StateRoot) -> std::io::Result<Vec<ContainerState>> {
+    Ok(root
+        .containers()?
+        .map(|c| container(&c.id, &c.limits_path))
+        .collect())
+}
+
+fn container(id: &str, limits_path: &Path) -> ContainerState {
+    let mut c = ContainerState {
+        id: id.to_string(),
+        ..Default::default()
+    };
+    let limits = match read_small_regular(limits_path, MAX_LIMITS_BYTES) {
+        Err(e) => Err(format!("vgpu limits file {}: {e}", limits_path.display())),
+        Ok(b) => Limits::from_slice(&b).map_err(|kind| {
+            vgpu_ledger::LimitsError {
+                path: limits_path.to_path_buf(),
+                kind,
+            }
+            .to_string()
+        }),
+    };
+    let limits = match limits {
+        Ok(l) => l,
+        Err(e) => {
+            c.error = Some(e);
+            return c;
+        }
+    };
+    c.names = limits.kubernetes.clone();
+    c.pid_ns = limits.pid_ns;
+    c.gpus = limits
+        .devices
+        .iter()
+        .map(|d| gpu(&limits.ledger_path(limits_path, d), d))
+        .collect();
+    c
+}
+
+fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
+    let mut g = GpuState {
+        index: d.index,
+        uuid: d.uuid.clone(),
+        limit: d.memory_limit,
+        ..Default::default()
+    };
+    match std::fs::symlink_metadata(path) {
+        // No process of the container has used CUDA yet.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return g,
+        Err(e) => {
+            g.error = Some(format!("{}: {e}", path.display()));
+            return g;
+        }
+        Ok(m) if !m.file_type().is_file() => {
+            g.error = Some(format!("{}: not a regular file", path.display()));
+            return g;
+        }
+        Ok(_) => {}
+    }
+    match Ledger::open_readonly(path) {
+        Ok(ledger) => {
+            let snap = ledger.snapshot();
+            g.total = snap.used;
+            for s in &snap.slots {
+                for (k, u) in s.usage.iter().enumerate() {
+                    g.by_kind[k] = g.by_kind[k].saturating_add(*u);
+                }
+                g.slots_sum = g.slots_sum.saturating_add(s.total());
+                if s.alive {
+                    g.owners.push((s.pid, s.pid_ns));
+                }
+            }
+        }
+        Err(e) => g.error = Some(e.to_string()),
+    }
+    g
+}
+
+/// The bytes of `path` if it is a regular file of at most `max` bytes; opened without following a link
+/// and without blocking (a FIFO put in its place cannot hang the monitor).
+pub fn read_small_regular(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let m = f.metadata().map_err(|e| e.to_string())?;
+    if !m.file_type().is_file() {
+        return Err("not a regular file".into());
+    }
+    if m.len() > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    let mut out = Vec::with_capacity(m.len() as usize);
+    f.take(max + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vgpu_ledger::{DeviceLimit, Kind};
+
+    #[test]
+    fn reads_quota_kinds_owners_and_names_and_refuses_odd_files() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        std::fs::create_dir_all(root.ledgers_dir("c1").unwrap()).unwrap();
+        let limits = Limits {
+            version: vgpu_ledger::LIMITS_VERSION,
+            container_id: "c1".into(),
+            pid_ns: Some(42),
+            init_pid: Some(1),
+            devices: vec![DeviceLimit {
+                index: 0,
+                uuid: uuid.into(),
+                memory_limit: 1 << 30,
+                ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
+            }],
+            kubernetes: Some(KubeNames {
+                namespace: "ns".into(),
+                pod: "p".into(),
+                container: "c".into(),
+            }),
+        };
+        limits
+            .write_atomic(&root.limits_path("c1").unwrap())
+            .unwrap();
+        // No ledger yet: quota only.
+        let s = read(&root).unwrap();
+        assert_eq!((s[0].gpus[0].limit, s[0].gpus[0].total), (1 << 30, 0));
+        assert_eq!(s[0].gpus[0].error, None);
+
+        let path = root.ledger_path("c1", uuid).unwrap();
+        let ledger = Ledger::open_or_create(&path, uuid, 1 << 30).unwrap();
+        let slot = ledger.attach().unwrap();
+        ledger
+            .charge(&slot, Kind::Data, 100 << 20, 1 << 30)
+            .unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let s = read(&root).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before, "read-only");
+        let g = &s[0].gpus[0];
+        assert_eq!((g.total, g.slots_sum), (100 << 20, 100 << 20));
+        assert_eq!(g.by_kind[Kind::Data.index()], 100 << 20);
+        assert_eq!(g.owners, vec![(std::process::id(), own_ns())]);
+        assert_eq!(s[0].names.as_ref().unwrap().pod, "p");
+        assert_eq!(s[0].pid_ns, Some(42));
+        drop(slot);
+
+        // A FIFO in place of the ledger or the limits file is refused without blocking.
+        std::fs::remove_file(&path).unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let s = read(&root).unwrap();
+        assert!(s[0].gpus[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("not a regular file"));
+        let lp = root.limits_path("c1").unwrap();
+        std::fs::remove_file(&lp).unwrap();
+        nix::unistd::mkfifo(&lp, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let s = read(&root).unwrap();
+        assert!(
+            s[0].error
+                .as_deref()
+                .unwrap()
+                .contains("not a regular file"),
+            "{s:?}"
+        );
+        // A symlink is not followed.
+        std::fs::remove_file(&lp).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", &lp).unwrap();
+        assert!(read(&root).unwrap()[0].error.is_some());
+    }
+
+    fn own_ns() -> u64 {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata("/proc/self/ns/pid").unwrap())
+    }
+}

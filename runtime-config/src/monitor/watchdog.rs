@@ -1,0 +1,474 @@
+//! The NVML-truth watchdog's logic: which container each GPU process NVML lists belongs to (`attribute`),
+//! and what is wrong (`decide`): a container whose processes truly hold more than its quota plus a
+//! tolerance on a GPU, a ledger whose total is below what its own processes truly hold, or a ledger whose
+//! total disagrees with the sum of its slots. Under the kill policy it names the processes to kill: those
+//! without a ledger slot (they bypass the library) first, largest first, then the others, only as many as
+//! bring the container back within quota plus tolerance. A container within its quota is never touched.
+//! Not here: reading the state, NVML or /proc (`state`, `nvml`, `procs`), logging and counting (`mod`).
+
+use super::nvml::GpuReading;
+use super::procs::{cgroup_names, HostProc};
+use super::state::ContainerState;
+use std::collections::BTreeMap;
+
+/// A GPU process attributed to a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrueProc {
+    /// Host PID.
+    pub pid: u32,
+    pub used: u64,
+    /// It owns a live slot of the container's ledger on that GPU (it runs under the library).
+    pub tracked: bool,
+}
+
+/// NVML's processes by (container, GPU) index into the states read; processes of no known container are
+/// counted apart.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Truth {
+    pub by_gpu: BTreeMap<(usize, usize), Vec<TrueProc>>,
+    /// NVML listed each GPU's processes (else no truth to compare for it).
+    pub listed: Vec<String>,
+    pub unattributed: usize,
+}
+
+impl Truth {
+    /// The bytes a container's processes truly hold on one of its GPUs.
+    pub fn used(&self, c: usize, g: usize) -> u64 {
+        self.by_gpu
+            .get(&(c, g))
+            .map_or(0, |ps| ps.iter().map(|p| p.used).sum())
+    }
+
+    /// True when NVML's process list for `uuid` was read.
+    pub fn knows(&self, uuid: &str) -> bool {
+        self.listed.iter().any(|u| u == uuid)
+    }
+}
+
+/// The container a host process belongs to: the one whose PID namespace it lives in; when several share
+/// that namespace (a pod sharing its PID namespace), or none does, the one its cgroup names. The host's own
+/// PID namespace (`host_ns`, a container run with the host's PIDs) names no container: every host process
+/// lives there.
+pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Option<usize> {
+    let by_ns: Vec<usize> = (0..containers.len())
+        .filter(|&i| p.ns != host_ns && containers[i].pid_ns == Some(p.ns))
+        .collect();
+    match by_ns[..] {
+        [one] => Some(one),
+        [] => {
+            let cg = p.cgroup();
+            (0..containers.len()).find(|&i| cgroup_names(&cg, &containers[i].id))
+        }
+        _ => {
+            let cg = p.cgroup();
+            by_ns
+                .into_iter()
+                .find(|&i| cgroup_names(&cg, &containers[i].id))
+        }
+    }
+}
+
+/// Attributes every process NVML lists to a container's GPU. `inspect` reads a host PID's `/proc`;
+/// `host_ns` is the monitor's own PID namespace.
+pub fn attribute(
+    containers: &[ContainerState],
+    readings: &[GpuReading],
+    inspect: impl Fn(u32) -> Option<HostProc>,
+    host_ns: u64,
+) -> Truth {
+    let mut t = Truth::default();
+    let mut seen: BTreeMap<u32, Option<HostProc>> = BTreeMap::new();
+    for r in readings {
+        let Some(procs) = &r.processes else { continue };
+        t.listed.push(r.uuid.clone());
+        for &(pid, used) in procs {
+            let hp = seen.entry(pid).or_insert_with(|| inspect(pid));
+            let place = hp.as_ref().and_then(|hp| {
+                let c = owner_of(containers, hp, host_ns)?;
+                let g = containers[c].gpus.iter().position(|g| g.uuid == r.uuid)?;
+                let tracked = containers[c].gpus[g]
+                    .owners
+                    .contains(&(hp.inner_pid, hp.ns));
+                Some((c, g, tracked))
+            });
+            match place {
+                Some((c, g, tracked)) => {
+                    t.by_gpu
+                        .entry((c, g))
+                        .or_default()
+                        .push(TrueProc { pid, used, tracked })
+                }
+                None => t.unattributed += 1,
+            }
+        }
+    }
+    t
+}
+
+/// The watchdog's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Bytes beyond a quota (or below the truth, for a ledger) that are not reported.
+    pub tolerance: u64,
+    /// Kill the processes that put a container over its quota.
+    pub kill: bool,
+}
+
+/// What the watchdog found on one container's GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// The container's processes truly hold `truth` bytes, more than `limit` + tolerance.
+    OverQuota {
+        c: usize,
+        g: usize,
+        truth: u64,
+        limit: u64,
+        procs: Vec<TrueProc>,
+        /// Host PIDs to kill (empty without the kill policy).
+        kill: Vec<u32>,
+    },
+    /// The ledger says `total`, its own (tracked) processes truly hold `truth`, more than total +
+    /// tolerance: the ledger was tampered with (a tenant zeroed it) or lost charges.
+    LedgerBelowTruth {
+        c: usize,
+        g: usize,
+        total: u64,
+        truth: u64,
+    },
+    /// The ledger's total and the sum of its slots differ by more than the tolerance.
+    LedgerInconsistent {
+        c: usize,
+        g: usize,
+        total: u64,
+        slots_sum: u64,
+    },
+}
+
+impl Finding {
+    /// Which container and GPU, and a short name of the kind (for metrics and episode tracking).
+    pub fn key(&self) -> (usize, usize, &'static str) {
+        match self {
+            Finding::OverQuota { c, g, .. } => (*c, *g, "over_quota"),
+            Finding::LedgerBelowTruth { c, g, .. } => (*c, *g, "ledger_below_truth"),
+            Finding::LedgerInconsistent { c, g, .. } => (*c, *g, "ledger_inconsistent"),
+        }
+    }
+}
+
+/// Compares each container's truth with its quota and its ledger.
+pub fn decide(containers: &[ContainerState], truth: &Truth, policy: Policy) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (c, cs) in containers.iter().enumerate() {
+        for (g, gs) in cs.gpus.iter().enumerate() {
+            if gs.total.abs_diff(gs.slots_sum) > policy.tolerance {
+                out.push(Finding::LedgerInconsistent {
+                    c,
+                    g,
+                    total: gs.total,
+                    slots_sum: gs.slots_sum,
+                });
+            }
+            if !truth.knows(&gs.uuid) {
+                continue;
+            }
+            let procs = truth.by_gpu.get(&(c, g)).cloned().unwrap_or_default();
+            let tracked: u64 = procs.iter().filter(|p| p.tracked).map(|p| p.used).sum();
+            if tracked > gs.total.saturating_add(policy.tolerance) {
+                out.push(Finding::LedgerBelowTruth {
+                    c,
+                    g,
+                    total: gs.total,
+                    truth: tracked,
+                });
+            }
+            let used = truth.used(c, g);
+            let ceiling = gs.limit.saturating_add(policy.tolerance);
+            if used > ceiling {
+                let kill = if policy.kill {
+                    victims(&procs, used, ceiling)
+                } else {
+                    vec![]
+                };
+                out.push(Finding::OverQuota {
+                    c,
+                    g,
+                    truth: used,
+                    limit: gs.limit,
+                    procs,
+                    kill,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Untracked processes first, then tracked ones, each largest first, until what is left fits `ceiling`.
+fn victims(procs: &[TrueProc], mut used: u64, ceiling: u64) -> Vec<u32> {
+    let mut order: Vec<&TrueProc> = procs.iter().collect();
+    order.sort_by_key(|p| (p.tracked, std::cmp::Reverse(p.used), p.pid));
+    let mut out = Vec::new();
+    for p in order {
+        if used <= ceiling {
+            break;
+        }
+        out.push(p.pid);
+        used -= p.used;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::GpuState;
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const U0: &str = "GPU-0";
+    const U1: &str = "GPU-1";
+
+    fn container(
+        id: &str,
+        ns: u64,
+        limit: u64,
+        total: u64,
+        owners: Vec<(u32, u64)>,
+    ) -> ContainerState {
+        ContainerState {
+            id: id.into(),
+            pid_ns: Some(ns),
+            gpus: vec![GpuState {
+                uuid: U0.into(),
+                limit,
+                total,
+                slots_sum: total,
+                owners,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn reading(uuid: &str, procs: Vec<(u32, u64)>) -> GpuReading {
+        GpuReading {
+            uuid: uuid.into(),
+            processes: Some(procs),
+            ..Default::default()
+        }
+    }
+
+    /// Host PID → (ns, inner pid, cgroup) for the tests' world.
+    fn world(pid: u32) -> Option<HostProc> {
+        let (ns, inner, cg) = match pid {
+            100 => (1, 1, "0::/a"),
+            101 => (1, 7, "0::/a"),
+            200 => (2, 1, "0::/b"),
+            300 => (3, 1, "0::/pod/x"),
+            301 => (3, 2, "0::/pod/y"),
+            400 => (9, 1, "0::/system.slice/docker-c.scope"),
+            500 => (HOST, 500, "0::/user.slice/session-1.scope"),
+            501 => (HOST, 501, "0::/system.slice/docker-h.scope"),
+            _ => return None,
+        };
+        Some(HostProc {
+            pid,
+            ns,
+            inner_pid: inner,
+            cgroup: Some(cg.into()),
+        })
+    }
+
+    /// The tests' host PID namespace.
+    const HOST: u64 = 1000;
+
+    const POLICY: Policy = Policy {
+        tolerance: 64 * MIB,
+        kill: true,
+    };
+
+    #[test]
+    fn attributes_by_pid_namespace_then_cgroup() {
+        let cs = vec![
+            container("a", 1, 1024 * MIB, 0, vec![(1, 1)]),
+            container("b", 2, 1024 * MIB, 0, vec![]),
+            container("x", 3, 1024 * MIB, 0, vec![]),
+            container("y", 3, 1024 * MIB, 0, vec![]),
+            container("c", 99, 1024 * MIB, 0, vec![]),
+        ];
+        let r = vec![
+            reading(
+                U0,
+                vec![
+                    (100, 10),
+                    (101, 20),
+                    (200, 30),
+                    (300, 40),
+                    (301, 50),
+                    (400, 60),
+                    (555, 70),
+                ],
+            ),
+            reading(U1, vec![(200, 5)]),
+        ];
+        let t = attribute(&cs, &r, world, HOST);
+        let pids = |c: usize| -> Vec<(u32, bool)> {
+            t.by_gpu[&(c, 0)]
+                .iter()
+                .map(|p| (p.pid, p.tracked))
+                .collect()
+        };
+        assert_eq!(pids(0), vec![(100, true), (101, false)]);
+        assert_eq!(pids(1), vec![(200, false)]);
+        // Two containers share namespace 3: the cgroup decides.
+        assert_eq!(pids(2), vec![(300, false)]);
+        assert_eq!(pids(3), vec![(301, false)]);
+        // No namespace match: the cgroup's scope names container "c".
+        assert_eq!(pids(4), vec![(400, false)]);
+        // 555 is nobody's; 200 on GPU-1 is b's, but b has no quota there.
+        assert_eq!(t.unattributed, 2);
+        assert_eq!(t.used(0, 0), 30);
+        assert!(t.knows(U1));
+    }
+
+    #[test]
+    fn the_host_pid_namespace_names_no_container() {
+        // Container h runs with the host's PIDs: only its cgroup can name its processes.
+        let cs = vec![container("h", HOST, 1024 * MIB, 0, vec![])];
+        let t = attribute(
+            &cs,
+            &[reading(U0, vec![(500, 2048 * MIB), (501, 10 * MIB)])],
+            world,
+            HOST,
+        );
+        assert_eq!(
+            t.by_gpu[&(0, 0)],
+            vec![TrueProc {
+                pid: 501,
+                used: 10 * MIB,
+                tracked: false
+            }]
+        );
+        assert_eq!(t.unattributed, 1, "the host's process is nobody's");
+        assert_eq!(decide(&cs, &t, POLICY), vec![], "and is never killed for h");
+    }
+
+    #[test]
+    fn over_quota_kills_the_untracked_process_first_and_only_as_many_as_needed() {
+        // a: quota 1 GiB; its tracked process 100 holds 600 MiB, untracked 101 holds 700 MiB.
+        let cs = vec![
+            container("a", 1, 1024 * MIB, 600 * MIB, vec![(1, 1)]),
+            container("b", 2, 1024 * MIB, 1000 * MIB, vec![(1, 2)]),
+        ];
+        let r = vec![reading(
+            U0,
+            vec![(100, 600 * MIB), (101, 700 * MIB), (200, 1000 * MIB)],
+        )];
+        let t = attribute(&cs, &r, world, HOST);
+        let f = decide(&cs, &t, POLICY);
+        assert_eq!(f.len(), 1, "{f:?}");
+        match &f[0] {
+            Finding::OverQuota {
+                c,
+                truth,
+                limit,
+                kill,
+                ..
+            } => {
+                assert_eq!((*c, *truth, *limit), (0, 1300 * MIB, 1024 * MIB));
+                assert_eq!(
+                    kill,
+                    &vec![101],
+                    "the bypassing process, not the tracked one"
+                );
+            }
+            f => panic!("{f:?}"),
+        }
+        // Without the policy: reported, nothing to kill.
+        let f = decide(
+            &cs,
+            &t,
+            Policy {
+                kill: false,
+                ..POLICY
+            },
+        );
+        assert!(matches!(&f[0], Finding::OverQuota { kill, .. } if kill.is_empty()));
+    }
+
+    #[test]
+    fn within_quota_plus_tolerance_is_never_touched() {
+        let cs = vec![container("a", 1, 1024 * MIB, 1000 * MIB, vec![(1, 1)])];
+        // 1024 + 60 MiB: over the quota but within the tolerance.
+        let t = attribute(
+            &cs,
+            &[reading(U0, vec![(100, 1000 * MIB), (101, 84 * MIB)])],
+            world,
+            HOST,
+        );
+        assert_eq!(decide(&cs, &t, POLICY), vec![]);
+        // Exactly at the quota, nothing untracked.
+        let t = attribute(&cs, &[reading(U0, vec![(100, 1024 * MIB)])], world, HOST);
+        assert_eq!(decide(&cs, &t, POLICY), vec![]);
+    }
+
+    #[test]
+    fn only_tracked_processes_over_quota_are_killed_largest_first() {
+        let mut a = container("a", 1, 1024 * MIB, 0, vec![(1, 1), (7, 1)]);
+        a.gpus[0].total = 2000 * MIB;
+        a.gpus[0].slots_sum = 2000 * MIB;
+        let t = attribute(
+            &[a.clone()],
+            &[reading(U0, vec![(100, 1200 * MIB), (101, 800 * MIB)])],
+            world,
+            HOST,
+        );
+        let f = decide(&[a], &t, POLICY);
+        assert!(
+            matches!(&f[0], Finding::OverQuota { kill, .. } if kill == &vec![100]),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn a_zeroed_ledger_and_an_inconsistent_one_are_reported() {
+        // The tenant zeroed the total: its process truly holds 500 MiB.
+        let mut a = container("a", 1, 1024 * MIB, 0, vec![(1, 1)]);
+        a.gpus[0].slots_sum = 500 * MIB;
+        let t = attribute(
+            &[a.clone()],
+            &[reading(U0, vec![(100, 500 * MIB)])],
+            world,
+            HOST,
+        );
+        let f = decide(&[a], &t, POLICY);
+        assert_eq!(
+            f,
+            vec![
+                Finding::LedgerInconsistent {
+                    c: 0,
+                    g: 0,
+                    total: 0,
+                    slots_sum: 500 * MIB
+                },
+                Finding::LedgerBelowTruth {
+                    c: 0,
+                    g: 0,
+                    total: 0,
+                    truth: 500 * MIB
+                },
+            ]
+        );
+        // Without NVML's list for the GPU there is no truth to compare.
+        let a = container("a", 1, 1024 * MIB, 0, vec![(1, 1)]);
+        let t = attribute(
+            std::slice::from_ref(&a),
+            &[GpuReading {
+                uuid: U0.into(),
+                ..Default::default()
+            }],
+            world,
+            HOST,
+        );
+        assert_eq!(decide(&[a], &t, POLICY), vec![]);
+    }
+}
