@@ -7,6 +7,7 @@
 //! belongs to another PID namespace — and no process still holds a slot of any of its ledgers (the OFD-lock
 //! test is read-only and needs no PIDs). State provisioned by the shim whose hook never recorded an owner
 //! is garbage once it is older than `gc_pending_grace_seconds`.
+//! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
 use crate::provision;
 use anyhow::{Context, Result};
@@ -15,6 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_ledger::hostfile;
 use vgpu_ledger::limits::Limits;
 use vgpu_ledger::walk::{ContainerDir, StateEntry};
 
@@ -38,7 +40,9 @@ pub fn collect(root: &StateRoot) -> Result<GcReport> {
 }
 
 /// Collects garbage under `root`; `pending_grace` is how old owner-less state must be to be garbage. Entries
-/// of the state root that are not a container's state are reported in `errors` and left alone.
+/// of the state root that are not a container's state are reported in `errors` and left alone. Ledgers are
+/// read as untrusted files (`vgpu_ledger::hostfile`): a tenant's FIFO or link in its ledger folder is never
+/// opened as a file, so it can neither block nor trick the collector.
 pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcReport> {
     let mut report = GcReport::default();
     let now = SystemTime::now();
@@ -75,7 +79,7 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
 }
 
 fn is_garbage(c: &ContainerDir, age: Duration, pending_grace: Duration) -> Result<bool> {
-    let container_gone = match Limits::load(&c.limits_path) {
+    let container_gone = match hostfile::load_limits(&c.limits_path) {
         Ok(Limits {
             init_pid: Some(pid),
             pid_ns: Some(ns),
@@ -119,6 +123,7 @@ mod tests {
     use super::*;
     use crate::plan::{Plan, PlannedGpu};
     use crate::provision::{provision, record_owner, Owner};
+    use std::os::unix::fs::FileTypeExt;
 
     fn plan() -> Plan {
         Plan {
@@ -202,5 +207,35 @@ mod tests {
             r.errors
         );
         assert!(stray.is_file());
+    }
+
+    #[test]
+    fn a_gone_tenants_fifos_and_links_neither_block_nor_trick_the_collector() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().join("state"));
+        provision(&root, "gone", &plan(), Owner::default(), None).unwrap();
+        let ledgers = root.ledgers_dir("gone").unwrap();
+        let ledger = root.ledger_path("gone", "GPU-1").unwrap();
+        let fifo = |p: &Path| nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        // What the tenant left: its ledger a FIFO, and links to a host FIFO and a host file.
+        fs::remove_file(&ledger).unwrap();
+        fifo(&ledger);
+        let host_fifo = d.path().join("host-fifo");
+        fifo(&host_fifo);
+        let secret = d.path().join("secret");
+        fs::write(&secret, "TOPSECRET").unwrap();
+        std::os::unix::fs::symlink(&host_fifo, ledgers.join("follow.ledger")).unwrap();
+        std::os::unix::fs::symlink(&secret, ledgers.join("leak.ledger")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = root.clone();
+        std::thread::spawn(move || tx.send(collect_with(&r, Duration::ZERO).unwrap()));
+        let report = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the collector blocked");
+        assert_eq!(report.removed, vec!["gone"], "{report:?}");
+        assert!(report.errors.is_empty(), "{report:?}");
+        // Links were removed, never followed.
+        assert_eq!(fs::read_to_string(&secret).unwrap(), "TOPSECRET");
+        assert!(fs::symlink_metadata(&host_fifo).unwrap().file_type().is_fifo());
     }
 }

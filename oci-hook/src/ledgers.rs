@@ -3,7 +3,7 @@
 
 use anyhow::{anyhow, Result};
 use std::path::Path;
-use vgpu_ledger::Ledger;
+use vgpu_ledger::{Ledger, Snapshot};
 
 /// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit.
 pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
@@ -12,11 +12,12 @@ pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
     Ok(())
 }
 
-/// True when a process holds a slot of the ledger at `path` (read-only OFD-lock test). A ledger that cannot
-/// be read has no live users to protect.
+/// True when a process holds a slot of the ledger at `path` (read-only OFD-lock test). Read as every host
+/// tool reads a ledger (`Snapshot::read`: no link followed, no FIFO waited on, nothing mapped): the folder is
+/// the tenant's. A ledger that cannot be read has no live users to protect.
 pub fn any_slot_alive(path: &Path) -> bool {
-    match Ledger::open_readonly(path) {
-        Ok(l) => l.snapshot().slots.iter().any(|s| s.alive),
+    match Snapshot::read(path) {
+        Ok(s) => s.slots.iter().any(|s| s.alive),
         Err(_) => false,
     }
 }

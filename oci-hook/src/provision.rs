@@ -9,9 +9,10 @@ use anyhow::{anyhow, Context, Result};
 use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
+use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
 
@@ -99,7 +100,7 @@ pub fn provision(
 ) -> Result<PathBuf> {
     let dir = root.container_dir(id)?;
     let limits = limits_for(id, plan, owner)?;
-    if let Ok(existing) = Limits::load(&dir.join(layout::LIMITS_FILE_NAME)) {
+    if let Ok(existing) = hostfile::load_limits(&dir.join(layout::LIMITS_FILE_NAME)) {
         if same_quota(&existing, &limits) && dir.join(layout::PRELOAD_FILE_NAME).is_file() {
             return Ok(dir);
         }
@@ -172,7 +173,7 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
 /// the old file). Nothing in the container reads it before the container's process starts, after the hooks.
 pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     let p = root.limits_path(id)?;
-    let mut limits = Limits::load(&p).map_err(|e| anyhow!("container {id}: {e}"))?;
+    let mut limits = hostfile::load_limits(&p).map_err(|e| anyhow!("container {id}: {e}"))?;
     if limits.init_pid == Some(owner.init_pid) && limits.pid_ns == Some(owner.pid_ns) {
         return Ok(());
     }
@@ -182,6 +183,7 @@ pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     text.push('\n');
     let mut f = fs::OpenOptions::new()
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&p)
         .with_context(|| format!("cannot open {}", p.display()))?;
     f.write_all(text.as_bytes())?;

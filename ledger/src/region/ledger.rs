@@ -34,6 +34,15 @@ fn validate(path: &Path, file: &File) -> Result<(String, u64), LedgerError> {
     let mut bytes = [0u8; HEADER_SIZE];
     let have = size.min(HEADER_SIZE as u64) as usize;
     file.read_exact_at(&mut bytes[..have], 0).map_err(io_err(path))?;
+    check_header(path, size, &bytes[..have])
+}
+
+/// Check a ledger's first bytes (`head`, at most `HEADER_SIZE` of them) and its size. Returns the GPU uuid
+/// and the provisioned limit. No error shows the file's bytes: the file may be anything (a tenant's).
+pub(super) fn check_header(path: &Path, size: u64, head: &[u8]) -> Result<(String, u64), LedgerError> {
+    let have = head.len().min(HEADER_SIZE);
+    let mut bytes = [0u8; HEADER_SIZE];
+    bytes[..have].copy_from_slice(&head[..have]);
     let truncated = |size| LedgerError::Truncated {
         path: path.to_path_buf(),
         size,
@@ -45,7 +54,6 @@ fn validate(path: &Path, file: &File) -> Result<(String, u64), LedgerError> {
     if bytes[..8] != MAGIC {
         return Err(LedgerError::BadMagic {
             path: path.to_path_buf(),
-            found: bytes[..8].to_vec(),
         });
     }
     let h = Header::from_bytes(&bytes);

@@ -20,11 +20,13 @@
 //! | `pin`    | `Pin`: the mapping that keeps a slot's lock alive without a descriptor          |
 //! | `fd`     | our short-lived descriptors: by path, high numbers, closed only when ours      |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
+//! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
 
 mod commit;
 mod error;
 mod fd;
 mod format;
+mod host;
 mod kind;
 mod ledger;
 mod lock;

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Host tools a tenant cannot hang or trick, and operator mistakes, with real runc and the fake GPU driver:
+# a tenant turns its ledger into a FIFO or a symlink to a host file, or truncates it in a loop, while
+# vgpuctl status, vgpuctl gc, another container's create and another container's poststop look at it; a
+# state root on a full file system; a state root that is someone else's folder; ids and quotas too small or
+# too long. Each case names the issue item it covers (issue 13, items 4, 5, 6, 8, 11, 13).
+# `timeout` below only keeps a regression from hanging the suite; a fixed build answers at once.
+set -uo pipefail
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/rootfs.sh"
+. "$(dirname "$0")/lib/bundle.sh"
+. "$(dirname "$0")/lib/vgpu.sh"
+. "$(dirname "$0")/lib/oci-cases.sh"
+RUNTIME=runc
+VGPUCTL=$T/release/vgpuctl
+LEDGER=GPU-fa4ec0de-0000-4000-8000-000000000000.ledger
+HANG=60
+t_init isolation-host
+t_require "$VGPUCTL"
+oci_setup
+
+# A host file a tenant would like to read, and a host FIFO a tool that follows links would block on.
+printf 'TOPSECRET-host-file\n' > "$WORK/secret"
+mkfifo "$WORK/hostfifo"
+
+# unblock_fifos: holds every FIFO of the state root and the host FIFO open for writing for a while, so that a
+# regressed tool blocked opening one returns and the suite goes on (a fixed build never needs it).
+unblock_fifos() {
+    ( for f in "$WORK/hostfifo" "$STATE"/containers/*/ledgers/*; do [ -p "$f" ] && exec {fd}<>"$f"; done; sleep 20 ) \
+        </dev/null >/dev/null 2>&1 &
+}
+on_exit "unblock_fifos"
+
+# tenant SCRIPT: runs a detached container with a 1 GiB quota whose process runs SCRIPT (sh) in its ledger
+# folder, then sleeps; waits until SCRIPT has written "done" there. Sets $ID.
+tenant() {
+    new_bundle sh -c "cd /run/vgpu/ledgers && { $1 ; } && echo done > done.mark; exec sleep 1000"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    shim run -d --bundle "$B" "$ID" </dev/null >/dev/null 2>&1
+    wait_for 20 test -e "$STATE/containers/$ID/ledgers/done.mark" || fail "tenant $ID did its part" "$(ls -la "$STATE/containers/$ID/ledgers" 2>&1)"
+}
+
+# crash ID: the container dies and the engine loses its record, so no poststop ever comes for it.
+crash() {
+    local pid; pid=$(plain state "$1" | jq -r .pid)
+    kill -9 "$pid"
+    wait_for 10 sh -c "! kill -0 $pid"
+    rm -rf "${WORK:?}/rt/$1"
+}
+
+# The tenant's tricks: its ledger a FIFO, more FIFOs, links to a host FIFO and a host file.
+TRICKS="rm -f $LEDGER && mkfifo $LEDGER && mkfifo fifo.ledger && ln -s $WORK/hostfifo follow.ledger && ln -s $WORK/secret leak.ledger"
+
+case_fifo_and_symlink_status() {
+    echo "-- items 4, 5: a ledger that is a FIFO or a symlink to a host file; vgpuctl status neither hangs nor leaks"
+    tenant "$TRICKS"
+    local fifo_id=$ID
+    tenant "rm -f $LEDGER && ln -s $WORK/secret $LEDGER"
+    local link_id=$ID
+    local out rc=0
+    out=$(timeout -k 5 "$HANG" "$VGPUCTL" status 2>&1) || rc=$?
+    unblock_fifos
+    check_eq "vgpuctl status returns with a FIFO for a ledger (rc)" "$rc" 0
+    check_not "  ... and prints no byte of the host file" grep -qiE "TOPSECRET|54, ?4f|\[54" <<<"$out"
+    rc=0; out=$(timeout -k 5 "$HANG" "$VGPUCTL" status --json 2>&1) || rc=$?
+    unblock_fifos
+    check_eq "vgpuctl status --json returns too (rc)" "$rc" 0
+    check_not "  ... and prints no byte of the host file either" grep -qiE "TOPSECRET|54, ?4f|\[54" <<<"$out"
+    local err='.containers[] | select(.id == $id) | .gpus[0].error // ""'
+    check_match "  ... and says the FIFO is not a regular file" "not a regular file" "$(jq -r --arg id "$fifo_id" "$err" <<<"$out")"
+    check_match "  ... and the symlinked ledger is a link it does not follow" "symbolic link" "$(jq -r --arg id "$link_id" "$err" <<<"$out")"
+    check "the host file is intact" grep -qx TOPSECRET-host-file "$WORK/secret"
+    plain delete -f "$fifo_id" >/dev/null 2>&1
+    plain delete -f "$link_id" >/dev/null 2>&1
+    check_eq "both removed by their poststop" "$(state_left)" ""
+}
+
+case_fifo_and_symlink_gc() {
+    echo "-- items 4, 5: a gone tenant's FIFOs and links hang neither gc, nor another container's create or poststop"
+    local rc gone
+    tenant "$TRICKS"; gone=$ID; crash "$gone"
+    rc=0; timeout -k 5 "$HANG" "$VGPUCTL" gc >"$WORK/gc.out" 2>&1 || rc=$?
+    unblock_fifos
+    check_eq "vgpuctl gc returns (rc)" "$rc" 0
+    check_match "  ... and collected the gone container" "removed $gone" "$(cat "$WORK/gc.out")"
+
+    tenant "$TRICKS"; gone=$ID; crash "$gone"
+    rc=0; echo '{"id":"another-container","bundle":"/nonexistent"}' | timeout -k 5 "$HANG" "$HOOK" poststop >"$WORK/hook.out" 2>&1 || rc=$?
+    unblock_fifos
+    check_eq "another container's poststop returns (rc)" "$rc" 0
+    check_not "  ... having collected the gone container" test -e "$STATE/containers/$gone"
+
+    tenant "$TRICKS"; gone=$ID; crash "$gone"
+    new_bundle rt_client device 0 info
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    local out; rc=0; out=$(timeout -k 5 "$HANG" "$SHIM" --root "$WORK/rt" run --bundle "$B" "$ID" 2>&1) || rc=$?
+    unblock_fifos
+    check_eq "another container's create and run return (rc)" "$rc" 0
+    check_eq "  ... and it got its quota" "$(field total "$out")" "$GIB"
+    check_not "  ... and its hook collected the gone container" test -e "$STATE/containers/$gone"
+    check "the host FIFO is still a FIFO (never opened, never removed)" test -p "$WORK/hostfifo"
+    check "the host file is intact" grep -qx TOPSECRET-host-file "$WORK/secret"
+    check_eq "no state left" "$(state_left)" ""
+}
+
+case_truncate_race() {
+    echo "-- item 6: a tenant truncating and re-extending its ledger in a loop cannot kill vgpuctl status"
+    tenant "true"
+    local id=$ID i rc crashes=0 runs=300
+    # The loop runs in the container's background while the host looks.
+    plain exec -d "$id" sh -c "while :; do truncate -s 4096 /run/vgpu/ledgers/$LEDGER; truncate -s 262528 /run/vgpu/ledgers/$LEDGER; done"
+    for ((i = 0; i < runs; i++)); do
+        rc=0; "$VGPUCTL" status >/dev/null 2>&1 || rc=$?
+        [ "$rc" -ge 128 ] && crashes=$((crashes + 1))
+    done
+    check_eq "vgpuctl status killed by a signal in $runs runs" "$crashes" 0
+    plain delete -f "$id" >/dev/null 2>&1
+    check_eq "no state left" "$(state_left)" ""
+}
+
+case_fifo_and_symlink_status
+case_fifo_and_symlink_gc
+case_truncate_race
+t_done
