@@ -3,12 +3,17 @@
 
 use anyhow::{anyhow, Result};
 use std::path::Path;
-use vgpu_ledger::{Ledger, Snapshot};
+use vgpu_ledger::{Ledger, LedgerError, Snapshot};
 
-/// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit.
+/// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit. An I/O error stays in
+/// the error's chain (the provisioner tells a full file system by it).
 pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
-    Ledger::open_or_create(path, uuid, limit)
-        .map_err(|e| anyhow!("cannot create ledger {}: {e}", path.display()))?;
+    Ledger::open_or_create(path, uuid, limit).map_err(|e| match e {
+        LedgerError::Io { source, .. } => {
+            anyhow::Error::new(source).context(format!("cannot create ledger {}", path.display()))
+        }
+        e => anyhow!("cannot create ledger {}: {e}", path.display()),
+    })?;
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! made, recorded, removed. Not here: its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
 //!
 //! The state is built in a hidden temporary folder and renamed into place, so a failure at any step leaves
-//! nothing behind, and a reader never sees a half-made container folder.
+//! nothing behind, and a reader never sees a half-made container folder. Ledgers are allocated for real, so
+//! a full file system fails the creation with one line instead of CUDA processes later.
 
 use crate::plan::Plan;
 use anyhow::{anyhow, Context, Result};
@@ -110,14 +111,22 @@ pub fn provision(
         match fs::DirBuilder::new().mode(0o711).create(d) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", d.display())),
+            Err(e) => {
+                return Err(no_space(
+                    anyhow::Error::new(e).context(format!("cannot create {}", d.display())),
+                    root,
+                    id,
+                    plan,
+                ))
+            }
         }
     }
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".tmp-{id}-"))
         .tempdir_in(&containers)
-        .with_context(|| format!("cannot create a folder in {}", containers.display()))?;
-    fill(tmp.path(), plan, &limits, image_preload)?;
+        .with_context(|| format!("cannot create a folder in {}", containers.display()))
+        .map_err(|e| no_space(e, root, id, plan))?;
+    fill(tmp.path(), plan, &limits, image_preload).map_err(|e| no_space(e, root, id, plan))?;
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o711))?;
     match fs::rename(tmp.path(), &dir) {
         Ok(()) => {
@@ -139,6 +148,30 @@ pub fn provision(
         Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
     }
     Ok(dir)
+}
+
+/// Bytes the state of `plan` takes on the state root's file system, ledgers allocated up front.
+fn space_needed(plan: &Plan) -> u64 {
+    plan.gpus.len() as u64 * vgpu_ledger::region::FILE_SIZE as u64
+}
+
+/// `e`, or one line saying the state root is full when that is why it failed (ENOSPC, EDQUOT).
+fn no_space(e: anyhow::Error, root: &StateRoot, id: &str, plan: &Plan) -> anyhow::Error {
+    let full = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.raw_os_error())
+            .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT)
+    });
+    if !full {
+        return e;
+    }
+    anyhow!(
+        "no space left on the state root {} for the state of container {id} (its ledgers take {}, \
+         allocated up front so that no GPU process dies of a full disk later): free space there or set \
+         state_root elsewhere",
+        root.root().display(),
+        vgpu_ledger::format_bytes(space_needed(plan)),
+    )
 }
 
 fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -> Result<()> {

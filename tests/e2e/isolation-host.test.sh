@@ -51,6 +51,62 @@ crash() {
 # The tenant's tricks: its ledger a FIFO, more FIFOs, links to a host FIFO and a host file.
 TRICKS="rm -f $LEDGER && mkfifo $LEDGER && mkfifo fifo.ledger && ln -s $WORK/hostfifo follow.ledger && ln -s $WORK/secret leak.ledger"
 
+# refused WHAT EXPECT: creates $B/$ID through the shim expecting failure with one line matching EXPECT,
+# nothing under the state root and no container (as oci-cases.sh's bad_case, output in a file: a create that
+# wrongly succeeds leaves a container holding its stdio, which a command substitution would wait on).
+refused() {
+    local what=$1 expect=$2 out rc=0
+    shim create --bundle "$B" "$ID" </dev/null >"$WORK/refused.out" 2>&1 || rc=$?
+    out=$(cat "$WORK/refused.out")
+    if [ "$rc" != 0 ] && [ "$(grep -c . <<<"$out")" = 1 ] && grep -Eq -- "$expect" <<<"$out"; then
+        pass "$what: $out"
+    else
+        fail "$what (rc=$rc, wanted one line /$expect/)" "$out"
+    fi
+    check_eq "  ... nothing under the state root" "$(state_left)" ""
+    check_eq "  ... no container" "$(plain list -q 2>/dev/null | grep -c "^$ID\$")" 0
+}
+
+# with_config KEY=VALUE...: a config like the suite's with these keys replaced or added, exported.
+with_config() {
+    local kv; cp "$BASE_CONFIG" "$WORK/config-case.toml"
+    for kv in "$@"; do
+        sed -i "/^${kv%%=*} = /d" "$WORK/config-case.toml"
+        echo "${kv%%=*} = ${kv#*=}" >> "$WORK/config-case.toml"
+    done
+    export VGPU_CONFIG=$WORK/config-case.toml
+}
+
+case_full_state_root() {
+    echo "-- item 8: a state root on a full file system: the create fails with one line, nothing half-made"
+    local small=$WORK/small out
+    mkdir -p "$small"
+    if ! mount -t tmpfs -o size=128k,mode=0711 tmpfs "$small"; then fail "mount a 128 KiB tmpfs"; return; fi
+    on_exit "umount -l '$small'"
+    with_config state_root="\"$small\""
+    STATE=$small
+    new_bundle rt_client device 0 info alloc 64Mi
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    refused "shim path, a 128 KiB state root (a ledger takes 256 KiB)" "^vgpu: no space left on the state root $small for the state of container $ID"
+    new_bundle rt_client device 0 info alloc 64Mi
+    bundle_annotate "$B" vgpu.io/memory-limit 1Gi
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+    add_hooksd_hooks
+    plain run --bundle "$B" "$ID" </dev/null >"$WORK/run.out" 2>&1; out=$(cat "$WORK/run.out")
+    check_match "hooks.d path: the container fails with the hook's line" "vgpu: no space left on the state root $small" "$out"
+    check_not "  ... and no CUDA process ran (none died of SIGBUS)" grep -q "op=" <<<"$out"
+    check_eq "  ... nothing under the state root" "$(state_left)" ""
+    check_eq "  ... no container" "$(plain list -q 2>/dev/null | grep -c "^$ID\$")" 0
+    umount -l "$small"
+    mount -t tmpfs -o size=1m,mode=0711 tmpfs "$small"
+    new_bundle rt_client device 0 info alloc 64Mi
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    out=$(shim run --bundle "$B" "$ID" 2>&1)
+    check_match "a 1 MiB state root holds a container's state: it runs and charges" "op=alloc .*rc=0" "$out"
+    umount -l "$small"
+    export VGPU_CONFIG=$BASE_CONFIG; STATE=$WORK/state
+}
+
 case_fifo_and_symlink_status() {
     echo "-- items 4, 5: a ledger that is a FIFO or a symlink to a host file; vgpuctl status neither hangs nor leaks"
     tenant "$TRICKS"
@@ -118,7 +174,9 @@ case_truncate_race() {
     check_eq "no state left" "$(state_left)" ""
 }
 
+BASE_CONFIG=$VGPU_CONFIG
 case_fifo_and_symlink_status
 case_fifo_and_symlink_gc
 case_truncate_race
+case_full_state_root
 t_done

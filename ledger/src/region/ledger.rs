@@ -174,7 +174,10 @@ impl Ledger {
             .tempfile_in(dir)
             .map_err(io_err(path))?;
         let file = tmp.as_file();
-        file.set_len(FILE_SIZE as u64).map_err(io_err(path))?;
+        // Allocated for real, not sparse: on a full file system creating fails here, with an error, instead
+        // of a process dying of SIGBUS later on a page of the mapping that cannot be backed.
+        nix::fcntl::posix_fallocate(file, 0, FILE_SIZE as i64)
+            .map_err(|e| io_err(path)(io::Error::from(e)))?;
         file.write_all_at(&Header::new(uuid, limit).to_bytes(), 0)
             .map_err(io_err(path))?;
         // Explicit chmod: the umask must not take write access from the container's non-root processes.

@@ -36,7 +36,7 @@ mod slot;
 mod view;
 
 pub use error::{LedgerError, Refused};
-pub use format::{FORMAT_VERSION, KINDS, MAX_TOTAL, SLOT_COUNT};
+pub use format::{FILE_SIZE, FORMAT_VERSION, KINDS, MAX_TOTAL, SLOT_COUNT};
 pub use kind::Kind;
 pub use ledger::Ledger;
 pub use slot::Slot;

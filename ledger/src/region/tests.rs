@@ -34,6 +34,12 @@ fn create_then_join() {
     let (_dir, path, a) = fresh();
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.len(), FILE_SIZE as u64);
+    // Allocated, not sparse: a full file system fails the creation, never a later charge with SIGBUS.
+    assert!(
+        std::os::unix::fs::MetadataExt::blocks(&meta) * 512 >= FILE_SIZE as u64,
+        "the ledger is sparse: {} blocks",
+        std::os::unix::fs::MetadataExt::blocks(&meta)
+    );
     assert_eq!(meta.permissions().mode() & 0o777, 0o666);
     assert_eq!(a.uuid(), UUID);
     assert_eq!(a.provisioned_limit(), GI);
