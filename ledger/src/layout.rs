@@ -30,6 +30,15 @@ pub const LEDGER_EXTENSION: &str = "ledger";
 /// Longest container id or GPU uuid accepted as a path component.
 pub const MAX_NAME_LEN: usize = 256;
 
+/// The marker vgpu writes in every folder it makes under the state root — `<root>/containers/` and each
+/// `<root>/containers/<id>/` — before anything else goes in. vgpu deletes, replaces or changes only folders
+/// that hold it, so a state root pointed at someone else's folder (`/var/lib`, holding Podman's
+/// `containers/storage`) loses nothing. A dot-name: never a container id.
+pub const MARKER_FILE_NAME: &str = ".vgpu-state";
+/// What the marker says to someone who finds it.
+pub const MARKER_CONTENT: &str =
+    "Made by vgpu (vgpu-hook / vgpu-container-runtime). vgpu removes only folders holding this file.\n";
+
 /// A name that cannot be used as a path component.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayoutError {

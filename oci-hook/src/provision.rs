@@ -2,11 +2,13 @@
 //! made, recorded, removed. Not here: its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
 //!
 //! The state is built in a hidden temporary folder and renamed into place, so a failure at any step leaves
-//! nothing behind, and a reader never sees a half-made container folder. Ledgers are allocated for real, so
-//! a full file system fails the creation with one line instead of CUDA processes later.
+//! nothing behind, and a reader never sees a half-made container folder. Every folder made here holds
+//! vgpu's marker (`layout::MARKER_FILE_NAME`), written first; a folder without it is never replaced or
+//! removed (the state root may name someone else's folder). Ledgers are allocated for real, so a full file
+//! system fails the creation with one line instead of CUDA processes later.
 
 use crate::plan::Plan;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
 use std::io::Write;
@@ -16,6 +18,7 @@ use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
+use vgpu_ledger::walk;
 
 /// Who owns the state: the container's init process as the host sees it. Unknown (zero) until the
 /// provisioning hook runs, when the shim provisioned.
@@ -91,7 +94,8 @@ fn same_quota(a: &Limits, b: &Limits) -> bool {
 }
 
 /// Creates the container's state (idempotent: state already there with the same quota is kept as is,
-/// state with another quota is replaced). Returns the container's folder.
+/// state with another quota is replaced). Returns the container's folder. A folder of that name that vgpu
+/// did not make (no marker) is refused, never replaced.
 pub fn provision(
     root: &StateRoot,
     id: &str,
@@ -101,25 +105,23 @@ pub fn provision(
 ) -> Result<PathBuf> {
     let dir = root.container_dir(id)?;
     let limits = limits_for(id, plan, owner)?;
-    if let Ok(existing) = hostfile::load_limits(&dir.join(layout::LIMITS_FILE_NAME)) {
-        if same_quota(&existing, &limits) && dir.join(layout::PRELOAD_FILE_NAME).is_file() {
-            return Ok(dir);
-        }
-    }
-    let containers = root.containers_dir();
-    for d in [root.root(), containers.as_path()] {
-        match fs::DirBuilder::new().mode(0o711).create(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(no_space(
-                    anyhow::Error::new(e).context(format!("cannot create {}", d.display())),
-                    root,
-                    id,
-                    plan,
-                ))
+    let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
+    match fs::symlink_metadata(&dir) {
+        Ok(_) if !walk::is_marked(&dir) => bail!(
+            "{} exists and was not made by vgpu (no {} marker in it): refusing to replace it; remove it or \
+             set state_root to a folder of vgpu's own",
+            dir.display(),
+            layout::MARKER_FILE_NAME
+        ),
+        Ok(_) => {
+            if let Ok(existing) = hostfile::load_limits(&dir.join(layout::LIMITS_FILE_NAME)) {
+                if same_quota(&existing, &limits) && dir.join(layout::PRELOAD_FILE_NAME).is_file() {
+                    return Ok(dir);
+                }
             }
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot look at {}", dir.display())),
     }
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".tmp-{id}-"))
@@ -134,7 +136,7 @@ pub fn provision(
             let _ = tmp.keep();
         }
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST)) => {
-            // Replace a stale folder atomically, then remove what was there before.
+            // Replace a stale folder (ours: checked above) atomically, then remove what was there before.
             renameat2(
                 AT_FDCWD,
                 tmp.path(),
@@ -148,6 +150,32 @@ pub fn provision(
         Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
     }
     Ok(dir)
+}
+
+/// `<root>/containers/`, made (and marked) if missing, adopted (marked) if empty; one that holds anything
+/// but no marker is someone else's folder and is refused.
+fn containers_dir(root: &StateRoot) -> Result<PathBuf> {
+    let containers = root.containers_dir();
+    for d in [root.root(), containers.as_path()] {
+        match fs::DirBuilder::new().mode(0o711).create(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", d.display())),
+        }
+    }
+    if !walk::is_marked(&containers) {
+        let empty = fs::read_dir(&containers)
+            .with_context(|| format!("cannot list {}", containers.display()))?
+            .next()
+            .is_none();
+        // Asked again: another provision may have marked it and put its folder in since.
+        if !empty && !walk::is_marked(&containers) {
+            bail!("{}", walk::not_ours_message(&containers));
+        }
+        walk::mark(&containers)
+            .with_context(|| format!("cannot write the marker in {}", containers.display()))?;
+    }
+    Ok(containers)
 }
 
 /// Bytes the state of `plan` takes on the state root's file system, ledgers allocated up front.
@@ -175,6 +203,8 @@ fn no_space(e: anyhow::Error, root: &StateRoot, id: &str, plan: &Plan) -> anyhow
 }
 
 fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -> Result<()> {
+    // First: a leftover of this folder is then known as ours to the garbage collector.
+    walk::mark(dir).with_context(|| format!("cannot write the marker in {}", dir.display()))?;
     let ledgers = dir.join(layout::LEDGERS_DIR_NAME);
     fs::DirBuilder::new().mode(0o755).create(&ledgers)?;
     fs::set_permissions(&ledgers, fs::Permissions::from_mode(0o755))?;
@@ -205,6 +235,14 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
 /// already bind-mounted into the container, so it is rewritten in place (a rename would leave the mount on
 /// the old file). Nothing in the container reads it before the container's process starts, after the hooks.
 pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
+    let dir = root.container_dir(id)?;
+    if !walk::is_marked(&dir) {
+        bail!(
+            "{} was not made by vgpu (no {} marker in it): left alone",
+            dir.display(),
+            layout::MARKER_FILE_NAME
+        );
+    }
     let p = root.limits_path(id)?;
     let mut limits = hostfile::load_limits(&p).map_err(|e| anyhow!("container {id}: {e}"))?;
     if limits.init_pid == Some(owner.init_pid) && limits.pid_ns == Some(owner.pid_ns) {
@@ -230,7 +268,8 @@ pub fn remove(root: &StateRoot, id: &str) -> Result<bool> {
     remove_dir(&dir)
 }
 
-/// Removes a state folder: renamed aside first so no reader sees it half-deleted.
+/// Removes a state folder: renamed aside first so no reader sees it half-deleted. A folder vgpu did not
+/// make (no marker) is an error and is left alone.
 pub fn remove_dir(dir: &Path) -> Result<bool> {
     let parent = dir
         .parent()
@@ -239,14 +278,48 @@ pub fn remove_dir(dir: &Path) -> Result<bool> {
         .file_name()
         .ok_or_else(|| anyhow!("{} has no name", dir.display()))?
         .to_string_lossy();
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dir.display())),
+        Ok(_) if !walk::is_marked(dir) => bail!(
+            "{} was not made by vgpu (no {} marker in it): left alone",
+            dir.display(),
+            layout::MARKER_FILE_NAME
+        ),
+        Ok(_) => {}
+    }
     let aside = parent.join(format!(".rm-{name}-{}", std::process::id()));
     match fs::rename(dir, &aside) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dir.display())),
     }
-    fs::remove_dir_all(&aside).with_context(|| format!("cannot remove {}", aside.display()))?;
+    remove_marked(&aside)?;
     Ok(true)
+}
+
+/// Deletes a folder vgpu made: everything in it but the marker (links unfollowed), then the marker, then the
+/// folder, so that an interrupted removal leaves a folder still marked, or an empty one.
+pub fn remove_marked(dir: &Path) -> Result<()> {
+    let cannot = || format!("cannot remove {}", dir.display());
+    for entry in fs::read_dir(dir).with_context(cannot)? {
+        let entry = entry.with_context(cannot)?;
+        if entry.file_name() == layout::MARKER_FILE_NAME {
+            continue;
+        }
+        let p = entry.path();
+        if entry.file_type().with_context(cannot)?.is_dir() {
+            fs::remove_dir_all(&p)
+        } else {
+            fs::remove_file(&p)
+        }
+        .with_context(|| format!("cannot remove {}", p.display()))?;
+    }
+    match fs::remove_file(dir.join(layout::MARKER_FILE_NAME)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(cannot),
+        _ => {}
+    }
+    fs::remove_dir(dir).with_context(cannot)
 }
 
 #[cfg(test)]
@@ -316,11 +389,11 @@ mod tests {
         assert_eq!(ino(&dir.join("limits.json")), before);
         assert!(remove(&root, "c1").unwrap());
         assert!(!remove(&root, "c1").unwrap());
-        assert_eq!(
-            fs::read_dir(root.containers_dir()).unwrap().count(),
-            0,
-            "nothing left behind"
-        );
+        let left: Vec<_> = fs::read_dir(root.containers_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [layout::MARKER_FILE_NAME], "nothing but the marker left behind");
     }
 
     #[test]
@@ -335,4 +408,48 @@ mod tests {
                 || fs::read_dir(root.containers_dir()).unwrap().count() == 0
         );
     }
+
+    #[test]
+    fn folders_are_marked_and_one_vgpu_did_not_make_is_never_replaced_or_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().join("state"));
+        let dir = provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
+        assert!(walk::is_marked(&root.containers_dir()) && walk::is_marked(&dir));
+        // Someone else's folder under a container's name: refused, kept byte for byte.
+        let theirs = root.container_dir("c2").unwrap();
+        fs::create_dir_all(theirs.join("keep")).unwrap();
+        fs::write(theirs.join("limits.json"), "theirs").unwrap();
+        let e = provision(&root, "c2", &plan(1 << 30), Owner::default(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c2 exists and was not made by vgpu (no .vgpu-state marker"), "{e}");
+        assert!(!e.contains('\n'));
+        let e = remove(&root, "c2").unwrap_err().to_string();
+        assert!(e.contains("was not made by vgpu"), "{e}");
+        let me = Owner::of_pid(std::process::id()).unwrap();
+        assert!(record_owner(&root, "c2", me).is_err());
+        assert_eq!(fs::read_to_string(theirs.join("limits.json")).unwrap(), "theirs");
+        assert!(theirs.join("keep").is_dir());
+    }
+
+    #[test]
+    fn a_containers_folder_of_someone_else_is_refused_and_an_empty_one_adopted() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().join("varlib"));
+        fs::create_dir_all(root.containers_dir().join("storage")).unwrap();
+        let e = provision(&root, "c1", &plan(1 << 30), Owner::default(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("containers is not vgpu's") && e.contains("state_root"), "{e}");
+        let names: Vec<_> = fs::read_dir(root.containers_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["storage"], "nothing written there");
+        // An empty one (made by an operator, say) is adopted.
+        fs::remove_dir(root.containers_dir().join("storage")).unwrap();
+        provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
+        assert!(walk::is_marked(&root.containers_dir()));
+    }
+
 }

@@ -253,6 +253,9 @@ mod tests {
     ) -> (Ledger, std::path::PathBuf) {
         let limits_path = root.limits_path(id).unwrap();
         std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
+        // As the hook makes them: both folders marked.
+        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_ledger::walk::mark(&root.container_dir(id).unwrap()).unwrap();
         let limits = Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: id.into(),
@@ -305,6 +308,7 @@ mod tests {
             .unwrap();
         // A container whose limits file is broken is reported, not fatal.
         std::fs::create_dir_all(root.container_dir("c2").unwrap()).unwrap();
+        vgpu_ledger::walk::mark(&root.container_dir("c2").unwrap()).unwrap();
         std::fs::write(root.limits_path("c2").unwrap(), "{").unwrap();
         // In-progress provisions are not containers.
         std::fs::create_dir_all(root.containers_dir().join(".tmp-x")).unwrap();

@@ -107,6 +107,53 @@ case_full_state_root() {
     export VGPU_CONFIG=$BASE_CONFIG; STATE=$WORK/state
 }
 
+# snap DIR: every path under DIR with its size and mtime.
+snap() { (cd "$1" && find . -printf '%p %y %s %T@\n' | sort); }
+
+case_foreign_state_root() {
+    echo "-- item 11: a state root that is someone else's folder: gc deletes nothing, create and poststop touch nothing"
+    local other=$WORK/varlib before out rc
+    # As /var/lib would hold Podman's containers/storage: old, and no vgpu marker anywhere.
+    mkdir -p "$other/containers/storage/overlay" "$other/containers/.hidden"
+    echo layer > "$other/containers/storage/overlay/layer"
+    touch -d '2 hours ago' "$other/containers/storage" "$other/containers/.hidden"
+    before=$(snap "$other")
+    with_config state_root="\"$other\"" gc_pending_grace_seconds=0
+    rc=0; out=$("$VGPUCTL" gc 2>&1) || rc=$?
+    check_match "vgpuctl gc says the folder is not vgpu's" "containers is not vgpu's" "$out"
+    check_eq "  ... and deleted nothing" "$(snap "$other")" "$before"
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    rc=0; shim create --bundle "$B" "$ID" </dev/null >"$WORK/create.out" 2>&1 || rc=$?; out=$(cat "$WORK/create.out")
+    check_match "a create there fails with one line" "^vgpu: .*containers is not vgpu's.*state_root" "$out"
+    check_eq "  ... (one line, rc != 0)" "$(grep -c . <<<"$out")/$((rc != 0))" "1/1"
+    check_eq "  ... and wrote nothing" "$(snap "$other")" "$before"
+    echo '{"id":"storage","bundle":"/nonexistent"}' | "$HOOK" poststop >/dev/null 2>&1
+    check_eq "a poststop for a container named storage deletes nothing" "$(snap "$other")" "$before"
+
+    echo "-- item 11: vgpu's own state root, with a folder vgpu did not make under a container's name"
+    with_config gc_pending_grace_seconds=0
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    check "a container runs (the state root is vgpu's)" shim run --bundle "$B" "$ID"
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    mkdir -p "$STATE/containers/$ID/keep"
+    echo mine > "$STATE/containers/$ID/keep/file"
+    touch -d '2 hours ago' "$STATE/containers/$ID"
+    before=$(snap "$STATE/containers/$ID")
+    rc=0; shim create --bundle "$B" "$ID" </dev/null >"$WORK/create.out" 2>&1 || rc=$?; out=$(cat "$WORK/create.out")
+    check_match "a create with that id fails with one line" "^vgpu: .*/$ID exists and was not made by vgpu" "$out"
+    check_eq "  ... (one line, rc != 0)" "$(grep -c . <<<"$out")/$((rc != 0))" "1/1"
+    check_eq "  ... and replaced nothing" "$(snap "$STATE/containers/$ID")" "$before"
+    out=$("$VGPUCTL" gc 2>&1)
+    check_match "vgpuctl gc skips it with a line" "$ID: not a container's state \(holds no vgpu marker" "$out"
+    echo "{\"id\":\"$ID\",\"bundle\":\"/nonexistent\"}" | "$HOOK" poststop >/dev/null 2>&1
+    check_eq "  ... and neither gc nor a poststop for that id touched it" "$(snap "$STATE/containers/$ID")" "$before"
+    rm -rf "${STATE:?}/containers/$ID"
+    export VGPU_CONFIG=$BASE_CONFIG
+}
+
 case_fifo_and_symlink_status() {
     echo "-- items 4, 5: a ledger that is a FIFO or a symlink to a host file; vgpuctl status neither hangs nor leaks"
     tenant "$TRICKS"
@@ -179,4 +226,5 @@ case_fifo_and_symlink_status
 case_fifo_and_symlink_gc
 case_truncate_race
 case_full_state_root
+case_foreign_state_root
 t_done
