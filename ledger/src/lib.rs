@@ -26,5 +26,5 @@ pub mod region;
 pub mod walk;
 
 pub use limits::{DeviceLimit, Limits, LimitsError, LIMITS_VERSION};
-pub use quantity::{format_bytes, parse_quantity, QuantityError};
+pub use quantity::{format_bytes, parse_quantity, QuantityError, MIN_QUOTA};
 pub use region::{Kind, Ledger, LedgerError, Refused, Slot, SlotSnapshot, Snapshot};

@@ -452,4 +452,16 @@ mod tests {
         assert!(walk::is_marked(&root.containers_dir()));
     }
 
+    #[test]
+    fn the_longest_id_provisions_and_a_longer_one_is_refused_in_one_clear_line() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().join("state"));
+        let longest = "x".repeat(layout::MAX_NAME_LEN);
+        provision(&root, &longest, &plan(1 << 30), Owner::default(), None).unwrap();
+        assert!(remove(&root, &longest).unwrap());
+        let e = provision(&root, &"x".repeat(256), &plan(1 << 30), Owner::default(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("invalid container id \"xxx") && e.contains("longer than 200 bytes"), "{e}");
+    }
 }

@@ -51,6 +51,73 @@ crash() {
 # The tenant's tricks: its ledger a FIFO, more FIFOs, links to a host FIFO and a host file.
 TRICKS="rm -f $LEDGER && mkfifo $LEDGER && mkfifo fifo.ledger && ln -s $WORK/hostfifo follow.ledger && ln -s $WORK/secret leak.ledger"
 
+case_fifo_and_symlink_status() {
+    echo "-- items 4, 5: a ledger that is a FIFO or a symlink to a host file; vgpuctl status neither hangs nor leaks"
+    tenant "$TRICKS"
+    local fifo_id=$ID
+    tenant "rm -f $LEDGER && ln -s $WORK/secret $LEDGER"
+    local link_id=$ID
+    local out rc=0
+    out=$(timeout -k 5 "$HANG" "$VGPUCTL" status 2>&1) || rc=$?
+    unblock_fifos
+    check_eq "vgpuctl status returns with a FIFO for a ledger (rc)" "$rc" 0
+    check_not "  ... and prints no byte of the host file" grep -qiE "TOPSECRET|54, ?4f|\[54" <<<"$out"
+    rc=0; out=$(timeout -k 5 "$HANG" "$VGPUCTL" status --json 2>&1) || rc=$?
+    unblock_fifos
+    check_eq "vgpuctl status --json returns too (rc)" "$rc" 0
+    check_not "  ... and prints no byte of the host file either" grep -qiE "TOPSECRET|54, ?4f|\[54" <<<"$out"
+    local err='.containers[] | select(.id == $id) | .gpus[0].error // ""'
+    check_match "  ... and says the FIFO is not a regular file" "not a regular file" "$(jq -r --arg id "$fifo_id" "$err" <<<"$out")"
+    check_match "  ... and the symlinked ledger is a link it does not follow" "symbolic link" "$(jq -r --arg id "$link_id" "$err" <<<"$out")"
+    check "the host file is intact" grep -qx TOPSECRET-host-file "$WORK/secret"
+    plain delete -f "$fifo_id" >/dev/null 2>&1
+    plain delete -f "$link_id" >/dev/null 2>&1
+    check_eq "both removed by their poststop" "$(state_left)" ""
+}
+
+case_fifo_and_symlink_gc() {
+    echo "-- items 4, 5: a gone tenant's FIFOs and links hang neither gc, nor another container's create or poststop"
+    local rc gone
+    tenant "$TRICKS"; gone=$ID; crash "$gone"
+    rc=0; timeout -k 5 "$HANG" "$VGPUCTL" gc >"$WORK/gc.out" 2>&1 || rc=$?
+    unblock_fifos
+    check_eq "vgpuctl gc returns (rc)" "$rc" 0
+    check_match "  ... and collected the gone container" "removed $gone" "$(cat "$WORK/gc.out")"
+
+    tenant "$TRICKS"; gone=$ID; crash "$gone"
+    rc=0; echo '{"id":"another-container","bundle":"/nonexistent"}' | timeout -k 5 "$HANG" "$HOOK" poststop >"$WORK/hook.out" 2>&1 || rc=$?
+    unblock_fifos
+    check_eq "another container's poststop returns (rc)" "$rc" 0
+    check_not "  ... having collected the gone container" test -e "$STATE/containers/$gone"
+
+    tenant "$TRICKS"; gone=$ID; crash "$gone"
+    new_bundle rt_client device 0 info
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    local out; rc=0; out=$(timeout -k 5 "$HANG" "$SHIM" --root "$WORK/rt" run --bundle "$B" "$ID" 2>&1) || rc=$?
+    unblock_fifos
+    check_eq "another container's create and run return (rc)" "$rc" 0
+    check_eq "  ... and it got its quota" "$(field total "$out")" "$GIB"
+    check_not "  ... and its hook collected the gone container" test -e "$STATE/containers/$gone"
+    check "the host FIFO is still a FIFO (never opened, never removed)" test -p "$WORK/hostfifo"
+    check "the host file is intact" grep -qx TOPSECRET-host-file "$WORK/secret"
+    check_eq "no state left" "$(state_left)" ""
+}
+
+case_truncate_race() {
+    echo "-- item 6: a tenant truncating and re-extending its ledger in a loop cannot kill vgpuctl status"
+    tenant "true"
+    local id=$ID i rc crashes=0 runs=300
+    # The loop runs in the container's background while the host looks.
+    plain exec -d "$id" sh -c "while :; do truncate -s 4096 /run/vgpu/ledgers/$LEDGER; truncate -s 262528 /run/vgpu/ledgers/$LEDGER; done"
+    for ((i = 0; i < runs; i++)); do
+        rc=0; "$VGPUCTL" status >/dev/null 2>&1 || rc=$?
+        [ "$rc" -ge 128 ] && crashes=$((crashes + 1))
+    done
+    check_eq "vgpuctl status killed by a signal in $runs runs" "$crashes" 0
+    plain delete -f "$id" >/dev/null 2>&1
+    check_eq "no state left" "$(state_left)" ""
+}
+
 # refused WHAT EXPECT: creates $B/$ID through the shim expecting failure with one line matching EXPECT,
 # nothing under the state root and no container (as oci-cases.sh's bad_case, output in a file: a create that
 # wrongly succeeds leaves a container holding its stdio, which a command substitution would wait on).
@@ -154,71 +221,29 @@ case_foreign_state_root() {
     export VGPU_CONFIG=$BASE_CONFIG
 }
 
-case_fifo_and_symlink_status() {
-    echo "-- items 4, 5: a ledger that is a FIFO or a symlink to a host file; vgpuctl status neither hangs nor leaks"
-    tenant "$TRICKS"
-    local fifo_id=$ID
-    tenant "rm -f $LEDGER && ln -s $WORK/secret $LEDGER"
-    local link_id=$ID
-    local out rc=0
-    out=$(timeout -k 5 "$HANG" "$VGPUCTL" status 2>&1) || rc=$?
-    unblock_fifos
-    check_eq "vgpuctl status returns with a FIFO for a ledger (rc)" "$rc" 0
-    check_not "  ... and prints no byte of the host file" grep -qiE "TOPSECRET|54, ?4f|\[54" <<<"$out"
-    rc=0; out=$(timeout -k 5 "$HANG" "$VGPUCTL" status --json 2>&1) || rc=$?
-    unblock_fifos
-    check_eq "vgpuctl status --json returns too (rc)" "$rc" 0
-    check_not "  ... and prints no byte of the host file either" grep -qiE "TOPSECRET|54, ?4f|\[54" <<<"$out"
-    local err='.containers[] | select(.id == $id) | .gpus[0].error // ""'
-    check_match "  ... and says the FIFO is not a regular file" "not a regular file" "$(jq -r --arg id "$fifo_id" "$err" <<<"$out")"
-    check_match "  ... and the symlinked ledger is a link it does not follow" "symbolic link" "$(jq -r --arg id "$link_id" "$err" <<<"$out")"
-    check "the host file is intact" grep -qx TOPSECRET-host-file "$WORK/secret"
-    plain delete -f "$fifo_id" >/dev/null 2>&1
-    plain delete -f "$link_id" >/dev/null 2>&1
-    check_eq "both removed by their poststop" "$(state_left)" ""
-}
-
-case_fifo_and_symlink_gc() {
-    echo "-- items 4, 5: a gone tenant's FIFOs and links hang neither gc, nor another container's create or poststop"
-    local rc gone
-    tenant "$TRICKS"; gone=$ID; crash "$gone"
-    rc=0; timeout -k 5 "$HANG" "$VGPUCTL" gc >"$WORK/gc.out" 2>&1 || rc=$?
-    unblock_fifos
-    check_eq "vgpuctl gc returns (rc)" "$rc" 0
-    check_match "  ... and collected the gone container" "removed $gone" "$(cat "$WORK/gc.out")"
-
-    tenant "$TRICKS"; gone=$ID; crash "$gone"
-    rc=0; echo '{"id":"another-container","bundle":"/nonexistent"}' | timeout -k 5 "$HANG" "$HOOK" poststop >"$WORK/hook.out" 2>&1 || rc=$?
-    unblock_fifos
-    check_eq "another container's poststop returns (rc)" "$rc" 0
-    check_not "  ... having collected the gone container" test -e "$STATE/containers/$gone"
-
-    tenant "$TRICKS"; gone=$ID; crash "$gone"
-    new_bundle rt_client device 0 info
-    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
-    local out; rc=0; out=$(timeout -k 5 "$HANG" "$SHIM" --root "$WORK/rt" run --bundle "$B" "$ID" 2>&1) || rc=$?
-    unblock_fifos
-    check_eq "another container's create and run return (rc)" "$rc" 0
-    check_eq "  ... and it got its quota" "$(field total "$out")" "$GIB"
-    check_not "  ... and its hook collected the gone container" test -e "$STATE/containers/$gone"
-    check "the host FIFO is still a FIFO (never opened, never removed)" test -p "$WORK/hostfifo"
-    check "the host file is intact" grep -qx TOPSECRET-host-file "$WORK/secret"
-    check_eq "no state left" "$(state_left)" ""
-}
-
-case_truncate_race() {
-    echo "-- item 6: a tenant truncating and re-extending its ledger in a loop cannot kill vgpuctl status"
-    tenant "true"
-    local id=$ID i rc crashes=0 runs=300
-    # The loop runs in the container's background while the host looks.
-    plain exec -d "$id" sh -c "while :; do truncate -s 4096 /run/vgpu/ledgers/$LEDGER; truncate -s 262528 /run/vgpu/ledgers/$LEDGER; done"
-    for ((i = 0; i < runs; i++)); do
-        rc=0; "$VGPUCTL" status >/dev/null 2>&1 || rc=$?
-        [ "$rc" -ge 128 ] && crashes=$((crashes + 1))
+case_small_things() {
+    echo "-- item 13: quotas no CUDA context fits in, and a container id too long for a file name"
+    local v
+    for v in 1 0.0000001Gi 63Mi; do
+        new_bundle true
+        bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+        bundle_annotate "$B" vgpu.io/memory-limit "$v"
+        refused "annotation quota $v" "below the smallest quota vgpu accepts, 64.0 MiB"
+        new_bundle true
+        bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT="$v"
+        refused "env quota $v" "env CUDA_DEVICE_MEMORY_LIMIT=.*below the smallest quota"
     done
-    check_eq "vgpuctl status killed by a signal in $runs runs" "$crashes" 0
-    plain delete -f "$id" >/dev/null 2>&1
-    check_eq "no state left" "$(state_left)" ""
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    ID=$(printf 'x%.0s' {1..256})
+    refused "a 256-byte container id" "invalid container id .*longer than 200 bytes"
+    new_bundle rt_client device 0 info
+    # A context of the fake GPU's default size (256 MiB) would not fit in 64 MiB.
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=64Mi FAKE_CUDA_CONTEXT_BYTES=16Mi
+    ID=$(printf 'y%.0s' {1..200})
+    local out; out=$(shim run --bundle "$B" "$ID" 2>&1)
+    check_eq "a 200-byte id (the longest) with a 64 MiB quota (the smallest) runs" "$(field total "$out")" $((64 * MIB))
+    check_eq "  ... and leaves nothing" "$(state_left)" ""
 }
 
 BASE_CONFIG=$VGPU_CONFIG
@@ -227,4 +252,5 @@ case_fifo_and_symlink_gc
 case_truncate_race
 case_full_state_root
 case_foreign_state_root
+case_small_things
 t_done
