@@ -4,6 +4,7 @@
 //! Grammar (docs/oci.md, docs/libvgpu.md):
 //! - a value is a quantity ([`crate::quantity`]), surrounding whitespace ignored;
 //! - an empty value is the same as no variable;
+//! - any other value below [`crate::MIN_QUOTA`] (64 MiB; no CUDA context fits in less) is an error;
 //! - `0` means "no limit" for the GPUs the variable covers — as HAMi-core reads it — so
 //!   `CUDA_DEVICE_MEMORY_LIMIT=0` is no quota at all, and `CUDA_DEVICE_MEMORY_LIMIT_1=0` leaves GPU 1
 //!   unlimited whatever `CUDA_DEVICE_MEMORY_LIMIT` says;
@@ -16,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::quantity::parse_quantity;
+use crate::quantity::{check_min_quota, parse_quantity};
 
 /// The limit for every GPU; `<LIMIT_VAR>_<i>` is the limit for the i-th.
 pub const LIMIT_VAR: &str = "CUDA_DEVICE_MEMORY_LIMIT";
@@ -97,6 +98,9 @@ impl EnvLimits {
             };
             let bytes =
                 parse_quantity(value.trim()).map_err(|e| err(format!("={value:?}: {e}")))?;
+            if bytes != 0 {
+                check_min_quota(bytes).map_err(|e| err(format!("={value:?}: {e}")))?;
+            }
             let limit = EnvLimit {
                 var: var.to_string(),
                 bytes,
@@ -142,6 +146,7 @@ impl EnvLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quantity::MIN_QUOTA;
 
     fn parse(pairs: &[(&str, &str)]) -> Result<EnvLimits, EnvLimitError> {
         EnvLimits::parse(
@@ -199,6 +204,12 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_itself_is_accepted() {
+        let l = parse(&[("CUDA_DEVICE_MEMORY_LIMIT", "64m")]).unwrap();
+        assert_eq!(l.bytes_for(0), MIN_QUOTA);
+    }
+
+    #[test]
     fn last_occurrence_wins_and_lookalike_names_are_not_limits() {
         let l = parse(&[
             ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
@@ -234,6 +245,18 @@ mod tests {
             ("CUDA_DEVICE_MEMORY_LIMIT_+1", "1G", "not a GPU index"),
             ("CUDA_DEVICE_MEMORY_LIMIT_1024", "1G", "<0..1023>"),
             ("CUDA_DEVICE_MEMORY_LIMIT_", "1G", "\"\" is not a GPU index"),
+            // Below the floor (0 alone is "no limit").
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT",
+                "1",
+                "1 B is below the smallest quota",
+            ),
+            (
+                "CUDA_DEVICE_MEMORY_LIMIT_0",
+                "0.0000001Gi",
+                "107 B is below the smallest quota vgpu accepts, 64.0 MiB",
+            ),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "63m", "63.0 MiB is below"),
         ] {
             let e = parse(&[(k, v)]).unwrap_err();
             let msg = e.to_string();

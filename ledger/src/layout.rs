@@ -31,8 +31,19 @@ pub const CREATE_TOKEN_FILE_NAME: &str = "create.token";
 /// Extension of a ledger file: `ledgers/<uuid>.ledger`.
 pub const LEDGER_EXTENSION: &str = "ledger";
 
-/// Longest container id or GPU uuid accepted as a path component.
-pub const MAX_NAME_LEN: usize = 256;
+/// Longest container id or GPU uuid accepted as a path component: a file name has at most 255 bytes, and
+/// vgpu's hidden temporary names add up to 19 bytes to an id or uuid (`.tmp-<id>-XXXXXX`, `.rm-<id>-<pid>`,
+/// `.<uuid>.ledger.XXXXXX.tmp`). Engines' ids are 64 characters.
+pub const MAX_NAME_LEN: usize = 200;
+
+/// The marker vgpu writes in every folder it makes under the state root — `<root>/containers/` and each
+/// `<root>/containers/<id>/` — before anything else goes in. vgpu deletes, replaces or changes only folders
+/// that hold it, so a state root pointed at someone else's folder (`/var/lib`, holding Podman's
+/// `containers/storage`) loses nothing. A dot-name: never a container id.
+pub const MARKER_FILE_NAME: &str = ".vgpu-state";
+/// What the marker says to someone who finds it.
+pub const MARKER_CONTENT: &str =
+    "Made by vgpu (vgpu-hook / vgpu-container-runtime). vgpu removes only folders holding this file.\n";
 
 /// A name that cannot be used as a path component.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,13 +61,17 @@ impl fmt::Display for LayoutError {
 
 impl std::error::Error for LayoutError {}
 
+const TOO_LONG: &str =
+    "longer than 200 bytes (vgpu's limit: its temporary names must fit in a file name)";
+const _: () = assert!(MAX_NAME_LEN == 200, "TOO_LONG names the limit");
+
 /// Check that `name` is usable as one path component: engines choose container ids and a malicious one
 /// ("../../etc") must not move our state outside the root.
 fn check_component(what: &'static str, name: &str) -> Result<(), LayoutError> {
     let problem = if name.is_empty() {
         Some("empty")
     } else if name.len() > MAX_NAME_LEN {
-        Some("longer than 256 bytes")
+        Some(TOO_LONG)
     } else if name.contains('/') {
         Some("contains '/'")
     } else if name.contains('\0') {
@@ -72,10 +87,18 @@ fn check_component(what: &'static str, name: &str) -> Result<(), LayoutError> {
     match problem {
         Some(problem) => Err(LayoutError {
             what,
-            name: name.chars().take(300).collect(),
+            name: shortened(name),
             problem,
         }),
         None => Ok(()),
+    }
+}
+
+/// `name` for a message: a long one cut to its first 64 characters.
+fn shortened(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((end, _)) => format!("{}…", &name[..end]),
+        None => name.to_string(),
     }
 }
 
@@ -216,7 +239,7 @@ mod tests {
         assert!(r.container_dir(docker).is_ok());
         assert!(r.container_dir("k8s_app_pod-1_default_0a1b").is_ok());
         assert!(r.container_dir("my.container-1").is_ok());
-        assert!(r.container_dir(&"x".repeat(256)).is_ok());
+        assert!(r.container_dir(&"x".repeat(MAX_NAME_LEN)).is_ok());
     }
 
     #[test]
@@ -238,12 +261,11 @@ mod tests {
                 "{id:?}: {err}"
             );
         }
-        let long = "x".repeat(257);
-        assert!(r
-            .container_dir(&long)
-            .unwrap_err()
-            .to_string()
-            .contains("longer than 256"));
+        for long in [MAX_NAME_LEN + 1, 256, 300] {
+            let err = r.container_dir(&"x".repeat(long)).unwrap_err().to_string();
+            assert!(err.contains("longer than 200 bytes"), "{err}");
+            assert!(err.len() < 200, "the message shows a shortened id: {err}");
+        }
         assert!(r
             .ledger_path("ok", "../x")
             .unwrap_err()

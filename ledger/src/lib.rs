@@ -9,6 +9,7 @@
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
+//! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking).
 //!
 //! The formats are described in docs/architecture.md.
 
@@ -17,6 +18,7 @@
 
 pub mod atomic;
 pub mod envlimits;
+pub mod hostfile;
 pub mod layout;
 pub mod limits;
 pub mod quantity;
@@ -24,5 +26,5 @@ pub mod region;
 pub mod walk;
 
 pub use limits::{DeviceLimit, KubeNames, Limits, LimitsError, LIMITS_VERSION};
-pub use quantity::{format_bytes, parse_quantity, QuantityError};
+pub use quantity::{format_bytes, parse_quantity, QuantityError, MIN_QUOTA};
 pub use region::{Kind, Ledger, LedgerError, MeasureLock, Refused, Slot, SlotSnapshot, Snapshot};

@@ -148,10 +148,40 @@ pub fn format_bytes(n: u64) -> String {
     format!("{text} {}", UNITS[unit])
 }
 
+/// The smallest memory quota vgpu accepts: 64 MiB, a floor rather than a measurement. A CUDA context alone
+/// takes more (some 300 to 500 MiB on current GPUs), so a smaller quota could never run CUDA and is a mistake
+/// (`1` meant as `1G`, `0.0000001Gi`). The hook refuses one in annotations and env, the library in its
+/// environment (`vgpu_ledger::envlimits`); `0` in the environment still means "no limit".
+pub const MIN_QUOTA: u64 = 64 << 20;
+
+/// Refuses a quota of `bytes` below [`MIN_QUOTA`] (callers decide what 0 means first): the reason, worded
+/// to end a line that names the setting.
+pub fn check_min_quota(bytes: u64) -> Result<(), String> {
+    if bytes < MIN_QUOTA {
+        return Err(format!(
+            "{} is below the smallest quota vgpu accepts, {} (no CUDA context fits in less)",
+            format_bytes(bytes),
+            format_bytes(MIN_QUOTA)
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_quota_floor() {
+        assert_eq!(MIN_QUOTA, 64 << 20);
+        assert!(check_min_quota(MIN_QUOTA).is_ok());
+        assert_eq!(
+            check_min_quota(1).unwrap_err(),
+            "1 B is below the smallest quota vgpu accepts, 64.0 MiB (no CUDA context fits in less)"
+        );
+        assert!(check_min_quota(MIN_QUOTA - 1).is_err());
+    }
 
     const KI: u64 = 1 << 10;
     const MI: u64 = 1 << 20;

@@ -418,7 +418,7 @@ mod tests {
     fn shared_cache_prefix() {
         let c = Config::from_env(
             &env(&[
-                ("CUDA_DEVICE_MEMORY_LIMIT", "4096"),
+                ("CUDA_DEVICE_MEMORY_LIMIT", "268435456"),
                 ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
             ]),
             Path::new(NOFILE),
@@ -427,7 +427,7 @@ mod tests {
         assert_eq!(
             c.lookup(gpu("GPU-1", None)),
             Lookup::Limit(DeviceSpec {
-                limit: 4096,
+                limit: 256 << 20,
                 ledger: "/x/q.GPU-1".into()
             })
         );

@@ -7,13 +7,17 @@
 //! belongs to another PID namespace — and no process still holds a slot of any of its ledgers (the OFD-lock
 //! test is read-only and needs no PIDs). State provisioned by the shim whose hook never recorded an owner
 //! is garbage once it is older than `gc_pending_grace_seconds`.
+//! Only folders holding vgpu's marker (`layout::MARKER_FILE_NAME`) are ever removed; anything else under the
+//! state root is reported and left alone, and a `containers/` folder without the marker is not walked at all.
+//! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
 use crate::provision;
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
+use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::Limits;
 use vgpu_ledger::walk::{ContainerDir, StateEntry};
@@ -38,7 +42,10 @@ pub fn collect(root: &StateRoot) -> Result<GcReport> {
 }
 
 /// Collects garbage under `root`; `pending_grace` is how old owner-less state must be to be garbage. Entries
-/// of the state root that are not a container's state are reported in `errors` and left alone.
+/// of the state root that are not a container's state (no vgpu marker, not a folder, ...) are reported in
+/// `errors` and left alone; a `<root>/containers/` that is not vgpu's is an error, and nothing in it is
+/// touched. Ledgers are read as untrusted files (`vgpu_ledger::hostfile`): a tenant's FIFO or link in its
+/// ledger folder is never opened as a file, so it can neither block nor trick the collector.
 pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcReport> {
     let mut report = GcReport::default();
     let now = SystemTime::now();
@@ -48,15 +55,27 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
     };
     for entry in root.entries()? {
         match entry {
-            // Leftovers of an interrupted provision (.tmp-*) or removal (.rm-*).
-            StateEntry::Leftover(o) => {
-                if age(o.modified) > pending_grace {
-                    match fs::remove_dir_all(&o.path) {
-                        Ok(()) => report.removed.push(o.name),
-                        Err(e) => report.errors.push(format!("{}: {e}", o.path.display())),
-                    }
+            // Leftovers of an interrupted provision (.tmp-*) or removal (.rm-*): ours when marked; one cut
+            // short before its marker was written is empty, and removing an empty folder loses nothing.
+            StateEntry::Leftover(o) if age(o.modified) > pending_grace => {
+                let removed = if o.marked {
+                    provision::remove_marked(&o.path)
+                } else {
+                    fs::remove_dir(&o.path).map_err(|e| match e.raw_os_error() {
+                        Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => anyhow!(
+                            "{}: holds no vgpu marker ({}) and is not empty: not made by vgpu; left alone",
+                            o.path.display(),
+                            layout::MARKER_FILE_NAME
+                        ),
+                        _ => anyhow!("{}: {e}", o.path.display()),
+                    })
+                };
+                match removed {
+                    Ok(()) => report.removed.push(o.name),
+                    Err(e) => report.errors.push(format!("{e:#}")),
                 }
             }
+            StateEntry::Leftover(_) => {}
             StateEntry::Foreign { entry, why } => report.errors.push(format!(
                 "{}: not a container's state ({why}); left alone",
                 entry.path.display()
@@ -75,7 +94,7 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
 }
 
 fn is_garbage(c: &ContainerDir, age: Duration, pending_grace: Duration) -> Result<bool> {
-    let container_gone = match Limits::load(&c.limits_path) {
+    let container_gone = match hostfile::load_limits(&c.limits_path) {
         Ok(Limits {
             init_pid: Some(pid),
             pid_ns: Some(ns),
@@ -119,6 +138,7 @@ mod tests {
     use super::*;
     use crate::plan::{Plan, PlannedGpu};
     use crate::provision::{provision, record_owner, Owner};
+    use std::os::unix::fs::FileTypeExt;
 
     fn plan() -> Plan {
         Plan {
@@ -192,6 +212,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         fs::create_dir_all(root.containers_dir()).unwrap();
+        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
         let stray = root.containers_dir().join("stray-file");
         fs::write(&stray, "x").unwrap();
         let r = collect_with(&root, Duration::ZERO).unwrap();
@@ -203,5 +224,76 @@ mod tests {
             r.errors
         );
         assert!(stray.is_file());
+    }
+
+    #[test]
+    fn a_state_root_or_folder_vgpu_did_not_make_is_never_touched() {
+        let d = tempfile::tempdir().unwrap();
+        // The state root is someone else's folder (/var/lib, with Podman's containers/storage).
+        let root = StateRoot::new(d.path().join("varlib"));
+        let storage = root.containers_dir().join("storage");
+        fs::create_dir_all(storage.join("overlay")).unwrap();
+        fs::create_dir_all(root.containers_dir().join(".hidden")).unwrap();
+        let e = collect_with(&root, Duration::ZERO).unwrap_err().to_string();
+        assert!(e.contains("is not vgpu's"), "{e}");
+        assert!(storage.join("overlay").is_dir() && root.containers_dir().join(".hidden").is_dir());
+
+        // vgpu's own state root, holding folders vgpu did not make.
+        let root = StateRoot::new(d.path().join("state"));
+        provision(&root, "ours", &plan(), Owner::default(), None).unwrap();
+        let c = root.containers_dir();
+        for name in ["c1/keep", ".tmp-x-1/keep", ".tmp-y-2"] {
+            fs::create_dir_all(c.join(name)).unwrap();
+        }
+        let r = collect_with(&root, Duration::ZERO).unwrap();
+        // ours (owner never recorded, no grace) goes; an empty leftover cut short before its marker too.
+        let mut removed = r.removed.clone();
+        removed.sort();
+        assert_eq!(removed, vec![".tmp-y-2", "ours"]);
+        assert_eq!(r.errors.len(), 2, "{:?}", r.errors);
+        assert!(r
+            .errors
+            .iter()
+            .any(|e| e.contains("c1: not a container's state (holds no vgpu marker")));
+        assert!(r
+            .errors
+            .iter()
+            .any(|e| e.contains(".tmp-x-1: holds no vgpu marker")));
+        assert!(c.join("c1/keep").is_dir() && c.join(".tmp-x-1/keep").is_dir());
+    }
+
+    #[test]
+    fn a_gone_tenants_fifos_and_links_neither_block_nor_trick_the_collector() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().join("state"));
+        provision(&root, "gone", &plan(), Owner::default(), None).unwrap();
+        let ledgers = root.ledgers_dir("gone").unwrap();
+        let ledger = root.ledger_path("gone", "GPU-1").unwrap();
+        let fifo = |p: &Path| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap()
+        };
+        // What the tenant left: its ledger a FIFO, and links to a host FIFO and a host file.
+        fs::remove_file(&ledger).unwrap();
+        fifo(&ledger);
+        let host_fifo = d.path().join("host-fifo");
+        fifo(&host_fifo);
+        let secret = d.path().join("secret");
+        fs::write(&secret, "TOPSECRET").unwrap();
+        std::os::unix::fs::symlink(&host_fifo, ledgers.join("follow.ledger")).unwrap();
+        std::os::unix::fs::symlink(&secret, ledgers.join("leak.ledger")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = root.clone();
+        std::thread::spawn(move || tx.send(collect_with(&r, Duration::ZERO).unwrap()));
+        let report = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the collector blocked");
+        assert_eq!(report.removed, vec!["gone"], "{report:?}");
+        assert!(report.errors.is_empty(), "{report:?}");
+        // Links were removed, never followed.
+        assert_eq!(fs::read_to_string(&secret).unwrap(), "TOPSECRET");
+        assert!(fs::symlink_metadata(&host_fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
     }
 }

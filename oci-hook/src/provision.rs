@@ -5,18 +5,23 @@
 //! nothing behind, and a reader never sees a half-made container folder. The rename never replaces a
 //! folder that is there (another container with this id, or a create of it in progress), and the folder
 //! carries a random token of the invocation that made it: cleaning up after a failed create removes only
-//! a folder that still holds that token, never another's state.
+//! a folder that still holds that token, never another's state. Every folder made here holds vgpu's
+//! marker (`layout::MARKER_FILE_NAME`), written first; a folder without it is never replaced or removed
+//! (the state root may name someone else's folder). Ledgers are allocated for real, so a full file system
+//! fails the creation with one line instead of CUDA processes later.
 
 use crate::plan::Plan;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
+use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
+use vgpu_ledger::walk;
 
 /// Who owns the state: the container's init process as the host sees it. Unknown (zero) until the
 /// provisioning hook runs, when the shim provisioned.
@@ -138,7 +143,7 @@ impl Provisioned {
             .map_err(|e| anyhow!("cannot put {} back: {e}", self.dir.display()))?;
             return Ok(false);
         }
-        fs::remove_dir_all(&aside).with_context(|| format!("cannot remove {}", aside.display()))?;
+        remove_marked(&aside)?;
         Ok(true)
     }
 
@@ -173,27 +178,31 @@ pub fn provision(
 ) -> Result<Provisioned> {
     let dir = root.container_dir(id)?;
     let limits = limits_for(id, plan, owner)?;
-    if fs::symlink_metadata(&dir).is_ok() {
-        return Err(AlreadyExists {
-            id: id.to_string(),
-            dir,
+    let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
+    match fs::symlink_metadata(&dir) {
+        Ok(_) if !walk::is_marked(&dir) => bail!(
+            "{} exists and was not made by vgpu (no {} marker in it): refusing to replace it; remove it or \
+             set state_root to a folder of vgpu's own",
+            dir.display(),
+            layout::MARKER_FILE_NAME
+        ),
+        Ok(_) => {
+            return Err(AlreadyExists {
+                id: id.to_string(),
+                dir,
+            }
+            .into())
         }
-        .into());
-    }
-    let containers = root.containers_dir();
-    for d in [root.root(), containers.as_path()] {
-        match fs::DirBuilder::new().mode(0o711).create(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", d.display())),
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot look at {}", dir.display())),
     }
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".tmp-{id}-"))
         .tempdir_in(&containers)
-        .with_context(|| format!("cannot create a folder in {}", containers.display()))?;
+        .with_context(|| format!("cannot create a folder in {}", containers.display()))
+        .map_err(|e| no_space(e, root, id, plan))?;
     let token = new_token()?;
-    fill(tmp.path(), plan, &limits, image_preload)?;
+    fill(tmp.path(), plan, &limits, image_preload).map_err(|e| no_space(e, root, id, plan))?;
     write_atomic(
         &tmp.path().join(layout::CREATE_TOKEN_FILE_NAME),
         token.as_bytes(),
@@ -225,7 +234,59 @@ pub fn provision(
     Ok(Provisioned { dir, token })
 }
 
+/// `<root>/containers/`, made (and marked) if missing, adopted (marked) if empty; one that holds anything
+/// but no marker is someone else's folder and is refused.
+fn containers_dir(root: &StateRoot) -> Result<PathBuf> {
+    let containers = root.containers_dir();
+    for d in [root.root(), containers.as_path()] {
+        match fs::DirBuilder::new().mode(0o711).create(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", d.display())),
+        }
+    }
+    if !walk::is_marked(&containers) {
+        let empty = fs::read_dir(&containers)
+            .with_context(|| format!("cannot list {}", containers.display()))?
+            .next()
+            .is_none();
+        // Asked again: another provision may have marked it and put its folder in since.
+        if !empty && !walk::is_marked(&containers) {
+            bail!("{}", walk::not_ours_message(&containers));
+        }
+        walk::mark(&containers)
+            .with_context(|| format!("cannot write the marker in {}", containers.display()))?;
+    }
+    Ok(containers)
+}
+
+/// Bytes the state of `plan` takes on the state root's file system, ledgers allocated up front.
+fn space_needed(plan: &Plan) -> u64 {
+    plan.gpus.len() as u64 * vgpu_ledger::region::FILE_SIZE as u64
+}
+
+/// `e`, or one line saying the state root is full when that is why it failed (ENOSPC, EDQUOT).
+fn no_space(e: anyhow::Error, root: &StateRoot, id: &str, plan: &Plan) -> anyhow::Error {
+    let full = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.raw_os_error())
+            .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT)
+    });
+    if !full {
+        return e;
+    }
+    anyhow!(
+        "no space left on the state root {} for the state of container {id} (its ledgers take {}, \
+         allocated up front so that no GPU process dies of a full disk later): free space there or set \
+         state_root elsewhere",
+        root.root().display(),
+        vgpu_ledger::format_bytes(space_needed(plan)),
+    )
+}
+
 fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -> Result<()> {
+    // First: a leftover of this folder is then known as ours to the garbage collector.
+    walk::mark(dir).with_context(|| format!("cannot write the marker in {}", dir.display()))?;
     let ledgers = dir.join(layout::LEDGERS_DIR_NAME);
     fs::DirBuilder::new().mode(0o755).create(&ledgers)?;
     fs::set_permissions(&ledgers, fs::Permissions::from_mode(0o755))?;
@@ -256,8 +317,16 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
 /// already bind-mounted into the container, so it is rewritten in place (a rename would leave the mount on
 /// the old file). Nothing in the container reads it before the container's process starts, after the hooks.
 pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
+    let dir = root.container_dir(id)?;
+    if !walk::is_marked(&dir) {
+        bail!(
+            "{} was not made by vgpu (no {} marker in it): left alone",
+            dir.display(),
+            layout::MARKER_FILE_NAME
+        );
+    }
     let p = root.limits_path(id)?;
-    let mut limits = Limits::load(&p).map_err(|e| anyhow!("container {id}: {e}"))?;
+    let mut limits = hostfile::load_limits(&p).map_err(|e| anyhow!("container {id}: {e}"))?;
     if limits.init_pid == Some(owner.init_pid) && limits.pid_ns == Some(owner.pid_ns) {
         return Ok(());
     }
@@ -267,6 +336,7 @@ pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     text.push('\n');
     let mut f = fs::OpenOptions::new()
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&p)
         .with_context(|| format!("cannot open {}", p.display()))?;
     f.write_all(text.as_bytes())?;
@@ -280,7 +350,7 @@ pub fn owned_by(root: &StateRoot, id: &str, owner: Owner) -> bool {
     let Ok(p) = root.limits_path(id) else {
         return false;
     };
-    Limits::load(&p).is_ok_and(|l| {
+    hostfile::load_limits(&p).is_ok_and(|l| {
         owner.init_pid != 0 && l.init_pid == Some(owner.init_pid) && l.pid_ns == Some(owner.pid_ns)
     })
 }
@@ -303,125 +373,52 @@ fn aside_path(dir: &Path) -> Result<PathBuf> {
     Ok(parent.join(format!(".rm-{name}-{}", std::process::id())))
 }
 
-/// Removes a state folder: renamed aside first so no reader sees it half-deleted.
+/// Removes a state folder: renamed aside first so no reader sees it half-deleted. A folder vgpu did not
+/// make (no marker) is an error and is left alone.
 pub fn remove_dir(dir: &Path) -> Result<bool> {
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dir.display())),
+        Ok(_) if !walk::is_marked(dir) => bail!(
+            "{} was not made by vgpu (no {} marker in it): left alone",
+            dir.display(),
+            layout::MARKER_FILE_NAME
+        ),
+        Ok(_) => {}
+    }
     let aside = aside_path(dir)?;
     match fs::rename(dir, &aside) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dir.display())),
     }
-    fs::remove_dir_all(&aside).with_context(|| format!("cannot remove {}", aside.display()))?;
+    remove_marked(&aside)?;
     Ok(true)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::PlannedGpu;
-
-    fn plan(limit: u64) -> Plan {
-        Plan {
-            kubernetes: None,
-            gpus: vec![PlannedGpu {
-                index: 0,
-                uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),
-                memory_limit: limit,
-            }],
+/// Deletes a folder vgpu made: everything in it but the marker (links unfollowed), then the marker, then the
+/// folder, so that an interrupted removal leaves a folder still marked, or an empty one.
+pub fn remove_marked(dir: &Path) -> Result<()> {
+    let cannot = || format!("cannot remove {}", dir.display());
+    for entry in fs::read_dir(dir).with_context(cannot)? {
+        let entry = entry.with_context(cannot)?;
+        if entry.file_name() == layout::MARKER_FILE_NAME {
+            continue;
         }
-    }
-
-    #[test]
-    fn preload_keeps_image_entries_after_the_library() {
-        assert_eq!(preload_contents(None), "/usr/local/vgpu/libvgpu.so\n");
-        assert_eq!(
-            preload_contents(Some(
-                "/lib/a.so:/lib/b.so\n /usr/local/vgpu/libvgpu.so\t/lib/a.so\n"
-            )),
-            "/usr/local/vgpu/libvgpu.so\n/lib/a.so\n/lib/b.so\n"
-        );
-    }
-
-    #[test]
-    fn provision_is_complete_idempotent_and_removable() {
-        let d = tempfile::tempdir().unwrap();
-        let root = StateRoot::new(d.path().join("state"));
-        let dir = provision(
-            &root,
-            "c1",
-            &plan(1 << 30),
-            Owner::default(),
-            Some("/x.so\n"),
-        )
-        .unwrap()
-        .dir;
-        let limits = Limits::load(&dir.join("limits.json")).unwrap();
-        assert_eq!(limits.devices[0].memory_limit, 1 << 30);
-        assert_eq!(limits.init_pid, None);
-        assert!(dir
-            .join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger")
-            .is_file());
-        assert_eq!(
-            fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
-            "/usr/local/vgpu/libvgpu.so\n/x.so\n"
-        );
-        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
-        // The owner is recorded in place (the file may be bind-mounted).
-        let me = Owner::of_pid(std::process::id()).unwrap();
-        let before = ino(&dir.join("limits.json"));
-        record_owner(&root, "c1", me).unwrap();
-        let l = Limits::load(&dir.join("limits.json")).unwrap();
-        assert_eq!((l.init_pid, l.pid_ns), (Some(me.init_pid), Some(me.pid_ns)));
-        assert_eq!(ino(&dir.join("limits.json")), before);
-        assert!(remove(&root, "c1").unwrap());
-        assert!(!remove(&root, "c1").unwrap());
-        assert_eq!(
-            fs::read_dir(root.containers_dir()).unwrap().count(),
-            0,
-            "nothing left behind"
-        );
-    }
-
-    #[test]
-    fn a_second_create_of_one_id_changes_nothing_and_cleans_up_only_its_own() {
-        let d = tempfile::tempdir().unwrap();
-        let root = StateRoot::new(d.path().join("state"));
-        let first = provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
-        let limits = fs::read(first.dir.join("limits.json")).unwrap();
-        // Same id again (the container lives, or its create is in progress), with the same or another quota.
-        for limit in [1 << 30, 2 << 30] {
-            let e = provision(&root, "c1", &plan(limit), Owner::default(), None).unwrap_err();
-            assert!(e.downcast_ref::<AlreadyExists>().is_some(), "{e:#}");
-            assert!(format!("{e:#}").contains("already exists"), "{e:#}");
-            assert_eq!(fs::read(first.dir.join("limits.json")).unwrap(), limits);
+        let p = entry.path();
+        if entry.file_type().with_context(cannot)?.is_dir() {
+            fs::remove_dir_all(&p)
+        } else {
+            fs::remove_file(&p)
         }
-        assert_eq!(
-            fs::read_dir(root.containers_dir()).unwrap().count(),
-            1,
-            "the losers left no temporary folder"
-        );
-        // The first container went (poststop) and another took the id: the first create's clean-up
-        // must not remove the newcomer's state.
-        assert!(remove(&root, "c1").unwrap());
-        let second = provision(&root, "c1", &plan(2 << 30), Owner::default(), None).unwrap();
-        assert_ne!(first.token(), second.token());
-        assert!(!first.remove().unwrap());
-        assert!(second.dir.join("limits.json").is_file());
-        assert!(second.remove().unwrap());
-        assert!(!second.dir.exists());
-        assert_eq!(fs::read_dir(root.containers_dir()).unwrap().count(), 0);
+        .with_context(|| format!("cannot remove {}", p.display()))?;
     }
-
-    #[test]
-    fn bad_ids_provision_nothing() {
-        let d = tempfile::tempdir().unwrap();
-        let root = StateRoot::new(d.path().join("state"));
-        for id in ["../x", "a/b", ".hidden", ""] {
-            assert!(provision(&root, id, &plan(1 << 30), Owner::default(), None).is_err());
-        }
-        assert!(
-            !d.path().join("state").exists()
-                || fs::read_dir(root.containers_dir()).unwrap().count() == 0
-        );
+    match fs::remove_file(dir.join(layout::MARKER_FILE_NAME)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(cannot),
+        _ => {}
     }
+    fs::remove_dir(dir).with_context(cannot)
 }
+
+#[cfg(test)]
+mod tests;

@@ -65,7 +65,8 @@ impl QuotaRequest {
 }
 
 /// Parses an annotation's quantity through the ledger crate's parser, and refuses zero (a quota of nothing
-/// is a mistake; no quota is written by leaving the annotation out).
+/// is a mistake; no quota is written by leaving the annotation out) and anything below
+/// `vgpu_ledger::MIN_QUOTA` (no CUDA context fits in less).
 pub fn parse_limit(value: &str, source: &str) -> Result<u64> {
     let v = value.trim();
     let bytes = match vgpu_ledger::quantity::parse_quantity(v) {
@@ -74,6 +75,9 @@ pub fn parse_limit(value: &str, source: &str) -> Result<u64> {
     };
     if bytes == 0 {
         bail!("{source}={value:?}: a memory limit must be greater than zero");
+    }
+    if let Err(e) = vgpu_ledger::quantity::check_min_quota(bytes) {
+        bail!("{source}={value:?}: {e}");
     }
     Ok(bytes)
 }
@@ -221,6 +225,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("greater than zero"), "{e}");
+    }
+
+    #[test]
+    fn quotas_below_the_floor_are_refused_from_either_source() {
+        for v in ["1", "0.0000001Gi", "63Mi"] {
+            let e = from_spec(&kv(&[("vgpu.io/memory-limit.0", v)]), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!("annotation vgpu.io/memory-limit.0={v:?}: "))
+                    && e.contains("below the smallest quota vgpu accepts, 64.0 MiB"),
+                "{e}"
+            );
+            let e = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("env CUDA_DEVICE_MEMORY_LIMIT=") && e.contains("below"),
+                "{e}"
+            );
+        }
+        let q = from_spec(&kv(&[("vgpu.io/memory-limit", "64Mi")]), &[]).unwrap();
+        assert_eq!(q.limit_for(0).unwrap().bytes, vgpu_ledger::MIN_QUOTA);
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! `vgpuctl status`: quota, usage by kind and processes per container and GPU, read from the state root.
-//! Read-only: limits files are read, ledgers are mapped read-only and liveness is asked with F_GETLK, so
-//! looking never changes what it looks at (no slot is claimed, reclaimed or locked). The walk over the state
+//! Read-only: limits files and ledgers are read as untrusted files (`vgpu_ledger::hostfile`: no link
+//! followed, never blocking, read with pread, nothing mapped, so a tenant can neither hang nor kill it) and
+//! liveness is asked with F_OFD_GETLK, so looking never changes what it looks at (no slot is claimed,
+//! reclaimed or locked). The walk over the state
 //! root is `vgpu_ledger::walk`; the garbage collector (`vgpuctl gc`) is `vgpu_oci::gc`.
 use anyhow::Result;
 use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
+use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::walk::StateEntry;
-use vgpu_ledger::{format_bytes, Kind, Ledger, Limits};
+use vgpu_ledger::{format_bytes, Kind, LedgerError, Limits, Snapshot};
 
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -72,9 +75,8 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
         error: None,
     };
     let path = limits.ledger_path(limits_path, dev);
-    match Ledger::open_readonly(&path) {
-        Ok(ledger) => {
-            let snap = ledger.snapshot();
+    match Snapshot::read(&path) {
+        Ok(snap) => {
             g.used = snap.used;
             g.by_kind = by_kind(|k| snap.slots.iter().map(|s| s.usage[k.index()]).sum());
             g.processes = snap
@@ -90,7 +92,7 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
                 .collect();
         }
         // A process that has not started CUDA yet has no ledger to show.
-        Err(_) if !path.exists() => {}
+        Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => g.error = Some(e.to_string()),
     }
     g
@@ -119,7 +121,7 @@ pub fn collect(root: &StateRoot) -> Result<Status> {
                     error: None,
                     gpus: vec![],
                 };
-                match Limits::load(&dir.limits_path) {
+                match hostfile::load_limits(&dir.limits_path) {
                     Ok(limits) => {
                         c.init_pid = limits.init_pid;
                         c.gpus = limits
@@ -241,7 +243,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vgpu_ledger::DeviceLimit;
+    use vgpu_ledger::{DeviceLimit, Ledger};
 
     fn provision(
         root: &StateRoot,
@@ -251,6 +253,9 @@ mod tests {
     ) -> (Ledger, std::path::PathBuf) {
         let limits_path = root.limits_path(id).unwrap();
         std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
+        // As the hook makes them: both folders marked.
+        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_ledger::walk::mark(&root.container_dir(id).unwrap()).unwrap();
         let limits = Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: id.into(),
@@ -304,6 +309,7 @@ mod tests {
             .unwrap();
         // A container whose limits file is broken is reported, not fatal.
         std::fs::create_dir_all(root.container_dir("c2").unwrap()).unwrap();
+        vgpu_ledger::walk::mark(&root.container_dir("c2").unwrap()).unwrap();
         std::fs::write(root.limits_path("c2").unwrap(), "{").unwrap();
         // In-progress provisions are not containers.
         std::fs::create_dir_all(root.containers_dir().join(".tmp-x")).unwrap();
@@ -337,5 +343,71 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["containers"][0]["gpus"][0]["used"], 356u64 << 20);
         drop(slot);
+    }
+
+    /// `collect` on another thread; panics if it has not returned after a minute (it blocked).
+    fn collect_or_hang(root: &StateRoot) -> Status {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = root.clone();
+        std::thread::spawn(move || tx.send(collect(&root).unwrap()));
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("vgpuctl status blocked")
+    }
+
+    #[test]
+    fn a_tenant_fifo_or_link_as_ledger_neither_blocks_nor_leaks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(dir.path().join("state"));
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        let (_, fifo) = provision(&root, "fifo", uuid, 1 << 30);
+        std::fs::remove_file(&fifo).unwrap();
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "TOPSECRET").unwrap();
+        let (_, link) = provision(&root, "link", uuid, 1 << 30);
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let s = collect_or_hang(&root);
+        let error = |i: usize| s.containers[i].gpus[0].error.clone().unwrap_or_default();
+        assert_eq!(
+            (s.containers[0].id.as_str(), s.containers[1].id.as_str()),
+            ("fifo", "link")
+        );
+        assert!(
+            error(0).contains("is a FIFO, not a regular file"),
+            "{}",
+            error(0)
+        );
+        assert!(error(1).contains("symbolic link"), "{}", error(1));
+        let json = serde_json::to_string(&s).unwrap();
+        for leak in ["TOPSECRET", "54, 4f", "[54"] {
+            assert!(!json.contains(leak), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_tenant_truncating_its_ledger_cannot_kill_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(dir.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        let (_, path) = provision(&root, "c1", uuid, 1 << 30);
+        let size = std::fs::metadata(&path).unwrap().len();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                // Shrinks the file below its header's end and back (the header stays valid).
+                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    f.set_len(4096).unwrap();
+                    f.set_len(size).unwrap();
+                }
+            });
+            // A mapping read while the file is short would SIGBUS this whole test process.
+            for _ in 0..3000 {
+                let s = collect(&root).unwrap();
+                assert_eq!(s.containers.len(), 1);
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
     }
 }

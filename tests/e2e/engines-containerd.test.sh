@@ -110,6 +110,6 @@ timeout 60 "${CTR[@]}" run --rm --runc-binary "$SHIM" \
     --annotation vgpu.io/memory-limit=1Gi --env NVIDIA_VISIBLE_DEVICES=0 --rootfs "$WORK/rootfs" vgpu-e2e-quota \
     /bin/cat /run/vgpu/limits.json > "$WORK/quota.out" 2>&1
 ok_if "ctr run with vgpu.io/memory-limit=1Gi sees its limits file" grep -q '"memory_limit": *1073741824' "$WORK/quota.out"
-ok_if "state removed after the container" bash -c "[ -z \"\$(ls -A '$STATE/containers' 2>/dev/null)\" ]"
+ok_if "state removed after the container" test -z "$(state_left)"
 ((FAILED)) && { echo "--- containerd log (tail)"; tail -5 "$WORK/containerd.log"; echo "--- plain"; cat "$WORK/plain.out"; echo "--- quota"; cat "$WORK/quota.out"; }
 t_done

@@ -53,7 +53,7 @@ ok_if "past the quota an allocation fails with out-of-memory" \
 docker run --rm --runtime=vgpu --network none -e CUDA_DEVICE_MEMORY_LIMIT=-1 -e NVIDIA_VISIBLE_DEVICES=0 \
     vgpu-e2e:rootfs /bin/true > "$WORK/badquota.out" 2>&1
 ok_if "a bad quota fails docker run" test $? -ne 0
-ok_if "state removed after the containers" bash -c "[ -z \"\$(ls -A '$STATE/containers' 2>/dev/null)\" ]"
+ok_if "state removed after the containers" test -z "$(state_left)"
 dockerd_stop
 
 # 3. Unconfigure: daemon.json exactly as it was; again is a no-op.

@@ -45,7 +45,7 @@ ok_if "and gets no quota" grep -q "No such file" "$WORK/plain.out"
     /bin/sh -c 'cat /run/vgpu/limits.json; echo; env; cat /etc/ld.so.preload' > "$WORK/quota.out" 2>&1
 ok_if "--annotation vgpu.io/memory-limit=1Gi: the container sees its limits file" grep -q '"memory_limit": *1073741824' "$WORK/quota.out"
 ok_if "the interposer is preloaded" grep -q '^/usr/local/vgpu/libvgpu.so' "$WORK/quota.out"
-ok_if "poststop removed the container's state" bash -c "[ -z \"\$(ls -A '$STATE/containers' 2>/dev/null)\" ]"
+ok_if "poststop removed the container's state" test -z "$(state_left)"
 # The quota at work: the fake driver (16 GiB device) bind-mounted in, a client that allocates like the
 # CUDA runtime; its context (256 MiB in the fake) and data count against the 1 GiB quota.
 "${P[@]}" run -d --name vgpu-e2e-cuda --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
@@ -69,11 +69,13 @@ ok_if "vgpuctl status: nothing running afterwards" grep -q "^no containers" "$WO
     /bin/true > "$WORK/bad.out" 2>&1
 ok_if "a bad quota fails podman run" test $? -ne 0
 ok_if "with the hook's one-line reason" grep -q 'vgpu: annotation vgpu.io/memory-limit="4Qi"' "$WORK/bad.out"
-ok_if "and nothing provisioned" bash -c "[ -z \"\$(ls -A '$STATE/containers' 2>/dev/null)\" ]"
+ok_if "and nothing provisioned" test -z "$(state_left)"
 
 # A container whose poststop never came: its init is gone, so `vgpuctl gc` removes its state.
 sleep 0 & dead=$!; wait $dead
 mkdir -p "$STATE/containers/stale/ledgers"
+# vgpu's markers, as provisioning writes them (gc removes nothing unmarked).
+touch "$STATE/containers/.vgpu-state" "$STATE/containers/stale/.vgpu-state"
 printf '{"version":1,"container_id":"stale","pid_ns":1,"init_pid":%d,"devices":[{"index":0,"uuid":"GPU-x","memory_limit":1024,"ledger":"ledgers/GPU-x.ledger"}]}\n' \
     "$dead" > "$STATE/containers/stale/limits.json"
 "$VGPUCTL" status --state-root "$STATE" > "$WORK/status3.txt"

@@ -35,8 +35,10 @@ impl std::error::Error for Refused {}
 pub enum LedgerError {
     #[error("vgpu ledger {}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
-    #[error("vgpu ledger {}: not a vgpu ledger file (magic {found:02x?}, expected \"VGPULDGR\")", path.display())]
-    BadMagic { path: PathBuf, found: Vec<u8> },
+    /// The file's bytes are never shown: it may be anything (a tenant can make its ledger a link to a host
+    /// file for a tool that follows links, or write any bytes in it).
+    #[error("vgpu ledger {}: not a vgpu ledger (bad magic)", path.display())]
+    BadMagic { path: PathBuf },
     #[error("vgpu ledger {}: format version {found}; this build supports version {supported}", path.display())]
     UnsupportedVersion {
         path: PathBuf,

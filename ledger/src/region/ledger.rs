@@ -37,6 +37,19 @@ fn validate(path: &Path, file: &File) -> Result<(String, u64), LedgerError> {
     let have = size.min(HEADER_SIZE as u64) as usize;
     file.read_exact_at(&mut bytes[..have], 0)
         .map_err(io_err(path))?;
+    check_header(path, size, &bytes[..have])
+}
+
+/// Check a ledger's first bytes (`head`, at most `HEADER_SIZE` of them) and its size. Returns the GPU uuid
+/// and the provisioned limit. No error shows the file's bytes: the file may be anything (a tenant's).
+pub(super) fn check_header(
+    path: &Path,
+    size: u64,
+    head: &[u8],
+) -> Result<(String, u64), LedgerError> {
+    let have = head.len().min(HEADER_SIZE);
+    let mut bytes = [0u8; HEADER_SIZE];
+    bytes[..have].copy_from_slice(&head[..have]);
     let truncated = |size| LedgerError::Truncated {
         path: path.to_path_buf(),
         size,
@@ -48,7 +61,6 @@ fn validate(path: &Path, file: &File) -> Result<(String, u64), LedgerError> {
     if bytes[..8] != MAGIC {
         return Err(LedgerError::BadMagic {
             path: path.to_path_buf(),
-            found: bytes[..8].to_vec(),
         });
     }
     let h = Header::from_bytes(&bytes);
@@ -181,7 +193,10 @@ impl Ledger {
             .tempfile_in(dir)
             .map_err(io_err(path))?;
         let file = tmp.as_file();
-        file.set_len(FILE_SIZE as u64).map_err(io_err(path))?;
+        // Allocated for real, not sparse: on a full file system creating fails here, with an error, instead
+        // of a process dying of SIGBUS later on a page of the mapping that cannot be backed.
+        nix::fcntl::posix_fallocate(file, 0, FILE_SIZE as i64)
+            .map_err(|e| io_err(path)(io::Error::from(e)))?;
         file.write_all_at(&Header::new(uuid, limit).to_bytes(), 0)
             .map_err(io_err(path))?;
         // Explicit chmod: the umask must not take write access from the container's non-root processes.

@@ -21,11 +21,13 @@
 //! | `pin`    | `Pin`: the mapping that keeps a lock alive without a descriptor                 |
 //! | `fd`     | our short-lived descriptors: by path, high numbers, closed only when ours      |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
+//! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
 
 mod commit;
 mod error;
 mod fd;
 mod format;
+mod host;
 mod kind;
 mod ledger;
 mod lock;
@@ -37,7 +39,7 @@ mod view;
 
 pub use error::{LedgerError, Refused};
 pub use format::{
-    FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,
+    FILE_SIZE, FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,
 };
 pub use kind::Kind;
 pub use ledger::Ledger;

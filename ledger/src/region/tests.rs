@@ -3,7 +3,7 @@
 
 use super::format::FILE_SIZE;
 use super::slot::own_pid_namespace;
-use super::{Kind, Ledger, LedgerError, Refused, Slot, KINDS, MAX_TOTAL, SLOT_COUNT};
+use super::{Kind, Ledger, LedgerError, Refused, Slot, Snapshot, KINDS, MAX_TOTAL, SLOT_COUNT};
 use proptest::prelude::*;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -34,6 +34,12 @@ fn create_then_join() {
     let (_dir, path, a) = fresh();
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.len(), FILE_SIZE as u64);
+    // Allocated, not sparse: a full file system fails the creation, never a later charge with SIGBUS.
+    assert!(
+        std::os::unix::fs::MetadataExt::blocks(&meta) * 512 >= FILE_SIZE as u64,
+        "the ledger is sparse: {} blocks",
+        std::os::unix::fs::MetadataExt::blocks(&meta)
+    );
     assert_eq!(meta.permissions().mode() & 0o777, 0o666);
     assert_eq!(a.uuid(), UUID);
     assert_eq!(a.provisioned_limit(), GI);
@@ -109,8 +115,10 @@ fn open_error(bytes: &[u8]) -> String {
     let joined = Ledger::open_or_create(&path, UUID, GI)
         .unwrap_err()
         .to_string();
+    let host = Snapshot::read(&path).unwrap_err().to_string();
     assert_eq!(rw, ro);
     assert_eq!(rw, joined);
+    assert_eq!(rw, host, "the host tools' reader checks the same way");
     assert!(
         rw.contains(&path.display().to_string()),
         "error does not name the file: {rw}"
@@ -134,7 +142,10 @@ fn header_validation() {
 
     let mut wrong_magic = good.clone();
     wrong_magic[..8].copy_from_slice(b"NOTVGPU!");
-    assert!(open_error(&wrong_magic).contains("not a vgpu ledger file"));
+    let e = open_error(&wrong_magic);
+    assert!(e.ends_with("not a vgpu ledger (bad magic)"), "{e}");
+    // No byte of the file in the message (it may be a host file a link led to, or a tenant's).
+    assert!(!e.contains("4e") && !e.contains("NOTVGPU"), "{e}");
 
     let mut v2 = good.clone();
     v2[8..12].copy_from_slice(&2u32.to_le_bytes());
@@ -171,8 +182,8 @@ fn header_validation() {
     assert!(open_error(&uuid_len).contains("GPU uuid length 500"));
 
     let garbage: Vec<u8> = (0..FILE_SIZE).map(|i| (i * 7919 % 251) as u8).collect();
-    assert!(open_error(&garbage).contains("not a vgpu ledger file"));
-    assert!(open_error(b"{\"version\": 1}\n").contains("not a vgpu ledger file"));
+    assert!(open_error(&garbage).contains("not a vgpu ledger (bad magic)"));
+    assert!(open_error(b"{\"version\": 1}\n").contains("not a vgpu ledger (bad magic)"));
 }
 
 #[test]
@@ -357,8 +368,41 @@ fn readonly_view_never_writes() {
     assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
     // the monitor's lock query did not disturb the owner: it still holds its slot
     assert!(ro.snapshot().slots[0].alive);
+    // the host tools' view, read with pread, is the same snapshot
+    assert_eq!(Snapshot::read(&path).unwrap(), snap);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
     drop(s);
     assert!(ro.snapshot().slots.is_empty());
+    assert!(Snapshot::read(&path).unwrap().slots.is_empty());
+}
+
+#[test]
+fn host_view_of_a_ledger_truncated_under_it_is_an_error_never_a_sigbus() {
+    let (_dir, path, l) = fresh();
+    let s = l.attach().unwrap();
+    l.charge(&s, Kind::Data, 4096, GI).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut ok, mut errors) = (0, 0);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            while !stop.load(SeqCst) {
+                f.set_len(4096).unwrap();
+                f.set_len(FILE_SIZE as u64).unwrap();
+            }
+        });
+        for _ in 0..3000 {
+            match Snapshot::read(&path) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    assert!(e.to_string().contains("truncated"), "{e}");
+                    errors += 1;
+                }
+            }
+        }
+        stop.store(true, SeqCst);
+    });
+    assert_eq!(ok + errors, 3000);
 }
 
 #[test]

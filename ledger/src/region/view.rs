@@ -1,9 +1,11 @@
 //! Read-only queries: `used()` and the monitor's `Snapshot` of usage per slot and kind with each slot's
-//! liveness. Reads only (no write, no lock taken); whatever charges, refunds or reclaims lives elsewhere.
+//! liveness, read from the mapping or (`Source`) from bytes a host tool read (`host`). Reads only (no write,
+//! no lock taken); whatever charges, refunds or reclaims lives elsewhere.
 
 use super::format::{total_of_low_half, Commit, KINDS, SEQ_MASK, SLOT_COUNT};
 use super::ledger::Ledger;
 use super::lock;
+use super::shared::Shared;
 use serde::Serialize;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -38,6 +40,81 @@ impl SlotSnapshot {
     }
 }
 
+/// Where a snapshot reads its numbers: the library's mapping (atomic loads, `Shared`) or the bytes a host
+/// tool read with `pread` (`host`). The reading is the same for both.
+pub(super) trait Source {
+    /// The commit word's low and high halves.
+    fn word_low(&self) -> u64;
+    fn word_high(&self) -> u64;
+    fn pid(&self, slot: usize) -> u32;
+    fn pid_ns(&self, slot: usize) -> u64;
+    fn usage(&self, slot: usize) -> [u64; KINDS];
+    fn applied(&self, slot: usize, kind: usize) -> u64;
+}
+
+impl Source for Shared {
+    fn word_low(&self) -> u64 {
+        Shared::word_low(self).load(SeqCst)
+    }
+    fn word_high(&self) -> u64 {
+        Shared::word_high(self).load(SeqCst)
+    }
+    fn pid(&self, slot: usize) -> u32 {
+        self.slot(slot).pid.load(SeqCst)
+    }
+    fn pid_ns(&self, slot: usize) -> u64 {
+        self.slot(slot).pid_ns.load(SeqCst)
+    }
+    fn usage(&self, slot: usize) -> [u64; KINDS] {
+        self.slot_usage(slot)
+    }
+    fn applied(&self, slot: usize, kind: usize) -> u64 {
+        self.pair(slot, kind).applied.load(SeqCst)
+    }
+}
+
+/// The total and the slots in use (liveness left `false`), read from `src`.
+pub(super) fn read_slots(src: &impl Source) -> (u64, Vec<SlotSnapshot>) {
+    // The commit word through two 64-bit loads (a 128-bit load could write); retry until consistent.
+    let mut pending = None;
+    let mut used = 0;
+    for _ in 0..64 {
+        let lo = src.word_low();
+        let hi = src.word_high();
+        if src.word_low() == lo {
+            let c = Commit::decode(lo as u128 | (hi as u128) << 64);
+            used = c.total;
+            pending = Some(c);
+            break;
+        }
+        used = total_of_low_half(lo);
+    }
+    let mut slots = Vec::new();
+    for index in 0..SLOT_COUNT {
+        let pid = src.pid(index);
+        let mut usage = src.usage(index);
+        // Count the operation in the word if it is not applied yet, so that Σ usage == used.
+        if let Some(c) = pending.filter(|c| c.slot as usize == index) {
+            let applied = src.applied(index, c.kind as usize);
+            if applied & SEQ_MASK != c.seq as u64 {
+                let u = &mut usage[c.kind as usize];
+                *u = u.saturating_add_signed(c.delta());
+            }
+        }
+        if pid == 0 && usage.iter().all(|&u| u == 0) {
+            continue;
+        }
+        slots.push(SlotSnapshot {
+            index: index as u16,
+            pid,
+            pid_ns: src.pid_ns(index),
+            alive: false,
+            usage,
+        });
+    }
+    (used, slots)
+}
+
 impl Ledger {
     /// Bytes charged in the whole ledger now (one atomic load).
     pub fn used(&self) -> u64 {
@@ -46,45 +123,8 @@ impl Ledger {
 
     /// Usage per slot and kind, the total and the liveness of each slot in use. Reads only.
     pub fn snapshot(&self) -> Snapshot {
-        let shared = &self.shared;
-        // The commit word through two 64-bit loads (a 128-bit load could write); retry until consistent.
-        let mut pending = None;
-        let mut used = 0;
-        for _ in 0..64 {
-            let lo = shared.word_low().load(SeqCst);
-            let hi = shared.word_high().load(SeqCst);
-            if shared.word_low().load(SeqCst) == lo {
-                let c = Commit::decode(lo as u128 | (hi as u128) << 64);
-                used = c.total;
-                pending = Some(c);
-                break;
-            }
-            used = total_of_low_half(lo);
-        }
-        let mut slots = Vec::new();
-        for index in 0..SLOT_COUNT {
-            let rec = shared.slot(index);
-            let pid = rec.pid.load(SeqCst);
-            let mut usage = shared.slot_usage(index);
-            // Count the operation in the word if it is not applied yet, so that Σ usage == used.
-            if let Some(c) = pending.filter(|c| c.slot as usize == index) {
-                let applied = rec.counters[c.kind as usize].applied.load(SeqCst);
-                if applied & SEQ_MASK != c.seq as u64 {
-                    let u = &mut usage[c.kind as usize];
-                    *u = u.saturating_add_signed(c.delta());
-                }
-            }
-            if pid == 0 && usage.iter().all(|&u| u == 0) {
-                continue;
-            }
-            slots.push(SlotSnapshot {
-                index: index as u16,
-                pid,
-                pid_ns: rec.pid_ns.load(SeqCst),
-                alive: false,
-                usage,
-            });
-        }
+        let shared = &*self.shared;
+        let (used, mut slots) = read_slots(shared);
         // Liveness through a description of our own, trusted only if it stayed ours for the whole pass
         // (else asked again); a ledger whose path cannot be opened any more shows no slot alive.
         for _ in 0..if slots.is_empty() { 0 } else { 3 } {

@@ -3,20 +3,16 @@
 //! kind and the live slots' owners. All ledger reading of the monitor is here, so the reader can change
 //! without touching the rest. Not here: NVML, metrics, the watchdog's decisions.
 //!
-//! Read-only and lock-free: a limits file is opened `O_NOFOLLOW|O_NONBLOCK` and read only if it is a
-//! regular file of bounded size; a ledger is opened only if it is a regular file (not a link, FIFO or
-//! device a tenant put in its read-write ledgers folder) through `Ledger::open_readonly`, which never writes
-//! and asks liveness with `F_OFD_GETLK` (no lock is taken). Two gaps remain with that reader, both closed by
-//! reading ledgers through a descriptor opened `O_NOFOLLOW|O_NONBLOCK` with `pread` snapshots instead of a
-//! mapping: a tenant could swap the file between the check and the open, and could truncate it while it is
-//! mapped (the mapping lives only for one container's reading).
+//! Read-only and lock-free, as every host tool reads what a tenant can write (`vgpu_ledger::hostfile`):
+//! files are opened `O_NOFOLLOW|O_NONBLOCK`, used only if regular and of bounded size, and a ledger is read
+//! with `pread` into memory (`Snapshot::read`: never mapped, so a tenant truncating it cannot kill the
+//! monitor; liveness asked with `F_OFD_GETLK`, no lock taken).
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::region::KINDS;
-use vgpu_ledger::{KubeNames, Ledger, Limits};
+use vgpu_ledger::{KubeNames, Limits, Snapshot};
 
 /// The largest limits file read (the hook writes a few hundred bytes per GPU).
 const MAX_LIMITS_BYTES: u64 = 1 << 20;
@@ -100,22 +96,13 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
         limit: d.memory_limit,
         ..Default::default()
     };
-    match std::fs::symlink_metadata(path) {
-        // No process of the container has used CUDA yet.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return g,
-        Err(e) => {
-            g.error = Some(format!("{}: {e}", path.display()));
-            return g;
-        }
-        Ok(m) if !m.file_type().is_file() => {
-            g.error = Some(format!("{}: not a regular file", path.display()));
-            return g;
-        }
-        Ok(_) => {}
+    // No process of the container has used CUDA yet (the hook allocates ledgers, but an older one may not).
+    if matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return g;
     }
-    match Ledger::open_readonly(path) {
-        Ok(ledger) => {
-            let snap = ledger.snapshot();
+    match Snapshot::read(path) {
+        Ok(snap) => {
             g.total = snap.used;
             for s in &snap.slots {
                 for (k, u) in s.usage.iter().enumerate() {
@@ -135,29 +122,13 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
 /// The bytes of `path` if it is a regular file of at most `max` bytes; opened without following a link
 /// and without blocking (a FIFO put in its place cannot hang the monitor).
 pub fn read_small_regular(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let m = f.metadata().map_err(|e| e.to_string())?;
-    if !m.file_type().is_file() {
-        return Err("not a regular file".into());
-    }
-    if m.len() > max {
-        return Err(format!("larger than {max} bytes"));
-    }
-    let mut out = Vec::with_capacity(m.len() as usize);
-    f.take(max + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| e.to_string())?;
-    Ok(out)
+    hostfile::read_regular(path, max).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vgpu_ledger::{DeviceLimit, Kind};
+    use vgpu_ledger::{DeviceLimit, Kind, Ledger};
 
     #[test]
     fn reads_quota_kinds_owners_and_names_and_refuses_odd_files() {
@@ -165,6 +136,8 @@ mod tests {
         let root = StateRoot::new(d.path().to_path_buf());
         let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
         std::fs::create_dir_all(root.ledgers_dir("c1").unwrap()).unwrap();
+        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_ledger::walk::mark(&root.container_dir("c1").unwrap()).unwrap();
         let limits = Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: "c1".into(),

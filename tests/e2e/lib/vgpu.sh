@@ -1,7 +1,8 @@
 # vgpu specifics for the suites.
 #   vgpu_config [KEY=VALUE...]   writes $WORK/config.toml (state root $WORK/state, the built library, hook and
 #                                fake NVML, lower runtime runc) with overrides, exports VGPU_CONFIG
-#   state_left                   what is left under the state root's containers/ (empty when clean)
+#   state_left                   what is left under the state root's containers/ (empty when clean; vgpu's
+#                                marker .vgpu-state, which stays, is not listed)
 
 vgpu_config() {
     STATE=$WORK/state
@@ -17,5 +18,5 @@ vgpu_config() {
 }
 
 state_left() {
-    ls -A "$STATE/containers" 2>/dev/null
+    ls -A "$STATE/containers" 2>/dev/null | grep -vx '.vgpu-state'
 }

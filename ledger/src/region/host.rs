@@ -1,0 +1,83 @@
+//! The host tools' view of a ledger (`vgpuctl status`, the garbage collector): `Snapshot::read`. Not here:
+//! the library's view through its mapping (`view`), opening files safely (`crate::hostfile`).
+//!
+//! A ledger sits in a folder its container can write, so the host reads it as untrusted: opened without
+//! following a link and without blocking, only a regular file of the ledger's size (`crate::hostfile`), its
+//! bytes read with `pread` into memory — nothing is mapped, so a tenant truncating the file while we read
+//! gives a short read and an error, never a SIGBUS — and each slot's liveness asked with `F_OFD_GETLK`
+//! through that same read-only descriptor (no lock is ever taken). The snapshot is the bytes of one read:
+//! exact when nobody charges, each number a value it had under load (as the mapped view).
+
+use super::error::{io_err, LedgerError};
+use super::format::{SlotRecord, COMMIT_OFFSET, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE};
+use super::ledger::check_header;
+use super::lock;
+use super::view::{read_slots, Snapshot, Source};
+use std::mem::offset_of;
+use std::path::Path;
+
+/// A ledger's bytes as read (exactly `FILE_SIZE` of them).
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u64_at(&self, off: usize) -> u64 {
+        u64::from_le_bytes(self.0[off..off + 8].try_into().unwrap())
+    }
+    fn slot_at(&self, slot: usize, field: usize) -> usize {
+        SLOTS_OFFSET + slot * SLOT_SIZE + field
+    }
+}
+
+impl Source for Bytes<'_> {
+    fn word_low(&self) -> u64 {
+        self.u64_at(COMMIT_OFFSET)
+    }
+    fn word_high(&self) -> u64 {
+        self.u64_at(COMMIT_OFFSET + 8)
+    }
+    fn pid(&self, slot: usize) -> u32 {
+        let off = self.slot_at(slot, offset_of!(SlotRecord, pid));
+        u32::from_le_bytes(self.0[off..off + 4].try_into().unwrap())
+    }
+    fn pid_ns(&self, slot: usize) -> u64 {
+        self.u64_at(self.slot_at(slot, offset_of!(SlotRecord, pid_ns)))
+    }
+    fn usage(&self, slot: usize) -> [u64; KINDS] {
+        // A pair is (usage, applied), 16 bytes.
+        let base = self.slot_at(slot, offset_of!(SlotRecord, counters));
+        std::array::from_fn(|k| self.u64_at(base + 16 * k))
+    }
+    fn applied(&self, slot: usize, kind: usize) -> u64 {
+        self.u64_at(self.slot_at(slot, offset_of!(SlotRecord, counters)) + 16 * kind + 8)
+    }
+}
+
+impl Snapshot {
+    /// Reads the ledger at `path` as a host tool must (see the module's header): never follows a link,
+    /// never blocks, maps nothing, writes nothing, takes no lock. A FIFO, a link, a device or a file of the
+    /// wrong size is an error naming the file and what it is; no error shows the file's bytes.
+    pub fn read(path: &Path) -> Result<Snapshot, LedgerError> {
+        // Any size opens (the header check names a wrong one), but no more than a ledger and one byte is
+        // ever read.
+        let file = crate::hostfile::open_regular(path, u64::MAX).map_err(io_err(path))?;
+        let bytes = file
+            .read_prefix(FILE_SIZE as u64 + 1)
+            .map_err(io_err(path))?;
+        // The size the bytes show (the file may have changed since fstat), or fstat's if it is larger.
+        let size = match bytes.len() {
+            n if n > FILE_SIZE => file.len().max(n as u64),
+            n => n as u64,
+        };
+        let (uuid, limit) = check_header(path, size, &bytes)?;
+        let (used, mut slots) = read_slots(&Bytes(&bytes));
+        for s in &mut slots {
+            s.alive = lock::slot_is_locked(file.file(), s.index as usize).unwrap_or(false);
+        }
+        Ok(Snapshot {
+            uuid,
+            limit,
+            used,
+            slots,
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! Unit tests of `provision`: the state made, marked, refused over an existing or foreign folder,
+//! owned, removed.
+
+use super::*;
+use crate::plan::PlannedGpu;
+
+/// The entries of `<root>/containers/` but its marker.
+fn entries(root: &StateRoot) -> usize {
+    fs::read_dir(root.containers_dir())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != layout::MARKER_FILE_NAME)
+        .count()
+}
+
+fn plan(limit: u64) -> Plan {
+    Plan {
+        kubernetes: None,
+        gpus: vec![PlannedGpu {
+            index: 0,
+            uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),
+            memory_limit: limit,
+        }],
+    }
+}
+
+#[test]
+fn preload_keeps_image_entries_after_the_library() {
+    assert_eq!(preload_contents(None), "/usr/local/vgpu/libvgpu.so\n");
+    assert_eq!(
+        preload_contents(Some(
+            "/lib/a.so:/lib/b.so\n /usr/local/vgpu/libvgpu.so\t/lib/a.so\n"
+        )),
+        "/usr/local/vgpu/libvgpu.so\n/lib/a.so\n/lib/b.so\n"
+    );
+}
+
+#[test]
+fn provision_is_complete_idempotent_and_removable() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    let dir = provision(
+        &root,
+        "c1",
+        &plan(1 << 30),
+        Owner::default(),
+        Some("/x.so\n"),
+    )
+    .unwrap()
+    .dir;
+    let limits = Limits::load(&dir.join("limits.json")).unwrap();
+    assert_eq!(limits.devices[0].memory_limit, 1 << 30);
+    assert_eq!(limits.init_pid, None);
+    assert!(dir
+        .join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger")
+        .is_file());
+    assert_eq!(
+        fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
+        "/usr/local/vgpu/libvgpu.so\n/x.so\n"
+    );
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+    // The owner is recorded in place (the file may be bind-mounted).
+    let me = Owner::of_pid(std::process::id()).unwrap();
+    let before = ino(&dir.join("limits.json"));
+    record_owner(&root, "c1", me).unwrap();
+    let l = Limits::load(&dir.join("limits.json")).unwrap();
+    assert_eq!((l.init_pid, l.pid_ns), (Some(me.init_pid), Some(me.pid_ns)));
+    assert_eq!(ino(&dir.join("limits.json")), before);
+    assert!(remove(&root, "c1").unwrap());
+    assert!(!remove(&root, "c1").unwrap());
+    assert_eq!(entries(&root), 0, "nothing left behind");
+}
+
+#[test]
+fn a_second_create_of_one_id_changes_nothing_and_cleans_up_only_its_own() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    let first = provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
+    let limits = fs::read(first.dir.join("limits.json")).unwrap();
+    // Same id again (the container lives, or its create is in progress), with the same or another quota.
+    for limit in [1 << 30, 2 << 30] {
+        let e = provision(&root, "c1", &plan(limit), Owner::default(), None).unwrap_err();
+        assert!(e.downcast_ref::<AlreadyExists>().is_some(), "{e:#}");
+        assert!(format!("{e:#}").contains("already exists"), "{e:#}");
+        assert_eq!(fs::read(first.dir.join("limits.json")).unwrap(), limits);
+    }
+    assert_eq!(entries(&root), 1, "the losers left no temporary folder");
+    // The first container went (poststop) and another took the id: the first create's clean-up
+    // must not remove the newcomer's state.
+    assert!(remove(&root, "c1").unwrap());
+    let second = provision(&root, "c1", &plan(2 << 30), Owner::default(), None).unwrap();
+    assert_ne!(first.token(), second.token());
+    assert!(!first.remove().unwrap());
+    assert!(second.dir.join("limits.json").is_file());
+    assert!(second.remove().unwrap());
+    assert!(!second.dir.exists());
+    assert_eq!(entries(&root), 0);
+}
+
+#[test]
+fn bad_ids_provision_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    for id in ["../x", "a/b", ".hidden", ""] {
+        assert!(provision(&root, id, &plan(1 << 30), Owner::default(), None).is_err());
+    }
+    assert!(
+        !d.path().join("state").exists()
+            || fs::read_dir(root.containers_dir()).unwrap().count() == 0
+    );
+}
+
+#[test]
+fn folders_are_marked_and_one_vgpu_did_not_make_is_never_replaced_or_removed() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    let dir = provision(&root, "c1", &plan(1 << 30), Owner::default(), None)
+        .unwrap()
+        .dir;
+    assert!(walk::is_marked(&root.containers_dir()) && walk::is_marked(&dir));
+    // Someone else's folder under a container's name: refused, kept byte for byte.
+    let theirs = root.container_dir("c2").unwrap();
+    fs::create_dir_all(theirs.join("keep")).unwrap();
+    fs::write(theirs.join("limits.json"), "theirs").unwrap();
+    let e = provision(&root, "c2", &plan(1 << 30), Owner::default(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("c2 exists and was not made by vgpu (no .vgpu-state marker"),
+        "{e}"
+    );
+    assert!(!e.contains('\n'));
+    let e = remove(&root, "c2").unwrap_err().to_string();
+    assert!(e.contains("was not made by vgpu"), "{e}");
+    let me = Owner::of_pid(std::process::id()).unwrap();
+    assert!(record_owner(&root, "c2", me).is_err());
+    assert_eq!(
+        fs::read_to_string(theirs.join("limits.json")).unwrap(),
+        "theirs"
+    );
+    assert!(theirs.join("keep").is_dir());
+}
+
+#[test]
+fn a_containers_folder_of_someone_else_is_refused_and_an_empty_one_adopted() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("varlib"));
+    fs::create_dir_all(root.containers_dir().join("storage")).unwrap();
+    let e = provision(&root, "c1", &plan(1 << 30), Owner::default(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("containers is not vgpu's") && e.contains("state_root"),
+        "{e}"
+    );
+    let names: Vec<_> = fs::read_dir(root.containers_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["storage"], "nothing written there");
+    // An empty one (made by an operator, say) is adopted.
+    fs::remove_dir(root.containers_dir().join("storage")).unwrap();
+    provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap();
+    assert!(walk::is_marked(&root.containers_dir()));
+}
+
+#[test]
+fn the_longest_id_provisions_and_a_longer_one_is_refused_in_one_clear_line() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    let longest = "x".repeat(layout::MAX_NAME_LEN);
+    provision(&root, &longest, &plan(1 << 30), Owner::default(), None).unwrap();
+    assert!(remove(&root, &longest).unwrap());
+    let e = provision(
+        &root,
+        &"x".repeat(256),
+        &plan(1 << 30),
+        Owner::default(),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("invalid container id \"xxx") && e.contains("longer than 200 bytes"),
+        "{e}"
+    );
+}
