@@ -66,6 +66,9 @@ fn main() {
         let id = format!("bench-{i:04}");
         let uuid = format!("GPU-fa4ec0de-0000-4000-8000-{:012x}", i % gpus);
         std::fs::create_dir_all(root.ledgers_dir(&id).unwrap()).unwrap();
+        // marked as the hook marks what it makes (the monitor reads nothing unmarked)
+        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_ledger::walk::mark(&root.container_dir(&id).unwrap()).unwrap();
         Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: id.clone(),
