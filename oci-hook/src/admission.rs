@@ -128,6 +128,8 @@ pub fn admit(
     if policy.overcommit {
         return Ok(Admitted { _lock: None });
     }
+    // A state root that is not vgpu's gets nothing written into it, the lock file neither.
+    crate::provision::containers_dir(root)?;
     let lock = lock(root)?;
     let (committed, unreadable) = committed(root, id)?;
     if !unreadable.is_empty() {

@@ -236,7 +236,7 @@ pub fn provision(
 
 /// `<root>/containers/`, made (and marked) if missing, adopted (marked) if empty; one that holds anything
 /// but no marker is someone else's folder and is refused.
-fn containers_dir(root: &StateRoot) -> Result<PathBuf> {
+pub(crate) fn containers_dir(root: &StateRoot) -> Result<PathBuf> {
     let containers = root.containers_dir();
     for d in [root.root(), containers.as_path()] {
         match fs::DirBuilder::new().mode(0o711).create(d) {

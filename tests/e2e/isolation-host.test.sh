@@ -31,13 +31,17 @@ unblock_fifos() {
 }
 on_exit "unblock_fifos"
 
-# tenant SCRIPT: runs a detached container with a 1 GiB quota whose process runs SCRIPT (sh) in its ledger
-# folder, then sleeps; waits until SCRIPT has written "done" there. Sets $ID.
+# tenant SCRIPT: runs a detached container with a 1 GiB quota that tries SCRIPT (sh) in its ledger folder.
+# The folder is not mounted (only the ledger files are: tests/e2e/isolation-container.test.sh), so the
+# tenant cannot; SCRIPT is then done on the host side of the folder, as it would be wherever a tenant (or a
+# careless operator) could write there, so that the host tools are tried against it all the same. Sets $ID.
 tenant() {
-    new_bundle sh -c "cd /run/vgpu/ledgers && { $1 ; } && echo done > done.mark; exec sleep 1000"
+    new_bundle sh -c "cd /run/vgpu/ledgers && { $1 ; } 2>/dev/null && echo done > done.mark; echo tried > /tmp/tried; exec sleep 1000"
     bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
     shim run -d --bundle "$B" "$ID" </dev/null >/dev/null 2>&1
-    wait_for 20 test -e "$STATE/containers/$ID/ledgers/done.mark" || fail "tenant $ID did its part" "$(ls -la "$STATE/containers/$ID/ledgers" 2>&1)"
+    wait_for 20 sh -c "$RUNTIME --root '$WORK/rt' exec '$ID' test -e /tmp/tried" || fail "tenant $ID started"
+    check_not "tenant $ID cannot do it inside its container" test -e "$STATE/containers/$ID/ledgers/done.mark"
+    (cd "$STATE/containers/$ID/ledgers" && eval "$1")
 }
 
 # crash ID: the container dies and the engine loses its record, so no poststop ever comes for it.

@@ -56,6 +56,8 @@ fi
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "host: $(uname -srm), $(nproc) CPUs"
     echo "libvgpu: $lib sha256 $(sha256sum "$lib" | cut -d' ' -f1)"
+    core=$(dirname "$lib")/libvgpu_core.so
+    [ -f "$core" ] && echo "libvgpu_core: $core sha256 $(sha256sum "$core" | cut -d' ' -f1)"
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "python: $python"
     if [ -z "$fake" ]; then
