@@ -141,6 +141,12 @@ def procs_table(rows):
         out.append(f"| {p} | {fmt(b)} | {fmt(v)} | {ratio:.2f}x | ≥ {PROCS_TARGET_RATIO:.2f}x | "
                    f"{verdict(ratio >= PROCS_TARGET_RATIO)} | {b / one['bare']:.2f} | {v / one['vgpu']:.2f} |")
         notes.append(f"- {p} processes: bare rounds {spread(bare)}; with libvgpu {spread(vgpu)} (pairs/s)")
+        # Rounds alternate bare and libvgpu, so round i of each ran under the same machine state: their ratio
+        # is the paired measure, and its median is robust to one slow or fast round of either.
+        paired = [v / b for b, v in zip(bare, vgpu) if b]
+        if len(paired) > 1:
+            med = statistics.median(paired)
+            notes.append(f"  paired by round: {', '.join(f'{r:.3f}' for r in paired)}; median **{med:.3f}x**")
     # Without any contention, a library adding c ns to a pair of cost b can reach at most b / (b + c) of
     # the bare throughput; where the driver is fast (the fake) that bound, not contention, sets the ratio.
     bare_pair = rounds_of(rows, "pair", "bare", "ns_median")
