@@ -156,7 +156,15 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Status { json, root } => {
-            let status = vgpuctl::status::collect(&root.root()?)?;
+            // The GPUs' memory for the per-GPU totals, when NVML is there (status works without it).
+            let physical: Vec<(String, u64)> = vgpu_oci::config::Config::load()
+                .ok()
+                .and_then(|c| vgpu_oci::nvml::list_gpus(&c.nvml_library).ok())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| (g.uuid, g.total_memory))
+                .collect();
+            let status = vgpuctl::status::collect(&root.root()?, &physical)?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &status)?;
                 writeln!(out)?;

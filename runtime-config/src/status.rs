@@ -1,22 +1,49 @@
-//! `vgpuctl status`: quota, usage by kind and processes per container and GPU, read from the state root.
-//! Read-only: limits files and ledgers are read as untrusted files (`vgpu_ledger::hostfile`: no link
-//! followed, never blocking, read with pread, nothing mapped, so a tenant can neither hang nor kill it) and
-//! liveness is asked with F_OFD_GETLK, so looking never changes what it looks at (no slot is claimed,
-//! reclaimed or locked). The walk over the state
-//! root is `vgpu_ledger::walk`; the garbage collector (`vgpuctl gc`) is `vgpu_oci::gc`.
+//! `vgpuctl status`: quota, usage by kind and processes per container and GPU, and per GPU what the
+//! quotas commit against what it has, read from the state root. Read-only: limits files and ledgers are
+//! read as untrusted files (`vgpu_ledger::hostfile`: no link followed, never blocking, read with pread,
+//! nothing mapped, so a tenant can neither hang nor kill it) and liveness is asked with F_OFD_GETLK, so
+//! looking never changes what it looks at (no slot is claimed, reclaimed or locked). A ledger's processes
+//! are named by the PID inside their container; their host PIDs are found in `/proc` (the monitor's
+//! `procs`). The walk over the state root is `vgpu_ledger::walk`; the garbage collector (`vgpuctl gc`) is
+//! `vgpu_oci::gc`.
 use anyhow::Result;
+use comfy_table::{CellAlignment, ContentArrangement, Table};
 use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::walk::StateEntry;
-use vgpu_ledger::{format_bytes, Kind, LedgerError, Limits, Snapshot};
+use vgpu_ledger::{format_bytes, Kind, KubeNames, LedgerError, Limits, Snapshot};
+
+use crate::monitor::procs;
+
+/// The version of `--json`'s shape: raised whenever a field changes meaning or goes away (added fields do
+/// not raise it). 2: `schema_version`, `gpus` (per-GPU totals), `kubernetes`, processes' `host_pid`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Serialize)]
 pub struct Status {
+    pub schema_version: u32,
     pub state_root: String,
+    /// Per GPU: what the containers' quotas commit, what their ledgers hold, and what the GPU has.
+    pub gpus: Vec<GpuTotal>,
     pub containers: Vec<Container>,
+}
+
+/// One GPU's totals over the containers that have a quota on it.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct GpuTotal {
+    pub uuid: String,
+    pub containers: usize,
+    /// The sum of their quotas (what admission checks against the GPU).
+    pub committed: u64,
+    /// The sum of what their ledgers hold.
+    pub used: u64,
+    /// The GPU's memory, from NVML (None when NVML is not there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub physical: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -24,6 +51,9 @@ pub struct Container {
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_pid: Option<u32>,
+    /// Kubernetes namespace, pod and container, when a CRI runtime made it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubeNames>,
     /// Why this container's state could not be read (the others are still shown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -51,6 +81,9 @@ pub struct Process {
     /// PID inside the container's own PID namespace (0: not recorded).
     pub pid: u32,
     pub pid_ns: u64,
+    /// The same process's PID on the host, when it lives and `/proc` shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_pid: Option<u32>,
     /// The process still holds its slot; a dead one's usage is given back by the next reclaim.
     pub alive: bool,
     pub used: u64,
@@ -86,6 +119,7 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
                     slot: s.index,
                     pid: s.pid,
                     pid_ns: s.pid_ns,
+                    host_pid: None,
                     alive: s.alive,
                     used: s.total(),
                 })
@@ -99,10 +133,13 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
 }
 
 /// Reads every container under `root`. Entries of the state root that are not a container's state are
-/// listed with an error; provisions and removals in progress are not listed.
-pub fn collect(root: &StateRoot) -> Result<Status> {
+/// listed with an error; provisions and removals in progress are not listed. `physical`: each GPU's memory
+/// by UUID, when NVML could tell.
+pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
     let mut status = Status {
+        schema_version: SCHEMA_VERSION,
         state_root: root.root().display().to_string(),
+        gpus: vec![],
         containers: vec![],
     };
     for entry in root.entries()? {
@@ -111,6 +148,7 @@ pub fn collect(root: &StateRoot) -> Result<Status> {
             StateEntry::Foreign { entry, why } => Container {
                 id: entry.name,
                 init_pid: None,
+                kubernetes: None,
                 error: Some(format!("not a container's state: {why}")),
                 gpus: vec![],
             },
@@ -118,12 +156,14 @@ pub fn collect(root: &StateRoot) -> Result<Status> {
                 let mut c = Container {
                     id: dir.id,
                     init_pid: None,
+                    kubernetes: None,
                     error: None,
                     gpus: vec![],
                 };
                 match hostfile::load_limits(&dir.limits_path) {
                     Ok(limits) => {
                         c.init_pid = limits.init_pid;
+                        c.kubernetes = limits.kubernetes.clone();
                         c.gpus = limits
                             .devices
                             .iter()
@@ -137,31 +177,88 @@ pub fn collect(root: &StateRoot) -> Result<Status> {
         };
         status.containers.push(c);
     }
+    name_host_pids(&mut status.containers, host_pids);
+    status.gpus = totals(&status.containers, physical);
     Ok(status)
+}
+
+/// Every live process of the host, by (PID namespace, PID inside it) — what a ledger's slot records.
+fn host_pids() -> HashMap<(u64, u32), u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(procs::inspect)
+        .map(|p| ((p.ns, p.inner_pid), p.pid))
+        .collect()
+}
+
+/// Fills in the host PIDs of the live processes (`/proc` is read only when there is one).
+fn name_host_pids(containers: &mut [Container], scan: impl FnOnce() -> HashMap<(u64, u32), u32>) {
+    let live = |c: &Container| c.gpus.iter().any(|g| g.processes.iter().any(|p| p.alive));
+    if !containers.iter().any(live) {
+        return;
+    }
+    let host = scan();
+    for p in containers
+        .iter_mut()
+        .flat_map(|c| c.gpus.iter_mut())
+        .flat_map(|g| g.processes.iter_mut())
+        .filter(|p| p.alive && p.pid != 0)
+    {
+        p.host_pid = host.get(&(p.pid_ns, p.pid)).copied();
+    }
+}
+
+/// Per GPU: the containers on it, their quotas and usage summed, and its memory.
+fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal> {
+    let mut by: BTreeMap<&str, GpuTotal> = BTreeMap::new();
+    for g in containers.iter().flat_map(|c| &c.gpus) {
+        let t = by.entry(&g.uuid).or_insert_with(|| GpuTotal {
+            uuid: g.uuid.clone(),
+            containers: 0,
+            committed: 0,
+            used: 0,
+            physical: physical.iter().find(|p| p.0 == g.uuid).map(|p| p.1),
+        });
+        t.containers += 1;
+        t.committed = t.committed.saturating_add(g.quota);
+        t.used = t.used.saturating_add(g.used);
+    }
+    by.into_values().collect()
 }
 
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
+/// `host/inside` per process (`?` where unknown), `(dead)` for a slot whose owner is gone.
 fn processes(ps: &[Process]) -> String {
     if ps.is_empty() {
         return "-".into();
     }
+    let known = |v: u32| match v {
+        0 => "?".to_string(),
+        v => v.to_string(),
+    };
     ps.iter()
         .map(|p| {
             format!(
-                "{}{}",
-                if p.pid == 0 {
-                    "?".to_string()
-                } else {
-                    p.pid.to_string()
-                },
+                "{}/{}{}",
+                p.host_pid.map_or("?".into(), known),
+                known(p.pid),
                 if p.alive { "" } else { "(dead)" }
             )
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+fn names(k: &Option<KubeNames>) -> String {
+    match k {
+        Some(k) => format!("{}/{}/{}", k.namespace, k.pod, k.container),
+        None => "-".into(),
+    }
 }
 
 fn kinds(m: &serde_json::Map<String, serde_json::Value>) -> String {
@@ -174,7 +271,19 @@ fn kinds(m: &serde_json::Map<String, serde_json::Value>) -> String {
         .join(" ")
 }
 
-/// The human view: one line per container and GPU.
+/// A table without borders, columns two spaces apart, so that lines start with their first cell.
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_style(comfy_table::presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.to_vec());
+    for c in t.column_iter_mut() {
+        c.set_padding((0, 2));
+    }
+    t
+}
+
+/// The human view: one line per container and GPU, then one per GPU with its totals.
 pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
     if s.containers.is_empty() {
         writeln!(
@@ -184,26 +293,27 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         )?;
         return Ok(());
     }
-    let mut rows = vec![[
+    let mut t = table(&[
         "CONTAINER",
         "GPU",
         "UUID",
         "QUOTA",
         "USED",
         "BY KIND",
-        "PIDS",
-    ]
-    .map(String::from)];
+        "PIDS (HOST/INSIDE)",
+        "KUBERNETES (NS/POD/CONTAINER)",
+    ]);
     for c in &s.containers {
         if let Some(e) = &c.error {
-            rows.push([
-                short(&c.id).into(),
+            t.add_row(vec![
+                short(&c.id).to_string(),
                 "-".into(),
                 "-".into(),
                 "-".into(),
                 "-".into(),
                 format!("error: {e}"),
                 "-".into(),
+                names(&c.kubernetes),
             ]);
         }
         for g in &c.gpus {
@@ -211,8 +321,8 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 Some(e) => format!("error: {e}"),
                 None => kinds(&g.by_kind),
             };
-            rows.push([
-                short(&c.id).into(),
+            t.add_row(vec![
+                short(&c.id).to_string(),
                 g.index.to_string(),
                 g.uuid.clone(),
                 format_bytes(g.quota),
@@ -223,19 +333,43 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 ),
                 kinds,
                 processes(&g.processes),
+                names(&c.kubernetes),
             ]);
         }
     }
-    let widths: Vec<usize> = (0..7)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        writeln!(out, "{}", line.join("  ").trim_end())?;
+    write_table(&t, out)?;
+    if !s.gpus.is_empty() {
+        writeln!(out)?;
+        let mut t = table(&["GPU", "CONTAINERS", "COMMITTED", "PHYSICAL", "USED"]);
+        for g in &s.gpus {
+            let physical = g.physical.map_or("?".into(), format_bytes);
+            let committed = match g.physical {
+                Some(p) => format!(
+                    "{} ({}%)",
+                    format_bytes(g.committed),
+                    g.committed.saturating_mul(100) / p.max(1)
+                ),
+                None => format_bytes(g.committed),
+            };
+            t.add_row(vec![
+                g.uuid.clone(),
+                g.containers.to_string(),
+                committed,
+                physical,
+                format_bytes(g.used),
+            ]);
+        }
+        if let Some(c) = t.column_mut(1) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+        write_table(&t, out)?;
+    }
+    Ok(())
+}
+
+fn write_table(t: &Table, out: &mut dyn Write) -> Result<()> {
+    for line in t.lines() {
+        writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
 }
@@ -281,7 +415,7 @@ mod tests {
     fn empty_or_missing_root_says_so() {
         let dir = tempfile::tempdir().unwrap();
         let root = StateRoot::new(dir.path().join("nothing-here"));
-        let s = collect(&root).unwrap();
+        let s = collect(&root, &[]).unwrap();
         assert!(s.containers.is_empty());
         assert!(
             !dir.path().join("nothing-here").exists(),
@@ -315,7 +449,7 @@ mod tests {
         std::fs::create_dir_all(root.containers_dir().join(".tmp-x")).unwrap();
 
         let before = std::fs::read(&ledger_path).unwrap();
-        let s = collect(&root).unwrap();
+        let s = collect(&root, &[]).unwrap();
         assert_eq!(
             std::fs::read(&ledger_path).unwrap(),
             before,
@@ -345,11 +479,66 @@ mod tests {
         drop(slot);
     }
 
+    // Issue: status showed in-container PIDs only, no names, no per-GPU totals, and no version in --json.
+    #[test]
+    fn host_pids_names_per_gpu_totals_and_a_schema_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(dir.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        let (a, _) = provision(&root, "a", uuid, 3 << 30);
+        let (_b, _) = provision(&root, "b", uuid, 5 << 30);
+        let names = KubeNames {
+            namespace: "ml".into(),
+            pod: "trainer-0".into(),
+            container: "main".into(),
+        };
+        let lp = root.limits_path("a").unwrap();
+        let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+        l.kubernetes = Some(names.clone());
+        l.write_atomic(&lp).unwrap();
+        // This process holds a slot: its PID inside its namespace is its host PID here.
+        let slot = a.attach().unwrap();
+        a.charge(&slot, Kind::Data, 1 << 30, 3 << 30).unwrap();
+
+        let s = collect(&root, &[(uuid.to_string(), 16 << 30)]).unwrap();
+        let p = &s.containers[0].gpus[0].processes[0];
+        assert_eq!(p.host_pid, Some(std::process::id()));
+        assert_eq!(s.containers[0].kubernetes.as_ref(), Some(&names));
+        assert_eq!(
+            s.gpus,
+            vec![GpuTotal {
+                uuid: uuid.into(),
+                containers: 2,
+                committed: 8 << 30,
+                used: 1 << 30,
+                physical: Some(16 << 30),
+            }]
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["schema_version"], SCHEMA_VERSION);
+        assert_eq!(json["containers"][0]["kubernetes"]["pod"], "trainer-0");
+        let mut out = Vec::new();
+        print_table(&s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let me = std::process::id();
+        assert!(text.contains(&format!("{me}/{me}")), "{text}");
+        assert!(text.contains("ml/trainer-0/main"), "{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with(uuid)
+                && l.contains("8.00 GiB (50%)")
+                && l.contains("16.0 GiB")),
+            "{text}"
+        );
+        // Lines start with their first cell (scripts match `^<id> `).
+        assert!(text.lines().any(|l| l.starts_with("a ")), "{text}");
+        drop(slot);
+    }
+
     /// `collect` on another thread; panics if it has not returned after a minute (it blocked).
     fn collect_or_hang(root: &StateRoot) -> Status {
         let (tx, rx) = std::sync::mpsc::channel();
         let root = root.clone();
-        std::thread::spawn(move || tx.send(collect(&root).unwrap()));
+        std::thread::spawn(move || tx.send(collect(&root, &[]).unwrap()));
         rx.recv_timeout(std::time::Duration::from_secs(60))
             .expect("vgpuctl status blocked")
     }
@@ -404,7 +593,7 @@ mod tests {
             });
             // A mapping read while the file is short would SIGBUS this whole test process.
             for _ in 0..3000 {
-                let s = collect(&root).unwrap();
+                let s = collect(&root, &[]).unwrap();
                 assert_eq!(s.containers.len(), 1);
             }
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
