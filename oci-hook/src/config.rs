@@ -63,6 +63,9 @@ pub struct Config {
     pub default_memory_limit: String,
     /// Refuse containers that get a GPU and ask for no quota (when no default is set).
     pub require_memory_limit: bool,
+    /// Also set each quota as the container cgroup's GPU memory limit in the driver, where it has one
+    /// (`crate::driverlimit`).
+    pub driver_memory_limit: bool,
 }
 
 impl Default for Config {
@@ -80,6 +83,7 @@ impl Default for Config {
             admission_reserve: "0".into(),
             default_memory_limit: String::new(),
             require_memory_limit: false,
+            driver_memory_limit: false,
         }
     }
 }

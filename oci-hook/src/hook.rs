@@ -110,7 +110,8 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
                 root.root().display()
             );
         }
-        return provision::record_owner(root, &st.id, owner);
+        provision::record_owner(root, &st.id, owner)?;
+        return driver_limit(cfg, root, &st.id, pid);
     }
     // hooks.d path: the spec is the bundle's config.json; the state's annotations win over its own.
     let (spec, _) = Spec::read_bundle(&st.bundle)?;
@@ -133,13 +134,25 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
         Err(e) => return Err(e),
     };
     // The same mounts the shim writes into a spec, made here in the container's mount namespace.
-    if let Err(e) = mountns::bind_into(pid, &image.rootfs, &edits.mounts) {
+    if let Err(e) = mountns::bind_into(pid, &image.rootfs, &edits.mounts)
+        .and_then(|()| driver_limit(cfg, root, &st.id, pid))
+    {
         if let Some(p) = made {
             let _ = p.remove();
         }
         return Err(e);
     }
     Ok(())
+}
+
+/// The quotas as the container cgroup's limits in the driver too, when asked for (`crate::driverlimit`).
+fn driver_limit(cfg: &Config, root: &StateRoot, id: &str, pid: u32) -> Result<()> {
+    if !cfg.driver_memory_limit {
+        return Ok(());
+    }
+    let limits = vgpu_ledger::hostfile::load_limits(&root.limits_path(id)?)
+        .map_err(|e| anyhow!("container {id}: {e}"))?;
+    crate::driverlimit::apply(cfg, pid, &limits)
 }
 
 fn precreate(cfg: &Config, text: &str, output: &mut dyn Write) -> Result<()> {

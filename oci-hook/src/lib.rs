@@ -13,6 +13,7 @@ pub mod admission;
 pub mod args;
 pub mod config;
 pub mod create;
+pub mod driverlimit;
 pub mod edits;
 pub mod gc;
 pub mod gpus;

@@ -52,6 +52,72 @@ pub fn list_gpus(lib: &str) -> Result<Vec<HostGpu>> {
     out
 }
 
+/// `nvmlSetMemoryLimits_v1_t` (nvml.h of r615+; the same layout as NVIDIA's own Python bindings).
+#[repr(C)]
+struct SetMemoryLimits {
+    name_space: *const c_char,
+    soft: u64,
+    hard: u64,
+}
+
+const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
+const NVML_ERROR_FUNCTION_NOT_FOUND: c_int = 13;
+
+/// Sets each GPU's hard (and soft) memory limit for the cgroup `cgroup` (its full sysfs path) with
+/// `nvmlDeviceSetMemoryLimits_v1`. Ok(false): the driver has no such call (older than r615), nothing set.
+pub fn set_memory_limits(lib: &str, cgroup: &CStr, limits: &[(String, u64)]) -> Result<bool> {
+    // SAFETY: as in `list_gpus`.
+    let nvml =
+        unsafe { Library::new(lib) }.map_err(|e| anyhow!("cannot load NVML ({lib}): {e}"))?;
+    let api = Api::new(&nvml).with_context(|| format!("NVML library {lib}"))?;
+    type SetFn = unsafe extern "C" fn(NvmlDevice, *const SetMemoryLimits) -> c_int;
+    type ByUuid = unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> c_int;
+    // SAFETY: the types match nvml.h's prototypes.
+    let (set, by_uuid) = unsafe {
+        (
+            nvml.get::<SetFn>(b"nvmlDeviceSetMemoryLimits_v1\0").ok(),
+            nvml.get::<ByUuid>(b"nvmlDeviceGetHandleByUUID\0")
+                .map_err(|_| anyhow!("NVML ({lib}): missing symbol nvmlDeviceGetHandleByUUID"))?,
+        )
+    };
+    let Some(set) = set else { return Ok(false) };
+    // SAFETY: nvmlInit_v2 takes no arguments.
+    let rc = unsafe { (api.init)() };
+    if rc != NVML_SUCCESS {
+        bail!("NVML ({lib}) failed to initialise: {}", api.error(rc));
+    }
+    let result = (|| {
+        for (uuid, bytes) in limits {
+            let c_uuid = std::ffi::CString::new(uuid.as_str())?;
+            let mut dev: NvmlDevice = std::ptr::null_mut();
+            // SAFETY: a NUL-terminated UUID and a valid out-pointer.
+            let rc = unsafe { by_uuid(c_uuid.as_ptr(), &mut dev) };
+            if rc != NVML_SUCCESS {
+                bail!("nvmlDeviceGetHandleByUUID({uuid}): {}", api.error(rc));
+            }
+            let l = SetMemoryLimits {
+                name_space: cgroup.as_ptr(),
+                soft: *bytes,
+                hard: *bytes,
+            };
+            // SAFETY: `l` has nvmlSetMemoryLimits_v1_t's layout; its string outlives the call.
+            match unsafe { set(dev, &l) } {
+                NVML_SUCCESS => {}
+                NVML_ERROR_NOT_SUPPORTED | NVML_ERROR_FUNCTION_NOT_FOUND => return Ok(false),
+                rc => bail!(
+                    "nvmlDeviceSetMemoryLimits_v1({uuid}, {}): {}",
+                    cgroup.to_string_lossy(),
+                    api.error(rc)
+                ),
+            }
+        }
+        Ok(true)
+    })();
+    // SAFETY: paired with the successful nvmlInit_v2 above.
+    unsafe { (api.shutdown)() };
+    result
+}
+
 struct Api<'l> {
     init: Symbol<'l, unsafe extern "C" fn() -> c_int>,
     shutdown: Symbol<'l, unsafe extern "C" fn() -> c_int>,

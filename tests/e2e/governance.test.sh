@@ -128,4 +128,31 @@ bundle_annotate "$B" io.kubernetes.cri.container-type container
 bundle_annotate "$B" vgpu.io/memory-limit 4Gi
 bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
 check_eq "  ... while the pod's GPU container gets the quota" "$(field total "$(shim run --bundle "$B" "$ID" 2>&1)")" $((4 * GIB))
+
+echo "-- driver_memory_limit: the quota as the container cgroup's limit in the driver (the fake NVML records it)"
+# memlimit_file PID: where the fake NVML records the limits of PID's cgroup on GPU 0 (the hook's choice of
+# cgroup: the unified hierarchy's, else the memory controller's).
+memlimit_file() {
+    local cg
+    cg=$(sed -n 's/^0:://p' "/proc/$1/cgroup")
+    if [ -n "$cg" ]; then cg=/sys/fs/cgroup$cg
+    else cg=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}://p' "/proc/$1/cgroup"); fi
+    echo "/tmp/fake-cuda/memlimit-0-$(echo "$cg" | tr / _)"
+}
+vgpu_config lower_runtime='"runc"' driver_memory_limit=true
+new_bundle sleep 60
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+shim run -d --bundle "$B" "$ID" </dev/null >/dev/null 2>&1
+pid=$(plain state "$ID" | jq -r .pid)
+check "a container with driver_memory_limit = true runs (pid $pid)" test "$pid" -gt 0
+f=$(memlimit_file "$pid")
+check_eq "  ... its cgroup got the quota as soft and hard limit (nvmlDeviceSetMemoryLimits_v1)" "$(cat "$f" 2>&1)" "$GIB $GIB"
+gone "$ID"; rm -f "$f"
+vgpu_config lower_runtime='"runc"'
+new_bundle sleep 60
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+shim run -d --bundle "$B" "$ID" </dev/null >/dev/null 2>&1
+pid=$(plain state "$ID" | jq -r .pid)
+check_not "  ... and without it, nothing is set (pid $pid)" test -e "$(memlimit_file "$pid")"
+gone "$ID"
 t_done

@@ -339,6 +339,30 @@ fn arg_str(p: *const c_char) -> Result<String, Ret> {
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
+/// `nvmlSetMemoryLimits_v1_t` (NVML r615+): a cgroup's soft and hard limit on a device.
+#[repr(C)]
+pub struct SetMemoryLimits {
+    name_space: *const c_char,
+    soft: u64,
+    hard: u64,
+}
+
+/// `nvmlGetMemoryLimits_v1_t`.
+#[repr(C)]
+pub struct GetMemoryLimits {
+    name_space: *const c_char,
+    soft: u64,
+    hard: u64,
+    current_used: u64,
+}
+
+/// Where the fake keeps a cgroup's limits on device `i`: a file per (device, cgroup) in the state folder,
+/// `<state_dir>/memlimit-<i>-<cgroup path with '/' as '_'>`, holding "soft hard". Recorded, not enforced.
+fn memlimit_file(i: usize, ns: &str) -> Result<std::path::PathBuf, Ret> {
+    let dir = Config::from_env().map_err(|_| UNKNOWN)?.state_dir;
+    Ok(std::path::Path::new(&dir).join(format!("memlimit-{i}-{}", ns.replace('/', "_"))))
+}
+
 nvml_fn! {
 fn nvmlInit_v2() { init() }
 fn nvmlInit() { init() }
@@ -432,6 +456,26 @@ fn nvmlDeviceGetCudaComputeCapability(dev: Device, major: *mut c_int, minor: *mu
 
 fn nvmlDeviceGetPciInfo_v3(dev: Device, pci: *mut PciInfo) { pci_info(dev, pci) }
 fn nvmlDeviceGetPciInfo_v2(dev: Device, pci: *mut PciInfo) { pci_info(dev, pci) }
+
+fn nvmlDeviceSetMemoryLimits_v1(dev: Device, l: *const SetMemoryLimits) {
+    let i = index(dev)?;
+    if l.is_null() { return Err(INVALID_ARGUMENT); }
+    let ns = arg_str((*l).name_space)?;
+    let path = memlimit_file(i, &ns)?;
+    std::fs::write(path, format!("{} {}\n", (*l).soft, (*l).hard)).map_err(|_| UNKNOWN)
+}
+
+fn nvmlDeviceGetMemoryLimits_v1(dev: Device, l: *mut GetMemoryLimits) {
+    let i = index(dev)?;
+    if l.is_null() { return Err(INVALID_ARGUMENT); }
+    let ns = arg_str((*l).name_space)?;
+    let text = std::fs::read_to_string(memlimit_file(i, &ns)?).unwrap_or_default();
+    let mut v = text.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
+    (*l).soft = v.next().unwrap_or(0);
+    (*l).hard = v.next().unwrap_or(u64::MAX);
+    (*l).current_used = 0;
+    Ok(())
+}
 
 fn nvmlDeviceGetMemoryInfo(dev: Device, m: *mut Memory) {
     let i = index(dev)?;

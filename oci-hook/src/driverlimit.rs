@@ -1,0 +1,89 @@
+//! The driver's own wall: where the driver enforces a per-cgroup GPU memory limit itself (NVML r615+,
+//! `nvmlDeviceSetMemoryLimits_v1`), the container's quota is set as its cgroup's limit too (config key
+//! `driver_memory_limit`), so a process that escapes the interposer (its own loader, a static binary) still
+//! meets a wall at allocation. Not here: the NVML call itself (`crate::nvml`).
+//!
+//! Unverified on hardware: the GPUs this project is tested on run driver 580, which has no such call; there
+//! the hook says so once (at `info`) and the container runs with the interposer's quota alone.
+
+use crate::config::Config;
+use crate::nvml;
+use anyhow::{anyhow, Context, Result};
+use std::ffi::CString;
+use std::path::PathBuf;
+use vgpu_ledger::Limits;
+
+/// The sysfs path of the cgroup of host process `pid`: the unified hierarchy's (cgroup v2), else the
+/// memory controller's (v1).
+pub fn cgroup_of(pid: u32) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .with_context(|| format!("cannot read the cgroup of pid {pid}"))?;
+    parse(&text)
+        .ok_or_else(|| anyhow!("pid {pid}: no cgroup v2 or memory cgroup in /proc/{pid}/cgroup"))
+}
+
+fn parse(text: &str) -> Option<PathBuf> {
+    let line = |want: &dyn Fn(&str, &str) -> bool| {
+        text.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (id, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+            want(id, ctrl).then(|| path.to_string())
+        })
+    };
+    if let Some(p) = line(&|id, ctrl| id == "0" && ctrl.is_empty()) {
+        return Some(PathBuf::from(format!("/sys/fs/cgroup{p}")));
+    }
+    let p = line(&|_, ctrl| ctrl.split(',').any(|c| c == "memory"))?;
+    Some(PathBuf::from(format!("/sys/fs/cgroup/memory{p}")))
+}
+
+/// Sets the container's quotas (`limits`) as its cgroup's GPU memory limits, when the config asks for it.
+/// A driver without the call is not an error (one line at `info`); a call that fails is.
+pub fn apply(cfg: &Config, pid: u32, limits: &Limits) -> Result<()> {
+    if !cfg.driver_memory_limit {
+        return Ok(());
+    }
+    let cgroup = cgroup_of(pid)?;
+    let c = CString::new(cgroup.as_os_str().as_encoded_bytes())
+        .map_err(|_| anyhow!("cgroup path {} holds a NUL byte", cgroup.display()))?;
+    let quotas: Vec<(String, u64)> = limits
+        .devices
+        .iter()
+        .map(|d| (d.uuid.clone(), d.memory_limit))
+        .collect();
+    let set = nvml::set_memory_limits(&cfg.nvml_library, &c, &quotas)
+        .with_context(|| format!("driver_memory_limit for cgroup {}", cgroup.display()))?;
+    if !set && cfg.logs("info") {
+        eprintln!(
+            "vgpu-hook: driver_memory_limit: the driver has no per-cgroup GPU memory limit \
+             (nvmlDeviceSetMemoryLimits_v1, r615+); the interposer's quota stands alone"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cgroup_path_of_v2_and_of_v1s_memory_controller() {
+        assert_eq!(
+            parse("0::/system.slice/docker-3f2a.scope\n"),
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/system.slice/docker-3f2a.scope"
+            ))
+        );
+        assert_eq!(
+            parse("12:cpu,cpuacct:/x\n7:memory:/kubepods/pod1/c2\n0::/\n"),
+            Some(PathBuf::from("/sys/fs/cgroup/")),
+            "the unified hierarchy wins"
+        );
+        assert_eq!(
+            parse("12:cpu,cpuacct:/x\n7:memory:/kubepods/pod1/c2\n"),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/kubepods/pod1/c2"))
+        );
+        assert_eq!(parse("12:cpu:/x\n"), None);
+        assert!(cgroup_of(std::process::id()).is_ok());
+    }
+}
