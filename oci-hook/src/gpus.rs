@@ -153,11 +153,7 @@ pub fn resolve(sel: &Selection, host: &[HostGpu]) -> Result<Vec<HostGpu>> {
 mod tests {
     use super::*;
 
-    fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::testing::kv;
 
     fn host() -> Vec<HostGpu> {
         (0..3)

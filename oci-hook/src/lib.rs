@@ -28,6 +28,8 @@ pub mod quota;
 pub mod rootfs;
 pub mod shim;
 pub mod spec;
+#[cfg(test)]
+mod testing;
 pub mod typos;
 
 pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

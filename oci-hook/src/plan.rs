@@ -184,11 +184,7 @@ pub fn plan_with(
 mod tests {
     use super::*;
 
-    fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::testing::kv;
 
     fn host() -> Result<Vec<HostGpu>> {
         Ok((0..2)

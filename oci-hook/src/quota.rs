@@ -147,11 +147,7 @@ fn from_annotations(pairs: &[(String, String)]) -> Result<QuotaRequest> {
 mod tests {
     use super::*;
 
-    fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::testing::kv;
 
     #[test]
     fn annotation_wins_over_env() {

@@ -106,11 +106,7 @@ fn distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
-    fn kv(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::testing::kv;
 
     // Regression: `vgpu.io/memory_limit`, `vgpu.io/memory-limits` and `CUDA_DEVICE_MEMORY_LIMT` each
     // meant no limit, silently.

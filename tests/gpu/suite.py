@@ -34,17 +34,10 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 
-def parse_size(s):
-    s = s.strip()
-    units = {"": 1, "k": 1 << 10, "ki": 1 << 10, "m": MIB, "mi": MIB, "g": GIB, "gi": GIB}
-    num = s.rstrip("kKmMgGiI")
-    return int(num) * units[s[len(num):].lower()]
-
-
 class Suite:
     def __init__(self, a):
         self.a = a
-        self.quota = parse_size(a.quota)
+        self.quota = truth.parse_size(a.quota)
         self.out = os.path.abspath(a.out)
         self.logs = os.path.join(self.out, "logs")
         os.makedirs(self.logs, exist_ok=True)
@@ -569,6 +562,7 @@ def main():
                     help="comma-separated case groups: smi,driverapi,devices,shared,torch,cupy,jax,nccl,perf,bench")
     ap.add_argument("--fake", action="store_true", help="dry run against the project's fake driver")
     a = ap.parse_args()
+    truth.self_check()  # the truth check's own grouping, before any case relies on it
     a.lib = os.path.abspath(a.lib)
     a.build = os.path.abspath(a.build)
     s = Suite(a)

@@ -145,8 +145,8 @@ class Watch:
         return w, n
 
 
-if __name__ == "__main__":
-    # self-check of the grouping, no GPU needed
+def self_check():
+    """The grouping and the size grammar on made-up processes (no GPU needed); the suite runs it first."""
     envs = {1: {"LD_PRELOAD": "/x/libvgpu.so", "CUDA_DEVICE_MEMORY_LIMIT": "1g",
                 "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/a"},
             2: {"LD_PRELOAD": "/x/libvgpu.so", "CUDA_DEVICE_MEMORY_LIMIT": "1073741824",
@@ -158,4 +158,8 @@ if __name__ == "__main__":
               environ=envs.get)
     assert w["prefix"] == "/a" and w["used"] == 1200 << 20 and w["limit"] == 1 << 30, w
     assert parse_size("1.5G") == 3 << 29 and parse_size("512MiB") == 512 << 20 and parse_size("42") == 42
+
+
+if __name__ == "__main__":
+    self_check()
     print("truth.py: self-check ok")

@@ -12,10 +12,7 @@ use std::path::Path;
 use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::region::KINDS;
-use vgpu_ledger::{KubeNames, Limits, Snapshot};
-
-/// The largest limits file read (the hook writes a few hundred bytes per GPU).
-const MAX_LIMITS_BYTES: u64 = 1 << 20;
+use vgpu_ledger::{KubeNames, Snapshot};
 
 /// One container's state.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -62,20 +59,10 @@ fn container(id: &str, limits_path: &Path) -> ContainerState {
         id: id.to_string(),
         ..Default::default()
     };
-    let limits = match read_small_regular(limits_path, MAX_LIMITS_BYTES) {
-        Err(e) => Err(format!("vgpu limits file {}: {e}", limits_path.display())),
-        Ok(b) => Limits::from_slice(&b).map_err(|kind| {
-            vgpu_ledger::LimitsError {
-                path: limits_path.to_path_buf(),
-                kind,
-            }
-            .to_string()
-        }),
-    };
-    let limits = match limits {
+    let limits = match hostfile::load_limits(limits_path) {
         Ok(l) => l,
         Err(e) => {
-            c.error = Some(e);
+            c.error = Some(e.to_string());
             return c;
         }
     };
@@ -119,16 +106,10 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
     g
 }
 
-/// The bytes of `path` if it is a regular file of at most `max` bytes; opened without following a link
-/// and without blocking (a FIFO put in its place cannot hang the monitor).
-pub fn read_small_regular(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    hostfile::read_regular(path, max).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vgpu_ledger::{DeviceLimit, Kind, Ledger};
+    use vgpu_ledger::{DeviceLimit, Kind, Ledger, Limits};
 
     #[test]
     fn reads_quota_kinds_owners_and_names_and_refuses_odd_files() {
