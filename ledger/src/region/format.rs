@@ -73,8 +73,27 @@ pub struct Header {
     pub uuid_len: u32,
     pub _pad0: u32,
     pub uuid: [u8; UUID_CAPACITY],
-    pub _reserved: [u8; 104],
+    /// Bytes [152, 256): counters that change while the ledger lives, one area per feature, reached as
+    /// atomics through the mapping (never through this struct, which is written once). Zero in a new file,
+    /// so a reader that predates a field reads 0. Owners: [`MONITOR_AREA`], [`SPILL_AREA`],
+    /// [`COMPUTE_AREA`].
+    pub _live: [u8; 104],
 }
+
+/// Header bytes of the monitor's counters (slot high-water mark, refusals): `(offset, len)`.
+pub const MONITOR_AREA: (usize, usize) = (152, 16);
+/// Header bytes of the unified-memory (spill) counters.
+pub const SPILL_AREA: (usize, usize) = (168, 24);
+/// Header bytes of the compute share's shared state.
+pub const COMPUTE_AREA: (usize, usize) = (192, 64);
+const _: () = assert!(
+    MONITOR_AREA.0 + MONITOR_AREA.1 == SPILL_AREA.0
+        && SPILL_AREA.0 + SPILL_AREA.1 == COMPUTE_AREA.0
+        && COMPUTE_AREA.0 + COMPUTE_AREA.1 == HEADER_SIZE
+        && MONITOR_AREA.0 % 8 == 0
+        && SPILL_AREA.0 % 8 == 0
+        && COMPUTE_AREA.0 % 64 == 0
+);
 
 const _: () = {
     assert!(size_of::<Header>() == HEADER_SIZE);
@@ -89,7 +108,7 @@ const _: () = {
     assert!(offset_of!(Header, slots_offset) == 44);
     assert!(offset_of!(Header, uuid_len) == 48);
     assert!(offset_of!(Header, uuid) == 56);
-    assert!(offset_of!(Header, _reserved) == 152);
+    assert!(offset_of!(Header, _live) == MONITOR_AREA.0);
 };
 
 impl Header {
@@ -107,7 +126,7 @@ impl Header {
             uuid_len: uuid.len() as u32,
             _pad0: 0,
             uuid: [0; UUID_CAPACITY],
-            _reserved: [0; 104],
+            _live: [0; 104],
         };
         h.uuid[..uuid.len()].copy_from_slice(uuid.as_bytes());
         h
@@ -161,7 +180,7 @@ impl Header {
             uuid_len: u32_at(offset_of!(Header, uuid_len)),
             _pad0: 0,
             uuid: b[56..56 + UUID_CAPACITY].try_into().unwrap(),
-            _reserved: [0; 104],
+            _live: [0; 104],
         }
     }
 }
@@ -216,9 +235,11 @@ pub struct SlotRecord {
     pub pid_ns: AtomicU64,
     /// How many times the slot was claimed (informational).
     pub claims: AtomicU64,
-    pub _reserved0: [u8; 40],
+    /// Per-slot unified-memory (spill) counters; zero until that feature writes them.
+    pub spill: [u8; 40],
     pub counters: [Pair; KINDS],
-    pub _reserved1: [u8; 64],
+    /// Per-slot compute-share state; zero until that feature writes it.
+    pub compute: [u8; 64],
 }
 
 const _: () = {
@@ -227,7 +248,8 @@ const _: () = {
     assert!(offset_of!(SlotRecord, pid_ns) == 8);
     assert!(offset_of!(SlotRecord, claims) == 16);
     assert!(offset_of!(SlotRecord, counters) == 64);
-    assert!(offset_of!(SlotRecord, _reserved1) == 192);
+    assert!(offset_of!(SlotRecord, spill) == 24);
+    assert!(offset_of!(SlotRecord, compute) == 192);
     assert!(size_of::<Pair>() == 16);
     assert!(SLOTS_OFFSET % align_of::<SlotRecord>() == 0);
 };
