@@ -185,6 +185,7 @@ impl DeviceQuota {
         match r {
             Ok(()) => true,
             Err(_) => {
+                self.ledger.count_refusal();
                 log::warn(format_args!(
                     "quota: refused {bytes} bytes ({kind:?}) on device {} ({}): {} of {} bytes in use",
                     self.ordinal,
@@ -450,6 +451,8 @@ mod tests {
         assert!(q.charge(Kind::Data, 60));
         assert!(q.attached());
         assert!(!q.charge(Kind::Data, 60), "the limit holds");
+        let host = vgpu_ledger::Snapshot::read(&dir.path().join("l")).unwrap();
+        assert_eq!(host.refusals, 1, "the refusal is counted for the monitor");
         q.refund(Kind::Data, 60);
         assert_eq!(q.used(), 0);
         q.release_slot();

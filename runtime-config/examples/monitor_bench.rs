@@ -1,7 +1,8 @@
-//! The cost of one `vgpuctl monitor` scrape (and of one watchdog pass) on a loaded node: N containers
-//! spread over the fake driver's GPUs, each with a quota, a ledger with a live slot and usage, and one GPU
-//! process of its own in a PID namespace of its own (`unshare -p --fork`), so the scrape reads every ledger,
-//! asks NVML for every GPU and attributes every process through /proc. Run by `tests/bench/monitor.sh`
+//! The cost of one `vgpuctl monitor` scrape and of one collection (with its watchdog pass) on a loaded node:
+//! N containers spread over the fake driver's GPUs, each with a quota, a ledger with a live slot and usage,
+//! and one GPU process of its own in a PID namespace of its own (`unshare -p --fork`), so a collection
+//! reads every ledger, asks NVML for every GPU and attributes every process through /proc; a scrape encodes
+//! the last collection. Run by `tests/bench/monitor.sh`
 //! (root: PID namespaces), which sets the fake driver's environment.
 //!
 //!     monitor_bench CLIENT NVML_LIB [--containers 256] [--gpus 8] [--scrapes 50]
@@ -138,27 +139,39 @@ fn main() {
         .lines()
         .filter(|l| l.starts_with("vgpu_container_gpu_memory_nvml_bytes{") && !l.ends_with(" 0"))
         .count();
-    let mut times: Vec<Duration> = (0..scrapes)
-        .map(|_| {
-            let t = Instant::now();
-            std::hint::black_box(m.scrape());
-            t.elapsed()
-        })
-        .collect();
-    times.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let t = Instant::now();
-    m.pass();
-    let pass = t.elapsed();
+    let stats = |mut times: Vec<Duration>| {
+        times.sort();
+        format!(
+            "min {:.2} ms, median {:.2} ms, p90 {:.2} ms, max {:.2} ms",
+            ms(times[0]),
+            ms(times[times.len() / 2]),
+            ms(times[times.len() * 9 / 10]),
+            ms(times[times.len() - 1])
+        )
+    };
+    let timed = |f: &dyn Fn()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+    // What a scrape costs: the collector's last reading, encoded.
+    let scrape = stats(
+        (0..scrapes)
+            .map(|_| timed(&|| drop(std::hint::black_box(m.scrape()))))
+            .collect(),
+    );
+    // What the collector thread does once per interval: read everything, the watchdog pass.
+    let collect = stats(
+        (0..scrapes.min(20))
+            .map(|_| timed(&|| drop(m.collect())))
+            .collect(),
+    );
     println!(
-        "monitor scrape: {n} containers on {gpus} GPUs, {} GPU processes ({attributed} attributed): min {:.2} ms, median {:.2} ms, p90 {:.2} ms, max {:.2} ms per scrape ({scrapes} scrapes, {} KiB of text); watchdog pass {:.2} ms",
+        "monitor scrape: {n} containers on {gpus} GPUs, {} GPU processes ({attributed} attributed), {} KiB of text: {scrape} per scrape ({scrapes} scrapes, served from the last collection); collection + watchdog pass (once per interval): {collect} ({} passes)",
         children.len(),
-        ms(times[0]),
-        ms(times[times.len() / 2]),
-        ms(times[times.len() * 9 / 10]),
-        ms(times[times.len() - 1]),
         first.len() / 1024,
-        ms(pass),
+        scrapes.min(20),
     );
     drop(held);
     for (mut c, _) in children {

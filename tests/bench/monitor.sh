@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The cost of one `vgpuctl monitor` scrape with 256 containers on 8 fake GPUs: every ledger read, NVML
-# asked for every GPU, one GPU process per container (each in a PID namespace of its own) attributed
-# through /proc. Prints one line; the target is under 20 ms per scrape. Runs as root (PID namespaces).
+# The cost of one `vgpuctl monitor` scrape with 256 containers on 8 fake GPUs, and of the collection behind
+# it (once per interval): every ledger read, NVML asked for every GPU, one GPU process per container (each
+# in a PID namespace of its own) attributed through /proc, the watchdog pass. Prints the parts, then one
+# line; the target is under 20 ms per scrape. Runs as root (PID namespaces).
 #   BENCH_CONTAINERS (256), BENCH_GPUS (8), BENCH_SCRAPES (50)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

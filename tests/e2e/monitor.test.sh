@@ -35,7 +35,7 @@ running() { plain state "$1" 2>/dev/null | jq -e '.status == "running"' >/dev/nu
 stopped() { ! running "$1"; }
 
 echo "-- a container within its quota: HAMi's series with its Kubernetes names, usage by kind, NVML's truth"
-new_bundle rt_client device 0 '!alloc' 300Mi sleep 60
+new_bundle rt_client device 0 '!alloc' 300Mi alloc 1Gi sleep 60
 bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
 bundle_annotate "$B" io.kubernetes.pod.name trainer-0
 bundle_annotate "$B" io.kubernetes.pod.namespace ml
@@ -44,6 +44,7 @@ A=$ID
 shim run --bundle "$B" "$A" >"$WORK/a.out" 2>&1 &
 PA=$!
 check "container A allocated 300 MiB" wait_for 20 grep -q 'op=alloc .*rc=0' "$WORK/a.out"
+check "  ... and was refused 1 GiB more" wait_for 20 grep -q 'op=alloc .*rc=2' "$WORK/a.out"
 monitor_start mon && pass "monitor (report only) starts" || fail "monitor (report only) starts"
 LA="namespace=\"ml\",pod=\"trainer-0\",container=\"main\",container_id=\"$A\",vdevice_index=\"0\""
 # The context is charged as measured (256 MiB on the fake GPU), then 300 MiB of data.
@@ -55,6 +56,8 @@ check_eq "NVML's truth for A (host PID attributed by PID namespace) = 556 MiB" \
     "$(series vgpu_container_gpu_memory_nvml_bytes "$LA")" $((556 * MIB))
 check_eq "hami_container_device_utilization_ratio for A (idle fake GPU)" "$(series hami_container_device_utilization_ratio "$LA")" 0.0
 check_eq "nothing untracked in A" "$(series vgpu_container_gpu_memory_untracked_bytes "$LA")" 0
+check_eq "vgpu_memory_refusals_total counts A's refused allocation" "$(series vgpu_memory_refusals_total "$LA")" 1
+check_match "the scrape says how old its reading is" '^vgpu_monitor_reading_age_seconds [0-9.]+$' "$(scrape)"
 check_match "host GPU series with its type" \
     'hami_host_gpu_memory_used_bytes\{device_index="0",device_uuid="GPU-fa4ec0de-0000-4000-8000-000000000000",device_type="NVIDIA H100 \(fake, 16 GiB\)"\} [1-9]' \
     "$(scrape)"

@@ -5,18 +5,21 @@
 //! following a link and without blocking, only a regular file of the ledger's size (`crate::hostfile`), its
 //! bytes read with `pread` into memory — nothing is mapped, so a tenant truncating the file while we read
 //! gives a short read and an error, never a SIGBUS — and each slot's liveness asked with `F_OFD_GETLK`
-//! through that same read-only descriptor (no lock is ever taken). The snapshot is the bytes of one read:
-//! exact when nobody charges, each number a value it had under load (as the mapped view).
+//! through that same read-only descriptor (no lock is ever taken). Only the slots below the header's
+//! high-water mark are read (`stats`): a node's ledgers use a few of their 1024 slots. The snapshot is the
+//! bytes of one read: exact when nobody charges, each number a value it had under load (as the mapped
+//! view).
 
 use super::error::{io_err, LedgerError};
 use super::format::{SlotRecord, COMMIT_OFFSET, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE};
 use super::ledger::check_header;
 use super::lock;
+use super::stats::{slots_to_read, HIGH_WATER_OFFSET, REFUSALS_OFFSET};
 use super::view::{read_slots, Snapshot, Source};
 use std::mem::offset_of;
 use std::path::Path;
 
-/// A ledger's bytes as read (exactly `FILE_SIZE` of them).
+/// A ledger's bytes as read: the header, the commit area and the first slots.
 struct Bytes<'a>(&'a [u8]);
 
 impl Bytes<'_> {
@@ -50,6 +53,9 @@ impl Source for Bytes<'_> {
     fn applied(&self, slot: usize, kind: usize) -> u64 {
         self.u64_at(self.slot_at(slot, offset_of!(SlotRecord, counters)) + 16 * kind + 8)
     }
+    fn slot_count(&self) -> usize {
+        (self.0.len() - SLOTS_OFFSET) / SLOT_SIZE
+    }
 }
 
 impl Snapshot {
@@ -57,19 +63,29 @@ impl Snapshot {
     /// never blocks, maps nothing, writes nothing, takes no lock. A FIFO, a link, a device or a file of the
     /// wrong size is an error naming the file and what it is; no error shows the file's bytes.
     pub fn read(path: &Path) -> Result<Snapshot, LedgerError> {
-        // Any size opens (the header check names a wrong one), but no more than a ledger and one byte is
-        // ever read.
+        // Any size opens (the header check names a wrong one). The header first, for the high-water mark;
+        // then, in one read, the header again, the commit word and the slots below the mark.
         let file = crate::hostfile::open_regular(path, u64::MAX).map_err(io_err(path))?;
-        let bytes = file
-            .read_prefix(FILE_SIZE as u64 + 1)
+        let head = file
+            .read_prefix(SLOTS_OFFSET as u64)
             .map_err(io_err(path))?;
-        // The size the bytes show (the file may have changed since fstat), or fstat's if it is larger.
-        let size = match bytes.len() {
-            n if n > FILE_SIZE => file.len().max(n as u64),
-            n => n as u64,
-        };
-        let (uuid, limit) = check_header(path, size, &bytes)?;
-        let (used, mut slots) = read_slots(&Bytes(&bytes));
+        let size = file.len();
+        check_header(path, size, &head)?;
+        let mark = u32::from_le_bytes(
+            head[HIGH_WATER_OFFSET..HIGH_WATER_OFFSET + 4]
+                .try_into()
+                .unwrap(),
+        );
+        let want = SLOTS_OFFSET + slots_to_read(mark) * SLOT_SIZE;
+        let bytes = file.read_prefix(want as u64).map_err(io_err(path))?;
+        if bytes.len() < want {
+            // Shrunk since fstat: the check names it as a file of the wrong size.
+            check_header(path, bytes.len() as u64, &bytes)?;
+        }
+        let (uuid, limit) = check_header(path, FILE_SIZE as u64, &bytes)?;
+        let b = Bytes(&bytes);
+        let refusals = b.u64_at(REFUSALS_OFFSET);
+        let (used, mut slots) = read_slots(&b);
         for s in &mut slots {
             s.alive = lock::slot_is_locked(file.file(), s.index as usize).unwrap_or(false);
         }
@@ -77,6 +93,7 @@ impl Snapshot {
             uuid,
             limit,
             used,
+            refusals,
             slots,
         })
     }

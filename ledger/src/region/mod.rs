@@ -20,6 +20,7 @@
 //! | `measure`| `MeasureLock`: serialises measurements, a lock on the header's bytes            |
 //! | `pin`    | `Pin`: the mapping that keeps a lock alive without a descriptor                 |
 //! | `fd`     | our short-lived descriptors: by path, high numbers, closed only when ours      |
+//! | `stats`  | the monitor's figures: slot high-water mark, refusals counted                  |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
 //! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
 
@@ -35,6 +36,7 @@ mod measure;
 mod pin;
 mod shared;
 mod slot;
+mod stats;
 mod view;
 
 pub use error::{LedgerError, Refused};

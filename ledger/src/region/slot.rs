@@ -91,6 +91,7 @@ impl Ledger {
                 rec.pid_ns.store(pid_ns, SeqCst);
                 rec.pid.store(pid, SeqCst);
                 rec.claims.fetch_add(1, SeqCst);
+                shared.raise_high_water(index);
                 drop(fd); // the pin keeps the description and its lock
                 return Ok(Slot {
                     index: index as u16,

@@ -405,6 +405,70 @@ fn host_view_of_a_ledger_truncated_under_it_is_an_error_never_a_sigbus() {
     assert_eq!(ok + errors, 3000);
 }
 
+/// Writes `pid` as slot `index`'s owner straight into the file, as a tenant (or an older library) could.
+fn poke_slot_pid(path: &std::path::Path, index: usize, pid: u32) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&pid.to_le_bytes(), (super::format::SLOTS_OFFSET + index * super::format::SLOT_SIZE) as u64)
+        .unwrap();
+}
+
+fn poke_high_water(path: &std::path::Path, mark: u32) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&mark.to_le_bytes(), super::stats::HIGH_WATER_OFFSET as u64)
+        .unwrap();
+}
+
+#[test]
+fn the_host_reads_only_the_slots_below_the_high_water_mark() {
+    let (_dir, path, l) = fresh();
+    let held: Vec<Slot> = (0..3).map(|_| l.attach().unwrap()).collect();
+    for s in &held {
+        l.charge(s, Kind::Data, 100, GI).unwrap();
+    }
+    // A slot far above the mark, never claimed through attach: not read.
+    poke_slot_pid(&path, 700, 4242);
+    let snap = Snapshot::read(&path).unwrap();
+    assert_eq!(
+        snap.slots.iter().map(|s| s.index).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    assert_eq!(snap.used, 300);
+    assert!(snap.slots.iter().all(|s| s.alive));
+    // The library's own view trusts no mark.
+    assert!(l.snapshot().slots.iter().any(|s| s.index == 700));
+    // A mark of 0 (a ledger of a library that kept none) reads every slot.
+    poke_high_water(&path, 0);
+    let all = Snapshot::read(&path).unwrap();
+    assert!(all.slots.iter().any(|s| s.index == 700 && s.pid == 4242));
+    // A tenant lowering the mark hides its slots' detail, not its total.
+    poke_high_water(&path, 1);
+    let hidden = Snapshot::read(&path).unwrap();
+    assert_eq!(hidden.slots.len(), 1);
+    assert_eq!(hidden.used, 300);
+    // Attaching again raises the mark past every slot in use.
+    drop(held);
+    let again = l.attach().unwrap();
+    assert_eq!(again.index(), 0);
+    let s = Snapshot::read(&path).unwrap();
+    assert!(s.slots.iter().any(|s| s.index == 0 && s.alive));
+}
+
+#[test]
+fn refusals_are_counted_for_the_host() {
+    let (_dir, path, l) = fresh();
+    assert_eq!(Snapshot::read(&path).unwrap().refusals, 0);
+    l.count_refusal();
+    l.count_refusal();
+    assert_eq!(l.refusals(), 2);
+    assert_eq!(Snapshot::read(&path).unwrap().refusals, 2);
+    assert_eq!(l.snapshot().refusals, 2);
+    // A read-only ledger (the host's) never counts.
+    Ledger::open_readonly(&path).unwrap().count_refusal();
+    assert_eq!(l.refusals(), 2);
+}
+
 #[test]
 fn threads_share_slots_without_passing_the_limit() {
     let (_dir, _path, l) = fresh();

@@ -17,6 +17,8 @@ pub struct Snapshot {
     /// The limit recorded at provisioning (informational).
     pub limit: u64,
     pub used: u64,
+    /// Allocations the quota refused, as the container's library counted them (`stats`).
+    pub refusals: u64,
     /// Slots with a live owner or leftover usage, by index.
     pub slots: Vec<SlotSnapshot>,
 }
@@ -50,6 +52,8 @@ pub(super) trait Source {
     fn pid_ns(&self, slot: usize) -> u64;
     fn usage(&self, slot: usize) -> [u64; KINDS];
     fn applied(&self, slot: usize, kind: usize) -> u64;
+    /// Slots to look at: 0..this.
+    fn slot_count(&self) -> usize;
 }
 
 impl Source for Shared {
@@ -71,6 +75,10 @@ impl Source for Shared {
     fn applied(&self, slot: usize, kind: usize) -> u64 {
         self.pair(slot, kind).applied.load(SeqCst)
     }
+    fn slot_count(&self) -> usize {
+        // The library's own view looks at every slot (it trusts no mark).
+        SLOT_COUNT
+    }
 }
 
 /// The total and the slots in use (liveness left `false`), read from `src`.
@@ -90,7 +98,7 @@ pub(super) fn read_slots(src: &impl Source) -> (u64, Vec<SlotSnapshot>) {
         used = total_of_low_half(lo);
     }
     let mut slots = Vec::new();
-    for index in 0..SLOT_COUNT {
+    for index in 0..src.slot_count() {
         let pid = src.pid(index);
         let mut usage = src.usage(index);
         // Count the operation in the word if it is not applied yet, so that Σ usage == used.
@@ -143,6 +151,7 @@ impl Ledger {
             uuid: shared.uuid.clone(),
             limit: shared.provisioned_limit,
             used,
+            refusals: self.refusals(),
             slots,
         }
     }

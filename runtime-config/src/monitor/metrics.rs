@@ -1,7 +1,7 @@
 //! One scrape's text: the HAMi-compatible series (`hami_*`, so existing dashboards work) and ours
-//! (`vgpu_*`), encoded with `prometheus-client` in the OpenMetrics text format. Built fresh from a
-//! reading of the state root and NVML at each scrape; the watchdog's counters and open findings come from
-//! the watchdog loop. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
+//! (`vgpu_*`), encoded with `prometheus-client` in the OpenMetrics text format. Built at each scrape from
+//! the collector's last reading of the state root and NVML; the watchdog's counters and open findings come
+//! from its passes. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
 
 use super::nvml::GpuReading;
 use super::state::ContainerState;
@@ -12,6 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 use vgpu_ledger::Kind;
 
 /// Label pairs of one series.
@@ -39,6 +40,15 @@ pub struct Scrape<'a> {
     pub truth: &'a Truth,
     pub watchdog: &'a WatchdogView,
     pub state_error: Option<&'a str>,
+    /// The reading's age and cost (`None`: read for this scrape).
+    pub collection: Option<Collection>,
+}
+
+/// How old the reading a scrape shows is, and what reading it cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Collection {
+    pub age: Duration,
+    pub took: Duration,
 }
 
 /// The labels of a container's GPU: HAMi's (`namespace`, `pod`, `container`, `vdevice_index`,
@@ -148,6 +158,12 @@ pub fn render(s: &Scrape) -> String {
         "vgpu_container_gpu_memory_untracked_bytes",
         "GPU memory held by container processes without a ledger slot (bypassing the library)",
     );
+    let refusals = Family::<Labels, Counter>::default();
+    reg.register(
+        "vgpu_memory_refusals",
+        "allocations the container's quota refused (counted by its library in the ledger it can write)",
+        refusals.clone(),
+    );
     let errors = plain(
         &mut reg,
         "vgpu_state_errors",
@@ -156,7 +172,7 @@ pub fn render(s: &Scrape) -> String {
     let nvml_up = plain(
         &mut reg,
         "vgpu_nvml_up",
-        "1 when NVML was read for this scrape",
+        "1 when NVML was read for the reading this scrape shows",
     );
     let unattributed = plain(
         &mut reg,
@@ -203,6 +219,7 @@ pub fn render(s: &Scrape) -> String {
             set(&limit, &l, g.limit);
             set(&slots, &l, g.slots_sum);
             set(&live, &l, g.owners.len() as u64);
+            refusals.get_or_create(&l).inc_by(g.refusals);
             // Kinds at zero are left out (most containers use two or three of the eight).
             for k in Kind::ALL.into_iter().filter(|k| g.by_kind[k.index()] > 0) {
                 set(
@@ -264,6 +281,22 @@ pub fn render(s: &Scrape) -> String {
             .get_or_create(&vec![("finding", kind.to_string())])
             .inc_by(*n);
     }
+    if let Some(c) = s.collection {
+        let age = Gauge::<f64, AtomicU64>::default();
+        reg.register(
+            "vgpu_monitor_reading_age_seconds",
+            "age of the reading this scrape shows (the collector reads once per interval)",
+            age.clone(),
+        );
+        age.set(c.age.as_secs_f64());
+        let took = Gauge::<f64, AtomicU64>::default();
+        reg.register(
+            "vgpu_monitor_collection_seconds",
+            "time the collector took to read the state root and NVML and attribute the processes",
+            took.clone(),
+        );
+        took.set(c.took.as_secs_f64());
+    }
     kills.inc_by(s.watchdog.kills);
     kill_failures.inc_by(s.watchdog.kill_failures);
     passes.inc_by(s.watchdog.passes);
@@ -300,6 +333,7 @@ mod tests {
                     k
                 },
                 owners: vec![(1, 1)],
+                refusals: 3,
                 ..Default::default()
             }],
             ..Default::default()
@@ -344,6 +378,10 @@ mod tests {
             truth: &truth,
             watchdog: &wd,
             state_error: None,
+            collection: Some(Collection {
+                age: Duration::from_millis(1500),
+                took: Duration::from_millis(20),
+            }),
         });
         let l = r#"namespace="ns",pod="p",container="main",container_id="c1",vdevice_index="0",device_uuid="GPU-0""#;
         for want in [
@@ -359,6 +397,9 @@ mod tests {
             "vgpu_watchdog_kills_total 1".into(),
             "vgpu_nvml_up 1".into(),
             format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
+            format!("vgpu_memory_refusals_total{{{l}}} 3"),
+            "vgpu_monitor_reading_age_seconds 1.5".into(),
+            "vgpu_monitor_collection_seconds 0.02".into(),
             "# EOF".into(),
         ] {
             assert!(text.contains(&want), "missing {want}\n{text}");

@@ -1,9 +1,11 @@
 //! `vgpuctl monitor`: a Prometheus exporter of the state root's quotas and usage and of NVML's truth, with
-//! the NVML-truth watchdog. A small synchronous HTTP server (std `TcpListener`, one request at a time)
-//! answers `GET /metrics`; a thread runs a watchdog pass every interval: it attributes NVML's processes to
-//! containers, logs each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the
-//! processes that put a container over its quota. Never writes to the state root and takes no lock on a
-//! ledger. Modules: `state` (the state root), `nvml`, `procs` (/proc), `watchdog` (decisions), `metrics`
+//! the NVML-truth watchdog. A collector thread reads everything once per interval (the state root, NVML,
+//! the attribution of NVML's processes to containers) and runs the watchdog pass on that reading: it logs
+//! each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the processes that put a
+//! container over its quota. A small synchronous HTTP server (std `TcpListener`, one request at a time)
+//! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
+//! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
+//! state root and takes no lock on a ledger. Modules: `state` (the state root), `nvml`, `procs` (/proc), `watchdog` (decisions), `metrics`
 //! (the text), `config` (`[monitor]`).
 
 pub mod config;
@@ -19,7 +21,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::layout::StateRoot;
 use watchdog::{Finding, Policy, Truth};
@@ -30,6 +32,15 @@ pub struct Monitor {
     nvml: Option<nvml::Nvml>,
     policy: Policy,
     watch: Mutex<Watch>,
+    /// The last collection, which scrapes serve.
+    last: Mutex<Option<Arc<Collected>>>,
+}
+
+/// One collection: a reading, when it was finished and how long it took.
+pub struct Collected {
+    pub reading: Reading,
+    pub at: Instant,
+    pub took: Duration,
 }
 
 /// The watchdog's memory between passes.
@@ -70,6 +81,7 @@ impl Monitor {
             nvml,
             policy,
             watch: Mutex::new(Watch::default()),
+            last: Mutex::new(None),
         }
     }
 
@@ -94,9 +106,32 @@ impl Monitor {
         }
     }
 
-    /// The text of one scrape.
+    /// Reads everything now, runs the watchdog pass on it and keeps it for the scrapes: what the collector
+    /// thread does every interval.
+    pub fn collect(&self) -> Arc<Collected> {
+        let t = Instant::now();
+        let reading = self.read();
+        let c = Arc::new(Collected {
+            reading,
+            at: Instant::now(),
+            took: t.elapsed(),
+        });
+        // Served before the pass logs anything: a finding in the log is never newer than the scrape.
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        self.pass_on(&c.reading);
+        c
+    }
+
+    /// The last collection; one made now if there is none yet (the first scrape after the start).
+    pub fn latest(&self) -> Arc<Collected> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        last.unwrap_or_else(|| self.collect())
+    }
+
+    /// The text of one scrape: the last collection, encoded.
     pub fn scrape(&self) -> String {
-        let r = self.read();
+        let c = self.latest();
+        let r = &c.reading;
         let view = self.watchdog_view();
         metrics::render(&metrics::Scrape {
             containers: &r.containers,
@@ -104,6 +139,10 @@ impl Monitor {
             truth: &r.truth,
             watchdog: &view,
             state_error: r.state_error.as_deref(),
+            collection: Some(metrics::Collection {
+                age: c.at.elapsed(),
+                took: c.took,
+            }),
         })
     }
 
@@ -122,9 +161,9 @@ impl Monitor {
         }
     }
 
-    /// One watchdog pass: findings logged when they begin, kills under the policy.
-    pub fn pass(&self) {
-        let r = self.read();
+    /// One watchdog pass over `r`: findings logged when they begin, kills under the policy. Nothing to do
+    /// without NVML.
+    fn pass_on(&self, r: &Reading) {
         if r.gpus.is_none() {
             return;
         }
@@ -138,12 +177,12 @@ impl Monitor {
             let key = (cs.id.clone(), gs.uuid.clone(), kind);
             if !w.open.contains_key(&key) {
                 *w.events.entry(kind).or_default() += 1;
-                log(&describe(f, &r));
+                log(&describe(f, r));
             }
             open.insert(key, metrics::container_labels(cs, g));
             if let Finding::OverQuota { kill, .. } = f {
                 for &pid in kill {
-                    match self.kill(&r, c, pid) {
+                    match self.kill(r, c, pid) {
                         Ok(()) => {
                             w.kills += 1;
                             log(&format!(
@@ -229,17 +268,16 @@ fn describe(f: &Finding, r: &Reading) -> String {
     }
 }
 
-/// Serves `GET /metrics` on `listener` and runs the watchdog every `interval`; returns only on error.
+/// Collects (and runs the watchdog) every `interval` and serves `GET /metrics` on `listener`; returns only
+/// on error.
 pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> Result<()> {
-    if monitor.nvml.is_some() {
-        let m = monitor.clone();
-        std::thread::Builder::new()
-            .name("watchdog".into())
-            .spawn(move || loop {
-                m.pass();
-                std::thread::sleep(interval);
-            })?;
-    }
+    let m = monitor.clone();
+    std::thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || loop {
+            m.collect();
+            std::thread::sleep(interval);
+        })?;
     for conn in listener.incoming() {
         match conn {
             Ok(s) => {

@@ -42,6 +42,8 @@ pub struct GpuState {
     pub by_kind: [u64; KINDS],
     /// Live slots' owners: (PID inside the owner's namespace, that namespace's inode).
     pub owners: Vec<(u32, u64)>,
+    /// Allocations the quota refused, as the container's library counted them in the ledger.
+    pub refusals: u64,
     /// Why the ledger could not be read (`None` also when there is none yet).
     pub error: Option<String>,
 }
@@ -91,6 +93,7 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
     match Snapshot::read(path) {
         Ok(snap) => {
             g.total = snap.used;
+            g.refusals = snap.refusals;
             for s in &snap.slots {
                 for (k, u) in s.usage.iter().enumerate() {
                     g.by_kind[k] = g.by_kind[k].saturating_add(*u);
