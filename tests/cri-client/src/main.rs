@@ -107,7 +107,7 @@ enum Cmd {
 }
 
 /// What `run-pod --save` keeps: the kubelet sends the sandbox config again with every `CreateContainer`.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct SavedPod {
     id: String,
     config: api::PodSandboxConfig,
