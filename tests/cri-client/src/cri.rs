@@ -26,6 +26,17 @@ fn pid_of(info: &std::collections::HashMap<String, String>) -> Option<u32> {
         .filter(|&p| p > 0)
 }
 
+/// A status the runtime must have sent, with the pid from its verbose info.
+fn with_pid<T>(
+    call: &str,
+    id: &str,
+    status: Option<T>,
+    info: &std::collections::HashMap<String, String>,
+) -> Result<(T, Option<u32>)> {
+    let status = status.ok_or_else(|| anyhow!("{call}: no status for {id}"))?;
+    Ok((status, pid_of(info)))
+}
+
 impl Client {
     pub async fn connect(socket: &Path) -> Result<Client> {
         let path = socket.to_path_buf();
@@ -118,12 +129,7 @@ impl Client {
             .await
             .map_err(|s| call_failed("ContainerStatus", s))?;
         let r = r.into_inner();
-        let pid = pid_of(&r.info);
-        Ok((
-            r.status
-                .ok_or_else(|| anyhow!("ContainerStatus: no status for {id}"))?,
-            pid,
-        ))
+        with_pid("ContainerStatus", id, r.status, &r.info)
     }
 
     /// The sandbox's status and, while it runs, the pid of its pause process.
@@ -138,12 +144,7 @@ impl Client {
             .await
             .map_err(|s| call_failed("PodSandboxStatus", s))?;
         let r = r.into_inner();
-        let pid = pid_of(&r.info);
-        Ok((
-            r.status
-                .ok_or_else(|| anyhow!("PodSandboxStatus: no status for {id}"))?,
-            pid,
-        ))
+        with_pid("PodSandboxStatus", id, r.status, &r.info)
     }
 
     pub async fn stop_pod(&mut self, id: &str) -> Result<()> {
