@@ -59,19 +59,6 @@ impl SpecFacts {
     }
 }
 
-/// Whether a CRI runtime (containerd, CRI-O) made the container for a Kubernetes pod.
-fn in_a_pod(annotations: &[(String, String)]) -> bool {
-    const CRI_KEYS: [&str; 4] = [
-        "io.kubernetes.cri.container-type",
-        "io.kubernetes.cri.sandbox-id",
-        "io.kubernetes.cri-o.ContainerType",
-        "io.kubernetes.pod.name",
-    ];
-    annotations
-        .iter()
-        .any(|(k, _)| CRI_KEYS.contains(&k.as_str()))
-}
-
 /// What the node does with a container that gets a GPU but asks for no quota (config keys
 /// `default_memory_limit`, `require_memory_limit`). A container without a GPU is never touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,8 +118,10 @@ pub fn plan_with(
     let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
         // A pod's annotations reach every container of the pod — the sandbox (pause) container and
         // sidecars too (containerd and CRI-O copy the ones a handler allows into each spec). A pod-level
-        // quota is for the pod's GPU containers; the others are left untouched.
-        if in_a_pod(&facts.annotations) && first_source.starts_with("annotation ") {
+        // quota is for the pod's GPU containers; the others are left untouched. A key that names this
+        // very container is a mistake worth a line.
+        let pod_default = first_source.starts_with("annotation ") && !q.for_container;
+        if quota::PodMember::of(&facts.annotations).in_a_pod() && pod_default {
             return Ok(None);
         }
         bail!(
@@ -432,5 +421,37 @@ mod tests {
             assert!(e.contains(want), "{e} (wanted {want})");
             assert!(!e.contains('\n'));
         }
+    }
+
+    #[test]
+    fn a_pod_gives_its_containers_different_quotas() {
+        let facts = |name: &str, env: &[(&str, &str)]| SpecFacts {
+            env: kv(env),
+            annotations: kv(&[
+                ("io.kubernetes.cri.container-type", "container"),
+                ("io.kubernetes.cri.container-name", name),
+                ("vgpu.io/memory-limit", "2Gi"),
+                ("vgpu.io/memory-limit.trainer", "6Gi"),
+                ("vgpu.io/memory-limit.sidecar", "1Gi"),
+            ]),
+            devices: vec![],
+        };
+        let gpu = [("NVIDIA_VISIBLE_DEVICES", "1")];
+        let limit = |name| plan(&facts(name, &gpu), host).unwrap().unwrap().gpus[0].memory_limit;
+        assert_eq!(limit("trainer"), 6 << 30);
+        assert_eq!(limit("web"), 2 << 30);
+        // The pod's default leaves a container without a GPU alone ...
+        assert_eq!(
+            plan(&facts("web", &[]), || panic!("NVML loaded")).unwrap(),
+            None
+        );
+        // ... but a key naming a container without a GPU is a mistake, named.
+        let e = plan(&facts("sidecar", &[]), host).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "annotation vgpu.io/memory-limit.sidecar is set but the container gets no GPU"
+            ),
+            "{e}"
+        );
     }
 }

@@ -4,7 +4,14 @@
 //! Annotations `vgpu.io/memory-limit` (every GPU) and `vgpu.io/memory-limit.<i>` (the container's i-th
 //! GPU); or env `CUDA_DEVICE_MEMORY_LIMIT` / `CUDA_DEVICE_MEMORY_LIMIT_<i>` (HAMi-compatible, and what
 //! Docker 20.10 can pass). When any quota annotation is present the env quotas are ignored entirely, so
-//! one source decides the whole quota. In the env `0` means "no limit" for the GPUs it covers (as HAMi-core
+//! one source decides the whole quota.
+//!
+//! In a Kubernetes pod every container gets the pod's annotations, so a pod names a container in the key:
+//! `vgpu.io/memory-limit.<container>` and `vgpu.io/memory-limit.<container>.<i>`, matched against the
+//! container name the CRI runtime writes into the spec. Keys naming a container decide that container's
+//! quota entirely; a container no key names gets the plain keys (the pod's default). Container names are
+//! DNS labels and a segment of digits is a GPU index, so the two never mix up (a container whose name is
+//! all digits cannot be named). In the env `0` means "no limit" for the GPUs it covers (as HAMi-core
 //! reads it); in an annotation `0` is an error (a quota of nothing is a mistake).
 
 use anyhow::{anyhow, bail, Result};
@@ -31,6 +38,67 @@ pub struct QuotaRequest {
     pub all: Option<Requested>,
     /// Per-GPU limits by the container's GPU index.
     pub per_gpu: BTreeMap<usize, Requested>,
+    /// The request comes from keys naming this container of a pod (not the pod's default).
+    pub for_container: bool,
+}
+
+/// Annotations a CRI runtime writes with the container's name in its pod (containerd, CRI-O).
+const CONTAINER_NAME_KEYS: [&str; 2] = [
+    "io.kubernetes.cri.container-name",
+    "io.kubernetes.container.name",
+];
+/// Annotations that say a CRI runtime made the container for a pod (the sandbox has no container name).
+const POD_KEYS: [&str; 4] = [
+    "io.kubernetes.cri.container-type",
+    "io.kubernetes.cri.sandbox-id",
+    "io.kubernetes.cri-o.ContainerType",
+    "io.kubernetes.pod.name",
+];
+
+/// Where the container stands, for the container-keyed quota annotations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodMember<'a> {
+    /// Not made by a CRI runtime: `vgpu.io/memory-limit.<name>` is a mistake.
+    NotInPod,
+    /// In a pod without a container name (the sandbox): keys naming containers are not for it.
+    Unnamed,
+    /// The pod's container of this name.
+    Named(&'a str),
+}
+
+impl<'a> PodMember<'a> {
+    /// From the spec's annotations.
+    pub fn of(annotations: &'a [(String, String)]) -> PodMember<'a> {
+        let named = annotations
+            .iter()
+            .find(|(k, v)| CONTAINER_NAME_KEYS.contains(&k.as_str()) && !v.is_empty());
+        if let Some((_, name)) = named {
+            return PodMember::Named(name);
+        }
+        if annotations
+            .iter()
+            .any(|(k, _)| POD_KEYS.contains(&k.as_str()))
+        {
+            return PodMember::Unnamed;
+        }
+        PodMember::NotInPod
+    }
+
+    pub fn in_a_pod(self) -> bool {
+        self != PodMember::NotInPod
+    }
+}
+
+/// Whether `s` can be a Kubernetes container name (a DNS label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most
+/// 63 characters).
+fn is_container_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }
 
 impl QuotaRequest {
@@ -87,7 +155,7 @@ pub fn from_spec(
     annotations: &[(String, String)],
     env: &[(String, String)],
 ) -> Result<QuotaRequest> {
-    let from_ann = from_annotations(annotations)?;
+    let from_ann = from_annotations(annotations, PodMember::of(annotations))?;
     if !from_ann.is_empty() {
         return Ok(from_ann);
     }
@@ -103,33 +171,86 @@ pub fn from_spec(
             .into_iter()
             .map(|(i, l)| (i as usize, req(l)))
             .collect(),
+        for_container: false,
     })
 }
 
-fn from_annotations(pairs: &[(String, String)]) -> Result<QuotaRequest> {
-    let mut q = QuotaRequest::default();
-    // The last occurrence wins (as for env).
-    let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
+/// What the part of a quota key after `vgpu.io/memory-limit.` addresses.
+enum Target<'k> {
+    /// `<i>`: the container's GPU i.
+    Gpu(&'k str),
+    /// `<container>` or `<container>.<i>`: a container of the pod, all its GPUs or GPU i.
+    Container(&'k str, Option<&'k str>),
+}
+
+fn target(rest: &str) -> Target<'_> {
+    if rest.bytes().all(|c| c.is_ascii_digit()) {
+        return Target::Gpu(rest);
+    }
+    match rest.split_once('.') {
+        Some((name, idx)) => Target::Container(name, Some(idx)),
+        None => Target::Container(rest, None),
+    }
+}
+
+fn from_annotations(pairs: &[(String, String)], member: PodMember) -> Result<QuotaRequest> {
+    // The last occurrence wins (as for env). Keys naming this container and the pod's plain keys are
+    // gathered apart: the first decide alone when present.
+    let mut pod: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut mine: BTreeMap<&str, &str> = BTreeMap::new();
     for (k, v) in pairs {
-        if k == ANNOTATION
-            || k.strip_prefix(ANNOTATION)
-                .is_some_and(|r| r.starts_with('.'))
-        {
-            latest.insert(k, v);
+        let rest = if k == ANNOTATION {
+            None
+        } else if let Some(r) = k.strip_prefix(ANNOTATION).and_then(|r| r.strip_prefix('.')) {
+            Some(r)
+        } else {
+            continue;
+        };
+        let Some(Target::Container(name, _)) = rest.map(target) else {
+            pod.insert(k, v);
+            continue;
+        };
+        let source = format!("annotation {k}");
+        if member == PodMember::NotInPod {
+            bail!(
+                "{source}: {name:?} is not a GPU index (expected {ANNOTATION}.<0..{}>; {ANNOTATION}.<container>[.<i>] is for the containers of a Kubernetes pod)",
+                envlimits::MAX_INDEX
+            );
+        }
+        if !is_container_name(name) {
+            bail!("{source}: {name:?} is neither a GPU index nor a container name (a DNS label: lowercase letters, digits, '-')");
+        }
+        if member == PodMember::Named(name) {
+            mine.insert(k, v);
         }
     }
-    for (k, v) in latest {
+    let (chosen, for_container) = if mine.is_empty() {
+        (pod, false)
+    } else {
+        (mine, true)
+    };
+    let mut q = QuotaRequest {
+        for_container,
+        ..Default::default()
+    };
+    for (k, v) in chosen {
         let source = format!("annotation {k}");
         let bytes = parse_limit(v, &source)?;
         let r = Requested {
             bytes,
             source: source.clone(),
         };
-        if k == ANNOTATION {
-            q.all = Some(r);
-            continue;
-        }
-        let idx = &k[ANNOTATION.len() + 1..];
+        let idx = match k
+            .strip_prefix(ANNOTATION)
+            .and_then(|r| r.strip_prefix('.'))
+            .map(target)
+        {
+            None | Some(Target::Container(_, None)) => {
+                q.all = Some(r);
+                continue;
+            }
+            Some(Target::Gpu(i)) | Some(Target::Container(_, Some(i))) => i,
+        };
         match envlimits::parse_index(idx) {
             Some(i) => {
                 q.per_gpu.insert(i as usize, r);
@@ -272,5 +393,121 @@ mod tests {
         assert!(!q.is_empty());
         assert_eq!(q.limit_for(0), None);
         assert_eq!(q.limit_for(1).unwrap().bytes, 1 << 30);
+    }
+
+    fn in_pod(name: &str, ann: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut a = kv(&[("io.kubernetes.cri.container-name", name)]);
+        a.extend(kv(ann));
+        a
+    }
+
+    #[test]
+    fn a_pods_containers_get_their_own_keys_or_the_pods_default() {
+        let pod = [
+            ("vgpu.io/memory-limit", "4Gi"),
+            ("vgpu.io/memory-limit.1", "3Gi"),
+            ("vgpu.io/memory-limit.trainer", "8Gi"),
+            ("vgpu.io/memory-limit.trainer.1", "2Gi"),
+            ("vgpu.io/memory-limit.eval-2", "1Gi"),
+        ];
+        let q = from_spec(&in_pod("trainer", &pod), &[]).unwrap();
+        assert!(q.for_container);
+        assert_eq!(q.limit_for(0).unwrap().bytes, 8 << 30);
+        assert_eq!(
+            q.limit_for(1).unwrap().source,
+            "annotation vgpu.io/memory-limit.trainer.1"
+        );
+        assert_eq!(q.limit_for(1).unwrap().bytes, 2 << 30);
+        // CRI-O writes the name under another key; the pod's per-GPU default does not leak in.
+        let mut a = kv(&[("io.kubernetes.container.name", "eval-2")]);
+        a.extend(kv(&pod));
+        let q = from_spec(&a, &[]).unwrap();
+        assert_eq!(
+            (q.limit_for(0).unwrap().bytes, q.limit_for(1).unwrap().bytes),
+            (1 << 30, 1 << 30)
+        );
+        // A container no key names, and the sandbox (no name), get the pod's default.
+        let mut sandbox = kv(&[("io.kubernetes.cri.container-type", "sandbox")]);
+        sandbox.extend(kv(&pod));
+        for a in [in_pod("web", &pod), sandbox] {
+            let q = from_spec(&a, &[]).unwrap();
+            assert!(!q.for_container);
+            assert_eq!(
+                (q.limit_for(0).unwrap().bytes, q.limit_for(1).unwrap().bytes),
+                (4 << 30, 3 << 30)
+            );
+        }
+        // Without a pod default, a container no key names has no annotation quota: its env decides.
+        let q = from_spec(
+            &in_pod("web", &[("vgpu.io/memory-limit.trainer", "8Gi")]),
+            &kv(&[("CUDA_DEVICE_MEMORY_LIMIT", "2G")]),
+        )
+        .unwrap();
+        assert_eq!(
+            q.limit_for(0).unwrap().source,
+            "env CUDA_DEVICE_MEMORY_LIMIT"
+        );
+        // Another container's bad value is that container's error, not this one's.
+        let q = from_spec(
+            &in_pod("web", &[("vgpu.io/memory-limit.trainer", "4Qi")]),
+            &[],
+        )
+        .unwrap();
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn container_keys_that_cannot_match_are_one_line() {
+        // Outside a pod there are no container names.
+        let e = from_spec(&kv(&[("vgpu.io/memory-limit.trainer", "1Gi")]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "annotation vgpu.io/memory-limit.trainer: \"trainer\" is not a GPU index"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("for the containers of a Kubernetes pod"), "{e}");
+        // In a pod, a key that no container name can match is refused by every container.
+        for k in [
+            "vgpu.io/memory-limit.Trainer",
+            "vgpu.io/memory-limit.trainer_1",
+            "vgpu.io/memory-limit.-x",
+        ] {
+            let e = from_spec(&in_pod("web", &[(k, "1Gi")]), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!("annotation {k}: "))
+                    && e.contains("neither a GPU index nor a container name"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'));
+        }
+        // The named container's own bad keys and values.
+        for (k, v, want) in [
+            (
+                "vgpu.io/memory-limit.trainer.x",
+                "1Gi",
+                "is not a GPU index",
+            ),
+            (
+                "vgpu.io/memory-limit.trainer.1.2",
+                "1Gi",
+                "is not a GPU index",
+            ),
+            (
+                "vgpu.io/memory-limit.trainer",
+                "4Qi",
+                "vgpu.io/memory-limit.trainer=\"4Qi\"",
+            ),
+            ("vgpu.io/memory-limit.trainer", "0", "greater than zero"),
+        ] {
+            let e = from_spec(&in_pod("trainer", &[(k, v)]), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(k) && e.contains(want), "{e}");
+        }
     }
 }

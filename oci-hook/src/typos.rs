@@ -44,7 +44,7 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
                 String::new()
             };
             bail!(
-                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION} and {ANNOTATION}.<i>"
+                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i> and, for a pod's container, {ANNOTATION}.<container>[.<i>]"
             );
         }
     }
@@ -117,6 +117,11 @@ mod tests {
             "vgpu.io/memory-limits",
             "vgpu.io/memlimit",
             "vgpu.io/other",
+            // Near misses of the container-keyed form.
+            "vgpu.io/memory-limits.trainer",
+            "vgpu.io/memory_limit.trainer",
+            "vgpu.io/trainer.memory-limit",
+            "vgpu.io/memory-limit-trainer",
         ] {
             let e = check(&kv(&[(k, "4Gi")]), &[]).unwrap_err().to_string();
             assert!(
@@ -151,6 +156,8 @@ mod tests {
             &kv(&[
                 ("vgpu.io/memory-limit", "4Gi"),
                 ("vgpu.io/memory-limit.1", "2Gi"),
+                ("vgpu.io/memory-limit.trainer", "2Gi"),
+                ("vgpu.io/memory-limit.trainer.1", "2Gi"),
                 ("vgpu.io/provisioned-by", "vgpu-container-runtime"),
                 ("io.kubernetes.pod.name", "p"),
                 ("nvidia.com/gpu", "0"),

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 apt_pkgs=(runc crun podman docker.io containerd uidmap fuse-overlayfs iptables
-          jq hyperfine gcc make python3-pip procps util-linux)
+          jq hyperfine gcc make python3-pip procps util-linux
+          protobuf-compiler)  # protoc: the CRI bindings (k8s-cri) of tests/cri-client are generated at build
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
