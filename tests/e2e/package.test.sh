@@ -112,6 +112,16 @@ check "containerd configured" /usr/bin/vgpuctl runtime configure --runtime=conta
 check "podman configured (hooks.d)" /usr/bin/vgpuctl runtime configure --runtime=podman
 check "daemon.json names the installed shim" grep -q /usr/bin/vgpu-container-runtime /etc/docker/daemon.json
 
+echo "-- dpkg -r with an engine config vgpuctl cannot parse: the removal stops, nothing is left half-done"
+cp /etc/docker/daemon.json "$WORK/daemon.configured"
+echo '{"runtimes": {"vgpu": {"path": "/usr/bin/vgpu-container-runtime"}}, oops' > /etc/docker/daemon.json
+out=$(dpkg -r vgpu 2>&1)
+check_match "dpkg -r fails naming the engine and the command to run" \
+    'could not unconfigure docker; fix its config, then run: vgpuctl runtime unconfigure --runtime=docker' "$out"
+check "  ... the package stays installed" test -x /usr/bin/vgpuctl
+check "  ... with its gc timer enabled again (postinst abort-remove)" test -L /etc/systemd/system/timers.target.wants/vgpu-gc.timer
+cp "$WORK/daemon.configured" /etc/docker/daemon.json
+
 echo "-- dpkg -r"
 check "dpkg -r removes it" dpkg -r vgpu
 for f in "${ENGINE_FILES[@]}"; do
