@@ -30,7 +30,9 @@ restore_engines() {
         if [ -e "$WORK/saved/$(basename "$f")" ]; then cp -a "$WORK/saved/$(basename "$f")" "$f"; else rm -f "$f"; fi
     done
     rm -f /usr/share/containers/oci/hooks.d/vgpu-{createruntime,poststop}.json
+    [ "$HOOKS_DIR_WAS" = yes ] || rmdir -p /usr/share/containers/oci/hooks.d 2>/dev/null
 }
+HOOKS_DIR_WAS=no; [ -d /usr/share/containers/oci/hooks.d ] && HOOKS_DIR_WAS=yes
 on_exit "dpkg --purge vgpu; restore_engines"
 declare -A before
 for f in "${ENGINE_FILES[@]}"; do before[$f]=$(fingerprint "$f"); done
