@@ -8,7 +8,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 ZIG_TARGET := x86_64-unknown-linux-gnu.2.17
 
-.PHONY: all deps build libvgpu fake clients test unit e2e demo bench gpu-bundle clean
+.PHONY: all deps build libvgpu fake clients test unit e2e demo bench gpu-bundle package installer-image clean
 
 all: build
 
@@ -58,6 +58,16 @@ bench: build
 	@bash tests/bench/run.sh
 	@bash tests/bench/container-start.sh
 	@bash tests/bench/monitor.sh
+
+# The .deb and the .rpm in target/package/ (docs/install.md): host binaries and interposer for glibc 2.17,
+# vgpuctl's completions and man pages generated from its CLI.
+package: build
+	@bash packaging/build.sh
+
+# The Kubernetes installer image vgpu/installer:VERSION, by docker import (nothing pulled), in the Docker
+# that DOCKER_HOST names (packaging/kubernetes/vgpu-daemonset.yaml).
+installer-image: package
+	@bash packaging/installer/build.sh
 
 # What the GPU machine needs (no Rust there): the built interposer, tools and scripts travel in the tree.
 gpu-bundle: build

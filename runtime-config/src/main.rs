@@ -33,6 +33,9 @@ enum Cmd {
         #[command(flatten)]
         root: RootArgs,
     },
+    /// Write vgpuctl's shell completions and man pages under DIR (package builds).
+    #[command(hide = true)]
+    GenerateDocs { dir: PathBuf },
 }
 
 #[derive(Args)]
@@ -201,6 +204,9 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             Ok(())
+        }
+        Cmd::GenerateDocs { dir } => {
+            vgpuctl::clidocs::write_all(<Cli as clap::CommandFactory>::command(), &dir).map(drop)
         }
         Cmd::Runtime(RuntimeCmd::Unconfigure(c)) => {
             let o = options(&c);

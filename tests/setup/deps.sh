@@ -66,3 +66,23 @@ for p in python3-yaml systemd dpkg; do
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
     fi
 done
+
+# Packages (make package, tests/e2e/package.test.sh, installer.test.sh): cargo-deb and cargo-generate-rpm
+# build them, dpkg-shlibdeps (dpkg-dev) reads the binaries' glibc floor, rpm reads the .rpm back, and
+# kubernetes-validate checks the Kubernetes manifests against the API's schemas offline.
+for p in dpkg-dev rpm; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        echo "deps: installing $p"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+    fi
+done
+for c in cargo-deb cargo-generate-rpm; do
+    if ! command -v "$c" >/dev/null; then
+        echo "deps: installing $c"
+        cargo install -q --locked "$c"
+    fi
+done
+if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+    echo "deps: installing kubernetes-validate"
+    python3 -m pip install -q kubernetes-validate
+fi

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The installer image, made offline from the project's own files (no base image is pulled): a static busybox
+# (for /bin/sh, cp, chroot, nsenter), the glibc-2.28 host binaries of `make package` and the interposer in
+# /vgpu, and install.sh as the entrypoint. `docker import` of that root filesystem; the image is tagged
+# vgpu/installer:VERSION (or $1) in the Docker that DOCKER_HOST names. Prints the tag.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+TAG=${1:-vgpu/installer:$VERSION}
+BIN=${CARGO_TARGET_DIR:-target}/glibc-2.28/x86_64-unknown-linux-gnu/release
+for f in "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so /bin/busybox; do
+    [ -f "$f" ] || { echo "installer: missing $f (run make package; busybox: apt-get install busybox-static)" >&2; exit 1; }
+done
+ROOT=target/installer/rootfs
+rm -rf "$ROOT"
+mkdir -p "$ROOT"/{bin,vgpu,host,tmp,proc,sys,dev,etc}
+cp /bin/busybox "$ROOT/bin/"
+for a in sh cp mv rm mkdir rmdir chmod cat echo printf grep find md5sum dirname chroot nsenter sleep; do
+    ln -s busybox "$ROOT/bin/$a"
+done
+install -m 0755 "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} packaging/installer/install.sh "$ROOT/vgpu/"
+install -m 0644 target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so "$ROOT/vgpu/"
+tar -C "$ROOT" --owner=0 --group=0 -cf target/installer/rootfs.tar .
+docker import --change 'ENTRYPOINT ["/vgpu/install.sh"]' --change 'CMD ["install"]' \
+    --change 'ENV PATH=/bin' target/installer/rootfs.tar "$TAG" > /dev/null
+echo "$TAG"
