@@ -27,7 +27,7 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    fn at<T>(&self, offset: usize) -> &T {
+    pub(super) fn at<T>(&self, offset: usize) -> &T {
         debug_assert!(offset + std::mem::size_of::<T>() <= self.map.len());
         // SAFETY: the mapping is FILE_SIZE bytes (checked before mapping) and lives as long as `self`; every
         // offset used is inside it and aligned for T (compile-time checks in format.rs; mmap is page
