@@ -14,7 +14,7 @@
 //!
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -195,12 +195,16 @@ fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
 
 // ---- one device's share in this process -----------------------------------------------------------------
 
+/// What a launch ran, for its solo cost: (function, grid) of a kernel, (graph exec, 0) of a graph.
+pub type Work = (usize, [u32; 3]);
+
 /// A launch recorded between two events, not yet charged.
 struct InFlight {
     start: CUevent,
     end: CUevent,
     ctx: usize,
     estimate: u64,
+    work: Work,
 }
 
 // SAFETY: events are driver handles, usable from any thread.
@@ -217,6 +221,8 @@ struct Share {
     estimate: AtomicU64,
     /// Sum of the estimates of what is in flight (ns).
     ahead: AtomicI64,
+    /// The solo cost of each kind of work: the least elapsed time seen, creeping up slowly (`solo`).
+    solo: Mutex<HashMap<Work, u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -240,6 +246,17 @@ pub fn nap_for(deficit: u64, ppm: u64) -> u64 {
     (deficit.saturating_mul(PPM) / ppm.max(1)).clamp(MIN_NAP_NS, MAX_NAP_NS)
 }
 
+/// What a launch that took `elapsed` is charged, given the least time that work was seen to take
+/// (`floor`), and the floor after it: `min(elapsed, floor × 9/8)`. Event time on a time-sliced GPU
+/// includes other contexts' slices (another container's kernels run meanwhile); charging that would make
+/// every tenant pay for its neighbours. The floor creeps up by 1/1024 per launch, so work that really got
+/// slower is charged its new time within a few thousand launches.
+pub fn charged(elapsed: u64, floor: u64) -> (u64, u64) {
+    let charge = elapsed.min(floor.saturating_add(floor / 8));
+    let next = elapsed.min(floor.saturating_add(floor / 1024 + 1));
+    (charge, next)
+}
+
 /// The moving average after one more measurement (weight 1/8).
 pub fn averaged(prev: u64, measured: u64) -> u64 {
     prev - prev / 8 + measured / 8
@@ -256,6 +273,7 @@ impl Share {
             spare: Mutex::new(Vec::new()),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
             ahead: AtomicI64::new(0),
+            solo: Mutex::new(HashMap::new()),
         }
     }
 
@@ -276,7 +294,14 @@ impl Share {
                     return;
                 }
                 CUDA_SUCCESS => {
-                    let ns = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
+                    let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
+                    let ns = {
+                        let mut solo = lock(&self.solo);
+                        let floor = solo.entry(f.work).or_insert(elapsed);
+                        let (charge, next) = charged(elapsed, *floor);
+                        *floor = next;
+                        charge
+                    };
                     self.area().charge(ns);
                     let e = self.estimate.load(Ordering::Relaxed);
                     self.estimate.store(averaged(e, ns), Ordering::Relaxed);
@@ -343,7 +368,14 @@ impl Share {
     }
 
     /// Records the end event after a launch the driver took; the launch is now in flight.
-    fn end(&self, ctx: usize, stream: CUstream, (start, end): (CUevent, CUevent), launched: bool) {
+    fn end(
+        &self,
+        ctx: usize,
+        stream: CUstream,
+        (start, end): (CUevent, CUevent),
+        work: Work,
+        launched: bool,
+    ) {
         if !launched || event_record(end, stream) != CUDA_SUCCESS {
             let mut spare = lock(&self.spare);
             spare.push((ctx, start as usize));
@@ -357,6 +389,7 @@ impl Share {
             end,
             ctx,
             estimate,
+            work,
         });
     }
 }
@@ -367,6 +400,7 @@ pub fn throttled(
     dev: CUdevice,
     ctx: usize,
     stream: CUstream,
+    work: Work,
     launch: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let share = match share_of(dev) {
@@ -374,12 +408,17 @@ pub fn throttled(
         Ok(None) => return launch(),
         Err(_) => return CUDA_ERROR_NOT_PERMITTED,
     };
+    // A launch into a stream being captured only adds a node to a graph: it runs (and is charged) when
+    // the graph is launched. An event recorded there would join the graph, and querying it is an error.
+    if capturing(stream) {
+        return launch();
+    }
     share.admit();
     let Some(events) = share.begin(ctx, stream) else {
         return launch();
     };
     let r = launch();
-    share.end(ctx, stream, events, r == CUDA_SUCCESS);
+    share.end(ctx, stream, events, work, r == CUDA_SUCCESS);
     r
 }
 
@@ -399,6 +438,17 @@ fn event_record(e: CUevent, s: CUstream) -> CUresult {
         Some(f) => unsafe { f(e, s) },
         None => CUDA_ERROR_NOT_FOUND,
     }
+}
+
+/// Whether `s` is capturing a graph (an error counts as capturing: nothing is recorded on it).
+fn capturing(s: CUstream) -> bool {
+    let Some(f) = real!(Lib::Cuda, "cuStreamIsCapturing", unsafe extern "C" fn(CUstream, *mut u32) -> CUresult) else {
+        return false;
+    };
+    let mut status = 0u32;
+    // SAFETY: a valid out-pointer; the launch's own stream.
+    let r = unsafe { f(s, &mut status) };
+    r != CUDA_SUCCESS || status != 0
 }
 
 fn event_query(e: CUevent) -> CUresult {
@@ -427,6 +477,22 @@ mod tests {
         assert_eq!(nap_for(0, 300_000), MIN_NAP_NS);
         assert_eq!(nap_for(u64::MAX, 1), MAX_NAP_NS);
         assert_eq!(nap_for(10_000_000, PPM), MAX_NAP_NS);
+    }
+
+    #[test]
+    fn time_sliced_launches_are_charged_near_their_solo_cost() {
+        // alone: charged what it took
+        assert_eq!(charged(1000, 1000).0, 1000);
+        // slowed to twice by a neighbour: charged 9/8 of the solo time
+        assert_eq!(charged(2000, 1000).0, 1125);
+        // faster than ever seen: charged that, and the floor drops
+        assert_eq!(charged(800, 1000), (800, 800));
+        // a floor left too low creeps up towards what the work takes now
+        let mut floor = 100;
+        for _ in 0..20_000 {
+            floor = charged(1000, floor).1;
+        }
+        assert_eq!(floor, 1000);
     }
 
     #[test]

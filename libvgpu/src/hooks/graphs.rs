@@ -312,10 +312,10 @@ hook!(cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, 
 
 // A graph launch is work like a kernel's: under the compute share it costs its measured replay time.
 hook!(cuGraphLaunch(exec: CUgraphExec, s: CUstream) {
-    super::launch::launch(s, false, || engine().graph_run(exec as usize, || forward!("cuGraphLaunch", fn(CUgraphExec, CUstream), exec, s)))
+    super::launch::launch(s, false, (exec as usize, [0; 3]), || engine().graph_run(exec as usize, || forward!("cuGraphLaunch", fn(CUgraphExec, CUstream), exec, s)))
 });
 hook!(cuGraphLaunch_ptsz(exec: CUgraphExec, s: CUstream) {
-    super::launch::launch(s, true, || engine().graph_run(exec as usize, || forward!("cuGraphLaunch_ptsz", fn(CUgraphExec, CUstream), exec, s)))
+    super::launch::launch(s, true, (exec as usize, [0; 3]), || engine().graph_run(exec as usize, || forward!("cuGraphLaunch_ptsz", fn(CUgraphExec, CUstream), exec, s)))
 });
 hook!(cuGraphUpload(exec: CUgraphExec, s: CUstream) {
     engine().graph_run(exec as usize, || forward!("cuGraphUpload", fn(CUgraphExec, CUstream), exec, s))

@@ -19,56 +19,63 @@ pub(crate) fn stream_of(s: CUstream, ptsz: bool) -> CUstream {
     }
 }
 
-/// Runs `call` (a launch on `stream`) under the compute share of the current device, if any.
+/// Runs `call` (a launch of `work` on `stream`) under the compute share of the current device, if any.
 #[inline]
-pub(crate) fn launch(stream: CUstream, ptsz: bool, call: impl FnOnce() -> CUresult) -> CUresult {
+pub(crate) fn launch(
+    stream: CUstream,
+    ptsz: bool,
+    work: compute::Work,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
     if compute::off() {
         return call();
     }
     let Some((dev, ctx)) = engine().current() else {
         return call();
     };
-    compute::throttled(dev, ctx, stream_of(stream, ptsz), call)
+    compute::throttled(dev, ctx, stream_of(stream, ptsz), work, call)
 }
 
-/// The stream of a `cuLaunchKernelEx` configuration (null config: the driver refuses the call itself).
-fn config_stream(config: *const CUlaunchConfig) -> CUstream {
+/// The stream and grid of a `cuLaunchKernelEx` configuration (null: the driver refuses the call itself).
+fn config_of(config: *const CUlaunchConfig) -> (CUstream, [c_uint; 3]) {
     if config.is_null() {
-        return std::ptr::null_mut();
+        return (std::ptr::null_mut(), [0; 3]);
     }
     // SAFETY: the caller's launch configuration, read before the driver reads it.
-    unsafe { (*config).h_stream }
+    unsafe { ((*config).h_stream, (*config).grid) }
 }
 
 hook!(cuLaunchKernel(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                      shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    launch(s, false, || forward!("cuLaunchKernel",
+    launch(s, false, (f as usize, [gx, gy, gz]), || forward!("cuLaunchKernel",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params, extra))
 });
 hook!(cuLaunchKernel_ptsz(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                           shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    launch(s, true, || forward!("cuLaunchKernel_ptsz",
+    launch(s, true, (f as usize, [gx, gy, gz]), || forward!("cuLaunchKernel_ptsz",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params, extra))
 });
 hook!(cuLaunchKernelEx(config: *const CUlaunchConfig, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    launch(config_stream(config), false, || forward!("cuLaunchKernelEx",
+    let (s, grid) = config_of(config);
+    launch(s, false, (f as usize, grid), || forward!("cuLaunchKernelEx",
         fn(*const CUlaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void), config, f, params, extra))
 });
 hook!(cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    launch(config_stream(config), true, || forward!("cuLaunchKernelEx_ptsz",
+    let (s, grid) = config_of(config);
+    launch(s, true, (f as usize, grid), || forward!("cuLaunchKernelEx_ptsz",
         fn(*const CUlaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void), config, f, params, extra))
 });
 hook!(cuLaunchCooperativeKernel(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                                 shmem: c_uint, s: CUstream, params: *mut *mut c_void) {
-    launch(s, false, || forward!("cuLaunchCooperativeKernel",
+    launch(s, false, (f as usize, [gx, gy, gz]), || forward!("cuLaunchCooperativeKernel",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params))
 });
 hook!(cuLaunchCooperativeKernel_ptsz(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                                      shmem: c_uint, s: CUstream, params: *mut *mut c_void) {
-    launch(s, true, || forward!("cuLaunchCooperativeKernel_ptsz",
+    launch(s, true, (f as usize, [gx, gy, gz]), || forward!("cuLaunchCooperativeKernel_ptsz",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params))
 });
