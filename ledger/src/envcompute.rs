@@ -45,7 +45,8 @@ impl EnvCompute {
         for (k, v) in vars {
             let ours = k == SM_LIMIT_VAR
                 || k == POLICY_VAR
-                || k.strip_prefix(SM_LIMIT_VAR).is_some_and(|r| r.starts_with('_'));
+                || k.strip_prefix(SM_LIMIT_VAR)
+                    .is_some_and(|r| r.starts_with('_'));
             if ours {
                 latest.insert(k, v);
             }
@@ -75,11 +76,7 @@ impl EnvCompute {
             }
             let pct = match v.parse::<u32>() {
                 Ok(p) if p <= 100 => p,
-                _ => {
-                    return Err(err(format!(
-                        "={value:?}: not a whole percent 0..=100"
-                    )))
-                }
+                _ => return Err(err(format!("={value:?}: not a whole percent 0..=100"))),
             };
             if var == SM_LIMIT_VAR {
                 out.global = Some(pct);

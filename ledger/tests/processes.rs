@@ -477,7 +477,9 @@ fn compute_bucket_is_shared_exactly(dir: &Path) {
             .unwrap()
     };
     let start = now();
-    ledger.compute().refill(start, vgpu_ledger::region::PPM, i64::MAX);
+    ledger
+        .compute()
+        .refill(start, vgpu_ledger::region::PPM, i64::MAX);
     let before = ledger.compute().snapshot();
     const CHARGES: u64 = 20_000;
     let children: Vec<Pid> = (0..4)
@@ -486,7 +488,8 @@ fn compute_bucket_is_shared_exactly(dir: &Path) {
             spawn(move || {
                 let l = Ledger::open(&path).unwrap();
                 for _ in 0..CHARGES {
-                    l.compute().refill(now(), vgpu_ledger::region::PPM, i64::MAX);
+                    l.compute()
+                        .refill(now(), vgpu_ledger::region::PPM, i64::MAX);
                     l.compute().charge(7);
                 }
                 0
@@ -494,13 +497,19 @@ fn compute_bucket_is_shared_exactly(dir: &Path) {
         })
         .collect();
     for c in children {
-        assert!(matches!(waitpid(c, None).unwrap(), WaitStatus::Exited(_, 0)));
+        assert!(matches!(
+            waitpid(c, None).unwrap(),
+            WaitStatus::Exited(_, 0)
+        ));
     }
     let after = ledger.compute().snapshot();
     assert_eq!(after.launches - before.launches, 4 * CHARGES);
     assert_eq!(after.charged_ns - before.charged_ns, 4 * CHARGES * 7);
     let earned = (after.refilled_at - before.refilled_at) as i64;
-    assert_eq!(after.tokens, before.tokens + earned - (4 * CHARGES * 7) as i64);
+    assert_eq!(
+        after.tokens,
+        before.tokens + earned - (4 * CHARGES * 7) as i64
+    );
 }
 
 fn main() {

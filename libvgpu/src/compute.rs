@@ -173,7 +173,9 @@ fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
         return Ok(None);
     };
     let path = env_ledger_path(prefix, &id.uuid);
-    let mode = LedgerMode::Env { dir: dir.as_deref() };
+    let mode = LedgerMode::Env {
+        dir: dir.as_deref(),
+    };
     match DeviceQuota::open_unattached(dev, &id.uuid, 0, &path, mode) {
         Ok(q) => {
             log::info(format_args!(
@@ -425,7 +427,11 @@ pub fn throttled(
 // ---- the driver calls ------------------------------------------------------------------------------------
 
 fn event_create(e: &mut CUevent) -> CUresult {
-    match real!(Lib::Cuda, "cuEventCreate", unsafe extern "C" fn(*mut CUevent, u32) -> CUresult) {
+    match real!(
+        Lib::Cuda,
+        "cuEventCreate",
+        unsafe extern "C" fn(*mut CUevent, u32) -> CUresult
+    ) {
         // SAFETY: a valid out-pointer; default flags (timing enabled).
         Some(f) => unsafe { f(e, CU_EVENT_DEFAULT) },
         None => CUDA_ERROR_NOT_FOUND,
@@ -433,7 +439,11 @@ fn event_create(e: &mut CUevent) -> CUresult {
 }
 
 fn event_record(e: CUevent, s: CUstream) -> CUresult {
-    match real!(Lib::Cuda, "cuEventRecord", unsafe extern "C" fn(CUevent, CUstream) -> CUresult) {
+    match real!(
+        Lib::Cuda,
+        "cuEventRecord",
+        unsafe extern "C" fn(CUevent, CUstream) -> CUresult
+    ) {
         // SAFETY: an event we created, the launch's own stream.
         Some(f) => unsafe { f(e, s) },
         None => CUDA_ERROR_NOT_FOUND,
@@ -442,7 +452,11 @@ fn event_record(e: CUevent, s: CUstream) -> CUresult {
 
 /// Whether `s` is capturing a graph (an error counts as capturing: nothing is recorded on it).
 fn capturing(s: CUstream) -> bool {
-    let Some(f) = real!(Lib::Cuda, "cuStreamIsCapturing", unsafe extern "C" fn(CUstream, *mut u32) -> CUresult) else {
+    let Some(f) = real!(
+        Lib::Cuda,
+        "cuStreamIsCapturing",
+        unsafe extern "C" fn(CUstream, *mut u32) -> CUresult
+    ) else {
         return false;
     };
     let mut status = 0u32;
@@ -452,7 +466,11 @@ fn capturing(s: CUstream) -> bool {
 }
 
 fn event_query(e: CUevent) -> CUresult {
-    match real!(Lib::Cuda, "cuEventQuery", unsafe extern "C" fn(CUevent) -> CUresult) {
+    match real!(
+        Lib::Cuda,
+        "cuEventQuery",
+        unsafe extern "C" fn(CUevent) -> CUresult
+    ) {
         // SAFETY: an event we created.
         Some(f) => unsafe { f(e) },
         None => CUDA_ERROR_NOT_FOUND,
@@ -460,11 +478,15 @@ fn event_query(e: CUevent) -> CUresult {
 }
 
 fn elapsed_ns(a: CUevent, b: CUevent) -> Option<u64> {
-    let f = real!(Lib::Cuda, "cuEventElapsedTime", unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult)?;
+    let f = real!(
+        Lib::Cuda,
+        "cuEventElapsedTime",
+        unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult
+    )?;
     let mut ms = 0f32;
     // SAFETY: a valid out-pointer and two completed events of ours.
     let r = unsafe { f(&mut ms, a, b) };
-    (r == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then(|| (ms as f64 * 1e6) as u64)
+    (r == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then_some((ms as f64 * 1e6) as u64)
 }
 
 #[cfg(test)]

@@ -142,7 +142,11 @@ mod tests {
     fn earned_is_share_of_wall_time() {
         assert_eq!(earned(1_000_000, 300_000), 300_000);
         assert_eq!(earned(1_000_000, PPM), 1_000_000);
-        assert_eq!(earned(1_000_000, 2 * PPM), 1_000_000, "a share is at most all");
+        assert_eq!(
+            earned(1_000_000, 2 * PPM),
+            1_000_000,
+            "a share is at most all"
+        );
         assert_eq!(earned(u64::MAX, PPM), i64::MAX);
     }
 

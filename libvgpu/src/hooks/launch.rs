@@ -1,6 +1,7 @@
 //! Kernel launches: every way work reaches the GPU through the driver API (`cuLaunchKernel`,
 //! `cuLaunchKernelEx`, cooperative launches, each also `_ptsz`; graph launches are in `graphs`) goes
 //! through `launch`, which forwards at once unless a compute share applies (`compute`).
+#![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_uint, c_void};
 
