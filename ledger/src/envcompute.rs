@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::envlimits::{parse_index, EnvLimitError, MAX_INDEX};
+use crate::envlimits::{gpu_of, EnvLimitError};
 
 /// The share for every GPU; `<SM_LIMIT_VAR>_<i>` is the share of the i-th.
 pub const SM_LIMIT_VAR: &str = "CUDA_DEVICE_SM_LIMIT";
@@ -78,19 +78,10 @@ impl EnvCompute {
                 Ok(p) if p <= 100 => p,
                 _ => return Err(err(format!("={value:?}: not a whole percent 0..=100"))),
             };
-            if var == SM_LIMIT_VAR {
-                out.global = Some(pct);
-                continue;
-            }
-            let idx = &var[SM_LIMIT_VAR.len() + 1..];
-            match parse_index(idx) {
+            match gpu_of(var, SM_LIMIT_VAR).map_err(err)? {
+                None => out.global = Some(pct),
                 Some(i) => {
                     out.per_index.insert(i, pct);
-                }
-                None => {
-                    return Err(err(format!(
-                        ": {idx:?} is not a GPU index (expected {SM_LIMIT_VAR}_<0..{MAX_INDEX}>)"
-                    )))
                 }
             }
         }
