@@ -41,6 +41,21 @@ pub fn parse_index(s: &str) -> Option<u32> {
     s.parse::<u32>().ok().filter(|&i| i <= MAX_INDEX)
 }
 
+/// Which GPU a variable `base` or `base_<i>` names: None for `base` itself (every GPU), `Some(i)` for
+/// `base_<i>`; an `<i>` that is no index is an error (the text after the variable's name).
+pub fn gpu_of(var: &str, base: &str) -> Result<Option<u32>, String> {
+    if var == base {
+        return Ok(None);
+    }
+    let idx = var
+        .strip_prefix(base)
+        .and_then(|r| r.strip_prefix('_'))
+        .unwrap_or(var);
+    parse_index(idx)
+        .map(Some)
+        .ok_or_else(|| format!(": {idx:?} is not a GPU index (expected {base}_<0..{MAX_INDEX}>)"))
+}
+
 /// One limit variable that was set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvLimit {
@@ -105,19 +120,10 @@ impl EnvLimits {
                 var: var.to_string(),
                 bytes,
             };
-            if var == LIMIT_VAR {
-                out.global = Some(limit);
-                continue;
-            }
-            let idx = &var[LIMIT_VAR.len() + 1..];
-            match parse_index(idx) {
+            match gpu_of(var, LIMIT_VAR).map_err(err)? {
+                None => out.global = Some(limit),
                 Some(i) => {
                     out.per_index.insert(i, limit);
-                }
-                None => {
-                    return Err(err(format!(
-                        ": {idx:?} is not a GPU index (expected {LIMIT_VAR}_<0..{MAX_INDEX}>)"
-                    )))
                 }
             }
         }

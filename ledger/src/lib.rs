@@ -7,6 +7,7 @@
 //! * [`layout`]: where the state lives on the host and inside the container.
 //! * [`walk`]: the walk over the state root's container folders.
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
+//! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `GPU_CORE_UTILIZATION_POLICY`).
 //! * [`quantity`]: "4Gi" ⇄ bytes.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking).
@@ -17,6 +18,7 @@
 #![allow(clippy::manual_is_multiple_of)]
 
 pub mod atomic;
+pub mod envcompute;
 pub mod envlimits;
 pub mod hostfile;
 pub mod layout;

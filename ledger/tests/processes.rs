@@ -467,6 +467,51 @@ fn non_root_tenant_can_charge(dir: &Path) -> bool {
     true
 }
 
+/// Four processes refill and charge one compute bucket at once: no interval is earned twice and no
+/// charge is lost (at a 100% share every earned nanosecond is exact, so the sum must balance).
+fn compute_bucket_is_shared_exactly(dir: &Path) {
+    let (path, ledger) = fresh(dir, "compute");
+    let now = || {
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+            .unwrap()
+    };
+    let start = now();
+    ledger
+        .compute()
+        .refill(start, vgpu_ledger::region::PPM, i64::MAX);
+    let before = ledger.compute().snapshot();
+    const CHARGES: u64 = 20_000;
+    let children: Vec<Pid> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            spawn(move || {
+                let l = Ledger::open(&path).unwrap();
+                for _ in 0..CHARGES {
+                    l.compute()
+                        .refill(now(), vgpu_ledger::region::PPM, i64::MAX);
+                    l.compute().charge(7);
+                }
+                0
+            })
+        })
+        .collect();
+    for c in children {
+        assert!(matches!(
+            waitpid(c, None).unwrap(),
+            WaitStatus::Exited(_, 0)
+        ));
+    }
+    let after = ledger.compute().snapshot();
+    assert_eq!(after.launches - before.launches, 4 * CHARGES);
+    assert_eq!(after.charged_ns - before.charged_ns, 4 * CHARGES * 7);
+    let earned = (after.refilled_at - before.refilled_at) as i64;
+    assert_eq!(
+        after.tokens,
+        before.tokens + earned - (4 * CHARGES * 7) as i64
+    );
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -491,6 +536,9 @@ fn main() {
     exec_releases_the_slot(dir.path());
     passed += 1;
     println!("processes: exec releases the slot ... ok");
+    compute_bucket_is_shared_exactly(dir.path());
+    passed += 1;
+    println!("processes: four processes share one compute bucket exactly ... ok");
     closed_descriptors_keep_the_slot(dir.path());
     passed += 1;
     println!(

@@ -21,6 +21,8 @@ macro_rules! hooked_symbols {
                 cuMemCreate cuMemRelease cuMemRetainAllocationHandle cuMemMap cuMemUnmap
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
+                cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
+                cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz
                 cuGraphLaunch cuGraphLaunch_ptsz cuGraphUpload cuGraphUpload_ptsz
                 cuGraphExecDestroy cuGraphAddMemAllocNode cuGraphDestroy cuDeviceGraphMemTrim
                 cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2 cuCtxSetLimit

@@ -7,6 +7,7 @@ use crate::error::Error;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use vgpu_ledger::envcompute;
 use vgpu_ledger::envlimits::{self, EnvLimits};
 use vgpu_ledger::limits::Limits;
 
@@ -86,7 +87,11 @@ impl Config {
         let env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| {
-                k.starts_with("CUDA_DEVICE_MEMORY_") || k == ENV_LIMITS_FILE || k == ENV_XDG
+                k.starts_with("CUDA_DEVICE_MEMORY_")
+                    || k.starts_with(envcompute::SM_LIMIT_VAR)
+                    || k == envcompute::POLICY_VAR
+                    || k == ENV_LIMITS_FILE
+                    || k == ENV_XDG
             })
             .collect();
         Self::from_env(&env, Path::new(vgpu_ledger::layout::CONTAINER_LIMITS_PATH))
@@ -121,6 +126,9 @@ impl Config {
         }
         // The grammar is the hook's too (vgpu_ledger::envlimits): 0 or empty is no limit for those GPUs.
         let limits = EnvLimits::parse(env).map_err(|e| Error::Config(e.to_string()))?;
+        // The compute share's variables are read by `compute`; a malformed one refuses CUDA like a
+        // malformed memory limit.
+        envcompute::EnvCompute::parse(env).map_err(|e| Error::Config(e.to_string()))?;
         if limits.is_unlimited() {
             return Ok(Config::Unlimited);
         }
@@ -130,16 +138,7 @@ impl Config {
             .iter()
             .map(|(&i, l)| (i, l.bytes))
             .collect();
-        // Never a folder every user shares: one user could truncate another's ledger (SIGBUS) or share
-        // its quota.
-        let (prefix, dir) = match get(ENV_CACHE) {
-            Some(p) if !p.is_empty() => (p.to_string(), None),
-            _ => {
-                let dir = user_dir(get(ENV_XDG));
-                let prefix = dir.join(CACHE_NAME).to_string_lossy().into_owned();
-                (prefix, Some(dir))
-            }
-        };
+        let (prefix, dir) = env_prefix(env);
         Ok(Config::Env {
             global,
             per_index,
@@ -213,6 +212,21 @@ impl Config {
             },
             Config::File { mounted: true, .. } => LedgerMode::Provisioned,
             _ => LedgerMode::File,
+        }
+    }
+}
+
+/// The environment mode's ledger prefix and, without CUDA_DEVICE_MEMORY_SHARED_CACHE, the per-user folder
+/// it lies in. Never a folder every user shares: one user could truncate another's ledger (SIGBUS) or
+/// share its quota.
+pub fn env_prefix(env: &[(String, String)]) -> (String, Option<PathBuf>) {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    match get(ENV_CACHE) {
+        Some(p) if !p.is_empty() => (p.to_string(), None),
+        _ => {
+            let dir = user_dir(get(ENV_XDG));
+            let prefix = dir.join(CACHE_NAME).to_string_lossy().into_owned();
+            (prefix, Some(dir))
         }
     }
 }

@@ -137,3 +137,16 @@ pub struct nvmlMemory_v2_t {
 }
 
 pub type CStr = *const c_char;
+
+/// `CUlaunchConfig` (cuLaunchKernelEx): grid, block, shared memory, stream, attributes.
+#[repr(C)]
+pub struct CUlaunchConfig {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub h_stream: CUstream,
+    pub attrs: *mut c_void,
+    pub num_attrs: c_uint,
+}
+
+const _: () = assert!(std::mem::offset_of!(CUlaunchConfig, h_stream) == 32);

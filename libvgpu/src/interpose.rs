@@ -154,13 +154,32 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     )
 }
 
-/// After the real cuGetProcAddress: swap a hooked driver function for our hook.
+/// The hooks that only serve the compute share (kernel launches; graph launches also keep the memory
+/// quota's books, so they are not among them).
+fn launch_only(hook: usize) -> bool {
+    use crate::hooks::*;
+    [
+        cuLaunchKernel as *const () as usize,
+        cuLaunchKernel_ptsz as *const () as usize,
+        cuLaunchKernelEx as *const () as usize,
+        cuLaunchKernelEx_ptsz as *const () as usize,
+        cuLaunchCooperativeKernel as *const () as usize,
+        cuLaunchCooperativeKernel_ptsz as *const () as usize,
+    ]
+    .contains(&hook)
+}
+
+/// After the real cuGetProcAddress: swap a hooked driver function for our hook. A process with no compute
+/// share gets the driver's own launch functions: its launches cost exactly what they cost without us.
 fn swap_proc(r: CUresult, pfn: *mut *mut c_void) -> CUresult {
     if r == CUDA_SUCCESS && !pfn.is_null() {
         // SAFETY: non-null out-pointer the driver just wrote.
         unsafe {
             if !(*pfn).is_null() {
-                *pfn = map_proc(*pfn as usize) as *mut c_void;
+                let hook = map_proc(*pfn as usize);
+                if !(launch_only(hook) && crate::compute::off()) {
+                    *pfn = hook as *mut c_void;
+                }
             }
         }
     }

@@ -5,13 +5,15 @@
 //! Nothing runs at load time: the library only exports hook symbols and initialises on the first hooked
 //! call. Layers, each importing only those below it:
 //! - `interpose` (dlsym routing, cuGetProcAddress) and `hooks` (one module per allocation family);
-//! - `driver` (the seam the policies call the driver through), `settings` and `lifecycle` (configuration
+//! - `compute` (the compute share: launches held back and measured against the container's bucket),
+//!   `driver` (the seam the policies call the driver through), `settings` and `lifecycle` (configuration
 //!   and process life), `devices` (which quota governs a device), `quota` (one GPU's ledger and slot),
 //!   `records` (what this process charged), `identity` (a device's UUID, MIG parent and NVML index),
 //!   `userfiles` (the environment mode's per-user folder and which of its files may be used);
 //! - leaves: `config` (parsing), `virt` (arithmetic of the view), `real` (the real symbols), `error`,
 //!   `guard` (panics and exit), `log`, `ffi`.
 
+pub mod compute;
 pub mod config;
 mod devices;
 mod driver;

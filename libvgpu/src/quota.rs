@@ -139,6 +139,11 @@ impl DeviceQuota {
         }
     }
 
+    /// The container's ledger (the compute share keeps its bucket there).
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
     pub fn ledger_path(&self) -> &Path {
         &self.ledger_path
     }

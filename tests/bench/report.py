@@ -83,8 +83,11 @@ def per_call_table(rows):
             target, ok = "(none)", None
         out.append(f"| {label} | {fmt(b, ' ns')} | {fmt(v, ' ns')} | {fmt(added, ' ns')} | "
                    f"{ratio:.2f}x | {fmt(nl, ' ns')} | {target} | {verdict(ok)} |")
+        sm = rounds_of(rows, bench, "vgpu-sm50", "ns_median")
         notes.append(f"- {bench}: bare rounds {spread(bare)}; with libvgpu {spread(vgpu)}"
-                     + (f"; no quota {spread(nolim)}" if nolim else "") + " (ns, median of each run)")
+                     + (f"; no quota {spread(nolim)}" if nolim else "")
+                     + (f"; under a 50% compute share (two events per launch) {spread(sm)}" if sm else "")
+                     + " (ns, median of each run)")
     return out, notes
 
 

@@ -77,6 +77,9 @@ vgpu_env=(env "${common_env[@]}" LD_PRELOAD="$libvgpu" CUDA_DEVICE_MEMORY_LIMIT=
           CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger")
 nolimit_env=(env -u CUDA_DEVICE_MEMORY_LIMIT "${common_env[@]}" LD_PRELOAD="$libvgpu"
              CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger-nolimit")
+# The launch under a compute share (the throttled path: two events recorded per launch; the fake's kernels
+# take no time, so nothing is held back).
+sm_env=(env "${vgpu_env[@]:1}" CUDA_DEVICE_SM_LIMIT=50)
 
 raw=$out/raw.jsonl
 : >"$raw"
@@ -101,6 +104,7 @@ for part in pair meminfo launch; do
         run bare "$r" "${bare_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
         run vgpu "$r" "${vgpu_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
         run vgpu-nolimit "$r" "${nolimit_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
+        [ $part = launch ] && run vgpu-sm50 "$r" "${sm_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
     done
 done
 

@@ -22,6 +22,7 @@
 /* Every driver function the client uses: (name as cuda.h spells it, name cuGetProcAddress knows). */
 #define API(X)                                                                     \
     X(cuInit, "cuInit")                                                            \
+    X(cuGraphAddEmptyNode, "cuGraphAddEmptyNode")                                  \
     X(cuDriverGetVersion, "cuDriverGetVersion")                                    \
     X(cuGetErrorName, "cuGetErrorName")                                            \
     X(cuDeviceGet, "cuDeviceGet")                                                  \
@@ -528,6 +529,35 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         for (; rc == CUDA_SUCCESS && k < n; k++) rc = CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
         if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
         printf(" launched=%ld ns_per_launch=%.0f", k, k ? (now() - t0) * 1e9 / k : 0.0);
+    } else if (!strcmp(op, "work") || !strcmp(op, "graph-work")) {
+        /* work SECONDS: launch kernels for SECONDS of wall time, synchronising every 16 launches (a
+         * saturating loop that never queues far ahead); graph-work SECONDS NODES: the same with a graph of
+         * NODES empty nodes (each one kernel's time in the fake). Prints launches and seconds taken. */
+        int g = op[0] == 'g';
+        double secs = atof(ARG(1));
+        int nodes = g ? atoi(ARG(2)) : 1; used = g ? 3 : 2;
+        CUgraph gr = NULL;
+        CUgraphExec ex = NULL;
+        CUgraphNode prev = NULL, node = NULL;
+        rc = need_stream();
+        if (rc == CUDA_SUCCESS && !g && !kernel) rc = CUDA_ERROR_INVALID_HANDLE;
+        if (rc == CUDA_SUCCESS && g) rc = CALL(cuGraphCreate, &gr, 0);
+        for (int i = 0; g && rc == CUDA_SUCCESS && i < nodes; i++) {
+            rc = CALL(cuGraphAddEmptyNode, &node, gr, prev ? &prev : NULL, prev ? 1 : 0);
+            prev = node;
+        }
+        if (rc == CUDA_SUCCESS && g) rc = CALL(cuGraphInstantiateWithFlags, &ex, gr, 0);
+        double t0 = now();
+        long k = 0;
+        while (rc == CUDA_SUCCESS && now() - t0 < secs) {
+            rc = g ? CALL(cuGraphLaunch, ex, stream)
+                   : CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
+            if (rc == CUDA_SUCCESS && ++k % 16 == 0) rc = CALL(cuStreamSynchronize, stream);
+        }
+        if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
+        printf(" launched=%ld seconds=%.3f", k, now() - t0);
+        if (ex) CALL(cuGraphExecDestroy, ex);
+        if (gr) CALL(cuGraphDestroy, gr);
     } else if (!strcmp(op, "free-last")) {
         if (nheld == 0) rc = CUDA_ERROR_INVALID_VALUE;
         else {

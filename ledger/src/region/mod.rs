@@ -15,6 +15,7 @@
 //! | `shared` | `Shared`: the mapping and file behind a `Ledger` and its `Slot`s, typed access |
 //! | `ledger` | `Ledger`: create, open, validate the header; path, uuid, provisioned limit     |
 //! | `commit` | charge and refund: the commit word and the "help" protocol                     |
+//! | `compute`| the compute share's token bucket of GPU time (header `COMPUTE_AREA`)           |
 //! | `slot`   | `Slot`: attach, detach, reclaim of dead owners                                 |
 //! | `lock`   | the OFD lock calls behind slot liveness and the measurement lock               |
 //! | `measure`| `MeasureLock`: serialises measurements, a lock on the header's bytes            |
@@ -25,6 +26,7 @@
 //! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
 
 mod commit;
+mod compute;
 mod error;
 mod fd;
 mod format;
@@ -39,6 +41,7 @@ mod slot;
 mod stats;
 mod view;
 
+pub use compute::{earned, refilled, ComputeArea, ComputeSnapshot, PPM};
 pub use error::{LedgerError, Refused};
 pub use format::{
     FILE_SIZE, FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,

@@ -310,11 +310,12 @@ hook!(cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, 
     instantiate_with_params(exec, graph, params, || forward!("cuGraphInstantiateWithParams_ptsz", fn(*mut CUgraphExec, CUgraph, *mut c_void), exec, graph, params))
 });
 
+// A graph launch is work like a kernel's: under the compute share it costs its measured replay time.
 hook!(cuGraphLaunch(exec: CUgraphExec, s: CUstream) {
-    engine().graph_run(exec as usize, || forward!("cuGraphLaunch", fn(CUgraphExec, CUstream), exec, s))
+    super::launch::launch(s, false, (exec as usize, [0; 3]), || engine().graph_run(exec as usize, || forward!("cuGraphLaunch", fn(CUgraphExec, CUstream), exec, s)))
 });
 hook!(cuGraphLaunch_ptsz(exec: CUgraphExec, s: CUstream) {
-    engine().graph_run(exec as usize, || forward!("cuGraphLaunch_ptsz", fn(CUgraphExec, CUstream), exec, s))
+    super::launch::launch(s, true, (exec as usize, [0; 3]), || engine().graph_run(exec as usize, || forward!("cuGraphLaunch_ptsz", fn(CUgraphExec, CUstream), exec, s)))
 });
 hook!(cuGraphUpload(exec: CUgraphExec, s: CUstream) {
     engine().graph_run(exec as usize, || forward!("cuGraphUpload", fn(CUgraphExec, CUstream), exec, s))

@@ -126,6 +126,7 @@ fn cuCtxGetApiVersion(ctx: Handle, v: *mut c_uint) {
 fn cuCtxSynchronize() {
     let d = drv()?;
     let (_, _, phys) = current(d)?;
+    crate::timeline::drain();
     release_pools(d, &mut lock(&d.objs), phys);
     Ok(())
 }
@@ -205,6 +206,8 @@ fn cuStreamDestroy_v2(s: Handle) {
 
 fn cuStreamSynchronize(s: Handle) {
     let d = drv()?;
+    stream_phys(d, &lock(&d.objs), s)?;
+    crate::timeline::drain();
     let mut objs = lock(&d.objs);
     let phys = stream_phys(d, &objs, s)?;
     release_pools(d, &mut objs, phys);
@@ -221,35 +224,45 @@ fn cuEventCreate(pe: *mut Handle, _flags: c_uint) {
     if pe.is_null() { return Err(INVALID_VALUE); }
     current(d)?;
     let h = new_handle();
-    lock(&d.objs).events.insert(h, ());
+    lock(&d.objs).events.insert(h, 0);
     out(pe, h)
 }
 
 fn cuEventDestroy_v2(e: Handle) {
     let d = drv()?;
-    lock(&d.objs).events.remove(&e).ok_or(INVALID_HANDLE)
+    lock(&d.objs).events.remove(&e).map(|_| ()).ok_or(INVALID_HANDLE)
 }
 
-fn cuEventRecord(e: Handle, _s: Handle) {
+fn cuEventRecord(e: Handle, s: Handle) {
     let d = drv()?;
-    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+    let mut objs = lock(&d.objs);
+    stream_phys(d, &objs, s)?;
+    let stamp = objs.events.get_mut(&e).ok_or(INVALID_HANDLE)?;
+    *stamp = crate::timeline::stamp();
+    Ok(())
 }
 
 fn cuEventSynchronize(e: Handle) {
     let d = drv()?;
-    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+    let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
+    crate::timeline::wait_for(stamp);
+    Ok(())
 }
 
 fn cuEventQuery(e: Handle) {
     let d = drv()?;
-    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+    let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
+    if crate::timeline::done(stamp) { Ok(()) } else { Err(NOT_READY) }
 }
 
 fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
     let d = drv()?;
     let objs = lock(&d.objs);
-    if !objs.events.contains_key(&a) || !objs.events.contains_key(&b) { return Err(INVALID_HANDLE); }
-    out(ms, 0.0)
+    let (Some(&ta), Some(&tb)) = (objs.events.get(&a), objs.events.get(&b)) else { return Err(INVALID_HANDLE) };
+    // As the driver: both must have been recorded, and be complete.
+    if ta == 0 || tb == 0 { return Err(INVALID_HANDLE); }
+    if !crate::timeline::done(ta) || !crate::timeline::done(tb) { return Err(NOT_READY); }
+    out(ms, (tb as f64 - ta as f64) as f32 / 1e6)
 }
 
 fn cuCtxGetLimit(v: *mut usize, limit: c_int) {
@@ -308,7 +321,7 @@ fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, peer: CUdevice) {
 
 fn cuStreamWaitEvent(_s: Handle, e: Handle, _flags: c_uint) {
     let d = drv()?;
-    lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)
+    lock(&d.objs).events.get(&e).map(|_| ()).ok_or(INVALID_HANDLE)
 }
 }
 

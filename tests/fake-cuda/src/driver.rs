@@ -99,7 +99,8 @@ pub struct Objs {
     pub ctxs: HashMap<Handle, Ctx>,
     pub primary: Vec<Primary>,
     pub streams: HashMap<Handle, Stream>,
-    pub events: HashMap<Handle, ()>,
+    /// Each event's stamp (`timeline`); 0 until recorded.
+    pub events: HashMap<Handle, u64>,
     pub pools: HashMap<Handle, Pool>,
     /// Pools destroyed while allocations from them were live: the driver keeps their memory until the
     /// last of those allocations is freed (cuMemPoolDestroy's documented behaviour).

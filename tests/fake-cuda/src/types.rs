@@ -17,6 +17,7 @@ pub const INVALID_CONTEXT: CUresult = 201;
 pub const FILE_NOT_FOUND: CUresult = 301;
 pub const INVALID_HANDLE: CUresult = 400;
 pub const NOT_FOUND: CUresult = 500;
+pub const NOT_READY: CUresult = 600;
 pub const NOT_SUPPORTED: CUresult = 801;
 pub const UNKNOWN: CUresult = 999;
 

@@ -1,0 +1,178 @@
+//! The compute-share environment grammar (HAMi-core's): `CUDA_DEVICE_SM_LIMIT[_<i>]` and
+//! `GPU_CORE_UTILIZATION_POLICY`, for the library (and the hook). Not here: how a share is enforced.
+//!
+//! - a limit is a whole percent `0..=100`, surrounding whitespace ignored; empty = not set;
+//! - `0` or `100` is no limit for the GPUs the variable covers (HAMi-core reads 0 so; 100 throttles nothing);
+//! - `CUDA_DEVICE_SM_LIMIT_<i>` is GPU `i` (the same indices as `CUDA_DEVICE_MEMORY_LIMIT_<i>`) and wins
+//!   over `CUDA_DEVICE_SM_LIMIT`;
+//! - `GPU_CORE_UTILIZATION_POLICY`: `force` (hard cap), `disable` (no throttling at all), or
+//!   empty/`default`; case-insensitive.
+//!
+//! A malformed value is an error of one line naming the variable.
+
+use std::collections::BTreeMap;
+
+use crate::envlimits::{gpu_of, EnvLimitError};
+
+/// The share for every GPU; `<SM_LIMIT_VAR>_<i>` is the share of the i-th.
+pub const SM_LIMIT_VAR: &str = "CUDA_DEVICE_SM_LIMIT";
+pub const POLICY_VAR: &str = "GPU_CORE_UTILIZATION_POLICY";
+
+/// How a share is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// HAMi-core's default. Here the same hard cap as `Force`: lending idle time needs to know the GPU is
+    /// idle without trusting other tenants' files, which a process cannot (docs/libvgpu.md).
+    #[default]
+    Default,
+    /// A hard cap.
+    Force,
+    /// Shares are not enforced.
+    Disable,
+}
+
+/// The shares the environment asks for, in percent (0 = no limit).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvCompute {
+    pub global: Option<u32>,
+    pub per_index: BTreeMap<u32, u32>,
+    pub policy: Policy,
+}
+
+impl EnvCompute {
+    pub fn parse(vars: &[(String, String)]) -> Result<EnvCompute, EnvLimitError> {
+        let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in vars {
+            let ours = k == SM_LIMIT_VAR
+                || k == POLICY_VAR
+                || k.strip_prefix(SM_LIMIT_VAR)
+                    .is_some_and(|r| r.starts_with('_'));
+            if ours {
+                latest.insert(k, v);
+            }
+        }
+        let mut out = EnvCompute::default();
+        for (var, value) in latest {
+            let v = value.trim();
+            if v.is_empty() {
+                continue;
+            }
+            let err = |problem: String| EnvLimitError {
+                var: var.to_string(),
+                problem,
+            };
+            if var == POLICY_VAR {
+                out.policy = match v.to_ascii_lowercase().as_str() {
+                    "default" => Policy::Default,
+                    "force" => Policy::Force,
+                    "disable" => Policy::Disable,
+                    _ => {
+                        return Err(err(format!(
+                            "={value:?}: expected force, disable or default"
+                        )))
+                    }
+                };
+                continue;
+            }
+            let pct = match v.parse::<u32>() {
+                Ok(p) if p <= 100 => p,
+                _ => return Err(err(format!("={value:?}: not a whole percent 0..=100"))),
+            };
+            match gpu_of(var, SM_LIMIT_VAR).map_err(err)? {
+                None => out.global = Some(pct),
+                Some(i) => {
+                    out.per_index.insert(i, pct);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The share of GPU `i` in percent, 1..=99, or None when it is not throttled.
+    pub fn share_for(&self, i: Option<u32>) -> Option<u32> {
+        if self.policy == Policy::Disable {
+            return None;
+        }
+        let pct = i
+            .and_then(|i| self.per_index.get(&i).copied())
+            .or(self.global)?;
+        (1..100).contains(&pct).then_some(pct)
+    }
+
+    /// True when no GPU is throttled.
+    pub fn is_unlimited(&self) -> bool {
+        self.policy == Policy::Disable
+            || self
+                .global
+                .iter()
+                .chain(self.per_index.values())
+                .all(|&p| p == 0 || p >= 100)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn shares_per_gpu_override_the_global_one() {
+        let c = EnvCompute::parse(&env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "0"),
+            ("CUDA_DEVICE_SM_LIMIT_2", " 70 "),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+        ]))
+        .unwrap();
+        assert_eq!(c.share_for(Some(0)), Some(30));
+        assert_eq!(c.share_for(Some(1)), None, "0 is no limit");
+        assert_eq!(c.share_for(Some(2)), Some(70));
+        assert_eq!(c.share_for(None), Some(30));
+        assert!(!c.is_unlimited());
+    }
+
+    #[test]
+    fn nothing_zero_or_full_is_unlimited() {
+        assert!(EnvCompute::parse(&[]).unwrap().is_unlimited());
+        let c = EnvCompute::parse(&env(&[("CUDA_DEVICE_SM_LIMIT", "100")])).unwrap();
+        assert!(c.is_unlimited());
+        assert_eq!(c.share_for(Some(0)), None);
+        let c = EnvCompute::parse(&env(&[("CUDA_DEVICE_SM_LIMIT", "")])).unwrap();
+        assert!(c.is_unlimited());
+    }
+
+    #[test]
+    fn policy_disable_switches_every_share_off() {
+        let c = EnvCompute::parse(&env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "DISABLE"),
+        ]))
+        .unwrap();
+        assert_eq!(c.policy, Policy::Disable);
+        assert!(c.is_unlimited());
+        assert_eq!(c.share_for(Some(0)), None);
+        let c = EnvCompute::parse(&env(&[("GPU_CORE_UTILIZATION_POLICY", "force")])).unwrap();
+        assert_eq!(c.policy, Policy::Force);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            ("CUDA_DEVICE_SM_LIMIT", "101"),
+            ("CUDA_DEVICE_SM_LIMIT", "30%"),
+            ("CUDA_DEVICE_SM_LIMIT", "-1"),
+            ("CUDA_DEVICE_SM_LIMIT_x", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "sometimes"),
+        ] {
+            let e = EnvCompute::parse(&env(&[(k, v)])).unwrap_err().to_string();
+            assert!(e.starts_with(k), "{e}");
+            assert!(!e.contains('\n'));
+        }
+    }
+}

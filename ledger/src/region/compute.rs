@@ -1,0 +1,190 @@
+//! The compute share's shared state: a token bucket of GPU-nanoseconds in the header's `COMPUTE_AREA`,
+//! shared by every process of the container and changed lock-free (atomic add, CAS), like the memory
+//! counters. Not here: measuring launches or holding a thread back (the library's `compute` module).
+//!
+//! The bucket holds `tokens` GPU-nanoseconds (negative = debt). It is refilled lazily by whoever launches:
+//! the caller that moves `refilled_at` forward by a CAS adds `share × elapsed wall time`, capped at the
+//! bucket's capacity, so concurrent refills never add the same interval twice. Launches are charged the
+//! GPU time they were measured to take (`charge`), after the fact; a thread waits while the bucket is in
+//! debt. A fresh file is all zeros: no credit, last refill "at boot", so the first refill fills at most
+//! to the capacity.
+
+use portable_atomic::{AtomicI64, AtomicU64};
+use std::mem::{offset_of, size_of};
+use std::sync::atomic::Ordering::SeqCst;
+
+use super::format::COMPUTE_AREA;
+use super::ledger::Ledger;
+
+/// The bytes of `COMPUTE_AREA`, reached only as atomics through the mapping.
+#[repr(C, align(64))]
+pub struct ComputeArea {
+    /// GPU-nanoseconds the container may still use; negative while in debt.
+    pub tokens: AtomicI64,
+    /// CLOCK_MONOTONIC nanoseconds up to which the bucket was refilled.
+    pub refilled_at: AtomicU64,
+    /// GPU-nanoseconds charged since the ledger was made (monotonic; what monitors read).
+    pub charged_ns: AtomicU64,
+    /// Nanoseconds launching threads were held back, summed over threads (monotonic).
+    pub held_ns: AtomicU64,
+    /// Launches measured and charged (monotonic).
+    pub launches: AtomicU64,
+    pub _reserved: [u8; 24],
+}
+
+const _: () = {
+    assert!(size_of::<ComputeArea>() == COMPUTE_AREA.1);
+    assert!(offset_of!(ComputeArea, tokens) == 0);
+    assert!(offset_of!(ComputeArea, refilled_at) == 8);
+    assert!(offset_of!(ComputeArea, charged_ns) == 16);
+    assert!(offset_of!(ComputeArea, held_ns) == 24);
+    assert!(offset_of!(ComputeArea, launches) == 32);
+};
+
+/// A share in parts per million of the GPU's time (1_000_000 = all of it).
+pub const PPM: u64 = 1_000_000;
+
+/// GPU-nanoseconds earned over `dt_ns` of wall time at `share_ppm`.
+pub fn earned(dt_ns: u64, share_ppm: u64) -> i64 {
+    ((dt_ns as u128 * share_ppm.min(PPM) as u128) / PPM as u128).min(i64::MAX as u128) as i64
+}
+
+/// The bucket after adding `add` to `tokens`, capped at `cap` (a bucket already above the cap keeps its
+/// level: the cap limits refills, it never takes credit away).
+pub fn refilled(tokens: i64, add: i64, cap: i64) -> i64 {
+    if tokens >= cap {
+        return tokens;
+    }
+    tokens.saturating_add(add).min(cap)
+}
+
+/// What the bucket holds right now, read without changing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ComputeSnapshot {
+    pub tokens: i64,
+    pub refilled_at: u64,
+    pub charged_ns: u64,
+    pub held_ns: u64,
+    pub launches: u64,
+}
+
+impl ComputeArea {
+    /// Refills for the wall time since the last refill (`now_ns`, CLOCK_MONOTONIC). Only the caller whose
+    /// CAS moves `refilled_at` adds that interval; the others see it done. Returns the tokens after.
+    pub fn refill(&self, now_ns: u64, share_ppm: u64, cap: i64) -> i64 {
+        let last = self.refilled_at.load(SeqCst);
+        if now_ns > last
+            && self
+                .refilled_at
+                .compare_exchange(last, now_ns, SeqCst, SeqCst)
+                .is_ok()
+        {
+            let add = earned(now_ns - last, share_ppm);
+            let mut cur = self.tokens.load(SeqCst);
+            loop {
+                let new = refilled(cur, add, cap);
+                match self.tokens.compare_exchange_weak(cur, new, SeqCst, SeqCst) {
+                    Ok(_) => return new,
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
+        self.tokens.load(SeqCst)
+    }
+
+    /// Charges GPU time a launch took. Returns the tokens after.
+    pub fn charge(&self, gpu_ns: u64) -> i64 {
+        let ns = gpu_ns.min(i64::MAX as u64) as i64;
+        self.charged_ns.fetch_add(gpu_ns, SeqCst);
+        self.launches.fetch_add(1, SeqCst);
+        self.tokens.fetch_sub(ns, SeqCst).saturating_sub(ns)
+    }
+
+    /// Records time a thread was held back.
+    pub fn held(&self, ns: u64) {
+        self.held_ns.fetch_add(ns, SeqCst);
+    }
+
+    pub fn tokens(&self) -> i64 {
+        self.tokens.load(SeqCst)
+    }
+
+    pub fn snapshot(&self) -> ComputeSnapshot {
+        ComputeSnapshot {
+            tokens: self.tokens.load(SeqCst),
+            refilled_at: self.refilled_at.load(SeqCst),
+            charged_ns: self.charged_ns.load(SeqCst),
+            held_ns: self.held_ns.load(SeqCst),
+            launches: self.launches.load(SeqCst),
+        }
+    }
+}
+
+impl Ledger {
+    /// The container's compute bucket in this ledger (plain 64-bit atomics: loads work on a read-only
+    /// mapping; only a writable one may refill or charge).
+    pub fn compute(&self) -> &ComputeArea {
+        self.shared.at(COMPUTE_AREA.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn zeroed() -> ComputeArea {
+        // SAFETY: ComputeArea is integers and atomics only; all zeros is a valid (fresh file's) value.
+        unsafe { std::mem::zeroed() }
+    }
+
+    #[test]
+    fn earned_is_share_of_wall_time() {
+        assert_eq!(earned(1_000_000, 300_000), 300_000);
+        assert_eq!(earned(1_000_000, PPM), 1_000_000);
+        assert_eq!(
+            earned(1_000_000, 2 * PPM),
+            1_000_000,
+            "a share is at most all"
+        );
+        assert_eq!(earned(u64::MAX, PPM), i64::MAX);
+    }
+
+    #[test]
+    fn refill_caps_and_never_takes_credit_away() {
+        assert_eq!(refilled(-500, 200, 1000), -300);
+        assert_eq!(refilled(900, 200, 1000), 1000);
+        assert_eq!(refilled(1500, 200, 1000), 1500);
+        assert_eq!(refilled(i64::MIN, i64::MAX, 10), -1);
+    }
+
+    proptest! {
+        /// However the wall time is cut into refills, the bucket earns the same (below the cap).
+        #[test]
+        fn refills_add_each_interval_once(cuts in proptest::collection::vec(1u64..10_000_000, 1..40),
+                                          share in 1u64..=PPM) {
+            let area = zeroed();
+            area.refilled_at.store(1, SeqCst);
+            let mut now = 1;
+            let mut expect: i64 = 0;
+            for c in cuts {
+                now += c;
+                expect += earned(c, share);
+                area.refill(now, share, i64::MAX);
+                // a second refill at the same instant adds nothing
+                area.refill(now, share, i64::MAX);
+            }
+            prop_assert_eq!(area.tokens(), expect);
+        }
+
+        #[test]
+        fn charges_subtract_exactly(charges in proptest::collection::vec(0u64..1_000_000_000, 0..50)) {
+            let area = zeroed();
+            for &c in &charges { area.charge(c); }
+            let sum: u64 = charges.iter().sum();
+            prop_assert_eq!(area.tokens(), -(sum as i64));
+            prop_assert_eq!(area.snapshot().charged_ns, sum);
+            prop_assert_eq!(area.snapshot().launches, charges.len() as u64);
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! The compute share (`CUDA_DEVICE_SM_LIMIT`): every launch waits while the container's bucket of GPU time
+//! is in debt, and is charged afterwards the GPU time it was measured to take. The bucket is shared by the
+//! container's processes in its ledger (`vgpu_ledger::region::ComputeArea`); which launches reach here is
+//! `hooks::launch`'s. docs/libvgpu.md, "Compute share", has the design and its precision.
+//!
+//! Measuring: two CUDA events recorded around each launch on its stream; their elapsed time is read later
+//! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync). Until
+//! then the launch counts against the bucket with an estimate (the moving average of measured launches),
+//! so a thread cannot queue unbounded work ahead of the budget.
+//!
+//! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while the tokens left
+//! after what is in flight are used up; each nap is at most `MAX_NAP_NS` so finished launches are charged
+//! and the debt re-read often.
+//!
+//! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use vgpu_ledger::envcompute::EnvCompute;
+use vgpu_ledger::region::{ComputeArea, PPM};
+
+use crate::config::{env_ledger_path, env_prefix, Config, LedgerMode};
+use crate::devices::MAX_DEVICES;
+use crate::error::Error;
+use crate::ffi::*;
+use crate::guard::exiting;
+use crate::identity;
+use crate::log;
+use crate::quota::DeviceQuota;
+use crate::real::{real, Lib};
+use crate::settings;
+
+/// The bucket holds at most this much wall time's worth of the share (the burst after an idle spell).
+const BURST_NS: u64 = 100_000_000;
+/// Longest single sleep while in debt; finished launches are charged between naps.
+const MAX_NAP_NS: u64 = 2_000_000;
+const MIN_NAP_NS: u64 = 20_000;
+/// Launches in flight (recorded, not yet charged) per device and process, at most.
+const MAX_IN_FLIGHT: usize = 4096;
+/// The cost assumed for a launch before any was measured.
+const FIRST_ESTIMATE_NS: u64 = 1_000_000;
+
+const CU_EVENT_DEFAULT: u32 = 0;
+const CUDA_ERROR_NOT_READY: CUresult = 600;
+const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
+/// `CU_STREAM_PER_THREAD`: what stream 0 means to a `_ptsz` entry point.
+pub const STREAM_PER_THREAD: usize = 2;
+
+// ---- which devices are throttled ------------------------------------------------------------------------
+
+/// Where the shares come from.
+enum Settings {
+    /// No share anywhere, or `GPU_CORE_UTILIZATION_POLICY=disable`.
+    Off,
+    /// HAMi's variables; ledgers `<prefix>.<uuid>` like the memory quota's.
+    Env {
+        env: EnvCompute,
+        prefix: String,
+        dir: Option<PathBuf>,
+    },
+}
+
+const UNKNOWN: u8 = 0;
+const OFF: u8 = 1;
+const ON: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+/// True when no launch of this process is throttled: the hooks then forward at once.
+#[inline]
+pub fn off() -> bool {
+    match STATE.load(Ordering::Relaxed) {
+        OFF => true,
+        ON => exiting(),
+        _ => init() == OFF,
+    }
+}
+
+/// Loads the settings once, with no lock held while reading (see `settings::config` for why), and
+/// publishes them.
+#[cold]
+fn init() -> u8 {
+    if SETTINGS.get().is_none() {
+        let _ = SETTINGS.set(load());
+    }
+    let s = match SETTINGS.get() {
+        Some(Settings::Env { .. }) => ON,
+        _ => OFF,
+    };
+    STATE.store(s, Ordering::Relaxed);
+    s
+}
+
+fn load() -> Settings {
+    // A container's limits file is its only source; a broken configuration refuses CUDA already.
+    match settings::config() {
+        Ok(Config::File { .. }) | Err(_) => return Settings::Off,
+        Ok(_) => {}
+    }
+    let vars: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| {
+            k.starts_with(vgpu_ledger::envcompute::SM_LIMIT_VAR)
+                || k == vgpu_ledger::envcompute::POLICY_VAR
+                || k.starts_with("CUDA_DEVICE_MEMORY_")
+                || k == "XDG_RUNTIME_DIR"
+        })
+        .collect();
+    // Malformed values were refused with the configuration (`Config::from_env`).
+    let Ok(env) = EnvCompute::parse(&vars) else {
+        return Settings::Off;
+    };
+    if env.is_unlimited() {
+        return Settings::Off;
+    }
+    let (prefix, dir) = env_prefix(&vars);
+    log::info(format_args!("compute share: {env:?}"));
+    Settings::Env { env, prefix, dir }
+}
+
+// Per CUDA ordinal: 0 unknown, 1 not throttled, 2 refused, else a leaked `Share` (never freed).
+const NONE: usize = 1;
+const REFUSED: usize = 2;
+static SHARES: [AtomicUsize; MAX_DEVICES] = [const { AtomicUsize::new(0) }; MAX_DEVICES];
+
+fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
+    let Some(cell) = usize::try_from(dev).ok().and_then(|i| SHARES.get(i)) else {
+        return Ok(None);
+    };
+    let v = match cell.load(Ordering::Acquire) {
+        0 => {
+            let v = match resolve(dev) {
+                Ok(None) => NONE,
+                Ok(Some(s)) => Box::leak(Box::new(s)) as *const Share as usize,
+                Err(_) => REFUSED,
+            };
+            match cell.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => v,
+                Err(won) => {
+                    if v > REFUSED {
+                        // SAFETY: the Box leaked just above, never published.
+                        drop(unsafe { Box::from_raw(v as *mut Share) });
+                    }
+                    won
+                }
+            }
+        }
+        v => v,
+    };
+    match v {
+        NONE => Ok(None),
+        REFUSED => Err(Error::Unenforceable),
+        // SAFETY: every other value is a leaked Share, never freed.
+        p => Ok(Some(unsafe { &*(p as *const Share) })),
+    }
+}
+
+fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
+    let Some(Settings::Env { env, prefix, dir }) = SETTINGS.get() else {
+        return Ok(None);
+    };
+    let Some(id) = identity::of_cuda_device(dev) else {
+        log::error(format_args!(
+            "compute share: cannot read the UUID of CUDA device {dev}; launches on it are refused"
+        ));
+        return Err(Error::NoUuid);
+    };
+    let Some(pct) = env.share_for(id.index) else {
+        return Ok(None);
+    };
+    let path = env_ledger_path(prefix, &id.uuid);
+    let mode = LedgerMode::Env {
+        dir: dir.as_deref(),
+    };
+    match DeviceQuota::open_unattached(dev, &id.uuid, 0, &path, mode) {
+        Ok(q) => {
+            log::info(format_args!(
+                "device {dev} ({}): compute share {pct}%, bucket in {}",
+                id.uuid,
+                path.display()
+            ));
+            Ok(Some(Share::new(q, pct)))
+        }
+        Err(e) => {
+            log::error(format_args!(
+                "device {dev} ({}): compute share {pct}%: {e}; launches on it are refused",
+                id.uuid
+            ));
+            Err(e)
+        }
+    }
+}
+
+// ---- one device's share in this process -----------------------------------------------------------------
+
+/// What a launch ran, for its solo cost: (function, grid) of a kernel, (graph exec, 0) of a graph.
+pub type Work = (usize, [u32; 3]);
+
+/// A launch recorded between two events, not yet charged.
+struct InFlight {
+    start: CUevent,
+    end: CUevent,
+    ctx: usize,
+    estimate: u64,
+    work: Work,
+}
+
+// SAFETY: events are driver handles, usable from any thread.
+unsafe impl Send for InFlight {}
+
+struct Share {
+    quota: DeviceQuota,
+    ppm: u64,
+    cap: i64,
+    in_flight: Mutex<VecDeque<InFlight>>,
+    /// Events whose launch was charged, for reuse, by context.
+    spare: Mutex<Vec<(usize, usize)>>,
+    /// Moving average of measured launch costs (ns).
+    estimate: AtomicU64,
+    /// Sum of the estimates of what is in flight (ns).
+    ahead: AtomicI64,
+    /// The solo cost of each kind of work: the least elapsed time seen, creeping up slowly (`solo`).
+    solo: Mutex<HashMap<Work, u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How long to sleep for a deficit of `deficit` GPU-ns at `ppm`: the wall time it takes to earn it, within
+/// [MIN_NAP_NS, MAX_NAP_NS].
+pub fn nap_for(deficit: u64, ppm: u64) -> u64 {
+    (deficit.saturating_mul(PPM) / ppm.max(1)).clamp(MIN_NAP_NS, MAX_NAP_NS)
+}
+
+/// What a launch that took `elapsed` is charged, given the least time that work was seen to take
+/// (`floor`), and the floor after it: `min(elapsed, floor × 9/8)`. Event time on a time-sliced GPU
+/// includes other contexts' slices (another container's kernels run meanwhile); charging that would make
+/// every tenant pay for its neighbours. The floor creeps up by 1/1024 per launch, so work that really got
+/// slower is charged its new time within a few thousand launches.
+pub fn charged(elapsed: u64, floor: u64) -> (u64, u64) {
+    let charge = elapsed.min(floor.saturating_add(floor / 8));
+    let next = elapsed.min(floor.saturating_add(floor / 1024 + 1));
+    (charge, next)
+}
+
+/// The moving average after one more measurement (weight 1/8).
+pub fn averaged(prev: u64, measured: u64) -> u64 {
+    prev - prev / 8 + measured / 8
+}
+
+impl Share {
+    fn new(quota: DeviceQuota, pct: u32) -> Share {
+        let ppm = pct as u64 * PPM / 100;
+        Share {
+            quota,
+            ppm,
+            cap: vgpu_ledger::region::earned(BURST_NS, ppm),
+            in_flight: Mutex::new(VecDeque::new()),
+            spare: Mutex::new(Vec::new()),
+            estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
+            ahead: AtomicI64::new(0),
+            solo: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn area(&self) -> &ComputeArea {
+        self.quota.ledger().compute()
+    }
+
+    /// Charges every launch whose end event completed, oldest first; stops at the first still running.
+    /// The queue's lock is never held across a driver call.
+    fn harvest(&self) {
+        loop {
+            let Some(f) = lock(&self.in_flight).pop_front() else {
+                return;
+            };
+            match event_query(f.end) {
+                CUDA_ERROR_NOT_READY => {
+                    lock(&self.in_flight).push_front(f);
+                    return;
+                }
+                CUDA_SUCCESS => {
+                    let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
+                    let ns = {
+                        let mut solo = lock(&self.solo);
+                        let floor = solo.entry(f.work).or_insert(elapsed);
+                        let (charge, next) = charged(elapsed, *floor);
+                        *floor = next;
+                        charge
+                    };
+                    self.area().charge(ns);
+                    let e = self.estimate.load(Ordering::Relaxed);
+                    self.estimate.store(averaged(e, ns), Ordering::Relaxed);
+                    self.ahead.fetch_sub(f.estimate as i64, Ordering::Relaxed);
+                    let mut spare = lock(&self.spare);
+                    spare.push((f.ctx, f.start as usize));
+                    spare.push((f.ctx, f.end as usize));
+                }
+                _ => {
+                    // The context is gone or broken: its events are of no use; charge the estimate.
+                    self.area().charge(f.estimate);
+                    self.ahead.fetch_sub(f.estimate as i64, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Waits while the bucket, less what this process has in flight, is used up.
+    fn admit(&self) {
+        self.harvest();
+        let mut held = 0u64;
+        loop {
+            let tokens = self.area().refill(mono_ns(), self.ppm, self.cap);
+            let ahead = self.ahead.load(Ordering::Relaxed);
+            let busy = lock(&self.in_flight).len() >= MAX_IN_FLIGHT;
+            if tokens - ahead > 0 && !busy {
+                break;
+            }
+            let nap = nap_for((ahead - tokens).max(0) as u64, self.ppm);
+            std::thread::sleep(Duration::from_nanos(nap));
+            held += nap;
+            self.harvest();
+        }
+        if held > 0 {
+            self.area().held(held);
+        }
+    }
+
+    fn event(&self, ctx: usize) -> Option<CUevent> {
+        {
+            let mut spare = lock(&self.spare);
+            if let Some(i) = spare.iter().position(|&(c, _)| c == ctx) {
+                return Some(spare.swap_remove(i).1 as CUevent);
+            }
+        }
+        let mut e: CUevent = std::ptr::null_mut();
+        (event_create(&mut e) == CUDA_SUCCESS).then_some(e)
+    }
+
+    /// Records the start event; None when events cannot be had (the launch then goes unmeasured).
+    fn begin(&self, ctx: usize, stream: CUstream) -> Option<(CUevent, CUevent)> {
+        let start = self.event(ctx)?;
+        let Some(end) = self.event(ctx) else {
+            lock(&self.spare).push((ctx, start as usize));
+            return None;
+        };
+        if event_record(start, stream) != CUDA_SUCCESS {
+            let mut spare = lock(&self.spare);
+            spare.push((ctx, start as usize));
+            spare.push((ctx, end as usize));
+            return None;
+        }
+        Some((start, end))
+    }
+
+    /// Records the end event after a launch the driver took; the launch is now in flight.
+    fn end(
+        &self,
+        ctx: usize,
+        stream: CUstream,
+        (start, end): (CUevent, CUevent),
+        work: Work,
+        launched: bool,
+    ) {
+        if !launched || event_record(end, stream) != CUDA_SUCCESS {
+            let mut spare = lock(&self.spare);
+            spare.push((ctx, start as usize));
+            spare.push((ctx, end as usize));
+            return;
+        }
+        let estimate = self.estimate.load(Ordering::Relaxed);
+        self.ahead.fetch_add(estimate as i64, Ordering::Relaxed);
+        lock(&self.in_flight).push_back(InFlight {
+            start,
+            end,
+            ctx,
+            estimate,
+            work,
+        });
+    }
+}
+
+/// Runs `launch` (a kernel or graph launch on `stream` in context `ctx` of device `dev`) under the
+/// device's share: held back while the bucket is in debt, measured, charged later.
+pub fn throttled(
+    dev: CUdevice,
+    ctx: usize,
+    stream: CUstream,
+    work: Work,
+    launch: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let share = match share_of(dev) {
+        Ok(Some(s)) => s,
+        Ok(None) => return launch(),
+        Err(_) => return CUDA_ERROR_NOT_PERMITTED,
+    };
+    // A launch into a stream being captured only adds a node to a graph: it runs (and is charged) when
+    // the graph is launched. An event recorded there would join the graph, and querying it is an error.
+    if capturing(stream) {
+        return launch();
+    }
+    share.admit();
+    let Some(events) = share.begin(ctx, stream) else {
+        return launch();
+    };
+    let r = launch();
+    share.end(ctx, stream, events, work, r == CUDA_SUCCESS);
+    r
+}
+
+// ---- the driver calls ------------------------------------------------------------------------------------
+
+fn event_create(e: &mut CUevent) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuEventCreate",
+        unsafe extern "C" fn(*mut CUevent, u32) -> CUresult
+    ) {
+        // SAFETY: a valid out-pointer; default flags (timing enabled).
+        Some(f) => unsafe { f(e, CU_EVENT_DEFAULT) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+fn event_record(e: CUevent, s: CUstream) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuEventRecord",
+        unsafe extern "C" fn(CUevent, CUstream) -> CUresult
+    ) {
+        // SAFETY: an event we created, the launch's own stream.
+        Some(f) => unsafe { f(e, s) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+/// Whether `s` is capturing a graph (an error counts as capturing: nothing is recorded on it).
+fn capturing(s: CUstream) -> bool {
+    let Some(f) = real!(
+        Lib::Cuda,
+        "cuStreamIsCapturing",
+        unsafe extern "C" fn(CUstream, *mut u32) -> CUresult
+    ) else {
+        return false;
+    };
+    let mut status = 0u32;
+    // SAFETY: a valid out-pointer; the launch's own stream.
+    let r = unsafe { f(s, &mut status) };
+    r != CUDA_SUCCESS || status != 0
+}
+
+fn event_query(e: CUevent) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuEventQuery",
+        unsafe extern "C" fn(CUevent) -> CUresult
+    ) {
+        // SAFETY: an event we created.
+        Some(f) => unsafe { f(e) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+fn elapsed_ns(a: CUevent, b: CUevent) -> Option<u64> {
+    let f = real!(
+        Lib::Cuda,
+        "cuEventElapsedTime",
+        unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult
+    )?;
+    let mut ms = 0f32;
+    // SAFETY: a valid out-pointer and two completed events of ours.
+    let r = unsafe { f(&mut ms, a, b) };
+    (r == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then_some((ms as f64 * 1e6) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn naps_last_as_long_as_earning_the_deficit_takes() {
+        assert_eq!(nap_for(300_000, 300_000), 1_000_000);
+        assert_eq!(nap_for(0, 300_000), MIN_NAP_NS);
+        assert_eq!(nap_for(u64::MAX, 1), MAX_NAP_NS);
+        assert_eq!(nap_for(10_000_000, PPM), MAX_NAP_NS);
+    }
+
+    #[test]
+    fn time_sliced_launches_are_charged_near_their_solo_cost() {
+        // alone: charged what it took
+        assert_eq!(charged(1000, 1000).0, 1000);
+        // slowed to twice by a neighbour: charged 9/8 of the solo time
+        assert_eq!(charged(2000, 1000).0, 1125);
+        // faster than ever seen: charged that, and the floor drops
+        assert_eq!(charged(800, 1000), (800, 800));
+        // a floor left too low creeps up towards what the work takes now
+        let mut floor = 100;
+        for _ in 0..20_000 {
+            floor = charged(1000, floor).1;
+        }
+        assert_eq!(floor, 1000);
+    }
+
+    #[test]
+    fn the_estimate_follows_the_measurements() {
+        let mut e = FIRST_ESTIMATE_NS;
+        for _ in 0..100 {
+            e = averaged(e, 8_000);
+        }
+        assert!((7_000..=9_000).contains(&e), "{e}");
+        assert_eq!(averaged(800, 800), 800);
+    }
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The compute share (CUDA_DEVICE_SM_LIMIT) on the fake driver, whose kernels take FAKE_CUDA_KERNEL_US
+# each: a saturating launch loop (`work`: kernels for N seconds, synchronising every 16) and a graph loop
+# (`graph-work`) must get their share of the fake GPU's time, two processes of one container share one
+# budget, and without a limit (or with the policy `disable`) nothing is held back. The shares are measured
+# as launches x kernel time / wall time; the bounds are wide for a loaded 2-core machine but exclude what
+# an unthrottled loop gets (~100% per process).
+. "$(dirname "$0")/lib/common.sh"
+t_init compute
+t_require "$LIBVGPU" "$CLIENTS_DIR/rt_client" "$CLIENTS_DIR/linked_client" "$FAKE_DIR/libcuda.so.1"
+export LD_LIBRARY_PATH=$FAKE_DIR FAKE_CUDA_STATE_DIR=$WORK/fake FAKE_CUDA_CONTEXT_BYTES=0
+export FAKE_CUDA_KERNEL_US=2000
+mkdir -p "$FAKE_CUDA_STATE_DIR"
+RT=$CLIENTS_DIR/rt_client LN=$CLIENTS_DIR/linked_client
+SECS=2
+
+# share OUTPUT [KERNELS_PER_LAUNCH]: percent of wall time the launches kept the fake GPU busy.
+share() {
+    local l s
+    l=$(field launched "$1"); s=$(field seconds "$1")
+    [ -n "$l" ] && [ -n "$s" ] || { echo -1; return; }
+    awk -v l="$l" -v s="$s" -v k="${2:-1}" -v us="$FAKE_CUDA_KERNEL_US" 'BEGIN { printf "%d", l * k * us / 1e4 / s }'
+}
+# between WHAT VALUE LO HI
+between() {
+    if [ "$2" -ge "$3" ] && [ "$2" -le "$4" ]; then pass "$1 ($2%)"; else fail "$1: $2% not in [$3, $4]"; fi
+}
+# bucket PREFIX FIELD: a field of the container's compute bucket (ledger header bytes 192..232).
+bucket() {
+    python3 -c 'import glob,struct,sys
+f = glob.glob(sys.argv[1] + ".GPU-*")[0]
+t = dict(zip(["tokens","refilled_at","charged_ns","held_ns","launches"], struct.unpack_from("<qQQQQ", open(f,"rb").read(), 192)))
+print(t[sys.argv[2]])' "$1" "$2"
+}
+vg() { local c=$1 sm=$2; shift 2; LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$c CUDA_DEVICE_SM_LIMIT=$sm "$@" 2>&1; }
+
+# --- the loop without the library, and under it without a limit: nothing held back ------------------------
+out=$("$RT" module work $SECS 2>&1)
+between "without the library the loop keeps the fake GPU busy" "$(share "$out")" 80 100
+out=$(vg "$WORK/c0" "" "$RT" module work $SECS)
+between "under the library without a limit nothing is held back" "$(share "$out")" 80 100
+check_not "no limit: no bucket is made" test -e "$(ls "$WORK"/c0.GPU-* 2>/dev/null | head -1)"
+out=$(GPU_CORE_UTILIZATION_POLICY=disable vg "$WORK/c1" 30 "$RT" module work $SECS)
+between "GPU_CORE_UTILIZATION_POLICY=disable: a 30% limit is not enforced" "$(share "$out")" 80 100
+
+# --- one process at 30% and at 10%, both clients --------------------------------------------------------
+out=$(vg "$WORK/c2" 30 "$RT" module work $SECS)
+between "rt_client (cuGetProcAddress) at 30% gets ~30%" "$(share "$out")" 20 42
+launched=$(field launched "$out")
+charged=$(bucket "$WORK/c2" charged_ns)
+# Every launch is charged its measured 2 ms (module load's kernels aside: none), within 5%.
+check "the bucket was charged each launch's measured time ($charged ns for $launched launches)" \
+    awk -v c="$charged" -v l="$launched" 'BEGIN { e = l * 2e6; exit !(c >= e * 0.95 && c <= e * 1.05) }'
+check "the launching thread was held back" test "$(bucket "$WORK/c2" held_ns)" -gt 500000000
+out=$(vg "$WORK/c3" 10 "$LN" module work $SECS)
+between "linked_client at 10% gets ~10%" "$(share "$out")" 5 16
+out=$(vg "$WORK/c4" 30 env CLIENT_PTDS=1 "$RT" module work $SECS)
+between "per-thread default stream (_ptsz entry points) at 30% gets ~30%" "$(share "$out")" 20 42
+
+# --- a graph of 4 kernels at 30%: charged its replay time ------------------------------------------------
+out=$(vg "$WORK/c5" 30 "$RT" module graph-work $SECS 4)
+between "graph launches at 30% get ~30%" "$(share "$out" 4)" 20 42
+
+# --- two processes of one container share one 30% budget --------------------------------------------------
+vg "$WORK/c6" 30 "$RT" module work $SECS >"$WORK/a.out" &
+a=$!
+vg "$WORK/c6" 30 "$LN" module work $SECS >"$WORK/b.out"
+wait $a
+sa=$(share "$(cat "$WORK/a.out")"); sb=$(share "$(cat "$WORK/b.out")")
+between "two processes of one container at 30% together get ~30% ($sa% + $sb%)" $((sa + sb)) 20 45
+# Two containers at 30% each: each its own budget.
+vg "$WORK/c7" 30 "$RT" module work $SECS >"$WORK/a.out" &
+a=$!
+vg "$WORK/c8" 30 "$LN" module work $SECS >"$WORK/b.out"
+wait $a
+sa=$(share "$(cat "$WORK/a.out")"); sb=$(share "$(cat "$WORK/b.out")")
+between "two containers at 30% each get ~30% each: first" "$sa" 20 42
+between "two containers at 30% each get ~30% each: second" "$sb" 20 42
+
+# --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
+out=$(vg "$WORK/c9" 150 "$RT" info)
+check_match "CUDA_DEVICE_SM_LIMIT=150 is refused, naming the variable" 'CUDA_DEVICE_SM_LIMIT="150": not a whole percent' "$out"
+check_match "... and CUDA does not start" 'rc=[1-9]' "$out"
+out=$(GPU_CORE_UTILIZATION_POLICY=sometimes vg "$WORK/c9" 30 "$RT" info)
+check_match "a bad GPU_CORE_UTILIZATION_POLICY is refused, naming it" 'GPU_CORE_UTILIZATION_POLICY="sometimes"' "$out"
+
+t_done
