@@ -7,6 +7,8 @@
 #   install.sh uninstall   take the runtime out of the engine (vgpuctl runtime unconfigure: only what
 #                          configure wrote) and remove exactly the files install wrote (its manifest)
 #   install.sh gc-loop     vgpuctl gc every $VGPU_GC_INTERVAL seconds (default 600), for ever
+#   install.sh monitor [ARGS]  vgpuctl monitor ARGS (docs/monitor.md): the node's metrics and watchdog, with
+#                          the node's config, NVML and /proc (the pod runs with the host's PIDs and network)
 # vgpuctl runs chrooted into the node, against the node's own glibc and paths: what it configures is what
 # the engine will run. Settings (environment):
 #   VGPU_ENGINE          containerd (default), docker, crio or podman
@@ -103,5 +105,6 @@ case "${1:-}" in
 install) install ;;
 uninstall) uninstall ;;
 gc-loop) while :; do vgpuctl gc || true; sleep "${VGPU_GC_INTERVAL:-600}"; done ;;
-*) die "usage: install.sh install|uninstall|gc-loop" ;;
+monitor) shift; exec chroot "$HOST" "$BIN/vgpuctl" monitor "$@" ;;
+*) die "usage: install.sh install|uninstall|gc-loop|monitor [ARGS]" ;;
 esac

@@ -3,7 +3,7 @@
 # (packaging/installer/build.sh, docker import into a private dockerd) and its entrypoint run as the
 # DaemonSet runs it, with a folder standing in for the node's root (busybox and glibc, containerd's config).
 # Checked: what install writes (files, config.toml, lower_runtime, containerd's vgpu handler), that a second
-# install changes nothing, that uninstall restores containerd's config byte for byte and removes exactly what
+# install changes nothing, that the monitor container's entrypoint serves the node's metrics, that uninstall restores containerd's config byte for byte and removes exactly what
 # install wrote, and that the manifests validate against the Kubernetes API schemas (offline).
 set -uo pipefail
 . "$(dirname "$0")/engines-lib.sh"
@@ -59,6 +59,13 @@ check_match "the installed vgpuctl runs on the node's own glibc (chroot)" '^vgpu
 after1=$(fingerprint "$N/etc/containerd/config.toml"); manifest1=$(cat "$N/etc/vgpu/installed-by-daemonset")
 check "a second install (a pod restart) succeeds" installer "$N"
 check_eq "  ... and changes nothing" "$(fingerprint "$N/etc/containerd/config.toml") $(cat "$N/etc/vgpu/installed-by-daemonset")" "$after1 $manifest1"
+
+echo "-- the monitor container (install.sh monitor): the installed vgpuctl, chrooted into the node"
+INSTALLER_ARGS=(monitor --once)
+out=$(installer "$N" 2>"$WORK/monitor.err")
+check_match "  ... prints one scrape of the node's state root" '^vgpu_state_errors [0-9]+$' "$out"
+check_match "  ... with no NVML on this node: vgpu_nvml_up 0" '^vgpu_nvml_up 0$' "$out"
+check_match "  ... in OpenMetrics text" '^# EOF$' "$out"
 
 echo "-- uninstall"
 INSTALLER_ARGS=(uninstall)
