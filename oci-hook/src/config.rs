@@ -268,15 +268,24 @@ mod tests {
         .unwrap();
         let e = format!("{:#}", Config::load_from(&p, true).unwrap_err());
         assert!(
-            e.starts_with(&format!("vgpu config {}:3:1: unknown field `lower_runtim`", p.display())),
+            e.starts_with(&format!(
+                "vgpu config {}:3:1: unknown field `lower_runtim`",
+                p.display()
+            )),
             "{e}"
         );
-        assert!(e.contains("`lower_runtime`"), "the known keys are listed: {e}");
+        assert!(
+            e.contains("`lower_runtime`"),
+            "the known keys are listed: {e}"
+        );
         assert!(!e.contains('\n'), "one line: {e}");
         // A syntax error carries its line too.
         std::fs::write(&p, "state_root = \"/tmp/x\"\nlog_level = \n").unwrap();
         let e = format!("{:#}", Config::load_from(&p, true).unwrap_err());
-        assert!(e.starts_with(&format!("vgpu config {}:2:", p.display())), "{e}");
+        assert!(
+            e.starts_with(&format!("vgpu config {}:2:", p.display())),
+            "{e}"
+        );
     }
 
     #[test]

@@ -31,5 +31,6 @@ pub mod spec;
 #[cfg(test)]
 mod testing;
 pub mod typos;
+pub mod version;
 
 pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

@@ -7,7 +7,7 @@ use vgpuctl::engines::{self, Engine};
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = vgpu_oci::version::LONG, about)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -200,6 +200,17 @@ fn a_runtime_path_vgpuctl_could_not_recognise_again_is_refused() {
 }
 
 #[test]
+fn version_names_the_commit() {
+    let out = vgpuctl(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout),
+        format!("vgpuctl {}\n", vgpu_oci::version::LONG)
+    );
+    assert!(text(&out.stdout).contains("(commit "));
+}
+
+#[test]
 fn unknown_runtime_lists_the_known_ones() {
     let out = vgpuctl(&["runtime", "configure", "--runtime=lxc"]);
     assert!(!out.status.success());
