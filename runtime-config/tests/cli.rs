@@ -160,43 +160,40 @@ fn foreign_vgpu_entries_are_refused_in_one_line() {
         .contains("/usr/bin/vgpu-container-runtime"));
 }
 
+/// Options that cannot work are refused with one line naming why, and nothing is written: Podman's
+/// --set-as-default (its hooks apply under any runtime), a shim path vgpuctl could not recognise again.
 #[test]
-fn podman_set_as_default_is_refused_with_a_reason() {
+fn options_that_cannot_work_are_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let hd = dir.path().join("hooks.d");
-    let out = vgpuctl(&[
-        "runtime",
-        "configure",
-        "--runtime=podman",
-        "--hooks-dir",
-        hd.to_str().unwrap(),
-        "--set-as-default",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("--set-as-default has no meaning for podman"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(!hd.exists());
-}
-
-#[test]
-fn a_runtime_path_vgpuctl_could_not_recognise_again_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("daemon.json");
-    let out = vgpuctl(&[
-        "runtime",
-        "configure",
-        "--runtime=docker",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--runtime-path",
-        "/opt/bin/my-shim",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("must name a file called vgpu-container-runtime"));
-    assert!(!cfg.exists());
+    for (args, why) in [
+        (
+            vec![
+                "--runtime=podman",
+                "--hooks-dir",
+                hd.to_str().unwrap(),
+                "--set-as-default",
+            ],
+            "--set-as-default has no meaning for podman",
+        ),
+        (
+            vec![
+                "--runtime=docker",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--runtime-path",
+                "/opt/bin/my-shim",
+            ],
+            "must name a file called vgpu-container-runtime",
+        ),
+    ] {
+        let out = vgpuctl(&[&["runtime", "configure"][..], &args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(why) && err.lines().count() == 1, "{err}");
+    }
+    assert!(!hd.exists() && !cfg.exists());
 }
 
 #[test]

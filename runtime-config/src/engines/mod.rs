@@ -510,17 +510,7 @@ mod tests {
     #[test]
     fn podman_round_trip_on_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let o = Options {
-            engine: Engine::Podman,
-            config: None,
-            set_as_default: false,
-            force: false,
-            runtime_path: "/usr/bin/vgpu-container-runtime".into(),
-            hook_path: "/usr/bin/vgpu-hook".into(),
-            hooks_dir: Some(dir.path().join("hooks.d")),
-            hook_env: vec![],
-            drop_in_dir: None,
-        };
+        let o = podman(&dir.path().join("hooks.d"));
         let ch = plan_configure(&o).unwrap();
         assert!(!ch.is_empty());
         apply(&ch, &mut Vec::new()).unwrap();
