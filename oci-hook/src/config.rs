@@ -49,8 +49,10 @@ pub struct Config {
     pub hook_path: PathBuf,
     /// NVML library used to resolve GPUs to UUIDs and sizes (a name for the loader or a path).
     pub nvml_library: String,
-    /// `error` (default), `warn`, `info` or `debug`: what the shim and the hook print on stderr.
+    /// `error` (default), `warn`, `info` or `debug`: what the shim, the hook and vgpuctl log.
     pub log_level: String,
+    /// Where they log (appended to); none: stderr (`crate::logging`).
+    pub log_file: Option<PathBuf>,
     /// Stage the shim installs the provisioning hook at.
     pub hook_stage: HookStage,
     /// State that a shim provisioned but whose hook never ran (the lower runtime failed to create the
@@ -82,6 +84,7 @@ impl Default for Config {
             hook_path: PathBuf::from("/usr/bin/vgpu-hook"),
             nvml_library: "libnvidia-ml.so.1".into(),
             log_level: "error".into(),
+            log_file: None,
             hook_stage: HookStage::CreateRuntime,
             gc_pending_grace_seconds: 300,
             allow_overcommit: false,
@@ -172,6 +175,9 @@ impl Config {
                 self.hook_path
             );
         }
+        if let Some(f) = self.log_file.as_ref().filter(|f| !f.is_absolute()) {
+            bail!("log_file must be an absolute path, got {f:?}");
+        }
         if self.lower_runtime.is_empty() {
             bail!("lower_runtime is empty");
         }
@@ -221,19 +227,6 @@ impl Config {
             std::env::current_dir().ok()?.join(p)
         };
         Some(format!("{}={}", CONFIG_ENV, abs.display()))
-    }
-
-    /// True when messages of `level` should be printed.
-    pub fn logs(&self, level: &str) -> bool {
-        fn rank(l: &str) -> u8 {
-            match l {
-                "error" => 0,
-                "warn" => 1,
-                "info" => 2,
-                _ => 3,
-            }
-        }
-        rank(level) <= rank(&self.log_level)
     }
 }
 

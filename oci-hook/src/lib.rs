@@ -19,6 +19,7 @@ pub mod gc;
 pub mod gpus;
 pub mod hook;
 pub mod ledgers;
+pub mod logging;
 pub mod lower;
 pub mod mountns;
 pub mod nvml;

@@ -116,6 +116,8 @@ fn pass_through(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Inf
 /// `create` and `run`: the quota provisioned and the spec edited, then the lower runtime.
 fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallible> {
     let cfg = Config::load()?;
+    crate::logging::init("vgpu-container-runtime", &cfg);
+    tracing::debug!(id = %inv.id.as_deref().unwrap_or(""), lower = %cfg.lower_runtime, "create");
     let lower_name = cfg.lower_runtime.clone();
     let provisioned = prepare_create(inv, &cfg)?;
     let lower = lower::resolve_lower(&lower_name)?;

@@ -299,7 +299,14 @@ fn finish(
 }
 
 fn main() {
-    if let Err(e) = run(Cli::parse()) {
+    let cli = Cli::parse();
+    // Logs (from the vgpu config's log_level and log_file; stderr by default). A config that cannot be
+    // loaded is reported by the command that needs it, not here.
+    match vgpu_oci::config::Config::load() {
+        Ok(cfg) => vgpu_oci::logging::init("vgpuctl", &cfg),
+        Err(_) => vgpu_oci::logging::init_with("vgpuctl", "error", None),
+    }
+    if let Err(e) = run(cli) {
         eprintln!("vgpuctl: error: {e:#}");
         std::process::exit(1);
     }
