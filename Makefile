@@ -1,5 +1,5 @@
 # The two README commands: `make demo` (the main job) and `make test`. Both install what they need.
-# Build products:
+# Build products (under $CARGO_TARGET_DIR when it is set, else target/):
 #   target/release/{vgpu-hook,vgpu-container-runtime,vgpuctl}   host binaries
 #   target/vgpu/{libvgpu.so,libvgpu_core.so}  the interposer (preload front + engine), glibc 2.17
 #   target/fake/{libcuda.so.1,libnvidia-ml.so.1}   the fake driver and NVML
@@ -7,15 +7,22 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 ZIG_TARGET := x86_64-unknown-linux-gnu.2.17
+# Cargo's target folder, absolute, so the copies below and the test scripts find what cargo built.
+TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
+export CARGO_TARGET_DIR := $(TARGET)
 
-.PHONY: all deps build libvgpu fake clients test unit e2e demo bench gpu-bundle package installer-image clean
+.PHONY: all deps build-deps build libvgpu fake clients test unit e2e demo bench gpu-bundle package installer-image clean
 
 all: build
+
+# The build needs only a compiler, the CUDA headers and zig; the engines are for test, demo and bench.
+build-deps:
+	@bash tests/setup/deps.sh build
 
 deps:
 	@bash tests/setup/deps.sh
 
-build: deps
+build: build-deps
 	$(CARGO) build --release --workspace
 	@$(MAKE) --no-print-directory libvgpu fake clients
 
@@ -25,43 +32,43 @@ build: deps
 libvgpu:
 	$(CARGO) zigbuild --release -p libvgpu --target $(ZIG_TARGET)
 	$(CARGO) zigbuild --release --manifest-path libvgpu/preload/Cargo.toml --target $(ZIG_TARGET) \
-		--target-dir target/preload
-	@mkdir -p target/vgpu
-	cp target/x86_64-unknown-linux-gnu/release/libvgpu_core.so target/vgpu/libvgpu_core.so
-	cp target/preload/x86_64-unknown-linux-gnu/release/libvgpu.so target/vgpu/libvgpu.so
+		--target-dir $(TARGET)/preload
+	@mkdir -p $(TARGET)/vgpu
+	cp $(TARGET)/x86_64-unknown-linux-gnu/release/libvgpu_core.so $(TARGET)/vgpu/libvgpu_core.so
+	cp $(TARGET)/preload/x86_64-unknown-linux-gnu/release/libvgpu.so $(TARGET)/vgpu/libvgpu.so
 
 # The fake driver under its real sonames.
 fake:
-	@mkdir -p target/fake
-	cp target/release/libfake_cuda.so target/fake/libcuda.so.1
-	ln -sf libcuda.so.1 target/fake/libcuda.so
-	cp target/release/libfake_nvml.so target/fake/libnvidia-ml.so.1
-	ln -sf libnvidia-ml.so.1 target/fake/libnvidia-ml.so
+	@mkdir -p $(TARGET)/fake
+	cp $(TARGET)/release/libfake_cuda.so $(TARGET)/fake/libcuda.so.1
+	ln -sf libcuda.so.1 $(TARGET)/fake/libcuda.so
+	cp $(TARGET)/release/libfake_nvml.so $(TARGET)/fake/libnvidia-ml.so.1
+	ln -sf libnvidia-ml.so.1 $(TARGET)/fake/libnvidia-ml.so
 
 clients: fake
-	@bash tests/clients/build.sh
+	@LIBCUDA_DIR=$(TARGET)/fake OUT=$(TARGET)/clients bash tests/clients/build.sh
 
-unit: build
+unit: build deps
 	$(CARGO) test --release --workspace
 
-e2e: build
+e2e: build deps
 	@bash tests/e2e/run-all.sh
 
-test: build
+test: build deps
 	$(CARGO) test --release --workspace
 	@bash tests/e2e/run-all.sh
 
-demo: build
+demo: build deps
 	@bash tests/demo.sh
 
-bench: build
+bench: build deps
 	@bash tests/bench/run.sh
 	@bash tests/bench/container-start.sh
 	@bash tests/bench/monitor.sh
 
-# The .deb and the .rpm in target/package/ (docs/install.md): host binaries and interposer for glibc 2.17,
+# The .deb and the .rpm in target/package/ (docs/install.md): host binaries for glibc 2.28, the interposer for 2.17,
 # vgpuctl's completions and man pages generated from its CLI.
-package: build
+package: build deps
 	@bash packaging/build.sh
 
 # The Kubernetes installer image vgpu/installer:VERSION, by docker import (nothing pulled), in the Docker

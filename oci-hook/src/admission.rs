@@ -134,8 +134,8 @@ pub fn admit(
     let (committed, unreadable) = committed(root, id)?;
     if !unreadable.is_empty() {
         // Not fatal: the garbage collector or `vgpuctl status` reports such folders.
-        eprintln!(
-            "vgpu: admission: limits of container(s) {} cannot be read; counted as no quota",
+        tracing::warn!(
+            "admission: limits of container(s) {} cannot be read; counted as no quota",
             unreadable.join(", ")
         );
     }

@@ -2,7 +2,8 @@
 //! Not here: the paths inside a container or of the state folder (`vgpu_ledger::layout`).
 //!
 //! A missing default file means all defaults; a file named by `VGPU_CONFIG` must exist.
-//! Keys this crate does not know are ignored (other vgpu tools keep their own keys in the same file).
+//! A key nobody knows is an error naming it (a typo in `lower_runtime` must not silently drop NVIDIA's
+//! device injection); the `[monitor]` table belongs to `vgpuctl monitor`, which checks it itself.
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -36,7 +37,7 @@ impl HookStage {
 
 /// Every key of the configuration file; see docs/oci.md for the operator's view.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Root of the per-container state on the host.
     pub state_root: PathBuf,
@@ -48,8 +49,10 @@ pub struct Config {
     pub hook_path: PathBuf,
     /// NVML library used to resolve GPUs to UUIDs and sizes (a name for the loader or a path).
     pub nvml_library: String,
-    /// `error` (default), `warn`, `info` or `debug`: what the shim and the hook print on stderr.
+    /// `error` (default), `warn`, `info` or `debug`: what the shim, the hook and vgpuctl log.
     pub log_level: String,
+    /// Where they log (appended to); none: stderr (`crate::logging`).
+    pub log_file: Option<PathBuf>,
     /// Stage the shim installs the provisioning hook at.
     pub hook_stage: HookStage,
     /// State that a shim provisioned but whose hook never ran (the lower runtime failed to create the
@@ -66,6 +69,10 @@ pub struct Config {
     /// Also set each quota as the container cgroup's GPU memory limit in the driver, where it has one
     /// (`crate::driverlimit`).
     pub driver_memory_limit: bool,
+    /// `vgpuctl monitor`'s table, read and checked by it (`vgpuctl::monitor::config`); kept here only so
+    /// that it is a known key.
+    #[doc(hidden)]
+    pub monitor: Option<toml::Table>,
 }
 
 impl Default for Config {
@@ -77,6 +84,7 @@ impl Default for Config {
             hook_path: PathBuf::from("/usr/bin/vgpu-hook"),
             nvml_library: "libnvidia-ml.so.1".into(),
             log_level: "error".into(),
+            log_file: None,
             hook_stage: HookStage::CreateRuntime,
             gc_pending_grace_seconds: 300,
             allow_overcommit: false,
@@ -84,6 +92,7 @@ impl Default for Config {
             default_memory_limit: String::new(),
             require_memory_limit: false,
             driver_memory_limit: false,
+            monitor: None,
         }
     }
 }
@@ -134,8 +143,17 @@ impl Config {
             }
             Err(e) => return Err(e).with_context(|| format!("vgpu config {}", path.display())),
         };
-        let cfg: Config = toml::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("vgpu config {}: {}", path.display(), e.message()))?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| {
+            // `path:line:column: message`, one line (the toml crate's own text spans several).
+            let at = e.span().map_or(String::new(), |sp| {
+                let before = &text[..sp.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!(":{line}:{col}")
+            });
+            let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            anyhow::anyhow!("vgpu config {}{at}: {msg}", path.display())
+        })?;
         cfg.validate()
             .with_context(|| format!("vgpu config {}", path.display()))?;
         Ok(cfg)
@@ -156,6 +174,9 @@ impl Config {
                 "hook_path must be an absolute path, got {:?}",
                 self.hook_path
             );
+        }
+        if let Some(f) = self.log_file.as_ref().filter(|f| !f.is_absolute()) {
+            bail!("log_file must be an absolute path, got {f:?}");
         }
         if self.lower_runtime.is_empty() {
             bail!("lower_runtime is empty");
@@ -207,19 +228,6 @@ impl Config {
         };
         Some(format!("{}={}", CONFIG_ENV, abs.display()))
     }
-
-    /// True when messages of `level` should be printed.
-    pub fn logs(&self, level: &str) -> bool {
-        fn rank(l: &str) -> u8 {
-            match l {
-                "error" => 0,
-                "warn" => 1,
-                "info" => 2,
-                _ => 3,
-            }
-        }
-        rank(level) <= rank(&self.log_level)
-    }
 }
 
 #[cfg(test)]
@@ -240,13 +248,46 @@ mod tests {
         assert!(format!("{e:#}").contains("/nonexistent/vgpu.toml"));
     }
 
+    /// A typo is an error naming the key, where it is and the keys there are; the shim then refuses to
+    /// create containers instead of running them without NVIDIA's runtime underneath.
     #[test]
-    fn keys_are_read_and_unknown_keys_ignored() {
+    fn an_unknown_key_is_an_error_with_its_line() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("c.toml");
         std::fs::write(
             &p,
-            "# comment\nstate_root = \"/tmp/x\"\nlower_runtime = \"crun\"\nhook_stage = \"prestart\"\nmetrics_listen = \"0.0.0.0:9394\"\n",
+            "state_root = \"/tmp/x\"\n# NVIDIA's runtime underneath\nlower_runtim = \"nvidia-container-runtime\"\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", Config::load_from(&p, true).unwrap_err());
+        assert!(
+            e.starts_with(&format!(
+                "vgpu config {}:3:1: unknown field `lower_runtim`",
+                p.display()
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains("`lower_runtime`"),
+            "the known keys are listed: {e}"
+        );
+        assert!(!e.contains('\n'), "one line: {e}");
+        // A syntax error carries its line too.
+        std::fs::write(&p, "state_root = \"/tmp/x\"\nlog_level = \n").unwrap();
+        let e = format!("{:#}", Config::load_from(&p, true).unwrap_err());
+        assert!(
+            e.starts_with(&format!("vgpu config {}:2:", p.display())),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn keys_are_read_and_the_monitor_table_allowed() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "# comment\nstate_root = \"/tmp/x\"\nlower_runtime = \"crun\"\nhook_stage = \"prestart\"\n[monitor]\nlisten = \"0.0.0.0:9394\"\n",
         )
         .unwrap();
         let c = Config::load_from(&p, true).unwrap();

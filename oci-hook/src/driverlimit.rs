@@ -53,9 +53,9 @@ pub fn apply(cfg: &Config, pid: u32, limits: &Limits) -> Result<()> {
         .collect();
     let set = nvml::set_memory_limits(&cfg.nvml_library, &c, &quotas)
         .with_context(|| format!("driver_memory_limit for cgroup {}", cgroup.display()))?;
-    if !set && cfg.logs("info") {
-        eprintln!(
-            "vgpu-hook: driver_memory_limit: the driver has no per-cgroup GPU memory limit \
+    if !set {
+        tracing::info!(
+            "driver_memory_limit: the driver has no per-cgroup GPU memory limit \
              (nvmlDeviceSetMemoryLimits_v1, r615+); the interposer's quota stands alone"
         );
     }

@@ -64,6 +64,7 @@ impl State {
 /// Runs stage `stage` with the given stdin/stdout.
 pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let cfg = Config::load()?;
+    crate::logging::init("vgpu-hook", &cfg);
     let root = StateRoot::new(cfg.state_root.clone());
     let mut text = String::new();
     input
@@ -78,20 +79,14 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
     // Garbage collection never fails a container.
     match gc::collect_with(&root, Duration::from_secs(cfg.gc_pending_grace_seconds)) {
         Ok(r) => {
-            if cfg.logs("info") && !r.removed.is_empty() {
-                eprintln!(
-                    "vgpu-hook: collected state of gone containers: {}",
-                    r.removed.join(", ")
-                );
+            if !r.removed.is_empty() {
+                tracing::info!(removed = %r.removed.join(", "), "gc: collected state of gone containers");
             }
-            if cfg.logs("warn") {
-                for e in r.errors {
-                    eprintln!("vgpu-hook: gc: {e}");
-                }
+            for e in r.errors {
+                tracing::warn!("gc: {e}");
             }
         }
-        Err(e) if cfg.logs("warn") => eprintln!("vgpu-hook: gc: {e:#}"),
-        Err(_) => {}
+        Err(e) => tracing::warn!("gc: {e:#}"),
     }
     result
 }

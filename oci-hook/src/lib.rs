@@ -19,6 +19,7 @@ pub mod gc;
 pub mod gpus;
 pub mod hook;
 pub mod ledgers;
+pub mod logging;
 pub mod lower;
 pub mod mountns;
 pub mod nvml;
@@ -31,5 +32,6 @@ pub mod spec;
 #[cfg(test)]
 mod testing;
 pub mod typos;
+pub mod version;
 
 pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

@@ -50,6 +50,9 @@ pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let inv = parse_args(&strs);
+    if inv.verb.is_none() && strs.iter().any(|a| a == "--version" || a == "-v") {
+        version(&args);
+    }
     let result = if matches!(inv.verb.as_deref(), Some("create") | Some("run")) {
         create(&inv, &args)
     } else {
@@ -58,6 +61,32 @@ pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
     let e = result.unwrap_err();
     report_error(&inv, &format!("{e:#}"));
     Err(e)
+}
+
+/// `--version`: the lower runtime's own lines first, unchanged (Docker reads the runtime's name, version
+/// and `commit:` from them), then one line of vgpu's, without the word "version" that Docker's parser
+/// would take for the runtime's; the lower runtime's exit status.
+fn version(args: &[OsString]) -> ! {
+    let lower_name = Config::lower_runtime_despite_errors();
+    let status = lower::resolve_lower(&lower_name).and_then(|lower| {
+        std::process::Command::new(&lower)
+            .arg0(&lower_name)
+            .args(&args[1..])
+            .status()
+            .with_context(|| format!("cannot run {}", lower.display()))
+    });
+    let code = match status {
+        Ok(st) => st.code().unwrap_or(1),
+        Err(e) => {
+            eprintln!("vgpu: {e:#}");
+            1
+        }
+    };
+    println!(
+        "vgpu-container-runtime {} over {lower_name}",
+        crate::version::LONG
+    );
+    std::process::exit(code);
 }
 
 /// Every verb but `create` and `run`: straight to the lower runtime, whatever vgpu's config says. A
@@ -87,6 +116,8 @@ fn pass_through(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Inf
 /// `create` and `run`: the quota provisioned and the spec edited, then the lower runtime.
 fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallible> {
     let cfg = Config::load()?;
+    crate::logging::init("vgpu-container-runtime", &cfg);
+    tracing::debug!(id = %inv.id.as_deref().unwrap_or(""), lower = %cfg.lower_runtime, "create");
     let lower_name = cfg.lower_runtime.clone();
     let provisioned = prepare_create(inv, &cfg)?;
     let lower = lower::resolve_lower(&lower_name)?;

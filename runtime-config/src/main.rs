@@ -7,7 +7,7 @@ use vgpuctl::engines::{self, Engine};
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = vgpu_oci::version::LONG, about)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -83,7 +83,8 @@ impl RootArgs {
 enum RuntimeCmd {
     /// Add the vgpu runtime (Docker, containerd, CRI-O) or hooks (Podman) to the engine's config.
     Configure(ConfigureArgs),
-    /// Remove exactly what `configure` added.
+    /// Remove what `configure` added, and only that: an entry named vgpu that vgpuctl did not write is
+    /// left as it is (an error says so).
     Unconfigure(CommonArgs),
 }
 
@@ -96,13 +97,15 @@ struct CommonArgs {
     /// /etc/crio/crio.conf).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Print what would be written or removed, change nothing.
+    /// Change nothing: print each file as it would be written on stdout, and what would be written or
+    /// removed where on stderr.
     #[arg(long)]
     dry_run: bool,
-    /// hooks.d folder (Podman; CRI-O's hooks path).
+    /// Podman: the hooks.d folder (default: /usr/share/containers/oci/hooks.d).
     #[arg(long)]
     hooks_dir: Option<PathBuf>,
-    /// CRI-O: the drop-in folder (default: crio.conf.d beside --config).
+    /// CRI-O: the drop-in folder (default: crio.conf.d beside --config); its other files are read, in
+    /// CRI-O's order, for the default runtime whose settings vgpu's handler copies.
     #[arg(long)]
     drop_in_dir: Option<PathBuf>,
 }
@@ -111,13 +114,19 @@ struct CommonArgs {
 struct ConfigureArgs {
     #[command(flatten)]
     common: CommonArgs,
-    /// Also make vgpu the engine's default runtime (Docker, containerd, CRI-O).
+    /// Also make vgpu the engine's default runtime (Docker, containerd, CRI-O; refused for Podman, whose
+    /// hooks apply under any runtime). Unconfigure puts the previous default back.
     #[arg(long)]
     set_as_default: bool,
-    /// Where vgpu-container-runtime is installed.
+    /// Replace an existing entry named vgpu that vgpuctl did not write (by default it is refused and left
+    /// as it is). Unconfigure never removes such an entry.
+    #[arg(long)]
+    force: bool,
+    /// Where vgpu-container-runtime is installed (the file name must stay vgpu-container-runtime: it is how
+    /// vgpuctl recognises its own entries).
     #[arg(long, default_value = "/usr/bin/vgpu-container-runtime")]
     runtime_path: String,
-    /// Where vgpu-hook is installed (hooks.d files).
+    /// Where vgpu-hook is installed (Podman's hooks.d files; the file name must stay vgpu-hook).
     #[arg(long, default_value = "/usr/bin/vgpu-hook")]
     hook_path: String,
     /// Extra KEY=VALUE for the hooks' explicit environment (VGPU_CONFIG is passed on when set).
@@ -130,6 +139,7 @@ fn options(c: &CommonArgs) -> engines::Options {
         engine: c.runtime,
         config: c.config.clone(),
         set_as_default: false,
+        force: false,
         runtime_path: String::new(),
         hook_path: String::new(),
         hooks_dir: c.hooks_dir.clone(),
@@ -144,6 +154,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Runtime(RuntimeCmd::Configure(a)) => {
             let mut o = options(&a.common);
             o.set_as_default = a.set_as_default;
+            o.force = a.force;
             o.runtime_path = a.runtime_path;
             o.hook_path = a.hook_path;
             o.hook_env = a.hook_env;
@@ -154,7 +165,7 @@ fn run(cli: Cli) -> Result<()> {
             let changes = engines::plan_configure(&o)?;
             finish(&changes, a.common.dry_run, o.engine, "configured", &mut out)?;
             for n in engines::notes(&o) {
-                writeln!(out, "{n}")?;
+                eprintln!("{n}");
             }
             Ok(())
         }
@@ -267,6 +278,8 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     vgpuctl::monitor::run(m, listener, s.interval)
 }
 
+/// Applies the changes and says what to restart, or with `dry_run` prints the new files on stdout and
+/// everything else on stderr.
 fn finish(
     changes: &[engines::Change],
     dry_run: bool,
@@ -275,21 +288,31 @@ fn finish(
     out: &mut dyn std::io::Write,
 ) -> Result<()> {
     if changes.is_empty() {
-        writeln!(
-            out,
-            "{engine:?} is already {state} for vgpu: nothing to change"
-        )?;
+        let line = format!("{engine:?} is already {state} for vgpu: nothing to change");
+        if dry_run {
+            eprintln!("{line}");
+        } else {
+            writeln!(out, "{line}")?;
+        }
         return Ok(());
     }
-    engines::apply(changes, dry_run, out)?;
-    if !dry_run {
-        writeln!(out, "{}", engines::restart_hint(engine))?;
+    if dry_run {
+        return engines::preview(changes, out, &mut std::io::stderr());
     }
+    engines::apply(changes, out)?;
+    writeln!(out, "{}", engines::restart_hint(engine))?;
     Ok(())
 }
 
 fn main() {
-    if let Err(e) = run(Cli::parse()) {
+    let cli = Cli::parse();
+    // Logs (from the vgpu config's log_level and log_file; stderr by default). A config that cannot be
+    // loaded is reported by the command that needs it, not here.
+    match vgpu_oci::config::Config::load() {
+        Ok(cfg) => vgpu_oci::logging::init("vgpuctl", &cfg),
+        Err(_) => vgpu_oci::logging::init_with("vgpuctl", "error", None),
+    }
+    if let Err(e) = run(cli) {
         eprintln!("vgpuctl: error: {e:#}");
         std::process::exit(1);
     }

@@ -29,10 +29,16 @@ fn dry_run_prints_and_writes_nothing() {
         "--dry-run",
     ]);
     assert!(out.status.success());
-    assert!(
-        text(&out.stdout).contains("\"vgpu\""),
-        "{}",
-        text(&out.stdout)
+    // stdout is the new file and nothing else (it parses as the engine would read it); the notes go to
+    // stderr.
+    let new: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        new["runtimes"]["vgpu"]["path"],
+        "/usr/bin/vgpu-container-runtime"
+    );
+    assert_eq!(
+        text(&out.stderr),
+        format!("would write {}:\n", cfg.display())
     );
     assert_eq!(
         fs::read_to_string(&cfg).unwrap(),
@@ -90,6 +96,115 @@ fn unparsable_config_is_one_line_naming_file_and_line_and_left_untouched() {
         !dir.path().join("crio.conf.d").exists(),
         "no drop-in from a bad crio.conf"
     );
+}
+
+#[test]
+fn dry_run_set_as_default_keeps_its_record_off_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("daemon.json");
+    fs::write(&cfg, "{\"default-runtime\": \"crun\"}\n").unwrap();
+    let c = cfg.to_str().unwrap();
+    let out = vgpuctl(&[
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        c,
+        "--set-as-default",
+        "--dry-run",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let new: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(new["default-runtime"], "vgpu");
+    assert!(
+        text(&out.stderr).contains("would record in ") && text(&out.stderr).contains("crun"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+/// An entry named vgpu that is someone else's: configure refuses with one line and changes nothing,
+/// unconfigure leaves it, --force replaces it.
+#[test]
+fn foreign_vgpu_entries_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("daemon.json");
+    let theirs = "{\"runtimes\": {\"vgpu\": {\"path\": \"/usr/local/bin/their-runtime\"}}}\n";
+    fs::write(&cfg, theirs).unwrap();
+    let c = cfg.to_str().unwrap();
+    for verb in ["configure", "unconfigure"] {
+        let out = vgpuctl(&["runtime", verb, "--runtime=docker", "--config", c]);
+        assert_eq!(out.status.code(), Some(1), "{verb}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{verb}: {err}");
+        assert!(
+            err.contains(
+                "runtimes.vgpu exists and is not vgpu's (its path is /usr/local/bin/their-runtime)"
+            ),
+            "{verb}: {err}"
+        );
+        assert_eq!(fs::read_to_string(&cfg).unwrap(), theirs, "{verb}");
+    }
+    let out = vgpuctl(&[
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        c,
+        "--force",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(fs::read_to_string(&cfg)
+        .unwrap()
+        .contains("/usr/bin/vgpu-container-runtime"));
+}
+
+/// Options that cannot work are refused with one line naming why, and nothing is written: Podman's
+/// --set-as-default (its hooks apply under any runtime), a shim path vgpuctl could not recognise again.
+#[test]
+fn options_that_cannot_work_are_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let hd = dir.path().join("hooks.d");
+    let cfg = dir.path().join("daemon.json");
+    for (args, why) in [
+        (
+            vec![
+                "--runtime=podman",
+                "--hooks-dir",
+                hd.to_str().unwrap(),
+                "--set-as-default",
+            ],
+            "--set-as-default has no meaning for podman",
+        ),
+        (
+            vec![
+                "--runtime=docker",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--runtime-path",
+                "/opt/bin/my-shim",
+            ],
+            "must name a file called vgpu-container-runtime",
+        ),
+    ] {
+        let out = vgpuctl(&[&["runtime", "configure"][..], &args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(why) && err.lines().count() == 1, "{err}");
+    }
+    assert!(!hd.exists() && !cfg.exists());
+}
+
+#[test]
+fn version_names_the_commit() {
+    let out = vgpuctl(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout),
+        format!("vgpuctl {}\n", vgpu_oci::version::LONG)
+    );
+    assert!(text(&out.stdout).contains("(commit "));
 }
 
 #[test]

@@ -61,10 +61,31 @@ ok_if "set-as-default: containerd's default is vgpu" test "$(dump_get "$f" "${V2
 ok_if "set-as-default: undone byte for byte" test "$(fingerprint "$f")" = "$before"
 ok_if "set-as-default: default is runc again" test "$(dump_get "$f" "${V2[@]}" default_runtime_name)" = runc
 
-# 3. --dry-run prints and writes nothing.
-"$VGPUCTL" runtime configure --runtime=containerd --config "$f" --dry-run > "$WORK/dry"
-ok_if "dry-run: prints the runtime table" grep -q 'runtimes.vgpu' "$WORK/dry"
+# 3. --dry-run writes nothing; stdout is the new file alone (containerd reads it), the notes on stderr.
+"$VGPUCTL" runtime configure --runtime=containerd --config "$f" --dry-run > "$WORK/dry.toml" 2> "$WORK/dry.err"
+ok_if "dry-run: prints the runtime table" grep -q 'runtimes.vgpu' "$WORK/dry.toml"
+ok_if "dry-run: stdout is a config containerd reads" \
+    test "$(dump_get "$WORK/dry.toml" "${V2[@]}" runtimes vgpu options BinaryName)" = /usr/bin/vgpu-container-runtime
+ok_if "dry-run: the note on stderr" grep -qx "would write $f:" "$WORK/dry.err"
 ok_if "dry-run: file untouched" test "$(fingerprint "$f")" = "$before"
+
+# 3b. A handler named vgpu that is someone else's (kata): refused in one line, unconfigure leaves it, the
+# file stays what containerd read; --force replaces it with vgpu's.
+k=$WORK/kata.toml
+printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.vgpu]\n  runtime_type = "io.containerd.kata.v2"\n' > "$k"
+kb=$(fingerprint "$k")
+for verb in configure unconfigure; do
+    "$VGPUCTL" runtime $verb --runtime=containerd --config "$k" > /dev/null 2> "$WORK/err"
+    ok_if "foreign handler: $verb refused" test $? -eq 1
+    ok_if "foreign handler: $verb says whose it is, in one line" bash -c \
+        "grep -q \"handler vgpu exists and is not vgpu's (runtime_type io.containerd.kata.v2\" '$WORK/err' && test \$(wc -l < '$WORK/err') -eq 1"
+    ok_if "foreign handler: $verb left the file untouched" test "$(fingerprint "$k")" = "$kb"
+done
+ok_if "foreign handler: containerd still has kata under vgpu" \
+    test "$(dump_get "$k" "${V2[@]}" runtimes vgpu runtime_type)" = io.containerd.kata.v2
+ok_if "foreign handler: --force replaces it" "$VGPUCTL" runtime configure --runtime=containerd --config "$k" --force > /dev/null
+ok_if "foreign handler: after --force containerd has vgpu's" \
+    test "$(dump_get "$k" "${V2[@]}" runtimes vgpu options BinaryName)" = /usr/bin/vgpu-container-runtime
 
 # 4. No file: a minimal valid one is created, and removed again by unconfigure.
 f=$WORK/new/config.toml

@@ -6,19 +6,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-if [ ! -x target/clients/rt_client ] || [ ! -e target/fake/libcuda.so.1 ] || [ ! -x target/clients/nvml_client ]; then
+TD=$(realpath -m "${CARGO_TARGET_DIR:-target}")  # cargo's target folder
+if [ ! -x $TD/clients/rt_client ] || [ ! -e $TD/fake/libcuda.so.1 ] || [ ! -x $TD/clients/nvml_client ]; then
     cargo build --release -q -p fake-cuda -p fake-nvml && make -s --no-print-directory fake clients >/dev/null || exit 1
 fi
 work=$(mktemp -d /tmp/fake-driver-test.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-export LD_LIBRARY_PATH=$root/target/fake
+export LD_LIBRARY_PATH=$TD/fake
 export FAKE_CUDA_STATE_DIR=$work/state
 unset CUDA_VISIBLE_DEVICES FAKE_CUDA_DEVICES FAKE_CUDA_CONTEXT_BYTES FAKE_CUDA_MODULE_BYTES CLIENT_CUDA_VERSION CLIENT_PTDS
-RT=$root/target/clients/rt_client
-LINKED=$root/target/clients/linked_client
-NVML=$root/target/clients/nvml_client
+RT=$TD/clients/rt_client
+LINKED=$TD/clients/linked_client
+NVML=$TD/clients/nvml_client
 GiB=$((1 << 30)); MiB=$((1 << 20))
 pass=0; fail=0
 
@@ -43,7 +44,7 @@ start() {
 release() { local fd; eval "fd=\$${1}_fd"; echo go >&"$fd"; eval "exec ${fd}>&-"; local p; eval "p=\$${1}_pid"; wait "$p"; }
 
 for client in rt_client linked_client; do
-    C=$root/target/clients/$client
+    C=$TD/clients/$client
     export FAKE_CUDA_DEVICES=2x4Gi
     # ---- every op ----
     out=$("$C" '!info' '!alloc' 256Mi '!memcheck' '!addrrange' '!pitch' 1000 10 '!managed' 64Mi '!memcheck' \
@@ -264,7 +265,7 @@ check "with an interposer preloaded, the fake still returns its own cuMemAlloc_v
 out=$(FAKE_CUDA_DEVICES=bogus "$LINKED" info 2>&1)
 check "bad FAKE_CUDA_DEVICES: cuInit fails with a line naming it" "$(printf '%s\n' "$out" | grep -c 'fake-cuda: FAKE_CUDA_DEVICES')" 1
 check "soname of the fake driver and NVML" \
-    "$(readelf -d target/fake/libcuda.so.1 | grep -o 'libcuda.so.1' | head -1) $(readelf -d target/fake/libnvidia-ml.so.1 | grep -o 'libnvidia-ml.so.1' | head -1)" \
+    "$(readelf -d $TD/fake/libcuda.so.1 | grep -o 'libcuda.so.1' | head -1) $(readelf -d $TD/fake/libnvidia-ml.so.1 | grep -o 'libnvidia-ml.so.1' | head -1)" \
     "libcuda.so.1 libnvidia-ml.so.1"
 
 echo "fake-driver: $pass passed, $fail failed"

@@ -155,4 +155,22 @@ shim run -d --bundle "$B" "$ID" </dev/null >/dev/null 2>&1
 pid=$(plain state "$ID" | jq -r .pid)
 check_not "  ... and without it, nothing is set (pid $pid)" test -e "$(memlimit_file "$pid")"
 gone "$ID"
+
+# Logs: log_level and log_file of the vgpu config; the shim's and the hook's lines go to the file, not to
+# the engine's stdout or stderr.
+vgpu_config lower_runtime='"runc"' log_level='"debug"' log_file="\"$WORK/vgpu.log\""
+new_bundle sleep 60
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+shim run -d --bundle "$B" "$ID" </dev/null >"$WORK/log.out" 2>"$WORK/log.err"
+check "log_file: the shim logged the create at debug" grep -q "DEBUG create id=$ID lower=runc" "$WORK/vgpu.log"
+check "log_file: with the version and commit" grep -q 'logging started program="vgpu-container-runtime" version="[^"]*(commit ' "$WORK/vgpu.log"
+check "log_file: the hook logged too" grep -q 'program="vgpu-hook"' "$WORK/vgpu.log"
+check "log_file: nothing on the engine's stdout and stderr" test ! -s "$WORK/log.out" -a ! -s "$WORK/log.err"
+gone "$ID"
+vgpu_config lower_runtime='"runc"' log_file='"relative.log"'
+new_bundle sleep 60
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+err=$(shim run -d --bundle "$B" "$ID" </dev/null 2>&1 >/dev/null)
+check_match "log_file must be absolute: one clear line" "log_file must be an absolute path" "$err"
+gone "$ID"
 t_done

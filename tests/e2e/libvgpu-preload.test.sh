@@ -6,18 +6,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-FRONT=$ROOT/target/vgpu/libvgpu.so
-CORE=$ROOT/target/vgpu/libvgpu_core.so
-RT=$ROOT/target/clients/rt_client
-LN=$ROOT/target/clients/linked_client
-for f in "$FRONT" "$CORE" "$RT" "$LN" target/clients/libctor.so target/fake/libcuda.so.1; do
+TD=$(realpath -m "${CARGO_TARGET_DIR:-target}")  # cargo's target folder
+FRONT=$TD/vgpu/libvgpu.so
+CORE=$TD/vgpu/libvgpu_core.so
+RT=$TD/clients/rt_client
+LN=$TD/clients/linked_client
+for f in "$FRONT" "$CORE" "$RT" "$LN" $TD/clients/libctor.so $TD/fake/libcuda.so.1; do
     [ -e "$f" ] || { echo "libvgpu-preload.test: $f missing (run make build)"; echo "0 passed, 1 failed"; exit 1; }
 done
 W=$(mktemp -d /tmp/vgpu-preload-test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 pass=0; fail=0
 check() { local name=$1; shift; if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi; }
-export LD_LIBRARY_PATH=$ROOT/target/fake FAKE_CUDA_STATE_DIR=$W/fake FAKE_CUDA_DEVICES=1 FAKE_CUDA_CONTEXT_BYTES=0
+export LD_LIBRARY_PATH=$TD/fake FAKE_CUDA_STATE_DIR=$W/fake FAKE_CUDA_DEVICES=1 FAKE_CUDA_CONTEXT_BYTES=0
 mkdir -p "$W/fake"
 
 exports() { nm -D --defined-only "$1" | awk '$2 == "T" || $2 == "W" {print $3}' | sort; }
@@ -60,7 +61,7 @@ done
 # lock; a one-time lock the interposer held across dlsym (building its driver-address table) while that
 # constructor waited for it deadlocked both threads. The fake lines the two up every time
 # (FAKE_CUDA_DLOPEN_RACE, tests/fake-driver.md); `timeout` turns a deadlock into a failure.
-CTOR=$ROOT/target/clients/libctor.so
+CTOR=$TD/clients/libctor.so
 LD_PRELOAD=$FRONT CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/cache FAKE_CUDA_DLOPEN_RACE=$CTOR \
     timeout 20 "$RT" info >"$W/out" 2>"$W/err"
 st=$?

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Installs everything `make demo`, `make test` and `make bench` need on a fresh Debian 12 machine:
-# container engines from Debian's packages, CUDA/NVML headers (build time only, never committed) and
-# zig + cargo-zigbuild for the glibc-2.17 build of libvgpu.so. Idempotent; quiet when all is there.
+# Installs what vgpu needs on a fresh Debian 12 machine. `deps.sh build` (what `make build` runs): only
+# the build's needs — a C compiler, CUDA/NVML headers (build time only, never committed), zig +
+# cargo-zigbuild for the glibc-2.17 build of libvgpu.so. `deps.sh` (`make test`, `make demo`, `make bench`):
+# that and the container engines from Debian's packages and the suites' tools. Idempotent; quiet when all
+# is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+mode=${1:-all}
+case $mode in build|all) ;; *) echo "usage: $0 [build|all]" >&2; exit 2 ;; esac
 
-apt_pkgs=(runc crun podman docker.io containerd uidmap fuse-overlayfs iptables
-          jq hyperfine gcc make python3-pip procps util-linux
-          protobuf-compiler)  # protoc: the CRI bindings (k8s-cri) of tests/cri-client are generated at build
+# protoc: the CRI bindings (k8s-cri) of tests/cri-client are generated when the workspace builds.
+apt_pkgs=(gcc make python3-pip protobuf-compiler)
+[ "$mode" = all ] && apt_pkgs+=(runc crun podman docker.io containerd uidmap fuse-overlayfs iptables
+                                jq hyperfine procps util-linux)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -51,6 +56,8 @@ if ((${#client_pkgs[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null \
         || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${client_pkgs[@]}" >/dev/null; }
 fi
+
+[ "$mode" = build ] && exit 0
 
 # OCI end-to-end suites (tests/e2e/lib/rootfs.sh): a static busybox makes the containers' root filesystems.
 if ! dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "install ok installed"; then

@@ -4,7 +4,7 @@ use clap::Parser;
 
 /// vgpu OCI hook: provisions and removes a container's GPU memory quota state.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(name = "vgpu-hook", version = vgpu_oci::version::LONG, about)]
 struct Cli {
     /// createRuntime, prestart, precreate or poststop.
     stage: String,

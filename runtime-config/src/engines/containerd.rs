@@ -6,7 +6,7 @@
 //! `plugins."io.containerd.cri.v1.runtime".containerd.runtimes`. The handler is a runc v2 shim whose
 //! `BinaryName` is vgpu-container-runtime; it starts as a copy of the default runtime (so `SystemdCgroup`
 //! and friends match) and lets `vgpu.io/*` pod and container annotations through to the OCI spec.
-use super::{line_col, parse_error, Change};
+use super::{foreign, is_shim, line_col, parse_error, Change};
 use anyhow::{anyhow, bail, Result};
 use std::path::Path;
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
@@ -33,6 +33,8 @@ const RUNC_RESTATED: &str =
 pub struct Settings<'a> {
     pub runtime_path: &'a str,
     pub set_as_default: bool,
+    /// Replace a `runtimes.vgpu` that is not vgpu's.
+    pub force: bool,
     /// Version for a config created from nothing; None = ask `containerd --version` (2 for 1.x, 3 for 2.x).
     pub version_for_new_file: Option<i64>,
 }
@@ -102,6 +104,27 @@ fn child<'a>(parent: &'a mut Table, key: &str, path: &Path) -> Result<&'a mut Ta
             path.display()
         )
     })
+}
+
+/// Why `runtimes.vgpu` is not vgpu's (None: it is). vgpu's handler is the one whose `options.BinaryName`
+/// is the shim; anything else (a kata handler, another runc wrapper) belongs to someone else.
+fn foreign_why(vgpu: &Item) -> Option<String> {
+    let Some(t) = vgpu.as_table_like() else {
+        return Some("it is not a table".into());
+    };
+    let binary = t
+        .get("options")
+        .and_then(Item::as_table_like)
+        .and_then(|o| o.get("BinaryName"))
+        .and_then(Item::as_str);
+    match binary {
+        Some(b) if is_shim(b) => None,
+        Some(b) => Some(format!("its BinaryName is {b}")),
+        None => Some(match t.get("runtime_type").and_then(Item::as_str) {
+            Some(rt) => format!("runtime_type {rt}, no vgpu BinaryName"),
+            None => "it has no vgpu BinaryName".into(),
+        }),
+    }
 }
 
 /// A value as written by vgpuctl, whatever its decor, for comparisons.
@@ -174,6 +197,13 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Vec
         set_default(containerd);
     }
     let runtimes = child(containerd, "runtimes", path)?;
+    if let Some(why) = runtimes.get(RUNTIME).and_then(foreign_why) {
+        if !s.force {
+            return Err(foreign(path, "the containerd runtime handler vgpu", &why));
+        }
+        // --force: replaced whole, nothing of the foreign handler's settings kept.
+        runtimes.remove(RUNTIME);
+    }
     let base = runtimes
         .get(&base_name)
         .and_then(Item::as_table)
@@ -337,6 +367,13 @@ pub fn unconfigure(path: &Path, current: Option<&str>) -> Result<Vec<Change>> {
             containerd.decor_mut().clear();
             containerd.set_implicit(true);
         }
+        if let Some(why) = containerd
+            .get("runtimes")
+            .and_then(|r| r.get(RUNTIME))
+            .and_then(foreign_why)
+        {
+            return Err(foreign(path, "the containerd runtime handler vgpu", &why));
+        }
         if let Some(runtimes) = containerd.get_mut("runtimes").and_then(Item::as_table_mut) {
             runtimes.remove(RUNTIME);
             if runtimes
@@ -380,8 +417,51 @@ mod tests {
         Settings {
             runtime_path: "/usr/bin/vgpu-container-runtime",
             set_as_default: def,
+            force: false,
             version_for_new_file: Some(2),
         }
+    }
+
+    const KATA: &str = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n# kata under the name vgpu\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.vgpu]\n  runtime_type = \"io.containerd.kata.v2\"\n";
+
+    /// A handler named vgpu that someone else wrote (kata here) is refused by configure, left alone by
+    /// unconfigure, and replaced whole with --force.
+    #[test]
+    fn foreign_vgpu_handler_is_never_clobbered() {
+        let e = configure(Path::new(P), Some(KATA), &s(false)).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains(
+                "handler vgpu exists and is not vgpu's (runtime_type io.containerd.kata.v2"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("--force"), "{msg}");
+        let e = unconfigure(Path::new(P), Some(KATA)).unwrap_err();
+        assert!(format!("{e:#}").contains("left untouched"), "{e:#}");
+        let other = KATA.replace(
+            "io.containerd.kata.v2\"\n",
+            "io.containerd.runc.v2\"\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.vgpu.options]\n    BinaryName = \"/usr/bin/nvidia-container-runtime\"\n",
+        );
+        let e = configure(Path::new(P), Some(&other), &s(false)).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("its BinaryName is /usr/bin/nvidia-container-runtime"),
+            "{e:#}"
+        );
+        let forced = Settings {
+            force: true,
+            ..s(false)
+        };
+        let ch = configure(Path::new(P), Some(KATA), &forced).unwrap();
+        let out = apply_in_memory(&ch, P, Some(KATA)).unwrap();
+        let t = vgpu_table(&out, "io.containerd.grpc.v1.cri");
+        assert_eq!(t["runtime_type"].as_str(), Some(RUNC_V2), "{out}");
+        assert_eq!(
+            t["options"]["BinaryName"].as_str(),
+            Some("/usr/bin/vgpu-container-runtime")
+        );
+        // After --force the handler is vgpu's: unconfigure removes it.
+        assert!(!unconf(&out).unwrap().contains("runtimes.vgpu"));
     }
     fn conf(text: Option<&str>, def: bool) -> String {
         let ch = configure(Path::new(P), text, &s(def)).unwrap();

@@ -1,9 +1,9 @@
 //! CRI-O: a drop-in `crio.conf.d/99-vgpu.toml` defining the runtime handler `vgpu`. CRI-O's own files
-//! are only read (for the default runtime's settings to copy); the drop-in is vgpuctl's alone and
-//! unconfigure removes it.
-use super::{line_col, parse_error};
+//! (crio.conf, then its `crio.conf.d/` drop-ins in name order, later ones overriding) are only read, for
+//! the default runtime and its settings to copy; the drop-in is vgpuctl's alone and unconfigure removes it.
+use super::{foreign, line_col, parse_error};
 use anyhow::Result;
-use std::path::Path;
+use std::path::PathBuf;
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
 pub const DEFAULT_CONFIG: &str = "/etc/crio/crio.conf";
@@ -29,6 +29,8 @@ const COPIED: &[&str] = &[
 pub struct Settings<'a> {
     pub runtime_path: &'a str,
     pub set_as_default: bool,
+    /// Write the drop-in even where a handler `vgpu` of someone else's is defined.
+    pub force: bool,
 }
 
 /// Whether a drop-in at our path was written by vgpuctl.
@@ -36,18 +38,44 @@ pub fn is_ours(text: &str) -> bool {
     text.starts_with(HEADER)
 }
 
-/// The drop-in's text, given CRI-O's main config (`main`, None if there is none).
-pub fn drop_in(main_path: &Path, main: Option<&str>, s: &Settings) -> Result<String> {
-    let doc = match main {
-        Some(text) => text.parse::<DocumentMut>().map_err(|e| {
+/// Deep-merges `over` into `base`, as CRI-O reads a drop-in over what came before.
+fn merge(base: &mut Table, over: &Table) {
+    for (k, v) in over.iter() {
+        match (base.get_mut(k).and_then(Item::as_table_mut), v.as_table()) {
+            (Some(b), Some(o)) => merge(b, o),
+            _ => {
+                base.insert(k, v.clone());
+            }
+        }
+    }
+}
+
+/// The drop-in's text, given CRI-O's config files in the order CRI-O reads them (`(path, text)`: crio.conf
+/// if there is one, then the other drop-ins of `crio.conf.d/`, by name).
+pub fn drop_in(sources: &[(PathBuf, String)], s: &Settings) -> Result<String> {
+    let mut doc = DocumentMut::new();
+    for (path, text) in sources {
+        let d = text.parse::<DocumentMut>().map_err(|e| {
             let (line, col) = e
                 .span()
                 .map(|sp| line_col(text, sp.start))
                 .unwrap_or((1, 1));
-            parse_error(main_path, line, col, e.message())
-        })?,
-        None => DocumentMut::new(),
-    };
+            parse_error(path, line, col, e.message())
+        })?;
+        let theirs = d
+            .get("crio")
+            .and_then(|c| c.get("runtime"))
+            .and_then(|r| r.get("runtimes"))
+            .and_then(|r| r.get(RUNTIME));
+        if theirs.is_some() && !s.force {
+            return Err(foreign(
+                path,
+                "a CRI-O runtime handler vgpu",
+                "defined outside vgpuctl's drop-in",
+            ));
+        }
+        merge(doc.as_table_mut(), d.as_table());
+    }
     let runtime = doc.get("crio").and_then(|c| c.get("runtime"));
     // CRI-O's own default handler is runc unless the config names another.
     let default = runtime
@@ -58,7 +86,6 @@ pub fn drop_in(main_path: &Path, main: Option<&str>, s: &Settings) -> Result<Str
         .and_then(|r| r.get("runtimes"))
         .and_then(|r| r.get(default))
         .and_then(Item::as_table_like);
-
     let mut vgpu = Table::new();
     vgpu.insert("runtime_path", Item::Value(Value::from(s.runtime_path)));
     vgpu.insert("runtime_type", Item::Value(Value::from("oci")));
@@ -107,16 +134,63 @@ mod tests {
     use super::*;
 
     const P: &str = "/etc/crio/crio.conf";
+    fn settings(def: bool) -> Settings<'static> {
+        Settings {
+            runtime_path: "/usr/bin/vgpu-container-runtime",
+            set_as_default: def,
+            force: false,
+        }
+    }
+    fn sources(files: &[(&str, &str)]) -> Vec<(PathBuf, String)> {
+        files
+            .iter()
+            .map(|(p, t)| (PathBuf::from(p), t.to_string()))
+            .collect()
+    }
     fn gen(main: Option<&str>, def: bool) -> String {
-        drop_in(
-            Path::new(P),
-            main,
-            &Settings {
-                runtime_path: "/usr/bin/vgpu-container-runtime",
-                set_as_default: def,
-            },
+        let src = main.map(|m| sources(&[(P, m)])).unwrap_or_default();
+        drop_in(&src, &settings(def)).unwrap()
+    }
+
+    /// The default runtime and its settings come from the drop-ins too, the later file winning, as CRI-O
+    /// reads them (CRI-O 1.2x ships crio.conf.d/10-crun.conf making crun the default).
+    #[test]
+    fn drop_ins_choose_the_default_runtime() {
+        let main = "[crio.runtime]\ndefault_runtime = \"runc\"\n[crio.runtime.runtimes.runc]\nruntime_root = \"/run/runc\"\n";
+        let crun = "[crio.runtime]\ndefault_runtime = \"crun\"\n[crio.runtime.runtimes.crun]\nruntime_root = \"/run/crun\"\nmonitor_path = \"/usr/libexec/crio/conmon\"\n";
+        let later = "[crio.runtime.runtimes.crun]\nruntime_root = \"/run/crun-late\"\n";
+        let out = drop_in(
+            &sources(&[
+                (P, main),
+                ("/etc/crio/crio.conf.d/10-crun.conf", crun),
+                ("/etc/crio/crio.conf.d/20-late.conf", later),
+            ]),
+            &settings(false),
         )
-        .unwrap()
+        .unwrap();
+        let d: DocumentMut = out.parse().unwrap();
+        let t = &d["crio"]["runtime"]["runtimes"]["vgpu"];
+        assert_eq!(t["runtime_root"].as_str(), Some("/run/crun-late"), "{out}");
+        assert_eq!(t["monitor_path"].as_str(), Some("/usr/libexec/crio/conmon"));
+    }
+
+    /// A handler named vgpu defined in crio.conf or another drop-in is someone else's: refused (our drop-in
+    /// would override it), unless --force.
+    #[test]
+    fn a_foreign_vgpu_handler_is_refused() {
+        let theirs = "[crio.runtime.runtimes.vgpu]\nruntime_path = \"/usr/bin/kata-runtime\"\n";
+        let src = sources(&[(P, ""), ("/etc/crio/crio.conf.d/50-kata.conf", theirs)]);
+        let e = drop_in(&src, &settings(false)).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "/etc/crio/crio.conf.d/50-kata.conf: a CRI-O runtime handler vgpu exists and is not vgpu's \
+             (defined outside vgpuctl's drop-in); left untouched (configure --force replaces it)"
+        );
+        let forced = Settings {
+            force: true,
+            ..settings(false)
+        };
+        assert!(is_ours(&drop_in(&src, &forced).unwrap()));
     }
 
     /// Golden files: tests/golden/crio/<case>.conf (input crio.conf) → <case>.expected.toml (the drop-in).
@@ -165,12 +239,8 @@ mod tests {
     #[test]
     fn bad_main_config_is_reported_with_line() {
         let e = drop_in(
-            Path::new(P),
-            Some("[crio]\n\n[crio.runtime\n"),
-            &Settings {
-                runtime_path: "x",
-                set_as_default: false,
-            },
+            &sources(&[(P, "[crio]\n\n[crio.runtime\n")]),
+            &settings(false),
         )
         .unwrap_err();
         assert!(

@@ -3,7 +3,7 @@
 //! an error) and edited through a concrete syntax tree (jsonc-parser's CST), so everything vgpuctl does
 //! not touch keeps its bytes: key order, indentation, inline arrays. Removing what was appended gives the
 //! original text back.
-use super::{parse_error, Change};
+use super::{foreign, is_shim, parse_error, Change};
 use anyhow::{anyhow, bail, Result};
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use jsonc_parser::ParseOptions;
@@ -17,6 +17,8 @@ const RUNTIME: &str = "vgpu";
 pub struct Settings<'a> {
     pub runtime_path: &'a str,
     pub set_as_default: bool,
+    /// Replace a `runtimes.vgpu` that is not vgpu's.
+    pub force: bool,
 }
 
 /// JSON has no comments, so the `default-runtime` that `--set-as-default` replaced is remembered in a
@@ -55,6 +57,23 @@ fn string_at(path: &Path, obj: &CstObject, key: &str) -> Result<Option<String>> 
     }
 }
 
+/// Whether `runtimes.vgpu` is vgpu's: Ok(None) if there is none, Ok(Some(why not)) if it is someone else's.
+/// JSON has no comments to mark an entry with, so vgpu's is the one whose `path` is the shim.
+fn foreign_entry(path: &Path, obj: &CstObject) -> Result<Option<Option<String>>> {
+    let Some(rt) = obj.object_value("runtimes").and_then(|r| r.get(RUNTIME)) else {
+        return Ok(None);
+    };
+    let why = match rt.value().and_then(|v| v.to_serde_value()) {
+        Some(Value::Object(o)) => match o.get("path").and_then(Value::as_str) {
+            Some(p) if is_shim(p) => None,
+            Some(p) => Some(format!("its path is {p}")),
+            None => Some("it has no path".into()),
+        },
+        _ => bail!("{}: \"runtimes.vgpu\" is not a JSON object", path.display()),
+    };
+    Ok(Some(why))
+}
+
 /// The daemon.json vgpuctl writes where there was none (or an empty one).
 fn fresh(s: &Settings) -> String {
     let mut v = serde_json::json!({ "runtimes": { RUNTIME: { "path": s.runtime_path } } });
@@ -76,6 +95,16 @@ pub fn configure(
         _ => return Ok(vec![Change::write(path.to_path_buf(), fresh(s), 0o644)]),
     };
     let (root, obj) = parse(path, original)?;
+    if let Some(Some(why)) = foreign_entry(path, &obj)? {
+        if !s.force {
+            return Err(foreign(path, "runtimes.vgpu", &why));
+        }
+        // --force: the foreign entry is replaced whole, not merged with ours.
+        obj.object_value("runtimes")
+            .and_then(|r| r.get(RUNTIME))
+            .expect("just found")
+            .remove();
+    }
     let runtimes = obj
         .object_value_or_create("runtimes")
         .ok_or_else(|| anyhow!("{}: \"runtimes\" is not a JSON object", path.display()))?;
@@ -108,7 +137,7 @@ pub fn configure(
             Some(d) => {
                 // Remember what was there, unless an earlier configure already did.
                 if previous_default.is_none() {
-                    changes.push(Change::write(undo_path(path), undo_record(&d), 0o600));
+                    changes.push(Change::record(undo_path(path), undo_record(&d)));
                 }
                 obj.get("default-runtime")
                     .expect("just read")
@@ -146,6 +175,9 @@ pub fn unconfigure(
         return Ok(Vec::new());
     };
     let (root, obj) = parse(path, original)?;
+    if let Some(Some(why)) = foreign_entry(path, &obj)? {
+        return Err(foreign(path, "runtimes.vgpu", &why));
+    }
     if let Some(runtimes) = obj.object_value("runtimes") {
         if let Some(vgpu) = runtimes.get(RUNTIME) {
             vgpu.remove();
@@ -190,7 +222,43 @@ mod tests {
         Settings {
             runtime_path: "/usr/bin/vgpu-container-runtime",
             set_as_default: def,
+            force: false,
         }
+    }
+
+    /// A `vgpu` runtime someone else defined (another runtime under that name) is refused by configure and
+    /// left alone by unconfigure; --force replaces it with vgpu's.
+    #[test]
+    fn foreign_vgpu_runtime_is_never_clobbered() {
+        let orig = "{\n  \"runtimes\": {\n    \"vgpu\": {\n      \"path\": \"/opt/other/bin/gpu-runtime\",\n      \"runtimeArgs\": [\"--x\"]\n    }\n  },\n  \"default-runtime\": \"vgpu\"\n}\n";
+        let e = configure(Path::new(P), Some(orig), None, &settings(false)).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains(
+                "runtimes.vgpu exists and is not vgpu's (its path is /opt/other/bin/gpu-runtime)"
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'));
+        let e = unconfigure(Path::new(P), Some(orig), None).unwrap_err();
+        assert!(format!("{e:#}").contains("left untouched"), "{e:#}");
+        let forced = Settings {
+            force: true,
+            ..settings(false)
+        };
+        let ch = configure(Path::new(P), Some(orig), None, &forced).unwrap();
+        let out = apply_in_memory(&ch, P, Some(orig)).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["runtimes"]["vgpu"],
+            serde_json::json!({"path": "/usr/bin/vgpu-container-runtime"}),
+            "replaced whole: {out}"
+        );
+        // Ours at another path is still ours: updated in place, and removed by unconfigure.
+        let ours = "{\"runtimes\": {\"vgpu\": {\"path\": \"/opt/vgpu/vgpu-container-runtime\"}}}";
+        assert!(configure(Path::new(P), Some(ours), None, &settings(false)).is_ok());
+        let ch = unconfigure(Path::new(P), Some(ours), None).unwrap();
+        assert_eq!(apply_in_memory(&ch, P, Some(ours)).unwrap(), "{}");
     }
     fn conf(text: Option<&str>, def: bool) -> Option<String> {
         let ch = configure(Path::new(P), text, None, &settings(def)).unwrap();

@@ -25,6 +25,20 @@ fn file_name(stage: &str) -> String {
     format!("vgpu-{}.json", stage.to_ascii_lowercase())
 }
 
+/// Why a hooks.d file at one of our names is not vgpu's (None: it is): vgpu's runs a program named
+/// `vgpu-hook`.
+pub fn foreign_why(text: &str) -> Option<String> {
+    let v: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(_) => return Some("not a JSON hook".into()),
+    };
+    match v["hook"]["path"].as_str() {
+        Some(p) if std::path::Path::new(p).file_name() == Some("vgpu-hook".as_ref()) => None,
+        Some(p) => Some(format!("it runs {p}")),
+        None => Some("it names no hook path".into()),
+    }
+}
+
 /// The names of every file `files` writes (what unconfigure removes).
 pub fn file_names() -> Vec<String> {
     STAGES.iter().map(|s| file_name(s)).collect()
@@ -104,6 +118,19 @@ mod tests {
             assert_eq!(packaged, text, "packaging/hooks.d/{name} is stale: regenerate with `vgpuctl runtime configure --runtime=podman --hooks-dir packaging/hooks.d`");
         }
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), STAGES.len());
+    }
+
+    #[test]
+    fn ours_is_the_one_running_vgpu_hook() {
+        for (_, text) in files("/opt/vgpu/bin/vgpu-hook", &[]).unwrap() {
+            assert_eq!(foreign_why(&text), None);
+        }
+        let other = r#"{"version":"1.0.0","hook":{"path":"/usr/bin/other-hook"},"when":{"always":true},"stages":["poststop"]}"#;
+        assert_eq!(
+            foreign_why(other).as_deref(),
+            Some("it runs /usr/bin/other-hook")
+        );
+        assert!(foreign_why("not json").is_some());
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub struct Change {
     pub path: PathBuf,
     pub contents: Option<String>,
     pub mode: u32,
+    /// vgpuctl's own record (what `--set-as-default` replaced), not an engine's config: `--dry-run` notes
+    /// it on stderr instead of printing it with the config on stdout.
+    pub record: bool,
 }
 
 impl Change {
@@ -33,6 +36,13 @@ impl Change {
             path,
             contents: Some(contents),
             mode,
+            record: false,
+        }
+    }
+    pub fn record(path: PathBuf, contents: String) -> Self {
+        Change {
+            record: true,
+            ..Change::write(path, contents, 0o600)
         }
     }
     pub fn remove(path: PathBuf) -> Self {
@@ -40,8 +50,26 @@ impl Change {
             path,
             contents: None,
             mode: 0,
+            record: false,
         }
     }
+}
+
+/// The file name of the shim; a runtime entry whose binary has this name is vgpu's, whatever folder it is in
+/// (an operator may install it elsewhere, and unconfigure is not told where).
+pub const SHIM_NAME: &str = "vgpu-container-runtime";
+
+/// Whether `binary` (a path from an engine's config) is the vgpu shim.
+pub fn is_shim(binary: &str) -> bool {
+    Path::new(binary).file_name() == Some(std::ffi::OsStr::new(SHIM_NAME))
+}
+
+/// The refusal for an entry named `vgpu` that vgpuctl did not write: one line, saying what it is.
+pub fn foreign(path: &Path, what: &str, why: &str) -> anyhow::Error {
+    anyhow!(
+        "{}: {what} exists and is not vgpu's ({why}); left untouched (configure --force replaces it)",
+        path.display()
+    )
 }
 
 /// An error in a file vgpuctl was asked to edit: `path:line:column: message`, one line.
@@ -78,6 +106,8 @@ pub struct Options {
     /// The engine's config file (Docker, containerd, CRI-O's main crio.conf); None = the engine's default.
     pub config: Option<PathBuf>,
     pub set_as_default: bool,
+    /// Replace an entry named vgpu that vgpuctl did not write (configure only).
+    pub force: bool,
     pub runtime_path: String,
     pub hook_path: String,
     pub hooks_dir: Option<PathBuf>,
@@ -127,6 +157,12 @@ fn check_options(o: &Options) -> Result<()> {
             "--hooks-dir is for podman's hooks.d files; {name} is configured through --config"
         );
     }
+    if o.engine == Engine::Podman && o.set_as_default {
+        anyhow::bail!(
+            "--set-as-default has no meaning for podman: its vgpu hooks run for every container with a \
+             vgpu.io/ annotation whatever the runtime, so there is no vgpu runtime to make the default"
+        );
+    }
     if o.engine != Engine::Crio && o.drop_in_dir.is_some() {
         anyhow::bail!("--drop-in-dir is for crio only");
     }
@@ -136,6 +172,21 @@ fn check_options(o: &Options) -> Result<()> {
 /// The changes that configure `o.engine`.
 pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
     check_options(o)?;
+    // Entries are recognised as vgpu's by the binary's name; one under another name could never be
+    // told apart from someone else's again.
+    if o.engine == Engine::Podman {
+        if Path::new(&o.hook_path).file_name() != Some("vgpu-hook".as_ref()) {
+            anyhow::bail!(
+                "--hook-path must name a file called vgpu-hook, got {:?}",
+                o.hook_path
+            );
+        }
+    } else if !is_shim(&o.runtime_path) {
+        anyhow::bail!(
+            "--runtime-path must name a file called {SHIM_NAME}, got {:?}",
+            o.runtime_path
+        );
+    }
     let cfg = o.config_path();
     match o.engine {
         Engine::Docker => {
@@ -145,6 +196,7 @@ pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
             let s = docker::Settings {
                 runtime_path: &o.runtime_path,
                 set_as_default: o.set_as_default,
+                force: o.force,
             };
             docker::configure(&cfg, current.as_deref(), prev.as_deref(), &s)
         }
@@ -153,19 +205,25 @@ pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
             let s = containerd::Settings {
                 runtime_path: &o.runtime_path,
                 set_as_default: o.set_as_default,
+                force: o.force,
                 version_for_new_file: None,
             };
             containerd::configure(&cfg, current.as_deref(), &s)
         }
         Engine::Crio => {
-            let main = fsutil::read_optional(&cfg)?;
             let drop_in = o.drop_in_path();
             let current = fsutil::read_optional(&drop_in)?;
+            if let Some(text) = &current {
+                if !crio::is_ours(text) && !o.force {
+                    return Err(foreign(&drop_in, "the file", "no vgpuctl header"));
+                }
+            }
             let s = crio::Settings {
                 runtime_path: &o.runtime_path,
                 set_as_default: o.set_as_default,
+                force: o.force,
             };
-            let new = crio::drop_in(&cfg, main.as_deref(), &s)?;
+            let new = crio::drop_in(&crio_sources(&cfg, &drop_in)?, &s)?;
             Ok(if current.as_deref() == Some(new.as_str()) {
                 vec![]
             } else {
@@ -177,13 +235,45 @@ pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
             let mut changes = Vec::new();
             for (name, text) in hooks::files(&o.hook_path, &o.hook_env)? {
                 let path = dir.join(name);
-                if fsutil::read_optional(&path)?.as_deref() != Some(text.as_str()) {
+                let current = fsutil::read_optional(&path)?;
+                if let Some(why) = current.as_deref().and_then(hooks::foreign_why) {
+                    if !o.force {
+                        return Err(foreign(&path, "the hook file", &why));
+                    }
+                }
+                if current.as_deref() != Some(text.as_str()) {
                     changes.push(Change::write(path, text, 0o644));
                 }
             }
             Ok(changes)
         }
     }
+}
+
+/// CRI-O's config files in the order it reads them: the main file (if any), then every file of the
+/// drop-in folder by name, except vgpuctl's own drop-in.
+fn crio_sources(main: &Path, ours: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let mut out = Vec::new();
+    if let Some(text) = fsutil::read_optional(main)? {
+        out.push((main.to_path_buf(), text));
+    }
+    let dir = ours.parent().unwrap_or(Path::new("."));
+    let mut names = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
+            .map(|e| e.path())
+            .collect::<Vec<_>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
+        Err(e) => return Err(anyhow!("cannot list {}: {e}", dir.display())),
+    };
+    names.sort();
+    for p in names.into_iter().filter(|p| p != ours) {
+        if let Some(text) = fsutil::read_optional(&p)? {
+            out.push((p, text));
+        }
+    }
+    Ok(out)
 }
 
 /// The changes that take back what `plan_configure` added.
@@ -205,10 +295,7 @@ pub fn plan_unconfigure(o: &Options) -> Result<Vec<Change>> {
             let drop_in = o.drop_in_path();
             Ok(match fsutil::read_optional(&drop_in)? {
                 Some(text) if crio::is_ours(&text) => vec![Change::remove(drop_in)],
-                Some(_) => anyhow::bail!(
-                    "{}: not written by vgpuctl (no vgpuctl header); left alone",
-                    drop_in.display()
-                ),
+                Some(_) => return Err(foreign(&drop_in, "the file", "no vgpuctl header")),
                 None => vec![],
             })
         }
@@ -217,7 +304,10 @@ pub fn plan_unconfigure(o: &Options) -> Result<Vec<Change>> {
             let mut changes = Vec::new();
             for name in hooks::file_names() {
                 let path = dir.join(name);
-                if path.exists() {
+                if let Some(text) = fsutil::read_optional(&path)? {
+                    if let Some(why) = hooks::foreign_why(&text) {
+                        return Err(foreign(&path, "the hook file", &why));
+                    }
                     changes.push(Change::remove(path));
                 }
             }
@@ -255,26 +345,47 @@ pub fn restart_hint(engine: Engine) -> &'static str {
     }
 }
 
-/// Writes or removes each change (atomically), or with `dry_run` prints them instead.
-pub fn apply(changes: &[Change], dry_run: bool, out: &mut dyn std::io::Write) -> Result<()> {
+/// Writes or removes each change (atomically), saying so on `out`.
+pub fn apply(changes: &[Change], out: &mut dyn std::io::Write) -> Result<()> {
     for c in changes {
-        match (&c.contents, dry_run) {
-            (Some(text), true) => {
-                writeln!(out, "# would write {}:", c.path.display())?;
-                write!(out, "{text}")?;
-                if !text.ends_with('\n') {
-                    writeln!(out)?;
-                }
-            }
-            (None, true) => writeln!(out, "# would remove {}", c.path.display())?,
-            (Some(text), false) => {
+        match &c.contents {
+            Some(text) => {
                 fsutil::write_atomic(&c.path, text.as_bytes(), c.mode)?;
                 writeln!(out, "wrote {}", c.path.display())?;
             }
-            (None, false) => {
+            None => {
                 fsutil::remove_file(&c.path)?;
                 writeln!(out, "removed {}", c.path.display())?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// `--dry-run`: the engine files as they would be written go to `files` (stdout: only the file, so it can
+/// be redirected or diffed), what would happen to which path to `notes` (stderr).
+pub fn preview(
+    changes: &[Change],
+    files: &mut dyn std::io::Write,
+    notes: &mut dyn std::io::Write,
+) -> Result<()> {
+    for c in changes {
+        match &c.contents {
+            Some(text) if c.record => writeln!(
+                notes,
+                "would record in {}: {}",
+                c.path.display(),
+                text.trim_end()
+            )?,
+            Some(text) => {
+                writeln!(notes, "would write {}:", c.path.display())?;
+                write!(files, "{text}")?;
+                if !text.ends_with('\n') {
+                    writeln!(files)?;
+                }
+                files.flush()?;
+            }
+            None => writeln!(notes, "would remove {}", c.path.display())?,
         }
     }
     Ok(())
@@ -335,28 +446,80 @@ mod tests {
         assert_eq!(line_col("ab\ncd", 4), (2, 2));
     }
 
-    #[test]
-    fn podman_round_trip_on_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let o = Options {
+    fn podman(dir: &Path) -> Options {
+        Options {
             engine: Engine::Podman,
             config: None,
             set_as_default: false,
+            force: false,
             runtime_path: "/usr/bin/vgpu-container-runtime".into(),
             hook_path: "/usr/bin/vgpu-hook".into(),
-            hooks_dir: Some(dir.path().join("hooks.d")),
+            hooks_dir: Some(dir.to_path_buf()),
             hook_env: vec![],
             drop_in_dir: None,
+        }
+    }
+
+    /// A hooks.d file of the same name that runs another program: configure refuses it, unconfigure keeps
+    /// it (and removes nothing), --force replaces it.
+    #[test]
+    fn foreign_hook_file_is_never_clobbered() {
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = "{\"version\":\"1.0.0\",\"hook\":{\"path\":\"/usr/bin/audit\"},\"when\":{\"always\":true},\"stages\":[\"poststop\"]}\n";
+        let p = dir.path().join("vgpu-poststop.json");
+        std::fs::write(&p, theirs).unwrap();
+        let mut o = podman(dir.path());
+        let e = plan_configure(&o).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("vgpu-poststop.json: the hook file exists and is not vgpu's (it runs /usr/bin/audit)"),
+            "{e:#}"
+        );
+        let e = plan_unconfigure(&o).unwrap_err();
+        assert!(format!("{e:#}").contains("left untouched"), "{e:#}");
+        o.force = true;
+        apply(&plan_configure(&o).unwrap(), &mut Vec::new()).unwrap();
+        assert!(std::fs::read_to_string(&p).unwrap().contains("vgpu-hook"));
+    }
+
+    /// CRI-O: a 99-vgpu.toml without vgpuctl's header is someone else's.
+    #[test]
+    fn foreign_crio_drop_in_is_never_clobbered() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("crio.conf.d");
+        std::fs::create_dir(&d).unwrap();
+        let theirs = "[crio.runtime.runtimes.other]\nruntime_path = \"/usr/bin/crun\"\n";
+        std::fs::write(d.join(crio::DROP_IN_NAME), theirs).unwrap();
+        let mut o = Options {
+            engine: Engine::Crio,
+            config: Some(dir.path().join("crio.conf")),
+            hooks_dir: None,
+            ..podman(dir.path())
         };
+        let e = plan_configure(&o).unwrap_err();
+        assert!(
+            format!("{e:#}")
+                .contains("99-vgpu.toml: the file exists and is not vgpu's (no vgpuctl header)"),
+            "{e:#}"
+        );
+        assert!(plan_unconfigure(&o).is_err());
+        o.force = true;
+        let ch = plan_configure(&o).unwrap();
+        assert!(crio::is_ours(ch[0].contents.as_deref().unwrap()));
+    }
+
+    #[test]
+    fn podman_round_trip_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = podman(&dir.path().join("hooks.d"));
         let ch = plan_configure(&o).unwrap();
         assert!(!ch.is_empty());
-        apply(&ch, false, &mut Vec::new()).unwrap();
+        apply(&ch, &mut Vec::new()).unwrap();
         assert!(
             plan_configure(&o).unwrap().is_empty(),
             "second configure changes nothing"
         );
         let ch = plan_unconfigure(&o).unwrap();
-        apply(&ch, false, &mut Vec::new()).unwrap();
+        apply(&ch, &mut Vec::new()).unwrap();
         assert_eq!(
             std::fs::read_dir(dir.path().join("hooks.d"))
                 .unwrap()

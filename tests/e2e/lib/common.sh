@@ -9,7 +9,8 @@
 # Paths: $REPO (repository root), $T (target dir), $HOOK, $SHIM, $LIBVGPU, $FAKE_DIR, $CLIENTS_DIR.
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-T=$REPO/target
+# Cargo's target folder: $CARGO_TARGET_DIR when set (as `make` exports it), else target/.
+T=$(realpath -m "${CARGO_TARGET_DIR:-$REPO/target}")
 HOOK=$T/release/vgpu-hook
 SHIM=$T/release/vgpu-container-runtime
 LIBVGPU=$T/vgpu/libvgpu.so
