@@ -9,7 +9,10 @@
 //! exact when nobody charges, each number a value it had under load (as the mapped view).
 
 use super::error::{io_err, LedgerError};
-use super::format::{SlotRecord, COMMIT_OFFSET, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE};
+use super::format::{
+    SlotRecord, COMMIT_OFFSET, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE, SPILL_PAIR_OFFSET,
+    SPILL_WORD_OFFSET,
+};
 use super::ledger::check_header;
 use super::lock;
 use super::view::{read_slots, Snapshot, Source};
@@ -50,6 +53,18 @@ impl Source for Bytes<'_> {
     fn applied(&self, slot: usize, kind: usize) -> u64 {
         self.u64_at(self.slot_at(slot, offset_of!(SlotRecord, counters)) + 16 * kind + 8)
     }
+    fn spill_word_low(&self) -> u64 {
+        self.u64_at(SPILL_WORD_OFFSET)
+    }
+    fn spill_word_high(&self) -> u64 {
+        self.u64_at(SPILL_WORD_OFFSET + 8)
+    }
+    fn spill_usage(&self, slot: usize) -> u64 {
+        self.u64_at(self.slot_at(slot, SPILL_PAIR_OFFSET))
+    }
+    fn spill_applied(&self, slot: usize) -> u64 {
+        self.u64_at(self.slot_at(slot, SPILL_PAIR_OFFSET) + 8)
+    }
 }
 
 impl Snapshot {
@@ -69,7 +84,7 @@ impl Snapshot {
             n => n as u64,
         };
         let (uuid, limit) = check_header(path, size, &bytes)?;
-        let (used, mut slots) = read_slots(&Bytes(&bytes));
+        let (used, spilled, mut slots) = read_slots(&Bytes(&bytes));
         for s in &mut slots {
             s.alive = lock::slot_is_locked(file.file(), s.index as usize).unwrap_or(false);
         }
@@ -77,6 +92,7 @@ impl Snapshot {
             uuid,
             limit,
             used,
+            spilled,
             slots,
         })
     }
