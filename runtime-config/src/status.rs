@@ -401,6 +401,7 @@ mod tests {
                 uuid: uuid.into(),
                 memory_limit: limit,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
+                memory: Default::default(),
             }],
         };
         limits.write_atomic(&limits_path).unwrap();

@@ -129,6 +129,7 @@ mod tests {
                 uuid: uuid.into(),
                 memory_limit: 1 << 30,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
+                memory: Default::default(),
             }],
             kubernetes: Some(KubeNames {
                 namespace: "ns".into(),
