@@ -191,10 +191,7 @@ impl Limits {
                 ));
             }
             if d.memory.spill_limit() == Some(0) {
-                return Err(format!(
-                    "device {} ({}): spill_limit is 0",
-                    d.index, d.uuid
-                ));
+                return Err(format!("device {} ({}): spill_limit is 0", d.index, d.uuid));
             }
             let safe = !d.ledger.as_os_str().is_empty()
                 && d.ledger

@@ -56,7 +56,13 @@ pub struct ModeSettings<'a> {
 impl ModeSettings<'_> {
     /// The settings from (name, value) pairs: a spec's or process's environment (last one wins).
     pub fn from_env(vars: &[(String, String)]) -> ModeSettings<'_> {
-        Self::pick(vars, MODE_VAR, SPILL_VAR, RESERVE_VAR, Some(OVERSUBSCRIBE_VAR))
+        Self::pick(
+            vars,
+            MODE_VAR,
+            SPILL_VAR,
+            RESERVE_VAR,
+            Some(OVERSUBSCRIBE_VAR),
+        )
     }
 
     /// The settings from a container's annotations.
@@ -112,9 +118,7 @@ impl ModeSettings<'_> {
         };
         let over = match self.oversubscribe {
             None => false,
-            Some((_, v)) if matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes") => {
-                true
-            }
+            Some((_, v)) if matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes") => true,
             Some((_, v)) if matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no") => {
                 false
             }
@@ -125,9 +129,7 @@ impl ModeSettings<'_> {
             Some((_, "spill")) => "spill",
             Some((_, "oversubscribe")) => "oversubscribe",
             Some((k, v)) => {
-                return Err(format!(
-                    "{k}={v:?}: expected plain, spill or oversubscribe"
-                ))
+                return Err(format!("{k}={v:?}: expected plain, spill or oversubscribe"))
             }
             None if over => "oversubscribe",
             None if self.spill.is_some() => "spill",
@@ -135,9 +137,7 @@ impl ModeSettings<'_> {
         };
         if over && asked != "oversubscribe" {
             let (k, v) = self.mode.unwrap_or(("", ""));
-            return Err(format!(
-                "{OVERSUBSCRIBE_VAR}=true contradicts {k}={v:?}"
-            ));
+            return Err(format!("{OVERSUBSCRIBE_VAR}=true contradicts {k}={v:?}"));
         }
         if let (Some((k, v)), false) = (self.spill, asked == "spill") {
             return Err(format!(
@@ -246,7 +246,10 @@ mod tests {
         // HAMi's variable alone, or with our own saying the same
         for pairs in [
             &[("CUDA_OVERSUBSCRIBE", "true")][..],
-            &[("CUDA_OVERSUBSCRIBE", "1"), ("VGPU_MEMORY_MODE", "oversubscribe")],
+            &[
+                ("CUDA_OVERSUBSCRIBE", "1"),
+                ("VGPU_MEMORY_MODE", "oversubscribe"),
+            ],
         ] {
             assert_eq!(
                 env(pairs),
@@ -255,9 +258,15 @@ mod tests {
                 })
             );
         }
-        assert_eq!(env(&[("CUDA_OVERSUBSCRIBE", "false")]), Ok(MemoryMode::Plain));
         assert_eq!(
-            env(&[("VGPU_MEMORY_MODE", "oversubscribe"), ("VGPU_MEMORY_RESERVE", "0")]),
+            env(&[("CUDA_OVERSUBSCRIBE", "false")]),
+            Ok(MemoryMode::Plain)
+        );
+        assert_eq!(
+            env(&[
+                ("VGPU_MEMORY_MODE", "oversubscribe"),
+                ("VGPU_MEMORY_RESERVE", "0")
+            ]),
             Ok(MemoryMode::Oversubscribe { reserve: 0 })
         );
     }
@@ -265,14 +274,39 @@ mod tests {
     #[test]
     fn bad_settings_are_one_line_naming_the_setting() {
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[("VGPU_MEMORY_MODE", "swap")], "VGPU_MEMORY_MODE=\"swap\": expected plain, spill or oversubscribe"),
-            (&[("VGPU_MEMORY_MODE", "spill")], "VGPU_MEMORY_MODE=spill needs a spill budget"),
-            (&[("VGPU_MEMORY_SPILL", "0")], "VGPU_MEMORY_SPILL=\"0\": must be more than 0"),
+            (
+                &[("VGPU_MEMORY_MODE", "swap")],
+                "VGPU_MEMORY_MODE=\"swap\": expected plain, spill or oversubscribe",
+            ),
+            (
+                &[("VGPU_MEMORY_MODE", "spill")],
+                "VGPU_MEMORY_MODE=spill needs a spill budget",
+            ),
+            (
+                &[("VGPU_MEMORY_SPILL", "0")],
+                "VGPU_MEMORY_SPILL=\"0\": must be more than 0",
+            ),
             (&[("VGPU_MEMORY_SPILL", "4Qi")], "VGPU_MEMORY_SPILL=\"4Qi\""),
-            (&[("VGPU_MEMORY_MODE", "plain"), ("VGPU_MEMORY_SPILL", "1g")], "a spill budget needs spill mode, not plain"),
-            (&[("VGPU_MEMORY_MODE", "spill"), ("VGPU_MEMORY_SPILL", "1g"), ("CUDA_OVERSUBSCRIBE", "true")], "CUDA_OVERSUBSCRIBE=true contradicts VGPU_MEMORY_MODE=\"spill\""),
-            (&[("CUDA_OVERSUBSCRIBE", "maybe")], "CUDA_OVERSUBSCRIBE=\"maybe\": expected true or false"),
-            (&[("VGPU_MEMORY_RESERVE", "1g")], "a reserve needs oversubscribe mode, not plain"),
+            (
+                &[("VGPU_MEMORY_MODE", "plain"), ("VGPU_MEMORY_SPILL", "1g")],
+                "a spill budget needs spill mode, not plain",
+            ),
+            (
+                &[
+                    ("VGPU_MEMORY_MODE", "spill"),
+                    ("VGPU_MEMORY_SPILL", "1g"),
+                    ("CUDA_OVERSUBSCRIBE", "true"),
+                ],
+                "CUDA_OVERSUBSCRIBE=true contradicts VGPU_MEMORY_MODE=\"spill\"",
+            ),
+            (
+                &[("CUDA_OVERSUBSCRIBE", "maybe")],
+                "CUDA_OVERSUBSCRIBE=\"maybe\": expected true or false",
+            ),
+            (
+                &[("VGPU_MEMORY_RESERVE", "1g")],
+                "a reserve needs oversubscribe mode, not plain",
+            ),
         ];
         for (pairs, want) in cases {
             let e = env(pairs).unwrap_err();
@@ -297,7 +331,10 @@ mod tests {
         let e = ModeSettings::from_annotations(&kv(&[("vgpu.io/memory-mode", "spill")]))
             .parse()
             .unwrap_err();
-        assert!(e.starts_with("vgpu.io/memory-mode=spill needs a spill budget"), "{e}");
+        assert!(
+            e.starts_with("vgpu.io/memory-mode=spill needs a spill budget"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -57,7 +57,9 @@ impl Shared {
         if book == Book::Spill && op.kind != 0 {
             return true; // never written by us: the spill book only has kind 0 (a scribbled word)
         }
-        let pair = self.book_pair(book, op.slot as usize, op.kind as usize).as_u128();
+        let pair = self
+            .book_pair(book, op.slot as usize, op.kind as usize)
+            .as_u128();
         loop {
             let p = pair.load(SeqCst);
             if self.book_word(book).load(SeqCst) != c {

@@ -1,9 +1,9 @@
 //! `Shared`: the mapping and the file behind it, shared by a `Ledger` and its `Slot`s, and typed access to
 //! the mapped bytes. No protocol here: committing lives in `commit`, claiming and emptying slots in `slot`.
 
+use super::commit::Book;
 use super::error::{io_err, LedgerError};
 use super::fd::{Identity, LedgerFd};
-use super::commit::Book;
 use super::format::{
     total_of_low_half, CommitArea, Pair, SlotRecord, COMMIT_OFFSET, KINDS, SLOTS_OFFSET,
     SLOT_COUNT, SLOT_SIZE, SPILL_PAIR_OFFSET, SPILL_WORD_OFFSET,

@@ -116,9 +116,16 @@ fn read_word(lo: impl Fn() -> u64, hi: impl Fn() -> u64) -> (u64, Option<Commit>
 
 /// `usage` with the word's operation added when it is on `slot` and not applied yet (`applied`: the
 /// pair's applied_seq), so that the counters sum to the word's total.
-fn with_pending(usage: u64, pending: Option<Commit>, slot: usize, applied: impl Fn(u8) -> u64) -> u64 {
+fn with_pending(
+    usage: u64,
+    pending: Option<Commit>,
+    slot: usize,
+    applied: impl Fn(u8) -> u64,
+) -> u64 {
     match pending.filter(|c| c.slot as usize == slot) {
-        Some(c) if applied(c.kind) & SEQ_MASK != c.seq as u64 => usage.saturating_add_signed(c.delta()),
+        Some(c) if applied(c.kind) & SEQ_MASK != c.seq as u64 => {
+            usage.saturating_add_signed(c.delta())
+        }
         _ => usage,
     }
 }
