@@ -31,8 +31,20 @@ pub fn alloc_managed(d: &Driver, size: u64) -> Result<u64, CUresult> {
         return Err(INVALID_VALUE);
     }
     let (ctx, _, phys) = current(d)?;
-    let charged = if d.charge(phys, size).is_ok() { size } else { 0 };
-    let addr = lock(&d.mem).alloc(phys, d.shared.total(phys), size, Kind::Managed, ctx, charged, 0);
+    let charged = if d.charge(phys, size).is_ok() {
+        size
+    } else {
+        0
+    };
+    let addr = lock(&d.mem).alloc(
+        phys,
+        d.shared.total(phys),
+        size,
+        Kind::Managed,
+        ctx,
+        charged,
+        0,
+    );
     addr.ok_or_else(|| {
         d.refund(phys, charged);
         OUT_OF_MEMORY
