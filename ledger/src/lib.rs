@@ -8,6 +8,7 @@
 //! * [`walk`]: the walk over the state root's container folders.
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `GPU_CORE_UTILIZATION_POLICY`).
+//! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking).
@@ -23,10 +24,12 @@ pub mod envlimits;
 pub mod hostfile;
 pub mod layout;
 pub mod limits;
+pub mod memmode;
 pub mod quantity;
 pub mod region;
 pub mod walk;
 
 pub use limits::{DeviceLimit, KubeNames, Limits, LimitsError, LIMITS_VERSION};
+pub use memmode::MemoryMode;
 pub use quantity::{format_bytes, parse_quantity, QuantityError, MIN_QUOTA};
 pub use region::{Kind, Ledger, LedgerError, MeasureLock, Refused, Slot, SlotSnapshot, Snapshot};

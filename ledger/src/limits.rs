@@ -10,6 +10,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::layout;
+use crate::memmode::MemoryMode;
 
 /// How the limits file is written: mode 0644 whatever was there, synced (docs/architecture.md).
 const WRITE_OPTIONS: crate::atomic::WriteOptions =
@@ -82,6 +83,9 @@ pub struct DeviceLimit {
     pub memory_limit: u64,
     /// Ledger file, relative to the limits file's folder (`ledgers/<uuid>.ledger`).
     pub ledger: PathBuf,
+    /// The unified-memory mode (`crate::memmode`); absent (plain) in files written before it existed.
+    #[serde(default, skip_serializing_if = "MemoryMode::is_plain")]
+    pub memory: MemoryMode,
 }
 
 /// A limits file that cannot be used. `Display` names the file and the problem.
@@ -186,6 +190,9 @@ impl Limits {
                     d.index, d.uuid
                 ));
             }
+            if d.memory.spill_limit() == Some(0) {
+                return Err(format!("device {} ({}): spill_limit is 0", d.index, d.uuid));
+            }
             let safe = !d.ledger.as_os_str().is_empty()
                 && d.ledger
                     .components()
@@ -250,12 +257,14 @@ mod tests {
                     uuid: "GPU-aaaa".into(),
                     memory_limit: 1 << 30,
                     ledger: "ledgers/GPU-aaaa.ledger".into(),
+                    memory: Default::default(),
                 },
                 DeviceLimit {
                     index: 1,
                     uuid: "GPU-bbbb".into(),
                     memory_limit: 2 << 30,
                     ledger: "ledgers/GPU-bbbb.ledger".into(),
+                    memory: Default::default(),
                 },
             ],
         }

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use vgpu_ledger::envcompute;
 use vgpu_ledger::envlimits::{self, EnvLimits};
 use vgpu_ledger::limits::Limits;
+use vgpu_ledger::memmode::{self, ModeSettings};
+use vgpu_ledger::MemoryMode;
 
 pub const ENV_LIMIT: &str = envlimits::LIMIT_VAR;
 pub const ENV_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
@@ -23,6 +25,8 @@ const ENV_XDG: &str = "XDG_RUNTIME_DIR";
 pub struct DeviceSpec {
     pub limit: u64,
     pub ledger: PathBuf,
+    /// Plain, spill or oversubscribe (`vgpu_ledger::memmode`).
+    pub memory: MemoryMode,
 }
 
 #[derive(Debug)]
@@ -43,6 +47,9 @@ pub enum Config {
         per_index: BTreeMap<u32, u64>,
         prefix: String,
         dir: Option<PathBuf>,
+        /// VGPU_MEMORY_MODE / VGPU_MEMORY_SPILL / VGPU_MEMORY_RESERVE / CUDA_OVERSUBSCRIBE: every GPU
+        /// with a limit.
+        memory: MemoryMode,
     },
 }
 
@@ -90,6 +97,8 @@ impl Config {
                 k.starts_with("CUDA_DEVICE_MEMORY_")
                     || k.starts_with(envcompute::SM_LIMIT_VAR)
                     || k == envcompute::POLICY_VAR
+                    || k.starts_with("VGPU_MEMORY_")
+                    || k == memmode::OVERSUBSCRIBE_VAR
                     || k == ENV_LIMITS_FILE
                     || k == ENV_XDG
             })
@@ -132,6 +141,7 @@ impl Config {
         if limits.is_unlimited() {
             return Ok(Config::Unlimited);
         }
+        let memory = ModeSettings::from_env(env).parse().map_err(Error::Config)?;
         let global = limits.global.as_ref().map_or(0, |l| l.bytes);
         let per_index: BTreeMap<u32, u64> = limits
             .per_index
@@ -144,6 +154,7 @@ impl Config {
             per_index,
             prefix,
             dir,
+            memory,
         })
     }
 
@@ -166,6 +177,7 @@ impl Config {
                     Some(d) => Lookup::Limit(DeviceSpec {
                         limit: d.memory_limit,
                         ledger: limits.ledger_path(path, d),
+                        memory: d.memory,
                     }),
                     None => Lookup::Refuse(format!(
                         "{}{} is not in the limits file {}",
@@ -181,6 +193,7 @@ impl Config {
                 global,
                 per_index,
                 prefix,
+                memory,
                 ..
             } => {
                 let limit = match gpu.index.and_then(|i| per_index.get(&i)) {
@@ -199,6 +212,7 @@ impl Config {
                 Lookup::Limit(DeviceSpec {
                     limit,
                     ledger: env_ledger_path(prefix, gpu.uuid),
+                    memory: *memory,
                 })
             }
         }
@@ -442,7 +456,8 @@ mod tests {
             c.lookup(gpu("GPU-1", None)),
             Lookup::Limit(DeviceSpec {
                 limit: 256 << 20,
-                ledger: "/x/q.GPU-1".into()
+                ledger: "/x/q.GPU-1".into(),
+                memory: MemoryMode::Plain,
             })
         );
     }
@@ -531,5 +546,54 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("/nonexistent/l.json"), "{e}");
+    }
+
+    #[test]
+    fn memory_modes_from_the_environment_apply_to_every_limited_gpu() {
+        let c = Config::from_env(
+            &env(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+                ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+                ("VGPU_MEMORY_SPILL", "8g"),
+            ]),
+            Path::new(NOFILE),
+        )
+        .unwrap();
+        match c.lookup(gpu("GPU-1", Some(0))) {
+            Lookup::Limit(s) => assert_eq!(
+                s.memory,
+                MemoryMode::Spill {
+                    spill_limit: 8 << 30
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+        // HAMi's variable
+        let c = Config::from_env(
+            &env(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+                ("CUDA_OVERSUBSCRIBE", "true"),
+            ]),
+            Path::new(NOFILE),
+        )
+        .unwrap();
+        assert!(matches!(
+            c.lookup(gpu("GPU-1", Some(0))),
+            Lookup::Limit(DeviceSpec {
+                memory: MemoryMode::Oversubscribe { .. },
+                ..
+            })
+        ));
+        // a bad setting never runs: one error naming it
+        let e = Config::from_env(
+            &env(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+                ("VGPU_MEMORY_MODE", "swap"),
+            ]),
+            Path::new(NOFILE),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("VGPU_MEMORY_MODE=\"swap\""), "{e}");
     }
 }

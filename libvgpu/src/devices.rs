@@ -149,11 +149,13 @@ fn resolve(cfg: &Config, dev: CUdevice) -> Result<Option<DeviceQuota>, Error> {
         Lookup::Limit(s) => s,
     };
     match DeviceQuota::open_unattached(dev, uuid, spec.limit, &spec.ledger, cfg.ledger_mode()) {
-        Ok(q) => {
+        Ok(mut q) => {
+            q.memory = spec.memory;
             log::info(format_args!(
-                "device {dev} ({uuid}): limit {} bytes, ledger {}",
+                "device {dev} ({uuid}): limit {} bytes, ledger {}, memory mode {}",
                 spec.limit,
-                spec.ledger.display()
+                spec.ledger.display(),
+                spec.memory
             ));
             Ok(Some(q))
         }

@@ -24,6 +24,7 @@ pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
@@ -36,6 +37,12 @@ pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+/// Managed memory reachable from every stream (`cuMemAllocManaged`).
+pub const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
+pub const CU_MEM_ADVISE_SET_PREFERRED_LOCATION: c_int = 3;
+pub const CU_MEM_ADVISE_SET_ACCESSED_BY: c_int = 5;
+/// The host as a device ordinal in the legacy `cuMemAdvise`.
+pub const CU_DEVICE_CPU: CUdevice = -1;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

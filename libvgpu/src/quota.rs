@@ -7,7 +7,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use vgpu_ledger::{Kind, Ledger, MeasureLock, Slot};
+use vgpu_ledger::{Kind, Ledger, MeasureLock, MemoryMode, Slot};
 
 use crate::config::LedgerMode;
 use crate::error::Error;
@@ -24,6 +24,8 @@ pub struct DeviceQuota {
     pub ordinal: i32,
     pub uuid: String,
     pub limit: u64,
+    /// Plain, spill or oversubscribe (`hooks::memory`); plain until the configuration says otherwise.
+    pub memory: MemoryMode,
     ledger_path: PathBuf,
     ledger: Ledger,
     /// This process's slot: null until the first charge (a leaked Box once attached).
@@ -83,6 +85,7 @@ impl DeviceQuota {
             ordinal,
             uuid: uuid.to_string(),
             limit,
+            memory: MemoryMode::Plain,
             ledger_path: path.to_path_buf(),
             ledger,
             slot: AtomicPtr::new(ptr::null_mut()),
@@ -176,20 +179,13 @@ impl DeviceQuota {
 
     /// Charges before the driver call; false = the quota would be exceeded.
     pub fn charge(&self, kind: Kind, bytes: u64) -> bool {
-        if bytes == 0 {
-            return true;
-        }
-        let Ok(slot) = self.slot() else {
-            return false;
-        };
-        let mut r = self.ledger.charge(slot, kind, bytes, self.limit);
-        // Refused: a killed process may still hold usage; reclaim dead slots and try once more.
-        if r.is_err() && matches!(self.ledger.reclaim_dead(), Ok(n) if n > 0) {
-            r = self.ledger.charge(slot, kind, bytes, self.limit);
-        }
-        match r {
-            Ok(()) => true,
-            Err(_) => {
+        match self.try_charge(kind, bytes) {
+            Some(true) => true,
+            None => false,
+            // Spill mode serves refused plain and pitch memory from the spill budget (which logs its own
+            // refusal).
+            Some(false) if kind == Kind::Data && self.memory.spill_limit().is_some() => false,
+            Some(false) => {
                 self.ledger.count_refusal();
                 log::warn(format_args!(
                     "quota: refused {bytes} bytes ({kind:?}) on device {} ({}): {} of {} bytes in use",
@@ -201,6 +197,21 @@ impl DeviceQuota {
                 false
             }
         }
+    }
+
+    /// `charge` without the refusal's log line (spill mode goes on to the spill budget): Some(false) =
+    /// over the quota, None = no slot.
+    pub fn try_charge(&self, kind: Kind, bytes: u64) -> Option<bool> {
+        if bytes == 0 {
+            return Some(true);
+        }
+        let slot = self.slot().ok()?;
+        let mut r = self.ledger.charge(slot, kind, bytes, self.limit);
+        // Refused: a killed process may still hold usage; reclaim dead slots and try once more.
+        if r.is_err() && matches!(self.ledger.reclaim_dead(), Ok(n) if n > 0) {
+            r = self.ledger.charge(slot, kind, bytes, self.limit);
+        }
+        Some(r.is_ok())
     }
 
     /// Records memory the driver already handed out (pool or graph reservation growth found afterwards).
@@ -217,6 +228,45 @@ impl DeviceQuota {
                 self.uuid
             ));
         }
+    }
+
+    /// Spill mode: charges `bytes` served as host-preferred managed memory to the container's spill
+    /// budget (never to the quota); false = past the budget (or not in spill mode).
+    pub fn charge_spill(&self, bytes: u64) -> bool {
+        let Some(budget) = self.memory.spill_limit() else {
+            return false;
+        };
+        let Ok(slot) = self.slot() else {
+            return false;
+        };
+        let mut r = self.ledger.charge_spill(slot, bytes, budget);
+        if r.is_err() && matches!(self.ledger.reclaim_dead(), Ok(n) if n > 0) {
+            r = self.ledger.charge_spill(slot, bytes, budget);
+        }
+        if r.is_err() {
+            self.ledger.count_refusal();
+            log::warn(format_args!(
+                "quota: refused to spill {bytes} bytes on device {} ({}): {} of {budget} spill bytes in use",
+                self.ordinal,
+                self.uuid,
+                self.ledger.spilled()
+            ));
+        }
+        r.is_ok()
+    }
+
+    pub fn refund_spill(&self, bytes: u64) {
+        let p = self.slot.load(Ordering::Acquire);
+        if bytes > 0 && !p.is_null() {
+            // SAFETY: as in `slot`: a published slot's memory is never freed.
+            self.ledger.refund_spill(unsafe { &*p }, bytes);
+        }
+    }
+
+    /// The container's spilled bytes on this GPU (all processes).
+    #[cfg(test)]
+    pub fn spilled(&self) -> u64 {
+        self.ledger.spilled()
     }
 
     pub fn refund(&self, kind: Kind, bytes: u64) {

@@ -9,6 +9,12 @@ pub fn mem_info(limit: u64, used: u64, phys_free: u64, phys_total: u64) -> (u64,
     (free, total)
 }
 
+/// (free, total) in oversubscribe mode: the quota is the size even past the GPU's (managed memory pages),
+/// and free keeps `reserve` back so the driver has room to page.
+pub fn oversubscribed_mem_info(limit: u64, used: u64, reserve: u64) -> (u64, u64) {
+    (limit.saturating_sub(used).saturating_sub(reserve), limit)
+}
+
 /// cuDeviceTotalMem: the quota, never more than the GPU has.
 pub fn total_mem(limit: u64, phys_total: u64) -> u64 {
     limit.min(phys_total)

@@ -65,7 +65,9 @@ pub fn committed(root: &StateRoot, except: &str) -> Result<(BTreeMap<String, u64
         }
         match Limits::load(&c.limits_path) {
             Ok(l) => {
-                for d in &l.devices {
+                // Oversubscribe quotas are managed memory the driver pages: they hold no device memory
+                // for good, so they commit none.
+                for d in l.devices.iter().filter(|d| !d.memory.is_oversubscribe()) {
                     *sum.entry(d.uuid.clone()).or_insert(0u64) += d.memory_limit;
                 }
             }
@@ -82,7 +84,9 @@ pub fn check(
     committed: &BTreeMap<String, u64>,
     policy: Policy,
 ) -> Result<()> {
-    if policy.overcommit {
+    // An oversubscribe container's quota may make the sum pass the GPU (its memory pages); each quota
+    // is still at most the GPU (`plan`).
+    if policy.overcommit || plan.memory.is_oversubscribe() {
         return Ok(());
     }
     for g in &plan.gpus {
@@ -184,6 +188,7 @@ mod tests {
                 memory_limit: limit,
             }],
             kubernetes: None,
+            memory: Default::default(),
         }
     }
 
@@ -236,6 +241,37 @@ mod tests {
         let mut c = BTreeMap::new();
         c.insert("GPU-a".to_string(), 40 * GIB);
         check(&plan("GPU-a", 16 * GIB), &gpus, &c, over).unwrap();
+    }
+
+    #[test]
+    fn oversubscribe_quotas_may_sum_past_the_gpu_and_commit_no_device_memory() {
+        let gpus = [gpu("GPU-a", 16 * GIB)];
+        let mut c = BTreeMap::new();
+        c.insert("GPU-a".to_string(), 12 * GIB);
+        let over = |limit| Plan {
+            memory: vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 },
+            ..plan("GPU-a", limit)
+        };
+        check(&over(12 * GIB), &gpus, &c, STRICT).unwrap();
+        // a spill container's device quota is admitted as a plain one
+        let spill = Plan {
+            memory: vgpu_ledger::MemoryMode::Spill { spill_limit: GIB },
+            ..plan("GPU-a", 12 * GIB)
+        };
+        assert!(check(&spill, &gpus, &c, STRICT).is_err());
+        // provisioned oversubscribe containers are not counted against plain ones
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        let o = Plan {
+            memory: vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 },
+            ..plan(uuid, 12 * GIB)
+        };
+        crate::provision::provision(&root, "o1", &o, Default::default(), None).unwrap();
+        crate::provision::provision(&root, "p1", &plan(uuid, 3 * GIB), Default::default(), None)
+            .unwrap();
+        let (sum, _) = committed(&root, "none").unwrap();
+        assert_eq!(sum.get(uuid), Some(&(3 * GIB)));
     }
 
     #[test]

@@ -264,6 +264,7 @@ mod tests {
                 })
                 .collect(),
             kubernetes: None,
+            memory: Default::default(),
         };
         let root = StateRoot::new("/s".into());
         let cfg = Config::default();
@@ -328,6 +329,7 @@ mod tests {
         .unwrap();
         let plan = Plan {
             kubernetes: None,
+            memory: Default::default(),
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
@@ -382,6 +384,7 @@ mod tests {
         };
         let plan = Plan {
             kubernetes: None,
+            memory: Default::default(),
             gpus: vec![
                 PlannedGpu {
                     index: 0,
@@ -432,6 +435,7 @@ mod tests {
     fn the_mounts_are_the_same_whichever_way_they_are_applied() {
         let plan = Plan {
             kubernetes: None,
+            memory: Default::default(),
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),

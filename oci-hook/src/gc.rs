@@ -143,6 +143,7 @@ mod tests {
     fn plan() -> Plan {
         Plan {
             kubernetes: None,
+            memory: Default::default(),
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),

@@ -10,6 +10,8 @@ use crate::spec::Spec;
 use crate::typos;
 use anyhow::{bail, Result};
 use vgpu_ledger::format_bytes;
+use vgpu_ledger::memmode::ModeSettings;
+use vgpu_ledger::MemoryMode;
 
 /// One limited GPU of the container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +28,9 @@ pub struct Plan {
     pub gpus: Vec<PlannedGpu>,
     /// The Kubernetes names from the annotations, recorded for the monitor.
     pub kubernetes: Option<vgpu_ledger::KubeNames>,
+    /// The unified-memory mode of every GPU of the container (`vgpu_ledger::memmode`): the
+    /// `vgpu.io/memory-*` annotations, else the environment's `VGPU_MEMORY_*` / `CUDA_OVERSUBSCRIBE`.
+    pub memory: MemoryMode,
 }
 
 /// What the planner needs from a spec.
@@ -88,6 +93,15 @@ pub fn plan_with(
 ) -> Result<Option<Plan>> {
     typos::check(&facts.annotations, &facts.env)?;
     let mut q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
+    // The annotations decide the mode when they say anything about it; a bad setting fails the
+    // container even when it asks for no quota (a mode alone changes nothing, but a typo must be seen).
+    let annotated = ModeSettings::from_annotations(&facts.annotations);
+    let settings = if annotated.is_empty() {
+        ModeSettings::from_env(&facts.env)
+    } else {
+        annotated
+    };
+    let memory = settings.parse().map_err(|e| anyhow::anyhow!(e))?;
     if q.is_empty() {
         if unquoted == Unquoted::Allow {
             return Ok(None);
@@ -166,6 +180,7 @@ pub fn plan_with(
     Ok(Some(Plan {
         gpus: out,
         kubernetes: vgpu_ledger::KubeNames::from_annotations(&facts.annotations),
+        memory,
     }))
 }
 
@@ -196,6 +211,44 @@ mod tests {
             },
             host,
         )
+    }
+
+    #[test]
+    fn memory_modes_from_annotations_over_the_environment() {
+        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+            env: kv(env),
+            annotations: kv(ann),
+            devices: vec![],
+        };
+        let gpu_env = [
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4Gi"),
+        ];
+        let f = facts(
+            &[
+                ("vgpu.io/memory-mode", "spill"),
+                ("vgpu.io/memory-spill", "8Gi"),
+            ],
+            &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
+        );
+        assert_eq!(
+            plan(&f, host).unwrap().unwrap().memory,
+            MemoryMode::Spill {
+                spill_limit: 8 << 30
+            }
+        );
+        let f = facts(
+            &[],
+            &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
+        );
+        assert!(plan(&f, host).unwrap().unwrap().memory.is_oversubscribe());
+        let e = plan(&facts(&[("vgpu.io/memory-mode", "spill")], &gpu_env), host)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("vgpu.io/memory-mode=spill needs a spill budget"),
+            "{e}"
+        );
     }
 
     // Regression: containerd copies the pod's annotations into the sandbox (pause) container's spec too,

@@ -70,6 +70,7 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
                 uuid: g.uuid.clone(),
                 memory_limit: g.memory_limit,
                 ledger: layout::relative_ledger_path(&g.uuid)?,
+                memory: plan.memory,
             })
         })
         .collect::<Result<Vec<_>>>()?;

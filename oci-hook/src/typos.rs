@@ -7,18 +7,28 @@ use anyhow::{bail, Result};
 
 use crate::edits::MARKER_ANNOTATION;
 use crate::quota::ANNOTATION;
+use vgpu_ledger::memmode;
 
 /// The prefix of every annotation the project defines.
 pub const ANNOTATION_PREFIX: &str = "vgpu.io/";
 
 /// Variables of the quota's environment (HAMi-core's and ours), without their `_<i>` index suffix.
-const ENV_BASES: [&str; 6] = [
+const ENV_BASES: [&str; 9] = [
     "CUDA_DEVICE_MEMORY_LIMIT",
     "CUDA_DEVICE_MEMORY_SHARED_CACHE",
     "CUDA_DEVICE_SM_LIMIT",
     "CUDA_OVERSUBSCRIBE",
     "GPU_CORE_UTILIZATION_POLICY",
     "VGPU_LIMITS_FILE",
+    memmode::MODE_VAR,
+    memmode::SPILL_VAR,
+    memmode::RESERVE_VAR,
+];
+/// The unified-memory annotations (`vgpu_ledger::memmode`).
+const MODE_ANNOTATIONS: [&str; 3] = [
+    memmode::MODE_ANNOTATION,
+    memmode::SPILL_ANNOTATION,
+    memmode::RESERVE_ANNOTATION,
 ];
 /// Bases that take a `_<i>` suffix.
 const INDEXED: [&str; 2] = ["CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"];
@@ -33,6 +43,7 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
         };
         let known = k == ANNOTATION
             || k == MARKER_ANNOTATION
+            || MODE_ANNOTATIONS.contains(&k.as_str())
             || k.strip_prefix(ANNOTATION)
                 .is_some_and(|r| r.starts_with('.'));
         if !known {
@@ -43,8 +54,9 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
             } else {
                 String::new()
             };
+            let [m, s, r] = MODE_ANNOTATIONS;
             bail!(
-                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i> and, for a pod's container, {ANNOTATION}.<container>[.<i>]"
+                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i>, {ANNOTATION}.<container>[.<i>] (for a pod's container), {m}, {s} and {r}"
             );
         }
     }

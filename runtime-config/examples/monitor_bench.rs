@@ -80,6 +80,7 @@ fn main() {
                 uuid: uuid.clone(),
                 memory_limit: 1 << 30,
                 ledger: vgpu_ledger::layout::relative_ledger_path(&uuid).unwrap(),
+                memory: Default::default(),
             }],
             kubernetes: Some(vgpu_ledger::KubeNames {
                 namespace: "bench".into(),

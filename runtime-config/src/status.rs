@@ -70,6 +70,12 @@ pub struct Gpu {
     pub used: u64,
     /// Bytes per kind (context, module, data, ...), all processes together; kinds at zero left out.
     pub by_kind: serde_json::Map<String, serde_json::Value>,
+    /// The unified-memory mode: plain, spill or oversubscribe.
+    pub memory_mode: &'static str,
+    /// Spill mode: the host budget and the bytes spilled past the quota (not part of `used`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_limit: Option<u64>,
+    pub spilled: u64,
     pub processes: Vec<Process>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -87,6 +93,8 @@ pub struct Process {
     /// The process still holds its slot; a dead one's usage is given back by the next reclaim.
     pub alive: bool,
     pub used: u64,
+    /// Bytes spilled past the quota (spill mode).
+    pub spilled: u64,
 }
 
 fn by_kind(usage: impl Fn(Kind) -> u64) -> serde_json::Map<String, serde_json::Value> {
@@ -104,6 +112,9 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
         quota: dev.memory_limit,
         used: 0,
         by_kind: Default::default(),
+        memory_mode: dev.memory.name(),
+        spill_limit: dev.memory.spill_limit(),
+        spilled: 0,
         processes: vec![],
         error: None,
     };
@@ -111,6 +122,7 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
     match Snapshot::read(&path) {
         Ok(snap) => {
             g.used = snap.used;
+            g.spilled = snap.spilled;
             g.by_kind = by_kind(|k| snap.slots.iter().map(|s| s.usage[k.index()]).sum());
             g.processes = snap
                 .slots
@@ -122,6 +134,7 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
                     host_pid: None,
                     alive: s.alive,
                     used: s.total(),
+                    spilled: s.spilled,
                 })
                 .collect();
         }
@@ -327,9 +340,18 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 g.uuid.clone(),
                 format_bytes(g.quota),
                 format!(
-                    "{} ({}%)",
+                    "{} ({}%){}",
                     format_bytes(g.used),
-                    g.used.saturating_mul(100) / g.quota.max(1)
+                    g.used.saturating_mul(100) / g.quota.max(1),
+                    match (g.spill_limit, g.memory_mode) {
+                        (Some(b), _) => format!(
+                            " + {} spilled of {}",
+                            format_bytes(g.spilled),
+                            format_bytes(b)
+                        ),
+                        (None, "oversubscribe") => " (oversubscribe)".into(),
+                        _ => String::new(),
+                    }
                 ),
                 kinds,
                 processes(&g.processes),
@@ -385,6 +407,16 @@ mod tests {
         uuid: &str,
         limit: u64,
     ) -> (Ledger, std::path::PathBuf) {
+        provision_in(root, id, uuid, limit, Default::default())
+    }
+
+    fn provision_in(
+        root: &StateRoot,
+        id: &str,
+        uuid: &str,
+        limit: u64,
+        memory: vgpu_ledger::MemoryMode,
+    ) -> (Ledger, std::path::PathBuf) {
         let limits_path = root.limits_path(id).unwrap();
         std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
         // As the hook makes them: both folders marked.
@@ -401,6 +433,7 @@ mod tests {
                 uuid: uuid.into(),
                 memory_limit: limit,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
+                memory,
             }],
         };
         limits.write_atomic(&limits_path).unwrap();
@@ -426,6 +459,34 @@ mod tests {
         assert!(String::from_utf8(out)
             .unwrap()
             .starts_with("no containers with a GPU memory quota"));
+    }
+
+    #[test]
+    fn shows_the_spilled_part_beside_the_quota() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(dir.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        let spill = vgpu_ledger::MemoryMode::Spill {
+            spill_limit: 8 << 30,
+        };
+        let (ledger, _) = provision_in(&root, "c1", uuid, 4 << 30, spill);
+        let slot = ledger.attach().unwrap();
+        ledger.charge(&slot, Kind::Data, 4 << 30, 4 << 30).unwrap();
+        ledger.charge_spill(&slot, 3 << 30, 8 << 30).unwrap();
+        let s = collect(&root, &[]).unwrap();
+        let g = &s.containers[0].gpus[0];
+        assert_eq!(
+            (g.used, g.spilled, g.spill_limit, g.memory_mode),
+            (4 << 30, 3 << 30, Some(8 << 30), "spill")
+        );
+        assert_eq!(g.processes[0].spilled, 3 << 30);
+        let mut out = Vec::new();
+        print_table(&s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("4.00 GiB (100%) + 3.00 GiB spilled of 8.00 GiB"),
+            "{text}"
+        );
     }
 
     #[test]

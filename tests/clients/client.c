@@ -43,6 +43,7 @@
     X(cuMemAllocManaged, "cuMemAllocManaged")                                      \
     X(cuMemFree, "cuMemFree")                                                      \
     X(cuMemGetAddressRange, "cuMemGetAddressRange")                                \
+    X(cuPointerGetAttribute, "cuPointerGetAttribute")                              \
     X(cuMemcpyHtoD, "cuMemcpyHtoD")                                                \
     X(cuMemcpyDtoH, "cuMemcpyDtoH")                                                \
     X(cuMemcpyDtoD, "cuMemcpyDtoD")                                                \
@@ -727,6 +728,14 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             if (rc == CUDA_SUCCESS && !good) rc = CUDA_ERROR_UNKNOWN;
             free(a); free(b);
         }
+    } else if (!strcmp(op, "ismanaged")) {
+        /* cuPointerGetAttribute(IS_MANAGED) and the device ordinal of the last plain allocation. */
+        unsigned char m = 0;
+        int ord = -1;
+        if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
+        else rc = CALL(cuPointerGetAttribute, &m, CU_POINTER_ATTRIBUTE_IS_MANAGED, held[nheld - 1].ptr);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuPointerGetAttribute, &ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, held[nheld - 1].ptr);
+        printf(" managed=%d devord=%d", m, ord);
     } else if (!strcmp(op, "addrrange")) {
         CUdeviceptr base = 0;
         size_t sz = 0;

@@ -129,6 +129,48 @@ bundle_annotate "$B" vgpu.io/memory-limit 4Gi
 bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
 check_eq "  ... while the pod's GPU container gets the quota" "$(field total "$(shim run --bundle "$B" "$ID" 2>&1)")" $((4 * GIB))
 
+echo "-- unified memory: annotation -> limits.json -> the library in the container"
+vgpu_config lower_runtime='"runc"'
+new_bundle rt_client device 0 '!alloc' 512Mi '!alloc' 1Gi ismanaged memcheck alloc 2Gi
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+bundle_annotate "$B" vgpu.io/memory-limit 1Gi
+bundle_annotate "$B" vgpu.io/memory-spill 2Gi
+out=$(shim run --bundle "$B" "$ID" 2>&1)
+check_match "spill (vgpu.io/memory-spill=2Gi): 1 GiB past the 1 GiB quota served as managed memory" \
+    'op=ismanaged managed=1 devord=0 rc=0' "$out"
+check_match "  ... usable" 'op=memcheck .*ok=1 rc=0' "$out"
+check_match "  ... and past the budget out of memory" 'op=alloc size=2147483648 .*err=CUDA_ERROR_OUT_OF_MEMORY' "$out"
+new_bundle rt_client device 0 '!alloc' 512Mi '!alloc' 1Gi ismanaged alloc 2Gi
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+bundle_annotate "$B" vgpu.io/memory-limit 1Gi
+bundle_annotate "$B" vgpu.io/memory-spill 2Gi
+add_hooksd_hooks
+out=$(plain run --bundle "$B" "$ID" 2>&1)
+check_match "the same through the hooks.d path (no shim): spilled past the quota" 'op=ismanaged managed=1 devord=0 rc=0' "$out"
+check_match "  ... and refused past the budget" 'op=alloc size=2147483648 .*err=CUDA_ERROR_OUT_OF_MEMORY' "$out"
+check_eq "  ... poststop removed the state" "$(state_left)" ""
+quota_bundle 12G; c1=$ID
+bundle_annotate "$B" vgpu.io/memory-mode oversubscribe
+check "oversubscribe: a 12 GiB quota on the 16 GiB GPU" create_quiet
+check_eq "  ... recorded in limits.json" "$(jq -c '.devices[0].memory' "$STATE/containers/$c1/limits.json")" \
+    '{"mode":"oversubscribe","reserve":1610612736}'
+quota_bundle 12G; c2=$ID
+bundle_annotate "$B" vgpu.io/memory-mode oversubscribe
+check "  ... a second 12 GiB oversubscribe quota is admitted (24 of 16 GiB)" create_quiet
+quota_bundle 12G; c3=$ID
+check "  ... and a plain 12 GiB quota beside them (oversubscribe quotas commit no device memory)" create_quiet
+quota_bundle 12G; c4=$ID
+bundle_annotate "$B" vgpu.io/memory-spill 8Gi
+check_not "  ... but not a 12 GiB spill quota past the plain one" create_quiet
+gone "$c1"; gone "$c2"; gone "$c3"; gone "$c4"
+quota_bundle 1G
+bundle_annotate "$B" vgpu.io/memory-mode spill
+out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1); rc=$?
+check "spill mode without a budget: refused (exit $rc)" test "$rc" != 0
+check_eq "  ... with one line" "$(printf '%s\n' "$out" | grep -c .)" 1
+check_match "  ... naming it" 'vgpu.io/memory-mode=spill needs a spill budget' "$out"
+check_eq "  ... and nothing is left" "$(state_left)" ""
+
 echo "-- driver_memory_limit: the quota as the container cgroup's limit in the driver (the fake NVML records it)"
 # memlimit_file PID: where the fake NVML records the limits of PID's cgroup on GPU 0 (the hook's choice of
 # cgroup: the unified hierarchy's, else the memory controller's).

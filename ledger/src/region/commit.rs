@@ -33,6 +33,17 @@ use super::slot::Slot;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
+/// Which set of counters an operation moves. Both books run the same protocol with their own commit word
+/// and their own pair per slot, so each is exact on its own: `Device` (the quota: the commit word after the
+/// header, one pair per kind) and `Spill` (device allocations served as host-preferred managed memory past
+/// the quota, against the container's spill budget: the word in the header's `SPILL_AREA`, one pair per
+/// slot in its `spill` bytes, kind 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Book {
+    Device,
+    Spill,
+}
+
 pub(super) enum Op {
     Charge { bytes: u64, limit: u64 },
     Refund { bytes: u64 },
@@ -41,12 +52,17 @@ pub(super) enum Op {
 impl Shared {
     /// Apply the operation of commit word `c` to its counter unless it already is. Returns false when the
     /// word no longer holds `c` (the caller reloads it and tries again).
-    fn help(&self, c: u128) -> bool {
+    fn help(&self, book: Book, c: u128) -> bool {
         let op = Commit::decode(c);
-        let pair = self.pair(op.slot as usize, op.kind as usize).as_u128();
+        if book == Book::Spill && op.kind != 0 {
+            return true; // never written by us: the spill book only has kind 0 (a scribbled word)
+        }
+        let pair = self
+            .book_pair(book, op.slot as usize, op.kind as usize)
+            .as_u128();
         loop {
             let p = pair.load(SeqCst);
-            if self.word().load(SeqCst) != c {
+            if self.book_word(book).load(SeqCst) != c {
                 return false;
             }
             let (usage, applied) = unpack_pair(p);
@@ -68,10 +84,10 @@ impl Shared {
     }
 
     /// Apply whatever operation the commit word holds.
-    pub(super) fn help_pending(&self) {
-        let word = self.word();
+    pub(super) fn help_pending(&self, book: Book) {
+        let word = self.book_word(book);
         let mut c = word.load(SeqCst);
-        while !self.help(c) {
+        while !self.help(book, c) {
             c = word.load(SeqCst);
         }
     }
@@ -80,16 +96,17 @@ impl Shared {
     /// clamped to the counter's usage, so no counter and no total ever goes below zero.
     pub(super) fn commit(
         &self,
+        book: Book,
         slot: usize,
         kind: usize,
         op: &Op,
         apply: bool,
     ) -> Result<u64, Refused> {
-        let word = self.word();
-        let pair = self.pair(slot, kind).as_u128();
+        let word = self.book_word(book);
+        let pair = self.book_pair(book, slot, kind).as_u128();
         let mut c = word.load(SeqCst);
         loop {
-            if !self.help(c) {
+            if !self.help(book, c) {
                 c = word.load(SeqCst);
                 continue;
             }
@@ -128,7 +145,7 @@ impl Shared {
             match word.compare_exchange(c, next, SeqCst, SeqCst) {
                 Ok(_) => {
                     if apply {
-                        self.help(next);
+                        self.help(book, next);
                     }
                     return Ok(amount);
                 }
@@ -149,6 +166,7 @@ impl Ledger {
         }
         slot.shared
             .commit(
+                Book::Device,
                 slot.index as usize,
                 kind.index(),
                 &Op::Charge { bytes, limit },
@@ -163,11 +181,49 @@ impl Ledger {
             Arc::ptr_eq(&self.shared, &slot.shared) || self.shared.path == slot.shared.path
         );
         let _ = slot.shared.commit(
+            Book::Device,
             slot.index as usize,
             kind.index(),
             &Op::Refund { bytes },
             true,
         );
+    }
+
+    /// Charge `bytes` of spilled memory (device allocations served as host-preferred managed memory) to
+    /// `slot` unless the container's spilled total would pass `budget`. Lock-free, exact across process
+    /// death as the device counters are (a dead slot's spill is refunded by the reclaim).
+    pub fn charge_spill(&self, slot: &Slot, bytes: u64, budget: u64) -> Result<(), Refused> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        slot.shared
+            .commit(
+                Book::Spill,
+                slot.index as usize,
+                0,
+                &Op::Charge {
+                    bytes,
+                    limit: budget,
+                },
+                true,
+            )
+            .map(|_| ())
+    }
+
+    /// Give back `bytes` of spilled memory charged to `slot`; never more than the slot holds.
+    pub fn refund_spill(&self, slot: &Slot, bytes: u64) {
+        let _ = slot.shared.commit(
+            Book::Spill,
+            slot.index as usize,
+            0,
+            &Op::Refund { bytes },
+            true,
+        );
+    }
+
+    /// Bytes spilled in the whole ledger now (one atomic load).
+    pub fn spilled(&self) -> u64 {
+        self.shared.spilled()
     }
 }
 
@@ -184,7 +240,19 @@ impl Slot {
             }
         };
         self.shared
-            .commit(self.index as usize, kind.index(), &op, false)
+            .commit(Book::Device, self.index as usize, kind.index(), &op, false)
+            .unwrap();
+    }
+
+    /// Test hook: as `commit_unapplied`, on the spill book.
+    #[cfg(test)]
+    pub(super) fn commit_spill_unapplied(&self, bytes: u64) {
+        let op = Op::Charge {
+            bytes,
+            limit: MAX_TOTAL,
+        };
+        self.shared
+            .commit(Book::Spill, self.index as usize, 0, &op, false)
             .unwrap();
     }
 }

@@ -84,6 +84,18 @@ pub struct Header {
 pub const MONITOR_AREA: (usize, usize) = (152, 16);
 /// Header bytes of the unified-memory (spill) counters.
 pub const SPILL_AREA: (usize, usize) = (168, 24);
+/// The spill book's commit word (`commit::Book::Spill`): the container's spilled bytes and the last
+/// operation on them, encoded as the device commit word (`Commit`), 16-aligned inside `SPILL_AREA`. The
+/// area's first 8 bytes stay reserved (zero).
+pub const SPILL_WORD_OFFSET: usize = SPILL_AREA.0 + 8;
+/// Offset inside a slot of its spill counter pair `(spilled, applied_seq)`, inside `SlotRecord::spill`.
+pub const SPILL_PAIR_OFFSET: usize = offset_of!(SlotRecord, spill) + 8;
+const _: () = assert!(
+    SPILL_WORD_OFFSET % 16 == 0
+        && SPILL_WORD_OFFSET + 16 <= SPILL_AREA.0 + SPILL_AREA.1
+        && SPILL_PAIR_OFFSET % 16 == 0
+        && SPILL_PAIR_OFFSET + 16 <= offset_of!(SlotRecord, spill) + 40
+);
 /// Header bytes of the compute share's shared state.
 pub const COMPUTE_AREA: (usize, usize) = (192, 64);
 const _: () = assert!(

@@ -11,7 +11,10 @@
 //! view).
 
 use super::error::{io_err, LedgerError};
-use super::format::{SlotRecord, COMMIT_OFFSET, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE};
+use super::format::{
+    SlotRecord, COMMIT_OFFSET, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE, SPILL_PAIR_OFFSET,
+    SPILL_WORD_OFFSET,
+};
 use super::ledger::check_header;
 use super::lock;
 use super::stats::{slots_to_read, HIGH_WATER_OFFSET, REFUSALS_OFFSET};
@@ -56,6 +59,18 @@ impl Source for Bytes<'_> {
     fn slot_count(&self) -> usize {
         (self.0.len() - SLOTS_OFFSET) / SLOT_SIZE
     }
+    fn spill_word_low(&self) -> u64 {
+        self.u64_at(SPILL_WORD_OFFSET)
+    }
+    fn spill_word_high(&self) -> u64 {
+        self.u64_at(SPILL_WORD_OFFSET + 8)
+    }
+    fn spill_usage(&self, slot: usize) -> u64 {
+        self.u64_at(self.slot_at(slot, SPILL_PAIR_OFFSET))
+    }
+    fn spill_applied(&self, slot: usize) -> u64 {
+        self.u64_at(self.slot_at(slot, SPILL_PAIR_OFFSET) + 8)
+    }
 }
 
 impl Snapshot {
@@ -85,7 +100,7 @@ impl Snapshot {
         let (uuid, limit) = check_header(path, FILE_SIZE as u64, &bytes)?;
         let b = Bytes(&bytes);
         let refusals = b.u64_at(REFUSALS_OFFSET);
-        let (used, mut slots) = read_slots(&b);
+        let (used, spilled, mut slots) = read_slots(&b);
         for s in &mut slots {
             s.alive = lock::slot_is_locked(file.file(), s.index as usize).unwrap_or(false);
         }
@@ -94,6 +109,7 @@ impl Snapshot {
             limit,
             used,
             refusals,
+            spilled,
             slots,
         })
     }

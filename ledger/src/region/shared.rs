@@ -1,11 +1,12 @@
 //! `Shared`: the mapping and the file behind it, shared by a `Ledger` and its `Slot`s, and typed access to
 //! the mapped bytes. No protocol here: committing lives in `commit`, claiming and emptying slots in `slot`.
 
+use super::commit::Book;
 use super::error::{io_err, LedgerError};
 use super::fd::{Identity, LedgerFd};
 use super::format::{
     total_of_low_half, CommitArea, Pair, SlotRecord, COMMIT_OFFSET, KINDS, SLOTS_OFFSET,
-    SLOT_COUNT, SLOT_SIZE,
+    SLOT_COUNT, SLOT_SIZE, SPILL_PAIR_OFFSET, SPILL_WORD_OFFSET,
 };
 use memmap2::MmapRaw;
 use portable_atomic::{AtomicU128, AtomicU64};
@@ -54,6 +55,42 @@ impl Shared {
         self.at(COMMIT_OFFSET + 8)
     }
 
+    /// The commit word of `book` (read-write mappings only, as `word`).
+    pub(super) fn book_word(&self, book: Book) -> &AtomicU128 {
+        match book {
+            Book::Device => self.word(),
+            Book::Spill => {
+                debug_assert!(self.writable);
+                self.at(SPILL_WORD_OFFSET)
+            }
+        }
+    }
+
+    /// The counter pair of (slot, kind) in `book`; the spill book has one pair per slot (`kind` 0).
+    pub(super) fn book_pair(&self, book: Book, slot: usize, kind: usize) -> &Pair {
+        match book {
+            Book::Device => self.pair(slot, kind),
+            Book::Spill => {
+                assert!(slot < SLOT_COUNT && kind == 0);
+                self.at(SLOTS_OFFSET + slot * SLOT_SIZE + SPILL_PAIR_OFFSET)
+            }
+        }
+    }
+
+    /// The spill book's commit word halves, loadable from a read-only mapping.
+    pub(super) fn spill_word_low(&self) -> &AtomicU64 {
+        self.at(SPILL_WORD_OFFSET)
+    }
+
+    pub(super) fn spill_word_high(&self) -> &AtomicU64 {
+        self.at(SPILL_WORD_OFFSET + 8)
+    }
+
+    /// Bytes spilled in the whole ledger now (one atomic load).
+    pub(super) fn spilled(&self) -> u64 {
+        total_of_low_half(self.spill_word_low().load(SeqCst))
+    }
+
     pub(super) fn slot(&self, index: usize) -> &SlotRecord {
         assert!(index < SLOT_COUNT);
         self.at(SLOTS_OFFSET + index * SLOT_SIZE)
@@ -72,6 +109,10 @@ impl Shared {
     /// taken through it belong to it alone. Read-only for a read-only ledger.
     pub(super) fn open_description(&self) -> Result<LedgerFd, LedgerError> {
         LedgerFd::open(&self.reopen, self.writable, Some(self.identity)).map_err(io_err(&self.path))
+    }
+
+    pub(super) fn slot_spilled(&self, index: usize) -> u64 {
+        self.book_pair(Book::Spill, index, 0).usage.load(SeqCst)
     }
 
     pub(super) fn slot_usage(&self, index: usize) -> [u64; KINDS] {

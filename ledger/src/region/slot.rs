@@ -5,7 +5,7 @@
 //! its descriptor closed: liveness never rides on a descriptor number the application owns. Every lock
 //! taken through a short-lived descriptor is trusted only once the descriptor is proven still ours (`fd`).
 
-use super::commit::Op;
+use super::commit::{Book, Op};
 use super::error::{io_err, LedgerError};
 use super::format::{KINDS, SLOT_COUNT};
 use super::ledger::Ledger;
@@ -42,11 +42,16 @@ impl Shared {
     fn empty_slot(&self, index: usize) -> bool {
         let rec = self.slot(index);
         let mut had = rec.pid.load(SeqCst) != 0;
-        self.help_pending();
+        self.help_pending(Book::Device);
+        self.help_pending(Book::Spill);
         for kind in 0..KINDS {
-            if let Ok(n) = self.commit(index, kind, &Op::Refund { bytes: u64::MAX }, true) {
+            let refund = Op::Refund { bytes: u64::MAX };
+            if let Ok(n) = self.commit(Book::Device, index, kind, &refund, true) {
                 had |= n > 0;
             }
+        }
+        if let Ok(n) = self.commit(Book::Spill, index, 0, &Op::Refund { bytes: u64::MAX }, true) {
+            had |= n > 0;
         }
         rec.pid.store(0, SeqCst);
         rec.pid_ns.store(0, SeqCst);
@@ -110,11 +115,15 @@ impl Ledger {
         let shared = &self.shared;
         // Locks through a description of its own, opened for this reclaim alone.
         let fd = shared.open_description()?;
-        shared.help_pending();
+        shared.help_pending(Book::Device);
+        shared.help_pending(Book::Spill);
         let mut reclaimed = 0;
         for index in 0..SLOT_COUNT {
             let rec = shared.slot(index);
-            if rec.pid.load(SeqCst) == 0 && shared.slot_usage(index).iter().all(|&u| u == 0) {
+            if rec.pid.load(SeqCst) == 0
+                && shared.slot_usage(index).iter().all(|&u| u == 0)
+                && shared.slot_spilled(index) == 0
+            {
                 continue;
             }
             if !lock::try_lock_slot(&*fd, index).map_err(io_err(&shared.path))? {

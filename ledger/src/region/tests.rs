@@ -599,7 +599,7 @@ proptest! {
             prop_assert_eq!(snapshot_sum(&l), total);
         }
         // once everything pending is applied, each counter equals the model
-        l.shared().help_pending();
+        l.shared().help_pending(super::commit::Book::Device);
         for (i, s) in slots.iter().enumerate() {
             if let Some(s) = s {
                 prop_assert_eq!(slot_usage(&l, s), model[i]);
@@ -656,4 +656,53 @@ fn the_measurement_lock_is_a_range_of_the_ledger_apart_from_the_slots() {
         .unwrap()
         .try_measure_lock()
         .is_err());
+}
+
+#[test]
+fn spill_is_a_book_of_its_own_exact_across_death() {
+    let (_dir, path, l) = fresh();
+    let a = l.attach().unwrap();
+    let b = l.attach().unwrap();
+    l.charge(&a, Kind::Data, 700, 1000).unwrap();
+    // spilled bytes are charged against the spill budget only, never against the quota's total
+    l.charge_spill(&a, 600, 1000).unwrap();
+    l.charge_spill(&b, 300, 1000).unwrap();
+    assert_eq!((l.used(), l.spilled()), (700, 900));
+    let refused = l.charge_spill(&b, 101, 1000).unwrap_err();
+    assert_eq!((refused.used, refused.limit), (900, 1000));
+    l.charge_spill(&b, 100, 1000).unwrap();
+    l.refund_spill(&b, 50);
+    assert_eq!(l.spilled(), 950);
+    // a refund is clamped to what the slot holds
+    l.refund_spill(&b, 10_000);
+    assert_eq!(l.spilled(), 600);
+    // the snapshot (mapped and host views) shows both parts per slot
+    let snap = l.snapshot();
+    assert_eq!((snap.used, snap.spilled), (700, 600));
+    let sa = snap.slots.iter().find(|s| s.index == a.index()).unwrap();
+    assert_eq!((sa.total(), sa.spilled), (700, 600));
+    let host = Snapshot::read(&path).unwrap();
+    assert_eq!((host.used, host.spilled), (700, 600));
+    // killed between commit and apply: the pending spill is counted by the snapshot, finished by the next
+    a.commit_spill_unapplied(40);
+    assert_eq!(l.spilled(), 640);
+    let snap = l.snapshot();
+    let sa = snap.slots.iter().find(|s| s.index == a.index()).unwrap();
+    assert_eq!(sa.spilled, 640, "the snapshot counts the pending operation");
+    // a dead owner's spill comes back with the reclaim, to exactly zero
+    a.die();
+    let other = Ledger::open(&path).unwrap();
+    assert_eq!(other.reclaim_dead().unwrap(), 1);
+    assert_eq!((l.used(), l.spilled()), (0, 0));
+    // a slot holding only spilled bytes is reclaimed too
+    l.charge_spill(&b, 5, 1000).unwrap();
+    b.die();
+    assert_eq!(other.reclaim_dead().unwrap(), 1);
+    assert_eq!(l.spilled(), 0);
+    // detaching refunds spill as it refunds device usage
+    let c = l.attach().unwrap();
+    l.charge_spill(&c, 77, 1000).unwrap();
+    drop(c);
+    assert_eq!(l.spilled(), 0);
+    assert!(l.snapshot().slots.is_empty());
 }

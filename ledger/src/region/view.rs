@@ -2,6 +2,7 @@
 //! liveness, read from the mapping or (`Source`) from bytes a host tool read (`host`). Reads only (no write,
 //! no lock taken); whatever charges, refunds or reclaims lives elsewhere.
 
+use super::commit::Book;
 use super::format::{total_of_low_half, Commit, KINDS, SEQ_MASK, SLOT_COUNT};
 use super::ledger::Ledger;
 use super::lock;
@@ -19,6 +20,10 @@ pub struct Snapshot {
     pub used: u64,
     /// Allocations the quota refused, as the container's library counted them (`stats`).
     pub refusals: u64,
+    /// Device allocations served as host-preferred managed memory past the quota (spill mode), charged to
+    /// the spill budget, not to `used`.
+    #[serde(default)]
+    pub spilled: u64,
     /// Slots with a live owner or leftover usage, by index.
     pub slots: Vec<SlotSnapshot>,
 }
@@ -34,6 +39,9 @@ pub struct SlotSnapshot {
     pub alive: bool,
     /// Bytes per kind, indexed by `Kind::index()`.
     pub usage: [u64; KINDS],
+    /// Spilled bytes (not part of `usage`).
+    #[serde(default)]
+    pub spilled: u64,
 }
 
 impl SlotSnapshot {
@@ -54,6 +62,11 @@ pub(super) trait Source {
     fn applied(&self, slot: usize, kind: usize) -> u64;
     /// Slots to look at: 0..this.
     fn slot_count(&self) -> usize;
+    /// The spill book: its commit word's halves and each slot's pair.
+    fn spill_word_low(&self) -> u64;
+    fn spill_word_high(&self) -> u64;
+    fn spill_usage(&self, slot: usize) -> u64;
+    fn spill_applied(&self, slot: usize) -> u64;
 }
 
 impl Source for Shared {
@@ -79,37 +92,70 @@ impl Source for Shared {
         // The library's own view looks at every slot (it trusts no mark).
         SLOT_COUNT
     }
+    fn spill_word_low(&self) -> u64 {
+        Shared::spill_word_low(self).load(SeqCst)
+    }
+    fn spill_word_high(&self) -> u64 {
+        Shared::spill_word_high(self).load(SeqCst)
+    }
+    fn spill_usage(&self, slot: usize) -> u64 {
+        self.slot_spilled(slot)
+    }
+    fn spill_applied(&self, slot: usize) -> u64 {
+        self.book_pair(Book::Spill, slot, 0).applied.load(SeqCst)
+    }
 }
 
-/// The total and the slots in use (liveness left `false`), read from `src`.
-pub(super) fn read_slots(src: &impl Source) -> (u64, Vec<SlotSnapshot>) {
-    // The commit word through two 64-bit loads (a 128-bit load could write); retry until consistent.
-    let mut pending = None;
-    let mut used = 0;
+/// A commit word read through two 64-bit loads (a 128-bit load could write), retried until consistent:
+/// the decoded word, or only its total when it kept moving.
+fn read_word(lo: impl Fn() -> u64, hi: impl Fn() -> u64) -> (u64, Option<Commit>) {
+    let mut total = 0;
     for _ in 0..64 {
-        let lo = src.word_low();
-        let hi = src.word_high();
-        if src.word_low() == lo {
-            let c = Commit::decode(lo as u128 | (hi as u128) << 64);
-            used = c.total;
-            pending = Some(c);
-            break;
+        let l = lo();
+        let h = hi();
+        if lo() == l {
+            let c = Commit::decode(l as u128 | (h as u128) << 64);
+            return (c.total, Some(c));
         }
-        used = total_of_low_half(lo);
+        total = total_of_low_half(l);
     }
+    (total, None)
+}
+
+/// `usage` with the word's operation added when it is on `slot` and not applied yet (`applied`: the
+/// pair's applied_seq), so that the counters sum to the word's total.
+fn with_pending(
+    usage: u64,
+    pending: Option<Commit>,
+    slot: usize,
+    applied: impl Fn(u8) -> u64,
+) -> u64 {
+    match pending.filter(|c| c.slot as usize == slot) {
+        Some(c) if applied(c.kind) & SEQ_MASK != c.seq as u64 => {
+            usage.saturating_add_signed(c.delta())
+        }
+        _ => usage,
+    }
+}
+
+/// The device total, the spilled total and the slots in use (liveness left `false`), read from `src`.
+pub(super) fn read_slots(src: &impl Source) -> (u64, u64, Vec<SlotSnapshot>) {
+    let (used, pending) = read_word(|| src.word_low(), || src.word_high());
+    let (spilled, spill_pending) = read_word(|| src.spill_word_low(), || src.spill_word_high());
+    let spill_pending = spill_pending.filter(|c| c.kind == 0);
     let mut slots = Vec::new();
     for index in 0..src.slot_count() {
         let pid = src.pid(index);
         let mut usage = src.usage(index);
         // Count the operation in the word if it is not applied yet, so that Σ usage == used.
         if let Some(c) = pending.filter(|c| c.slot as usize == index) {
-            let applied = src.applied(index, c.kind as usize);
-            if applied & SEQ_MASK != c.seq as u64 {
-                let u = &mut usage[c.kind as usize];
-                *u = u.saturating_add_signed(c.delta());
-            }
+            let k = c.kind as usize;
+            usage[k] = with_pending(usage[k], pending, index, |_| src.applied(index, k));
         }
-        if pid == 0 && usage.iter().all(|&u| u == 0) {
+        let spill = with_pending(src.spill_usage(index), spill_pending, index, |_| {
+            src.spill_applied(index)
+        });
+        if pid == 0 && usage.iter().all(|&u| u == 0) && spill == 0 {
             continue;
         }
         slots.push(SlotSnapshot {
@@ -118,9 +164,10 @@ pub(super) fn read_slots(src: &impl Source) -> (u64, Vec<SlotSnapshot>) {
             pid_ns: src.pid_ns(index),
             alive: false,
             usage,
+            spilled: spill,
         });
     }
-    (used, slots)
+    (used, spilled, slots)
 }
 
 impl Ledger {
@@ -132,7 +179,7 @@ impl Ledger {
     /// Usage per slot and kind, the total and the liveness of each slot in use. Reads only.
     pub fn snapshot(&self) -> Snapshot {
         let shared = &*self.shared;
-        let (used, mut slots) = read_slots(shared);
+        let (used, spilled, mut slots) = read_slots(shared);
         // Liveness through a description of our own, trusted only if it stayed ours for the whole pass
         // (else asked again); a ledger whose path cannot be opened any more shows no slot alive.
         for _ in 0..if slots.is_empty() { 0 } else { 3 } {
@@ -152,6 +199,7 @@ impl Ledger {
             limit: shared.provisioned_limit,
             used,
             refusals: self.refusals(),
+            spilled,
             slots,
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Driver;
 use crate::error::Error;
-use crate::ffi::CUdevice;
+use crate::ffi::{CUdevice, CUresult};
 use crate::quota::DeviceQuota;
 use crate::settings::Applies;
 
@@ -70,6 +70,8 @@ pub struct FakeDriver {
     /// The current context's limits (cuCtxGetLimit) and the device's attributes.
     pub limits: RefCell<HashMap<i32, u64>>,
     pub attributes: RefCell<HashMap<i32, i64>>,
+    /// What `alloc_managed` fails with (0: it succeeds).
+    pub managed_error: Cell<CUresult>,
 }
 
 impl FakeDriver {
@@ -108,6 +110,7 @@ impl FakeDriver {
             limits: RefCell::new(HashMap::from([(0, 1024), (1, 1 << 20), (2, 8 << 20)])),
             // 132 multiprocessors of 2048 resident threads (an H100)
             attributes: RefCell::new(HashMap::from([(16, 132), (39, 2048)])),
+            managed_error: Cell::new(0),
         }
     }
 
@@ -200,6 +203,15 @@ impl Driver for FakeDriver {
 
     fn mem_free(&self, ptr: u64) {
         self.log(format!("mem_free {ptr:#x}"));
+    }
+
+    fn alloc_managed(&self, bytes: u64, dev: CUdevice, prefer_host: bool) -> Result<u64, CUresult> {
+        let place = if prefer_host { "host" } else { "any" };
+        self.log(format!("alloc_managed {bytes} dev {dev} {place}"));
+        match self.managed_error.get() {
+            0 => Ok(handle() as u64),
+            e => Err(e),
+        }
     }
 
     fn array_requirements(&self, handle: usize, _dev: CUdevice, _mipmapped: bool) -> Option<u64> {

@@ -9,7 +9,7 @@ mod real;
 pub use real::RealDriver;
 
 use crate::error::Error;
-use crate::ffi::CUdevice;
+use crate::ffi::{CUdevice, CUresult};
 use crate::quota::DeviceQuota;
 use crate::settings::Applies;
 
@@ -44,6 +44,10 @@ pub trait Driver {
     /// The whole device's used memory as NVML reports it (all processes).
     fn device_used(&self, uuid: &str) -> Option<u64>;
     fn mem_free(&self, ptr: u64);
+    /// `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)` of `bytes`; with `prefer_host` then advised to live on
+    /// the host and be mapped by `dev` (`cuMemAdvise`: preferred location the CPU, accessed by `dev`), so
+    /// the device reaches it over the bus instead of migrating it in. The driver's error when it refuses.
+    fn alloc_managed(&self, bytes: u64, dev: CUdevice, prefer_host: bool) -> Result<u64, CUresult>;
 
     // ---- arrays
     /// What cu[Mipmapped]ArrayGetMemoryRequirements says an array takes on `dev`.

@@ -116,6 +116,43 @@ impl Driver for RealDriver {
         forward!("cuMemFree_v2", fn(CUdeviceptr), ptr);
     }
 
+    fn alloc_managed(&self, bytes: u64, dev: CUdevice, prefer_host: bool) -> Result<u64, CUresult> {
+        let mut p: CUdeviceptr = 0;
+        let r = forward!(
+            "cuMemAllocManaged",
+            fn(*mut CUdeviceptr, usize, c_uint),
+            &mut p,
+            bytes as usize,
+            CU_MEM_ATTACH_GLOBAL
+        );
+        if r != CUDA_SUCCESS {
+            return Err(r);
+        }
+        if prefer_host {
+            // The advice is a hint: a device that cannot take it still has the memory, only placed by
+            // the driver's own policy. The legacy entry point (device ordinal, -1 = the CPU) is the one
+            // every driver since CUDA 8 exports.
+            let advise = |advice: i32, d: CUdevice| {
+                forward!(
+                    "cuMemAdvise",
+                    fn(CUdeviceptr, usize, i32, CUdevice),
+                    p,
+                    bytes as usize,
+                    advice,
+                    d
+                )
+            };
+            let a = advise(CU_MEM_ADVISE_SET_PREFERRED_LOCATION, CU_DEVICE_CPU);
+            let b = advise(CU_MEM_ADVISE_SET_ACCESSED_BY, dev);
+            if a != CUDA_SUCCESS || b != CUDA_SUCCESS {
+                crate::log::debug(format_args!(
+                    "cuMemAdvise of spilled memory on device {dev}: {a}, {b} (kept without the advice)"
+                ));
+            }
+        }
+        Ok(p)
+    }
+
     fn array_requirements(&self, handle: usize, dev: CUdevice, mipmapped: bool) -> Option<u64> {
         let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS::default();
         let r = if mipmapped {

@@ -4,6 +4,8 @@
 
 use std::ffi::c_uint;
 
+use vgpu_ledger::MemoryMode;
+
 use super::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
@@ -19,7 +21,12 @@ impl<D: Driver> Engine<'_, D> {
                 self.reconcile_dirty_pools();
                 self.reconcile_stack();
                 self.reconcile_truth();
-                Ok(virt::mem_info(q.limit, q.used(), free, total))
+                Ok(match q.memory {
+                    MemoryMode::Oversubscribe { reserve } => {
+                        virt::oversubscribed_mem_info(q.limit, q.used(), reserve)
+                    }
+                    _ => virt::mem_info(q.limit, q.used(), free, total),
+                })
             }
             Target::Forward => Ok((free, total)),
             Target::Fail(e) => Err(e),
@@ -32,6 +39,7 @@ impl<D: Driver> Engine<'_, D> {
             return Ok(total);
         }
         match self.target(Some(dev)) {
+            Target::Charge(q) if q.memory.is_oversubscribe() => Ok(q.limit),
             Target::Charge(q) => Ok(virt::total_mem(q.limit, total)),
             Target::Forward => Ok(total),
             Target::Fail(e) => Err(e),

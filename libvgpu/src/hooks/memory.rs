@@ -1,22 +1,154 @@
 //! Plain, pitch and managed device memory: `cuMemAlloc*`, `cuMemAllocPitch*`, `cuMemAllocManaged` and
 //! `cuMemFree*`. Charged before the driver call; pitch is estimated then trued up. Pools live in `pools`.
+//!
+//! The unified-memory modes (`vgpu_ledger::memmode`) act here, on plain and pitch allocations only:
+//! * spill: served by the driver within the quota as in plain mode; one that the quota (or the device)
+//!   refuses is served as managed memory preferring the host, charged to the spill budget (`spill`).
+//! * oversubscribe: every one is managed memory, charged to the quota as device memory.
+//!
+//! A pitch allocation served as managed memory gets rows padded to `virt::PITCH_ALIGN_ESTIMATE`.
 #![allow(clippy::missing_safety_doc)]
 
+use std::cell::Cell;
 use std::ffi::c_uint;
 
-use vgpu_ledger::Kind;
+use vgpu_ledger::{Kind, MemoryMode};
 
-use super::{engine, hook, Engine};
+use super::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
+use crate::quota::DeviceQuota;
 use crate::real::forward;
+use crate::records::Rec;
 use crate::virt;
 
 impl<D: Driver> Engine<'_, D> {
-    /// A pitch allocation of `w` x `h`: charged at an estimate, then trued up to pitch x rows.
-    /// `read` returns what the driver wrote to the caller's out-parameters: (pointer, pitch).
+    /// A plain allocation of `bytes` in the current context, served as its device's memory mode says.
+    /// `call`: the driver's own allocation (writes the caller's pointer), `read`: that pointer; `write`
+    /// stores a pointer served as managed memory into the caller's out-parameter.
+    pub(crate) fn alloc_plain(
+        &self,
+        bytes: u64,
+        call: impl FnOnce() -> CUresult,
+        read: impl FnOnce() -> u64,
+        write: impl FnOnce(u64),
+    ) -> CUresult {
+        let tgt = self.target_current();
+        let (q, dev, ctx) = match tgt {
+            (Target::Charge(q), dev, ctx) => (q, dev, ctx),
+            _ => return self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, call, read),
+        };
+        match q.memory {
+            MemoryMode::Oversubscribe { .. } => {
+                let got = Cell::new(0);
+                let managed = || match self.drv.alloc_managed(bytes, dev, false) {
+                    Ok(p) => {
+                        got.set(p);
+                        write(p);
+                        CUDA_SUCCESS
+                    }
+                    Err(e) => e,
+                };
+                self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, managed, || {
+                    got.get()
+                })
+            }
+            MemoryMode::Spill { .. } => {
+                let r = self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, call, read);
+                if r != CUDA_ERROR_OUT_OF_MEMORY {
+                    return r;
+                }
+                self.spill(q, dev, ctx, bytes).map_or_else(
+                    |e| e,
+                    |p| {
+                        write(p);
+                        CUDA_SUCCESS
+                    },
+                )
+            }
+            MemoryMode::Plain => {
+                self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, call, read)
+            }
+        }
+    }
+
+    /// Spill mode, past the quota (or the device's memory): `bytes` of managed memory preferring the
+    /// host, charged to the spill budget and recorded as spilled (its free refunds the budget). Out of
+    /// memory past the budget; the driver's error if it refuses.
+    fn spill(
+        &self,
+        q: &DeviceQuota,
+        dev: CUdevice,
+        ctx: usize,
+        bytes: u64,
+    ) -> Result<u64, CUresult> {
+        if !q.charge_spill(bytes) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        match self.drv.alloc_managed(bytes, dev, true) {
+            Ok(p) => {
+                let rec = Rec {
+                    spilled: true,
+                    ..Rec::new(dev, Kind::Data, bytes, ctx)
+                };
+                self.rec.allocs.insert(p, rec);
+                Ok(p)
+            }
+            Err(e) => {
+                q.refund_spill(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    /// A pitch allocation of `w` x `h`, served as the device's memory mode says (`alloc_plain`); in plain
+    /// mode (and within the quota in spill mode) charged at an estimate, then trued up to pitch x rows.
+    /// `read` returns what the driver wrote to the caller's out-parameters: (pointer, pitch); `write`
+    /// stores a managed allocation's (pointer, pitch) there.
     pub(crate) fn alloc_pitch(
+        &self,
+        w: u64,
+        h: u64,
+        call: impl FnOnce() -> CUresult,
+        read: impl Fn() -> (u64, u64),
+        write: impl FnOnce(u64, u64),
+    ) -> CUresult {
+        let q = match self.target_current().0 {
+            Target::Charge(q) => Some(q),
+            _ => None,
+        };
+        let pitch = w.div_ceil(virt::PITCH_ALIGN_ESTIMATE) * virt::PITCH_ALIGN_ESTIMATE;
+        let managed_bytes = pitch.saturating_mul(h.max(1));
+        match q.map(|q| q.memory) {
+            Some(MemoryMode::Oversubscribe { .. }) => self.alloc_plain(
+                managed_bytes,
+                || CUDA_ERROR_UNKNOWN,
+                || 0,
+                |p| write(p, pitch),
+            ),
+            Some(MemoryMode::Spill { .. }) => match self.alloc_pitch_device(w, h, call, read) {
+                CUDA_ERROR_OUT_OF_MEMORY => {
+                    let (q, dev, ctx) = match self.target_current() {
+                        (Target::Charge(q), dev, ctx) => (q, dev, ctx),
+                        _ => return CUDA_ERROR_OUT_OF_MEMORY,
+                    };
+                    self.spill(q, dev, ctx, managed_bytes).map_or_else(
+                        |e| e,
+                        |p| {
+                            write(p, pitch);
+                            CUDA_SUCCESS
+                        },
+                    )
+                }
+                r => r,
+            },
+            _ => self.alloc_pitch_device(w, h, call, read),
+        }
+    }
+
+    /// A pitch allocation by the driver: charged at an estimate, then trued up to pitch x rows.
+    pub(crate) fn alloc_pitch_device(
         &self,
         w: u64,
         h: u64,
@@ -48,9 +180,8 @@ hook!(cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) {
     if dptr.is_null() {
         return call();
     }
-    let e = engine();
-    // SAFETY: dptr is non-null and the driver just wrote it.
-    e.charged_call(&e.rec.allocs, Kind::Data, bytes as u64, e.target_current(), call, || unsafe { *dptr })
+    // SAFETY: dptr is non-null; read after the driver wrote it, written only with a pointer we got.
+    engine().alloc_plain(bytes as u64, call, || unsafe { *dptr }, |p| unsafe { *dptr = p })
 });
 
 hook!(cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytes: c_uint) {
@@ -58,6 +189,7 @@ hook!(cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytes: c_uint) {
     if dptr.is_null() {
         return call();
     }
+    // 32-bit pointers cannot hold managed memory's addresses: the memory modes leave this one plain.
     let e = engine();
     // SAFETY: as above.
     e.charged_call(&e.rec.allocs, Kind::Data, bytes as u64, e.target_current(), call, || unsafe { *dptr } as u64)
@@ -78,8 +210,12 @@ hook!(cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, w: usize, h:
     if dptr.is_null() || pitch.is_null() {
         return call();
     }
-    // SAFETY: both non-null; read only after the driver succeeded and wrote them.
-    engine().alloc_pitch(w as u64, h as u64, call, || unsafe { (*dptr, *pitch as u64) })
+    // SAFETY: both non-null; read only after the driver succeeded and wrote them, written only with an
+    // allocation we got.
+    engine().alloc_pitch(w as u64, h as u64, call, || unsafe { (*dptr, *pitch as u64) }, |p, w| unsafe {
+        *dptr = p;
+        *pitch = w as usize;
+    })
 });
 
 hook!(cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pitch: *mut c_uint, w: c_uint, h: c_uint, elem: c_uint) {
@@ -87,8 +223,9 @@ hook!(cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pitch: *mut c_uint, w: c_uint, 
     if dptr.is_null() || pitch.is_null() {
         return call();
     }
+    // Plain whatever the memory mode, as cuMemAlloc above.
     // SAFETY: as above.
-    engine().alloc_pitch(w as u64, h as u64, call, || unsafe { (*dptr as u64, *pitch as u64) })
+    engine().alloc_pitch_device(w as u64, h as u64, call, || unsafe { (*dptr as u64, *pitch as u64) })
 });
 
 hook!(cuMemFree_v2(p: CUdeviceptr) {
@@ -111,7 +248,7 @@ mod tests {
         let w = World::new(1 << 20);
         let e = w.engine();
         // 100 x 10 estimated at 512 x 10; the driver padded rows to 1024
-        let r = e.alloc_pitch(100, 10, || 0, || (0x40, 1024));
+        let r = e.alloc_pitch(100, 10, || 0, || (0x40, 1024), |_, _| panic!());
         assert_eq!(r, CUDA_SUCCESS);
         assert_eq!(w.used(), 10240);
         assert_eq!(w.rec.allocs.with(0x40, |r| r.map(|r| r.bytes)), Some(10240));
@@ -122,7 +259,7 @@ mod tests {
         let w = World::new(6000);
         let e = w.engine();
         // the estimate (512 x 10 = 5120) fits; the driver's pitch (1024 x 10) does not
-        let r = e.alloc_pitch(100, 10, || 0, || (0x80, 1024));
+        let r = e.alloc_pitch(100, 10, || 0, || (0x80, 1024), |_, _| panic!());
         assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
         assert_eq!(w.used(), 0, "nothing stays charged");
         assert!(
@@ -136,7 +273,13 @@ mod tests {
     fn pitch_refused_up_front_never_reaches_the_driver() {
         let w = World::new(1000);
         let e = w.engine();
-        let r = e.alloc_pitch(4096, 4096, || panic!("driver called"), || (0, 0));
+        let r = e.alloc_pitch(
+            4096,
+            4096,
+            || panic!("driver called"),
+            || (0, 0),
+            |_, _| panic!(),
+        );
         assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
     }
 
@@ -161,5 +304,114 @@ mod tests {
             || 2,
         );
         assert_eq!((w.usage(Kind::Managed), w.usage(Kind::Data)), (100, 200));
+    }
+
+    fn spill_world(limit: u64, budget: u64) -> World {
+        World::with_memory(
+            limit,
+            MemoryMode::Spill {
+                spill_limit: budget,
+            },
+        )
+    }
+
+    #[test]
+    fn spill_serves_past_the_quota_from_the_budget_and_refunds_exactly() {
+        let w = spill_world(1000, 3000);
+        let e = w.engine();
+        let out = Cell::new(0);
+        // within the quota: the driver's own allocation, as in plain mode
+        let r = e.alloc_plain(600, || 0, || 0x10, |_| panic!("not managed"));
+        assert_eq!((r, w.used(), w.q.spilled()), (CUDA_SUCCESS, 600, 0));
+        // past the quota: managed memory preferring the host, charged to the spill budget only
+        let r = e.alloc_plain(
+            900,
+            || panic!("driver asked past the quota"),
+            || 0,
+            |p| out.set(p),
+        );
+        assert_eq!((r, w.used(), w.q.spilled()), (CUDA_SUCCESS, 600, 900));
+        assert!(w.fake.called("alloc_managed 900 dev 0 host"));
+        let spilled = out.get();
+        assert!(w.rec.allocs.with(spilled, |r| r.unwrap().spilled));
+        // the device refusing (other tenants) spills too, with its charge given back
+        let r = e.alloc_plain(300, || CUDA_ERROR_OUT_OF_MEMORY, || 0, |p| out.set(p));
+        assert_eq!((r, w.used(), w.q.spilled()), (CUDA_SUCCESS, 600, 1200));
+        // past the budget: the ordinary out-of-memory, nothing charged
+        let r = e.alloc_plain(
+            2000,
+            || panic!(),
+            || 0,
+            |_| panic!("served past the budget"),
+        );
+        assert_eq!(
+            (r, w.used(), w.q.spilled()),
+            (CUDA_ERROR_OUT_OF_MEMORY, 600, 1200)
+        );
+        // frees refund the book each was charged to
+        assert_eq!(e.tracked_free(&w.rec.allocs, spilled, || 0), CUDA_SUCCESS);
+        assert_eq!((w.used(), w.q.spilled()), (600, 300));
+        assert_eq!(e.tracked_free(&w.rec.allocs, 0x10, || 0), CUDA_SUCCESS);
+        assert_eq!((w.used(), w.q.spilled()), (0, 300));
+        assert_eq!(e.tracked_free(&w.rec.allocs, out.get(), || 0), CUDA_SUCCESS);
+        assert_eq!((w.used(), w.q.spilled()), (0, 0));
+    }
+
+    #[test]
+    fn a_spill_the_driver_refuses_gives_the_budget_back() {
+        let w = spill_world(100, 1000);
+        w.fake.managed_error.set(CUDA_ERROR_INVALID_VALUE);
+        let r = w.engine().alloc_plain(500, || panic!(), || 0, |_| panic!());
+        assert_eq!(
+            (r, w.used(), w.q.spilled()),
+            (CUDA_ERROR_INVALID_VALUE, 0, 0)
+        );
+        assert!(w.rec.allocs.keys().is_empty());
+    }
+
+    #[test]
+    fn spilled_pitch_memory_gets_padded_rows() {
+        let w = spill_world(1000, 1 << 20);
+        let got = Cell::new((0, 0));
+        let r = w.engine().alloc_pitch(
+            100,
+            10,
+            || panic!(),
+            || (0, 0),
+            |p, pitch| got.set((p, pitch)),
+        );
+        assert_eq!(r, CUDA_SUCCESS);
+        assert_eq!(got.get().1, 512);
+        assert_eq!((w.used(), w.q.spilled()), (0, 5120));
+    }
+
+    #[test]
+    fn oversubscribe_serves_everything_managed_against_the_quota() {
+        let w = World::with_memory(1000, MemoryMode::Oversubscribe { reserve: 100 });
+        let e = w.engine();
+        let out = Cell::new(0);
+        let r = e.alloc_plain(
+            600,
+            || panic!("device memory in oversubscribe mode"),
+            || 0,
+            |p| out.set(p),
+        );
+        assert_eq!((r, w.used()), (CUDA_SUCCESS, 600));
+        assert!(w.fake.called("alloc_managed 600 dev 0 any"));
+        // the quota still caps the total
+        let r = e.alloc_plain(600, || panic!(), || 0, |_| panic!());
+        assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
+        // cuMemGetInfo: the quota as the size (past the device's), free less the reserve
+        assert_eq!(e.mem_info_view(10, 20), Ok((300, 1000)));
+        assert_eq!(e.tracked_free(&w.rec.allocs, out.get(), || 0), CUDA_SUCCESS);
+        assert_eq!(w.used(), 0);
+        let r = e.alloc_pitch(
+            100,
+            1,
+            || panic!(),
+            || (0, 0),
+            |_, pitch| assert_eq!(pitch, 512),
+        );
+        assert_eq!((r, w.used()), (CUDA_SUCCESS, 512));
     }
 }

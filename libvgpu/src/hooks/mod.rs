@@ -134,6 +134,10 @@ impl<D: Driver> Engine<'_, D> {
     pub(crate) fn release(&self, rec: &Rec) {
         if rec.pool != 0 {
             self.rec.pool_released(rec.pool, rec.bytes);
+        } else if rec.spilled {
+            if let Some(q) = self.quota_of(rec.dev) {
+                q.refund_spill(rec.bytes);
+            }
         } else if let Some(q) = self.quota_of(rec.dev) {
             q.refund(rec.kind, rec.bytes);
         }

@@ -18,9 +18,16 @@ pub struct World {
 impl World {
     /// Device 0 with a quota of `limit` bytes on a 64 GiB device.
     pub(crate) fn new(limit: u64) -> World {
+        Self::with_memory(limit, vgpu_ledger::MemoryMode::Plain)
+    }
+
+    /// As `new`, the quota in memory mode `memory` (spill, oversubscribe).
+    pub(crate) fn with_memory(limit: u64, memory: vgpu_ledger::MemoryMode) -> World {
         let dir = tempfile::tempdir().expect("temporary folder");
         let uuid = "GPU-00000000-0000-0000-0000-000000000001";
-        let q = DeviceQuota::open(0, uuid, limit, &dir.path().join("gpu0.ledger")).expect("ledger");
+        let mut q =
+            DeviceQuota::open(0, uuid, limit, &dir.path().join("gpu0.ledger")).expect("ledger");
+        q.memory = memory;
         // Leaked like the library's own quotas, which live as long as the process.
         let q: &'static DeviceQuota = Box::leak(Box::new(q));
         let fake = FakeDriver::new(64 << 30);

@@ -23,6 +23,9 @@ pub struct Rec {
     pub ctx: usize,
     /// The stream-ordered pool it came from (0 otherwise).
     pub pool: u64,
+    /// Served past the quota as host-preferred managed memory (spill mode): `bytes` are charged to the
+    /// spill budget, not to `kind` in the quota.
+    pub spilled: bool,
 }
 
 impl Rec {
@@ -33,6 +36,7 @@ impl Rec {
             bytes,
             ctx,
             pool: 0,
+            spilled: false,
         }
     }
 }

@@ -15,6 +15,7 @@ fn entries(root: &StateRoot) -> usize {
 fn plan(limit: u64) -> Plan {
     Plan {
         kubernetes: None,
+        memory: Default::default(),
         gpus: vec![PlannedGpu {
             index: 0,
             uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),

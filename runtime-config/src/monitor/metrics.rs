@@ -138,6 +138,11 @@ pub fn render(s: &Scrape) -> String {
         "vgpu_memory_used_by_kind_bytes",
         "GPU memory charged to the container's quota, by kind",
     );
+    let spilled = int(
+        &mut reg,
+        "vgpu_memory_spilled_bytes",
+        "memory spilled past the quota into the container's host budget (spill mode)",
+    );
     let slots = int(
         &mut reg,
         "vgpu_ledger_slots_bytes",
@@ -218,6 +223,7 @@ pub fn render(s: &Scrape) -> String {
             set(&used, &l, g.total);
             set(&limit, &l, g.limit);
             set(&slots, &l, g.slots_sum);
+            set(&spilled, &l, g.spilled);
             set(&live, &l, g.owners.len() as u64);
             refusals.get_or_create(&l).inc_by(g.refusals);
             // Kinds at zero are left out (most containers use two or three of the eight).
@@ -334,6 +340,7 @@ mod tests {
                 },
                 owners: vec![(1, 1)],
                 refusals: 3,
+                spilled: 7 << 20,
                 ..Default::default()
             }],
             ..Default::default()
@@ -388,6 +395,7 @@ mod tests {
             format!("hami_vgpu_memory_used_bytes{{{l}}} 314572800"),
             format!("hami_vgpu_memory_limit_bytes{{{l}}} 1073741824"),
             format!("vgpu_memory_used_by_kind_bytes{{{l},kind=\"data\"}} 314572800"),
+            format!("vgpu_memory_spilled_bytes{{{l}}} 7340032"),
             format!("vgpu_container_gpu_memory_nvml_bytes{{{l}}} 319815680"),
             format!("vgpu_container_gpu_memory_untracked_bytes{{{l}}} 5242880"),
             r#"hami_host_gpu_memory_used_bytes{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 1073741824"#.into(),

@@ -38,6 +38,8 @@ pub struct GpuState {
     pub total: u64,
     /// The sum of its slots' counters.
     pub slots_sum: u64,
+    /// Bytes spilled past the quota into the spill budget (spill mode; not part of `total`).
+    pub spilled: u64,
     /// Bytes per kind (`Kind::index()`).
     pub by_kind: [u64; KINDS],
     /// Live slots' owners: (PID inside the owner's namespace, that namespace's inode).
@@ -94,6 +96,7 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
         Ok(snap) => {
             g.total = snap.used;
             g.refusals = snap.refusals;
+            g.spilled = snap.spilled;
             for s in &snap.slots {
                 for (k, u) in s.usage.iter().enumerate() {
                     g.by_kind[k] = g.by_kind[k].saturating_add(*u);
@@ -132,6 +135,7 @@ mod tests {
                 uuid: uuid.into(),
                 memory_limit: 1 << 30,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
+                memory: Default::default(),
             }],
             kubernetes: Some(KubeNames {
                 namespace: "ns".into(),

@@ -23,6 +23,34 @@ pub fn alloc_charged(d: &Driver, size: u64, kind: Kind) -> Result<u64, CUresult>
     })
 }
 
+/// Managed memory: resident on the device while the device has room for it, otherwise on the host (the
+/// real driver pages it; here it simply holds no device bytes), so managed allocations may sum past the
+/// device's size (one process's addresses still end at twice the device).
+pub fn alloc_managed(d: &Driver, size: u64) -> Result<u64, CUresult> {
+    if size == 0 {
+        return Err(INVALID_VALUE);
+    }
+    let (ctx, _, phys) = current(d)?;
+    let charged = if d.charge(phys, size).is_ok() {
+        size
+    } else {
+        0
+    };
+    let addr = lock(&d.mem).alloc(
+        phys,
+        d.shared.total(phys),
+        size,
+        Kind::Managed,
+        ctx,
+        charged,
+        0,
+    );
+    addr.ok_or_else(|| {
+        d.refund(phys, charged);
+        OUT_OF_MEMORY
+    })
+}
+
 /// Frees a device pointer of any kind; CUDA_ERROR_INVALID_VALUE when it is not an allocation's start.
 pub fn free_ptr(d: &Driver, p: u64) -> R {
     let mut mem = lock(&d.mem);
@@ -203,7 +231,30 @@ fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: u
 fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) {
     let d = drv()?;
     if dptr.is_null() || !matches!(flags, 1 | 2) { return Err(INVALID_VALUE); }
-    out(dptr, alloc_charged(d, size as u64, Kind::Managed)?)
+    out(dptr, alloc_managed(d, size as u64)?)
+}
+
+fn cuMemAdvise(p: u64, count: usize, advice: c_int, dev: CUdevice) {
+    let d = drv()?;
+    let mut mem = lock(&d.mem);
+    let (_, a) = mem.find(p, count as u64).ok_or(INVALID_VALUE)?;
+    if a.kind != Kind::Managed || !(1..=6).contains(&advice) { return Err(INVALID_VALUE); }
+    // Preferred location the host (CU_DEVICE_CPU): the pages leave the device.
+    if advice == 3 && dev == -1 && a.charged > 0 {
+        let (phys, bytes) = (a.phys, a.charged);
+        a.charged = 0;
+        drop(mem);
+        d.refund(phys, bytes);
+    }
+    Ok(())
+}
+
+fn cuMemPrefetchAsync(p: u64, count: usize, _dev: CUdevice, _s: Handle) {
+    let d = drv()?;
+    let mut mem = lock(&d.mem);
+    let (_, a) = mem.find(p, count as u64).ok_or(INVALID_VALUE)?;
+    if a.kind != Kind::Managed { return Err(INVALID_VALUE); }
+    Ok(())
 }
 
 fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Unified memory on the fake driver (docs/libvgpu.md, "Unified memory"), configured by the environment as
+# a process outside a container is: spill mode (past the quota into a host budget shared by the processes
+# of one ledger, exact across SIGKILL) and oversubscribe mode (every allocation managed, quotas that sum
+# past the device). Every allocation path: plain, pitch, managed, async (stays device memory).
+# Needs `make build` (target/vgpu/libvgpu.so, target/fake/*, target/clients/*). No root needed.
+set -uo pipefail
+. "$(dirname "$0")/lib/common.sh"
+SUITE=libvgpu-unified
+RT=$CLIENTS_DIR/rt_client
+t_require "$LIBVGPU" "$RT" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1"
+export LD_LIBRARY_PATH=$FAKE_DIR
+W=$(mktemp -d /tmp/vgpu-unified-test.XXXXXX)
+on_exit "kill \$(jobs -p); rm -rf '$W'"
+trap _run_on_exit EXIT
+GiB=1073741824; MiB=1048576
+
+n=0
+fresh() {   # fresh [DEVICES]: new fake-device state (default one 16 GiB device) and a new ledger prefix
+    n=$((n + 1))
+    export FAKE_CUDA_STATE_DIR=$W/fake$n CACHE=$W/cache$n FAKE_CUDA_DEVICES=${1:-1}
+    mkdir -p "$FAKE_CUDA_STATE_DIR"
+    export FAKE_CUDA_CONTEXT_BYTES=0
+}
+# vg CLIENT ARGS...: under the library with a 1 GiB quota (LIMIT overrides) and the MODE variables given.
+vg() { env LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-1g} $MODE "$@"; }
+get() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p"; }   # get KEY < lines
+opline() { grep "^op=$1 " | sed -n "${2:-1}p"; }
+# bg NAME ARGS...: a client left holding its memory at a "wait" (stdin a FIFO); its output in $W/NAME.out
+bg() {
+    local name=$1; shift
+    rm -f "$W/$name.in"; mkfifo "$W/$name.in"
+    # exec: $! is the client itself (what the SIGKILL cases kill), never a subshell around it
+    (exec env LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-1g} \
+        $MODE "$RT" "$@" wait) <"$W/$name.in" >"$W/$name.out" 2>&1 &
+    eval "${name}_pid=$!"
+    # the FIFO's writer stays open here (the client waits on it) until `gone` closes it
+    exec {fd}>"$W/$name.in"; eval "${name}_fd=$fd"
+    for _ in $(seq 100); do grep -q ready "$W/$name.out" && return 0; sleep 0.1; done
+    return 1
+}
+# gone NAME: SIGKILL the held client, close its FIFO, and check it is dead
+gone() {
+    local pid fd
+    eval "pid=\$${1}_pid fd=\$${1}_fd"
+    kill -9 "$pid"; wait "$pid" 2>/dev/null
+    exec {fd}>&-
+    ! kill -0 "$pid" 2>/dev/null
+}
+
+echo "-- spill: past the quota into the host budget"
+fresh; MODE="VGPU_MEMORY_SPILL=2g"
+out=$(vg "$RT" '!alloc' 512m '!alloc' 1g memcheck ismanaged info alloc 2g pitch 4096 262144 ismanaged async 1g 2>&1)
+check "within the quota, then 1 GiB past it, served (ok, ok)" test "$(echo "$out" | opline alloc 1 | get rc)/$(echo "$out" | opline alloc 2 | get rc)" = 0/0
+check "the spilled memory is usable (memcheck)" test "$(echo "$out" | opline memcheck | get ok)" = 1
+check "it is managed memory of device 0 (cuPointerGetAttribute)" test "$(echo "$out" | opline ismanaged | get managed)/$(echo "$out" | opline ismanaged | get devord)" = 1/0
+check "the quota's view: 512 MiB used of 1 GiB" test "$(echo "$out" | opline info | get free)/$(echo "$out" | opline info | get total)" = "$((512 * MiB))/$GiB"
+check "past the 2 GiB budget: out of memory" test "$(echo "$out" | opline alloc 3 | get err)" = CUDA_ERROR_OUT_OF_MEMORY
+check "a pitch allocation past the quota spills with 512-byte rows" test "$(echo "$out" | opline pitch | get rc)/$(echo "$out" | opline pitch | get pitch)/$(echo "$out" | opline ismanaged 2 | get managed)" = 0/4096/1
+check "stream-ordered memory never spills (out of memory)" test "$(echo "$out" | opline async | get err)" = CUDA_ERROR_OUT_OF_MEMORY
+out=$(MODE= vg "$RT" alloc 512m alloc 1g 2>&1)
+check "the same without spill: out of memory" test "$(echo "$out" | opline alloc 2 | get err)" = CUDA_ERROR_OUT_OF_MEMORY
+fresh; MODE="VGPU_MEMORY_SPILL=2g"
+out=$(vg "$RT" alloc 1g alloc 1g free-last alloc 1g free-all alloc 1g alloc 2g 2>&1)
+check "frees refund the spill budget exactly (after free-all: 1 GiB quota + the whole 2 GiB budget)" \
+    test "$(echo "$out" | grep '^op=\(alloc\|free\)' | grep -c 'rc=0')" = 7
+
+echo "-- spill: one budget for the processes of a ledger, exact across SIGKILL"
+fresh; MODE="VGPU_MEMORY_SPILL=2g"
+bg a '!alloc' 1g '!alloc' 1536m; check_eq "process A: 1 GiB quota + 1.5 GiB spilled, held" "$?" 0
+out=$(vg "$RT" alloc 1g 2>&1)
+check "process B: nothing left of quota or budget (out of memory)" test "$(echo "$out" | opline alloc | get err)" = CUDA_ERROR_OUT_OF_MEMORY
+out=$(vg "$RT" alloc 512m 2>&1)
+check "process B: the budget's last 512 MiB spills" test "$(echo "$out" | opline alloc | get rc)" = 0
+gone a; check_eq "process A killed (SIGKILL) and reaped" "$?" 0
+out=$(vg "$RT" '!alloc' 1g '!alloc' 2g 2>&1)
+check "A killed: its quota and spill come back whole (1 GiB + 2 GiB)" test "$(echo "$out" | grep '^op=alloc' | grep -c 'rc=0')" = 2
+
+echo "-- oversubscribe: managed memory, quotas summing past the device"
+fresh 1x4Gi; MODE="CUDA_OVERSUBSCRIBE=true"; LIMIT=3g
+bg a '!alloc' 2560m memcheck; check_eq "process A (3 GiB quota on a 4 GiB device): 2.5 GiB, held" "$?" 0
+CACHE=$W/other$n
+out=$(vg "$RT" alloc 2560m memcheck ismanaged info alloc 1g 2>&1)
+check "process B of another quota: 2.5 GiB too (5 GiB on the 4 GiB device)" test "$(echo "$out" | opline alloc | get rc)/$(echo "$out" | opline memcheck | get ok)" = 0/1
+check "  ... managed memory" test "$(echo "$out" | opline ismanaged | get managed)" = 1
+check "cuMemGetInfo: total the quota, free less the 1.5 GiB reserve (0 left)" test "$(echo "$out" | opline info | get total)/$(echo "$out" | opline info | get free)" = "$((3 * GiB))/0"
+check "the quota still caps the total (out of memory)" test "$(echo "$out" | opline alloc 2 | get err)" = CUDA_ERROR_OUT_OF_MEMORY
+gone a
+fresh 1x4Gi; MODE=""; LIMIT=3g
+bg a '!alloc' 2560m; check_eq "plain mode, process A: 2.5 GiB held" "$?" 0
+CACHE=$W/other$n
+out=$(vg "$RT" alloc 2560m 2>&1)
+check "plain mode, process B: the device is full (out of memory)" test "$(echo "$out" | opline alloc | get err)" = CUDA_ERROR_OUT_OF_MEMORY
+gone a
+fresh; MODE="VGPU_MEMORY_MODE=oversubscribe VGPU_MEMORY_RESERVE=256m"; LIMIT=32g
+out=$(vg "$RT" info 2>&1)
+check "a quota past the device's 16 GiB is the size seen; the reserve is configurable" test "$(echo "$out" | opline info | get total)/$(echo "$out" | opline info | get free)/$(echo "$out" | opline info | get devtotal)" = "$((32 * GiB))/$((32 * GiB - 256 * MiB))/$((32 * GiB))"
+unset LIMIT
+
+echo "-- bad settings never run"
+fresh
+for bad in "VGPU_MEMORY_MODE=swap" "VGPU_MEMORY_MODE=spill" "VGPU_MEMORY_SPILL=0" "CUDA_OVERSUBSCRIBE=true VGPU_MEMORY_SPILL=1g"; do
+    MODE=$bad
+    out=$(vg "$RT" info 2>&1)
+    check "$bad: CUDA refused with one line naming it" test "$(echo "$out" | grep -c 'VGPU_MEMORY\|CUDA_OVERSUBSCRIBE')" = 1 -a -z "$(echo "$out" | opline info | grep 'rc=0')"
+done
+
+t_done
