@@ -12,7 +12,7 @@ macro_rules! hooked_symbols {
                 cuInit cuGetProcAddress cuGetProcAddress_v2
                 cuMemGetInfo cuMemGetInfo_v2 cuDeviceTotalMem cuDeviceTotalMem_v2
                 cuMemAlloc cuMemAlloc_v2 cuMemAllocPitch cuMemAllocPitch_v2 cuMemAllocManaged
-                cuMemFree cuMemFree_v2
+                cuMemFree cuMemFree_v2 cuIpcGetMemHandle
                 cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz

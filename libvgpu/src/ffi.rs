@@ -19,6 +19,8 @@ pub type CUgraphExec = *mut c_void;
 pub type CUgraphNode = *mut c_void;
 pub type CUevent = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
+/// `CUipcMemHandle` (64 opaque bytes): only ever passed through by pointer.
+pub type CUipcMemHandle = [u8; 64];
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;

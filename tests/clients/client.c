@@ -44,6 +44,7 @@
     X(cuMemFree, "cuMemFree")                                                      \
     X(cuMemGetAddressRange, "cuMemGetAddressRange")                                \
     X(cuPointerGetAttribute, "cuPointerGetAttribute")                              \
+    X(cuIpcGetMemHandle, "cuIpcGetMemHandle")                                      \
     X(cuMemcpyHtoD, "cuMemcpyHtoD")                                                \
     X(cuMemcpyDtoH, "cuMemcpyDtoH")                                                \
     X(cuMemcpyDtoD, "cuMemcpyDtoD")                                                \
@@ -736,6 +737,11 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         else rc = CALL(cuPointerGetAttribute, &m, CU_POINTER_ATTRIBUTE_IS_MANAGED, held[nheld - 1].ptr);
         if (rc == CUDA_SUCCESS) rc = CALL(cuPointerGetAttribute, &ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, held[nheld - 1].ptr);
         printf(" managed=%d devord=%d", m, ord);
+    } else if (!strcmp(op, "ipc")) {
+        /* cuIpcGetMemHandle of the last plain allocation: its rc says whether it can be shared. */
+        CUipcMemHandle h;
+        if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
+        else rc = CALL(cuIpcGetMemHandle, &h, held[nheld - 1].ptr);
     } else if (!strcmp(op, "addrrange")) {
         CUdeviceptr base = 0;
         size_t sz = 0;

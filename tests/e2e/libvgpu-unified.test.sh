@@ -65,6 +65,17 @@ out=$(vg "$RT" alloc 1g alloc 1g free-last alloc 1g free-all alloc 1g alloc 2g 2
 check "frees refund the spill budget exactly (after free-all: 1 GiB quota + the whole 2 GiB budget)" \
     test "$(echo "$out" | grep '^op=\(alloc\|free\)' | grep -c 'rc=0')" = 7
 
+echo "-- CUDA IPC: device memory only; memory served as managed is refused with CUDA_ERROR_NOT_SUPPORTED"
+fresh; MODE="VGPU_MEMORY_SPILL=2g"
+out=$(vg "$RT" alloc 512m ipc alloc 1g ipc 2>&1)
+check "spill mode, within the quota: device memory, a handle (rc 0)" test "$(echo "$out" | opline ipc 1 | get rc)" = 0
+check "spill mode, spilled: CUDA_ERROR_NOT_SUPPORTED" test "$(echo "$out" | opline ipc 2 | get err)" = CUDA_ERROR_NOT_SUPPORTED
+check "  ... with one line saying why" test "$(echo "$out" | grep -c 'cuIpcGetMemHandle: .* served as managed memory')" = 1
+out=$(MODE="CUDA_OVERSUBSCRIBE=true" vg "$RT" alloc 512m ipc 2>&1)
+check "oversubscribe mode: CUDA_ERROR_NOT_SUPPORTED" test "$(echo "$out" | opline ipc | get err)" = CUDA_ERROR_NOT_SUPPORTED
+out=$(vg "$RT" managed 64m ipc 2>&1)
+check "the application's own managed memory: the driver's answer, passed through" test "$(echo "$out" | opline ipc | get err)" = CUDA_ERROR_INVALID_VALUE
+
 echo "-- spill: one budget for the processes of a ledger, exact across SIGKILL"
 fresh; MODE="VGPU_MEMORY_SPILL=2g"
 bg a '!alloc' 1g '!alloc' 1536m; check_eq "process A: 1 GiB quota + 1.5 GiB spilled, held" "$?" 0

@@ -7,6 +7,7 @@
 //! * oversubscribe: every one is managed memory, charged to the quota as device memory.
 //!
 //! A pitch allocation served as managed memory gets rows padded to `virt::PITCH_ALIGN_ESTIMATE`.
+//! `cuIpcGetMemHandle` of memory served as managed is refused with CUDA_ERROR_NOT_SUPPORTED.
 #![allow(clippy::missing_safety_doc)]
 
 use std::cell::Cell;
@@ -18,6 +19,7 @@ use super::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
+use crate::log;
 use crate::quota::DeviceQuota;
 use crate::real::forward;
 use crate::records::Rec;
@@ -50,9 +52,19 @@ impl<D: Driver> Engine<'_, D> {
                     }
                     Err(e) => e,
                 };
-                self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, managed, || {
-                    got.get()
-                })
+                let served = |r| Rec {
+                    served_managed: true,
+                    ..r
+                };
+                self.charged(
+                    &self.rec.allocs,
+                    Kind::Data,
+                    bytes,
+                    tgt,
+                    managed,
+                    || got.get(),
+                    served,
+                )
             }
             MemoryMode::Spill { .. } => {
                 let r = self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, call, read);
@@ -90,6 +102,7 @@ impl<D: Driver> Engine<'_, D> {
             Ok(p) => {
                 let rec = Rec {
                     spilled: true,
+                    served_managed: true,
                     ..Rec::new(dev, Kind::Data, bytes, ctx)
                 };
                 self.rec.allocs.insert(p, rec);
@@ -228,6 +241,30 @@ hook!(cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pitch: *mut c_uint, w: c_uint, 
     engine().alloc_pitch_device(w as u64, h as u64, call, || unsafe { (*dptr as u64, *pitch as u64) })
 });
 
+impl<D: Driver> Engine<'_, D> {
+    /// `cuIpcGetMemHandle`: memory a memory mode served as managed (the application asked for device
+    /// memory) cannot be shared through CUDA IPC, which is defined for device memory only. Refused here
+    /// with one documented error, whatever the driver would answer: CUDA_ERROR_NOT_SUPPORTED.
+    pub(crate) fn ipc_handle(&self, p: CUdeviceptr, call: impl FnOnce() -> CUresult) -> CUresult {
+        if self
+            .rec
+            .allocs
+            .with(p, |r| r.is_some_and(|r| r.served_managed))
+        {
+            log::warn(format_args!(
+                "cuIpcGetMemHandle: 0x{p:x} was served as managed memory (memory mode spill or \
+                 oversubscribe); CUDA IPC shares device memory only: CUDA_ERROR_NOT_SUPPORTED"
+            ));
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        call()
+    }
+}
+
+hook!(cuIpcGetMemHandle(handle: *mut CUipcMemHandle, p: CUdeviceptr) {
+    engine().ipc_handle(p, || forward!("cuIpcGetMemHandle", fn(*mut CUipcMemHandle, CUdeviceptr), handle, p))
+});
+
 hook!(cuMemFree_v2(p: CUdeviceptr) {
     let e = engine();
     e.tracked_free(&e.rec.allocs, p, || forward!("cuMemFree_v2", fn(CUdeviceptr), p))
@@ -355,6 +392,55 @@ mod tests {
         assert_eq!((w.used(), w.q.spilled()), (0, 300));
         assert_eq!(e.tracked_free(&w.rec.allocs, out.get(), || 0), CUDA_SUCCESS);
         assert_eq!((w.used(), w.q.spilled()), (0, 0));
+    }
+
+    #[test]
+    fn ipc_of_memory_served_managed_is_refused_and_device_memory_passes() {
+        let w = spill_world(1000, 3000);
+        let e = w.engine();
+        let out = Cell::new(0);
+        assert_eq!(
+            e.alloc_plain(600, || 0, || 0x10, |_| panic!()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            e.alloc_plain(900, || panic!(), || 0, |p| out.set(p)),
+            CUDA_SUCCESS
+        );
+        let mut asked = 0;
+        assert_eq!(
+            e.ipc_handle(0x10, || {
+                asked += 1;
+                CUDA_SUCCESS
+            }),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            e.ipc_handle(out.get(), || {
+                asked += 1;
+                CUDA_SUCCESS
+            }),
+            CUDA_ERROR_NOT_SUPPORTED
+        );
+        // unknown pointers (the application's own managed memory, another library's) go to the driver
+        assert_eq!(
+            e.ipc_handle(0x99, || {
+                asked += 1;
+                1
+            }),
+            1
+        );
+        assert_eq!(asked, 2);
+        let o = World::with_memory(1000, MemoryMode::Oversubscribe { reserve: 0 });
+        let e = o.engine();
+        assert_eq!(
+            e.alloc_plain(100, || panic!(), || 0, |p| out.set(p)),
+            CUDA_SUCCESS
+        );
+        assert_eq!(
+            e.ipc_handle(out.get(), || CUDA_SUCCESS),
+            CUDA_ERROR_NOT_SUPPORTED
+        );
     }
 
     #[test]

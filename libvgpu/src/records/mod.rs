@@ -26,6 +26,9 @@ pub struct Rec {
     /// Served past the quota as host-preferred managed memory (spill mode): `bytes` are charged to the
     /// spill budget, not to `kind` in the quota.
     pub spilled: bool,
+    /// Served as managed memory by a memory mode (spilled, or every plain allocation in oversubscribe
+    /// mode) where the application asked for device memory: CUDA IPC of it is refused (`hooks/memory`).
+    pub served_managed: bool,
 }
 
 impl Rec {
@@ -37,6 +40,7 @@ impl Rec {
             ctx,
             pool: 0,
             spilled: false,
+            served_managed: false,
         }
     }
 }

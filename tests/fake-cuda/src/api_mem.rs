@@ -216,6 +216,20 @@ fn cuMemFree(p: c_uint) {
     free_ptr(d, p as u64)
 }
 
+fn cuIpcGetMemHandle(handle: *mut [u8; 64], p: u64) {
+    let d = drv()?;
+    if handle.is_null() { return Err(INVALID_VALUE); }
+    let mut mem = lock(&d.mem);
+    let (start, a) = mem.find(p, 1).ok_or(INVALID_VALUE)?;
+    // Device memory from cuMemAlloc/cuMemAllocPitch only, from its base (the driver's rule): managed,
+    // pool and graph memory are refused.
+    if start != p || !matches!(a.kind, Kind::Data | Kind::Pitch) { return Err(INVALID_VALUE); }
+    let mut h = [0u8; 64];
+    h[..8].copy_from_slice(&p.to_le_bytes());
+    h[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    out(handle, h)
+}
+
 fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: c_uint) {
     let d = drv()?;
     if dptr.is_null() || pitch.is_null() || width == 0 || height == 0 || !matches!(elem, 4 | 8 | 16) {
