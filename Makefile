@@ -65,6 +65,7 @@ bench: build deps
 	@bash tests/bench/run.sh
 	@bash tests/bench/container-start.sh
 	@bash tests/bench/monitor.sh
+	@bash tests/bench/unified.sh
 
 # The .deb and the .rpm in target/package/ (docs/install.md): host binaries for glibc 2.28, the interposer for 2.17,
 # vgpuctl's completions and man pages generated from its CLI.

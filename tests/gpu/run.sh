@@ -9,7 +9,7 @@
 # runs every case under the quota and writes results.jsonl + summary.md. Environment:
 #   OUT                 results folder          VGPU_LIB            the interposer to test
 #   GPU_QUOTA           quota per case (8Gi)    GPU_SUITE_BUDGET_S  time budget for the cases (480)
-#   GPU_SUITE_ONLY      comma-separated groups: smi,driverapi,devices,shared,torch,cupy,jax,nccl,perf,bench
+#   GPU_SUITE_ONLY      comma-separated groups: smi,driverapi,devices,shared,torch,cupy,jax,nccl,perf,unified,unified-bench,bench
 #   GPU_BENCH_PROCS     process counts of the throughput bench ("1 8 16")
 #   GPU_BENCH_ROUNDS    alternating rounds of the bench (2)
 #   GPU_TORCH_PYTHON, GPU_JAX_PYTHON, GPU_CUPY_PYTHON   interpreters (else found under /opt/*/.venv)

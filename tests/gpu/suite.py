@@ -485,6 +485,48 @@ class Suite:
         return self.record("bench", rc == 0, secs, rc=rc, results_md=os.path.join("bench", "results.md"),
                            raw=rows)
 
+    def case_unified(self, python):
+        """Unified memory (docs/libvgpu.md): a model needing ~9 GiB dies under a 4 GiB quota and finishes
+        with an 8 GiB spill budget (the bare card's loss); CUDA IPC refused for spilled memory only; two
+        oversubscribe processes. The library is configured by its environment (unified_case.py)."""
+        env = self.base_env()
+        rc, out, secs = self.run("unified", [python, os.path.join(HERE, "unified_case.py"), "cases", self.a.lib],
+                                 env, 420)
+        res = {}
+        for line in out.splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                res[r.get("case")] = r
+        if "unified" in res and res["unified"].get("skip"):
+            return self.skip("unified", res["unified"]["skip"])
+        bare, plain, spill = res.get("big-bare", {}), res.get("big-4g-plain", {}), res.get("big-4g-spill8g", {})
+        ipc = res.get("ipc-spill", {})
+        pair = [res.get(f"oversub-pair-{i}", {}) for i in range(2)]
+        checks = {
+            "bare_finishes": bool(bare.get("ok")),
+            "plain_oom": bool(plain.get("oom")),
+            "spill_finishes_same_loss": bool(spill.get("ok")) and bool(bare.get("ok"))
+            and abs(spill["loss"] - bare["loss"]) <= 1e-6 * max(1.0, abs(bare["loss"])),
+            "spill_sees_quota": bool(spill.get("ok")) and spill["mem_get_info"][1] == 4 * GIB,
+            "ipc_device_shares": ipc.get("device") == "shared",
+            "ipc_spilled_not_supported": "not supported" in str(ipc.get("spilled", "")),
+            "oversub_pair_finishes": all(p.get("ok") for p in pair),
+        }
+        return self.record("unified", rc == 0 and all(checks.values()), secs, checks=checks,
+                           step_ms_bare=bare.get("step_ms"), step_ms_spill=spill.get("step_ms"),
+                           spilled_bytes=spill.get("managed"), ipc=ipc, runs=res)
+
+    def case_unified_bench(self, python):
+        env = self.base_env()
+        rc, out, secs = self.run("unified-bench", [python, os.path.join(HERE, "unified_case.py"), "bench",
+                                                   self.a.lib], env, 420)
+        md = out.split("MARKDOWN\n", 1)[1] if "MARKDOWN\n" in out else ""
+        with open(os.path.join(self.out, "unified-bench.md"), "w") as f:
+            f.write(md)
+        print(md, flush=True)
+        runs = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+        return self.record("unified-bench", rc == 0 and bool(md), secs, results_md="unified-bench.md", runs=runs)
+
     # ----- summary -------------------------------------------------------------------------------------
     def summary(self, device):
         def mib(v):
@@ -559,7 +601,7 @@ def main():
     ap.add_argument("--budget", type=float, default=float(os.environ.get("GPU_SUITE_BUDGET_S", "480")))
     ap.add_argument("--bench-procs", default=os.environ.get("GPU_BENCH_PROCS", "1 8 16"))
     ap.add_argument("--only", default=os.environ.get("GPU_SUITE_ONLY", ""),
-                    help="comma-separated case groups: smi,driverapi,devices,shared,torch,cupy,jax,nccl,perf,bench")
+                    help="comma-separated case groups: smi,driverapi,devices,shared,torch,cupy,jax,nccl,perf,unified,unified-bench,bench")
     ap.add_argument("--fake", action="store_true", help="dry run against the project's fake driver")
     a = ap.parse_args()
     truth.self_check()  # the truth check's own grouping, before any case relies on it
@@ -624,6 +666,10 @@ def main():
             s.case_nccl(torch_py)
         if want("perf") and torch_py and s.fits("torch-perf", 90):
             s.case_torch_perf(torch_py)
+        if want("unified") and torch_py and not a.fake and s.fits("unified", 150):
+            s.case_unified(torch_py)
+        if want("unified-bench") and torch_py and not a.fake and s.fits("unified-bench", 200):
+            s.case_unified_bench(torch_py)
         if want("bench") and s.fits("bench", 60):
             s.case_bench()
     finally:
