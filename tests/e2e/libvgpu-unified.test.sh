@@ -61,9 +61,16 @@ check "stream-ordered memory never spills (out of memory)" test "$(echo "$out" |
 out=$(MODE= vg "$RT" alloc 512m alloc 1g 2>&1)
 check "the same without spill: out of memory" test "$(echo "$out" | opline alloc 2 | get err)" = CUDA_ERROR_OUT_OF_MEMORY
 fresh; MODE="VGPU_MEMORY_SPILL=2g"
-out=$(vg "$RT" alloc 1g alloc 1g free-last alloc 1g free-all alloc 1g alloc 2g 2>&1)
-check "frees refund the spill budget exactly (after free-all: 1 GiB quota + the whole 2 GiB budget)" \
+out=$(vg "$RT" alloc 960m alloc 1g free-last alloc 1g free-all alloc 960m alloc 2g 2>&1)
+check "frees refund the spill budget exactly (after free-all: the quota less the code's room + the whole 2 GiB budget)" \
     test "$(echo "$out" | grep '^op=\(alloc\|free\)' | grep -c 'rc=0')" = 7
+
+echo "-- spill: room left in the quota for lazily loaded code (1/16 of it, at most 256 MiB)"
+fresh; MODE="VGPU_MEMORY_SPILL=2g"
+out=$(vg "$RT" alloc 960m ismanaged alloc 32m ismanaged alloc 32m ismanaged info 2>&1)
+check "960 MiB of the 1 GiB quota: device memory" test "$(echo "$out" | opline ismanaged 1 | get managed)" = 0
+check "32 MiB more would leave 32 of the 64 MiB room: spilled" test "$(echo "$out" | opline ismanaged 2 | get managed)/$(echo "$out" | opline ismanaged 3 | get managed)" = 1/1
+check "  ... the quota's view: 960 MiB used" test "$(echo "$out" | opline info | get free)" = "$((64 * MiB))"
 
 echo "-- CUDA IPC: device memory only; memory served as managed is refused with CUDA_ERROR_NOT_SUPPORTED"
 fresh; MODE="VGPU_MEMORY_SPILL=2g"
@@ -78,14 +85,14 @@ check "the application's own managed memory: the driver's answer, passed through
 
 echo "-- spill: one budget for the processes of a ledger, exact across SIGKILL"
 fresh; MODE="VGPU_MEMORY_SPILL=2g"
-bg a '!alloc' 1g '!alloc' 1536m; check_eq "process A: 1 GiB quota + 1.5 GiB spilled, held" "$?" 0
+bg a '!alloc' 960m '!alloc' 1536m; check_eq "process A: 960 MiB of the quota + 1.5 GiB spilled, held" "$?" 0
 out=$(vg "$RT" alloc 1g 2>&1)
 check "process B: nothing left of quota or budget (out of memory)" test "$(echo "$out" | opline alloc | get err)" = CUDA_ERROR_OUT_OF_MEMORY
 out=$(vg "$RT" alloc 512m 2>&1)
 check "process B: the budget's last 512 MiB spills" test "$(echo "$out" | opline alloc | get rc)" = 0
 gone a; check_eq "process A killed (SIGKILL) and reaped" "$?" 0
-out=$(vg "$RT" '!alloc' 1g '!alloc' 2g 2>&1)
-check "A killed: its quota and spill come back whole (1 GiB + 2 GiB)" test "$(echo "$out" | grep '^op=alloc' | grep -c 'rc=0')" = 2
+out=$(vg "$RT" '!alloc' 960m '!alloc' 2g 2>&1)
+check "A killed: its quota and spill come back whole (960 MiB + 2 GiB)" test "$(echo "$out" | grep '^op=alloc' | grep -c 'rc=0')" = 2
 
 echo "-- oversubscribe: managed memory, quotas summing past the device"
 fresh 1x4Gi; MODE="CUDA_OVERSUBSCRIBE=true"; LIMIT=3g

@@ -58,7 +58,10 @@ def worker(kind, steps):
         warm = times[3:] or times
         free, total = torch.cuda.mem_get_info()
         managed, segs = managed_bytes(torch)
-        print(json.dumps({"ok": True, "loss": float(loss), "step_ms": 1000 * sorted(warm)[len(warm) // 2],
+        q = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True).stdout
+        nvml = next((int(l.split(",")[1]) * MIB for l in q.splitlines() if l.split(",")[0].strip() == str(os.getpid())), None)
+        print(json.dumps({"nvml_used": nvml, "ok": True, "loss": float(loss), "step_ms": 1000 * sorted(warm)[len(warm) // 2],
                           "reserved": torch.cuda.memory_reserved(), "mem_get_info": [free, total],
                           "managed": managed, "segments": segs}))
     except torch.cuda.OutOfMemoryError as e:
@@ -100,7 +103,12 @@ def run(lib, name, kind, steps, env, args=None):
         e["LD_PRELOAD"] = lib
         e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"/tmp/vgpu-unified-{name}-{os.getpid()}"
     cmd = [sys.executable, __file__] + (args or ["--worker", kind, str(steps)])
-    p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=240)
+    try:
+        p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        res = {"ok": False, "timeout": 300, "case": name}
+        print(json.dumps(res), flush=True)
+        return res
     line = next((l for l in p.stdout.splitlines() if l.startswith("{")), None)
     res = json.loads(line) if line else {"ok": False, "rc": p.returncode, "stderr": p.stderr[-600:]}
     res.update(case=name)
@@ -158,9 +166,11 @@ def bench(lib):
         other = total - free - cal["segments"]
         segs = cal["segments"]
         for frac in (0.10, 0.25, 0.50):
-            quota = other + int(segs * (1 - frac))
+            # the device part is the quota less spill mode's room for lazily loaded code (1/16, <= 256 MiB)
+            device = other + int(segs * (1 - frac))
+            quota = device * 16 // 15 if device // 15 < 256 * MIB else device + 256 * MIB
             quota -= quota % MIB
-            res = run(lib, f"spill-{int(frac * 100)}", "mid", steps,
+            res = run(lib, f"spill-{int(frac * 100)}", "mid", int(os.environ.get("UNIFIED_SPILL_STEPS", "10")),
                       {"CUDA_DEVICE_MEMORY_LIMIT": str(quota), "VGPU_MEMORY_SPILL": "8g"})
             rows.append((frac, quota, res))
     b = median(fits["bare"])
@@ -169,14 +179,17 @@ def bench(lib):
         med = median(v)
         md.append(f"| {m} | {med:.3f} ms ({', '.join(f'{x:.3f}' for x in v)}) | "
                   f"{(med / b - 1) * 100:+.2f}% |" if med and b else f"| {m} | no result | |")
-    md += ["", "| spilled (target) | quota | spilled, measured | step | vs bare |", "| --- | --- | --- | --- | --- |"]
+    md += ["", "| spilled (target) | quota | spilled, measured | step | vs bare | NVML (process) |",
+           "| --- | --- | --- | --- | --- | --- |"]
     for frac, quota, res in rows:
         if res.get("ok"):
             got = res["managed"] / res["segments"] if res["segments"] else 0
             md.append(f"| {frac:.0%} | {quota // MIB} MiB | {got:.1%} ({res['managed'] // MIB} MiB) | "
-                      f"{res['step_ms']:.2f} ms | {res['step_ms'] / b:.2f}x |" if b else "")
+                      f"{res['step_ms']:.2f} ms | {res['step_ms'] / b:.2f}x | {(res.get('nvml_used') or 0) // MIB} MiB |"
+                      if b else "")
         else:
-            md.append(f"| {frac:.0%} | {quota // MIB} MiB | failed: {res.get('error') or res.get('stderr', '')[-120:]} | | |")
+            why = res.get("error") or (f"timeout {res['timeout']} s" if "timeout" in res else res.get("stderr", "")[-120:])
+            md.append(f"| {frac:.0%} | {quota // MIB} MiB | failed: {why} | | | |")
     print("MARKDOWN")
     print("\n".join(md))
 

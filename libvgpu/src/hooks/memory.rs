@@ -25,6 +25,13 @@ use crate::real::forward;
 use crate::records::Rec;
 use crate::virt;
 
+/// Spill mode's room for lazily loaded code: 1/16 of the quota, at most 256 MiB (PyTorch's and NCCL's
+/// kernels took ~260 MiB per process on an H200; an H100 run with the device part full went 81 MiB past
+/// its quota without it: docs/gpu-results.md).
+pub(crate) fn code_room(limit: u64) -> u64 {
+    (limit / 16).min(256 << 20)
+}
+
 impl<D: Driver> Engine<'_, D> {
     /// A plain allocation of `bytes` in the current context, served as its device's memory mode says.
     /// `call`: the driver's own allocation (writes the caller's pointer), `read`: that pointer; `write`
@@ -67,7 +74,11 @@ impl<D: Driver> Engine<'_, D> {
                 )
             }
             MemoryMode::Spill { .. } => {
-                let r = self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, call, read);
+                let r = if self.device_leaves_code_room(q, dev, bytes) {
+                    self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, call, read)
+                } else {
+                    CUDA_ERROR_OUT_OF_MEMORY
+                };
                 if r != CUDA_ERROR_OUT_OF_MEMORY {
                     return r;
                 }
@@ -83,6 +94,39 @@ impl<D: Driver> Engine<'_, D> {
                 self.charged_call(&self.rec.allocs, Kind::Data, bytes, tgt, call, read)
             }
         }
+    }
+
+    /// Spill mode: whether `bytes` more of device memory leave the quota room for the code the driver
+    /// loads lazily at kernels' first use. No hook sees that code; the truth-up charges it afterwards
+    /// (`hooks/truth`), when the quota may already be full — in spill mode it always is, the device part
+    /// being used to the brim before the rest spills — so NVML's figure would pass the quota by the code's
+    /// size. The room is [`code_room`] of the quota, less what the truth-up already charged this process
+    /// on the device. Checked before the charge (the charge itself still holds the quota).
+    fn device_leaves_code_room(&self, q: &DeviceQuota, dev: CUdevice, bytes: u64) -> bool {
+        let charged = self
+            .rec
+            .truth_charged
+            .with(dev as u64, |c| c.map_or(0, |c| *c));
+        let room = code_room(q.limit).saturating_sub(charged);
+        q.used().saturating_add(bytes).saturating_add(room) <= q.limit
+    }
+
+    /// `alloc_pitch_device` in spill mode: refused (so spilled) when it would take the code's room.
+    fn spill_pitch_device(
+        &self,
+        w: u64,
+        h: u64,
+        call: impl FnOnce() -> CUresult,
+        read: impl Fn() -> (u64, u64),
+    ) -> CUresult {
+        let (q, dev) = match self.target_current() {
+            (Target::Charge(q), dev, _) => (q, dev),
+            _ => return self.alloc_pitch_device(w, h, call, read),
+        };
+        if !self.device_leaves_code_room(q, dev, virt::pitch_estimate(w, h)) {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        self.alloc_pitch_device(w, h, call, read)
     }
 
     /// Spill mode, past the quota (or the device's memory): `bytes` of managed memory preferring the
@@ -140,7 +184,7 @@ impl<D: Driver> Engine<'_, D> {
                 || 0,
                 |p| write(p, pitch),
             ),
-            Some(MemoryMode::Spill { .. }) => match self.alloc_pitch_device(w, h, call, read) {
+            Some(MemoryMode::Spill { .. }) => match self.spill_pitch_device(w, h, call, read) {
                 CUDA_ERROR_OUT_OF_MEMORY => {
                     let (q, dev, ctx) = match self.target_current() {
                         (Target::Charge(q), dev, ctx) => (q, dev, ctx),
@@ -392,6 +436,46 @@ mod tests {
         assert_eq!((w.used(), w.q.spilled()), (0, 300));
         assert_eq!(e.tracked_free(&w.rec.allocs, out.get(), || 0), CUDA_SUCCESS);
         assert_eq!((w.used(), w.q.spilled()), (0, 0));
+    }
+
+    #[test]
+    fn spill_keeps_room_in_the_quota_for_lazily_loaded_code() {
+        let w = spill_world(1600, 1 << 20);
+        let e = w.engine();
+        let out = Cell::new(0);
+        assert_eq!(code_room(1600), 100);
+        assert_eq!(code_room(64 << 30), 256 << 20, "at most 256 MiB");
+        // 1550 would leave 50 of the 100: spilled, the device part left alone
+        let r = e.alloc_plain(
+            1550,
+            || panic!("device memory into the code's room"),
+            || 0,
+            |p| out.set(p),
+        );
+        assert_eq!((r, w.used(), w.q.spilled()), (CUDA_SUCCESS, 0, 1550));
+        // 1500 leaves the room: device memory
+        assert_eq!(
+            e.alloc_plain(1500, || 0, || 0x10, |_| panic!()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(w.used(), 1500);
+        // what the truth-up charged for this process's code comes out of the room
+        w.rec.truth_charged.update(0, || 0, |c| *c = 60);
+        assert_eq!(e.alloc_plain(50, || 0, || 0x20, |_| panic!()), CUDA_SUCCESS);
+        assert_eq!(w.used(), 1550);
+        // pitch too: 512 x 16 fits the quota of 8192 but not its room of 512; 512 x 15 does
+        let w = spill_world(8192, 1 << 20);
+        let e = w.engine();
+        let r = e.alloc_pitch(
+            100,
+            16,
+            || panic!("device pitch into the code's room"),
+            || (0, 0),
+            |_, _| (),
+        );
+        assert_eq!((r, w.used(), w.q.spilled()), (CUDA_SUCCESS, 0, 8192));
+        let r = e.alloc_pitch(100, 15, || 0, || (0x40, 512), |_, _| panic!());
+        assert_eq!((r, w.used()), (CUDA_SUCCESS, 7680));
     }
 
     #[test]
