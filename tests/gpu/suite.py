@@ -511,6 +511,7 @@ class Suite:
             "ipc_device_shares": ipc.get("device") == "shared",
             "ipc_spilled_not_supported": "not supported" in str(ipc.get("spilled", "")),
             "oversub_pair_finishes": all(p.get("ok") for p in pair),
+            "oversub_pair_sees_48g": all(p.get("ok") and p["mem_get_info"][1] == 48 * GIB for p in pair),
         }
         return self.record("unified", rc == 0 and all(checks.values()), secs, checks=checks,
                            step_ms_bare=bare.get("step_ms"), step_ms_spill=spill.get("step_ms"),

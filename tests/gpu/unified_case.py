@@ -6,7 +6,7 @@ the card's free memory first, and the largest spills 8 GiB at most.
 usage: unified_case.py cases LIBVGPU_SO   the functional cases, one JSON line each on stdout:
            a ~9 GiB Adam-trained MLP under a 4 GiB quota, plain (must fail with OOM) and with an 8 GiB
            spill budget (must finish with the bare card's loss); CUDA IPC of spilled and of device memory;
-           two oversubscribe processes with 6 GiB quotas
+           two oversubscribe processes with 48 GiB quotas (96 GiB on an 80 GiB card)
        unified_case.py bench LIBVGPU_SO   the benchmark (make bench on a GPU machine): one JSON line per run,
            then a Markdown table on stdout after the line "MARKDOWN":
            - each mode's cost when everything fits: a ~11 ms training step, bare / spill / oversubscribe,
@@ -124,8 +124,9 @@ def cases(lib):
     run(lib, "big-4g-plain", "big", 3, {"CUDA_DEVICE_MEMORY_LIMIT": "4g"})
     run(lib, "big-4g-spill8g", "big", 8, {"CUDA_DEVICE_MEMORY_LIMIT": "4g", "VGPU_MEMORY_SPILL": "8g"})
     run(lib, "ipc-spill", None, 0, {"CUDA_DEVICE_MEMORY_LIMIT": "1g", "VGPU_MEMORY_SPILL": "2g"}, ["--ipc"])
-    # two oversubscribe processes at once, 6 GiB quotas each (small models: the total stays tiny)
-    e = dict(os.environ, LD_PRELOAD=lib, CUDA_DEVICE_MEMORY_LIMIT="6g", CUDA_OVERSUBSCRIBE="true")
+    # two oversubscribe processes at once whose quotas (48 GiB each) sum past the card (80 GiB), which plain
+    # mode's admission would refuse; small models, so the managed memory actually asked for stays tiny
+    e = dict(os.environ, LD_PRELOAD=lib, CUDA_DEVICE_MEMORY_LIMIT="48g", CUDA_OVERSUBSCRIBE="true")
     ps = [subprocess.Popen([sys.executable, __file__, "--worker", "small", "40"],
                            env=dict(e, CUDA_DEVICE_MEMORY_SHARED_CACHE=f"/tmp/vgpu-unified-pair{i}-{os.getpid()}"),
                            stdout=subprocess.PIPE, text=True) for i in range(2)]
