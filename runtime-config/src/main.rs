@@ -108,6 +108,13 @@ struct CommonArgs {
     /// CRI-O's order, for the default runtime whose settings vgpu's handler copies.
     #[arg(long)]
     drop_in_dir: Option<PathBuf>,
+    /// containerd: put vgpu's handler in a file of its own that the main config imports, instead of editing
+    /// the main config (PATH default: conf.d/99-vgpu.toml beside --config). The main config gets an
+    /// `imports` entry for it unless one of its imports (a glob) already covers it. Unconfigure removes the
+    /// drop-in (this one, the one vgpuctl recorded, or any file with vgpuctl's header containerd reads) and
+    /// the `imports` entry if vgpuctl added it.
+    #[arg(long, value_name = "PATH", num_args = 0..=1)]
+    drop_in: Option<Option<PathBuf>>,
 }
 
 #[derive(Args)]
@@ -145,6 +152,8 @@ fn options(c: &CommonArgs) -> engines::Options {
         hooks_dir: c.hooks_dir.clone(),
         hook_env: vec![],
         drop_in_dir: c.drop_in_dir.clone(),
+        drop_in: c.drop_in.clone(),
+        record: engines::record::default_path(),
     }
 }
 
