@@ -33,7 +33,8 @@ enum Cmd {
         #[command(flatten)]
         root: RootArgs,
     },
-    /// Write vgpuctl's shell completions and man pages under DIR (package builds).
+    /// Write vgpuctl's shell completions and the man pages of vgpuctl, vgpu-hook and vgpu-container-runtime
+    /// under DIR (package builds).
     #[command(hide = true)]
     GenerateDocs { dir: PathBuf },
 }
@@ -226,7 +227,9 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::GenerateDocs { dir } => {
-            vgpuctl::clidocs::write_all(<Cli as clap::CommandFactory>::command(), &dir).map(drop)
+            let others = [vgpu_oci::cli::hook_command(), vgpu_oci::cli::shim_command()];
+            vgpuctl::clidocs::write_all(<Cli as clap::CommandFactory>::command(), &others, &dir)
+                .map(drop)
         }
         Cmd::Runtime(RuntimeCmd::Unconfigure(c)) => {
             let o = options(&c);
