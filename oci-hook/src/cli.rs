@@ -162,6 +162,16 @@ mod tests {
         }
     }
 
+    /// The man page's NAME line and `-h` say what the hook is (clap's bare `about` would put the crate's
+    /// description, "vgpu OCI hook and runtime shim", there).
+    #[test]
+    fn the_hook_says_what_it_is() {
+        assert_eq!(
+            hook_command().get_about().unwrap().to_string(),
+            "vgpu OCI hook: provisions and removes a container's GPU memory quota state"
+        );
+    }
+
     #[test]
     fn the_hook_parses_its_stage() {
         let cli = HookCli::try_parse_from(["vgpu-hook", "poststop"]).unwrap();
