@@ -68,7 +68,7 @@ bench: build deps
 	@bash tests/bench/unified.sh
 
 # The .deb and the .rpm in target/package/ (docs/install.md): host binaries for glibc 2.28, the interposer for 2.17,
-# vgpuctl's completions and man pages generated from its CLI.
+# vgpuctl's completions and the man pages of the three binaries generated from their CLIs.
 package: build deps
 	@bash packaging/build.sh
 

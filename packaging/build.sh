@@ -5,7 +5,8 @@
 #   1. the host binaries, built by zig against glibc 2.28 (renameat2, for atomic state swaps, came in 2.28;
 #      the interposer itself needs only 2.17), so the packages install on RHEL 8, Debian 10, Ubuntu 18.10
 #      and later; Depends/Requires name the floor, read from the binaries by dpkg-shlibdeps and rpm
-#   2. vgpuctl's completions and man pages, generated from its CLI (vgpuctl generate-docs)
+#   2. vgpuctl's completions and the man pages of vgpuctl, vgpu-hook and vgpu-container-runtime, generated
+#      from their CLIs (vgpuctl generate-docs)
 #   3. cargo deb and cargo generate-rpm, without building again
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -20,8 +20,8 @@ pub struct Invocation {
     pub id: Option<String>,
 }
 
-// Global flags of runc and crun that take a value; all others are switches.
-const GLOBAL_VALUE_FLAGS: &[&str] = &[
+/// Global flags of runc and crun that take a value; all others are switches.
+pub const GLOBAL_VALUE_FLAGS: &[&str] = &[
     "root",
     "log",
     "log-format",
@@ -30,8 +30,8 @@ const GLOBAL_VALUE_FLAGS: &[&str] = &[
     "cgroup-manager",
     "log-level",
 ];
-// Flags of create/run that take a value.
-const CREATE_VALUE_FLAGS: &[&str] = &[
+/// Flags of create/run that take a value.
+pub const CREATE_VALUE_FLAGS: &[&str] = &[
     "bundle",
     "b",
     "console-socket",

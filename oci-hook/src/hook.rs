@@ -61,6 +61,9 @@ impl State {
     }
 }
 
+/// The stages [`run`] knows.
+pub const STAGES: &[&str] = &["createRuntime", "prestart", "precreate", "poststop"];
+
 /// Runs stage `stage` with the given stdin/stdout.
 pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let cfg = Config::load()?;
@@ -74,7 +77,10 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
         "createRuntime" | "prestart" => provision_stage(&cfg, &root, &State::parse(&text)?),
         "poststop" => provision::remove(&root, &State::parse(&text)?.id).map(|_| ()),
         "precreate" => precreate(&cfg, &text, output),
-        other => bail!("unknown hook stage {other:?} (expected createRuntime, prestart, precreate or poststop)"),
+        other => bail!(
+            "unknown hook stage {other:?} (expected {})",
+            crate::cli::stages()
+        ),
     };
     // Garbage collection never fails a container.
     match gc::collect_with(&root, Duration::from_secs(cfg.gc_pending_grace_seconds)) {

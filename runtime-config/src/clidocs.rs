@@ -1,6 +1,7 @@
-//! vgpuctl's shell completions (bash, zsh, fish) and man pages, generated from its clap definition so they
-//! never drift from the binary. `make package` runs the hidden `vgpuctl generate-docs DIR` and ships the
-//! result in the .deb and .rpm.
+//! vgpuctl's shell completions (bash, zsh, fish) and the man pages of vgpuctl, vgpu-hook and
+//! vgpu-container-runtime, generated from their clap definitions (`vgpu_oci::cli` for the hook and the
+//! shim) so they never drift from the binaries. `make package` runs the hidden `vgpuctl generate-docs DIR`
+//! and ships the result in the .deb and .rpm.
 use anyhow::{Context, Result};
 use clap_complete::Shell;
 use std::path::{Path, PathBuf};
@@ -13,8 +14,9 @@ pub const COMPLETIONS: [(Shell, &str); 3] = [
 ];
 
 /// Writes `DIR/completions/{vgpuctl,_vgpuctl,vgpuctl.fish}` and `DIR/man/vgpuctl*.1` (one page per visible
-/// subcommand, `vgpuctl-runtime-configure.1` style); returns the files written, sorted.
-pub fn write_all(cmd: clap::Command, dir: &Path) -> Result<Vec<PathBuf>> {
+/// subcommand, `vgpuctl-runtime-configure.1` style), and a page for each of `others` (the programs engines
+/// run, which need no completions); returns the files written, sorted.
+pub fn write_all(cmd: clap::Command, others: &[clap::Command], dir: &Path) -> Result<Vec<PathBuf>> {
     let comp_dir = dir.join("completions");
     let man_dir = dir.join("man");
     for d in [&comp_dir, &man_dir] {
@@ -29,8 +31,10 @@ pub fn write_all(cmd: clap::Command, dir: &Path) -> Result<Vec<PathBuf>> {
         clap_complete::generate(shell, &mut cmd.clone(), &name, &mut out);
         files.push(path);
     }
-    clap_mangen::generate_to(cmd, &man_dir)
-        .with_context(|| format!("cannot write the man pages under {}", man_dir.display()))?;
+    for c in std::iter::once(cmd).chain(others.iter().cloned()) {
+        clap_mangen::generate_to(c, &man_dir)
+            .with_context(|| format!("cannot write the man pages under {}", man_dir.display()))?;
+    }
     for e in std::fs::read_dir(&man_dir)? {
         files.push(e?.path());
     }
@@ -59,7 +63,7 @@ mod tests {
     #[test]
     fn every_visible_subcommand_gets_a_page_and_every_shell_its_file() {
         let d = tempfile::tempdir().unwrap();
-        let files = write_all(cli(), d.path()).unwrap();
+        let files = write_all(cli(), &[], d.path()).unwrap();
         let names: Vec<String> = files
             .iter()
             .map(|p| {
@@ -93,12 +97,42 @@ mod tests {
         assert!(top.contains("runtime"), "{top}");
     }
 
+    /// The hook's and the shim's pages come from vgpu_oci's descriptions: their arguments, what they do.
+    #[test]
+    fn the_hook_and_the_shim_get_their_pages() {
+        let d = tempfile::tempdir().unwrap();
+        let files = write_all(
+            cli(),
+            &[vgpu_oci::cli::hook_command(), vgpu_oci::cli::shim_command()],
+            d.path(),
+        )
+        .unwrap();
+        for page in ["man/vgpu-hook.1", "man/vgpu-container-runtime.1"] {
+            assert!(files.contains(&d.path().join(page)), "{files:?}");
+        }
+        let hook = std::fs::read_to_string(d.path().join("man/vgpu-hook.1")).unwrap();
+        assert!(
+            hook.contains("createRuntime") && hook.contains("poststop"),
+            "{hook}"
+        );
+        assert!(hook.contains("VGPU_CONFIG"), "{hook}");
+        let shim = std::fs::read_to_string(d.path().join("man/vgpu-container-runtime.1")).unwrap();
+        assert!(
+            shim.contains("lower runtime") && shim.contains("\\-\\-bundle"),
+            "{shim}"
+        );
+        assert!(
+            !d.path().join("completions/vgpu-hook").exists(),
+            "no completions for them"
+        );
+    }
+
     #[test]
     fn an_unwritable_folder_is_one_error_naming_it() {
         let d = tempfile::tempdir().unwrap();
         let file = d.path().join("f");
         std::fs::write(&file, "").unwrap();
-        let e = write_all(cli(), &file).unwrap_err();
+        let e = write_all(cli(), &[], &file).unwrap_err();
         assert!(
             format!("{e:#}").contains(&file.join("completions").display().to_string()),
             "{e:#}"

@@ -33,7 +33,8 @@ enum Cmd {
         #[command(flatten)]
         root: RootArgs,
     },
-    /// Write vgpuctl's shell completions and man pages under DIR (package builds).
+    /// Write vgpuctl's shell completions and the man pages of vgpuctl, vgpu-hook and vgpu-container-runtime
+    /// under DIR (package builds).
     #[command(hide = true)]
     GenerateDocs { dir: PathBuf },
 }
@@ -82,23 +83,36 @@ impl RootArgs {
 #[derive(Subcommand)]
 enum RuntimeCmd {
     /// Add the vgpu runtime (Docker, containerd, CRI-O) or hooks (Podman) to the engine's config.
+    ///
+    /// Every other setting and comment of the engine's files is kept; files are written atomically; the
+    /// engine is never restarted (the command says what to restart). What unconfigure must restore that
+    /// the engine's files cannot hold (the default runtime --set-as-default replaced, containerd's drop-in
+    /// and the `imports` entry added for it) goes to vgpuctl's record, /var/lib/vgpu/engines.json
+    /// (VGPUCTL_STATE_DIR moves the folder).
     Configure(ConfigureArgs),
     /// Remove what `configure` added, and only that: an entry named vgpu that vgpuctl did not write is
     /// left as it is (an error says so).
+    ///
+    /// The default runtime --set-as-default replaced is put back from vgpuctl's record (or, for configs
+    /// of older vgpuctl versions, from their comment in containerd's file or the hidden file beside
+    /// daemon.json), and the record's entry removed. containerd: vgpuctl's drop-in is removed with the
+    /// `imports` entry vgpuctl added for it; a foreign vgpu handler in the main file is then left as it is,
+    /// without an error.
     Unconfigure(CommonArgs),
 }
 
 #[derive(Args)]
 struct CommonArgs {
-    /// The engine to configure.
+    /// The engine to configure (or unconfigure).
     #[arg(long, value_enum)]
     runtime: Engine,
     /// The engine's config file (default: /etc/docker/daemon.json, /etc/containerd/config.toml,
-    /// /etc/crio/crio.conf).
+    /// /etc/crio/crio.conf). containerd: the files it imports are read as containerd reads them (for the
+    /// default runtime, and for a vgpu handler that is not vgpu's), never edited.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Change nothing: print each file as it would be written on stdout, and what would be written or
-    /// removed where on stderr.
+    /// Change nothing: print each file as it would be written on stdout, and what would be written,
+    /// recorded or removed where on stderr.
     #[arg(long)]
     dry_run: bool,
     /// Podman: the hooks.d folder (default: /usr/share/containers/oci/hooks.d).
@@ -108,6 +122,13 @@ struct CommonArgs {
     /// CRI-O's order, for the default runtime whose settings vgpu's handler copies.
     #[arg(long)]
     drop_in_dir: Option<PathBuf>,
+    /// containerd: put vgpu's handler in a file of its own that the main config imports, instead of editing
+    /// the main config (PATH default: conf.d/99-vgpu.toml beside --config). The main config gets an
+    /// `imports` entry for it unless one of its imports (a glob) already covers it. Unconfigure removes the
+    /// drop-in (this one, the one vgpuctl recorded, or any file with vgpuctl's header containerd reads) and
+    /// the `imports` entry if vgpuctl added it.
+    #[arg(long, value_name = "PATH", num_args = 0..=1)]
+    drop_in: Option<Option<PathBuf>>,
 }
 
 #[derive(Args)]
@@ -115,11 +136,13 @@ struct ConfigureArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Also make vgpu the engine's default runtime (Docker, containerd, CRI-O; refused for Podman, whose
-    /// hooks apply under any runtime). Unconfigure puts the previous default back.
+    /// hooks apply under any runtime). The previous default is kept in vgpuctl's record, and unconfigure
+    /// puts it back.
     #[arg(long)]
     set_as_default: bool,
     /// Replace an existing entry named vgpu that vgpuctl did not write (by default it is refused and left
-    /// as it is). Unconfigure never removes such an entry.
+    /// as it is). Unconfigure never removes such an entry. containerd: a vgpu handler in an imported file
+    /// is never edited; --force lets vgpu's drop-in override one read before it, never one read after.
     #[arg(long)]
     force: bool,
     /// Where vgpu-container-runtime is installed (the file name must stay vgpu-container-runtime: it is how
@@ -145,6 +168,8 @@ fn options(c: &CommonArgs) -> engines::Options {
         hooks_dir: c.hooks_dir.clone(),
         hook_env: vec![],
         drop_in_dir: c.drop_in_dir.clone(),
+        drop_in: c.drop_in.clone(),
+        record: engines::record::default_path(),
     }
 }
 
@@ -217,7 +242,9 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::GenerateDocs { dir } => {
-            vgpuctl::clidocs::write_all(<Cli as clap::CommandFactory>::command(), &dir).map(drop)
+            let others = [vgpu_oci::cli::hook_command(), vgpu_oci::cli::shim_command()];
+            vgpuctl::clidocs::write_all(<Cli as clap::CommandFactory>::command(), &others, &dir)
+                .map(drop)
         }
         Cmd::Runtime(RuntimeCmd::Unconfigure(c)) => {
             let o = options(&c);

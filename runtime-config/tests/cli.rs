@@ -3,10 +3,18 @@ use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// vgpuctl with its record (VGPUCTL_STATE_DIR) in a folder of its own that goes afterwards.
 fn vgpuctl(args: &[&str]) -> Output {
+    let state = tempfile::tempdir().unwrap();
+    vgpuctl_in(&state.path().join("lib"), args)
+}
+
+/// vgpuctl with its record under `state`.
+fn vgpuctl_in(state: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vgpuctl"))
         .args(args)
         .env_remove("VGPU_CONFIG")
+        .env("VGPUCTL_STATE_DIR", state)
         .output()
         .unwrap()
 }
@@ -258,4 +266,166 @@ fn status_on_an_empty_root_is_clear_and_creates_nothing() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["containers"], serde_json::json!([]));
     assert!(!Path::new(&root).exists());
+}
+
+/// --set-as-default remembers the replaced default in vgpuctl's record (not beside daemon.json);
+/// unconfigure puts it back and the record goes, its folder with it.
+#[test]
+fn the_replaced_default_is_kept_in_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("var-lib-vgpu");
+    let cfg = dir.path().join("daemon.json");
+    let body = "{\n  \"default-runtime\": \"crun\"\n}\n";
+    fs::write(&cfg, body).unwrap();
+    let c = cfg.to_str().unwrap();
+    let conf = [
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        c,
+        "--set-as-default",
+    ];
+    let out = vgpuctl_in(&state, &conf);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(state.join("engines.json")).unwrap()).unwrap();
+    assert_eq!(record["engines"][0]["engine"], "docker");
+    assert_eq!(record["engines"][0]["config"], c);
+    assert_eq!(record["engines"][0]["previous_default"]["name"], "crun");
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        2,
+        "nothing beside daemon.json"
+    );
+    // Again: the record still says crun (not vgpu).
+    assert!(vgpuctl_in(&state, &conf).status.success());
+    assert!(fs::read_to_string(state.join("engines.json"))
+        .unwrap()
+        .contains("crun"));
+    let out = vgpuctl_in(
+        &state,
+        &["runtime", "unconfigure", "--runtime=docker", "--config", c],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), body);
+    assert!(
+        !state.exists(),
+        "the record and its folder went with the last entry"
+    );
+}
+
+/// daemon.json configured by an older vgpuctl: the replaced default is in a hidden file beside it, which
+/// unconfigure reads and removes.
+#[test]
+fn an_older_vgpuctls_hidden_file_is_read_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("daemon.json");
+    let legacy = dir.path().join(".daemon.json.vgpuctl-previous-default");
+    fs::write(
+        &cfg,
+        "{\n  \"default-runtime\": \"vgpu\",\n  \"runtimes\": {\"vgpu\": {\"path\": \"/usr/bin/vgpu-container-runtime\"}}\n}\n",
+    )
+    .unwrap();
+    fs::write(&legacy, "{\"default-runtime\":\"crun\"}\n").unwrap();
+    let out = vgpuctl(&[
+        "runtime",
+        "unconfigure",
+        "--runtime=docker",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        fs::read_to_string(&cfg).unwrap(),
+        "{\n  \"default-runtime\": \"crun\"\n}\n"
+    );
+    assert!(!legacy.exists());
+}
+
+/// containerd --drop-in on disk: the main file imports the drop-in (an import entry added, comments
+/// kept), the drop-in holds the handler, the record says both; unconfigure takes all of it back.
+#[test]
+fn containerd_drop_in_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let main = dir.path().join("config.toml");
+    let body = "# mine\nversion = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:mine\"\n";
+    fs::write(&main, body).unwrap();
+    let m = main.to_str().unwrap();
+    let out = vgpuctl_in(
+        &state,
+        &[
+            "runtime",
+            "configure",
+            "--runtime=containerd",
+            "--config",
+            m,
+            "--drop-in",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let drop_in = dir.path().join("conf.d/99-vgpu.toml");
+    let d = fs::read_to_string(&drop_in).unwrap();
+    assert!(
+        d.contains("BinaryName = \"/usr/bin/vgpu-container-runtime\"") && d.contains("pause:mine"),
+        "{d}"
+    );
+    let new_main = fs::read_to_string(&main).unwrap();
+    assert!(new_main.starts_with("# mine\nversion = 2\n"), "{new_main}");
+    assert!(
+        new_main.contains(&format!("imports = [\"{}\"]", drop_in.display())),
+        "{new_main}"
+    );
+    let record = fs::read_to_string(state.join("engines.json")).unwrap();
+    assert!(
+        record.contains("\"drop_in\"") && record.contains("\"import_added\""),
+        "{record}"
+    );
+    let again = vgpuctl_in(
+        &state,
+        &[
+            "runtime",
+            "configure",
+            "--runtime=containerd",
+            "--config",
+            m,
+            "--drop-in",
+        ],
+    );
+    assert!(
+        text(&again.stdout).contains("nothing to change"),
+        "{}",
+        text(&again.stdout)
+    );
+    let out = vgpuctl_in(
+        &state,
+        &[
+            "runtime",
+            "unconfigure",
+            "--runtime=containerd",
+            "--config",
+            m,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::read_to_string(&main).unwrap(), body);
+    assert!(!drop_in.exists() && !state.exists());
+    // Not for the other engines.
+    let out = vgpuctl(&[
+        "runtime",
+        "configure",
+        "--runtime=docker",
+        "--config",
+        m,
+        "--drop-in",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).lines().count(),
+        1,
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(text(&out.stderr).contains("--drop-in is for containerd only"));
 }

@@ -5,6 +5,8 @@
 . "$(dirname "$0")/engines-lib.sh"
 t_init engines-docker
 t_require "$VGPUCTL"
+# vgpuctl's record of what it changed (the default runtime --set-as-default replaced), kept out of /var/lib/vgpu.
+export VGPUCTL_STATE_DIR=$WORK/var-lib-vgpu
 
 # A daemon.json an operator would have, tab-indented (dockerd_start gives this dockerd private paths).
 cat > "$WORK/daemon.json" <<EOT
@@ -66,14 +68,55 @@ ok_if "second unconfigure changes nothing" grep -q "nothing to change" "$WORK/ou
 printf '{\n  "default-runtime": "runc",\n  "debug": false\n}\n' > "$WORK/def.json"; b=$(fingerprint "$WORK/def.json")
 "$VGPUCTL" runtime configure --runtime=docker --config "$WORK/def.json" --set-as-default > /dev/null
 ok_if "set-as-default: default-runtime is vgpu" test "$(jq -r '."default-runtime"' "$WORK/def.json")" = vgpu
+ok_if "set-as-default: the replaced runc is in vgpuctl's record" jq -e --arg c "$WORK/def.json" \
+    '.engines[] | select(.engine == "docker" and .config == $c) | .previous_default.name == "runc"' \
+    "$VGPUCTL_STATE_DIR/engines.json" > /dev/null
+ok_if "set-as-default: nothing written beside daemon.json" test "$(ls -A "$WORK" | grep -c vgpuctl)" -eq 0
 "$VGPUCTL" runtime unconfigure --runtime=docker --config "$WORK/def.json" > /dev/null
 ok_if "set-as-default: undone byte for byte" test "$(fingerprint "$WORK/def.json")" = "$b"
-ok_if "set-as-default: nothing left beside it" test "$(ls -A "$WORK" | grep -c vgpuctl)" -eq 0
+ok_if "set-as-default: the record is gone" test ! -e "$VGPUCTL_STATE_DIR"
+# A daemon.json configured by an older vgpuctl, which kept the replaced default in a hidden file beside it.
+printf '{\n  "default-runtime": "vgpu",\n  "runtimes": {"vgpu": {"path": "%s"}}\n}\n' "$SHIM" > "$WORK/old.json"
+printf '{"default-runtime":"crun"}\n' > "$WORK/.old.json.vgpuctl-previous-default"
+ok_if "older vgpuctl's config: unconfigure succeeds" "$VGPUCTL" runtime unconfigure --runtime=docker --config "$WORK/old.json" > /dev/null
+ok_if "older vgpuctl's config: the default it replaced is back" test "$(jq -c . "$WORK/old.json")" = '{"default-runtime":"crun"}'
+ok_if "older vgpuctl's config: its hidden file is gone" test ! -e "$WORK/.old.json.vgpuctl-previous-default"
 
 # 5. Bad input.
 printf '{\n  "debug": true,\n  "runtimes": {,}\n}\n' > "$WORK/bad.json"; b=$(fingerprint "$WORK/bad.json")
 "$VGPUCTL" runtime configure --runtime=docker --config "$WORK/bad.json" 2> "$WORK/err" > /dev/null
 ok_if "bad daemon.json: refused with path and line" grep -q "^vgpuctl: error: $WORK/bad.json:3:" "$WORK/err"
 ok_if "bad daemon.json: untouched" test "$(fingerprint "$WORK/bad.json")" = "$b"
+
+# 6. A runtime named vgpu that is someone else's: dockerd runs with it; configure refuses it in one line and
+# unconfigure leaves it (daemon.json untouched); configure --force replaces it, and dockerd then runs
+# containers through vgpu's shim.
+printf '{\n  "runtimes": {\n    "vgpu": {"path": "/usr/local/bin/their-runtime", "runtimeArgs": ["--x"]}\n  }\n}\n' > "$WORK/theirs.json"
+tb=$(fingerprint "$WORK/theirs.json")
+for verb in configure unconfigure; do
+    "$VGPUCTL" runtime $verb --runtime=docker --config "$WORK/theirs.json" > /dev/null 2> "$WORK/err"
+    ok_if "foreign runtime: $verb refused" test $? -eq 1
+    ok_if "foreign runtime: $verb says whose it is, in one line" bash -c \
+        "grep -q \"runtimes.vgpu exists and is not vgpu's (its path is /usr/local/bin/their-runtime)\" '$WORK/err' && test \$(wc -l < '$WORK/err') -eq 1"
+    ok_if "foreign runtime: $verb left daemon.json untouched" test "$(fingerprint "$WORK/theirs.json")" = "$tb"
+done
+ok_if "foreign runtime: dockerd starts on that daemon.json" dockerd_start "$WORK/docker2" "$WORK/theirs.json"
+ok_if "foreign runtime: dockerd lists their vgpu runtime" bash -c \
+    "docker info --format '{{json .Runtimes}}' | jq -e '.vgpu.path == \"/usr/local/bin/their-runtime\"' > /dev/null"
+dockerd_stop
+ok_if "foreign runtime: configure --force replaces it" \
+    "$VGPUCTL" runtime configure --runtime=docker --config "$WORK/theirs.json" --runtime-path "$SHIM" --force > /dev/null
+ok_if "foreign runtime: after --force, vgpu's entry alone" test "$(jq -c .runtimes.vgpu "$WORK/theirs.json")" = "{\"path\":\"$SHIM\"}"
+ok_if "foreign runtime: dockerd starts on the replaced file" dockerd_start "$WORK/docker3" "$WORK/theirs.json"
+ok_if "foreign runtime: dockerd lists vgpu's shim" bash -c \
+    "docker info --format '{{json .Runtimes}}' | jq -e '.vgpu.path == \"$SHIM\"' > /dev/null"
+tar -C "$WORK/rootfs" -c . | docker import - vgpu-e2e:rootfs > /dev/null
+docker run --rm --runtime=vgpu --network none -e CUDA_DEVICE_MEMORY_LIMIT=1Gi -e NVIDIA_VISIBLE_DEVICES=0 \
+    vgpu-e2e:rootfs /bin/cat /run/vgpu/limits.json > "$WORK/forced.out" 2>&1
+ok_if "foreign runtime: after --force, docker run --runtime=vgpu gets its quota" \
+    grep -q '"memory_limit": *1073741824' "$WORK/forced.out"
+dockerd_stop
+ok_if "foreign runtime: unconfigure now removes vgpu's entry" bash -c \
+    "'$VGPUCTL' runtime unconfigure --runtime=docker --config '$WORK/theirs.json' > /dev/null && test \"\$(jq -c . '$WORK/theirs.json')\" = '{}'"
 ((FAILED)) && { echo "--- dockerd log (tail)"; tail -5 "$WORK/docker/dockerd.log"; echo "--- quota container"; cat "$WORK/quota.out" "$WORK/cuda.out"; }
 t_done

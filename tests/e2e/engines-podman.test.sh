@@ -91,5 +91,38 @@ ok_if "the other hook is untouched" test "$(fingerprint "$HD/other.json")" = "$o
 ok_if "second unconfigure changes nothing" grep -q "nothing to change" "$WORK/out"
 "${P[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=1Gi localhost/vgpu-e2e:rootfs /bin/sh -c 'ls /run/vgpu 2>&1' > "$WORK/after.out" 2>&1
 ok_if "after unconfigure the annotation does nothing" grep -q "No such file" "$WORK/after.out"
-((FAILED)) && { for f in quota cuda bad; do echo "--- $f"; cat "$WORK/$f.out"; done; cat "$WORK/status.json" "$WORK/status.txt"; }
+
+# 4. A hooks.d file of vgpu's name that vgpuctl did not write (here: another program for vgpu.io/ annotations):
+# Podman runs it; configure refuses it in one line and unconfigure leaves it (both files untouched);
+# configure --force replaces it with vgpu's, and Podman then gives the container its quota.
+HD2=$WORK/hooks2.d
+P2=("${P[@]/#$HD/$HD2}")
+mkdir -p "$HD2"
+printf '{"version":"1.0.0","hook":{"path":"/bin/sh","args":["sh","-c","/usr/bin/touch %s"]},"when":{"annotations":{"^vgpu\\\\.io/":".*"}},"stages":["createRuntime"]}\n' \
+    "$WORK/their-hook-ran" > "$HD2/vgpu-createruntime.json"
+theirs=$(fingerprint "$HD2/vgpu-createruntime.json")
+for verb in configure unconfigure; do
+    "$VGPUCTL" runtime $verb --runtime=podman --hooks-dir "$HD2" > /dev/null 2> "$WORK/err"
+    ok_if "foreign hook file: $verb refused" test $? -eq 1
+    ok_if "foreign hook file: $verb says whose it is, in one line" bash -c \
+        "grep -q \"vgpu-createruntime.json: the hook file exists and is not vgpu's (it runs /bin/sh)\" '$WORK/err' && test \$(wc -l < '$WORK/err') -eq 1"
+    ok_if "foreign hook file: $verb left the folder as it was" \
+        test "$(ls "$HD2"):$(fingerprint "$HD2/vgpu-createruntime.json")" = "vgpu-createruntime.json:$theirs"
+done
+"${P2[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=1Gi localhost/vgpu-e2e:rootfs /bin/sh -c 'ls /run/vgpu 2>&1' > "$WORK/theirs.out" 2>&1
+ok_if "foreign hook file: Podman runs their hook" test -e "$WORK/their-hook-ran"
+ok_if "foreign hook file: and the container gets no quota" grep -q "No such file" "$WORK/theirs.out"
+ok_if "foreign hook file: configure --force replaces it" "$VGPUCTL" runtime configure --runtime=podman --hooks-dir "$HD2" \
+    --hook-path "$HOOK" --hook-env "VGPU_CONFIG=$VGPU_CONFIG" --force > /dev/null
+ok_if "foreign hook file: after --force, both files are vgpu's" bash -c \
+    "jq -e '.hook.path == \"$HOOK\"' '$HD2/vgpu-createruntime.json' '$HD2/vgpu-poststop.json' > /dev/null"
+rm -f "$WORK/their-hook-ran"
+"${P2[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=1Gi -e NVIDIA_VISIBLE_DEVICES=0 localhost/vgpu-e2e:rootfs \
+    /bin/cat /run/vgpu/limits.json > "$WORK/forced.out" 2>&1
+ok_if "foreign hook file: after --force, the container sees its limits file" grep -q '"memory_limit": *1073741824' "$WORK/forced.out"
+ok_if "foreign hook file: their hook no longer runs" test ! -e "$WORK/their-hook-ran"
+ok_if "foreign hook file: unconfigure now removes vgpu's files" bash -c \
+    "'$VGPUCTL' runtime unconfigure --runtime=podman --hooks-dir '$HD2' > /dev/null && test -z \"\$(ls -A '$HD2')\""
+ok_if "state removed after the containers" test -z "$(state_left)"
+((FAILED)) && { for f in quota cuda bad theirs forced; do echo "--- $f"; cat "$WORK/$f.out"; done; cat "$WORK/status.json" "$WORK/status.txt"; }
 t_done

@@ -66,6 +66,7 @@ dpkg -L vgpu | sort > "$WORK/files"
 for f in /usr/bin/vgpuctl /usr/bin/vgpu-hook /usr/bin/vgpu-container-runtime /usr/lib/vgpu/libvgpu.so \
          /usr/lib/vgpu/libvgpu_core.so /lib/systemd/system/vgpu-gc.timer /lib/systemd/system/vgpu-monitor.service \
          /etc/vgpu/config.toml /usr/share/man/man1/vgpuctl.1.gz /usr/share/man/man1/vgpuctl-runtime-configure.1.gz \
+         /usr/share/man/man1/vgpu-hook.1.gz /usr/share/man/man1/vgpu-container-runtime.1.gz \
          /usr/share/bash-completion/completions/vgpuctl /usr/share/zsh/vendor-completions/_vgpuctl \
          /usr/share/fish/vendor_completions.d/vgpuctl.fish /usr/share/vgpu/kubernetes/vgpu-daemonset.yaml \
          /usr/share/doc/vgpu/install.md; do
@@ -73,6 +74,9 @@ for f in /usr/bin/vgpuctl /usr/bin/vgpu-hook /usr/bin/vgpu-container-runtime /us
 done
 check_match "vgpuctl --version runs from /usr/bin" '^vgpuctl ' "$(/usr/bin/vgpuctl --version 2>&1)"
 check_match "the man page documents runtime configure's flags" 'set\\-as\\-default' "$(zcat /usr/share/man/man1/vgpuctl-runtime-configure.1.gz)"
+check_match "  ... containerd's --drop-in among them" 'drop\\-in' "$(zcat /usr/share/man/man1/vgpuctl-runtime-configure.1.gz)"
+check_match "vgpu-hook's page names its stages" 'createRuntime' "$(zcat /usr/share/man/man1/vgpu-hook.1.gz)"
+check_match "vgpu-container-runtime's page says what it does with runc's command line" 'lower runtime' "$(zcat /usr/share/man/man1/vgpu-container-runtime.1.gz)"
 # bash calls a completion function with the command, the word being completed and the one before it.
 complete_words() {
     bash -c '. /usr/share/bash-completion/completions/vgpuctl; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))

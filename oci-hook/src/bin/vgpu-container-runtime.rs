@@ -1,5 +1,6 @@
 //! `vgpu-container-runtime`: the OCI runtime shim; see `vgpu_oci::shim` and docs/oci.md.
-//! It takes runc's command line as is, so no argument parser of its own.
+//! It takes runc's command line as is, so no argument parser of its own (its man page describes it:
+//! `vgpu_oci::cli::shim_command`).
 
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -21,9 +21,10 @@ pub struct Settings<'a> {
     pub force: bool,
 }
 
-/// JSON has no comments, so the `default-runtime` that `--set-as-default` replaced is remembered in a
-/// small file beside daemon.json; unconfigure puts it back and removes that file.
-pub fn undo_path(config: &Path) -> std::path::PathBuf {
+/// Where vgpuctl before the record (`super::record`) remembered the `default-runtime` that
+/// `--set-as-default` replaced: a small hidden file beside daemon.json. Still read (and removed) by
+/// unconfigure, for daemon.json files configured by those versions.
+pub fn legacy_path(config: &Path) -> std::path::PathBuf {
     let name = config
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -83,16 +84,24 @@ fn fresh(s: &Settings) -> String {
     serde_json::to_string_pretty(&v).expect("a JSON value serializes") + "\n"
 }
 
+/// What `configure` does: the new daemon.json (if it changes), and the `default-runtime` it replaced when
+/// `--set-as-default` set it now (`Some(None)`: there was none), for vgpuctl's record.
+#[derive(Debug, Default)]
+pub struct Configured {
+    pub changes: Vec<Change>,
+    pub replaced_default: Option<Option<String>>,
+}
+
 /// The changes that add the vgpu runtime to `path` (whose current text is `current`).
-pub fn configure(
-    path: &Path,
-    current: Option<&str>,
-    previous_default: Option<&str>,
-    s: &Settings,
-) -> Result<Vec<Change>> {
+pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Configured> {
     let original = match current {
         Some(t) if !t.trim().is_empty() => t,
-        _ => return Ok(vec![Change::write(path.to_path_buf(), fresh(s), 0o644)]),
+        _ => {
+            return Ok(Configured {
+                changes: vec![Change::write(path.to_path_buf(), fresh(s), 0o644)],
+                replaced_default: s.set_as_default.then_some(None),
+            })
+        }
     };
     let (root, obj) = parse(path, original)?;
     if let Some(Some(why)) = foreign_entry(path, &obj)? {
@@ -130,42 +139,42 @@ pub fn configure(
         }
     }
 
-    let mut changes = Vec::new();
+    let mut replaced_default = None;
     if s.set_as_default {
         match string_at(path, &obj, "default-runtime")? {
             Some(d) if d == RUNTIME => {}
             Some(d) => {
-                // Remember what was there, unless an earlier configure already did.
-                if previous_default.is_none() {
-                    changes.push(Change::record(undo_path(path), undo_record(&d)));
-                }
+                replaced_default = Some(Some(d));
                 obj.get("default-runtime")
                     .expect("just read")
                     .set_value(RUNTIME.into());
             }
             None => {
+                replaced_default = Some(None);
                 obj.append("default-runtime", RUNTIME.into());
             }
         }
     }
     let new = root.to_string();
+    let mut changes = Vec::new();
     if new != original {
-        changes.insert(0, Change::write(path.to_path_buf(), new, 0o644));
+        changes.push(Change::write(path.to_path_buf(), new, 0o644));
     }
-    Ok(changes)
+    Ok(Configured {
+        changes,
+        replaced_default,
+    })
 }
 
-fn undo_record(previous: &str) -> String {
-    serde_json::json!({ "default-runtime": previous }).to_string() + "\n"
-}
-
-/// Reads the remembered `default-runtime`, if `configure --set-as-default` replaced one.
-pub fn read_undo(text: &str) -> Option<String> {
+/// Reads the `default-runtime` an older vgpuctl remembered in `legacy_path`.
+pub fn read_legacy(text: &str) -> Option<String> {
     let v: Value = serde_json::from_str(text).ok()?;
     v.get("default-runtime")?.as_str().map(str::to_string)
 }
 
-/// The changes that take back what `configure` added.
+/// The changes that take back what `configure` added; `previous_default` is the `default-runtime` that
+/// configure replaced (from vgpuctl's record, or an older vgpuctl's file), None when there was none or it is
+/// not known: a `default-runtime` of vgpu is then removed.
 pub fn unconfigure(
     path: &Path,
     current: Option<&str>,
@@ -205,9 +214,6 @@ pub fn unconfigure(
     if new != original {
         changes.push(Change::write(path.to_path_buf(), new, 0o644));
     }
-    if previous_default.is_some() {
-        changes.push(Change::remove(undo_path(path)));
-    }
     Ok(changes)
 }
 
@@ -231,7 +237,7 @@ mod tests {
     #[test]
     fn foreign_vgpu_runtime_is_never_clobbered() {
         let orig = "{\n  \"runtimes\": {\n    \"vgpu\": {\n      \"path\": \"/opt/other/bin/gpu-runtime\",\n      \"runtimeArgs\": [\"--x\"]\n    }\n  },\n  \"default-runtime\": \"vgpu\"\n}\n";
-        let e = configure(Path::new(P), Some(orig), None, &settings(false)).unwrap_err();
+        let e = configure(Path::new(P), Some(orig), &settings(false)).unwrap_err();
         let msg = format!("{e:#}");
         assert!(
             msg.contains(
@@ -246,7 +252,9 @@ mod tests {
             force: true,
             ..settings(false)
         };
-        let ch = configure(Path::new(P), Some(orig), None, &forced).unwrap();
+        let ch = configure(Path::new(P), Some(orig), &forced)
+            .unwrap()
+            .changes;
         let out = apply_in_memory(&ch, P, Some(orig)).unwrap();
         let v: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(
@@ -256,12 +264,14 @@ mod tests {
         );
         // Ours at another path is still ours: updated in place, and removed by unconfigure.
         let ours = "{\"runtimes\": {\"vgpu\": {\"path\": \"/opt/vgpu/vgpu-container-runtime\"}}}";
-        assert!(configure(Path::new(P), Some(ours), None, &settings(false)).is_ok());
+        assert!(configure(Path::new(P), Some(ours), &settings(false)).is_ok());
         let ch = unconfigure(Path::new(P), Some(ours), None).unwrap();
         assert_eq!(apply_in_memory(&ch, P, Some(ours)).unwrap(), "{}");
     }
     fn conf(text: Option<&str>, def: bool) -> Option<String> {
-        let ch = configure(Path::new(P), text, None, &settings(def)).unwrap();
+        let ch = configure(Path::new(P), text, &settings(def))
+            .unwrap()
+            .changes;
         apply_in_memory(&ch, P, text)
     }
 
@@ -274,8 +284,9 @@ mod tests {
             "{\n    \"log-driver\": \"journald\",\n    \"runtimes\": {\n        \"crun\": {\n            \"path\": \"/usr/bin/crun\"\n        },\n        \"vgpu\": {\n            \"path\": \"/usr/bin/vgpu-container-runtime\"\n        }\n    },\n    \"storage-driver\": \"overlay2\"\n}\n"
         );
         // Idempotent: a second configure changes nothing.
-        assert!(configure(Path::new(P), Some(&out), None, &settings(false))
+        assert!(configure(Path::new(P), Some(&out), &settings(false))
             .unwrap()
+            .changes
             .is_empty());
         // And unconfigure gives back the original bytes.
         let ch = unconfigure(Path::new(P), Some(&out), None).unwrap();
@@ -297,20 +308,35 @@ mod tests {
     }
 
     #[test]
-    fn set_as_default_remembers_and_restores_previous_default() {
+    fn set_as_default_reports_the_replaced_default_and_unconfigure_restores_it() {
         let orig = "{\n  \"default-runtime\": \"crun\",\n  \"debug\": true\n}\n";
-        let ch = configure(Path::new(P), Some(orig), None, &settings(true)).unwrap();
-        assert_eq!(ch.len(), 2);
-        let out = apply_in_memory(&ch, P, Some(orig)).unwrap();
+        let c = configure(Path::new(P), Some(orig), &settings(true)).unwrap();
+        assert_eq!(c.changes.len(), 1, "only daemon.json: no file beside it");
+        assert_eq!(c.replaced_default, Some(Some("crun".into())));
+        let out = apply_in_memory(&c.changes, P, Some(orig)).unwrap();
         assert!(out.contains("\"default-runtime\": \"vgpu\""));
-        let undo = ch[1].contents.as_deref().unwrap();
-        assert_eq!(read_undo(undo).as_deref(), Some("crun"));
+        // Again: nothing replaced (vgpu is the default already), nothing written.
+        let again = configure(Path::new(P), Some(&out), &settings(true)).unwrap();
+        assert!(again.changes.is_empty() && again.replaced_default.is_none());
         let ch = unconfigure(Path::new(P), Some(&out), Some("crun")).unwrap();
         assert_eq!(apply_in_memory(&ch, P, Some(&out)).unwrap(), orig);
-        assert!(
-            ch[1].contents.is_none(),
-            "the remembered default is removed"
+        // Unset before: reported as such.
+        let c = configure(Path::new(P), Some("{}"), &settings(true)).unwrap();
+        assert_eq!(c.replaced_default, Some(None));
+    }
+
+    /// daemon.json files configured by an older vgpuctl: the replaced default is in a hidden file beside.
+    #[test]
+    fn the_legacy_file_is_read() {
+        assert_eq!(
+            legacy_path(Path::new(P)),
+            Path::new("/etc/docker/.daemon.json.vgpuctl-previous-default")
         );
+        assert_eq!(
+            read_legacy("{\"default-runtime\":\"crun\"}\n").as_deref(),
+            Some("crun")
+        );
+        assert_eq!(read_legacy("garbage"), None);
     }
 
     #[test]
@@ -349,12 +375,9 @@ mod tests {
     fn golden() {
         let n = crate::engines::golden("docker", "json", |case, input| {
             let def = case.ends_with("set-as-default");
-            let ch = configure(Path::new(P), Some(input), None, &settings(def)).unwrap();
-            let out = apply_in_memory(&ch, P, Some(input)).unwrap();
-            let prev = ch
-                .iter()
-                .find(|c| c.path == undo_path(Path::new(P)))
-                .and_then(|c| read_undo(c.contents.as_deref()?));
+            let c = configure(Path::new(P), Some(input), &settings(def)).unwrap();
+            let out = apply_in_memory(&c.changes, P, Some(input)).unwrap();
+            let prev = c.replaced_default.flatten();
             let back = unconfigure(Path::new(P), Some(&out), prev.as_deref()).unwrap();
             let restored = apply_in_memory(&back, P, Some(&out)).unwrap();
             // An empty file comes back as an empty object, the one case where configure wrote from scratch.
@@ -373,21 +396,14 @@ mod tests {
         let e = configure(
             Path::new(P),
             Some("{\n  \"a\": 1,\n  oops\n}"),
-            None,
             &settings(false),
         )
         .unwrap_err();
         let msg = format!("{e:#}");
         assert!(msg.starts_with("/etc/docker/daemon.json:3:"), "{msg}");
-        let e = configure(Path::new(P), Some("[1]"), None, &settings(false)).unwrap_err();
+        let e = configure(Path::new(P), Some("[1]"), &settings(false)).unwrap_err();
         assert!(format!("{e:#}").contains("not a JSON object"));
-        let e = configure(
-            Path::new(P),
-            Some("{\"runtimes\": 3}"),
-            None,
-            &settings(false),
-        )
-        .unwrap_err();
+        let e = configure(Path::new(P), Some("{\"runtimes\": 3}"), &settings(false)).unwrap_err();
         assert!(format!("{e:#}").contains("\"runtimes\" is not a JSON object"));
     }
 
@@ -408,8 +424,8 @@ mod tests {
             let out = conf(Some(&orig), def).unwrap();
             let v: Value = serde_json::from_str(&out).unwrap();
             prop_assert_eq!(v["runtimes"]["vgpu"]["path"].as_str(), Some("/usr/bin/vgpu-container-runtime"));
-            let again = configure(Path::new(P), Some(&out), None, &settings(def)).unwrap();
-            prop_assert!(again.is_empty());
+            let again = configure(Path::new(P), Some(&out), &settings(def)).unwrap();
+            prop_assert!(again.changes.is_empty());
             let ch = unconfigure(Path::new(P), Some(&out), None).unwrap();
             prop_assert_eq!(apply_in_memory(&ch, P, Some(&out)).unwrap(), orig);
         }

@@ -5,6 +5,7 @@ pub mod containerd;
 pub mod crio;
 pub mod docker;
 pub mod hooks;
+pub mod record;
 
 use crate::fsutil;
 use anyhow::{anyhow, Result};
@@ -25,9 +26,9 @@ pub struct Change {
     pub path: PathBuf,
     pub contents: Option<String>,
     pub mode: u32,
-    /// vgpuctl's own record (what `--set-as-default` replaced), not an engine's config: `--dry-run` notes
-    /// it on stderr instead of printing it with the config on stdout.
-    pub record: bool,
+    /// vgpuctl's own record (`record`), not an engine's config, with what changes in it in one line:
+    /// `--dry-run` notes that on stderr instead of printing the file with the configs on stdout.
+    pub record: Option<String>,
 }
 
 impl Change {
@@ -36,12 +37,12 @@ impl Change {
             path,
             contents: Some(contents),
             mode,
-            record: false,
+            record: None,
         }
     }
-    pub fn record(path: PathBuf, contents: String) -> Self {
+    pub fn record(path: PathBuf, contents: String, summary: String) -> Self {
         Change {
-            record: true,
+            record: Some(summary),
             ..Change::write(path, contents, 0o600)
         }
     }
@@ -50,7 +51,7 @@ impl Change {
             path,
             contents: None,
             mode: 0,
-            record: false,
+            record: None,
         }
     }
 }
@@ -115,6 +116,11 @@ pub struct Options {
     pub hook_env: Vec<String>,
     /// CRI-O: where the drop-in goes (default: `crio.conf.d` beside the main config).
     pub drop_in_dir: Option<PathBuf>,
+    /// containerd: write the handler into a drop-in the main config imports (`Some(None)`: the default
+    /// path, `conf.d/99-vgpu.toml` beside the main config); unconfigure: that drop-in to remove.
+    pub drop_in: Option<Option<PathBuf>>,
+    /// vgpuctl's record of what it changed (`record::default_path()`).
+    pub record: PathBuf,
 }
 
 impl Options {
@@ -132,6 +138,18 @@ impl Options {
         self.hooks_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(hooks::DEFAULT_DIR))
+    }
+    /// containerd's drop-in, absolute, if `--drop-in` was given.
+    fn containerd_drop_in(&self) -> Option<PathBuf> {
+        let d = self.drop_in.as_ref()?;
+        let main = record::absolute(&self.config_path());
+        Some(record::absolute(&match d {
+            Some(p) => p.clone(),
+            None => main
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join(containerd::DEFAULT_DROP_IN),
+        }))
     }
     fn drop_in_path(&self) -> PathBuf {
         let dir = self.drop_in_dir.clone().unwrap_or_else(|| {
@@ -166,7 +184,46 @@ fn check_options(o: &Options) -> Result<()> {
     if o.engine != Engine::Crio && o.drop_in_dir.is_some() {
         anyhow::bail!("--drop-in-dir is for crio only");
     }
+    if o.engine != Engine::Containerd && o.drop_in.is_some() {
+        anyhow::bail!(
+            "--drop-in is for containerd only (crio always writes a drop-in: see --drop-in-dir)"
+        );
+    }
     Ok(())
+}
+
+/// containerd's imported files, from the disk.
+struct Disk;
+
+impl containerd::Files for Disk {
+    fn read(&self, path: &Path) -> Result<Option<String>> {
+        fsutil::read_optional(path)
+    }
+    fn glob(&self, pattern: &Path) -> Result<Vec<PathBuf>> {
+        let text = pattern.to_string_lossy();
+        let mut out: Vec<PathBuf> = glob::glob_with(&text, containerd::GLOB)
+            .map_err(|e| anyhow!("bad import pattern {text}: {e}"))?
+            .filter_map(|p| p.ok())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// vgpuctl's record file and its entry for `o`'s engine and config.
+fn record_entry(o: &Options) -> Result<(Option<String>, Option<record::Entry>)> {
+    let text = record::read(&o.record)?;
+    let entry = record::find(&o.record, text.as_deref(), o.engine, &o.config_path())?;
+    Ok((text, entry))
+}
+
+/// The record's change for `o` (`entry`: what it must say afterwards; None forgets), if any.
+fn record_change(
+    o: &Options,
+    text: Option<&str>,
+    entry: Option<record::Entry>,
+) -> Result<Option<Change>> {
+    record::change(&o.record, text, o.engine, &o.config_path(), entry)
 }
 
 /// The changes that configure `o.engine`.
@@ -191,24 +248,51 @@ pub fn plan_configure(o: &Options) -> Result<Vec<Change>> {
     match o.engine {
         Engine::Docker => {
             let current = fsutil::read_optional(&cfg)?;
-            let undo = fsutil::read_optional(&docker::undo_path(&cfg))?;
-            let prev = undo.as_deref().and_then(docker::read_undo);
+            let (rec_text, prior) = record_entry(o)?;
+            let legacy = fsutil::read_optional(&docker::legacy_path(&cfg))?;
             let s = docker::Settings {
                 runtime_path: &o.runtime_path,
                 set_as_default: o.set_as_default,
                 force: o.force,
             };
-            docker::configure(&cfg, current.as_deref(), prev.as_deref(), &s)
+            let c = docker::configure(&cfg, current.as_deref(), &s)?;
+            let mut changes = Vec::new();
+            // What --set-as-default replaced, unless an earlier configure (this vgpuctl's or an older one's)
+            // already remembers it.
+            if let Some(prev) = c.replaced_default {
+                if prior.is_none() && legacy.is_none() {
+                    let entry = record::Entry {
+                        previous_default: Some(record::PreviousDefault {
+                            name: prev,
+                            toml: None,
+                        }),
+                        ..record::Entry::new(o.engine, &cfg)
+                    };
+                    changes.extend(record_change(o, rec_text.as_deref(), Some(entry))?);
+                }
+            }
+            // The record first: a crash between the two leaves a record unconfigure can use.
+            changes.extend(c.changes);
+            Ok(changes)
         }
         Engine::Containerd => {
+            let cfg = record::absolute(&cfg);
             let current = fsutil::read_optional(&cfg)?;
+            let (rec_text, prior) = record_entry(o)?;
+            let drop_in = o.containerd_drop_in();
             let s = containerd::Settings {
                 runtime_path: &o.runtime_path,
                 set_as_default: o.set_as_default,
                 force: o.force,
                 version_for_new_file: None,
+                drop_in: drop_in.as_deref(),
             };
-            containerd::configure(&cfg, current.as_deref(), &s)
+            let c = containerd::configure(&cfg, current.as_deref(), &Disk, prior.as_ref(), &s)?;
+            let mut changes: Vec<Change> = record_change(o, rec_text.as_deref(), Some(c.entry))?
+                .into_iter()
+                .collect();
+            changes.extend(c.changes);
+            Ok(changes)
         }
         Engine::Crio => {
             let drop_in = o.drop_in_path();
@@ -283,13 +367,35 @@ pub fn plan_unconfigure(o: &Options) -> Result<Vec<Change>> {
     match o.engine {
         Engine::Docker => {
             let current = fsutil::read_optional(&cfg)?;
-            let undo = fsutil::read_optional(&docker::undo_path(&cfg))?;
-            let prev = undo.as_deref().and_then(docker::read_undo);
-            docker::unconfigure(&cfg, current.as_deref(), prev.as_deref())
+            let (rec_text, prior) = record_entry(o)?;
+            let legacy_path = docker::legacy_path(&cfg);
+            let legacy = fsutil::read_optional(&legacy_path)?;
+            // The record's previous default, else an older vgpuctl's file beside daemon.json.
+            let prev = match prior.as_ref().and_then(|e| e.previous_default.as_ref()) {
+                Some(p) => p.name.clone(),
+                None => legacy.as_deref().and_then(docker::read_legacy),
+            };
+            let mut changes = docker::unconfigure(&cfg, current.as_deref(), prev.as_deref())?;
+            if legacy.is_some() {
+                changes.push(Change::remove(legacy_path));
+            }
+            changes.extend(record_change(o, rec_text.as_deref(), None)?);
+            Ok(changes)
         }
         Engine::Containerd => {
+            let cfg = record::absolute(&cfg);
             let current = fsutil::read_optional(&cfg)?;
-            containerd::unconfigure(&cfg, current.as_deref())
+            let (rec_text, prior) = record_entry(o)?;
+            let drop_in = o.containerd_drop_in();
+            let mut changes = containerd::unconfigure(
+                &cfg,
+                current.as_deref(),
+                &Disk,
+                prior.as_ref(),
+                drop_in.as_deref(),
+            )?;
+            changes.extend(record_change(o, rec_text.as_deref(), None)?);
+            Ok(changes)
         }
         Engine::Crio => {
             let drop_in = o.drop_in_path();
@@ -356,6 +462,12 @@ pub fn apply(changes: &[Change], out: &mut dyn std::io::Write) -> Result<()> {
             None => {
                 fsutil::remove_file(&c.path)?;
                 writeln!(out, "removed {}", c.path.display())?;
+                // The record's folder is vgpuctl's: it goes with the record's last file.
+                if c.record.is_some() {
+                    if let Some(dir) = c.path.parent() {
+                        let _ = std::fs::remove_dir(dir);
+                    }
+                }
             }
         }
     }
@@ -370,14 +482,9 @@ pub fn preview(
     notes: &mut dyn std::io::Write,
 ) -> Result<()> {
     for c in changes {
-        match &c.contents {
-            Some(text) if c.record => writeln!(
-                notes,
-                "would record in {}: {}",
-                c.path.display(),
-                text.trim_end()
-            )?,
-            Some(text) => {
+        match (&c.contents, &c.record) {
+            (_, Some(what)) => writeln!(notes, "would record in {}: {what}", c.path.display())?,
+            (Some(text), None) => {
                 writeln!(notes, "would write {}:", c.path.display())?;
                 write!(files, "{text}")?;
                 if !text.ends_with('\n') {
@@ -385,7 +492,7 @@ pub fn preview(
                 }
                 files.flush()?;
             }
-            None => writeln!(notes, "would remove {}", c.path.display())?,
+            (None, None) => writeln!(notes, "would remove {}", c.path.display())?,
         }
     }
     Ok(())
@@ -457,6 +564,8 @@ mod tests {
             hooks_dir: Some(dir.to_path_buf()),
             hook_env: vec![],
             drop_in_dir: None,
+            drop_in: None,
+            record: dir.join("state/engines.json"),
         }
     }
 

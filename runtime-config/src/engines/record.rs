@@ -1,0 +1,334 @@
+//! vgpuctl's own record of what `runtime configure` changed that the engine's file cannot say by itself: the
+//! default runtime that `--set-as-default` replaced, the containerd drop-in it wrote and the `imports` entry it
+//! added for it. One JSON file, `/var/lib/vgpu/engines.json` (`VGPUCTL_STATE_DIR` moves the folder, for tests),
+//! an entry per engine and config file, written atomically; `unconfigure` reads its entry, restores, and
+//! removes it (and the file with its last entry).
+//!
+//! Older vgpuctl kept the replaced default in the engine's own files (a TOML comment on containerd's
+//! `default_runtime_name` line, a hidden `.daemon.json.vgpuctl-previous-default` beside Docker's file); the
+//! engine modules still read those (`legacy`), so configs made by older versions unconfigure as before.
+use super::{parse_error, Change, Engine};
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_DIR: &str = "/var/lib/vgpu";
+/// Moves the record's folder (tests, and hosts where /var/lib is read-only).
+pub const DIR_ENV: &str = "VGPUCTL_STATE_DIR";
+pub const FILE_NAME: &str = "engines.json";
+const VERSION: u32 = 1;
+
+/// Where the record lives: `$VGPUCTL_STATE_DIR/engines.json`, else `/var/lib/vgpu/engines.json`.
+pub fn default_path() -> PathBuf {
+    let dir = std::env::var_os(DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    dir.join(FILE_NAME)
+}
+
+/// The default runtime `--set-as-default` replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviousDefault {
+    /// The runtime's name; None when no default was set (unconfigure then removes the key).
+    pub name: Option<String>,
+    /// containerd: the value exactly as it was written (its TOML text and the whitespace and comment around
+    /// it), so unconfigure gives the line back byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toml: Option<[String; 3]>,
+}
+
+/// An `imports` entry vgpuctl added to containerd's main file for its drop-in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportAdded {
+    /// The entry as written.
+    pub entry: String,
+    /// The `imports` key itself was created (unconfigure removes it once empty).
+    pub created_key: bool,
+}
+
+/// What configure changed in one engine's config file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub engine: String,
+    /// The engine's main config file, absolute.
+    pub config: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_default: Option<PreviousDefault>,
+    /// containerd `--drop-in`: the file vgpuctl wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_in: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import_added: Option<ImportAdded>,
+}
+
+impl Entry {
+    pub fn new(engine: Engine, config: &Path) -> Self {
+        Entry {
+            engine: engine_name(engine),
+            config: absolute(config),
+            previous_default: None,
+            drop_in: None,
+            import_added: None,
+        }
+    }
+    /// Whether it says anything (an entry that does not is not kept).
+    pub fn is_empty(&self) -> bool {
+        self.previous_default.is_none() && self.drop_in.is_none() && self.import_added.is_none()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Records {
+    version: u32,
+    engines: Vec<Entry>,
+}
+
+pub fn engine_name(e: Engine) -> String {
+    format!("{e:?}").to_lowercase()
+}
+
+/// `p` made absolute (lexically: `.` and `..` resolved, symlinks not followed), the key entries go by.
+pub fn absolute(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn parse(path: &Path, text: &str) -> Result<Records> {
+    if text.trim().is_empty() {
+        return Ok(Records {
+            version: VERSION,
+            engines: vec![],
+        });
+    }
+    let r: Records = serde_json::from_str(text).map_err(|e| {
+        parse_error(
+            path,
+            e.line(),
+            e.column(),
+            &format!("{e} (vgpuctl's record of engine changes)"),
+        )
+    })?;
+    if r.version != VERSION {
+        bail!(
+            "{}: record version {} is not one this vgpuctl knows ({VERSION}); a newer vgpuctl wrote it",
+            path.display(),
+            r.version
+        );
+    }
+    Ok(r)
+}
+
+/// The entry for `engine` and `config` in the record's text (None: no record, or nothing for them).
+pub fn find(
+    path: &Path,
+    text: Option<&str>,
+    engine: Engine,
+    config: &Path,
+) -> Result<Option<Entry>> {
+    let Some(text) = text else { return Ok(None) };
+    let key = Entry::new(engine, config);
+    Ok(parse(path, text)?
+        .engines
+        .into_iter()
+        .find(|e| e.engine == key.engine && e.config == key.config))
+}
+
+/// The change that makes the record hold `new` for `engine` and `config` (None, or an empty entry: forget
+/// them), or None when it already does. The file goes when its last entry does.
+pub fn change(
+    path: &Path,
+    text: Option<&str>,
+    engine: Engine,
+    config: &Path,
+    new: Option<Entry>,
+) -> Result<Option<Change>> {
+    let mut r = match text {
+        Some(t) => parse(path, t)?,
+        None => Records {
+            version: VERSION,
+            engines: vec![],
+        },
+    };
+    let key = Entry::new(engine, config);
+    let new = new.filter(|e| !e.is_empty());
+    let at = r
+        .engines
+        .iter()
+        .position(|e| e.engine == key.engine && e.config == key.config);
+    let summary = match (&new, at) {
+        (None, None) => return Ok(None),
+        (Some(n), Some(i)) if &r.engines[i] == n => return Ok(None),
+        (Some(n), _) => serde_json::to_string(n).expect("an entry serializes"),
+        (None, Some(_)) => format!("forget {} {}", key.engine, key.config.display()),
+    };
+    match (new, at) {
+        (Some(n), Some(i)) => r.engines[i] = n,
+        (Some(n), None) => r.engines.push(n),
+        (None, Some(i)) => {
+            r.engines.remove(i);
+        }
+        (None, None) => unreachable!("returned above"),
+    }
+    if r.engines.is_empty() {
+        return Ok(Some(Change {
+            record: Some(summary),
+            ..Change::remove(path.to_path_buf())
+        }));
+    }
+    let text = serde_json::to_string_pretty(&r).expect("records serialize") + "\n";
+    Ok(Some(Change::record(path.to_path_buf(), text, summary)))
+}
+
+/// Reads the record file (None: there is none).
+pub fn read(path: &Path) -> Result<Option<String>> {
+    crate::fsutil::read_optional(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: &str = "/var/lib/vgpu/engines.json";
+
+    fn entry(engine: Engine, config: &str, prev: Option<&str>) -> Entry {
+        Entry {
+            previous_default: Some(PreviousDefault {
+                name: prev.map(str::to_string),
+                toml: None,
+            }),
+            ..Entry::new(engine, Path::new(config))
+        }
+    }
+
+    fn apply(text: Option<&str>, c: Option<Change>) -> Option<String> {
+        match c {
+            None => text.map(str::to_string),
+            Some(c) => c.contents,
+        }
+    }
+
+    #[test]
+    fn entries_per_engine_and_config_and_the_file_goes_with_the_last() {
+        let p = Path::new(R);
+        let d = "/etc/docker/daemon.json";
+        let c = "/etc/containerd/config.toml";
+        let t1 = apply(
+            None,
+            change(
+                p,
+                None,
+                Engine::Docker,
+                Path::new(d),
+                Some(entry(Engine::Docker, d, Some("crun"))),
+            )
+            .unwrap(),
+        );
+        let t2 = apply(
+            t1.as_deref(),
+            change(
+                p,
+                t1.as_deref(),
+                Engine::Containerd,
+                Path::new(c),
+                Some(entry(Engine::Containerd, c, None)),
+            )
+            .unwrap(),
+        );
+        let got = find(p, t2.as_deref(), Engine::Docker, Path::new(d))
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.previous_default.unwrap().name.as_deref(), Some("crun"));
+        let got = find(p, t2.as_deref(), Engine::Containerd, Path::new(c))
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.previous_default.unwrap().name, None);
+        assert!(
+            find(p, t2.as_deref(), Engine::Docker, Path::new("/other.json"))
+                .unwrap()
+                .is_none()
+        );
+        // The same entry again: no change.
+        assert!(change(
+            p,
+            t2.as_deref(),
+            Engine::Docker,
+            Path::new(d),
+            Some(entry(Engine::Docker, d, Some("crun")))
+        )
+        .unwrap()
+        .is_none());
+        let t3 = apply(
+            t2.as_deref(),
+            change(p, t2.as_deref(), Engine::Docker, Path::new(d), None).unwrap(),
+        );
+        assert!(find(p, t3.as_deref(), Engine::Docker, Path::new(d))
+            .unwrap()
+            .is_none());
+        assert!(find(p, t3.as_deref(), Engine::Containerd, Path::new(c))
+            .unwrap()
+            .is_some());
+        let last = change(p, t3.as_deref(), Engine::Containerd, Path::new(c), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(last.contents, None, "the file goes with its last entry");
+        assert!(last.record.is_some());
+        // Forgetting what is not there changes nothing.
+        assert!(change(p, None, Engine::Docker, Path::new(d), None)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn configs_are_keyed_by_their_absolute_path() {
+        let p = Path::new(R);
+        let cwd = std::env::current_dir().unwrap();
+        let t = apply(
+            None,
+            change(
+                p,
+                None,
+                Engine::Docker,
+                Path::new("x/../daemon.json"),
+                Some(entry(Engine::Docker, "daemon.json", Some("runc"))),
+            )
+            .unwrap(),
+        );
+        let got = find(p, t.as_deref(), Engine::Docker, &cwd.join("daemon.json"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.config, cwd.join("daemon.json"));
+    }
+
+    #[test]
+    fn a_bad_record_is_one_line_naming_it() {
+        let e = find(
+            Path::new(R),
+            Some("{\"version\": 1,\n oops}"),
+            Engine::Docker,
+            Path::new("/d"),
+        )
+        .unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.starts_with("/var/lib/vgpu/engines.json:2:"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+        let e = find(
+            Path::new(R),
+            Some("{\"version\": 7, \"engines\": []}"),
+            Engine::Docker,
+            Path::new("/d"),
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("record version 7"), "{e:#}");
+    }
+}
