@@ -11,6 +11,7 @@
 
 pub mod admission;
 pub mod args;
+pub mod compute;
 pub mod config;
 pub mod create;
 pub mod driverlimit;
