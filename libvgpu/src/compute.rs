@@ -56,6 +56,9 @@ pub const STREAM_PER_THREAD: usize = 2;
 enum Settings {
     /// No share anywhere, or `GPU_CORE_UTILIZATION_POLICY=disable`.
     Off,
+    /// The limits file (`compute_limit` per GPU): inside a container its only source, so the tenant's
+    /// own variables neither lift nor add a share.
+    File(&'static Config),
     /// HAMi's variables; ledgers `<prefix>.<uuid>` like the memory quota's.
     Env {
         env: EnvCompute,
@@ -88,7 +91,7 @@ fn init() -> u8 {
         let _ = SETTINGS.set(load());
     }
     let s = match SETTINGS.get() {
-        Some(Settings::Env { .. }) => ON,
+        Some(Settings::Env { .. } | Settings::File(_)) => ON,
         _ => OFF,
     };
     STATE.store(s, Ordering::Relaxed);
@@ -96,8 +99,10 @@ fn init() -> u8 {
 }
 
 fn load() -> Settings {
-    // A container's limits file is its only source; a broken configuration refuses CUDA already.
+    // A limits file is the only source where there is one (inside a container the mounted file; the
+    // environment's shares are then not read at all); a broken configuration refuses CUDA already.
     match settings::config() {
+        Ok(c @ Config::File { .. }) if c.file_has_shares() => return Settings::File(c),
         Ok(Config::File { .. }) | Err(_) => return Settings::Off,
         Ok(_) => {}
     }
@@ -160,8 +165,9 @@ fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
 }
 
 fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
-    let Some(Settings::Env { env, prefix, dir }) = SETTINGS.get() else {
-        return Ok(None);
+    let settings = match SETTINGS.get() {
+        Some(s @ (Settings::Env { .. } | Settings::File(_))) => s,
+        _ => return Ok(None),
     };
     let Some(id) = identity::of_cuda_device(dev) else {
         log::error(format_args!(
@@ -169,12 +175,23 @@ fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
         ));
         return Err(Error::NoUuid);
     };
-    let Some(pct) = env.share_for(id.index) else {
-        return Ok(None);
-    };
-    let path = env_ledger_path(prefix, &id.uuid);
-    let mode = LedgerMode::Env {
-        dir: dir.as_deref(),
+    let (pct, path, mode) = match settings {
+        Settings::File(cfg) => {
+            let Some((pct, path)) = cfg.file_share(id.gpu()) else {
+                return Ok(None);
+            };
+            (pct, path, cfg.ledger_mode())
+        }
+        Settings::Env { env, prefix, dir } => {
+            let Some(pct) = env.share_for(id.index) else {
+                return Ok(None);
+            };
+            let mode = LedgerMode::Env {
+                dir: dir.as_deref(),
+            };
+            (pct, env_ledger_path(prefix, &id.uuid), mode)
+        }
+        Settings::Off => return Ok(None),
     };
     match DeviceQuota::open_unattached(dev, &id.uuid, 0, &path, mode) {
         Ok(q) => {
