@@ -87,6 +87,29 @@ sa=$(share "$(cat "$WORK/a.out")"); sb=$(share "$(cat "$WORK/b.out")")
 between "two containers at 30% each get ~30% each: first" "$sa" 20 42
 between "two containers at 30% each get ~30% each: second" "$sb" 20 42
 
+# --- time slicing: a tenant beside a neighbour that keeps the GPU busy --------------------------------------
+# FAKE_CUDA_TIMESLICE_US: the fake GPU time-slices the two processes in 5 ms slices, as a real GPU does
+# contexts: a 2 ms kernel that fits in its slice takes 2 ms, a graph of 8 (16 ms of work) takes ~31 ms. The
+# tenant must be charged its work's own time, not its neighbour's slices (docs/libvgpu.md, "Time slicing").
+# tenant_beside NAME CLIENT-OPS...: runs the ops at 30% (bucket $WORK/NAME) while an unlimited neighbour
+# loops kernels for the whole time; prints the tenant's output.
+tenant_beside() {
+    local name=$1; shift
+    FAKE_CUDA_TIMESLICE_US=5000 "$RT" module work $((SECS + 2)) >"$WORK/neighbour.out" 2>&1 &
+    local n=$!
+    sleep 0.5
+    FAKE_CUDA_TIMESLICE_US=5000 vg "$WORK/$name" 30 "$RT" "$@"
+    wait $n
+}
+out=$(tenant_beside ts1 module work $SECS)
+between "beside a busy neighbour, eager kernels at 30% get ~30%" "$(share "$out")" 20 42
+# The tenant warms up with eager launches of the graph's kernel, as PyTorch code does before capturing.
+out=$(tenant_beside ts2 module launch 8 graph-work $SECS 8)
+between "beside a busy neighbour, graphs of 8 kernels at 30% get ~30% (not their slices' worth)" "$(share "$out" 8)" 20 42
+charged=$(bucket "$WORK/ts2" charged_ns); n=$(bucket "$WORK/ts2" launches)
+check "  ... each replay charged about its 16 ms of work, not the ~31 ms it took ($(( (charged - 8 * 2000000) / (n - 8) / 1000 )) us per replay)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { per = (c - 8 * 2e6) / (n - 8); exit !(per >= 15e6 && per <= 20e6) }'
+
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)
 check_match "CUDA_DEVICE_SM_LIMIT=150 is refused, naming the variable" 'CUDA_DEVICE_SM_LIMIT="150": not a whole percent' "$out"
