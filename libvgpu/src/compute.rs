@@ -1,12 +1,15 @@
-//! The compute share (`CUDA_DEVICE_SM_LIMIT`): every launch waits while the container's bucket of GPU time
-//! is in debt, and is charged afterwards the GPU time it was measured to take. The bucket is shared by the
-//! container's processes in its ledger (`vgpu_ledger::region::ComputeArea`); which launches reach here is
+//! The compute share (`compute_limit` of the limits file, which inside a container is its only source, or
+//! `CUDA_DEVICE_SM_LIMIT`): every launch waits while the container's bucket of GPU time is in debt, and is
+//! charged afterwards the GPU time it was measured to take. The bucket is shared by the container's
+//! processes in its ledger (`vgpu_ledger::region::ComputeArea`); which launches reach here is
 //! `hooks::launch`'s. docs/libvgpu.md, "Compute share", has the design and its precision.
 //!
 //! Measuring: two CUDA events recorded around each launch on its stream; their elapsed time is read later
-//! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync). Until
-//! then the launch counts against the bucket with an estimate (the moving average of measured launches),
-//! so a thread cannot queue unbounded work ahead of the budget.
+//! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
+//! charged its work's solo time (`solo`: a GPU time-sliced with other contexts stretches it; a graph's
+//! kernels, read at instantiation by `hooks::graphs`, give its solo time). Until then the launch counts
+//! against the bucket with an estimate (the moving average of measured launches), so a thread cannot
+//! queue unbounded work ahead of the budget.
 //!
 //! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while the tokens left
 //! after what is in flight are used up; each nap is at most `MAX_NAP_NS` so finished launches are charged
