@@ -17,9 +17,15 @@ use crate::envlimits::{gpu_of, EnvLimitError};
 /// The share for every GPU; `<SM_LIMIT_VAR>_<i>` is the share of the i-th.
 pub const SM_LIMIT_VAR: &str = "CUDA_DEVICE_SM_LIMIT";
 pub const POLICY_VAR: &str = "GPU_CORE_UTILIZATION_POLICY";
+/// The OCI side's keys (the hook): the share of every GPU of the container, `.<i>` of its i-th, and in a
+/// pod `.<container>[.<i>]` (the memory limit's forms); and the policy. Values: a whole percent 1..=100
+/// (100: no share), and force, disable or default.
+pub const LIMIT_ANNOTATION: &str = "vgpu.io/compute-limit";
+pub const POLICY_ANNOTATION: &str = "vgpu.io/compute-policy";
 
-/// How a share is applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How a share is applied (stored per device in limits.json as `compute_policy` when not the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Policy {
     /// HAMi-core's default. Here the same hard cap as `Force`: lending idle time needs to know the GPU is
     /// idle without trusting other tenants' files, which a process cannot (docs/libvgpu.md).
@@ -37,6 +43,35 @@ pub struct EnvCompute {
     pub global: Option<u32>,
     pub per_index: BTreeMap<u32, u32>,
     pub policy: Policy,
+}
+
+impl Policy {
+    /// `force`, `disable` or `default`, any case, surrounding whitespace ignored.
+    pub fn parse(v: &str) -> Option<Policy> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "default" => Some(Policy::Default),
+            "force" => Some(Policy::Force),
+            "disable" => Some(Policy::Disable),
+            _ => None,
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == Policy::Default
+    }
+}
+
+/// A share as the OCI annotations write it: a whole percent 1..=100 (100: the whole GPU, no share);
+/// `0`, empty or anything else is an error of one line naming `source` (a share of nothing is a mistake:
+/// leave the annotation out for none). Returns the share, None for 100.
+pub fn parse_annotation_percent(value: &str, source: &str) -> Result<Option<u32>, String> {
+    match value.trim().parse::<u32>() {
+        Ok(100) => Ok(None),
+        Ok(p) if (1..100).contains(&p) => Ok(Some(p)),
+        _ => Err(format!(
+            "{source}={value:?}: a compute limit is a whole percent of the GPU's time, 1 to 100"
+        )),
+    }
 }
 
 impl EnvCompute {
@@ -62,16 +97,9 @@ impl EnvCompute {
                 problem,
             };
             if var == POLICY_VAR {
-                out.policy = match v.to_ascii_lowercase().as_str() {
-                    "default" => Policy::Default,
-                    "force" => Policy::Force,
-                    "disable" => Policy::Disable,
-                    _ => {
-                        return Err(err(format!(
-                            "={value:?}: expected force, disable or default"
-                        )))
-                    }
-                };
+                out.policy = Policy::parse(v).ok_or_else(|| {
+                    err(format!("={value:?}: expected force, disable or default"))
+                })?;
                 continue;
             }
             let pct = match v.parse::<u32>() {
@@ -159,6 +187,23 @@ mod tests {
         assert_eq!(c.share_for(Some(0)), None);
         let c = EnvCompute::parse(&env(&[("GPU_CORE_UTILIZATION_POLICY", "force")])).unwrap();
         assert_eq!(c.policy, Policy::Force);
+    }
+
+    #[test]
+    fn annotation_percents() {
+        assert_eq!(parse_annotation_percent(" 30 ", "k"), Ok(Some(30)));
+        assert_eq!(parse_annotation_percent("1", "k"), Ok(Some(1)));
+        assert_eq!(parse_annotation_percent("100", "k"), Ok(None));
+        for v in ["0", "", "101", "30%", "-5", "0.5", "x"] {
+            let e = parse_annotation_percent(v, "annotation vgpu.io/compute-limit").unwrap_err();
+            assert!(
+                e.starts_with(&format!("annotation vgpu.io/compute-limit={v:?}: ")),
+                "{e}"
+            );
+        }
+        assert_eq!(Policy::parse(" Force"), Some(Policy::Force));
+        assert_eq!(Policy::parse("sometimes"), None);
+        assert_eq!(serde_json::to_string(&Policy::Force).unwrap(), "\"force\"");
     }
 
     #[test]

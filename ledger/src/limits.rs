@@ -9,6 +9,7 @@ use std::fmt;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use crate::envcompute::Policy;
 use crate::layout;
 use crate::memmode::MemoryMode;
 
@@ -79,13 +80,30 @@ pub struct DeviceLimit {
     /// The container's i-th GPU (its CUDA ordinal inside the container).
     pub index: u32,
     pub uuid: String,
-    /// Bytes; never 0 in a valid file.
-    pub memory_limit: u64,
+    /// Bytes; never 0 in a valid file. Absent: no memory quota on this GPU (it is listed for its
+    /// compute share alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
     /// Ledger file, relative to the limits file's folder (`ledgers/<uuid>.ledger`).
     pub ledger: PathBuf,
     /// The unified-memory mode (`crate::memmode`); absent (plain) in files written before it existed.
     #[serde(default, skip_serializing_if = "MemoryMode::is_plain")]
     pub memory: MemoryMode,
+    /// The compute share, a percent of the GPU's time 1..=99 (`crate::envcompute`); absent: none (and
+    /// in files written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_limit: Option<u32>,
+    /// How the share is applied; absent: the default (today the same hard cap as `force`).
+    #[serde(default, skip_serializing_if = "Policy::is_default")]
+    pub compute_policy: Policy,
+}
+
+impl DeviceLimit {
+    /// The compute share the library enforces on this GPU: the limit, unless the policy is `disable`.
+    pub fn compute_share(&self) -> Option<u32> {
+        self.compute_limit
+            .filter(|_| self.compute_policy != Policy::Disable)
+    }
 }
 
 /// A limits file that cannot be used. `Display` names the file and the problem.
@@ -184,9 +202,32 @@ impl Limits {
             if !uuids.insert(d.uuid.as_str()) {
                 return Err(format!("GPU {} is listed twice", d.uuid));
             }
-            if d.memory_limit == 0 {
+            match (d.memory_limit, d.compute_limit) {
+                (Some(0), _) => {
+                    return Err(format!(
+                        "device {} ({}): memory_limit is 0",
+                        d.index, d.uuid
+                    ))
+                }
+                (None, None) => {
+                    return Err(format!(
+                        "device {} ({}): has neither memory_limit nor compute_limit",
+                        d.index, d.uuid
+                    ))
+                }
+                (None, Some(_)) if !d.memory.is_plain() => {
+                    return Err(format!(
+                        "device {} ({}): memory mode {} needs a memory_limit",
+                        d.index,
+                        d.uuid,
+                        d.memory.name()
+                    ))
+                }
+                _ => {}
+            }
+            if let Some(p) = d.compute_limit.filter(|p| !(1..100).contains(p)) {
                 return Err(format!(
-                    "device {} ({}): memory_limit is 0",
+                    "device {} ({}): compute_limit {p} is not a percent 1..=99",
                     d.index, d.uuid
                 ));
             }
@@ -255,16 +296,20 @@ mod tests {
                 DeviceLimit {
                     index: 0,
                     uuid: "GPU-aaaa".into(),
-                    memory_limit: 1 << 30,
+                    memory_limit: Some(1 << 30),
                     ledger: "ledgers/GPU-aaaa.ledger".into(),
                     memory: Default::default(),
+                    compute_limit: None,
+                    compute_policy: Default::default(),
                 },
                 DeviceLimit {
                     index: 1,
                     uuid: "GPU-bbbb".into(),
-                    memory_limit: 2 << 30,
+                    memory_limit: Some(2 << 30),
                     ledger: "ledgers/GPU-bbbb.ledger".into(),
                     memory: Default::default(),
+                    compute_limit: None,
+                    compute_policy: Default::default(),
                 },
             ],
         }
@@ -326,7 +371,8 @@ mod tests {
           ]
         }"#;
         let l = load_text(text).unwrap();
-        assert_eq!(l.devices[0].memory_limit, 1 << 30);
+        assert_eq!(l.devices[0].memory_limit, Some(1 << 30));
+        assert_eq!(l.devices[0].compute_share(), None);
         // optional fields may be absent; unknown keys are tolerated
         let l = load_text(r#"{"version":1,"container_id":"c","future":true,"devices":[{"index":0,"uuid":"GPU-0","memory_limit":1,"ledger":"ledgers/GPU-0.ledger"}]}"#).unwrap();
         assert_eq!(l.pid_ns, None);
@@ -386,6 +432,36 @@ mod tests {
                 r#"{"version":1,"container_id":"c","devices":[]}"#.into(),
                 "lists no devices",
             ),
+            (
+                good.replace("\"memory_limit\":2147483648,", ""),
+                "device 1 (GPU-bbbb): has neither memory_limit nor compute_limit",
+            ),
+            (
+                good.replace("\"memory_limit\":2147483648,", "\"compute_limit\":100,"),
+                "compute_limit 100 is not a percent 1..=99",
+            ),
+            (
+                good.replace("\"memory_limit\":2147483648,", "\"compute_limit\":0,"),
+                "compute_limit 0 is not a percent 1..=99",
+            ),
+            (
+                good.replace("\"memory_limit\":2147483648,", "\"compute_limit\":-3,"),
+                "devices[1].compute_limit: invalid value",
+            ),
+            (
+                good.replace(
+                    "\"memory_limit\":2147483648,",
+                    "\"compute_limit\":30,\"compute_policy\":\"sometimes\",",
+                ),
+                "devices[1].compute_policy: unknown variant",
+            ),
+            (
+                good.replace(
+                    "\"memory_limit\":2147483648,",
+                    "\"compute_limit\":30,\"memory\":{\"mode\":\"spill\",\"spill_limit\":5},",
+                ),
+                "memory mode spill needs a memory_limit",
+            ),
         ];
         for (text, want) in cases {
             let msg = load_text(&text).expect_err(&text);
@@ -395,6 +471,30 @@ mod tests {
             );
             assert!(!msg.contains('\n'), "multi-line error: {msg:?}");
         }
+    }
+
+    #[test]
+    fn a_compute_share_with_or_without_a_memory_quota() {
+        let mut l = sample();
+        l.devices[0].compute_limit = Some(30);
+        l.devices[1].memory_limit = None;
+        l.devices[1].compute_limit = Some(70);
+        l.devices[1].compute_policy = Policy::Force;
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(
+            text.contains(r#""compute_limit":70,"compute_policy":"force""#),
+            "{text}"
+        );
+        let back = Limits::from_slice(text.as_bytes()).unwrap();
+        assert_eq!(back, l);
+        assert_eq!(back.devices[0].compute_share(), Some(30));
+        assert_eq!(back.devices[1].memory_limit, None);
+        assert_eq!(back.devices[1].compute_share(), Some(70));
+        // A file without the keys (every file written before them) has no share; `disable` switches it off.
+        let old = serde_json::to_string(&sample()).unwrap();
+        assert!(!old.contains("compute"), "{old}");
+        l.devices[1].compute_policy = Policy::Disable;
+        assert_eq!(l.devices[1].compute_share(), None);
     }
 
     #[test]

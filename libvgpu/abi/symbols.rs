@@ -25,6 +25,8 @@ macro_rules! hooked_symbols {
                 cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz
                 cuGraphLaunch cuGraphLaunch_ptsz cuGraphUpload cuGraphUpload_ptsz
                 cuGraphExecDestroy cuGraphAddMemAllocNode cuGraphDestroy cuDeviceGraphMemTrim
+                cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExecKernelNodeSetParams
+                cuGraphExecKernelNodeSetParams_v2 cuGraphExecNodeSetParams cuGraphExecChildGraphNodeSetParams
                 cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2 cuCtxSetLimit
                 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
                 cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2

@@ -1,12 +1,15 @@
-//! The compute share (`CUDA_DEVICE_SM_LIMIT`): every launch waits while the container's bucket of GPU time
-//! is in debt, and is charged afterwards the GPU time it was measured to take. The bucket is shared by the
-//! container's processes in its ledger (`vgpu_ledger::region::ComputeArea`); which launches reach here is
+//! The compute share (`compute_limit` of the limits file, which inside a container is its only source, or
+//! `CUDA_DEVICE_SM_LIMIT`): every launch waits while the container's bucket of GPU time is in debt, and is
+//! charged afterwards the GPU time it was measured to take. The bucket is shared by the container's
+//! processes in its ledger (`vgpu_ledger::region::ComputeArea`); which launches reach here is
 //! `hooks::launch`'s. docs/libvgpu.md, "Compute share", has the design and its precision.
 //!
 //! Measuring: two CUDA events recorded around each launch on its stream; their elapsed time is read later
-//! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync). Until
-//! then the launch counts against the bucket with an estimate (the moving average of measured launches),
-//! so a thread cannot queue unbounded work ahead of the budget.
+//! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
+//! charged its work's solo time (`solo`: a GPU time-sliced with other contexts stretches it; a graph's
+//! kernels, read at instantiation by `hooks::graphs`, give its solo time). Until then the launch counts
+//! against the bucket with an estimate (the moving average of measured launches), so a thread cannot
+//! queue unbounded work ahead of the budget.
 //!
 //! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while the tokens left
 //! after what is in flight are used up; each nap is at most `MAX_NAP_NS` so finished launches are charged
@@ -14,13 +17,16 @@
 //!
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use vgpu_ledger::envcompute::EnvCompute;
+
+pub use crate::solo::Work;
+use crate::solo::{Composition, SoloBook};
 use vgpu_ledger::region::{ComputeArea, PPM};
 
 use crate::config::{env_ledger_path, env_prefix, Config, LedgerMode};
@@ -32,6 +38,7 @@ use crate::identity;
 use crate::log;
 use crate::quota::DeviceQuota;
 use crate::real::{real, Lib};
+use crate::records::RECORDS;
 use crate::settings;
 
 /// The bucket holds at most this much wall time's worth of the share (the burst after an idle spell).
@@ -56,6 +63,9 @@ pub const STREAM_PER_THREAD: usize = 2;
 enum Settings {
     /// No share anywhere, or `GPU_CORE_UTILIZATION_POLICY=disable`.
     Off,
+    /// The limits file (`compute_limit` per GPU): inside a container its only source, so the tenant's
+    /// own variables neither lift nor add a share.
+    File(&'static Config),
     /// HAMi's variables; ledgers `<prefix>.<uuid>` like the memory quota's.
     Env {
         env: EnvCompute,
@@ -88,7 +98,7 @@ fn init() -> u8 {
         let _ = SETTINGS.set(load());
     }
     let s = match SETTINGS.get() {
-        Some(Settings::Env { .. }) => ON,
+        Some(Settings::Env { .. } | Settings::File(_)) => ON,
         _ => OFF,
     };
     STATE.store(s, Ordering::Relaxed);
@@ -96,8 +106,10 @@ fn init() -> u8 {
 }
 
 fn load() -> Settings {
-    // A container's limits file is its only source; a broken configuration refuses CUDA already.
+    // A limits file is the only source where there is one (inside a container the mounted file; the
+    // environment's shares are then not read at all); a broken configuration refuses CUDA already.
     match settings::config() {
+        Ok(c @ Config::File { .. }) if c.file_has_shares() => return Settings::File(c),
         Ok(Config::File { .. }) | Err(_) => return Settings::Off,
         Ok(_) => {}
     }
@@ -160,8 +172,9 @@ fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
 }
 
 fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
-    let Some(Settings::Env { env, prefix, dir }) = SETTINGS.get() else {
-        return Ok(None);
+    let settings = match SETTINGS.get() {
+        Some(s @ (Settings::Env { .. } | Settings::File(_))) => s,
+        _ => return Ok(None),
     };
     let Some(id) = identity::of_cuda_device(dev) else {
         log::error(format_args!(
@@ -169,12 +182,23 @@ fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
         ));
         return Err(Error::NoUuid);
     };
-    let Some(pct) = env.share_for(id.index) else {
-        return Ok(None);
-    };
-    let path = env_ledger_path(prefix, &id.uuid);
-    let mode = LedgerMode::Env {
-        dir: dir.as_deref(),
+    let (pct, path, mode) = match settings {
+        Settings::File(cfg) => {
+            let Some((pct, path)) = cfg.file_share(id.gpu()) else {
+                return Ok(None);
+            };
+            (pct, path, cfg.ledger_mode())
+        }
+        Settings::Env { env, prefix, dir } => {
+            let Some(pct) = env.share_for(id.index) else {
+                return Ok(None);
+            };
+            let mode = LedgerMode::Env {
+                dir: dir.as_deref(),
+            };
+            (pct, env_ledger_path(prefix, &id.uuid), mode)
+        }
+        Settings::Off => return Ok(None),
     };
     match DeviceQuota::open_unattached(dev, &id.uuid, 0, &path, mode) {
         Ok(q) => {
@@ -196,9 +220,6 @@ fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
 }
 
 // ---- one device's share in this process -----------------------------------------------------------------
-
-/// What a launch ran, for its solo cost: (function, grid) of a kernel, (graph exec, 0) of a graph.
-pub type Work = (usize, [u32; 3]);
 
 /// A launch recorded between two events, not yet charged.
 struct InFlight {
@@ -223,8 +244,8 @@ struct Share {
     estimate: AtomicU64,
     /// Sum of the estimates of what is in flight (ns).
     ahead: AtomicI64,
-    /// The solo cost of each kind of work: the least elapsed time seen, creeping up slowly (`solo`).
-    solo: Mutex<HashMap<Work, u64>>,
+    /// The solo cost of each kind of work (`solo`).
+    solo: Mutex<SoloBook>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -248,15 +269,62 @@ pub fn nap_for(deficit: u64, ppm: u64) -> u64 {
     (deficit.saturating_mul(PPM) / ppm.max(1)).clamp(MIN_NAP_NS, MAX_NAP_NS)
 }
 
-/// What a launch that took `elapsed` is charged, given the least time that work was seen to take
-/// (`floor`), and the floor after it: `min(elapsed, floor × 9/8)`. Event time on a time-sliced GPU
-/// includes other contexts' slices (another container's kernels run meanwhile); charging that would make
-/// every tenant pay for its neighbours. The floor creeps up by 1/1024 per launch, so work that really got
-/// slower is charged its new time within a few thousand launches.
-pub fn charged(elapsed: u64, floor: u64) -> (u64, u64) {
-    let charge = elapsed.min(floor.saturating_add(floor / 8));
-    let next = elapsed.min(floor.saturating_add(floor / 1024 + 1));
-    (charge, next)
+/// The grid a graph launch's `Work` has (a kernel's grid is never zero).
+pub const GRAPH_GRID: [u32; 3] = [0; 3];
+
+/// Logs, once per graph exec, what its first charge was based on.
+fn tell_graph(exec: usize, elapsed: u64, graph: Option<&Composition>, solo: Option<u64>) {
+    match (graph, solo) {
+        (Some(Composition::Kernels(k)), Some(ns)) => log::info(format_args!(
+            "compute share: graph exec {exec:#x}: {} kernel nodes, solo time {} us from their own launches (first replay took {} us)",
+            k.iter().map(|(_, n)| *n as u64).sum::<u64>(),
+            ns / 1000,
+            elapsed / 1000
+        )),
+        (Some(Composition::Kernels(k)), None) => log::info(format_args!(
+            "compute share: graph exec {exec:#x}: {} kernel nodes, not all of them seen launched on their own: charged by the graph's least time",
+            k.iter().map(|(_, n)| *n as u64).sum::<u64>()
+        )),
+        (Some(Composition::Opaque(why)), _) => log::info(format_args!(
+            "compute share: graph exec {exec:#x}: {why}: charged by the graph's least time"
+        )),
+        (None, _) => {}
+    }
+}
+
+/// A graph exec was instantiated (or updated) under a share: what it runs, for its solo time. What was
+/// learned of an earlier exec of the same handle is forgotten.
+pub fn graph_composed(exec: usize, c: Composition) {
+    forget_graph(exec);
+    RECORDS
+        .graph_work
+        .insert(exec as u64, std::sync::Arc::new(c));
+}
+
+/// A graph exec's node parameters were set after instantiation (`cuGraphExec*SetParams`): its kernels
+/// are no longer known; its least time stays (work changed this way is charged its new time as the
+/// least time creeps up, as before kernel compositions were read).
+pub fn graph_reparametrised(exec: usize) {
+    RECORDS.graph_work.insert(
+        exec as u64,
+        std::sync::Arc::new(Composition::Opaque(
+            "node parameters set after instantiation",
+        )),
+    );
+}
+
+/// A graph exec was destroyed: forget its composition and its least time (the handle may come back as
+/// another graph).
+pub fn forget_graph(exec: usize) {
+    RECORDS.graph_work.remove(exec as u64);
+    for cell in &SHARES {
+        let v = cell.load(Ordering::Acquire);
+        if v > REFUSED {
+            // SAFETY: every value above REFUSED is a leaked Share, never freed.
+            let share = unsafe { &*(v as *const Share) };
+            lock(&share.solo).forget((exec, GRAPH_GRID));
+        }
+    }
 }
 
 /// The moving average after one more measurement (weight 1/8).
@@ -275,7 +343,7 @@ impl Share {
             spare: Mutex::new(Vec::new()),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
             ahead: AtomicI64::new(0),
-            solo: Mutex::new(HashMap::new()),
+            solo: Mutex::new(SoloBook::default()),
         }
     }
 
@@ -297,13 +365,15 @@ impl Share {
                 }
                 CUDA_SUCCESS => {
                     let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
-                    let ns = {
-                        let mut solo = lock(&self.solo);
-                        let floor = solo.entry(f.work).or_insert(elapsed);
-                        let (charge, next) = charged(elapsed, *floor);
-                        *floor = next;
-                        charge
-                    };
+                    // A graph's nodes, as read at instantiation (`hooks::graphs`).
+                    let graph = (f.work.1 == GRAPH_GRID)
+                        .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
+                        .flatten();
+                    let (ns, tell) =
+                        lock(&self.solo).charge_telling(f.work, elapsed, graph.as_deref());
+                    if let Some(solo) = tell {
+                        tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
+                    }
                     self.area().charge(ns);
                     let e = self.estimate.load(Ordering::Relaxed);
                     self.estimate.store(averaged(e, ns), Ordering::Relaxed);
@@ -499,22 +569,6 @@ mod tests {
         assert_eq!(nap_for(0, 300_000), MIN_NAP_NS);
         assert_eq!(nap_for(u64::MAX, 1), MAX_NAP_NS);
         assert_eq!(nap_for(10_000_000, PPM), MAX_NAP_NS);
-    }
-
-    #[test]
-    fn time_sliced_launches_are_charged_near_their_solo_cost() {
-        // alone: charged what it took
-        assert_eq!(charged(1000, 1000).0, 1000);
-        // slowed to twice by a neighbour: charged 9/8 of the solo time
-        assert_eq!(charged(2000, 1000).0, 1125);
-        // faster than ever seen: charged that, and the floor drops
-        assert_eq!(charged(800, 1000), (800, 800));
-        // a floor left too low creeps up towards what the work takes now
-        let mut floor = 100;
-        for _ in 0..20_000 {
-            floor = charged(1000, floor).1;
-        }
-        assert_eq!(floor, 1000);
     }
 
     #[test]

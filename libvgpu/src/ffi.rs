@@ -36,6 +36,7 @@ pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
+pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
@@ -118,6 +119,20 @@ pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
     pub bytesize: usize,
     pub dptr: CUdeviceptr,
 }
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2` (72 bytes; the v1 struct is its first 56).
+#[repr(C)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v2 {
+    pub func: *mut c_void,
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: *mut c_void,
+    pub ctx: *mut c_void,
+}
+const _: () = assert!(std::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v2>() == 72);
 
 // NVML
 pub type nvmlReturn_t = c_uint;

@@ -154,8 +154,8 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     )
 }
 
-/// The hooks that only serve the compute share (kernel launches; graph launches also keep the memory
-/// quota's books, so they are not among them).
+/// The hooks that only serve the compute share (kernel launches, graph exec updates; graph launches also
+/// keep the memory quota's books, so they are not among them).
 fn launch_only(hook: usize) -> bool {
     use crate::hooks::*;
     [
@@ -165,6 +165,12 @@ fn launch_only(hook: usize) -> bool {
         cuLaunchKernelEx_ptsz as *const () as usize,
         cuLaunchCooperativeKernel as *const () as usize,
         cuLaunchCooperativeKernel_ptsz as *const () as usize,
+        cuGraphExecUpdate as *const () as usize,
+        cuGraphExecUpdate_v2 as *const () as usize,
+        cuGraphExecKernelNodeSetParams as *const () as usize,
+        cuGraphExecKernelNodeSetParams_v2 as *const () as usize,
+        cuGraphExecNodeSetParams as *const () as usize,
+        cuGraphExecChildGraphNodeSetParams as *const () as usize,
     ]
     .contains(&hook)
 }

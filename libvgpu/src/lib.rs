@@ -10,7 +10,8 @@
 //!   and process life), `devices` (which quota governs a device), `quota` (one GPU's ledger and slot),
 //!   `records` (what this process charged), `identity` (a device's UUID, MIG parent and NVML index),
 //!   `userfiles` (the environment mode's per-user folder and which of its files may be used);
-//! - leaves: `config` (parsing), `virt` (arithmetic of the view), `real` (the real symbols), `error`,
+//! - leaves: `config` (parsing), `virt` (arithmetic of the view), `solo` (what a launch is charged under
+//!   a compute share), `real` (the real symbols), `error`,
 //!   `guard` (panics and exit), `log`, `ffi`.
 
 pub mod compute;
@@ -29,5 +30,6 @@ mod quota;
 mod real;
 mod records;
 mod settings;
+mod solo;
 mod userfiles;
 pub mod virt;

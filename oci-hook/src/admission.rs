@@ -67,8 +67,11 @@ pub fn committed(root: &StateRoot, except: &str) -> Result<(BTreeMap<String, u64
             Ok(l) => {
                 // Oversubscribe quotas are managed memory the driver pages: they hold no device memory
                 // for good, so they commit none.
+                // A GPU listed for its compute share alone commits no memory.
                 for d in l.devices.iter().filter(|d| !d.memory.is_oversubscribe()) {
-                    *sum.entry(d.uuid.clone()).or_insert(0u64) += d.memory_limit;
+                    if let Some(bytes) = d.memory_limit {
+                        *sum.entry(d.uuid.clone()).or_insert(0u64) += bytes;
+                    }
                 }
             }
             Err(_) => unreadable.push(c.id),
@@ -89,13 +92,13 @@ pub fn check(
     if policy.overcommit || plan.memory.is_oversubscribe() {
         return Ok(());
     }
-    for g in &plan.gpus {
+    for (g, asked) in plan.gpus.iter().filter_map(|g| Some((g, g.memory_limit?))) {
         let Some(host) = gpus.iter().find(|h| h.uuid == g.uuid) else {
             bail!("admission: GPU {} is not on this node any more", g.uuid);
         };
         let room = host.total_memory.saturating_sub(policy.reserve);
         let others = committed.get(&g.uuid).copied().unwrap_or(0);
-        let sum = others.saturating_add(g.memory_limit);
+        let sum = others.saturating_add(asked);
         if sum > room {
             let what = if policy.reserve > 0 {
                 format!(
@@ -113,7 +116,7 @@ pub fn check(
                 g.uuid,
                 format_bytes(sum),
                 format_bytes(others),
-                format_bytes(g.memory_limit),
+                format_bytes(asked),
             );
         }
     }
@@ -185,10 +188,12 @@ mod tests {
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: uuid.into(),
-                memory_limit: limit,
+                memory_limit: Some(limit),
+                compute_limit: None,
             }],
             kubernetes: None,
             memory: Default::default(),
+            compute_policy: Default::default(),
         }
     }
 
@@ -222,6 +227,27 @@ mod tests {
             STRICT,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_compute_share_alone_commits_no_memory_and_is_never_refused() {
+        let gpus = [gpu("GPU-a", 16 * GIB)];
+        let mut c = BTreeMap::new();
+        c.insert("GPU-a".to_string(), 16 * GIB);
+        let mut share = plan("GPU-a", GIB);
+        share.gpus[0].memory_limit = None;
+        share.gpus[0].compute_limit = Some(30);
+        check(&share, &gpus, &c, STRICT).unwrap();
+        // provisioned, it counts as nothing against a memory quota
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        share.gpus[0].uuid = uuid.into();
+        crate::provision::provision(&root, "s1", &share, Default::default(), None).unwrap();
+        let (sum, unreadable) = committed(&root, "x").unwrap();
+        assert!(unreadable.is_empty());
+        assert_eq!(sum.get(uuid), None);
+        check(&plan(uuid, 16 * GIB), &[gpu(uuid, 16 * GIB)], &sum, STRICT).unwrap();
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub fn apply(cfg: &Config, pid: u32, limits: &Limits) -> Result<()> {
     let quotas: Vec<(String, u64)> = limits
         .devices
         .iter()
-        .map(|d| (d.uuid.clone(), d.memory_limit))
+        .filter_map(|d| Some((d.uuid.clone(), d.memory_limit?)))
         .collect();
     let set = nvml::set_memory_limits(&cfg.nvml_library, &c, &quotas)
         .with_context(|| format!("driver_memory_limit for cgroup {}", cgroup.display()))?;

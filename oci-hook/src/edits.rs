@@ -157,14 +157,16 @@ impl ContainerEdits {
     /// HAMi-compatible per-GPU limits (for images that carry another HAMi-style library, and for people
     /// reading `env` in the container).
     pub fn env_only(plan: &Plan) -> ContainerEdits {
+        // Memory only: a HAMi-style library in the image reading a compute share would throttle the
+        // container a second time.
         let mut env: Vec<(String, String)> = plan
             .gpus
             .iter()
-            .map(|g| {
-                (
+            .filter_map(|g| {
+                Some((
                     envlimits::per_index_var(g.index as u32),
-                    g.memory_limit.to_string(),
-                )
+                    g.memory_limit?.to_string(),
+                ))
             })
             .collect();
         env.push((
@@ -260,11 +262,13 @@ mod tests {
                 .map(|(i, u)| PlannedGpu {
                     index: i,
                     uuid: u.to_string(),
-                    memory_limit: 1 << 30,
+                    memory_limit: Some(1 << 30),
+                    compute_limit: None,
                 })
                 .collect(),
             kubernetes: None,
             memory: Default::default(),
+            compute_policy: Default::default(),
         };
         let root = StateRoot::new("/s".into());
         let cfg = Config::default();
@@ -330,10 +334,12 @@ mod tests {
         let plan = Plan {
             kubernetes: None,
             memory: Default::default(),
+            compute_policy: Default::default(),
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
-                memory_limit: 1 << 30,
+                memory_limit: Some(1 << 30),
+                compute_limit: None,
             }],
         };
         let cfg = Config::default();
@@ -385,16 +391,19 @@ mod tests {
         let plan = Plan {
             kubernetes: None,
             memory: Default::default(),
+            compute_policy: Default::default(),
             gpus: vec![
                 PlannedGpu {
                     index: 0,
                     uuid: "GPU-0".into(),
-                    memory_limit: 1 << 30,
+                    memory_limit: Some(1 << 30),
+                    compute_limit: None,
                 },
                 PlannedGpu {
                     index: 2,
                     uuid: "GPU-2".into(),
-                    memory_limit: 512 << 20,
+                    memory_limit: Some(512 << 20),
+                    compute_limit: None,
                 },
             ],
         };
@@ -436,10 +445,12 @@ mod tests {
         let plan = Plan {
             kubernetes: None,
             memory: Default::default(),
+            compute_policy: Default::default(),
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
-                memory_limit: 1 << 30,
+                memory_limit: Some(1 << 30),
+                compute_limit: None,
             }],
         };
         let edits = ContainerEdits::new(

@@ -144,10 +144,12 @@ mod tests {
         Plan {
             kubernetes: None,
             memory: Default::default(),
+            compute_policy: Default::default(),
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
-                memory_limit: 1 << 30,
+                memory_limit: Some(1 << 30),
+                compute_limit: None,
             }],
         }
     }

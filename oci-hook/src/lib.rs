@@ -12,6 +12,7 @@
 pub mod admission;
 pub mod args;
 pub mod cli;
+pub mod compute;
 pub mod config;
 pub mod create;
 pub mod driverlimit;

@@ -1,25 +1,30 @@
-//! Deciding a container's quota: the request ([`crate::quota`]) checked against the GPUs it gets
-//! ([`crate::gpus`]). Not here: asking NVML (`crate::nvml`, through `crate::create`), acting on the plan.
+//! Deciding a container's quota: the request ([`crate::quota`], and the compute share of
+//! [`crate::compute`]) checked against the GPUs it gets ([`crate::gpus`]). Not here: asking NVML (`crate::nvml`, through `crate::create`), acting on the plan.
 //!
 //! Every check happens here, before anything is written anywhere.
 
+use crate::compute::{self, ComputeRequest};
 use crate::gpus;
 use crate::nvml::HostGpu;
 use crate::quota::{self, QuotaRequest};
 use crate::spec::Spec;
 use crate::typos;
 use anyhow::{bail, Result};
+use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::memmode::ModeSettings;
 use vgpu_ledger::MemoryMode;
 
-/// One limited GPU of the container.
+/// One limited GPU of the container: a memory quota, a compute share, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedGpu {
     /// The container's GPU index.
     pub index: usize,
     pub uuid: String,
-    pub memory_limit: u64,
+    /// Bytes; None: no memory quota on this GPU (a compute share alone).
+    pub memory_limit: Option<u64>,
+    /// Percent of the GPU's time, 1..=99.
+    pub compute_limit: Option<u32>,
 }
 
 /// A validated quota.
@@ -31,6 +36,8 @@ pub struct Plan {
     /// The unified-memory mode of every GPU of the container (`vgpu_ledger::memmode`): the
     /// `vgpu.io/memory-*` annotations, else the environment's `VGPU_MEMORY_*` / `CUDA_OVERSUBSCRIBE`.
     pub memory: MemoryMode,
+    /// How the compute shares apply (`force` or `default`; `disable` leaves none).
+    pub compute_policy: Policy,
 }
 
 /// What the planner needs from a spec.
@@ -93,6 +100,7 @@ pub fn plan_with(
 ) -> Result<Option<Plan>> {
     typos::check(&facts.annotations, &facts.env)?;
     let mut q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
+    let c: ComputeRequest = compute::from_spec(&facts.annotations, &facts.env)?;
     // The annotations decide the mode when they say anything about it; a bad setting fails the
     // container even when it asks for no quota (a mode alone changes nothing, but a typo must be seen).
     let annotated = ModeSettings::from_annotations(&facts.annotations);
@@ -102,39 +110,44 @@ pub fn plan_with(
         annotated
     };
     let memory = settings.parse().map_err(|e| anyhow::anyhow!(e))?;
-    if q.is_empty() {
-        if unquoted == Unquoted::Allow {
-            return Ok(None);
-        }
-        let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
-            return Ok(None);
-        };
-        match unquoted {
-            Unquoted::Default(bytes) => {
-                q.all = Some(quota::Requested {
-                    bytes,
-                    source: "config default_memory_limit".into(),
-                })
+    // The node's policy is about memory quotas: a compute share alone does not satisfy
+    // require_memory_limit, and gets default_memory_limit beside it.
+    if q.is_empty() && unquoted != Unquoted::Allow {
+        if let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? {
+            match unquoted {
+                Unquoted::Default(bytes) => {
+                    q.all = Some(quota::Requested {
+                        bytes,
+                        source: "config default_memory_limit".into(),
+                    })
+                }
+                _ => bail!(
+                    "{} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}",
+                    sel.source,
+                    quota::ANNOTATION,
+                    quota::ENV
+                ),
             }
-            _ => bail!(
-                "{} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}",
-                sel.source,
-                quota::ANNOTATION,
-                quota::ENV
-            ),
         }
     }
-    let first_source = q
+    if q.is_empty() && c.is_empty() {
+        return Ok(None);
+    }
+    // What asks for a limit, with whether it is a pod's default annotation (not naming this container).
+    let asks: Vec<(&str, bool)> = q
         .limits()
-        .next()
-        .map(|r| r.source.clone())
-        .unwrap_or_default();
+        .map(|r| (r.source.as_str(), q.for_container))
+        .chain(c.shares().map(|s| (s.source.as_str(), c.for_container)))
+        .collect();
+    let first_source = asks.first().map(|a| a.0.to_string()).unwrap_or_default();
     let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
         // A pod's annotations reach every container of the pod — the sandbox (pause) container and
         // sidecars too (containerd and CRI-O copy the ones a handler allows into each spec). A pod-level
-        // quota is for the pod's GPU containers; the others are left untouched. A key that names this
-        // very container is a mistake worth a line.
-        let pod_default = first_source.starts_with("annotation ") && !q.for_container;
+        // quota or share is for the pod's GPU containers; the others are left untouched. A key that names
+        // this very container is a mistake worth a line.
+        let pod_default = asks
+            .iter()
+            .all(|(src, named)| src.starts_with("annotation ") && !named);
         if quota::PodMember::of(&facts.annotations).in_a_pod() && pod_default {
             return Ok(None);
         }
@@ -159,10 +172,15 @@ pub fn plan_with(
             sel.source
         );
     }
+    compute::check_gpus(&c, gpus.len(), &sel.source)?;
     let mut out = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
-        let Some(r) = q.limit_for(i) else { continue };
-        if r.bytes > g.total_memory {
+        let memory_limit = q.limit_for(i);
+        let compute_limit = c.share_for(i).and_then(|s| s.percent);
+        if memory_limit.is_none() && compute_limit.is_none() {
+            continue;
+        }
+        if let Some(r) = memory_limit.filter(|r| r.bytes > g.total_memory) {
             bail!(
                 "{}: {} is larger than the container's GPU {i} ({}, {})",
                 r.source,
@@ -174,13 +192,15 @@ pub fn plan_with(
         out.push(PlannedGpu {
             index: i,
             uuid: g.uuid.clone(),
-            memory_limit: r.bytes,
+            memory_limit: memory_limit.map(|r| r.bytes),
+            compute_limit,
         });
     }
     Ok(Some(Plan {
         gpus: out,
         kubernetes: vgpu_ledger::KubeNames::from_annotations(&facts.annotations),
         memory,
+        compute_policy: c.policy,
     }))
 }
 
@@ -251,6 +271,141 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_compute_share_with_or_without_a_memory_quota() {
+        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+            env: kv(env),
+            annotations: kv(ann),
+            devices: vec![],
+        };
+        let gpus = |p: Option<Plan>| -> Vec<(usize, Option<u64>, Option<u32>)> {
+            p.unwrap()
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.memory_limit, g.compute_limit))
+                .collect()
+        };
+        // A share alone: every GPU listed for it, no memory quota.
+        let p = plan(
+            &facts(
+                &[("vgpu.io/compute-limit", "30")],
+                &[("NVIDIA_VISIBLE_DEVICES", "0,1")],
+            ),
+            host,
+        )
+        .unwrap();
+        assert_eq!(gpus(p), vec![(0, None, Some(30)), (1, None, Some(30))]);
+        // Both, on different GPUs; the env share is HAMi's variable.
+        let p = plan(
+            &facts(
+                &[],
+                &[
+                    ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+                    ("CUDA_DEVICE_MEMORY_LIMIT_0", "1G"),
+                    ("CUDA_DEVICE_SM_LIMIT_1", "70"),
+                ],
+            ),
+            host,
+        )
+        .unwrap();
+        assert_eq!(gpus(p), vec![(0, Some(1 << 30), None), (1, None, Some(70))]);
+        // The policy goes with the plan; disable (or 100, or env 0) is no share: nothing to do.
+        let p = plan(
+            &facts(
+                &[
+                    ("vgpu.io/compute-limit", "30"),
+                    ("vgpu.io/compute-policy", "force"),
+                ],
+                &[("NVIDIA_VISIBLE_DEVICES", "0")],
+            ),
+            host,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(p.compute_policy, Policy::Force);
+        for (ann, env) in [
+            (
+                &[
+                    ("vgpu.io/compute-limit", "30"),
+                    ("vgpu.io/compute-policy", "disable"),
+                ][..],
+                &[("NVIDIA_VISIBLE_DEVICES", "0")][..],
+            ),
+            (
+                &[("vgpu.io/compute-limit", "100")],
+                &[("NVIDIA_VISIBLE_DEVICES", "0")],
+            ),
+            (
+                &[],
+                &[
+                    ("NVIDIA_VISIBLE_DEVICES", "0"),
+                    ("CUDA_DEVICE_SM_LIMIT", "0"),
+                ],
+            ),
+        ] {
+            assert_eq!(
+                plan(&facts(ann, env), || panic!("NVML loaded")).unwrap(),
+                None
+            );
+        }
+        // require_memory_limit is about memory: a share alone does not satisfy it; a default memory
+        // quota comes beside the share.
+        let f = facts(
+            &[("vgpu.io/compute-limit", "30")],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        );
+        assert!(plan_with(&f, Unquoted::Refuse, host).is_err());
+        let p = plan_with(&f, Unquoted::Default(4 << 30), host).unwrap();
+        assert_eq!(gpus(p), vec![(0, Some(4 << 30), Some(30))]);
+    }
+
+    #[test]
+    fn compute_share_refusals() {
+        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+            env: kv(env),
+            annotations: kv(ann),
+            devices: vec![],
+        };
+        for (ann, env, want) in [
+            (
+                &[("vgpu.io/compute-limit.1", "30")][..],
+                &[("NVIDIA_VISIBLE_DEVICES", "0")][..],
+                "annotation vgpu.io/compute-limit.1: the container has no GPU 1: it gets 1 GPU",
+            ),
+            (
+                &[("vgpu.io/compute-limit", "30")],
+                &[],
+                "annotation vgpu.io/compute-limit is set but the container gets no GPU",
+            ),
+            (
+                &[],
+                &[
+                    ("NVIDIA_VISIBLE_DEVICES", "0"),
+                    ("CUDA_DEVICE_SM_LIMIT", "abc"),
+                ],
+                "env CUDA_DEVICE_SM_LIMIT=\"abc\"",
+            ),
+            (
+                &[("vgpu.io/compute-limit", "0")],
+                &[("NVIDIA_VISIBLE_DEVICES", "0")],
+                "annotation vgpu.io/compute-limit=\"0\"",
+            ),
+        ] {
+            let e = plan(&facts(ann, env), host).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e} (wanted {want})");
+            assert!(!e.contains('\n'));
+        }
+        // A pod's default share leaves its pause container alone, as its default quota does.
+        let f = facts(
+            &[
+                ("io.kubernetes.cri.container-type", "sandbox"),
+                ("vgpu.io/compute-limit", "30"),
+            ],
+            &[],
+        );
+        assert_eq!(plan(&f, || panic!("NVML loaded")).unwrap(), None);
+    }
+
     // Regression: containerd copies the pod's annotations into the sandbox (pause) container's spec too,
     // and the quota on a container without a GPU was refused: the documented pod never started.
     #[test]
@@ -278,7 +433,7 @@ mod tests {
         );
         assert_eq!(
             plan(&f, host).unwrap().unwrap().gpus[0].memory_limit,
-            4 << 30
+            Some(4 << 30)
         );
         // Outside a pod, a quota on a container without a GPU is still a mistake worth a line.
         let f = facts(&[("vgpu.io/memory-limit", "4Gi")], &[]);
@@ -296,7 +451,7 @@ mod tests {
         let p = plan_with(&gpu, Unquoted::Default(4 << 30), host)
             .unwrap()
             .unwrap();
-        assert_eq!(p.gpus[0].memory_limit, 4 << 30);
+        assert_eq!(p.gpus[0].memory_limit, Some(4 << 30));
         let e = plan_with(&gpu, Unquoted::Refuse, host)
             .unwrap_err()
             .to_string();
@@ -316,7 +471,7 @@ mod tests {
         let p = plan_with(&own, Unquoted::Default(4 << 30), host)
             .unwrap()
             .unwrap();
-        assert_eq!(p.gpus[0].memory_limit, 1 << 30);
+        assert_eq!(p.gpus[0].memory_limit, Some(1 << 30));
     }
 
     #[test]
@@ -350,7 +505,8 @@ mod tests {
             vec![PlannedGpu {
                 index: 1,
                 uuid: "GPU-0".into(),
-                memory_limit: 2 << 30
+                memory_limit: Some(2 << 30),
+                compute_limit: None
             }]
         );
         let p = run(
@@ -401,7 +557,8 @@ mod tests {
             vec![PlannedGpu {
                 index: 1,
                 uuid: "GPU-1".into(),
-                memory_limit: 1 << 30
+                memory_limit: Some(1 << 30),
+                compute_limit: None
             }]
         );
         let p = run(
@@ -419,7 +576,8 @@ mod tests {
             vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-0".into(),
-                memory_limit: 1 << 30
+                memory_limit: Some(1 << 30),
+                compute_limit: None
             }]
         );
     }
@@ -490,7 +648,11 @@ mod tests {
             devices: vec![],
         };
         let gpu = [("NVIDIA_VISIBLE_DEVICES", "1")];
-        let limit = |name| plan(&facts(name, &gpu), host).unwrap().unwrap().gpus[0].memory_limit;
+        let limit = |name| {
+            plan(&facts(name, &gpu), host).unwrap().unwrap().gpus[0]
+                .memory_limit
+                .unwrap()
+        };
         assert_eq!(limit("trainer"), 6 << 30);
         assert_eq!(limit("web"), 2 << 30);
         // The pod's default leaves a container without a GPU alone ...

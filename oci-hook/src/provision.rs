@@ -70,7 +70,18 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
                 uuid: g.uuid.clone(),
                 memory_limit: g.memory_limit,
                 ledger: layout::relative_ledger_path(&g.uuid)?,
-                memory: plan.memory,
+                // The mode is the memory quota's: a GPU with a compute share alone is plain.
+                memory: if g.memory_limit.is_some() {
+                    plan.memory
+                } else {
+                    Default::default()
+                },
+                compute_limit: g.compute_limit,
+                compute_policy: if g.compute_limit.is_some() {
+                    plan.compute_policy
+                } else {
+                    Default::default()
+                },
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -293,7 +304,9 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
     fs::set_permissions(&ledgers, fs::Permissions::from_mode(0o755))?;
     for g in &plan.gpus {
         let p = dir.join(layout::relative_ledger_path(&g.uuid)?);
-        crate::ledgers::create(&p, &g.uuid, g.memory_limit)?;
+        // A GPU with a compute share alone still needs its ledger (the share's bucket lives there); its
+        // informational limit is "unlimited".
+        crate::ledgers::create(&p, &g.uuid, g.memory_limit.unwrap_or(u64::MAX))?;
         // Every user of the container (any uid, any user namespace) charges it.
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666))?;
     }

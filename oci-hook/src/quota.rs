@@ -175,7 +175,7 @@ pub fn from_spec(
     })
 }
 
-/// What the part of a quota key after `vgpu.io/memory-limit.` addresses.
+/// What the part of a key after `<base>.` addresses.
 enum Target<'k> {
     /// `<i>`: the container's GPU i.
     Gpu(&'k str),
@@ -193,15 +193,31 @@ fn target(rest: &str) -> Target<'_> {
     }
 }
 
-fn from_annotations(pairs: &[(String, String)], member: PodMember) -> Result<QuotaRequest> {
-    // The last occurrence wins (as for env). Keys naming this container and the pod's plain keys are
-    // gathered apart: the first decide alone when present.
+/// One annotation of a per-GPU setting that decides this container: its key, its value, and the
+/// container's GPU it is for (None: every GPU).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyed<'a> {
+    pub key: &'a str,
+    pub value: &'a str,
+    pub gpu: Option<usize>,
+}
+
+/// The annotations `base`, `base.<i>` and, in a pod, `base.<container>[.<i>]` that decide this
+/// container (the memory limit's grammar, shared by the compute limit), and whether they name it. The
+/// last occurrence of a key wins (as for env). Keys naming this container and the pod's plain keys are
+/// gathered apart: the first decide alone when present. A key no container name can match, or one
+/// naming a container outside a pod, or a GPU index out of range, is one line naming it.
+pub fn keyed<'a>(
+    pairs: &'a [(String, String)],
+    member: PodMember,
+    base: &str,
+) -> Result<(Vec<Keyed<'a>>, bool)> {
     let mut pod: BTreeMap<&str, &str> = BTreeMap::new();
     let mut mine: BTreeMap<&str, &str> = BTreeMap::new();
     for (k, v) in pairs {
-        let rest = if k == ANNOTATION {
+        let rest = if k == base {
             None
-        } else if let Some(r) = k.strip_prefix(ANNOTATION).and_then(|r| r.strip_prefix('.')) {
+        } else if let Some(r) = k.strip_prefix(base).and_then(|r| r.strip_prefix('.')) {
             Some(r)
         } else {
             continue;
@@ -213,7 +229,7 @@ fn from_annotations(pairs: &[(String, String)], member: PodMember) -> Result<Quo
         let source = format!("annotation {k}");
         if member == PodMember::NotInPod {
             bail!(
-                "{source}: {name:?} is not a GPU index (expected {ANNOTATION}.<0..{}>; {ANNOTATION}.<container>[.<i>] is for the containers of a Kubernetes pod)",
+                "{source}: {name:?} is not a GPU index (expected {base}.<0..{}>; {base}.<container>[.<i>] is for the containers of a Kubernetes pod)",
                 envlimits::MAX_INDEX
             );
         }
@@ -229,36 +245,44 @@ fn from_annotations(pairs: &[(String, String)], member: PodMember) -> Result<Quo
     } else {
         (mine, true)
     };
+    let mut out = Vec::new();
+    for (key, value) in chosen {
+        let idx = match key
+            .strip_prefix(base)
+            .and_then(|r| r.strip_prefix('.'))
+            .map(target)
+        {
+            None | Some(Target::Container(_, None)) => None,
+            Some(Target::Gpu(i)) | Some(Target::Container(_, Some(i))) => Some(i),
+        };
+        let gpu = match idx.map(|i| (i, envlimits::parse_index(i))) {
+            None => None,
+            Some((_, Some(i))) => Some(i as usize),
+            Some((i, None)) => bail!(
+                "annotation {key}: {i:?} is not a GPU index (expected {base}.<0..{}>)",
+                envlimits::MAX_INDEX
+            ),
+        };
+        out.push(Keyed { key, value, gpu });
+    }
+    Ok((out, for_container))
+}
+
+fn from_annotations(pairs: &[(String, String)], member: PodMember) -> Result<QuotaRequest> {
+    let (keys, for_container) = keyed(pairs, member, ANNOTATION)?;
     let mut q = QuotaRequest {
         for_container,
         ..Default::default()
     };
-    for (k, v) in chosen {
-        let source = format!("annotation {k}");
-        let bytes = parse_limit(v, &source)?;
-        let r = Requested {
-            bytes,
-            source: source.clone(),
-        };
-        let idx = match k
-            .strip_prefix(ANNOTATION)
-            .and_then(|r| r.strip_prefix('.'))
-            .map(target)
-        {
-            None | Some(Target::Container(_, None)) => {
-                q.all = Some(r);
-                continue;
-            }
-            Some(Target::Gpu(i)) | Some(Target::Container(_, Some(i))) => i,
-        };
-        match envlimits::parse_index(idx) {
+    for k in keys {
+        let source = format!("annotation {}", k.key);
+        let bytes = parse_limit(k.value, &source)?;
+        let r = Requested { bytes, source };
+        match k.gpu {
+            None => q.all = Some(r),
             Some(i) => {
-                q.per_gpu.insert(i as usize, r);
+                q.per_gpu.insert(i, r);
             }
-            None => bail!(
-                "{source}: {idx:?} is not a GPU index (expected {ANNOTATION}.<0..{}>)",
-                envlimits::MAX_INDEX
-            ),
         }
     }
     Ok(q)

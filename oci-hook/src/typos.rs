@@ -7,6 +7,7 @@ use anyhow::{bail, Result};
 
 use crate::edits::MARKER_ANNOTATION;
 use crate::quota::ANNOTATION;
+use vgpu_ledger::envcompute::{LIMIT_ANNOTATION as COMPUTE, POLICY_ANNOTATION as POLICY};
 use vgpu_ledger::memmode;
 
 /// The prefix of every annotation the project defines.
@@ -41,22 +42,29 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
         let Some(rest) = k.strip_prefix(ANNOTATION_PREFIX) else {
             continue;
         };
-        let known = k == ANNOTATION
+        let keyed =
+            |base: &str| k == base || k.strip_prefix(base).is_some_and(|r| r.starts_with('.'));
+        let known = keyed(ANNOTATION)
+            || keyed(COMPUTE)
+            || k == POLICY
             || k == MARKER_ANNOTATION
-            || MODE_ANNOTATIONS.contains(&k.as_str())
-            || k.strip_prefix(ANNOTATION)
-                .is_some_and(|r| r.starts_with('.'));
+            || MODE_ANNOTATIONS.contains(&k.as_str());
         if !known {
-            let hint = if distance(rest, &ANNOTATION[ANNOTATION_PREFIX.len()..]) <= NEAR
-                || rest.contains("memory")
-            {
+            let far = |key: &str| distance(rest, &key[ANNOTATION_PREFIX.len()..]);
+            let (dc, dp) = (far(COMPUTE), far(POLICY));
+            let hint = if dc.min(dp) <= NEAR || rest.contains("compute") {
+                format!(
+                    " (did you mean {}?)",
+                    if dp < dc { POLICY } else { COMPUTE }
+                )
+            } else if far(ANNOTATION) <= NEAR || rest.contains("memory") {
                 format!(" (did you mean {ANNOTATION}?)")
             } else {
                 String::new()
             };
             let [m, s, r] = MODE_ANNOTATIONS;
             bail!(
-                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i>, {ANNOTATION}.<container>[.<i>] (for a pod's container), {m}, {s} and {r}"
+                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i>, {ANNOTATION}.<container>[.<i>] (for a pod's container), {m}, {s}, {r}, {COMPUTE}, {COMPUTE}.<i>, {COMPUTE}.<container>[.<i>] and {POLICY}"
             );
         }
     }
@@ -163,6 +171,41 @@ mod tests {
     }
 
     #[test]
+    fn misspelt_compute_keys_name_the_one_meant() {
+        for (k, want) in [
+            ("vgpu.io/compute-limits", "vgpu.io/compute-limit"),
+            ("vgpu.io/compute_limit", "vgpu.io/compute-limit"),
+            ("vgpu.io/compute-limit-trainer", "vgpu.io/compute-limit"),
+            ("vgpu.io/computelimit.1", "vgpu.io/compute-limit"),
+            ("vgpu.io/compute-share", "vgpu.io/compute-limit"),
+            ("vgpu.io/compute-polcy", "vgpu.io/compute-policy"),
+            ("vgpu.io/compute-policies", "vgpu.io/compute-policy"),
+            ("vgpu.io/sm-limit", ""),
+        ] {
+            let e = check(&kv(&[(k, "30")]), &[]).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("annotation {k} is not one vgpu defines")),
+                "{e}"
+            );
+            if !want.is_empty() {
+                assert!(e.contains(&format!("(did you mean {want}?)")), "{e}");
+            }
+            assert!(
+                e.contains("vgpu.io/compute-limit.<i>") && e.contains("vgpu.io/compute-policy"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'));
+        }
+        let e = check(&[], &kv(&[("GPU_CORE_UTILISATION_POLICY", "force")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("did you mean GPU_CORE_UTILIZATION_POLICY?"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_keys_that_exist_and_other_programs_keys_pass() {
         check(
             &kv(&[
@@ -171,6 +214,11 @@ mod tests {
                 ("vgpu.io/memory-limit.trainer", "2Gi"),
                 ("vgpu.io/memory-limit.trainer.1", "2Gi"),
                 ("vgpu.io/provisioned-by", "vgpu-container-runtime"),
+                ("vgpu.io/compute-limit", "30"),
+                ("vgpu.io/compute-limit.1", "70"),
+                ("vgpu.io/compute-limit.trainer", "50"),
+                ("vgpu.io/compute-limit.trainer.0", "100"),
+                ("vgpu.io/compute-policy", "force"),
                 ("io.kubernetes.pod.name", "p"),
                 ("nvidia.com/gpu", "0"),
             ]),
@@ -179,6 +227,8 @@ mod tests {
                 ("CUDA_DEVICE_MEMORY_LIMIT_12", "1G"),
                 ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/x"),
                 ("CUDA_DEVICE_SM_LIMIT_0", "30"),
+                ("CUDA_DEVICE_SM_LIMIT", "30"),
+                ("GPU_CORE_UTILIZATION_POLICY", "force"),
                 ("CUDA_OVERSUBSCRIBE", "true"),
                 ("CUDA_VISIBLE_DEVICES", "0"),
                 ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),

@@ -78,9 +78,11 @@ fn main() {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.clone(),
-                memory_limit: 1 << 30,
+                memory_limit: Some(1 << 30),
                 ledger: vgpu_ledger::layout::relative_ledger_path(&uuid).unwrap(),
                 memory: Default::default(),
+                compute_limit: None,
+                compute_policy: Default::default(),
             }],
             kubernetes: Some(vgpu_ledger::KubeNames {
                 namespace: "bench".into(),

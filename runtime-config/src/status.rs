@@ -21,7 +21,9 @@ use crate::monitor::procs;
 
 /// The version of `--json`'s shape: raised whenever a field changes meaning or goes away (added fields do
 /// not raise it). 2: `schema_version`, `gpus` (per-GPU totals), `kubernetes`, processes' `host_pid`.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: a GPU's `quota` is null when it has a compute share and no memory quota; `compute` per GPU and
+/// `compute_shares` per GPU total.
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Debug, Serialize)]
 pub struct Status {
@@ -39,6 +41,8 @@ pub struct GpuTotal {
     pub containers: usize,
     /// The sum of their quotas (what admission checks against the GPU).
     pub committed: u64,
+    /// The sum of their compute shares, percent (past 100 no one can get its share).
+    pub compute_shares: u32,
     /// The sum of what their ledgers hold.
     pub used: u64,
     /// The GPU's memory, from NVML (None when NVML is not there).
@@ -64,8 +68,9 @@ pub struct Container {
 pub struct Gpu {
     pub index: u32,
     pub uuid: String,
-    /// Bytes, from limits.json (what the library enforces).
-    pub quota: u64,
+    /// Bytes, from limits.json (what the library enforces); null: no memory quota (a compute share
+    /// alone).
+    pub quota: Option<u64>,
     /// Bytes charged in the ledger, all processes together.
     pub used: u64,
     /// Bytes per kind (context, module, data, ...), all processes together; kinds at zero left out.
@@ -76,9 +81,28 @@ pub struct Gpu {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_limit: Option<u64>,
     pub spilled: u64,
+    /// The compute share and what its bucket recorded, when the GPU has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Compute>,
     pub processes: Vec<Process>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// A GPU's compute share (limits.json) and its bucket (the ledger's `COMPUTE_AREA`, all the container's
+/// processes together, since the ledger was made).
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Compute {
+    /// Percent of the GPU's time.
+    pub limit_percent: u32,
+    /// `force` or `default` (both a hard cap today).
+    pub policy: vgpu_ledger::envcompute::Policy,
+    /// GPU time charged to the bucket, nanoseconds.
+    pub charged_ns: u64,
+    /// Time launching threads were held back, nanoseconds, summed over threads.
+    pub held_ns: u64,
+    /// Launches (kernels and graphs) measured and charged.
+    pub launches: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -115,6 +139,13 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
         memory_mode: dev.memory.name(),
         spill_limit: dev.memory.spill_limit(),
         spilled: 0,
+        compute: dev.compute_share().map(|limit_percent| Compute {
+            limit_percent,
+            policy: dev.compute_policy,
+            charged_ns: 0,
+            held_ns: 0,
+            launches: 0,
+        }),
         processes: vec![],
         error: None,
     };
@@ -123,6 +154,11 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
         Ok(snap) => {
             g.used = snap.used;
             g.spilled = snap.spilled;
+            if let Some(c) = &mut g.compute {
+                c.charged_ns = snap.compute.charged_ns;
+                c.held_ns = snap.compute.held_ns;
+                c.launches = snap.compute.launches;
+            }
             g.by_kind = by_kind(|k| snap.slots.iter().map(|s| s.usage[k.index()]).sum());
             g.processes = snap
                 .slots
@@ -231,11 +267,13 @@ fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal>
             uuid: g.uuid.clone(),
             containers: 0,
             committed: 0,
+            compute_shares: 0,
             used: 0,
             physical: physical.iter().find(|p| p.0 == g.uuid).map(|p| p.1),
         });
         t.containers += 1;
-        t.committed = t.committed.saturating_add(g.quota);
+        t.committed = t.committed.saturating_add(g.quota.unwrap_or(0));
+        t.compute_shares += g.compute.as_ref().map_or(0, |c| c.limit_percent);
         t.used = t.used.saturating_add(g.used);
     }
     by.into_values().collect()
@@ -274,6 +312,21 @@ fn names(k: &Option<KubeNames>) -> String {
     }
 }
 
+/// `30% (1.9 s charged, 4.1 s held, 512 launches)`, or `-` without a share.
+fn compute(c: &Option<Compute>) -> String {
+    let Some(c) = c else {
+        return "-".into();
+    };
+    let s = |ns: u64| format!("{:.1} s", ns as f64 / 1e9);
+    format!(
+        "{}% ({} charged, {} held, {} launches)",
+        c.limit_percent,
+        s(c.charged_ns),
+        s(c.held_ns),
+        c.launches
+    )
+}
+
 fn kinds(m: &serde_json::Map<String, serde_json::Value>) -> String {
     if m.is_empty() {
         return "-".into();
@@ -301,7 +354,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
     if s.containers.is_empty() {
         writeln!(
             out,
-            "no containers with a GPU memory quota (state root {})",
+            "no containers with a GPU memory quota or compute share (state root {})",
             s.state_root
         )?;
         return Ok(());
@@ -313,6 +366,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         "QUOTA",
         "USED",
         "BY KIND",
+        "COMPUTE",
         "PIDS (HOST/INSIDE)",
         "KUBERNETES (NS/POD/CONTAINER)",
     ]);
@@ -326,6 +380,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 "-".into(),
                 format!("error: {e}"),
                 "-".into(),
+                "-".into(),
                 names(&c.kubernetes),
             ]);
         }
@@ -338,11 +393,14 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 short(&c.id).to_string(),
                 g.index.to_string(),
                 g.uuid.clone(),
-                format_bytes(g.quota),
+                g.quota.map_or("-".into(), format_bytes),
                 format!(
-                    "{} ({}%){}",
+                    "{}{}{}",
                     format_bytes(g.used),
-                    g.used.saturating_mul(100) / g.quota.max(1),
+                    match g.quota {
+                        Some(q) => format!(" ({}%)", g.used.saturating_mul(100) / q.max(1)),
+                        None => String::new(),
+                    },
                     match (g.spill_limit, g.memory_mode) {
                         (Some(b), _) => format!(
                             " + {} spilled of {}",
@@ -354,6 +412,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                     }
                 ),
                 kinds,
+                compute(&g.compute),
                 processes(&g.processes),
                 names(&c.kubernetes),
             ]);
@@ -362,7 +421,14 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
     write_table(&t, out)?;
     if !s.gpus.is_empty() {
         writeln!(out)?;
-        let mut t = table(&["GPU", "CONTAINERS", "COMMITTED", "PHYSICAL", "USED"]);
+        let mut t = table(&[
+            "GPU",
+            "CONTAINERS",
+            "COMMITTED",
+            "PHYSICAL",
+            "USED",
+            "COMPUTE SHARES",
+        ]);
         for g in &s.gpus {
             let physical = g.physical.map_or("?".into(), format_bytes);
             let committed = match g.physical {
@@ -379,6 +445,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 committed,
                 physical,
                 format_bytes(g.used),
+                format!("{}%", g.compute_shares),
             ]);
         }
         if let Some(c) = t.column_mut(1) {
@@ -431,9 +498,11 @@ mod tests {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),
-                memory_limit: limit,
+                memory_limit: Some(limit),
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
                 memory,
+                compute_limit: None,
+                compute_policy: Default::default(),
             }],
         };
         limits.write_atomic(&limits_path).unwrap();
@@ -458,7 +527,7 @@ mod tests {
         print_table(&s, &mut out).unwrap();
         assert!(String::from_utf8(out)
             .unwrap()
-            .starts_with("no containers with a GPU memory quota"));
+            .starts_with("no containers with a GPU memory quota or compute share"));
     }
 
     #[test]
@@ -519,7 +588,8 @@ mod tests {
 
         assert_eq!(s.containers.len(), 2);
         let g = &s.containers[0].gpus[0];
-        assert_eq!((g.quota, g.used), (1 << 30, 356 << 20));
+        assert_eq!((g.quota, g.used), (Some(1 << 30), 356 << 20));
+        assert_eq!(g.compute, None);
         assert_eq!(g.by_kind["context"], 256u64 << 20);
         assert_eq!(g.by_kind["data"], 100u64 << 20);
         assert!(!g.by_kind.contains_key("vmm"));
@@ -571,6 +641,7 @@ mod tests {
                 uuid: uuid.into(),
                 containers: 2,
                 committed: 8 << 30,
+                compute_shares: 0,
                 used: 1 << 30,
                 physical: Some(16 << 30),
             }]
@@ -593,6 +664,71 @@ mod tests {
         // Lines start with their first cell (scripts match `^<id> `).
         assert!(text.lines().any(|l| l.starts_with("a ")), "{text}");
         drop(slot);
+    }
+
+    #[test]
+    fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(dir.path().to_path_buf());
+        let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+        let (_, _) = provision(&root, "mem", uuid, 4 << 30);
+        let (ledger, _) = provision(&root, "share", uuid, 1 << 30);
+        // "share": a 30% share alone (no memory quota), force; its bucket charged twice.
+        let lp = root.limits_path("share").unwrap();
+        let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+        l.devices[0].memory_limit = None;
+        l.devices[0].compute_limit = Some(30);
+        l.devices[0].compute_policy = vgpu_ledger::envcompute::Policy::Force;
+        l.write_atomic(&lp).unwrap();
+        ledger.compute().charge(1_500_000_000);
+        ledger.compute().charge(400_000_000);
+        ledger.compute().held(2_260_000_000);
+        let (b, _) = provision(&root, "share2", uuid, 1 << 30);
+        let lp = root.limits_path("share2").unwrap();
+        let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+        l.devices[0].compute_limit = Some(70);
+        l.write_atomic(&lp).unwrap();
+        drop(b);
+
+        let s = collect(&root, &[(uuid.to_string(), 16 << 30)]).unwrap();
+        let g = &s.containers.iter().find(|c| c.id == "share").unwrap().gpus[0];
+        assert_eq!(g.quota, None);
+        assert_eq!(
+            g.compute,
+            Some(Compute {
+                limit_percent: 30,
+                policy: vgpu_ledger::envcompute::Policy::Force,
+                charged_ns: 1_900_000_000,
+                held_ns: 2_260_000_000,
+                launches: 2,
+            })
+        );
+        assert_eq!(
+            (s.gpus[0].committed, s.gpus[0].compute_shares),
+            (5 << 30, 100)
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        let share = &json["containers"][1]["gpus"][0];
+        assert_eq!(json["containers"][1]["id"], "share");
+        assert!(share["quota"].is_null(), "{share}");
+        assert_eq!(share["compute"]["limit_percent"], 30);
+        assert_eq!(share["compute"]["policy"], "force");
+        assert_eq!(share["compute"]["charged_ns"], 1_900_000_000u64);
+        assert!(json["containers"][0]["gpus"][0].get("compute").is_none());
+        assert_eq!(json["gpus"][0]["compute_shares"], 100);
+        let mut out = Vec::new();
+        print_table(&s, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = text.lines().find(|l| l.starts_with("share ")).unwrap();
+        assert!(
+            line.contains("30% (1.9 s charged, 2.3 s held, 2 launches)"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(uuid) && l.trim_end().ends_with("100%")),
+            "{text}"
+        );
     }
 
     /// `collect` on another thread; panics if it has not returned after a minute (it blocked).

@@ -23,6 +23,7 @@
 #define API(X)                                                                     \
     X(cuInit, "cuInit")                                                            \
     X(cuGraphAddEmptyNode, "cuGraphAddEmptyNode")                                  \
+    X(cuGraphAddKernelNode, "cuGraphAddKernelNode")                                \
     X(cuDriverGetVersion, "cuDriverGetVersion")                                    \
     X(cuGetErrorName, "cuGetErrorName")                                            \
     X(cuDeviceGet, "cuDeviceGet")                                                  \
@@ -534,7 +535,9 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
     } else if (!strcmp(op, "work") || !strcmp(op, "graph-work")) {
         /* work SECONDS: launch kernels for SECONDS of wall time, synchronising every 16 launches (a
          * saturating loop that never queues far ahead); graph-work SECONDS NODES: the same with a graph of
-         * NODES empty nodes (each one kernel's time in the fake). Prints launches and seconds taken. */
+         * NODES nodes one after the other: kernel nodes of the loaded kernel (`module` first; the same
+         * function and grid `launch` and `work` use), else empty nodes (each one kernel's time in the
+         * fake). Prints launches and seconds taken. */
         int g = op[0] == 'g';
         double secs = atof(ARG(1));
         int nodes = g ? atoi(ARG(2)) : 1; used = g ? 3 : 2;
@@ -545,7 +548,17 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         if (rc == CUDA_SUCCESS && !g && !kernel) rc = CUDA_ERROR_INVALID_HANDLE;
         if (rc == CUDA_SUCCESS && g) rc = CALL(cuGraphCreate, &gr, 0);
         for (int i = 0; g && rc == CUDA_SUCCESS && i < nodes; i++) {
-            rc = CALL(cuGraphAddEmptyNode, &node, gr, prev ? &prev : NULL, prev ? 1 : 0);
+            if (kernel) {
+                CUDA_KERNEL_NODE_PARAMS kp;
+                memset(&kp, 0, sizeof kp);
+                kp.func = kernel;
+                kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+                kp.blockDimX = 32;
+                kp.blockDimY = kp.blockDimZ = 1;
+                rc = CALL(cuGraphAddKernelNode, &node, gr, prev ? &prev : NULL, prev ? 1 : 0, &kp);
+            } else {
+                rc = CALL(cuGraphAddEmptyNode, &node, gr, prev ? &prev : NULL, prev ? 1 : 0);
+            }
             prev = node;
         }
         if (rc == CUDA_SUCCESS && g) rc = CALL(cuGraphInstantiateWithFlags, &ex, gr, 0);

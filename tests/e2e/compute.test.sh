@@ -5,7 +5,17 @@
 # budget, and without a limit (or with the policy `disable`) nothing is held back. The shares are measured
 # as launches x kernel time / wall time; the bounds are wide for a loaded 2-core machine but exclude what
 # an unthrottled loop gets (~100% per process).
+# Through the OCI side, with real runc (the shim, and the hook alone as hooks.d installs it): the
+# annotation vgpu.io/compute-limit or the spec's CUDA_DEVICE_SM_LIMIT goes into limits.json, the library in
+# the container throttles from that file alone (the tenant's own CUDA_DEVICE_SM_LIMIT=0 does not lift it),
+# a share needs no memory quota, vgpuctl status shows it, and a bad value fails the container with one line.
+set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/rootfs.sh"
+. "$(dirname "$0")/lib/bundle.sh"
+. "$(dirname "$0")/lib/vgpu.sh"
+. "$(dirname "$0")/lib/oci-cases.sh"
+RUNTIME=runc
 t_init compute
 t_require "$LIBVGPU" "$CLIENTS_DIR/rt_client" "$CLIENTS_DIR/linked_client" "$FAKE_DIR/libcuda.so.1"
 export LD_LIBRARY_PATH=$FAKE_DIR FAKE_CUDA_STATE_DIR=$WORK/fake FAKE_CUDA_CONTEXT_BYTES=0
@@ -77,11 +87,108 @@ sa=$(share "$(cat "$WORK/a.out")"); sb=$(share "$(cat "$WORK/b.out")")
 between "two containers at 30% each get ~30% each: first" "$sa" 20 42
 between "two containers at 30% each get ~30% each: second" "$sb" 20 42
 
+# --- time slicing: a tenant beside a neighbour that keeps the GPU busy --------------------------------------
+# FAKE_CUDA_TIMESLICE_US: the fake GPU time-slices the two processes in 5 ms slices, as a real GPU does
+# contexts: a 2 ms kernel that fits in its slice takes 2 ms, a graph of 8 (16 ms of work) takes ~31 ms. The
+# tenant must be charged its work's own time, not its neighbour's slices (docs/libvgpu.md, "Time slicing").
+# tenant_beside NAME CLIENT-OPS...: runs the ops at 30% (bucket $WORK/NAME) while an unlimited neighbour
+# loops kernels for the whole time; prints the tenant's output.
+tenant_beside() {
+    local name=$1; shift
+    FAKE_CUDA_TIMESLICE_US=5000 "$RT" module work $((SECS + 2)) >"$WORK/neighbour.out" 2>&1 &
+    local n=$!
+    sleep 0.5
+    FAKE_CUDA_TIMESLICE_US=5000 vg "$WORK/$name" 30 "$RT" "$@"
+    wait $n
+}
+out=$(tenant_beside ts1 module work $SECS)
+between "beside a busy neighbour, eager kernels at 30% get ~30%" "$(share "$out")" 20 42
+# The tenant warms up with eager launches of the graph's kernel, as PyTorch code does before capturing.
+out=$(tenant_beside ts2 module launch 8 graph-work $SECS 8)
+between "beside a busy neighbour, graphs of 8 kernels at 30% get ~30% (not their slices' worth)" "$(share "$out" 8)" 20 42
+charged=$(bucket "$WORK/ts2" charged_ns); n=$(bucket "$WORK/ts2" launches)
+check "  ... each replay charged about its 16 ms of work, not the ~31 ms it took ($(( (charged - 8 * 2000000) / (n - 8) / 1000 )) us per replay)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { per = (c - 8 * 2e6) / (n - 8); exit !(per >= 15e6 && per <= 20e6) }'
+
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)
 check_match "CUDA_DEVICE_SM_LIMIT=150 is refused, naming the variable" 'CUDA_DEVICE_SM_LIMIT="150": not a whole percent' "$out"
 check_match "... and CUDA does not start" 'rc=[1-9]' "$out"
 out=$(GPU_CORE_UTILIZATION_POLICY=sometimes vg "$WORK/c9" 30 "$RT" info)
 check_match "a bad GPU_CORE_UTILIZATION_POLICY is refused, naming it" 'GPU_CORE_UTILIZATION_POLICY="sometimes"' "$out"
+
+# --- through the OCI side: annotation -> limits.json -> the library in the container ------------------------
+oci_setup
+VGPUCTL=$T/release/vgpuctl
+# share_bundle CMD...: a container with the fake GPU and its kernel time, no memory quota.
+share_bundle() {
+    new_bundle "$@"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 FAKE_CUDA_KERNEL_US=$FAKE_CUDA_KERNEL_US FAKE_CUDA_CONTEXT_BYTES=0
+}
+# The tenant's own settings, tried inside the container: each would lift the share in environment mode.
+TENANT=(--env CUDA_DEVICE_SM_LIMIT=0 --env CUDA_DEVICE_SM_LIMIT_0=100 --env GPU_CORE_UTILIZATION_POLICY=disable
+    --env VGPU_LIMITS_FILE=/tmp/none.json)
+
+share_bundle sleep 60
+bundle_annotate "$B" vgpu.io/compute-limit 30
+check "shim: a container with vgpu.io/compute-limit=30 and no memory quota is created" create_quiet
+plain start "$ID"
+check_eq "  ... limits.json lists its GPU for the share alone: no memory_limit" \
+    "$(jq -c '.devices[0] | [.compute_limit, .memory_limit, .ledger]' "$STATE/containers/$ID/limits.json")" \
+    "[30,null,\"ledgers/$(jq -r '.devices[0].uuid' "$STATE/containers/$ID/limits.json").ledger\"]"
+check "  ... and its ledger exists (the bucket)" test -f "$STATE/containers/$ID/$(jq -r '.devices[0].ledger' "$STATE/containers/$ID/limits.json")"
+out=$(plain exec "${TENANT[@]}" "$ID" rt_client module info work $SECS 2>&1)
+between "  ... inside, with the tenant's CUDA_DEVICE_SM_LIMIT=0, _0=100, policy disable and its own limits file, the loop gets ~30%" "$(share "$out")" 20 42
+check_eq "  ... no memory quota: the whole 16 GiB GPU is seen" "$(field total "$out")" $((16 * GIB))
+"$VGPUCTL" status --json --state-root "$STATE" >"$WORK/status.json"
+check "  ... vgpuctl status --json: the share, no quota, launches charged" jq -e \
+    '.containers[0].gpus[0] | .quota == null and .compute.limit_percent == 30 and .compute.launches > 100 and .compute.charged_ns > 0 and .compute.held_ns > 0' \
+    "$WORK/status.json"
+"$VGPUCTL" status --state-root "$STATE" >"$WORK/status.txt"
+check_match "  ... and its table: the COMPUTE column" "^${ID:0:12} +0 +GPU-[^ ]+ +- +.* 30% \([0-9.]+ s charged, [0-9.]+ s held, [0-9]+ launches\)" "$(cat "$WORK/status.txt")"
+gone() { plain delete -f "$1" >/dev/null 2>&1; }
+gone "$ID"
+check_eq "  ... removed with its container" "$(state_left)" ""
+
+share_bundle sh -c 'CUDA_DEVICE_SM_LIMIT=0 GPU_CORE_UTILIZATION_POLICY=disable rt_client module work '$SECS
+bundle_env "$B" CUDA_DEVICE_SM_LIMIT=30 CUDA_DEVICE_MEMORY_LIMIT=1G
+out=$(shim run --bundle "$B" "$ID" 2>&1)
+between "shim: the spec's env CUDA_DEVICE_SM_LIMIT=30 (with a memory quota) throttles to ~30%, the tenant's =0 changes nothing" "$(share "$out")" 20 42
+
+share_bundle sh -c 'CUDA_DEVICE_SM_LIMIT=0 rt_client module work '$SECS
+bundle_annotate "$B" vgpu.io/compute-limit.0 30
+bundle_annotate "$B" vgpu.io/compute-policy force
+add_hooksd_hooks
+out=$(plain run --bundle "$B" "$ID" 2>&1)
+between "hooks.d (no shim): vgpu.io/compute-limit.0=30, policy force: ~30%, the tenant's =0 changes nothing" "$(share "$out")" 20 42
+check_eq "  ... poststop removed the state" "$(state_left)" ""
+
+share_bundle rt_client module work $SECS
+bundle_annotate "$B" vgpu.io/compute-limit 30
+bundle_annotate "$B" vgpu.io/compute-policy disable
+out=$(shim run --bundle "$B" "$ID" 2>&1)
+between "vgpu.io/compute-policy=disable: the container runs unthrottled" "$(share "$out")" 80 100
+
+# bad_share WHAT EXPECT: $B/$ID fails to create with one line matching EXPECT, leaving nothing.
+bad_share() {
+    local out rc=0
+    out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1) || rc=$?
+    if [ "$rc" != 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" = 1 ] && grep -Eq -- "$2" <<<"$out"; then
+        pass "$1: $out"
+    else fail "$1 (rc=$rc, wanted one line /$2/)" "$out"; fi
+    check_eq "  ... nothing left" "$(state_left)" ""
+}
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-limit 150
+bad_share "vgpu.io/compute-limit=150 is refused" 'annotation vgpu.io/compute-limit="150": a compute limit is a whole percent of the GPU.s time, 1 to 100'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-limit 0
+bad_share "vgpu.io/compute-limit=0 is refused" 'annotation vgpu.io/compute-limit="0"'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-limits 30
+bad_share "a misspelt vgpu.io/compute-limits is refused" 'annotation vgpu.io/compute-limits is not one vgpu defines \(did you mean vgpu.io/compute-limit\?\)'
+share_bundle true; bundle_env "$B" CUDA_DEVICE_SM_LIMIT=30%
+bad_share "env CUDA_DEVICE_SM_LIMIT=30% is refused" 'env CUDA_DEVICE_SM_LIMIT="30%": not a whole percent'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-limit.1 30
+bad_share "a share for a GPU the container lacks is refused" 'annotation vgpu.io/compute-limit.1: the container has no GPU 1'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-policy sometimes
+bad_share "a bad vgpu.io/compute-policy is refused" 'annotation vgpu.io/compute-policy="sometimes": expected force, disable or default'
 
 t_done

@@ -6,6 +6,8 @@
 #     CUDA_DEVICE_SM_LIMIT=30 and 10 (each run its own container: its own ledger prefix);
 #   - two processes at 30 and 70 at once (two containers), eager and graph;
 #   - a training step without the library and under it with no limit.
+# Each run's stderr (the library's log at level 2: the share, and for graphs whether their solo time came
+# from their kernels' own launches) is kept in $OUT/compute-logs/.
 # Environment: VGPU_LIB (target/vgpu/libvgpu.so), OUT, GPU_TORCH_PYTHON, COMPUTE_SECONDS (8),
 # COMPUTE_SKIP_TRAIN (set: no training-step runs), COMPUTE_MODES ("eager graph"), COMPUTE_PAIR_DELAY (20 s:
 # the two processes of a pair start their loops together that long after being started).
@@ -18,7 +20,7 @@ py=${GPU_TORCH_PYTHON:-}
 for c in "$py" /opt/torch/.venv/bin/python3 python3; do
     if [ -n "$c" ] && "$c" -c 'import torch' 2>/dev/null; then py=$c; break; fi
 done
-mkdir -p "$out"
+mkdir -p "$out" "$out/compute-logs"
 W=$(mktemp -d /tmp/vgpu-compute.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 jsonl=$out/compute.jsonl
@@ -54,7 +56,9 @@ one() {
         [ -f "$f" ] && bucket=$(python3 -c 'import struct,sys,json; t=struct.unpack_from("<qQQQQ", open(sys.argv[1],"rb").read(), 192); print(json.dumps(dict(zip(["tokens","refilled_at","charged_ns","held_ns","launches"], t))))' "$f")
     done
     echo "{\"case\": \"$name\", \"sm_limit\": \"$sm\", \"result\": $r, \"bucket\": $bucket}" | tee -a "$jsonl"
-    grep -h 'compute share\|vgpu.*error' "$W/$name.err" | head -3 >&2
+    grep -h 'compute share\|vgpu.*error' "$W/$name.err" | grep -v 'graph exec' | head -3 >&2
+    grep -h 'graph exec' "$W/$name.err" | head -2 >&2
+    cp "$W/$name.err" "$out/compute-logs/$name.err"
 }
 
 for mode in ${COMPUTE_MODES:-eager graph}; do

@@ -59,13 +59,30 @@ pub fn refilled(tokens: i64, add: i64, cap: i64) -> i64 {
 }
 
 /// What the bucket holds right now, read without changing it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct ComputeSnapshot {
     pub tokens: i64,
     pub refilled_at: u64,
     pub charged_ns: u64,
     pub held_ns: u64,
     pub launches: u64,
+}
+
+impl ComputeSnapshot {
+    /// The bucket from the little-endian bytes of `COMPUTE_AREA` (a host tool's `pread` of the header).
+    pub fn from_bytes(b: &[u8]) -> ComputeSnapshot {
+        let at = |off: usize| {
+            b.get(off..off + 8)
+                .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap()))
+        };
+        ComputeSnapshot {
+            tokens: at(offset_of!(ComputeArea, tokens)) as i64,
+            refilled_at: at(offset_of!(ComputeArea, refilled_at)),
+            charged_ns: at(offset_of!(ComputeArea, charged_ns)),
+            held_ns: at(offset_of!(ComputeArea, held_ns)),
+            launches: at(offset_of!(ComputeArea, launches)),
+        }
+    }
 }
 
 impl ComputeArea {

@@ -10,10 +10,11 @@
 //! bytes of one read: exact when nobody charges, each number a value it had under load (as the mapped
 //! view).
 
+use super::compute::ComputeSnapshot;
 use super::error::{io_err, LedgerError};
 use super::format::{
-    SlotRecord, COMMIT_OFFSET, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE, SPILL_PAIR_OFFSET,
-    SPILL_WORD_OFFSET,
+    SlotRecord, COMMIT_OFFSET, COMPUTE_AREA, FILE_SIZE, KINDS, SLOTS_OFFSET, SLOT_SIZE,
+    SPILL_PAIR_OFFSET, SPILL_WORD_OFFSET,
 };
 use super::ledger::check_header;
 use super::lock;
@@ -110,6 +111,9 @@ impl Snapshot {
             used,
             refusals,
             spilled,
+            compute: ComputeSnapshot::from_bytes(
+                &bytes[COMPUTE_AREA.0..COMPUTE_AREA.0 + COMPUTE_AREA.1],
+            ),
             slots,
         })
     }

@@ -3,7 +3,9 @@
 
 use super::format::FILE_SIZE;
 use super::slot::own_pid_namespace;
-use super::{Kind, Ledger, LedgerError, Refused, Slot, Snapshot, KINDS, MAX_TOTAL, SLOT_COUNT};
+use super::{
+    Kind, Ledger, LedgerError, Refused, Slot, Snapshot, KINDS, MAX_TOTAL, PPM, SLOT_COUNT,
+};
 use proptest::prelude::*;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -409,8 +411,11 @@ fn host_view_of_a_ledger_truncated_under_it_is_an_error_never_a_sigbus() {
 fn poke_slot_pid(path: &std::path::Path, index: usize, pid: u32) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&pid.to_le_bytes(), (super::format::SLOTS_OFFSET + index * super::format::SLOT_SIZE) as u64)
-        .unwrap();
+    f.write_all_at(
+        &pid.to_le_bytes(),
+        (super::format::SLOTS_OFFSET + index * super::format::SLOT_SIZE) as u64,
+    )
+    .unwrap();
 }
 
 fn poke_high_water(path: &std::path::Path, mark: u32) {
@@ -467,6 +472,24 @@ fn refusals_are_counted_for_the_host() {
     // A read-only ledger (the host's) never counts.
     Ledger::open_readonly(&path).unwrap().count_refusal();
     assert_eq!(l.refusals(), 2);
+}
+
+#[test]
+fn the_compute_bucket_is_read_by_the_host_as_the_library_sees_it() {
+    let (_dir, path, l) = fresh();
+    assert_eq!(Snapshot::read(&path).unwrap().compute, Default::default());
+    let area = l.compute();
+    area.refill(5_000_000, PPM / 2, i64::MAX);
+    area.charge(3_000_000);
+    area.charge(4_000_000);
+    area.held(1_500);
+    let host = Snapshot::read(&path).unwrap().compute;
+    assert_eq!(host, l.snapshot().compute);
+    assert_eq!(host, area.snapshot());
+    assert_eq!(
+        (host.tokens, host.charged_ns, host.held_ns, host.launches),
+        (2_500_000 - 7_000_000, 7_000_000, 1_500, 2)
+    );
 }
 
 #[test]

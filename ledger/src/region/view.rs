@@ -3,6 +3,7 @@
 //! no lock taken); whatever charges, refunds or reclaims lives elsewhere.
 
 use super::commit::Book;
+use super::compute::ComputeSnapshot;
 use super::format::{total_of_low_half, Commit, KINDS, SEQ_MASK, SLOT_COUNT};
 use super::ledger::Ledger;
 use super::lock;
@@ -24,6 +25,8 @@ pub struct Snapshot {
     /// the spill budget, not to `used`.
     #[serde(default)]
     pub spilled: u64,
+    /// The compute share's bucket (`COMPUTE_AREA`): all zeros where no share ever ran.
+    pub compute: ComputeSnapshot,
     /// Slots with a live owner or leftover usage, by index.
     pub slots: Vec<SlotSnapshot>,
 }
@@ -200,6 +203,7 @@ impl Ledger {
             used,
             refusals: self.refusals(),
             spilled,
+            compute: self.compute().snapshot(),
             slots,
         }
     }

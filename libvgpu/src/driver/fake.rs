@@ -55,6 +55,10 @@ pub struct FakeDriver {
     pub deps: RefCell<HashMap<usize, Vec<usize>>>,
     /// Child-graph nodes and the graph each embeds.
     pub child_graphs: RefCell<HashMap<usize, usize>>,
+    /// Kernel nodes, and nodes that are neither kernels nor free (with what they are); any other node is
+    /// free (empty, memory).
+    pub kernel_nodes: RefCell<HashMap<usize, crate::solo::KernelRef>>,
+    pub other_nodes: RefCell<HashMap<usize, &'static str>>,
     /// Every side call the policies made, as text ("mem_free 0x10", "pool_trim 5 0", ...).
     pub calls: RefCell<Vec<String>>,
     /// NVML is present (device and per-process usage); per-process usage is reported.
@@ -99,6 +103,8 @@ impl FakeDriver {
             free_nodes: RefCell::new(HashMap::new()),
             deps: RefCell::new(HashMap::new()),
             child_graphs: RefCell::new(HashMap::new()),
+            kernel_nodes: RefCell::new(HashMap::new()),
+            other_nodes: RefCell::new(HashMap::new()),
             calls: RefCell::new(Vec::new()),
             nvml: Cell::new(true),
             per_process: Cell::new(true),
@@ -282,6 +288,20 @@ impl Driver for FakeDriver {
 
     fn child_graph(&self, node: usize) -> Option<usize> {
         self.child_graphs.borrow().get(&node).copied()
+    }
+
+    fn node_work(&self, node: usize) -> crate::solo::NodeWork {
+        use crate::solo::NodeWork;
+        if let Some(k) = self.kernel_nodes.borrow().get(&node) {
+            return NodeWork::Kernel(*k);
+        }
+        if let Some(g) = self.child_graph(node) {
+            return NodeWork::Child(g);
+        }
+        match self.other_nodes.borrow().get(&node) {
+            Some(what) => NodeWork::Other(what),
+            None => NodeWork::Free,
+        }
     }
 
     fn module_unload(&self, module: usize) {

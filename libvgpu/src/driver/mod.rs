@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::ffi::{CUdevice, CUresult};
 use crate::quota::DeviceQuota;
 use crate::settings::Applies;
+use crate::solo::NodeWork;
 
 /// What the policies ask the CUDA driver and NVML (beyond the call being hooked, which each hook passes
 /// in as a closure), and which quota the configuration gives a device. Handles are plain integers.
@@ -80,6 +81,8 @@ pub trait Driver {
     fn node_dependencies(&self, node: usize) -> Option<Vec<usize>>;
     /// The graph embedded in a child-graph node; None for any other node.
     fn child_graph(&self, node: usize) -> Option<usize>;
+    /// What a node runs, for the compute share's solo time of a graph (`solo::compose`).
+    fn node_work(&self, node: usize) -> NodeWork;
 
     // ---- modules
     fn module_unload(&self, module: usize);

@@ -11,6 +11,7 @@ use crate::ffi::*;
 use crate::quota::DeviceQuota;
 use crate::real::{forward, real, Lib};
 use crate::settings::{self, Applies};
+use crate::solo::{KernelRef, NodeWork};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealDriver;
@@ -25,6 +26,33 @@ fn node_type(node: usize) -> Option<i32> {
         &mut t
     ) == CUDA_SUCCESS)
         .then_some(t)
+}
+
+/// A kernel node's function (and CUDA 12's kernel handle) and grid.
+fn kernel_node(node: usize) -> Option<KernelRef> {
+    // SAFETY: all-zero is a valid out-buffer (plain integers and pointers).
+    let mut p: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
+    let node = node as CUgraphNode;
+    let mut r = forward!(
+        "cuGraphKernelNodeGetParams_v2",
+        fn(CUgraphNode, *mut CUDA_KERNEL_NODE_PARAMS_v2),
+        node,
+        &mut p
+    );
+    if r == CUDA_ERROR_NOT_FOUND {
+        // A driver before CUDA 12: the v1 struct, the first 56 bytes of ours (`kern` stays 0).
+        r = forward!(
+            "cuGraphKernelNodeGetParams",
+            fn(CUgraphNode, *mut CUDA_KERNEL_NODE_PARAMS_v2),
+            node,
+            &mut p
+        );
+    }
+    (r == CUDA_SUCCESS).then_some(KernelRef {
+        func: p.func as usize,
+        kern: p.kern as usize,
+        grid: p.grid,
+    })
 }
 
 impl Driver for RealDriver {
@@ -405,6 +433,27 @@ impl Driver for RealDriver {
         ) == CUDA_SUCCESS
             && !g.is_null())
         .then_some(g as usize)
+    }
+
+    fn node_work(&self, node: usize) -> NodeWork {
+        match node_type(node) {
+            Some(CU_GRAPH_NODE_TYPE_KERNEL) => kernel_node(node).map_or(
+                NodeWork::Other("a kernel node whose parameters cannot be read"),
+                NodeWork::Kernel,
+            ),
+            Some(CU_GRAPH_NODE_TYPE_GRAPH) => self.child_graph(node).map_or(
+                NodeWork::Other("a child graph that cannot be read"),
+                NodeWork::Child,
+            ),
+            // empty, event wait, event record, memory allocation and free
+            Some(5 | 6 | 7 | 10 | 11) => NodeWork::Free,
+            Some(1) => NodeWork::Other("a memcpy node"),
+            Some(2) => NodeWork::Other("a memset node"),
+            Some(3) => NodeWork::Other("a host node"),
+            Some(13) => NodeWork::Other("a conditional node"),
+            Some(_) => NodeWork::Other("a node that is neither a kernel nor empty"),
+            None => NodeWork::Other("a node whose type cannot be read"),
+        }
     }
 
     fn module_unload(&self, module: usize) {

@@ -9,17 +9,19 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_int, c_void};
 
 use vgpu_ledger::Kind;
 
 use super::{engine, hook, Engine, Target};
+use crate::compute;
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
 use crate::quota::DeviceQuota;
 use crate::real::forward;
 use crate::records::GraphDev;
+use crate::solo::Composition;
 
 impl<D: Driver> Engine<'_, D> {
     /// What a graph's memory-allocation nodes can hold at once (child graphs included): from the
@@ -257,7 +259,35 @@ fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUresult
         return r;
     }
     // SAFETY: non-null, written by the driver, which succeeded.
-    engine().graph_instantiated(r, unsafe { *exec } as usize, graph as usize)
+    let exec = unsafe { *exec } as usize;
+    composed(exec, graph as usize);
+    engine().graph_instantiated(r, exec, graph as usize)
+}
+
+impl<D: Driver> Engine<'_, D> {
+    /// What `graph` runs, for the compute share's solo time of its execs (`solo`).
+    pub(crate) fn graph_composition(&self, graph: usize) -> Composition {
+        crate::solo::compose(graph, &|g| self.drv.graph_nodes(g), &|n| {
+            self.drv.node_work(n)
+        })
+    }
+}
+
+/// Under a compute share: records what the exec instantiated (or updated) from `graph` runs. Driver
+/// calls only, no lock held; nothing at all without a share.
+fn composed(exec: usize, graph: usize) {
+    if !compute::off() {
+        compute::graph_composed(exec, engine().graph_composition(graph));
+    }
+}
+
+/// Under a compute share: the exec's nodes changed after instantiation (their parameters, or a child
+/// graph's): what it runs is no longer known.
+fn reparametrised(r: CUresult, exec: CUgraphExec) -> CUresult {
+    if r == CUDA_SUCCESS && !compute::off() {
+        compute::graph_reparametrised(exec as usize);
+    }
+    r
 }
 
 hook!(cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) {
@@ -300,7 +330,12 @@ fn instantiate_with_params(
         return instantiated(call(), exec, graph);
     }
     // SAFETY: non-null, read only after the driver succeeded and wrote it.
-    engine().graph_instantiate_upload(graph as usize, call, || unsafe { *exec } as usize)
+    let r = engine().graph_instantiate_upload(graph as usize, call, || unsafe { *exec } as usize);
+    if r == CUDA_SUCCESS {
+        // SAFETY: as above.
+        composed(unsafe { *exec } as usize, graph as usize);
+    }
+    r
 }
 
 hook!(cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut c_void) {
@@ -325,8 +360,34 @@ hook!(cuGraphUpload_ptsz(exec: CUgraphExec, s: CUstream) {
 });
 hook!(cuGraphExecDestroy(exec: CUgraphExec) {
     let r = forward!("cuGraphExecDestroy", fn(CUgraphExec), exec);
-    if r == CUDA_SUCCESS { engine().rec.graph_execs.remove(exec as u64); }
+    if r == CUDA_SUCCESS {
+        engine().rec.graph_execs.remove(exec as u64);
+        if !compute::off() { compute::forget_graph(exec as usize); }
+    }
     r
+});
+// The compute share's view of what an exec runs follows its updates (`solo`); these only serve it.
+hook!(cuGraphExecUpdate(exec: CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode, result: *mut c_int) {
+    let r = forward!("cuGraphExecUpdate", fn(CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_int), exec, graph, err_node, result);
+    if r == CUDA_SUCCESS { composed(exec as usize, graph as usize); }
+    r
+});
+hook!(cuGraphExecUpdate_v2(exec: CUgraphExec, graph: CUgraph, info: *mut c_void) {
+    let r = forward!("cuGraphExecUpdate_v2", fn(CUgraphExec, CUgraph, *mut c_void), exec, graph, info);
+    if r == CUDA_SUCCESS { composed(exec as usize, graph as usize); }
+    r
+});
+hook!(cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const c_void) {
+    reparametrised(forward!("cuGraphExecKernelNodeSetParams", fn(CUgraphExec, CUgraphNode, *const c_void), exec, node, params), exec)
+});
+hook!(cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const c_void) {
+    reparametrised(forward!("cuGraphExecKernelNodeSetParams_v2", fn(CUgraphExec, CUgraphNode, *const c_void), exec, node, params), exec)
+});
+hook!(cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut c_void) {
+    reparametrised(forward!("cuGraphExecNodeSetParams", fn(CUgraphExec, CUgraphNode, *mut c_void), exec, node, params), exec)
+});
+hook!(cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph) {
+    reparametrised(forward!("cuGraphExecChildGraphNodeSetParams", fn(CUgraphExec, CUgraphNode, CUgraph), exec, node, child), exec)
 });
 hook!(cuDeviceGraphMemTrim(dev: CUdevice) {
     let r = forward!("cuDeviceGraphMemTrim", fn(CUdevice), dev);

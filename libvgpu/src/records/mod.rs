@@ -126,6 +126,8 @@ pub struct Records {
     pub graph_execs: Table<(CUdevice, u64)>,
     /// Graph -> bytes of the alloc nodes added to it.
     pub graph_needs: Table<u64>,
+    /// Graph exec -> what it runs, for the compute share's solo time (`compute::solo`); only under a share.
+    pub graph_work: Table<std::sync::Arc<crate::solo::Composition>>,
     /// Context -> what `cuCtxSetLimit` and the driver's own stack growth were charged for each of the
     /// three limits that are device memory (`hooks/limits`).
     pub limit_extras: Table<[u64; 3]>,
@@ -158,6 +160,7 @@ impl Records {
             graph_dev: Table::new(),
             graph_execs: Table::new(),
             graph_needs: Table::new(),
+            graph_work: Table::new(),
             limit_extras: Table::new(),
             limit_setter: Mutex::new(()),
             truth_charged: Table::new(),
@@ -194,6 +197,7 @@ impl Records {
         self.graph_dev.lock_all();
         self.graph_execs.lock_all();
         self.graph_needs.lock_all();
+        self.graph_work.lock_all();
         self.limit_extras.lock_all();
         self.truth_charged.lock_all();
         self.known_ctx.lock_all();
@@ -210,6 +214,7 @@ impl Records {
         self.graph_dev.unlock_all();
         self.graph_execs.unlock_all();
         self.graph_needs.unlock_all();
+        self.graph_work.unlock_all();
         self.limit_extras.unlock_all();
         self.truth_charged.unlock_all();
         self.known_ctx.unlock_all();
@@ -229,6 +234,7 @@ impl Records {
         self.graph_dev.clear();
         self.graph_execs.clear();
         self.graph_needs.clear();
+        self.graph_work.clear();
         self.limit_extras.clear();
         self.truth_charged.clear();
         self.nvml_pid.store(0, Ordering::Relaxed);

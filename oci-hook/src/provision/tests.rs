@@ -16,12 +16,43 @@ fn plan(limit: u64) -> Plan {
     Plan {
         kubernetes: None,
         memory: Default::default(),
+        compute_policy: Default::default(),
         gpus: vec![PlannedGpu {
             index: 0,
             uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),
-            memory_limit: limit,
+            memory_limit: Some(limit),
+            compute_limit: None,
         }],
     }
+}
+
+// A compute share without a memory quota: the GPU is listed for its share alone and gets its ledger
+// (the share's bucket lives there), with no memory limit and a plain memory mode whatever the plan's.
+#[test]
+fn a_compute_share_alone_gets_its_ledger_and_no_memory_limit() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    let mut p = plan(1 << 30);
+    p.gpus[0].memory_limit = None;
+    p.gpus[0].compute_limit = Some(30);
+    p.compute_policy = vgpu_ledger::envcompute::Policy::Force;
+    p.memory = vgpu_ledger::MemoryMode::Spill {
+        spill_limit: 1 << 30,
+    };
+    let dir = provision(&root, "c1", &p, Owner::default(), None)
+        .unwrap()
+        .dir;
+    let limits = Limits::load(&dir.join("limits.json")).unwrap();
+    let dev = &limits.devices[0];
+    assert_eq!(
+        (dev.memory_limit, dev.compute_limit, dev.compute_share()),
+        (None, Some(30), Some(30))
+    );
+    assert_eq!(dev.compute_policy, vgpu_ledger::envcompute::Policy::Force);
+    assert!(dev.memory.is_plain());
+    let ledger = dir.join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger");
+    let snap = vgpu_ledger::Snapshot::read(&ledger).unwrap();
+    assert_eq!((snap.used, snap.compute.launches), (0, 0));
 }
 
 #[test]
@@ -49,7 +80,7 @@ fn provision_is_complete_idempotent_and_removable() {
     .unwrap()
     .dir;
     let limits = Limits::load(&dir.join("limits.json")).unwrap();
-    assert_eq!(limits.devices[0].memory_limit, 1 << 30);
+    assert_eq!(limits.devices[0].memory_limit, Some(1 << 30));
     assert_eq!(limits.init_pid, None);
     assert!(dir
         .join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger")

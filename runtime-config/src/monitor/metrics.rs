@@ -19,6 +19,7 @@ use vgpu_ledger::Kind;
 pub type Labels = Vec<(&'static str, String)>;
 type IntFamily = Family<Labels, Gauge>;
 type RatioFamily = Family<Labels, Gauge<f64, AtomicU64>>;
+type SecondsFamily = Family<Labels, Counter<f64, AtomicU64>>;
 
 /// What the watchdog loop has counted and still sees, for the scrape.
 #[derive(Debug, Clone, Default)]
@@ -163,6 +164,29 @@ pub fn render(s: &Scrape) -> String {
         "vgpu_container_gpu_memory_untracked_bytes",
         "GPU memory held by container processes without a ledger slot (bypassing the library)",
     );
+    let compute_limit = ratio(
+        &mut reg,
+        "vgpu_compute_limit_ratio",
+        "the container's compute share of the GPU's time, 0-1 (limits.json; only GPUs with a share)",
+    );
+    let compute_charged = SecondsFamily::default();
+    reg.register(
+        "vgpu_compute_charged_seconds",
+        "GPU time charged to the container's compute bucket (its launches' measured time)",
+        compute_charged.clone(),
+    );
+    let compute_held = SecondsFamily::default();
+    reg.register(
+        "vgpu_compute_held_seconds",
+        "time the container's launching threads were held back by its compute share, summed over threads",
+        compute_held.clone(),
+    );
+    let compute_launches = Family::<Labels, Counter>::default();
+    reg.register(
+        "vgpu_compute_launches",
+        "kernel and graph launches measured and charged to the container's compute bucket",
+        compute_launches.clone(),
+    );
     let refusals = Family::<Labels, Counter>::default();
     reg.register(
         "vgpu_memory_refusals",
@@ -221,7 +245,21 @@ pub fn render(s: &Scrape) -> String {
             n_errors += u64::from(g.error.is_some());
             let l = container_labels(c, gi);
             set(&used, &l, g.total);
-            set(&limit, &l, g.limit);
+            if let Some(b) = g.limit {
+                set(&limit, &l, b);
+            }
+            if let Some(pct) = g.compute_limit {
+                compute_limit.get_or_create(&l).set(f64::from(pct) / 100.0);
+                compute_charged
+                    .get_or_create(&l)
+                    .inc_by(g.compute.charged_ns as f64 / 1e9);
+                compute_held
+                    .get_or_create(&l)
+                    .inc_by(g.compute.held_ns as f64 / 1e9);
+                compute_launches
+                    .get_or_create(&l)
+                    .inc_by(g.compute.launches);
+            }
             set(&slots, &l, g.slots_sum);
             set(&spilled, &l, g.spilled);
             set(&live, &l, g.owners.len() as u64);
@@ -330,7 +368,14 @@ mod tests {
             gpus: vec![GpuState {
                 index: 0,
                 uuid: "GPU-0".into(),
-                limit: 1 << 30,
+                limit: Some(1 << 30),
+                compute_limit: Some(30),
+                compute: vgpu_ledger::region::ComputeSnapshot {
+                    charged_ns: 1_500_000_000,
+                    held_ns: 250_000_000,
+                    launches: 42,
+                    ..Default::default()
+                },
                 total: 300 << 20,
                 slots_sum: 300 << 20,
                 by_kind: {
@@ -406,6 +451,10 @@ mod tests {
             "vgpu_nvml_up 1".into(),
             format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
             format!("vgpu_memory_refusals_total{{{l}}} 3"),
+            format!("vgpu_compute_limit_ratio{{{l}}} 0.3"),
+            format!("vgpu_compute_charged_seconds_total{{{l}}} 1.5"),
+            format!("vgpu_compute_held_seconds_total{{{l}}} 0.25"),
+            format!("vgpu_compute_launches_total{{{l}}} 42"),
             "vgpu_monitor_reading_age_seconds 1.5".into(),
             "vgpu_monitor_collection_seconds 0.02".into(),
             "# EOF".into(),
@@ -413,5 +462,36 @@ mod tests {
             assert!(text.contains(&want), "missing {want}\n{text}");
         }
         assert!(!text.contains("kind=\"vmm\""), "kinds at zero are left out");
+    }
+
+    #[test]
+    fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_compute_series() {
+        let gpu = |limit, compute_limit| GpuState {
+            uuid: "GPU-0".into(),
+            limit,
+            compute_limit,
+            ..Default::default()
+        };
+        let c = ContainerState {
+            id: "c1".into(),
+            gpus: vec![gpu(None, Some(70)), gpu(Some(1 << 30), None)],
+            ..Default::default()
+        };
+        let text = render(&Scrape {
+            containers: &[c],
+            gpus: None,
+            truth: &Truth::default(),
+            watchdog: &WatchdogView::default(),
+            state_error: None,
+            collection: None,
+        });
+        let series = |name: &str| text.lines().filter(|l| l.starts_with(name)).count();
+        assert_eq!(series("hami_vgpu_memory_limit_bytes{"), 1, "{text}");
+        assert_eq!(series("vgpu_compute_limit_ratio{"), 1, "{text}");
+        assert!(
+            text.contains("vdevice_index=\"0\",device_uuid=\"GPU-0\"} 0.7"),
+            "{text}"
+        );
+        assert_eq!(series("vgpu_compute_launches_total{"), 1, "{text}");
     }
 }

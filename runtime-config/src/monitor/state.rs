@@ -32,8 +32,13 @@ pub struct GpuState {
     /// The container's GPU index (its CUDA ordinal inside).
     pub index: u32,
     pub uuid: String,
-    /// Bytes, from limits.json (what the library enforces).
-    pub limit: u64,
+    /// Bytes, from limits.json (what the library enforces); None: no memory quota (a compute share
+    /// alone).
+    pub limit: Option<u64>,
+    /// The compute share in percent, from limits.json (None: none, or the policy `disable`).
+    pub compute_limit: Option<u32>,
+    /// The ledger's compute bucket (`COMPUTE_AREA`): GPU time charged, time held back, launches.
+    pub compute: vgpu_ledger::region::ComputeSnapshot,
     /// The ledger's total (its commit word); 0 with no ledger yet.
     pub total: u64,
     /// The sum of its slots' counters.
@@ -85,6 +90,7 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
         index: d.index,
         uuid: d.uuid.clone(),
         limit: d.memory_limit,
+        compute_limit: d.compute_share(),
         ..Default::default()
     };
     // No process of the container has used CUDA yet (the hook allocates ledgers, but an older one may not).
@@ -97,6 +103,7 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
             g.total = snap.used;
             g.refusals = snap.refusals;
             g.spilled = snap.spilled;
+            g.compute = snap.compute;
             for s in &snap.slots {
                 for (k, u) in s.usage.iter().enumerate() {
                     g.by_kind[k] = g.by_kind[k].saturating_add(*u);
@@ -133,7 +140,9 @@ mod tests {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),
-                memory_limit: 1 << 30,
+                memory_limit: Some(1 << 30),
+                compute_limit: Some(40),
+                compute_policy: Default::default(),
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
                 memory: Default::default(),
             }],
@@ -148,7 +157,8 @@ mod tests {
             .unwrap();
         // No ledger yet: quota only.
         let s = read(&root).unwrap();
-        assert_eq!((s[0].gpus[0].limit, s[0].gpus[0].total), (1 << 30, 0));
+        assert_eq!((s[0].gpus[0].limit, s[0].gpus[0].total), (Some(1 << 30), 0));
+        assert_eq!(s[0].gpus[0].compute_limit, Some(40));
         assert_eq!(s[0].gpus[0].error, None);
 
         let path = root.ledger_path("c1", uuid).unwrap();

@@ -181,8 +181,12 @@ pub fn decide(containers: &[ContainerState], truth: &Truth, policy: Policy) -> V
                     truth: tracked,
                 });
             }
+            // A GPU listed for its compute share alone has no memory quota to pass.
+            let Some(limit) = gs.limit else {
+                continue;
+            };
             let used = truth.used(c, g);
-            let ceiling = gs.limit.saturating_add(policy.tolerance);
+            let ceiling = limit.saturating_add(policy.tolerance);
             if used > ceiling {
                 let kill = if policy.kill {
                     victims(&procs, used, ceiling)
@@ -193,7 +197,7 @@ pub fn decide(containers: &[ContainerState], truth: &Truth, policy: Policy) -> V
                     c,
                     g,
                     truth: used,
-                    limit: gs.limit,
+                    limit,
                     procs,
                     kill,
                 });
@@ -239,7 +243,7 @@ mod tests {
             pid_ns: Some(ns),
             gpus: vec![GpuState {
                 uuid: U0.into(),
-                limit,
+                limit: Some(limit),
                 total,
                 slots_sum: total,
                 owners,
@@ -393,6 +397,17 @@ mod tests {
             },
         );
         assert!(matches!(&f[0], Finding::OverQuota { kill, .. } if kill.is_empty()));
+    }
+
+    // A GPU listed for its compute share alone: its processes hold memory the library never charges
+    // (no quota, no slot); they are neither over a quota nor killed as bypassing it.
+    #[test]
+    fn a_compute_share_alone_has_no_quota_to_pass() {
+        let mut cs = vec![container("a", 1, 0, 0, vec![])];
+        cs[0].gpus[0].limit = None;
+        cs[0].gpus[0].compute_limit = Some(30);
+        let t = attribute(&cs, &[reading(U0, vec![(100, 8000 * MIB)])], world, HOST);
+        assert_eq!(decide(&cs, &t, POLICY), vec![]);
     }
 
     #[test]

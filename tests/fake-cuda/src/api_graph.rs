@@ -20,6 +20,17 @@ pub struct AllocNodeParams {
     dptr: u64,
 }
 
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2` adds `kern` and `ctx`, which the fake never reads nor writes).
+#[repr(C)]
+pub struct KernelNodeParams {
+    func: Handle,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_mem: c_uint,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+}
+
 /// Frees graph memory outside the graph (cuMemFree/cuMemFreeAsync of a node's address).
 pub fn graph_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
     let mut mem = lock(&d.mem);
@@ -137,6 +148,29 @@ fn cuGraphAddEmptyNode(node: *mut Handle, graph: Handle, deps: *const Handle, n:
     add_node(drv()?, node, graph, Node::Other, deps, n)
 }
 
+fn cuGraphAddKernelNode_v2(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *const KernelNodeParams) {
+    let d = drv()?;
+    if params.is_null() { return Err(INVALID_VALUE); }
+    let p = &*params;
+    if !lock(&d.objs).functions.contains_key(&p.func) { return Err(INVALID_VALUE); }
+    if p.grid.contains(&0) || p.block.contains(&0) { return Err(INVALID_VALUE); }
+    add_node(d, node, graph, Node::Kernel { func: p.func, grid: p.grid, block: p.block }, deps, n)
+}
+
+fn cuGraphKernelNodeGetParams_v2(node: Handle, params: *mut KernelNodeParams) {
+    let d = drv()?;
+    if params.is_null() { return Err(INVALID_VALUE); }
+    let Node::Kernel { func, grid, block } = find_node(&lock(&d.objs), node)? else { return Err(INVALID_VALUE) };
+    let p = &mut *params;
+    p.func = func;
+    p.grid = grid;
+    p.block = block;
+    p.shared_mem = 0;
+    p.params = std::ptr::null_mut();
+    p.extra = std::ptr::null_mut();
+    Ok(())
+}
+
 fn cuGraphGetNodes(graph: Handle, nodes: *mut Handle, n: *mut usize) {
     let d = drv()?;
     if n.is_null() { return Err(INVALID_VALUE); }
@@ -153,6 +187,7 @@ fn cuGraphNodeGetType(node: Handle, t: *mut c_int) {
     let kind = match find_node(&lock(&d.objs), node)? {
         Node::Alloc { .. } => 10,
         Node::Free { .. } => 11,
+        Node::Kernel { .. } => 0, // CU_GRAPH_NODE_TYPE_KERNEL
         Node::Other => 5, // CU_GRAPH_NODE_TYPE_EMPTY
     };
     out(t, kind)
@@ -221,7 +256,7 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
                 let a = mem.allocs.get(&dptr).ok_or(INVALID_VALUE)?;
                 used[a.phys] -= a.size.min(used[a.phys]);
             }
-            Node::Other => {}
+            Node::Kernel { .. } | Node::Other => {}
         }
     }
     let mut charged = Vec::new();
@@ -247,7 +282,7 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
                 let a = mem.allocs.get_mut(&dptr).unwrap();
                 a.live = matches!(n, Node::Alloc { .. });
             }
-            Node::Other => {}
+            Node::Kernel { .. } | Node::Other => {}
         }
     }
     for (phys, u) in used.into_iter().enumerate() {
@@ -255,9 +290,10 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
         gm.used = u;
         gm.used_high = gm.used_high.max(peak[phys]);
     }
-    // The fake's graphs hold no kernel nodes: each empty node stands for one kernel of the timeline.
-    let kernels = nodes.iter().filter(|n| matches!(n, Node::Other)).count() as u64;
-    crate::timeline::run(kernels.max(1));
+    // Each kernel node is one kernel of the timeline, and so is each empty node (graphs of empty nodes
+    // stand for kernels); a graph of neither costs one.
+    let kernels = nodes.iter().filter(|n| matches!(n, Node::Kernel { .. } | Node::Other)).count() as u64;
+    crate::timeline::run(&d.shared, kernels.max(1));
     Ok(())
 }
 

@@ -100,7 +100,7 @@ fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R
             crate::api_ctx::set_limit(d, &mut objs, top, phys, 0, d.kernel_stack)?;
         }
     }
-    crate::timeline::run(1);
+    crate::timeline::run(&d.shared, 1);
     Ok(())
 }
 

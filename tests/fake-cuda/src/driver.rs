@@ -63,8 +63,20 @@ pub struct Phys {
 
 #[derive(Clone)]
 pub enum Node {
-    Alloc { dptr: u64, size: u64, phys: usize },
-    Free { dptr: u64 },
+    Alloc {
+        dptr: u64,
+        size: u64,
+        phys: usize,
+    },
+    Free {
+        dptr: u64,
+    },
+    /// A kernel node: its function, grid and block (one kernel's time on the timeline).
+    Kernel {
+        func: Handle,
+        grid: [u32; 3],
+        block: [u32; 3],
+    },
     Other,
 }
 

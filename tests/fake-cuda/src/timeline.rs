@@ -3,47 +3,111 @@
 //! queue's end; events are stamped with the end of the queue when recorded, complete when the clock
 //! passes that stamp, and their elapsed time is the difference; synchronising sleeps until the queue is
 //! drained. Unset (the default), kernels take no time and events complete at once.
+//!
+//! Time slicing (`FAKE_CUDA_TIMESLICE_US`): processes then share one GPU as a real one time-slices
+//! contexts. Each process publishes when its queue drains (the state file, `Shared::set_busy_until`); work
+//! queued while `m` other processes are busy (queued work ending within the last slice) runs in slices: it
+//! uses what is left of its process's current slice, and every slice boundary it crosses costs it `m`
+//! slices of the others' work. So a kernel that fits in what is left of the slice takes its own time, and
+//! a long graph takes about `m + 1` times its own. Alone, a process keeps the GPU (no slicing).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
-/// Nanoseconds since the first use; 0 is "never".
+use fake_gpu::Shared;
+
+/// CLOCK_MONOTONIC nanoseconds: one clock for every process of the machine (0 is "never").
 fn now() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn env_us(name: &str) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(0, |us| us * 1000)
 }
 
 /// A kernel's duration (FAKE_CUDA_KERNEL_US, microseconds; 0 when unset or malformed).
 pub fn kernel_ns() -> u64 {
     static NS: OnceLock<u64> = OnceLock::new();
-    *NS.get_or_init(|| {
-        std::env::var("FAKE_CUDA_KERNEL_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(0, |us| us * 1000)
-    })
+    *NS.get_or_init(|| env_us("FAKE_CUDA_KERNEL_US"))
 }
 
-/// When the queue is drained (fake nanoseconds).
-static BUSY_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// The time slice between processes (FAKE_CUDA_TIMESLICE_US; 0: processes never contend).
+pub fn slice_ns() -> u64 {
+    static NS: OnceLock<u64> = OnceLock::new();
+    *NS.get_or_init(|| env_us("FAKE_CUDA_TIMESLICE_US"))
+}
 
-/// Queues `kernels` kernels; returns when they will be done.
-pub fn run(kernels: u64) -> u64 {
-    let cost = kernels * kernel_ns();
-    let mut cur = BUSY_UNTIL.load(Ordering::SeqCst);
-    loop {
-        let end = cur.max(now()) + cost;
-        match BUSY_UNTIL.compare_exchange(cur, end, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => return end,
-            Err(seen) => cur = seen,
-        }
+/// This process's queue: when it drains, and what is left of its current slice.
+struct Queue {
+    busy_until: u64,
+    slice_left: u64,
+}
+
+static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+    busy_until: 0,
+    slice_left: 0,
+});
+
+fn queue() -> std::sync::MutexGuard<'static, Queue> {
+    QUEUE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long `cost` of work takes when `others` processes share the GPU in slices of `slice`, starting
+/// with `left` of this process's slice; and what is left of its slice after. A piece that fits in what
+/// is left takes its own time; each slice boundary crossed waits `others` slices.
+pub fn sliced(cost: u64, left: u64, slice: u64, others: u64) -> (u64, u64) {
+    if others == 0 || slice == 0 {
+        return (cost, slice);
     }
+    if cost <= left {
+        return (cost, left - cost);
+    }
+    let rest = cost - left;
+    let boundaries = rest.div_ceil(slice);
+    (
+        cost + boundaries * others * slice,
+        boundaries * slice - rest,
+    )
+}
+
+/// Queues `kernels` kernels of this process (`shared`: the state file, for the other processes' queues
+/// under time slicing); returns when they will be done.
+pub fn run(shared: &Shared, kernels: u64) -> u64 {
+    let cost = kernels * kernel_ns();
+    let slice = slice_ns();
+    let now = now();
+    let mut q = queue();
+    if q.busy_until < now {
+        // Idle until now: the next work starts a slice of its own.
+        q.slice_left = slice;
+    }
+    let start = q.busy_until.max(now);
+    let others = if slice > 0 && cost > 0 {
+        shared.others_busy(now.saturating_sub(slice))
+    } else {
+        0
+    };
+    let (took, left) = sliced(cost, q.slice_left, slice, others);
+    q.busy_until = start + took;
+    q.slice_left = left;
+    if slice > 0 {
+        shared.set_busy_until(q.busy_until);
+    }
+    q.busy_until
 }
 
 /// The stamp an event recorded now gets: when the work queued before it is done.
 pub fn stamp() -> u64 {
-    BUSY_UNTIL.load(Ordering::SeqCst).max(now())
+    queue().busy_until.max(now())
 }
 
 pub fn done(stamp: u64) -> bool {
@@ -59,5 +123,25 @@ pub fn wait_for(stamp: u64) {
 
 /// Sleeps until everything queued is done.
 pub fn drain() {
-    wait_for(BUSY_UNTIL.load(Ordering::SeqCst));
+    wait_for(queue().busy_until);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sliced;
+
+    #[test]
+    fn work_is_time_sliced_only_across_slice_boundaries_and_only_with_others() {
+        const MS: u64 = 1_000_000;
+        // alone: its own time, a whole slice ahead
+        assert_eq!(sliced(16 * MS, 0, 5 * MS, 0), (16 * MS, 5 * MS));
+        // a kernel that fits in what is left of the slice
+        assert_eq!(sliced(2 * MS, 5 * MS, 5 * MS, 1), (2 * MS, 3 * MS));
+        // one that crosses a boundary waits one slice of the other's
+        assert_eq!(sliced(2 * MS, MS, 5 * MS, 1), (7 * MS, 4 * MS));
+        // a 16 ms graph from a fresh slice crosses three boundaries: a slice of the other's at each (31
+        // ms), two others' (46 ms)
+        assert_eq!(sliced(16 * MS, 5 * MS, 5 * MS, 1), (31 * MS, 4 * MS));
+        assert_eq!(sliced(16 * MS, 5 * MS, 5 * MS, 2), (46 * MS, 4 * MS));
+    }
 }

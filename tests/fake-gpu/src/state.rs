@@ -55,7 +55,11 @@ struct Slot {
     /// Inode of the owner's PID namespace (0: unknown), so NVML can name it by the PID its caller sees.
     pid_ns: AtomicU64,
     used: [AtomicU64; MAX_DEVICES],
+    /// When the owner's kernel queue drains (CLOCK_MONOTONIC ns; the fake CUDA's `timeline`), for the
+    /// time slicing between processes. In the slot's padding: the layout and format version are as before.
+    busy_until: AtomicU64,
 }
+const _: () = assert!(size_of::<Slot>() == 192);
 
 #[repr(C)]
 struct Layout {
@@ -251,6 +255,23 @@ impl Shared {
             .map_or(0, |s| self.layout().slots[s].used[dev].load(Relaxed))
     }
 
+    /// Publishes when this process's kernel queue drains (CLOCK_MONOTONIC ns).
+    pub fn set_busy_until(&self, ns: u64) {
+        if let Some(s) = self.slot {
+            self.layout().slots[s].busy_until.store(ns, Relaxed);
+        }
+    }
+
+    /// How many other live processes had kernels queued after `since` (CLOCK_MONOTONIC ns).
+    pub fn others_busy(&self, since: u64) -> u64 {
+        let me = self.slot;
+        (0..SLOTS)
+            .filter(|&i| Some(i) != me)
+            .map(|i| &self.layout().slots[i])
+            .filter(|s| s.state.load(Acquire) == LIVE && s.busy_until.load(Relaxed) > since)
+            .count() as u64
+    }
+
     /// Gives back the usage of every dead process; then claims a slot for this one.
     pub fn claim(&mut self) -> Result<usize, String> {
         if let Some(s) = self.slot {
@@ -275,6 +296,7 @@ impl Shared {
             for u in &slot.used {
                 u.store(0, Relaxed);
             }
+            slot.busy_until.store(0, Relaxed);
             slot.state.store(LIVE, Release);
             self.slot = Some(i);
             return Ok(i);

@@ -289,3 +289,43 @@ fn execs_not_instantiated_under_a_quota_pass_through() {
     );
     assert!(w.rec.graph_execs.keys().is_empty());
 }
+
+#[test]
+fn a_graphs_composition_is_its_kernels_through_child_graphs_with_memory_nodes_free() {
+    use crate::solo::KernelRef;
+    let w = World::new(1000);
+    graph(&w); // nodes 1 (alloc), 2 (other: free here), 3 (alloc)
+    let k = KernelRef {
+        func: 0x51,
+        kern: 0,
+        grid: [8, 1, 1],
+    };
+    w.fake
+        .graphs
+        .borrow_mut()
+        .get_mut(&GRAPH)
+        .unwrap()
+        .extend([4, 5, 6]);
+    w.fake.graphs.borrow_mut().insert(0x610, vec![7, 8]);
+    w.fake
+        .kernel_nodes
+        .borrow_mut()
+        .extend([(4, k), (5, k), (7, k), (8, k)]);
+    w.fake.child_graphs.borrow_mut().insert(6, 0x610);
+    let e = w.engine();
+    assert_eq!(
+        e.graph_composition(GRAPH),
+        Composition::Kernels(vec![(k, 4)])
+    );
+    // A copy in the child graph: the graph is not only kernels.
+    w.fake.other_nodes.borrow_mut().insert(8, "a memcpy node");
+    w.fake.kernel_nodes.borrow_mut().remove(&8);
+    assert_eq!(
+        e.graph_composition(GRAPH),
+        Composition::Opaque("a memcpy node")
+    );
+    assert_eq!(
+        e.graph_composition(0x999),
+        Composition::Opaque("its nodes cannot be read")
+    );
+}

@@ -1,0 +1,373 @@
+//! The configuration's sources and lookups: limits files (mounted or named), the environment's quotas,
+//! zero as no limit, ledger prefixes, memory modes and compute shares. The code is in `config.rs`.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+const NOFILE: &str = "/nonexistent/vgpu/limits.json";
+
+fn gpu(uuid: &str, index: Option<u32>) -> Gpu<'_> {
+    Gpu {
+        uuid,
+        parent: None,
+        index,
+    }
+}
+
+fn limit(c: &Config, g: Gpu<'_>) -> Option<u64> {
+    match c.lookup(g) {
+        Lookup::Limit(s) => Some(s.limit),
+        _ => None,
+    }
+}
+
+#[test]
+fn limits_file_refuses_unlisted_gpus_and_gives_mig_its_gpus_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limits.json");
+    std::fs::write(
+        &path,
+        r#"{"version":1,"container_id":"c","devices":[{"index":0,"uuid":"GPU-a","memory_limit":4096,"ledger":"ledgers/GPU-a.ledger"}]}"#,
+    )
+    .unwrap();
+    let env = env(&[("VGPU_LIMITS_FILE", path.to_str().unwrap())]);
+    let c = Config::from_env(&env, Path::new(NOFILE)).unwrap();
+    assert_eq!(limit(&c, gpu("GPU-a", Some(3))), Some(4096));
+    let Lookup::Refuse(why) = c.lookup(gpu("GPU-b", Some(0))) else {
+        panic!("an unlisted GPU must be refused")
+    };
+    assert!(
+        why.contains("GPU-b") && why.contains("limits.json"),
+        "{why}"
+    );
+    let mig = Gpu {
+        uuid: "MIG-x",
+        parent: Some("GPU-a"),
+        index: Some(0),
+    };
+    let Lookup::Limit(s) = c.lookup(mig) else {
+        panic!("a MIG instance gets its GPU's quota")
+    };
+    assert_eq!(s.ledger, dir.path().join("ledgers/GPU-a.ledger"));
+    let orphan = Gpu {
+        parent: Some("GPU-z"),
+        ..mig
+    };
+    assert!(matches!(c.lookup(orphan), Lookup::Refuse(_)));
+}
+
+#[test]
+fn inside_a_container_the_mounted_limits_file_is_the_only_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, limit: u64| {
+        let p = dir.path().join(name);
+        std::fs::write(
+            &p,
+            format!(r#"{{"version":1,"container_id":"c","devices":[{{"index":0,"uuid":"GPU-a","memory_limit":{limit},"ledger":"ledgers/GPU-a.ledger"}}]}}"#),
+        )
+        .unwrap();
+        p
+    };
+    let mounted = file("mounted.json", 4096);
+    // Any user can copy the file with a bigger number and name it, or set the HAMi variables.
+    let copy = file("copy.json", 1 << 40);
+    let env = env(&[
+        ("VGPU_LIMITS_FILE", copy.to_str().unwrap()),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "1t"),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1t"),
+        ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+    ]);
+    let c = Config::from_env(&env, &mounted).unwrap();
+    let Lookup::Limit(s) = c.lookup(gpu("GPU-a", Some(0))) else {
+        panic!("the mounted file's GPU has a limit")
+    };
+    assert_eq!(s.limit, 4096);
+    assert_eq!(s.ledger, dir.path().join("ledgers/GPU-a.ledger"));
+    assert_eq!(c.ledger_mode(), LedgerMode::Provisioned, "never created");
+    let named = Config::from_env(&env, Path::new(NOFILE)).unwrap();
+    assert_eq!(named.ledger_mode(), LedgerMode::File);
+    // A mounted file that cannot be read refuses CUDA; nothing else takes its place.
+    std::fs::write(&mounted, "{").unwrap();
+    let e = Config::from_env(&env, &mounted).unwrap_err().to_string();
+    assert!(e.contains("mounted.json"), "{e}");
+}
+
+#[test]
+fn compute_shares_come_from_the_mounted_limits_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = dir.path().join("limits.json");
+    std::fs::write(
+        &mounted,
+        r#"{"version":1,"container_id":"c","devices":[
+            {"index":0,"uuid":"GPU-a","compute_limit":30,"ledger":"ledgers/GPU-a.ledger"},
+            {"index":1,"uuid":"GPU-b","memory_limit":4096,"compute_limit":70,"compute_policy":"force","ledger":"ledgers/GPU-b.ledger"},
+            {"index":2,"uuid":"GPU-c","memory_limit":4096,"ledger":"ledgers/GPU-c.ledger"}]}"#,
+    )
+    .unwrap();
+    // The tenant's own variables change nothing: no share lifted, none added, no error.
+    let env = env(&[
+        ("CUDA_DEVICE_SM_LIMIT", "0"),
+        ("CUDA_DEVICE_SM_LIMIT_0", "100"),
+        ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        ("CUDA_DEVICE_SM_LIMIT_2", "junk"),
+    ]);
+    let c = Config::from_env(&env, &mounted).unwrap();
+    assert!(c.file_has_shares());
+    // GPU-a: a share alone, no memory quota.
+    assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
+    assert_eq!(
+        c.file_share(gpu("GPU-a", Some(0))),
+        Some((30, dir.path().join("ledgers/GPU-a.ledger")))
+    );
+    assert_eq!(limit(&c, gpu("GPU-b", None)), Some(4096));
+    assert_eq!(c.file_share(gpu("GPU-b", None)).map(|s| s.0), Some(70));
+    let mig = Gpu {
+        uuid: "MIG-x",
+        parent: Some("GPU-b"),
+        index: Some(1),
+    };
+    assert_eq!(c.file_share(mig).map(|s| s.0), Some(70));
+    assert_eq!(c.file_share(gpu("GPU-c", Some(2))), None);
+    assert_eq!(c.file_share(gpu("GPU-z", Some(3))), None);
+    // No limits file: the environment's shares are not the file's.
+    let c = Config::from_env(&env[..1], Path::new(NOFILE)).unwrap();
+    assert!(!c.file_has_shares());
+    assert_eq!(c.file_share(gpu("GPU-a", Some(0))), None);
+}
+
+#[test]
+fn nothing_set_is_unlimited() {
+    assert!(Config::from_env(&env(&[]), Path::new(NOFILE))
+        .unwrap()
+        .is_unlimited());
+    assert!(Config::from_env(
+        &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "0")]),
+        Path::new(NOFILE)
+    )
+    .unwrap()
+    .is_unlimited());
+}
+
+#[test]
+fn global_and_per_index_limits() {
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "512Mi"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    let Lookup::Limit(d0) = c.lookup(gpu("GPU-a", Some(0))) else {
+        panic!()
+    };
+    assert_eq!(d0.limit, 1 << 30);
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    assert_eq!(
+        d0.ledger,
+        PathBuf::from(format!("/tmp/vgpu-{me}/cudevshr.cache.GPU-a"))
+    );
+    assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(512 << 20));
+    assert!(matches!(c.lookup(gpu("GPU-b", None)), Lookup::Refuse(m) if m.contains("index")));
+}
+
+#[test]
+fn per_index_zero_means_no_limit_for_that_device() {
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1g"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
+    assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(1 << 30));
+}
+
+#[test]
+fn zero_means_no_limit_as_the_hook_reads_it() {
+    // The hook passes such a container through untouched; the library then runs it unlimited.
+    for pairs in [
+        &[("CUDA_DEVICE_MEMORY_LIMIT", "0")][..],
+        &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")],
+        &[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", ""),
+        ],
+    ] {
+        let c = Config::from_env(&env(pairs), Path::new(NOFILE)).unwrap();
+        assert!(c.is_unlimited(), "{pairs:?}");
+    }
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "1g"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
+    assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(1 << 30));
+}
+
+#[test]
+fn shared_cache_prefix() {
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "268435456"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    assert_eq!(
+        c.lookup(gpu("GPU-1", None)),
+        Lookup::Limit(DeviceSpec {
+            limit: 256 << 20,
+            ledger: "/x/q.GPU-1".into(),
+            memory: MemoryMode::Plain,
+        })
+    );
+}
+
+#[test]
+fn default_ledgers_are_per_user() {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let tmp = PathBuf::from(format!("/tmp/vgpu-{me}"));
+    let ledger_of = |pairs: &[(&str, &str)]| {
+        let mut pairs = pairs.to_vec();
+        pairs.push(("CUDA_DEVICE_MEMORY_LIMIT", "1g"));
+        let c = Config::from_env(&env(&pairs), Path::new(NOFILE)).unwrap();
+        let Lookup::Limit(s) = c.lookup(gpu("GPU-a", Some(0))) else {
+            panic!("limited")
+        };
+        let LedgerMode::Env { dir } = c.ledger_mode() else {
+            panic!("environment mode")
+        };
+        (s.ledger, dir.map(Path::to_path_buf))
+    };
+    assert_eq!(
+        ledger_of(&[]),
+        (tmp.join("cudevshr.cache.GPU-a"), Some(tmp.clone()))
+    );
+    let xdg = tempfile::tempdir().unwrap();
+    let x = xdg.path().to_str().unwrap();
+    assert_eq!(
+        ledger_of(&[("XDG_RUNTIME_DIR", x)]),
+        (
+            xdg.path().join("vgpu/cudevshr.cache.GPU-a"),
+            Some(xdg.path().join("vgpu"))
+        )
+    );
+    // Not a folder of this user's as such (a link, a relative path, missing): the /tmp folder.
+    let link = xdg.path().join("link");
+    std::os::unix::fs::symlink(xdg.path(), &link).unwrap();
+    for bad in [link.to_str().unwrap(), "relative", "/nonexistent/xdg"] {
+        assert_eq!(
+            ledger_of(&[("XDG_RUNTIME_DIR", bad)]).1,
+            Some(tmp.clone()),
+            "{bad}"
+        );
+    }
+    // A prefix given explicitly is used as it is, with no folder of ours to make.
+    assert_eq!(
+        ledger_of(&[
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+            ("XDG_RUNTIME_DIR", x)
+        ]),
+        (PathBuf::from("/x/q.GPU-a"), None)
+    );
+}
+
+#[test]
+fn bad_values_are_errors_naming_the_variable() {
+    let e = Config::from_env(
+        &env(&[("CUDA_DEVICE_MEMORY_LIMIT", "lots")]),
+        Path::new(NOFILE),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT=\"lots\""), "{e}");
+    let e = Config::from_env(
+        &env(&[("CUDA_DEVICE_MEMORY_LIMIT_x", "1g")]),
+        Path::new(NOFILE),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT_x"), "{e}");
+    let e = Config::from_env(
+        &env(&[("CUDA_DEVICE_MEMORY_LIMIT_2", "-5")]),
+        Path::new(NOFILE),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("CUDA_DEVICE_MEMORY_LIMIT_2"), "{e}");
+}
+
+#[test]
+fn named_limits_file_must_exist() {
+    let e = Config::from_env(
+        &env(&[("VGPU_LIMITS_FILE", "/nonexistent/l.json")]),
+        Path::new(NOFILE),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("/nonexistent/l.json"), "{e}");
+}
+
+#[test]
+fn memory_modes_from_the_environment_apply_to_every_limited_gpu() {
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+            ("VGPU_MEMORY_SPILL", "8g"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    match c.lookup(gpu("GPU-1", Some(0))) {
+        Lookup::Limit(s) => assert_eq!(
+            s.memory,
+            MemoryMode::Spill {
+                spill_limit: 8 << 30
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    // HAMi's variable
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ("CUDA_OVERSUBSCRIBE", "true"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    assert!(matches!(
+        c.lookup(gpu("GPU-1", Some(0))),
+        Lookup::Limit(DeviceSpec {
+            memory: MemoryMode::Oversubscribe { .. },
+            ..
+        })
+    ));
+    // a bad setting never runs: one error naming it
+    let e = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT", "4g"),
+            ("VGPU_MEMORY_MODE", "swap"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("VGPU_MEMORY_MODE=\"swap\""), "{e}");
+}
