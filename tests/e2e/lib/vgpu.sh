@@ -18,5 +18,6 @@ vgpu_config() {
 }
 
 state_left() {
-    ls -A "$STATE/containers" 2>/dev/null | grep -vx '.vgpu-state'
+    # Nothing left is no output and status 0 (callers run under set -e and pipefail).
+    ls -A "$STATE/containers" 2>/dev/null | grep -vx '.vgpu-state' || true
 }
