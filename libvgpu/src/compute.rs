@@ -275,15 +275,18 @@ pub const GRAPH_GRID: [u32; 3] = [0; 3];
 /// Logs, once per graph exec, what its first charge was based on.
 fn tell_graph(exec: usize, elapsed: u64, graph: Option<&Composition>, solo: Option<u64>) {
     match (graph, solo) {
-        (Some(Composition::Kernels(k)), Some(ns)) => log::info(format_args!(
-            "compute share: graph exec {exec:#x}: {} kernel nodes, solo time {} us from their own launches (first replay took {} us)",
+        (Some(Composition::Kernels(k, m)), Some(ns)) => log::info(format_args!(
+            "compute share: graph exec {exec:#x}: {} kernel nodes and {} memset nodes ({} us estimated), solo time {} us from the kernels' own launches (first replay took {} us)",
             k.iter().map(|(_, n)| *n as u64).sum::<u64>(),
+            m.count,
+            m.ns / 1000,
             ns / 1000,
             elapsed / 1000
         )),
-        (Some(Composition::Kernels(k)), None) => log::info(format_args!(
-            "compute share: graph exec {exec:#x}: {} kernel nodes, not all of them seen launched on their own: charged by the graph's least time",
-            k.iter().map(|(_, n)| *n as u64).sum::<u64>()
+        (Some(Composition::Kernels(k, m)), None) => log::info(format_args!(
+            "compute share: graph exec {exec:#x}: {} kernel nodes and {} memset nodes, not every kernel seen launched on its own (or none): charged by the graph's least time",
+            k.iter().map(|(_, n)| *n as u64).sum::<u64>(),
+            m.count
         )),
         (Some(Composition::Opaque(why)), _) => log::info(format_args!(
             "compute share: graph exec {exec:#x}: {why}: charged by the graph's least time"

@@ -134,6 +134,18 @@ pub struct CUDA_KERNEL_NODE_PARAMS_v2 {
 }
 const _: () = assert!(std::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v2>() == 72);
 
+/// `CUDA_MEMSET_NODE_PARAMS` (40 bytes).
+#[repr(C)]
+pub struct CUDA_MEMSET_NODE_PARAMS {
+    pub dst: CUdeviceptr,
+    pub pitch: usize,
+    pub value: c_uint,
+    pub element_size: c_uint,
+    pub width: usize,
+    pub height: usize,
+}
+const _: () = assert!(std::mem::size_of::<CUDA_MEMSET_NODE_PARAMS>() == 40);
+
 // NVML
 pub type nvmlReturn_t = c_uint;
 pub type nvmlDevice_t = *mut c_void;

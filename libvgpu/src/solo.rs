@@ -10,7 +10,8 @@
 //! solo time is instead the sum of its kernels' solo times, each learned from the same kernels launched
 //! on their own (PyTorch warms up eagerly before capturing a graph): a graph is charged
 //! `min(elapsed, 9/8 × its least time, 17/16 × the sum)` when every node is a kernel whose solo time is
-//! known (or a node that costs nothing); else as any other work, by its own least time. The sum's
+//! known, a memset (its bytes at [`MEMSET_BYTES_PER_NS`]: cuBLAS puts a 4-byte one before each matmul) or
+//! a node that costs nothing; else as any other work, by its own least time. The sum's
 //! headroom is smaller: a graph beside a busy neighbour is charged it at every replay, so it is the
 //! share's bias there (a sum of least times is below the typical run by the kernels' jitter, which the
 //! headroom covers). Nothing here
@@ -38,8 +39,20 @@ pub enum NodeWork {
     Child(usize),
     /// Costs nothing worth counting: empty, event record/wait, memory allocation and free nodes.
     Free,
+    /// A memset node of this many bytes: its solo time is estimated from its size ([`memset_ns`]).
+    Memset(u64),
     /// Anything else, or a node that cannot be read: what, for the log.
     Other(&'static str),
+}
+
+/// The memory bandwidth a memset node's solo time is estimated at: 200 GB/s, below any data-center GPU's
+/// (a T4 has 320 GB/s, an H100 3,350), so a large memset is over- rather than under-charged. Eager memsets
+/// are not charged at all (only launches are); in a graph, cuBLAS's 4-byte memsets cost nothing here.
+pub const MEMSET_BYTES_PER_NS: u64 = 200;
+
+/// The solo time estimated for a memset of `bytes`.
+pub fn memset_ns(bytes: u64) -> u64 {
+    bytes / MEMSET_BYTES_PER_NS
 }
 
 /// Nodes read in one graph, child graphs included, at most: a bigger graph is opaque (reading it would
@@ -54,6 +67,7 @@ pub fn compose(
     work: &dyn Fn(usize) -> NodeWork,
 ) -> Composition {
     let mut kernels: HashMap<KernelRef, u32> = HashMap::new();
+    let mut memsets = Memsets::default();
     let mut seen = 0usize;
     let mut stack = vec![(graph, 0u32)];
     while let Some((g, depth)) = stack.pop() {
@@ -72,36 +86,48 @@ pub fn compose(
                 NodeWork::Kernel(k) => *kernels.entry(k).or_insert(0) += 1,
                 NodeWork::Child(c) => stack.push((c, depth + 1)),
                 NodeWork::Free => {}
+                NodeWork::Memset(bytes) => {
+                    memsets.count += 1;
+                    memsets.ns = memsets.ns.saturating_add(memset_ns(bytes));
+                }
                 NodeWork::Other(what) => return Composition::Opaque(what),
             }
         }
     }
     let mut ks: Vec<(KernelRef, u32)> = kernels.into_iter().collect();
     ks.sort_by_key(|(k, _)| (k.func, k.kern, k.grid));
-    Composition::Kernels(ks)
+    Composition::Kernels(ks, memsets)
+}
+
+/// The memset nodes of a graph: how many, and their estimated solo time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Memsets {
+    pub count: u32,
+    pub ns: u64,
 }
 
 /// What a graph exec runs, as far as its solo time goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Composition {
-    /// Only kernels (with how many times each) and nodes that cost nothing (empty, event, memory
-    /// allocation nodes).
-    Kernels(Vec<(KernelRef, u32)>),
+    /// Only kernels (with how many times each), memsets, and nodes that cost nothing (empty, event,
+    /// memory allocation nodes).
+    Kernels(Vec<(KernelRef, u32)>, Memsets),
     /// Something else runs in it (a copy, a memset, a host function, a conditional, ...), or it could not
     /// be read: its solo time is not the sum of its kernels'. Why, for the log.
     Opaque(&'static str),
 }
 
 impl Composition {
-    /// The solo time of the graph from its kernels' floors; None when any is unknown (or opaque).
+    /// The solo time of the graph from its kernels' floors and its memsets' estimate; None when a kernel's
+    /// is unknown, it has no kernel, or it is opaque.
     pub fn solo(&self, floors: &HashMap<Work, u64>) -> Option<u64> {
-        let Composition::Kernels(ks) = self else {
+        let Composition::Kernels(ks, memsets) = self else {
             return None;
         };
         if ks.is_empty() {
             return None;
         }
-        ks.iter().try_fold(0u64, |sum, (k, n)| {
+        ks.iter().try_fold(memsets.ns, |sum, (k, n)| {
             let f = floors
                 .get(&(k.func, k.grid))
                 .or_else(|| floors.get(&(k.kern, k.grid)).filter(|_| k.kern != 0))?;
@@ -205,7 +231,7 @@ mod tests {
             b.charge((K.func, K.grid), e * MS, None);
         }
         assert_eq!(b.floor((K.func, K.grid)), Some(2 * MS));
-        let g = Composition::Kernels(vec![(K, 8)]);
+        let g = Composition::Kernels(vec![(K, 8)], Memsets::default());
         // Each replay of its 8 kernels (16 ms of work) takes ~31 ms beside a busy neighbour.
         let charges: Vec<u64> = (0..50)
             .map(|_| b.charge(GRAPH, 31 * MS, Some(&g)))
@@ -220,11 +246,46 @@ mod tests {
         assert_eq!(fresh.charge(GRAPH, 31 * MS, Some(&g)), 31 * MS);
     }
 
+    // Regression (H100, 2026-11-24: the same 30/70 graph pair gave 19.4 / 71.0): cuBLAS puts a 4-byte
+    // memset node before each matmul kernel, so PyTorch's graph of 32 matmuls was opaque and charged by its
+    // own least time, learned under contention.
+    #[test]
+    fn a_graph_with_memset_nodes_is_charged_its_kernels_solo_time_and_the_memsets_estimate() {
+        let nodes = |_g: usize| Some((0..16).collect());
+        let work = |n: usize| {
+            if n.is_multiple_of(2) {
+                NodeWork::Memset(4)
+            } else {
+                NodeWork::Kernel(K)
+            }
+        };
+        let g = compose(1, &nodes, &work);
+        assert_eq!(
+            g,
+            Composition::Kernels(vec![(K, 8)], Memsets { count: 8, ns: 0 })
+        );
+        let mut b = SoloBook::default();
+        for e in [7, 2, 2, 7, 2] {
+            b.charge((K.func, K.grid), e * MS, None);
+        }
+        let solo = 16 * MS;
+        assert_eq!(b.charge(GRAPH, 31 * MS, Some(&g)), solo + solo / 16);
+        // A large memset counts its bytes at 200 GB/s: 400 MB is 2 ms.
+        let big = compose(1, &|_g| Some(vec![1, 2]), &|n| {
+            if n == 1 {
+                NodeWork::Memset(400_000_000)
+            } else {
+                NodeWork::Kernel(K)
+            }
+        });
+        assert_eq!(big.solo(&b.floors), Some(4 * MS));
+    }
+
     #[test]
     fn a_graph_seen_faster_than_its_kernels_sum_is_charged_by_that() {
         let mut b = SoloBook::default();
         b.charge((K.func, K.grid), 2 * MS, None);
-        let g = Composition::Kernels(vec![(K, 8)]);
+        let g = Composition::Kernels(vec![(K, 8)], Memsets::default());
         // Its kernels overlap (branches): alone the graph takes 10 ms, less than 8 × 2.
         assert_eq!(b.charge(GRAPH, 10 * MS, Some(&g)), 10 * MS);
         assert_eq!(b.charge(GRAPH, 30 * MS, Some(&g)), 10 * MS + 10 * MS / 8);
@@ -240,13 +301,13 @@ mod tests {
             grid: [4, 1, 1],
         };
         assert_eq!(
-            Composition::Kernels(vec![(K, 2), (by_kern, 1)]).solo(&floors),
+            Composition::Kernels(vec![(K, 2), (by_kern, 1)], Memsets::default()).solo(&floors),
             None,
             "K unknown"
         );
         floors.insert((K.func, K.grid), MS);
         assert_eq!(
-            Composition::Kernels(vec![(K, 2), (by_kern, 1)]).solo(&floors),
+            Composition::Kernels(vec![(K, 2), (by_kern, 1)], Memsets::default()).solo(&floors),
             Some(5 * MS)
         );
         // another grid is other work
@@ -254,9 +315,9 @@ mod tests {
             grid: [8, 1, 1],
             ..K
         };
-        assert_eq!(Composition::Kernels(vec![(other, 1)]).solo(&floors), None);
+        assert_eq!(Composition::Kernels(vec![(other, 1)], Memsets::default()).solo(&floors), None);
         assert_eq!(Composition::Opaque("a memcpy node").solo(&floors), None);
-        assert_eq!(Composition::Kernels(vec![]).solo(&floors), None);
+        assert_eq!(Composition::Kernels(vec![], Memsets::default()).solo(&floors), None);
     }
 
     #[test]
@@ -279,7 +340,7 @@ mod tests {
         };
         assert_eq!(
             compose(1, &nodes, &work),
-            Composition::Kernels(vec![(K, 4), (other, 1)])
+            Composition::Kernels(vec![(K, 4), (other, 1)], Memsets::default())
         );
         assert_eq!(
             compose(3, &nodes, &work),

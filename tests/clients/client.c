@@ -24,6 +24,7 @@
     X(cuInit, "cuInit")                                                            \
     X(cuGraphAddEmptyNode, "cuGraphAddEmptyNode")                                  \
     X(cuGraphAddKernelNode, "cuGraphAddKernelNode")                                \
+    X(cuGraphAddMemsetNode, "cuGraphAddMemsetNode")                                \
     X(cuDriverGetVersion, "cuDriverGetVersion")                                    \
     X(cuGetErrorName, "cuGetErrorName")                                            \
     X(cuDeviceGet, "cuDeviceGet")                                                  \
@@ -532,22 +533,36 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         for (; rc == CUDA_SUCCESS && k < n; k++) rc = CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
         if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
         printf(" launched=%ld ns_per_launch=%.0f", k, k ? (now() - t0) * 1e9 / k : 0.0);
-    } else if (!strcmp(op, "work") || !strcmp(op, "graph-work")) {
+    } else if (!strcmp(op, "work") || !strcmp(op, "graph-work") || !strcmp(op, "graph-work-memset")) {
         /* work SECONDS: launch kernels for SECONDS of wall time, synchronising every 16 launches (a
          * saturating loop that never queues far ahead); graph-work SECONDS NODES: the same with a graph of
          * NODES nodes one after the other: kernel nodes of the loaded kernel (`module` first; the same
          * function and grid `launch` and `work` use), else empty nodes (each one kernel's time in the
-         * fake). Prints launches and seconds taken. */
-        int g = op[0] == 'g';
+         * fake); graph-work-memset: each of those nodes after a 4-byte memset node, as cuBLAS captures a
+         * matmul. Prints launches and seconds taken. */
+        int g = op[0] == 'g', with_memset = g && strlen(op) > strlen("graph-work");
         double secs = atof(ARG(1));
         int nodes = g ? atoi(ARG(2)) : 1; used = g ? 3 : 2;
         CUgraph gr = NULL;
         CUgraphExec ex = NULL;
         CUgraphNode prev = NULL, node = NULL;
+        CUdeviceptr word = 0;
         rc = need_stream();
         if (rc == CUDA_SUCCESS && !g && !kernel) rc = CUDA_ERROR_INVALID_HANDLE;
         if (rc == CUDA_SUCCESS && g) rc = CALL(cuGraphCreate, &gr, 0);
+        if (rc == CUDA_SUCCESS && with_memset) rc = CALL(cuMemAlloc, &word, 4);
         for (int i = 0; g && rc == CUDA_SUCCESS && i < nodes; i++) {
+            if (with_memset) {
+                CUDA_MEMSET_NODE_PARAMS mp;
+                memset(&mp, 0, sizeof mp);
+                mp.dst = word;
+                mp.elementSize = 1;
+                mp.width = 4;
+                mp.height = 1;
+                rc = CALL(cuGraphAddMemsetNode, &node, gr, prev ? &prev : NULL, prev ? 1 : 0, &mp, ctx);
+                if (rc != CUDA_SUCCESS) break;
+                prev = node;
+            }
             if (kernel) {
                 CUDA_KERNEL_NODE_PARAMS kp;
                 memset(&kp, 0, sizeof kp);
@@ -573,6 +588,7 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         printf(" launched=%ld seconds=%.3f", k, now() - t0);
         if (ex) CALL(cuGraphExecDestroy, ex);
         if (gr) CALL(cuGraphDestroy, gr);
+        if (word) CALL(cuMemFree, word);
     } else if (!strcmp(op, "free-last")) {
         if (nheld == 0) rc = CUDA_ERROR_INVALID_VALUE;
         else {

@@ -4,7 +4,8 @@
 # to $OUT:
 #   - a saturating bf16 matmul loop, eager and as a CUDA graph: alone without the library, then at
 #     CUDA_DEVICE_SM_LIMIT=30 and 10 (each run its own container: its own ledger prefix);
-#   - two processes at 30 and 70 at once (two containers), eager and graph;
+#   - two processes without the library at once (the time slicing's own split), then at 30 and 70 at once
+#     (two containers), eager and graph;
 #   - a training step without the library and under it with no limit.
 # Each run's stderr (the library's log at level 2: the share, and for graphs whether their solo time came
 # from their kernels' own launches) is kept in $OUT/compute-logs/.
@@ -66,6 +67,13 @@ for mode in ${COMPUTE_MODES:-eager graph}; do
     one "$mode-alone-nolib" none matmul --seconds "$secs" $g
     one "$mode-30" 30 matmul --seconds "$secs" $g
     one "$mode-10" 10 matmul --seconds "$secs" $g
+    # The same pair without the library: what the GPU's time slicing alone gives two processes (the
+    # shares a capped pair can reach add up to this at most).
+    at=$(( $(date +%s) + ${COMPUTE_PAIR_DELAY:-20} ))
+    one "$mode-pair-nolib-a" none matmul --seconds "$secs" $g --start-at $at &
+    pa=$!
+    one "$mode-pair-nolib-b" none matmul --seconds "$secs" $g --start-at $at &
+    wait $pa $!
     at=$(( $(date +%s) + ${COMPUTE_PAIR_DELAY:-20} ))
     one "$mode-pair-30" 30 matmul --seconds "$secs" $g --start-at $at &
     p30=$!

@@ -59,6 +59,8 @@ pub struct FakeDriver {
     /// free (empty, memory).
     pub kernel_nodes: RefCell<HashMap<usize, crate::solo::KernelRef>>,
     pub other_nodes: RefCell<HashMap<usize, &'static str>>,
+    /// Memset nodes and their bytes.
+    pub memset_nodes: RefCell<HashMap<usize, u64>>,
     /// Every side call the policies made, as text ("mem_free 0x10", "pool_trim 5 0", ...).
     pub calls: RefCell<Vec<String>>,
     /// NVML is present (device and per-process usage); per-process usage is reported.
@@ -105,6 +107,7 @@ impl FakeDriver {
             child_graphs: RefCell::new(HashMap::new()),
             kernel_nodes: RefCell::new(HashMap::new()),
             other_nodes: RefCell::new(HashMap::new()),
+            memset_nodes: RefCell::new(HashMap::new()),
             calls: RefCell::new(Vec::new()),
             nvml: Cell::new(true),
             per_process: Cell::new(true),
@@ -297,6 +300,9 @@ impl Driver for FakeDriver {
         }
         if let Some(g) = self.child_graph(node) {
             return NodeWork::Child(g);
+        }
+        if let Some(bytes) = self.memset_nodes.borrow().get(&node) {
+            return NodeWork::Memset(*bytes);
         }
         match self.other_nodes.borrow().get(&node) {
             Some(what) => NodeWork::Other(what),

@@ -55,6 +55,23 @@ fn kernel_node(node: usize) -> Option<KernelRef> {
     })
 }
 
+/// The bytes a memset node sets (`CUDA_MEMSET_NODE_PARAMS`: element size × width × height).
+fn memset_node_bytes(node: usize) -> Option<u64> {
+    // SAFETY: all-zero is a valid out-buffer (plain integers and a device pointer).
+    let mut p: CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    let r = forward!(
+        "cuGraphMemsetNodeGetParams",
+        fn(CUgraphNode, *mut CUDA_MEMSET_NODE_PARAMS),
+        node as CUgraphNode,
+        &mut p
+    );
+    (r == CUDA_SUCCESS).then(|| {
+        (p.element_size as u64)
+            .saturating_mul(p.width as u64)
+            .saturating_mul((p.height as u64).max(1))
+    })
+}
+
 impl Driver for RealDriver {
     #[inline]
     fn applies(&self) -> Applies {
@@ -448,7 +465,10 @@ impl Driver for RealDriver {
             // empty, event wait, event record, memory allocation and free
             Some(5 | 6 | 7 | 10 | 11) => NodeWork::Free,
             Some(1) => NodeWork::Other("a memcpy node"),
-            Some(2) => NodeWork::Other("a memset node"),
+            Some(2) => memset_node_bytes(node).map_or(
+                NodeWork::Other("a memset node whose parameters cannot be read"),
+                NodeWork::Memset,
+            ),
             Some(3) => NodeWork::Other("a host node"),
             Some(13) => NodeWork::Other("a conditional node"),
             Some(_) => NodeWork::Other("a node that is neither a kernel nor empty"),

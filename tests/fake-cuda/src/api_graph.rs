@@ -31,6 +31,41 @@ pub struct KernelNodeParams {
     extra: *mut *mut c_void,
 }
 
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+pub struct MemsetNodeParams {
+    dst: u64,
+    pitch: usize,
+    value: c_uint,
+    element_size: c_uint,
+    width: usize,
+    height: usize,
+}
+
+/// The bytes a memset node spans from its address (the last row is `width` elements).
+fn memset_span(pitch: usize, element_size: u32, width: usize, height: usize) -> usize {
+    let row = element_size as usize * width;
+    if height <= 1 { row } else { pitch * (height - 1) + row }
+}
+
+/// Does a memset node's work (after the launch's locks are dropped: `check_dev` takes them).
+fn run_memset(d: &Driver, n: &Node) -> R {
+    let Node::Memset { dst, pitch, value, element_size, width, height } = *n else { return Ok(()) };
+    crate::api_mem::check_dev(d, dst, memset_span(pitch, element_size, width, height), true)?;
+    for row in 0..height.max(1) {
+        let at = dst + (row * pitch) as u64;
+        // SAFETY: check_dev found [dst, dst + span) inside a live allocation of this process.
+        unsafe {
+            match element_size {
+                1 => std::ptr::write_bytes(at as *mut u8, value as u8, width),
+                2 => std::slice::from_raw_parts_mut(at as *mut u16, width).fill(value as u16),
+                _ => std::slice::from_raw_parts_mut(at as *mut u32, width).fill(value),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Frees graph memory outside the graph (cuMemFree/cuMemFreeAsync of a node's address).
 pub fn graph_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
     let mut mem = lock(&d.mem);
@@ -148,6 +183,25 @@ fn cuGraphAddEmptyNode(node: *mut Handle, graph: Handle, deps: *const Handle, n:
     add_node(drv()?, node, graph, Node::Other, deps, n)
 }
 
+fn cuGraphAddMemsetNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *const MemsetNodeParams, _ctx: Handle) {
+    let d = drv()?;
+    if params.is_null() { return Err(INVALID_VALUE); }
+    let p = &*params;
+    if ![1, 2, 4].contains(&p.element_size) || p.width == 0 { return Err(INVALID_VALUE); }
+    if p.height > 1 && p.pitch < p.element_size as usize * p.width { return Err(INVALID_VALUE); }
+    crate::api_mem::check_dev(d, p.dst, memset_span(p.pitch, p.element_size, p.width, p.height), true)?;
+    let m = Node::Memset { dst: p.dst, pitch: p.pitch, value: p.value, element_size: p.element_size, width: p.width, height: p.height };
+    add_node(d, node, graph, m, deps, n)
+}
+
+fn cuGraphMemsetNodeGetParams(node: Handle, params: *mut MemsetNodeParams) {
+    let d = drv()?;
+    if params.is_null() { return Err(INVALID_VALUE); }
+    let Node::Memset { dst, pitch, value, element_size, width, height } = find_node(&lock(&d.objs), node)? else { return Err(INVALID_VALUE) };
+    *params = MemsetNodeParams { dst, pitch, value, element_size, width, height };
+    Ok(())
+}
+
 fn cuGraphAddKernelNode_v2(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *const KernelNodeParams) {
     let d = drv()?;
     if params.is_null() { return Err(INVALID_VALUE); }
@@ -188,6 +242,7 @@ fn cuGraphNodeGetType(node: Handle, t: *mut c_int) {
         Node::Alloc { .. } => 10,
         Node::Free { .. } => 11,
         Node::Kernel { .. } => 0, // CU_GRAPH_NODE_TYPE_KERNEL
+        Node::Memset { .. } => 2, // CU_GRAPH_NODE_TYPE_MEMSET
         Node::Other => 5, // CU_GRAPH_NODE_TYPE_EMPTY
     };
     out(t, kind)
@@ -256,7 +311,7 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
                 let a = mem.allocs.get(&dptr).ok_or(INVALID_VALUE)?;
                 used[a.phys] -= a.size.min(used[a.phys]);
             }
-            Node::Kernel { .. } | Node::Other => {}
+            Node::Kernel { .. } | Node::Memset { .. } | Node::Other => {}
         }
     }
     let mut charged = Vec::new();
@@ -282,7 +337,7 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
                 let a = mem.allocs.get_mut(&dptr).unwrap();
                 a.live = matches!(n, Node::Alloc { .. });
             }
-            Node::Kernel { .. } | Node::Other => {}
+            Node::Kernel { .. } | Node::Memset { .. } | Node::Other => {}
         }
     }
     for (phys, u) in used.into_iter().enumerate() {
@@ -293,6 +348,9 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
     // Each kernel node is one kernel of the timeline, and so is each empty node (graphs of empty nodes
     // stand for kernels); a graph of neither costs one.
     let kernels = nodes.iter().filter(|n| matches!(n, Node::Kernel { .. } | Node::Other)).count() as u64;
+    drop(mem);
+    drop(objs);
+    for n in &nodes { run_memset(d, n)?; }
     crate::timeline::run(&d.shared, kernels.max(1));
     Ok(())
 }

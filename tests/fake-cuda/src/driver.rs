@@ -77,6 +77,15 @@ pub enum Node {
         grid: [u32; 3],
         block: [u32; 3],
     },
+    /// A memset node (cuBLAS puts a 4-byte one before each matmul): done at launch, costs no kernel time.
+    Memset {
+        dst: u64,
+        pitch: usize,
+        value: u32,
+        element_size: u32,
+        width: usize,
+        height: usize,
+    },
     Other,
 }
 

@@ -292,7 +292,7 @@ fn execs_not_instantiated_under_a_quota_pass_through() {
 
 #[test]
 fn a_graphs_composition_is_its_kernels_through_child_graphs_with_memory_nodes_free() {
-    use crate::solo::KernelRef;
+    use crate::solo::{KernelRef, Memsets};
     let w = World::new(1000);
     graph(&w); // nodes 1 (alloc), 2 (other: free here), 3 (alloc)
     let k = KernelRef {
@@ -315,7 +315,13 @@ fn a_graphs_composition_is_its_kernels_through_child_graphs_with_memory_nodes_fr
     let e = w.engine();
     assert_eq!(
         e.graph_composition(GRAPH),
-        Composition::Kernels(vec![(k, 4)])
+        Composition::Kernels(vec![(k, 4)], Memsets::default())
+    );
+    // A 4-byte memset before a kernel (cuBLAS's): counted, estimated at nothing.
+    w.fake.memset_nodes.borrow_mut().insert(2, 4);
+    assert_eq!(
+        e.graph_composition(GRAPH),
+        Composition::Kernels(vec![(k, 4)], Memsets { count: 1, ns: 0 })
     );
     // A copy in the child graph: the graph is not only kernels.
     w.fake.other_nodes.borrow_mut().insert(8, "a memcpy node");
