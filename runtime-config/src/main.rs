@@ -187,6 +187,10 @@ fn run(cli: Cli) -> Result<()> {
             if !o.hook_env.iter().any(|e| e.starts_with("VGPU_CONFIG=")) {
                 o.hook_env.extend(vgpu_oci::config::Config::env_for_hooks());
             }
+            // Held from reading the files to writing them: runs at once keep each other's changes.
+            let _lock = (!a.common.dry_run)
+                .then(|| engines::record::lock(&o.record))
+                .transpose()?;
             let changes = engines::plan_configure(&o)?;
             finish(&changes, a.common.dry_run, o.engine, "configured", &mut out)?;
             for n in engines::notes(&o) {
@@ -248,6 +252,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Runtime(RuntimeCmd::Unconfigure(c)) => {
             let o = options(&c);
+            let _lock = (!c.dry_run)
+                .then(|| engines::record::lock(&o.record))
+                .transpose()?;
             let changes = engines::plan_unconfigure(&o)?;
             finish(&changes, c.dry_run, o.engine, "not configured", &mut out)
         }

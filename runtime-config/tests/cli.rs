@@ -315,6 +315,69 @@ fn the_replaced_default_is_kept_in_the_record() {
     );
 }
 
+/// Several vgpuctl runs at once (an installer per engine, a config-management run beside the DaemonSet)
+/// share one record: each reads, changes and rewrites engines.json, so without a lock one run's entry can
+/// be lost, and its replaced default with it. Then they unconfigure at once: every default comes back and
+/// the record's folder goes.
+#[test]
+fn concurrent_runs_keep_every_record_entry() {
+    const N: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("var-lib-vgpu");
+    let cfgs: Vec<_> = (0..N)
+        .map(|i| {
+            let cfg = dir.path().join(format!("daemon-{i}.json"));
+            fs::write(&cfg, format!("{{\n  \"default-runtime\": \"rt{i}\"\n}}\n")).unwrap();
+            cfg
+        })
+        .collect();
+    let run_all = |verb: &str, extra: &[&str]| {
+        let children: Vec<_> = cfgs
+            .iter()
+            .map(|cfg| {
+                Command::new(env!("CARGO_BIN_EXE_vgpuctl"))
+                    .args(["runtime", verb, "--runtime=docker", "--config"])
+                    .arg(cfg)
+                    .args(extra)
+                    .env_remove("VGPU_CONFIG")
+                    .env("VGPUCTL_STATE_DIR", &state)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        }
+    };
+    for round in 0..3 {
+        run_all("configure", &["--set-as-default"]);
+        let record: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(state.join("engines.json")).unwrap()).unwrap();
+        let mut names: Vec<String> = record["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["previous_default"]["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort_by_key(|n| n[2..].parse::<usize>().unwrap());
+        let want: Vec<String> = (0..N).map(|i| format!("rt{i}")).collect();
+        assert_eq!(names, want, "round {round}: every run's replaced default is recorded");
+        run_all("unconfigure", &[]);
+        for (i, cfg) in cfgs.iter().enumerate() {
+            assert_eq!(
+                fs::read_to_string(cfg).unwrap(),
+                format!("{{\n  \"default-runtime\": \"rt{i}\"\n}}\n"),
+                "round {round}: {} got its default back",
+                cfg.display()
+            );
+        }
+        assert!(!state.exists(), "round {round}: the record's folder went with the last entry");
+    }
+}
+
 /// daemon.json configured by an older vgpuctl: the replaced default is in a hidden file beside it, which
 /// unconfigure reads and removes.
 #[test]

@@ -7,9 +7,15 @@
 //! Older vgpuctl kept the replaced default in the engine's own files (a TOML comment on containerd's
 //! `default_runtime_name` line, a hidden `.daemon.json.vgpuctl-previous-default` beside Docker's file); the
 //! engine modules still read those (`legacy`), so configs made by older versions unconfigure as before.
+//!
+//! A configure or unconfigure holds [`lock`] from reading the files to writing them, so runs at once (an
+//! installer per engine, config management beside the DaemonSet) never lose each other's entries.
 use super::{parse_error, Change, Engine};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_DIR: &str = "/var/lib/vgpu";
@@ -193,6 +199,56 @@ pub fn change(
 /// Reads the record file (None: there is none).
 pub fn read(path: &Path) -> Result<Option<String>> {
     crate::fsutil::read_optional(path)
+}
+
+/// An exclusive `flock` on the record's folder, held until dropped. The folder is created for it if need
+/// be, and removed again on drop when this run created it and left nothing in it.
+pub struct Lock {
+    _held: Flock<File>,
+    dir: PathBuf,
+    created: bool,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.created {
+            // Fails, as it should, when a record was written into it.
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+/// Waits for the lock on the folder of the record at `record`. The folder is vgpuctl's and goes with its
+/// last file, possibly while another run waits on it: the lock is taken again until it is on the folder
+/// that is at the path.
+pub fn lock(record: &Path) -> Result<Lock> {
+    let dir = absolute(record)
+        .parent()
+        .map(Path::to_path_buf)
+        .context("the record's path has no folder")?;
+    loop {
+        let created = !dir.exists();
+        std::fs::create_dir_all(&dir).with_context(|| {
+            format!(
+                "cannot create {} for vgpuctl's record (set {DIR_ENV} to move it)",
+                dir.display()
+            )
+        })?;
+        let f = File::open(&dir).with_context(|| format!("cannot open {}", dir.display()))?;
+        let held = Flock::lock(f, FlockArg::LockExclusive)
+            .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", dir.display()))?;
+        let same = match (held.metadata(), std::fs::metadata(&dir)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        };
+        if same {
+            return Ok(Lock {
+                _held: held,
+                dir,
+                created,
+            });
+        }
+    }
 }
 
 #[cfg(test)]
