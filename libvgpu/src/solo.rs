@@ -315,9 +315,15 @@ mod tests {
             grid: [8, 1, 1],
             ..K
         };
-        assert_eq!(Composition::Kernels(vec![(other, 1)], Memsets::default()).solo(&floors), None);
+        assert_eq!(
+            Composition::Kernels(vec![(other, 1)], Memsets::default()).solo(&floors),
+            None
+        );
         assert_eq!(Composition::Opaque("a memcpy node").solo(&floors), None);
-        assert_eq!(Composition::Kernels(vec![], Memsets::default()).solo(&floors), None);
+        assert_eq!(
+            Composition::Kernels(vec![], Memsets::default()).solo(&floors),
+            None
+        );
     }
 
     #[test]

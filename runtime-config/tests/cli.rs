@@ -364,7 +364,10 @@ fn concurrent_runs_keep_every_record_entry() {
             .collect();
         names.sort_by_key(|n| n[2..].parse::<usize>().unwrap());
         let want: Vec<String> = (0..N).map(|i| format!("rt{i}")).collect();
-        assert_eq!(names, want, "round {round}: every run's replaced default is recorded");
+        assert_eq!(
+            names, want,
+            "round {round}: every run's replaced default is recorded"
+        );
         run_all("unconfigure", &[]);
         for (i, cfg) in cfgs.iter().enumerate() {
             assert_eq!(
@@ -374,7 +377,10 @@ fn concurrent_runs_keep_every_record_entry() {
                 cfg.display()
             );
         }
-        assert!(!state.exists(), "round {round}: the record's folder went with the last entry");
+        assert!(
+            !state.exists(),
+            "round {round}: the record's folder went with the last entry"
+        );
     }
 }
 

@@ -29,7 +29,8 @@ restore_engines() {
     for f in "${ENGINE_FILES[@]}"; do
         if [ -e "$WORK/saved/$(basename "$f")" ]; then cp -a "$WORK/saved/$(basename "$f")" "$f"; else rm -f "$f"; fi
     done
-    rm -f /usr/share/containers/oci/hooks.d/vgpu-{createruntime,poststop}.json
+    rm -f /usr/share/containers/oci/hooks.d/vgpu-{createruntime,poststop}.json /etc/containerd/vgpu.d/99-vgpu.toml
+    rmdir /etc/containerd/vgpu.d 2>/dev/null
     [ "$HOOKS_DIR_WAS" = yes ] || rmdir -p /usr/share/containers/oci/hooks.d 2>/dev/null
 }
 HOOKS_DIR_WAS=no; [ -d /usr/share/containers/oci/hooks.d ] && HOOKS_DIR_WAS=yes
@@ -114,7 +115,9 @@ check_match "a bad quota fails the container with one line" 'vgpu.io/memory-limi
 
 echo "-- engines configured by the installed vgpuctl (their default files)"
 check "docker configured" /usr/bin/vgpuctl runtime configure --runtime=docker
-check "containerd configured" /usr/bin/vgpuctl runtime configure --runtime=containerd
+# A drop-in outside conf.d: only vgpuctl's record says where it is (the main file gets an imports entry).
+check "containerd configured (--drop-in /etc/containerd/vgpu.d/99-vgpu.toml)" \
+    /usr/bin/vgpuctl runtime configure --runtime=containerd --drop-in /etc/containerd/vgpu.d/99-vgpu.toml
 check "podman configured (hooks.d)" /usr/bin/vgpuctl runtime configure --runtime=podman
 check "daemon.json names the installed shim" grep -q /usr/bin/vgpu-container-runtime /etc/docker/daemon.json
 
@@ -139,6 +142,7 @@ for f in "${ENGINE_FILES[@]}"; do
     fi
 done
 check_eq "the podman hooks are gone" "$(ls /usr/share/containers/oci/hooks.d/vgpu-* 2>/dev/null)" ""
+check_not "containerd's drop-in outside conf.d is gone (found through vgpuctl's record)" test -e /etc/containerd/vgpu.d/99-vgpu.toml
 check_not "the gc timer is disabled" test -L /etc/systemd/system/timers.target.wants/vgpu-gc.timer
 check_eq "no binary, library or unit left; only the conffile" \
     "$(while read -r f; do [ -f "$f" ] && echo "$f"; done < "$WORK/files")" /etc/vgpu/config.toml

@@ -201,19 +201,21 @@ pub fn read(path: &Path) -> Result<Option<String>> {
     crate::fsutil::read_optional(path)
 }
 
-/// An exclusive `flock` on the record's folder, held until dropped. The folder is created for it if need
-/// be, and removed again on drop when this run created it and left nothing in it.
+/// An exclusive `flock` on the record's folder, held until dropped. The folder (and any parent missing) is
+/// created for it if need be, and what this run created is removed again on drop if left empty.
 pub struct Lock {
     _held: Flock<File>,
-    dir: PathBuf,
-    created: bool,
+    /// The folders this run created, deepest first.
+    created: Vec<PathBuf>,
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        if self.created {
+        for d in &self.created {
             // Fails, as it should, when a record was written into it.
-            let _ = std::fs::remove_dir(&self.dir);
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
         }
     }
 }
@@ -227,7 +229,11 @@ pub fn lock(record: &Path) -> Result<Lock> {
         .map(Path::to_path_buf)
         .context("the record's path has no folder")?;
     loop {
-        let created = !dir.exists();
+        let created: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(&dir).with_context(|| {
             format!(
                 "cannot create {} for vgpuctl's record (set {DIR_ENV} to move it)",
@@ -244,7 +250,6 @@ pub fn lock(record: &Path) -> Result<Lock> {
         if same {
             return Ok(Lock {
                 _held: held,
-                dir,
                 created,
             });
         }
@@ -254,6 +259,29 @@ pub fn lock(record: &Path) -> Result<Lock> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Regression (installer e2e): the lock made /var/lib/vgpu on a node without /var/lib and removed only
+    // vgpu/, leaving /var/lib behind on a node it was to leave as it found it.
+    #[test]
+    fn the_lock_leaves_no_folder_it_made_and_keeps_one_with_a_record() {
+        let t = tempfile::tempdir().unwrap();
+        let rec = t.path().join("var/lib/vgpu").join(FILE_NAME);
+        drop(lock(&rec).unwrap());
+        assert_eq!(
+            std::fs::read_dir(t.path()).unwrap().count(),
+            0,
+            "var/lib/vgpu made and removed"
+        );
+        let l = lock(&rec).unwrap();
+        // A second lock on the same folder waits: flock conflicts between open files of one process too.
+        let again = File::open(rec.parent().unwrap()).unwrap();
+        assert!(Flock::lock(again, FlockArg::LockExclusiveNonblock).is_err());
+        std::fs::write(&rec, "{}").unwrap();
+        drop(l);
+        assert!(rec.exists(), "a folder holding a record stays");
+        // Taken again once free.
+        drop(lock(&rec).unwrap());
+    }
 
     const R: &str = "/var/lib/vgpu/engines.json";
 

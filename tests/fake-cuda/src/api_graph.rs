@@ -45,13 +45,32 @@ pub struct MemsetNodeParams {
 /// The bytes a memset node spans from its address (the last row is `width` elements).
 fn memset_span(pitch: usize, element_size: u32, width: usize, height: usize) -> usize {
     let row = element_size as usize * width;
-    if height <= 1 { row } else { pitch * (height - 1) + row }
+    if height <= 1 {
+        row
+    } else {
+        pitch * (height - 1) + row
+    }
 }
 
 /// Does a memset node's work (after the launch's locks are dropped: `check_dev` takes them).
 fn run_memset(d: &Driver, n: &Node) -> R {
-    let Node::Memset { dst, pitch, value, element_size, width, height } = *n else { return Ok(()) };
-    crate::api_mem::check_dev(d, dst, memset_span(pitch, element_size, width, height), true)?;
+    let Node::Memset {
+        dst,
+        pitch,
+        value,
+        element_size,
+        width,
+        height,
+    } = *n
+    else {
+        return Ok(());
+    };
+    crate::api_mem::check_dev(
+        d,
+        dst,
+        memset_span(pitch, element_size, width, height),
+        true,
+    )?;
     for row in 0..height.max(1) {
         let at = dst + (row * pitch) as u64;
         // SAFETY: check_dev found [dst, dst + span) inside a live allocation of this process.
