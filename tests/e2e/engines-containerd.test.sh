@@ -202,6 +202,12 @@ ok_if "drop-in: the record names the drop-in and the import entry" jq -e --arg d
 ok_if "drop-in: unconfigure succeeds" "$VGPUCTL" runtime unconfigure --runtime=containerd --config "$f" > /dev/null
 ok_if "drop-in: the main file back byte for byte" test "$(fingerprint "$f")" = "$before"
 ok_if "drop-in: the drop-in and the record are gone" test ! -e "$WORK/conf.d/99-vgpu.toml" -a ! -e "$VGPUCTL_STATE_DIR"
+ok_if "drop-in: the folder configure made for it is gone too" test ! -e "$WORK/conf.d"
+mkdir "$WORK/conf.d"; touch "$WORK/conf.d/10-operator.toml"
+"$VGPUCTL" runtime configure --runtime=containerd --config "$f" --drop-in > /dev/null &&
+    "$VGPUCTL" runtime unconfigure --runtime=containerd --config "$f" > /dev/null
+ok_if "drop-in: a folder that was there stays, with the operator's file" test -e "$WORK/conf.d/10-operator.toml" -a ! -e "$WORK/conf.d/99-vgpu.toml"
+rm -r "$WORK/conf.d"
 "$VGPUCTL" runtime configure --runtime=docker --drop-in --config "$WORK/x.json" 2> "$WORK/err" > /dev/null
 ok_if "drop-in: refused for docker, in one line" bash -c "grep -q -- '--drop-in is for containerd only' '$WORK/err' && test \$(wc -l < '$WORK/err') -eq 1"
 

@@ -70,6 +70,8 @@ pub trait Files {
     fn read(&self, path: &Path) -> Result<Option<String>>;
     /// The existing paths matching `pattern` (absolute), in name order.
     fn glob(&self, pattern: &Path) -> Result<Vec<PathBuf>>;
+    /// Whether `path` is a folder.
+    fn is_dir(&self, path: &Path) -> bool;
 }
 
 /// Glob matching as Go's `filepath.Glob`, which containerd uses: `*` does not cross `/`, and matches a
@@ -621,6 +623,7 @@ fn configure_main(
         .unwrap_or_default();
     // Nothing of a drop-in is left to remember (an import entry still there would have failed the chain).
     entry.drop_in = None;
+    entry.drop_in_dirs_created = None;
     let still_there = |ia: &ImportAdded| imports_of(path, doc).is_ok_and(|i| i.contains(&ia.entry));
     entry.import_added = entry.import_added.take().filter(still_there);
 
@@ -777,6 +780,13 @@ fn configure_drop_in(
     out.insert("plugins", Item::Table(plugins));
     let note = if version < 3 { DROP_IN_V2_NOTE } else { "" };
     let text = format!("{DROP_IN_HEADER}{note}\n{out}");
+    if existing.is_none() {
+        // The folders written with a new drop-in that were not there: unconfigure removes them again.
+        entry.drop_in_dirs_created = target
+            .parent()
+            .and_then(|p| p.ancestors().take_while(|d| !files.is_dir(d)).last())
+            .map(Path::to_path_buf);
+    }
     entry.drop_in = Some(target.to_path_buf());
     Ok((existing.as_deref() != Some(text.as_str()))
         .then(|| Change::write(target.to_path_buf(), text, 0o644)))
@@ -915,8 +925,23 @@ pub fn unconfigure(
             changes.push(c);
         }
     }
+    // The folders configure created for the recorded drop-in go after it, deepest first, each if empty.
+    let mut dirs = Vec::new();
+    if let Some((d, top)) =
+        prior.and_then(|e| e.drop_in.as_ref().zip(e.drop_in_dirs_created.as_ref()))
+    {
+        if removals.iter().any(|c| &c.path == d) && d.starts_with(top) {
+            for dir in d.ancestors().skip(1) {
+                dirs.push(Change::remove_empty_dir(dir.to_path_buf()));
+                if dir == top {
+                    break;
+                }
+            }
+        }
+    }
     // The main file stops importing the drop-in before it goes.
     changes.extend(removals);
+    changes.extend(dirs);
     Ok(changes)
 }
 
@@ -1045,6 +1070,9 @@ mod tests {
                     Some(t) => {
                         self.0.insert(c.path.clone(), t.clone());
                     }
+                    None if c.dir => {
+                        assert!(!self.is_dir(&c.path), "a folder with files is kept");
+                    }
                     None => {
                         self.0.remove(&c.path);
                     }
@@ -1067,6 +1095,10 @@ mod tests {
                 }
             }
             Ok(out)
+        }
+        /// A folder exists while a file is in it.
+        fn is_dir(&self, path: &Path) -> bool {
+            self.0.keys().any(|k| k != path && k.starts_with(path))
         }
     }
 
@@ -1521,12 +1553,62 @@ mod tests {
             let again = run_conf(&mut disk, Some(&entry), &drop_in(true)).unwrap();
             assert_eq!(again, entry);
             assert_eq!(disk.0, before.0);
+            assert_eq!(
+                entry.drop_in_dirs_created.as_deref(),
+                Some(Path::new("/etc/containerd/conf.d")),
+                "conf.d was made for the drop-in"
+            );
             let ch = run_unconf(&mut disk, Some(&entry)).unwrap();
-            assert_eq!(ch.len(), 2);
+            assert_eq!(ch.len(), 3);
             assert_eq!(ch[0].path, Path::new(P), "the import goes before the file");
+            assert_eq!(ch[1].path, Path::new(D));
+            assert_eq!(
+                ch[2],
+                Change::remove_empty_dir("/etc/containerd/conf.d".into()),
+                "then the folder made for it"
+            );
             assert_eq!(disk.get(P), Some(main.as_str()));
             assert_eq!(disk.get(D), None);
         }
+    }
+
+    /// Regression: `--drop-in` into a folder that did not exist left the folder behind after unconfigure.
+    /// The folders configure made (nested ones too) go, deepest first; one that was there stays.
+    #[test]
+    fn folders_made_for_a_drop_in_go_with_it_and_others_stay() {
+        let nested = Path::new("/etc/containerd/vgpu.d/rt/99-vgpu.toml");
+        let st = Settings {
+            drop_in: Some(nested),
+            ..drop_in(false)
+        };
+        let mut disk = Mem::with(&[(P, V2)]);
+        let entry = run_conf(&mut disk, None, &st).unwrap();
+        assert_eq!(
+            entry.drop_in_dirs_created.as_deref(),
+            Some(Path::new("/etc/containerd/vgpu.d"))
+        );
+        let ch = run_unconf(&mut disk, Some(&entry)).unwrap();
+        let dirs: Vec<&Path> = ch
+            .iter()
+            .filter(|c| c.dir)
+            .map(|c| c.path.as_path())
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                Path::new("/etc/containerd/vgpu.d/rt"),
+                Path::new("/etc/containerd/vgpu.d")
+            ]
+        );
+        // conf.d held another file before: nothing to remove but the drop-in.
+        let mut disk = Mem::with(&[
+            (P, V2),
+            ("/etc/containerd/conf.d/10-x.toml", "version = 2\n"),
+        ]);
+        let entry = run_conf(&mut disk, None, &drop_in(false)).unwrap();
+        assert_eq!(entry.drop_in_dirs_created, None);
+        let ch = run_unconf(&mut disk, Some(&entry)).unwrap();
+        assert!(ch.iter().all(|c| !c.dir), "{ch:?}");
     }
 
     /// Without vgpuctl's record, unconfigure still finds its drop-in among the files containerd reads

@@ -20,7 +20,7 @@ pub enum Engine {
     Podman,
 }
 
-/// One file to write (`contents: Some`) or remove (`None`).
+/// One file to write (`contents: Some`) or remove (`None`), or (`dir`) a folder to remove if it is empty.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
     pub path: PathBuf,
@@ -29,6 +29,8 @@ pub struct Change {
     /// vgpuctl's own record (`record`), not an engine's config, with what changes in it in one line:
     /// `--dry-run` notes that on stderr instead of printing the file with the configs on stdout.
     pub record: Option<String>,
+    /// A folder configure created, removed when empty (a file of someone else's in it keeps it).
+    pub dir: bool,
 }
 
 impl Change {
@@ -38,6 +40,7 @@ impl Change {
             contents: Some(contents),
             mode,
             record: None,
+            dir: false,
         }
     }
     pub fn record(path: PathBuf, contents: String, summary: String) -> Self {
@@ -52,6 +55,13 @@ impl Change {
             contents: None,
             mode: 0,
             record: None,
+            dir: false,
+        }
+    }
+    pub fn remove_empty_dir(path: PathBuf) -> Self {
+        Change {
+            dir: true,
+            ..Change::remove(path)
         }
     }
 }
@@ -198,6 +208,9 @@ struct Disk;
 impl containerd::Files for Disk {
     fn read(&self, path: &Path) -> Result<Option<String>> {
         fsutil::read_optional(path)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
     }
     fn glob(&self, pattern: &Path) -> Result<Vec<PathBuf>> {
         let text = pattern.to_string_lossy();
@@ -459,6 +472,11 @@ pub fn apply(changes: &[Change], out: &mut dyn std::io::Write) -> Result<()> {
                 fsutil::write_atomic(&c.path, text.as_bytes(), c.mode)?;
                 writeln!(out, "wrote {}", c.path.display())?;
             }
+            None if c.dir => {
+                if std::fs::remove_dir(&c.path).is_ok() {
+                    writeln!(out, "removed {}/", c.path.display())?;
+                }
+            }
             None => {
                 fsutil::remove_file(&c.path)?;
                 writeln!(out, "removed {}", c.path.display())?;
@@ -492,6 +510,11 @@ pub fn preview(
                 }
                 files.flush()?;
             }
+            (None, None) if c.dir => writeln!(
+                notes,
+                "would remove the folder {} if it is empty",
+                c.path.display()
+            )?,
             (None, None) => writeln!(notes, "would remove {}", c.path.display())?,
         }
     }

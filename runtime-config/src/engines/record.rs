@@ -66,6 +66,10 @@ pub struct Entry {
     pub drop_in: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import_added: Option<ImportAdded>,
+    /// containerd `--drop-in`: the topmost folder configure created for the drop-in (unconfigure removes
+    /// the folders from the drop-in's up to this one, each if empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_in_dirs_created: Option<PathBuf>,
 }
 
 impl Entry {
@@ -76,11 +80,15 @@ impl Entry {
             previous_default: None,
             drop_in: None,
             import_added: None,
+            drop_in_dirs_created: None,
         }
     }
     /// Whether it says anything (an entry that does not is not kept).
     pub fn is_empty(&self) -> bool {
-        self.previous_default.is_none() && self.drop_in.is_none() && self.import_added.is_none()
+        self.previous_default.is_none()
+            && self.drop_in.is_none()
+            && self.import_added.is_none()
+            && self.drop_in_dirs_created.is_none()
     }
 }
 
