@@ -19,8 +19,8 @@ def result(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 
 
-def matmul(torch, seconds, graph, start_at):
-    n, per = 8192, 32
+def matmul_batch(torch, n, per):
+    """The loop's unit of work, run once eagerly: `per` n×n bf16 matmuls into one output."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
@@ -31,17 +31,28 @@ def matmul(torch, seconds, graph, start_at):
 
     batch()
     torch.cuda.synchronize()
+    return batch
+
+
+def capture(torch, batch, **graph_args):
+    """`batch` warmed up on a side stream, then captured as a CUDA graph (PyTorch's recipe)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        batch()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph(**graph_args)
+    with torch.cuda.graph(g):
+        batch()
+    return g
+
+
+def matmul(torch, seconds, graph, start_at):
+    n, per = 8192, 32
+    batch = matmul_batch(torch, n, per)
     run = batch
     if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            batch()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            batch()
-        run = g.replay
+        run = capture(torch, batch).replay
         run()
         torch.cuda.synchronize()
     if start_at:

@@ -28,25 +28,9 @@ def main():
     args = ap.parse_args()
     import torch
 
-    n, per = args.n, args.per
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    from compute_case import capture, matmul_batch
 
-    def batch():
-        for _ in range(per):
-            torch.matmul(a, b, out=c)
-
-    batch()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        batch()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph(keep_graph=True)
-    with torch.cuda.graph(g):
-        batch()
+    g = capture(torch, matmul_batch(torch, args.n, args.per), keep_graph=True)
     graph = ctypes.c_void_p(g.raw_cuda_graph())
 
     cu = ctypes.CDLL("libcuda.so.1")
