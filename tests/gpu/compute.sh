@@ -17,10 +17,8 @@ cd "$(dirname "$0")/../.."
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
 out=$(realpath -m "${OUT:-target/gpu-results}")
 secs=${COMPUTE_SECONDS:-8}
-py=${GPU_TORCH_PYTHON:-}
-for c in "$py" /opt/torch/.venv/bin/python3 python3; do
-    if [ -n "$c" ] && "$c" -c 'import torch' 2>/dev/null; then py=$c; break; fi
-done
+. tests/gpu/torch_python.sh
+py=$(torch_python)
 mkdir -p "$out" "$out/compute-logs"
 W=$(mktemp -d /tmp/vgpu-compute.XXXXXX)
 trap 'rm -rf "$W"' EXIT

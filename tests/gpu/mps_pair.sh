@@ -18,10 +18,8 @@ cd "$(dirname "$0")/../.."
 out=$(realpath -m "${OUT:-target/gpu-results}")
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
 secs=${MPS_SECONDS:-8}
-py=${GPU_TORCH_PYTHON:-}
-for c in "$py" /opt/torch/.venv/bin/python3 python3; do
-    if [ -n "$c" ] && "$c" -c 'import torch' 2>/dev/null; then py=$c; break; fi
-done
+. tests/gpu/torch_python.sh
+py=$(torch_python)
 command -v nvidia-cuda-mps-control >/dev/null || { echo "mps: no nvidia-cuda-mps-control here"; exit 0; }
 mkdir -p "$out"
 W=$(mktemp -d /tmp/vgpu-mps.XXXXXX)
