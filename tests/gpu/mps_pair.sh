@@ -10,7 +10,7 @@
 #   4. two at once under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 30 and 70 (MPS's own SM cap);
 #   5. one alone under MPS at 30 and at 10;
 #   6. under MPS without its SM cap, the library's compute share instead (CUDA_DEVICE_SM_LIMIT 30 and 70 at
-#      once, each its own container's ledger; then 30 alone).
+#      once, each its own container's ledger; then 30 alone; then the pair again with CUDA graphs).
 # Environment: OUT (results: mps.jsonl), GPU_TORCH_PYTHON, MPS_SECONDS (8), VGPU_LIB
 # (target/vgpu/libvgpu.so).
 set -uo pipefail
@@ -35,7 +35,7 @@ jsonl=$out/mps.jsonl
 one() {
     local name=$1; shift
     local r
-    r=$(env "$@" "$py" tests/gpu/compute_case.py matmul --seconds "$secs" ${AT:+--start-at $AT} 2>&1 |
+    r=$(env "$@" "$py" tests/gpu/compute_case.py matmul --seconds "$secs" ${AT:+--start-at $AT} ${GRAPH:+--graph} 2>&1 |
         grep '^RESULT ' | tail -1 | cut -c8-)
     echo "{\"case\": \"$name\", \"result\": ${r:-null}}" | tee -a "$jsonl"
 }
@@ -62,6 +62,7 @@ share() { echo "LD_PRELOAD=$lib CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/$1 CUDA_DEVIC
 pair mps-lib-30-70 "$(share l30 30)" "$(share l70 70)"
 unset AT
 one mps-lib-alone-30 $(share la30 30)
+GRAPH=1 pair mps-lib-graph-30-70 "$(share g30 30)" "$(share g70 70)"
 stop_mps
 python3 - "$jsonl" <<'PY'
 import json, sys
