@@ -112,8 +112,9 @@ pub enum Composition {
     /// Only kernels (with how many times each), memsets, and nodes that cost nothing (empty, event,
     /// memory allocation nodes).
     Kernels(Vec<(KernelRef, u32)>, Memsets),
-    /// Something else runs in it (a copy, a memset, a host function, a conditional, ...), or it could not
-    /// be read: its solo time is not the sum of its kernels'. Why, for the log.
+    /// Something else runs in it (a copy, a memset whose size cannot be read, a host function, a
+    /// conditional, ...), or it could not be read: its solo time is not the sum of its kernels'. Why, for
+    /// the log.
     Opaque(&'static str),
 }
 
