@@ -22,6 +22,16 @@ pub const POLICY_VAR: &str = "GPU_CORE_UTILIZATION_POLICY";
 /// (100: no share), and force, disable or default.
 pub const LIMIT_ANNOTATION: &str = "vgpu.io/compute-limit";
 pub const POLICY_ANNOTATION: &str = "vgpu.io/compute-policy";
+/// The pacing window of a share (`parse_window`): the annotation, and the environment mode's variable.
+pub const WINDOW_ANNOTATION: &str = "vgpu.io/compute-window";
+pub const WINDOW_VAR: &str = "VGPU_COMPUTE_WINDOW";
+/// The window when none is set, and the bounds of one that is (milliseconds). A capped workload that
+/// keeps the GPU busy runs in bursts of `share × window` and waits out the rest: bursts of a few hundred
+/// ms let a saturated GPU settle at the clock it runs at unlimited, so the share holds for throughput and
+/// not only for GPU time (docs/libvgpu.md, "Pacing window").
+pub const DEFAULT_WINDOW_MS: u32 = 1000;
+pub const MIN_WINDOW_MS: u32 = 10;
+pub const MAX_WINDOW_MS: u32 = 10_000;
 
 /// How a share is applied (stored per device in limits.json as `compute_policy` when not the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -72,6 +82,39 @@ pub fn parse_annotation_percent(value: &str, source: &str) -> Result<Option<u32>
             "{source}={value:?}: a compute limit is a whole percent of the GPU's time, 1 to 100"
         )),
     }
+}
+
+/// A pacing window: a whole number of `ms` or `s` (`250ms`, `2s`), 10 ms to 10 s; anything else is an
+/// error of one line naming `source`. Returns milliseconds.
+pub fn parse_window(value: &str, source: &str) -> Result<u32, String> {
+    let v = value.trim();
+    let err = |why: &str| {
+        Err(format!(
+            "{source}={value:?}: {why}; a compute window is a whole number of ms or s, {MIN_WINDOW_MS}ms to {}s",
+            MAX_WINDOW_MS / 1000
+        ))
+    };
+    let (digits, scale) = if let Some(d) = v.strip_suffix("ms") {
+        (d, 1)
+    } else if let Some(d) = v.strip_suffix('s') {
+        (d, 1000)
+    } else if v.chars().all(|c| c.is_ascii_digit()) && !v.is_empty() {
+        return err("no unit");
+    } else {
+        return err("unknown unit");
+    };
+    let Some(ms) = digits
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+    else {
+        return err("not a whole number");
+    };
+    if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&ms) {
+        return err("out of range");
+    }
+    Ok(ms)
 }
 
 impl EnvCompute {
@@ -204,6 +247,31 @@ mod tests {
         assert_eq!(Policy::parse(" Force"), Some(Policy::Force));
         assert_eq!(Policy::parse("sometimes"), None);
         assert_eq!(serde_json::to_string(&Policy::Force).unwrap(), "\"force\"");
+    }
+
+    #[test]
+    fn windows() {
+        assert_eq!(parse_window("250ms", "k"), Ok(250));
+        assert_eq!(parse_window(" 2s ", "k"), Ok(2000));
+        assert_eq!(parse_window("10ms", "k"), Ok(10));
+        assert_eq!(parse_window("10s", "k"), Ok(10_000));
+        for (v, why) in [
+            ("250", "no unit"),
+            ("1m", "unknown unit"),
+            ("1.5s", "not a whole number"),
+            ("ms", "not a whole number"),
+            ("9ms", "out of range"),
+            ("11s", "out of range"),
+            ("4294967296s", "not a whole number"),
+            ("", "unknown unit"),
+        ] {
+            let e = parse_window(v, "annotation vgpu.io/compute-window").unwrap_err();
+            assert!(
+                e.starts_with(&format!("annotation vgpu.io/compute-window={v:?}: {why};")),
+                "{v}: {e}"
+            );
+            assert!(!e.contains('\n'));
+        }
     }
 
     #[test]

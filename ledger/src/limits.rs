@@ -96,6 +96,10 @@ pub struct DeviceLimit {
     /// How the share is applied; absent: the default (today the same hard cap as `force`).
     #[serde(default, skip_serializing_if = "Policy::is_default")]
     pub compute_policy: Policy,
+    /// The share's pacing window in ms (`crate::envcompute::parse_window`'s bounds); absent: the default
+    /// (`DEFAULT_WINDOW_MS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_window_ms: Option<u32>,
 }
 
 impl DeviceLimit {
@@ -231,6 +235,17 @@ impl Limits {
                     d.index, d.uuid
                 ));
             }
+            if let Some(w) = d.compute_window_ms.filter(|w| {
+                !(crate::envcompute::MIN_WINDOW_MS..=crate::envcompute::MAX_WINDOW_MS).contains(w)
+            }) {
+                return Err(format!(
+                    "device {} ({}): compute_window_ms {w} is not within {}..={}",
+                    d.index,
+                    d.uuid,
+                    crate::envcompute::MIN_WINDOW_MS,
+                    crate::envcompute::MAX_WINDOW_MS
+                ));
+            }
             if d.memory.spill_limit() == Some(0) {
                 return Err(format!("device {} ({}): spill_limit is 0", d.index, d.uuid));
             }
@@ -301,6 +316,7 @@ mod tests {
                     memory: Default::default(),
                     compute_limit: None,
                     compute_policy: Default::default(),
+                    compute_window_ms: None,
                 },
                 DeviceLimit {
                     index: 1,
@@ -310,6 +326,7 @@ mod tests {
                     memory: Default::default(),
                     compute_limit: None,
                     compute_policy: Default::default(),
+                    compute_window_ms: None,
                 },
             ],
         }
@@ -458,6 +475,13 @@ mod tests {
             (
                 good.replace(
                     "\"memory_limit\":2147483648,",
+                    "\"compute_limit\":30,\"compute_window_ms\":5,",
+                ),
+                "device 1 (GPU-bbbb): compute_window_ms 5 is not within 10..=10000",
+            ),
+            (
+                good.replace(
+                    "\"memory_limit\":2147483648,",
                     "\"compute_limit\":30,\"memory\":{\"mode\":\"spill\",\"spill_limit\":5},",
                 ),
                 "memory mode spill needs a memory_limit",
@@ -480,9 +504,10 @@ mod tests {
         l.devices[1].memory_limit = None;
         l.devices[1].compute_limit = Some(70);
         l.devices[1].compute_policy = Policy::Force;
+        l.devices[1].compute_window_ms = Some(250);
         let text = serde_json::to_string(&l).unwrap();
         assert!(
-            text.contains(r#""compute_limit":70,"compute_policy":"force""#),
+            text.contains(r#""compute_limit":70,"compute_policy":"force","compute_window_ms":250"#),
             "{text}"
         );
         let back = Limits::from_slice(text.as_bytes()).unwrap();

@@ -194,6 +194,7 @@ mod tests {
             kubernetes: None,
             memory: Default::default(),
             compute_policy: Default::default(),
+            compute_window_ms: None,
         }
     }
 

@@ -269,6 +269,7 @@ mod tests {
             kubernetes: None,
             memory: Default::default(),
             compute_policy: Default::default(),
+            compute_window_ms: None,
         };
         let root = StateRoot::new("/s".into());
         let cfg = Config::default();
@@ -335,6 +336,7 @@ mod tests {
             kubernetes: None,
             memory: Default::default(),
             compute_policy: Default::default(),
+            compute_window_ms: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
@@ -392,6 +394,7 @@ mod tests {
             kubernetes: None,
             memory: Default::default(),
             compute_policy: Default::default(),
+            compute_window_ms: None,
             gpus: vec![
                 PlannedGpu {
                     index: 0,
@@ -446,6 +449,7 @@ mod tests {
             kubernetes: None,
             memory: Default::default(),
             compute_policy: Default::default(),
+            compute_window_ms: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),

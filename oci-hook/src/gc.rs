@@ -145,6 +145,7 @@ mod tests {
             kubernetes: None,
             memory: Default::default(),
             compute_policy: Default::default(),
+            compute_window_ms: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),

@@ -82,6 +82,7 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
                 } else {
                     Default::default()
                 },
+                compute_window_ms: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -83,6 +83,7 @@ fn main() {
                 memory: Default::default(),
                 compute_limit: None,
                 compute_policy: Default::default(),
+                compute_window_ms: None,
             }],
             kubernetes: Some(vgpu_ledger::KubeNames {
                 namespace: "bench".into(),

@@ -503,6 +503,7 @@ mod tests {
                 memory,
                 compute_limit: None,
                 compute_policy: Default::default(),
+                compute_window_ms: None,
             }],
         };
         limits.write_atomic(&limits_path).unwrap();

@@ -17,6 +17,7 @@ fn plan(limit: u64) -> Plan {
         kubernetes: None,
         memory: Default::default(),
         compute_policy: Default::default(),
+        compute_window_ms: None,
         gpus: vec![PlannedGpu {
             index: 0,
             uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),

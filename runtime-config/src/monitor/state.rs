@@ -143,6 +143,7 @@ mod tests {
                 memory_limit: Some(1 << 30),
                 compute_limit: Some(40),
                 compute_policy: Default::default(),
+                compute_window_ms: None,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
                 memory: Default::default(),
             }],
