@@ -8,12 +8,16 @@
 //! error: leave the key out for none). Or env `CUDA_DEVICE_SM_LIMIT` / `CUDA_DEVICE_SM_LIMIT_<i>`
 //! (HAMi's; `0` or `100` is no share). When any compute-limit annotation decides the container, its env
 //! shares are ignored (one source decides, as for memory). The policy: annotation
-//! `vgpu.io/compute-policy`, else env `GPU_CORE_UTILIZATION_POLICY`; `disable` drops every share.
+//! `vgpu.io/compute-policy`, else env `GPU_CORE_UTILIZATION_POLICY`; `disable` drops every share. The
+//! pacing window, container-wide like the policy: annotation `vgpu.io/compute-window`, else env
+//! `VGPU_COMPUTE_WINDOW` (`vgpu_ledger::envcompute::parse_window`: `250ms`, `2s`); it goes with the
+//! shares, and without one it changes nothing (as the policy alone).
 
 use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeMap;
 use vgpu_ledger::envcompute::{
-    self, parse_annotation_percent, EnvCompute, Policy, LIMIT_ANNOTATION, POLICY_ANNOTATION,
+    self, parse_annotation_percent, parse_window, EnvCompute, Policy, LIMIT_ANNOTATION,
+    POLICY_ANNOTATION, WINDOW_ANNOTATION, WINDOW_VAR,
 };
 
 use crate::quota::{keyed, PodMember};
@@ -37,6 +41,8 @@ pub struct ComputeRequest {
     pub for_container: bool,
     /// `force` or `default` (`disable` leaves no share at all).
     pub policy: Policy,
+    /// The shares' pacing window in ms; None: not set (the library's default).
+    pub window_ms: Option<u32>,
 }
 
 impl ComputeRequest {
@@ -70,8 +76,8 @@ impl ComputeRequest {
     }
 }
 
-/// Reads the share from the annotations (winning) or the spec's env, and the policy. A malformed value
-/// is an error of one line naming the key, even under `disable` (a typo must be seen).
+/// Reads the share from the annotations (winning) or the spec's env, and the policy and the window. A
+/// malformed value is an error of one line naming the key, even under `disable` (a typo must be seen).
 pub fn from_spec(
     annotations: &[(String, String)],
     env: &[(String, String)],
@@ -86,10 +92,26 @@ pub fn from_spec(
             .ok_or_else(|| anyhow!("annotation {k}={v:?}: expected force, disable or default"))?,
         None => from_env.policy,
     };
+    // The last of a key wins, in the annotations as in the env.
+    let window_ms = match annotations
+        .iter()
+        .rev()
+        .find(|(k, _)| k == WINDOW_ANNOTATION)
+        .map(|(k, v)| (format!("annotation {k}"), v))
+        .or_else(|| {
+            env.iter()
+                .rev()
+                .find(|(k, _)| k == WINDOW_VAR)
+                .map(|(k, v)| (format!("env {k}"), v))
+        }) {
+        Some((source, v)) => Some(parse_window(v, &source).map_err(|e| anyhow!(e))?),
+        None => None,
+    };
     let (keys, for_container) = keyed(annotations, PodMember::of(annotations), LIMIT_ANNOTATION)?;
     let mut req = ComputeRequest {
         for_container,
         policy,
+        window_ms,
         ..Default::default()
     };
     if keys.is_empty() {
@@ -237,6 +259,42 @@ mod tests {
     }
 
     #[test]
+    fn the_window_annotation_wins_over_the_env_and_absent_is_none() {
+        let r = req(
+            &[
+                ("vgpu.io/compute-limit", "30"),
+                ("vgpu.io/compute-window", "250ms"),
+            ],
+            &[("VGPU_COMPUTE_WINDOW", "2s")],
+        )
+        .unwrap();
+        assert_eq!((pct(&r, 0), r.window_ms), (Some(30), Some(250)));
+        // The env alone (the last of a variable wins, as for the other variables); with the env's share.
+        let r = req(
+            &[],
+            &[
+                ("CUDA_DEVICE_SM_LIMIT", "30"),
+                ("VGPU_COMPUTE_WINDOW", "100ms"),
+                ("VGPU_COMPUTE_WINDOW", "2s"),
+            ],
+        )
+        .unwrap();
+        assert_eq!((pct(&r, 0), r.window_ms), (Some(30), Some(2000)));
+        // The env's window goes with an annotation's share too: it is container-wide, as the policy.
+        let r = req(
+            &[("vgpu.io/compute-limit", "30")],
+            &[("VGPU_COMPUTE_WINDOW", "10s")],
+        )
+        .unwrap();
+        assert_eq!(r.window_ms, Some(10_000));
+        let r = req(&[("vgpu.io/compute-limit", "30")], &[]).unwrap();
+        assert_eq!(r.window_ms, None);
+        // A window without a share asks for nothing.
+        let r = req(&[("vgpu.io/compute-window", "250ms")], &[]).unwrap();
+        assert!(r.is_empty());
+    }
+
+    #[test]
     fn a_pods_containers_get_their_own_shares_or_the_pods_default() {
         let pod = |name: &str| {
             kv(&[
@@ -292,7 +350,28 @@ mod tests {
                 ("GPU_CORE_UTILIZATION_POLICY", "sometimes"),
                 "env GPU_CORE_UTILIZATION_POLICY=\"sometimes\"",
             ),
+            (
+                ("vgpu.io/compute-window", "1m"),
+                ("", ""),
+                "annotation vgpu.io/compute-window=\"1m\": unknown unit; a compute window is a whole number of ms or s, 10ms to 10s",
+            ),
+            // The annotation is read (and refused) before the env's good value.
+            (
+                ("vgpu.io/compute-window", "250"),
+                ("VGPU_COMPUTE_WINDOW", "250ms"),
+                "annotation vgpu.io/compute-window=\"250\": no unit",
+            ),
+            (
+                ("x", ""),
+                ("VGPU_COMPUTE_WINDOW", "20s"),
+                "env VGPU_COMPUTE_WINDOW=\"20s\": out of range",
+            ),
             // Even under disable, a typo is seen.
+            (
+                ("vgpu.io/compute-policy", "disable"),
+                ("VGPU_COMPUTE_WINDOW", "1.5s"),
+                "env VGPU_COMPUTE_WINDOW=\"1.5s\": not a whole number",
+            ),
             (
                 ("vgpu.io/compute-policy", "disable"),
                 ("CUDA_DEVICE_SM_LIMIT_x", "30"),

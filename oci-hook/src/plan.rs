@@ -38,6 +38,9 @@ pub struct Plan {
     pub memory: MemoryMode,
     /// How the compute shares apply (`force` or `default`; `disable` leaves none).
     pub compute_policy: Policy,
+    /// The compute shares' pacing window in ms (`vgpu.io/compute-window` / `VGPU_COMPUTE_WINDOW`); None:
+    /// not set, the library's default.
+    pub compute_window_ms: Option<u32>,
 }
 
 /// What the planner needs from a spec.
@@ -201,6 +204,7 @@ pub fn plan_with(
         kubernetes: vgpu_ledger::KubeNames::from_annotations(&facts.annotations),
         memory,
         compute_policy: c.policy,
+        compute_window_ms: c.window_ms,
     }))
 }
 
@@ -357,6 +361,75 @@ mod tests {
         assert!(plan_with(&f, Unquoted::Refuse, host).is_err());
         let p = plan_with(&f, Unquoted::Default(4 << 30), host).unwrap();
         assert_eq!(gpus(p), vec![(0, Some(4 << 30), Some(30))]);
+    }
+
+    #[test]
+    fn the_compute_window_goes_with_the_plan() {
+        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+            env: kv(env),
+            annotations: kv(ann),
+            devices: vec![],
+        };
+        let window = |ann: &[(&str, &str)], env: &[(&str, &str)]| {
+            plan(&facts(ann, env), host)
+                .unwrap()
+                .unwrap()
+                .compute_window_ms
+        };
+        let gpu = ("NVIDIA_VISIBLE_DEVICES", "0");
+        let share = ("vgpu.io/compute-limit", "30");
+        assert_eq!(
+            window(
+                &[share, ("vgpu.io/compute-window", "250ms")],
+                &[gpu, ("VGPU_COMPUTE_WINDOW", "2s")]
+            ),
+            Some(250)
+        );
+        assert_eq!(
+            window(
+                &[],
+                &[
+                    gpu,
+                    ("CUDA_DEVICE_SM_LIMIT", "30"),
+                    ("VGPU_COMPUTE_WINDOW", "2s")
+                ]
+            ),
+            Some(2000)
+        );
+        assert_eq!(window(&[share], &[gpu]), None);
+        // A window alone asks for nothing, as the policy alone: no plan, NVML untouched.
+        for (ann, env) in [
+            (&[("vgpu.io/compute-window", "250ms")][..], &[gpu][..]),
+            (&[], &[gpu, ("VGPU_COMPUTE_WINDOW", "250ms")]),
+            (
+                &[share, ("vgpu.io/compute-policy", "disable")],
+                &[gpu, ("VGPU_COMPUTE_WINDOW", "250ms")],
+            ),
+        ] {
+            assert_eq!(
+                plan(&facts(ann, env), || panic!("NVML loaded")).unwrap(),
+                None
+            );
+        }
+        // A malformed window is refused even without a share, with one line naming it.
+        for (ann, env, want) in [
+            (
+                &[("vgpu.io/compute-window", "1m")][..],
+                &[gpu][..],
+                "annotation vgpu.io/compute-window=\"1m\": unknown unit",
+            ),
+            (
+                &[share],
+                &[gpu, ("VGPU_COMPUTE_WINDOW", "5ms")],
+                "env VGPU_COMPUTE_WINDOW=\"5ms\": out of range",
+            ),
+        ] {
+            let e = plan(&facts(ann, env), || panic!("NVML loaded"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(want), "{e} (wanted {want})");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]

@@ -82,7 +82,8 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
                 } else {
                     Default::default()
                 },
-                compute_window_ms: None,
+                // The window goes with the share, as the policy does.
+                compute_window_ms: g.compute_limit.and(plan.compute_window_ms),
             })
         })
         .collect::<Result<Vec<_>>>()?;

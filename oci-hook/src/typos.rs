@@ -7,19 +7,23 @@ use anyhow::{bail, Result};
 
 use crate::edits::MARKER_ANNOTATION;
 use crate::quota::ANNOTATION;
-use vgpu_ledger::envcompute::{LIMIT_ANNOTATION as COMPUTE, POLICY_ANNOTATION as POLICY};
+use vgpu_ledger::envcompute::{
+    LIMIT_ANNOTATION as COMPUTE, POLICY_ANNOTATION as POLICY, WINDOW_ANNOTATION as WINDOW,
+    WINDOW_VAR,
+};
 use vgpu_ledger::memmode;
 
 /// The prefix of every annotation the project defines.
 pub const ANNOTATION_PREFIX: &str = "vgpu.io/";
 
 /// Variables of the quota's environment (HAMi-core's and ours), without their `_<i>` index suffix.
-const ENV_BASES: [&str; 9] = [
+const ENV_BASES: [&str; 10] = [
     "CUDA_DEVICE_MEMORY_LIMIT",
     "CUDA_DEVICE_MEMORY_SHARED_CACHE",
     "CUDA_DEVICE_SM_LIMIT",
     "CUDA_OVERSUBSCRIBE",
     "GPU_CORE_UTILIZATION_POLICY",
+    WINDOW_VAR,
     "VGPU_LIMITS_FILE",
     memmode::MODE_VAR,
     memmode::SPILL_VAR,
@@ -47,16 +51,19 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
         let known = keyed(ANNOTATION)
             || keyed(COMPUTE)
             || k == POLICY
+            || k == WINDOW
             || k == MARKER_ANNOTATION
             || MODE_ANNOTATIONS.contains(&k.as_str());
         if !known {
             let far = |key: &str| distance(rest, &key[ANNOTATION_PREFIX.len()..]);
-            let (dc, dp) = (far(COMPUTE), far(POLICY));
-            let hint = if dc.min(dp) <= NEAR || rest.contains("compute") {
-                format!(
-                    " (did you mean {}?)",
-                    if dp < dc { POLICY } else { COMPUTE }
-                )
+            // The nearest compute key (the share's on a tie).
+            let (d, meant) = [COMPUTE, POLICY, WINDOW]
+                .iter()
+                .map(|key| (far(key), *key))
+                .min_by_key(|(d, _)| *d)
+                .unwrap_or((usize::MAX, COMPUTE));
+            let hint = if d <= NEAR || rest.contains("compute") {
+                format!(" (did you mean {meant}?)")
             } else if far(ANNOTATION) <= NEAR || rest.contains("memory") {
                 format!(" (did you mean {ANNOTATION}?)")
             } else {
@@ -64,7 +71,7 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
             };
             let [m, s, r] = MODE_ANNOTATIONS;
             bail!(
-                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i>, {ANNOTATION}.<container>[.<i>] (for a pod's container), {m}, {s}, {r}, {COMPUTE}, {COMPUTE}.<i>, {COMPUTE}.<container>[.<i>] and {POLICY}"
+                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i>, {ANNOTATION}.<container>[.<i>] (for a pod's container), {m}, {s}, {r}, {COMPUTE}, {COMPUTE}.<i>, {COMPUTE}.<container>[.<i>], {POLICY} and {WINDOW}"
             );
         }
     }
@@ -180,6 +187,10 @@ mod tests {
             ("vgpu.io/compute-share", "vgpu.io/compute-limit"),
             ("vgpu.io/compute-polcy", "vgpu.io/compute-policy"),
             ("vgpu.io/compute-policies", "vgpu.io/compute-policy"),
+            ("vgpu.io/compute-windows", "vgpu.io/compute-window"),
+            ("vgpu.io/compute_window", "vgpu.io/compute-window"),
+            ("vgpu.io/compute-window.1", "vgpu.io/compute-window"),
+            ("vgpu.io/compute-windw", "vgpu.io/compute-window"),
             ("vgpu.io/sm-limit", ""),
         ] {
             let e = check(&kv(&[(k, "30")]), &[]).unwrap_err().to_string();
@@ -191,7 +202,9 @@ mod tests {
                 assert!(e.contains(&format!("(did you mean {want}?)")), "{e}");
             }
             assert!(
-                e.contains("vgpu.io/compute-limit.<i>") && e.contains("vgpu.io/compute-policy"),
+                e.contains("vgpu.io/compute-limit.<i>")
+                    && e.contains("vgpu.io/compute-policy")
+                    && e.contains("vgpu.io/compute-window"),
                 "{e}"
             );
             assert!(!e.contains('\n'));
@@ -203,6 +216,17 @@ mod tests {
             e.ends_with("did you mean GPU_CORE_UTILIZATION_POLICY?"),
             "{e}"
         );
+        for k in [
+            "VGPU_COMPUTE_WINDOWS",
+            "VGPU_COMPUTE_WINDW",
+            "VGPU_COMPUTEWINDOW",
+        ] {
+            let e = check(&[], &kv(&[(k, "250ms")])).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("env {k} is not a variable vgpu knows: did you mean VGPU_COMPUTE_WINDOW?")
+            );
+        }
     }
 
     #[test]
@@ -219,6 +243,7 @@ mod tests {
                 ("vgpu.io/compute-limit.trainer", "50"),
                 ("vgpu.io/compute-limit.trainer.0", "100"),
                 ("vgpu.io/compute-policy", "force"),
+                ("vgpu.io/compute-window", "250ms"),
                 ("io.kubernetes.pod.name", "p"),
                 ("nvidia.com/gpu", "0"),
             ]),
@@ -229,6 +254,7 @@ mod tests {
                 ("CUDA_DEVICE_SM_LIMIT_0", "30"),
                 ("CUDA_DEVICE_SM_LIMIT", "30"),
                 ("GPU_CORE_UTILIZATION_POLICY", "force"),
+                ("VGPU_COMPUTE_WINDOW", "2s"),
                 ("CUDA_OVERSUBSCRIBE", "true"),
                 ("CUDA_VISIBLE_DEVICES", "0"),
                 ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),

@@ -56,6 +56,55 @@ fn a_compute_share_alone_gets_its_ledger_and_no_memory_limit() {
     assert_eq!((snap.used, snap.compute.launches), (0, 0));
 }
 
+// The pacing window is written on each GPU with a share (as the policy), never on a GPU with a memory
+// quota alone, and when none was asked the file has no such field at all (as before the window existed).
+#[test]
+fn the_compute_window_is_written_beside_each_share_and_absent_otherwise() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    let mut p = plan(1 << 30);
+    p.gpus[0].compute_limit = Some(30);
+    p.gpus.push(PlannedGpu {
+        index: 1,
+        uuid: "GPU-fa4ec0de-0000-4000-8000-000000000001".into(),
+        memory_limit: Some(1 << 30),
+        compute_limit: None,
+    });
+    p.compute_window_ms = Some(250);
+    let dir = provision(&root, "c1", &p, Owner::default(), None)
+        .unwrap()
+        .dir;
+    // The file is pretty-printed: compared without its whitespace.
+    let compact = |dir: &Path| -> String {
+        fs::read_to_string(dir.join("limits.json"))
+            .unwrap()
+            .split_whitespace()
+            .collect()
+    };
+    let text = compact(&dir);
+    assert!(
+        text.contains(r#""compute_limit":30,"compute_window_ms":250"#),
+        "{text}"
+    );
+    assert_eq!(text.matches("compute_window_ms").count(), 1, "{text}");
+    let limits = Limits::load(&dir.join("limits.json")).unwrap();
+    assert_eq!(
+        (
+            limits.devices[0].compute_window_ms,
+            limits.devices[1].compute_window_ms
+        ),
+        (Some(250), None)
+    );
+    // Not asked: no field, on a GPU with a share too.
+    p.compute_window_ms = None;
+    let dir = provision(&root, "c2", &p, Owner::default(), None)
+        .unwrap()
+        .dir;
+    let text = compact(&dir);
+    assert!(text.contains(r#""compute_limit":30"#), "{text}");
+    assert!(!text.contains("compute_window"), "{text}");
+}
+
 #[test]
 fn preload_keeps_image_entries_after_the_library() {
     assert_eq!(preload_contents(None), "/usr/local/vgpu/libvgpu.so\n");
