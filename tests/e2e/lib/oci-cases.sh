@@ -335,6 +335,70 @@ WRAP
     check_eq "  ... and the state went at the end" "$(state_left)" ""
 }
 
+case_compute_window() {
+    echo "-- the compute share's pacing window: vgpu.io/compute-window (else env VGPU_COMPUTE_WINDOW) into limits.json"
+    # limits.json as one line (jq -c), of $ID.
+    window_limits() { jq -c . "$STATE/containers/$ID/limits.json"; }
+    # two_gpus CMD...: the shim's (fake) NVML sees two GPUs.
+    two_gpus() { FAKE_CUDA_DEVICES=2 "$@"; }
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 VGPU_COMPUTE_WINDOW=2s
+    bundle_annotate "$B" vgpu.io/compute-limit 30
+    bundle_annotate "$B" vgpu.io/compute-window 250ms
+    check "shim: vgpu.io/compute-limit=30 with vgpu.io/compute-window=250ms is created" create_quiet
+    check_match "  ... limits.json has the window beside the share: \"compute_window_ms\":250 (the annotation wins over env 2s)" \
+        '"compute_limit":30,"compute_window_ms":250' "$(window_limits)"
+    plain delete -f "$ID" >/dev/null 2>&1
+    check_eq "  ... removed with its container" "$(state_left)" ""
+    # The env alone, through the hooks.d path: the file as the container sees it.
+    new_bundle cat /run/vgpu/limits.json
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=30 VGPU_COMPUTE_WINDOW=2s
+    add_hooksd_hooks
+    local out; out=$(plain run --bundle "$B" "$ID" 2>&1)
+    check_eq "hooks.d (no shim): env VGPU_COMPUTE_WINDOW=2s, the container's limits.json has compute_window_ms 2000" \
+        "$(jq -c '.devices[0] | [.compute_limit, .compute_window_ms]' <<<"$out" 2>&1)" "[30,2000]"
+    check_eq "  ... poststop removed the state" "$(state_left)" ""
+    # Not asked: the file has no such field; on a GPU with a memory quota alone it is never written.
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0,1 CUDA_DEVICE_MEMORY_LIMIT_1=1G
+    bundle_annotate "$B" vgpu.io/compute-limit.0 30
+    check "a share without a window, and a memory quota on another GPU, are created" two_gpus create_quiet
+    check_eq "  ... limits.json has no compute_window_ms" "$(window_limits | grep -c compute_window)" 0
+    plain delete -f "$ID" >/dev/null 2>&1
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0,1 CUDA_DEVICE_MEMORY_LIMIT_1=1G
+    bundle_annotate "$B" vgpu.io/compute-limit.0 30
+    bundle_annotate "$B" vgpu.io/compute-window 2s
+    check "a window with a share on GPU 0 and a memory quota alone on GPU 1 is created" two_gpus create_quiet
+    check_eq "  ... the window is on the share's GPU only" \
+        "$(jq -c '[.devices[] | [.index, .compute_limit, .compute_window_ms]]' "$STATE/containers/$ID/limits.json")" \
+        "[[0,30,2000],[1,null,null]]"
+    plain delete -f "$ID" >/dev/null 2>&1
+    # A window alone asks for nothing, as the policy alone: config.json untouched, no state.
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+    bundle_annotate "$B" vgpu.io/compute-window 250ms
+    local before; before=$(sha256sum < "$B/config.json")
+    check "a window without a share: created" create_quiet
+    check_eq "  ... config.json byte for byte unchanged" "$(sha256sum < "$B/config.json")" "$before"
+    check_eq "  ... no state" "$(state_left)" ""
+    plain delete -f "$ID" >/dev/null 2>&1
+    # Malformed: one line naming the setting, nothing provisioned.
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+    bundle_annotate "$B" vgpu.io/compute-limit 30
+    bundle_annotate "$B" vgpu.io/compute-window 1m
+    bad_case "vgpu.io/compute-window=1m" 'vgpu: annotation vgpu.io/compute-window="1m": unknown unit; a compute window is a whole number of ms or s, 10ms to 10s$'
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=30 VGPU_COMPUTE_WINDOW=5ms
+    bad_case "env VGPU_COMPUTE_WINDOW=5ms" 'env VGPU_COMPUTE_WINDOW="5ms": out of range'
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+    bundle_annotate "$B" vgpu.io/compute-limit 30
+    bundle_annotate "$B" vgpu.io/compute-windows 250ms
+    bad_case "a misspelt vgpu.io/compute-windows" 'annotation vgpu.io/compute-windows is not one vgpu defines \(did you mean vgpu.io/compute-window\?\)'
+}
+
 oci_cases() {
     oci_setup
     case_quota_is_total
@@ -347,4 +411,5 @@ oci_cases() {
     case_hooksd
     case_precreate
     case_chained_lower_runtime
+    case_compute_window
 }
