@@ -97,6 +97,8 @@ pub struct Compute {
     pub limit_percent: u32,
     /// `force` or `default` (both a hard cap today).
     pub policy: vgpu_ledger::envcompute::Policy,
+    /// The share's pacing window, ms (limits.json's `compute_window_ms`, else the default).
+    pub window_ms: u32,
     /// GPU time charged to the bucket, nanoseconds.
     pub charged_ns: u64,
     /// Time launching threads were held back, nanoseconds, summed over threads.
@@ -142,6 +144,9 @@ fn gpu(limits_path: &Path, limits: &Limits, dev: &vgpu_ledger::DeviceLimit) -> G
         compute: dev.compute_share().map(|limit_percent| Compute {
             limit_percent,
             policy: dev.compute_policy,
+            window_ms: dev
+                .compute_window_ms
+                .unwrap_or(vgpu_ledger::envcompute::DEFAULT_WINDOW_MS),
             charged_ns: 0,
             held_ns: 0,
             launches: 0,
@@ -680,6 +685,7 @@ mod tests {
         l.devices[0].memory_limit = None;
         l.devices[0].compute_limit = Some(30);
         l.devices[0].compute_policy = vgpu_ledger::envcompute::Policy::Force;
+        l.devices[0].compute_window_ms = Some(250);
         l.write_atomic(&lp).unwrap();
         ledger.compute().charge(1_500_000_000);
         ledger.compute().charge(400_000_000);
@@ -699,6 +705,7 @@ mod tests {
             Some(Compute {
                 limit_percent: 30,
                 policy: vgpu_ledger::envcompute::Policy::Force,
+                window_ms: 250,
                 charged_ns: 1_900_000_000,
                 held_ns: 2_260_000_000,
                 launches: 2,
@@ -714,6 +721,12 @@ mod tests {
         assert!(share["quota"].is_null(), "{share}");
         assert_eq!(share["compute"]["limit_percent"], 30);
         assert_eq!(share["compute"]["policy"], "force");
+        assert_eq!(share["compute"]["window_ms"], 250);
+        // Not set in limits.json: the default.
+        assert_eq!(
+            json["containers"][2]["gpus"][0]["compute"]["window_ms"],
+            1000
+        );
         assert_eq!(share["compute"]["charged_ns"], 1_900_000_000u64);
         assert!(json["containers"][0]["gpus"][0].get("compute").is_none());
         assert_eq!(json["gpus"][0]["compute_shares"], 100);
