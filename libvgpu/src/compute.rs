@@ -13,7 +13,10 @@
 //!
 //! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while the tokens left
 //! after what is in flight are used up; each nap is at most `MAX_NAP_NS` so finished launches are charged
-//! and the debt re-read often.
+//! and the debt re-read often. The bucket holds `share × (1 − share) × window`, and once it runs dry the
+//! container's gate (in the ledger) stays closed until it is full again: a process that keeps the GPU
+//! busy runs `share × window` and waits out the rest of each window, in bursts long enough for the GPU's
+//! clock to settle where it is when the GPU is saturated (docs/libvgpu.md, "Pacing window").
 //!
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
@@ -27,7 +30,7 @@ use vgpu_ledger::envcompute::EnvCompute;
 
 pub use crate::solo::Work;
 use crate::solo::{Composition, SoloBook};
-use vgpu_ledger::region::{ComputeArea, PPM};
+use vgpu_ledger::region::{window_capacity, ComputeArea, PPM};
 
 use crate::config::{env_ledger_path, env_prefix, Config, LedgerMode};
 use crate::devices::MAX_DEVICES;
@@ -37,12 +40,12 @@ use crate::guard::exiting;
 use crate::identity;
 use crate::log;
 use crate::quota::DeviceQuota;
-use crate::real::{real, Lib};
 use crate::records::RECORDS;
 use crate::settings;
 
-/// The bucket holds at most this much wall time's worth of the share (the burst after an idle spell).
-const BURST_NS: u64 = 100_000_000;
+mod events;
+use events::{capturing, elapsed_ns, event_create, event_query, event_record};
+
 /// Longest single sleep while in debt; finished launches are charged between naps.
 const MAX_NAP_NS: u64 = 2_000_000;
 const MIN_NAP_NS: u64 = 20_000;
@@ -71,6 +74,7 @@ enum Settings {
         env: EnvCompute,
         prefix: String,
         dir: Option<PathBuf>,
+        window_ms: u32,
     },
 }
 
@@ -118,6 +122,7 @@ fn load() -> Settings {
         .filter(|(k, _)| {
             k.starts_with(vgpu_ledger::envcompute::SM_LIMIT_VAR)
                 || k == vgpu_ledger::envcompute::POLICY_VAR
+                || k == vgpu_ledger::envcompute::WINDOW_VAR
                 || k.starts_with("CUDA_DEVICE_MEMORY_")
                 || k == "XDG_RUNTIME_DIR"
         })
@@ -129,9 +134,17 @@ fn load() -> Settings {
     if env.is_unlimited() {
         return Settings::Off;
     }
+    let Ok(window_ms) = crate::config::env_window_ms(&vars) else {
+        return Settings::Off;
+    };
     let (prefix, dir) = env_prefix(&vars);
-    log::info(format_args!("compute share: {env:?}"));
-    Settings::Env { env, prefix, dir }
+    log::info(format_args!("compute share: {env:?}, window {window_ms} ms"));
+    Settings::Env {
+        env,
+        prefix,
+        dir,
+        window_ms,
+    }
 }
 
 // Per CUDA ordinal: 0 unknown, 1 not throttled, 2 refused, else a leaked `Share` (never freed).
@@ -182,32 +195,37 @@ fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
         ));
         return Err(Error::NoUuid);
     };
-    let (pct, path, mode) = match settings {
+    let (pct, path, mode, window_ms) = match settings {
         Settings::File(cfg) => {
-            let Some((pct, path)) = cfg.file_share(id.gpu()) else {
+            let Some((pct, path, window_ms)) = cfg.file_share(id.gpu()) else {
                 return Ok(None);
             };
-            (pct, path, cfg.ledger_mode())
+            (pct, path, cfg.ledger_mode(), window_ms)
         }
-        Settings::Env { env, prefix, dir } => {
+        Settings::Env {
+            env,
+            prefix,
+            dir,
+            window_ms,
+        } => {
             let Some(pct) = env.share_for(id.index) else {
                 return Ok(None);
             };
             let mode = LedgerMode::Env {
                 dir: dir.as_deref(),
             };
-            (pct, env_ledger_path(prefix, &id.uuid), mode)
+            (pct, env_ledger_path(prefix, &id.uuid), mode, *window_ms)
         }
         Settings::Off => return Ok(None),
     };
     match DeviceQuota::open_unattached(dev, &id.uuid, 0, &path, mode) {
         Ok(q) => {
             log::info(format_args!(
-                "device {dev} ({}): compute share {pct}%, bucket in {}",
+                "device {dev} ({}): compute share {pct}%, window {window_ms} ms, bucket in {}",
                 id.uuid,
                 path.display()
             ));
-            Ok(Some(Share::new(q, pct)))
+            Ok(Some(Share::new(q, pct, window_ms)))
         }
         Err(e) => {
             log::error(format_args!(
@@ -236,6 +254,7 @@ unsafe impl Send for InFlight {}
 struct Share {
     quota: DeviceQuota,
     ppm: u64,
+    /// The bucket's capacity: `share × (1 − share) × window` (`window_capacity`).
     cap: i64,
     in_flight: Mutex<VecDeque<InFlight>>,
     /// Events whose launch was charged, for reuse, by context.
@@ -336,12 +355,12 @@ pub fn averaged(prev: u64, measured: u64) -> u64 {
 }
 
 impl Share {
-    fn new(quota: DeviceQuota, pct: u32) -> Share {
+    fn new(quota: DeviceQuota, pct: u32, window_ms: u32) -> Share {
         let ppm = pct as u64 * PPM / 100;
         Share {
             quota,
             ppm,
-            cap: vgpu_ledger::region::earned(BURST_NS, ppm),
+            cap: window_capacity(window_ms as u64 * 1_000_000, ppm),
             in_flight: Mutex::new(VecDeque::new()),
             spare: Mutex::new(Vec::new()),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
@@ -394,18 +413,27 @@ impl Share {
         }
     }
 
-    /// Waits while the bucket, less what this process has in flight, is used up.
+    /// Waits while the bucket, less what this process has in flight, is used up, and then (the gate
+    /// closed) until it is full again.
     fn admit(&self) {
         self.harvest();
+        let area = self.area();
         let mut held = 0u64;
         loop {
-            let tokens = self.area().refill(mono_ns(), self.ppm, self.cap);
+            let tokens = area.refill(mono_ns(), self.ppm, self.cap);
             let ahead = self.ahead.load(Ordering::Relaxed);
             let busy = lock(&self.in_flight).len() >= MAX_IN_FLIGHT;
-            if tokens - ahead > 0 && !busy {
+            let deficit = if !area.open_gate_if_full(tokens, self.cap) {
+                self.cap - tokens
+            } else if tokens - ahead > 0 && !busy {
                 break;
-            }
-            let nap = nap_for((ahead - tokens).max(0) as u64, self.ppm);
+            } else {
+                if !busy {
+                    area.close_gate();
+                }
+                ahead - tokens
+            };
+            let nap = nap_for(deficit.max(0) as u64, self.ppm);
             std::thread::sleep(Duration::from_nanos(nap));
             held += nap;
             self.harvest();
@@ -495,71 +523,6 @@ pub fn throttled(
     let r = launch();
     share.end(ctx, stream, events, work, r == CUDA_SUCCESS);
     r
-}
-
-// ---- the driver calls ------------------------------------------------------------------------------------
-
-fn event_create(e: &mut CUevent) -> CUresult {
-    match real!(
-        Lib::Cuda,
-        "cuEventCreate",
-        unsafe extern "C" fn(*mut CUevent, u32) -> CUresult
-    ) {
-        // SAFETY: a valid out-pointer; default flags (timing enabled).
-        Some(f) => unsafe { f(e, CU_EVENT_DEFAULT) },
-        None => CUDA_ERROR_NOT_FOUND,
-    }
-}
-
-fn event_record(e: CUevent, s: CUstream) -> CUresult {
-    match real!(
-        Lib::Cuda,
-        "cuEventRecord",
-        unsafe extern "C" fn(CUevent, CUstream) -> CUresult
-    ) {
-        // SAFETY: an event we created, the launch's own stream.
-        Some(f) => unsafe { f(e, s) },
-        None => CUDA_ERROR_NOT_FOUND,
-    }
-}
-
-/// Whether `s` is capturing a graph (an error counts as capturing: nothing is recorded on it).
-fn capturing(s: CUstream) -> bool {
-    let Some(f) = real!(
-        Lib::Cuda,
-        "cuStreamIsCapturing",
-        unsafe extern "C" fn(CUstream, *mut u32) -> CUresult
-    ) else {
-        return false;
-    };
-    let mut status = 0u32;
-    // SAFETY: a valid out-pointer; the launch's own stream.
-    let r = unsafe { f(s, &mut status) };
-    r != CUDA_SUCCESS || status != 0
-}
-
-fn event_query(e: CUevent) -> CUresult {
-    match real!(
-        Lib::Cuda,
-        "cuEventQuery",
-        unsafe extern "C" fn(CUevent) -> CUresult
-    ) {
-        // SAFETY: an event we created.
-        Some(f) => unsafe { f(e) },
-        None => CUDA_ERROR_NOT_FOUND,
-    }
-}
-
-fn elapsed_ns(a: CUevent, b: CUevent) -> Option<u64> {
-    let f = real!(
-        Lib::Cuda,
-        "cuEventElapsedTime",
-        unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult
-    )?;
-    let mut ms = 0f32;
-    // SAFETY: a valid out-pointer and two completed events of ours.
-    let r = unsafe { f(&mut ms, a, b) };
-    (r == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then_some((ms as f64 * 1e6) as u64)
 }
 
 #[cfg(test)]

@@ -88,6 +88,15 @@ pub enum Lookup {
     Refuse(String),
 }
 
+/// The environment mode's pacing window (`VGPU_COMPUTE_WINDOW`, ms): the default when unset or empty; a
+/// malformed value is an error of one line naming the variable.
+pub fn env_window_ms(env: &[(String, String)]) -> Result<u32, String> {
+    match env.iter().rev().find(|(k, _)| k == envcompute::WINDOW_VAR) {
+        Some((k, v)) if !v.trim().is_empty() => envcompute::parse_window(v, k),
+        _ => Ok(envcompute::DEFAULT_WINDOW_MS),
+    }
+}
+
 impl Config {
     /// Reads the process environment and, when present, the limits file.
     pub fn load() -> Result<Config, Error> {
@@ -97,6 +106,7 @@ impl Config {
                 k.starts_with("CUDA_DEVICE_MEMORY_")
                     || k.starts_with(envcompute::SM_LIMIT_VAR)
                     || k == envcompute::POLICY_VAR
+                    || k == envcompute::WINDOW_VAR
                     || k.starts_with("VGPU_MEMORY_")
                     || k == memmode::OVERSUBSCRIBE_VAR
                     || k == ENV_LIMITS_FILE
@@ -138,6 +148,7 @@ impl Config {
         // The compute share's variables are read by `compute`; a malformed one refuses CUDA like a
         // malformed memory limit.
         envcompute::EnvCompute::parse(env).map_err(|e| Error::Config(e.to_string()))?;
+        env_window_ms(env).map_err(Error::Config)?;
         if limits.is_unlimited() {
             return Ok(Config::Unlimited);
         }
@@ -217,16 +228,20 @@ impl Config {
         }
     }
 
-    /// The compute share of a GPU listed in the limits file, and its ledger (where the share's bucket
-    /// is): None without a limits file, for a GPU without a share (or with the policy `disable`), and for
-    /// a GPU the file does not list (CUDA is refused on it by the memory side). The environment's
-    /// shares are `compute`'s.
-    pub fn file_share(&self, gpu: Gpu<'_>) -> Option<(u32, PathBuf)> {
+    /// The compute share of a GPU listed in the limits file, its ledger (where the share's bucket is) and
+    /// its pacing window (ms): None without a limits file, for a GPU without a share (or with the policy
+    /// `disable`), and for a GPU the file does not list (CUDA is refused on it by the memory side). The
+    /// environment's shares are `compute`'s.
+    pub fn file_share(&self, gpu: Gpu<'_>) -> Option<(u32, PathBuf, u32)> {
         let Config::File { path, limits, .. } = self else {
             return None;
         };
         let d = file_device(limits, gpu)?;
-        Some((d.compute_share()?, limits.ledger_path(path, d)))
+        Some((
+            d.compute_share()?,
+            limits.ledger_path(path, d),
+            d.compute_window_ms.unwrap_or(envcompute::DEFAULT_WINDOW_MS),
+        ))
     }
 
     /// Whether any GPU of the limits file has a compute share.

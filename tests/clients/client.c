@@ -539,7 +539,8 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
          * NODES nodes one after the other: kernel nodes of the loaded kernel (`module` first; the same
          * function and grid `launch` and `work` use), else empty nodes (each one kernel's time in the
          * fake); graph-work-memset: each of those nodes after a 4-byte memset node, as cuBLAS captures a
-         * matmul. Prints launches and seconds taken. */
+         * matmul. Prints launches, seconds taken, and the longest a single launch call took (ms: how
+         * long a throttle held the thread back at once). */
         int g = op[0] == 'g', with_memset = g && strlen(op) > strlen("graph-work");
         double secs = atof(ARG(1));
         int nodes = g ? atoi(ARG(2)) : 1; used = g ? 3 : 2;
@@ -577,15 +578,17 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             prev = node;
         }
         if (rc == CUDA_SUCCESS && g) rc = CALL(cuGraphInstantiateWithFlags, &ex, gr, 0);
-        double t0 = now();
+        double t0 = now(), longest = 0;
         long k = 0;
         while (rc == CUDA_SUCCESS && now() - t0 < secs) {
+            double l0 = now();
             rc = g ? CALL(cuGraphLaunch, ex, stream)
                    : CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
+            if (now() - l0 > longest) longest = now() - l0;
             if (rc == CUDA_SUCCESS && ++k % 16 == 0) rc = CALL(cuStreamSynchronize, stream);
         }
         if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
-        printf(" launched=%ld seconds=%.3f", k, now() - t0);
+        printf(" launched=%ld seconds=%.3f longest_launch_ms=%.1f", k, now() - t0, longest * 1e3);
         if (ex) CALL(cuGraphExecDestroy, ex);
         if (gr) CALL(cuGraphDestroy, gr);
         if (word) CALL(cuMemFree, word);

@@ -23,6 +23,10 @@ export FAKE_CUDA_KERNEL_US=2000
 mkdir -p "$FAKE_CUDA_STATE_DIR"
 RT=$CLIENTS_DIR/rt_client LN=$CLIENTS_DIR/linked_client
 SECS=2
+# The environment-mode runs pace in 200 ms windows: a 2 s run then spans ten of them, where under the
+# default 1 s window where it stops in a burst or a pause moves its share by up to ~10 points. The window
+# cases below set their own; the containers (limits.json) run under the default.
+export VGPU_COMPUTE_WINDOW=200ms
 
 # share OUTPUT [KERNELS_PER_LAUNCH]: percent of wall time the launches kept the fake GPU busy.
 share() {
@@ -67,6 +71,20 @@ between "linked_client at 10% gets ~10%" "$(share "$out")" 5 16
 out=$(vg "$WORK/c4" 30 env CLIENT_PTDS=1 "$RT" module work $SECS)
 between "per-thread default stream (_ptsz entry points) at 30% gets ~30%" "$(share "$out")" 20 42
 
+# --- the pacing window: a loop that keeps the GPU busy runs share x window, then waits for a full bucket ----
+# (VGPU_COMPUTE_WINDOW; default 1 s). At 30% over 1 s the bucket holds 210 ms: a burst of ~300 ms, then one
+# launch waits ~700 ms while it refills; over 50 ms the waits are ~35 ms.
+out=$(VGPU_COMPUTE_WINDOW=1s vg "$WORK/w1" 30 "$RT" module work 3)
+between "a 1 s window at 30% gets ~30%" "$(share "$out")" 20 42
+ms=$(field longest_launch_ms "$out")
+check "  ... in bursts: a launch waited ${ms} ms at once for the bucket to fill again (~700)" \
+    awk -v m="$ms" 'BEGIN { exit !(m >= 450 && m <= 1300) }'
+out=$(VGPU_COMPUTE_WINDOW=50ms vg "$WORK/w2" 30 "$RT" module work $SECS)
+between "a 50 ms window at 30% gets ~30%" "$(share "$out")" 20 42
+ms=$(field longest_launch_ms "$out")
+check "  ... in short bursts: no launch waited more than ~35 ms at once (${ms} ms)" \
+    awk -v m="$ms" 'BEGIN { exit !(m >= 15 && m <= 200) }'
+
 # --- a graph of 4 kernels at 30%: charged its replay time ------------------------------------------------
 out=$(vg "$WORK/c5" 30 "$RT" module graph-work $SECS 4)
 between "graph launches at 30% get ~30%" "$(share "$out" 4)" 20 42
@@ -93,12 +111,14 @@ between "two containers at 30% each get ~30% each: second" "$sb" 20 42
 # tenant must be charged its work's own time, not its neighbour's slices (docs/libvgpu.md, "Time slicing").
 # tenant_beside NAME CLIENT-OPS...: runs the ops at 30% (bucket $WORK/NAME) while an unlimited neighbour
 # loops kernels for the whole time; prints the tenant's output.
+# SWITCH (microseconds, default 0): what each context switch loses (FAKE_CUDA_SWITCH_US).
 tenant_beside() {
     local name=$1; shift
-    FAKE_CUDA_TIMESLICE_US=5000 "$RT" module work $((SECS + 2)) >"$WORK/neighbour.out" 2>&1 &
+    FAKE_CUDA_TIMESLICE_US=5000 FAKE_CUDA_SWITCH_US=${SWITCH:-0} "$RT" module work $((SECS + 2)) \
+        >"$WORK/neighbour.out" 2>&1 &
     local n=$!
     sleep 0.5
-    FAKE_CUDA_TIMESLICE_US=5000 vg "$WORK/$name" 30 "$RT" "$@"
+    FAKE_CUDA_TIMESLICE_US=5000 FAKE_CUDA_SWITCH_US=${SWITCH:-0} vg "$WORK/$name" 30 "$RT" "$@"
     wait $n
 }
 out=$(tenant_beside ts1 module work $SECS)
@@ -118,12 +138,25 @@ charged=$(bucket "$WORK/ts3" charged_ns); n=$(bucket "$WORK/ts3" launches)
 check "  ... each replay charged about its 16 ms of kernels, the memsets next to nothing ($(( (charged - 8 * 2000000) / (n - 8) / 1000 )) us per replay)" \
     awk -v c="$charged" -v n="$n" 'BEGIN { per = (c - 8 * 2e6) / (n - 8); exit !(per >= 15e6 && per <= 20e6) }'
 
+# What switching costs (the H100 loses ~10% time-slicing two busy contexts, which left the 70% tenant of a
+# 30/70 pair at ~61%): with 1.5 ms lost per switch, a 2 ms kernel beside the neighbour holds the queue
+# ~5.2 ms on average; read as two contexts sharing the GPU, each launch pays half of that (~2.6 ms), the
+# switching included, where its solo charge is at most 9/8 of 2 ms.
+out=$(SWITCH=1500 tenant_beside ts4 module work $SECS)
+between "beside a busy neighbour with switches that lose time, eager kernels at 30% pay their part: under 30%" \
+    "$(share "$out")" 15 27
+charged=$(bucket "$WORK/ts4" charged_ns); n=$(bucket "$WORK/ts4" launches)
+check "  ... each launch charged more than its solo 9/8 x 2 ms ($(( charged / n / 1000 )) us per launch)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { per = c / n; exit !(per >= 2.35e6 && per <= 3.2e6) }'
+
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)
 check_match "CUDA_DEVICE_SM_LIMIT=150 is refused, naming the variable" 'CUDA_DEVICE_SM_LIMIT="150": not a whole percent' "$out"
 check_match "... and CUDA does not start" 'rc=[1-9]' "$out"
 out=$(GPU_CORE_UTILIZATION_POLICY=sometimes vg "$WORK/c9" 30 "$RT" info)
 check_match "a bad GPU_CORE_UTILIZATION_POLICY is refused, naming it" 'GPU_CORE_UTILIZATION_POLICY="sometimes"' "$out"
+out=$(VGPU_COMPUTE_WINDOW=1m vg "$WORK/c9" 30 "$RT" info)
+check_match "a bad VGPU_COMPUTE_WINDOW is refused, naming it" 'VGPU_COMPUTE_WINDOW="1m": unknown unit' "$out"
 
 # --- through the OCI side: annotation -> limits.json -> the library in the container ------------------------
 oci_setup

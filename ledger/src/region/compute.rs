@@ -29,7 +29,10 @@ pub struct ComputeArea {
     pub held_ns: AtomicU64,
     /// Launches measured and charged (monotonic).
     pub launches: AtomicU64,
-    pub _reserved: [u8; 24],
+    /// The pacing gate: 0 open (launches go while the bucket holds credit), 1 closed (the bucket ran dry:
+    /// launches wait until it is full again). A fresh file's zero is open.
+    pub gate: AtomicU64,
+    pub _reserved: [u8; 16],
 }
 
 const _: () = {
@@ -39,6 +42,7 @@ const _: () = {
     assert!(offset_of!(ComputeArea, charged_ns) == 16);
     assert!(offset_of!(ComputeArea, held_ns) == 24);
     assert!(offset_of!(ComputeArea, launches) == 32);
+    assert!(offset_of!(ComputeArea, gate) == 40);
 };
 
 /// A share in parts per million of the GPU's time (1_000_000 = all of it).
@@ -47,6 +51,16 @@ pub const PPM: u64 = 1_000_000;
 /// GPU-nanoseconds earned over `dt_ns` of wall time at `share_ppm`.
 pub fn earned(dt_ns: u64, share_ppm: u64) -> i64 {
     ((dt_ns as u128 * share_ppm.min(PPM) as u128) / PPM as u128).min(i64::MAX as u128) as i64
+}
+
+/// The bucket's capacity for a pacing window of `window_ns` at `share_ppm`: `share × (1 − share) × window`.
+/// A process that keeps the GPU busy then cycles once per window: from full, it runs while the bucket
+/// drains at `1 − share` (GPU time `share × window`), and waits while it refills at `share` (the rest).
+/// At least 1 ns, so a share near 100% still has a gate to close.
+pub fn window_capacity(window_ns: u64, share_ppm: u64) -> i64 {
+    let p = share_ppm.min(PPM) as u128;
+    ((window_ns as u128 * p * (PPM as u128 - p)) / (PPM as u128 * PPM as u128)).clamp(1, i64::MAX as u128)
+        as i64
 }
 
 /// The bucket after adding `add` to `tokens`, capped at `cap` (a bucket already above the cap keeps its
@@ -117,6 +131,25 @@ impl ComputeArea {
         self.tokens.fetch_sub(ns, SeqCst).saturating_sub(ns)
     }
 
+    /// Whether the pacing gate is closed: launches wait for a full bucket.
+    pub fn gate_closed(&self) -> bool {
+        self.gate.load(SeqCst) != 0
+    }
+
+    /// Closes the gate (the bucket ran dry).
+    pub fn close_gate(&self) {
+        self.gate.store(1, SeqCst);
+    }
+
+    /// Opens the gate once the bucket holds `cap` (it is full); returns whether it is open. Every
+    /// process of the container sees the same gate, so they pause and resume together.
+    pub fn open_gate_if_full(&self, tokens: i64, cap: i64) -> bool {
+        if tokens >= cap {
+            self.gate.store(0, SeqCst);
+        }
+        !self.gate_closed()
+    }
+
     /// Records time a thread was held back.
     pub fn held(&self, ns: u64) {
         self.held_ns.fetch_add(ns, SeqCst);
@@ -165,6 +198,27 @@ mod tests {
             "a share is at most all"
         );
         assert_eq!(earned(u64::MAX, PPM), i64::MAX);
+    }
+
+    #[test]
+    fn a_window_cycles_share_on_and_the_rest_off() {
+        // 30% over 1 s: a bucket of 210 ms drains in 300 ms of GPU time and refills in 700 ms.
+        assert_eq!(window_capacity(1_000_000_000, 300_000), 210_000_000);
+        assert_eq!(window_capacity(1_000_000_000, 500_000), 250_000_000);
+        assert_eq!(window_capacity(1_000_000_000, PPM), 1);
+        assert_eq!(window_capacity(0, 300_000), 1);
+        assert_eq!(window_capacity(u64::MAX, 500_000), (u64::MAX / 4) as i64);
+    }
+
+    #[test]
+    fn the_gate_opens_only_on_a_full_bucket() {
+        let area = zeroed();
+        assert!(!area.gate_closed(), "a fresh file's gate is open");
+        area.close_gate();
+        assert!(!area.open_gate_if_full(99, 100));
+        assert!(area.gate_closed());
+        assert!(area.open_gate_if_full(100, 100));
+        assert!(!area.gate_closed());
     }
 
     #[test]

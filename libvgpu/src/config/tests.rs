@@ -105,7 +105,7 @@ fn compute_shares_come_from_the_mounted_limits_file_alone() {
         &mounted,
         r#"{"version":1,"container_id":"c","devices":[
             {"index":0,"uuid":"GPU-a","compute_limit":30,"ledger":"ledgers/GPU-a.ledger"},
-            {"index":1,"uuid":"GPU-b","memory_limit":4096,"compute_limit":70,"compute_policy":"force","ledger":"ledgers/GPU-b.ledger"},
+            {"index":1,"uuid":"GPU-b","memory_limit":4096,"compute_limit":70,"compute_policy":"force","compute_window_ms":250,"ledger":"ledgers/GPU-b.ledger"},
             {"index":2,"uuid":"GPU-c","memory_limit":4096,"ledger":"ledgers/GPU-c.ledger"}]}"#,
     )
     .unwrap();
@@ -115,6 +115,7 @@ fn compute_shares_come_from_the_mounted_limits_file_alone() {
         ("CUDA_DEVICE_SM_LIMIT_0", "100"),
         ("GPU_CORE_UTILIZATION_POLICY", "disable"),
         ("CUDA_DEVICE_SM_LIMIT_2", "junk"),
+        ("VGPU_COMPUTE_WINDOW", "5s"),
     ]);
     let c = Config::from_env(&env, &mounted).unwrap();
     assert!(c.file_has_shares());
@@ -122,10 +123,11 @@ fn compute_shares_come_from_the_mounted_limits_file_alone() {
     assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
     assert_eq!(
         c.file_share(gpu("GPU-a", Some(0))),
-        Some((30, dir.path().join("ledgers/GPU-a.ledger")))
+        Some((30, dir.path().join("ledgers/GPU-a.ledger"), 1000)),
+        "no window in the file: the default, not the tenant's variable"
     );
     assert_eq!(limit(&c, gpu("GPU-b", None)), Some(4096));
-    assert_eq!(c.file_share(gpu("GPU-b", None)).map(|s| s.0), Some(70));
+    assert_eq!(c.file_share(gpu("GPU-b", None)).map(|s| (s.0, s.2)), Some((70, 250)));
     let mig = Gpu {
         uuid: "MIG-x",
         parent: Some("GPU-b"),
@@ -370,4 +372,19 @@ fn memory_modes_from_the_environment_apply_to_every_limited_gpu() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("VGPU_MEMORY_MODE=\"swap\""), "{e}");
+}
+
+#[test]
+fn the_environment_window_is_checked_with_the_configuration() {
+    assert_eq!(env_window_ms(&env(&[])), Ok(1000));
+    assert_eq!(env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", " ")])), Ok(1000));
+    assert_eq!(env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", "250ms")])), Ok(250));
+    let e = Config::from_env(
+        &env(&[("CUDA_DEVICE_SM_LIMIT", "30"), ("VGPU_COMPUTE_WINDOW", "1m")]),
+        Path::new(NOFILE),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("VGPU_COMPUTE_WINDOW=\"1m\": unknown unit"), "{e}");
+    assert!(!e.contains('\n'));
 }

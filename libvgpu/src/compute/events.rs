@@ -1,0 +1,69 @@
+//! The driver calls the compute share makes around a launch: events to time it, and whether its stream is
+//! capturing a graph. Each goes to the driver's own function, never back into the hooks.
+
+use super::CU_EVENT_DEFAULT;
+use crate::ffi::*;
+use crate::real::{real, Lib};
+
+pub(super) fn event_create(e: &mut CUevent) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuEventCreate",
+        unsafe extern "C" fn(*mut CUevent, u32) -> CUresult
+    ) {
+        // SAFETY: a valid out-pointer; default flags (timing enabled).
+        Some(f) => unsafe { f(e, CU_EVENT_DEFAULT) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+pub(super) fn event_record(e: CUevent, s: CUstream) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuEventRecord",
+        unsafe extern "C" fn(CUevent, CUstream) -> CUresult
+    ) {
+        // SAFETY: an event we created, the launch's own stream.
+        Some(f) => unsafe { f(e, s) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+/// Whether `s` is capturing a graph (an error counts as capturing: nothing is recorded on it).
+pub(super) fn capturing(s: CUstream) -> bool {
+    let Some(f) = real!(
+        Lib::Cuda,
+        "cuStreamIsCapturing",
+        unsafe extern "C" fn(CUstream, *mut u32) -> CUresult
+    ) else {
+        return false;
+    };
+    let mut status = 0u32;
+    // SAFETY: a valid out-pointer; the launch's own stream.
+    let r = unsafe { f(s, &mut status) };
+    r != CUDA_SUCCESS || status != 0
+}
+
+pub(super) fn event_query(e: CUevent) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuEventQuery",
+        unsafe extern "C" fn(CUevent) -> CUresult
+    ) {
+        // SAFETY: an event we created.
+        Some(f) => unsafe { f(e) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+pub(super) fn elapsed_ns(a: CUevent, b: CUevent) -> Option<u64> {
+    let f = real!(
+        Lib::Cuda,
+        "cuEventElapsedTime",
+        unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult
+    )?;
+    let mut ms = 0f32;
+    // SAFETY: a valid out-pointer and two completed events of ours.
+    let r = unsafe { f(&mut ms, a, b) };
+    (r == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then_some((ms as f64 * 1e6) as u64)
+}
