@@ -10,6 +10,8 @@
 //! uses what is left of its process's current slice, and every slice boundary it crosses costs it `m`
 //! slices of the others' work. So a kernel that fits in what is left of the slice takes its own time, and
 //! a long graph takes about `m + 1` times its own. Alone, a process keeps the GPU (no slicing).
+//! `FAKE_CUDA_SWITCH_US` adds what a real GPU loses switching contexts: each boundary crossed also
+//! waits `m + 1` switches (to each of the others and back), time no process's work runs in.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -46,6 +48,12 @@ pub fn slice_ns() -> u64 {
     *NS.get_or_init(|| env_us("FAKE_CUDA_TIMESLICE_US"))
 }
 
+/// What one context switch loses (FAKE_CUDA_SWITCH_US; 0 when unset).
+pub fn switch_ns() -> u64 {
+    static NS: OnceLock<u64> = OnceLock::new();
+    *NS.get_or_init(|| env_us("FAKE_CUDA_SWITCH_US"))
+}
+
 /// This process's queue: when it drains, and what is left of its current slice.
 struct Queue {
     busy_until: u64,
@@ -63,8 +71,9 @@ fn queue() -> std::sync::MutexGuard<'static, Queue> {
 
 /// How long `cost` of work takes when `others` processes share the GPU in slices of `slice`, starting
 /// with `left` of this process's slice; and what is left of its slice after. A piece that fits in what
-/// is left takes its own time; each slice boundary crossed waits `others` slices.
-pub fn sliced(cost: u64, left: u64, slice: u64, others: u64) -> (u64, u64) {
+/// is left takes its own time; each slice boundary crossed waits `others` slices and `others + 1`
+/// switches of `switch`.
+pub fn sliced(cost: u64, left: u64, slice: u64, others: u64, switch: u64) -> (u64, u64) {
     if others == 0 || slice == 0 {
         return (cost, slice);
     }
@@ -74,7 +83,7 @@ pub fn sliced(cost: u64, left: u64, slice: u64, others: u64) -> (u64, u64) {
     let rest = cost - left;
     let boundaries = rest.div_ceil(slice);
     (
-        cost + boundaries * others * slice,
+        cost + boundaries * (others * slice + (others + 1) * switch),
         boundaries * slice - rest,
     )
 }
@@ -96,7 +105,7 @@ pub fn run(shared: &Shared, kernels: u64) -> u64 {
     } else {
         0
     };
-    let (took, left) = sliced(cost, q.slice_left, slice, others);
+    let (took, left) = sliced(cost, q.slice_left, slice, others, switch_ns());
     q.busy_until = start + took;
     q.slice_left = left;
     if slice > 0 {
@@ -134,14 +143,17 @@ mod tests {
     fn work_is_time_sliced_only_across_slice_boundaries_and_only_with_others() {
         const MS: u64 = 1_000_000;
         // alone: its own time, a whole slice ahead
-        assert_eq!(sliced(16 * MS, 0, 5 * MS, 0), (16 * MS, 5 * MS));
+        assert_eq!(sliced(16 * MS, 0, 5 * MS, 0, MS), (16 * MS, 5 * MS));
         // a kernel that fits in what is left of the slice
-        assert_eq!(sliced(2 * MS, 5 * MS, 5 * MS, 1), (2 * MS, 3 * MS));
+        assert_eq!(sliced(2 * MS, 5 * MS, 5 * MS, 1, 0), (2 * MS, 3 * MS));
         // one that crosses a boundary waits one slice of the other's
-        assert_eq!(sliced(2 * MS, MS, 5 * MS, 1), (7 * MS, 4 * MS));
+        assert_eq!(sliced(2 * MS, MS, 5 * MS, 1, 0), (7 * MS, 4 * MS));
         // a 16 ms graph from a fresh slice crosses three boundaries: a slice of the other's at each (31
         // ms), two others' (46 ms)
-        assert_eq!(sliced(16 * MS, 5 * MS, 5 * MS, 1), (31 * MS, 4 * MS));
-        assert_eq!(sliced(16 * MS, 5 * MS, 5 * MS, 2), (46 * MS, 4 * MS));
+        assert_eq!(sliced(16 * MS, 5 * MS, 5 * MS, 1, 0), (31 * MS, 4 * MS));
+        assert_eq!(sliced(16 * MS, 5 * MS, 5 * MS, 2, 0), (46 * MS, 4 * MS));
+        // with 1 ms lost per switch, two at each boundary with one other (37 ms)
+        assert_eq!(sliced(16 * MS, 5 * MS, 5 * MS, 1, MS), (37 * MS, 4 * MS));
+        assert_eq!(sliced(2 * MS, 5 * MS, 5 * MS, 1, MS), (2 * MS, 3 * MS));
     }
 }
