@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The compute share's workloads (run by compute.sh, under libvgpu.so with CUDA_DEVICE_SM_LIMIT or not).
 
-    compute_case.py matmul --seconds S [--graph] [--start-at T]   saturating bf16 matmul loop
+    compute_case.py matmul --seconds S [--graph] [--start-at T] [--warmup W]   saturating bf16 matmul loop
     compute_case.py train  --steps N                              a PyTorch training step, median time
 
 `matmul` keeps the GPU busy with 8192x8192 bf16 matmuls (eager: synchronising every 32; graph: a CUDA
 graph of 32 matmuls replayed), counts the matmuls done in S seconds of wall time after a warm-up, and
-prints TFLOP/s. `--start-at` (a time.time() value) lines two processes up to start together.
+prints TFLOP/s. `--start-at` (a time.time() value) lines two processes up to start together. The loop first
+runs `--warmup` seconds (3) untimed: an unlimited GPU settles at its saturated clock, and a capped one spends
+the credit a fresh bucket starts with, so what is timed is the steady state.
 The last line on stdout is `RESULT {json}`.
 """
 import argparse
@@ -47,7 +49,7 @@ def capture(torch, batch, **graph_args):
     return g
 
 
-def matmul(torch, seconds, graph, start_at):
+def matmul(torch, seconds, graph, start_at, warmup):
     n, per = 8192, 32
     batch = matmul_batch(torch, n, per)
     run = batch
@@ -57,6 +59,10 @@ def matmul(torch, seconds, graph, start_at):
         torch.cuda.synchronize()
     if start_at:
         time.sleep(max(0.0, start_at - time.time()))
+    w0 = time.perf_counter()
+    while time.perf_counter() - w0 < warmup:
+        run()
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     done = 0
     while time.perf_counter() - t0 < seconds:
@@ -97,11 +103,12 @@ def main():
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--graph", action="store_true")
     ap.add_argument("--start-at", type=float, default=0.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--steps", type=int, default=100)
     a = ap.parse_args()
     import torch
     if a.what == "matmul":
-        matmul(torch, a.seconds, a.graph, a.start_at)
+        matmul(torch, a.seconds, a.graph, a.start_at, a.warmup)
     else:
         train(torch, a.steps)
 
