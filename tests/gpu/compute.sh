@@ -11,7 +11,7 @@
 # from their kernels' own launches) is kept in $OUT/compute-logs/.
 # Environment: VGPU_LIB (target/vgpu/libvgpu.so), OUT, GPU_TORCH_PYTHON, COMPUTE_SECONDS (12, after 3 s
 # of warm-up), COMPUTE_WINDOWS ("100ms 3s": the eager 30% case again under these pacing windows),
-# COMPUTE_SKIP_TRAIN (set: no training-step runs), COMPUTE_MODES ("eager graph"), COMPUTE_PAIR_DELAY (20 s:
+# COMPUTE_SKIP_TRAIN (set: no training-step runs), COMPUTE_MODES ("eager graph"; empty: none), COMPUTE_PAIR_DELAY (20 s:
 # the two processes of a pair start their loops together that long after being started).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,7 +62,7 @@ one() {
     cp "$W/$name.err" "$out/compute-logs/$name.err"
 }
 
-for mode in ${COMPUTE_MODES:-eager graph}; do
+for mode in ${COMPUTE_MODES-eager graph}; do
     g=; [ $mode = graph ] && g=--graph
     one "$mode-alone-nolib" none matmul --seconds "$secs" $g
     one "$mode-30" 30 matmul --seconds "$secs" $g
@@ -88,8 +88,12 @@ for mode in ${COMPUTE_MODES:-eager graph}; do
     wait $p30 $!
 done
 if [ -z "${COMPUTE_SKIP_TRAIN:-}" ]; then
-    one train-nolib none train --steps 100
-    one train-lib "" train --steps 100
+    # Alternated, twice: a step's time drifts between runs (the GPU's clock) by more than the library
+    # could cost.
+    for r in 1 2; do
+        one train-nolib-$r none train --steps 200
+        one train-lib-$r "" train --steps 200
+    done
 fi
 
 # The table: each run's throughput against the same mode alone without the library.
