@@ -138,16 +138,22 @@ impl ComputeArea {
 
     /// Closes the gate (the bucket ran dry).
     pub fn close_gate(&self) {
-        self.gate.store(1, SeqCst);
+        if !self.gate_closed() {
+            self.gate.store(1, SeqCst);
+        }
     }
 
     /// Opens the gate once the bucket holds `cap` (it is full); returns whether it is open. Every
     /// process of the container sees the same gate, so they pause and resume together.
     pub fn open_gate_if_full(&self, tokens: i64, cap: i64) -> bool {
+        if !self.gate_closed() {
+            return true;
+        }
         if tokens >= cap {
             self.gate.store(0, SeqCst);
+            return true;
         }
-        !self.gate_closed()
+        false
     }
 
     /// Records time a thread was held back.
