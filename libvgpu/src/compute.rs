@@ -6,13 +6,13 @@
 //!
 //! Measuring: two CUDA events recorded around each launch on its stream; their elapsed time is read later
 //! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
-//! charged its work's solo time (`solo`: a GPU time-sliced with other contexts stretches it; a graph's
-//! kernels, read at instantiation by `hooks::graphs`, give its solo time). Until then the launch counts
-//! against the bucket with an estimate (the moving average of measured launches), so a thread cannot
-//! queue unbounded work ahead of the budget.
+//! charged by `solo` (its solo time, or its part of the GPU's time when other contexts stretch it; a
+//! graph's kernels, read at instantiation by `hooks::graphs`, give its solo time). Until then the launch
+//! is debited from the bucket at an estimate (the moving average of measured launches), settled to the
+//! measurement later, so no thread can queue unbounded work ahead of the budget and credit earned while
+//! work runs is not lost to the bucket's capacity.
 //!
-//! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while the tokens left
-//! after what is in flight are used up; each nap is at most `MAX_NAP_NS` so finished launches are charged
+//! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while it is used up; each nap is at most `MAX_NAP_NS` so finished launches are charged
 //! and the debt re-read often. The bucket holds `share × (1 − share) × window`, and once it runs dry the
 //! container's gate (in the ledger) stays closed until it is full again: a process that keeps the GPU
 //! busy runs `share × window` and waits out the rest of each window, in bursts long enough for the GPU's
@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -261,8 +261,6 @@ struct Share {
     spare: Mutex<Vec<(usize, usize)>>,
     /// Moving average of measured launch costs (ns).
     estimate: AtomicU64,
-    /// Sum of the estimates of what is in flight (ns).
-    ahead: AtomicI64,
     /// The solo cost of each kind of work (`solo`).
     solo: Mutex<SoloBook>,
 }
@@ -364,7 +362,6 @@ impl Share {
             in_flight: Mutex::new(VecDeque::new()),
             spare: Mutex::new(Vec::new()),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
-            ahead: AtomicI64::new(0),
             solo: Mutex::new(SoloBook::default()),
         }
     }
@@ -396,42 +393,39 @@ impl Share {
                     if let Some(solo) = tell {
                         tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
                     }
-                    self.area().charge(ns);
+                    self.area().settle(ns, f.estimate);
                     let e = self.estimate.load(Ordering::Relaxed);
                     self.estimate.store(averaged(e, ns), Ordering::Relaxed);
-                    self.ahead.fetch_sub(f.estimate as i64, Ordering::Relaxed);
                     let mut spare = lock(&self.spare);
                     spare.push((f.ctx, f.start as usize));
                     spare.push((f.ctx, f.end as usize));
                 }
                 _ => {
-                    // The context is gone or broken: its events are of no use; charge the estimate.
-                    self.area().charge(f.estimate);
-                    self.ahead.fetch_sub(f.estimate as i64, Ordering::Relaxed);
+                    // The context is gone or broken: its events are of no use; the estimate stands.
+                    self.area().settle(f.estimate, f.estimate);
                 }
             }
         }
     }
 
-    /// Waits while the bucket, less what this process has in flight, is used up, and then (the gate
-    /// closed) until it is full again.
+    /// Waits while the bucket (what is in flight debited) is used up, and then (the gate closed) until
+    /// it is full again.
     fn admit(&self) {
         self.harvest();
         let area = self.area();
         let mut held = 0u64;
         loop {
             let tokens = area.refill(mono_ns(), self.ppm, self.cap);
-            let ahead = self.ahead.load(Ordering::Relaxed);
             let busy = lock(&self.in_flight).len() >= MAX_IN_FLIGHT;
             let deficit = if !area.open_gate_if_full(tokens, self.cap) {
                 self.cap - tokens
-            } else if tokens - ahead > 0 && !busy {
+            } else if tokens > 0 && !busy {
                 break;
             } else {
                 if !busy {
                     area.close_gate();
                 }
-                ahead - tokens
+                -tokens
             };
             let nap = nap_for(deficit.max(0) as u64, self.ppm);
             std::thread::sleep(Duration::from_nanos(nap));
@@ -486,7 +480,7 @@ impl Share {
             return;
         }
         let estimate = self.estimate.load(Ordering::Relaxed);
-        self.ahead.fetch_add(estimate as i64, Ordering::Relaxed);
+        self.area().debit(estimate);
         lock(&self.in_flight).push_back(InFlight {
             start,
             end,

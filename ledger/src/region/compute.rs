@@ -125,7 +125,21 @@ impl ComputeArea {
 
     /// Charges GPU time a launch took. Returns the tokens after.
     pub fn charge(&self, gpu_ns: u64) -> i64 {
-        let ns = gpu_ns.min(i64::MAX as u64) as i64;
+        self.settle(gpu_ns, 0)
+    }
+
+    /// Takes a launch's estimated cost out of the bucket when it is queued, so that work in flight
+    /// counts against the bucket (for every process of the container) and the credit earned while it
+    /// runs is not lost to the capacity.
+    pub fn debit(&self, estimate_ns: u64) {
+        let ns = estimate_ns.min(i64::MAX as u64) as i64;
+        self.tokens.fetch_sub(ns, SeqCst);
+    }
+
+    /// Charges what a launch took, `debit`ed `estimate_ns` when queued: the bucket gets the difference.
+    /// Returns the tokens after.
+    pub fn settle(&self, gpu_ns: u64, estimate_ns: u64) -> i64 {
+        let ns = (gpu_ns.min(i64::MAX as u64) as i64) - (estimate_ns.min(i64::MAX as u64) as i64);
         self.charged_ns.fetch_add(gpu_ns, SeqCst);
         self.launches.fetch_add(1, SeqCst);
         self.tokens.fetch_sub(ns, SeqCst).saturating_sub(ns)
@@ -214,6 +228,18 @@ mod tests {
         assert_eq!(window_capacity(1_000_000_000, PPM), 1);
         assert_eq!(window_capacity(0, 300_000), 1);
         assert_eq!(window_capacity(u64::MAX, 500_000), (u64::MAX / 4) as i64);
+    }
+
+    #[test]
+    fn a_debited_estimate_is_settled_to_what_was_measured() {
+        let area = zeroed();
+        area.debit(1000);
+        assert_eq!(area.tokens(), -1000);
+        assert_eq!(area.settle(1500, 1000), -1500);
+        area.debit(1000);
+        assert_eq!(area.settle(400, 1000), -1900);
+        let s = area.snapshot();
+        assert_eq!((s.charged_ns, s.launches), (1900, 2));
     }
 
     #[test]
