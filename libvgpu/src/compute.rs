@@ -12,11 +12,12 @@
 //! measurement later, so no thread can queue unbounded work ahead of the budget and credit earned while
 //! work runs is not lost to the bucket's capacity.
 //!
-//! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while it is used up; each nap is at most `MAX_NAP_NS` so finished launches are charged
-//! and the debt re-read often. The bucket holds `share × (1 − share) × window`, and once it runs dry the
-//! container's gate (in the ledger) stays closed until it is full again: a process that keeps the GPU
-//! busy runs `share × window` and waits out the rest of each window, in bursts long enough for the GPU's
-//! clock to settle where it is when the GPU is saturated (docs/libvgpu.md, "Pacing window").
+//! Holding back: `admit` refills the bucket (lazily, by whoever launches) and sleeps while it is used up;
+//! each nap is at most `MAX_NAP_NS` so finished launches are charged and the debt re-read often. The
+//! bucket holds `share × (1 − share) × window`, and once it runs dry the container's gate (in the ledger)
+//! stays closed until it is full again: a process that keeps the GPU busy runs `share × window` and
+//! waits out the rest of each window, in bursts long enough for the GPU's clock to settle where it is
+//! when the GPU is saturated (docs/libvgpu.md, "Pacing window").
 //!
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
@@ -138,7 +139,9 @@ fn load() -> Settings {
         return Settings::Off;
     };
     let (prefix, dir) = env_prefix(&vars);
-    log::info(format_args!("compute share: {env:?}, window {window_ms} ms"));
+    log::info(format_args!(
+        "compute share: {env:?}, window {window_ms} ms"
+    ));
     Settings::Env {
         env,
         prefix,

@@ -279,10 +279,7 @@ mod tests {
             .map(|_| b.charge(GRAPH, 31 * MS, Some(&g)))
             .collect();
         let solo = 8 * b.floor((K.func, K.grid)).unwrap();
-        assert!(
-            charges.iter().all(|&c| c == solo + solo / 8),
-            "{charges:?}"
-        );
+        assert!(charges.iter().all(|&c| c == solo + solo / 8), "{charges:?}");
         // The same graph without its kernels' solo time known: its own least time (the old charge).
         let mut fresh = SoloBook::default();
         assert_eq!(fresh.charge(GRAPH, 31 * MS, Some(&g)), 31 * MS);

@@ -59,8 +59,8 @@ pub fn earned(dt_ns: u64, share_ppm: u64) -> i64 {
 /// At least 1 ns, so a share near 100% still has a gate to close.
 pub fn window_capacity(window_ns: u64, share_ppm: u64) -> i64 {
     let p = share_ppm.min(PPM) as u128;
-    ((window_ns as u128 * p * (PPM as u128 - p)) / (PPM as u128 * PPM as u128)).clamp(1, i64::MAX as u128)
-        as i64
+    ((window_ns as u128 * p * (PPM as u128 - p)) / (PPM as u128 * PPM as u128))
+        .clamp(1, i64::MAX as u128) as i64
 }
 
 /// The bucket after adding `add` to `tokens`, capped at `cap` (a bucket already above the cap keeps its

@@ -127,7 +127,10 @@ fn compute_shares_come_from_the_mounted_limits_file_alone() {
         "no window in the file: the default, not the tenant's variable"
     );
     assert_eq!(limit(&c, gpu("GPU-b", None)), Some(4096));
-    assert_eq!(c.file_share(gpu("GPU-b", None)).map(|s| (s.0, s.2)), Some((70, 250)));
+    assert_eq!(
+        c.file_share(gpu("GPU-b", None)).map(|s| (s.0, s.2)),
+        Some((70, 250))
+    );
     let mig = Gpu {
         uuid: "MIG-x",
         parent: Some("GPU-b"),
@@ -377,14 +380,26 @@ fn memory_modes_from_the_environment_apply_to_every_limited_gpu() {
 #[test]
 fn the_environment_window_is_checked_with_the_configuration() {
     assert_eq!(env_window_ms(&env(&[])), Ok(1000));
-    assert_eq!(env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", " ")])), Ok(1000));
-    assert_eq!(env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", "250ms")])), Ok(250));
+    assert_eq!(
+        env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", " ")])),
+        Ok(1000)
+    );
+    assert_eq!(
+        env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", "250ms")])),
+        Ok(250)
+    );
     let e = Config::from_env(
-        &env(&[("CUDA_DEVICE_SM_LIMIT", "30"), ("VGPU_COMPUTE_WINDOW", "1m")]),
+        &env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("VGPU_COMPUTE_WINDOW", "1m"),
+        ]),
         Path::new(NOFILE),
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("VGPU_COMPUTE_WINDOW=\"1m\": unknown unit"), "{e}");
+    assert!(
+        e.contains("VGPU_COMPUTE_WINDOW=\"1m\": unknown unit"),
+        "{e}"
+    );
     assert!(!e.contains('\n'));
 }
