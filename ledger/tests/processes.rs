@@ -490,7 +490,7 @@ fn compute_bucket_is_shared_exactly(dir: &Path) {
                 for _ in 0..CHARGES {
                     l.compute()
                         .refill(now(), vgpu_ledger::region::PPM, i64::MAX);
-                    l.compute().charge(7);
+                    l.compute().settle(7, 0);
                 }
                 0
             })

@@ -687,8 +687,8 @@ mod tests {
         l.devices[0].compute_policy = vgpu_ledger::envcompute::Policy::Force;
         l.devices[0].compute_window_ms = Some(250);
         l.write_atomic(&lp).unwrap();
-        ledger.compute().charge(1_500_000_000);
-        ledger.compute().charge(400_000_000);
+        ledger.compute().settle(1_500_000_000, 0);
+        ledger.compute().settle(400_000_000, 0);
         ledger.compute().held(2_260_000_000);
         let (b, _) = provision(&root, "share2", uuid, 1 << 30);
         let lp = root.limits_path("share2").unwrap();

@@ -4,10 +4,11 @@
 //!
 //! The bucket holds `tokens` GPU-nanoseconds (negative = debt). It is refilled lazily by whoever launches:
 //! the caller that moves `refilled_at` forward by a CAS adds `share × elapsed wall time`, capped at the
-//! bucket's capacity, so concurrent refills never add the same interval twice. Launches are charged the
-//! GPU time they were measured to take (`charge`), after the fact; a thread waits while the bucket is in
-//! debt. A fresh file is all zeros: no credit, last refill "at boot", so the first refill fills at most
-//! to the capacity.
+//! bucket's capacity, so concurrent refills never add the same interval twice. A launch is debited an
+//! estimate when queued (`debit`) and settled to the GPU time it was measured to take (`settle`); a
+//! thread waits while the bucket is used up, and once it ran dry (the gate closed) until it is full again.
+//! A fresh file is all zeros: no credit, last refill "at boot", the gate open, so the first refill fills
+//! at most to the capacity.
 
 use portable_atomic::{AtomicI64, AtomicU64};
 use std::mem::{offset_of, size_of};
@@ -121,11 +122,6 @@ impl ComputeArea {
             }
         }
         self.tokens.load(SeqCst)
-    }
-
-    /// Charges GPU time a launch took. Returns the tokens after.
-    pub fn charge(&self, gpu_ns: u64) -> i64 {
-        self.settle(gpu_ns, 0)
     }
 
     /// Takes a launch's estimated cost out of the bucket when it is queued, so that work in flight
@@ -283,7 +279,7 @@ mod tests {
         #[test]
         fn charges_subtract_exactly(charges in proptest::collection::vec(0u64..1_000_000_000, 0..50)) {
             let area = zeroed();
-            for &c in &charges { area.charge(c); }
+            for &c in &charges { area.settle(c, 0); }
             let sum: u64 = charges.iter().sum();
             prop_assert_eq!(area.tokens(), -(sum as i64));
             prop_assert_eq!(area.snapshot().charged_ns, sum);

@@ -41,7 +41,7 @@ mod slot;
 mod stats;
 mod view;
 
-pub use compute::{earned, refilled, window_capacity, ComputeArea, ComputeSnapshot, PPM};
+pub use compute::{refilled, window_capacity, ComputeArea, ComputeSnapshot, PPM};
 pub use error::{LedgerError, Refused};
 pub use format::{
     FILE_SIZE, FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,

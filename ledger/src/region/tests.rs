@@ -480,8 +480,8 @@ fn the_compute_bucket_is_read_by_the_host_as_the_library_sees_it() {
     assert_eq!(Snapshot::read(&path).unwrap().compute, Default::default());
     let area = l.compute();
     area.refill(5_000_000, PPM / 2, i64::MAX);
-    area.charge(3_000_000);
-    area.charge(4_000_000);
+    area.settle(3_000_000, 0);
+    area.settle(4_000_000, 0);
     area.held(1_500);
     let host = Snapshot::read(&path).unwrap().compute;
     assert_eq!(host, l.snapshot().compute);
