@@ -11,7 +11,7 @@ ZIG_TARGET := x86_64-unknown-linux-gnu.2.17
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 export CARGO_TARGET_DIR := $(TARGET)
 
-.PHONY: all deps build-deps build libvgpu fake clients test unit e2e demo bench gpu-bundle package installer-image clean
+.PHONY: all deps build-deps build libvgpu fake clients lint test unit e2e demo bench gpu-bundle package installer-image clean
 
 all: build
 
@@ -54,7 +54,14 @@ unit: build deps
 e2e: build deps
 	@bash tests/e2e/run-all.sh
 
-test: build deps
+# The lint gate first: formatting and clippy (warnings are errors) on every crate, the preload front too;
+# the layout rules (tests/layout) run with the unit tests.
+lint: build-deps
+	$(CARGO) fmt --all --check
+	$(CARGO) fmt --manifest-path libvgpu/preload/Cargo.toml --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+test: build deps lint
 	$(CARGO) test --release --workspace
 	@bash tests/e2e/run-all.sh
 

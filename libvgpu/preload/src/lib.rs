@@ -266,7 +266,12 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     if h == 0 {
         // No engine: hooked names fail closed, other CUDA/NVML names resolve as usual.
         return match index_of(name) {
-            Some(ix) => Route { hook: FAMILIES.get(ix).map_or(cuda_unavailable as *const () as usize, |f| unavailable(*f)), real: 0 },
+            Some(ix) => Route {
+                hook: FAMILIES
+                    .get(ix)
+                    .map_or(cuda_unavailable as *const () as usize, |f| unavailable(*f)),
+                real: 0,
+            },
             None => pass,
         };
     }
@@ -303,11 +308,17 @@ unsafe fn starts_with(s: *const c_char, prefix: &[u8]) -> bool {
 /// The entry point named by the C string `name`, if it is one of ours.
 fn index_of(wanted: *const c_char) -> Option<usize> {
     (0..N).find(|&ix| {
-        let Some(n) = NAME_OFFSETS.get(ix).and_then(|&off| NAME_BYTES.get(off as usize..)) else { return false };
+        let Some(n) = NAME_OFFSETS
+            .get(ix)
+            .and_then(|&off| NAME_BYTES.get(off as usize..))
+        else {
+            return false;
+        };
         let len = n.iter().position(|&b| b == 0).map_or(n.len(), |l| l + 1);
         // SAFETY: n[..len] ends with its NUL and `wanted` is NUL-terminated; the comparison stops at the
         // first difference.
-        n.get(..len).is_some_and(|n| unsafe { starts_with(wanted, n) })
+        n.get(..len)
+            .is_some_and(|n| unsafe { starts_with(wanted, n) })
     })
 }
 

@@ -97,7 +97,13 @@ unsafe fn lookup(info: &DlPhdrInfo, name: &[u8]) -> Option<usize> {
     let base = info.dlpi_addr;
     // The loader relocates the dynamic section's addresses in place on x86-64 and aarch64, except in the
     // vDSO and on a few other architectures: a value below the load address is still an offset.
-    let abs = |p: u64| -> usize { if (p as usize) < base { base + p as usize } else { p as usize } };
+    let abs = |p: u64| -> usize {
+        if (p as usize) < base {
+            base + p as usize
+        } else {
+            p as usize
+        }
+    };
     // SAFETY: the loader's program headers of this object, dlpi_phnum of them.
     let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let dynamic = phdrs.iter().find(|p| p.p_type == PT_DYNAMIC)?;
@@ -135,11 +141,16 @@ unsafe fn lookup(info: &DlPhdrInfo, name: &[u8]) -> Option<usize> {
         // buckets, then the chain, one word per symbol from symoffset on (the last of a chain has bit 0).
         unsafe {
             let h = gnu_hash as *const u32;
-            let (nbuckets, symoffset, bloom_size) = (*h as usize, *h.add(1) as usize, *h.add(2) as usize);
+            let (nbuckets, symoffset, bloom_size) =
+                (*h as usize, *h.add(1) as usize, *h.add(2) as usize);
             if nbuckets == 0 {
                 return None;
             }
-            let buckets = h.add(4).cast::<u8>().add(bloom_size * core::mem::size_of::<usize>()).cast::<u32>();
+            let buckets = h
+                .add(4)
+                .cast::<u8>()
+                .add(bloom_size * core::mem::size_of::<usize>())
+                .cast::<u32>();
             let chain = buckets.add(nbuckets);
             let hv = gnu_hash_of(name);
             let mut i = *buckets.add(hv as usize % nbuckets) as usize;
@@ -169,7 +180,9 @@ unsafe fn lookup(info: &DlPhdrInfo, name: &[u8]) -> Option<usize> {
 }
 
 fn gnu_hash_of(name: &[u8]) -> u32 {
-    name.iter().take_while(|&&b| b != 0).fold(5381u32, |h, &b| h.wrapping_mul(33).wrapping_add(b as u32))
+    name.iter()
+        .take_while(|&&b| b != 0)
+        .fold(5381u32, |h, &b| h.wrapping_mul(33).wrapping_add(b as u32))
 }
 
 /// Is the NUL-terminated string at `s` equal to `name` (NUL-terminated or not)?
@@ -211,7 +224,13 @@ pub fn next_symbol(name: &[u8], versions: &[&[u8]]) -> usize {
     for v in versions {
         // SAFETY: f is glibc's dlvsym; name and version are NUL-terminated. RTLD_NEXT: the next object
         // after this one (the caller dlvsym sees is us), i.e. glibc itself.
-        let p = unsafe { core::mem::transmute::<usize, DlvsymFn>(f)(RTLD_NEXT, name.as_ptr().cast(), v.as_ptr().cast()) };
+        let p = unsafe {
+            core::mem::transmute::<usize, DlvsymFn>(f)(
+                RTLD_NEXT,
+                name.as_ptr().cast(),
+                v.as_ptr().cast(),
+            )
+        };
         if !p.is_null() {
             return p as usize;
         }

@@ -63,7 +63,9 @@ pub fn real_dlsym(handle: usize, name: *const c_char) -> usize {
     match real_dlsym_addr() {
         0 => 0,
         // SAFETY: f is glibc's dlsym; handle came from dlopen and name is NUL-terminated.
-        f => unsafe { core::mem::transmute::<usize, DlsymFn>(f)(handle as *mut c_void, name) as usize },
+        f => unsafe {
+            core::mem::transmute::<usize, DlsymFn>(f)(handle as *mut c_void, name) as usize
+        },
     }
 }
 
@@ -82,7 +84,9 @@ pub fn sibling_path(addr: *const c_void, file: &[u8], buf: &mut [u8]) -> Option<
     }
     type DladdrFn = unsafe extern "C" fn(*const c_void, *mut DlInfo) -> c_int;
     // SAFETY: glibc's dladdr fills `info` for an address inside this object.
-    if unsafe { core::mem::transmute::<usize, DladdrFn>(dladdr)(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+    if unsafe { core::mem::transmute::<usize, DladdrFn>(dladdr)(addr, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
         return None;
     }
     // SAFETY: dli_fname is the NUL-terminated path the loader opened this object by.
@@ -132,10 +136,20 @@ pub fn report_missing_core(path: &[u8]) {
         // SAFETY: glibc's dlerror returns NULL or a NUL-terminated message it owns.
         f => unsafe {
             let e = core::mem::transmute::<usize, DlerrorFn>(f)();
-            if e.is_null() { &b"not found"[..] } else { cstr_bytes(e) }
+            if e.is_null() {
+                &b"not found"[..]
+            } else {
+                cstr_bytes(e)
+            }
         },
     };
-    for part in [&b"vgpu: cannot load the quota engine "[..], path, b": ", err, b"; CUDA and NVML calls will fail\n"] {
+    for part in [
+        &b"vgpu: cannot load the quota engine "[..],
+        path,
+        b": ",
+        err,
+        b"; CUDA and NVML calls will fail\n",
+    ] {
         // SAFETY: writing a byte slice to stderr.
         unsafe { write(2, part.as_ptr().cast(), part.len()) };
     }
