@@ -163,6 +163,49 @@ pub fn blank_comments_and_strings(text: &str) -> String {
     out
 }
 
+/// `text` (already without comments and strings) with the bodies of inline modules (`mod tests { … }`)
+/// blanked: inside them `super::` names the file's own module, and they are tests as a rule.
+pub fn blank_inline_modules(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        if text[i..].starts_with("mod ") && !prev_ident(b, i) {
+            let name_end = text[i + 4..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(b.len(), |p| i + 4 + p);
+            let after = text[name_end..].trim_start();
+            if after.starts_with('{') {
+                let open = b.len() - after.len();
+                let mut depth = 0;
+                let mut j = open;
+                while j < b.len() {
+                    match b[j] {
+                        b'{' => depth += 1,
+                        b'}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                out.push_str(&text[i..open]);
+                out.push_str("{}");
+                out.extend(text[open..j.min(b.len())].chars().filter(|&c| c == '\n'));
+                i = (j + 1).min(b.len());
+                continue;
+            }
+        }
+        let len = utf8_len(b[i]);
+        out.push_str(&text[i..(i + len).min(text.len())]);
+        i += len;
+    }
+    out
+}
+
 fn prev_ident(b: &[u8], i: usize) -> bool {
     i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')
 }
@@ -182,7 +225,7 @@ fn is_ident(c: char) -> bool {
 
 /// The modules `text` (the source of module `me`) names, resolved against `modules`; `me` itself left out.
 pub fn imports(text: &str, me: &ModPath, modules: &BTreeSet<ModPath>) -> BTreeSet<ModPath> {
-    let text = blank_comments_and_strings(text);
+    let text = blank_inline_modules(&blank_comments_and_strings(text));
     let mut out = BTreeSet::new();
     let chars: Vec<char> = text.chars().collect();
     let mut i = 0;

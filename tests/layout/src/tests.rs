@@ -75,6 +75,21 @@ fn paths_resolve_to_the_longest_module() {
 }
 
 #[test]
+fn inline_test_modules_are_not_imports() {
+    let mods = set(&["", "a", "a::b"]);
+    let text = "fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n    fn g() { crate::a::x() }\n}\n";
+    assert!(imports(text, &m("a::b"), &mods).is_empty());
+    assert_eq!(
+        blank_inline_modules(text).lines().count(),
+        text.lines().count()
+    );
+    assert_eq!(
+        imports("mod x; use super::Y;", &m("a::b"), &mods),
+        set(&["a"])
+    );
+}
+
+#[test]
 fn comments_and_strings_are_not_imports() {
     let mods = set(&["", "a", "b"]);
     let text = "// use crate::b;\n/* crate::b */ let s = \"crate::b\"; let r = r#\"crate::b\"#; let c = ':';";
