@@ -60,6 +60,7 @@ lint: build-deps
 	$(CARGO) fmt --all --check
 	$(CARGO) fmt --manifest-path libvgpu/preload/Cargo.toml --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release --manifest-path libvgpu/preload/Cargo.toml --target-dir $(TARGET)/preload -- -D warnings
 
 test: build deps lint
 	$(CARGO) test --release --workspace

@@ -96,6 +96,8 @@ static SLOTS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 #[cfg(target_arch = "x86_64")]
 macro_rules! trampoline {
     ($name:ident, $ix:expr) => {
+        /// # Safety
+        /// Called from C with the contract of the CUDA or NVML function of the same name.
         #[unsafe(naked)]
         #[no_mangle]
         pub unsafe extern "C" fn $name() {
@@ -139,6 +141,8 @@ macro_rules! trampoline {
 #[cfg(target_arch = "aarch64")]
 macro_rules! trampoline {
     ($name:ident, $ix:expr) => {
+        /// # Safety
+        /// Called from C with the contract of the CUDA or NVML function of the same name.
         #[unsafe(naked)]
         #[no_mangle]
         pub unsafe extern "C" fn $name() {
@@ -322,6 +326,9 @@ fn index_of(wanted: *const c_char) -> Option<usize> {
     })
 }
 
+/// # Safety
+/// Called from C with glibc's `dlsym` contract: `handle` from `dlopen` or a pseudo-handle, `name` a
+/// NUL-terminated string.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
