@@ -10,7 +10,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, readlinkat, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
 use std::io::Read;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// A container's root filesystem, held open.
@@ -51,9 +51,11 @@ impl Rootfs {
     }
 
     /// Reads a small regular file; `None` when it does not exist. FIFOs, devices and large files are refused
-    /// (an image must not be able to hang or flood the shim).
+    /// (an image must not be able to hang or flood the shim) before anything is opened for reading: the
+    /// path is opened `O_PATH` (which opens no FIFO or device), checked with `fstat`, and only a regular
+    /// file is then reopened for reading through that descriptor, so the file checked is the file read.
     pub fn read_small_file(&self, p: &Path) -> Result<Option<String>> {
-        let fd = match self.open_in(p, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY) {
+        let fd = match self.open_in(p, OFlag::O_PATH) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(None),
             Err(e) => {
@@ -76,8 +78,22 @@ impl Rootfs {
                 p.display()
             );
         }
+        // Reopening /proc/self/fd/N opens the inode that descriptor holds, not a path looked up again.
+        let file = nix::fcntl::open(
+            &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .with_context(|| format!("cannot open {} in the container's rootfs", p.display()))?;
+        let reopened = fstat(&file)?;
+        if (reopened.st_dev, reopened.st_ino) != (st.st_dev, st.st_ino) {
+            bail!(
+                "{} in the container's rootfs changed while it was read",
+                p.display()
+            );
+        }
         let mut s = String::new();
-        std::fs::File::from(fd)
+        std::fs::File::from(file)
             .take(SMALL_FILE_MAX)
             .read_to_string(&mut s)
             .with_context(|| format!("cannot read {} in the container's rootfs", p.display()))?;
@@ -219,7 +235,7 @@ fn names(p: &Path) -> Result<Vec<&std::ffi::OsStr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, OpenOptionsExt};
 
     #[test]
     fn symlinks_stay_inside_the_rootfs() {
@@ -269,5 +285,52 @@ mod tests {
         );
         assert!(r.read_small_file(Path::new("/etc/fifo")).is_err());
         assert_eq!(r.read_small_file(Path::new("/nope/x")).unwrap(), None);
+    }
+
+    /// Refusing a FIFO after opening it is too late: the open itself releases a writer waiting on it (and
+    /// opening a device node can act on the device). Only a regular file is ever opened for reading.
+    #[test]
+    fn a_fifo_or_device_is_refused_without_being_opened() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("etc")).unwrap();
+        let fifo = d.path().join("etc/ld.so.preload");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        // A writer blocks in open() until somebody opens the FIFO for reading.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer_path = fifo.clone();
+        std::thread::spawn(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(&writer_path);
+            let _ = tx.send(f.is_ok());
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let r = Rootfs::open(d.path()).unwrap();
+        let err = r
+            .read_small_file(Path::new("/etc/ld.so.preload"))
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(500))
+                .is_err(),
+            "the FIFO was opened for reading: its waiting writer was released"
+        );
+        // Release the writer thread.
+        let _reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(5)), Ok(true));
+
+        // A character device (1:3, /dev/null's numbers) is refused the same way.
+        let dev = d.path().join("etc/dev");
+        nix::sys::stat::mknod(
+            &dev,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o644),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        let err = r.read_small_file(Path::new("/etc/dev")).unwrap_err();
+        assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
     }
 }

@@ -251,10 +251,44 @@ case_small_things() {
 }
 
 BASE_CONFIG=$VGPU_CONFIG
+case_image_preload_not_opened() {
+    echo "-- issue 25 item 10: an image whose /etc/ld.so.preload is a FIFO or a device node: refused, never opened"
+    local r=$WORK/oddroot out rc writer
+    rm -rf "$r"; cp -a "$ROOTFS" "$r"; rm -f "$r/etc/ld.so.preload"; mkfifo "$r/etc/ld.so.preload"
+    # A writer waiting on the FIFO: only somebody opening it for reading releases it.
+    rm -f "$WORK/fifo.released"
+    ( exec 3>"$r/etc/ld.so.preload"; echo released > "$WORK/fifo.released" ) </dev/null >/dev/null 2>&1 &
+    writer=$!
+    new_bundle true
+    bundle_jq "$B" '.root.path = $r' --arg r "$r"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    rc=0; timeout -k 5 "$HANG" "$SHIM" --root "$WORK/rt" create --bundle "$B" "$ID" </dev/null >"$WORK/create.out" 2>&1 || rc=$?
+    out=$(cat "$WORK/create.out")
+    check_match "a FIFO: the create fails with one line naming it" "^vgpu: .*/etc/ld.so.preload .*not a regular file" "$out"
+    check_eq "  ... (one line, rc != 0)" "$(grep -c . <<<"$out")/$((rc != 0))" "1/1"
+    sleep 0.3
+    check_not "  ... and the FIFO was never opened: its waiting writer still waits" test -e "$WORK/fifo.released"
+    kill "$writer" 2>/dev/null; wait "$writer" 2>/dev/null
+    check_eq "  ... and nothing is left provisioned" "$(state_left)" ""
+    plain delete -f "$ID" >/dev/null 2>&1
+    rm -f "$r/etc/ld.so.preload"; mknod "$r/etc/ld.so.preload" c 1 3
+    new_bundle true
+    bundle_jq "$B" '.root.path = $r' --arg r "$r"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    rc=0; timeout -k 5 "$HANG" "$SHIM" --root "$WORK/rt" create --bundle "$B" "$ID" </dev/null >"$WORK/create.out" 2>&1 || rc=$?
+    out=$(cat "$WORK/create.out")
+    check_match "a character device: refused with one line too" "^vgpu: .*/etc/ld.so.preload .*not a regular file" "$out"
+    check_eq "  ... (one line, rc != 0)" "$(grep -c . <<<"$out")/$((rc != 0))" "1/1"
+    check_eq "  ... and nothing is left provisioned" "$(state_left)" ""
+    plain delete -f "$ID" >/dev/null 2>&1
+    rm -rf "$r"
+}
+
 case_fifo_and_symlink_status
 case_fifo_and_symlink_gc
 case_truncate_race
 case_full_state_root
 case_foreign_state_root
 case_small_things
+case_image_preload_not_opened
 t_done
