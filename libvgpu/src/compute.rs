@@ -22,7 +22,7 @@
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Duration;
 
@@ -242,6 +242,10 @@ impl Share {
     /// the default (global) mode a query while another stream of the process captures a graph would
     /// invalidate the application's capture.
     fn harvest(&self) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
         if lock(&self.in_flight).is_empty() {
             return;
         }
@@ -276,6 +280,18 @@ impl Share {
         }
     }
 
+    /// In a child after `fork`: the launches in flight and the spare events are the parent's (its
+    /// driver state is not the child's), so they are dropped uncharged; the parent charges them. A lock
+    /// another thread held at the fork stays held in the child: then nothing is dropped.
+    fn forget_parent(&self) {
+        if let Ok(mut q) = self.in_flight.try_lock() {
+            q.clear();
+        }
+        if let Ok(mut s) = self.spare.try_lock() {
+            s.clear();
+        }
+    }
+
     /// Charges a measured launch (`solo`) and settles its debit.
     fn charge(&self, f: &InFlight, elapsed: u64) {
         // A graph's nodes, as read at instantiation (`hooks::graphs`).
@@ -296,6 +312,10 @@ impl Share {
     /// Waits for the launches in flight (of context `ctx`, or all) to finish and charges them: the
     /// context is about to go, or the process to exit, and nothing would measure them later.
     fn drain(&self, ctx: Option<usize>) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
         let ends: Vec<usize> = lock(&self.in_flight)
             .iter()
             .filter(|f| ctx.is_none_or(|c| f.ctx == c))
@@ -517,11 +537,28 @@ extern "C" fn at_exit() {
 }
 
 static AT_EXIT: Once = Once::new();
+/// Set in a child after `fork`: what is in flight is the parent's (`Share::forget_parent`).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+extern "C" {
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> libc::c_int;
+}
 
 fn register_exit() {
     AT_EXIT.call_once(|| {
-        // SAFETY: a plain extern "C" function that lives as long as the process (never unloaded).
-        unsafe { libc::atexit(at_exit) };
+        // SAFETY: plain extern "C" functions that live as long as the process (never unloaded).
+        unsafe {
+            libc::atexit(at_exit);
+            pthread_atfork(None, None, Some(forked_child));
+        }
     });
 }
 

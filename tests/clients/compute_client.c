@@ -18,6 +18,8 @@
  *   cheap      one launch of the kernel at 1x, then the loop at ARGx (default 10) the work: same function
  *              and grid, longer arguments (on the fake, the block's height)
  *   short      ARG launches (default 40) queued at once, then cuCtxSynchronize and exit (SECONDS unused)
+ *   fork       ARG launches (default 16) queued, then a fork whose child sleeps SECONDS and exits (its exit
+ *              handlers run), then the parent synchronises and exits
  *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
  *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused) */
 #define _GNU_SOURCE
@@ -26,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const char *ptx =
     ".version 7.0\n"
@@ -158,6 +162,20 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         long n = arg ? atol(arg) : 40;
         double t0 = now();
         for (*launched = 0; *launched < n; (*launched)++) TRY(launch_one(mode, ex, 0));
+        TRY(cuCtxSynchronize());
+        *took = now() - t0;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(mode, "fork")) {
+        long n = arg ? atol(arg) : 16;
+        double t0 = now();
+        for (*launched = 0; *launched < n; (*launched)++) TRY(launch_one("plain", ex, 0));
+        pid_t child = fork();
+        if (child == 0) {
+            usleep((useconds_t)(secs * 1e6));
+            exit(0);
+        }
+        if (child > 0) waitpid(child, NULL, 0);
         TRY(cuCtxSynchronize());
         *took = now() - t0;
         return CUDA_SUCCESS;

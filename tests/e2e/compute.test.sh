@@ -220,6 +220,12 @@ charged=$(bucket "$WORK/b_short" charged_ns)
 check "three short-lived processes of 20 x 20 ms at 10% are charged their 1260 ms ($((charged / 1000000)) ms)" \
     awk -v c="$charged" 'BEGIN { exit !(c >= 0.95 * 1260e6 && c <= 1.1 * 1260e6) }'
 check "  ... and held to the share: they took over 6 s (${ms} ms)" test "$ms" -ge 6000
+# A fork child (a DataLoader worker of a CUDA process) exits while its parent's launches are in flight:
+# they are the parent's, charged by the parent, not again by the child's exit as unmeasurable wall time.
+vg "$WORK/b_fork" 10 "$CC" fork 1 16 >/dev/null
+charged=$(bucket "$WORK/b_fork" charged_ns)
+check "a fork child's exit charges nothing of its parent's launches (17 x 2 ms charged: $((charged / 1000000)) ms)" \
+    awk -v c="$charged" 'BEGIN { exit !(c >= 0.9 * 34e6 && c <= 60e6) }'
 # One cheap launch first must not make later long launches of the same function and grid cheap: the
 # cheap mode launches once at 1x, then loops at 10x the work (block 10 high: 20 ms each).
 out=$(vg "$WORK/b_cheap" 10 "$CC" cheap $((SECS + 1)) 10)
