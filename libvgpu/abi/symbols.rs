@@ -22,7 +22,7 @@ macro_rules! hooked_symbols {
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
                 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
-                cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz
+                cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz cuLaunchCooperativeKernelMultiDevice
                 cuGraphLaunch cuGraphLaunch_ptsz cuGraphUpload cuGraphUpload_ptsz
                 cuGraphExecDestroy cuGraphAddMemAllocNode cuGraphDestroy cuDeviceGraphMemTrim
                 cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExecKernelNodeSetParams
@@ -31,7 +31,24 @@ macro_rules! hooked_symbols {
                 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
                 cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
                 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
-                cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload;
+                cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload
+                cuMemsetD8_v2 cuMemsetD8_v2_ptds cuMemsetD16_v2 cuMemsetD16_v2_ptds cuMemsetD32_v2
+                cuMemsetD32_v2_ptds cuMemsetD8Async cuMemsetD8Async_ptsz cuMemsetD16Async
+                cuMemsetD16Async_ptsz cuMemsetD32Async cuMemsetD32Async_ptsz cuMemsetD2D8_v2
+                cuMemsetD2D8_v2_ptds cuMemsetD2D16_v2 cuMemsetD2D16_v2_ptds cuMemsetD2D32_v2
+                cuMemsetD2D32_v2_ptds cuMemsetD2D8Async cuMemsetD2D8Async_ptsz cuMemsetD2D16Async
+                cuMemsetD2D16Async_ptsz cuMemsetD2D32Async cuMemsetD2D32Async_ptsz cuMemcpy cuMemcpy_ptds
+                cuMemcpyAsync cuMemcpyAsync_ptsz cuMemcpyHtoD_v2 cuMemcpyHtoD_v2_ptds cuMemcpyDtoH_v2
+                cuMemcpyDtoH_v2_ptds cuMemcpyDtoD_v2 cuMemcpyDtoD_v2_ptds cuMemcpyHtoDAsync_v2
+                cuMemcpyHtoDAsync_v2_ptsz cuMemcpyDtoHAsync_v2 cuMemcpyDtoHAsync_v2_ptsz cuMemcpyDtoDAsync_v2
+                cuMemcpyDtoDAsync_v2_ptsz cuMemcpyPeer cuMemcpyPeer_ptds cuMemcpyPeerAsync
+                cuMemcpyPeerAsync_ptsz cuMemcpyAtoD_v2 cuMemcpyAtoD_v2_ptds cuMemcpyDtoA_v2
+                cuMemcpyDtoA_v2_ptds cuMemcpyHtoA_v2 cuMemcpyHtoA_v2_ptds cuMemcpyAtoH_v2 cuMemcpyAtoH_v2_ptds
+                cuMemcpyHtoAAsync_v2 cuMemcpyHtoAAsync_v2_ptsz cuMemcpyAtoHAsync_v2 cuMemcpyAtoHAsync_v2_ptsz
+                cuMemcpyAtoA_v2 cuMemcpyAtoA_v2_ptds cuMemcpy2D_v2 cuMemcpy2D_v2_ptds cuMemcpy2DUnaligned_v2
+                cuMemcpy2DUnaligned_v2_ptds cuMemcpy2DAsync_v2 cuMemcpy2DAsync_v2_ptsz cuMemcpy3D_v2
+                cuMemcpy3D_v2_ptds cuMemcpy3DAsync_v2 cuMemcpy3DAsync_v2_ptsz cuMemcpy3DPeer
+                cuMemcpy3DPeer_ptds cuMemcpy3DPeerAsync cuMemcpy3DPeerAsync_ptsz;
             Nvml:
                 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2;
         }

@@ -22,30 +22,27 @@
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Duration;
-
-use vgpu_ledger::envcompute::EnvCompute;
 
 pub use crate::solo::Work;
 use crate::solo::{Composition, SoloBook};
 use vgpu_ledger::region::{window_capacity, ComputeArea, PPM};
 
-use crate::config::{env_ledger_path, env_prefix, Config, LedgerMode};
 use crate::devices::MAX_DEVICES;
 use crate::error::Error;
 use crate::ffi::*;
-use crate::guard::exiting;
-use crate::identity;
 use crate::log;
 use crate::quota::DeviceQuota;
 use crate::records::RECORDS;
-use crate::settings;
 
+mod busy;
 mod events;
-use events::{capturing, elapsed_ns, event_create, event_query, event_record};
+mod which;
+use events::{capturing, elapsed_ns, event_create, event_query, event_record, event_wait, Relaxed};
+pub use which::off;
+use which::resolve;
 
 /// Longest single sleep while in debt; finished launches are charged between naps.
 const MAX_NAP_NS: u64 = 2_000_000;
@@ -55,100 +52,8 @@ const MAX_IN_FLIGHT: usize = 4096;
 /// The cost assumed for a launch before any was measured.
 const FIRST_ESTIMATE_NS: u64 = 1_000_000;
 
-const CU_EVENT_DEFAULT: u32 = 0;
 const CUDA_ERROR_NOT_READY: CUresult = 600;
 const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
-/// `CU_STREAM_PER_THREAD`: what stream 0 means to a `_ptsz` entry point.
-pub const STREAM_PER_THREAD: usize = 2;
-
-// ---- which devices are throttled ------------------------------------------------------------------------
-
-/// Where the shares come from.
-enum Settings {
-    /// No share anywhere, or `GPU_CORE_UTILIZATION_POLICY=disable`.
-    Off,
-    /// The limits file (`compute_limit` per GPU): inside a container its only source, so the tenant's
-    /// own variables neither lift nor add a share.
-    File(&'static Config),
-    /// HAMi's variables; ledgers `<prefix>.<uuid>` like the memory quota's.
-    Env {
-        env: EnvCompute,
-        prefix: String,
-        dir: Option<PathBuf>,
-        window_ms: u32,
-    },
-}
-
-const UNKNOWN: u8 = 0;
-const OFF: u8 = 1;
-const ON: u8 = 2;
-static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
-static SETTINGS: OnceLock<Settings> = OnceLock::new();
-
-/// True when no launch of this process is throttled: the hooks then forward at once.
-#[inline]
-pub fn off() -> bool {
-    match STATE.load(Ordering::Relaxed) {
-        OFF => true,
-        ON => exiting(),
-        _ => init() == OFF,
-    }
-}
-
-/// Loads the settings once, with no lock held while reading (see `settings::config` for why), and
-/// publishes them.
-#[cold]
-fn init() -> u8 {
-    if SETTINGS.get().is_none() {
-        let _ = SETTINGS.set(load());
-    }
-    let s = match SETTINGS.get() {
-        Some(Settings::Env { .. } | Settings::File(_)) => ON,
-        _ => OFF,
-    };
-    STATE.store(s, Ordering::Relaxed);
-    s
-}
-
-fn load() -> Settings {
-    // A limits file is the only source where there is one (inside a container the mounted file; the
-    // environment's shares are then not read at all); a broken configuration refuses CUDA already.
-    match settings::config() {
-        Ok(c @ Config::File { .. }) if c.file_has_shares() => return Settings::File(c),
-        Ok(Config::File { .. }) | Err(_) => return Settings::Off,
-        Ok(_) => {}
-    }
-    let vars: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| {
-            k.starts_with(vgpu_ledger::envcompute::SM_LIMIT_VAR)
-                || k == vgpu_ledger::envcompute::POLICY_VAR
-                || k == vgpu_ledger::envcompute::WINDOW_VAR
-                || k.starts_with("CUDA_DEVICE_MEMORY_")
-                || k == "XDG_RUNTIME_DIR"
-        })
-        .collect();
-    // Malformed values were refused with the configuration (`Config::from_env`).
-    let Ok(env) = EnvCompute::parse(&vars) else {
-        return Settings::Off;
-    };
-    if env.is_unlimited() {
-        return Settings::Off;
-    }
-    let Ok(window_ms) = crate::config::env_window_ms(&vars) else {
-        return Settings::Off;
-    };
-    let (prefix, dir) = env_prefix(&vars);
-    log::info(format_args!(
-        "compute share: {env:?}, window {window_ms} ms"
-    ));
-    Settings::Env {
-        env,
-        prefix,
-        dir,
-        window_ms,
-    }
-}
 
 // Per CUDA ordinal: 0 unknown, 1 not throttled, 2 refused, else a leaked `Share` (never freed).
 const NONE: usize = 1;
@@ -163,7 +68,9 @@ fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
         0 => {
             let v = match resolve(dev) {
                 Ok(None) => NONE,
-                Ok(Some(s)) => Box::leak(Box::new(s)) as *const Share as usize,
+                Ok(Some((q, pct, window_ms))) => {
+                    Box::leak(Box::new(Share::new(q, pct, window_ms))) as *const Share as usize
+                }
                 Err(_) => REFUSED,
             };
             match cell.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
@@ -187,59 +94,6 @@ fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
     }
 }
 
-fn resolve(dev: CUdevice) -> Result<Option<Share>, Error> {
-    let settings = match SETTINGS.get() {
-        Some(s @ (Settings::Env { .. } | Settings::File(_))) => s,
-        _ => return Ok(None),
-    };
-    let Some(id) = identity::of_cuda_device(dev) else {
-        log::error(format_args!(
-            "compute share: cannot read the UUID of CUDA device {dev}; launches on it are refused"
-        ));
-        return Err(Error::NoUuid);
-    };
-    let (pct, path, mode, window_ms) = match settings {
-        Settings::File(cfg) => {
-            let Some((pct, path, window_ms)) = cfg.file_share(id.gpu()) else {
-                return Ok(None);
-            };
-            (pct, path, cfg.ledger_mode(), window_ms)
-        }
-        Settings::Env {
-            env,
-            prefix,
-            dir,
-            window_ms,
-        } => {
-            let Some(pct) = env.share_for(id.index) else {
-                return Ok(None);
-            };
-            let mode = LedgerMode::Env {
-                dir: dir.as_deref(),
-            };
-            (pct, env_ledger_path(prefix, &id.uuid), mode, *window_ms)
-        }
-        Settings::Off => return Ok(None),
-    };
-    match DeviceQuota::open_unattached(dev, &id.uuid, 0, &path, mode) {
-        Ok(q) => {
-            log::info(format_args!(
-                "device {dev} ({}): compute share {pct}%, window {window_ms} ms, bucket in {}",
-                id.uuid,
-                path.display()
-            ));
-            Ok(Some(Share::new(q, pct, window_ms)))
-        }
-        Err(e) => {
-            log::error(format_args!(
-                "device {dev} ({}): compute share {pct}%: {e}; launches on it are refused",
-                id.uuid
-            ));
-            Err(e)
-        }
-    }
-}
-
 // ---- one device's share in this process -----------------------------------------------------------------
 
 /// A launch recorded between two events, not yet charged.
@@ -249,6 +103,8 @@ struct InFlight {
     ctx: usize,
     estimate: u64,
     work: Work,
+    /// When it was queued (CLOCK_MONOTONIC ns): what bounds it when it can never be measured.
+    queued_at: u64,
 }
 
 // SAFETY: events are driver handles, usable from any thread.
@@ -264,8 +120,12 @@ struct Share {
     spare: Mutex<Vec<(usize, usize)>>,
     /// Moving average of measured launch costs (ns).
     estimate: AtomicU64,
+    /// Up to when (CLOCK_MONOTONIC ns) launches that could not be measured were charged wall time.
+    unmeasured_until: AtomicU64,
     /// The solo cost of each kind of work (`solo`).
     solo: Mutex<SoloBook>,
+    /// How many contexts keep the GPU busy, as the driver says (`busy`).
+    busy: busy::Busy,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -358,6 +218,8 @@ pub fn averaged(prev: u64, measured: u64) -> u64 {
 impl Share {
     fn new(quota: DeviceQuota, pct: u32, window_ms: u32) -> Share {
         let ppm = pct as u64 * PPM / 100;
+        register_exit();
+        let busy = busy::Busy::new(&quota.uuid);
         Share {
             quota,
             ppm,
@@ -365,6 +227,8 @@ impl Share {
             in_flight: Mutex::new(VecDeque::new()),
             spare: Mutex::new(Vec::new()),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
+            unmeasured_until: AtomicU64::new(0),
+            busy,
             solo: Mutex::new(SoloBook::default()),
         }
     }
@@ -374,8 +238,18 @@ impl Share {
     }
 
     /// Charges every launch whose end event completed, oldest first; stops at the first still running.
-    /// The queue's lock is never held across a driver call.
+    /// The queue's lock is never held across a driver call. The queries run in relaxed capture mode: in
+    /// the default (global) mode a query while another stream of the process captures a graph would
+    /// invalidate the application's capture.
     fn harvest(&self) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
+        if lock(&self.in_flight).is_empty() {
+            return;
+        }
+        let _relaxed = Relaxed::enter();
         loop {
             let Some(f) = lock(&self.in_flight).pop_front() else {
                 return;
@@ -387,28 +261,89 @@ impl Share {
                 }
                 CUDA_SUCCESS => {
                     let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
-                    // A graph's nodes, as read at instantiation (`hooks::graphs`).
-                    let graph = (f.work.1 == GRAPH_GRID)
-                        .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
-                        .flatten();
-                    let (ns, tell) =
-                        lock(&self.solo).charge_telling(f.work, elapsed, graph.as_deref());
-                    if let Some(solo) = tell {
-                        tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
-                    }
-                    self.area().settle(ns, f.estimate);
-                    let e = self.estimate.load(Ordering::Relaxed);
-                    self.estimate.store(averaged(e, ns), Ordering::Relaxed);
+                    self.charge(&f, elapsed);
                     let mut spare = lock(&self.spare);
                     spare.push((f.ctx, f.start as usize));
                     spare.push((f.ctx, f.end as usize));
                 }
                 _ => {
-                    // The context is gone or broken: its events are of no use; the estimate stands.
-                    self.area().settle(f.estimate, f.estimate);
+                    // The context is gone or broken: the launch is never measured. It ran at most from when
+                    // it was queued until now, less what earlier unmeasured launches were charged of that.
+                    let now = mono_ns();
+                    let from = f
+                        .queued_at
+                        .max(self.unmeasured_until.fetch_max(now, Ordering::Relaxed));
+                    let ns = now.saturating_sub(from).max(f.estimate);
+                    self.area().settle(ns, f.estimate);
                 }
             }
         }
+    }
+
+    /// In a child after `fork`: the launches in flight and the spare events are the parent's (its
+    /// driver state is not the child's), so they are dropped uncharged; the parent charges them. A lock
+    /// another thread held at the fork stays held in the child: then nothing is dropped.
+    fn forget_parent(&self) {
+        if let Ok(mut q) = self.in_flight.try_lock() {
+            q.clear();
+        }
+        if let Ok(mut s) = self.spare.try_lock() {
+            s.clear();
+        }
+    }
+
+    /// Charges a measured launch (`solo`) and settles its debit.
+    fn charge(&self, f: &InFlight, elapsed: u64) {
+        // A graph's nodes, as read at instantiation (`hooks::graphs`).
+        let graph = (f.work.1 == GRAPH_GRID)
+            .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
+            .flatten();
+        let sharers = self.busy.sharers(mono_ns());
+        let (ns, tell) =
+            lock(&self.solo).charge_telling(f.work, elapsed, graph.as_deref(), sharers);
+        if let Some(solo) = tell {
+            tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
+        }
+        self.area().settle(ns, f.estimate);
+        let e = self.estimate.load(Ordering::Relaxed);
+        self.estimate.store(averaged(e, ns), Ordering::Relaxed);
+    }
+
+    /// Waits for the launches in flight (of context `ctx`, or all) to finish and charges them: the
+    /// context is about to go, or the process to exit, and nothing would measure them later.
+    fn drain(&self, ctx: Option<usize>) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
+        let ends: Vec<usize> = lock(&self.in_flight)
+            .iter()
+            .filter(|f| ctx.is_none_or(|c| f.ctx == c))
+            .map(|f| f.end as usize)
+            .collect();
+        if !ends.is_empty() {
+            let _relaxed = Relaxed::enter();
+            for e in ends {
+                event_wait(e as CUevent);
+            }
+        }
+        self.harvest();
+        if let Some(c) = ctx {
+            // Its events die with it.
+            lock(&self.spare).retain(|&(owner, _)| owner != c);
+        }
+    }
+
+    /// The bucket's level as the library reads it: never above its capacity, whatever the ledger holds
+    /// (the ledger is the tenant's memory: a stored huge count must not buy more than a full bucket).
+    fn tokens(&self) -> i64 {
+        let area = self.area();
+        let t = area.refill(mono_ns(), self.ppm, self.cap);
+        if t > self.cap {
+            area.clamp(self.cap);
+            return self.cap;
+        }
+        t
     }
 
     /// Waits while the bucket (what is in flight debited) is used up, and then (the gate closed) until
@@ -418,7 +353,7 @@ impl Share {
         let area = self.area();
         let mut held = 0u64;
         loop {
-            let tokens = area.refill(mono_ns(), self.ppm, self.cap);
+            let tokens = self.tokens();
             let busy = lock(&self.in_flight).len() >= MAX_IN_FLIGHT;
             let deficit = if !area.open_gate_if_full(tokens, self.cap) {
                 self.cap - tokens
@@ -440,6 +375,8 @@ impl Share {
         }
     }
 
+    /// An event of context `ctx`: a spare one, else one made with `ctx` current (events and the stream
+    /// they are recorded on must be of one context, whatever context the launching thread has current).
     fn event(&self, ctx: usize) -> Option<CUevent> {
         {
             let mut spare = lock(&self.spare);
@@ -448,7 +385,8 @@ impl Share {
             }
         }
         let mut e: CUevent = std::ptr::null_mut();
-        (event_create(&mut e) == CUDA_SUCCESS).then_some(e)
+        let r = crate::streams::in_context(ctx, || event_create(&mut e));
+        (r == Ok(CUDA_SUCCESS)).then_some(e)
     }
 
     /// Records the start event; None when events cannot be had (the launch then goes unmeasured).
@@ -467,19 +405,22 @@ impl Share {
         Some((start, end))
     }
 
-    /// Records the end event after a launch the driver took; the launch is now in flight.
+    /// Records the end event after a launch the driver took; the launch is now in flight. When the end
+    /// cannot be recorded the launch is charged unmeasured.
     fn end(
         &self,
         ctx: usize,
         stream: CUstream,
         (start, end): (CUevent, CUevent),
         work: Work,
-        launched: bool,
+        queued_at: u64,
     ) {
-        if !launched || event_record(end, stream) != CUDA_SUCCESS {
+        if event_record(end, stream) != CUDA_SUCCESS {
             let mut spare = lock(&self.spare);
             spare.push((ctx, start as usize));
             spare.push((ctx, end as usize));
+            drop(spare);
+            self.unmeasured();
             return;
         }
         let estimate = self.estimate.load(Ordering::Relaxed);
@@ -490,7 +431,24 @@ impl Share {
             ctx,
             estimate,
             work,
+            queued_at,
         });
+    }
+
+    /// A launch the driver took that cannot be measured (no events in its context): charged at once
+    /// what measured launches cost on average, at least `FIRST_ESTIMATE_NS`, so that no launch under
+    /// a share runs both undebited and unmeasured.
+    fn unmeasured(&self) {
+        let ns = self.estimate.load(Ordering::Relaxed).max(FIRST_ESTIMATE_NS);
+        self.area().debit(ns);
+        self.area().settle(ns, ns);
+        static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !TOLD.swap(true, Ordering::Relaxed) {
+            log::info(format_args!(
+                "compute share: a launch could not be timed (no events in its stream's context): charged {} us unmeasured",
+                ns / 1000
+            ));
+        }
     }
 }
 
@@ -514,12 +472,94 @@ pub fn throttled(
         return launch();
     }
     share.admit();
-    let Some(events) = share.begin(ctx, stream) else {
-        return launch();
-    };
+    let events = share.begin(ctx, stream);
+    let queued_at = mono_ns();
     let r = launch();
-    share.end(ctx, stream, events, work, r == CUDA_SUCCESS);
+    if r == CUDA_SUCCESS {
+        match events {
+            Some(ev) => share.end(ctx, stream, ev, work, queued_at),
+            None => share.unmeasured(),
+        }
+    } else if let Some((a, b)) = events {
+        let mut spare = lock(&share.spare);
+        spare.push((ctx, a as usize));
+        spare.push((ctx, b as usize));
+    }
     r
+}
+
+/// Whether launches on device `dev` are under a share (or refused: a share that cannot be enforced).
+pub fn governed(dev: CUdevice) -> bool {
+    !matches!(share_of(dev), Ok(None))
+}
+
+/// Every share of this process made so far.
+fn shares() -> impl Iterator<Item = &'static Share> {
+    SHARES.iter().filter_map(|cell| {
+        let v = cell.load(Ordering::Acquire);
+        // SAFETY: every value above REFUSED is a leaked Share, never freed.
+        (v > REFUSED).then(|| unsafe { &*(v as *const Share) })
+    })
+}
+
+/// After the application synchronised (a stream, its context, an event; `r`: the driver's answer,
+/// passed through): what finished is charged now, not at the next launch (a process may never launch
+/// again).
+pub fn synchronized(r: CUresult) -> CUresult {
+    if !off() {
+        for s in shares() {
+            s.harvest();
+        }
+    }
+    r
+}
+
+/// Context `ctx` is about to be destroyed (or a primary context reset): its launches in flight are
+/// waited for and charged while their events still exist.
+pub fn context_ending(ctx: usize) {
+    if off() {
+        return;
+    }
+    for s in shares() {
+        s.drain(Some(ctx));
+    }
+}
+
+/// At exit: every launch in flight is waited for and charged (a short-lived process is otherwise
+/// never charged what it queued last). Registered with the first share, never at load time; atexit
+/// handlers run last-registered first, so this runs before the CUDA runtime's own teardown.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        for s in shares() {
+            s.drain(None);
+        }
+    });
+}
+
+static AT_EXIT: Once = Once::new();
+/// Set in a child after `fork`: what is in flight is the parent's (`Share::forget_parent`).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+extern "C" {
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> libc::c_int;
+}
+
+fn register_exit() {
+    AT_EXIT.call_once(|| {
+        // SAFETY: plain extern "C" functions that live as long as the process (never unloaded).
+        unsafe {
+            libc::atexit(at_exit);
+            pthread_atfork(None, None, Some(forked_child));
+        }
+    });
 }
 
 #[cfg(test)]

@@ -154,25 +154,32 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     )
 }
 
-/// The hooks that only serve the compute share (kernel launches, graph exec updates; graph launches also
-/// keep the memory quota's books, so they are not among them).
+/// The hooks that only serve the compute share (kernel launches, eager memsets and copies, graph exec
+/// updates; graph launches also keep the memory quota's books, so they are not among them).
 fn launch_only(hook: usize) -> bool {
     use crate::hooks::*;
-    [
-        cuLaunchKernel as *const () as usize,
-        cuLaunchKernel_ptsz as *const () as usize,
-        cuLaunchKernelEx as *const () as usize,
-        cuLaunchKernelEx_ptsz as *const () as usize,
-        cuLaunchCooperativeKernel as *const () as usize,
-        cuLaunchCooperativeKernel_ptsz as *const () as usize,
-        cuGraphExecUpdate as *const () as usize,
-        cuGraphExecUpdate_v2 as *const () as usize,
-        cuGraphExecKernelNodeSetParams as *const () as usize,
-        cuGraphExecKernelNodeSetParams_v2 as *const () as usize,
-        cuGraphExecNodeSetParams as *const () as usize,
-        cuGraphExecChildGraphNodeSetParams as *const () as usize,
-    ]
-    .contains(&hook)
+    let transfer = || {
+        entries()
+            .iter()
+            .any(|(_, n, h)| *h == hook && is_transfer(n.to_bytes()))
+    };
+    transfer()
+        || [
+            cuLaunchKernel as *const () as usize,
+            cuLaunchKernel_ptsz as *const () as usize,
+            cuLaunchKernelEx as *const () as usize,
+            cuLaunchKernelEx_ptsz as *const () as usize,
+            cuLaunchCooperativeKernel as *const () as usize,
+            cuLaunchCooperativeKernel_ptsz as *const () as usize,
+            cuLaunchCooperativeKernelMultiDevice as *const () as usize,
+            cuGraphExecUpdate as *const () as usize,
+            cuGraphExecUpdate_v2 as *const () as usize,
+            cuGraphExecKernelNodeSetParams as *const () as usize,
+            cuGraphExecKernelNodeSetParams_v2 as *const () as usize,
+            cuGraphExecNodeSetParams as *const () as usize,
+            cuGraphExecChildGraphNodeSetParams as *const () as usize,
+        ]
+        .contains(&hook)
 }
 
 /// After the real cuGetProcAddress: swap a hooked driver function for our hook. A process with no compute

@@ -31,5 +31,6 @@ mod real;
 mod records;
 mod settings;
 mod solo;
+mod streams;
 mod userfiles;
 pub mod virt;

@@ -167,8 +167,8 @@ pub fn charged(elapsed: u64, floor: u64) -> (u64, u64) {
 /// How much of this process's own solo work the stretch is read over: both sums are halved each time
 /// the solo one passes this (a moving window of some 30–60 ms of work).
 pub const STRETCH_HORIZON_NS: u64 = 64_000_000;
-/// The most contexts a stretch is read as.
-const MAX_SHARERS: u64 = 8;
+/// The most contexts a stretch is read as: the bound of the discount.
+pub const MAX_SHARERS: u64 = 4;
 
 /// The solo time of each kind of work this process launched on one device.
 #[derive(Debug, Default)]
@@ -182,20 +182,28 @@ pub struct SoloBook {
 }
 
 impl SoloBook {
-    /// Charges a launch of `work` that took `elapsed`; `graph`: what it runs, when it is a graph exec
-    /// whose nodes were read. Returns what to charge, and learns from it.
+    /// Charges a launch of `work` that took `elapsed` beside one busy neighbour (`sharers` 2); `graph`:
+    /// what it runs, when it is a graph exec whose nodes were read. Returns what to charge, and learns.
     #[cfg(test)]
     pub fn charge(&mut self, work: Work, elapsed: u64, graph: Option<&Composition>) -> u64 {
-        self.charge_telling(work, elapsed, graph).0
+        self.charge_telling(work, elapsed, graph, 2).0
     }
 
-    /// As `charge`; also, at a graph's first charge only, the solo time its kernels sum to (the inner
-    /// None: not known), for the log.
+    /// As `charge`; `sharers`: how many busy contexts the driver says share the GPU (`compute::busy`,
+    /// this process included). Also, at a graph's first charge only, the solo time its kernels sum to
+    /// (the inner None: not known), for the log.
+    ///
+    /// Alone (`sharers` 1) a launch is charged what it took: nothing else held the GPU meanwhile. Beside
+    /// others, its solo time or its part of the stretched time as above, with the stretch read as at
+    /// most `sharers` contexts, and never less than `elapsed / sharers`: the least times are the
+    /// tenant's own (one cheap launch of a kernel must not make its long launches cheap), the number of
+    /// busy neighbours is the driver's.
     pub fn charge_telling(
         &mut self,
         work: Work,
         elapsed: u64,
         graph: Option<&Composition>,
+        sharers: u64,
     ) -> (u64, Option<Option<u64>>) {
         let composed = graph.and_then(|c| c.solo(&self.floors));
         let tell = (graph.is_some() && self.told.insert(work)).then_some(composed);
@@ -205,9 +213,16 @@ impl SoloBook {
         let solo = (*floor).min(elapsed).min(composed.unwrap_or(u64::MAX));
         // The work's own floor learns from its own launches only.
         *floor = charged(elapsed, *floor).1;
-        let n = self.stretch(elapsed, solo);
-        let charge = if n >= 2 { elapsed / n } else { solo_charge };
-        (charge, tell)
+        let sharers = sharers.clamp(1, MAX_SHARERS);
+        let n = self.stretch(elapsed, solo).min(sharers);
+        let charge = if sharers == 1 {
+            elapsed
+        } else if n >= 2 {
+            elapsed / n
+        } else {
+            solo_charge
+        };
+        (charge.max(elapsed / sharers), tell)
     }
 
     /// Adds a launch to the recent sums; returns how many busy contexts they say the GPU is shared among.
@@ -327,7 +342,8 @@ mod tests {
         let g = Composition::Kernels(vec![(K, 8)], Memsets::default());
         // Its kernels overlap (branches): alone the graph takes 10 ms, less than 8 × 2.
         assert_eq!(b.charge(GRAPH, 10 * MS, Some(&g)), 10 * MS);
-        assert_eq!(b.charge(GRAPH, 30 * MS, Some(&g)), 10 * MS + 10 * MS / 8);
+        // 30 ms beside one busy neighbour: its least time's 9/8 (11.25 ms) is below half of what it took.
+        assert_eq!(b.charge(GRAPH, 30 * MS, Some(&g)), 15 * MS);
     }
 
     #[test]
@@ -449,6 +465,29 @@ mod tests {
             b.charge(k, 2 * MS, None);
         }
         assert_eq!(b.charge(k, 2 * MS, None), 2 * MS);
+    }
+
+    // Regression (issue 24, item 5): one short launch of a kernel, then launches of the same function
+    // and grid ten times as long: they were charged 9/8 of the short one's time, or read as contention
+    // (elapsed / 8): 80% of the GPU under a 10% share.
+    #[test]
+    fn one_cheap_launch_does_not_make_later_long_ones_cheap() {
+        let k = (K.func, K.grid);
+        let mut alone = SoloBook::default();
+        alone.charge_telling(k, MS, None, 1);
+        for _ in 0..100 {
+            assert_eq!(alone.charge_telling(k, 20 * MS, None, 1).0, 20 * MS);
+        }
+        // Beside one busy neighbour the discount is at most half of what each launch took.
+        let mut beside = SoloBook::default();
+        beside.charge_telling(k, MS, None, 2);
+        for _ in 0..100 {
+            assert!(beside.charge_telling(k, 20 * MS, None, 2).0 >= 10 * MS);
+        }
+        // However many neighbours the driver reports, the bound is MAX_SHARERS.
+        let mut crowd = SoloBook::default();
+        crowd.charge_telling(k, MS, None, 99);
+        assert!(crowd.charge_telling(k, 20 * MS, None, 99).0 >= 20 * MS / MAX_SHARERS);
     }
 
     #[test]

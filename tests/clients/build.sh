@@ -23,6 +23,8 @@ else
     exit 1
 fi
 echo "built $out/rt_client $out/linked_client"
+"$cc" "${flags[@]}" tests/clients/compute_client.c -o "$out/compute_client" "${lib[@]}"
+echo "built $out/compute_client"
 "$cc" "${flags[@]}" tests/clients/nvml_client.c -o "$out/nvml_client" -ldl
 echo "built $out/nvml_client"
 "$cc" "${flags[@]}" -shared -fPIC tests/clients/ctorlib.c -o "$out/libctor.so" -ldl

@@ -64,13 +64,11 @@ pub fn window_capacity(window_ns: u64, share_ppm: u64) -> i64 {
         .clamp(1, i64::MAX as u128) as i64
 }
 
-/// The bucket after adding `add` to `tokens`, capped at `cap` (a bucket already above the cap keeps its
-/// level: the cap limits refills, it never takes credit away).
+/// The bucket after adding `add` to `tokens`, capped at `cap`. A level above the cap is read as the cap:
+/// the ledger is memory the container's processes can write, and a stored huge count must buy no more
+/// than a full bucket.
 pub fn refilled(tokens: i64, add: i64, cap: i64) -> i64 {
-    if tokens >= cap {
-        return tokens;
-    }
-    tokens.saturating_add(add).min(cap)
+    tokens.min(cap).saturating_add(add.max(0)).min(cap)
 }
 
 /// What the bucket holds right now, read without changing it.
@@ -122,6 +120,14 @@ impl ComputeArea {
             }
         }
         self.tokens.load(SeqCst)
+    }
+
+    /// Lowers a level above `cap` to `cap` (what the library reads of a bucket someone wrote past its
+    /// capacity); a level at or below it is left alone.
+    pub fn clamp(&self, cap: i64) {
+        let _ = self
+            .tokens
+            .fetch_update(SeqCst, SeqCst, |t| (t > cap).then_some(cap));
     }
 
     /// Takes a launch's estimated cost out of the bucket when it is queued, so that work in flight
@@ -250,11 +256,27 @@ mod tests {
     }
 
     #[test]
-    fn refill_caps_and_never_takes_credit_away() {
+    fn refill_caps() {
         assert_eq!(refilled(-500, 200, 1000), -300);
         assert_eq!(refilled(900, 200, 1000), 1000);
-        assert_eq!(refilled(1500, 200, 1000), 1500);
         assert_eq!(refilled(i64::MIN, i64::MAX, 10), -1);
+    }
+
+    // Regression (issue 24, item 3): one store of a huge count into the ledger (the tenant's own memory)
+    // turned a 10% share into 99%: a level above the cap was kept by every refill.
+    #[test]
+    fn a_stored_huge_count_is_read_as_a_full_bucket() {
+        assert_eq!(refilled(i64::MAX / 2, 200, 1000), 1000);
+        let area = zeroed();
+        area.tokens.store(i64::MAX / 2, SeqCst);
+        area.refilled_at.store(1, SeqCst);
+        assert_eq!(area.refill(2, PPM, 1000), 1000);
+        area.tokens.store(i64::MAX / 2, SeqCst);
+        area.clamp(1000);
+        assert_eq!(area.tokens(), 1000);
+        area.tokens.store(-5, SeqCst);
+        area.clamp(1000);
+        assert_eq!(area.tokens(), -5, "a level within the cap is left alone");
     }
 
     proptest! {

@@ -1,9 +1,13 @@
-//! The driver calls the compute share makes around a launch: events to time it, and whether its stream is
-//! capturing a graph. Each goes to the driver's own function, never back into the hooks.
+//! The driver calls the compute share makes around a launch: events to time it, whether its stream is
+//! capturing a graph, and the thread's capture mode around the queries. Each goes to the driver's own
+//! function, never back into the hooks.
 
-use super::CU_EVENT_DEFAULT;
 use crate::ffi::*;
 use crate::real::{real, Lib};
+
+const CU_EVENT_DEFAULT: u32 = 0;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: u32 = 2;
 
 pub(super) fn event_create(e: &mut CUevent) -> CUresult {
     match real!(
@@ -29,7 +33,8 @@ pub(super) fn event_record(e: CUevent, s: CUstream) -> CUresult {
     }
 }
 
-/// Whether `s` is capturing a graph (an error counts as capturing: nothing is recorded on it).
+/// Whether `s` is capturing a graph. An error does not count: the launch is then timed, and when its
+/// events cannot be recorded it is charged unmeasured.
 pub(super) fn capturing(s: CUstream) -> bool {
     let Some(f) = real!(
         Lib::Cuda,
@@ -41,7 +46,51 @@ pub(super) fn capturing(s: CUstream) -> bool {
     let mut status = 0u32;
     // SAFETY: a valid out-pointer; the launch's own stream.
     let r = unsafe { f(s, &mut status) };
-    r != CUDA_SUCCESS || status != 0
+    r == CUDA_SUCCESS && status != 0
+}
+
+/// Waits for an event of ours (a context about to go, the process exiting).
+pub(super) fn event_wait(e: CUevent) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuEventSynchronize",
+        unsafe extern "C" fn(CUevent) -> CUresult
+    ) {
+        // SAFETY: an event we created.
+        Some(f) => unsafe { f(e) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+/// The calling thread in relaxed stream-capture mode while it lives, its own mode restored after: the
+/// library's event queries are then never the "potentially unsafe" call that invalidates a capture
+/// another stream of the application has going in global mode (PyTorch's default).
+pub(super) struct Relaxed(Option<u32>);
+
+impl Relaxed {
+    pub(super) fn enter() -> Relaxed {
+        Relaxed(exchange(CAPTURE_MODE_RELAXED))
+    }
+}
+
+impl Drop for Relaxed {
+    fn drop(&mut self) {
+        if let Some(m) = self.0 {
+            exchange(m);
+        }
+    }
+}
+
+/// Sets this thread's capture mode; the previous one (None: the driver cannot).
+fn exchange(mode: u32) -> Option<u32> {
+    let f = real!(
+        Lib::Cuda,
+        "cuThreadExchangeStreamCaptureMode",
+        unsafe extern "C" fn(*mut u32) -> CUresult
+    )?;
+    let mut m = mode;
+    // SAFETY: a valid in/out pointer.
+    (unsafe { f(&mut m) } == CUDA_SUCCESS).then_some(m)
 }
 
 pub(super) fn event_query(e: CUevent) -> CUresult {

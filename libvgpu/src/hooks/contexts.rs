@@ -235,11 +235,13 @@ hook!(cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, d
 });
 
 hook!(cuCtxDestroy_v2(ctx: CUcontext) {
+    crate::compute::context_ending(ctx as usize);
     let r = forward!("cuCtxDestroy_v2", fn(CUcontext), ctx);
     if r == CUDA_SUCCESS { engine().context_gone(ctx as usize); }
     r
 });
 hook!(cuCtxDestroy(ctx: CUcontext) {
+    crate::compute::context_ending(ctx as usize);
     let r = forward!("cuCtxDestroy", fn(CUcontext), ctx);
     if r == CUDA_SUCCESS { engine().context_gone(ctx as usize); }
     r

@@ -1,26 +1,27 @@
 //! Kernel launches: every way work reaches the GPU through the driver API (`cuLaunchKernel`,
-//! `cuLaunchKernelEx`, cooperative launches, each also `_ptsz`; graph launches are in `graphs`) goes
-//! through `launch`, which forwards at once unless a compute share applies (`compute`).
+//! `cuLaunchKernelEx`, cooperative launches, each also `_ptsz`; graph launches are in `graphs`, memsets and
+//! copies in `transfers`) goes through `launch`, which forwards at once unless a compute share applies
+//! (`compute`). The launch's device and context are its stream's (`streams`), never the current
+//! context's: a `CUkernel` or another context's function runs in its stream's context whatever is current.
+//! `cuLaunchCooperativeKernelMultiDevice` (one launch per device, deprecated since CUDA 11.3) is refused
+//! when any of its devices is under a share.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{engine, hook};
+use super::hook;
 use crate::compute;
 use crate::ffi::*;
+use crate::log;
 use crate::real::forward;
+use crate::streams;
 
-/// The stream a launch runs on as `cuEventRecord` names it: a `_ptsz` entry point's stream 0 is the
-/// calling thread's default stream.
-pub(crate) fn stream_of(s: CUstream, ptsz: bool) -> CUstream {
-    if ptsz && s.is_null() {
-        compute::STREAM_PER_THREAD as CUstream
-    } else {
-        s
-    }
-}
+const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
 
-/// Runs `call` (a launch of `work` on `stream`) under the compute share of the current device, if any.
+/// Runs `call` (a launch of `work` on `stream`) under the compute share of the stream's device, if any.
+/// Under a share a launch whose stream's device cannot be resolved is refused: its work could run on any
+/// device, unthrottled.
 #[inline]
 pub(crate) fn launch(
     stream: CUstream,
@@ -31,10 +32,29 @@ pub(crate) fn launch(
     if compute::off() {
         return call();
     }
-    let Some((dev, ctx)) = engine().current() else {
-        return call();
-    };
-    compute::throttled(dev, ctx, stream_of(stream, ptsz), work, call)
+    let s = streams::named(stream, ptsz);
+    match streams::home(s) {
+        Ok((dev, ctx)) => compute::throttled(dev, ctx, s, work, call),
+        Err(e) => unresolved(e),
+    }
+}
+
+/// A launch under a share whose stream's context or device the driver would not give: refused with the
+/// driver's reason (a default stream with no context current, a stream that is gone), or
+/// CUDA_ERROR_NOT_PERMITTED when the driver cannot say at all.
+#[cold]
+fn unresolved(e: CUresult) -> CUresult {
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    if !TOLD.swap(true, Ordering::Relaxed) {
+        log::warn(format_args!(
+            "compute share: a launch whose stream's device cannot be resolved (error {e}) is refused"
+        ));
+    }
+    if e == CUDA_ERROR_NOT_FOUND || e == CUDA_SUCCESS {
+        CUDA_ERROR_NOT_PERMITTED
+    } else {
+        e
+    }
 }
 
 /// The stream and grid of a `cuLaunchKernelEx` configuration (null: the driver refuses the call itself).
@@ -79,4 +99,41 @@ hook!(cuLaunchCooperativeKernel_ptsz(f: *mut c_void, gx: c_uint, gy: c_uint, gz:
     launch(s, true, (f as usize, [gx, gy, gz]), || forward!("cuLaunchCooperativeKernel_ptsz",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params))
+});
+
+/// `CUDA_LAUNCH_PARAMS`: one device's entry of a multi-device cooperative launch.
+#[repr(C)]
+pub struct LaunchParams {
+    pub function: *mut c_void,
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub h_stream: CUstream,
+    pub kernel_params: *mut *mut c_void,
+}
+
+/// Whether a multi-device launch of `n` entries at `list` may go: no entry's device is under a share
+/// (an entry whose device cannot be resolved counts as under one).
+fn multi_device_allowed(list: *const LaunchParams, n: c_uint) -> bool {
+    if compute::off() || list.is_null() {
+        return true;
+    }
+    (0..n as usize).all(|i| {
+        // SAFETY: the caller's array of `n` entries, read before the driver reads it.
+        let s = unsafe { (*list.add(i)).h_stream };
+        streams::home(s).is_ok_and(|(dev, _)| !compute::governed(dev))
+    })
+}
+
+hook!(cuLaunchCooperativeKernelMultiDevice(list: *mut LaunchParams, n: c_uint, flags: c_uint) {
+    if !multi_device_allowed(list, n) {
+        static TOLD: AtomicBool = AtomicBool::new(false);
+        if !TOLD.swap(true, Ordering::Relaxed) {
+            log::warn(format_args!(
+                "compute share: cuLaunchCooperativeKernelMultiDevice is refused on a device under a compute share"
+            ));
+        }
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
+    forward!("cuLaunchCooperativeKernelMultiDevice", fn(*mut LaunchParams, c_uint, c_uint), list, n, flags)
 });

@@ -17,6 +17,7 @@ mod nvml;
 mod pools;
 #[cfg(test)]
 mod testing;
+mod transfers;
 mod truth;
 mod vmm;
 
@@ -30,6 +31,7 @@ pub use memory::*;
 pub use modules::*;
 pub use nvml::*;
 pub use pools::*;
+pub use transfers::*;
 pub use vmm::*;
 
 use vgpu_ledger::Kind;

@@ -325,10 +325,11 @@ hook!(cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
     r
 });
 
-hook!(cuStreamSynchronize(s: CUstream) { engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s)) });
-hook!(cuStreamSynchronize_ptsz(s: CUstream) { engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s)) });
-hook!(cuCtxSynchronize() { engine().after_sync(forward!("cuCtxSynchronize", fn())) });
-hook!(cuEventSynchronize(ev: CUevent) { engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev)) });
+// After a synchronisation the compute share charges what finished (`compute::synchronized`).
+hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
+hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
+hook!(cuCtxSynchronize() { crate::compute::synchronized(engine().after_sync(forward!("cuCtxSynchronize", fn()))) });
+hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
 
 #[cfg(test)]
 mod tests;

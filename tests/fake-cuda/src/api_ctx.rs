@@ -191,9 +191,9 @@ fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) {
 fn cuStreamCreate(ps: *mut Handle, _flags: c_uint) {
     let d = drv()?;
     if ps.is_null() { return Err(INVALID_VALUE); }
-    let (_, _, phys) = current(d)?;
+    let (ctx, _, phys) = current(d)?;
     let h = new_handle();
-    lock(&d.objs).streams.insert(h, Stream { phys });
+    lock(&d.objs).streams.insert(h, Stream { phys, ctx });
     out(ps, h)
 }
 
@@ -222,21 +222,29 @@ fn cuStreamQuery(s: Handle) {
 fn cuEventCreate(pe: *mut Handle, _flags: c_uint) {
     let d = drv()?;
     if pe.is_null() { return Err(INVALID_VALUE); }
-    current(d)?;
+    let (ctx, _, _) = current(d)?;
     let h = new_handle();
-    lock(&d.objs).events.insert(h, 0);
+    let mut objs = lock(&d.objs);
+    objs.events.insert(h, 0);
+    objs.event_ctx.insert(h, ctx);
     out(pe, h)
 }
 
 fn cuEventDestroy_v2(e: Handle) {
     let d = drv()?;
-    lock(&d.objs).events.remove(&e).map(|_| ()).ok_or(INVALID_HANDLE)
+    let mut objs = lock(&d.objs);
+    objs.event_ctx.remove(&e);
+    objs.events.remove(&e).map(|_| ()).ok_or(INVALID_HANDLE)
 }
 
 fn cuEventRecord(e: Handle, s: Handle) {
     let d = drv()?;
     let mut objs = lock(&d.objs);
     stream_phys(d, &objs, s)?;
+    // As the driver: the event and the stream must be of one context.
+    let home = stream_ctx(&objs, s)?;
+    if objs.event_ctx.get(&e).is_some_and(|&c| c != home) { return Err(INVALID_HANDLE); }
+    if crate::api_capture::capturing(s) { return objs.events.contains_key(&e).then_some(()).ok_or(INVALID_HANDLE); }
     let stamp = objs.events.get_mut(&e).ok_or(INVALID_HANDLE)?;
     *stamp = crate::timeline::stamp();
     Ok(())
@@ -244,6 +252,7 @@ fn cuEventRecord(e: Handle, s: Handle) {
 
 fn cuEventSynchronize(e: Handle) {
     let d = drv()?;
+    crate::api_capture::unsafe_call()?;
     let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
     crate::timeline::wait_for(stamp);
     Ok(())
@@ -251,6 +260,7 @@ fn cuEventSynchronize(e: Handle) {
 
 fn cuEventQuery(e: Handle) {
     let d = drv()?;
+    crate::api_capture::unsafe_call()?;
     let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
     if crate::timeline::done(stamp) { Ok(()) } else { Err(NOT_READY) }
 }

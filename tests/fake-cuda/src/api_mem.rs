@@ -335,6 +335,7 @@ fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) {
     check_dev(d, dst, n, true)?;
     if n > 0 && src.is_null() { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
+    crate::timeline::transfer(&d.shared, n as u64);
     Ok(())
 }
 
@@ -343,6 +344,7 @@ fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) {
     check_dev(d, src, n, false)?;
     if n > 0 && dst.is_null() { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
+    crate::timeline::transfer(&d.shared, n as u64);
     Ok(())
 }
 
@@ -351,13 +353,15 @@ fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) {
     check_dev(d, src, n, false)?;
     check_dev(d, dst, n, true)?;
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
+    crate::timeline::transfer(&d.shared, n as u64);
     Ok(())
 }
 
 fn cuMemcpy(dst: u64, src: u64, n: usize) {
-    drv()?;
+    let d = drv()?;
     if n > 0 && (dst == 0 || src == 0) { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
+    crate::timeline::transfer(&d.shared, n as u64);
     Ok(())
 }
 
@@ -370,6 +374,7 @@ fn cuMemsetD8_v2(dst: u64, v: u8, n: usize) {
     let d = drv()?;
     check_dev(d, dst, n, true)?;
     std::ptr::write_bytes(dst as *mut u8, v, n);
+    crate::timeline::transfer(&d.shared, n as u64);
     Ok(())
 }
 
@@ -377,6 +382,7 @@ fn cuMemsetD16_v2(dst: u64, v: u16, n: usize) {
     let d = drv()?;
     check_dev(d, dst, n * 2, true)?;
     std::slice::from_raw_parts_mut(dst as *mut u16, n).fill(v);
+    crate::timeline::transfer(&d.shared, (n * 2) as u64);
     Ok(())
 }
 
@@ -384,6 +390,7 @@ fn cuMemsetD32_v2(dst: u64, v: u32, n: usize) {
     let d = drv()?;
     check_dev(d, dst, n * 4, true)?;
     std::slice::from_raw_parts_mut(dst as *mut u32, n).fill(v);
+    crate::timeline::transfer(&d.shared, (n * 4) as u64);
     Ok(())
 }
 

@@ -81,7 +81,7 @@ fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) -> R
     unsafe { out(f, h) }
 }
 
-fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R {
+pub fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R {
     let d = drv()?;
     let mut objs = lock(&d.objs);
     if !objs.functions.contains_key(&f) {
@@ -100,7 +100,12 @@ fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R
             crate::api_ctx::set_limit(d, &mut objs, top, phys, 0, d.kernel_stack)?;
         }
     }
-    crate::timeline::run(&d.shared, 1);
+    drop(objs);
+    if crate::api_capture::captured(stream, f, grid, block) {
+        return Ok(());
+    }
+    // A block `y` threads high is `y` kernels' work (a launch's arguments decide how long it runs).
+    crate::timeline::run(&d.shared, block[1].max(1) as u64);
     Ok(())
 }
 

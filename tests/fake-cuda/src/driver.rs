@@ -40,6 +40,8 @@ pub struct Primary {
 
 pub struct Stream {
     pub phys: usize,
+    /// The context the stream was made in (`cuStreamGetCtx`; events recorded on it must be of it).
+    pub ctx: Handle,
 }
 
 /// A stream-ordered memory pool: memory is charged by reservation (in [`POOL_CHUNK`]s), not by
@@ -122,6 +124,8 @@ pub struct Objs {
     pub streams: HashMap<Handle, Stream>,
     /// Each event's stamp (`timeline`); 0 until recorded.
     pub events: HashMap<Handle, u64>,
+    /// The context each event was made in.
+    pub event_ctx: HashMap<Handle, Handle>,
     pub pools: HashMap<Handle, Pool>,
     /// Pools destroyed while allocations from them were live: the driver keeps their memory until the
     /// last of those allocations is freed (cuMemPoolDestroy's documented behaviour).
@@ -392,6 +396,19 @@ pub fn stream_phys(d: &Driver, objs: &Objs, stream: Handle) -> Result<usize, CUr
         objs.streams
             .get(&stream)
             .map(|s| s.phys)
+            .ok_or(INVALID_HANDLE)
+    }
+}
+
+/// The context of a stream: its own, or for 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD the current one.
+pub fn stream_ctx(objs: &Objs, stream: Handle) -> Result<Handle, CUresult> {
+    if stream <= 2 {
+        let top = stack_top();
+        objs.ctxs.get(&top).map(|_| top).ok_or(INVALID_CONTEXT)
+    } else {
+        objs.streams
+            .get(&stream)
+            .map(|s| s.ctx)
             .ok_or(INVALID_HANDLE)
     }
 }

@@ -10,9 +10,11 @@
 
 #[macro_use]
 mod types;
+mod api_capture;
 mod api_ctx;
 mod api_device;
 mod api_graph;
+mod api_launch;
 mod api_mem;
 mod api_module;
 mod api_pool;

@@ -4,6 +4,9 @@
 //! passes that stamp, and their elapsed time is the difference; synchronising sleeps until the queue is
 //! drained. Unset (the default), kernels take no time and events complete at once.
 //!
+//! `FAKE_CUDA_BYTES_PER_US` gives memsets and copies a time too (their bytes at that rate), queued as
+//! kernels are; a launch whose block is `y` threads high takes `y` kernels' time (see `api_module`).
+//!
 //! Time slicing (`FAKE_CUDA_TIMESLICE_US`): processes then share one GPU as a real one time-slices
 //! contexts. Each process publishes when its queue drains (the state file, `Shared::set_busy_until`); work
 //! queued while `m` other processes are busy (queued work ending within the last slice) runs in slices: it
@@ -54,6 +57,24 @@ pub fn switch_ns() -> u64 {
     *NS.get_or_init(|| env_us("FAKE_CUDA_SWITCH_US"))
 }
 
+/// Bytes a memset or copy moves per microsecond (FAKE_CUDA_BYTES_PER_US; 0 when unset: they take no time).
+pub fn bytes_per_us() -> u64 {
+    static N: OnceLock<u64> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("FAKE_CUDA_BYTES_PER_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// Queues a memset or copy of `bytes` (FAKE_CUDA_BYTES_PER_US) on this process's queue, as a kernel.
+pub fn transfer(shared: &Shared, bytes: u64) {
+    if let Some(ns) = bytes.saturating_mul(1000).checked_div(bytes_per_us()) {
+        run_ns(shared, ns);
+    }
+}
+
 /// This process's queue: when it drains, and what is left of its current slice.
 struct Queue {
     busy_until: u64,
@@ -91,7 +112,11 @@ pub fn sliced(cost: u64, left: u64, slice: u64, others: u64, switch: u64) -> (u6
 /// Queues `kernels` kernels of this process (`shared`: the state file, for the other processes' queues
 /// under time slicing); returns when they will be done.
 pub fn run(shared: &Shared, kernels: u64) -> u64 {
-    let cost = kernels * kernel_ns();
+    run_ns(shared, kernels * kernel_ns())
+}
+
+/// Queues `cost` nanoseconds of work; returns when it will be done.
+pub fn run_ns(shared: &Shared, cost: u64) -> u64 {
     let slice = slice_ns();
     let now = now();
     let mut q = queue();

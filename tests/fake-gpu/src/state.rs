@@ -272,6 +272,17 @@ impl Shared {
             .count() as u64
     }
 
+    /// The live processes that had kernels queued after `since` (CLOCK_MONOTONIC ns), this one
+    /// included: (PID as the process sees it, its PID namespace inode or 0). What the fake NVML reports
+    /// as busy in its per-process utilisation.
+    pub fn busy_processes(&self, since: u64) -> Vec<(u32, u64)> {
+        (0..SLOTS)
+            .map(|i| &self.layout().slots[i])
+            .filter(|s| s.state.load(Acquire) == LIVE && s.busy_until.load(Relaxed) > since)
+            .map(|s| (s.pid.load(Relaxed), s.pid_ns.load(Relaxed)))
+            .collect()
+    }
+
     /// Gives back the usage of every dead process; then claims a slot for this one.
     pub fn claim(&mut self) -> Result<usize, String> {
         if let Some(s) = self.slot {

@@ -222,12 +222,37 @@ fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
             .map(|p| (p.0, p.1, p.2[i]))
             .collect())
     })?;
+    Ok(host_pids(procs))
+}
+
+/// The processes whose fake kernels kept the GPU busy within the last second (under time slicing, when
+/// processes publish their queues): (host PID, 100).
+fn busy(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    let procs: Vec<(u32, u64, u64)> = with(|s, _| {
+        let _ = i;
+        Ok(s.busy_processes(now.saturating_sub(1_000_000_000))
+            .into_iter()
+            .map(|(p, ns)| (p, ns, 100))
+            .collect())
+    })?;
+    Ok(host_pids(procs))
+}
+
+/// (PID as each process sees it, its PID namespace, value) as NVML reports them: host PIDs.
+fn host_pids(procs: Vec<(u32, u64, u64)>) -> Vec<(u32, u64)> {
     let own = fake_gpu::state::own_pid_ns();
     // What the last scan of /proc found, checked again before use (a PID may have been reused).
     static SEEN: Mutex<Vec<(u64, u32, u32)>> = Mutex::new(Vec::new());
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     let mut scanned = false;
-    Ok(procs
+    procs
         .into_iter()
         .map(|(pid, ns, used)| {
             if ns == 0 || ns == own {
@@ -248,7 +273,7 @@ fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
             });
             (host.unwrap_or(pid), used)
         })
-        .collect())
+        .collect()
 }
 
 /// True when `/proc/<outer>` still lives in namespace `ns` (one stat: this runs for every process at
@@ -511,18 +536,23 @@ fn nvmlDeviceGetGraphicsRunningProcesses_v3(dev: Device, count: *mut c_uint, _in
     out(count, 0)
 }
 
-// One sample per process holding memory on the device, all idle (the fake runs no kernels); none:
-// NOT_FOUND, as the real NVML answers when it has no sample.
+// One sample per process holding memory on the device or whose kernels kept it busy within the last
+// second (`FAKE_CUDA_TIMESLICE_US` runs: processes publish their queues), SM 100% when busy, else 0;
+// none: NOT_FOUND, as the real NVML answers when it has no sample.
 fn nvmlDeviceGetProcessUtilization(dev: Device, samples: *mut ProcessUtilization, count: *mut c_uint, _last_seen: u64) {
-    let procs = processes(index(dev)?)?;
+    let i = index(dev)?;
+    let mut procs: Vec<(u32, c_uint)> = busy(i)?.into_iter().map(|(p, _)| (p, 100)).collect();
+    for (pid, _) in processes(i)? {
+        if !procs.iter().any(|p| p.0 == pid) { procs.push((pid, 0)); }
+    }
     if count.is_null() { return Err(INVALID_ARGUMENT); }
     if procs.is_empty() { *count = 0; return Err(NOT_FOUND); }
     let room = *count as usize;
     *count = procs.len() as c_uint;
     if samples.is_null() || room < procs.len() { return Err(INSUFFICIENT_SIZE); }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
-    for (k, (pid, _)) in procs.into_iter().enumerate() {
-        samples.add(k).write(ProcessUtilization { pid, time_stamp: now, sm: 0, mem: 0, enc: 0, dec: 0 });
+    for (k, (pid, sm)) in procs.into_iter().enumerate() {
+        samples.add(k).write(ProcessUtilization { pid, time_stamp: now, sm, mem: 0, enc: 0, dec: 0 });
     }
     Ok(())
 }

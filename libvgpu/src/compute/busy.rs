@@ -1,0 +1,159 @@
+//! How many contexts the GPU's time is shared among, from something the tenant does not control: the
+//! driver's own per-process utilisation samples (NVML `nvmlDeviceGetProcessUtilization`), which count a
+//! process only when its kernels ran. This process, plus every other process with SM activity in the
+//! last second, at most `solo::MAX_SHARERS`; read at most every `REFRESH_NS`. Without NVML, or when it has no
+//! samples, the GPU counts as this process's alone (no discount: the charge is what the work took).
+//!
+//! The share's charge uses it as a bound (`solo`): a launch beside `n` busy contexts is charged at least
+//! `elapsed / n`. A tenant's own short launches cannot lower it; only other processes' GPU work can, and
+//! that work is charged to whoever runs it (another process of the container to the same bucket).
+
+use std::ffi::{c_char, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::ffi::*;
+use crate::real::{real, Lib};
+use crate::records::RECORDS;
+use crate::solo::MAX_SHARERS;
+
+/// How often NVML is asked again.
+const REFRESH_NS: u64 = 100_000_000;
+/// How far back a sample counts.
+const WINDOW_US: u64 = 1_000_000;
+
+/// `nvmlProcessUtilizationSample_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    pid: c_uint,
+    time_stamp: u64,
+    sm: c_uint,
+    mem: c_uint,
+    enc: c_uint,
+    dec: c_uint,
+}
+
+/// One device's reading, refreshed lazily by whoever charges a launch.
+pub struct Busy {
+    uuid: String,
+    next_at: AtomicU64,
+    sharers: AtomicU64,
+}
+
+impl Busy {
+    pub fn new(uuid: &str) -> Busy {
+        Busy {
+            uuid: uuid.to_string(),
+            next_at: AtomicU64::new(0),
+            sharers: AtomicU64::new(1),
+        }
+    }
+
+    /// Busy contexts on the device, this process counted as one (1 to `MAX_SHARERS`).
+    pub fn sharers(&self, now_ns: u64) -> u64 {
+        let next = self.next_at.load(Ordering::Relaxed);
+        if now_ns < next
+            || self
+                .next_at
+                .compare_exchange(
+                    next,
+                    now_ns + REFRESH_NS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return self.sharers.load(Ordering::Relaxed);
+        }
+        let n = read(&self.uuid).map_or(1, |busy| count(&busy, own_pid()));
+        self.sharers.store(n, Ordering::Relaxed);
+        n
+    }
+}
+
+/// Contexts sharing the GPU from the busy PIDs NVML reported: this process and the others; when this
+/// process's NVML PID is not known, the busy ones alone (it may be among them).
+pub fn count(busy: &[u32], own: Option<u32>) -> u64 {
+    let mut pids: Vec<u32> = busy.to_vec();
+    pids.sort_unstable();
+    pids.dedup();
+    let n = match own {
+        Some(me) => 1 + pids.iter().filter(|&&p| p != me).count() as u64,
+        None => pids.len() as u64,
+    };
+    n.clamp(1, MAX_SHARERS)
+}
+
+/// This process's PID as NVML reports it: learned from its first context (`hooks::measure`), or its own
+/// in the initial PID namespace.
+fn own_pid() -> Option<u32> {
+    match RECORDS.nvml_pid.load(Ordering::Relaxed) {
+        0 => {}
+        p => return Some(p),
+    }
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    (ns.as_os_str() == "pid:[4026531836]").then(std::process::id)
+}
+
+/// The PIDs with SM activity on the device in the last `WINDOW_US` (None: NVML cannot say).
+fn read(uuid: &str) -> Option<Vec<u32>> {
+    if !crate::identity::nvml_ready() {
+        return None;
+    }
+    let by_uuid = real!(
+        Lib::Nvml,
+        "nvmlDeviceGetHandleByUUID",
+        unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> nvmlReturn_t
+    )?;
+    let util = real!(
+        Lib::Nvml,
+        "nvmlDeviceGetProcessUtilization",
+        unsafe extern "C" fn(*mut c_void, *mut Sample, *mut c_uint, u64) -> nvmlReturn_t
+    )?;
+    let c = std::ffi::CString::new(uuid).ok()?;
+    let mut dev: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid C string and out-pointer.
+    if unsafe { by_uuid(c.as_ptr(), &mut dev) } != NVML_SUCCESS {
+        return None;
+    }
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_micros() as u64
+        - WINDOW_US;
+    let mut buf = vec![Sample::default(); 256];
+    let mut n = buf.len() as c_uint;
+    // SAFETY: `buf` holds `n` samples.
+    let r = unsafe { util(dev, buf.as_mut_ptr(), &mut n, since) };
+    const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
+    match r {
+        NVML_SUCCESS => {}
+        NVML_ERROR_NOT_FOUND => return Some(Vec::new()),
+        _ => return None,
+    }
+    buf.truncate(n as usize);
+    Some(buf.iter().filter(|s| s.sm > 0).map(|s| s.pid).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharers_are_this_process_and_the_other_busy_ones_bounded() {
+        assert_eq!(count(&[], Some(7)), 1);
+        assert_eq!(
+            count(&[7, 7], Some(7)),
+            1,
+            "its own samples are not a neighbour"
+        );
+        assert_eq!(count(&[7, 9, 9], Some(7)), 2);
+        assert_eq!(count(&[9], Some(7)), 2);
+        assert_eq!(
+            count(&[9], None),
+            1,
+            "its own PID unknown: the busy ones alone"
+        );
+        assert_eq!(count(&[1, 2, 3, 4, 5, 6], Some(7)), MAX_SHARERS);
+    }
+}

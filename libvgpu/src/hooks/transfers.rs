@@ -1,0 +1,119 @@
+//! Eager memsets and copies (`cuMemset*`, `cuMemcpy*`): under a compute share they are work on the GPU
+//! like kernels (a loop of large memsets kept an H100's memory system busy at 3,224 GB/s under a 10%
+//! share), so each goes through `launch::launch`: held back while the bucket is in debt, timed with
+//! events on its stream, charged. The synchronous forms run on the legacy default stream (`_ptds`: the
+//! per-thread one). Without a share, `cuGetProcAddress` hands out the driver's own functions
+//! (`interpose::launch_only`) and these hooks forward at once. Left out: the batch copies
+//! (`cuMemcpyBatchAsync`, `cuMemcpy3DBatchAsync`) and the unversioned 32-bit-pointer entry points.
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{c_uint, c_ushort, c_void};
+
+use super::hook;
+use super::launch::launch;
+use crate::ffi::*;
+use crate::real::forward;
+
+type CUarrayH = *mut c_void;
+
+/// What a transfer is for the compute share's book: its entry point (the name's address, never a
+/// kernel's) and its size.
+fn work(name: &'static str, bytes: u64) -> crate::compute::Work {
+    (
+        name.as_ptr() as usize,
+        [1, bytes as u32, (bytes >> 32) as u32],
+    )
+}
+
+macro_rules! transfers {
+    ($( $lit:literal $name:ident($($a:ident: $t:ty),*) on $s:expr, $p:literal, $b:expr; )*) => {$(
+        hook!($name($($a: $t),*) {
+            launch($s, $p, work($lit, $b as u64), || forward!($lit, fn($($t),*) $(, $a)*))
+        });
+    )*};
+}
+
+const NULL: CUstream = std::ptr::null_mut();
+
+transfers! {
+    "cuMemsetD8_v2" cuMemsetD8_v2(d: CUdeviceptr, v: u8, n: usize) on NULL, false, n;
+    "cuMemsetD8_v2_ptds" cuMemsetD8_v2_ptds(d: CUdeviceptr, v: u8, n: usize) on NULL, true, n;
+    "cuMemsetD16_v2" cuMemsetD16_v2(d: CUdeviceptr, v: c_ushort, n: usize) on NULL, false, n * 2;
+    "cuMemsetD16_v2_ptds" cuMemsetD16_v2_ptds(d: CUdeviceptr, v: c_ushort, n: usize) on NULL, true, n * 2;
+    "cuMemsetD32_v2" cuMemsetD32_v2(d: CUdeviceptr, v: c_uint, n: usize) on NULL, false, n * 4;
+    "cuMemsetD32_v2_ptds" cuMemsetD32_v2_ptds(d: CUdeviceptr, v: c_uint, n: usize) on NULL, true, n * 4;
+    "cuMemsetD8Async" cuMemsetD8Async(d: CUdeviceptr, v: u8, n: usize, s: CUstream) on s, false, n;
+    "cuMemsetD8Async_ptsz" cuMemsetD8Async_ptsz(d: CUdeviceptr, v: u8, n: usize, s: CUstream) on s, true, n;
+    "cuMemsetD16Async" cuMemsetD16Async(d: CUdeviceptr, v: c_ushort, n: usize, s: CUstream) on s, false, n * 2;
+    "cuMemsetD16Async_ptsz" cuMemsetD16Async_ptsz(d: CUdeviceptr, v: c_ushort, n: usize, s: CUstream) on s, true, n * 2;
+    "cuMemsetD32Async" cuMemsetD32Async(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream) on s, false, n * 4;
+    "cuMemsetD32Async_ptsz" cuMemsetD32Async_ptsz(d: CUdeviceptr, v: c_uint, n: usize, s: CUstream) on s, true, n * 4;
+    "cuMemsetD2D8_v2" cuMemsetD2D8_v2(d: CUdeviceptr, p: usize, v: u8, w: usize, h: usize) on NULL, false, w * h;
+    "cuMemsetD2D8_v2_ptds" cuMemsetD2D8_v2_ptds(d: CUdeviceptr, p: usize, v: u8, w: usize, h: usize) on NULL, true, w * h;
+    "cuMemsetD2D16_v2" cuMemsetD2D16_v2(d: CUdeviceptr, p: usize, v: c_ushort, w: usize, h: usize) on NULL, false, w * h * 2;
+    "cuMemsetD2D16_v2_ptds" cuMemsetD2D16_v2_ptds(d: CUdeviceptr, p: usize, v: c_ushort, w: usize, h: usize) on NULL, true, w * h * 2;
+    "cuMemsetD2D32_v2" cuMemsetD2D32_v2(d: CUdeviceptr, p: usize, v: c_uint, w: usize, h: usize) on NULL, false, w * h * 4;
+    "cuMemsetD2D32_v2_ptds" cuMemsetD2D32_v2_ptds(d: CUdeviceptr, p: usize, v: c_uint, w: usize, h: usize) on NULL, true, w * h * 4;
+    "cuMemsetD2D8Async" cuMemsetD2D8Async(d: CUdeviceptr, p: usize, v: u8, w: usize, h: usize, s: CUstream) on s, false, w * h;
+    "cuMemsetD2D8Async_ptsz" cuMemsetD2D8Async_ptsz(d: CUdeviceptr, p: usize, v: u8, w: usize, h: usize, s: CUstream) on s, true, w * h;
+    "cuMemsetD2D16Async" cuMemsetD2D16Async(d: CUdeviceptr, p: usize, v: c_ushort, w: usize, h: usize, s: CUstream) on s, false, w * h * 2;
+    "cuMemsetD2D16Async_ptsz" cuMemsetD2D16Async_ptsz(d: CUdeviceptr, p: usize, v: c_ushort, w: usize, h: usize, s: CUstream) on s, true, w * h * 2;
+    "cuMemsetD2D32Async" cuMemsetD2D32Async(d: CUdeviceptr, p: usize, v: c_uint, w: usize, h: usize, s: CUstream) on s, false, w * h * 4;
+    "cuMemsetD2D32Async_ptsz" cuMemsetD2D32Async_ptsz(d: CUdeviceptr, p: usize, v: c_uint, w: usize, h: usize, s: CUstream) on s, true, w * h * 4;
+
+    "cuMemcpy" cuMemcpy(d: CUdeviceptr, src: CUdeviceptr, n: usize) on NULL, false, n;
+    "cuMemcpy_ptds" cuMemcpy_ptds(d: CUdeviceptr, src: CUdeviceptr, n: usize) on NULL, true, n;
+    "cuMemcpyAsync" cuMemcpyAsync(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) on s, false, n;
+    "cuMemcpyAsync_ptsz" cuMemcpyAsync_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) on s, true, n;
+    "cuMemcpyHtoD_v2" cuMemcpyHtoD_v2(d: CUdeviceptr, src: *const c_void, n: usize) on NULL, false, n;
+    "cuMemcpyHtoD_v2_ptds" cuMemcpyHtoD_v2_ptds(d: CUdeviceptr, src: *const c_void, n: usize) on NULL, true, n;
+    "cuMemcpyDtoH_v2" cuMemcpyDtoH_v2(d: *mut c_void, src: CUdeviceptr, n: usize) on NULL, false, n;
+    "cuMemcpyDtoH_v2_ptds" cuMemcpyDtoH_v2_ptds(d: *mut c_void, src: CUdeviceptr, n: usize) on NULL, true, n;
+    "cuMemcpyDtoD_v2" cuMemcpyDtoD_v2(d: CUdeviceptr, src: CUdeviceptr, n: usize) on NULL, false, n;
+    "cuMemcpyDtoD_v2_ptds" cuMemcpyDtoD_v2_ptds(d: CUdeviceptr, src: CUdeviceptr, n: usize) on NULL, true, n;
+    "cuMemcpyHtoDAsync_v2" cuMemcpyHtoDAsync_v2(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) on s, false, n;
+    "cuMemcpyHtoDAsync_v2_ptsz" cuMemcpyHtoDAsync_v2_ptsz(d: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) on s, true, n;
+    "cuMemcpyDtoHAsync_v2" cuMemcpyDtoHAsync_v2(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) on s, false, n;
+    "cuMemcpyDtoHAsync_v2_ptsz" cuMemcpyDtoHAsync_v2_ptsz(d: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) on s, true, n;
+    "cuMemcpyDtoDAsync_v2" cuMemcpyDtoDAsync_v2(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) on s, false, n;
+    "cuMemcpyDtoDAsync_v2_ptsz" cuMemcpyDtoDAsync_v2_ptsz(d: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) on s, true, n;
+    "cuMemcpyPeer" cuMemcpyPeer(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) on NULL, false, n;
+    "cuMemcpyPeer_ptds" cuMemcpyPeer_ptds(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize) on NULL, true, n;
+    "cuMemcpyPeerAsync" cuMemcpyPeerAsync(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) on s, false, n;
+    "cuMemcpyPeerAsync_ptsz" cuMemcpyPeerAsync_ptsz(d: CUdeviceptr, dc: CUcontext, src: CUdeviceptr, sc: CUcontext, n: usize, s: CUstream) on s, true, n;
+    "cuMemcpyAtoD_v2" cuMemcpyAtoD_v2(d: CUdeviceptr, a: CUarrayH, off: usize, n: usize) on NULL, false, n;
+    "cuMemcpyAtoD_v2_ptds" cuMemcpyAtoD_v2_ptds(d: CUdeviceptr, a: CUarrayH, off: usize, n: usize) on NULL, true, n;
+    "cuMemcpyDtoA_v2" cuMemcpyDtoA_v2(a: CUarrayH, off: usize, src: CUdeviceptr, n: usize) on NULL, false, n;
+    "cuMemcpyDtoA_v2_ptds" cuMemcpyDtoA_v2_ptds(a: CUarrayH, off: usize, src: CUdeviceptr, n: usize) on NULL, true, n;
+    "cuMemcpyHtoA_v2" cuMemcpyHtoA_v2(a: CUarrayH, off: usize, src: *const c_void, n: usize) on NULL, false, n;
+    "cuMemcpyHtoA_v2_ptds" cuMemcpyHtoA_v2_ptds(a: CUarrayH, off: usize, src: *const c_void, n: usize) on NULL, true, n;
+    "cuMemcpyAtoH_v2" cuMemcpyAtoH_v2(d: *mut c_void, a: CUarrayH, off: usize, n: usize) on NULL, false, n;
+    "cuMemcpyAtoH_v2_ptds" cuMemcpyAtoH_v2_ptds(d: *mut c_void, a: CUarrayH, off: usize, n: usize) on NULL, true, n;
+    "cuMemcpyHtoAAsync_v2" cuMemcpyHtoAAsync_v2(a: CUarrayH, off: usize, src: *const c_void, n: usize, s: CUstream) on s, false, n;
+    "cuMemcpyHtoAAsync_v2_ptsz" cuMemcpyHtoAAsync_v2_ptsz(a: CUarrayH, off: usize, src: *const c_void, n: usize, s: CUstream) on s, true, n;
+    "cuMemcpyAtoHAsync_v2" cuMemcpyAtoHAsync_v2(d: *mut c_void, a: CUarrayH, off: usize, n: usize, s: CUstream) on s, false, n;
+    "cuMemcpyAtoHAsync_v2_ptsz" cuMemcpyAtoHAsync_v2_ptsz(d: *mut c_void, a: CUarrayH, off: usize, n: usize, s: CUstream) on s, true, n;
+    "cuMemcpyAtoA_v2" cuMemcpyAtoA_v2(d: CUarrayH, doff: usize, a: CUarrayH, off: usize, n: usize) on NULL, false, n;
+    "cuMemcpyAtoA_v2_ptds" cuMemcpyAtoA_v2_ptds(d: CUarrayH, doff: usize, a: CUarrayH, off: usize, n: usize) on NULL, true, n;
+    // 2D and 3D copies: their size stays in the descriptor; the key is the entry point alone.
+    "cuMemcpy2D_v2" cuMemcpy2D_v2(p: *const c_void) on NULL, false, 0;
+    "cuMemcpy2D_v2_ptds" cuMemcpy2D_v2_ptds(p: *const c_void) on NULL, true, 0;
+    "cuMemcpy2DUnaligned_v2" cuMemcpy2DUnaligned_v2(p: *const c_void) on NULL, false, 0;
+    "cuMemcpy2DUnaligned_v2_ptds" cuMemcpy2DUnaligned_v2_ptds(p: *const c_void) on NULL, true, 0;
+    "cuMemcpy2DAsync_v2" cuMemcpy2DAsync_v2(p: *const c_void, s: CUstream) on s, false, 0;
+    "cuMemcpy2DAsync_v2_ptsz" cuMemcpy2DAsync_v2_ptsz(p: *const c_void, s: CUstream) on s, true, 0;
+    "cuMemcpy3D_v2" cuMemcpy3D_v2(p: *const c_void) on NULL, false, 0;
+    "cuMemcpy3D_v2_ptds" cuMemcpy3D_v2_ptds(p: *const c_void) on NULL, true, 0;
+    "cuMemcpy3DAsync_v2" cuMemcpy3DAsync_v2(p: *const c_void, s: CUstream) on s, false, 0;
+    "cuMemcpy3DAsync_v2_ptsz" cuMemcpy3DAsync_v2_ptsz(p: *const c_void, s: CUstream) on s, true, 0;
+    "cuMemcpy3DPeer" cuMemcpy3DPeer(p: *const c_void) on NULL, false, 0;
+    "cuMemcpy3DPeer_ptds" cuMemcpy3DPeer_ptds(p: *const c_void) on NULL, true, 0;
+    "cuMemcpy3DPeerAsync" cuMemcpy3DPeerAsync(p: *const c_void, s: CUstream) on s, false, 0;
+    "cuMemcpy3DPeerAsync_ptsz" cuMemcpy3DPeerAsync_ptsz(p: *const c_void, s: CUstream) on s, true, 0;
+}
+
+/// Every transfer hook's name, for `interpose::launch_only` (a process without a share gets the
+/// driver's own functions).
+pub(crate) fn is_transfer(name: &[u8]) -> bool {
+    name.starts_with(b"cuMemset") || name.starts_with(b"cuMemcpy")
+}

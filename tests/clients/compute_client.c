@@ -1,0 +1,230 @@
+/* The compute share's test client: the ways a program may launch work, each in a loop, so a test can read
+ * which of them the share holds back. Linked with -lcuda (the fake driver, or the real one on a GPU).
+ *   compute_client MODE SECONDS [ARG]
+ * Every mode launches a spin kernel (`vgpu_spin`: CLIENT_KERNEL_MS of clock64 cycles on a GPU; in the fake
+ * driver FAKE_CUDA_KERNEL_US) for SECONDS of wall time, synchronising every 16 launches, and prints one line
+ * "mode=M launched=N seconds=S unit_ms=U share=P rc=R err=NAME": U is one launch's own GPU time (timed with
+ * events before the loop), P = N x U / S in percent.
+ *   plain      cuLaunchKernel on a stream of the current context
+ *   noctx      the same with no context current (the launch runs in its stream's context)
+ *   kernel     a CUkernel of cuLibraryGetKernel, no context current
+ *   otherctx   a function and stream of context A while context B (same device) is current
+ *   ex         cuLaunchKernelEx, no context current
+ *   coop       cuLaunchCooperativeKernel, no context current
+ *   multi      cuLaunchCooperativeKernelMultiDevice, one entry
+ *   graph      a graph of one kernel node, launched with no context current
+ *   memset     cuMemsetD8Async of ARG MiB (default 64) on the stream
+ *   memcpy     cuMemcpyDtoDAsync of ARG MiB (default 64) on the stream
+ *   cheap      one launch of the kernel at 1x, then the loop at ARGx (default 10) the work: same function
+ *              and grid, longer arguments (on the fake, the block's height)
+ *   short      ARG launches (default 40) queued at once, then cuCtxSynchronize and exit (SECONDS unused)
+ *   fork       ARG launches (default 16) queued, then a fork whose child sleeps SECONDS and exits (its exit
+ *              handlers run), then the parent synchronises and exits
+ *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
+ *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused) */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *ptx =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".visible .entry vgpu_spin(.param .u64 cycles)\n"
+    "{\n"
+    "\t.reg .pred %p;\n"
+    "\t.reg .b64 %rd<5>;\n"
+    "\tld.param.u64 %rd1, [cycles];\n"
+    "\tmov.u64 %rd2, %clock64;\n"
+    "LOOP:\n"
+    "\tmov.u64 %rd3, %clock64;\n"
+    "\tsub.s64 %rd4, %rd3, %rd2;\n"
+    "\tsetp.lt.u64 %p, %rd4, %rd1;\n"
+    "\t@%p bra LOOP;\n"
+    "\tret;\n"
+    "}\n";
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static CUcontext ctx;
+static CUstream stream;
+static CUfunction fn;
+static CUkernel kern;
+static unsigned long long cycles, cycles_x;
+static unsigned mult = 1;
+static CUdeviceptr buf_a, buf_b;
+static size_t bytes;
+
+#define TRY(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) return r_; } while (0)
+
+/* One launch of the loop's kind; `x`: the long variant (cheap mode). */
+static CUresult launch_one(const char *mode, CUgraphExec ex, int x) {
+    unsigned long long c = x ? cycles_x : cycles;
+    void *args[] = {&c};
+    unsigned by = x ? mult : 1;
+    if (!strcmp(mode, "kernel"))
+        return cuLaunchKernel((CUfunction)kern, 1, 1, 1, 32, by, 1, 0, stream, args, NULL);
+    if (!strcmp(mode, "ex")) {
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = 32; cfg.blockDimY = by; cfg.blockDimZ = 1;
+        cfg.hStream = stream;
+        return cuLaunchKernelEx(&cfg, fn, args, NULL);
+    }
+    if (!strcmp(mode, "coop")) return cuLaunchCooperativeKernel(fn, 1, 1, 1, 32, by, 1, 0, stream, args);
+    if (!strcmp(mode, "multi")) {
+        CUDA_LAUNCH_PARAMS p;
+        memset(&p, 0, sizeof p);
+        p.function = fn;
+        p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+        p.blockDimX = 32; p.blockDimY = by; p.blockDimZ = 1;
+        p.hStream = stream;
+        p.kernelParams = args;
+        return cuLaunchCooperativeKernelMultiDevice(&p, 1, 0);
+    }
+    if (!strcmp(mode, "graph")) return cuGraphLaunch(ex, stream);
+    if (!strcmp(mode, "memset")) return cuMemsetD8Async(buf_a, 7, bytes, stream);
+    if (!strcmp(mode, "memcpy")) return cuMemcpyDtoDAsync(buf_b, buf_a, bytes, stream);
+    return cuLaunchKernel(fn, 1, 1, 1, 32, by, 1, 0, stream, args, NULL);
+}
+
+/* One launch's own time, by events around it (the context current). */
+static CUresult unit_ms(const char *mode, CUgraphExec ex, int x, float *ms) {
+    CUevent a, b;
+    TRY(cuEventCreate(&a, 0));
+    TRY(cuEventCreate(&b, 0));
+    TRY(cuEventRecord(a, stream));
+    TRY(launch_one(mode, ex, x));
+    TRY(cuEventRecord(b, stream));
+    TRY(cuEventSynchronize(b));
+    TRY(cuEventElapsedTime(ms, a, b));
+    cuEventDestroy(a);
+    cuEventDestroy(b);
+    return CUDA_SUCCESS;
+}
+
+static CUresult run(const char *mode, double secs, const char *arg, long *launched, double *took, float *unit) {
+    CUdevice dev;
+    CUmodule mod;
+    CUlibrary lib;
+    int khz = 0;
+    TRY(cuInit(0));
+    TRY(cuDeviceGet(&dev, 0));
+    TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
+    TRY(cuCtxSetCurrent(ctx));
+    if (cuDeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev) != CUDA_SUCCESS || khz <= 0) khz = 1500000;
+    double ms = getenv("CLIENT_KERNEL_MS") ? atof(getenv("CLIENT_KERNEL_MS")) : 2.0;
+    cycles = (unsigned long long)(ms * khz);
+    TRY(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    TRY(cuModuleLoadData(&mod, ptx));
+    TRY(cuModuleGetFunction(&fn, mod, "vgpu_spin"));
+    if (!strcmp(mode, "kernel")) {
+        TRY(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+        TRY(cuLibraryGetKernel(&kern, lib, "vgpu_spin"));
+    }
+    if (!strcmp(mode, "memset") || !strcmp(mode, "memcpy")) {
+        bytes = (size_t)(arg ? atof(arg) : 64) * (1 << 20);
+        TRY(cuMemAlloc(&buf_a, bytes));
+        TRY(cuMemAlloc(&buf_b, bytes));
+    }
+    mult = !strcmp(mode, "cheap") ? (arg ? (unsigned)atoi(arg) : 10) : 1;
+    cycles_x = cycles * mult;
+    CUgraphExec ex = NULL;
+    if (!strcmp(mode, "graph")) {
+        CUgraph g;
+        CUgraphNode node;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        void *args[] = {&cycles};
+        memset(&kp, 0, sizeof kp);
+        kp.func = fn;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 32; kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        TRY(cuGraphCreate(&g, 0));
+        TRY(cuGraphAddKernelNode(&node, g, NULL, 0, &kp));
+        TRY(cuGraphInstantiateWithFlags(&ex, g, 0));
+    }
+    int x = !strcmp(mode, "cheap");
+    /* cheap: the one short launch first (its own time is what the loop's key first learns) */
+    if (x) { float u; TRY(unit_ms(mode, ex, 0, &u)); }
+    TRY(unit_ms(mode, ex, x, unit));
+    if (!strcmp(mode, "short")) {
+        long n = arg ? atol(arg) : 40;
+        double t0 = now();
+        for (*launched = 0; *launched < n; (*launched)++) TRY(launch_one(mode, ex, 0));
+        TRY(cuCtxSynchronize());
+        *took = now() - t0;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(mode, "fork")) {
+        long n = arg ? atol(arg) : 16;
+        double t0 = now();
+        for (*launched = 0; *launched < n; (*launched)++) TRY(launch_one("plain", ex, 0));
+        pid_t child = fork();
+        if (child == 0) {
+            usleep((useconds_t)(secs * 1e6));
+            exit(0);
+        }
+        if (child > 0) waitpid(child, NULL, 0);
+        TRY(cuCtxSynchronize());
+        *took = now() - t0;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(mode, "capture")) {
+        CUstream a;
+        CUgraph g;
+        TRY(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+        TRY(launch_one("plain", ex, 0));
+        TRY(cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        void *args[] = {&cycles};
+        CUresult r = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, a, args, NULL);
+        if (r == CUDA_SUCCESS) r = launch_one("plain", ex, 0);
+        CUresult e = cuStreamEndCapture(a, &g);
+        *launched = 3;
+        *took = 0;
+        TRY(r);
+        return e;
+    }
+    CUcontext other = NULL;
+#if CUDA_VERSION >= 13000
+    if (!strcmp(mode, "otherctx")) TRY(cuCtxCreate(&other, NULL, 0, dev));
+#else
+    if (!strcmp(mode, "otherctx")) TRY(cuCtxCreate(&other, 0, dev));
+#endif
+    else if (strcmp(mode, "plain") && strcmp(mode, "memset") && strcmp(mode, "memcpy") && strcmp(mode, "cheap"))
+        TRY(cuCtxSetCurrent(NULL));
+    double t0 = now();
+    for (*launched = 0; now() - t0 < secs;) {
+        TRY(launch_one(mode, ex, x));
+        if (++*launched % 16 == 0) TRY(cuStreamSynchronize(stream));
+    }
+    TRY(cuStreamSynchronize(stream));
+    *took = now() - t0;
+    return CUDA_SUCCESS;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: compute_client MODE SECONDS [ARG]\n");
+        return 2;
+    }
+    long launched = 0;
+    double took = 0;
+    float unit = 0;
+    CUresult r = run(argv[1], atof(argv[2]), argc > 3 ? argv[3] : NULL, &launched, &took, &unit);
+    const char *name = "?";
+    cuGetErrorName(r, &name);
+    printf("mode=%s launched=%ld seconds=%.3f unit_ms=%.3f share=%.1f rc=%d err=%s\n", argv[1], launched, took,
+           unit, took > 0 ? launched * unit / 10.0 / took : 0.0, (int)r, name);
+    return r == CUDA_SUCCESS ? 0 : 1;
+}
