@@ -31,5 +31,7 @@ mod real;
 mod records;
 mod settings;
 mod solo;
+#[cfg(test)]
+mod surface;
 mod userfiles;
 pub mod virt;
