@@ -12,6 +12,9 @@ macro_rules! hooked_symbols {
                 cuInit cuGetProcAddress cuGetProcAddress_v2
                 cuMemGetInfo cuMemGetInfo_v2 cuDeviceTotalMem cuDeviceTotalMem_v2
                 cuMemAlloc cuMemAlloc_v2 cuMemAllocPitch cuMemAllocPitch_v2 cuMemAllocManaged
+                cuMemAdvise cuMemAdvise_v2 cuMemPrefetchAsync cuMemPrefetchAsync_ptsz cuMemPrefetchAsync_v2
+                cuMemPrefetchAsync_v2_ptsz cuMemPrefetchBatchAsync cuMemPrefetchBatchAsync_ptsz
+                cuMemDiscardAndPrefetchBatchAsync cuMemDiscardAndPrefetchBatchAsync_ptsz
                 cuMemFree cuMemFree_v2 cuIpcGetMemHandle
                 cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
@@ -31,7 +34,8 @@ macro_rules! hooked_symbols {
                 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
                 cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
                 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
-                cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload;
+                cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload cuLibraryGetModule cuLibraryGetKernel
+                cuKernelGetFunction cuLibraryGetGlobal cuLibraryGetManaged cuLibraryGetUnifiedFunction;
             Nvml:
                 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2;
         }

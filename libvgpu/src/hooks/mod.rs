@@ -9,11 +9,13 @@ mod contexts;
 mod device;
 mod graphs;
 mod launch;
+mod libraries;
 mod limits;
 mod measure;
 mod memory;
 mod modules;
 mod nvml;
+mod placement;
 mod pools;
 #[cfg(test)]
 mod testing;
@@ -25,10 +27,12 @@ pub use contexts::*;
 pub use device::*;
 pub use graphs::*;
 pub use launch::*;
+pub use libraries::*;
 pub use limits::*;
 pub use memory::*;
 pub use modules::*;
 pub use nvml::*;
+pub use placement::*;
 pub use pools::*;
 pub use vmm::*;
 

@@ -13,6 +13,8 @@ mod types;
 mod api_ctx;
 mod api_device;
 mod api_graph;
+mod api_library;
+mod api_managed;
 mod api_mem;
 mod api_module;
 mod api_pool;
