@@ -114,6 +114,7 @@ impl<D: Driver> Engine<'_, D> {
             }
         }
         self.rec.kernels.drain_where(|l| *l == lib);
+        self.forget_functions();
     }
 
     /// `library_use` for a kernel handle from `cuLibraryGetKernel` (anything else passes through). The

@@ -17,6 +17,7 @@ mod modules;
 mod nvml;
 mod placement;
 mod pools;
+mod stack;
 #[cfg(test)]
 mod testing;
 mod truth;

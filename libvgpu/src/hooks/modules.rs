@@ -87,7 +87,11 @@ hook!(cuModuleLoadFatBinary(m: *mut CUmodule, fatbin: *const c_void) {
 });
 hook!(cuModuleUnload(m: CUmodule) {
     let e = engine();
-    e.tracked_free(&e.rec.modules, m as u64, || forward!("cuModuleUnload", fn(CUmodule), m))
+    let r = e.tracked_free(&e.rec.modules, m as u64, || forward!("cuModuleUnload", fn(CUmodule), m));
+    if r == CUDA_SUCCESS && !e.drv.unlimited() {
+        e.forget_functions(); // its function handles may come back as another module's
+    }
+    r
 });
 
 #[cfg(test)]

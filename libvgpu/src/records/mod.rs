@@ -145,6 +145,8 @@ pub struct Records {
     pub library_uses: Table<Vec<u64>>,
     /// Kernel handle (`cuLibraryGetKernel`) -> its library.
     pub kernels: Table<u64>,
+    /// Function (or kernel) -> its local memory per thread (`hooks/stack`).
+    pub func_local: Table<u64>,
 }
 
 pub static RECORDS: Records = Records::new();
@@ -173,6 +175,7 @@ impl Records {
             known_ctx: Table::new(),
             library_uses: Table::new(),
             kernels: Table::new(),
+            func_local: Table::new(),
         }
     }
 
@@ -210,6 +213,7 @@ impl Records {
         self.known_ctx.lock_all();
         self.library_uses.lock_all();
         self.kernels.lock_all();
+        self.func_local.lock_all();
     }
 
     /// fork parent and child: release what `lock_all` took.
@@ -229,6 +233,7 @@ impl Records {
         self.known_ctx.unlock_all();
         self.library_uses.unlock_all();
         self.kernels.unlock_all();
+        self.func_local.unlock_all();
         // SAFETY: lock_all took it in this thread (fork prepare) and forgot the guard.
         unsafe { self.limit_setter.force_unlock() };
     }
@@ -252,6 +257,7 @@ impl Records {
         self.known_ctx.clear();
         self.library_uses.clear();
         self.kernels.clear();
+        self.func_local.clear();
     }
 }
 
