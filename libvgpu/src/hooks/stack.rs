@@ -6,8 +6,9 @@
 //! what the driver itself answers when it cannot grow the stack — when the growth does not fit. The
 //! launch then finds the stack big enough and grows nothing.
 //!
-//! The launch hooks call [`Engine::launch_memory`] with the function (a `CUfunction`, or a `CUkernel`,
-//! which `cuFuncGetAttribute` also takes) whenever a memory limit applies. Its cost on a launch that needs
+//! The launch hooks call [`Engine::launch_memory`] with the launched handle whenever a memory limit
+//! applies (a `CUkernel` the driver gives no local size for is not checked: its growth is charged after
+//! the fact, as before). Its cost on a launch that needs
 //! no growth: one atomic load, three table lookups (the function's local size is asked once per function).
 
 use crate::driver::Driver;
