@@ -26,6 +26,8 @@ macro_rules! hooked_symbols {
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
                 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
                 cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz
+                cuLaunch cuLaunchGrid cuLaunchGridAsync cuLaunchCooperativeKernelMultiDevice
+                cuGLCtxCreate cuGLCtxCreate_v2 cuVDPAUCtxCreate cuVDPAUCtxCreate_v2 cuCtxDetach
                 cuGraphLaunch cuGraphLaunch_ptsz cuGraphUpload cuGraphUpload_ptsz
                 cuGraphExecDestroy cuGraphAddMemAllocNode cuGraphDestroy cuDeviceGraphMemTrim
                 cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExecKernelNodeSetParams
