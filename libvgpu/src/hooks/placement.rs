@@ -64,8 +64,12 @@ impl Place {
 }
 
 impl<D: Driver> Engine<'_, D> {
-    /// The recorded plain or managed allocation holding `p`, by its base.
+    /// The recorded plain or managed allocation holding `p`, by its base: `p` itself first (prefetches
+    /// and advice name whole allocations), else every record is looked at.
     fn holding(&self, p: u64) -> Option<(u64, Rec)> {
+        if let Some(r) = self.rec.allocs.with(p, |r| r.copied()) {
+            return Some((p, r));
+        }
         self.rec.allocs.keys().into_iter().find_map(|base| {
             let r = self.rec.allocs.with(base, |r| r.copied())?;
             (base <= p && p - base < r.bytes.max(1)).then_some((base, r))
