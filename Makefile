@@ -11,7 +11,7 @@ ZIG_TARGET := x86_64-unknown-linux-gnu.2.17
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 export CARGO_TARGET_DIR := $(TARGET)
 
-.PHONY: all deps build-deps build libvgpu fake clients lint test unit e2e demo bench gpu-bundle package installer-image clean
+.PHONY: all deps build-deps build libvgpu fake clients lint surface test unit e2e demo bench gpu-bundle package installer-image clean
 
 all: build
 
@@ -47,6 +47,11 @@ fake:
 
 clients: fake
 	@LIBCUDA_DIR=$(TARGET)/fake OUT=$(TARGET)/clients bash tests/clients/build.sh
+
+# The classified driver surface (libvgpu/abi/surface.tsv, docs/driver-surface.md) from the CUDA 13 headers
+# (fetched by deps.sh into .deps/cuda13, never committed) and libvgpu/abi/classes.txt.
+surface: build-deps
+	python3 libvgpu/abi/gen/surface.py .deps/cuda13/include
 
 unit: build deps
 	$(CARGO) test --release --workspace

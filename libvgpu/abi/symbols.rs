@@ -12,6 +12,9 @@ macro_rules! hooked_symbols {
                 cuInit cuGetProcAddress cuGetProcAddress_v2
                 cuMemGetInfo cuMemGetInfo_v2 cuDeviceTotalMem cuDeviceTotalMem_v2
                 cuMemAlloc cuMemAlloc_v2 cuMemAllocPitch cuMemAllocPitch_v2 cuMemAllocManaged
+                cuMemAdvise cuMemAdvise_v2 cuMemPrefetchAsync cuMemPrefetchAsync_ptsz cuMemPrefetchAsync_v2
+                cuMemPrefetchAsync_v2_ptsz cuMemPrefetchBatchAsync cuMemPrefetchBatchAsync_ptsz
+                cuMemDiscardAndPrefetchBatchAsync cuMemDiscardAndPrefetchBatchAsync_ptsz
                 cuMemFree cuMemFree_v2 cuIpcGetMemHandle
                 cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
@@ -23,6 +26,8 @@ macro_rules! hooked_symbols {
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
                 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz
                 cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz cuLaunchCooperativeKernelMultiDevice
+                cuLaunch cuLaunchGrid cuLaunchGridAsync
+                cuGLCtxCreate cuGLCtxCreate_v2 cuVDPAUCtxCreate cuVDPAUCtxCreate_v2 cuCtxDetach
                 cuGraphLaunch cuGraphLaunch_ptsz cuGraphUpload cuGraphUpload_ptsz
                 cuGraphExecDestroy cuGraphAddMemAllocNode cuGraphDestroy cuDeviceGraphMemTrim
                 cuGraphExecUpdate cuGraphExecUpdate_v2 cuGraphExecKernelNodeSetParams
@@ -31,7 +36,8 @@ macro_rules! hooked_symbols {
                 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
                 cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
                 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
-                cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload
+                cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload cuLibraryGetModule cuLibraryGetKernel
+                cuKernelGetFunction cuLibraryGetGlobal cuLibraryGetManaged cuLibraryGetUnifiedFunction
                 cuMemsetD8_v2 cuMemsetD8_v2_ptds cuMemsetD16_v2 cuMemsetD16_v2_ptds cuMemsetD32_v2
                 cuMemsetD32_v2_ptds cuMemsetD8Async cuMemsetD8Async_ptsz cuMemsetD16Async
                 cuMemsetD16Async_ptsz cuMemsetD32Async cuMemsetD32Async_ptsz cuMemsetD2D8_v2

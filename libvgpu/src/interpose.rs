@@ -85,6 +85,12 @@ fn by_real_addr() -> &'static HashMap<usize, usize> {
     T.get_or_init(HashMap::new)
 }
 
+/// Every hooked name (the surface test holds them to the classified driver surface).
+#[cfg(test)]
+pub(crate) fn hooked_names() -> impl Iterator<Item = &'static str> {
+    entries().iter().map(|(_, n, _)| n.to_str().unwrap_or(""))
+}
+
 /// Our hook for a driver pointer, or the pointer itself.
 pub fn map_proc(p: usize) -> usize {
     by_real_addr().get(&p).copied().unwrap_or(p)

@@ -32,5 +32,7 @@ mod records;
 mod settings;
 mod solo;
 mod streams;
+#[cfg(test)]
+mod surface;
 mod userfiles;
 pub mod virt;

@@ -43,6 +43,8 @@
     X(cuMemAlloc, "cuMemAlloc")                                                    \
     X(cuMemAllocPitch, "cuMemAllocPitch")                                          \
     X(cuMemAllocManaged, "cuMemAllocManaged")                                      \
+    X(cuMemAdvise_v2, "cuMemAdvise")                                               \
+    X(cuMemPrefetchAsync_v2, "cuMemPrefetchAsync")                                 \
     X(cuMemFree, "cuMemFree")                                                      \
     X(cuMemGetAddressRange, "cuMemGetAddressRange")                                \
     X(cuPointerGetAttribute, "cuPointerGetAttribute")                              \
@@ -93,6 +95,9 @@
     X(cuModuleGetFunction, "cuModuleGetFunction")                                  \
     X(cuLibraryLoadData, "cuLibraryLoadData")                                      \
     X(cuLibraryUnload, "cuLibraryUnload")                                          \
+    X(cuLibraryGetModule, "cuLibraryGetModule")                                    \
+    X(cuLibraryGetKernel, "cuLibraryGetKernel")                                    \
+    X(cuKernelGetFunction, "cuKernelGetFunction")                                  \
     X(cuCtxSetLimit, "cuCtxSetLimit")                                              \
     X(cuCtxGetLimit, "cuCtxGetLimit")                                              \
     X(cuLaunchKernel, "cuLaunchKernel")
@@ -500,6 +505,27 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         rc = need_ctx();
         if (rc == CUDA_SUCCESS) rc = CALL(cuLibraryLoadData, &l, ptx, NULL, NULL, 0, NULL, NULL, 0);
         if (rc == CUDA_SUCCESS) push((struct held){.kind = K_LIBRARY, .handle = l});
+    } else if (!strcmp(op, "library-early")) {
+        /* cuLibraryLoadData with whatever context is current: none before the first op that needs one. */
+        CUlibrary l = NULL;
+        rc = CALL(cuLibraryLoadData, &l, ptx, NULL, NULL, 0, NULL, NULL, 0);
+        if (rc == CUDA_SUCCESS) push((struct held){.kind = K_LIBRARY, .handle = l});
+    } else if (!strcmp(op, "library-module") || !strcmp(op, "library-kernel")) {
+        /* The last library's first use in the current context: cuLibraryGetModule, or cuLibraryGetKernel
+           and cuKernelGetFunction of its kernel. */
+        CUlibrary l = NULL;
+        for (int k = nheld - 1; k >= 0 && !l; k--)
+            if (held[k].kind == K_LIBRARY) l = (CUlibrary)held[k].handle;
+        rc = l ? need_ctx() : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS && op[8] == 'm') {
+            CUmodule m = NULL;
+            rc = CALL(cuLibraryGetModule, &m, l);
+        } else if (rc == CUDA_SUCCESS) {
+            CUkernel kern = NULL;
+            CUfunction f = NULL;
+            rc = CALL(cuLibraryGetKernel, &kern, l, "vgpu_noop");
+            if (rc == CUDA_SUCCESS) rc = CALL(cuKernelGetFunction, &f, kern);
+        }
     } else if (!strcmp(op, "limit")) {
         const char *name = ARG(1);
         unsigned long long v = parse_size(ARG(2));
@@ -769,6 +795,21 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         else rc = CALL(cuPointerGetAttribute, &m, CU_POINTER_ATTRIBUTE_IS_MANAGED, held[nheld - 1].ptr);
         if (rc == CUDA_SUCCESS) rc = CALL(cuPointerGetAttribute, &ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, held[nheld - 1].ptr);
         printf(" managed=%d devord=%d", m, ord);
+    } else if (!strcmp(op, "advise-device") || !strcmp(op, "advise-host") || !strcmp(op, "prefetch-device")
+               || !strcmp(op, "prefetch-host")) {
+        /* The last plain or managed allocation, whole: its preferred location set (cuMemAdvise, CUDA 13's
+           location form), or prefetched on the client's stream and waited for, to the device or the host. */
+        CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev_ord};
+        if (strstr(op, "host")) loc.type = CU_MEM_LOCATION_TYPE_HOST;
+        if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
+        else if (op[0] == 'a')
+            rc = CALL(cuMemAdvise_v2, held[nheld - 1].ptr, held[nheld - 1].size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, loc);
+        else {
+            rc = need_stream();
+            if (rc == CUDA_SUCCESS) rc = CALL(cuMemPrefetchAsync_v2, held[nheld - 1].ptr, held[nheld - 1].size, loc, 0, stream);
+            if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
+        }
+        printf(" size=%zu", nheld ? held[nheld - 1].size : 0);
     } else if (!strcmp(op, "ipc")) {
         /* cuIpcGetMemHandle of the last plain allocation: its rc says whether it can be shared. */
         CUipcMemHandle h;

@@ -38,6 +38,18 @@ if [ ! -f .deps/cuda/include/cuda.h ] || [ ! -f .deps/cuda/include/nvml.h ]; the
     rm -rf "$tmp"
 fi
 
+# CUDA 13 driver headers (cuda.h, cudaTypedefs.h and the interop headers), from which `make surface`
+# lists and classifies the driver's whole surface (libvgpu/abi/gen/surface.py).
+if [ ! -f .deps/cuda13/include/cudaTypedefs.h ]; then
+    echo "deps: fetching CUDA 13 headers"
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps -d "$tmp" "nvidia-cuda-runtime==13.0.*"
+    mkdir -p .deps/cuda13/include
+    (cd "$tmp" && python3 -m zipfile -e "$tmp"/*.whl x >/dev/null)
+    cp -r "$tmp"/x/nvidia/cu13/include/. .deps/cuda13/include/
+    rm -rf "$tmp"
+fi
+
 # zig + cargo-zigbuild: libvgpu.so is built against glibc 2.17 so old images can preload it.
 if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/null 2>&1; then
     echo "deps: installing ziglang and cargo-zigbuild"

@@ -78,6 +78,8 @@ pub struct FakeDriver {
     pub attributes: RefCell<HashMap<i32, i64>>,
     /// What `alloc_managed` fails with (0: it succeeds).
     pub managed_error: Cell<CUresult>,
+    /// Local memory per thread of each function (`func_local_size`).
+    pub func_locals: RefCell<HashMap<usize, u64>>,
 }
 
 impl FakeDriver {
@@ -120,6 +122,7 @@ impl FakeDriver {
             // 132 multiprocessors of 2048 resident threads (an H100)
             attributes: RefCell::new(HashMap::from([(16, 132), (39, 2048)])),
             managed_error: Cell::new(0),
+            func_locals: RefCell::new(HashMap::new()),
         }
     }
 
@@ -347,6 +350,16 @@ impl Driver for FakeDriver {
 
     fn ctx_get_limit(&self, limit: i32) -> Option<u64> {
         self.limits.borrow().get(&limit).copied()
+    }
+
+    fn ctx_set_stack(&self, bytes: u64) -> CUresult {
+        self.log(format!("ctx_set_stack {bytes}"));
+        self.limits.borrow_mut().insert(0, bytes);
+        0
+    }
+
+    fn func_local_size(&self, func: usize) -> Option<u64> {
+        self.func_locals.borrow().get(&func).copied()
     }
 
     fn device_attribute(&self, _dev: CUdevice, attr: i32) -> Option<i64> {

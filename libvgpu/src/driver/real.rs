@@ -530,6 +530,23 @@ impl Driver for RealDriver {
             .then_some(v as u64)
     }
 
+    fn ctx_set_stack(&self, bytes: u64) -> CUresult {
+        forward!("cuCtxSetLimit", fn(i32, usize), 0, bytes as usize)
+    }
+
+    fn func_local_size(&self, func: usize) -> Option<u64> {
+        let mut v: i32 = 0;
+        // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+        (forward!(
+            "cuFuncGetAttribute",
+            fn(*mut i32, i32, *mut c_void),
+            &mut v,
+            3,
+            func as *mut c_void
+        ) == CUDA_SUCCESS)
+            .then_some(v.max(0) as u64)
+    }
+
     fn device_attribute(&self, dev: CUdevice, attr: i32) -> Option<i64> {
         let mut v: i32 = 0;
         (forward!(

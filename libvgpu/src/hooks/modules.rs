@@ -1,5 +1,5 @@
-//! Modules and libraries: `cuModuleLoad*`, `cuModuleUnload`, `cuLibraryLoadData`, `cuLibraryLoadFromFile`,
-//! `cuLibraryUnload`. Their device memory (code, globals) is measured around the load (`measure`).
+//! Modules: `cuModuleLoad*`, `cuModuleUnload`, and the measured load shared with libraries (whose hooks
+//! live in `libraries`). Their device memory (code, globals) is measured around the load (`measure`).
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_uint, c_void};
@@ -25,8 +25,8 @@ impl<D: Driver> Engine<'_, D> {
     }
 
     /// cuLibraryLoad*: a library loaded while a context is current is measured like a module in that
-    /// context; without a current context nothing is loaded on a device yet (contexts created later are
-    /// measured with what they load).
+    /// context; without a current context nothing is loaded on a device yet: its first use in each
+    /// context is measured there (`libraries`).
     pub(crate) fn library_load(
         &self,
         lib: *mut *mut c_void,
@@ -87,19 +87,11 @@ hook!(cuModuleLoadFatBinary(m: *mut CUmodule, fatbin: *const c_void) {
 });
 hook!(cuModuleUnload(m: CUmodule) {
     let e = engine();
-    e.tracked_free(&e.rec.modules, m as u64, || forward!("cuModuleUnload", fn(CUmodule), m))
-});
-
-type Opts = *mut c_void;
-hook!(cuLibraryLoadData(lib: *mut *mut c_void, code: *const c_void, jo: Opts, jv: *mut *mut c_void, nj: c_uint, lo: Opts, lv: *mut *mut c_void, nl: c_uint) {
-    engine().library_load(lib, || forward!("cuLibraryLoadData", fn(*mut *mut c_void, *const c_void, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, code, jo, jv, nj, lo, lv, nl))
-});
-hook!(cuLibraryLoadFromFile(lib: *mut *mut c_void, fname: *const c_char, jo: Opts, jv: *mut *mut c_void, nj: c_uint, lo: Opts, lv: *mut *mut c_void, nl: c_uint) {
-    engine().library_load(lib, || forward!("cuLibraryLoadFromFile", fn(*mut *mut c_void, *const c_char, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, fname, jo, jv, nj, lo, lv, nl))
-});
-hook!(cuLibraryUnload(lib: *mut c_void) {
-    let e = engine();
-    e.tracked_free(&e.rec.modules, lib as u64, || forward!("cuLibraryUnload", fn(*mut c_void), lib))
+    let r = e.tracked_free(&e.rec.modules, m as u64, || forward!("cuModuleUnload", fn(CUmodule), m));
+    if r == CUDA_SUCCESS && !e.drv.unlimited() {
+        e.forget_functions(); // its function handles may come back as another module's
+    }
+    r
 });
 
 #[cfg(test)]

@@ -140,6 +140,13 @@ pub struct Records {
     pub nvml_pid: AtomicU32,
     /// Device -> the context size this process learned there (`hooks/measure`).
     pub known_ctx: Table<KnownContext>,
+    /// Library -> the keys in `modules` of its copies loaded at first use in contexts other than the one
+    /// current at its load (`hooks/libraries`).
+    pub library_uses: Table<Vec<u64>>,
+    /// Kernel handle (`cuLibraryGetKernel`) -> its library.
+    pub kernels: Table<u64>,
+    /// Function (or kernel) -> its local memory per thread (`hooks/stack`).
+    pub func_local: Table<u64>,
 }
 
 pub static RECORDS: Records = Records::new();
@@ -166,6 +173,9 @@ impl Records {
             truth_charged: Table::new(),
             nvml_pid: AtomicU32::new(0),
             known_ctx: Table::new(),
+            library_uses: Table::new(),
+            kernels: Table::new(),
+            func_local: Table::new(),
         }
     }
 
@@ -201,6 +211,9 @@ impl Records {
         self.limit_extras.lock_all();
         self.truth_charged.lock_all();
         self.known_ctx.lock_all();
+        self.library_uses.lock_all();
+        self.kernels.lock_all();
+        self.func_local.lock_all();
     }
 
     /// fork parent and child: release what `lock_all` took.
@@ -218,6 +231,9 @@ impl Records {
         self.limit_extras.unlock_all();
         self.truth_charged.unlock_all();
         self.known_ctx.unlock_all();
+        self.library_uses.unlock_all();
+        self.kernels.unlock_all();
+        self.func_local.unlock_all();
         // SAFETY: lock_all took it in this thread (fork prepare) and forgot the guard.
         unsafe { self.limit_setter.force_unlock() };
     }
@@ -239,6 +255,9 @@ impl Records {
         self.truth_charged.clear();
         self.nvml_pid.store(0, Ordering::Relaxed);
         self.known_ctx.clear();
+        self.library_uses.clear();
+        self.kernels.clear();
+        self.func_local.clear();
     }
 }
 

@@ -248,29 +248,6 @@ fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) {
     out(dptr, alloc_managed(d, size as u64)?)
 }
 
-fn cuMemAdvise(p: u64, count: usize, advice: c_int, dev: CUdevice) {
-    let d = drv()?;
-    let mut mem = lock(&d.mem);
-    let (_, a) = mem.find(p, count as u64).ok_or(INVALID_VALUE)?;
-    if a.kind != Kind::Managed || !(1..=6).contains(&advice) { return Err(INVALID_VALUE); }
-    // Preferred location the host (CU_DEVICE_CPU): the pages leave the device.
-    if advice == 3 && dev == -1 && a.charged > 0 {
-        let (phys, bytes) = (a.phys, a.charged);
-        a.charged = 0;
-        drop(mem);
-        d.refund(phys, bytes);
-    }
-    Ok(())
-}
-
-fn cuMemPrefetchAsync(p: u64, count: usize, _dev: CUdevice, _s: Handle) {
-    let d = drv()?;
-    let mut mem = lock(&d.mem);
-    let (_, a) = mem.find(p, count as u64).ok_or(INVALID_VALUE)?;
-    if a.kind != Kind::Managed { return Err(INVALID_VALUE); }
-    Ok(())
-}
-
 fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
     let d = drv()?;
     if free.is_null() || total.is_null() { return Err(INVALID_VALUE); }

@@ -1,12 +1,12 @@
-//! Modules and libraries (each takes FAKE_CUDA_MODULE_BYTES of device memory) and kernel launch
-//! (validates its arguments, runs nothing).
+//! Modules (each takes FAKE_CUDA_MODULE_BYTES of device memory) and kernel launch (validates its
+//! arguments, runs nothing). Libraries, loaded into contexts as modules, live in `api_library`.
 
 use crate::driver::*;
 use crate::types::*;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 /// Reads a module image: PTX text (must look like PTX) or a binary (ELF cubin or fatbin).
-unsafe fn image(p: *const c_void) -> Result<Option<String>, CUresult> {
+pub unsafe fn image(p: *const c_void) -> Result<Option<String>, CUresult> {
     if p.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -26,7 +26,7 @@ unsafe fn image(p: *const c_void) -> Result<Option<String>, CUresult> {
 }
 
 /// Does the PTX declare kernel `name` (`.entry name`)?
-fn has_entry(ptx: &str, name: &str) -> bool {
+pub fn has_entry(ptx: &str, name: &str) -> bool {
     ptx.match_indices(".entry").any(|(i, _)| {
         let rest = ptx[i + 6..].trim_start();
         rest.strip_prefix(name)
@@ -34,7 +34,7 @@ fn has_entry(ptx: &str, name: &str) -> bool {
     })
 }
 
-fn load(d: &Driver, m: *mut Handle, ptx: Option<String>) -> R {
+pub fn load(d: &Driver, m: *mut Handle, ptx: Option<String>) -> R {
     if m.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -54,7 +54,7 @@ fn load(d: &Driver, m: *mut Handle, ptx: Option<String>) -> R {
     unsafe { out(m, h) }
 }
 
-fn unload(d: &Driver, h: Handle) -> R {
+pub fn unload(d: &Driver, h: Handle) -> R {
     let mut objs = lock(&d.objs);
     let m = objs.modules.remove(&h).ok_or(INVALID_HANDLE)?;
     objs.functions.retain(|_, owner| *owner != h);
@@ -62,7 +62,7 @@ fn unload(d: &Driver, h: Handle) -> R {
     Ok(())
 }
 
-fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) -> R {
+pub fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) -> R {
     if f.is_null() || name.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -83,6 +83,7 @@ fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) -> R
 
 pub fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R {
     let d = drv()?;
+    let f = crate::api_library::launchable(f)?; // a library's kernel: its function in this context
     let mut objs = lock(&d.objs);
     if !objs.functions.contains_key(&f) {
         return Err(INVALID_HANDLE);
@@ -137,32 +138,6 @@ fn cuModuleLoad(m: *mut Handle, path: *const c_char) {
 fn cuModuleUnload(m: Handle) { unload(drv()?, m) }
 
 fn cuModuleGetFunction(f: *mut Handle, m: Handle, name: *const c_char) { get_function(drv()?, f, m, name) }
-
-fn cuLibraryLoadData(lib: *mut Handle, code: *const c_void, _jo: *mut c_int, _jv: *mut *mut c_void, _nj: c_uint,
-                     _lo: *mut c_int, _lv: *mut *mut c_void, _nl: c_uint) {
-    let d = drv()?;
-    load(d, lib, image(code)?)
-}
-
-fn cuLibraryLoadFromFile(lib: *mut Handle, path: *const c_char, _jo: *mut c_int, _jv: *mut *mut c_void, _nj: c_uint,
-                         _lo: *mut c_int, _lv: *mut *mut c_void, _nl: c_uint) {
-    let d = drv()?;
-    if path.is_null() { return Err(INVALID_VALUE); }
-    let path = CStr::from_ptr(path).to_string_lossy().into_owned();
-    let mut bytes = std::fs::read(&path).map_err(|_| FILE_NOT_FOUND)?;
-    bytes.extend_from_slice(&[0, 0, 0, 0]);
-    load(d, lib, image(bytes.as_ptr() as *const c_void)?)
-}
-
-fn cuLibraryUnload(lib: Handle) { unload(drv()?, lib) }
-
-fn cuLibraryGetKernel(k: *mut Handle, lib: Handle, name: *const c_char) { get_function(drv()?, k, lib, name) }
-
-fn cuLibraryGetModule(m: *mut Handle, lib: Handle) {
-    let d = drv()?;
-    if !lock(&d.objs).modules.contains_key(&lib) { return Err(INVALID_HANDLE); }
-    out(m, lib)
-}
 
 fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) {
     let d = drv()?;

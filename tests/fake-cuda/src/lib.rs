@@ -15,6 +15,8 @@ mod api_ctx;
 mod api_device;
 mod api_graph;
 mod api_launch;
+mod api_library;
+mod api_managed;
 mod api_mem;
 mod api_module;
 mod api_pool;
