@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::Driver;
+use super::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::{CUdevice, CUresult};
 use crate::quota::DeviceQuota;
@@ -39,6 +39,11 @@ pub struct FakeDriver {
     /// Pool reservations, and each device's default pool.
     pub pool_reserved: RefCell<HashMap<u64, u64>>,
     pub device_pools: RefCell<HashMap<CUdevice, u64>>,
+    /// Where pools the policies did not see created live (absent: the driver does not say).
+    pub pool_places: RefCell<HashMap<u64, Place>>,
+    /// Where each allocation node's pool lives (absent: device 0) and each VMM handle's memory.
+    pub node_places: RefCell<HashMap<usize, Place>>,
+    pub handle_places: RefCell<HashMap<u64, Place>>,
     /// The device of each stream that is not a default stream.
     pub stream_devices: RefCell<HashMap<usize, CUdevice>>,
     /// Streams under capture.
@@ -97,6 +102,9 @@ impl FakeDriver {
             array_sizes: RefCell::new(HashMap::new()),
             pool_reserved: RefCell::new(HashMap::new()),
             device_pools: RefCell::new(HashMap::new()),
+            pool_places: RefCell::new(HashMap::new()),
+            node_places: RefCell::new(HashMap::new()),
+            handle_places: RefCell::new(HashMap::new()),
             stream_devices: RefCell::new(HashMap::new()),
             capturing: RefCell::new(Vec::new()),
             graph_mem: RefCell::new(HashMap::new()),
@@ -246,6 +254,11 @@ impl Driver for FakeDriver {
         self.device_pools.borrow().get(&dev).copied()
     }
 
+    fn pool_place(&self, pool: u64) -> Place {
+        let known = self.pool_places.borrow().get(&pool).copied();
+        known.unwrap_or(Place::Unknown)
+    }
+
     fn capturing(&self, stream: usize, _ptsz: bool) -> bool {
         self.capturing.borrow().contains(&stream)
     }
@@ -271,11 +284,12 @@ impl Driver for FakeDriver {
         self.graphs.borrow().get(&graph).cloned()
     }
 
-    fn alloc_node(&self, node: usize) -> Option<(u64, u64)> {
+    fn alloc_node(&self, node: usize) -> Option<(u64, u64, Place)> {
+        let place = self.node_places.borrow().get(&node).copied();
         self.alloc_nodes
             .borrow()
             .get(&node)
-            .map(|&b| (b, node as u64))
+            .map(|&b| (b, node as u64, place.unwrap_or(Place::Device(0))))
     }
 
     fn free_node(&self, node: usize) -> Option<u64> {
@@ -308,6 +322,11 @@ impl Driver for FakeDriver {
             Some(what) => NodeWork::Other(what),
             None => NodeWork::Free,
         }
+    }
+
+    fn handle_place(&self, handle: u64) -> Place {
+        let known = self.handle_places.borrow().get(&handle).copied();
+        known.unwrap_or(Place::Unknown)
     }
 
     fn module_unload(&self, module: usize) {

@@ -76,6 +76,11 @@ impl PoolState {
     }
 }
 
+/// What graph memory needs per device: (device, bytes), one entry per device, by device. The device
+/// `UNPLACED` holds what no device could be told for.
+pub type Needs = Vec<(CUdevice, u64)>;
+pub const UNPLACED: CUdevice = -1;
+
 /// A device's graph memory as charged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GraphDev {
@@ -122,10 +127,10 @@ pub struct Records {
     pub stack_seen: Table<u64>,
     /// Graph memory per device.
     pub graph_dev: Table<GraphDev>,
-    /// Graph exec -> (device, bytes its alloc nodes need).
-    pub graph_execs: Table<(CUdevice, u64)>,
-    /// Graph -> bytes of the alloc nodes added to it.
-    pub graph_needs: Table<u64>,
+    /// Graph exec -> what its alloc nodes need on each device.
+    pub graph_execs: Table<Needs>,
+    /// Graph -> bytes of the alloc nodes added to it, per device.
+    pub graph_needs: Table<Needs>,
     /// Graph exec -> what it runs, for the compute share's solo time (`compute::solo`); only under a share.
     pub graph_work: Table<std::sync::Arc<crate::solo::Composition>>,
     /// Context -> what `cuCtxSetLimit` and the driver's own stack growth were charged for each of the
@@ -299,7 +304,7 @@ mod tests {
         let r = Records::new();
         r.allocs.insert(1, Rec::new(0, Kind::Data, 10, 5));
         r.pools.insert(2, PoolState::new(0, true));
-        r.graph_needs.insert(3, 7);
+        r.graph_needs.insert(3, vec![(0, 7)]);
         r.lock_all();
         r.unlock_all();
         r.clear_after_fork();
