@@ -19,6 +19,7 @@ macro_rules! hooked_symbols {
                 cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
                 cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuCtxSynchronize_v2 cuEventSynchronize
                 cuMemCreate cuMemRelease cuMemRetainAllocationHandle cuMemMap cuMemUnmap
+                cuMemExportToShareableHandle cuMemImportFromShareableHandle
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
                 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz

@@ -329,6 +329,10 @@ impl Driver for FakeDriver {
         known.unwrap_or(Place::Unknown)
     }
 
+    fn mem_release(&self, handle: u64) {
+        self.log(format!("mem_release {handle:#x}"));
+    }
+
     fn module_unload(&self, module: usize) {
         self.log(format!("module_unload {module:#x}"));
     }

@@ -92,6 +92,8 @@ pub trait Driver {
     // ---- VMM
     /// Where the physical memory of a VMM handle lives (cuMemGetAllocationPropertiesFromHandle).
     fn handle_place(&self, handle: u64) -> Place;
+    /// cuMemRelease (undoing an import that cannot be charged).
+    fn mem_release(&self, handle: u64);
 
     // ---- modules
     fn module_unload(&self, module: usize);

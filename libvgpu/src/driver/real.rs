@@ -484,6 +484,10 @@ impl Driver for RealDriver {
         located::handle_place(handle)
     }
 
+    fn mem_release(&self, handle: u64) {
+        forward!("cuMemRelease", fn(CUmemGenericAllocationHandle), handle);
+    }
+
     fn module_unload(&self, module: usize) {
         forward!("cuModuleUnload", fn(CUmodule), module as CUmodule);
     }

@@ -38,6 +38,7 @@ impl<D: Driver> Engine<'_, D> {
     }
 
     /// What a graph needs on all devices together.
+    #[cfg(test)]
     pub(crate) fn graph_need(&self, graph: usize) -> u64 {
         self.graph_needs(graph).iter().map(|n| n.1).sum()
     }

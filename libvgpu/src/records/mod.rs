@@ -51,6 +51,22 @@ impl Rec {
 pub struct VmmRec {
     pub rec: Rec,
     pub refs: u32,
+    /// An import of this process's own export: the handle whose record holds the charge (it holds one
+    /// reference on that record while any of its own lives). 0 otherwise.
+    pub of: u64,
+    /// Imported from another process: charged by what is mapped of it (`hooks/vmm`).
+    pub imported: bool,
+}
+
+impl VmmRec {
+    pub fn new(rec: Rec) -> VmmRec {
+        VmmRec {
+            rec,
+            refs: 1,
+            of: 0,
+            imported: false,
+        }
+    }
 }
 
 /// A stream-ordered memory pool as charged.
@@ -114,6 +130,8 @@ pub struct Records {
     pub vmm: Table<VmmRec>,
     /// VMM mappings by address: (address, handle).
     pub vmm_maps: Table<(u64, u64)>,
+    /// Handles this process exported as file descriptors, by the descriptor's identity: (identity, handle).
+    pub vmm_exports: Table<(u64, u64)>,
     pub modules: Table<Rec>,
     /// cuCtxCreate contexts and primary contexts (key: the context).
     pub contexts: Table<Rec>,
@@ -156,6 +174,7 @@ impl Records {
             arrays: Table::new(),
             vmm: Table::new(),
             vmm_maps: Table::new(),
+            vmm_exports: Table::new(),
             modules: Table::new(),
             contexts: Table::new(),
             primary: Table::new(),
@@ -196,6 +215,7 @@ impl Records {
         self.recs().iter().for_each(|t| t.lock_all());
         self.vmm.lock_all();
         self.vmm_maps.lock_all();
+        self.vmm_exports.lock_all();
         self.primary.lock_all();
         self.pools.lock_all();
         self.stack_seen.lock_all();
@@ -213,6 +233,7 @@ impl Records {
         self.recs().iter().for_each(|t| t.unlock_all());
         self.vmm.unlock_all();
         self.vmm_maps.unlock_all();
+        self.vmm_exports.unlock_all();
         self.primary.unlock_all();
         self.pools.unlock_all();
         self.stack_seen.unlock_all();
@@ -233,6 +254,7 @@ impl Records {
         self.recs().iter().for_each(|t| t.clear());
         self.vmm.clear();
         self.vmm_maps.clear();
+        self.vmm_exports.clear();
         self.primary.clear();
         self.pools.clear();
         self.stack_seen.clear();
