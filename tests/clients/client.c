@@ -316,6 +316,7 @@ static void *churn_thread(void *p) {
 }
 
 #include "appfds.h" /* closefds / pipes ops */
+#include "mem_ops.h" /* charges to the object's device: sync2, pool-of, graph-on, vmm-export/import, truth */
 
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
 static int run_op(int argc, char **argv, int i, int *required_failed) {
@@ -811,6 +812,7 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         if (bad) rc = CUDA_ERROR_OPERATING_SYSTEM;
     } else if (!strcmp(op, "hold")) {
         hold_at_exit = 1;
+    } else if (mem_op(op, argc, argv, i, &used, &rc)) {
     } else {
         fprintf(stderr, "client: unknown op '%s'\n", op);
         exit(2);

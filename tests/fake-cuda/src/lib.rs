@@ -16,6 +16,7 @@ mod api_graph;
 mod api_mem;
 mod api_module;
 mod api_pool;
+mod api_share;
 mod api_vmm;
 mod driver;
 mod errors;

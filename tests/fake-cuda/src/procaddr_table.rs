@@ -19,7 +19,7 @@ static RULES: &[Rule] = &[
     ("cuCtxPushCurrent", &[(2000, "cuCtxPushCurrent"), (4000, "cuCtxPushCurrent_v2")], &[]),
     ("cuCtxSetCurrent", &[(4000, "cuCtxSetCurrent")], &[]),
     ("cuCtxSetLimit", &[(3010, "cuCtxSetLimit")], &[]),
-    ("cuCtxSynchronize", &[(2000, "cuCtxSynchronize")], &[]),
+    ("cuCtxSynchronize", &[(2000, "cuCtxSynchronize"), (13000, "cuCtxSynchronize_v2")], &[]),
     ("cuDeviceCanAccessPeer", &[(4000, "cuDeviceCanAccessPeer")], &[]),
     ("cuDeviceComputeCapability", &[(2000, "cuDeviceComputeCapability")], &[]),
     ("cuDeviceGet", &[(2000, "cuDeviceGet")], &[]),
@@ -89,6 +89,7 @@ static RULES: &[Rule] = &[
     ("cuMemAllocManaged", &[(6000, "cuMemAllocManaged")], &[]),
     ("cuMemAllocPitch", &[(3020, "cuMemAllocPitch_v2")], &[]),
     ("cuMemCreate", &[(10020, "cuMemCreate")], &[]),
+    ("cuMemExportToShareableHandle", &[(10020, "cuMemExportToShareableHandle")], &[]),
     ("cuMemFree", &[(2000, "cuMemFree"), (3020, "cuMemFree_v2")], &[]),
     ("cuMemFreeAsync", &[(11020, "cuMemFreeAsync")], &[(11020, "cuMemFreeAsync_ptsz")]),
     ("cuMemFreeHost", &[(2000, "cuMemFreeHost")], &[]),
@@ -100,6 +101,7 @@ static RULES: &[Rule] = &[
     ("cuMemHostGetDevicePointer", &[(3020, "cuMemHostGetDevicePointer_v2")], &[]),
     ("cuMemHostRegister", &[(6050, "cuMemHostRegister_v2")], &[]),
     ("cuMemHostUnregister", &[(4000, "cuMemHostUnregister")], &[]),
+    ("cuMemImportFromShareableHandle", &[(10020, "cuMemImportFromShareableHandle")], &[]),
     ("cuMemMap", &[(10020, "cuMemMap")], &[]),
     ("cuMemPoolCreate", &[(11020, "cuMemPoolCreate")], &[]),
     ("cuMemPoolDestroy", &[(11020, "cuMemPoolDestroy")], &[]),
@@ -149,7 +151,7 @@ static RULES: &[Rule] = &[
 
 /// Every exported entry point by name.
 fn symbol_table() -> Vec<(&'static str, usize)> {
-    use crate::{api_ctx::*, api_device::*, api_graph::*, api_mem::*, api_module::*, api_pool::*, api_vmm::*, procaddr::*};
+    use crate::{api_ctx::*, api_device::*, api_graph::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};
     vec![
         ("cuArray3DCreate_v2", cuArray3DCreate_v2 as *const () as usize),
         ("cuArray3DGetDescriptor_v2", cuArray3DGetDescriptor_v2 as *const () as usize),
@@ -176,6 +178,7 @@ fn symbol_table() -> Vec<(&'static str, usize)> {
         ("cuCtxSetCurrent", cuCtxSetCurrent as *const () as usize),
         ("cuCtxSetLimit", cuCtxSetLimit as *const () as usize),
         ("cuCtxSynchronize", cuCtxSynchronize as *const () as usize),
+        ("cuCtxSynchronize_v2", cuCtxSynchronize_v2 as *const () as usize),
         ("cuDeviceCanAccessPeer", cuDeviceCanAccessPeer as *const () as usize),
         ("cuDeviceComputeCapability", cuDeviceComputeCapability as *const () as usize),
         ("cuDeviceGet", cuDeviceGet as *const () as usize),
@@ -259,6 +262,7 @@ fn symbol_table() -> Vec<(&'static str, usize)> {
         ("cuMemAllocPitch_v2", cuMemAllocPitch_v2 as *const () as usize),
         ("cuMemAlloc_v2", cuMemAlloc_v2 as *const () as usize),
         ("cuMemCreate", cuMemCreate as *const () as usize),
+        ("cuMemExportToShareableHandle", cuMemExportToShareableHandle as *const () as usize),
         ("cuMemFree", cuMemFree as *const () as usize),
         ("cuMemFreeAsync", cuMemFreeAsync as *const () as usize),
         ("cuMemFreeAsync_ptsz", cuMemFreeAsync_ptsz as *const () as usize),
@@ -273,6 +277,7 @@ fn symbol_table() -> Vec<(&'static str, usize)> {
         ("cuMemHostGetDevicePointer_v2", cuMemHostGetDevicePointer_v2 as *const () as usize),
         ("cuMemHostRegister_v2", cuMemHostRegister_v2 as *const () as usize),
         ("cuMemHostUnregister", cuMemHostUnregister as *const () as usize),
+        ("cuMemImportFromShareableHandle", cuMemImportFromShareableHandle as *const () as usize),
         ("cuMemMap", cuMemMap as *const () as usize),
         ("cuMemPoolCreate", cuMemPoolCreate as *const () as usize),
         ("cuMemPoolDestroy", cuMemPoolDestroy as *const () as usize),
