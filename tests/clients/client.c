@@ -710,7 +710,10 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
     } else if (!strcmp(op, "sync")) {
         rc = need_ctx();
         if (rc == CUDA_SUCCESS && stream) rc = CALL(cuStreamSynchronize, stream);
-        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSynchronize);
+        /* From CUDA 13 cuGetProcAddress gives cuCtxSynchronize_v2(ctx): called with NULL (the current
+         * context), which the older entry point (no argument) ignores. */
+        if (rc == CUDA_SUCCESS)
+            rc = p_cuCtxSynchronize ? ((CUresult (*)(CUcontext))(void *)p_cuCtxSynchronize)(NULL) : CUDA_ERROR_NOT_FOUND;
         printf(" reserved=%llu", pool_reserved(default_pool()));
     } else if (!strcmp(op, "sleep")) {
         double s = atof(ARG(1)); used = 2;
