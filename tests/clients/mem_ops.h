@@ -7,6 +7,7 @@
  *   graph-on DEV N SIZE   a graph of N independent alloc/free pairs of SIZE on device DEV, launched
  *   async-default SIZE    cuMemAllocAsync on the legacy default stream (NULL), kept
  *   free-async            cuMemFreeAsync of the last stream-ordered allocation, no synchronisation
+ *   vmm-fd SIZE           as vmm, the handle made exportable as a POSIX descriptor (requestedHandleTypes)
  *   vmm-export            exports the last VMM allocation's handle to a POSIX descriptor
  *   vmm-import            imports that descriptor, maps the imported handle (held as a VMM allocation)
  *   vmm-drop-first        unmaps and releases the first VMM allocation held (the exported one)
@@ -137,6 +138,28 @@ static int mem_op(const char *op, int argc, char **argv, int i, int *used, CUres
             *rc = CALL(cuMemFreeAsync, held[k].ptr, stream);
             if (*rc == CUDA_SUCCESS) { memmove(&held[k], &held[k + 1], (nheld - k - 1) * sizeof *held); nheld--; }
         }
+    } else if (!strcmp(op, "vmm-fd")) {
+        unsigned long long n = parse_size(MARG(1));
+        *used = 2;
+        CUmemAllocationProp prop;
+        size_t gran = 0;
+        CUmemGenericAllocationHandle ph = 0;
+        memset(&prop, 0, sizeof prop);
+        *rc = need_ctx();
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        if (*rc == CUDA_SUCCESS) *rc = CALL(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (*rc == CUDA_SUCCESS) {
+            n = (n + gran - 1) / gran * gran;
+            *rc = CALL(cuMemCreate, &ph, n, &prop, 0);
+        }
+        if (*rc == CUDA_SUCCESS) {
+            *rc = map_held(ph, n);
+            if (*rc != CUDA_SUCCESS) CALL(cuMemRelease, ph);
+        }
+        printf(" size=%llu", n);
     } else if (!strcmp(op, "vmm-export")) {
         export_t f = (export_t)mem_proc("cuMemExportToShareableHandle", cuda_version);
         int k = nheld - 1;

@@ -69,16 +69,16 @@ check "four 600 MiB nodes on device 1 under device 1's 4 GiB run; device 1's res
     test "$(echo "$out" | rcs graph-on)/$(truth "$out")/$(truth "$out" 2)" = "0 /$((608 * MiB))/$((608 * MiB))/0/0"
 
 # --- item 5: VMM export/import: the importer is charged; an import of the process's own export keeps it charged
-out=$(vg vmm 600m vmm-export vmm-import vmm-drop-first truth 0 vmm 600m)
+out=$(vg vmm-fd 600m vmm-export vmm-import vmm-drop-first truth 0 vmm 600m)
 check "create, export, import, release the original: stays charged (truth = ledger = 600 MiB)" \
     test "$(truth "$out")" = "$((600 * MiB))/$((600 * MiB))"
-check "so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs vmm)" = "0 2 "
-out=$(vg vmm 600m vmm-export vmm-import truth 0 free-all truth 0)
+check "so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs vmm-fd)/$(echo "$out" | rcs vmm)" = "0 /2 "
+out=$(vg vmm-fd 600m vmm-export vmm-import truth 0 free-all truth 0)
 check "the same memory imported in its own process is charged once; releasing both refunds" \
     test "$(truth "$out")/$(truth "$out" 2)" = "$((600 * MiB))/$((600 * MiB))/0/0"
-out=$(vg vmm 600m vmm-export free-all truth 0 vmm 600m)
+out=$(vg vmm-fd 600m vmm-export free-all truth 0 vmm 600m)
 check "an exported allocation nobody imported is refunded at its release" \
-    test "$(truth "$out")/$(echo "$out" | rcs vmm)" = "0/0/0 0 "
+    test "$(truth "$out")/$(echo "$out" | rcs vmm)" = "0/0/0 "
 
 # --- item 11: an allocation whose device cannot be told is refused, with one log line
 out=$(vg device 0 nocontext async-default 64m truth 0)

@@ -39,6 +39,8 @@ pub struct FakeDriver {
     /// Pool reservations, and each device's default pool.
     pub pool_reserved: RefCell<HashMap<u64, u64>>,
     pub device_pools: RefCell<HashMap<CUdevice, u64>>,
+    /// Frees are still pending on their streams: a trim releases nothing until a synchronisation.
+    pub frees_pending: Cell<bool>,
     /// Where pools the policies did not see created live (absent: the driver does not say).
     pub pool_places: RefCell<HashMap<u64, Place>>,
     /// Where each allocation node's pool lives (absent: device 0) and each VMM handle's memory.
@@ -102,6 +104,7 @@ impl FakeDriver {
             array_sizes: RefCell::new(HashMap::new()),
             pool_reserved: RefCell::new(HashMap::new()),
             device_pools: RefCell::new(HashMap::new()),
+            frees_pending: Cell::new(false),
             pool_places: RefCell::new(HashMap::new()),
             node_places: RefCell::new(HashMap::new()),
             handle_places: RefCell::new(HashMap::new()),
@@ -245,9 +248,17 @@ impl Driver for FakeDriver {
 
     fn pool_trim(&self, pool: u64, keep: u64) {
         self.log(format!("pool_trim {pool:#x} {keep}"));
+        if self.frees_pending.get() {
+            return;
+        }
         if let Some(r) = self.pool_reserved.borrow_mut().get_mut(&pool) {
             *r = (*r).min(keep);
         }
+    }
+
+    fn ctx_synchronize(&self) {
+        self.log("ctx_synchronize".into());
+        self.frees_pending.set(false);
     }
 
     fn device_pool(&self, dev: CUdevice) -> Option<u64> {

@@ -61,6 +61,8 @@ pub trait Driver {
     /// RESERVED_MEM_CURRENT of a pool.
     fn pool_reserved(&self, pool: u64) -> Option<u64>;
     fn pool_trim(&self, pool: u64, keep: u64);
+    /// cuCtxSynchronize of the current context: stream-ordered frees not yet reached become free.
+    fn ctx_synchronize(&self);
     /// The current default pool of `dev`.
     fn device_pool(&self, dev: CUdevice) -> Option<u64>;
     /// Where a pool the library did not see created lives: a device's default or current pool, or the

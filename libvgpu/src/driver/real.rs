@@ -265,6 +265,10 @@ impl Driver for RealDriver {
         );
     }
 
+    fn ctx_synchronize(&self) {
+        forward!("cuCtxSynchronize", fn());
+    }
+
     fn device_pool(&self, dev: CUdevice) -> Option<u64> {
         let mut p: CUmemoryPool = std::ptr::null_mut();
         (forward!(

@@ -65,7 +65,9 @@ impl<D: Driver> Engine<'_, D> {
 
     /// Before a refusal on `q`: every pool of the process is reconciled (a synchronisation no hook saw
     /// may have released memory), then the pools charged to `q` that hold freed memory are trimmed to
-    /// their live allocations and reconciled again. Driver calls only, no lock of ours held. `except`: a
+    /// their live allocations and reconciled again; if frees are still pending on their streams (the
+    /// driver keeps memory freed on a stream until the stream reaches the free), the current context is
+    /// synchronised and they are trimmed once more. Driver calls only, no lock of ours held. `except`: a
     /// pool whose driver-made growth is being decided (its reservation is not to be forced in).
     pub(crate) fn reclaim_pools(&self, q: &DeviceQuota, except: u64) {
         let mut pools = self.rec.pools.keys();
@@ -73,20 +75,38 @@ impl<D: Driver> Engine<'_, D> {
         for &pool in &pools {
             self.reconcile_pool(pool);
         }
-        for pool in pools {
-            if records::is_dead_pool(pool) {
-                continue; // the driver trims a destroyed pool itself as its allocations go
+        for round in 0..2 {
+            let freed = self.freed_pools(q, &pools);
+            if freed.is_empty() {
+                return;
             }
-            let freed = self.rec.pools.with(pool, |p| {
-                p.filter(|p| p.device_memory && p.charged > p.outstanding)
-                    .map(|p| (p.dev, p.outstanding))
-            });
-            let Some((dev, keep)) = freed else { continue };
-            if self.quota_of(dev).is_some_and(|pq| std::ptr::eq(pq, q)) {
+            if round == 1 {
+                self.drv.ctx_synchronize();
+            }
+            for (pool, keep) in freed {
                 self.drv.pool_trim(pool, keep);
                 self.reconcile_pool(pool);
             }
         }
+    }
+
+    /// Of `pools`, those charged to `q` that hold freed memory, with what stays live in each.
+    fn freed_pools(&self, q: &DeviceQuota, pools: &[u64]) -> Vec<(u64, u64)> {
+        pools
+            .iter()
+            // the driver trims a destroyed pool itself as its allocations go
+            .filter(|&&p| !records::is_dead_pool(p))
+            .filter_map(|&pool| {
+                let freed = self.rec.pools.with(pool, |p| {
+                    p.filter(|p| p.device_memory && p.charged > p.outstanding)
+                        .map(|p| (p.dev, p.outstanding))
+                });
+                let (dev, keep) = freed?;
+                self.quota_of(dev)
+                    .is_some_and(|pq| std::ptr::eq(pq, q))
+                    .then_some((pool, keep))
+            })
+            .collect()
     }
 
     /// An allocation of `bytes` from `pool` of `dev` on `stream`. `ptsz`: it came through a
