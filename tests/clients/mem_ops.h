@@ -180,7 +180,7 @@ static int mem_op(const char *op, int argc, char **argv, int i, int *used, CUres
             *rc = map_held(ph, held[k].size);
             if (*rc != CUDA_SUCCESS) CALL(cuMemRelease, ph);
         }
-        printf(" size=%zu", k >= 0 ? held[k].size : (size_t)0);
+        printf(" size=%zu same=%d", k >= 0 ? held[k].size : (size_t)0, k >= 0 && ph == held[k].phys);
     } else if (!strcmp(op, "vmm-drop-first")) {
         int k = 0;
         while (k < nheld && held[k].kind != K_VMM) k++;

@@ -35,5 +35,15 @@ case_ item7-nosync async 1000m free-async alloc 1200m truth 0
 case_ item1-nocontext device 0 nocontext pool-of 0 1000m pool-of 0 1000m pool-of 0 1000m truth 0
 case_ item5-import vmm-fd 1000m vmm-export vmm-import vmm-drop-first truth 0 vmm 1000m truth 0
 case_ item5-ordinary vmm-fd 1000m vmm-export free-all truth 0 vmm 1000m truth 0
+# Two devices (items 1 and 2): device 1's pool and graph nodes on device 1, from device 0's context.
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+    export CUDA_DEVICE_MEMORY_LIMIT_0=8g CUDA_DEVICE_MEMORY_LIMIT_1=2g
+    case_ item1-dev1-tight device 0 pool-of 1 1000m pool-of 1 1000m pool-of 1 1000m truth 1 truth 0
+    case_ item2-dev1-tight device 0 graph-on 1 4 600m truth 1 truth 0
+    export CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=8g
+    case_ item1-dev1-roomy device 0 pool-of 1 1000m pool-of 1 1000m truth 1 truth 0
+    case_ item2-dev1-roomy device 0 graph-on 1 4 600m truth 1 truth 0
+    unset CUDA_DEVICE_MEMORY_LIMIT_0 CUDA_DEVICE_MEMORY_LIMIT_1
+fi
 cat "$log"
 rm -rf "$w"
