@@ -154,7 +154,10 @@ impl<D: Driver> Engine<'_, D> {
                 self.reconcile_graph(dev, q);
             }
         }
-        self.rec.graph_execs.insert(exec as u64, needs);
+        // A graph without memory nodes costs its launches nothing here (no record to look up).
+        if !needs.is_empty() {
+            self.rec.graph_execs.insert(exec as u64, needs);
+        }
         r
     }
 
@@ -172,7 +175,7 @@ impl<D: Driver> Engine<'_, D> {
         }
         let needs = self.graph_needs(graph);
         let r = self.graph_charged(&needs, call);
-        if r == CUDA_SUCCESS {
+        if r == CUDA_SUCCESS && !needs.is_empty() {
             self.rec.graph_execs.insert(exec() as u64, needs);
         }
         r
