@@ -86,5 +86,5 @@ check "cuMemAllocAsync on the default stream with no context current: refused, n
     test "$(echo "$out" | rcs async-default)/$(truth "$out")" = "2 /0/0"
 check "with one log line saying why" test "$(grep -c 'does not say which device' "$W/err")" = 1
 
-echo "$pass passed, $fail failed"
+echo "libvgpu-attribution: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
