@@ -20,8 +20,9 @@ macro_rules! hooked_symbols {
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
                 cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
-                cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuEventSynchronize
+                cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuCtxSynchronize_v2 cuEventSynchronize
                 cuMemCreate cuMemRelease cuMemRetainAllocationHandle cuMemMap cuMemUnmap
+                cuMemExportToShareableHandle cuMemImportFromShareableHandle
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
                 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz

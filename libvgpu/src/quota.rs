@@ -227,6 +227,15 @@ impl DeviceQuota {
                 "ledger full: cannot record {bytes} bytes on {}",
                 self.uuid
             ));
+            return;
+        }
+        // A forced overrun (`docs/libvgpu.md`): said once, when this charge takes the device past its quota.
+        let used = self.ledger.used();
+        if crossed(used, bytes, self.limit) {
+            log::warn(format_args!(
+                "quota: {bytes} bytes ({kind:?}) the driver already took recorded on device {} ({}): {used} of {} bytes in use, past the quota; further allocations are refused until usage is back under it",
+                self.ordinal, self.uuid, self.limit
+            ));
         }
     }
 
@@ -433,8 +442,21 @@ impl DeviceQuota {
     }
 }
 
+/// Whether a charge of `bytes` that brought usage to `used` took it from within `limit` to past it.
+fn crossed(used: u64, bytes: u64, limit: u64) -> bool {
+    used > limit && used.saturating_sub(bytes) <= limit
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_forced_overrun_is_told_once_at_the_crossing() {
+        assert!(crossed(1100, 200, 1000), "900 -> 1100 crosses");
+        assert!(!crossed(1200, 100, 1000), "already past: said before");
+        assert!(!crossed(1000, 100, 1000), "at the quota is within it");
+        assert!(crossed(5000, 5000, 1000));
+    }
+
     use super::*;
 
     const UUID: &str = "GPU-00000000-0000-0000-0000-0000000000aa";

@@ -321,6 +321,7 @@ static void *churn_thread(void *p) {
 }
 
 #include "appfds.h" /* closefds / pipes ops */
+#include "mem_ops.h" /* charges to the object's device: sync2, pool-of, graph-on, vmm-export/import, truth */
 
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
 static int run_op(int argc, char **argv, int i, int *required_failed) {
@@ -735,7 +736,10 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
     } else if (!strcmp(op, "sync")) {
         rc = need_ctx();
         if (rc == CUDA_SUCCESS && stream) rc = CALL(cuStreamSynchronize, stream);
-        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSynchronize);
+        /* From CUDA 13 cuGetProcAddress gives cuCtxSynchronize_v2(ctx): called with NULL (the current
+         * context), which the older entry point (no argument) ignores. */
+        if (rc == CUDA_SUCCESS)
+            rc = p_cuCtxSynchronize ? ((CUresult (*)(CUcontext))(void *)p_cuCtxSynchronize)(NULL) : CUDA_ERROR_NOT_FOUND;
         printf(" reserved=%llu", pool_reserved(default_pool()));
     } else if (!strcmp(op, "sleep")) {
         double s = atof(ARG(1)); used = 2;
@@ -852,6 +856,7 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         if (bad) rc = CUDA_ERROR_OPERATING_SYSTEM;
     } else if (!strcmp(op, "hold")) {
         hold_at_exit = 1;
+    } else if (mem_op(op, argc, argv, i, &used, &rc)) {
     } else {
         fprintf(stderr, "client: unknown op '%s'\n", op);
         exit(2);

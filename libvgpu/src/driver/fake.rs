@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::Driver;
+use super::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::{CUdevice, CUresult};
 use crate::quota::DeviceQuota;
@@ -39,6 +39,13 @@ pub struct FakeDriver {
     /// Pool reservations, and each device's default pool.
     pub pool_reserved: RefCell<HashMap<u64, u64>>,
     pub device_pools: RefCell<HashMap<CUdevice, u64>>,
+    /// Frees are still pending on their streams: a trim releases nothing until a synchronisation.
+    pub frees_pending: Cell<bool>,
+    /// Where pools the policies did not see created live (absent: the driver does not say).
+    pub pool_places: RefCell<HashMap<u64, Place>>,
+    /// Where each allocation node's pool lives (absent: device 0) and each VMM handle's memory.
+    pub node_places: RefCell<HashMap<usize, Place>>,
+    pub handle_places: RefCell<HashMap<u64, Place>>,
     /// The device of each stream that is not a default stream.
     pub stream_devices: RefCell<HashMap<usize, CUdevice>>,
     /// Streams under capture.
@@ -99,6 +106,10 @@ impl FakeDriver {
             array_sizes: RefCell::new(HashMap::new()),
             pool_reserved: RefCell::new(HashMap::new()),
             device_pools: RefCell::new(HashMap::new()),
+            frees_pending: Cell::new(false),
+            pool_places: RefCell::new(HashMap::new()),
+            node_places: RefCell::new(HashMap::new()),
+            handle_places: RefCell::new(HashMap::new()),
             stream_devices: RefCell::new(HashMap::new()),
             capturing: RefCell::new(Vec::new()),
             graph_mem: RefCell::new(HashMap::new()),
@@ -240,13 +251,26 @@ impl Driver for FakeDriver {
 
     fn pool_trim(&self, pool: u64, keep: u64) {
         self.log(format!("pool_trim {pool:#x} {keep}"));
+        if self.frees_pending.get() {
+            return;
+        }
         if let Some(r) = self.pool_reserved.borrow_mut().get_mut(&pool) {
             *r = (*r).min(keep);
         }
     }
 
+    fn ctx_synchronize(&self) {
+        self.log("ctx_synchronize".into());
+        self.frees_pending.set(false);
+    }
+
     fn device_pool(&self, dev: CUdevice) -> Option<u64> {
         self.device_pools.borrow().get(&dev).copied()
+    }
+
+    fn pool_place(&self, pool: u64) -> Place {
+        let known = self.pool_places.borrow().get(&pool).copied();
+        known.unwrap_or(Place::Unknown)
     }
 
     fn capturing(&self, stream: usize, _ptsz: bool) -> bool {
@@ -274,11 +298,12 @@ impl Driver for FakeDriver {
         self.graphs.borrow().get(&graph).cloned()
     }
 
-    fn alloc_node(&self, node: usize) -> Option<(u64, u64)> {
+    fn alloc_node(&self, node: usize) -> Option<(u64, u64, Place)> {
+        let place = self.node_places.borrow().get(&node).copied();
         self.alloc_nodes
             .borrow()
             .get(&node)
-            .map(|&b| (b, node as u64))
+            .map(|&b| (b, node as u64, place.unwrap_or(Place::Device(0))))
     }
 
     fn free_node(&self, node: usize) -> Option<u64> {
@@ -311,6 +336,15 @@ impl Driver for FakeDriver {
             Some(what) => NodeWork::Other(what),
             None => NodeWork::Free,
         }
+    }
+
+    fn handle_place(&self, handle: u64) -> Place {
+        let known = self.handle_places.borrow().get(&handle).copied();
+        known.unwrap_or(Place::Unknown)
+    }
+
+    fn mem_release(&self, handle: u64) {
+        self.log(format!("mem_release {handle:#x}"));
     }
 
     fn module_unload(&self, module: usize) {

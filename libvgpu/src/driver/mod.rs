@@ -4,8 +4,10 @@
 
 #[cfg(test)]
 pub mod fake;
+mod located;
 mod real;
 
+pub use located::{alloc_node_place, Place};
 pub use real::RealDriver;
 
 use crate::error::Error;
@@ -59,8 +61,13 @@ pub trait Driver {
     /// RESERVED_MEM_CURRENT of a pool.
     fn pool_reserved(&self, pool: u64) -> Option<u64>;
     fn pool_trim(&self, pool: u64, keep: u64);
+    /// cuCtxSynchronize of the current context: stream-ordered frees not yet reached become free.
+    fn ctx_synchronize(&self);
     /// The current default pool of `dev`.
     fn device_pool(&self, dev: CUdevice) -> Option<u64>;
+    /// Where a pool the library did not see created lives: a device's default or current pool, or the
+    /// host's (`located`).
+    fn pool_place(&self, pool: u64) -> Place;
     /// Whether `stream` is being captured into a graph (`ptsz`: per-thread default stream entry points).
     fn capturing(&self, stream: usize, ptsz: bool) -> bool;
     /// The device of `stream`; None for the default streams (they belong to the current context).
@@ -73,8 +80,8 @@ pub trait Driver {
     fn graph_mem_attr(&self, dev: CUdevice, attr: i32) -> Option<u64>;
     /// The nodes of a graph.
     fn graph_nodes(&self, graph: usize) -> Option<Vec<usize>>;
-    /// (size, address) of a memory-allocation node; None for any other node.
-    fn alloc_node(&self, node: usize) -> Option<(u64, u64)>;
+    /// (size, address, where its pool lives) of a memory-allocation node; None for any other node.
+    fn alloc_node(&self, node: usize) -> Option<(u64, u64, Place)>;
     /// The address a memory-free node frees; None for any other node.
     fn free_node(&self, node: usize) -> Option<u64>;
     /// The nodes `node` depends on (None: cannot be asked).
@@ -83,6 +90,12 @@ pub trait Driver {
     fn child_graph(&self, node: usize) -> Option<usize>;
     /// What a node runs, for the compute share's solo time of a graph (`solo::compose`).
     fn node_work(&self, node: usize) -> NodeWork;
+
+    // ---- VMM
+    /// Where the physical memory of a VMM handle lives (cuMemGetAllocationPropertiesFromHandle).
+    fn handle_place(&self, handle: u64) -> Place;
+    /// cuMemRelease (undoing an import that cannot be charged).
+    fn mem_release(&self, handle: u64);
 
     // ---- modules
     fn module_unload(&self, module: usize);

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_uint, c_void};
 use std::ptr;
 
-use super::Driver;
+use super::{located, Driver, Place};
 use crate::devices;
 use crate::error::Error;
 use crate::ffi::*;
@@ -265,6 +265,10 @@ impl Driver for RealDriver {
         );
     }
 
+    fn ctx_synchronize(&self) {
+        forward!("cuCtxSynchronize", fn());
+    }
+
     fn device_pool(&self, dev: CUdevice) -> Option<u64> {
         let mut p: CUmemoryPool = std::ptr::null_mut();
         (forward!(
@@ -274,6 +278,10 @@ impl Driver for RealDriver {
             dev
         ) == CUDA_SUCCESS)
             .then_some(p as u64)
+    }
+
+    fn pool_place(&self, pool: u64) -> Place {
+        located::pool_place(pool)
     }
 
     fn capturing(&self, stream: usize, ptsz: bool) -> bool {
@@ -386,7 +394,7 @@ impl Driver for RealDriver {
         Some(nodes.into_iter().take(n).map(|p| p as usize).collect())
     }
 
-    fn alloc_node(&self, node: usize) -> Option<(u64, u64)> {
+    fn alloc_node(&self, node: usize) -> Option<(u64, u64, Place)> {
         if node_type(node) != Some(CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
             return None;
         }
@@ -398,7 +406,7 @@ impl Driver for RealDriver {
             node as CUgraphNode,
             &mut p
         ) == CUDA_SUCCESS)
-            .then_some((p.bytesize as u64, p.dptr))
+            .then(|| (p.bytesize as u64, p.dptr, located::alloc_node_place(&p)))
     }
 
     fn free_node(&self, node: usize) -> Option<u64> {
@@ -474,6 +482,14 @@ impl Driver for RealDriver {
             Some(_) => NodeWork::Other("a node that is neither a kernel nor empty"),
             None => NodeWork::Other("a node whose type cannot be read"),
         }
+    }
+
+    fn handle_place(&self, handle: u64) -> Place {
+        located::handle_place(handle)
+    }
+
+    fn mem_release(&self, handle: u64) {
+        forward!("cuMemRelease", fn(CUmemGenericAllocationHandle), handle);
     }
 
     fn module_unload(&self, module: usize) {

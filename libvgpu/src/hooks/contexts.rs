@@ -128,7 +128,7 @@ impl<D: Driver> Engine<'_, D> {
         }
         // SAFETY: non-null, written by the driver.
         let ctx = unsafe { *pctx } as usize;
-        if !q.charge(Kind::Context, cost) {
+        if !self.admit(q, Kind::Context, cost) {
             self.drv.ctx_destroy(ctx);
             return Error::OutOfMemory.cuda();
         }
@@ -174,7 +174,7 @@ impl<D: Driver> Engine<'_, D> {
         // SAFETY: non-null, written by the driver.
         let ctx = unsafe { *pctx } as usize;
         if fresh && cost > 0 {
-            if !q.charge(Kind::Context, cost) {
+            if !self.admit(q, Kind::Context, cost) {
                 self.drv.primary_release(dev);
                 return Error::OutOfMemory.cuda();
             }

@@ -8,50 +8,66 @@
 //! set to the real RESERVED_MEM_CURRENT. cuDeviceGraphMemTrim refunds what the reservation shrinks by.
 #![allow(clippy::missing_safety_doc)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void};
 
 use vgpu_ledger::Kind;
 
 use super::{engine, hook, Engine, Target};
 use crate::compute;
-use crate::driver::Driver;
+use crate::driver::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::*;
 use crate::quota::DeviceQuota;
 use crate::real::forward;
-use crate::records::GraphDev;
+use crate::records::{GraphDev, Needs, UNPLACED};
 use crate::solo::Composition;
 
 impl<D: Driver> Engine<'_, D> {
-    /// What a graph's memory-allocation nodes can hold at once (child graphs included): from the
-    /// driver's node queries when they answer, else the sum recorded as the nodes were added.
-    pub(crate) fn graph_need(&self, graph: usize) -> u64 {
-        self.graph_walk(graph, 0).unwrap_or_else(|| {
+    /// What a graph's memory-allocation nodes can hold at once on each device (child graphs included),
+    /// each node on its pool's location: from the driver's node queries when they answer, else the sums
+    /// recorded as the nodes were added.
+    pub(crate) fn graph_needs(&self, graph: usize) -> Needs {
+        let needs = self.graph_walk(graph, 0).unwrap_or_else(|| {
             self.rec
                 .graph_needs
-                .with(graph as u64, |n| n.copied())
-                .unwrap_or(0)
-        })
+                .with(graph as u64, |n| n.cloned())
+                .unwrap_or_default()
+        });
+        needs.into_iter().filter(|&(_, b)| b > 0).collect()
     }
 
-    fn graph_walk(&self, graph: usize, depth: u32) -> Option<u64> {
+    /// What a graph needs on all devices together.
+    #[cfg(test)]
+    pub(crate) fn graph_need(&self, graph: usize) -> u64 {
+        self.graph_needs(graph).iter().map(|n| n.1).sum()
+    }
+
+    fn graph_walk(&self, graph: usize, depth: u32) -> Option<Needs> {
         // Child graphs nest; a bound keeps a malformed (cyclic) answer from recursing forever.
         if depth > 16 {
             return None;
         }
         let nodes = self.drv.graph_nodes(graph)?;
-        let mut allocs = Vec::new();
+        let mut allocs: BTreeMap<CUdevice, Vec<(usize, u64, u64)>> = BTreeMap::new();
         let mut frees = HashMap::new();
-        let mut children = 0u64;
+        let mut needs: BTreeMap<CUdevice, u64> = BTreeMap::new();
         for &n in &nodes {
-            if let Some((bytes, ptr)) = self.drv.alloc_node(n) {
-                allocs.push((n, bytes, ptr));
+            if let Some((bytes, ptr, place)) = self.drv.alloc_node(n) {
+                let dev = match place {
+                    Place::Device(d) => d,
+                    Place::Host => continue,
+                    Place::Unknown => UNPLACED,
+                };
+                allocs.entry(dev).or_default().push((n, bytes, ptr));
             } else if let Some(ptr) = self.drv.free_node(n) {
                 frees.insert(ptr, n);
             } else if let Some(g) = self.drv.child_graph(n) {
                 // a child graph's memory is counted as live for the whole graph
-                children = children.saturating_add(self.graph_walk(g, depth + 1)?);
+                for (dev, b) in self.graph_walk(g, depth + 1)? {
+                    let e = needs.entry(dev).or_default();
+                    *e = e.saturating_add(b);
+                }
             }
         }
         let mut succ: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -64,20 +80,25 @@ impl<D: Driver> Engine<'_, D> {
                 None => ordered = false,
             }
         }
-        let lives: Vec<Lifetime> = allocs
-            .into_iter()
-            .map(|(node, bytes, ptr)| Lifetime {
-                node,
-                bytes,
-                freed_by: frees.get(&ptr).copied(),
-            })
-            .collect();
-        let need = if ordered {
-            peak(&lives, &succ)
-        } else {
-            lives.iter().fold(0u64, |a, l| a.saturating_add(l.bytes))
-        };
-        Some(need.saturating_add(children))
+        // Each device's allocations hold its memory only: their peaks are per device.
+        for (dev, list) in allocs {
+            let lives: Vec<Lifetime> = list
+                .into_iter()
+                .map(|(node, bytes, ptr)| Lifetime {
+                    node,
+                    bytes,
+                    freed_by: frees.get(&ptr).copied(),
+                })
+                .collect();
+            let need = if ordered {
+                peak(&lives, &succ)
+            } else {
+                lives.iter().fold(0u64, |a, l| a.saturating_add(l.bytes))
+            };
+            let e = needs.entry(dev).or_default();
+            *e = e.saturating_add(need);
+        }
+        Some(needs.into_iter().collect())
     }
 
     /// Sets the device's graph charge to its real reservation, plus what launches still in progress
@@ -102,19 +123,40 @@ impl<D: Driver> Engine<'_, D> {
             });
     }
 
+    /// The quotas a graph's needs are charged to, or how the call must end: the refusal of a device that
+    /// cannot be told or whose quota cannot be used.
+    fn graph_targets(
+        &self,
+        needs: &Needs,
+    ) -> Result<Vec<(CUdevice, &'static DeviceQuota, u64)>, CUresult> {
+        let mut out = Vec::new();
+        for &(dev, need) in needs {
+            if dev == UNPLACED {
+                return Err(self.unresolved("a graph allocation node", need));
+            }
+            match self.target(Some(dev)) {
+                Target::Charge(q) => out.push((dev, q, need)),
+                Target::Forward => {}
+                Target::Fail(e) => return Err(e.cuda()),
+            }
+        }
+        Ok(out)
+    }
+
     /// After cuGraphInstantiate* without upload: remember what the exec's allocation nodes need.
     pub(crate) fn graph_instantiated(&self, r: CUresult, exec: usize, graph: usize) -> CUresult {
         if r != CUDA_SUCCESS || self.drv.unlimited() {
             return r;
         }
-        let Some(dev) = self.current_device() else {
-            return r;
-        };
-        if let Target::Charge(q) = self.target(Some(dev)) {
-            self.rec
-                .graph_execs
-                .insert(exec as u64, (dev, self.graph_need(graph)));
-            self.reconcile_graph(dev, q);
+        let needs = self.graph_needs(graph);
+        for &(dev, _) in &needs {
+            if let Some(q) = self.quota_of(dev) {
+                self.reconcile_graph(dev, q);
+            }
+        }
+        // A graph without memory nodes costs its launches nothing here (no record to look up).
+        if !needs.is_empty() {
+            self.rec.graph_execs.insert(exec as u64, needs);
         }
         r
     }
@@ -131,64 +173,85 @@ impl<D: Driver> Engine<'_, D> {
         if self.drv.unlimited() {
             return call();
         }
-        let Some(dev) = self.current_device() else {
-            return call();
-        };
-        let q = match self.target(Some(dev)) {
-            Target::Charge(q) => q,
-            Target::Forward => return call(),
-            Target::Fail(e) => return e.cuda(),
-        };
-        let need = self.graph_need(graph);
-        let r = self.graph_charged(dev, q, need, call);
-        if r == CUDA_SUCCESS {
-            self.rec.graph_execs.insert(exec() as u64, (dev, need));
+        let needs = self.graph_needs(graph);
+        let r = self.graph_charged(&needs, call);
+        if r == CUDA_SUCCESS && !needs.is_empty() {
+            self.rec.graph_execs.insert(exec() as u64, needs);
         }
         r
     }
 
     /// A launch or upload of `exec`: pre-charge what its allocations may add, run, then settle to the truth.
     pub(crate) fn graph_run(&self, exec: usize, call: impl FnOnce() -> CUresult) -> CUresult {
-        let Some((dev, need)) = self.rec.graph_execs.with(exec as u64, |e| e.copied()) else {
+        let Some(needs) = self.rec.graph_execs.with(exec as u64, |e| e.cloned()) else {
             return call();
         };
-        let Target::Charge(q) = self.target(Some(dev)) else {
-            return call();
-        };
-        self.graph_charged(dev, q, need, call)
+        self.graph_charged(&needs, call)
     }
 
-    /// Runs `call`, which may make the driver reserve up to `need` bytes of graph memory on `dev`: charges
-    /// beforehand what the unused reservation cannot cover (less what other launches in progress need),
-    /// refusing with out-of-memory past the quota, then settles to the real reservation.
-    fn graph_charged(
+    /// Runs `call`, which may make the driver reserve up to each device's need of graph memory: charges
+    /// beforehand, on each device, what its unused reservation cannot cover (less what other launches in
+    /// progress need), refusing with out-of-memory when any device's quota would be passed (what the
+    /// others were pre-charged goes back), then settles each device to its real reservation.
+    fn graph_charged(&self, needs: &Needs, call: impl FnOnce() -> CUresult) -> CUresult {
+        let targets = match self.graph_targets(needs) {
+            Ok(t) => t,
+            Err(r) => return r,
+        };
+        let mut held = Vec::with_capacity(targets.len());
+        for &(dev, q, need) in &targets {
+            let mut extra = self.graph_precharge(dev, q, need, false);
+            if extra.is_none() {
+                self.reclaim_pools(q, 0);
+                extra = self.graph_precharge(dev, q, need, true);
+            }
+            match extra {
+                Some(extra) => held.push((dev, q, need, extra)),
+                None => {
+                    held.into_iter().for_each(|h| self.graph_settle(h));
+                    return Error::OutOfMemory.cuda();
+                }
+            }
+        }
+        let r = call();
+        held.into_iter().for_each(|h| self.graph_settle(h));
+        r
+    }
+
+    /// Charges what `need` of graph memory adds on `dev` beyond its unused reservation; None past the
+    /// quota (`last`: the refusal is logged).
+    fn graph_precharge(
         &self,
         dev: CUdevice,
         q: &DeviceQuota,
         need: u64,
-        call: impl FnOnce() -> CUresult,
-    ) -> CUresult {
+        last: bool,
+    ) -> Option<u64> {
         let attr = |a| self.drv.graph_mem_attr(dev, a).unwrap_or(0);
         let reserved = attr(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
         let used = attr(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
-        let extra = self
-            .rec
+        self.rec
             .graph_dev
             .update(dev as u64, GraphDev::default, |g| {
                 let unused = reserved.saturating_sub(used).saturating_sub(g.inflight);
                 let extra = need.saturating_sub(unused);
-                if !q.charge(Kind::Graph, extra) {
+                let ok = if last {
+                    q.charge(Kind::Graph, extra)
+                } else {
+                    q.try_charge(Kind::Graph, extra) == Some(true)
+                };
+                if !ok {
                     return None;
                 }
                 g.charged += extra;
                 g.inflight += need;
                 g.inflight_extra += extra;
                 Some(extra)
-            });
-        let Some(extra) = extra else {
-            return Error::OutOfMemory.cuda();
-        };
-        let r = call();
+            })
+    }
+
+    /// A launch on `dev` is over (run or refused): its pre-charge gives way to the real reservation.
+    fn graph_settle(&self, (dev, q, need, extra): (CUdevice, &DeviceQuota, u64, u64)) {
         self.rec
             .graph_dev
             .update(dev as u64, GraphDev::default, |g| {
@@ -196,7 +259,6 @@ impl<D: Driver> Engine<'_, D> {
                 g.inflight_extra = g.inflight_extra.saturating_sub(extra);
             });
         self.reconcile_graph(dev, q);
-        r
     }
 }
 
@@ -295,8 +357,12 @@ hook!(cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *cons
     let e = engine();
     if r == CUDA_SUCCESS && !params.is_null() && !e.drv.unlimited() {
         // SAFETY: non-null, accepted by the driver.
-        let bytes = unsafe { (*params).bytesize } as u64;
-        e.rec.graph_needs.update(graph as u64, || 0, |b| *b = b.saturating_add(bytes));
+        let (bytes, place) = unsafe { ((*params).bytesize as u64, crate::driver::alloc_node_place(&*params)) };
+        let dev = match place { Place::Device(d) => d, Place::Host => return r, Place::Unknown => UNPLACED };
+        e.rec.graph_needs.update(graph as u64, Vec::new, |n| match n.iter_mut().find(|x| x.0 == dev) {
+            Some(x) => x.1 = x.1.saturating_add(bytes),
+            None => n.push((dev, bytes)),
+        });
     }
     r
 });
@@ -398,5 +464,7 @@ hook!(cuDeviceGraphMemTrim(dev: CUdevice) {
     r
 });
 
+#[cfg(test)]
+mod placed_tests;
 #[cfg(test)]
 mod tests;

@@ -89,7 +89,7 @@ impl<D: Driver> Engine<'_, D> {
         } else {
             (0, (old_bytes - new_bytes).min(charged))
         };
-        if !q.charge(Kind::Context, grow) {
+        if !self.admit(q, Kind::Context, grow) {
             return Error::OutOfMemory.cuda();
         }
         let r = set();

@@ -139,6 +139,26 @@ impl<D: Driver> Engine<'_, D> {
         }
     }
 
+    /// Charges `bytes` of `kind` to `q`. Before refusing, the process's pools give back what they hold
+    /// freed (`reclaim_pools`) and the charge is tried once more: a refusal never happens while freed
+    /// stream-ordered memory of this process would make the request fit.
+    pub(crate) fn admit(&self, q: &DeviceQuota, kind: Kind, bytes: u64) -> bool {
+        if q.try_charge(kind, bytes) == Some(true) {
+            return true;
+        }
+        self.reclaim_pools(q, 0);
+        q.charge(kind, bytes)
+    }
+
+    /// Under a limit, an allocation whose device cannot be told is refused, with one log line: a charge
+    /// never falls back to whatever context is current (`docs/libvgpu.md`, the attribution rule).
+    pub(crate) fn unresolved(&self, what: &str, handle: u64) -> CUresult {
+        crate::log::warn(format_args!(
+            "quota: refused an allocation from {what} ({handle:#x}): the driver does not say which device it is on"
+        ));
+        Error::OutOfMemory.cuda()
+    }
+
     /// Gives back what a record charged (a pool allocation goes back to its pool, not to the ledger).
     pub(crate) fn release(&self, rec: &Rec) {
         if rec.pool != 0 {
@@ -183,7 +203,7 @@ impl<D: Driver> Engine<'_, D> {
             (Target::Fail(e), ..) => return e.cuda(),
             (Target::Charge(q), dev, ctx) => (q, dev, ctx),
         };
-        if !q.charge(kind, bytes) {
+        if !self.admit(q, kind, bytes) {
             return Error::OutOfMemory.cuda();
         }
         let r = call();
@@ -227,7 +247,7 @@ impl<D: Driver> Engine<'_, D> {
             return true;
         };
         if actual > rec.bytes {
-            if !q.charge(rec.kind, actual - rec.bytes) {
+            if !self.admit(q, rec.kind, actual - rec.bytes) {
                 return false;
             }
         } else {

@@ -62,7 +62,7 @@ impl<D: Driver> Engine<'_, D> {
         let (cost, _) = estimate(Some(&before), &after, None, 0);
         // SAFETY: non-null, written by the driver.
         let handle = unsafe { *out } as usize;
-        if !q.charge(Kind::Module, cost) {
+        if !self.admit(q, Kind::Module, cost) {
             unload(handle);
             return Error::OutOfMemory.cuda();
         }

@@ -17,9 +17,10 @@ use std::sync::atomic::Ordering;
 use vgpu_ledger::Kind;
 
 use super::{engine, hook, Engine, Target};
-use crate::driver::Driver;
+use crate::driver::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::*;
+use crate::quota::DeviceQuota;
 use crate::real::forward;
 use crate::records::{self, PoolState, Rec};
 use crate::settings::Applies;
@@ -62,6 +63,52 @@ impl<D: Driver> Engine<'_, D> {
         }
     }
 
+    /// Before a refusal on `q`: every pool of the process is reconciled (a synchronisation no hook saw
+    /// may have released memory), then the pools charged to `q` that hold freed memory are trimmed to
+    /// their live allocations and reconciled again; if frees are still pending on their streams (the
+    /// driver keeps memory freed on a stream until the stream reaches the free), the current context is
+    /// synchronised and they are trimmed once more. Driver calls only, no lock of ours held. `except`: a
+    /// pool whose driver-made growth is being decided (its reservation is not to be forced in).
+    pub(crate) fn reclaim_pools(&self, q: &DeviceQuota, except: u64) {
+        let mut pools = self.rec.pools.keys();
+        pools.retain(|&p| p != except);
+        for &pool in &pools {
+            self.reconcile_pool(pool);
+        }
+        for round in 0..2 {
+            let freed = self.freed_pools(q, &pools);
+            if freed.is_empty() {
+                return;
+            }
+            if round == 1 {
+                self.drv.ctx_synchronize();
+            }
+            for (pool, keep) in freed {
+                self.drv.pool_trim(pool, keep);
+                self.reconcile_pool(pool);
+            }
+        }
+    }
+
+    /// Of `pools`, those charged to `q` that hold freed memory, with what stays live in each.
+    fn freed_pools(&self, q: &DeviceQuota, pools: &[u64]) -> Vec<(u64, u64)> {
+        pools
+            .iter()
+            // the driver trims a destroyed pool itself as its allocations go
+            .filter(|&&p| !records::is_dead_pool(p))
+            .filter_map(|&pool| {
+                let freed = self.rec.pools.with(pool, |p| {
+                    p.filter(|p| p.device_memory && p.charged > p.outstanding)
+                        .map(|p| (p.dev, p.outstanding))
+                });
+                let (dev, keep) = freed?;
+                self.quota_of(dev)
+                    .is_some_and(|pq| std::ptr::eq(pq, q))
+                    .then_some((pool, keep))
+            })
+            .collect()
+    }
+
     /// An allocation of `bytes` from `pool` of `dev` on `stream`. `ptsz`: it came through a
     /// per-thread-default-stream entry point (undo it the same way).
     #[allow(clippy::too_many_arguments)]
@@ -84,23 +131,31 @@ impl<D: Driver> Engine<'_, D> {
             Target::Fail(e) => return e.cuda(),
         };
         let pools = &self.rec.pools;
-        // Charge what this allocation adds above the pool's current charge, before the driver call.
-        let charged = pools.update(
-            pool,
-            || PoolState::new(dev, true),
-            |p| {
-                if !p.device_memory {
-                    return None;
-                }
-                let need = (p.outstanding + bytes).saturating_sub(p.charged);
-                if !q.charge(Kind::AsyncPool, need) {
-                    return Some(false);
-                }
-                p.charged += need;
-                p.outstanding += bytes;
-                Some(true)
-            },
-        );
+        // Charge what this allocation adds above the pool's current charge, before the driver call. A
+        // refusal first reclaims what the process's pools hold freed (outside this pool's lock).
+        let precharge = |last: bool| {
+            pools.update(
+                pool,
+                || PoolState::new(dev, true),
+                |p| {
+                    if !p.device_memory {
+                        return None;
+                    }
+                    let need = (p.outstanding + bytes).saturating_sub(p.charged);
+                    if !charge_or_try(q, need, last) {
+                        return Some(false);
+                    }
+                    p.charged += need;
+                    p.outstanding += bytes;
+                    Some(true)
+                },
+            )
+        };
+        let mut charged = precharge(false);
+        if charged == Some(false) {
+            self.reclaim_pools(q, 0);
+            charged = precharge(true);
+        }
         match charged {
             None => return call(),
             Some(false) => return Error::OutOfMemory.cuda(),
@@ -121,7 +176,7 @@ impl<D: Driver> Engine<'_, D> {
         // The driver may have grown the reservation by more than the allocation (it reserves in chunks).
         // Charge the growth within the quota; if it does not fit, give the allocation back, trim the pool
         // and report out of memory, so the quota is never exceeded.
-        let fits = match self.drv.pool_reserved(pool) {
+        let grow = |last: bool| match self.drv.pool_reserved(pool) {
             Some(reserved) => pools.update(
                 pool,
                 || PoolState::new(dev, true),
@@ -130,7 +185,7 @@ impl<D: Driver> Engine<'_, D> {
                     if want <= p.charged {
                         return true;
                     }
-                    if !q.charge(Kind::AsyncPool, want - p.charged) {
+                    if !charge_or_try(q, want - p.charged, last) {
                         return false;
                     }
                     p.charged = want;
@@ -139,6 +194,11 @@ impl<D: Driver> Engine<'_, D> {
             ),
             None => true,
         };
+        let mut fits = grow(false);
+        if !fits {
+            self.reclaim_pools(q, pool);
+            fits = grow(true);
+        }
         if !fits {
             self.drv.free_async_and_sync(ptr, stream, ptsz);
             let keep = pools.update(
@@ -191,10 +251,10 @@ impl<D: Driver> Engine<'_, D> {
             .stream_device(stream, ptsz)
             .or_else(|| self.current_device())
         else {
-            return call();
+            return self.unresolved("a stream", stream as u64);
         };
         let Some(pool) = self.drv.device_pool(dev) else {
-            return call();
+            return self.unresolved("the current pool of a device", dev as u64);
         };
         self.pool_alloc(dptr, bytes, pool, dev, stream, ptsz, call)
     }
@@ -215,11 +275,43 @@ impl<D: Driver> Engine<'_, D> {
             Ok(false) => return call(),
             Err(e) => return e.cuda(),
         }
-        let known = self.rec.pools.with(pool, |p| p.map(|p| p.dev));
-        let Some(dev) = known.or_else(|| self.current_device()) else {
-            return call();
+        let Some(dev) = self.pool_device(pool) else {
+            return call(); // host memory
+        };
+        let Some(dev) = dev else {
+            return self.unresolved("a pool", pool);
         };
         self.pool_alloc(dptr, bytes, pool, dev, stream, ptsz, call)
+    }
+
+    /// The device of `pool`: Some(None) when it cannot be told, None for host memory. A pool created
+    /// under the library is known from its properties; any other (a device's default or current pool,
+    /// the host's) is asked of the driver once and remembered.
+    fn pool_device(&self, pool: u64) -> Option<Option<CUdevice>> {
+        let known = self
+            .rec
+            .pools
+            .with(pool, |p| p.map(|p| (p.dev, p.device_memory)));
+        match known {
+            Some((dev, true)) => return Some(Some(dev)),
+            Some((_, false)) => return None,
+            None => {}
+        }
+        match self.drv.pool_place(pool) {
+            Place::Device(dev) => {
+                self.rec
+                    .pools
+                    .update(pool, || PoolState::new(dev, true), |_| ());
+                Some(Some(dev))
+            }
+            Place::Host => {
+                self.rec
+                    .pools
+                    .update(pool, || PoolState::new(0, false), |_| ());
+                None
+            }
+            Place::Unknown => Some(None),
+        }
     }
 
     /// A pool was created: remember its device and whether it holds device memory.
@@ -279,6 +371,15 @@ impl<D: Driver> Engine<'_, D> {
     }
 }
 
+/// A pool charge inside a pool's lock: the last try logs its refusal, the first leaves it to `reclaim_pools`.
+fn charge_or_try(q: &DeviceQuota, bytes: u64, last: bool) -> bool {
+    if last {
+        q.charge(Kind::AsyncPool, bytes)
+    } else {
+        q.try_charge(Kind::AsyncPool, bytes) == Some(true)
+    }
+}
+
 hook!(cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
     engine().alloc_async(dptr, bytes as u64, s as usize, false, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
 });
@@ -329,7 +430,11 @@ hook!(cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
 hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
 hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
 hook!(cuCtxSynchronize() { crate::compute::synchronized(engine().after_sync(forward!("cuCtxSynchronize", fn()))) });
+// CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
+hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(engine().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
 hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
 
+#[cfg(test)]
+mod placed_tests;
 #[cfg(test)]
 mod tests;

@@ -40,6 +40,19 @@ impl World {
         }
     }
 
+    /// A second device `ordinal` under a quota of `limit` bytes, with a context of its own (returned
+    /// with its quota; device 0's stays current).
+    pub(crate) fn add_device(&self, ordinal: i32, limit: u64) -> (&'static DeviceQuota, usize) {
+        let uuid = format!("GPU-00000000-0000-0000-0000-00000000000{}", ordinal + 1);
+        let path = self._dir.path().join(format!("gpu{ordinal}.ledger"));
+        let q = DeviceQuota::open(ordinal, &uuid, limit, &path).expect("ledger");
+        let q: &'static DeviceQuota = Box::leak(Box::new(q));
+        self.fake.quotas.borrow_mut().insert(ordinal, Ok(q));
+        let ctx = crate::driver::fake::handle();
+        self.fake.ctx_devices.borrow_mut().insert(ctx, ordinal);
+        (q, ctx)
+    }
+
     pub(crate) fn engine(&self) -> Engine<'_, FakeDriver> {
         Engine {
             drv: &self.fake,

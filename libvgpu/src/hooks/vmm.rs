@@ -15,6 +15,9 @@ use crate::real::forward;
 use crate::records::VmmRec;
 use crate::settings::Applies;
 
+mod shared;
+pub use shared::*;
+
 impl<D: Driver> Engine<'_, D> {
     /// cuMemCreate of `bytes` at a location of type `location_type` (`dev` for device memory).
     pub(crate) fn vmm_create(
@@ -35,13 +38,11 @@ impl<D: Driver> Engine<'_, D> {
         }
         // VMM memory belongs to the device, not to a context: it outlives a context's destruction.
         let tgt = (self.target(Some(dev)), dev, 0);
-        self.charged(&self.rec.vmm, Kind::Vmm, bytes, tgt, call, key, |rec| {
-            VmmRec { rec, refs: 1 }
-        })
+        self.charged(&self.rec.vmm, Kind::Vmm, bytes, tgt, call, key, VmmRec::new)
     }
 
     /// One more driver reference to `handle` (a mapping or a retain), if it is ours.
-    fn vmm_ref(&self, handle: u64) {
+    pub(crate) fn vmm_ref(&self, handle: u64) {
         self.rec.vmm.with(handle, |v| {
             if let Some(v) = v {
                 v.refs = v.refs.saturating_add(1);
@@ -49,8 +50,9 @@ impl<D: Driver> Engine<'_, D> {
         });
     }
 
-    /// One driver reference to `handle` fewer; the last one gives the charge back.
-    fn vmm_unref(&self, handle: u64) {
+    /// One driver reference to `handle` fewer; the last one gives the charge back (an import of this
+    /// process's own export gives back its reference on the exported handle's record instead).
+    pub(crate) fn vmm_unref(&self, handle: u64) {
         let gone = self.rec.vmm.with(handle, |v| match v {
             Some(v) => {
                 v.refs = v.refs.saturating_sub(1);
@@ -58,10 +60,17 @@ impl<D: Driver> Engine<'_, D> {
             }
             None => false,
         });
-        if gone {
-            if let Some(v) = self.rec.vmm.remove(handle) {
-                self.release(&v.rec);
-            }
+        if !gone {
+            return;
+        }
+        let Some(v) = self.rec.vmm.remove(handle) else {
+            return;
+        };
+        self.release(&v.rec);
+        if v.of != 0 {
+            self.vmm_unref(v.of);
+        } else {
+            self.rec.vmm_exports.drain_where(|&(_, h)| h == handle);
         }
     }
 
@@ -87,16 +96,26 @@ impl<D: Driver> Engine<'_, D> {
         r
     }
 
-    /// cuMemMap of `handle` at `ptr`: the mapping holds a reference.
+    /// cuMemMap of `size` bytes of `handle` at `ptr`: the mapping holds a reference. A handle imported
+    /// from another process is charged what is mapped of it, before the driver maps it.
     pub(crate) fn vmm_map(
         &self,
         ptr: u64,
+        size: u64,
         handle: u64,
         call: impl FnOnce() -> CUresult,
     ) -> CUresult {
+        if self.drv.unlimited() {
+            return call();
+        }
+        let charged = match self.vmm_map_import(handle, size) {
+            Ok(c) => c,
+            Err(r) => return r,
+        };
         let r = call();
-        if r == CUDA_SUCCESS && !self.drv.unlimited() && self.rec.vmm.with(handle, |v| v.is_some())
-        {
+        if r != CUDA_SUCCESS {
+            self.vmm_map_failed(handle, charged);
+        } else if self.rec.vmm.with(handle, |v| v.is_some()) {
             self.vmm_ref(handle);
             self.rec.vmm_maps.insert(ptr, (ptr, handle));
         }
@@ -147,7 +166,7 @@ hook!(cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, add
 });
 
 hook!(cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) {
-    engine().vmm_map(ptr, handle, || forward!("cuMemMap", fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64), ptr, size, offset, handle, flags))
+    engine().vmm_map(ptr, size as u64, handle, || forward!("cuMemMap", fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64), ptr, size, offset, handle, flags))
 });
 
 hook!(cuMemUnmap(ptr: CUdeviceptr, size: usize) {
@@ -197,7 +216,7 @@ mod tests {
         let w = World::new(1000);
         let e = w.engine();
         create(&w, 600, H);
-        e.vmm_map(0x7000_0000, H, || CUDA_SUCCESS);
+        e.vmm_map(0x7000_0000, 600, H, || CUDA_SUCCESS);
         e.vmm_release(H, || CUDA_SUCCESS);
         assert_eq!(w.used(), 600, "the mapping keeps the memory");
         e.vmm_unmap(0x7000_0000, 600, || CUDA_SUCCESS);
@@ -209,7 +228,7 @@ mod tests {
         let w = World::new(1000);
         let e = w.engine();
         create(&w, 600, H);
-        e.vmm_map(0x7000_0000, H, || CUDA_SUCCESS);
+        e.vmm_map(0x7000_0000, 600, H, || CUDA_SUCCESS);
         e.vmm_retain(|| CUDA_SUCCESS, || H);
         e.vmm_release(H, || CUDA_SUCCESS);
         assert_eq!(w.used(), 600);
@@ -226,8 +245,8 @@ mod tests {
         let e = w.engine();
         create(&w, 200, H);
         create(&w, 300, H + 1);
-        e.vmm_map(0x1000, H, || CUDA_SUCCESS);
-        e.vmm_map(0x2000, H + 1, || CUDA_SUCCESS);
+        e.vmm_map(0x1000, 600, H, || CUDA_SUCCESS);
+        e.vmm_map(0x2000, 600, H + 1, || CUDA_SUCCESS);
         e.vmm_release(H, || CUDA_SUCCESS);
         e.vmm_release(H + 1, || CUDA_SUCCESS);
         assert_eq!(
@@ -245,7 +264,7 @@ mod tests {
         let w = World::new(1000);
         let e = w.engine();
         // an imported (IPC) handle mapped here is another process's memory
-        e.vmm_map(0x3000, 0x99, || CUDA_SUCCESS);
+        e.vmm_map(0x3000, 600, 0x99, || CUDA_SUCCESS);
         e.vmm_unmap(0x3000, 0x100, || CUDA_SUCCESS);
         e.vmm_release(0x99, || CUDA_SUCCESS);
         assert_eq!(w.used(), 0);

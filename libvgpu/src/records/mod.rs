@@ -51,6 +51,22 @@ impl Rec {
 pub struct VmmRec {
     pub rec: Rec,
     pub refs: u32,
+    /// An import of this process's own export: the handle whose record holds the charge (it holds one
+    /// reference on that record while any of its own lives). 0 otherwise.
+    pub of: u64,
+    /// Imported from another process: charged by what is mapped of it (`hooks/vmm`).
+    pub imported: bool,
+}
+
+impl VmmRec {
+    pub fn new(rec: Rec) -> VmmRec {
+        VmmRec {
+            rec,
+            refs: 1,
+            of: 0,
+            imported: false,
+        }
+    }
 }
 
 /// A stream-ordered memory pool as charged.
@@ -75,6 +91,11 @@ impl PoolState {
         }
     }
 }
+
+/// What graph memory needs per device: (device, bytes), one entry per device, by device. The device
+/// `UNPLACED` holds what no device could be told for.
+pub type Needs = Vec<(CUdevice, u64)>;
+pub const UNPLACED: CUdevice = -1;
 
 /// A device's graph memory as charged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -109,6 +130,8 @@ pub struct Records {
     pub vmm: Table<VmmRec>,
     /// VMM mappings by address: (address, handle).
     pub vmm_maps: Table<(u64, u64)>,
+    /// Handles this process exported as file descriptors, by the descriptor's identity: (identity, handle).
+    pub vmm_exports: Table<(u64, u64)>,
     pub modules: Table<Rec>,
     /// cuCtxCreate contexts and primary contexts (key: the context).
     pub contexts: Table<Rec>,
@@ -122,10 +145,10 @@ pub struct Records {
     pub stack_seen: Table<u64>,
     /// Graph memory per device.
     pub graph_dev: Table<GraphDev>,
-    /// Graph exec -> (device, bytes its alloc nodes need).
-    pub graph_execs: Table<(CUdevice, u64)>,
-    /// Graph -> bytes of the alloc nodes added to it.
-    pub graph_needs: Table<u64>,
+    /// Graph exec -> what its alloc nodes need on each device.
+    pub graph_execs: Table<Needs>,
+    /// Graph -> bytes of the alloc nodes added to it, per device.
+    pub graph_needs: Table<Needs>,
     /// Graph exec -> what it runs, for the compute share's solo time (`compute::solo`); only under a share.
     pub graph_work: Table<std::sync::Arc<crate::solo::Composition>>,
     /// Context -> what `cuCtxSetLimit` and the driver's own stack growth were charged for each of the
@@ -158,6 +181,7 @@ impl Records {
             arrays: Table::new(),
             vmm: Table::new(),
             vmm_maps: Table::new(),
+            vmm_exports: Table::new(),
             modules: Table::new(),
             contexts: Table::new(),
             primary: Table::new(),
@@ -201,6 +225,7 @@ impl Records {
         self.recs().iter().for_each(|t| t.lock_all());
         self.vmm.lock_all();
         self.vmm_maps.lock_all();
+        self.vmm_exports.lock_all();
         self.primary.lock_all();
         self.pools.lock_all();
         self.stack_seen.lock_all();
@@ -221,6 +246,7 @@ impl Records {
         self.recs().iter().for_each(|t| t.unlock_all());
         self.vmm.unlock_all();
         self.vmm_maps.unlock_all();
+        self.vmm_exports.unlock_all();
         self.primary.unlock_all();
         self.pools.unlock_all();
         self.stack_seen.unlock_all();
@@ -244,6 +270,7 @@ impl Records {
         self.recs().iter().for_each(|t| t.clear());
         self.vmm.clear();
         self.vmm_maps.clear();
+        self.vmm_exports.clear();
         self.primary.clear();
         self.pools.clear();
         self.stack_seen.clear();
@@ -318,7 +345,7 @@ mod tests {
         let r = Records::new();
         r.allocs.insert(1, Rec::new(0, Kind::Data, 10, 5));
         r.pools.insert(2, PoolState::new(0, true));
-        r.graph_needs.insert(3, 7);
+        r.graph_needs.insert(3, vec![(0, 7)]);
         r.lock_all();
         r.unlock_all();
         r.clear_after_fork();

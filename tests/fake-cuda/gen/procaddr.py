@@ -17,6 +17,8 @@ for m in re.finditer(r"PFN_(cu\w+?)_v(\d{4,5})(_ptds|_ptsz)?\)", open(tdefs).rea
 OVERRIDES = {
     # cuGraphInstantiate became cuGraphInstantiateWithFlags's signature in CUDA 12.0.
     "cuGraphInstantiate": [(10000, None), (11000, "cuGraphInstantiate_v2"), (12000, "cuGraphInstantiateWithFlags")],
+    # CUDA 13 added a context argument under the _v2 name (headers before 13.0 do not know it).
+    "cuCtxSynchronize": [(2000, "cuCtxSynchronize"), (13000, "cuCtxSynchronize_v2")],
     # Exported as queries of their own, with the versions they appeared in.
     "cuGetProcAddress": [(11030, "cuGetProcAddress"), (12000, "cuGetProcAddress_v2")],
 }
@@ -57,7 +59,7 @@ with open(outp, "w") as f:
         fmt = lambda l: ", ".join('(%d, "%s")' % (v, s) for v, s in l)
         f.write('    ("%s", &[%s], &[%s]),\n' % (b, fmt(vl), fmt(pl)))
     f.write("];\n\n/// Every exported entry point by name.\nfn symbol_table() -> Vec<(&'static str, usize)> {\n")
-    f.write("    use crate::{api_ctx::*, api_device::*, api_graph::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_vmm::*, procaddr::*};\n")
+    f.write("    use crate::{api_capture::*, api_ctx::*, api_device::*, api_graph::*, api_launch::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};\n")
     f.write("    vec![\n")
     for s in syms:
         f.write(f'        ("{s}", {s} as *const () as usize),\n')

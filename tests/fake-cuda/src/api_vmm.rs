@@ -58,8 +58,10 @@ fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocProp, flags: u64
 fn cuMemRelease(h: u64) {
     let d = drv()?;
     let mut objs = lock(&d.objs);
-    if !objs.vmm.contains_key(&h) { return Err(INVALID_VALUE); }
-    unref(d, &mut objs, h);
+    let phys_h = crate::api_share::resolve(h);
+    if !objs.vmm.contains_key(&phys_h) { return Err(INVALID_VALUE); }
+    crate::api_share::forget_import(h);
+    unref(d, &mut objs, phys_h);
     Ok(())
 }
 
@@ -91,6 +93,7 @@ fn cuMemAddressFree(ptr: u64, size: usize) {
 
 fn cuMemMap(ptr: u64, size: usize, offset: usize, h: u64, flags: u64) {
     let d = drv()?;
+    let h = crate::api_share::resolve(h);
     let mut objs = lock(&d.objs);
     let size = size as u64;
     if flags != 0 || size == 0 || offset != 0 { return Err(INVALID_VALUE); }
@@ -137,6 +140,7 @@ fn cuMemRetainAllocationHandle(h: *mut u64, addr: *mut c_void) {
 
 fn cuMemGetAllocationPropertiesFromHandle(prop: *mut AllocProp, h: u64) {
     let d = drv()?;
+    let h = crate::api_share::resolve(h);
     let objs = lock(&d.objs);
     let p = objs.vmm.get(&h).ok_or(INVALID_VALUE)?;
     out(prop, AllocProp { kind: 1, handle_types: 0, loc_type: 1, loc_id: d.ordinal(p.phys) as c_int, win32: std::ptr::null_mut(), flags: [0; 8] })

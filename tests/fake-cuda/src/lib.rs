@@ -20,6 +20,7 @@ mod api_managed;
 mod api_mem;
 mod api_module;
 mod api_pool;
+mod api_share;
 mod api_vmm;
 mod driver;
 mod errors;

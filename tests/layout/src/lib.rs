@@ -41,6 +41,23 @@ pub fn sources(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The files a crate's sources pull in with `include!("…")`: fragments of another module (a generated
+/// table), not modules of their own, so they have no `//!` header and no place in the import graph.
+pub fn included(src: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for f in sources(src) {
+        let text = fs::read_to_string(&f).unwrap_or_default();
+        for part in text.split("include!(\"").skip(1) {
+            if let Some(end) = part.find('"') {
+                if let Some(dir) = f.parent() {
+                    out.push(dir.join(&part[..end]));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The module path of `file` under the crate's `src`; `None` for the roots of binaries under `src/bin`,
 /// which are crates of their own.
 pub fn module_path(src: &Path, file: &Path) -> Option<ModPath> {
@@ -381,8 +398,10 @@ fn resolve(base: &ModPath, rest: &[String], modules: &BTreeSet<ModPath>) -> Opti
 
 /// A crate's import graph: each module and the modules it names.
 pub fn graph(src: &Path) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let fragments = included(src);
     let files: Vec<(ModPath, PathBuf)> = sources(src)
         .into_iter()
+        .filter(|f| !fragments.contains(f))
         .filter_map(|f| module_path(src, &f).map(|m| (m, f)))
         .collect();
     let modules: BTreeSet<ModPath> = files.iter().map(|(m, _)| m.clone()).collect();

@@ -1,5 +1,6 @@
 //! The layout gate, run on every crate of the workspace (the members of the root Cargo.toml and the
-//! interposer's preload front, a workspace of its own): every source file opens with a `//!` comment,
+//! interposer's preload front, a workspace of its own): every source file opens with a `//!` comment (but
+//! a fragment another file pulls in with `include!`),
 //! a file that is not a test has at most 600 lines, and no crate's modules import each other in a circle.
 
 use std::fs;
@@ -30,8 +31,9 @@ fn crate_sources() -> Vec<PathBuf> {
 fn every_file_opens_with_what_it_holds() {
     let mut bad = Vec::new();
     for src in crate_sources() {
+        let fragments = included(&src);
         for f in sources(&src) {
-            if !fs::read_to_string(&f).unwrap().starts_with("//!") {
+            if !fragments.contains(&f) && !fs::read_to_string(&f).unwrap().starts_with("//!") {
                 bad.push(f.display().to_string());
             }
         }

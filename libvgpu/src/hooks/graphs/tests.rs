@@ -18,14 +18,14 @@ fn graph(w: &World) {
 fn the_need_is_the_walk_else_what_was_added() {
     let w = World::new(1000);
     graph(&w);
-    w.rec.graph_needs.insert(GRAPH as u64, 800);
+    w.rec.graph_needs.insert(GRAPH as u64, vec![(0, 800)]);
     let e = w.engine();
     assert_eq!(
         e.graph_need(GRAPH),
         500,
         "no edges to be had: the sum of the walked nodes"
     );
-    w.rec.graph_needs.insert(0x999, 700);
+    w.rec.graph_needs.insert(0x999, vec![(0, 700)]);
     assert_eq!(
         e.graph_need(0x999),
         700,
@@ -219,7 +219,7 @@ fn a_child_graph_that_cannot_be_walked_falls_back_to_what_was_added() {
     let w = World::new(1000);
     w.fake.graphs.borrow_mut().insert(0x900, vec![10]);
     w.fake.child_graphs.borrow_mut().insert(10, 0x901);
-    w.rec.graph_needs.insert(0x900, 300);
+    w.rec.graph_needs.insert(0x900, vec![(0, 300)]);
     assert_eq!(w.engine().graph_need(0x900), 300);
 }
 

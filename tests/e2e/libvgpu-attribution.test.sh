@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# End-to-end tests of the attribution rule on the fake driver with two GPUs: every charge goes to the
+# device of the object it concerns (a pool's location, a graph node's location, an imported handle's
+# device), never to the current context's; a refusal never happens while the process's freed
+# stream-ordered memory would make it fit; CUDA 13's cuCtxSynchronize_v2 reconciles. Each case checks
+# the truth: the fake GPU's figure for this process (NVML's process list, which the library does not
+# hook) against the ledger (the hooked nvmlDeviceGetMemoryInfo). Needs `make build`.
+# VGPU_LIB=path runs the cases against another build of the library (e.g. an older one).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+LIB=${VGPU_LIB:-$ROOT/target/vgpu/libvgpu.so}
+RT=$ROOT/target/clients/rt_client
+for f in "$LIB" "$RT" target/fake/libcuda.so.1 target/fake/libnvidia-ml.so.1; do
+    [ -e "$f" ] || { echo "libvgpu-attribution.test: $f missing (run make build)"; echo "0 passed, 1 failed"; exit 1; }
+done
+export LD_LIBRARY_PATH=$ROOT/target/fake
+W=$(mktemp -d /tmp/vgpu-attribution-test.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+
+MiB=1048576
+# vg ARGS...: the runtime-style client under the library on two fresh fake GPUs (quota LIMIT, default 1g);
+# its log lines go to $W/err.
+vg() {
+    local d; d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$d/cache CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-1g} \
+        timeout 30 "$RT" "$@" 2>"$W/err"
+}
+field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p"; }
+opline() { grep "^op=$1 " | sed -n "${2:-1}p"; }
+rcs() { grep "^op=$1 " | sed 's/.* rc=\([0-9]*\).*/\1/' | tr '\n' ' '; }
+# truth OUT [Nth]: "used/ledger" of the Nth truth op
+truth() { local l; l=$(echo "$1" | opline truth "${2:-1}"); echo "$(echo "$l" | field used)/$(echo "$l" | field ledger)"; }
+
+# --- item 7: CUDA 13's cudaDeviceSynchronize (cuCtxSynchronize_v2), and no refusal while freed pool memory would fit
+out=$(vg async 800m free-async sync2 truth 0 alloc 900m truth 0)
+check "cuCtxSynchronize_v2 reconciles the pool the driver released (device and ledger 0)" test "$(truth "$out")" = "0/0"
+check "so the next 900 MiB allocation under 1 GiB is granted, the ledger equal to the device" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out" 2)" = "0 /$((900 * MiB))/$((900 * MiB))"
+out=$(vg async 800m free-async alloc 900m truth 0)
+check "with no synchronisation at all, a refusal first trims the freed pool memory: granted, truth = ledger" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out")" = "0 /$((900 * MiB))/$((900 * MiB))"
+out=$(vg async 800m alloc 300m truth 0)
+check "memory still in use in the pool is not reclaimed: refused" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out")" = "2 /$((800 * MiB))/$((800 * MiB))"
+
+# --- item 1: a pool's allocations are charged to the pool's location
+out=$(vg device 0 nocontext pool-of 0 700m pool-of 0 700m truth 0)
+check "device 0's current pool with no context current is held to device 0's quota" \
+    test "$(echo "$out" | rcs pool-of)/$(truth "$out")" = "0 2 /$((704 * MiB))/$((704 * MiB))"
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=8g CUDA_DEVICE_MEMORY_LIMIT_1=1g vg device 0 pool-of 1 700m pool-of 1 700m truth 1 truth 0)
+check "device 1's pool used from device 0's context is held to device 1's quota" \
+    test "$(echo "$out" | rcs pool-of)/$(truth "$out")/$(truth "$out" 2)" = "0 2 /$((704 * MiB))/$((704 * MiB))/0/0"
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=2g vg device 0 pool-of 1 700m pool-of 1 700m truth 1)
+check "and is not refused by device 0's quota while device 1 has room" \
+    test "$(echo "$out" | rcs pool-of)/$(truth "$out")" = "0 0 /$((1408 * MiB))/$((1408 * MiB))"
+
+# --- item 2: graph memory is charged per device, from each allocation node's location
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=8g CUDA_DEVICE_MEMORY_LIMIT_1=1g vg device 0 graph-on 1 2 600m truth 1)
+check "two live 600 MiB nodes on device 1, launched from device 0's context: refused by device 1's 1 GiB" \
+    test "$(echo "$out" | rcs graph-on)/$(truth "$out")" = "2 /0/0"
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=4g vg device 0 graph-on 1 4 600m truth 1 truth 0)
+check "four 600 MiB nodes on device 1 under device 1's 4 GiB run; device 1's reservation charged there" \
+    test "$(echo "$out" | rcs graph-on)/$(truth "$out")/$(truth "$out" 2)" = "0 /$((608 * MiB))/$((608 * MiB))/0/0"
+
+# --- item 5: VMM export/import: the importer is charged; an import of the process's own export keeps it charged
+out=$(vg vmm-fd 600m vmm-export vmm-import vmm-drop-first truth 0 vmm 600m)
+check "create, export, import, release the original: stays charged (truth = ledger = 600 MiB)" \
+    test "$(truth "$out")" = "$((600 * MiB))/$((600 * MiB))"
+check "so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs vmm-fd)/$(echo "$out" | rcs vmm)" = "0 /2 "
+out=$(vg vmm-fd 600m vmm-export vmm-import truth 0 free-all truth 0)
+check "the same memory imported in its own process is charged once; releasing both refunds" \
+    test "$(truth "$out")/$(truth "$out" 2)" = "$((600 * MiB))/$((600 * MiB))/0/0"
+out=$(vg vmm-fd 600m vmm-export free-all truth 0 vmm 600m)
+check "an exported allocation nobody imported is refunded at its release" \
+    test "$(truth "$out")/$(echo "$out" | rcs vmm)" = "0/0/0 "
+
+# --- item 11: an allocation whose device cannot be told is refused, with one log line
+out=$(vg device 0 nocontext async-default 64m truth 0)
+check "cuMemAllocAsync on the default stream with no context current: refused, nothing held" \
+    test "$(echo "$out" | rcs async-default)/$(truth "$out")" = "2 /0/0"
+check "with one log line saying why" test "$(grep -c 'does not say which device' "$W/err")" = 1
+
+echo "libvgpu-attribution: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
