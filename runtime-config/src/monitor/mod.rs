@@ -5,12 +5,12 @@
 //! container over its quota. A small synchronous HTTP server (std `TcpListener`, one request at a time)
 //! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
 //! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
-//! state root and takes no lock on a ledger. Modules: `state` (the state root), `nvml`, `procs` (/proc), `watchdog` (decisions), `metrics`
-//! (the text), `config` (`[monitor]`).
+//! state root and takes no lock on a ledger. Modules: `state` (the state root's figures, from
+//! `vgpu_host::inventory`), `procs` (/proc), `watchdog` (decisions), `metrics` (the text), `config` (its
+//! settings); NVML is the host tools' one binding, `vgpu_host::nvml`.
 
 pub mod config;
 pub mod metrics;
-pub mod nvml;
 pub mod procs;
 pub mod state;
 pub mod watchdog;
@@ -22,6 +22,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vgpu_host::nvml::{GpuReading, Nvml};
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::layout::StateRoot;
 use watchdog::{Finding, Policy, Truth};
@@ -29,7 +30,7 @@ use watchdog::{Finding, Policy, Truth};
 /// A running monitor: what it reads and what its watchdog has seen.
 pub struct Monitor {
     root: StateRoot,
-    nvml: Option<nvml::Nvml>,
+    nvml: Option<Box<dyn Nvml>>,
     policy: Policy,
     watch: Mutex<Watch>,
     /// The last collection, which scrapes serve.
@@ -57,7 +58,7 @@ struct Watch {
 /// One reading of everything: the state root, NVML and the attribution of NVML's processes.
 pub struct Reading {
     pub containers: Vec<state::ContainerState>,
-    pub gpus: Option<Vec<nvml::GpuReading>>,
+    pub gpus: Option<Vec<GpuReading>>,
     pub truth: Truth,
     pub state_error: Option<String>,
 }
@@ -69,13 +70,18 @@ fn log(msg: &str) {
 impl Monitor {
     /// A monitor of `root`; NVML that cannot be loaded is reported once and the ledgers are still served.
     pub fn new(root: StateRoot, nvml_library: &str, policy: Policy) -> Monitor {
-        let nvml = nvml::Nvml::load(nvml_library)
+        let nvml = vgpu_host::nvml::open(nvml_library)
             .map_err(|e| {
                 log(&format!(
-                    "{e:#}; serving the ledgers' figures only, no watchdog"
+                    "{e}; serving the ledgers' figures only, no watchdog"
                 ))
             })
             .ok();
+        Monitor::with_nvml(root, nvml, policy)
+    }
+
+    /// A monitor of `root` reading `nvml` (none: the ledgers' figures only, no watchdog).
+    pub fn with_nvml(root: StateRoot, nvml: Option<Box<dyn Nvml>>, policy: Policy) -> Monitor {
         Monitor {
             root,
             nvml,
@@ -91,7 +97,7 @@ impl Monitor {
             Ok(c) => (c, None),
             Err(e) => (vec![], Some(e.to_string())),
         };
-        let gpus = self.nvml.as_ref().and_then(|n| n.read().ok());
+        let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
         let truth = watchdog::attribute(
             &containers,
             gpus.as_deref().unwrap_or_default(),
