@@ -337,3 +337,43 @@ fn answer(m: &Monitor, s: TcpStream) -> std::io::Result<()> {
     s.write_all(body.as_bytes())?;
     s.flush()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vgpu_host::nvml::Fake;
+
+    const POLICY: Policy = Policy {
+        tolerance: 64 << 20,
+        kill: false,
+    };
+
+    /// The monitor reads NVML through the host tools' one binding: a fake stands in for it here, and a
+    /// driver that fails is reported as down while the ledgers are still served.
+    #[test]
+    fn nvml_through_the_seam_up_with_its_gpus_or_down() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let mut fake = Fake::gpus(2, 16 << 30);
+        fake.gpus[1].used = 1 << 30;
+        let m = Monitor::with_nvml(root.clone(), Some(Box::new(fake)), POLICY);
+        let text = m.scrape();
+        assert!(text.lines().any(|l| l == "vgpu_nvml_up 1"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("hami_host_gpu_memory_used_bytes{")
+                    && l.contains("GPU-fa4ec0de-0000-4000-8000-000000000001")
+                    && l.ends_with(" 1073741824")),
+            "{text}"
+        );
+        let broken = Fake {
+            fail: Some("Unknown Error (error 999)".into()),
+            ..Fake::gpus(1, 16 << 30)
+        };
+        let m = Monitor::with_nvml(root.clone(), Some(Box::new(broken)), POLICY);
+        let text = m.scrape();
+        assert!(text.lines().any(|l| l == "vgpu_nvml_up 0"), "{text}");
+        let m = Monitor::with_nvml(root, None, POLICY);
+        assert!(m.scrape().lines().any(|l| l == "vgpu_nvml_up 0"));
+    }
+}
