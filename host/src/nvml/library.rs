@@ -3,13 +3,14 @@
 //! and shut down when dropped. Loading at run time lets the shim and the hook run on nodes without a GPU
 //! driver until a container actually asks for a quota. Not here: the trait (`api`).
 //!
-//! A binding of our own rather than the `nvml-wrapper` crate, for three calls it does not have or makes
-//! differently: `nvmlDeviceSetMemoryLimits_v1` (r615+, the driver's per-cgroup limit) is newer than its
-//! headers; its memory info is `nvmlDeviceGetMemoryInfo_v2`, whose `used` leaves out the memory the system
-//! reserves, where vgpu compares against v1's (what `nvidia-smi` and the interposer's NVML answers show);
-//! and its process list is `_v3` only, where drivers older than r510 have `_v2` or the unversioned one,
-//! which the monitor falls back to. The binding is 13 symbols; every optional one is asked for by name and
-//! its absence is an answer (no minor number, no utilisation), never a failure to load.
+//! A binding of our own rather than the `nvml-wrapper` crate (0.13 read), for three calls it does not have
+//! or makes differently: it has no `nvmlDeviceSetMemoryLimits_v1` (r615+, the driver's per-cgroup limit);
+//! its `memory_info` calls `nvmlDeviceGetMemoryInfo_v2`, where vgpu compares against v1's figures (those
+//! the interposer's NVML answers and the fake NVML's v1/v2 split are built on: changing it would change
+//! what the monitor reports); and its process list is `_v3` (`_v2` behind a feature), never the
+//! unversioned list the monitor falls back to on older drivers. The binding is 16 symbols; every optional
+//! one is asked for by name and its absence is an answer (no minor number, no utilisation, no process
+//! list), never a failure to load.
 
 use super::api::{GpuReading, HostGpu, Nvml, NvmlError};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
