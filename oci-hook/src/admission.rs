@@ -16,10 +16,9 @@ use nix::fcntl::{Flock, FlockArg};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
+use vgpu_host::inventory;
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::layout::StateRoot;
-use vgpu_ledger::limits::Limits;
-use vgpu_ledger::walk::StateEntry;
 
 /// Name of the lock file in the state root.
 pub const LOCK_FILE_NAME: &str = "admission.lock";
@@ -48,22 +47,16 @@ pub struct Admitted {
 }
 
 /// What the quotas of the live containers commit on each GPU (by UUID), `except` one container (the one
-/// being created: its own earlier state is replaced, not added). Folders whose limits file cannot be read
-/// are counted as nothing and named in `unreadable`.
+/// being created: its own earlier state is replaced, not added), read through the host tools' one reader of
+/// the state root (`vgpu_host::inventory`: no link followed, no FIFO waited on). Folders whose limits file
+/// cannot be read are counted as nothing and named in `unreadable`.
 pub fn committed(root: &StateRoot, except: &str) -> Result<(BTreeMap<String, u64>, Vec<String>)> {
     let mut sum = BTreeMap::new();
     let mut unreadable = Vec::new();
-    let entries = root
-        .entries()
+    let containers = inventory::containers(root)
         .with_context(|| format!("admission: {}", root.root().display()))?;
-    for e in entries {
-        let StateEntry::Container(c) = e else {
-            continue;
-        };
-        if c.id == except {
-            continue;
-        }
-        match Limits::load(&c.limits_path) {
+    for c in containers.into_iter().filter(|c| c.id() != except) {
+        match &c.limits {
             Ok(l) => {
                 // Oversubscribe quotas are managed memory the driver pages: they hold no device memory
                 // for good, so they commit none.
@@ -74,7 +67,7 @@ pub fn committed(root: &StateRoot, except: &str) -> Result<(BTreeMap<String, u64
                     }
                 }
             }
-            Err(_) => unreadable.push(c.id),
+            Err(_) => unreadable.push(c.dir.id),
         }
     }
     Ok((sum, unreadable))
@@ -299,6 +292,30 @@ mod tests {
             .unwrap();
         let (sum, _) = committed(&root, "none").unwrap();
         assert_eq!(sum.get(uuid), Some(&(3 * GIB)));
+    }
+
+    // Regression: admission read limits files with the plain loader, so a FIFO left where a limits file
+    // was (the container folder is host-only, but a careless or hostile host process can leave one) blocked
+    // every create on the node, under the node lock, until a writer came.
+    #[test]
+    fn a_fifo_where_a_limits_file_was_is_unreadable_not_waited_on() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let p = plan("GPU-fa4ec0de-0000-4000-8000-000000000000", 3 * GIB);
+        for id in ["c1", "c2"] {
+            crate::provision::provision(&root, id, &p, Default::default(), None).unwrap();
+        }
+        let lp = root.limits_path("c1").unwrap();
+        std::fs::remove_file(&lp).unwrap();
+        nix::unistd::mkfifo(&lp, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = root.clone();
+        std::thread::spawn(move || tx.send(committed(&r, "new").unwrap()));
+        let (sum, unreadable) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("admission blocked on a FIFO");
+        assert_eq!(unreadable, vec!["c1".to_string()]);
+        assert_eq!(sum.values().copied().collect::<Vec<_>>(), vec![3 * GIB]);
     }
 
     #[test]

@@ -5,12 +5,15 @@
 //!
 //! Unverified on hardware: the GPUs this project is tested on run driver 580, which has no such call; there
 //! the hook says so once (at `info`) and the container runs with the interposer's quota alone.
+//!
+//! `/proc/<pid>/cgroup` is read by hand (three colon-separated fields a line), not through `procfs`: one
+//! small file, read once per container, where the crate would bring its parser for all of `/proc`.
 
 use crate::config::Config;
-use crate::nvml;
+use crate::nvml::{self, Nvml};
 use anyhow::{anyhow, Context, Result};
 use std::ffi::CString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vgpu_ledger::Limits;
 
 /// The sysfs path of the cgroup of host process `pid`: the unified hierarchy's (cgroup v2), else the
@@ -44,6 +47,13 @@ pub fn apply(cfg: &Config, pid: u32, limits: &Limits) -> Result<()> {
         return Ok(());
     }
     let cgroup = cgroup_of(pid)?;
+    let nvml = nvml::open(&cfg.nvml_library)
+        .with_context(|| format!("driver_memory_limit for cgroup {}", cgroup.display()))?;
+    apply_with(&*nvml, &cgroup, limits)
+}
+
+/// Sets the quotas of `limits` as the limits of `cgroup` through `nvml`.
+pub fn apply_with(nvml: &dyn Nvml, cgroup: &Path, limits: &Limits) -> Result<()> {
     let c = CString::new(cgroup.as_os_str().as_encoded_bytes())
         .map_err(|_| anyhow!("cgroup path {} holds a NUL byte", cgroup.display()))?;
     let quotas: Vec<(String, u64)> = limits
@@ -51,7 +61,8 @@ pub fn apply(cfg: &Config, pid: u32, limits: &Limits) -> Result<()> {
         .iter()
         .filter_map(|d| Some((d.uuid.clone(), d.memory_limit?)))
         .collect();
-    let set = nvml::set_memory_limits(&cfg.nvml_library, &c, &quotas)
+    let set = nvml
+        .set_memory_limits(&c, &quotas)
         .with_context(|| format!("driver_memory_limit for cgroup {}", cgroup.display()))?;
     if !set {
         tracing::info!(
@@ -85,5 +96,43 @@ mod tests {
         );
         assert_eq!(parse("12:cpu:/x\n"), None);
         assert!(cgroup_of(std::process::id()).is_ok());
+    }
+
+    #[test]
+    fn each_memory_quota_becomes_the_cgroups_limit_where_the_driver_has_the_call() {
+        let mut limits: Limits = serde_json::from_value(serde_json::json!({
+            "version": vgpu_ledger::LIMITS_VERSION, "container_id": "c",
+            "devices": [
+                {"index": 0, "uuid": "GPU-fa4ec0de-0000-4000-8000-000000000000", "memory_limit": 1073741824,
+                 "ledger": "ledgers/a.ledger"},
+                {"index": 1, "uuid": "GPU-fa4ec0de-0000-4000-8000-000000000001", "compute_limit": 30,
+                 "ledger": "ledgers/b.ledger"}
+            ]
+        }))
+        .unwrap();
+        let cg = Path::new("/sys/fs/cgroup/x.scope");
+        let old = nvml::Fake::gpus(2, 16 << 30);
+        apply_with(&old, cg, &limits).unwrap();
+        assert!(
+            old.limits_set.lock().unwrap().is_empty(),
+            "no call: nothing set, no error"
+        );
+        let new = nvml::Fake {
+            memory_limits: true,
+            ..nvml::Fake::gpus(2, 16 << 30)
+        };
+        apply_with(&new, cg, &limits).unwrap();
+        assert_eq!(
+            *new.limits_set.lock().unwrap(),
+            vec![(
+                "/sys/fs/cgroup/x.scope".to_string(),
+                "GPU-fa4ec0de-0000-4000-8000-000000000000".to_string(),
+                1 << 30
+            )],
+            "the GPU with a compute share alone gets no memory limit"
+        );
+        limits.devices[0].uuid = "GPU-gone".into();
+        let e = format!("{:#}", apply_with(&new, cg, &limits).unwrap_err());
+        assert!(e.contains("GPU-gone") && e.contains("x.scope"), "{e}");
     }
 }

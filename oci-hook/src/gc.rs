@@ -1,5 +1,6 @@
 //! Garbage collection of state whose poststop never came; run by every hook and by `vgpuctl gc`. Not here:
-//! the walk over the state root (`vgpu_ledger::walk`), removing a folder (`crate::provision::remove_dir`).
+//! reading the state root (`vgpu_host::inventory`, the host tools' one reader), removing a folder
+//! (`crate::provision::remove_dir`).
 //!
 //! Its poststop may never come after an engine crash, CRI-O removing late, or a lower runtime that failed
 //! after the shim provisioned.
@@ -12,15 +13,13 @@
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
 use crate::provision;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::time::{Duration, SystemTime};
-use vgpu_ledger::hostfile;
+use vgpu_host::inventory::{self, Container, Entry};
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::Limits;
-use vgpu_ledger::walk::{ContainerDir, StateEntry};
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
@@ -53,11 +52,11 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
         m.and_then(|m| now.duration_since(m).ok())
             .unwrap_or_default()
     };
-    for entry in root.entries()? {
+    for entry in inventory::read(root)? {
         match entry {
             // Leftovers of an interrupted provision (.tmp-*) or removal (.rm-*): ours when marked; one cut
             // short before its marker was written is empty, and removing an empty folder loses nothing.
-            StateEntry::Leftover(o) if age(o.modified) > pending_grace => {
+            Entry::Leftover(o) if age(o.modified) > pending_grace => {
                 let removed = if o.marked {
                     provision::remove_marked(&o.path)
                 } else {
@@ -75,35 +74,37 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
                     Err(e) => report.errors.push(format!("{e:#}")),
                 }
             }
-            StateEntry::Leftover(_) => {}
-            StateEntry::Foreign { entry, why } => report.errors.push(format!(
+            Entry::Leftover(_) => {}
+            Entry::Foreign { entry, why } => report.errors.push(format!(
                 "{}: not a container's state ({why}); left alone",
                 entry.path.display()
             )),
-            StateEntry::Container(c) => match is_garbage(&c, age(c.modified), pending_grace) {
-                Ok(true) => match provision::remove_dir(&c.dir) {
-                    Ok(_) => report.removed.push(c.id),
+            Entry::Container(c) => match is_garbage(&c, age(c.dir.modified), pending_grace) {
+                Ok(true) => match provision::remove_dir(&c.dir.dir) {
+                    Ok(_) => report.removed.push(c.dir.id),
                     Err(e) => report.errors.push(format!("{e:#}")),
                 },
-                Ok(false) => report.kept.push(c.id),
-                Err(e) => report.errors.push(format!("{}: {e:#}", c.dir.display())),
+                Ok(false) => report.kept.push(c.dir.id),
+                Err(e) => report
+                    .errors
+                    .push(format!("{}: {e:#}", c.dir.dir.display())),
             },
         }
     }
     Ok(report)
 }
 
-fn is_garbage(c: &ContainerDir, age: Duration, pending_grace: Duration) -> Result<bool> {
-    let container_gone = match hostfile::load_limits(&c.limits_path) {
+fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<bool> {
+    let container_gone = match &c.limits {
         Ok(Limits {
             init_pid: Some(pid),
             pid_ns: Some(ns),
             ..
-        }) => !owner_alive(pid, ns),
+        }) => !owner_alive(*pid, *ns),
         // No owner yet (or a limits file being rewritten): only old ones are garbage.
         _ => age > pending_grace,
     };
-    Ok(container_gone && !any_slot_alive(&c.ledgers_dir)?)
+    Ok(container_gone && !c.any_slot_alive()?)
 }
 
 /// True when host pid `pid` runs and still lives in PID namespace `pid_ns`.
@@ -114,31 +115,13 @@ pub fn owner_alive(pid: u32, pid_ns: u64) -> bool {
     }
 }
 
-/// True when any process holds a slot in any ledger of the folder (read-only check).
-fn any_slot_alive(ledgers: &Path) -> Result<bool> {
-    let entries = match fs::read_dir(ledgers) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", ledgers.display())),
-    };
-    for e in entries {
-        let p = e?.path();
-        if p.extension().and_then(|x| x.to_str()) != Some(layout::LEDGER_EXTENSION) {
-            continue;
-        }
-        if crate::ledgers::any_slot_alive(&p) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::{Plan, PlannedGpu};
     use crate::provision::{provision, record_owner, Owner};
     use std::os::unix::fs::FileTypeExt;
+    use std::path::Path;
 
     fn plan() -> Plan {
         Plan {

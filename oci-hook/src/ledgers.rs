@@ -1,9 +1,10 @@
-//! The two ledger operations the OCI side needs, on top of the ledger crate.
+//! Creating a container's ledger, the one ledger operation the OCI side needs on top of the ledger crate
+//! (reading them is `vgpu_host::inventory`'s).
 //! Not here: the ledger itself (`vgpu_ledger::region`) or where ledgers live (`vgpu_ledger::layout`).
 
 use anyhow::{anyhow, Result};
 use std::path::Path;
-use vgpu_ledger::{Ledger, LedgerError, Snapshot};
+use vgpu_ledger::{Ledger, LedgerError};
 
 /// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit. An I/O error stays in
 /// the error's chain (the provisioner tells a full file system by it).
@@ -15,14 +16,4 @@ pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
         e => anyhow!("cannot create ledger {}: {e}", path.display()),
     })?;
     Ok(())
-}
-
-/// True when a process holds a slot of the ledger at `path` (read-only OFD-lock test). Read as every host
-/// tool reads a ledger (`Snapshot::read`: no link followed, no FIFO waited on, nothing mapped): the folder is
-/// the tenant's. A ledger that cannot be read has no live users to protect.
-pub fn any_slot_alive(path: &Path) -> bool {
-    match Snapshot::read(path) {
-        Ok(s) => s.slots.iter().any(|s| s.alive),
-        Err(_) => false,
-    }
 }

@@ -74,17 +74,8 @@ impl SpecFacts {
     }
 }
 
-/// What the node does with a container that gets a GPU but asks for no quota (config keys
-/// `default_memory_limit`, `require_memory_limit`). A container without a GPU is never touched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unquoted {
-    /// Runs with the whole GPU (the default).
-    Allow,
-    /// Gets this quota on every GPU.
-    Default(u64),
-    /// Is refused.
-    Refuse,
-}
+/// What the node does with a container that gets a GPU but asks for no quota: the config's policy.
+pub use crate::config::Unquoted;
 
 /// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
 /// so a node without NVML runs unquota'd containers fine.

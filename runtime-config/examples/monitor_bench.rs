@@ -105,7 +105,8 @@ fn main() {
 
     // Where the time goes: each part alone.
     {
-        use vgpuctl::monitor::{nvml::Nvml, procs, state, watchdog};
+        use vgpu_host::nvml::{Library, Nvml};
+        use vgpuctl::monitor::{procs, state, watchdog};
         let part = |name: &str, f: &mut dyn FnMut()| {
             let t = Instant::now();
             for _ in 0..5 {
@@ -116,11 +117,11 @@ fn main() {
                 t.elapsed().as_secs_f64() * 1e3 / 5.0
             );
         };
-        let nv = Nvml::load(nvml).unwrap();
+        let nv = Library::load(nvml).unwrap();
         let cs = state::read(&root).unwrap();
-        let rs = nv.read().unwrap();
+        let rs = nv.readings().unwrap();
         part("ledgers (state::read)", &mut || drop(state::read(&root)));
-        part("NVML (the fake's, all GPUs)", &mut || drop(nv.read()));
+        part("NVML (the fake's, all GPUs)", &mut || drop(nv.readings()));
         part("attribution (/proc)", &mut || {
             drop(watchdog::attribute(
                 &cs,

@@ -263,28 +263,15 @@ fn run(cli: Cli) -> Result<()> {
 
 fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     use vgpuctl::monitor::{config, watchdog::Policy, Monitor};
-    let (path, must_exist) = match std::env::var_os(vgpu_oci::config::CONFIG_ENV) {
-        Some(p) if !p.is_empty() => (PathBuf::from(p), true),
-        _ => (PathBuf::from(vgpu_oci::config::DEFAULT_CONFIG_PATH), false),
-    };
     let cfg = vgpu_oci::config::Config::load()?;
-    let mut section = config::section(&path, must_exist)?;
-    if let Some(l) = a.listen {
-        section.listen = Some(l);
-    }
-    if let Some(i) = a.interval {
-        section.interval_seconds = Some(i);
-    }
-    if let Some(t) = a.tolerance {
-        section.tolerance = Some(toml::Value::String(t));
-    }
-    if a.kill {
-        section.kill = Some(true);
-    }
-    if let Some(n) = a.nvml_library {
-        section.nvml_library = Some(n);
-    }
-    let s = config::Settings::from_section(&section, &cfg.nvml_library)?;
+    let flags = config::Flags {
+        listen: a.listen,
+        interval_seconds: a.interval,
+        tolerance: a.tolerance,
+        kill: a.kill,
+        nvml_library: a.nvml_library,
+    };
+    let s = config::Settings::new(cfg.monitor()?, flags, &cfg.nvml_library)?;
     let root = a
         .root
         .state_root
@@ -344,7 +331,11 @@ fn main() {
     // loaded is reported by the command that needs it, not here.
     match vgpu_oci::config::Config::load() {
         Ok(cfg) => vgpu_oci::logging::init("vgpuctl", &cfg),
-        Err(_) => vgpu_oci::logging::init_with("vgpuctl", "error", None),
+        Err(_) => vgpu_oci::logging::init_with(
+            "vgpuctl",
+            vgpu_oci::config::LogLevel::Error,
+            Default::default(),
+        ),
     }
     if let Err(e) = run(cli) {
         eprintln!("vgpuctl: error: {e:#}");

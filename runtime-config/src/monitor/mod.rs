@@ -5,12 +5,12 @@
 //! container over its quota. A small synchronous HTTP server (std `TcpListener`, one request at a time)
 //! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
 //! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
-//! state root and takes no lock on a ledger. Modules: `state` (the state root), `nvml`, `procs` (/proc), `watchdog` (decisions), `metrics`
-//! (the text), `config` (`[monitor]`).
+//! state root and takes no lock on a ledger. Modules: `state` (the state root's figures, from
+//! `vgpu_host::inventory`), `procs` (/proc), `watchdog` (decisions), `metrics` (the text), `config` (its
+//! settings); NVML is the host tools' one binding, `vgpu_host::nvml`.
 
 pub mod config;
 pub mod metrics;
-pub mod nvml;
 pub mod procs;
 pub mod state;
 pub mod watchdog;
@@ -22,6 +22,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vgpu_host::nvml::{GpuReading, Nvml};
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::layout::StateRoot;
 use watchdog::{Finding, Policy, Truth};
@@ -29,7 +30,7 @@ use watchdog::{Finding, Policy, Truth};
 /// A running monitor: what it reads and what its watchdog has seen.
 pub struct Monitor {
     root: StateRoot,
-    nvml: Option<nvml::Nvml>,
+    nvml: Option<Box<dyn Nvml>>,
     policy: Policy,
     watch: Mutex<Watch>,
     /// The last collection, which scrapes serve.
@@ -57,7 +58,7 @@ struct Watch {
 /// One reading of everything: the state root, NVML and the attribution of NVML's processes.
 pub struct Reading {
     pub containers: Vec<state::ContainerState>,
-    pub gpus: Option<Vec<nvml::GpuReading>>,
+    pub gpus: Option<Vec<GpuReading>>,
     pub truth: Truth,
     pub state_error: Option<String>,
 }
@@ -69,13 +70,18 @@ fn log(msg: &str) {
 impl Monitor {
     /// A monitor of `root`; NVML that cannot be loaded is reported once and the ledgers are still served.
     pub fn new(root: StateRoot, nvml_library: &str, policy: Policy) -> Monitor {
-        let nvml = nvml::Nvml::load(nvml_library)
+        let nvml = vgpu_host::nvml::open(nvml_library)
             .map_err(|e| {
                 log(&format!(
-                    "{e:#}; serving the ledgers' figures only, no watchdog"
+                    "{e}; serving the ledgers' figures only, no watchdog"
                 ))
             })
             .ok();
+        Monitor::with_nvml(root, nvml, policy)
+    }
+
+    /// A monitor of `root` reading `nvml` (none: the ledgers' figures only, no watchdog).
+    pub fn with_nvml(root: StateRoot, nvml: Option<Box<dyn Nvml>>, policy: Policy) -> Monitor {
         Monitor {
             root,
             nvml,
@@ -91,7 +97,7 @@ impl Monitor {
             Ok(c) => (c, None),
             Err(e) => (vec![], Some(e.to_string())),
         };
-        let gpus = self.nvml.as_ref().and_then(|n| n.read().ok());
+        let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
         let truth = watchdog::attribute(
             &containers,
             gpus.as_deref().unwrap_or_default(),
@@ -330,4 +336,44 @@ fn answer(m: &Monitor, s: TcpStream) -> std::io::Result<()> {
     )?;
     s.write_all(body.as_bytes())?;
     s.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vgpu_host::nvml::Fake;
+
+    const POLICY: Policy = Policy {
+        tolerance: 64 << 20,
+        kill: false,
+    };
+
+    /// The monitor reads NVML through the host tools' one binding: a fake stands in for it here, and a
+    /// driver that fails is reported as down while the ledgers are still served.
+    #[test]
+    fn nvml_through_the_seam_up_with_its_gpus_or_down() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let mut fake = Fake::gpus(2, 16 << 30);
+        fake.gpus[1].used = 1 << 30;
+        let m = Monitor::with_nvml(root.clone(), Some(Box::new(fake)), POLICY);
+        let text = m.scrape();
+        assert!(text.lines().any(|l| l == "vgpu_nvml_up 1"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("hami_host_gpu_memory_used_bytes{")
+                    && l.contains("GPU-fa4ec0de-0000-4000-8000-000000000001")
+                    && l.ends_with(" 1073741824")),
+            "{text}"
+        );
+        let broken = Fake {
+            fail: Some("Unknown Error (error 999)".into()),
+            ..Fake::gpus(1, 16 << 30)
+        };
+        let m = Monitor::with_nvml(root.clone(), Some(Box::new(broken)), POLICY);
+        let text = m.scrape();
+        assert!(text.lines().any(|l| l == "vgpu_nvml_up 0"), "{text}");
+        let m = Monitor::with_nvml(root, None, POLICY);
+        assert!(m.scrape().lines().any(|l| l == "vgpu_nvml_up 0"));
+    }
 }

@@ -1,6 +1,12 @@
 //! A host process as the monitor needs it: its PID namespace inode, its PID inside that namespace (the last
 //! `NSpid` entry) and its cgroup, from `/proc/<pid>`. Not here: deciding which container it is
 //! (`watchdog::owner_of`), killing it (`watchdog::kill`).
+//!
+//! Hand-written rather than through the `procfs` crate: each PID costs one `stat` of `/proc/<pid>/ns/pid`
+//! (the inode is the namespace's identity) and one line of `/proc/<pid>/status` (`NSpid`), read for every
+//! PID of the host on each `vgpuctl status` and for every GPU process on each watchdog pass; `procfs`
+//! parses the whole status file into some fifty fields per process (and reads every namespace link for
+//! the inode), for the one field used. The cgroup text is matched as written, not parsed into hierarchies.
 
 /// What `/proc` says about a host PID.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,18 +1,14 @@
-//! The monitor's one reader of the state root: every container's limits file (with the Kubernetes names
-//! and PID namespace the hook recorded) and, per GPU, its ledger's total, the sum of its slots, usage by
-//! kind and the live slots' owners. All ledger reading of the monitor is here, so the reader can change
-//! without touching the rest. Not here: NVML, metrics, the watchdog's decisions.
-//!
-//! Read-only and lock-free, as every host tool reads what a tenant can write (`vgpu_ledger::hostfile`):
-//! files are opened `O_NOFOLLOW|O_NONBLOCK`, used only if regular and of bounded size, and a ledger is read
-//! with `pread` into memory (`Snapshot::read`: never mapped, so a tenant truncating it cannot kill the
-//! monitor; liveness asked with `F_OFD_GETLK`, no lock taken).
+//! The monitor's figures of the state root: every container's limits (with the Kubernetes names and PID
+//! namespace the hook recorded) and, per GPU, its ledger's total, the sum of its slots, usage by kind and
+//! the live slots' owners. Read through the host tools' one reader of the state root
+//! (`vgpu_host::inventory`: no link followed, never blocking, nothing mapped, no lock taken; a missing
+//! ledger is no usage, not an error), so the monitor sees what `vgpuctl status`, admission and the garbage
+//! collector see. Not here: NVML, metrics, the watchdog's decisions.
 
-use std::path::Path;
-use vgpu_ledger::hostfile;
+use vgpu_host::inventory::{self, LedgerRead};
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::region::KINDS;
-use vgpu_ledger::{KubeNames, Snapshot};
+use vgpu_ledger::KubeNames;
 
 /// One container's state.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -57,35 +53,26 @@ pub struct GpuState {
 
 /// Reads every container under `root`; what cannot be read is recorded in the entry, never fatal.
 pub fn read(root: &StateRoot) -> std::io::Result<Vec<ContainerState>> {
-    Ok(root
-        .containers()?
-        .map(|c| container(&c.id, &c.limits_path))
-        .collect())
+    Ok(inventory::containers(root)?.iter().map(container).collect())
 }
 
-fn container(id: &str, limits_path: &Path) -> ContainerState {
-    let mut c = ContainerState {
-        id: id.to_string(),
+fn container(c: &inventory::Container) -> ContainerState {
+    let mut s = ContainerState {
+        id: c.id().to_string(),
         ..Default::default()
     };
-    let limits = match hostfile::load_limits(limits_path) {
-        Ok(l) => l,
-        Err(e) => {
-            c.error = Some(e.to_string());
-            return c;
+    match &c.limits {
+        Ok(limits) => {
+            s.names = limits.kubernetes.clone();
+            s.pid_ns = limits.pid_ns;
+            s.gpus = c.ledgers().into_iter().map(|(d, l)| gpu(d, l)).collect();
         }
-    };
-    c.names = limits.kubernetes.clone();
-    c.pid_ns = limits.pid_ns;
-    c.gpus = limits
-        .devices
-        .iter()
-        .map(|d| gpu(&limits.ledger_path(limits_path, d), d))
-        .collect();
-    c
+        Err(e) => s.error = Some(e.to_string()),
+    }
+    s
 }
 
-fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
+fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
     let mut g = GpuState {
         index: d.index,
         uuid: d.uuid.clone(),
@@ -93,13 +80,9 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
         compute_limit: d.compute_share(),
         ..Default::default()
     };
-    // No process of the container has used CUDA yet (the hook allocates ledgers, but an older one may not).
-    if matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-    {
-        return g;
-    }
-    match Snapshot::read(path) {
-        Ok(snap) => {
+    match ledger {
+        LedgerRead::Missing => {}
+        LedgerRead::Read(snap) => {
             g.total = snap.used;
             g.refusals = snap.refusals;
             g.spilled = snap.spilled;
@@ -114,7 +97,7 @@ fn gpu(path: &Path, d: &vgpu_ledger::DeviceLimit) -> GpuState {
                 }
             }
         }
-        Err(e) => g.error = Some(e.to_string()),
+        LedgerRead::Unreadable(e) => g.error = Some(e),
     }
     g
 }

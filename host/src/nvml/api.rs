@@ -1,0 +1,62 @@
+//! What the host tools ask NVML, as a trait ([`Nvml`]), and what it answers. Not here: the binding
+//! (`library`), the fake (`fake`).
+
+use std::ffi::CStr;
+
+/// One GPU of the host, as the hook plans and admits against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostGpu {
+    /// NVML index on the host.
+    pub index: u32,
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Physical memory in bytes.
+    pub total_memory: u64,
+    /// Minor number of its `/dev/nvidiaN` node, when NVML reports one.
+    pub minor: Option<u32>,
+}
+
+/// One GPU as NVML reports it now, for the monitor.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuReading {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub total: u64,
+    pub used: u64,
+    /// 0.0–1.0; `None` when NVML cannot tell.
+    pub utilization: Option<f64>,
+    /// Compute processes: (host PID, bytes); `None` when the list could not be read.
+    pub processes: Option<Vec<(u32, u64)>>,
+    /// Each process's SM utilisation 0.0–1.0 (its latest sample); `None` when NVML cannot tell.
+    pub process_utilization: Option<Vec<(u32, f64)>>,
+}
+
+/// Why NVML could not answer: one line naming the library or the call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvmlError {
+    #[error("cannot load NVML ({lib}): {error}")]
+    Load { lib: String, error: String },
+    #[error("NVML ({lib}): missing symbol {symbol}")]
+    MissingSymbol { lib: String, symbol: &'static str },
+    #[error("NVML ({lib}) failed to initialise: {error}")]
+    Init { lib: String, error: String },
+    /// A call that failed, with its arguments (`nvmlDeviceGetUUID(1)`) and NVML's error.
+    #[error("{call}: {error}")]
+    Call { call: String, error: String },
+}
+
+/// The host's NVML, loaded and initialised (shut down when dropped).
+pub trait Nvml: Send + Sync {
+    /// Every GPU's index, UUID, memory and device minor, in NVML's order.
+    fn devices(&self) -> Result<Vec<HostGpu>, NvmlError>;
+
+    /// Every GPU's name, memory use, utilisation and compute processes, in NVML's order. A GPU that
+    /// cannot be read is an error for the whole reading (the caller tries again at the next one).
+    fn readings(&self) -> Result<Vec<GpuReading>, NvmlError>;
+
+    /// Sets each GPU's (by UUID) hard and soft memory limit for the cgroup `cgroup` (its full sysfs path)
+    /// with `nvmlDeviceSetMemoryLimits_v1` (r615+). Ok(false): the driver has no such call, nothing set.
+    fn set_memory_limits(&self, cgroup: &CStr, limits: &[(String, u64)])
+        -> Result<bool, NvmlError>;
+}

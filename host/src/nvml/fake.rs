@@ -1,0 +1,93 @@
+//! NVML in memory, for the tests of the host tools: GPUs whose readings the test sets, and the per-cgroup
+//! limits they were given. Not here: the real library (`library`); the project's fake
+//! `libnvidia-ml.so.1` (tests/fake-nvml), which the e2e suites load through the real binding.
+
+use super::api::{GpuReading, HostGpu, Nvml, NvmlError};
+use std::ffi::CStr;
+use std::sync::Mutex;
+
+/// GPUs in memory.
+#[derive(Debug, Default)]
+pub struct Fake {
+    /// What `readings` answers; `devices` answers their index, UUID and total (minor = index).
+    pub gpus: Vec<GpuReading>,
+    /// The driver has the per-cgroup limit call (r615+).
+    pub memory_limits: bool,
+    /// Limits set: (cgroup, GPU UUID, bytes).
+    pub limits_set: Mutex<Vec<(String, String, u64)>>,
+    /// Every call fails with this error (a broken driver).
+    pub fail: Option<String>,
+}
+
+impl Fake {
+    /// `n` idle GPUs of `total` bytes each, UUIDs `GPU-fa4ec0de-0000-4000-8000-00000000000<i>` (as the
+    /// fake libnvidia-ml names them).
+    pub fn gpus(n: u32, total: u64) -> Fake {
+        Fake {
+            gpus: (0..n)
+                .map(|i| GpuReading {
+                    index: i,
+                    uuid: format!("GPU-fa4ec0de-0000-4000-8000-{i:012}"),
+                    name: "Fake GPU".into(),
+                    total,
+                    processes: Some(vec![]),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn check(&self, call: &str) -> Result<(), NvmlError> {
+        match &self.fail {
+            Some(e) => Err(NvmlError::Call {
+                call: call.into(),
+                error: e.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Nvml for Fake {
+    fn devices(&self) -> Result<Vec<HostGpu>, NvmlError> {
+        self.check("nvmlDeviceGetCount_v2")?;
+        Ok(self
+            .gpus
+            .iter()
+            .map(|g| HostGpu {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                total_memory: g.total,
+                minor: Some(g.index),
+            })
+            .collect())
+    }
+
+    fn readings(&self) -> Result<Vec<GpuReading>, NvmlError> {
+        self.check("nvmlDeviceGetCount_v2")?;
+        Ok(self.gpus.clone())
+    }
+
+    fn set_memory_limits(
+        &self,
+        cgroup: &CStr,
+        limits: &[(String, u64)],
+    ) -> Result<bool, NvmlError> {
+        self.check("nvmlDeviceSetMemoryLimits_v1")?;
+        if !self.memory_limits {
+            return Ok(false);
+        }
+        let mut set = self.limits_set.lock().unwrap_or_else(|e| e.into_inner());
+        for (uuid, bytes) in limits {
+            if !self.gpus.iter().any(|g| &g.uuid == uuid) {
+                return Err(NvmlError::Call {
+                    call: format!("nvmlDeviceGetHandleByUUID({uuid})"),
+                    error: "Not Found (error 6)".into(),
+                });
+            }
+            set.push((cgroup.to_string_lossy().into_owned(), uuid.clone(), *bytes));
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,442 @@
+//! The real NVML, loaded at run time with `libloading` from the name or path the config gives
+//! (`nvml_library`; the e2e suites point it at the project's fake `libnvidia-ml.so.1`), initialised once
+//! and shut down when dropped. Loading at run time lets the shim and the hook run on nodes without a GPU
+//! driver until a container actually asks for a quota. Not here: the trait (`api`).
+//!
+//! A binding of our own rather than the `nvml-wrapper` crate (0.13 read), for three calls it does not have
+//! or makes differently: it has no `nvmlDeviceSetMemoryLimits_v1` (r615+, the driver's per-cgroup limit);
+//! its `memory_info` calls `nvmlDeviceGetMemoryInfo_v2`, where vgpu compares against v1's figures (those
+//! the interposer's NVML answers and the fake NVML's v1/v2 split are built on: changing it would change
+//! what the monitor reports); and its process list is `_v3` (`_v2` behind a feature), never the
+//! unversioned list the monitor falls back to on older drivers. The binding is 16 symbols; every optional
+//! one is asked for by name and its absence is an answer (no minor number, no utilisation, no process
+//! list), never a failure to load.
+
+use super::api::{GpuReading, HostGpu, Nvml, NvmlError};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+
+type Device = *mut c_void;
+const SUCCESS: c_int = 0;
+const NOT_SUPPORTED: c_int = 3;
+const INSUFFICIENT_SIZE: c_int = 7;
+const FUNCTION_NOT_FOUND: c_int = 13;
+/// Room for a UUID or a name (NVML's own buffer sizes are 80 and 96).
+const BUF: usize = 96;
+
+/// nvmlMemory_t.
+#[repr(C)]
+#[derive(Default)]
+struct Memory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
+
+/// nvmlUtilization_t.
+#[repr(C)]
+#[derive(Default)]
+struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// nvmlProcessInfo_v2_t (the `_v2` and `_v3` lists).
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct ProcessV2 {
+    pid: c_uint,
+    used: u64,
+    gpu_instance: c_uint,
+    compute_instance: c_uint,
+}
+
+/// nvmlProcessInfo_v1_t (the list without a version suffix).
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct ProcessV1 {
+    pid: c_uint,
+    used: u64,
+}
+
+/// nvmlProcessUtilizationSample_t.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct UtilSample {
+    pid: c_uint,
+    time_stamp: u64,
+    sm: c_uint,
+    mem: c_uint,
+    enc: c_uint,
+    dec: c_uint,
+}
+
+/// `nvmlSetMemoryLimits_v1_t` (nvml.h of r615+; the same layout as NVIDIA's own Python bindings).
+#[repr(C)]
+struct SetMemoryLimits {
+    name_space: *const c_char,
+    soft: u64,
+    hard: u64,
+}
+
+type ListFn<T> = unsafe extern "C" fn(Device, *mut c_uint, *mut T) -> c_int;
+type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) -> c_int;
+type StringFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
+type SetFn = unsafe extern "C" fn(Device, *const SetMemoryLimits) -> c_int;
+
+enum Lister {
+    V2(ListFn<ProcessV2>),
+    V1(ListFn<ProcessV1>),
+}
+
+/// NVML, loaded and initialised.
+pub struct Library {
+    lib: String,
+    count: unsafe extern "C" fn(*mut c_uint) -> c_int,
+    by_index: unsafe extern "C" fn(c_uint, *mut Device) -> c_int,
+    by_uuid: Option<unsafe extern "C" fn(*const c_char, *mut Device) -> c_int>,
+    uuid: StringFn,
+    name: Option<StringFn>,
+    memory: unsafe extern "C" fn(Device, *mut Memory) -> c_int,
+    minor: Option<unsafe extern "C" fn(Device, *mut c_uint) -> c_int>,
+    utilization: Option<unsafe extern "C" fn(Device, *mut Utilization) -> c_int>,
+    process_utilization: Option<UtilFn>,
+    lister: Option<Lister>,
+    set_limits: Option<SetFn>,
+    error_string: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
+    shutdown: unsafe extern "C" fn() -> c_int,
+    /// nvmlInit_v2 succeeded: dropping shuts NVML down.
+    initialised: bool,
+    // Last: the function pointers above live as long as the library stays loaded.
+    _lib: libloading::Library,
+}
+
+// SAFETY: NVML is thread-safe (nvml.h: "all NVML functions are thread-safe"); the pointers are code.
+unsafe impl Send for Library {}
+// SAFETY: as above.
+unsafe impl Sync for Library {}
+
+impl Library {
+    /// Loads and initialises NVML from `lib` (a soname or a path).
+    pub fn load(lib: &str) -> Result<Library, NvmlError> {
+        // SAFETY: loading the vendor library the configuration names runs its initialisers, as for any
+        // NVML user.
+        let l = unsafe { libloading::Library::new(lib) }.map_err(|e| NvmlError::Load {
+            lib: lib.into(),
+            error: e.to_string(),
+        })?;
+        let missing = |symbol| NvmlError::MissingSymbol {
+            lib: lib.into(),
+            symbol,
+        };
+        // SAFETY (every `get`): the Rust types match the prototypes in nvml.h; the pointers are used only
+        // while `l` is loaded (it is kept in the struct).
+        let n = unsafe {
+            macro_rules! need {
+                ($n:literal) => {
+                    *l.get(concat!($n, "\0").as_bytes())
+                        .map_err(|_| missing($n))?
+                };
+            }
+            macro_rules! maybe {
+                ($n:literal) => {
+                    l.get(concat!($n, "\0").as_bytes()).ok().map(|s| *s)
+                };
+            }
+            let lister = match maybe!("nvmlDeviceGetComputeRunningProcesses_v3")
+                .or(maybe!("nvmlDeviceGetComputeRunningProcesses_v2"))
+            {
+                Some(f) => Some(Lister::V2(f)),
+                None => maybe!("nvmlDeviceGetComputeRunningProcesses").map(Lister::V1),
+            };
+            let init: unsafe extern "C" fn() -> c_int = need!("nvmlInit_v2");
+            let n = Library {
+                lib: lib.into(),
+                count: need!("nvmlDeviceGetCount_v2"),
+                by_index: need!("nvmlDeviceGetHandleByIndex_v2"),
+                by_uuid: maybe!("nvmlDeviceGetHandleByUUID"),
+                uuid: need!("nvmlDeviceGetUUID"),
+                name: maybe!("nvmlDeviceGetName"),
+                memory: need!("nvmlDeviceGetMemoryInfo"),
+                minor: maybe!("nvmlDeviceGetMinorNumber"),
+                utilization: maybe!("nvmlDeviceGetUtilizationRates"),
+                process_utilization: maybe!("nvmlDeviceGetProcessUtilization"),
+                lister,
+                set_limits: maybe!("nvmlDeviceSetMemoryLimits_v1"),
+                error_string: maybe!("nvmlErrorString"),
+                shutdown: need!("nvmlShutdown"),
+                initialised: false,
+                _lib: l,
+            };
+            let mut n = n;
+            let rc = init();
+            if rc != SUCCESS {
+                return Err(NvmlError::Init {
+                    lib: lib.into(),
+                    error: n.error(rc),
+                });
+            }
+            n.initialised = true;
+            n
+        };
+        Ok(n)
+    }
+
+    /// NVML's words for `rc`, with the number.
+    fn error(&self, rc: c_int) -> String {
+        if let Some(f) = self.error_string {
+            // SAFETY: nvmlErrorString returns a static NUL-terminated string or NULL.
+            let p = unsafe { f(rc) };
+            if !p.is_null() {
+                // SAFETY: non-NULL, NUL-terminated, static (per nvml.h).
+                let s = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+                return format!("{s} (error {rc})");
+            }
+        }
+        format!("error {rc}")
+    }
+
+    fn call(&self, call: impl Into<String>, rc: c_int) -> Result<(), NvmlError> {
+        match rc {
+            SUCCESS => Ok(()),
+            rc => Err(NvmlError::Call {
+                call: call.into(),
+                error: self.error(rc),
+            }),
+        }
+    }
+
+    fn count(&self) -> Result<u32, NvmlError> {
+        let mut n: c_uint = 0;
+        // SAFETY: valid out-pointer.
+        self.call("nvmlDeviceGetCount_v2", unsafe { (self.count)(&mut n) })?;
+        Ok(n)
+    }
+
+    fn handle(&self, index: u32) -> Result<Device, NvmlError> {
+        let mut dev: Device = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; index < count.
+        let rc = unsafe { (self.by_index)(index, &mut dev) };
+        self.call(format!("nvmlDeviceGetHandleByIndex_v2({index})"), rc)?;
+        Ok(dev)
+    }
+
+    fn uuid_and_memory(&self, index: u32, dev: Device) -> Result<(String, Memory), NvmlError> {
+        // SAFETY: `b` holds `l` bytes (`string`).
+        let uuid = string(|b, l| unsafe { (self.uuid)(dev, b, l) }).map_err(|rc| {
+            self.call(format!("nvmlDeviceGetUUID({index})"), rc)
+                .unwrap_err()
+        })?;
+        let mut mem = Memory::default();
+        // SAFETY: `mem` has nvmlMemory_t's layout.
+        let rc = unsafe { (self.memory)(dev, &mut mem) };
+        self.call(format!("nvmlDeviceGetMemoryInfo({index})"), rc)?;
+        Ok((uuid, mem))
+    }
+
+    fn reading(&self, index: u32) -> Result<GpuReading, NvmlError> {
+        let dev = self.handle(index)?;
+        let (uuid, mem) = self.uuid_and_memory(index, dev)?;
+        // SAFETY (closure): `b` holds `l` bytes.
+        let name = self
+            .name
+            .and_then(|f| string(|b, l| unsafe { f(dev, b, l) }).ok())
+            .unwrap_or_default();
+        let utilization = self.utilization.and_then(|f| {
+            let mut u = Utilization::default();
+            // SAFETY: `u` has nvmlUtilization_t's layout.
+            (unsafe { f(dev, &mut u) } == SUCCESS).then(|| f64::from(u.gpu.min(100)) / 100.0)
+        });
+        let processes = match self.lister {
+            Some(Lister::V2(f)) => list(dev, f, |p: &ProcessV2| (p.pid, p.used)),
+            Some(Lister::V1(f)) => list(dev, f, |p: &ProcessV1| (p.pid, p.used)),
+            None => None,
+        };
+        let hint = processes.as_ref().map_or(0, |p| p.len());
+        let process_utilization = self.process_utilization.and_then(|f| samples(dev, f, hint));
+        Ok(GpuReading {
+            index,
+            uuid,
+            name,
+            total: mem.total,
+            used: mem.used,
+            utilization,
+            processes,
+            process_utilization,
+        })
+    }
+}
+
+impl Nvml for Library {
+    fn devices(&self) -> Result<Vec<HostGpu>, NvmlError> {
+        (0..self.count()?)
+            .map(|index| {
+                let dev = self.handle(index)?;
+                let (uuid, mem) = self.uuid_and_memory(index, dev)?;
+                let minor = self.minor.and_then(|f| {
+                    let mut m: c_uint = 0;
+                    // SAFETY: `m` is a valid out-pointer.
+                    (unsafe { f(dev, &mut m) } == SUCCESS).then_some(m)
+                });
+                Ok(HostGpu {
+                    index,
+                    uuid,
+                    total_memory: mem.total,
+                    minor,
+                })
+            })
+            .collect()
+    }
+
+    fn readings(&self) -> Result<Vec<GpuReading>, NvmlError> {
+        (0..self.count()?).map(|i| self.reading(i)).collect()
+    }
+
+    fn set_memory_limits(
+        &self,
+        cgroup: &CStr,
+        limits: &[(String, u64)],
+    ) -> Result<bool, NvmlError> {
+        let Some(set) = self.set_limits else {
+            return Ok(false);
+        };
+        let by_uuid = self.by_uuid.ok_or(NvmlError::MissingSymbol {
+            lib: self.lib.clone(),
+            symbol: "nvmlDeviceGetHandleByUUID",
+        })?;
+        for (uuid, bytes) in limits {
+            let by = format!("nvmlDeviceGetHandleByUUID({uuid})");
+            let c_uuid = CString::new(uuid.as_str()).map_err(|_| NvmlError::Call {
+                call: by.clone(),
+                error: "the UUID holds a NUL byte".into(),
+            })?;
+            let mut dev: Device = std::ptr::null_mut();
+            // SAFETY: a NUL-terminated UUID and a valid out-pointer.
+            self.call(by, unsafe { by_uuid(c_uuid.as_ptr(), &mut dev) })?;
+            let l = SetMemoryLimits {
+                name_space: cgroup.as_ptr(),
+                soft: *bytes,
+                hard: *bytes,
+            };
+            // SAFETY: `l` has nvmlSetMemoryLimits_v1_t's layout; its string outlives the call.
+            match unsafe { set(dev, &l) } {
+                NOT_SUPPORTED | FUNCTION_NOT_FOUND => return Ok(false),
+                rc => self.call(
+                    format!(
+                        "nvmlDeviceSetMemoryLimits_v1({uuid}, {})",
+                        cgroup.to_string_lossy()
+                    ),
+                    rc,
+                )?,
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl Drop for Library {
+    fn drop(&mut self) {
+        if self.initialised {
+            // SAFETY: paired with the successful nvmlInit_v2 of `load`.
+            unsafe { (self.shutdown)() };
+        }
+    }
+}
+
+/// A string NVML writes into a buffer of ours; Err: NVML's return code.
+fn string(f: impl FnOnce(*mut c_char, c_uint) -> c_int) -> Result<String, c_int> {
+    let mut buf = [0 as c_char; BUF];
+    let rc = f(buf.as_mut_ptr(), BUF as c_uint);
+    if rc != SUCCESS {
+        return Err(rc);
+    }
+    buf[BUF - 1] = 0;
+    // SAFETY: NUL-terminated within the buffer (last byte forced).
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// Per-process SM utilisation: the latest sample of each PID (NVML keeps a buffer of samples; asked
+/// from timestamp 0, it returns all of them).
+fn samples(dev: Device, f: UtilFn, hint: usize) -> Option<Vec<(u32, f64)>> {
+    // Sized from the process list first (one call), grown on INSUFFICIENT_SIZE.
+    let mut buf = vec![UtilSample::default(); hint + 16];
+    for _ in 0..3 {
+        let mut n = buf.len() as c_uint;
+        // SAFETY: `buf` holds `n` samples.
+        match unsafe { f(dev, buf.as_mut_ptr(), &mut n, 0) } {
+            SUCCESS => {
+                buf.truncate(n as usize);
+                buf.sort_by_key(|s| (s.pid, std::cmp::Reverse(s.time_stamp)));
+                buf.dedup_by_key(|s| s.pid);
+                return Some(
+                    buf.iter()
+                        .map(|s| (s.pid, f64::from(s.sm.min(100)) / 100.0))
+                        .collect(),
+                );
+            }
+            INSUFFICIENT_SIZE => buf = vec![UtilSample::default(); n as usize + 16],
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// NVML's list protocol: grow the buffer while it answers INSUFFICIENT_SIZE (processes come and go).
+fn list<T: Default + Clone>(
+    dev: Device,
+    f: ListFn<T>,
+    get: impl Fn(&T) -> (u32, u64),
+) -> Option<Vec<(u32, u64)>> {
+    let mut buf: Vec<T> = vec![T::default(); 64];
+    for _ in 0..4 {
+        let mut n = buf.len() as c_uint;
+        // SAFETY: `buf` holds `n` entries of the struct the function fills.
+        let rc = unsafe { f(dev, &mut n, buf.as_mut_ptr()) };
+        if rc == SUCCESS {
+            buf.truncate(n as usize);
+            // NVML reports u64::MAX ("not available") under some virtualisations: no figure to compare.
+            return Some(buf.iter().map(&get).filter(|p| p.1 != u64::MAX).collect());
+        }
+        if rc != INSUFFICIENT_SIZE {
+            return None;
+        }
+        buf = vec![T::default(); n as usize + 64];
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_library_that_is_not_there_is_one_line_naming_it() {
+        let e = Library::load("/nonexistent/libnvidia-ml.so.1")
+            .err()
+            .unwrap();
+        assert!(matches!(e, NvmlError::Load { .. }), "{e:?}");
+        let s = e.to_string();
+        assert!(
+            s.starts_with("cannot load NVML (/nonexistent/libnvidia-ml.so.1): "),
+            "{s}"
+        );
+        assert!(!s.contains('\n'));
+    }
+
+    #[test]
+    fn a_library_without_nvml_is_a_missing_symbol() {
+        // libc is loadable and has none of NVML's symbols.
+        let e = Library::load("libc.so.6").err().unwrap();
+        assert!(
+            matches!(
+                e,
+                NvmlError::MissingSymbol {
+                    symbol: "nvmlInit_v2",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}

@@ -1,0 +1,13 @@
+//! `vgpuctl status`: quota, usage by kind and processes per container and GPU, and per GPU what the
+//! quotas commit against what it has, read from the state root; read-only (see `model`). Split in two: the
+//! model ([`model::collect`], also `--json`'s shape) and its rendering as a table ([`render::print_table`]).
+//! Not here: reading the state root (`vgpu_host::inventory`), the garbage collector (`vgpu_oci::gc`).
+
+pub mod model;
+pub mod render;
+
+pub use model::{collect, Compute, Container, Gpu, GpuTotal, Process, Status, SCHEMA_VERSION};
+pub use render::print_table;
+
+#[cfg(test)]
+mod tests;

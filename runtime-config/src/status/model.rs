@@ -1,0 +1,274 @@
+//! The model of `vgpuctl status`: per container and GPU its quota, usage by kind, compute share and
+//! processes, and per GPU what the quotas commit against what it has, as one value (`--json` writes it
+//! as it is). Read from the state root through the host tools' one reader (`vgpu_host::inventory`: nothing
+//! followed, waited on, mapped, locked or written, so looking never changes what it looks at; a missing
+//! ledger is no usage, not an error). A ledger's processes are named by the PID inside their container;
+//! their host PIDs are found in `/proc` (the monitor's `procs`). Not here: the table (`render`).
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use vgpu_host::inventory::{self, Entry, LedgerRead};
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::{Kind, KubeNames};
+
+use crate::monitor::procs;
+
+/// The version of `--json`'s shape: raised whenever a field changes meaning or goes away (added fields do
+/// not raise it). 2: `schema_version`, `gpus` (per-GPU totals), `kubernetes`, processes' `host_pid`.
+/// 3: a GPU's `quota` is null when it has a compute share and no memory quota; `compute` per GPU and
+/// `compute_shares` per GPU total.
+pub const SCHEMA_VERSION: u32 = 3;
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub schema_version: u32,
+    pub state_root: String,
+    /// Per GPU: what the containers' quotas commit, what their ledgers hold, and what the GPU has.
+    pub gpus: Vec<GpuTotal>,
+    pub containers: Vec<Container>,
+}
+
+/// One GPU's totals over the containers that have a quota on it.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct GpuTotal {
+    pub uuid: String,
+    pub containers: usize,
+    /// The sum of their quotas (what admission checks against the GPU).
+    pub committed: u64,
+    /// The sum of their compute shares, percent (past 100 no one can get its share).
+    pub compute_shares: u32,
+    /// The sum of what their ledgers hold.
+    pub used: u64,
+    /// The GPU's memory, from NVML (None when NVML is not there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub physical: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Container {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_pid: Option<u32>,
+    /// Kubernetes namespace, pod and container, when a CRI runtime made it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubeNames>,
+    /// Why this container's state could not be read (the others are still shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub uuid: String,
+    /// Bytes, from limits.json (what the library enforces); null: no memory quota (a compute share
+    /// alone).
+    pub quota: Option<u64>,
+    /// Bytes charged in the ledger, all processes together.
+    pub used: u64,
+    /// Bytes per kind (context, module, data, ...), all processes together; kinds at zero left out.
+    pub by_kind: serde_json::Map<String, serde_json::Value>,
+    /// The unified-memory mode: plain, spill or oversubscribe.
+    pub memory_mode: &'static str,
+    /// Spill mode: the host budget and the bytes spilled past the quota (not part of `used`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_limit: Option<u64>,
+    pub spilled: u64,
+    /// The compute share and what its bucket recorded, when the GPU has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Compute>,
+    pub processes: Vec<Process>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A GPU's compute share (limits.json) and its bucket (the ledger's `COMPUTE_AREA`, all the container's
+/// processes together, since the ledger was made).
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Compute {
+    /// Percent of the GPU's time.
+    pub limit_percent: u32,
+    /// `force` or `default` (both a hard cap today).
+    pub policy: vgpu_ledger::envcompute::Policy,
+    /// The share's pacing window, ms (limits.json's `compute_window_ms`, else the default).
+    pub window_ms: u32,
+    /// GPU time charged to the bucket, nanoseconds.
+    pub charged_ns: u64,
+    /// Time launching threads were held back, nanoseconds, summed over threads.
+    pub held_ns: u64,
+    /// Launches (kernels and graphs) measured and charged.
+    pub launches: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Process {
+    pub slot: u16,
+    /// PID inside the container's own PID namespace (0: not recorded).
+    pub pid: u32,
+    pub pid_ns: u64,
+    /// The same process's PID on the host, when it lives and `/proc` shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_pid: Option<u32>,
+    /// The process still holds its slot; a dead one's usage is given back by the next reclaim.
+    pub alive: bool,
+    pub used: u64,
+    /// Bytes spilled past the quota (spill mode).
+    pub spilled: u64,
+}
+
+fn by_kind(usage: impl Fn(Kind) -> u64) -> serde_json::Map<String, serde_json::Value> {
+    Kind::ALL
+        .iter()
+        .filter(|k| usage(**k) > 0)
+        .map(|k| (k.name().to_string(), usage(*k).into()))
+        .collect()
+}
+
+fn gpu(dev: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> Gpu {
+    let mut g = Gpu {
+        index: dev.index,
+        uuid: dev.uuid.clone(),
+        quota: dev.memory_limit,
+        used: 0,
+        by_kind: Default::default(),
+        memory_mode: dev.memory.name(),
+        spill_limit: dev.memory.spill_limit(),
+        spilled: 0,
+        compute: dev.compute_share().map(|limit_percent| Compute {
+            limit_percent,
+            policy: dev.compute_policy,
+            window_ms: dev
+                .compute_window_ms
+                .unwrap_or(vgpu_ledger::envcompute::DEFAULT_WINDOW_MS),
+            charged_ns: 0,
+            held_ns: 0,
+            launches: 0,
+        }),
+        processes: vec![],
+        error: None,
+    };
+    match ledger {
+        LedgerRead::Read(snap) => {
+            g.used = snap.used;
+            g.spilled = snap.spilled;
+            if let Some(c) = &mut g.compute {
+                c.charged_ns = snap.compute.charged_ns;
+                c.held_ns = snap.compute.held_ns;
+                c.launches = snap.compute.launches;
+            }
+            g.by_kind = by_kind(|k| snap.slots.iter().map(|s| s.usage[k.index()]).sum());
+            g.processes = snap
+                .slots
+                .iter()
+                .map(|s| Process {
+                    slot: s.index,
+                    pid: s.pid,
+                    pid_ns: s.pid_ns,
+                    host_pid: None,
+                    alive: s.alive,
+                    used: s.total(),
+                    spilled: s.spilled,
+                })
+                .collect();
+        }
+        // No process has started CUDA there yet: nothing to show.
+        LedgerRead::Missing => {}
+        LedgerRead::Unreadable(e) => g.error = Some(e),
+    }
+    g
+}
+
+/// Reads every container under `root`. Entries of the state root that are not a container's state are
+/// listed with an error; provisions and removals in progress are not listed. `physical`: each GPU's memory
+/// by UUID, when NVML could tell.
+pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
+    let mut status = Status {
+        schema_version: SCHEMA_VERSION,
+        state_root: root.root().display().to_string(),
+        gpus: vec![],
+        containers: vec![],
+    };
+    for entry in inventory::read(root)? {
+        let c = match entry {
+            Entry::Leftover(_) => continue,
+            Entry::Foreign { entry, why } => Container {
+                id: entry.name,
+                init_pid: None,
+                kubernetes: None,
+                error: Some(format!("not a container's state: {why}")),
+                gpus: vec![],
+            },
+            Entry::Container(c) => {
+                let mut out = Container {
+                    id: c.id().to_string(),
+                    init_pid: None,
+                    kubernetes: None,
+                    error: None,
+                    gpus: vec![],
+                };
+                match &c.limits {
+                    Ok(limits) => {
+                        out.init_pid = limits.init_pid;
+                        out.kubernetes = limits.kubernetes.clone();
+                        out.gpus = c.ledgers().into_iter().map(|(d, l)| gpu(d, l)).collect();
+                    }
+                    Err(e) => out.error = Some(e.to_string()),
+                }
+                out
+            }
+        };
+        status.containers.push(c);
+    }
+    name_host_pids(&mut status.containers, host_pids);
+    status.gpus = totals(&status.containers, physical);
+    Ok(status)
+}
+
+/// Every live process of the host, by (PID namespace, PID inside it) — what a ledger's slot records.
+fn host_pids() -> HashMap<(u64, u32), u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(procs::inspect)
+        .map(|p| ((p.ns, p.inner_pid), p.pid))
+        .collect()
+}
+
+/// Fills in the host PIDs of the live processes (`/proc` is read only when there is one).
+fn name_host_pids(containers: &mut [Container], scan: impl FnOnce() -> HashMap<(u64, u32), u32>) {
+    let live = |c: &Container| c.gpus.iter().any(|g| g.processes.iter().any(|p| p.alive));
+    if !containers.iter().any(live) {
+        return;
+    }
+    let host = scan();
+    for p in containers
+        .iter_mut()
+        .flat_map(|c| c.gpus.iter_mut())
+        .flat_map(|g| g.processes.iter_mut())
+        .filter(|p| p.alive && p.pid != 0)
+    {
+        p.host_pid = host.get(&(p.pid_ns, p.pid)).copied();
+    }
+}
+
+/// Per GPU: the containers on it, their quotas and usage summed, and its memory.
+fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal> {
+    let mut by: BTreeMap<&str, GpuTotal> = BTreeMap::new();
+    for g in containers.iter().flat_map(|c| &c.gpus) {
+        let t = by.entry(&g.uuid).or_insert_with(|| GpuTotal {
+            uuid: g.uuid.clone(),
+            containers: 0,
+            committed: 0,
+            compute_shares: 0,
+            used: 0,
+            physical: physical.iter().find(|p| p.0 == g.uuid).map(|p| p.1),
+        });
+        t.containers += 1;
+        t.committed = t.committed.saturating_add(g.quota.unwrap_or(0));
+        t.compute_shares += g.compute.as_ref().map_or(0, |c| c.limit_percent);
+        t.used = t.used.saturating_add(g.used);
+    }
+    by.into_values().collect()
+}

@@ -1,0 +1,360 @@
+//! Tests of `vgpuctl status`: the model read from a real state root and ledgers, and its table.
+
+use super::*;
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::{DeviceLimit, Ledger};
+use vgpu_ledger::{Kind, KubeNames, Limits};
+
+fn provision(root: &StateRoot, id: &str, uuid: &str, limit: u64) -> (Ledger, std::path::PathBuf) {
+    provision_in(root, id, uuid, limit, Default::default())
+}
+
+fn provision_in(
+    root: &StateRoot,
+    id: &str,
+    uuid: &str,
+    limit: u64,
+    memory: vgpu_ledger::MemoryMode,
+) -> (Ledger, std::path::PathBuf) {
+    let limits_path = root.limits_path(id).unwrap();
+    std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
+    // As the hook makes them: both folders marked.
+    vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
+    vgpu_ledger::walk::mark(&root.container_dir(id).unwrap()).unwrap();
+    let limits = Limits {
+        version: vgpu_ledger::LIMITS_VERSION,
+        container_id: id.into(),
+        pid_ns: None,
+        init_pid: Some(1),
+        kubernetes: None,
+        devices: vec![DeviceLimit {
+            index: 0,
+            uuid: uuid.into(),
+            memory_limit: Some(limit),
+            ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
+            memory,
+            compute_limit: None,
+            compute_policy: Default::default(),
+            compute_window_ms: None,
+        }],
+    };
+    limits.write_atomic(&limits_path).unwrap();
+    let ledger_path = root.ledger_path(id, uuid).unwrap();
+    (
+        Ledger::open_or_create(&ledger_path, uuid, limit).unwrap(),
+        ledger_path,
+    )
+}
+
+#[test]
+fn empty_or_missing_root_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().join("nothing-here"));
+    let s = collect(&root, &[]).unwrap();
+    assert!(s.containers.is_empty());
+    assert!(
+        !dir.path().join("nothing-here").exists(),
+        "status creates nothing"
+    );
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    assert!(String::from_utf8(out)
+        .unwrap()
+        .starts_with("no containers with a GPU memory quota or compute share"));
+}
+
+#[test]
+fn shows_the_spilled_part_beside_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let spill = vgpu_ledger::MemoryMode::Spill {
+        spill_limit: 8 << 30,
+    };
+    let (ledger, _) = provision_in(&root, "c1", uuid, 4 << 30, spill);
+    let slot = ledger.attach().unwrap();
+    ledger.charge(&slot, Kind::Data, 4 << 30, 4 << 30).unwrap();
+    ledger.charge_spill(&slot, 3 << 30, 8 << 30).unwrap();
+    let s = collect(&root, &[]).unwrap();
+    let g = &s.containers[0].gpus[0];
+    assert_eq!(
+        (g.used, g.spilled, g.spill_limit, g.memory_mode),
+        (4 << 30, 3 << 30, Some(8 << 30), "spill")
+    );
+    assert_eq!(g.processes[0].spilled, 3 << 30);
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("4.00 GiB (100%) + 3.00 GiB spilled of 8.00 GiB"),
+        "{text}"
+    );
+}
+
+#[test]
+fn shows_quota_usage_by_kind_and_processes_without_changing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (ledger, ledger_path) = provision(&root, "c1", uuid, 1 << 30);
+    let slot = ledger.attach().unwrap();
+    ledger
+        .charge(&slot, Kind::Context, 256 << 20, 1 << 30)
+        .unwrap();
+    ledger
+        .charge(&slot, Kind::Data, 100 << 20, 1 << 30)
+        .unwrap();
+    // A container whose limits file is broken is reported, not fatal.
+    std::fs::create_dir_all(root.container_dir("c2").unwrap()).unwrap();
+    vgpu_ledger::walk::mark(&root.container_dir("c2").unwrap()).unwrap();
+    std::fs::write(root.limits_path("c2").unwrap(), "{").unwrap();
+    // In-progress provisions are not containers.
+    std::fs::create_dir_all(root.containers_dir().join(".tmp-x")).unwrap();
+
+    let before = std::fs::read(&ledger_path).unwrap();
+    let s = collect(&root, &[]).unwrap();
+    assert_eq!(
+        std::fs::read(&ledger_path).unwrap(),
+        before,
+        "status must not write the ledger"
+    );
+
+    assert_eq!(s.containers.len(), 2);
+    let g = &s.containers[0].gpus[0];
+    assert_eq!((g.quota, g.used), (Some(1 << 30), 356 << 20));
+    assert_eq!(g.compute, None);
+    assert_eq!(g.by_kind["context"], 256u64 << 20);
+    assert_eq!(g.by_kind["data"], 100u64 << 20);
+    assert!(!g.by_kind.contains_key("vmm"));
+    assert_eq!(g.processes.len(), 1);
+    assert!(g.processes[0].alive);
+    assert_eq!(g.processes[0].used, 356 << 20);
+    assert!(s.containers[1].error.is_some());
+
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains(uuid) && text.contains("context=") && text.contains("error:"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["containers"][0]["gpus"][0]["used"], 356u64 << 20);
+    drop(slot);
+}
+
+// Issue: status showed in-container PIDs only, no names, no per-GPU totals, and no version in --json.
+#[test]
+fn host_pids_names_per_gpu_totals_and_a_schema_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (a, _) = provision(&root, "a", uuid, 3 << 30);
+    let (_b, _) = provision(&root, "b", uuid, 5 << 30);
+    let names = KubeNames {
+        namespace: "ml".into(),
+        pod: "trainer-0".into(),
+        container: "main".into(),
+    };
+    let lp = root.limits_path("a").unwrap();
+    let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+    l.kubernetes = Some(names.clone());
+    l.write_atomic(&lp).unwrap();
+    // This process holds a slot: its PID inside its namespace is its host PID here.
+    let slot = a.attach().unwrap();
+    a.charge(&slot, Kind::Data, 1 << 30, 3 << 30).unwrap();
+
+    let s = collect(&root, &[(uuid.to_string(), 16 << 30)]).unwrap();
+    let p = &s.containers[0].gpus[0].processes[0];
+    assert_eq!(p.host_pid, Some(std::process::id()));
+    assert_eq!(s.containers[0].kubernetes.as_ref(), Some(&names));
+    assert_eq!(
+        s.gpus,
+        vec![GpuTotal {
+            uuid: uuid.into(),
+            containers: 2,
+            committed: 8 << 30,
+            compute_shares: 0,
+            used: 1 << 30,
+            physical: Some(16 << 30),
+        }]
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["schema_version"], SCHEMA_VERSION);
+    assert_eq!(json["containers"][0]["kubernetes"]["pod"], "trainer-0");
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let me = std::process::id();
+    assert!(text.contains(&format!("{me}/{me}")), "{text}");
+    assert!(text.contains("ml/trainer-0/main"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(uuid) && l.contains("8.00 GiB (50%)") && l.contains("16.0 GiB")),
+        "{text}"
+    );
+    // Lines start with their first cell (scripts match `^<id> `).
+    assert!(text.lines().any(|l| l.starts_with("a ")), "{text}");
+    drop(slot);
+}
+
+#[test]
+fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (_, _) = provision(&root, "mem", uuid, 4 << 30);
+    let (ledger, _) = provision(&root, "share", uuid, 1 << 30);
+    // "share": a 30% share alone (no memory quota), force; its bucket charged twice.
+    let lp = root.limits_path("share").unwrap();
+    let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+    l.devices[0].memory_limit = None;
+    l.devices[0].compute_limit = Some(30);
+    l.devices[0].compute_policy = vgpu_ledger::envcompute::Policy::Force;
+    l.devices[0].compute_window_ms = Some(250);
+    l.write_atomic(&lp).unwrap();
+    ledger.compute().settle(1_500_000_000, 0);
+    ledger.compute().settle(400_000_000, 0);
+    ledger.compute().held(2_260_000_000);
+    let (b, _) = provision(&root, "share2", uuid, 1 << 30);
+    let lp = root.limits_path("share2").unwrap();
+    let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+    l.devices[0].compute_limit = Some(70);
+    l.write_atomic(&lp).unwrap();
+    drop(b);
+
+    let s = collect(&root, &[(uuid.to_string(), 16 << 30)]).unwrap();
+    let g = &s.containers.iter().find(|c| c.id == "share").unwrap().gpus[0];
+    assert_eq!(g.quota, None);
+    assert_eq!(
+        g.compute,
+        Some(Compute {
+            limit_percent: 30,
+            policy: vgpu_ledger::envcompute::Policy::Force,
+            window_ms: 250,
+            charged_ns: 1_900_000_000,
+            held_ns: 2_260_000_000,
+            launches: 2,
+        })
+    );
+    assert_eq!(
+        (s.gpus[0].committed, s.gpus[0].compute_shares),
+        (5 << 30, 100)
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    let share = &json["containers"][1]["gpus"][0];
+    assert_eq!(json["containers"][1]["id"], "share");
+    assert!(share["quota"].is_null(), "{share}");
+    assert_eq!(share["compute"]["limit_percent"], 30);
+    assert_eq!(share["compute"]["policy"], "force");
+    assert_eq!(share["compute"]["window_ms"], 250);
+    // Not set in limits.json: the default.
+    assert_eq!(
+        json["containers"][2]["gpus"][0]["compute"]["window_ms"],
+        1000
+    );
+    assert_eq!(share["compute"]["charged_ns"], 1_900_000_000u64);
+    assert!(json["containers"][0]["gpus"][0].get("compute").is_none());
+    assert_eq!(json["gpus"][0]["compute_shares"], 100);
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let line = text.lines().find(|l| l.starts_with("share ")).unwrap();
+    assert!(
+        line.contains("30% (1.9 s charged, 2.3 s held, 2 launches)"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(uuid) && l.trim_end().ends_with("100%")),
+        "{text}"
+    );
+}
+
+/// `collect` on another thread; panics if it has not returned after a minute (it blocked).
+fn collect_or_hang(root: &StateRoot) -> Status {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root = root.clone();
+    std::thread::spawn(move || tx.send(collect(&root, &[]).unwrap()));
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("vgpuctl status blocked")
+}
+
+#[test]
+fn a_tenant_fifo_or_link_as_ledger_neither_blocks_nor_leaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().join("state"));
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (_, fifo) = provision(&root, "fifo", uuid, 1 << 30);
+    std::fs::remove_file(&fifo).unwrap();
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "TOPSECRET").unwrap();
+    let (_, link) = provision(&root, "link", uuid, 1 << 30);
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let s = collect_or_hang(&root);
+    let error = |i: usize| s.containers[i].gpus[0].error.clone().unwrap_or_default();
+    assert_eq!(
+        (s.containers[0].id.as_str(), s.containers[1].id.as_str()),
+        ("fifo", "link")
+    );
+    assert!(
+        error(0).contains("is a FIFO, not a regular file"),
+        "{}",
+        error(0)
+    );
+    assert!(error(1).contains("symbolic link"), "{}", error(1));
+    let json = serde_json::to_string(&s).unwrap();
+    for leak in ["TOPSECRET", "54, 4f", "[54"] {
+        assert!(!json.contains(leak), "{json}");
+    }
+}
+
+#[test]
+fn a_tenant_truncating_its_ledger_cannot_kill_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (_, path) = provision(&root, "c1", uuid, 1 << 30);
+    let size = std::fs::metadata(&path).unwrap().len();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // Shrinks the file below its header's end and back (the header stays valid).
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.set_len(4096).unwrap();
+                f.set_len(size).unwrap();
+            }
+        });
+        // A mapping read while the file is short would SIGBUS this whole test process.
+        for _ in 0..3000 {
+            let s = collect(&root, &[]).unwrap();
+            assert_eq!(s.containers.len(), 1);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
+/// One reader, one answer: a GPU whose ledger is not there yet (no process has used CUDA) shows its
+/// quota, no usage and no error, as the monitor does (`vgpu_host::inventory`).
+#[test]
+fn a_gpu_without_a_ledger_yet_shows_its_quota_and_no_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (ledger, path) = provision(&root, "c1", uuid, 1 << 30);
+    drop(ledger);
+    std::fs::remove_file(&path).unwrap();
+    let s = collect(&root, &[]).unwrap();
+    let g = &s.containers[0].gpus[0];
+    assert_eq!(
+        (g.quota, g.used, g.error.as_deref()),
+        (Some(1 << 30), 0, None)
+    );
+    assert!(g.processes.is_empty());
+    let m = crate::monitor::state::read(&root).unwrap();
+    assert_eq!((m[0].gpus[0].limit, m[0].gpus[0].total), (Some(1 << 30), 0));
+    assert_eq!(m[0].gpus[0].error, None);
+}
