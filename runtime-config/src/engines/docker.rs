@@ -340,6 +340,49 @@ mod tests {
         }
     }
 
+    /// Through the engine interface on a pretend disk: --set-as-default's replaced default goes to the
+    /// record first, ownership follows the entry, unconfigure restores the file and forgets the record.
+    #[test]
+    fn the_engine_records_the_replaced_default() {
+        use crate::engines::api::Install;
+        use crate::engines::files::MemFiles;
+        const R: &str = "/var/lib/vgpu/engines.json";
+        let orig = "{\n  \"default-runtime\": \"crun\"\n}\n";
+        let mut disk = MemFiles::with(&[(P, orig)]);
+        let install = Install::default();
+        let t = ConfigFile::default();
+        let set = SetAsDefault {
+            set_as_default: true,
+        };
+        let cx = |d: &MemFiles| -> Vec<Change> {
+            let cx = Context {
+                files: d,
+                record: Path::new(R),
+                install: &install,
+                force: false,
+            };
+            Docker.configure(&t, &set, &cx).unwrap()
+        };
+        let ch = cx(&disk);
+        assert_eq!(
+            (ch[0].path.as_path(), ch[1].path.as_path()),
+            (Path::new(R), Path::new(P))
+        );
+        disk.apply(&ch);
+        assert!(disk.get(R).unwrap().contains("crun"));
+        assert!(cx(&disk).is_empty(), "again: nothing to change");
+        let cx = Context {
+            files: &disk,
+            record: Path::new(R),
+            install: &install,
+            force: false,
+        };
+        assert_eq!(Docker.ownership(&t, &cx).unwrap(), Ownership::Ours);
+        let ch = Docker.unconfigure(&t, &cx).unwrap();
+        disk.apply(&ch);
+        assert_eq!((disk.get(P), disk.get(R)), (Some(orig), None));
+    }
+
     /// A `vgpu` runtime someone else defined (another runtime under that name) is refused by configure and
     /// left alone by unconfigure; --force replaces it with vgpu's.
     #[test]
