@@ -1,9 +1,14 @@
 //! CRI-O: a drop-in `crio.conf.d/99-vgpu.toml` defining the runtime handler `vgpu`. CRI-O's own files
 //! (crio.conf, then its `crio.conf.d/` drop-ins in name order, later ones overriding) are only read, for
 //! the default runtime and its settings to copy; the drop-in is vgpuctl's alone and unconfigure removes it.
-use super::{foreign, line_col, parse_error};
+use super::api::{ContainerEngine, Context};
+use super::change::Change;
+use super::files::Files;
+use super::ownership::{foreign, Ownership};
+use super::shim::{check_runtime_path, nvidia_note, ConfigFile, SetAsDefault};
+use super::syntax::parse_toml;
 use anyhow::Result;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
 pub const DEFAULT_CONFIG: &str = "/etc/crio/crio.conf";
@@ -25,6 +30,112 @@ const COPIED: &[&str] = &[
     "container_min_memory",
     "no_sync_log",
 ];
+
+/// CRI-O's options: its main file and the drop-in folder.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Target {
+    #[command(flatten)]
+    pub config: ConfigFile,
+    /// CRI-O: the drop-in folder (default: crio.conf.d beside --config); its other files are read, in
+    /// CRI-O's order, for the default runtime whose settings vgpu's handler copies.
+    #[arg(long)]
+    pub drop_in_dir: Option<PathBuf>,
+}
+
+impl Target {
+    fn main(&self) -> PathBuf {
+        self.config.path(DEFAULT_CONFIG)
+    }
+    /// vgpuctl's drop-in.
+    fn drop_in(&self) -> PathBuf {
+        let dir = self.drop_in_dir.clone().unwrap_or_else(|| {
+            self.main()
+                .parent()
+                .unwrap_or(Path::new("/etc/crio"))
+                .join("crio.conf.d")
+        });
+        dir.join(DROP_IN_NAME)
+    }
+}
+
+/// The engine: `--runtime=crio`.
+pub struct Crio;
+
+impl ContainerEngine for Crio {
+    type Target = Target;
+    type Options = SetAsDefault;
+    fn name(&self) -> &'static str {
+        "crio"
+    }
+    fn title(&self) -> &'static str {
+        "Crio"
+    }
+    fn default_paths(&self) -> &'static [&'static str] {
+        &[DEFAULT_CONFIG]
+    }
+    fn configure(&self, t: &Target, o: &SetAsDefault, cx: &Context) -> Result<Vec<Change>> {
+        check_runtime_path(&cx.install.runtime_path)?;
+        let drop_in_path = t.drop_in();
+        let current = cx.files.read(&drop_in_path)?;
+        if let Ownership::Foreign { path, why } = self.ownership(t, cx)? {
+            if !cx.force {
+                return Err(foreign(&path, "the file", &why));
+            }
+        }
+        let s = Settings {
+            runtime_path: &cx.install.runtime_path,
+            set_as_default: o.set_as_default,
+            force: cx.force,
+        };
+        let new = drop_in(&sources(cx.files, &t.main(), &drop_in_path)?, &s)?;
+        Ok(if current.as_deref() == Some(new.as_str()) {
+            vec![]
+        } else {
+            vec![Change::write(drop_in_path, new, 0o644)]
+        })
+    }
+    fn unconfigure(&self, t: &Target, cx: &Context) -> Result<Vec<Change>> {
+        Ok(match self.ownership(t, cx)? {
+            Ownership::Ours => vec![Change::remove(t.drop_in())],
+            Ownership::Foreign { path, why } => return Err(foreign(&path, "the file", &why)),
+            Ownership::Absent => vec![],
+        })
+    }
+    /// vgpuctl's drop-in: ours by its header.
+    fn ownership(&self, t: &Target, cx: &Context) -> Result<Ownership> {
+        let path = t.drop_in();
+        Ok(match cx.files.read(&path)? {
+            Some(text) if is_ours(&text) => Ownership::Ours,
+            Some(_) => Ownership::Foreign {
+                path,
+                why: "no vgpuctl header".into(),
+            },
+            None => Ownership::Absent,
+        })
+    }
+    fn restart_hint(&self) -> &'static str {
+        "restart CRI-O to apply: systemctl restart crio"
+    }
+    fn notes(&self, t: &Target, cx: &Context) -> Vec<String> {
+        nvidia_note(cx.files.read(&t.main()).ok().flatten().as_deref())
+    }
+}
+
+/// CRI-O's config files in the order it reads them: the main file (if any), then every file of the
+/// drop-in folder by name, except vgpuctl's own drop-in.
+fn sources(files: &dyn Files, main: &Path, ours: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let mut out = Vec::new();
+    if let Some(text) = files.read(main)? {
+        out.push((main.to_path_buf(), text));
+    }
+    let dir = ours.parent().unwrap_or(Path::new("."));
+    for p in files.list(dir)?.into_iter().filter(|p| p != ours) {
+        if let Some(text) = files.read(&p)? {
+            out.push((p, text));
+        }
+    }
+    Ok(out)
+}
 
 pub struct Settings<'a> {
     pub runtime_path: &'a str,
@@ -55,13 +166,7 @@ fn merge(base: &mut Table, over: &Table) {
 pub fn drop_in(sources: &[(PathBuf, String)], s: &Settings) -> Result<String> {
     let mut doc = DocumentMut::new();
     for (path, text) in sources {
-        let d = text.parse::<DocumentMut>().map_err(|e| {
-            let (line, col) = e
-                .span()
-                .map(|sp| line_col(text, sp.start))
-                .unwrap_or((1, 1));
-            parse_error(path, line, col, e.message())
-        })?;
+        let d = parse_toml(path, text)?;
         let theirs = d
             .get("crio")
             .and_then(|c| c.get("runtime"))
@@ -193,10 +298,54 @@ mod tests {
         assert!(is_ours(&drop_in(&src, &forced).unwrap()));
     }
 
+    /// A 99-vgpu.toml without vgpuctl's header is someone else's: configure and unconfigure refuse it,
+    /// --force replaces it.
+    #[test]
+    fn foreign_crio_drop_in_is_never_clobbered() {
+        use crate::engines::api::Install;
+        use crate::engines::files::MemFiles;
+        let theirs = "[crio.runtime.runtimes.other]\nruntime_path = \"/usr/bin/crun\"\n";
+        let d = "/etc/crio/crio.conf.d/99-vgpu.toml";
+        let disk = MemFiles::with(&[(d, theirs)]);
+        let install = Install::default();
+        let mut cx = Context {
+            files: &disk,
+            record: Path::new("/var/lib/vgpu/engines.json"),
+            install: &install,
+            force: false,
+        };
+        let t = Target::default();
+        let e = Crio
+            .configure(&t, &SetAsDefault::default(), &cx)
+            .unwrap_err();
+        assert!(
+            format!("{e:#}")
+                .contains("99-vgpu.toml: the file exists and is not vgpu's (no vgpuctl header)"),
+            "{e:#}"
+        );
+        assert!(Crio.unconfigure(&t, &cx).is_err());
+        cx.force = true;
+        let ch = Crio.configure(&t, &SetAsDefault::default(), &cx).unwrap();
+        assert_eq!(ch[0].path, Path::new(d));
+        assert!(is_ours(ch[0].contents.as_deref().unwrap()));
+        // The drop-in folder's other files are read in name order; vgpuctl's own is not.
+        let disk = MemFiles::with(&[
+            (P, "[crio.runtime]\ndefault_runtime = \"runc\"\n"),
+            (
+                "/etc/crio/crio.conf.d/10-crun.conf",
+                "[crio.runtime]\ndefault_runtime = \"crun\"\n",
+            ),
+            (d, &ch[0].contents.clone().unwrap()),
+        ]);
+        let got = super::sources(&disk, Path::new(P), Path::new(d)).unwrap();
+        let names: Vec<_> = got.iter().map(|(p, _)| p.to_str().unwrap()).collect();
+        assert_eq!(names, [P, "/etc/crio/crio.conf.d/10-crun.conf"]);
+    }
+
     /// Golden files: tests/golden/crio/<case>.conf (input crio.conf) → <case>.expected.toml (the drop-in).
     #[test]
     fn golden() {
-        let n = crate::engines::golden("crio", "conf", |case, input| {
+        let n = crate::engines::change::golden("crio", "conf", |case, input| {
             let got = gen(
                 if input.is_empty() { None } else { Some(input) },
                 case.ends_with("set-as-default"),

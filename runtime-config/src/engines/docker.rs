@@ -3,7 +3,12 @@
 //! an error) and edited through a concrete syntax tree (jsonc-parser's CST), so everything vgpuctl does
 //! not touch keeps its bytes: key order, indentation, inline arrays. Removing what was appended gives the
 //! original text back.
-use super::{foreign, is_shim, parse_error, Change};
+use super::api::{ContainerEngine, Context};
+use super::change::Change;
+use super::ownership::{foreign, Ownership};
+use super::record;
+use super::shim::{check_runtime_path, is_shim, nvidia_note, ConfigFile, SetAsDefault};
+use super::syntax::parse_error;
 use anyhow::{anyhow, bail, Result};
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use jsonc_parser::ParseOptions;
@@ -12,6 +17,109 @@ use std::path::Path;
 
 pub const DEFAULT_CONFIG: &str = "/etc/docker/daemon.json";
 const RUNTIME: &str = "vgpu";
+
+/// The engine: `--runtime=docker`.
+pub struct Docker;
+
+impl ContainerEngine for Docker {
+    type Target = ConfigFile;
+    type Options = SetAsDefault;
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+    fn title(&self) -> &'static str {
+        "Docker"
+    }
+    fn default_paths(&self) -> &'static [&'static str] {
+        &[DEFAULT_CONFIG]
+    }
+    fn configure(&self, t: &ConfigFile, o: &SetAsDefault, cx: &Context) -> Result<Vec<Change>> {
+        check_runtime_path(&cx.install.runtime_path)?;
+        let cfg = t.path(DEFAULT_CONFIG);
+        let current = cx.files.read(&cfg)?;
+        let (rec_text, prior) = record::read_entry(cx.files, cx.record, self.name(), &cfg)?;
+        let legacy = cx.files.read(&legacy_path(&cfg))?;
+        let s = Settings {
+            runtime_path: &cx.install.runtime_path,
+            set_as_default: o.set_as_default,
+            force: cx.force,
+        };
+        let c = configure(&cfg, current.as_deref(), &s)?;
+        let mut changes = Vec::new();
+        // What --set-as-default replaced, unless an earlier configure (this vgpuctl's or an older one's)
+        // already remembers it.
+        if let Some(prev) = c.replaced_default {
+            if prior.is_none() && legacy.is_none() {
+                let entry = record::Entry {
+                    previous_default: Some(record::PreviousDefault {
+                        name: prev,
+                        toml: None,
+                    }),
+                    ..record::Entry::new(self.name(), &cfg)
+                };
+                let name = self.name();
+                changes.extend(record::change(
+                    cx.record,
+                    rec_text.as_deref(),
+                    name,
+                    &cfg,
+                    Some(entry),
+                )?);
+            }
+        }
+        // The record first: a crash between the two leaves a record unconfigure can use.
+        changes.extend(c.changes);
+        Ok(changes)
+    }
+    fn unconfigure(&self, t: &ConfigFile, cx: &Context) -> Result<Vec<Change>> {
+        let cfg = t.path(DEFAULT_CONFIG);
+        let current = cx.files.read(&cfg)?;
+        let (rec_text, prior) = record::read_entry(cx.files, cx.record, self.name(), &cfg)?;
+        let legacy_path = legacy_path(&cfg);
+        let legacy = cx.files.read(&legacy_path)?;
+        // The record's previous default, else an older vgpuctl's file beside daemon.json.
+        let prev = match prior.as_ref().and_then(|e| e.previous_default.as_ref()) {
+            Some(p) => p.name.clone(),
+            None => legacy.as_deref().and_then(read_legacy),
+        };
+        let mut changes = unconfigure(&cfg, current.as_deref(), prev.as_deref())?;
+        if legacy.is_some() {
+            changes.push(Change::remove(legacy_path));
+        }
+        changes.extend(record::change(
+            cx.record,
+            rec_text.as_deref(),
+            self.name(),
+            &cfg,
+            None,
+        )?);
+        Ok(changes)
+    }
+    fn ownership(&self, t: &ConfigFile, cx: &Context) -> Result<Ownership> {
+        let cfg = t.path(DEFAULT_CONFIG);
+        let Some(text) = cx.files.read(&cfg)?.filter(|t| !t.trim().is_empty()) else {
+            return Ok(Ownership::Absent);
+        };
+        let (_root, obj) = parse(&cfg, &text)?;
+        Ok(match foreign_entry(&cfg, &obj)? {
+            None => Ownership::Absent,
+            Some(None) => Ownership::Ours,
+            Some(Some(why)) => Ownership::Foreign { path: cfg, why },
+        })
+    }
+    fn restart_hint(&self) -> &'static str {
+        "restart docker to apply: systemctl restart docker"
+    }
+    fn notes(&self, t: &ConfigFile, cx: &Context) -> Vec<String> {
+        nvidia_note(
+            cx.files
+                .read(&t.path(DEFAULT_CONFIG))
+                .ok()
+                .flatten()
+                .as_deref(),
+        )
+    }
+}
 
 /// What `configure` needs to know.
 pub struct Settings<'a> {
@@ -220,7 +328,7 @@ pub fn unconfigure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::apply_in_memory;
+    use crate::engines::change::apply_in_memory;
     use proptest::prelude::*;
 
     const P: &str = "/etc/docker/daemon.json";
@@ -230,6 +338,49 @@ mod tests {
             set_as_default: def,
             force: false,
         }
+    }
+
+    /// Through the engine interface on a pretend disk: --set-as-default's replaced default goes to the
+    /// record first, ownership follows the entry, unconfigure restores the file and forgets the record.
+    #[test]
+    fn the_engine_records_the_replaced_default() {
+        use crate::engines::api::Install;
+        use crate::engines::files::MemFiles;
+        const R: &str = "/var/lib/vgpu/engines.json";
+        let orig = "{\n  \"default-runtime\": \"crun\"\n}\n";
+        let mut disk = MemFiles::with(&[(P, orig)]);
+        let install = Install::default();
+        let t = ConfigFile::default();
+        let set = SetAsDefault {
+            set_as_default: true,
+        };
+        let cx = |d: &MemFiles| -> Vec<Change> {
+            let cx = Context {
+                files: d,
+                record: Path::new(R),
+                install: &install,
+                force: false,
+            };
+            Docker.configure(&t, &set, &cx).unwrap()
+        };
+        let ch = cx(&disk);
+        assert_eq!(
+            (ch[0].path.as_path(), ch[1].path.as_path()),
+            (Path::new(R), Path::new(P))
+        );
+        disk.apply(&ch);
+        assert!(disk.get(R).unwrap().contains("crun"));
+        assert!(cx(&disk).is_empty(), "again: nothing to change");
+        let cx = Context {
+            files: &disk,
+            record: Path::new(R),
+            install: &install,
+            force: false,
+        };
+        assert_eq!(Docker.ownership(&t, &cx).unwrap(), Ownership::Ours);
+        let ch = Docker.unconfigure(&t, &cx).unwrap();
+        disk.apply(&ch);
+        assert_eq!((disk.get(P), disk.get(R)), (Some(orig), None));
     }
 
     /// A `vgpu` runtime someone else defined (another runtime under that name) is refused by configure and
@@ -373,7 +524,7 @@ mod tests {
     /// back (for set-as-default through the remembered previous default).
     #[test]
     fn golden() {
-        let n = crate::engines::golden("docker", "json", |case, input| {
+        let n = crate::engines::change::golden("docker", "json", |case, input| {
             let def = case.ends_with("set-as-default");
             let c = configure(Path::new(P), Some(input), &settings(def)).unwrap();
             let out = apply_in_memory(&c.changes, P, Some(input)).unwrap();

@@ -10,7 +10,9 @@
 //!
 //! A configure or unconfigure holds [`lock`] from reading the files to writing them, so runs at once (an
 //! installer per engine, config management beside the DaemonSet) never lose each other's entries.
-use super::{parse_error, Change, Engine};
+use super::change::Change;
+use super::files::Files;
+use super::syntax::parse_error;
 use anyhow::{bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
@@ -73,9 +75,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn new(engine: Engine, config: &Path) -> Self {
+    pub fn new(engine: &str, config: &Path) -> Self {
         Entry {
-            engine: engine_name(engine),
+            engine: engine.to_string(),
             config: absolute(config),
             previous_default: None,
             drop_in: None,
@@ -96,10 +98,6 @@ impl Entry {
 struct Records {
     version: u32,
     engines: Vec<Entry>,
-}
-
-pub fn engine_name(e: Engine) -> String {
-    format!("{e:?}").to_lowercase()
 }
 
 /// `p` made absolute (lexically: `.` and `..` resolved, symlinks not followed), the key entries go by.
@@ -144,12 +142,7 @@ fn parse(path: &Path, text: &str) -> Result<Records> {
 }
 
 /// The entry for `engine` and `config` in the record's text (None: no record, or nothing for them).
-pub fn find(
-    path: &Path,
-    text: Option<&str>,
-    engine: Engine,
-    config: &Path,
-) -> Result<Option<Entry>> {
+pub fn find(path: &Path, text: Option<&str>, engine: &str, config: &Path) -> Result<Option<Entry>> {
     let Some(text) = text else { return Ok(None) };
     let key = Entry::new(engine, config);
     Ok(parse(path, text)?
@@ -163,7 +156,7 @@ pub fn find(
 pub fn change(
     path: &Path,
     text: Option<&str>,
-    engine: Engine,
+    engine: &str,
     config: &Path,
     new: Option<Entry>,
 ) -> Result<Option<Change>> {
@@ -204,9 +197,16 @@ pub fn change(
     Ok(Some(Change::record(path.to_path_buf(), text, summary)))
 }
 
-/// Reads the record file (None: there is none).
-pub fn read(path: &Path) -> Result<Option<String>> {
-    crate::fsutil::read_optional(path)
+/// The record at `path` as read through `files`, and its entry for `engine` and `config`.
+pub fn read_entry(
+    files: &dyn Files,
+    path: &Path,
+    engine: &str,
+    config: &Path,
+) -> Result<(Option<String>, Option<Entry>)> {
+    let text = files.read(path)?;
+    let entry = find(path, text.as_deref(), engine, config)?;
+    Ok((text, entry))
 }
 
 /// An exclusive `flock` on the record's folder, held until dropped. The folder (and any parent missing) is
@@ -293,7 +293,7 @@ mod tests {
 
     const R: &str = "/var/lib/vgpu/engines.json";
 
-    fn entry(engine: Engine, config: &str, prev: Option<&str>) -> Entry {
+    fn entry(engine: &str, config: &str, prev: Option<&str>) -> Entry {
         Entry {
             previous_default: Some(PreviousDefault {
                 name: prev.map(str::to_string),
@@ -320,9 +320,9 @@ mod tests {
             change(
                 p,
                 None,
-                Engine::Docker,
+                "docker",
                 Path::new(d),
-                Some(entry(Engine::Docker, d, Some("crun"))),
+                Some(entry("docker", d, Some("crun"))),
             )
             .unwrap(),
         );
@@ -331,52 +331,50 @@ mod tests {
             change(
                 p,
                 t1.as_deref(),
-                Engine::Containerd,
+                "containerd",
                 Path::new(c),
-                Some(entry(Engine::Containerd, c, None)),
+                Some(entry("containerd", c, None)),
             )
             .unwrap(),
         );
-        let got = find(p, t2.as_deref(), Engine::Docker, Path::new(d))
+        let got = find(p, t2.as_deref(), "docker", Path::new(d))
             .unwrap()
             .unwrap();
         assert_eq!(got.previous_default.unwrap().name.as_deref(), Some("crun"));
-        let got = find(p, t2.as_deref(), Engine::Containerd, Path::new(c))
+        let got = find(p, t2.as_deref(), "containerd", Path::new(c))
             .unwrap()
             .unwrap();
         assert_eq!(got.previous_default.unwrap().name, None);
-        assert!(
-            find(p, t2.as_deref(), Engine::Docker, Path::new("/other.json"))
-                .unwrap()
-                .is_none()
-        );
+        assert!(find(p, t2.as_deref(), "docker", Path::new("/other.json"))
+            .unwrap()
+            .is_none());
         // The same entry again: no change.
         assert!(change(
             p,
             t2.as_deref(),
-            Engine::Docker,
+            "docker",
             Path::new(d),
-            Some(entry(Engine::Docker, d, Some("crun")))
+            Some(entry("docker", d, Some("crun")))
         )
         .unwrap()
         .is_none());
         let t3 = apply(
             t2.as_deref(),
-            change(p, t2.as_deref(), Engine::Docker, Path::new(d), None).unwrap(),
+            change(p, t2.as_deref(), "docker", Path::new(d), None).unwrap(),
         );
-        assert!(find(p, t3.as_deref(), Engine::Docker, Path::new(d))
+        assert!(find(p, t3.as_deref(), "docker", Path::new(d))
             .unwrap()
             .is_none());
-        assert!(find(p, t3.as_deref(), Engine::Containerd, Path::new(c))
+        assert!(find(p, t3.as_deref(), "containerd", Path::new(c))
             .unwrap()
             .is_some());
-        let last = change(p, t3.as_deref(), Engine::Containerd, Path::new(c), None)
+        let last = change(p, t3.as_deref(), "containerd", Path::new(c), None)
             .unwrap()
             .unwrap();
         assert_eq!(last.contents, None, "the file goes with its last entry");
         assert!(last.record.is_some());
         // Forgetting what is not there changes nothing.
-        assert!(change(p, None, Engine::Docker, Path::new(d), None)
+        assert!(change(p, None, "docker", Path::new(d), None)
             .unwrap()
             .is_none());
     }
@@ -390,13 +388,13 @@ mod tests {
             change(
                 p,
                 None,
-                Engine::Docker,
+                "docker",
                 Path::new("x/../daemon.json"),
-                Some(entry(Engine::Docker, "daemon.json", Some("runc"))),
+                Some(entry("docker", "daemon.json", Some("runc"))),
             )
             .unwrap(),
         );
-        let got = find(p, t.as_deref(), Engine::Docker, &cwd.join("daemon.json"))
+        let got = find(p, t.as_deref(), "docker", &cwd.join("daemon.json"))
             .unwrap()
             .unwrap();
         assert_eq!(got.config, cwd.join("daemon.json"));
@@ -407,7 +405,7 @@ mod tests {
         let e = find(
             Path::new(R),
             Some("{\"version\": 1,\n oops}"),
-            Engine::Docker,
+            "docker",
             Path::new("/d"),
         )
         .unwrap_err();
@@ -417,7 +415,7 @@ mod tests {
         let e = find(
             Path::new(R),
             Some("{\"version\": 7, \"engines\": []}"),
-            Engine::Docker,
+            "docker",
             Path::new("/d"),
         )
         .unwrap_err();

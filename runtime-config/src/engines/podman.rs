@@ -1,0 +1,182 @@
+//! Podman: vgpu's OCI hooks.d files (`hooks.rs` writes them) in Podman's hooks folder. There is no runtime
+//! entry and nothing to restart; a hook file of vgpu's name that runs another program is someone else's.
+use super::api::{ContainerEngine, Context, NoOptions};
+use super::change::Change;
+use super::hooks;
+use super::ownership::{foreign, Ownership};
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+
+/// Podman's options: the hooks folder.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Target {
+    /// Podman: the hooks.d folder (default: /usr/share/containers/oci/hooks.d).
+    #[arg(long)]
+    pub hooks_dir: Option<PathBuf>,
+}
+
+impl Target {
+    fn dir(&self) -> PathBuf {
+        self.hooks_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(hooks::DEFAULT_DIR))
+    }
+}
+
+/// The engine: `--runtime=podman`.
+pub struct Podman;
+
+impl ContainerEngine for Podman {
+    type Target = Target;
+    type Options = NoOptions;
+    fn name(&self) -> &'static str {
+        "podman"
+    }
+    fn title(&self) -> &'static str {
+        "Podman"
+    }
+    fn default_paths(&self) -> &'static [&'static str] {
+        &[hooks::DEFAULT_DIR]
+    }
+    fn configure(&self, t: &Target, _o: &NoOptions, cx: &Context) -> Result<Vec<Change>> {
+        let hook_path = &cx.install.hook_path;
+        // Hook files are recognised as vgpu's by the program's name.
+        if Path::new(hook_path).file_name() != Some("vgpu-hook".as_ref()) {
+            bail!("--hook-path must name a file called vgpu-hook, got {hook_path:?}");
+        }
+        if let Ownership::Foreign { path, why } = self.ownership(t, cx)? {
+            if !cx.force {
+                return Err(foreign(&path, "the hook file", &why));
+            }
+        }
+        let dir = t.dir();
+        let mut changes = Vec::new();
+        for (name, text) in hooks::files(hook_path, &cx.install.hook_env)? {
+            let path = dir.join(name);
+            if cx.files.read(&path)?.as_deref() != Some(text.as_str()) {
+                changes.push(Change::write(path, text, 0o644));
+            }
+        }
+        Ok(changes)
+    }
+    fn unconfigure(&self, t: &Target, cx: &Context) -> Result<Vec<Change>> {
+        if let Ownership::Foreign { path, why } = self.ownership(t, cx)? {
+            return Err(foreign(&path, "the hook file", &why));
+        }
+        let mut changes = Vec::new();
+        for name in hooks::file_names() {
+            let path = t.dir().join(name);
+            if cx.files.read(&path)?.is_some() {
+                changes.push(Change::remove(path));
+            }
+        }
+        Ok(changes)
+    }
+    /// The first hook file of vgpu's names that is not vgpu's, else whether any is there.
+    fn ownership(&self, t: &Target, cx: &Context) -> Result<Ownership> {
+        let mut found = Ownership::Absent;
+        for name in hooks::file_names() {
+            let path = t.dir().join(name);
+            if let Some(text) = cx.files.read(&path)? {
+                match hooks::foreign_why(&text) {
+                    Some(why) => return Ok(Ownership::Foreign { path, why }),
+                    None => found = Ownership::Ours,
+                }
+            }
+        }
+        Ok(found)
+    }
+    fn restart_hint(&self) -> &'static str {
+        "nothing to restart: podman reads the hooks directory at every command"
+    }
+    fn refusal(&self, long: &str) -> Option<&'static str> {
+        match long {
+            "config" => Some(
+                "--config has no meaning for podman (it has no config entry for vgpu); use --hooks-dir",
+            ),
+            "set-as-default" => Some(
+                "--set-as-default has no meaning for podman: its vgpu hooks run for every container with a \
+                 vgpu.io/ annotation whatever the runtime, so there is no vgpu runtime to make the default",
+            ),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::api::Install;
+    use crate::engines::files::MemFiles;
+
+    const HD: &str = "/usr/share/containers/oci/hooks.d";
+
+    fn run(disk: &mut MemFiles, configure: bool, force: bool) -> Result<Vec<Change>> {
+        let install = Install::default();
+        let cx = Context {
+            files: &*disk,
+            record: Path::new("/var/lib/vgpu/engines.json"),
+            install: &install,
+            force,
+        };
+        let t = Target::default();
+        let ch = if configure {
+            Podman.configure(&t, &NoOptions {}, &cx)?
+        } else {
+            Podman.unconfigure(&t, &cx)?
+        };
+        disk.apply(&ch);
+        Ok(ch)
+    }
+
+    /// A hooks.d file of the same name that runs another program: configure refuses it, unconfigure keeps
+    /// it (and removes nothing), --force replaces it.
+    #[test]
+    fn foreign_hook_file_is_never_clobbered() {
+        let theirs = "{\"version\":\"1.0.0\",\"hook\":{\"path\":\"/usr/bin/audit\"},\"when\":{\"always\":true},\"stages\":[\"poststop\"]}\n";
+        let p = format!("{HD}/vgpu-poststop.json");
+        let mut disk = MemFiles::with(&[(&p, theirs)]);
+        let e = run(&mut disk, true, false).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("vgpu-poststop.json: the hook file exists and is not vgpu's (it runs /usr/bin/audit)"),
+            "{e:#}"
+        );
+        let e = run(&mut disk, false, false).unwrap_err();
+        assert!(format!("{e:#}").contains("left untouched"), "{e:#}");
+        assert_eq!(disk.get(&p), Some(theirs));
+        run(&mut disk, true, true).unwrap();
+        assert!(disk.get(&p).unwrap().contains("vgpu-hook"));
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut disk = MemFiles::default();
+        assert!(!run(&mut disk, true, false).unwrap().is_empty());
+        assert_eq!(disk.files.len(), hooks::STAGES.len());
+        assert!(
+            run(&mut disk, true, false).unwrap().is_empty(),
+            "second configure changes nothing"
+        );
+        run(&mut disk, false, false).unwrap();
+        assert!(disk.files.is_empty());
+        assert!(run(&mut disk, false, false).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_hook_path_must_keep_its_name() {
+        let install = Install {
+            hook_path: "/opt/bin/my-hook".into(),
+            ..Install::default()
+        };
+        let cx = Context {
+            files: &MemFiles::default(),
+            record: Path::new("/r"),
+            install: &install,
+            force: false,
+        };
+        let e = Podman
+            .configure(&Target::default(), &NoOptions {}, &cx)
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("vgpu-hook"), "{e:#}");
+    }
+}
