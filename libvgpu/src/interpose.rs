@@ -188,15 +188,38 @@ fn launch_only(hook: usize) -> bool {
         .contains(&hook)
 }
 
-/// After the real cuGetProcAddress: swap a hooked driver function for our hook. A process with no compute
-/// share gets the driver's own launch functions: its launches cost exactly what they cost without us.
+/// The kernel launches, which also serve the memory quota (the stack growth a launch needs,
+/// `hooks/stack`): handed out whenever a memory limit applies, share or not.
+fn kernel_launch(hook: usize) -> bool {
+    use crate::hooks::*;
+    [
+        cuLaunchKernel as *const () as usize,
+        cuLaunchKernel_ptsz as *const () as usize,
+        cuLaunchKernelEx as *const () as usize,
+        cuLaunchKernelEx_ptsz as *const () as usize,
+        cuLaunchCooperativeKernel as *const () as usize,
+        cuLaunchCooperativeKernel_ptsz as *const () as usize,
+    ]
+    .contains(&hook)
+}
+
+/// Whether a process gets the driver's own function instead of hook `hook`: one that serves only the
+/// compute share, in a process without one (kernel launches also under no memory limit). Such a process's
+/// launches cost exactly what they cost without us.
+fn drivers_own(hook: usize) -> bool {
+    launch_only(hook)
+        && crate::compute::off()
+        && (!kernel_launch(hook) || crate::settings::unlimited())
+}
+
+/// After the real cuGetProcAddress: swap a hooked driver function for our hook, but where `drivers_own`.
 fn swap_proc(r: CUresult, pfn: *mut *mut c_void) -> CUresult {
     if r == CUDA_SUCCESS && !pfn.is_null() {
         // SAFETY: non-null out-pointer the driver just wrote.
         unsafe {
             if !(*pfn).is_null() {
                 let hook = map_proc(*pfn as usize);
-                if !(launch_only(hook) && crate::compute::off()) {
+                if !drivers_own(hook) {
                     *pfn = hook as *mut c_void;
                 }
             }

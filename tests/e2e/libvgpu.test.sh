@@ -221,6 +221,18 @@ fresh
 out=$(FAKE_CUDA_KERNEL_STACK=2048 vg "$RT" module launch 1 sync info 2>/dev/null)
 check "stack the driver grew for a kernel (1 KiB more per resident thread: 264 MiB) is charged" \
     test "$(echo "$out" | opline info | field free)" = "$((1024 * MiB - 2 * MiB - 264 * MiB))"
+# issue 23 item 3: a kernel whose stack growth does not fit is refused before the launch (no compute share:
+# the launch hooks are handed out for the memory quota alone); the old library let the driver grow it
+# (15 KiB more per resident thread: 3,960 MiB under 1 GiB) and charged it after the fact
+fresh
+out=$(FAKE_CUDA_KERNEL_STACK=16384 vg "$RT" module launch 1 sync info 2>/dev/null)
+check "a launch whose stack growth (3,960 MiB) does not fit a 1 GiB quota is refused with out-of-memory" \
+    test "$(echo "$out" | rcs launch)" = "2 "
+check "  ... and the device holds nothing of it (used = the quota's free view)" \
+    test "$(echo "$out" | opline info | field free)" = "$((1024 * MiB - 2 * MiB))"
+out=$(FAKE_CUDA_KERNEL_STACK=2048 vg "$RT" module launch 1 info 2>/dev/null)
+check "  ... one that fits is charged before the launch, no sync needed (264 MiB; the runtime's way)" \
+    test "$(echo "$out" | rcs launch)/$(echo "$out" | opline info | field free)" = "0 /$((1024 * MiB - 2 * MiB - 264 * MiB))"
 
 # --- the quota's edges ---------------------------------------------------------------------------------
 fresh

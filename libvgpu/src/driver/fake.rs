@@ -5,7 +5,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{Driver, Place};
+use super::located::Place;
+use super::seam::Driver;
 use crate::error::Error;
 use crate::ffi::{CUdevice, CUresult};
 use crate::quota::DeviceQuota;

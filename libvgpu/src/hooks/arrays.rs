@@ -6,7 +6,7 @@ use std::ffi::{c_uint, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, measured, Engine, Target, MODULE_CEILING};
+use super::common::{engine, hook, measured, Engine, Target, MODULE_CEILING};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;

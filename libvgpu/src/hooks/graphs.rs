@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, Engine, Target};
+use super::common::{engine, hook, Engine, Target};
 use crate::compute;
 use crate::driver::{Driver, Place};
 use crate::error::Error;

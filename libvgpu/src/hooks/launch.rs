@@ -10,8 +10,9 @@
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::hook;
+use super::common::hook;
 use crate::compute;
+use crate::driver::Driver;
 use crate::ffi::*;
 use crate::log;
 use crate::real::forward;
@@ -37,6 +38,29 @@ pub(crate) fn launch(
         Ok((dev, ctx)) => compute::throttled(dev, ctx, s, work, call),
         Err(e) => unresolved(e),
     }
+}
+
+/// A kernel launch of `work.0` on `stream`: under a memory limit, the stack growth it needs is charged or
+/// refused in its stream's context (`hooks/stack`) and a `CUkernel`'s library measured at its first use
+/// there, before `launch` (the compute share, if any) lets it reach the driver. Without a memory limit
+/// this is `launch` after one atomic load.
+#[inline]
+pub(crate) fn kernel(
+    stream: CUstream,
+    ptsz: bool,
+    work: compute::Work,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let e = super::common::engine();
+    if e.drv.unlimited() {
+        return launch(stream, ptsz, work, call);
+    }
+    let s = streams::named(stream, ptsz);
+    e.launch_memory(
+        work.0,
+        || streams::context(s).unwrap_or(0),
+        || launch(stream, ptsz, work, call),
+    )
 }
 
 /// A launch under a share whose stream's context or device the driver would not give: refused with the
@@ -68,35 +92,35 @@ fn config_of(config: *const CUlaunchConfig) -> (CUstream, [c_uint; 3]) {
 
 hook!(cuLaunchKernel(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                      shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    launch(s, false, (f as usize, [gx, gy, gz]), || forward!("cuLaunchKernel",
+    kernel(s, false, (f as usize, [gx, gy, gz]), || forward!("cuLaunchKernel",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params, extra))
 });
 hook!(cuLaunchKernel_ptsz(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                           shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    launch(s, true, (f as usize, [gx, gy, gz]), || forward!("cuLaunchKernel_ptsz",
+    kernel(s, true, (f as usize, [gx, gy, gz]), || forward!("cuLaunchKernel_ptsz",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params, extra))
 });
 hook!(cuLaunchKernelEx(config: *const CUlaunchConfig, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) {
     let (s, grid) = config_of(config);
-    launch(s, false, (f as usize, grid), || forward!("cuLaunchKernelEx",
+    kernel(s, false, (f as usize, grid), || forward!("cuLaunchKernelEx",
         fn(*const CUlaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void), config, f, params, extra))
 });
 hook!(cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void) {
     let (s, grid) = config_of(config);
-    launch(s, true, (f as usize, grid), || forward!("cuLaunchKernelEx_ptsz",
+    kernel(s, true, (f as usize, grid), || forward!("cuLaunchKernelEx_ptsz",
         fn(*const CUlaunchConfig, *mut c_void, *mut *mut c_void, *mut *mut c_void), config, f, params, extra))
 });
 hook!(cuLaunchCooperativeKernel(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                                 shmem: c_uint, s: CUstream, params: *mut *mut c_void) {
-    launch(s, false, (f as usize, [gx, gy, gz]), || forward!("cuLaunchCooperativeKernel",
+    kernel(s, false, (f as usize, [gx, gy, gz]), || forward!("cuLaunchCooperativeKernel",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params))
 });
 hook!(cuLaunchCooperativeKernel_ptsz(f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
                                      shmem: c_uint, s: CUstream, params: *mut *mut c_void) {
-    launch(s, true, (f as usize, [gx, gy, gz]), || forward!("cuLaunchCooperativeKernel_ptsz",
+    kernel(s, true, (f as usize, [gx, gy, gz]), || forward!("cuLaunchCooperativeKernel_ptsz",
         fn(*mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void),
         f, gx, gy, gz, bx, by, bz, shmem, s, params))
 });

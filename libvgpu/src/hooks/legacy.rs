@@ -10,7 +10,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use super::{engine, hook, Engine};
+use super::common::{engine, hook, Engine};
 use crate::driver::Driver;
 use crate::ffi::*;
 use crate::log;

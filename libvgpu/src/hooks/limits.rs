@@ -16,7 +16,7 @@ use std::ffi::c_int;
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, Engine, Target};
+use super::common::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;

@@ -25,7 +25,7 @@ use crate::ffi::CUdevice;
 use crate::quota::DeviceQuota;
 use crate::records::KnownContext;
 
-use super::Engine;
+use super::common::Engine;
 
 /// Readings around a measured call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

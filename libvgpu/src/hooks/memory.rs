@@ -15,7 +15,7 @@ use std::ffi::c_uint;
 
 use vgpu_ledger::{Kind, MemoryMode};
 
-use super::{engine, hook, Engine, Target};
+use super::common::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;

@@ -6,8 +6,8 @@ use std::ffi::{c_char, c_uint, c_void};
 
 use vgpu_ledger::Kind;
 
+use super::common::{engine, hook, Engine, Target};
 use super::measure::{estimate, Probe};
-use super::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;

@@ -17,7 +17,7 @@ use std::ffi::{c_int, c_uint};
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, Engine, Target};
+use super::common::{engine, hook, Engine, Target};
 use crate::driver::Driver;
 use crate::ffi::*;
 use crate::log;

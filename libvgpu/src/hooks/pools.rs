@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, Engine, Target};
+use super::common::{engine, hook, Engine, Target};
 use crate::driver::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::*;

@@ -6,16 +6,19 @@
 //! what the driver itself answers when it cannot grow the stack — when the growth does not fit. The
 //! launch then finds the stack big enough and grows nothing.
 //!
-//! The launch hooks call [`Engine::launch_memory`] with the launched handle whenever a memory limit
-//! applies (a `CUkernel` the driver gives no local size for is not checked: its growth is charged after
-//! the fact, as before). Its cost on a launch that needs
-//! no growth: one atomic load, three table lookups (the function's local size is asked once per function).
+//! The kernel launch hooks (`hooks/launch::kernel`) call [`Engine::launch_memory`] with the launched
+//! handle whenever a memory limit applies, so `cuGetProcAddress` hands them out then even without a
+//! compute share (`interpose::swap_proc`). The stack grown is the launch's stream's context's (pushed
+//! current for the growth when another context is current), never the current context's. A `CUkernel`
+//! the driver gives no local size for is not checked: its growth is charged after the fact, as before.
+//! Its cost on a launch that needs no growth: one atomic load, three table lookups (the function's local
+//! size is asked once per function); the stream's context is asked only when the stack must grow.
 
 use crate::driver::Driver;
 use crate::ffi::*;
 
+use super::common::Engine;
 use super::limits::CU_LIMIT_STACK_SIZE;
-use super::Engine;
 
 /// The stack size of a new context (bytes per thread), as the driver sets it.
 const DEFAULT_STACK: u64 = 1024;
@@ -31,10 +34,15 @@ impl<D: Driver> Engine<'_, D> {
         Some(v)
     }
 
-    /// Before a launch of `func` in the current context: grows the context's stack to the function's
-    /// local memory per thread when that is more than the stack has, charged first. Err: what the launch
-    /// returns instead (the driver is not asked to launch).
-    pub(crate) fn stack_admit(&self, func: usize) -> Result<(), CUresult> {
+    /// Before a launch of `func` in context `launch_ctx()` (its stream's; asked only when the stack may
+    /// have to grow): grows that context's stack to the function's local memory per thread when that is
+    /// more than the stack has, charged first. Err: what the launch returns instead (the driver is not
+    /// asked to launch).
+    pub(crate) fn stack_admit(
+        &self,
+        func: usize,
+        launch_ctx: impl FnOnce() -> usize,
+    ) -> Result<(), CUresult> {
         if self.drv.unlimited() || func == 0 {
             return Ok(());
         }
@@ -44,15 +52,23 @@ impl<D: Driver> Engine<'_, D> {
         if local <= DEFAULT_STACK {
             return Ok(());
         }
-        let ctx = self.drv.ctx_current();
+        let ctx = launch_ctx();
         if ctx == 0 {
+            // No context for the stream: the driver refuses the launch itself.
             return Ok(());
         }
         let seen = self.rec.stack_seen.with(ctx as u64, |s| s.copied());
         if local <= seen.unwrap_or(DEFAULT_STACK) {
             return Ok(());
         }
-        match self.set_limit(CU_LIMIT_STACK_SIZE, local, || self.drv.ctx_set_stack(local)) {
+        let grow = || self.set_limit(CU_LIMIT_STACK_SIZE, local, || self.drv.ctx_set_stack(local));
+        let r = if ctx == self.drv.ctx_current() {
+            grow()
+        } else {
+            // cuCtxSetLimit and its accounting act on the current context: the stream's, for the call.
+            crate::streams::in_context(ctx, grow).unwrap_or_else(|e| e)
+        };
+        match r {
             CUDA_SUCCESS => Ok(()),
             e => Err(e),
         }
@@ -66,14 +82,16 @@ impl<D: Driver> Engine<'_, D> {
     /// What a launch of `func` needs from the memory quota before the driver runs it (`call`): the stack
     /// growth it needs charged or refused (`stack_admit`), and, for a `CUkernel`, its library's first use
     /// in this context measured (`libraries`).
-    // Not called yet: the launch hooks (`launch`) call it once they run under a memory limit alone, which
-    // also needs `interpose::launch_only` to hand them out then (issue 23 item 3, the compute area's).
-    #[allow(dead_code)]
-    pub(crate) fn launch_memory(&self, func: usize, call: impl FnOnce() -> CUresult) -> CUresult {
+    pub(crate) fn launch_memory(
+        &self,
+        func: usize,
+        launch_ctx: impl FnOnce() -> usize,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
         if self.drv.unlimited() {
             return call();
         }
-        if let Err(e) = self.stack_admit(func) {
+        if let Err(e) = self.stack_admit(func, launch_ctx) {
             return e;
         }
         self.kernel_use(func as u64, "launch", call)
@@ -96,7 +114,10 @@ mod tests {
         let w = World::new(1 << 30);
         w.fake.func_locals.borrow_mut().insert(0xf0, 16 << 10);
         let e = w.engine();
-        assert_eq!(e.stack_admit(0xf0), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(
+            e.stack_admit(0xf0, || e.drv.ctx_current()),
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        );
         assert!(
             !w.fake.called("ctx_set_stack"),
             "the driver is not asked to grow it"
@@ -111,15 +132,15 @@ mod tests {
         w.fake.func_locals.borrow_mut().insert(0xf1, 16 << 10);
         w.fake.func_locals.borrow_mut().insert(0xf2, 4 << 10);
         let e = w.engine();
-        assert_eq!(e.stack_admit(0xf1), Ok(()));
+        assert_eq!(e.stack_admit(0xf1, || e.drv.ctx_current()), Ok(()));
         let grow = ((16 << 10) - 1024) * THREADS;
         assert_eq!(w.usage(Kind::Context), grow, "charged before the launch");
         assert!(w.fake.called("ctx_set_stack 16384"));
         assert_eq!(w.fake.ctx_get_limit(CU_LIMIT_STACK_SIZE), Some(16 << 10));
         w.fake.calls.borrow_mut().clear();
         // the same function again, and a smaller one: nothing to do
-        assert_eq!(e.stack_admit(0xf1), Ok(()));
-        assert_eq!(e.stack_admit(0xf2), Ok(()));
+        assert_eq!(e.stack_admit(0xf1, || e.drv.ctx_current()), Ok(()));
+        assert_eq!(e.stack_admit(0xf2, || e.drv.ctx_current()), Ok(()));
         assert!(!w.fake.called("ctx_set_stack"));
         assert_eq!(w.usage(Kind::Context), grow);
         // the synchronisation's check finds no growth of its own to charge
@@ -133,10 +154,14 @@ mod tests {
         w.fake.func_locals.borrow_mut().insert(0xf6, 16 << 10);
         w.fake.func_locals.borrow_mut().insert(0xf7, 256);
         let e = w.engine();
-        let r = e.launch_memory(0xf6, || panic!("launched past the quota"));
+        let r = e.launch_memory(
+            0xf6,
+            || e.drv.ctx_current(),
+            || panic!("launched past the quota"),
+        );
         assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
         assert_eq!(
-            e.launch_memory(0xf7, || 7),
+            e.launch_memory(0xf7, || e.drv.ctx_current(), || 7),
             7,
             "a launch that needs nothing runs"
         );
@@ -147,15 +172,15 @@ mod tests {
         let w = World::new(1 << 20);
         w.fake.func_locals.borrow_mut().insert(0xf3, 512);
         let e = w.engine();
-        assert_eq!(e.stack_admit(0xf3), Ok(()));
+        assert_eq!(e.stack_admit(0xf3, || e.drv.ctx_current()), Ok(()));
         assert_eq!(
-            e.stack_admit(0xf4),
+            e.stack_admit(0xf4, || e.drv.ctx_current()),
             Ok(()),
             "unknown to the driver: the launch answers"
         );
         w.fake.func_locals.borrow_mut().insert(0xf5, 64 << 10);
         w.fake.set_applies(Applies::Nowhere);
-        assert_eq!(e.stack_admit(0xf5), Ok(()));
+        assert_eq!(e.stack_admit(0xf5, || e.drv.ctx_current()), Ok(()));
         assert!(!w.fake.called("ctx_set_stack"));
     }
 }

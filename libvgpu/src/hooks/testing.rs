@@ -3,7 +3,7 @@
 
 use vgpu_ledger::Kind;
 
-use super::Engine;
+use super::common::Engine;
 use crate::driver::fake::FakeDriver;
 use crate::quota::DeviceQuota;
 use crate::records::Records;

@@ -9,7 +9,7 @@
 
 use std::ffi::{c_uint, c_ushort, c_void};
 
-use super::hook;
+use super::common::hook;
 use super::launch::launch;
 use crate::ffi::*;
 use crate::real::forward;

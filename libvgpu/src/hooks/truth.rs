@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use vgpu_ledger::Kind;
 
-use super::{Engine, Target};
+use super::common::{Engine, Target};
 use crate::driver::Driver;
 use crate::{log, quota};
 

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use vgpu_ledger::Kind;
 
-use super::{engine, hook, Engine};
+use super::common::{engine, hook, Engine};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;

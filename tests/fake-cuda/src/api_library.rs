@@ -100,13 +100,25 @@ fn kernel_function(d: &Driver, k: Handle) -> Result<Handle, CUresult> {
     Ok(f)
 }
 
-/// What a launch of `f` runs: a kernel handle is resolved to its function in the current context
-/// (loading its library there); anything else is `f` itself.
-pub fn launchable(f: Handle) -> Result<Handle, CUresult> {
+/// What a launch of `f` on `stream` runs: a kernel handle is resolved to its function in the stream's
+/// context (loading its library there, whatever context is current, as the driver does); anything else
+/// is `f` itself.
+pub fn launchable(f: Handle, stream: Handle) -> Result<Handle, CUresult> {
     if !kernels(|ks| ks.contains_key(&f)) {
         return Ok(f);
     }
-    kernel_function(drv()?, f)
+    let d = drv()?;
+    let ctx = crate::driver::stream_ctx(&lock(&d.objs), stream)?;
+    if ctx == crate::driver::stack_top() {
+        return kernel_function(d, f);
+    }
+    // SAFETY: a context the stream belongs to, pushed for the resolution and popped again.
+    unsafe { crate::api_ctx::cuCtxPushCurrent_v2(ctx) };
+    let r = kernel_function(d, f);
+    let mut popped: Handle = 0;
+    // SAFETY: pops what was pushed above.
+    unsafe { crate::api_ctx::cuCtxPopCurrent_v2(&mut popped) };
+    r
 }
 
 unsafe fn read_file(path: *const c_char) -> Result<Option<String>, CUresult> {

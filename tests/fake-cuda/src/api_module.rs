@@ -83,7 +83,7 @@ pub fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) 
 
 pub fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R {
     let d = drv()?;
-    let f = crate::api_library::launchable(f)?; // a library's kernel: its function in this context
+    let f = crate::api_library::launchable(f, stream)?; // a library's kernel: its function in the stream's context
     let mut objs = lock(&d.objs);
     if !objs.functions.contains_key(&f) {
         return Err(INVALID_HANDLE);
@@ -94,8 +94,8 @@ pub fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) 
         return Err(INVALID_VALUE);
     }
     // A kernel needing more stack than the context has: the driver grows the context's stack size for
-    // every resident thread, on its own (FAKE_CUDA_KERNEL_STACK).
-    let top = stack_top();
+    // every resident thread, on its own (FAKE_CUDA_KERNEL_STACK): the stack of the stream's context.
+    let top = stream_ctx(&objs, stream).unwrap_or_else(|_| stack_top());
     if let Some(stack) = objs.ctxs.get(&top).map(|c| c.limits[0]) {
         if d.kernel_stack > stack {
             crate::api_ctx::set_limit(d, &mut objs, top, phys, 0, d.kernel_stack)?;
@@ -142,7 +142,8 @@ fn cuModuleGetFunction(f: *mut Handle, m: Handle, name: *const c_char) { get_fun
 fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) {
     let d = drv()?;
     if !lock(&d.objs).functions.contains_key(&f) { return Err(INVALID_HANDLE); }
-    out(v, match attr { 0 => 1024, 4 => 32, 5 | 6 => 90, _ => 0 })
+    // 3: CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, the local memory per thread every kernel needs (FAKE_CUDA_KERNEL_STACK).
+    out(v, match attr { 0 => 1024, 3 => d.kernel_stack as c_int, 4 => 32, 5 | 6 => 90, _ => 0 })
 }
 
 fn cuFuncSetAttribute(f: Handle, _attr: c_int, _v: c_int) {

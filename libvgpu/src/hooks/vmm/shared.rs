@@ -15,7 +15,7 @@ use std::ffi::{c_int, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::super::{engine, hook, Engine, Target};
+use super::super::common::{engine, hook, Engine, Target};
 use crate::driver::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::*;
