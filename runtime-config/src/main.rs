@@ -1,3 +1,6 @@
+//! vgpuctl's command line: the subcommands (runtime, status, gc, monitor, generate-docs), each handed to
+//! the library module that owns it (`engines::cli`, `status`, `vgpu_oci::gc`, `monitor`, `clidocs`).
+
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
