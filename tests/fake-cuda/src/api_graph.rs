@@ -65,7 +65,7 @@ fn run_memset(d: &Driver, n: &Node) -> R {
     else {
         return Ok(());
     };
-    crate::api_mem::check_dev(
+    check_dev(
         d,
         dst,
         memset_span(pitch, element_size, width, height),
@@ -208,7 +208,7 @@ fn cuGraphAddMemsetNode(node: *mut Handle, graph: Handle, deps: *const Handle, n
     let p = &*params;
     if ![1, 2, 4].contains(&p.element_size) || p.width == 0 { return Err(INVALID_VALUE); }
     if p.height > 1 && p.pitch < p.element_size as usize * p.width { return Err(INVALID_VALUE); }
-    crate::api_mem::check_dev(d, p.dst, memset_span(p.pitch, p.element_size, p.width, p.height), true)?;
+    check_dev(d, p.dst, memset_span(p.pitch, p.element_size, p.width, p.height), true)?;
     let m = Node::Memset { dst: p.dst, pitch: p.pitch, value: p.value, element_size: p.element_size, width: p.width, height: p.height };
     add_node(d, node, graph, m, deps, n)
 }

@@ -76,20 +76,6 @@ pub fn free_ptr(d: &Driver, p: u64) -> R {
     }
 }
 
-/// Checks that `[p, p+n)` is device memory we handed out (an allocation or a VMM mapping) and
-/// marks it written when `write`.
-pub fn check_dev(d: &Driver, p: u64, n: usize, write: bool) -> R {
-    if let Some((_, a)) = lock(&d.mem).find(p, n as u64) {
-        a.touched |= write;
-        return Ok(());
-    }
-    let objs = lock(&d.objs);
-    match objs.mappings.range(..=p).next_back() {
-        Some((&s, &(len, _))) if p + n as u64 <= s + len => Ok(()),
-        _ => Err(INVALID_VALUE),
-    }
-}
-
 fn element_size(format: u32) -> Option<u64> {
     Some(match format {
         0x01 | 0x08 => 1,
@@ -540,4 +526,18 @@ mod tests {
         assert_eq!(array_bytes(1, 1, 1, 0x77, 1, 1), Err(INVALID_VALUE));
         assert_eq!(array_bytes(u64::MAX, 2, 1, 0x20, 4, 1), Err(INVALID_VALUE));
     }
+}
+
+// A stream-ordered free is a free at the stream's turn: here, at once (pool memory back to its pool,
+// graph memory to its graph, plain memory freed).
+cu_fn! {
+fn cuMemFreeAsync(p: u64, stream: Handle) {
+    let d = drv()?;
+    stream_phys(d, &lock(&d.objs), stream)?;
+    free_ptr(d, p)
+}
+}
+
+cu_alias! {
+    cuMemFreeAsync_ptsz => cuMemFreeAsync(p: u64, stream: Handle);
 }

@@ -1,5 +1,5 @@
-//! Modules (each takes FAKE_CUDA_MODULE_BYTES of device memory) and kernel launch (validates its
-//! arguments, runs nothing). Libraries, loaded into contexts as modules, live in `api_library`.
+//! Modules (each takes FAKE_CUDA_MODULE_BYTES of device memory) and their functions. Libraries, loaded
+//! into contexts as modules, live in `api_library`; launches in `api_launch`.
 
 use crate::driver::*;
 use crate::types::*;
@@ -81,35 +81,6 @@ pub fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) 
     unsafe { out(f, h) }
 }
 
-pub fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) -> R {
-    let d = drv()?;
-    let f = crate::api_library::launchable(f, stream)?; // a library's kernel: its function in the stream's context
-    let mut objs = lock(&d.objs);
-    if !objs.functions.contains_key(&f) {
-        return Err(INVALID_HANDLE);
-    }
-    let phys = stream_phys(d, &objs, stream)?;
-    let threads = block.iter().map(|&b| b as u64).product::<u64>();
-    if grid.contains(&0) || block.contains(&0) || threads > 1024 || block[2] > 64 {
-        return Err(INVALID_VALUE);
-    }
-    // A kernel needing more stack than the context has: the driver grows the context's stack size for
-    // every resident thread, on its own (FAKE_CUDA_KERNEL_STACK): the stack of the stream's context.
-    let top = stream_ctx(&objs, stream).unwrap_or_else(|_| stack_top());
-    if let Some(stack) = objs.ctxs.get(&top).map(|c| c.limits[0]) {
-        if d.kernel_stack > stack {
-            crate::api_ctx::set_limit(d, &mut objs, top, phys, 0, d.kernel_stack)?;
-        }
-    }
-    drop(objs);
-    if crate::api_capture::captured(stream, f, grid, block) {
-        return Ok(());
-    }
-    // A block `y` threads high is `y` kernels' work (a launch's arguments decide how long it runs).
-    crate::timeline::run(&d.shared, block[1].max(1) as u64);
-    Ok(())
-}
-
 cu_fn! {
 fn cuModuleLoadData(m: *mut Handle, img: *const c_void) {
     let d = drv()?;
@@ -164,15 +135,6 @@ fn cuOccupancyMaxActiveBlocksPerMultiprocessor(n: *mut c_int, f: Handle, block: 
     out(n, 2048 / block)
 }
 
-fn cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-                  _shmem: c_uint, stream: Handle, _params: *mut *mut c_void, _extra: *mut *mut c_void) {
-    launch(f, [gx, gy, gz], [bx, by, bz], stream)
-}
-}
-
-cu_alias! {
-    cuLaunchKernel_ptsz => cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-                                          shmem: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void);
 }
 
 #[cfg(test)]

@@ -141,12 +141,6 @@ fn cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: Handle, stream: Ha
     out(dptr, alloc_from(d, &mut objs, pool, size as u64)?)
 }
 
-fn cuMemFreeAsync(p: u64, stream: Handle) {
-    let d = drv()?;
-    stream_phys(d, &lock(&d.objs), stream)?;
-    crate::api_mem::free_ptr(d, p)
-}
-
 fn cuMemPoolCreate(pool: *mut Handle, props: *const PoolProps) {
     let d = drv()?;
     if pool.is_null() || props.is_null() { return Err(INVALID_VALUE); }
@@ -237,5 +231,4 @@ fn cuMemPoolGetAttribute(pool: Handle, attr: c_int, value: *mut c_void) {
 cu_alias! {
     cuMemAllocAsync_ptsz => cuMemAllocAsync(dptr: *mut u64, size: usize, stream: Handle);
     cuMemAllocFromPoolAsync_ptsz => cuMemAllocFromPoolAsync(dptr: *mut u64, size: usize, pool: Handle, stream: Handle);
-    cuMemFreeAsync_ptsz => cuMemFreeAsync(p: u64, stream: Handle);
 }

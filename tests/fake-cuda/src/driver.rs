@@ -418,3 +418,17 @@ pub fn drop_guard_current(_d: &Driver, objs: &Objs) -> Result<usize, CUresult> {
     let top = stack_top();
     objs.ctxs.get(&top).map(|c| c.phys).ok_or(INVALID_CONTEXT)
 }
+
+/// Checks that `[p, p+n)` is device memory we handed out (an allocation or a VMM mapping) and
+/// marks it written when `write`.
+pub fn check_dev(d: &Driver, p: u64, n: usize, write: bool) -> R {
+    if let Some((_, a)) = lock(&d.mem).find(p, n as u64) {
+        a.touched |= write;
+        return Ok(());
+    }
+    let objs = lock(&d.objs);
+    match objs.mappings.range(..=p).next_back() {
+        Some((&s, &(len, _))) if p + n as u64 <= s + len => Ok(()),
+        _ => Err(INVALID_VALUE),
+    }
+}

@@ -2,6 +2,9 @@
 
 use std::env;
 
+/// Format version of the state file (part of its name, which this module makes).
+pub const VERSION: u32 = 3;
+
 /// Most devices the state file can describe.
 pub const MAX_DEVICES: usize = 16;
 /// Memory of a device when `FAKE_CUDA_DEVICES` gives only a count.
@@ -38,12 +41,7 @@ impl Config {
                 h = h.wrapping_mul(0x100_0000_01b3);
             }
         }
-        format!(
-            "{}/state-v{}-{:016x}",
-            self.state_dir,
-            crate::state::VERSION,
-            h
-        )
+        format!("{}/state-v{}-{:016x}", self.state_dir, VERSION, h)
     }
 }
 

@@ -16,13 +16,12 @@
 //! at. (A live process stuck inside an operation, e.g. stopped, makes reclaim fall back to
 //! subtracting the dead slots' usage after a short wait.)
 
+pub use crate::config::VERSION;
 use crate::config::{Config, MAX_DEVICES};
 use std::ffi::CString;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
-/// Format version of the state file (part of its name).
-pub const VERSION: u32 = 3;
 /// Process slots in the file.
 pub const SLOTS: usize = 512;
 const MAGIC: u64 = u64::from_le_bytes(*b"FAKECUDA");
@@ -567,145 +566,4 @@ impl Drop for Shared {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg(dir: &str, totals: Vec<u64>) -> Config {
-        Config {
-            totals,
-            state_dir: dir.to_string(),
-        }
-    }
-
-    fn tmpdir(name: &str) -> String {
-        let d = std::env::temp_dir().join(format!("fake-gpu-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d.to_string_lossy().into_owned()
-    }
-
-    #[test]
-    fn charge_refund_and_full() {
-        let dir = tmpdir("charge");
-        let c = cfg(&dir, vec![1000, 500]);
-        let mut a = Shared::open(&c).unwrap();
-        a.claim().unwrap();
-        assert!(a.charge(0, 600));
-        assert!(!a.charge(0, 401));
-        assert!(a.charge(0, 400));
-        assert_eq!(a.used(0), 1000);
-        assert_eq!(a.my_usage(0), 1000);
-        a.refund(0, 1000);
-        assert_eq!(a.used(0), 0);
-        assert!(a.charge(1, 500));
-        assert!(!a.charge(1, 1));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn dead_slot_is_reclaimed() {
-        let dir = tmpdir("reclaim");
-        let c = cfg(&dir, vec![1 << 20]);
-        let mut a = Shared::open(&c).unwrap();
-        a.claim().unwrap();
-        assert!(a.charge(0, 1000));
-        let b = Shared::open(&c).unwrap();
-        assert_eq!(
-            b.snapshot().processes.len(),
-            1,
-            "a is alive: its lock holds"
-        );
-        drop(a); // closing the description drops the lock, as process death does
-        let snap = b.snapshot();
-        assert_eq!(snap.processes.len(), 0);
-        assert_eq!(snap.devices, vec![(1 << 20, 0)]);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn death_inside_an_operation_is_recounted_exactly() {
-        let dir = tmpdir("midop");
-        let c = cfg(&dir, vec![1 << 20]);
-        let mut live = Shared::open(&c).unwrap();
-        live.claim().unwrap();
-        assert!(live.charge(0, 300));
-        let mut a = Shared::open(&c).unwrap();
-        let s = a.claim().unwrap();
-        assert!(a.charge(0, 1000));
-        // `a` dies after the device step of a 500-byte charge, before the slot step.
-        a.layout().slots[s].in_flight.fetch_add(1, SeqCst);
-        a.layout().devices[0].used.fetch_add(500, SeqCst);
-        drop(a);
-        let b = Shared::open(&c).unwrap();
-        assert_eq!(
-            b.snapshot().devices,
-            vec![(1 << 20, 300)],
-            "only the live process's 300 bytes remain"
-        );
-        // And one that died after the slot step of a refund, before the device step.
-        let mut a = Shared::open(&c).unwrap();
-        let s = a.claim().unwrap();
-        assert!(a.charge(0, 1000));
-        a.layout().slots[s].in_flight.fetch_add(1, SeqCst);
-        a.layout().slots[s].used[0].fetch_sub(400, SeqCst);
-        drop(a);
-        assert_eq!(b.snapshot().devices, vec![(1 << 20, 300)]);
-        live.refund(0, 300);
-        assert_eq!(b.snapshot().devices, vec![(1 << 20, 0)]);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_dead_reclaimer_does_not_block_others() {
-        let dir = tmpdir("deadreclaimer");
-        let c = cfg(&dir, vec![1000]);
-        let mut a = Shared::open(&c).unwrap();
-        a.claim().unwrap();
-        // A reclaimer died with the flag up (it no longer holds the reclaim lock).
-        a.layout().header.reclaiming.store(1, SeqCst);
-        assert!(a.charge(0, 10));
-        assert_eq!(a.layout().header.reclaiming.load(SeqCst), 0);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn other_config_is_refused_or_separate() {
-        let dir = tmpdir("cfg");
-        let a = Shared::open(&cfg(&dir, vec![1000])).unwrap();
-        let b = Shared::open(&cfg(&dir, vec![2000])).unwrap();
-        assert_eq!(a.total(0), 1000);
-        assert_eq!(b.total(0), 2000);
-        let path = cfg(&dir, vec![3000]).state_file();
-        std::fs::write(&path, b"garbage").unwrap();
-        assert!(Shared::open(&cfg(&dir, vec![3000]))
-            .unwrap_err()
-            .contains("not a fake-cuda state file"));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn concurrent_charges_never_exceed_total() {
-        let dir = tmpdir("race");
-        let c = cfg(&dir, vec![10_000]);
-        let shared: Vec<Shared> = (0..4)
-            .map(|_| {
-                let mut s = Shared::open(&c).unwrap();
-                s.claim().unwrap();
-                s
-            })
-            .collect();
-        std::thread::scope(|sc| {
-            for s in &shared {
-                sc.spawn(move || {
-                    for _ in 0..20_000 {
-                        if s.charge(0, 3000) {
-                            assert!(s.used(0) <= 10_000);
-                            s.refund(0, 3000);
-                        }
-                    }
-                });
-            }
-        });
-        assert_eq!(shared[0].used(0), 0);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;
