@@ -9,7 +9,7 @@ fn the_guard_is_a_leaf() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let g = vgpu_layout::graph(&src);
     assert!(
-        g.get(&vec!["hooks".to_string()])
+        g.get(&vec!["hooks".to_string(), "common".to_string()])
             .is_some_and(|e| e.contains(&vec!["driver".to_string()])),
         "the scan sees imports"
     );

@@ -11,6 +11,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_uint, c_void};
+use std::sync::atomic::Ordering;
 
 use vgpu_ledger::Kind;
 
@@ -125,6 +126,9 @@ impl<D: Driver> Engine<'_, D> {
         what: &str,
         call: impl FnOnce() -> CUresult,
     ) -> CUresult {
+        if !self.rec.kernels_seen.load(Ordering::Relaxed) {
+            return call();
+        }
         match self.rec.kernels.with(kernel, |l| l.copied()) {
             Some(lib) => self.library_use(lib, what, call),
             None => call(),
@@ -143,6 +147,7 @@ impl<D: Driver> Engine<'_, D> {
             // SAFETY: non-null, written by the driver.
             let k = unsafe { *out } as u64;
             self.rec.kernels.insert(k, lib);
+            self.rec.kernels_seen.store(true, Ordering::Relaxed);
         }
         r
     }

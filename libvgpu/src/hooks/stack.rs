@@ -14,14 +14,22 @@
 //! Its cost on a launch that needs no growth: one atomic load, three table lookups (the function's local
 //! size is asked once per function); the stream's context is asked only when the stack must grow.
 
+use std::sync::atomic::Ordering;
+
 use crate::driver::Driver;
 use crate::ffi::*;
+use crate::records::PLAIN_FUNCS;
 
 use super::common::Engine;
 use super::limits::CU_LIMIT_STACK_SIZE;
 
 /// The stack size of a new context (bytes per thread), as the driver sets it.
 const DEFAULT_STACK: u64 = 1024;
+
+/// Where function `func` sits in `Records::plain_funcs` (handles are pointers: their low bits are zero).
+fn plain_slot(func: usize) -> usize {
+    ((func >> 4) ^ (func >> 12)) % PLAIN_FUNCS
+}
 
 impl<D: Driver> Engine<'_, D> {
     /// The local memory per thread of `func`, asked once per function.
@@ -46,10 +54,15 @@ impl<D: Driver> Engine<'_, D> {
         if self.drv.unlimited() || func == 0 {
             return Ok(());
         }
+        let slot = &self.rec.plain_funcs[plain_slot(func)];
+        if slot.load(Ordering::Relaxed) == func as u64 {
+            return Ok(());
+        }
         let Some(local) = self.local_size(func) else {
             return Ok(());
         };
         if local <= DEFAULT_STACK {
+            slot.store(func as u64, Ordering::Relaxed);
             return Ok(());
         }
         let ctx = launch_ctx();
@@ -77,6 +90,7 @@ impl<D: Driver> Engine<'_, D> {
     /// A function handle may be reused once its module is gone: forget what was learned about it.
     pub(crate) fn forget_functions(&self) {
         self.rec.func_local.clear();
+        self.rec.forget_plain_funcs();
     }
 
     /// What a launch of `func` needs from the memory quota before the driver runs it (`call`): the stack

@@ -4,7 +4,7 @@
 mod table;
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -170,7 +170,15 @@ pub struct Records {
     pub kernels: Table<u64>,
     /// Function (or kernel) -> its local memory per thread (`hooks/stack`).
     pub func_local: Table<u64>,
+    /// Whether `kernels` ever held a kernel: until then a launch looks nothing up there.
+    pub kernels_seen: AtomicBool,
+    /// Functions known to need no stack growth, direct-mapped by handle: a launch of one costs two atomic
+    /// loads instead of a table lookup (`hooks/stack`). Cleared with `func_local`.
+    pub plain_funcs: [AtomicU64; PLAIN_FUNCS],
 }
+
+/// Entries of `Records::plain_funcs`.
+pub const PLAIN_FUNCS: usize = 256;
 
 pub static RECORDS: Records = Records::new();
 
@@ -200,6 +208,8 @@ impl Records {
             library_uses: Table::new(),
             kernels: Table::new(),
             func_local: Table::new(),
+            kernels_seen: AtomicBool::new(false),
+            plain_funcs: [const { AtomicU64::new(0) }; PLAIN_FUNCS],
         }
     }
 
@@ -285,6 +295,15 @@ impl Records {
         self.library_uses.clear();
         self.kernels.clear();
         self.func_local.clear();
+        self.kernels_seen.store(false, Ordering::Relaxed);
+        self.forget_plain_funcs();
+    }
+
+    /// Forgets which functions need no stack growth (their handles may be reused).
+    pub fn forget_plain_funcs(&self) {
+        for f in &self.plain_funcs {
+            f.store(0, Ordering::Relaxed);
+        }
     }
 }
 
