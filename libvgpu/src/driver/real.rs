@@ -498,13 +498,26 @@ impl Driver for RealDriver {
 
     fn func_local_size(&self, func: usize) -> Option<u64> {
         let mut v: i32 = 0;
-        // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
-        (forward!(
+        // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES of a CUfunction; the CUDA runtime (12+) launches CUkernel
+        // handles, whose attributes are asked per device (the current context's: the launch's).
+        if forward!(
             "cuFuncGetAttribute",
             fn(*mut i32, i32, *mut c_void),
             &mut v,
             3,
             func as *mut c_void
+        ) == CUDA_SUCCESS
+        {
+            return Some(v.max(0) as u64);
+        }
+        let dev = self.ctx_device()?;
+        (forward!(
+            "cuKernelGetAttribute",
+            fn(*mut i32, i32, *mut c_void, CUdevice),
+            &mut v,
+            3,
+            func as *mut c_void,
+            dev
         ) == CUDA_SUCCESS)
             .then_some(v.max(0) as u64)
     }
