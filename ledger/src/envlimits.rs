@@ -17,19 +17,20 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::keys;
 use crate::quantity::{check_min_quota, parse_quantity};
 
 /// The limit for every GPU; `<LIMIT_VAR>_<i>` is the limit for the i-th.
-pub const LIMIT_VAR: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+pub const LIMIT_VAR: &str = keys::env::MEMORY_LIMIT;
 /// The container's limits file, which wins over the limit variables (set by the hook to
 /// [`crate::layout::CONTAINER_LIMITS_PATH`]).
-pub const LIMITS_FILE_VAR: &str = "VGPU_LIMITS_FILE";
+pub const LIMITS_FILE_VAR: &str = keys::env::LIMITS_FILE;
 /// Largest GPU index a per-GPU variable may name.
-pub const MAX_INDEX: u32 = 1023;
+pub const MAX_INDEX: u32 = keys::MAX_GPU_INDEX;
 
 /// The name of the per-GPU variable of GPU `i`.
 pub fn per_index_var(i: u32) -> String {
-    format!("{LIMIT_VAR}_{i}")
+    keys::per_gpu_var(LIMIT_VAR, i)
 }
 
 /// Parses the `<i>` of a per-GPU setting: decimal digits, `0..=MAX_INDEX`. Shared with the hook's

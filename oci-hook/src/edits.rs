@@ -11,18 +11,19 @@ use crate::spec::Spec;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use vgpu_ledger::envlimits;
+use vgpu_ledger::keys;
 use vgpu_ledger::layout::{self, StateRoot};
 
 /// Annotation the shim adds so the later hook knows the spec was already edited and the state is mounted
 /// by the runtime, not by the hook.
-pub const MARKER_ANNOTATION: &str = "vgpu.io/provisioned-by";
+pub const MARKER_ANNOTATION: &str = keys::annotation::PROVISIONED_BY;
 
 /// The minimal environment every hook we install runs with: nothing from the container (an image's
 /// `LD_PRELOAD` must never reach a process with host privileges).
-pub const HOOK_PATH_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+pub const HOOK_PATH_ENV: &str = keys::host::HOOK_PATH_ENV;
 
 /// `args[0]` of every hook we install: how a re-edit finds them again.
-pub const HOOK_ARG0: &str = "vgpu-hook";
+pub const HOOK_ARG0: &str = keys::host::HOOK_BIN;
 
 /// Every fixed destination vgpu ever mounts at (the engine's only when the build has one), and the ledger
 /// folder earlier versions mounted whole: with each GPU's ledger file (see [`is_our_destination`]), what a
@@ -148,7 +149,7 @@ impl ContainerEdits {
             hooks: vec![hook(cfg.hook_stage.as_str()), hook("poststop")],
             annotations: vec![(
                 MARKER_ANNOTATION.to_string(),
-                "vgpu-container-runtime".to_string(),
+                keys::host::RUNTIME_BIN.to_string(),
             )],
         })
     }

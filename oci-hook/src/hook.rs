@@ -67,7 +67,7 @@ pub const STAGES: &[&str] = &["createRuntime", "prestart", "precreate", "poststo
 /// Runs stage `stage` with the given stdin/stdout.
 pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let cfg = Config::load()?;
-    crate::logging::init("vgpu-hook", &cfg);
+    crate::logging::init(vgpu_ledger::keys::host::HOOK_BIN, &cfg);
     let root = StateRoot::new(cfg.state_root.clone());
     let mut text = String::new();
     input

@@ -17,9 +17,10 @@
 use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeMap;
 use vgpu_ledger::envlimits::{self, EnvLimit, EnvLimits};
+use vgpu_ledger::keys::{self, kube};
 
 /// Annotation for every GPU of the container.
-pub const ANNOTATION: &str = "vgpu.io/memory-limit";
+pub const ANNOTATION: &str = keys::annotation::MEMORY_LIMIT;
 /// Environment variable for every GPU of the container.
 pub const ENV: &str = envlimits::LIMIT_VAR;
 
@@ -43,17 +44,7 @@ pub struct QuotaRequest {
 }
 
 /// Annotations a CRI runtime writes with the container's name in its pod (containerd, CRI-O).
-const CONTAINER_NAME_KEYS: [&str; 2] = [
-    "io.kubernetes.cri.container-name",
-    "io.kubernetes.container.name",
-];
-/// Annotations that say a CRI runtime made the container for a pod (the sandbox has no container name).
-const POD_KEYS: [&str; 4] = [
-    "io.kubernetes.cri.container-type",
-    "io.kubernetes.cri.sandbox-id",
-    "io.kubernetes.cri-o.ContainerType",
-    "io.kubernetes.pod.name",
-];
+const CONTAINER_NAME_KEYS: [&str; 2] = [kube::CRI_CONTAINER_NAME, kube::CRIO_CONTAINER_NAME];
 
 /// Where the container stands, for the container-keyed quota annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +68,7 @@ impl<'a> PodMember<'a> {
         }
         if annotations
             .iter()
-            .any(|(k, _)| POD_KEYS.contains(&k.as_str()))
+            .any(|(k, _)| kube::POD_MARKERS.contains(&k.as_str()))
         {
             return PodMember::Unnamed;
         }

@@ -5,38 +5,8 @@
 
 use anyhow::{bail, Result};
 
-use crate::edits::MARKER_ANNOTATION;
-use crate::quota::ANNOTATION;
-use vgpu_ledger::envcompute::{
-    LIMIT_ANNOTATION as COMPUTE, POLICY_ANNOTATION as POLICY, WINDOW_ANNOTATION as WINDOW,
-    WINDOW_VAR,
-};
-use vgpu_ledger::memmode;
+use vgpu_ledger::keys::{self, annotation::MEMORY_LIMIT, Topic, ANNOTATION_PREFIX};
 
-/// The prefix of every annotation the project defines.
-pub const ANNOTATION_PREFIX: &str = "vgpu.io/";
-
-/// Variables of the quota's environment (HAMi-core's and ours), without their `_<i>` index suffix.
-const ENV_BASES: [&str; 10] = [
-    "CUDA_DEVICE_MEMORY_LIMIT",
-    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
-    "CUDA_DEVICE_SM_LIMIT",
-    "CUDA_OVERSUBSCRIBE",
-    "GPU_CORE_UTILIZATION_POLICY",
-    WINDOW_VAR,
-    "VGPU_LIMITS_FILE",
-    memmode::MODE_VAR,
-    memmode::SPILL_VAR,
-    memmode::RESERVE_VAR,
-];
-/// The unified-memory annotations (`vgpu_ledger::memmode`).
-const MODE_ANNOTATIONS: [&str; 3] = [
-    memmode::MODE_ANNOTATION,
-    memmode::SPILL_ANNOTATION,
-    memmode::RESERVE_ANNOTATION,
-];
-/// Bases that take a `_<i>` suffix.
-const INDEXED: [&str; 2] = ["CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"];
 /// How far (edits) a name may be from a base to count as its misspelling.
 const NEAR: usize = 3;
 
@@ -46,32 +16,25 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
         let Some(rest) = k.strip_prefix(ANNOTATION_PREFIX) else {
             continue;
         };
-        let keyed =
-            |base: &str| k == base || k.strip_prefix(base).is_some_and(|r| r.starts_with('.'));
-        let known = keyed(ANNOTATION)
-            || keyed(COMPUTE)
-            || k == POLICY
-            || k == WINDOW
-            || k == MARKER_ANNOTATION
-            || MODE_ANNOTATIONS.contains(&k.as_str());
-        if !known {
+        if keys::annotation(k).is_none() {
             let far = |key: &str| distance(rest, &key[ANNOTATION_PREFIX.len()..]);
-            // The nearest compute key (the share's on a tie).
-            let (d, meant) = [COMPUTE, POLICY, WINDOW]
+            // The nearest compute key (the first listed on a tie: the share's).
+            let (d, meant) = keys::ANNOTATIONS
                 .iter()
-                .map(|key| (far(key), *key))
+                .filter(|key| key.topic == Topic::Compute)
+                .map(|key| (far(key.name), key.name))
                 .min_by_key(|(d, _)| *d)
-                .unwrap_or((usize::MAX, COMPUTE));
+                .unwrap_or((usize::MAX, MEMORY_LIMIT));
             let hint = if d <= NEAR || rest.contains("compute") {
                 format!(" (did you mean {meant}?)")
-            } else if far(ANNOTATION) <= NEAR || rest.contains("memory") {
-                format!(" (did you mean {ANNOTATION}?)")
+            } else if far(MEMORY_LIMIT) <= NEAR || rest.contains("memory") {
+                format!(" (did you mean {MEMORY_LIMIT}?)")
             } else {
                 String::new()
             };
-            let [m, s, r] = MODE_ANNOTATIONS;
             bail!(
-                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {ANNOTATION}, {ANNOTATION}.<i>, {ANNOTATION}.<container>[.<i>] (for a pod's container), {m}, {s}, {r}, {COMPUTE}, {COMPUTE}.<i>, {COMPUTE}.<container>[.<i>], {POLICY} and {WINDOW}"
+                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {}",
+                keys::annotation_forms()
             );
         }
     }
@@ -85,14 +48,8 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
 
 /// The variable `name` looks like a misspelling of, if it is not a variable vgpu knows.
 fn misspelt(name: &str) -> Option<&'static str> {
-    if ENV_BASES.contains(&name) {
+    if keys::env_var(name).is_some() {
         return None;
-    }
-    // `<base>_<digits>` of an indexed base is known (its index is checked by the grammar).
-    if let Some((base, idx)) = name.rsplit_once('_') {
-        if INDEXED.contains(&base) && !idx.is_empty() {
-            return None;
-        }
     }
     let stem = match name.rsplit_once('_') {
         Some((b, i)) if i.bytes().all(|c| c.is_ascii_digit()) && !i.is_empty() => b,
@@ -100,16 +57,17 @@ fn misspelt(name: &str) -> Option<&'static str> {
     };
     // A name about memory is a memory variable's misspelling, whatever else is close.
     let memory = stem.contains("MEM");
-    let near = ENV_BASES
+    let near = keys::ENV
         .iter()
+        .map(|k| k.name)
         .filter(|b| !memory || b.contains("MEMORY"))
-        .map(|b| (distance(stem, b), *b))
+        .map(|b| (distance(stem, b), b))
         .min()
         .filter(|(d, _)| *d <= NEAR)
         .map(|(_, b)| b);
     near.or_else(|| {
-        name.starts_with("CUDA_DEVICE_MEMORY_")
-            .then_some("CUDA_DEVICE_MEMORY_LIMIT")
+        name.starts_with(keys::env::MEMORY_PREFIX)
+            .then_some(keys::env::MEMORY_LIMIT)
     })
 }
 
