@@ -187,7 +187,7 @@ impl Config {
             })?;
         }
         if !self.default_memory_limit.trim().is_empty() {
-            crate::quota::parse_limit(&self.default_memory_limit, "default_memory_limit")?;
+            crate::memory_request::parse_limit(&self.default_memory_limit, "default_memory_limit")?;
         }
         if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug") {
             bail!(
@@ -212,7 +212,7 @@ impl Config {
         match self.default_memory_limit.trim() {
             "" if self.require_memory_limit => Unquoted::Refuse,
             "" => Unquoted::Allow,
-            d => crate::quota::parse_limit(d, "default_memory_limit")
+            d => crate::memory_request::parse_limit(d, "default_memory_limit")
                 .map_or(Unquoted::Refuse, Unquoted::Default),
         }
     }

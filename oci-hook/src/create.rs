@@ -5,8 +5,9 @@ use crate::admission::{self, Policy};
 use crate::config::Config;
 use crate::edits::{self, ContainerEdits};
 use crate::nvml;
-use crate::plan::{self, Plan, SpecFacts};
+use crate::plan::{self, Plan};
 use crate::provision::{self, Owner, Provisioned};
+use crate::request::SpecFacts;
 use crate::rootfs::Rootfs;
 use crate::spec::Spec;
 use anyhow::Result;
@@ -16,7 +17,9 @@ use vgpu_ledger::layout::{self, StateRoot};
 /// Plans the quota of a spec's facts; NVML (config key `nvml_library`) is loaded only when a quota is
 /// asked for, so a node without a driver runs other containers unaffected. `None`: no quota.
 pub fn plan(facts: &SpecFacts, cfg: &Config) -> Result<Option<Plan>> {
-    plan::plan_with(facts, cfg.unquoted(), || nvml::list_gpus(&cfg.nvml_library))
+    Ok(plan::plan_with(facts, cfg.unquoted(), || {
+        nvml::list_gpus(&cfg.nvml_library)
+    })?)
 }
 
 /// What the pipeline reads from the container's image.

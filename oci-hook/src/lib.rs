@@ -12,7 +12,7 @@
 pub mod admission;
 pub mod args;
 pub mod cli;
-pub mod compute;
+pub mod compute_request;
 pub mod config;
 pub mod create;
 pub mod driverlimit;
@@ -23,17 +23,19 @@ pub mod hook;
 pub mod ledgers;
 pub mod logging;
 pub mod lower;
+pub mod memory_request;
 pub mod mountns;
 pub mod nvml;
 pub mod plan;
+pub mod pod_keys;
 pub mod provision;
-pub mod quota;
+pub mod request;
 pub mod rootfs;
 pub mod shim;
 pub mod spec;
 #[cfg(test)]
 mod testing;
-pub mod typos;
+pub mod unknown_keys;
 pub mod version;
 
 pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

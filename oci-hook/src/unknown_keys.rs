@@ -1,17 +1,37 @@
-//! No silent typos: a `vgpu.io/*` annotation the project does not define, or a near miss of a quota
-//! variable (`CUDA_DEVICE_MEMORY_LIMT`), would otherwise mean *no limit* without a word. Both fail the
-//! container with one line naming the key and what exists. Not here: parsing the keys that do exist
-//! (`crate::quota`, `vgpu_ledger::envlimits`).
-
-use anyhow::{bail, Result};
+//! Refusing keys meant for vgpu that vgpu does not know: a `vgpu.io/*` annotation the registry
+//! (`vgpu_ledger::keys`) does not hold, or a near miss of one of its variables (`CUDA_DEVICE_MEMORY_LIMT`),
+//! would otherwise mean *no limit* without a word. Both fail the container with one line naming the key
+//! and what exists. Not here: parsing the keys that do exist (`crate::request` and what it calls).
+//!
+//! Near misses are measured with `strsim`'s Levenshtein distance.
 
 use vgpu_ledger::keys::{self, annotation::MEMORY_LIMIT, Topic, ANNOTATION_PREFIX};
 
 /// How far (edits) a name may be from a base to count as its misspelling.
 const NEAR: usize = 3;
 
+/// A key that looks meant for vgpu but is not one of its own. `Display` is one line naming it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownKey {
+    /// A `vgpu.io/` annotation the registry does not hold, with the key probably meant.
+    #[error("annotation {key} is not one vgpu defines{}: the vgpu.io annotations are {}", hint(.meant), keys::annotation_forms())]
+    Annotation {
+        key: String,
+        meant: Option<&'static str>,
+    },
+    /// A near miss of a registry variable.
+    #[error("env {key} is not a variable vgpu knows: did you mean {meant}?")]
+    Env { key: String, meant: &'static str },
+}
+
+fn hint(meant: &Option<&'static str>) -> String {
+    meant
+        .map(|m| format!(" (did you mean {m}?)"))
+        .unwrap_or_default()
+}
+
 /// Checks a container's annotations and environment for keys that look meant for vgpu but are not.
-pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Result<()> {
+pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Result<(), UnknownKey> {
     for (k, _) in annotations {
         let Some(rest) = k.strip_prefix(ANNOTATION_PREFIX) else {
             continue;
@@ -19,28 +39,31 @@ pub fn check(annotations: &[(String, String)], env: &[(String, String)]) -> Resu
         if keys::annotation(k).is_none() {
             let far = |key: &str| distance(rest, &key[ANNOTATION_PREFIX.len()..]);
             // The nearest compute key (the first listed on a tie: the share's).
-            let (d, meant) = keys::ANNOTATIONS
+            let (d, nearest) = keys::ANNOTATIONS
                 .iter()
                 .filter(|key| key.topic == Topic::Compute)
                 .map(|key| (far(key.name), key.name))
                 .min_by_key(|(d, _)| *d)
                 .unwrap_or((usize::MAX, MEMORY_LIMIT));
-            let hint = if d <= NEAR || rest.contains("compute") {
-                format!(" (did you mean {meant}?)")
+            let meant = if d <= NEAR || rest.contains("compute") {
+                Some(nearest)
             } else if far(MEMORY_LIMIT) <= NEAR || rest.contains("memory") {
-                format!(" (did you mean {MEMORY_LIMIT}?)")
+                Some(MEMORY_LIMIT)
             } else {
-                String::new()
+                None
             };
-            bail!(
-                "annotation {k} is not one vgpu defines{hint}: the vgpu.io annotations are {}",
-                keys::annotation_forms()
-            );
+            return Err(UnknownKey::Annotation {
+                key: k.clone(),
+                meant,
+            });
         }
     }
     for (k, _) in env {
-        if let Some(base) = misspelt(k) {
-            bail!("env {k} is not a variable vgpu knows: did you mean {base}?");
+        if let Some(meant) = misspelt(k) {
+            return Err(UnknownKey::Env {
+                key: k.clone(),
+                meant,
+            });
         }
     }
     Ok(())
@@ -71,20 +94,8 @@ fn misspelt(name: &str) -> Option<&'static str> {
     })
 }
 
-/// Levenshtein distance between two short ASCII names.
 fn distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    strsim::levenshtein(a, b)
 }
 
 #[cfg(test)]
