@@ -6,7 +6,6 @@
 
 use crate::args::{CREATE_VALUE_FLAGS, GLOBAL_VALUE_FLAGS};
 use crate::config::{CONFIG_ENV, DEFAULT_CONFIG_PATH};
-use crate::hook::STAGES;
 use clap::{Arg, ArgAction, Command, CommandFactory, Parser};
 use vgpu_ledger::keys::host::{HOOK_BIN, RUNTIME_BIN};
 
@@ -120,14 +119,10 @@ pub fn shim_command() -> Command {
         )
 }
 
-/// The hook's stages, for messages.
-pub fn stages() -> String {
-    STAGES.join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::STAGES;
 
     #[test]
     fn the_commands_are_well_formed() {

@@ -79,7 +79,7 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
         "precreate" => precreate(&cfg, &text, output),
         other => bail!(
             "unknown hook stage {other:?} (expected {})",
-            crate::cli::stages()
+            STAGES.join(", ")
         ),
     };
     // Garbage collection never fails a container.
