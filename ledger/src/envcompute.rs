@@ -9,6 +9,12 @@
 //!   empty/`default`; case-insensitive.
 //!
 //! A malformed value is an error of one line naming the variable.
+//!
+//! The pacing window's grammar ([`parse_window`]) is written here rather than taken from `humantime`: it
+//! is a strict subset (one whole number of `ms` or `s`, 10 ms to 10 s) whose each refusal says what was
+//! wrong (no unit, unknown unit, not a whole number, out of range), while `humantime` accepts `1m`,
+//! `1s 500ms` or `2h` and its errors do not name the setting; the library, which reads the same grammar,
+//! would also take a dependency for a dozen lines.
 
 use std::collections::BTreeMap;
 

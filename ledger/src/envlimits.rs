@@ -15,7 +15,6 @@
 //! A malformed value or index is an error of one line naming the variable.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::keys;
 use crate::quantity::{check_min_quota, parse_quantity};
@@ -76,19 +75,12 @@ pub struct EnvLimits {
 }
 
 /// A malformed limit variable. `Display` is one line starting with the variable's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}{problem}")]
 pub struct EnvLimitError {
     pub var: String,
     pub problem: String,
 }
-
-impl fmt::Display for EnvLimitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.var, self.problem)
-    }
-}
-
-impl std::error::Error for EnvLimitError {}
 
 impl EnvLimits {
     /// Reads the limit variables out of `vars` (name, value), ignoring every other name.

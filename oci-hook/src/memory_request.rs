@@ -231,18 +231,26 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_are_one_line_naming_the_setting() {
-        for (k, v) in [
-            ("vgpu.io/memory-limit", "4Qi"),
-            ("vgpu.io/memory-limit", "0"),
-            ("vgpu.io/memory-limit", "-1Gi"),
-            ("vgpu.io/memory-limit", ""),
-            ("vgpu.io/memory-limit.x", "1Gi"),
-            ("vgpu.io/memory-limit.-1", "1Gi"),
+    fn bad_values_are_refused_naming_the_setting() {
+        use MemoryRequestError as E;
+        let setting = |e: &E| match e {
+            E::Quantity { setting, .. } | E::Zero { setting, .. } => setting.clone(),
+            E::BelowFloor { setting, .. } => setting.clone(),
+            E::Key(KeyFormError::NotAnIndex { key, .. })
+            | E::Key(KeyFormError::ContainerOutsidePod { key, .. }) => format!("annotation {key}"),
+            other => panic!("{other:?}"),
+        };
+        for (k, v, zero) in [
+            ("vgpu.io/memory-limit", "4Qi", false),
+            ("vgpu.io/memory-limit", "0", true),
+            ("vgpu.io/memory-limit", "-1Gi", false),
+            ("vgpu.io/memory-limit", "", false),
+            ("vgpu.io/memory-limit.-1", "1Gi", false),
+            ("vgpu.io/memory-limit.1024", "1Gi", false),
         ] {
-            let e = from_spec(&kv(&[(k, v)]), &[]).unwrap_err().to_string();
-            assert!(e.contains(k), "{e}");
-            assert!(!e.contains('\n'), "{e}");
+            let e = from_spec(&kv(&[(k, v)]), &[]).unwrap_err();
+            assert_eq!(setting(&e), format!("annotation {k}"), "{e:?}");
+            assert_eq!(matches!(e, E::Zero { .. }), zero, "{e:?}");
         }
         for (k, v) in [
             ("CUDA_DEVICE_MEMORY_LIMIT", "4Qi"),
@@ -251,14 +259,17 @@ mod tests {
             ("CUDA_DEVICE_MEMORY_LIMIT_+1", "1G"),
             ("CUDA_DEVICE_MEMORY_LIMIT_1024", "1G"),
         ] {
-            let e = from_spec(&[], &kv(&[(k, v)])).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("env {k}")), "{e}");
-            assert!(!e.contains('\n'), "{e}");
+            match from_spec(&[], &kv(&[(k, v)])) {
+                Err(E::Env(e)) => assert_eq!(e.var, k),
+                other => panic!("{k}: {other:?}"),
+            }
         }
-        let e = from_spec(&kv(&[("vgpu.io/memory-limit", "0")]), &[])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("greater than zero"), "{e}");
+        // The line users read.
+        let e = from_spec(&kv(&[("vgpu.io/memory-limit", "0")]), &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "annotation vgpu.io/memory-limit=\"0\": a memory limit must be greater than zero"
+        );
     }
 
     #[test]

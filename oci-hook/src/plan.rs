@@ -10,6 +10,7 @@ use crate::nvml::HostGpu;
 use crate::request::{Request, RequestError, SpecFacts};
 use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::format_bytes;
+use vgpu_ledger::keys;
 use vgpu_ledger::MemoryMode;
 
 /// An error of the GPU side (listing the host's GPUs, selecting the container's), from modules that do
@@ -68,7 +69,7 @@ pub enum PlanError {
     #[error("{gpus} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}", memory_request::ANNOTATION, memory_request::ENV)]
     QuotaRequired { gpus: String },
     /// A setting asks for a limit but no GPU is named.
-    #[error("{setting} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)")]
+    #[error("{setting} is set but the container gets no GPU (name one with {}, a CDI device or a /dev/nvidiaN device)", keys::env::VISIBLE_DEVICES)]
     NoGpuNamed { setting: String },
     /// A setting asks for a limit but what names the GPUs (`gpus`) gives none.
     #[error("{setting} is set but {gpus} gives the container no GPU")]

@@ -104,27 +104,36 @@ mod tests {
 
     use crate::testing::kv;
 
+    fn annotation_meant(k: &str) -> Option<&'static str> {
+        match check(&kv(&[(k, "4Gi")]), &[]) {
+            Err(UnknownKey::Annotation { key, meant }) if key == k => meant,
+            other => panic!("{k}: {other:?}"),
+        }
+    }
+
+    fn env_meant(k: &str) -> &'static str {
+        match check(&[], &kv(&[(k, "4G")])) {
+            Err(UnknownKey::Env { key, meant }) if key == k => meant,
+            other => panic!("{k}: {other:?}"),
+        }
+    }
+
     // Regression: `vgpu.io/memory_limit`, `vgpu.io/memory-limits` and `CUDA_DEVICE_MEMORY_LIMT` each
     // meant no limit, silently.
     #[test]
-    fn misspelt_keys_are_one_line_naming_them() {
-        for k in [
-            "vgpu.io/memory_limit",
-            "vgpu.io/memory-limits",
-            "vgpu.io/memlimit",
-            "vgpu.io/other",
+    fn misspelt_keys_are_refused_naming_the_one_meant() {
+        for (k, want) in [
+            ("vgpu.io/memory_limit", Some(MEMORY_LIMIT)),
+            ("vgpu.io/memory-limits", Some(MEMORY_LIMIT)),
+            ("vgpu.io/memlimit", None),
+            ("vgpu.io/other", None),
             // Near misses of the container-keyed form.
-            "vgpu.io/memory-limits.trainer",
-            "vgpu.io/memory_limit.trainer",
-            "vgpu.io/trainer.memory-limit",
-            "vgpu.io/memory-limit-trainer",
+            ("vgpu.io/memory-limits.trainer", Some(MEMORY_LIMIT)),
+            ("vgpu.io/memory_limit.trainer", Some(MEMORY_LIMIT)),
+            ("vgpu.io/trainer.memory-limit", Some(MEMORY_LIMIT)),
+            ("vgpu.io/memory-limit-trainer", Some(MEMORY_LIMIT)),
         ] {
-            let e = check(&kv(&[(k, "4Gi")]), &[]).unwrap_err().to_string();
-            assert!(
-                e.contains(k) && e.contains("vgpu.io/memory-limit.<i>"),
-                "{e}"
-            );
-            assert!(!e.contains('\n'));
+            assert_eq!(annotation_meant(k), want, "{k}");
         }
         for (k, want) in [
             ("CUDA_DEVICE_MEMORY_LIMT", "CUDA_DEVICE_MEMORY_LIMIT"),
@@ -136,13 +145,14 @@ mod tests {
                 "CUDA_DEVICE_MEMORY_SHARED_CACHE",
             ),
             ("CUDA_DEVICE_MEMORY_QUOTA", "CUDA_DEVICE_MEMORY_LIMIT"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1_2", "CUDA_DEVICE_MEMORY_LIMIT"),
             ("CUDA_DEVICE_SM_LIMT", "CUDA_DEVICE_SM_LIMIT"),
+            ("GPU_CORE_UTILISATION_POLICY", "GPU_CORE_UTILIZATION_POLICY"),
+            ("VGPU_COMPUTE_WINDOWS", "VGPU_COMPUTE_WINDOW"),
+            ("VGPU_COMPUTE_WINDW", "VGPU_COMPUTE_WINDOW"),
+            ("VGPU_COMPUTEWINDOW", "VGPU_COMPUTE_WINDOW"),
         ] {
-            let e = check(&[], &kv(&[(k, "4G")])).unwrap_err().to_string();
-            assert!(
-                e.contains(k) && e.ends_with(&format!("did you mean {want}?")),
-                "{e}"
-            );
+            assert_eq!(env_meant(k), want, "{k}");
         }
     }
 
@@ -160,42 +170,39 @@ mod tests {
             ("vgpu.io/compute_window", "vgpu.io/compute-window"),
             ("vgpu.io/compute-window.1", "vgpu.io/compute-window"),
             ("vgpu.io/compute-windw", "vgpu.io/compute-window"),
-            ("vgpu.io/sm-limit", ""),
         ] {
-            let e = check(&kv(&[(k, "30")]), &[]).unwrap_err().to_string();
-            assert!(
-                e.starts_with(&format!("annotation {k} is not one vgpu defines")),
-                "{e}"
-            );
-            if !want.is_empty() {
-                assert!(e.contains(&format!("(did you mean {want}?)")), "{e}");
-            }
-            assert!(
-                e.contains("vgpu.io/compute-limit.<i>")
-                    && e.contains("vgpu.io/compute-policy")
-                    && e.contains("vgpu.io/compute-window"),
-                "{e}"
-            );
-            assert!(!e.contains('\n'));
+            assert_eq!(annotation_meant(k), Some(want), "{k}");
         }
-        let e = check(&[], &kv(&[("GPU_CORE_UTILISATION_POLICY", "force")]))
+        assert_eq!(annotation_meant("vgpu.io/sm-limit"), None);
+    }
+
+    /// The lines users read (the e2e suites match them): one line, the key, the one meant, every form.
+    #[test]
+    fn the_lines_users_read() {
+        let e = check(&kv(&[("vgpu.io/compute-limits", "30")]), &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "annotation vgpu.io/compute-limits is not one vgpu defines (did you mean vgpu.io/compute-limit?): the vgpu.io annotations are {}",
+                keys::annotation_forms()
+            )
+        );
+        let e = check(&kv(&[("vgpu.io/other", "1")]), &[])
             .unwrap_err()
             .to_string();
         assert!(
-            e.ends_with("did you mean GPU_CORE_UTILIZATION_POLICY?"),
+            e.starts_with("annotation vgpu.io/other is not one vgpu defines: the vgpu.io"),
             "{e}"
         );
-        for k in [
-            "VGPU_COMPUTE_WINDOWS",
-            "VGPU_COMPUTE_WINDW",
-            "VGPU_COMPUTEWINDOW",
-        ] {
-            let e = check(&[], &kv(&[(k, "250ms")])).unwrap_err().to_string();
-            assert_eq!(
-                e,
-                format!("env {k} is not a variable vgpu knows: did you mean VGPU_COMPUTE_WINDOW?")
-            );
-        }
+        let e = check(&[], &kv(&[("VGPU_COMPUTE_WINDW", "250ms")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "env VGPU_COMPUTE_WINDW is not a variable vgpu knows: did you mean VGPU_COMPUTE_WINDOW?"
+        );
     }
 
     #[test]

@@ -447,41 +447,65 @@ fn env_zero_is_no_quota_and_never_touches_nvml() {
 
 #[test]
 fn refusals() {
-    type Pairs = &'static [(&'static str, &'static str)];
-    let cases: &[(Pairs, Pairs, &str)] = &[
-        (&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gets no GPU"),
-        (
-            &[
-                ("NVIDIA_VISIBLE_DEVICES", "none"),
-                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-            ],
-            &[],
-            "gives the container no GPU",
+    let e = run(&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[]).unwrap_err();
+    assert!(
+        matches!(&e, PlanError::NoGpuNamed { setting } if setting == "env CUDA_DEVICE_MEMORY_LIMIT"),
+        "{e:?}"
+    );
+    let e = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "none"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ],
+        &[],
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::NoGpuGiven { .. }), "{e:?}");
+    let e = run(
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[("vgpu.io/memory-limit.1", "1Gi")],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PlanError::NoSuchGpu {
+                index: 1,
+                count: 1,
+                ..
+            }
         ),
-        (
-            &[("NVIDIA_VISIBLE_DEVICES", "0")],
-            &[("vgpu.io/memory-limit.1", "1Gi")],
-            "has no GPU 1",
-        ),
-        (
-            &[("NVIDIA_VISIBLE_DEVICES", "0")],
-            &[("vgpu.io/memory-limit", "17Gi")],
-            "larger than",
-        ),
-        (
-            &[
-                ("NVIDIA_VISIBLE_DEVICES", "5"),
-                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-            ],
-            &[],
-            "no GPU with index 5",
-        ),
-    ];
-    for (env, ann, want) in cases {
-        let e = run(env, ann).unwrap_err().to_string();
-        assert!(e.contains(want), "{e} (wanted {want})");
-        assert!(!e.contains('\n'));
-    }
+        "{e:?}"
+    );
+    let e = run(
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[("vgpu.io/memory-limit", "17Gi")],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, PlanError::LargerThanGpu { bytes, index: 0, .. } if bytes == 17 << 30),
+        "{e:?}"
+    );
+    let e = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "5"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ],
+        &[],
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::Gpus(_)), "{e:?}");
+    // The lines users read, one each.
+    assert_eq!(e.to_string().lines().count(), 1, "{e}");
+    let e = run(
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[("vgpu.io/memory-limit", "17Gi")],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "annotation vgpu.io/memory-limit: 17.0 GiB is larger than the container's GPU 0 (GPU-0, 16.0 GiB)"
+    );
 }
 
 #[test]
