@@ -67,7 +67,7 @@ impl<'a> Create<'a> {
     }
 
     /// The edits the container gets.
-    pub fn edits(&self) -> Result<ContainerEdits> {
+    pub fn edits(&self) -> Result<ContainerEdits, edits::EditError> {
         ContainerEdits::new(&self.plan, self.root, self.id, self.cfg)
     }
 
