@@ -1,5 +1,9 @@
 //! The create pipeline the shim and the hook (hooks.d path) share: plan, checks, image preload, edits,
 //! provisioning. Not here: how the edits reach the container (spec file: `crate::shim`; mounts: `crate::hook`).
+//!
+//! Errors: `anyhow` here and in `hook` and `shim`, the pipelines that join modules still returning it
+//! (admission, provisioning, NVML, the config, the rootfs); the parts with typed errors (`PlanError`,
+//! `EditError`, `SpecError`) keep their one line through it.
 
 use crate::admission::{self, Policy};
 use crate::config::Config;
