@@ -330,6 +330,47 @@ mod tests {
     }
 
     #[test]
+    fn bad_values_are_the_variant_of_their_setting() {
+        use ComputeRequestError as E;
+        let kind = |ann: (&str, &str), env: (&str, &str)| match req(&[ann], &[env]).unwrap_err() {
+            E::Key(_) => "key",
+            E::Env(e) => {
+                assert_eq!(e.var, env.0);
+                "env"
+            }
+            E::Policy { key, .. } => {
+                assert_eq!(key, ann.0);
+                "policy"
+            }
+            E::Percent(_) => "percent",
+            E::Window(_) => "window",
+        };
+        let none = ("", "");
+        assert_eq!(kind(("vgpu.io/compute-limit", "0"), none), "percent");
+        assert_eq!(kind(("vgpu.io/compute-limit.0", "30%"), none), "percent");
+        assert_eq!(kind(("vgpu.io/compute-limit.trainer", "30"), none), "key");
+        assert_eq!(
+            kind(("vgpu.io/compute-policy", "sometimes"), none),
+            "policy"
+        );
+        assert_eq!(kind(("x", ""), ("CUDA_DEVICE_SM_LIMIT", "150")), "env");
+        assert_eq!(
+            kind(("x", ""), ("GPU_CORE_UTILIZATION_POLICY", "sometimes")),
+            "env"
+        );
+        assert_eq!(kind(("vgpu.io/compute-window", "1m"), none), "window");
+        // Even under disable, a typo is seen.
+        assert_eq!(
+            kind(
+                ("vgpu.io/compute-policy", "disable"),
+                ("CUDA_DEVICE_SM_LIMIT_x", "30")
+            ),
+            "env"
+        );
+    }
+
+    /// The lines users read (the e2e suites match several): one line, naming the setting and its value.
+    #[test]
     fn bad_values_are_one_line_naming_the_setting() {
         for (ann, env, want) in [
             (
