@@ -9,22 +9,29 @@
 //!   empty/`default`; case-insensitive.
 //!
 //! A malformed value is an error of one line naming the variable.
+//!
+//! The pacing window's grammar ([`parse_window`]) is written here rather than taken from `humantime`: it
+//! is a strict subset (one whole number of `ms` or `s`, 10 ms to 10 s) whose each refusal says what was
+//! wrong (no unit, unknown unit, not a whole number, out of range), while `humantime` accepts `1m`,
+//! `1s 500ms` or `2h` and its errors do not name the setting; the library, which reads the same grammar,
+//! would also take a dependency for a dozen lines.
 
 use std::collections::BTreeMap;
 
 use crate::envlimits::{gpu_of, EnvLimitError};
+use crate::keys::{annotation, env};
 
 /// The share for every GPU; `<SM_LIMIT_VAR>_<i>` is the share of the i-th.
-pub const SM_LIMIT_VAR: &str = "CUDA_DEVICE_SM_LIMIT";
-pub const POLICY_VAR: &str = "GPU_CORE_UTILIZATION_POLICY";
+pub const SM_LIMIT_VAR: &str = env::SM_LIMIT;
+pub const POLICY_VAR: &str = env::CORE_POLICY;
 /// The OCI side's keys (the hook): the share of every GPU of the container, `.<i>` of its i-th, and in a
 /// pod `.<container>[.<i>]` (the memory limit's forms); and the policy. Values: a whole percent 1..=100
 /// (100: no share), and force, disable or default.
-pub const LIMIT_ANNOTATION: &str = "vgpu.io/compute-limit";
-pub const POLICY_ANNOTATION: &str = "vgpu.io/compute-policy";
+pub const LIMIT_ANNOTATION: &str = annotation::COMPUTE_LIMIT;
+pub const POLICY_ANNOTATION: &str = annotation::COMPUTE_POLICY;
 /// The pacing window of a share (`parse_window`): the annotation, and the environment mode's variable.
-pub const WINDOW_ANNOTATION: &str = "vgpu.io/compute-window";
-pub const WINDOW_VAR: &str = "VGPU_COMPUTE_WINDOW";
+pub const WINDOW_ANNOTATION: &str = annotation::COMPUTE_WINDOW;
+pub const WINDOW_VAR: &str = env::COMPUTE_WINDOW;
 /// The window when none is set, and the bounds of one that is (milliseconds). A capped workload that
 /// keeps the GPU busy runs in bursts of `share × window` and waits out the rest: bursts of a few hundred
 /// ms let a saturated GPU settle at the clock it runs at unlimited, so the share holds for throughput and

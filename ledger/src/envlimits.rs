@@ -15,21 +15,21 @@
 //! A malformed value or index is an error of one line naming the variable.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
+use crate::keys;
 use crate::quantity::{check_min_quota, parse_quantity};
 
 /// The limit for every GPU; `<LIMIT_VAR>_<i>` is the limit for the i-th.
-pub const LIMIT_VAR: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+pub const LIMIT_VAR: &str = keys::env::MEMORY_LIMIT;
 /// The container's limits file, which wins over the limit variables (set by the hook to
 /// [`crate::layout::CONTAINER_LIMITS_PATH`]).
-pub const LIMITS_FILE_VAR: &str = "VGPU_LIMITS_FILE";
+pub const LIMITS_FILE_VAR: &str = keys::env::LIMITS_FILE;
 /// Largest GPU index a per-GPU variable may name.
-pub const MAX_INDEX: u32 = 1023;
+pub const MAX_INDEX: u32 = keys::MAX_GPU_INDEX;
 
 /// The name of the per-GPU variable of GPU `i`.
 pub fn per_index_var(i: u32) -> String {
-    format!("{LIMIT_VAR}_{i}")
+    keys::per_gpu_var(LIMIT_VAR, i)
 }
 
 /// Parses the `<i>` of a per-GPU setting: decimal digits, `0..=MAX_INDEX`. Shared with the hook's
@@ -75,19 +75,12 @@ pub struct EnvLimits {
 }
 
 /// A malformed limit variable. `Display` is one line starting with the variable's name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}{problem}")]
 pub struct EnvLimitError {
     pub var: String,
     pub problem: String,
 }
-
-impl fmt::Display for EnvLimitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.var, self.problem)
-    }
-}
-
-impl std::error::Error for EnvLimitError {}
 
 impl EnvLimits {
     /// Reads the limit variables out of `vars` (name, value), ignoring every other name.

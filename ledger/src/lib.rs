@@ -9,6 +9,7 @@
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `GPU_CORE_UTILIZATION_POLICY`).
 //! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
+//! * [`keys`]: the registry of every annotation and variable name vgpu reads or writes.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking).
@@ -22,6 +23,7 @@ pub mod atomic;
 pub mod envcompute;
 pub mod envlimits;
 pub mod hostfile;
+pub mod keys;
 pub mod layout;
 pub mod limits;
 pub mod memmode;

@@ -10,6 +10,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::envcompute::Policy;
+use crate::keys::kube;
 use crate::layout;
 use crate::memmode::MemoryMode;
 
@@ -61,15 +62,9 @@ impl KubeNames {
                 .unwrap_or_default()
         };
         let n = KubeNames {
-            namespace: get(&[
-                "io.kubernetes.pod.namespace",
-                "io.kubernetes.cri.sandbox-namespace",
-            ]),
-            pod: get(&["io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"]),
-            container: get(&[
-                "io.kubernetes.container.name",
-                "io.kubernetes.cri.container-name",
-            ]),
+            namespace: get(&[kube::CRIO_POD_NAMESPACE, kube::CRI_SANDBOX_NAMESPACE]),
+            pod: get(&[kube::CRIO_POD_NAME, kube::CRI_SANDBOX_NAME]),
+            container: get(&[kube::CRIO_CONTAINER_NAME, kube::CRI_CONTAINER_NAME]),
         };
         (n != KubeNames::default()).then_some(n)
     }

@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::keys::{annotation, env};
 use crate::quantity::{format_bytes, parse_quantity};
 
 /// The headroom oversubscribe mode keeps below the quota in the free memory it reports (libnvshare's
@@ -19,14 +20,14 @@ use crate::quantity::{format_bytes, parse_quantity};
 pub const DEFAULT_RESERVE: u64 = 1536 << 20;
 
 /// Annotation keys (OCI side) and environment variables (environment mode, and a spec's env).
-pub const MODE_ANNOTATION: &str = "vgpu.io/memory-mode";
-pub const SPILL_ANNOTATION: &str = "vgpu.io/memory-spill";
-pub const RESERVE_ANNOTATION: &str = "vgpu.io/memory-reserve";
-pub const MODE_VAR: &str = "VGPU_MEMORY_MODE";
-pub const SPILL_VAR: &str = "VGPU_MEMORY_SPILL";
-pub const RESERVE_VAR: &str = "VGPU_MEMORY_RESERVE";
+pub const MODE_ANNOTATION: &str = annotation::MEMORY_MODE;
+pub const SPILL_ANNOTATION: &str = annotation::MEMORY_SPILL;
+pub const RESERVE_ANNOTATION: &str = annotation::MEMORY_RESERVE;
+pub const MODE_VAR: &str = env::MEMORY_MODE;
+pub const SPILL_VAR: &str = env::MEMORY_SPILL;
+pub const RESERVE_VAR: &str = env::MEMORY_RESERVE;
 /// HAMi's variable: `true`/`1` asks for oversubscribe mode.
-pub const OVERSUBSCRIBE_VAR: &str = "CUDA_OVERSUBSCRIBE";
+pub const OVERSUBSCRIBE_VAR: &str = env::OVERSUBSCRIBE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]

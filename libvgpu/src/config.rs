@@ -14,7 +14,7 @@ use vgpu_ledger::memmode::{self, ModeSettings};
 use vgpu_ledger::MemoryMode;
 
 pub const ENV_LIMIT: &str = envlimits::LIMIT_VAR;
-pub const ENV_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+pub const ENV_CACHE: &str = vgpu_ledger::keys::env::SHARED_CACHE;
 pub const ENV_LIMITS_FILE: &str = envlimits::LIMITS_FILE_VAR;
 /// The environment mode's ledgers without CUDA_DEVICE_MEMORY_SHARED_CACHE: `<user folder>/cudevshr.cache.<uuid>`.
 pub const CACHE_NAME: &str = "cudevshr.cache";

@@ -6,12 +6,12 @@
 
 use crate::args::{CREATE_VALUE_FLAGS, GLOBAL_VALUE_FLAGS};
 use crate::config::{CONFIG_ENV, DEFAULT_CONFIG_PATH};
-use crate::hook::STAGES;
 use clap::{Arg, ArgAction, Command, CommandFactory, Parser};
+use vgpu_ledger::keys::host::{HOOK_BIN, RUNTIME_BIN};
 
 /// vgpu OCI hook: provisions and removes a container's GPU memory quota state.
 #[derive(Parser)]
-#[command(name = "vgpu-hook", version = crate::version::LONG, long_about = HOOK_LONG_ABOUT,
+#[command(name = HOOK_BIN, version = crate::version::LONG, long_about = HOOK_LONG_ABOUT,
           after_long_help = hook_after_help())]
 pub struct HookCli {
     /// The OCI hook stage: createRuntime, prestart, precreate or poststop.
@@ -56,7 +56,7 @@ pub fn shim_command() -> Command {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    Command::new("vgpu-container-runtime")
+    Command::new(RUNTIME_BIN)
         .version(crate::version::LONG)
         .about("OCI runtime shim: gives a container its GPU memory quota, then runs the lower runtime")
         .long_about(format!(
@@ -119,14 +119,10 @@ pub fn shim_command() -> Command {
         )
 }
 
-/// The hook's stages, for messages.
-pub fn stages() -> String {
-    STAGES.join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hook::STAGES;
 
     #[test]
     fn the_commands_are_well_formed() {

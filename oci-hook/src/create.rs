@@ -1,12 +1,17 @@
 //! The create pipeline the shim and the hook (hooks.d path) share: plan, checks, image preload, edits,
 //! provisioning. Not here: how the edits reach the container (spec file: `crate::shim`; mounts: `crate::hook`).
+//!
+//! Errors: `anyhow` here and in `hook` and `shim`, the pipelines that join modules still returning it
+//! (admission, provisioning, NVML, the config, the rootfs); the parts with typed errors (`PlanError`,
+//! `EditError`, `SpecError`) keep their one line through it.
 
 use crate::admission::{self, Policy};
 use crate::config::Config;
 use crate::edits::{self, ContainerEdits};
 use crate::nvml;
-use crate::plan::{self, Plan, SpecFacts};
+use crate::plan::{self, Plan};
 use crate::provision::{self, Owner, Provisioned};
+use crate::request::SpecFacts;
 use crate::rootfs::Rootfs;
 use crate::spec::Spec;
 use anyhow::Result;
@@ -16,7 +21,9 @@ use vgpu_ledger::layout::{self, StateRoot};
 /// Plans the quota of a spec's facts; NVML (config key `nvml_library`) is loaded only when a quota is
 /// asked for, so a node without a driver runs other containers unaffected. `None`: no quota.
 pub fn plan(facts: &SpecFacts, cfg: &Config) -> Result<Option<Plan>> {
-    plan::plan_with(facts, cfg.unquoted(), || nvml::list_gpus(&cfg.nvml_library))
+    Ok(plan::plan_with(facts, cfg.unquoted(), || {
+        nvml::list_gpus(&cfg.nvml_library)
+    })?)
 }
 
 /// What the pipeline reads from the container's image.
@@ -64,7 +71,7 @@ impl<'a> Create<'a> {
     }
 
     /// The edits the container gets.
-    pub fn edits(&self) -> Result<ContainerEdits> {
+    pub fn edits(&self) -> Result<ContainerEdits, edits::EditError> {
         ContainerEdits::new(&self.plan, self.root, self.id, self.cfg)
     }
 

@@ -7,22 +7,39 @@
 
 use crate::config::Config;
 use crate::plan::Plan;
-use crate::spec::Spec;
-use anyhow::Result;
+use crate::spec::{Spec, SpecError};
 use std::path::{Path, PathBuf};
 use vgpu_ledger::envlimits;
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_ledger::keys;
+use vgpu_ledger::layout::{self, LayoutError, StateRoot};
+
+/// Why the edits cannot be made. `Display` is one line naming the path or the field.
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    /// An id or GPU uuid that is no safe file name.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("vgpu library {} is not a file (config key library)", .path.display())]
+    LibraryNotAFile { path: PathBuf },
+    /// The library cannot be looked at (`err` is part of the line).
+    #[error("vgpu library {}: {err} (config key library)", .path.display())]
+    Library { path: PathBuf, err: std::io::Error },
+}
+
+type Result<T, E = EditError> = std::result::Result<T, E>;
 
 /// Annotation the shim adds so the later hook knows the spec was already edited and the state is mounted
 /// by the runtime, not by the hook.
-pub const MARKER_ANNOTATION: &str = "vgpu.io/provisioned-by";
+pub const MARKER_ANNOTATION: &str = keys::annotation::PROVISIONED_BY;
 
 /// The minimal environment every hook we install runs with: nothing from the container (an image's
 /// `LD_PRELOAD` must never reach a process with host privileges).
-pub const HOOK_PATH_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+pub const HOOK_PATH_ENV: &str = keys::host::HOOK_PATH_ENV;
 
 /// `args[0]` of every hook we install: how a re-edit finds them again.
-pub const HOOK_ARG0: &str = "vgpu-hook";
+pub const HOOK_ARG0: &str = keys::host::HOOK_BIN;
 
 /// Every fixed destination vgpu ever mounts at (the engine's only when the build has one), and the ledger
 /// folder earlier versions mounted whole: with each GPU's ledger file (see [`is_our_destination`]), what a
@@ -148,7 +165,7 @@ impl ContainerEdits {
             hooks: vec![hook(cfg.hook_stage.as_str()), hook("poststop")],
             annotations: vec![(
                 MARKER_ANNOTATION.to_string(),
-                "vgpu-container-runtime".to_string(),
+                keys::host::RUNTIME_BIN.to_string(),
             )],
         })
     }
@@ -240,11 +257,13 @@ pub fn check_library(cfg: &Config) -> Result<()> {
     let p: &Path = &cfg.library;
     match std::fs::metadata(p) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => anyhow::bail!(
-            "vgpu library {} is not a file (config key library)",
-            p.display()
-        ),
-        Err(e) => anyhow::bail!("vgpu library {}: {e} (config key library)", p.display()),
+        Ok(_) => Err(EditError::LibraryNotAFile {
+            path: p.to_path_buf(),
+        }),
+        Err(err) => Err(EditError::Library {
+            path: p.to_path_buf(),
+            err,
+        }),
     }
 }
 

@@ -14,8 +14,8 @@ use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
 use crate::gc;
 use crate::mountns;
-use crate::plan::SpecFacts;
 use crate::provision::{self, Owner};
+use crate::request::SpecFacts;
 use crate::spec::{annotations_of, Spec};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
@@ -23,6 +23,19 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vgpu_ledger::layout::StateRoot;
+
+/// An OCI state on stdin that cannot be read. `Display` is one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// Not JSON (`why`: the parser's words).
+    #[error("malformed OCI state on stdin: {why}")]
+    Malformed { why: String },
+    #[error("OCI state on stdin has no id")]
+    NoId,
+    /// `pid` is no process id (`value`: as written).
+    #[error("OCI state on stdin: pid {value} is not a pid")]
+    BadPid { value: String },
+}
 
 /// The OCI state a runtime hands its hooks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,19 +49,23 @@ pub struct State {
 
 impl State {
     /// Parses the state JSON.
-    pub fn parse(text: &str) -> Result<State> {
+    pub fn parse(text: &str) -> Result<State, StateError> {
         let v: Value =
-            serde_json::from_str(text).map_err(|e| anyhow!("malformed OCI state on stdin: {e}"))?;
+            serde_json::from_str(text).map_err(|e| StateError::Malformed { why: e.to_string() })?;
         let id = v
             .get("id")
             .and_then(Value::as_str)
-            .ok_or_else(|| anyhow!("OCI state on stdin has no id"))?;
+            .ok_or(StateError::NoId)?;
         let pid = match v.get("pid") {
             None | Some(Value::Null) => None,
             Some(p) => match p.as_u64() {
                 Some(0) => None,
                 Some(p) if p <= u32::MAX as u64 => Some(p as u32),
-                _ => bail!("OCI state on stdin: pid {p} is not a pid"),
+                _ => {
+                    return Err(StateError::BadPid {
+                        value: p.to_string(),
+                    })
+                }
             },
         };
         let bundle = v.get("bundle").and_then(Value::as_str).unwrap_or("").into();
@@ -67,7 +84,7 @@ pub const STAGES: &[&str] = &["createRuntime", "prestart", "precreate", "poststo
 /// Runs stage `stage` with the given stdin/stdout.
 pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let cfg = Config::load()?;
-    crate::logging::init("vgpu-hook", &cfg);
+    crate::logging::init(vgpu_ledger::keys::host::HOOK_BIN, &cfg);
     let root = StateRoot::new(cfg.state_root.clone());
     let mut text = String::new();
     input
@@ -79,7 +96,7 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
         "precreate" => precreate(&cfg, &text, output),
         other => bail!(
             "unknown hook stage {other:?} (expected {})",
-            crate::cli::stages()
+            STAGES.join(", ")
         ),
     };
     // Garbage collection never fails a container.
@@ -180,13 +197,14 @@ mod tests {
         assert_eq!(s.annotations, vec![("a".to_string(), "b".to_string())]);
         let s = State::parse(r#"{"id":"c1","status":"stopped","bundle":"/b"}"#).unwrap();
         assert_eq!(s.pid, None);
-        assert!(State::parse("{")
-            .unwrap_err()
-            .to_string()
-            .contains("malformed OCI state"));
-        assert!(State::parse(r#"{"pid":1}"#)
-            .unwrap_err()
-            .to_string()
-            .contains("no id"));
+        assert!(matches!(
+            State::parse("{"),
+            Err(StateError::Malformed { .. })
+        ));
+        assert_eq!(State::parse(r#"{"pid":1}"#), Err(StateError::NoId));
+        let e = State::parse(r#"{"id":"c","pid":-1}"#).unwrap_err();
+        assert_eq!(e, StateError::BadPid { value: "-1".into() });
+        // The line users read.
+        assert_eq!(e.to_string(), "OCI state on stdin: pid -1 is not a pid");
     }
 }

@@ -1,8 +1,11 @@
 //! vgpu's OCI side: the runtime shim (`vgpu-container-runtime`) and the hook (`vgpu-hook`). Not here: the
-//! contracts shared with the library and vgpuctl (paths, env grammar, atomic writes, state walk: `vgpu_ledger`).
+//! contracts shared with the library and vgpuctl (paths, key names, env grammar, atomic writes, state walk:
+//! `vgpu_ledger`).
 //!
-//! Both run one create pipeline ([`create`]): facts from the container's spec, its quota decided ([`plan`]
-//! from [`quota`] and [`gpus`], GPUs from [`nvml`]), the edits it gets computed once as a value
+//! Both run one create pipeline ([`create`]): the container's request read once from its spec ([`request`]:
+//! keys checked by [`unknown_keys`], per-GPU forms by [`pod_keys`], values by [`memory_request`] and
+//! [`compute_request`]), its quota decided ([`plan`], the container's GPUs from [`gpus`], the host's from
+//! [`nvml`]), the edits it gets computed once as a value
 //! ([`edits::ContainerEdits`]), the per-container state provisioned on the host ([`provision`]). The shim
 //! ([`shim`]; its command line: [`args`]; the runtime under it: [`lower`]) applies the edits to the spec before
 //! the lower runtime sees it ([`spec`]); on the hooks.d path, where no shim ran, the hook ([`hook`]) makes the
@@ -12,7 +15,7 @@
 pub mod admission;
 pub mod args;
 pub mod cli;
-pub mod compute;
+pub mod compute_request;
 pub mod config;
 pub mod create;
 pub mod driverlimit;
@@ -23,17 +26,19 @@ pub mod hook;
 pub mod ledgers;
 pub mod logging;
 pub mod lower;
+pub mod memory_request;
 pub mod mountns;
 pub mod nvml;
 pub mod plan;
+pub mod pod_keys;
 pub mod provision;
-pub mod quota;
+pub mod request;
 pub mod rootfs;
 pub mod shim;
 pub mod spec;
 #[cfg(test)]
 mod testing;
-pub mod typos;
+pub mod unknown_keys;
 pub mod version;
 
 pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

@@ -1,19 +1,21 @@
-//! Deciding a container's quota: the request ([`crate::quota`], and the compute share of
-//! [`crate::compute`]) checked against the GPUs it gets ([`crate::gpus`]). Not here: asking NVML (`crate::nvml`, through `crate::create`), acting on the plan.
+//! Deciding a container's quota: its request (`crate::request`, read once from the spec) checked against
+//! the GPUs it gets (`crate::gpus`) and the node's policy for GPU containers without a quota. Not here:
+//! asking NVML (`crate::nvml`, through `crate::create`), acting on the plan.
 //!
 //! Every check happens here, before anything is written anywhere.
 
-use crate::compute::{self, ComputeRequest};
 use crate::gpus;
+use crate::memory_request;
 use crate::nvml::HostGpu;
-use crate::quota::{self, QuotaRequest};
-use crate::spec::Spec;
-use crate::typos;
-use anyhow::{bail, Result};
+use crate::request::{Request, RequestError, SpecFacts};
 use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::format_bytes;
-use vgpu_ledger::memmode::ModeSettings;
+use vgpu_ledger::keys;
 use vgpu_ledger::MemoryMode;
+
+/// An error of the GPU side (listing the host's GPUs, selecting the container's), from modules that do
+/// not have typed errors of their own.
+pub type GpuError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One limited GPU of the container: a memory quota, a compute share, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,46 +45,54 @@ pub struct Plan {
     pub compute_window_ms: Option<u32>,
 }
 
-/// What the planner needs from a spec.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SpecFacts {
-    /// `process.env`, in order.
-    pub env: Vec<(String, String)>,
-    /// The spec's annotations (string values).
-    pub annotations: Vec<(String, String)>,
-    /// `linux.devices[].path`.
-    pub devices: Vec<String>,
-}
-
-impl SpecFacts {
-    /// The facts of `spec` (the one place they are read from a spec).
-    pub fn of(spec: &Spec) -> SpecFacts {
-        SpecFacts {
-            env: spec.env(),
-            annotations: spec.annotations(),
-            devices: spec.device_paths(),
-        }
-    }
-
-    /// With the annotations of the OCI state (hooks.d path) winning over, and adding to, the spec's.
-    pub fn with_state_annotations(mut self, state: &[(String, String)]) -> SpecFacts {
-        for (k, v) in state {
-            self.annotations.retain(|(ak, _)| ak != k);
-            self.annotations.push((k.clone(), v.clone()));
-        }
-        self
-    }
-}
-
-/// What the node does with a container that gets a GPU but asks for no quota: the config's policy.
 pub use crate::config::Unquoted;
+
+/// Why a container's quota cannot be planned. `Display` is one line naming the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// Listing the host's GPUs or selecting the container's failed.
+    #[error(transparent)]
+    Gpus(GpuError),
+    /// `require_memory_limit` and a GPU container without a quota (`gpus`: what gives it the GPU).
+    #[error("{gpus} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}", memory_request::ANNOTATION, memory_request::ENV)]
+    QuotaRequired { gpus: String },
+    /// A setting asks for a limit but no GPU is named.
+    #[error("{setting} is set but the container gets no GPU (name one with {}, a CDI device or a /dev/nvidiaN device)", keys::env::VISIBLE_DEVICES)]
+    NoGpuNamed { setting: String },
+    /// A setting asks for a limit but what names the GPUs (`gpus`) gives none.
+    #[error("{setting} is set but {gpus} gives the container no GPU")]
+    NoGpuGiven { setting: String, gpus: String },
+    /// A per-GPU setting for a GPU past the container's `count`.
+    #[error("{setting}: the container has no GPU {index}: it gets {count} GPU{} ({gpus})", if *.count == 1 { "" } else { "s" })]
+    NoSuchGpu {
+        setting: String,
+        index: usize,
+        count: usize,
+        gpus: String,
+    },
+    /// A quota larger than its GPU.
+    #[error("{setting}: {} is larger than the container's GPU {index} ({uuid}, {})", format_bytes(*.bytes), format_bytes(*.total))]
+    LargerThanGpu {
+        setting: String,
+        bytes: u64,
+        index: usize,
+        uuid: String,
+        total: u64,
+    },
+}
+
+fn gpu_error(e: anyhow::Error) -> PlanError {
+    PlanError::Gpus(e.into())
+}
 
 /// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
 /// so a node without NVML runs unquota'd containers fine.
 pub fn plan(
     facts: &SpecFacts,
-    host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
-) -> Result<Option<Plan>> {
+    host_gpus: impl FnOnce() -> anyhow::Result<Vec<HostGpu>>,
+) -> Result<Option<Plan>, PlanError> {
     plan_with(facts, Unquoted::Allow, host_gpus)
 }
 
@@ -90,37 +100,28 @@ pub fn plan(
 pub fn plan_with(
     facts: &SpecFacts,
     unquoted: Unquoted,
-    host_gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
-) -> Result<Option<Plan>> {
-    typos::check(&facts.annotations, &facts.env)?;
-    let mut q: QuotaRequest = quota::from_spec(&facts.annotations, &facts.env)?;
-    let c: ComputeRequest = compute::from_spec(&facts.annotations, &facts.env)?;
-    // The annotations decide the mode when they say anything about it; a bad setting fails the
-    // container even when it asks for no quota (a mode alone changes nothing, but a typo must be seen).
-    let annotated = ModeSettings::from_annotations(&facts.annotations);
-    let settings = if annotated.is_empty() {
-        ModeSettings::from_env(&facts.env)
-    } else {
-        annotated
-    };
-    let memory = settings.parse().map_err(|e| anyhow::anyhow!(e))?;
+    host_gpus: impl FnOnce() -> anyhow::Result<Vec<HostGpu>>,
+) -> Result<Option<Plan>, PlanError> {
+    let Request {
+        memory: mut q,
+        compute: c,
+        mode: memory,
+        in_pod,
+        kubernetes,
+    } = Request::read(facts)?;
+    let select = || gpus::from_spec(&facts.env, &facts.annotations, &facts.devices);
     // The node's policy is about memory quotas: a compute share alone does not satisfy
     // require_memory_limit, and gets default_memory_limit beside it.
     if q.is_empty() && unquoted != Unquoted::Allow {
-        if let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? {
+        if let Some(sel) = select().map_err(gpu_error)? {
             match unquoted {
                 Unquoted::Default(bytes) => {
-                    q.all = Some(quota::Requested {
+                    q.all = Some(memory_request::Requested {
                         bytes,
                         source: "config default_memory_limit".into(),
                     })
                 }
-                _ => bail!(
-                    "{} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}",
-                    sel.source,
-                    quota::ANNOTATION,
-                    quota::ENV
-                ),
+                _ => return Err(PlanError::QuotaRequired { gpus: sel.source }),
             }
         }
     }
@@ -133,8 +134,8 @@ pub fn plan_with(
         .map(|r| (r.source.as_str(), q.for_container))
         .chain(c.shares().map(|s| (s.source.as_str(), c.for_container)))
         .collect();
-    let first_source = asks.first().map(|a| a.0.to_string()).unwrap_or_default();
-    let Some(sel) = gpus::from_spec(&facts.env, &facts.annotations, &facts.devices)? else {
+    let setting = asks.first().map(|a| a.0.to_string()).unwrap_or_default();
+    let Some(sel) = select().map_err(gpu_error)? else {
         // A pod's annotations reach every container of the pod — the sandbox (pause) container and
         // sidecars too (containerd and CRI-O copy the ones a handler allows into each spec). A pod-level
         // quota or share is for the pod's GPU containers; the others are left untouched. A key that names
@@ -142,31 +143,31 @@ pub fn plan_with(
         let pod_default = asks
             .iter()
             .all(|(src, named)| src.starts_with("annotation ") && !named);
-        if quota::PodMember::of(&facts.annotations).in_a_pod() && pod_default {
+        if in_pod && pod_default {
             return Ok(None);
         }
-        bail!(
-            "{first_source} is set but the container gets no GPU (name one with NVIDIA_VISIBLE_DEVICES, a CDI device or a /dev/nvidiaN device)"
-        );
+        return Err(PlanError::NoGpuNamed { setting });
     };
-    let host = host_gpus()?;
-    let gpus = gpus::resolve(&sel, &host)?;
+    let host = host_gpus().map_err(gpu_error)?;
+    let gpus = gpus::resolve(&sel, &host).map_err(gpu_error)?;
     if gpus.is_empty() {
-        bail!(
-            "{first_source} is set but {} gives the container no GPU",
-            sel.source
-        );
+        return Err(PlanError::NoGpuGiven {
+            setting,
+            gpus: sel.source,
+        });
     }
-    if let Some((i, r)) = q.first_beyond(gpus.len()) {
-        bail!(
-            "{}: the container has no GPU {i}: it gets {} GPU{} ({})",
-            r.source,
-            gpus.len(),
-            if gpus.len() == 1 { "" } else { "s" },
-            sel.source
-        );
+    let beyond = q
+        .first_beyond(gpus.len())
+        .map(|(i, r)| (i, &r.source))
+        .or_else(|| c.first_beyond(gpus.len()).map(|(i, s)| (i, &s.source)));
+    if let Some((index, setting)) = beyond {
+        return Err(PlanError::NoSuchGpu {
+            setting: setting.clone(),
+            index,
+            count: gpus.len(),
+            gpus: sel.source,
+        });
     }
-    compute::check_gpus(&c, gpus.len(), &sel.source)?;
     let mut out = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
         let memory_limit = q.limit_for(i);
@@ -175,13 +176,13 @@ pub fn plan_with(
             continue;
         }
         if let Some(r) = memory_limit.filter(|r| r.bytes > g.total_memory) {
-            bail!(
-                "{}: {} is larger than the container's GPU {i} ({}, {})",
-                r.source,
-                format_bytes(r.bytes),
-                g.uuid,
-                format_bytes(g.total_memory)
-            );
+            return Err(PlanError::LargerThanGpu {
+                setting: r.source.clone(),
+                bytes: r.bytes,
+                index: i,
+                uuid: g.uuid.clone(),
+                total: g.total_memory,
+            });
         }
         out.push(PlannedGpu {
             index: i,
@@ -192,7 +193,7 @@ pub fn plan_with(
     }
     Ok(Some(Plan {
         gpus: out,
-        kubernetes: vgpu_ledger::KubeNames::from_annotations(&facts.annotations),
+        kubernetes,
         memory,
         compute_policy: c.policy,
         compute_window_ms: c.window_ms,
@@ -200,537 +201,4 @@ pub fn plan_with(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::testing::kv;
-
-    fn host() -> Result<Vec<HostGpu>> {
-        Ok((0..2)
-            .map(|i| HostGpu {
-                index: i,
-                uuid: format!("GPU-{i}"),
-                total_memory: 16 << 30,
-                minor: None,
-            })
-            .collect())
-    }
-
-    fn run(env: &[(&str, &str)], ann: &[(&str, &str)]) -> Result<Option<Plan>> {
-        let (e, a) = (kv(env), kv(ann));
-        plan(
-            &SpecFacts {
-                env: e,
-                annotations: a,
-                devices: vec![],
-            },
-            host,
-        )
-    }
-
-    #[test]
-    fn memory_modes_from_annotations_over_the_environment() {
-        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
-            env: kv(env),
-            annotations: kv(ann),
-            devices: vec![],
-        };
-        let gpu_env = [
-            ("NVIDIA_VISIBLE_DEVICES", "0"),
-            ("CUDA_DEVICE_MEMORY_LIMIT", "4Gi"),
-        ];
-        let f = facts(
-            &[
-                ("vgpu.io/memory-mode", "spill"),
-                ("vgpu.io/memory-spill", "8Gi"),
-            ],
-            &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
-        );
-        assert_eq!(
-            plan(&f, host).unwrap().unwrap().memory,
-            MemoryMode::Spill {
-                spill_limit: 8 << 30
-            }
-        );
-        let f = facts(
-            &[],
-            &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
-        );
-        assert!(plan(&f, host).unwrap().unwrap().memory.is_oversubscribe());
-        let e = plan(&facts(&[("vgpu.io/memory-mode", "spill")], &gpu_env), host)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("vgpu.io/memory-mode=spill needs a spill budget"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_compute_share_with_or_without_a_memory_quota() {
-        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
-            env: kv(env),
-            annotations: kv(ann),
-            devices: vec![],
-        };
-        let gpus = |p: Option<Plan>| -> Vec<(usize, Option<u64>, Option<u32>)> {
-            p.unwrap()
-                .gpus
-                .iter()
-                .map(|g| (g.index, g.memory_limit, g.compute_limit))
-                .collect()
-        };
-        // A share alone: every GPU listed for it, no memory quota.
-        let p = plan(
-            &facts(
-                &[("vgpu.io/compute-limit", "30")],
-                &[("NVIDIA_VISIBLE_DEVICES", "0,1")],
-            ),
-            host,
-        )
-        .unwrap();
-        assert_eq!(gpus(p), vec![(0, None, Some(30)), (1, None, Some(30))]);
-        // Both, on different GPUs; the env share is HAMi's variable.
-        let p = plan(
-            &facts(
-                &[],
-                &[
-                    ("NVIDIA_VISIBLE_DEVICES", "0,1"),
-                    ("CUDA_DEVICE_MEMORY_LIMIT_0", "1G"),
-                    ("CUDA_DEVICE_SM_LIMIT_1", "70"),
-                ],
-            ),
-            host,
-        )
-        .unwrap();
-        assert_eq!(gpus(p), vec![(0, Some(1 << 30), None), (1, None, Some(70))]);
-        // The policy goes with the plan; disable (or 100, or env 0) is no share: nothing to do.
-        let p = plan(
-            &facts(
-                &[
-                    ("vgpu.io/compute-limit", "30"),
-                    ("vgpu.io/compute-policy", "force"),
-                ],
-                &[("NVIDIA_VISIBLE_DEVICES", "0")],
-            ),
-            host,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(p.compute_policy, Policy::Force);
-        for (ann, env) in [
-            (
-                &[
-                    ("vgpu.io/compute-limit", "30"),
-                    ("vgpu.io/compute-policy", "disable"),
-                ][..],
-                &[("NVIDIA_VISIBLE_DEVICES", "0")][..],
-            ),
-            (
-                &[("vgpu.io/compute-limit", "100")],
-                &[("NVIDIA_VISIBLE_DEVICES", "0")],
-            ),
-            (
-                &[],
-                &[
-                    ("NVIDIA_VISIBLE_DEVICES", "0"),
-                    ("CUDA_DEVICE_SM_LIMIT", "0"),
-                ],
-            ),
-        ] {
-            assert_eq!(
-                plan(&facts(ann, env), || panic!("NVML loaded")).unwrap(),
-                None
-            );
-        }
-        // require_memory_limit is about memory: a share alone does not satisfy it; a default memory
-        // quota comes beside the share.
-        let f = facts(
-            &[("vgpu.io/compute-limit", "30")],
-            &[("NVIDIA_VISIBLE_DEVICES", "0")],
-        );
-        assert!(plan_with(&f, Unquoted::Refuse, host).is_err());
-        let p = plan_with(&f, Unquoted::Default(4 << 30), host).unwrap();
-        assert_eq!(gpus(p), vec![(0, Some(4 << 30), Some(30))]);
-    }
-
-    #[test]
-    fn the_compute_window_goes_with_the_plan() {
-        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
-            env: kv(env),
-            annotations: kv(ann),
-            devices: vec![],
-        };
-        let window = |ann: &[(&str, &str)], env: &[(&str, &str)]| {
-            plan(&facts(ann, env), host)
-                .unwrap()
-                .unwrap()
-                .compute_window_ms
-        };
-        let gpu = ("NVIDIA_VISIBLE_DEVICES", "0");
-        let share = ("vgpu.io/compute-limit", "30");
-        assert_eq!(
-            window(
-                &[share, ("vgpu.io/compute-window", "250ms")],
-                &[gpu, ("VGPU_COMPUTE_WINDOW", "2s")]
-            ),
-            Some(250)
-        );
-        assert_eq!(
-            window(
-                &[],
-                &[
-                    gpu,
-                    ("CUDA_DEVICE_SM_LIMIT", "30"),
-                    ("VGPU_COMPUTE_WINDOW", "2s")
-                ]
-            ),
-            Some(2000)
-        );
-        assert_eq!(window(&[share], &[gpu]), None);
-        // A window alone asks for nothing, as the policy alone: no plan, NVML untouched.
-        for (ann, env) in [
-            (&[("vgpu.io/compute-window", "250ms")][..], &[gpu][..]),
-            (&[], &[gpu, ("VGPU_COMPUTE_WINDOW", "250ms")]),
-            (
-                &[share, ("vgpu.io/compute-policy", "disable")],
-                &[gpu, ("VGPU_COMPUTE_WINDOW", "250ms")],
-            ),
-        ] {
-            assert_eq!(
-                plan(&facts(ann, env), || panic!("NVML loaded")).unwrap(),
-                None
-            );
-        }
-        // A malformed window is refused even without a share, with one line naming it.
-        for (ann, env, want) in [
-            (
-                &[("vgpu.io/compute-window", "1m")][..],
-                &[gpu][..],
-                "annotation vgpu.io/compute-window=\"1m\": unknown unit",
-            ),
-            (
-                &[share],
-                &[gpu, ("VGPU_COMPUTE_WINDOW", "5ms")],
-                "env VGPU_COMPUTE_WINDOW=\"5ms\": out of range",
-            ),
-        ] {
-            let e = plan(&facts(ann, env), || panic!("NVML loaded"))
-                .unwrap_err()
-                .to_string();
-            assert!(e.starts_with(want), "{e} (wanted {want})");
-            assert!(!e.contains('\n'), "{e}");
-        }
-    }
-
-    #[test]
-    fn compute_share_refusals() {
-        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
-            env: kv(env),
-            annotations: kv(ann),
-            devices: vec![],
-        };
-        for (ann, env, want) in [
-            (
-                &[("vgpu.io/compute-limit.1", "30")][..],
-                &[("NVIDIA_VISIBLE_DEVICES", "0")][..],
-                "annotation vgpu.io/compute-limit.1: the container has no GPU 1: it gets 1 GPU",
-            ),
-            (
-                &[("vgpu.io/compute-limit", "30")],
-                &[],
-                "annotation vgpu.io/compute-limit is set but the container gets no GPU",
-            ),
-            (
-                &[],
-                &[
-                    ("NVIDIA_VISIBLE_DEVICES", "0"),
-                    ("CUDA_DEVICE_SM_LIMIT", "abc"),
-                ],
-                "env CUDA_DEVICE_SM_LIMIT=\"abc\"",
-            ),
-            (
-                &[("vgpu.io/compute-limit", "0")],
-                &[("NVIDIA_VISIBLE_DEVICES", "0")],
-                "annotation vgpu.io/compute-limit=\"0\"",
-            ),
-        ] {
-            let e = plan(&facts(ann, env), host).unwrap_err().to_string();
-            assert!(e.starts_with(want), "{e} (wanted {want})");
-            assert!(!e.contains('\n'));
-        }
-        // A pod's default share leaves its pause container alone, as its default quota does.
-        let f = facts(
-            &[
-                ("io.kubernetes.cri.container-type", "sandbox"),
-                ("vgpu.io/compute-limit", "30"),
-            ],
-            &[],
-        );
-        assert_eq!(plan(&f, || panic!("NVML loaded")).unwrap(), None);
-    }
-
-    // Regression: containerd copies the pod's annotations into the sandbox (pause) container's spec too,
-    // and the quota on a container without a GPU was refused: the documented pod never started.
-    #[test]
-    fn a_pods_quota_leaves_its_pause_container_and_sidecars_alone() {
-        let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
-            env: kv(env),
-            annotations: kv(ann),
-            devices: vec![],
-        };
-        for pod in [
-            ("io.kubernetes.cri.container-type", "sandbox"),
-            ("io.kubernetes.cri.container-type", "container"),
-            ("io.kubernetes.cri-o.ContainerType", "sandbox"),
-        ] {
-            let f = facts(&[pod, ("vgpu.io/memory-limit", "4Gi")], &[]);
-            assert_eq!(plan(&f, || panic!("NVML loaded")).unwrap(), None, "{pod:?}");
-        }
-        // The pod's GPU container gets the quota.
-        let f = facts(
-            &[
-                ("io.kubernetes.cri.container-type", "container"),
-                ("vgpu.io/memory-limit", "4Gi"),
-            ],
-            &[("NVIDIA_VISIBLE_DEVICES", "0")],
-        );
-        assert_eq!(
-            plan(&f, host).unwrap().unwrap().gpus[0].memory_limit,
-            Some(4 << 30)
-        );
-        // Outside a pod, a quota on a container without a GPU is still a mistake worth a line.
-        let f = facts(&[("vgpu.io/memory-limit", "4Gi")], &[]);
-        assert!(plan(&f, host).is_err());
-    }
-
-    #[test]
-    fn the_nodes_policy_for_gpu_containers_without_a_quota() {
-        let facts = |env: &[(&str, &str)]| SpecFacts {
-            env: kv(env),
-            ..Default::default()
-        };
-        let gpu = facts(&[("NVIDIA_VISIBLE_DEVICES", "0")]);
-        let none = facts(&[("PATH", "/bin")]);
-        let p = plan_with(&gpu, Unquoted::Default(4 << 30), host)
-            .unwrap()
-            .unwrap();
-        assert_eq!(p.gpus[0].memory_limit, Some(4 << 30));
-        let e = plan_with(&gpu, Unquoted::Refuse, host)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("NVIDIA_VISIBLE_DEVICES") && e.contains("require_memory_limit"),
-            "{e}"
-        );
-        // a container without a GPU (a pod's pause container, a sidecar) is never touched
-        for u in [Unquoted::Default(4 << 30), Unquoted::Refuse] {
-            assert_eq!(plan_with(&none, u, || panic!("NVML loaded")).unwrap(), None);
-        }
-        // a quota asked for wins over the default
-        let own = facts(&[
-            ("NVIDIA_VISIBLE_DEVICES", "0"),
-            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-        ]);
-        let p = plan_with(&own, Unquoted::Default(4 << 30), host)
-            .unwrap()
-            .unwrap();
-        assert_eq!(p.gpus[0].memory_limit, Some(1 << 30));
-    }
-
-    #[test]
-    fn no_quota_never_touches_nvml() {
-        let e = kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]);
-        let p = plan(
-            &SpecFacts {
-                env: e,
-                ..Default::default()
-            },
-            || panic!("NVML loaded"),
-        )
-        .unwrap();
-        assert_eq!(p, None);
-    }
-
-    #[test]
-    fn per_gpu_and_all() {
-        let p = run(
-            &[
-                ("NVIDIA_VISIBLE_DEVICES", "1,0"),
-                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-            ],
-            &[("vgpu.io/memory-limit.1", "2Gi")],
-        )
-        .unwrap()
-        .unwrap();
-        // The annotation wins, so only GPU 1 of the container (host GPU 0) is limited.
-        assert_eq!(
-            p.gpus,
-            vec![PlannedGpu {
-                index: 1,
-                uuid: "GPU-0".into(),
-                memory_limit: Some(2 << 30),
-                compute_limit: None
-            }]
-        );
-        let p = run(
-            &[
-                ("NVIDIA_VISIBLE_DEVICES", "all"),
-                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-            ],
-            &[],
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(p.gpus.len(), 2);
-    }
-
-    #[test]
-    fn env_zero_is_no_quota_and_never_touches_nvml() {
-        for env in [
-            &[
-                ("NVIDIA_VISIBLE_DEVICES", "0"),
-                ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
-            ][..],
-            &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")],
-        ] {
-            let e = kv(env);
-            let p = plan(
-                &SpecFacts {
-                    env: e,
-                    ..Default::default()
-                },
-                || panic!("NVML loaded"),
-            )
-            .unwrap();
-            assert_eq!(p, None, "{env:?}");
-        }
-        // Zero for one GPU leaves that GPU unlimited, and is no refusal for a GPU the container lacks.
-        let p = run(
-            &[
-                ("NVIDIA_VISIBLE_DEVICES", "0,1"),
-                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-                ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
-            ],
-            &[],
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            p.gpus,
-            vec![PlannedGpu {
-                index: 1,
-                uuid: "GPU-1".into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: None
-            }]
-        );
-        let p = run(
-            &[
-                ("NVIDIA_VISIBLE_DEVICES", "0"),
-                ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-                ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
-            ],
-            &[],
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            p.gpus,
-            vec![PlannedGpu {
-                index: 0,
-                uuid: "GPU-0".into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: None
-            }]
-        );
-    }
-
-    #[test]
-    fn facts_of_a_spec_and_state_annotations_winning() {
-        let spec = Spec::parse(
-            r#"{"process":{"env":["A=1"]},"annotations":{"x":"1","y":"2"},"linux":{"devices":[{"path":"/dev/nvidia0"}]}}"#,
-            std::path::Path::new("c"),
-        )
-        .unwrap();
-        let f = SpecFacts::of(&spec).with_state_annotations(&kv(&[("y", "3"), ("z", "4")]));
-        assert_eq!(f.env, kv(&[("A", "1")]));
-        assert_eq!(f.annotations, kv(&[("x", "1"), ("y", "3"), ("z", "4")]));
-        assert_eq!(f.devices, vec!["/dev/nvidia0".to_string()]);
-    }
-
-    #[test]
-    fn refusals() {
-        type Pairs = &'static [(&'static str, &'static str)];
-        let cases: &[(Pairs, Pairs, &str)] = &[
-            (&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[], "gets no GPU"),
-            (
-                &[
-                    ("NVIDIA_VISIBLE_DEVICES", "none"),
-                    ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-                ],
-                &[],
-                "gives the container no GPU",
-            ),
-            (
-                &[("NVIDIA_VISIBLE_DEVICES", "0")],
-                &[("vgpu.io/memory-limit.1", "1Gi")],
-                "has no GPU 1",
-            ),
-            (
-                &[("NVIDIA_VISIBLE_DEVICES", "0")],
-                &[("vgpu.io/memory-limit", "17Gi")],
-                "larger than",
-            ),
-            (
-                &[
-                    ("NVIDIA_VISIBLE_DEVICES", "5"),
-                    ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
-                ],
-                &[],
-                "no GPU with index 5",
-            ),
-        ];
-        for (env, ann, want) in cases {
-            let e = run(env, ann).unwrap_err().to_string();
-            assert!(e.contains(want), "{e} (wanted {want})");
-            assert!(!e.contains('\n'));
-        }
-    }
-
-    #[test]
-    fn a_pod_gives_its_containers_different_quotas() {
-        let facts = |name: &str, env: &[(&str, &str)]| SpecFacts {
-            env: kv(env),
-            annotations: kv(&[
-                ("io.kubernetes.cri.container-type", "container"),
-                ("io.kubernetes.cri.container-name", name),
-                ("vgpu.io/memory-limit", "2Gi"),
-                ("vgpu.io/memory-limit.trainer", "6Gi"),
-                ("vgpu.io/memory-limit.sidecar", "1Gi"),
-            ]),
-            devices: vec![],
-        };
-        let gpu = [("NVIDIA_VISIBLE_DEVICES", "1")];
-        let limit = |name| {
-            plan(&facts(name, &gpu), host).unwrap().unwrap().gpus[0]
-                .memory_limit
-                .unwrap()
-        };
-        assert_eq!(limit("trainer"), 6 << 30);
-        assert_eq!(limit("web"), 2 << 30);
-        // The pod's default leaves a container without a GPU alone ...
-        assert_eq!(
-            plan(&facts("web", &[]), || panic!("NVML loaded")).unwrap(),
-            None
-        );
-        // ... but a key naming a container without a GPU is a mistake, named.
-        let e = plan(&facts("sidecar", &[]), host).unwrap_err().to_string();
-        assert!(
-            e.starts_with(
-                "annotation vgpu.io/memory-limit.sidecar is set but the container gets no GPU"
-            ),
-            "{e}"
-        );
-    }
-}
+mod tests;

@@ -10,8 +10,8 @@ use crate::config::Config;
 use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
 use crate::lower;
-use crate::plan::SpecFacts;
 use crate::provision::{Owner, Provisioned};
+use crate::request::SpecFacts;
 use crate::spec::Spec;
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::{OsStr, OsString};
@@ -19,6 +19,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
+use vgpu_ledger::keys::host::RUNTIME_BIN;
 use vgpu_ledger::layout::StateRoot;
 
 /// Writes one error line to stderr and, when the engine gave `--log`, to that file in its format (Docker
@@ -82,10 +83,7 @@ fn version(args: &[OsString]) -> ! {
             1
         }
     };
-    println!(
-        "vgpu-container-runtime {} over {lower_name}",
-        crate::version::LONG
-    );
+    println!("{RUNTIME_BIN} {} over {lower_name}", crate::version::LONG);
     std::process::exit(code);
 }
 
@@ -116,7 +114,7 @@ fn pass_through(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Inf
 /// `create` and `run`: the quota provisioned and the spec edited, then the lower runtime.
 fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallible> {
     let cfg = Config::load()?;
-    crate::logging::init("vgpu-container-runtime", &cfg);
+    crate::logging::init(RUNTIME_BIN, &cfg);
     tracing::debug!(id = %inv.id.as_deref().unwrap_or(""), lower = %cfg.lower_runtime, "create");
     let lower_name = cfg.lower_runtime.clone();
     let provisioned = prepare_create(inv, &cfg)?;
@@ -194,7 +192,7 @@ pub fn program_name(args: &[OsString]) -> String {
         .map(|a| {
             Path::new(a)
                 .file_name()
-                .unwrap_or(OsStr::new("vgpu-container-runtime"))
+                .unwrap_or(OsStr::new(RUNTIME_BIN))
                 .to_string_lossy()
                 .into_owned()
         })

@@ -1,12 +1,34 @@
 //! Reading and editing an OCI runtime spec (`config.json`) as generic JSON.
-//! Not here: what vgpu adds to a spec (`crate::edits`) or what it reads from one (`crate::plan::SpecFacts`).
+//! Not here: what vgpu adds to a spec (`crate::edits`) or what it reads from one (`crate::request::SpecFacts`).
 //!
 //! The spec is never deserialised into typed structs and written back: fields this crate does not model
 //! (seccomp, vendor extensions, future spec versions) must survive untouched.
 
-use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+
+/// A spec that cannot be read or edited. `Display` is one line naming the file or the field.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read {}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    /// Not JSON (`why`: the parser's words).
+    #[error("malformed {}: {why}", .origin.display())]
+    NotJson { origin: PathBuf, why: String },
+    #[error("malformed {}: not a JSON object", .origin.display())]
+    NotAnObject { origin: PathBuf },
+    #[error("config.json has no root.path")]
+    NoRootPath,
+    /// A field vgpu edits has another type than the spec's.
+    #[error("malformed config.json: {key} is not an {expected}")]
+    WrongType { key: String, expected: &'static str },
+}
+
+type Result<T, E = SpecError> = std::result::Result<T, E>;
 
 /// A spec being read or edited.
 #[derive(Debug, Clone)]
@@ -15,10 +37,14 @@ pub struct Spec(pub Value);
 impl Spec {
     /// Parses `config.json` text; the error names the file.
     pub fn parse(text: &str, origin: &Path) -> Result<Spec> {
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| anyhow!("malformed {}: {}", origin.display(), e))?;
+        let v: Value = serde_json::from_str(text).map_err(|e| SpecError::NotJson {
+            origin: origin.to_path_buf(),
+            why: e.to_string(),
+        })?;
         if !v.is_object() {
-            bail!("malformed {}: not a JSON object", origin.display());
+            return Err(SpecError::NotAnObject {
+                origin: origin.to_path_buf(),
+            });
         }
         Ok(Spec(v))
     }
@@ -26,8 +52,10 @@ impl Spec {
     /// Reads `<bundle>/config.json`.
     pub fn read_bundle(bundle: &Path) -> Result<(Spec, String)> {
         let path = bundle.join("config.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(err) => return Err(SpecError::Read { path, err }),
+        };
         Ok((Spec::parse(&text, &path)?, text))
     }
 
@@ -81,7 +109,7 @@ impl Spec {
             .0
             .pointer("/root/path")
             .and_then(Value::as_str)
-            .ok_or_else(|| anyhow!("config.json has no root.path"))?;
+            .ok_or(SpecError::NoRootPath)?;
         Ok(if Path::new(p).is_absolute() {
             PathBuf::from(p)
         } else {
@@ -174,8 +202,10 @@ fn object_at_map<'a>(
     if e.is_null() {
         *e = Value::Object(Map::new());
     }
-    e.as_object_mut()
-        .ok_or_else(|| anyhow!("malformed config.json: {key} is not an object"))
+    e.as_object_mut().ok_or_else(|| SpecError::WrongType {
+        key: key.to_string(),
+        expected: "object",
+    })
 }
 
 fn array_at<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value>> {
@@ -185,8 +215,10 @@ fn array_at<'a>(m: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<
     if e.is_null() {
         *e = Value::Array(Vec::new());
     }
-    e.as_array_mut()
-        .ok_or_else(|| anyhow!("malformed config.json: {key} is not an array"))
+    e.as_array_mut().ok_or_else(|| SpecError::WrongType {
+        key: key.to_string(),
+        expected: "array",
+    })
 }
 
 #[cfg(test)]
@@ -199,12 +231,24 @@ mod tests {
 
     #[test]
     fn malformed_spec_is_one_line_naming_the_file() {
-        let e = Spec::parse("{\"a\":", Path::new("/b/config.json"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("malformed /b/config.json"), "{e}");
+        let e = Spec::parse("{\"a\":", Path::new("/b/config.json")).unwrap_err();
+        assert!(
+            matches!(&e, SpecError::NotJson { origin, .. } if origin == Path::new("/b/config.json"))
+        );
+        let e = e.to_string();
+        assert!(e.starts_with("malformed /b/config.json: "), "{e}");
         assert!(!e.contains('\n'));
-        assert!(Spec::parse("[1]", Path::new("c")).is_err());
+        assert!(matches!(
+            Spec::parse("[1]", Path::new("c")),
+            Err(SpecError::NotAnObject { .. })
+        ));
+        let e = Spec::read_bundle(Path::new("/nonexistent-bundle")).unwrap_err();
+        assert!(matches!(e, SpecError::Read { .. }));
+        // Through anyhow (the binaries' edge) the line is the file and the system's reason.
+        assert_eq!(
+            format!("{:#}", anyhow::Error::from(e)),
+            "cannot read /nonexistent-bundle/config.json: No such file or directory (os error 2)"
+        );
     }
 
     #[test]
@@ -253,9 +297,14 @@ mod tests {
     #[test]
     fn wrong_types_are_errors_not_panics() {
         let mut s = spec(r#"{"process":{"env":"A=1"},"mounts":{},"hooks":[]}"#);
-        assert!(s.set_env("A", "1").is_err());
-        assert!(s.add_mount("/a", Path::new("/b"), &[]).is_err());
-        assert!(s.add_hook("poststop", Path::new("/h"), &[], &[]).is_err());
+        let wrong =
+            |r: Result<()>, k: &str| matches!(r, Err(SpecError::WrongType { key, .. }) if key == k);
+        assert!(wrong(s.set_env("A", "1"), "env"));
+        assert!(wrong(s.add_mount("/a", Path::new("/b"), &[]), "mounts"));
+        assert!(wrong(
+            s.add_hook("poststop", Path::new("/h"), &[], &[]),
+            "hooks"
+        ));
         assert!(s.env().is_empty());
     }
 

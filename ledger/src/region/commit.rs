@@ -24,6 +24,7 @@
 //! exact multiple of 2^17 commits, returning to the same total, slot, kind, seq and amount, while one thread
 //! sits between two adjacent instructions.
 
+use super::book::{Book, Op};
 use super::error::Refused;
 use super::format::{pack_pair, unpack_pair, Commit, MAX_TOTAL, SEQ_MASK};
 use super::kind::Kind;
@@ -32,22 +33,6 @@ use super::shared::Shared;
 use super::slot::Slot;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-
-/// Which set of counters an operation moves. Both books run the same protocol with their own commit word
-/// and their own pair per slot, so each is exact on its own: `Device` (the quota: the commit word after the
-/// header, one pair per kind) and `Spill` (device allocations served as host-preferred managed memory past
-/// the quota, against the container's spill budget: the word in the header's `SPILL_AREA`, one pair per
-/// slot in its `spill` bytes, kind 0).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Book {
-    Device,
-    Spill,
-}
-
-pub(super) enum Op {
-    Charge { bytes: u64, limit: u64 },
-    Refund { bytes: u64 },
-}
 
 impl Shared {
     /// Apply the operation of commit word `c` to its counter unless it already is. Returns false when the

@@ -14,6 +14,7 @@
 //! | `error`  | `Refused`, `LedgerError`                                                       |
 //! | `shared` | `Shared`: the mapping and file behind a `Ledger` and its `Slot`s, typed access |
 //! | `ledger` | `Ledger`: create, open, validate the header; path, uuid, provisioned limit     |
+//! | `book`   | `Book` (the quota's counters or the spill budget's) and `Op` (charge, refund)  |
 //! | `commit` | charge and refund: the commit word and the "help" protocol                     |
 //! | `compute`| the compute share's token bucket of GPU time (header `COMPUTE_AREA`)           |
 //! | `slot`   | `Slot`: attach, detach, reclaim of dead owners                                 |
@@ -25,6 +26,7 @@
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
 //! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
 
+mod book;
 mod commit;
 mod compute;
 mod error;

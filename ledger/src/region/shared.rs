@@ -1,7 +1,7 @@
 //! `Shared`: the mapping and the file behind it, shared by a `Ledger` and its `Slot`s, and typed access to
 //! the mapped bytes. No protocol here: committing lives in `commit`, claiming and emptying slots in `slot`.
 
-use super::commit::Book;
+use super::book::Book;
 use super::error::{io_err, LedgerError};
 use super::fd::{Identity, LedgerFd};
 use super::format::{

@@ -5,7 +5,7 @@
 //! its descriptor closed: liveness never rides on a descriptor number the application owns. Every lock
 //! taken through a short-lived descriptor is trusted only once the descriptor is proven still ours (`fd`).
 
-use super::commit::{Book, Op};
+use super::book::{Book, Op};
 use super::error::{io_err, LedgerError};
 use super::format::{KINDS, SLOT_COUNT};
 use super::ledger::Ledger;

@@ -622,7 +622,7 @@ proptest! {
             prop_assert_eq!(snapshot_sum(&l), total);
         }
         // once everything pending is applied, each counter equals the model
-        l.shared().help_pending(super::commit::Book::Device);
+        l.shared().help_pending(super::book::Book::Device);
         for (i, s) in slots.iter().enumerate() {
             if let Some(s) = s {
                 prop_assert_eq!(slot_usage(&l, s), model[i]);

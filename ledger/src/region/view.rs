@@ -2,7 +2,7 @@
 //! liveness, read from the mapping or (`Source`) from bytes a host tool read (`host`). Reads only (no write,
 //! no lock taken); whatever charges, refunds or reclaims lives elsewhere.
 
-use super::commit::Book;
+use super::book::Book;
 use super::compute::ComputeSnapshot;
 use super::format::{total_of_low_half, Commit, KINDS, SEQ_MASK, SLOT_COUNT};
 use super::ledger::Ledger;

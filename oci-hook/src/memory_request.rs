@@ -1,27 +1,25 @@
-//! The quota a container asks for, from its annotations or its environment. Not here: checking it against
-//! the container's GPUs (`crate::plan`), or the environment grammar itself (`vgpu_ledger::envlimits`).
+//! The memory quota a container asks for, per GPU, from its annotations or its environment. Not here:
+//! checking it against the container's GPUs (`crate::plan`), the key forms (`crate::pod_keys`), or the
+//! environment grammar itself (`vgpu_ledger::envlimits`).
 //!
-//! Annotations `vgpu.io/memory-limit` (every GPU) and `vgpu.io/memory-limit.<i>` (the container's i-th
-//! GPU); or env `CUDA_DEVICE_MEMORY_LIMIT` / `CUDA_DEVICE_MEMORY_LIMIT_<i>` (HAMi-compatible, and what
-//! Docker 20.10 can pass). When any quota annotation is present the env quotas are ignored entirely, so
-//! one source decides the whole quota.
-//!
-//! In a Kubernetes pod every container gets the pod's annotations, so a pod names a container in the key:
-//! `vgpu.io/memory-limit.<container>` and `vgpu.io/memory-limit.<container>.<i>`, matched against the
-//! container name the CRI runtime writes into the spec. Keys naming a container decide that container's
-//! quota entirely; a container no key names gets the plain keys (the pod's default). Container names are
-//! DNS labels and a segment of digits is a GPU index, so the two never mix up (a container whose name is
-//! all digits cannot be named). In the env `0` means "no limit" for the GPUs it covers (as HAMi-core
-//! reads it); in an annotation `0` is an error (a quota of nothing is a mistake).
+//! Annotations `vgpu.io/memory-limit` (every GPU), `vgpu.io/memory-limit.<i>` (the container's i-th GPU)
+//! and, in a pod, `vgpu.io/memory-limit.<container>[.<i>]`; or env `CUDA_DEVICE_MEMORY_LIMIT` /
+//! `CUDA_DEVICE_MEMORY_LIMIT_<i>` (HAMi-compatible, and what Docker 20.10 can pass). When any quota
+//! annotation decides the container the env quotas are ignored entirely, so one source decides the whole
+//! quota. In the env `0` means "no limit" for the GPUs it covers (as HAMi-core reads it); in an annotation
+//! `0` is an error (a quota of nothing is a mistake).
 
-use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeMap;
-use vgpu_ledger::envlimits::{self, EnvLimit, EnvLimits};
+use vgpu_ledger::envlimits::{EnvLimit, EnvLimitError, EnvLimits};
+use vgpu_ledger::keys;
+use vgpu_ledger::QuantityError;
+
+use crate::pod_keys::{keyed, KeyFormError, PodMember};
 
 /// Annotation for every GPU of the container.
-pub const ANNOTATION: &str = "vgpu.io/memory-limit";
+pub const ANNOTATION: &str = keys::annotation::MEMORY_LIMIT;
 /// Environment variable for every GPU of the container.
-pub const ENV: &str = envlimits::LIMIT_VAR;
+pub const ENV: &str = keys::env::MEMORY_LIMIT;
 
 /// One requested limit and where it came from (for error messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +29,9 @@ pub struct Requested {
     pub source: String,
 }
 
-/// The quota request of one container.
+/// The memory quota request of one container.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QuotaRequest {
+pub struct MemoryRequest {
     /// Limit for every GPU without a per-GPU entry.
     pub all: Option<Requested>,
     /// Per-GPU limits by the container's GPU index.
@@ -42,66 +40,34 @@ pub struct QuotaRequest {
     pub for_container: bool,
 }
 
-/// Annotations a CRI runtime writes with the container's name in its pod (containerd, CRI-O).
-const CONTAINER_NAME_KEYS: [&str; 2] = [
-    "io.kubernetes.cri.container-name",
-    "io.kubernetes.container.name",
-];
-/// Annotations that say a CRI runtime made the container for a pod (the sandbox has no container name).
-const POD_KEYS: [&str; 4] = [
-    "io.kubernetes.cri.container-type",
-    "io.kubernetes.cri.sandbox-id",
-    "io.kubernetes.cri-o.ContainerType",
-    "io.kubernetes.pod.name",
-];
-
-/// Where the container stands, for the container-keyed quota annotations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodMember<'a> {
-    /// Not made by a CRI runtime: `vgpu.io/memory-limit.<name>` is a mistake.
-    NotInPod,
-    /// In a pod without a container name (the sandbox): keys naming containers are not for it.
-    Unnamed,
-    /// The pod's container of this name.
-    Named(&'a str),
+/// A memory quota that cannot be read. `Display` is one line naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryRequestError {
+    #[error(transparent)]
+    Key(#[from] KeyFormError),
+    /// Not a quantity.
+    #[error("{setting}={value:?}: {err}")]
+    Quantity {
+        setting: String,
+        value: String,
+        err: QuantityError,
+    },
+    /// `0` in an annotation or a config key.
+    #[error("{setting}={value:?}: a memory limit must be greater than zero")]
+    Zero { setting: String, value: String },
+    /// Below `vgpu_ledger::MIN_QUOTA`.
+    #[error("{setting}={value:?}: {why}")]
+    BelowFloor {
+        setting: String,
+        value: String,
+        why: String,
+    },
+    /// A malformed limit variable.
+    #[error("env {0}")]
+    Env(EnvLimitError),
 }
 
-impl<'a> PodMember<'a> {
-    /// From the spec's annotations.
-    pub fn of(annotations: &'a [(String, String)]) -> PodMember<'a> {
-        let named = annotations
-            .iter()
-            .find(|(k, v)| CONTAINER_NAME_KEYS.contains(&k.as_str()) && !v.is_empty());
-        if let Some((_, name)) = named {
-            return PodMember::Named(name);
-        }
-        if annotations
-            .iter()
-            .any(|(k, _)| POD_KEYS.contains(&k.as_str()))
-        {
-            return PodMember::Unnamed;
-        }
-        PodMember::NotInPod
-    }
-
-    pub fn in_a_pod(self) -> bool {
-        self != PodMember::NotInPod
-    }
-}
-
-/// Whether `s` can be a Kubernetes container name (a DNS label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most
-/// 63 characters).
-fn is_container_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-impl QuotaRequest {
+impl MemoryRequest {
     /// True when the container asks for no quota at all (nothing set, or only env zeros).
     pub fn is_empty(&self) -> bool {
         self.limits().next().is_none()
@@ -132,39 +98,49 @@ impl QuotaRequest {
     }
 }
 
-/// Parses an annotation's quantity through the ledger crate's parser, and refuses zero (a quota of nothing
-/// is a mistake; no quota is written by leaving the annotation out) and anything below
+/// Parses an annotation's (or a config key's) quantity through the ledger crate's parser, and refuses zero
+/// (a quota of nothing is a mistake; no quota is written by leaving the annotation out) and anything below
 /// `vgpu_ledger::MIN_QUOTA` (no CUDA context fits in less).
-pub fn parse_limit(value: &str, source: &str) -> Result<u64> {
+pub fn parse_limit(value: &str, setting: &str) -> Result<u64, MemoryRequestError> {
     let v = value.trim();
-    let bytes = match vgpu_ledger::quantity::parse_quantity(v) {
-        Ok(b) => b,
-        Err(e) => bail!("{source}={value:?}: {e}"),
-    };
+    let bytes =
+        vgpu_ledger::quantity::parse_quantity(v).map_err(|err| MemoryRequestError::Quantity {
+            setting: setting.to_string(),
+            value: value.to_string(),
+            err,
+        })?;
     if bytes == 0 {
-        bail!("{source}={value:?}: a memory limit must be greater than zero");
+        return Err(MemoryRequestError::Zero {
+            setting: setting.to_string(),
+            value: value.to_string(),
+        });
     }
-    if let Err(e) = vgpu_ledger::quantity::check_min_quota(bytes) {
-        bail!("{source}={value:?}: {e}");
-    }
+    vgpu_ledger::quantity::check_min_quota(bytes).map_err(|why| {
+        MemoryRequestError::BelowFloor {
+            setting: setting.to_string(),
+            value: value.to_string(),
+            why,
+        }
+    })?;
     Ok(bytes)
 }
 
-/// Reads the quota from annotations (winning) or the spec's env.
-pub fn from_spec(
+/// Reads the quota from the annotations deciding the container `member` (winning) or the spec's env.
+pub fn read(
     annotations: &[(String, String)],
     env: &[(String, String)],
-) -> Result<QuotaRequest> {
-    let from_ann = from_annotations(annotations, PodMember::of(annotations))?;
+    member: PodMember,
+) -> Result<MemoryRequest, MemoryRequestError> {
+    let from_ann = from_annotations(annotations, member)?;
     if !from_ann.is_empty() {
         return Ok(from_ann);
     }
-    let env = EnvLimits::parse(env).map_err(|e| anyhow!("env {e}"))?;
+    let env = EnvLimits::parse(env).map_err(MemoryRequestError::Env)?;
     let req = |l: EnvLimit| Requested {
         bytes: l.bytes,
         source: format!("env {}", l.var),
     };
-    Ok(QuotaRequest {
+    Ok(MemoryRequest {
         all: env.global.map(req),
         per_gpu: env
             .per_index
@@ -175,102 +151,12 @@ pub fn from_spec(
     })
 }
 
-/// What the part of a key after `<base>.` addresses.
-enum Target<'k> {
-    /// `<i>`: the container's GPU i.
-    Gpu(&'k str),
-    /// `<container>` or `<container>.<i>`: a container of the pod, all its GPUs or GPU i.
-    Container(&'k str, Option<&'k str>),
-}
-
-fn target(rest: &str) -> Target<'_> {
-    if rest.bytes().all(|c| c.is_ascii_digit()) {
-        return Target::Gpu(rest);
-    }
-    match rest.split_once('.') {
-        Some((name, idx)) => Target::Container(name, Some(idx)),
-        None => Target::Container(rest, None),
-    }
-}
-
-/// One annotation of a per-GPU setting that decides this container: its key, its value, and the
-/// container's GPU it is for (None: every GPU).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Keyed<'a> {
-    pub key: &'a str,
-    pub value: &'a str,
-    pub gpu: Option<usize>,
-}
-
-/// The annotations `base`, `base.<i>` and, in a pod, `base.<container>[.<i>]` that decide this
-/// container (the memory limit's grammar, shared by the compute limit), and whether they name it. The
-/// last occurrence of a key wins (as for env). Keys naming this container and the pod's plain keys are
-/// gathered apart: the first decide alone when present. A key no container name can match, or one
-/// naming a container outside a pod, or a GPU index out of range, is one line naming it.
-pub fn keyed<'a>(
-    pairs: &'a [(String, String)],
+fn from_annotations(
+    pairs: &[(String, String)],
     member: PodMember,
-    base: &str,
-) -> Result<(Vec<Keyed<'a>>, bool)> {
-    let mut pod: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut mine: BTreeMap<&str, &str> = BTreeMap::new();
-    for (k, v) in pairs {
-        let rest = if k == base {
-            None
-        } else if let Some(r) = k.strip_prefix(base).and_then(|r| r.strip_prefix('.')) {
-            Some(r)
-        } else {
-            continue;
-        };
-        let Some(Target::Container(name, _)) = rest.map(target) else {
-            pod.insert(k, v);
-            continue;
-        };
-        let source = format!("annotation {k}");
-        if member == PodMember::NotInPod {
-            bail!(
-                "{source}: {name:?} is not a GPU index (expected {base}.<0..{}>; {base}.<container>[.<i>] is for the containers of a Kubernetes pod)",
-                envlimits::MAX_INDEX
-            );
-        }
-        if !is_container_name(name) {
-            bail!("{source}: {name:?} is neither a GPU index nor a container name (a DNS label: lowercase letters, digits, '-')");
-        }
-        if member == PodMember::Named(name) {
-            mine.insert(k, v);
-        }
-    }
-    let (chosen, for_container) = if mine.is_empty() {
-        (pod, false)
-    } else {
-        (mine, true)
-    };
-    let mut out = Vec::new();
-    for (key, value) in chosen {
-        let idx = match key
-            .strip_prefix(base)
-            .and_then(|r| r.strip_prefix('.'))
-            .map(target)
-        {
-            None | Some(Target::Container(_, None)) => None,
-            Some(Target::Gpu(i)) | Some(Target::Container(_, Some(i))) => Some(i),
-        };
-        let gpu = match idx.map(|i| (i, envlimits::parse_index(i))) {
-            None => None,
-            Some((_, Some(i))) => Some(i as usize),
-            Some((i, None)) => bail!(
-                "annotation {key}: {i:?} is not a GPU index (expected {base}.<0..{}>)",
-                envlimits::MAX_INDEX
-            ),
-        };
-        out.push(Keyed { key, value, gpu });
-    }
-    Ok((out, for_container))
-}
-
-fn from_annotations(pairs: &[(String, String)], member: PodMember) -> Result<QuotaRequest> {
+) -> Result<MemoryRequest, MemoryRequestError> {
     let (keys, for_container) = keyed(pairs, member, ANNOTATION)?;
-    let mut q = QuotaRequest {
+    let mut q = MemoryRequest {
         for_container,
         ..Default::default()
     };
@@ -293,6 +179,13 @@ mod tests {
     use super::*;
 
     use crate::testing::kv;
+
+    fn from_spec(
+        annotations: &[(String, String)],
+        env: &[(String, String)],
+    ) -> Result<MemoryRequest, MemoryRequestError> {
+        read(annotations, env, PodMember::of(annotations))
+    }
 
     #[test]
     fn annotation_wins_over_env() {
@@ -332,24 +225,32 @@ mod tests {
         )
         .unwrap();
         assert!(q.is_empty());
-        // Names that merely start with the base are not quotas (`crate::typos` refuses the near misses).
+        // Names that merely start with the base are not quotas (`crate::unknown_keys` refuses the near misses).
         let q = from_spec(&[], &kv(&[("CUDA_DEVICE_MEMORY_LIMITX", "5")])).unwrap();
         assert!(q.is_empty());
     }
 
     #[test]
-    fn bad_values_are_one_line_naming_the_setting() {
-        for (k, v) in [
-            ("vgpu.io/memory-limit", "4Qi"),
-            ("vgpu.io/memory-limit", "0"),
-            ("vgpu.io/memory-limit", "-1Gi"),
-            ("vgpu.io/memory-limit", ""),
-            ("vgpu.io/memory-limit.x", "1Gi"),
-            ("vgpu.io/memory-limit.-1", "1Gi"),
+    fn bad_values_are_refused_naming_the_setting() {
+        use MemoryRequestError as E;
+        let setting = |e: &E| match e {
+            E::Quantity { setting, .. } | E::Zero { setting, .. } => setting.clone(),
+            E::BelowFloor { setting, .. } => setting.clone(),
+            E::Key(KeyFormError::NotAnIndex { key, .. })
+            | E::Key(KeyFormError::ContainerOutsidePod { key, .. }) => format!("annotation {key}"),
+            other => panic!("{other:?}"),
+        };
+        for (k, v, zero) in [
+            ("vgpu.io/memory-limit", "4Qi", false),
+            ("vgpu.io/memory-limit", "0", true),
+            ("vgpu.io/memory-limit", "-1Gi", false),
+            ("vgpu.io/memory-limit", "", false),
+            ("vgpu.io/memory-limit.-1", "1Gi", false),
+            ("vgpu.io/memory-limit.1024", "1Gi", false),
         ] {
-            let e = from_spec(&kv(&[(k, v)]), &[]).unwrap_err().to_string();
-            assert!(e.contains(k), "{e}");
-            assert!(!e.contains('\n'), "{e}");
+            let e = from_spec(&kv(&[(k, v)]), &[]).unwrap_err();
+            assert_eq!(setting(&e), format!("annotation {k}"), "{e:?}");
+            assert_eq!(matches!(e, E::Zero { .. }), zero, "{e:?}");
         }
         for (k, v) in [
             ("CUDA_DEVICE_MEMORY_LIMIT", "4Qi"),
@@ -358,14 +259,17 @@ mod tests {
             ("CUDA_DEVICE_MEMORY_LIMIT_+1", "1G"),
             ("CUDA_DEVICE_MEMORY_LIMIT_1024", "1G"),
         ] {
-            let e = from_spec(&[], &kv(&[(k, v)])).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("env {k}")), "{e}");
-            assert!(!e.contains('\n'), "{e}");
+            match from_spec(&[], &kv(&[(k, v)])) {
+                Err(E::Env(e)) => assert_eq!(e.var, k),
+                other => panic!("{k}: {other:?}"),
+            }
         }
-        let e = from_spec(&kv(&[("vgpu.io/memory-limit", "0")]), &[])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("greater than zero"), "{e}");
+        // The line users read.
+        let e = from_spec(&kv(&[("vgpu.io/memory-limit", "0")]), &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "annotation vgpu.io/memory-limit=\"0\": a memory limit must be greater than zero"
+        );
     }
 
     #[test]

@@ -1,26 +1,24 @@
-//! The compute share a container asks for, from its annotations or its environment. Not here: checking
-//! it against the container's GPUs (`crate::plan`), the environment's grammar (`vgpu_ledger::envcompute`),
-//! or enforcing it (the library, from limits.json).
+//! The compute share a container asks for, per GPU, with its container-wide policy and pacing window, from
+//! its annotations or its environment. Not here: checking it against the container's GPUs (`crate::plan`),
+//! the key forms (`crate::pod_keys`), the environment's grammar (`vgpu_ledger::envcompute`), or enforcing
+//! it (the library, from limits.json).
 //!
 //! Annotations `vgpu.io/compute-limit` (every GPU), `vgpu.io/compute-limit.<i>` (the container's i-th
-//! GPU) and, in a pod, `vgpu.io/compute-limit.<container>[.<i>]` — the memory limit's keys and rules
-//! (`crate::quota::keyed`) — a whole percent 1..=100 (100: no share on those GPUs; 0 or empty is an
-//! error: leave the key out for none). Or env `CUDA_DEVICE_SM_LIMIT` / `CUDA_DEVICE_SM_LIMIT_<i>`
-//! (HAMi's; `0` or `100` is no share). When any compute-limit annotation decides the container, its env
-//! shares are ignored (one source decides, as for memory). The policy: annotation
-//! `vgpu.io/compute-policy`, else env `GPU_CORE_UTILIZATION_POLICY`; `disable` drops every share. The
-//! pacing window, container-wide like the policy: annotation `vgpu.io/compute-window`, else env
-//! `VGPU_COMPUTE_WINDOW` (`vgpu_ledger::envcompute::parse_window`: `250ms`, `2s`); it goes with the
-//! shares, and without one it changes nothing (as the policy alone).
+//! GPU) and, in a pod, `vgpu.io/compute-limit.<container>[.<i>]` — the memory limit's forms — a whole
+//! percent 1..=100 (100: no share on those GPUs; 0 or empty is an error: leave the key out for none). Or
+//! env `CUDA_DEVICE_SM_LIMIT` / `CUDA_DEVICE_SM_LIMIT_<i>` (HAMi's; `0` or `100` is no share). When any
+//! compute-limit annotation decides the container, its env shares are ignored (one source decides, as for
+//! memory). The policy: annotation `vgpu.io/compute-policy`, else env `GPU_CORE_UTILIZATION_POLICY`;
+//! `disable` drops every share. The pacing window, container-wide like the policy: annotation
+//! `vgpu.io/compute-window`, else env `VGPU_COMPUTE_WINDOW` (`vgpu_ledger::envcompute::parse_window`:
+//! `250ms`, `2s`); it goes with the shares, and without one it changes nothing (as the policy alone).
 
-use anyhow::{anyhow, bail, Result};
 use std::collections::BTreeMap;
-use vgpu_ledger::envcompute::{
-    self, parse_annotation_percent, parse_window, EnvCompute, Policy, LIMIT_ANNOTATION,
-    POLICY_ANNOTATION, WINDOW_ANNOTATION, WINDOW_VAR,
-};
+use vgpu_ledger::envcompute::{self, parse_annotation_percent, parse_window, EnvCompute, Policy};
+use vgpu_ledger::envlimits::EnvLimitError;
+use vgpu_ledger::keys::{annotation, env};
 
-use crate::quota::{keyed, PodMember};
+use crate::pod_keys::{keyed, KeyFormError, PodMember};
 
 /// One share asked for and where it came from (for error messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +41,24 @@ pub struct ComputeRequest {
     pub policy: Policy,
     /// The shares' pacing window in ms; None: not set (the library's default).
     pub window_ms: Option<u32>,
+}
+
+/// A compute setting that cannot be read. `Display` is one line naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ComputeRequestError {
+    #[error(transparent)]
+    Key(#[from] KeyFormError),
+    /// A malformed share or policy variable.
+    #[error("env {0}")]
+    Env(EnvLimitError),
+    #[error("annotation {key}={value:?}: expected force, disable or default")]
+    Policy { key: String, value: String },
+    /// A share annotation that is no whole percent 1..=100 (the grammar's line).
+    #[error("{0}")]
+    Percent(String),
+    /// A malformed window (the grammar's line).
+    #[error("{0}")]
+    Window(String),
 }
 
 impl ComputeRequest {
@@ -76,38 +92,41 @@ impl ComputeRequest {
     }
 }
 
-/// Reads the share from the annotations (winning) or the spec's env, and the policy and the window. A
-/// malformed value is an error of one line naming the key, even under `disable` (a typo must be seen).
-pub fn from_spec(
+/// Reads the share from the annotations deciding the container `member` (winning) or the spec's env, and
+/// the policy and the window. A malformed value is an error, even under `disable` (a typo must be seen).
+pub fn read(
     annotations: &[(String, String)],
-    env: &[(String, String)],
-) -> Result<ComputeRequest> {
-    let from_env = EnvCompute::parse(env).map_err(|e| anyhow!("env {e}"))?;
+    vars: &[(String, String)],
+    member: PodMember,
+) -> Result<ComputeRequest, ComputeRequestError> {
+    let from_env = EnvCompute::parse(vars).map_err(ComputeRequestError::Env)?;
     let policy = match annotations
         .iter()
         .rev()
-        .find(|(k, _)| k == POLICY_ANNOTATION)
+        .find(|(k, _)| k == annotation::COMPUTE_POLICY)
     {
-        Some((k, v)) => Policy::parse(v)
-            .ok_or_else(|| anyhow!("annotation {k}={v:?}: expected force, disable or default"))?,
+        Some((k, v)) => Policy::parse(v).ok_or_else(|| ComputeRequestError::Policy {
+            key: k.clone(),
+            value: v.clone(),
+        })?,
         None => from_env.policy,
     };
     // The last of a key wins, in the annotations as in the env.
     let window_ms = match annotations
         .iter()
         .rev()
-        .find(|(k, _)| k == WINDOW_ANNOTATION)
+        .find(|(k, _)| k == annotation::COMPUTE_WINDOW)
         .map(|(k, v)| (format!("annotation {k}"), v))
         .or_else(|| {
-            env.iter()
+            vars.iter()
                 .rev()
-                .find(|(k, _)| k == WINDOW_VAR)
+                .find(|(k, _)| k == env::COMPUTE_WINDOW)
                 .map(|(k, v)| (format!("env {k}"), v))
         }) {
-        Some((source, v)) => Some(parse_window(v, &source).map_err(|e| anyhow!(e))?),
+        Some((source, v)) => Some(parse_window(v, &source).map_err(ComputeRequestError::Window)?),
         None => None,
     };
-    let (keys, for_container) = keyed(annotations, PodMember::of(annotations), LIMIT_ANNOTATION)?;
+    let (keys, for_container) = keyed(annotations, member, annotation::COMPUTE_LIMIT)?;
     let mut req = ComputeRequest {
         for_container,
         policy,
@@ -128,14 +147,15 @@ pub fn from_spec(
             .map(|(&i, &p)| {
                 (
                     i as usize,
-                    share(format!("{}_{i}", envcompute::SM_LIMIT_VAR), p),
+                    share(vgpu_ledger::keys::per_gpu_var(env::SM_LIMIT, i), p),
                 )
             })
             .collect();
     } else {
         for k in keys {
             let source = format!("annotation {}", k.key);
-            let percent = parse_annotation_percent(k.value, &source).map_err(|e| anyhow!(e))?;
+            let percent =
+                parse_annotation_percent(k.value, &source).map_err(ComputeRequestError::Percent)?;
             let s = Share { percent, source };
             match k.gpu {
                 None => req.all = Some(s),
@@ -152,26 +172,23 @@ pub fn from_spec(
     Ok(req)
 }
 
-/// The error of a share named for a GPU the container does not get.
-pub fn check_gpus(req: &ComputeRequest, gpus: usize, source_of_gpus: &str) -> Result<()> {
-    if let Some((i, s)) = req.first_beyond(gpus) {
-        bail!(
-            "{}: the container has no GPU {i}: it gets {} GPU{} ({source_of_gpus})",
-            s.source,
-            gpus,
-            if gpus == 1 { "" } else { "s" },
-        );
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use crate::testing::kv;
 
-    fn req(ann: &[(&str, &str)], env: &[(&str, &str)]) -> Result<ComputeRequest> {
+    fn from_spec(
+        annotations: &[(String, String)],
+        env: &[(String, String)],
+    ) -> Result<ComputeRequest, ComputeRequestError> {
+        read(annotations, env, PodMember::of(annotations))
+    }
+
+    fn req(
+        ann: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> Result<ComputeRequest, ComputeRequestError> {
         from_spec(&kv(ann), &kv(env))
     }
 
@@ -312,6 +329,47 @@ mod tests {
         assert_eq!((pct(&r, 0), pct(&r, 1)), (Some(20), Some(20)));
     }
 
+    #[test]
+    fn bad_values_are_the_variant_of_their_setting() {
+        use ComputeRequestError as E;
+        let kind = |ann: (&str, &str), env: (&str, &str)| match req(&[ann], &[env]).unwrap_err() {
+            E::Key(_) => "key",
+            E::Env(e) => {
+                assert_eq!(e.var, env.0);
+                "env"
+            }
+            E::Policy { key, .. } => {
+                assert_eq!(key, ann.0);
+                "policy"
+            }
+            E::Percent(_) => "percent",
+            E::Window(_) => "window",
+        };
+        let none = ("", "");
+        assert_eq!(kind(("vgpu.io/compute-limit", "0"), none), "percent");
+        assert_eq!(kind(("vgpu.io/compute-limit.0", "30%"), none), "percent");
+        assert_eq!(kind(("vgpu.io/compute-limit.trainer", "30"), none), "key");
+        assert_eq!(
+            kind(("vgpu.io/compute-policy", "sometimes"), none),
+            "policy"
+        );
+        assert_eq!(kind(("x", ""), ("CUDA_DEVICE_SM_LIMIT", "150")), "env");
+        assert_eq!(
+            kind(("x", ""), ("GPU_CORE_UTILIZATION_POLICY", "sometimes")),
+            "env"
+        );
+        assert_eq!(kind(("vgpu.io/compute-window", "1m"), none), "window");
+        // Even under disable, a typo is seen.
+        assert_eq!(
+            kind(
+                ("vgpu.io/compute-policy", "disable"),
+                ("CUDA_DEVICE_SM_LIMIT_x", "30")
+            ),
+            "env"
+        );
+    }
+
+    /// The lines users read (the e2e suites match several): one line, naming the setting and its value.
     #[test]
     fn bad_values_are_one_line_naming_the_setting() {
         for (ann, env, want) in [

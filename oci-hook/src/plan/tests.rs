@@ -1,0 +1,545 @@
+//! The planner's tests: quotas and shares checked against the container's GPUs, pods, the node's policy.
+
+use super::*;
+
+use crate::testing::kv;
+
+fn host() -> anyhow::Result<Vec<HostGpu>> {
+    Ok((0..2)
+        .map(|i| HostGpu {
+            index: i,
+            uuid: format!("GPU-{i}"),
+            total_memory: 16 << 30,
+            minor: None,
+        })
+        .collect())
+}
+
+fn run(env: &[(&str, &str)], ann: &[(&str, &str)]) -> Result<Option<Plan>, PlanError> {
+    let (e, a) = (kv(env), kv(ann));
+    plan(
+        &SpecFacts {
+            env: e,
+            annotations: a,
+            devices: vec![],
+        },
+        host,
+    )
+}
+
+#[test]
+fn memory_modes_from_annotations_over_the_environment() {
+    let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        annotations: kv(ann),
+        devices: vec![],
+    };
+    let gpu_env = [
+        ("NVIDIA_VISIBLE_DEVICES", "0"),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "4Gi"),
+    ];
+    let f = facts(
+        &[
+            ("vgpu.io/memory-mode", "spill"),
+            ("vgpu.io/memory-spill", "8Gi"),
+        ],
+        &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
+    );
+    assert_eq!(
+        plan(&f, host).unwrap().unwrap().memory,
+        MemoryMode::Spill {
+            spill_limit: 8 << 30
+        }
+    );
+    let f = facts(
+        &[],
+        &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
+    );
+    assert!(plan(&f, host).unwrap().unwrap().memory.is_oversubscribe());
+    let e = plan(&facts(&[("vgpu.io/memory-mode", "spill")], &gpu_env), host)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("vgpu.io/memory-mode=spill needs a spill budget"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_compute_share_with_or_without_a_memory_quota() {
+    let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        annotations: kv(ann),
+        devices: vec![],
+    };
+    let gpus = |p: Option<Plan>| -> Vec<(usize, Option<u64>, Option<u32>)> {
+        p.unwrap()
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.memory_limit, g.compute_limit))
+            .collect()
+    };
+    // A share alone: every GPU listed for it, no memory quota.
+    let p = plan(
+        &facts(
+            &[("vgpu.io/compute-limit", "30")],
+            &[("NVIDIA_VISIBLE_DEVICES", "0,1")],
+        ),
+        host,
+    )
+    .unwrap();
+    assert_eq!(gpus(p), vec![(0, None, Some(30)), (1, None, Some(30))]);
+    // Both, on different GPUs; the env share is HAMi's variable.
+    let p = plan(
+        &facts(
+            &[],
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "1G"),
+                ("CUDA_DEVICE_SM_LIMIT_1", "70"),
+            ],
+        ),
+        host,
+    )
+    .unwrap();
+    assert_eq!(gpus(p), vec![(0, Some(1 << 30), None), (1, None, Some(70))]);
+    // The policy goes with the plan; disable (or 100, or env 0) is no share: nothing to do.
+    let p = plan(
+        &facts(
+            &[
+                ("vgpu.io/compute-limit", "30"),
+                ("vgpu.io/compute-policy", "force"),
+            ],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        ),
+        host,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(p.compute_policy, Policy::Force);
+    for (ann, env) in [
+        (
+            &[
+                ("vgpu.io/compute-limit", "30"),
+                ("vgpu.io/compute-policy", "disable"),
+            ][..],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")][..],
+        ),
+        (
+            &[("vgpu.io/compute-limit", "100")],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        ),
+        (
+            &[],
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_SM_LIMIT", "0"),
+            ],
+        ),
+    ] {
+        assert_eq!(
+            plan(&facts(ann, env), || panic!("NVML loaded")).unwrap(),
+            None
+        );
+    }
+    // require_memory_limit is about memory: a share alone does not satisfy it; a default memory
+    // quota comes beside the share.
+    let f = facts(
+        &[("vgpu.io/compute-limit", "30")],
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+    );
+    assert!(plan_with(&f, Unquoted::Refuse, host).is_err());
+    let p = plan_with(&f, Unquoted::Default(4 << 30), host).unwrap();
+    assert_eq!(gpus(p), vec![(0, Some(4 << 30), Some(30))]);
+}
+
+#[test]
+fn the_compute_window_goes_with_the_plan() {
+    let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        annotations: kv(ann),
+        devices: vec![],
+    };
+    let window = |ann: &[(&str, &str)], env: &[(&str, &str)]| {
+        plan(&facts(ann, env), host)
+            .unwrap()
+            .unwrap()
+            .compute_window_ms
+    };
+    let gpu = ("NVIDIA_VISIBLE_DEVICES", "0");
+    let share = ("vgpu.io/compute-limit", "30");
+    assert_eq!(
+        window(
+            &[share, ("vgpu.io/compute-window", "250ms")],
+            &[gpu, ("VGPU_COMPUTE_WINDOW", "2s")]
+        ),
+        Some(250)
+    );
+    assert_eq!(
+        window(
+            &[],
+            &[
+                gpu,
+                ("CUDA_DEVICE_SM_LIMIT", "30"),
+                ("VGPU_COMPUTE_WINDOW", "2s")
+            ]
+        ),
+        Some(2000)
+    );
+    assert_eq!(window(&[share], &[gpu]), None);
+    // A window alone asks for nothing, as the policy alone: no plan, NVML untouched.
+    for (ann, env) in [
+        (&[("vgpu.io/compute-window", "250ms")][..], &[gpu][..]),
+        (&[], &[gpu, ("VGPU_COMPUTE_WINDOW", "250ms")]),
+        (
+            &[share, ("vgpu.io/compute-policy", "disable")],
+            &[gpu, ("VGPU_COMPUTE_WINDOW", "250ms")],
+        ),
+    ] {
+        assert_eq!(
+            plan(&facts(ann, env), || panic!("NVML loaded")).unwrap(),
+            None
+        );
+    }
+    // A malformed window is refused even without a share, with one line naming it.
+    for (ann, env, want) in [
+        (
+            &[("vgpu.io/compute-window", "1m")][..],
+            &[gpu][..],
+            "annotation vgpu.io/compute-window=\"1m\": unknown unit",
+        ),
+        (
+            &[share],
+            &[gpu, ("VGPU_COMPUTE_WINDOW", "5ms")],
+            "env VGPU_COMPUTE_WINDOW=\"5ms\": out of range",
+        ),
+    ] {
+        let e = plan(&facts(ann, env), || panic!("NVML loaded"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(want), "{e} (wanted {want})");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}
+
+#[test]
+fn compute_share_refusals() {
+    let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        annotations: kv(ann),
+        devices: vec![],
+    };
+    for (ann, env, want) in [
+        (
+            &[("vgpu.io/compute-limit.1", "30")][..],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")][..],
+            "annotation vgpu.io/compute-limit.1: the container has no GPU 1: it gets 1 GPU",
+        ),
+        (
+            &[("vgpu.io/compute-limit", "30")],
+            &[],
+            "annotation vgpu.io/compute-limit is set but the container gets no GPU",
+        ),
+        (
+            &[],
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_SM_LIMIT", "abc"),
+            ],
+            "env CUDA_DEVICE_SM_LIMIT=\"abc\"",
+        ),
+        (
+            &[("vgpu.io/compute-limit", "0")],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")],
+            "annotation vgpu.io/compute-limit=\"0\"",
+        ),
+    ] {
+        let e = plan(&facts(ann, env), host).unwrap_err().to_string();
+        assert!(e.starts_with(want), "{e} (wanted {want})");
+        assert!(!e.contains('\n'));
+    }
+    // A pod's default share leaves its pause container alone, as its default quota does.
+    let f = facts(
+        &[
+            ("io.kubernetes.cri.container-type", "sandbox"),
+            ("vgpu.io/compute-limit", "30"),
+        ],
+        &[],
+    );
+    assert_eq!(plan(&f, || panic!("NVML loaded")).unwrap(), None);
+}
+
+// Regression: containerd copies the pod's annotations into the sandbox (pause) container's spec too,
+// and the quota on a container without a GPU was refused: the documented pod never started.
+#[test]
+fn a_pods_quota_leaves_its_pause_container_and_sidecars_alone() {
+    let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        annotations: kv(ann),
+        devices: vec![],
+    };
+    for pod in [
+        ("io.kubernetes.cri.container-type", "sandbox"),
+        ("io.kubernetes.cri.container-type", "container"),
+        ("io.kubernetes.cri-o.ContainerType", "sandbox"),
+    ] {
+        let f = facts(&[pod, ("vgpu.io/memory-limit", "4Gi")], &[]);
+        assert_eq!(plan(&f, || panic!("NVML loaded")).unwrap(), None, "{pod:?}");
+    }
+    // The pod's GPU container gets the quota.
+    let f = facts(
+        &[
+            ("io.kubernetes.cri.container-type", "container"),
+            ("vgpu.io/memory-limit", "4Gi"),
+        ],
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+    );
+    assert_eq!(
+        plan(&f, host).unwrap().unwrap().gpus[0].memory_limit,
+        Some(4 << 30)
+    );
+    // Outside a pod, a quota on a container without a GPU is still a mistake worth a line.
+    let f = facts(&[("vgpu.io/memory-limit", "4Gi")], &[]);
+    assert!(plan(&f, host).is_err());
+}
+
+#[test]
+fn the_nodes_policy_for_gpu_containers_without_a_quota() {
+    let facts = |env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        ..Default::default()
+    };
+    let gpu = facts(&[("NVIDIA_VISIBLE_DEVICES", "0")]);
+    let none = facts(&[("PATH", "/bin")]);
+    let p = plan_with(&gpu, Unquoted::Default(4 << 30), host)
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.gpus[0].memory_limit, Some(4 << 30));
+    let e = plan_with(&gpu, Unquoted::Refuse, host)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("NVIDIA_VISIBLE_DEVICES") && e.contains("require_memory_limit"),
+        "{e}"
+    );
+    // a container without a GPU (a pod's pause container, a sidecar) is never touched
+    for u in [Unquoted::Default(4 << 30), Unquoted::Refuse] {
+        assert_eq!(plan_with(&none, u, || panic!("NVML loaded")).unwrap(), None);
+    }
+    // a quota asked for wins over the default
+    let own = facts(&[
+        ("NVIDIA_VISIBLE_DEVICES", "0"),
+        ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+    ]);
+    let p = plan_with(&own, Unquoted::Default(4 << 30), host)
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.gpus[0].memory_limit, Some(1 << 30));
+}
+
+#[test]
+fn no_quota_never_touches_nvml() {
+    let e = kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]);
+    let p = plan(
+        &SpecFacts {
+            env: e,
+            ..Default::default()
+        },
+        || panic!("NVML loaded"),
+    )
+    .unwrap();
+    assert_eq!(p, None);
+}
+
+#[test]
+fn per_gpu_and_all() {
+    let p = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "1,0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ],
+        &[("vgpu.io/memory-limit.1", "2Gi")],
+    )
+    .unwrap()
+    .unwrap();
+    // The annotation wins, so only GPU 1 of the container (host GPU 0) is limited.
+    assert_eq!(
+        p.gpus,
+        vec![PlannedGpu {
+            index: 1,
+            uuid: "GPU-0".into(),
+            memory_limit: Some(2 << 30),
+            compute_limit: None
+        }]
+    );
+    let p = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "all"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ],
+        &[],
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(p.gpus.len(), 2);
+}
+
+#[test]
+fn env_zero_is_no_quota_and_never_touches_nvml() {
+    for env in [
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+        ][..],
+        &[("CUDA_DEVICE_MEMORY_LIMIT_0", "0")],
+    ] {
+        let e = kv(env);
+        let p = plan(
+            &SpecFacts {
+                env: e,
+                ..Default::default()
+            },
+            || panic!("NVML loaded"),
+        )
+        .unwrap();
+        assert_eq!(p, None, "{env:?}");
+    }
+    // Zero for one GPU leaves that GPU unlimited, and is no refusal for a GPU the container lacks.
+    let p = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "0"),
+        ],
+        &[],
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        p.gpus,
+        vec![PlannedGpu {
+            index: 1,
+            uuid: "GPU-1".into(),
+            memory_limit: Some(1 << 30),
+            compute_limit: None
+        }]
+    );
+    let p = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+        ],
+        &[],
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        p.gpus,
+        vec![PlannedGpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            memory_limit: Some(1 << 30),
+            compute_limit: None
+        }]
+    );
+}
+
+#[test]
+fn refusals() {
+    let e = run(&[("CUDA_DEVICE_MEMORY_LIMIT", "1G")], &[]).unwrap_err();
+    assert!(
+        matches!(&e, PlanError::NoGpuNamed { setting } if setting == "env CUDA_DEVICE_MEMORY_LIMIT"),
+        "{e:?}"
+    );
+    let e = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "none"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ],
+        &[],
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::NoGpuGiven { .. }), "{e:?}");
+    let e = run(
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[("vgpu.io/memory-limit.1", "1Gi")],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PlanError::NoSuchGpu {
+                index: 1,
+                count: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = run(
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[("vgpu.io/memory-limit", "17Gi")],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, PlanError::LargerThanGpu { bytes, index: 0, .. } if bytes == 17 << 30),
+        "{e:?}"
+    );
+    let e = run(
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "5"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ],
+        &[],
+    )
+    .unwrap_err();
+    assert!(matches!(e, PlanError::Gpus(_)), "{e:?}");
+    // The lines users read, one each.
+    assert_eq!(e.to_string().lines().count(), 1, "{e}");
+    let e = run(
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[("vgpu.io/memory-limit", "17Gi")],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "annotation vgpu.io/memory-limit: 17.0 GiB is larger than the container's GPU 0 (GPU-0, 16.0 GiB)"
+    );
+}
+
+#[test]
+fn a_pod_gives_its_containers_different_quotas() {
+    let facts = |name: &str, env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        annotations: kv(&[
+            ("io.kubernetes.cri.container-type", "container"),
+            ("io.kubernetes.cri.container-name", name),
+            ("vgpu.io/memory-limit", "2Gi"),
+            ("vgpu.io/memory-limit.trainer", "6Gi"),
+            ("vgpu.io/memory-limit.sidecar", "1Gi"),
+        ]),
+        devices: vec![],
+    };
+    let gpu = [("NVIDIA_VISIBLE_DEVICES", "1")];
+    let limit = |name| {
+        plan(&facts(name, &gpu), host).unwrap().unwrap().gpus[0]
+            .memory_limit
+            .unwrap()
+    };
+    assert_eq!(limit("trainer"), 6 << 30);
+    assert_eq!(limit("web"), 2 << 30);
+    // The pod's default leaves a container without a GPU alone ...
+    assert_eq!(
+        plan(&facts("web", &[]), || panic!("NVML loaded")).unwrap(),
+        None
+    );
+    // ... but a key naming a container without a GPU is a mistake, named.
+    let e = plan(&facts("sidecar", &[]), host).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "annotation vgpu.io/memory-limit.sidecar is set but the container gets no GPU"
+        ),
+        "{e}"
+    );
+}
