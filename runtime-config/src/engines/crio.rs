@@ -210,7 +210,9 @@ pub fn drop_in(sources: &[(PathBuf, String)], s: &Settings) -> Result<String> {
     }
     vgpu.insert(
         "allowed_annotations",
-        Item::Value(Value::Array(Array::from_iter(["vgpu.io/"]))),
+        Item::Value(Value::Array(Array::from_iter([
+            vgpu_ledger::keys::ANNOTATION_PREFIX,
+        ]))),
     );
 
     let mut out = DocumentMut::new();

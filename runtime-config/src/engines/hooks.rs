@@ -3,6 +3,8 @@
 //! One file per stage, because the hook learns its stage from its arguments.
 use anyhow::{bail, Result};
 use serde_json::json;
+use vgpu_ledger::keys::host::HOOK_BIN;
+use vgpu_ledger::keys::ANNOTATION_PREFIX;
 
 /// Podman's and CRI-O's default (vendor) hooks directory; `/etc/containers/oci/hooks.d` takes precedence
 /// over it for files of the same name.
@@ -19,7 +21,7 @@ pub const STAGES: &[&str] = &["createRuntime", "poststop"];
 
 /// The only environment the hook gets (never the container's: an image's `LD_PRELOAD` must not reach a
 /// process running with host privileges).
-pub const BASE_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+pub const BASE_ENV: &str = vgpu_ledger::keys::host::HOOK_PATH_ENV;
 
 fn file_name(stage: &str) -> String {
     format!("vgpu-{}.json", stage.to_ascii_lowercase())
@@ -33,7 +35,7 @@ pub fn foreign_why(text: &str) -> Option<String> {
         Err(_) => return Some("not a JSON hook".into()),
     };
     match v["hook"]["path"].as_str() {
-        Some(p) if std::path::Path::new(p).file_name() == Some("vgpu-hook".as_ref()) => None,
+        Some(p) if std::path::Path::new(p).file_name() == Some(HOOK_BIN.as_ref()) => None,
         Some(p) => Some(format!("it runs {p}")),
         None => Some("it names no hook path".into()),
     }
@@ -69,13 +71,19 @@ pub fn files(hook_path: &str, extra_env: &[String]) -> Result<Vec<(String, Strin
         .map(|stage| {
             let doc = json!({
                 "version": "1.0.0",
-                "hook": { "path": hook_path, "args": ["vgpu-hook", stage], "env": env },
-                "when": { "annotations": { "^vgpu\\.io/": ".*" } },
+                "hook": { "path": hook_path, "args": [HOOK_BIN, stage], "env": env },
+                "when": { "annotations": { annotation_pattern(): ".*" } },
                 "stages": [stage],
             });
             Ok((file_name(stage), serde_json::to_string_pretty(&doc)? + "\n"))
         })
         .collect()
+}
+
+/// The `when.annotations` key of the hooks.d file: a regex matching every vgpu annotation
+/// (`^vgpu\.io/`), made from the registry's prefix.
+fn annotation_pattern() -> String {
+    format!("^{}", ANNOTATION_PREFIX.replace('.', "\\."))
 }
 
 #[cfg(test)]

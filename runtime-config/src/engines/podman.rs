@@ -41,7 +41,7 @@ impl ContainerEngine for Podman {
     fn configure(&self, t: &Target, _o: &NoOptions, cx: &Context) -> Result<Vec<Change>> {
         let hook_path = &cx.install.hook_path;
         // Hook files are recognised as vgpu's by the program's name.
-        if Path::new(hook_path).file_name() != Some("vgpu-hook".as_ref()) {
+        if Path::new(hook_path).file_name() != Some(vgpu_ledger::keys::host::HOOK_BIN.as_ref()) {
             bail!("--hook-path must name a file called vgpu-hook, got {hook_path:?}");
         }
         if let Ownership::Foreign { path, why } = self.ownership(t, cx)? {

@@ -13,7 +13,7 @@ use toml_edit::{Array, Item, Table, Value};
 /// The handler's name (the RuntimeClass handler pods ask for).
 pub const RUNTIME: &str = "vgpu";
 pub const RUNC_V2: &str = "io.containerd.runc.v2";
-const ANNOTATIONS: &str = "vgpu.io/*";
+const ANNOTATIONS: &str = vgpu_ledger::keys::ANNOTATION_GLOB;
 
 /// Why `runtimes.vgpu` is not vgpu's (None: it is). vgpu's handler is the one whose `options.BinaryName`
 /// is the shim; anything else (a kata handler, another runc wrapper) belongs to someone else.
