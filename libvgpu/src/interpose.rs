@@ -170,13 +170,8 @@ fn launch_only(hook: usize) -> bool {
             .any(|(_, n, h)| *h == hook && is_transfer(n.to_bytes()))
     };
     transfer()
+        || kernel_launch(hook)
         || [
-            cuLaunchKernel as *const () as usize,
-            cuLaunchKernel_ptsz as *const () as usize,
-            cuLaunchKernelEx as *const () as usize,
-            cuLaunchKernelEx_ptsz as *const () as usize,
-            cuLaunchCooperativeKernel as *const () as usize,
-            cuLaunchCooperativeKernel_ptsz as *const () as usize,
             cuLaunchCooperativeKernelMultiDevice as *const () as usize,
             cuGraphExecUpdate as *const () as usize,
             cuGraphExecUpdate_v2 as *const () as usize,
