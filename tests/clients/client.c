@@ -527,6 +527,15 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             rc = CALL(cuLibraryGetKernel, &kern, l, "vgpu_noop");
             if (rc == CUDA_SUCCESS) rc = CALL(cuKernelGetFunction, &f, kern);
         }
+    } else if (!strcmp(op, "library-launchable")) {
+        /* The last library's kernel as the CUDA runtime launches it: the CUkernel handle itself becomes the
+           kernel `launch` runs (no cuKernelGetFunction). */
+        CUlibrary l = NULL;
+        for (int k = nheld - 1; k >= 0 && !l; k--)
+            if (held[k].kind == K_LIBRARY) l = (CUlibrary)held[k].handle;
+        CUkernel kern = NULL;
+        rc = l ? CALL(cuLibraryGetKernel, &kern, l, "vgpu_noop") : CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS) kernel = (CUfunction)kern;
     } else if (!strcmp(op, "limit")) {
         const char *name = ARG(1);
         unsigned long long v = parse_size(ARG(2));

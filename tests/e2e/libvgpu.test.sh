@@ -230,6 +230,13 @@ check "a launch whose stack growth (3,960 MiB) does not fit a 1 GiB quota is ref
     test "$(echo "$out" | rcs launch)" = "2 "
 check "  ... and the device holds nothing of it (used = the quota's free view)" \
     test "$(echo "$out" | opline info | field free)" = "$((1024 * MiB - 2 * MiB))"
+# ... and a CUkernel launched as the CUDA runtime launches it, whose local size only cuKernelGetAttribute
+# gives (the check that asked cuFuncGetAttribute alone let it through on an H100: 4,489 MiB under 1 GiB)
+fresh
+out=$(FAKE_CUDA_KERNEL_STACK=16384 vg "$RT" library library-launchable info launch 1 sync info 2>/dev/null)
+check "  ... a CUkernel's growth is refused too, and the device holds nothing of it" \
+    test "$(echo "$out" | rcs launch)/$(echo "$out" | opline info 2 | field free)" = "2 /$(echo "$out" | opline info 1 | field free)"
+fresh
 out=$(FAKE_CUDA_KERNEL_STACK=2048 vg "$RT" module launch 1 info 2>/dev/null)
 check "  ... one that fits is charged before the launch, no sync needed (264 MiB; the runtime's way)" \
     test "$(echo "$out" | rcs launch)/$(echo "$out" | opline info | field free)" = "0 /$((1024 * MiB - 2 * MiB - 264 * MiB))"

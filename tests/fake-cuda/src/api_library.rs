@@ -164,6 +164,14 @@ fn cuLibraryGetModule(m: *mut Handle, lib: Handle) {
     out(m, module_here(d, lib)?)
 }
 
+// A kernel's attributes are asked per device: cuFuncGetAttribute does not know a CUkernel handle (the
+// CUDA runtime launches those).
+fn cuKernelGetAttribute(v: *mut c_int, attr: c_int, k: Handle, _dev: CUdevice) {
+    let d = drv()?;
+    if !kernels(|ks| ks.contains_key(&k)) { return Err(INVALID_HANDLE); }
+    out(v, crate::api_module::func_attribute(d, attr))
+}
+
 fn cuLibraryGetKernel(k: *mut Handle, lib: Handle, name: *const c_char) {
     drv()?;
     if k.is_null() || name.is_null() { return Err(INVALID_VALUE); }

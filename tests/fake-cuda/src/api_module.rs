@@ -81,6 +81,18 @@ pub fn get_function(d: &Driver, f: *mut Handle, m: Handle, name: *const c_char) 
     unsafe { out(f, h) }
 }
 
+/// A function's (or a library kernel's) attribute `attr`; 3, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, is the
+/// local memory per thread every kernel needs (FAKE_CUDA_KERNEL_STACK).
+pub fn func_attribute(d: &Driver, attr: c_int) -> c_int {
+    match attr {
+        0 => 1024,
+        3 => d.kernel_stack as c_int,
+        4 => 32,
+        5 | 6 => 90,
+        _ => 0,
+    }
+}
+
 cu_fn! {
 fn cuModuleLoadData(m: *mut Handle, img: *const c_void) {
     let d = drv()?;
@@ -113,8 +125,7 @@ fn cuModuleGetFunction(f: *mut Handle, m: Handle, name: *const c_char) { get_fun
 fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: Handle) {
     let d = drv()?;
     if !lock(&d.objs).functions.contains_key(&f) { return Err(INVALID_HANDLE); }
-    // 3: CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, the local memory per thread every kernel needs (FAKE_CUDA_KERNEL_STACK).
-    out(v, match attr { 0 => 1024, 3 => d.kernel_stack as c_int, 4 => 32, 5 | 6 => 90, _ => 0 })
+    out(v, func_attribute(d, attr))
 }
 
 fn cuFuncSetAttribute(f: Handle, _attr: c_int, _v: c_int) {
