@@ -1,13 +1,16 @@
 //! vgpu's host side, the rooms the runtime shim, the hook and vgpuctl share. Not here: anything the
 //! interposer links (that is `vgpu_ledger`, kept lean), a tool's own decisions (planning, admission, gc:
-//! `vgpu_oci`; status, the monitor: `vgpuctl`).
+//! `vgpu_oci`; status: `vgpuctl`; the monitor: `vgpu_monitor`).
 //!
 //! * [`config`]: `/etc/vgpu/config.toml`, the whole file (its `[monitor]` table too), parsed once into
 //!   typed values.
 //! * [`nvml`]: the one NVML binding of the host tools, behind the [`nvml::Nvml`] trait, with a fake.
 //! * [`inventory`]: the one reader of the state root: containers, their limits, ledgers and owners,
 //!   always through the safe host-file reader.
+//! * [`procs`]: a host process as `/proc` shows it (its innermost PID, namespace and cgroup), for the
+//!   attribution of NVML's processes to containers.
 
 pub mod config;
 pub mod inventory;
 pub mod nvml;
+pub mod procs;

@@ -142,7 +142,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
-    use vgpuctl::monitor::{config, watchdog::Policy, Monitor};
+    use vgpu_monitor::{config, watchdog::Policy, Monitor};
     let cfg = vgpu_oci::config::Config::load()?;
     let flags = config::Flags {
         listen: a.listen,
@@ -176,7 +176,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         vgpu_ledger::format_bytes(s.tolerance),
         if s.kill { "on" } else { "off" }
     );
-    vgpuctl::monitor::run(m, listener, s.interval)
+    vgpu_monitor::run(m, listener, s.interval)
 }
 
 fn main() {

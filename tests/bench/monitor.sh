@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 [ "$(id -u)" = 0 ] || { echo "monitor bench: needs root (PID namespaces)"; exit 1; }
 [ -f target/fake/libnvidia-ml.so.1 ] && [ -x target/clients/linked_client ] || { echo "monitor bench: run make build first"; exit 1; }
-cargo build --release -q -p vgpuctl --example monitor_bench
+cargo build --release -q -p vgpu-monitor --example monitor_bench
 work=$(mktemp -d "${TMPDIR:-/tmp}/vgpu-bench-monitor.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 gpus=${BENCH_GPUS:-8}

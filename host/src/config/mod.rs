@@ -3,7 +3,7 @@
 //! containers without a quota ([`Unquoted`]) and the `[monitor]` table ([`MonitorConfig`]). Every reader
 //! (the shim, the hook, vgpuctl and its monitor) gets its values from here; nobody parses a string of it
 //! again. Not here: the paths inside a container or of the state folder (`vgpu_ledger::layout`), the
-//! monitor's command line over its table (`vgpuctl::monitor::config`).
+//! monitor's command line over its table (`vgpu_monitor::config`).
 //!
 //! A missing default file means all defaults; a file named by `VGPU_CONFIG` must exist. A key nobody knows
 //! is an error naming it (a typo in `lower_runtime` must not silently drop NVIDIA's device injection), and

@@ -1,6 +1,6 @@
 //! The `[monitor]` table of the vgpu config file, typed: `vgpuctl monitor`'s listen address, interval,
 //! tolerance (a quantity, as bytes), kill policy and NVML library. Not here: the rest of the file (the
-//! parent module), the monitor's command line over it (`vgpuctl::monitor::config`).
+//! parent module), the monitor's command line over it (`vgpu_monitor::config`).
 
 use serde::Deserialize;
 use std::time::Duration;

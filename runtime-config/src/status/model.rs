@@ -11,7 +11,7 @@ use vgpu_host::inventory::{self, Entry, LedgerRead};
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{Kind, KubeNames};
 
-use crate::monitor::procs;
+use vgpu_host::procs;
 
 /// The version of `--json`'s shape: raised whenever a field changes meaning or goes away (added fields do
 /// not raise it). 2: `schema_version`, `gpus` (per-GPU totals), `kubernetes`, processes' `host_pid`.

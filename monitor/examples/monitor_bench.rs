@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{DeviceLimit, Kind, Ledger, Limits};
-use vgpuctl::monitor::{watchdog::Policy, Monitor};
+use vgpu_monitor::{watchdog::Policy, Monitor};
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -106,7 +106,8 @@ fn main() {
     // Where the time goes: each part alone.
     {
         use vgpu_host::nvml::{Library, Nvml};
-        use vgpuctl::monitor::{procs, state, watchdog};
+        use vgpu_host::procs;
+        use vgpu_monitor::{state, watchdog};
         let part = |name: &str, f: &mut dyn FnMut()| {
             let t = Instant::now();
             for _ in 0..5 {

@@ -1,4 +1,4 @@
-//! A host process as the monitor needs it: its PID namespace inode, its PID inside that namespace (the last
+//! A host process as the monitor and `vgpuctl status` need it: its PID namespace inode, its PID inside that namespace (the last
 //! `NSpid` entry) and its cgroup, from `/proc/<pid>`. Not here: deciding which container it is
 //! (`watchdog::owner_of`), killing it (`watchdog::kill`).
 //!

@@ -5,13 +5,12 @@
 //! container over its quota. A small synchronous HTTP server (std `TcpListener`, one request at a time)
 //! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
 //! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
-//! state root and takes no lock on a ledger. Modules: `state` (the state root's figures, from
-//! `vgpu_host::inventory`), `procs` (/proc), `watchdog` (decisions), `metrics` (the text), `config` (its
+//! state root and takes no lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's figures, from
+//! `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `config` (its
 //! settings); NVML is the host tools' one binding, `vgpu_host::nvml`.
 
 pub mod config;
 pub mod metrics;
-pub mod procs;
 pub mod state;
 pub mod watchdog;
 
@@ -23,6 +22,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vgpu_host::nvml::{GpuReading, Nvml};
+use vgpu_host::procs;
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::layout::StateRoot;
 use watchdog::{Finding, Policy, Truth};

@@ -6,10 +6,10 @@
 //! bring the container back within quota plus tolerance. A container within its quota is never touched.
 //! Not here: reading the state, NVML or /proc (`state`, `nvml`, `procs`), logging and counting (`mod`).
 
-use super::procs::{cgroup_names, HostProc};
 use super::state::ContainerState;
 use std::collections::BTreeMap;
 use vgpu_host::nvml::GpuReading;
+use vgpu_host::procs::{cgroup_names, HostProc};
 
 /// A GPU process attributed to a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
