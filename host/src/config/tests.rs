@@ -196,3 +196,108 @@ fn a_bad_monitor_table_is_kept_apart() {
         );
     }
 }
+
+/// The packaged config file (`packaging/config.toml`) shows every key of the file, each commented out with
+/// its default, or with an example and a comment saying `default: …`. Uncommented, it
+/// must parse, and give the defaults once the examples are left out.
+#[test]
+fn the_packaged_config_shows_every_key_with_its_default() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/config.toml"
+    ))
+    .unwrap();
+    fn key_line(l: &str) -> Option<&str> {
+        let l = l.strip_prefix("# ")?;
+        let (key, _) = l.split_once(" = ")?;
+        (!key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')).then_some(l)
+    }
+    fn table_line(l: &str) -> Option<&str> {
+        l.strip_prefix("# ")
+            .filter(|l| l.starts_with('[') && l.ends_with(']'))
+    }
+    let mut all = String::new();
+    let mut defaults = String::new();
+    let mut shown = Vec::new();
+    for l in text.lines() {
+        if let Some(t) = table_line(l) {
+            all += &format!("{t}\n");
+            defaults += &format!("{t}\n");
+        } else if let Some(kv) = key_line(l) {
+            all += &format!("{kv}\n");
+            shown.push(format!(
+                "{}{}",
+                if all.contains("[monitor]") {
+                    "monitor."
+                } else {
+                    ""
+                },
+                kv.split(" = ").next().unwrap()
+            ));
+            if !kv
+                .split_once('#')
+                .is_some_and(|(_, note)| note.contains("default:"))
+            {
+                defaults += &format!("{kv}\n");
+            }
+        }
+    }
+    let (_d, p) = write(&all);
+    let every = Config::load_from(&p, true).unwrap();
+    every
+        .monitor
+        .as_ref()
+        .expect("the [monitor] example is valid");
+
+    // With only the lines that claim to show the default, the file is the defaults.
+    let (_d, p) = write(&defaults);
+    let c = Config::load_from(&p, true).unwrap();
+    let m = c.monitor.clone().unwrap();
+    assert_eq!(
+        Config {
+            monitor: Ok(MonitorConfig::default()),
+            ..c
+        },
+        Config::default()
+    );
+    assert_eq!(
+        m.listen.as_deref().unwrap_or(DEFAULT_LISTEN),
+        DEFAULT_LISTEN
+    );
+    assert_eq!(m.interval.unwrap_or(DEFAULT_INTERVAL), DEFAULT_INTERVAL);
+    assert_eq!(m.tolerance.unwrap_or(DEFAULT_TOLERANCE), DEFAULT_TOLERANCE);
+    assert_eq!(
+        m.kill,
+        Some(false),
+        "the kill policy is shown off, its default"
+    );
+
+    // Every key the file may hold is shown: serde's error for an unknown key lists the known ones.
+    let (_d, p) = write("no_such_key_xyz = 1\n");
+    let top = Config::load_from(&p, true).unwrap_err().to_string();
+    let (_d, p) = write("[monitor]\nno_such_key_xyz = 1\n");
+    let mon = match Config::load_from(&p, true) {
+        Ok(c) => c.monitor.unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    let known = |msg: &str, prefix: &str| -> Vec<String> {
+        let list = msg
+            .split("expected one of")
+            .nth(1)
+            .unwrap_or_else(|| panic!("a list of keys: {msg}"));
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|k| format!("{prefix}{k}"))
+            .collect()
+    };
+    for k in known(&top, "").into_iter().chain(known(&mon, "monitor.")) {
+        if k == "monitor" {
+            continue;
+        }
+        assert!(
+            shown.contains(&k),
+            "packaging/config.toml does not show `{k}`"
+        );
+    }
+}
