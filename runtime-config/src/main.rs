@@ -192,6 +192,14 @@ fn main() {
         ),
     }
     if let Err(e) = run(cli) {
+        // `vgpuctl status | head`: the reader has gone, which is no error to report. Exit as the shell's
+        // tools do when SIGPIPE ends them (the signal itself stays ignored: the monitor writes to sockets).
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
+            std::process::exit(128 + libc::SIGPIPE);
+        }
         eprintln!("vgpuctl: error: {e:#}");
         std::process::exit(1);
     }

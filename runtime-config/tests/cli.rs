@@ -498,3 +498,21 @@ fn containerd_drop_in_on_disk() {
     );
     assert!(text(&out.stderr).contains("--drop-in is for containerd only"));
 }
+
+/// `vgpuctl status | head`: a reader that has gone is no error to report (as for the shell's own tools,
+/// the exit status is the SIGPIPE one, 141, and nothing is printed).
+#[test]
+fn a_reader_that_has_gone_ends_the_output_quietly() {
+    let root = tempfile::tempdir().unwrap();
+    let (r, w) = nix::unistd::pipe().unwrap();
+    drop(r); // the reader is gone before vgpuctl writes
+    let out = Command::new(env!("CARGO_BIN_EXE_vgpuctl"))
+        .args(["status", "--state-root"])
+        .arg(root.path())
+        .env_remove("VGPU_CONFIG")
+        .stdout(std::process::Stdio::from(w))
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stderr), "", "nothing on stderr");
+    assert_eq!(out.status.code(), Some(141));
+}
