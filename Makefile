@@ -86,7 +86,7 @@ package: build deps
 	@bash packaging/build.sh
 
 # The Kubernetes installer image vgpu/installer:VERSION, by docker import (nothing pulled), in the Docker
-# that DOCKER_HOST names (packaging/kubernetes/vgpu-daemonset.yaml).
+# that DOCKER_HOST names (the Helm chart, packaging/helm/vgpu).
 installer-image: package
 	@bash packaging/installer/build.sh
 

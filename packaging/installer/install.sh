@@ -1,5 +1,5 @@
 #!/bin/sh
-# The installer image's entrypoint (packaging/kubernetes/vgpu-daemonset.yaml, docs/install.md). The node's
+# The installer image's entrypoint (the Helm chart packaging/helm/vgpu, docs/install.md). The node's
 # root filesystem is mounted at $VGPU_HOST_ROOT (default /host).
 #   install.sh install     copy the binaries and the interposer onto the node, write /etc/vgpu/config.toml
 #                          if the node has none (lower_runtime = nvidia-container-runtime when the node has
@@ -9,12 +9,20 @@
 #   install.sh gc-loop     vgpuctl gc every $VGPU_GC_INTERVAL seconds (default 600), for ever
 #   install.sh monitor [ARGS]  vgpuctl monitor ARGS (docs/monitor.md): the node's metrics and watchdog, with
 #                          the node's config, NVML and /proc (the pod runs with the host's PIDs and network)
+#   install.sh idle        sleep for ever (the uninstall DaemonSet's pod, once its init container is done)
 # vgpuctl runs chrooted into the node, against the node's own glibc and paths: what it configures is what
 # the engine will run. Settings (environment):
 #   VGPU_ENGINE          containerd (default), docker, crio or podman
 #   VGPU_ENGINE_CONFIG   the engine's config file on the node, if not the engine's default
 #   VGPU_RESTART         systemd (default: systemctl restart ENGINE in the node's namespaces, through PID 1)
 #                        or none (the operator restarts the engine)
+#   VGPU_SET_AS_DEFAULT  true: also make vgpu the engine's default runtime (vgpuctl runtime configure
+#                        --set-as-default; unconfigure restores the previous default)
+#   VGPU_NVIDIA_RUNTIME  NVIDIA's runtime on the node, when it is not found in /usr/bin, /usr/local/bin,
+#                        /usr/sbin, the GPU Operator's /usr/local/nvidia/toolkit or the node's PATH
+#   VGPU_DEFAULT_MEMORY_LIMIT, VGPU_REQUIRE_MEMORY_LIMIT
+#                        the node policy written into a new /etc/vgpu/config.toml (default_memory_limit,
+#                        e.g. 4Gi; require_memory_limit, true or false)
 set -eu
 HOST=${VGPU_HOST_ROOT:-/host}
 ENGINE=${VGPU_ENGINE:-containerd}
@@ -30,12 +38,29 @@ die() { say "$*"; exit 1; }
 [ -d "$HOST/etc" ] || die "$HOST holds no node root filesystem (mount the node's / there)"
 case "$ENGINE" in containerd|docker|crio|podman) ;; *) die "VGPU_ENGINE=$ENGINE: not containerd, docker, crio or podman" ;; esac
 case "$RESTART" in systemd|none) ;; *) die "VGPU_RESTART=$RESTART: not systemd or none" ;; esac
+case "${VGPU_SET_AS_DEFAULT:-false}" in true|false|"") ;; *) die "VGPU_SET_AS_DEFAULT=$VGPU_SET_AS_DEFAULT: not true or false" ;; esac
+case "${VGPU_REQUIRE_MEMORY_LIMIT:-false}" in true|false|"") ;; *) die "VGPU_REQUIRE_MEMORY_LIMIT=$VGPU_REQUIRE_MEMORY_LIMIT: not true or false" ;; esac
+case "${VGPU_DEFAULT_MEMORY_LIMIT:-}" in *[!0-9A-Za-z.]*) die "VGPU_DEFAULT_MEMORY_LIMIT=$VGPU_DEFAULT_MEMORY_LIMIT: not a quantity (e.g. 4Gi)" ;; esac
 
 vgpuctl() { chroot "$HOST" "$BIN/vgpuctl" "$@"; }
 engine_args() {
     set -- --runtime="$ENGINE"
     [ -n "${VGPU_ENGINE_CONFIG:-}" ] && set -- "$@" --config "$VGPU_ENGINE_CONFIG"
     echo "$@"
+}
+# NVIDIA's runtime on the node (a path on the node), or nothing: the operator's setting, then where the
+# packages and the GPU Operator put it, then the node's own PATH (its /bin/sh, chrooted).
+nvidia_runtime() {
+    if [ -n "${VGPU_NVIDIA_RUNTIME:-}" ]; then
+        [ -x "$HOST$VGPU_NVIDIA_RUNTIME" ] || die "VGPU_NVIDIA_RUNTIME=$VGPU_NVIDIA_RUNTIME: not an executable on the node"
+        echo "$VGPU_NVIDIA_RUNTIME"; return
+    fi
+    for d in /usr/bin /usr/local/bin /usr/sbin /usr/local/nvidia/toolkit; do
+        [ -x "$HOST$d/nvidia-container-runtime" ] && { echo "$d/nvidia-container-runtime"; return; }
+    done
+    if [ -x "$HOST/bin/sh" ]; then
+        chroot "$HOST" /bin/sh -lc 'command -v nvidia-container-runtime' 2>/dev/null | grep '^/' || true
+    fi
 }
 # The engine's config fingerprint, to restart only on a change (all of /etc for CRI-O and Podman drop-ins).
 fingerprint() {
@@ -67,13 +92,15 @@ install() {
     for f in vgpuctl vgpu-hook vgpu-container-runtime; do put "$PAYLOAD/$f" "$BIN/$f" 755; done
     for f in libvgpu.so libvgpu_core.so; do put "$PAYLOAD/$f" "$LIB/$f" 644; done
     if [ ! -e "$HOST/etc/vgpu/config.toml" ]; then
-        lower=runc
-        for d in /usr/bin /usr/local/bin /usr/sbin; do
-            [ -x "$HOST$d/nvidia-container-runtime" ] && { lower=nvidia-container-runtime; break; }
-        done
-        printf '%s\n' "# Written by the vgpu installer DaemonSet; removed by its uninstall." \
-            "hook_path = \"$BIN/vgpu-hook\"" "library = \"$LIB/libvgpu.so\"" "lower_runtime = \"$lower\"" \
-            > /tmp/config.toml
+        lower=$(nvidia_runtime)
+        lower=${lower:-runc}
+        {
+            printf '%s\n' "# Written by the vgpu installer DaemonSet; removed by its uninstall." \
+                "hook_path = \"$BIN/vgpu-hook\"" "library = \"$LIB/libvgpu.so\"" "lower_runtime = \"$lower\""
+            [ -n "${VGPU_DEFAULT_MEMORY_LIMIT:-}" ] && echo "default_memory_limit = \"$VGPU_DEFAULT_MEMORY_LIMIT\""
+            [ "${VGPU_REQUIRE_MEMORY_LIMIT:-false}" = true ] && echo "require_memory_limit = true"
+            true
+        } > /tmp/config.toml
         put /tmp/config.toml /etc/vgpu/config.toml 644
         say "wrote /etc/vgpu/config.toml (lower_runtime = $lower)"
     else
@@ -81,7 +108,9 @@ install() {
     fi
     before=$(fingerprint)
     # shellcheck disable=SC2046
-    vgpuctl runtime configure $(engine_args) --runtime-path "$BIN/vgpu-container-runtime" --hook-path "$BIN/vgpu-hook" >&2
+    set -- $(engine_args)
+    [ "${VGPU_SET_AS_DEFAULT:-false}" = true ] && set -- "$@" --set-as-default
+    vgpuctl runtime configure "$@" --runtime-path "$BIN/vgpu-container-runtime" --hook-path "$BIN/vgpu-hook" >&2
     [ "$before" = "$(fingerprint)" ] || restart_engine
     say "installed"
 }
@@ -106,5 +135,6 @@ install) install ;;
 uninstall) uninstall ;;
 gc-loop) while :; do vgpuctl gc || true; sleep "${VGPU_GC_INTERVAL:-600}"; done ;;
 monitor) shift; exec chroot "$HOST" "$BIN/vgpuctl" monitor "$@" ;;
-*) die "usage: install.sh install|uninstall|gc-loop|monitor [ARGS]" ;;
+idle) while :; do sleep 3600; done ;;
+*) die "usage: install.sh install|uninstall|gc-loop|monitor [ARGS]|idle" ;;
 esac

@@ -4,20 +4,57 @@
 # DaemonSet runs it, with a folder standing in for the node's root (busybox and glibc, containerd's config).
 # Checked: what install writes (files, config.toml, lower_runtime, containerd's vgpu handler), that a second
 # install changes nothing, that the monitor container's entrypoint serves the node's metrics, that uninstall restores containerd's config byte for byte and removes exactly what
-# install wrote, and that the manifests validate against the Kubernetes API schemas (offline).
+# install wrote, the Helm chart rendered with several values and validated against the Kubernetes API
+# schemas (offline), and the gc container's entrypoint working with only the capabilities the chart gives it.
 set -uo pipefail
 . "$(dirname "$0")/engines-lib.sh"
 t_init installer
 t_require "$T/vgpu/libvgpu.so" "$T/vgpu/libvgpu_core.so"
 command -v kubernetes-validate >/dev/null || { echo "installer: kubernetes-validate missing (make deps)"; echo "0 passed, 1 failed"; exit 1; }
 
-echo "-- the manifests"
-for m in "$REPO"/packaging/kubernetes/*.yaml; do
-    check "$(basename "$m") validates (kubernetes-validate --strict)" kubernetes-validate --strict --quiet "$m"
-done
-check_eq "the manifests run the image build.sh tags" \
-    "$(grep -ho 'image: vgpu/installer:.*' "$REPO"/packaging/kubernetes/*.yaml | sort -u)" \
-    "image: vgpu/installer:$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
+echo "-- the Helm chart (rendered by vgpu-helm-render, helm template's subset; validated offline)"
+RENDER=$T/release/vgpu-helm-render
+CHART=$REPO/packaging/helm/vgpu
+t_require "$RENDER"
+render() { "$RENDER" "$CHART" "$@" > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
+kinds() { python3 -c 'import sys, yaml; print(" ".join(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1])) if d))' "$WORK/chart.yaml"; }
+check "the defaults render and validate (kubernetes-validate --strict)" render
+check_eq "  ... a RuntimeClass and the node DaemonSet" "$(kinds)" "DaemonSet RuntimeClass"
+# field PATH: one value of the rendered documents, by kind and a Python expression on it.
+cfield() { python3 -c 'import sys, yaml
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
+print(eval(sys.argv[2], {"d": docs}))' "$WORK/chart.yaml" "$1"; }
+POD='d["DaemonSet"]["spec"]["template"]["spec"]'
+check_eq "  ... the image is the chart's appVersion, which is the workspace's version" \
+    "$(cfield "$POD[\"initContainers\"][0][\"image\"]")" \
+    "vgpu/installer:$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
+check_eq "  ... the chart's version is the workspace's" "$(sed -n 's/^version: //p' "$CHART/Chart.yaml")" \
+    "$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
+check_eq "  ... gc runs with all capabilities dropped but SYS_CHROOT and SYS_PTRACE" \
+    "$(cfield "$POD[\"containers\"][0][\"securityContext\"]")" \
+    "{'allowPrivilegeEscalation': False, 'capabilities': {'drop': ['ALL'], 'add': ['SYS_CHROOT', 'SYS_PTRACE']}}"
+check_eq "  ... scrape annotations on the monitor's port" \
+    "$(cfield "d['DaemonSet']['spec']['template']['metadata']['annotations']['prometheus.io/port']")" 9394
+check "values: crio, set-as-default, a required 4Gi default quota, port 9500, a ServiceMonitor" \
+    render --set engine=crio --set setAsDefault=true --set quota.default=4Gi --set quota.required=true \
+        --set monitor.port=9500 --set monitor.serviceMonitor.enabled=true --set monitor.scrapeAnnotations=false
+check_eq "  ... reach the installer's environment" \
+    "$(cfield "{e['name']: e['value'] for e in $POD['initContainers'][0]['env']}")" \
+    "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true'}"
+check_eq "  ... a Service and a ServiceMonitor on port 9500, no scrape annotations" \
+    "$(kinds) $(cfield "d['ServiceMonitor']['spec']['endpoints'][0]['port']") $(cfield "d['Service']['spec']['ports'][0]['port']") $(cfield "'annotations' in d['DaemonSet']['spec']['template']['metadata']")" \
+    "DaemonSet RuntimeClass Service ServiceMonitor metrics 9500 False"
+check "monitor disabled, a custom node selector and no tolerations" \
+    render --set monitor.enabled=false --set nodeSelector.pool=gpu -f <(printf 'tolerations: []\nnodeSelector: {pool: gpu}\n')
+check_eq "  ... gc alone, on the pool" "$(cfield "[c['name'] for c in $POD['containers']]") $(cfield "$POD['nodeSelector']")" \
+    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'}"
+check "mode=uninstall renders and validates" render --set mode=uninstall
+check_eq "  ... the uninstall DaemonSet alone, running install.sh uninstall" \
+    "$(kinds) $(cfield "d['DaemonSet']['metadata']['name']") $(cfield "$POD['initContainers'][0]['args']")" \
+    "DaemonSet vgpu-uninstall ['uninstall']"
+check_match "an unknown function in a template is refused, not rendered wrong" 'nosuchfunc' \
+    "$(mkdir -p "$WORK/bad" && cp -r "$CHART/." "$WORK/bad/" && echo '{{ .Values.engine | nosuchfunc }}' > "$WORK/bad/templates/zz.yaml" && "$RENDER" "$WORK/bad" 2>&1)"
+check "the example pod (docs/examples) validates" kubernetes-validate --strict --quiet "$REPO/docs/examples/pod-with-quota.yaml"
 
 echo "-- the image"
 bash "$REPO/packaging/build.sh" > /dev/null 2> "$WORK/package.err" || { tail -20 "$WORK/package.err"; }
@@ -79,9 +116,47 @@ printf '#!/bin/sh\nexec runc "$@"\n' > "$N/usr/bin/nvidia-container-runtime"
 chmod 755 "$N/usr/bin/nvidia-container-runtime"
 INSTALLER_ARGS=(install)
 check "install succeeds" installer "$N"
-check_match "lower_runtime = nvidia-container-runtime (NVIDIA's injection still happens)" \
-    '^lower_runtime = "nvidia-container-runtime"$' "$(cat "$N/etc/vgpu/config.toml" 2>&1)"
+check_match "lower_runtime = NVIDIA's runtime, by its path on the node (NVIDIA's injection still happens)" \
+    '^lower_runtime = "/usr/bin/nvidia-container-runtime"$' "$(cat "$N/etc/vgpu/config.toml" 2>&1)"
 INSTALLER_ARGS=(uninstall); installer "$N" 2>/dev/null
+mv "$N/usr/bin/nvidia-container-runtime" "$WORK/ncr"
+mkdir -p "$N/usr/local/nvidia/toolkit" && cp "$WORK/ncr" "$N/usr/local/nvidia/toolkit/nvidia-container-runtime"
+INSTALLER_ARGS=(install)
+check "the GPU Operator's runtime (/usr/local/nvidia/toolkit): install succeeds" installer "$N"
+check_match "  ... and finds it" '^lower_runtime = "/usr/local/nvidia/toolkit/nvidia-container-runtime"$' \
+    "$(cat "$N/etc/vgpu/config.toml" 2>&1)"
+INSTALLER_ARGS=(uninstall); installer "$N" 2>/dev/null
+rm -r "$N/usr/local/nvidia"; mkdir -p "$N/opt/nvidia/bin" && cp "$WORK/ncr" "$N/opt/nvidia/bin/nvidia-container-runtime"
+printf 'export PATH=/opt/nvidia/bin:$PATH\n' > "$N/etc/profile"
+INSTALLER_ARGS=(install)
+check "on the node's PATH only: install succeeds" installer "$N"
+check_match "  ... and finds it there" '^lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime"$' \
+    "$(cat "$N/etc/vgpu/config.toml" 2>&1)"
+INSTALLER_ARGS=(uninstall); installer "$N" 2>/dev/null; rm -f "$N/etc/profile"
+INSTALLER_ARGS=(install)
+check "VGPU_NVIDIA_RUNTIME names it, with the chart's node policy and set-as-default" installer "$N" \
+    -e VGPU_NVIDIA_RUNTIME=/opt/nvidia/bin/nvidia-container-runtime -e VGPU_DEFAULT_MEMORY_LIMIT=4Gi \
+    -e VGPU_REQUIRE_MEMORY_LIMIT=true -e VGPU_SET_AS_DEFAULT=true
+check_eq "  ... config.toml carries the runtime and the policy" \
+    "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
+    'lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" default_memory_limit = "4Gi" require_memory_limit = true '
+check "  ... which vgpuctl reads" env VGPU_CONFIG="$N/etc/vgpu/config.toml" "$T/release/vgpuctl" status --state-root "$WORK/none" 
+check_match "  ... and vgpu is containerd's default runtime" 'default_runtime_name = "vgpu"' "$(cat "$N/etc/containerd/config.toml")"
+echo "-- the gc container with only the chart's capabilities"
+mkdir -p "$N/run/vgpu"
+docker run -d --name vgpu-e2e-gc -e VGPU_GC_INTERVAL=3600 --cap-drop ALL --cap-add SYS_CHROOT --cap-add SYS_PTRACE \
+    --security-opt no-new-privileges -v "$N:/host" "$IMG" gc-loop > /dev/null
+gc_ran() { docker logs vgpu-e2e-gc 2>&1 | grep -q 'removed'; }
+wait_for 20 gc_ran
+out=$(docker logs vgpu-e2e-gc 2>&1)
+docker rm -f vgpu-e2e-gc > /dev/null 2>&1
+check_match "  ... runs vgpuctl gc chrooted into the node" '^0 removed, 0 kept' "$out"
+check_eq "  ... without a permission error" "$(printf '%s\n' "$out" | grep -ciE 'error|not permitted|denied')" 0
+INSTALLER_ARGS=(uninstall)
+check "  ... uninstall succeeds" installer "$N"
+check_eq "  ... and restores containerd's default runtime" "$(grep default_runtime_name "$N/etc/containerd/config.toml")" '  default_runtime_name = "runc"'
+out=$(installer "$N" -e VGPU_DEFAULT_MEMORY_LIMIT='4Gi"; x' 2>&1)
+check_eq "a quantity that is not one is one line naming it" "$out" 'vgpu-installer: VGPU_DEFAULT_MEMORY_LIMIT=4Gi"; x: not a quantity (e.g. 4Gi)'
 N=$WORK/node3; node "$N"; mkdir -p "$N/etc/vgpu"; echo 'state_root = "/var/run/vgpu-op"' > "$N/etc/vgpu/config.toml"
 INSTALLER_ARGS=(install)
 check_match "an operator's config.toml is left as it is" 'exists: left as it is' "$(installer "$N" 2>&1)"

@@ -69,7 +69,7 @@ for f in /usr/bin/vgpuctl /usr/bin/vgpu-hook /usr/bin/vgpu-container-runtime /us
          /etc/vgpu/config.toml /usr/share/man/man1/vgpuctl.1.gz /usr/share/man/man1/vgpuctl-runtime-configure.1.gz \
          /usr/share/man/man1/vgpu-hook.1.gz /usr/share/man/man1/vgpu-container-runtime.1.gz \
          /usr/share/bash-completion/completions/vgpuctl /usr/share/zsh/vendor-completions/_vgpuctl \
-         /usr/share/fish/vendor_completions.d/vgpuctl.fish /usr/share/vgpu/kubernetes/vgpu-daemonset.yaml \
+         /usr/share/fish/vendor_completions.d/vgpuctl.fish /usr/share/vgpu/helm/vgpu/Chart.yaml /usr/share/vgpu/helm/vgpu/templates/daemonset.yaml \
          /usr/share/doc/vgpu/install.md; do
     check "installed: $f" test -s "$f"
 done

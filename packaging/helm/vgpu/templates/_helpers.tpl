@@ -1,0 +1,45 @@
+{{- define "vgpu.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+{{- define "vgpu.labels" -}}
+{{ include "vgpu.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+{{- define "vgpu.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+{{- define "vgpu.installerEnv" -}}
+- name: VGPU_ENGINE
+  value: {{ .Values.engine | quote }}
+- name: VGPU_ENGINE_CONFIG
+  value: {{ .Values.engineConfig | quote }}
+- name: VGPU_SET_AS_DEFAULT
+  value: {{ .Values.setAsDefault | quote }}
+- name: VGPU_RESTART
+  value: {{ .Values.restart | quote }}
+- name: VGPU_NVIDIA_RUNTIME
+  value: {{ .Values.nvidiaRuntime | quote }}
+- name: VGPU_DEFAULT_MEMORY_LIMIT
+  value: {{ .Values.quota.default | quote }}
+- name: VGPU_REQUIRE_MEMORY_LIMIT
+  value: {{ .Values.quota.required | quote }}
+{{- end }}
+{{- define "vgpu.podPlacement" -}}
+nodeSelector:
+  {{- toYaml .Values.nodeSelector | nindent 2 }}
+tolerations:
+  {{- toYaml .Values.tolerations | nindent 2 }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
