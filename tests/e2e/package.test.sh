@@ -132,7 +132,13 @@ check "  ... with its gc timer enabled again (postinst abort-remove)" test -L /e
 cp "$WORK/daemon.configured" /etc/docker/daemon.json
 
 echo "-- dpkg -r"
-check "dpkg -r removes it" dpkg -r vgpu
+out=$(dpkg -r vgpu 2>&1); rc=$?
+check_eq "dpkg -r removes it" "$rc" 0
+for e in docker containerd; do
+    check_match "  ... and says $e must be restarted now" "vgpu: restart $e now \\(e.g. systemctl restart $e\\)" "$out"
+done
+check_eq "  ... not podman (it reads its hooks at every command)" "$(printf '%s\n' "$out" | grep -c 'restart podman')" 0
+[ "$HOOKS_DIR_WAS" = no ] && check_not "the hooks folder configure created is gone with the hooks" test -e /usr/share/containers/oci/hooks.d
 for f in "${ENGINE_FILES[@]}"; do
     if [ "${before[$f]}" = absent ]; then
         # configure made it; unconfigure leaves the file without vgpu's entry (an empty config).

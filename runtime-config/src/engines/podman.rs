@@ -1,9 +1,12 @@
 //! Podman: vgpu's OCI hooks.d files (`hooks.rs` writes them) in Podman's hooks folder. There is no runtime
 //! entry and nothing to restart; a hook file of vgpu's name that runs another program is someone else's.
+//! A hooks folder that configure had to create is recorded (vgpuctl's record, keyed by the folder), and
+//! unconfigure removes it again (and the parents it created), each only if empty.
 use super::api::{ContainerEngine, Context, NoOptions};
 use super::change::Change;
 use super::hooks;
 use super::ownership::{foreign, Ownership};
+use super::record;
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
@@ -50,12 +53,34 @@ impl ContainerEngine for Podman {
             }
         }
         let dir = t.dir();
+        let key = record::absolute(&dir);
+        let (rec_text, prior) = record::read_entry(cx.files, cx.record, self.name(), &key)?;
+        let mut entry = prior
+            .clone()
+            .unwrap_or_else(|| record::Entry::new(self.name(), &key));
+        if !cx.files.is_dir(&key) {
+            // The folders written with the hooks that were not there: unconfigure removes them again.
+            entry.hooks_dirs_created = key
+                .ancestors()
+                .take_while(|d| d.parent().is_some() && !cx.files.is_dir(d))
+                .last()
+                .map(Path::to_path_buf);
+        }
         let mut changes = Vec::new();
         for (name, text) in hooks::files(hook_path, &cx.install.hook_env)? {
             let path = dir.join(name);
             if cx.files.read(&path)?.as_deref() != Some(text.as_str()) {
                 changes.push(Change::write(path, text, 0o644));
             }
+        }
+        if prior.as_ref() != Some(&entry) {
+            changes.extend(record::change(
+                cx.record,
+                rec_text.as_deref(),
+                self.name(),
+                &key,
+                Some(entry),
+            )?);
         }
         Ok(changes)
     }
@@ -69,6 +94,26 @@ impl ContainerEngine for Podman {
             if cx.files.read(&path)?.is_some() {
                 changes.push(Change::remove(path));
             }
+        }
+        let key = record::absolute(&t.dir());
+        let (rec_text, prior) = record::read_entry(cx.files, cx.record, self.name(), &key)?;
+        if let Some(top) = prior.as_ref().and_then(|e| e.hooks_dirs_created.as_ref()) {
+            // Deepest first; each goes only if empty (another program's hooks keep it).
+            for d in key.ancestors() {
+                if !d.starts_with(top) {
+                    break;
+                }
+                changes.push(Change::remove_empty_dir(d.to_path_buf()));
+            }
+        }
+        if prior.is_some() {
+            changes.extend(record::change(
+                cx.record,
+                rec_text.as_deref(),
+                self.name(),
+                &key,
+                None,
+            )?);
         }
         Ok(changes)
     }
@@ -152,7 +197,8 @@ mod tests {
     fn round_trip() {
         let mut disk = MemFiles::default();
         assert!(!run(&mut disk, true, false).unwrap().is_empty());
-        assert_eq!(disk.files.len(), hooks::STAGES.len());
+        let hook_files = disk.files.keys().filter(|k| k.starts_with(HD)).count();
+        assert_eq!(hook_files, hooks::STAGES.len());
         assert!(
             run(&mut disk, true, false).unwrap().is_empty(),
             "second configure changes nothing"
@@ -160,6 +206,51 @@ mod tests {
         run(&mut disk, false, false).unwrap();
         assert!(disk.files.is_empty());
         assert!(run(&mut disk, false, false).unwrap().is_empty());
+    }
+
+    /// Regression (issue 26 item 6): a hooks folder configure created stayed behind after unconfigure and
+    /// purge. It is recorded and goes again, with the parents configure made; a folder that was there stays.
+    #[test]
+    fn folders_made_for_the_hooks_go_with_them_and_others_stay() {
+        let mut disk = MemFiles::with(&[("/usr/share/containers/storage.conf", "x")]);
+        run(&mut disk, true, false).unwrap();
+        let rec = disk
+            .get("/var/lib/vgpu/engines.json")
+            .expect("a record")
+            .to_string();
+        assert!(
+            rec.contains("\"hooks_dirs_created\": \"/usr/share/containers/oci\""),
+            "{rec}"
+        );
+        assert!(
+            run(&mut disk, true, false).unwrap().is_empty(),
+            "a second configure changes nothing"
+        );
+        let ch = run(&mut disk, false, false).unwrap();
+        let dirs: Vec<&Path> = ch
+            .iter()
+            .filter(|c| c.dir)
+            .map(|c| c.path.as_path())
+            .collect();
+        assert_eq!(
+            dirs,
+            [Path::new(HD), Path::new("/usr/share/containers/oci")],
+            "deepest first"
+        );
+        assert_eq!(
+            disk.get("/var/lib/vgpu/engines.json"),
+            None,
+            "the record goes with its entry"
+        );
+
+        // A hooks folder that was there (another program's hook in it): nothing recorded, nothing removed.
+        let theirs = format!("{HD}/audit.json");
+        let mut disk = MemFiles::with(&[(&theirs, "{}")]);
+        run(&mut disk, true, false).unwrap();
+        assert_eq!(disk.get("/var/lib/vgpu/engines.json"), None);
+        let ch = run(&mut disk, false, false).unwrap();
+        assert!(ch.iter().all(|c| !c.dir), "{ch:?}");
+        assert_eq!(disk.get(&theirs), Some("{}"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! vgpuctl's own record of what `runtime configure` changed that the engine's file cannot say by itself: the
 //! default runtime that `--set-as-default` replaced, the containerd drop-in it wrote and the `imports` entry it
-//! added for it. One JSON file, `/var/lib/vgpu/engines.json` (`VGPUCTL_STATE_DIR` moves the folder, for tests),
+//! added for it, the folders it created (for a drop-in, for Podman's hooks). One JSON file, `/var/lib/vgpu/engines.json` (`VGPUCTL_STATE_DIR` moves the folder, for tests),
 //! an entry per engine and config file, written atomically; `unconfigure` reads its entry, restores, and
 //! removes it (and the file with its last entry).
 //!
@@ -72,6 +72,10 @@ pub struct Entry {
     /// the folders from the drop-in's up to this one, each if empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_in_dirs_created: Option<PathBuf>,
+    /// Podman: the topmost folder configure created for the hooks folder (`config` is the hooks folder);
+    /// unconfigure removes the folders from the hooks folder up to this one, each if empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks_dirs_created: Option<PathBuf>,
 }
 
 impl Entry {
@@ -83,6 +87,7 @@ impl Entry {
             drop_in: None,
             import_added: None,
             drop_in_dirs_created: None,
+            hooks_dirs_created: None,
         }
     }
     /// Whether it says anything (an entry that does not is not kept).
@@ -91,6 +96,7 @@ impl Entry {
             && self.drop_in.is_none()
             && self.import_added.is_none()
             && self.drop_in_dirs_created.is_none()
+            && self.hooks_dirs_created.is_none()
     }
 }
 
