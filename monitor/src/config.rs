@@ -3,8 +3,11 @@
 
 use anyhow::{anyhow, Result};
 use std::time::Duration;
-use vgpu_host::config::monitor::{interval, tolerance};
-use vgpu_host::config::{MonitorConfig, DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_TOLERANCE};
+use vgpu_host::config::monitor::{interval, share_tolerance, share_wall, share_window, tolerance};
+use vgpu_host::config::{
+    MonitorConfig, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_SHARE_TOLERANCE,
+    DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
+};
 
 /// What the command line sets (each `None`/false where it does not).
 #[derive(Debug, Clone, Default)]
@@ -15,6 +18,11 @@ pub struct Flags {
     pub tolerance: Option<String>,
     pub kill: bool,
     pub nvml_library: Option<String>,
+    /// `freeze`, `report` or `off`, as typed.
+    pub share_wall: Option<String>,
+    pub share_window_seconds: Option<u64>,
+    /// Points of the GPU's time.
+    pub share_tolerance: Option<f64>,
 }
 
 /// The monitor's effective settings.
@@ -26,6 +34,10 @@ pub struct Settings {
     pub tolerance: u64,
     pub kill: bool,
     pub nvml_library: String,
+    /// The compute share wall: what it does, its window and tolerance (points of the GPU's time).
+    pub share_wall: ShareWall,
+    pub share_window: Duration,
+    pub share_tolerance: f64,
 }
 
 impl Settings {
@@ -39,7 +51,22 @@ impl Settings {
             Some(t) => tolerance(t).map_err(|e| anyhow!(e))?,
             None => table.tolerance.unwrap_or(DEFAULT_TOLERANCE),
         };
+        let share_wall = match &flags.share_wall {
+            Some(m) => share_wall(m).map_err(|e| anyhow!(e))?,
+            None => table.share_wall.unwrap_or_default(),
+        };
+        let share_window = match flags.share_window_seconds {
+            Some(s) => share_window(s).map_err(|e| anyhow!(e))?,
+            None => table.share_window.unwrap_or(DEFAULT_SHARE_WINDOW),
+        };
+        let share_tolerance = match flags.share_tolerance {
+            Some(p) => share_tolerance(p).map_err(|e| anyhow!(e))?,
+            None => table.share_tolerance.unwrap_or(DEFAULT_SHARE_TOLERANCE),
+        };
         Ok(Settings {
+            share_wall,
+            share_window,
+            share_tolerance,
             listen: flags
                 .listen
                 .or_else(|| table.listen.clone())
@@ -77,12 +104,20 @@ mod tests {
             ),
             (10, 64 << 20, false, "libnvidia-ml.so.1")
         );
+        assert_eq!(
+            (d.share_wall, d.share_window.as_secs(), d.share_tolerance),
+            (ShareWall::Freeze, 10, 5.0),
+            "the share wall acts by default"
+        );
         let table = MonitorConfig {
             listen: Some("127.0.0.1:1".into()),
             interval: Some(Duration::from_secs(2)),
             tolerance: Some(1 << 30),
             kill: Some(true),
             nvml_library: Some("/t.so".into()),
+            share_wall: Some(ShareWall::Report),
+            share_window: Some(Duration::from_secs(20)),
+            share_tolerance: Some(2.0),
         };
         let s = Settings::new(&table, Flags::default(), "n").unwrap();
         assert_eq!(
@@ -95,14 +130,25 @@ mod tests {
             ),
             ("127.0.0.1:1", 2, 1 << 30, true, "/t.so")
         );
+        assert_eq!(
+            (s.share_wall, s.share_window.as_secs(), s.share_tolerance),
+            (ShareWall::Report, 20, 2.0)
+        );
         let flags = Flags {
             listen: Some("127.0.0.1:2".into()),
             interval_seconds: Some(5),
             tolerance: Some("1Mi".into()),
             kill: false,
             nvml_library: Some("/f.so".into()),
+            share_wall: Some("off".into()),
+            share_window_seconds: Some(3),
+            share_tolerance: Some(0.0),
         };
         let s = Settings::new(&table, flags, "n").unwrap();
+        assert_eq!(
+            (s.share_wall, s.share_window.as_secs(), s.share_tolerance),
+            (ShareWall::Off, 3, 0.0)
+        );
         assert_eq!(
             (
                 s.listen.as_str(),
@@ -119,6 +165,18 @@ mod tests {
             },
             Flags {
                 tolerance: Some("5GB".into()),
+                ..Flags::default()
+            },
+            Flags {
+                share_wall: Some("stop".into()),
+                ..Flags::default()
+            },
+            Flags {
+                share_window_seconds: Some(0),
+                ..Flags::default()
+            },
+            Flags {
+                share_tolerance: Some(101.0),
                 ..Flags::default()
             },
         ] {

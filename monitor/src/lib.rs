@@ -7,10 +7,14 @@
 //! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
 //! state root and takes no lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's figures, from
 //! `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `config` (its
-//! settings); NVML is the host tools' one binding, `vgpu_host::nvml`.
+//! settings), the compute share's host wall (`share_wall` its decisions, `share_run` its passes,
+//! `freezer` the cgroup writes); NVML is the host tools' one binding, `vgpu_host::nvml`.
 
 pub mod config;
+pub mod freezer;
 pub mod metrics;
+pub mod share_run;
+pub mod share_wall;
 pub mod state;
 pub mod watchdog;
 
@@ -33,6 +37,8 @@ pub struct Monitor {
     nvml: Option<Box<dyn Nvml>>,
     policy: Policy,
     watch: Mutex<Watch>,
+    /// The compute share's wall (off until `with_share_wall`).
+    share: share_run::ShareRun,
     /// The last collection, which scrapes serve.
     last: Mutex<Option<Arc<Collected>>>,
 }
@@ -87,8 +93,25 @@ impl Monitor {
             nvml,
             policy,
             watch: Mutex::new(Watch::default()),
+            share: share_run::ShareRun::new(
+                vgpu_host::config::ShareWall::Off,
+                share_wall::Settings {
+                    window: Duration::from_secs(10),
+                    tolerance: 0.05,
+                },
+            ),
             last: Mutex::new(None),
         }
+    }
+
+    /// This monitor with the compute share's wall set to `mode`.
+    pub fn with_share_wall(
+        mut self,
+        mode: vgpu_host::config::ShareWall,
+        settings: share_wall::Settings,
+    ) -> Monitor {
+        self.share = share_run::ShareRun::new(mode, settings);
+        self
     }
 
     /// Reads the state root and NVML now.
@@ -125,6 +148,8 @@ impl Monitor {
         // Served before the pass logs anything: a finding in the log is never newer than the scrape.
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
         self.pass_on(&c.reading);
+        let r = &c.reading;
+        self.share.pass(&r.containers, &r.truth, r.gpus.as_deref());
         c
     }
 
@@ -138,8 +163,18 @@ impl Monitor {
     pub fn scrape(&self) -> String {
         let c = self.latest();
         let r = &c.reading;
-        let view = self.watchdog_view();
+        let mut view = self.watchdog_view();
+        let share = self.share.view(&r.containers, |c, g| {
+            metrics::container_labels(&r.containers[c], g)
+        });
+        // The share wall's findings are the watchdog's `over_share`.
+        if share.events > 0 {
+            view.events.push(("over_share", share.events));
+        }
+        view.open
+            .extend(share.open.iter().map(|l| (l.clone(), "over_share")));
         metrics::render(&metrics::Scrape {
+            share: &share,
             containers: &r.containers,
             gpus: r.gpus.as_deref(),
             truth: &r.truth,
@@ -277,12 +312,29 @@ fn describe(f: &Finding, r: &Reading) -> String {
 /// Collects (and runs the watchdog) every `interval` and serves `GET /metrics` on `listener`; returns only
 /// on error.
 pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> Result<()> {
+    // SIGTERM and SIGINT are taken by a thread of their own (blocked here, before any thread starts, so
+    // every thread inherits the mask): what the share wall froze is thawed before the monitor exits.
+    use nix::sys::signal::{SigSet, Signal};
+    let mut stop = SigSet::empty();
+    stop.add(Signal::SIGTERM);
+    stop.add(Signal::SIGINT);
+    stop.thread_block()?;
+    let m = monitor.clone();
+    std::thread::Builder::new()
+        .name("stop".into())
+        .spawn(move || {
+            if let Ok(sig) = stop.wait() {
+                m.share.thaw_all();
+                std::process::exit(128 + sig as i32);
+            }
+        })?;
     let m = monitor.clone();
     std::thread::Builder::new()
         .name("collector".into())
         .spawn(move || loop {
             m.collect();
-            std::thread::sleep(interval);
+            // Wakes to thaw what the share wall froze when its time is up.
+            m.share.sleep(interval);
         })?;
     for conn in listener.incoming() {
         match conn {

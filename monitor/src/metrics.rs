@@ -40,6 +40,8 @@ pub struct Scrape<'a> {
     pub gpus: Option<&'a [GpuReading]>,
     pub truth: &'a Truth,
     pub watchdog: &'a WatchdogView,
+    /// The compute share wall's figures.
+    pub share: &'a super::share_run::ShareView,
     pub state_error: Option<&'a str>,
     /// The reading's age and cost (`None`: read for this scrape).
     pub collection: Option<Collection>,
@@ -341,6 +343,7 @@ pub fn render(s: &Scrape) -> String {
         );
         took.set(c.took.as_secs_f64());
     }
+    s.share.register(&mut reg);
     kills.inc_by(s.watchdog.kills);
     kill_failures.inc_by(s.watchdog.kill_failures);
     passes.inc_by(s.watchdog.passes);
@@ -429,6 +432,7 @@ mod tests {
             gpus: Some(&gpus),
             truth: &truth,
             watchdog: &wd,
+            share: &Default::default(),
             state_error: None,
             collection: Some(Collection {
                 age: Duration::from_millis(1500),
@@ -482,6 +486,7 @@ mod tests {
             gpus: None,
             truth: &Truth::default(),
             watchdog: &WatchdogView::default(),
+            share: &Default::default(),
             state_error: None,
             collection: None,
         });

@@ -33,6 +33,8 @@ pub struct GpuState {
     pub limit: Option<u64>,
     /// The compute share in percent, from limits.json (None: none, or the policy `disable`).
     pub compute_limit: Option<u32>,
+    /// The library's pacing window for the share, ms (None: its default).
+    pub compute_window_ms: Option<u32>,
     /// The ledger's compute bucket (`COMPUTE_AREA`): GPU time charged, time held back, launches.
     pub compute: vgpu_ledger::region::ComputeSnapshot,
     /// The ledger's total (its commit word); 0 with no ledger yet.
@@ -78,6 +80,7 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
         uuid: d.uuid.clone(),
         limit: d.memory_limit,
         compute_limit: d.compute_share(),
+        compute_window_ms: d.compute_window_ms,
         ..Default::default()
     };
     match ledger {

@@ -58,6 +58,18 @@ struct MonitorArgs {
     /// NVML library (default: [monitor] nvml_library, else the config's nvml_library).
     #[arg(long)]
     nvml_library: Option<String>,
+    /// The compute share wall: freeze (a container past its share + tolerance is frozen for its
+    /// excess), report (findings only) or off (default: [monitor] share_wall, else freeze).
+    #[arg(long, value_name = "MODE")]
+    share_wall: Option<String>,
+    /// Seconds over which the share wall lets a container run ahead of its share by the tolerance
+    /// (default: [monitor] share_window_seconds, else 10).
+    #[arg(long, value_name = "SECONDS")]
+    share_window: Option<u64>,
+    /// Points of the GPU's time past its share a container may use (default: [monitor]
+    /// share_tolerance, else 5).
+    #[arg(long, value_name = "POINTS")]
+    share_tolerance: Option<f64>,
     /// Print one scrape on stdout and exit (no server, no watchdog).
     #[arg(long)]
     once: bool,
@@ -150,6 +162,9 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         tolerance: a.tolerance,
         kill: a.kill,
         nvml_library: a.nvml_library,
+        share_wall: a.share_wall,
+        share_window_seconds: a.share_window,
+        share_tolerance: a.share_tolerance,
     };
     let s = config::Settings::new(cfg.monitor()?, flags, &cfg.nvml_library)?;
     let root = a
@@ -161,7 +176,13 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         tolerance: s.tolerance,
         kill: s.kill,
     };
-    let m = std::sync::Arc::new(Monitor::new(root.clone(), &s.nvml_library, policy));
+    let share = vgpu_monitor::share_wall::Settings {
+        window: s.share_window,
+        tolerance: s.share_tolerance / 100.0,
+    };
+    let m = std::sync::Arc::new(
+        Monitor::new(root.clone(), &s.nvml_library, policy).with_share_wall(s.share_wall, share),
+    );
     if a.once {
         out.write_all(m.scrape().as_bytes())?;
         return Ok(());
@@ -169,12 +190,15 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     let listener = std::net::TcpListener::bind(&s.listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", s.listen))?;
     eprintln!(
-        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}",
+        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}; share wall {}, window {} s, tolerance {} points",
         listener.local_addr()?,
         root.root().display(),
         s.interval.as_secs(),
         vgpu_ledger::format_bytes(s.tolerance),
-        if s.kill { "on" } else { "off" }
+        if s.kill { "on" } else { "off" },
+        s.share_wall.name(),
+        s.share_window.as_secs(),
+        s.share_tolerance
     );
     vgpu_monitor::run(m, listener, s.interval)
 }

@@ -13,7 +13,10 @@
 
 pub mod monitor;
 
-pub use monitor::{MonitorConfig, DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_TOLERANCE};
+pub use monitor::{
+    MonitorConfig, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_SHARE_TOLERANCE,
+    DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
+};
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};

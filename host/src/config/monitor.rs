@@ -1,5 +1,6 @@
 //! The `[monitor]` table of the vgpu config file, typed: `vgpuctl monitor`'s listen address, interval,
-//! tolerance (a quantity, as bytes), kill policy and NVML library. Not here: the rest of the file (the
+//! tolerance (a quantity, as bytes), kill policy and NVML library, and its compute share wall (mode,
+//! window, tolerance in points). Not here: the rest of the file (the
 //! parent module), the monitor's command line over it (`vgpu_monitor::config`).
 
 use serde::Deserialize;
@@ -13,8 +14,68 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// Default bytes beyond a quota before the watchdog reports.
 pub const DEFAULT_TOLERANCE: u64 = 64 << 20;
 
+/// Default window over which the share wall compares a container's GPU time with its share.
+pub const DEFAULT_SHARE_WINDOW: Duration = Duration::from_secs(10);
+/// Default points of the GPU's time a container may run past its share over the window.
+pub const DEFAULT_SHARE_TOLERANCE: f64 = 5.0;
+/// The longest share window (the monitor keeps a sample per interval over it).
+pub const MAX_SHARE_WINDOW_SECONDS: u64 = 3600;
+
+/// What the compute share wall does with a container that ran past its share + tolerance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ShareWall {
+    /// Nothing: no measurement, no finding.
+    Off,
+    /// A finding (log line, metrics); the container is left alone.
+    Report,
+    /// The finding, and its cgroup frozen for the time it ran over (the default).
+    #[default]
+    Freeze,
+}
+
+impl ShareWall {
+    /// The word of the table and the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShareWall::Off => "off",
+            ShareWall::Report => "report",
+            ShareWall::Freeze => "freeze",
+        }
+    }
+}
+
+/// `share_wall` (the table's string, or `vgpuctl monitor --share-wall`) checked.
+pub fn share_wall(text: &str) -> Result<ShareWall, String> {
+    [ShareWall::Off, ShareWall::Report, ShareWall::Freeze]
+        .into_iter()
+        .find(|m| m.name() == text)
+        .ok_or_else(|| {
+            format!("[monitor] share_wall: {text:?} is not one of \"freeze\", \"report\", \"off\"")
+        })
+}
+
+/// `share_window_seconds` checked: 1 to `MAX_SHARE_WINDOW_SECONDS`.
+pub fn share_window(seconds: u64) -> Result<Duration, String> {
+    if !(1..=MAX_SHARE_WINDOW_SECONDS).contains(&seconds) {
+        return Err(format!(
+            "[monitor] share_window_seconds must be 1 to {MAX_SHARE_WINDOW_SECONDS}, got {seconds}"
+        ));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+/// `share_tolerance` checked: points of the GPU's time, 0 to 100.
+pub fn share_tolerance(points: f64) -> Result<f64, String> {
+    if !(0.0..=100.0).contains(&points) {
+        return Err(format!(
+            "[monitor] share_tolerance must be 0 to 100 points of the GPU's time, got {points}"
+        ));
+    }
+    Ok(points)
+}
+
 /// The `[monitor]` keys, each `None` where the file does not set it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MonitorConfig {
     pub listen: Option<String>,
     /// Time between watchdog passes (`interval_seconds`, at least 1).
@@ -24,6 +85,12 @@ pub struct MonitorConfig {
     pub kill: Option<bool>,
     /// Default: the file's `nvml_library`.
     pub nvml_library: Option<String>,
+    /// The compute share wall's action (`share_wall`).
+    pub share_wall: Option<ShareWall>,
+    /// Its window (`share_window_seconds`).
+    pub share_window: Option<Duration>,
+    /// Its tolerance, points of the GPU's time (`share_tolerance`).
+    pub share_tolerance: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +101,9 @@ struct Raw {
     tolerance: Option<toml::Value>,
     kill: Option<bool>,
     nvml_library: Option<String>,
+    share_wall: Option<String>,
+    share_window_seconds: Option<u64>,
+    share_tolerance: Option<toml::Value>,
 }
 
 /// `interval_seconds` checked: at least one second.
@@ -65,12 +135,25 @@ impl MonitorConfig {
                 ))
             }
         };
+        let share_tolerance = match raw.share_tolerance {
+            None => None,
+            Some(toml::Value::Integer(i)) => Some(share_tolerance(i as f64)?),
+            Some(toml::Value::Float(f)) => Some(share_tolerance(f)?),
+            Some(other) => {
+                return Err(format!(
+                "[monitor] share_tolerance: expected points of the GPU's time like 5, got {other}"
+            ))
+            }
+        };
         Ok(MonitorConfig {
             listen: raw.listen,
             interval: raw.interval_seconds.map(interval).transpose()?,
             tolerance,
             kill: raw.kill,
             nvml_library: raw.nvml_library,
+            share_wall: raw.share_wall.as_deref().map(share_wall).transpose()?,
+            share_window: raw.share_window_seconds.map(share_window).transpose()?,
+            share_tolerance,
         })
     }
 }
@@ -98,7 +181,23 @@ mod tests {
                 tolerance: Some(1 << 30),
                 kill: Some(true),
                 nvml_library: Some("/x.so".into()),
+                ..Default::default()
             }
+        );
+        let m =
+            table("share_wall = \"report\"\nshare_window_seconds = 30\nshare_tolerance = 2.5\n")
+                .unwrap();
+        assert_eq!(
+            (m.share_wall, m.share_window, m.share_tolerance),
+            (
+                Some(ShareWall::Report),
+                Some(Duration::from_secs(30)),
+                Some(2.5)
+            )
+        );
+        assert_eq!(
+            table("share_tolerance = 0\n").unwrap().share_tolerance,
+            Some(0.0)
         );
         assert_eq!(table("tolerance = 5\n").unwrap().tolerance, Some(5));
         for (bad, names) in [
@@ -107,6 +206,12 @@ mod tests {
             ("tolerance = -1\n", "tolerance"),
             ("interval_seconds = 0\n", "interval_seconds"),
             ("kill = \"yes\"\n", "[monitor]"),
+            ("share_wall = \"kill\"\n", "share_wall"),
+            ("share_window_seconds = 0\n", "share_window_seconds"),
+            ("share_window_seconds = 86400\n", "share_window_seconds"),
+            ("share_tolerance = 150\n", "share_tolerance"),
+            ("share_tolerance = -1\n", "share_tolerance"),
+            ("share_tolerance = \"5%\"\n", "share_tolerance"),
         ] {
             let e = table(bad).unwrap_err();
             assert!(e.contains(names) && !e.contains('\n'), "{bad}: {e}");

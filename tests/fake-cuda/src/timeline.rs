@@ -133,8 +133,10 @@ pub fn run_ns(shared: &Shared, cost: u64) -> u64 {
     let (took, left) = sliced(cost, q.slice_left, slice, others, switch_ns());
     q.busy_until = start + took;
     q.slice_left = left;
-    if slice > 0 {
-        shared.set_busy_until(q.busy_until);
+    // Published whenever work is queued: the fake NVML's per-process utilisation reads it (and, under
+    // time slicing, the other processes).
+    if slice > 0 || cost > 0 {
+        shared.set_busy_until(q.busy_until, cost);
     }
     q.busy_until
 }

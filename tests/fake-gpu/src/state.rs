@@ -57,6 +57,9 @@ struct Slot {
     /// When the owner's kernel queue drains (CLOCK_MONOTONIC ns; the fake CUDA's `timeline`), for the
     /// time slicing between processes. In the slot's padding: the layout and format version are as before.
     busy_until: AtomicU64,
+    /// The owner's own work queued so far (ns) and when it claimed the slot: the fake NVML's utilisation.
+    busy_ns: AtomicU64,
+    claimed_at: AtomicU64,
 }
 const _: () = assert!(size_of::<Slot>() == 192);
 
@@ -254,11 +257,37 @@ impl Shared {
             .map_or(0, |s| self.layout().slots[s].used[dev].load(Relaxed))
     }
 
-    /// Publishes when this process's kernel queue drains (CLOCK_MONOTONIC ns).
-    pub fn set_busy_until(&self, ns: u64) {
+    /// Publishes when this process's kernel queue drains (CLOCK_MONOTONIC ns) and adds `cost` ns of its
+    /// own work, just queued, to its total.
+    pub fn set_busy_until(&self, ns: u64, cost: u64) {
         if let Some(s) = self.slot {
-            self.layout().slots[s].busy_until.store(ns, Relaxed);
+            let slot = &self.layout().slots[s];
+            slot.busy_until.store(ns, Relaxed);
+            slot.busy_ns.fetch_add(cost, Relaxed);
         }
+    }
+
+    /// Every live process's work done by `now` (CLOCK_MONOTONIC ns): its work queued so far less what is
+    /// still ahead of it in its queue. (slot, PID as the process sees it, its PID namespace inode or 0,
+    /// ns done, when its queue drains, when it claimed its slot).
+    pub fn work_done(&self, now: u64) -> Vec<(usize, u32, u64, u64, u64, u64)> {
+        (0..SLOTS)
+            .filter(|&i| self.layout().slots[i].state.load(Acquire) == LIVE)
+            .map(|i| {
+                let s = &self.layout().slots[i];
+                let (total, until) = (s.busy_ns.load(Relaxed), s.busy_until.load(Relaxed));
+                let done = total.saturating_sub(until.saturating_sub(now));
+                let claimed = s.claimed_at.load(Relaxed);
+                (
+                    i,
+                    s.pid.load(Relaxed),
+                    s.pid_ns.load(Relaxed),
+                    done,
+                    until,
+                    claimed,
+                )
+            })
+            .collect()
     }
 
     /// How many other live processes had kernels queued after `since` (CLOCK_MONOTONIC ns).
@@ -307,6 +336,8 @@ impl Shared {
                 u.store(0, Relaxed);
             }
             slot.busy_until.store(0, Relaxed);
+            slot.busy_ns.store(0, Relaxed);
+            slot.claimed_at.store(crate::monotonic_ns(), Relaxed);
             slot.state.store(LIVE, Release);
             self.slot = Some(i);
             return Ok(i);

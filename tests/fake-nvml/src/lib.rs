@@ -8,6 +8,8 @@ use fake_gpu::{Config, Shared};
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::Mutex;
 
+mod utilisation;
+
 type Ret = c_uint;
 type R = Result<(), Ret>;
 type Device = *const u8;
@@ -225,24 +227,12 @@ fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
     Ok(host_pids(procs))
 }
 
-/// The processes whose fake kernels kept the GPU busy within the last second (under time slicing, when
-/// processes publish their queues): (host PID, 100).
+/// The processes whose fake kernels kept the GPU busy within the last second, with their SM utilisation
+/// in percent (`utilisation`): (host PID, percent).
 fn busy(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    let procs: Vec<(u32, u64, u64)> = with(|s, _| {
-        let _ = i;
-        Ok(s.busy_processes(now.saturating_sub(1_000_000_000))
-            .into_iter()
-            .map(|(p, ns)| (p, ns, 100))
-            .collect())
-    })?;
-    Ok(host_pids(procs))
+    let now = fake_gpu::monotonic_ns();
+    let work = with(|s, _| Ok(s.work_done(now)))?;
+    Ok(host_pids(utilisation::percents(i, now, &work)))
 }
 
 /// (PID as each process sees it, its PID namespace, value) as NVML reports them: host PIDs.
@@ -537,11 +527,11 @@ fn nvmlDeviceGetGraphicsRunningProcesses_v3(dev: Device, count: *mut c_uint, _in
 }
 
 // One sample per process holding memory on the device or whose kernels kept it busy within the last
-// second (`FAKE_CUDA_TIMESLICE_US` runs: processes publish their queues), SM 100% when busy, else 0;
-// none: NOT_FOUND, as the real NVML answers when it has no sample.
+// second (processes publish their queues), SM the share of the time since the caller's previous call
+// that its work ran (`busy`), else 0; none: NOT_FOUND, as the real NVML answers when it has no sample.
 fn nvmlDeviceGetProcessUtilization(dev: Device, samples: *mut ProcessUtilization, count: *mut c_uint, _last_seen: u64) {
     let i = index(dev)?;
-    let mut procs: Vec<(u32, c_uint)> = busy(i)?.into_iter().map(|(p, _)| (p, 100)).collect();
+    let mut procs: Vec<(u32, c_uint)> = busy(i)?.into_iter().map(|(p, pct)| (p, pct as c_uint)).collect();
     for (pid, _) in processes(i)? {
         if !procs.iter().any(|p| p.0 == pid) { procs.push((pid, 0)); }
     }

@@ -1,0 +1,145 @@
+//! The share wall's hand on a container: its cgroup v2 directory and the writes to its `cgroup.freeze`
+//! (1 freezes every process of the cgroup and its descendants, 0 thaws them; the kernel's freezer, which
+//! nothing inside the container can undo). The directory is found from a process of the container: the
+//! `0::` line of its `/proc/<pid>/cgroup` under the host's cgroup v2 mount (`/sys/fs/cgroup`, or
+//! `/sys/fs/cgroup/unified` on a hybrid host). Only a directory whose path names the container (a
+//! component that is its id, or a `…-<id>.scope`) is ever touched, never the root or a parent slice.
+//! Not here: when to freeze (`share_wall`), which process is whose (`watchdog::owner_of`).
+//!
+//! The seam: the state will record each container's cgroup path at creation; until then it is taken
+//! from the process's own cgroup (`of_process`).
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use vgpu_host::procs::cgroup_names;
+
+/// Where the cgroup v2 hierarchy is mounted, from a `/proc/self/mountinfo` text (the first `cgroup2`
+/// mount of the hierarchy's root).
+pub fn v2_mount(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let f: Vec<&str> = left.split(' ').collect();
+        let root_mount = right.split(' ').next() == Some("cgroup2") && f.get(3) == Some(&"/");
+        f.get(4).filter(|_| root_mount).map(PathBuf::from)
+    })
+}
+
+/// The host's cgroup v2 mount (None: no cgroup v2, nothing can be frozen).
+pub fn host_v2_mount() -> Option<PathBuf> {
+    v2_mount(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+/// Container `id`'s cgroup directory from a process's `/proc/<pid>/cgroup` text: its cgroup v2 path
+/// under `mount`, when that path names the container (None otherwise: the root, a shared slice, a
+/// path that climbs).
+pub fn of_process(cgroup: &str, id: &str, mount: &Path) -> Option<PathBuf> {
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty()
+        || rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        || !cgroup_names(&format!("0::{path}"), id)
+    {
+        return None;
+    }
+    Some(mount.join(rel))
+}
+
+/// Opens `dir/name` for writing without following a link or creating it.
+fn open_write(dir: &Path, name: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(NOFOLLOW)
+        .open(dir.join(name))
+}
+
+const NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits();
+
+/// Writes `cgroup.freeze`: true freezes, false thaws.
+pub fn set_frozen(dir: &Path, frozen: bool) -> std::io::Result<()> {
+    open_write(dir, "cgroup.freeze")?.write_all(if frozen { b"1" } else { b"0" })
+}
+
+/// What `cgroup.freeze` says now (someone else may have frozen it: `docker pause`, `runc pause`).
+pub fn is_frozen(dir: &Path) -> std::io::Result<bool> {
+    let mut s = String::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(NOFOLLOW)
+        .open(dir.join("cgroup.freeze"))?
+        .take(16)
+        .read_to_string(&mut s)?;
+    Ok(s.trim() == "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v2_mount_from_mountinfo_pure_or_hybrid() {
+        let hybrid = "30 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+                      35 30 0:31 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw\n\
+                      36 30 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(v2_mount(hybrid), Some("/sys/fs/cgroup/unified".into()));
+        let pure = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(v2_mount(pure), Some("/sys/fs/cgroup".into()));
+        // A bind of a sub-tree (a container's view) is not the hierarchy's root.
+        let sub = "29 23 0:26 /kubepods/x /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(v2_mount(sub), None);
+        assert_eq!(v2_mount("1 2 0:3 / /proc rw - proc proc rw\n"), None);
+    }
+
+    #[test]
+    fn only_a_cgroup_that_names_the_container() {
+        let m = Path::new("/sys/fs/cgroup");
+        assert_eq!(
+            of_process("9:freezer:/c1\n0::/c1\n", "c1", m),
+            Some("/sys/fs/cgroup/c1".into())
+        );
+        assert_eq!(
+            of_process("0::/system.slice/docker-c1.scope\n", "c1", m),
+            Some("/sys/fs/cgroup/system.slice/docker-c1.scope".into())
+        );
+        for no in [
+            "0::/\n",
+            "0::/user.slice/session-1.scope\n",
+            "0::/c10\n",
+            "4:memory:/c1\n",
+            "0::/c1/../..\n",
+            "",
+        ] {
+            assert_eq!(of_process(no, "c1", m), None, "{no}");
+        }
+    }
+
+    #[test]
+    fn freeze_and_thaw_write_cgroup_freeze_and_follow_no_link() {
+        let d = tempfile::tempdir().unwrap();
+        let cg = d.path().join("c1");
+        std::fs::create_dir(&cg).unwrap();
+        std::fs::write(cg.join("cgroup.freeze"), "0\n").unwrap();
+        assert!(!is_frozen(&cg).unwrap());
+        set_frozen(&cg, true).unwrap();
+        assert!(is_frozen(&cg).unwrap());
+        set_frozen(&cg, false).unwrap();
+        assert!(!is_frozen(&cg).unwrap());
+        // Not there: an error, nothing created.
+        let gone = d.path().join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        assert!(set_frozen(&gone, true).is_err());
+        assert!(!gone.join("cgroup.freeze").exists());
+        // A link is not followed.
+        let l = d.path().join("l");
+        std::fs::create_dir(&l).unwrap();
+        std::fs::write(d.path().join("target"), "0").unwrap();
+        std::os::unix::fs::symlink(d.path().join("target"), l.join("cgroup.freeze")).unwrap();
+        assert!(set_frozen(&l, true).is_err());
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("target")).unwrap(),
+            "0"
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! The compute share's host wall: its decisions. The library's token bucket lives in the container's
+//! ledger, which the tenant can write, and governs only processes that load the library; this wall
+//! measures each container's GPU time outside the tenant (NVML's per-process utilisation of the
+//! container's processes, summed per GPU) and keeps a bucket of its own per container GPU: it earns
+//! `share + tolerance` of each second, holds at most the library's own burst (`share × (1 − share) ×` its
+//! pacing window) plus `tolerance × window`, and is debited the GPU time measured. A container whose bucket
+//! runs into debt ran past its share plus the tolerance: it is to be frozen for as long as the bucket
+//! takes to earn the debt back (at most one window at a time; a debt is remembered up to one window's
+//! earning), and the finding begins (logged once) unless one is open (it closes after a window in
+//! credit). Pure: time is passed in, nothing is read or written here. Not here: measuring
+//! (`share_pass`), the cgroup writes (`freezer`).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// The wall's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    /// The window: how far ahead of its share a container may run (with the tolerance), and how far back
+    /// the reported use looks.
+    pub window: Duration,
+    /// Tolerance, as a ratio of the GPU's time (5 points: 0.05).
+    pub tolerance: f64,
+}
+
+/// One container GPU as measured at a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Use {
+    pub container: String,
+    pub gpu: String,
+    /// The share, 0–1.
+    pub share: f64,
+    /// The GPU's time the container's processes used since the last pass, 0–1 (NVML).
+    pub busy: f64,
+    /// GPU-seconds the library itself lets a container run ahead of its share (its bucket's capacity).
+    pub burst: f64,
+}
+
+/// A container GPU in debt at this pass (and not already frozen for it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Over {
+    pub container: String,
+    pub gpu: String,
+    pub share: f64,
+    /// GPU-seconds its processes used over the last `span` seconds (at most about a window).
+    pub used: f64,
+    pub span: f64,
+    /// GPU-seconds past what the bucket allowed.
+    pub debt: f64,
+    /// How long to freeze it: the debt earned back at `share + tolerance`, at most a window.
+    pub freeze_for: Duration,
+    /// A finding begins (none was open).
+    pub begins: bool,
+}
+
+/// What the wall holds of one container GPU.
+#[derive(Debug, Clone)]
+struct Track {
+    /// GPU-seconds of credit (negative: debt).
+    level: f64,
+    /// (when, seconds measured, GPU-seconds used) over the last window, for the report.
+    recent: VecDeque<(Instant, f64, f64)>,
+    /// Frozen (or, reporting only, counted as frozen) until then: no new decision before.
+    paid_until: Option<Instant>,
+    /// The last pass it was in debt (the finding stays open a window after).
+    last_debt: Option<Instant>,
+    /// GPU-seconds used past the allowance, in all.
+    excess_total: f64,
+}
+
+/// The wall's state between passes.
+#[derive(Debug, Clone)]
+pub struct Wall {
+    settings: Settings,
+    last: Option<Instant>,
+    tracks: BTreeMap<(String, String), Track>,
+}
+
+impl Wall {
+    pub fn new(settings: Settings) -> Wall {
+        Wall {
+            settings,
+            last: None,
+            tracks: BTreeMap::new(),
+        }
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings
+    }
+
+    /// One pass at `now` with this pass's measurements: what is in debt. The first pass only starts
+    /// the clock (a utilisation is a rate over the time since the last pass). Container GPUs not measured
+    /// are forgotten.
+    pub fn pass(&mut self, now: Instant, uses: &[Use]) -> Vec<Over> {
+        let window = self.settings.window.as_secs_f64();
+        let tol = self.settings.tolerance;
+        let dt = match self.last.replace(now) {
+            None => return vec![],
+            Some(t) => now.saturating_duration_since(t).as_secs_f64().min(window),
+        };
+        let mut out = Vec::new();
+        let mut kept = BTreeMap::new();
+        for u in uses {
+            let key = (u.container.clone(), u.gpu.clone());
+            let rate = (u.share + tol).min(1.0);
+            let cap = u.burst + tol * window;
+            let mut t = self.tracks.remove(&key).unwrap_or(Track {
+                level: cap,
+                recent: VecDeque::new(),
+                paid_until: None,
+                last_debt: None,
+                excess_total: 0.0,
+            });
+            let gpu = u.busy.clamp(0.0, 1.0) * dt;
+            let avail = t.level + rate * dt;
+            t.excess_total += (gpu - avail.max(0.0)).max(0.0);
+            t.level = (avail - gpu).clamp(-rate * window, cap);
+            t.recent.push_back((now, dt, gpu));
+            while t
+                .recent
+                .front()
+                .is_some_and(|r| now.saturating_duration_since(r.0).as_secs_f64() >= window)
+            {
+                t.recent.pop_front();
+            }
+            let frozen = t.paid_until.is_some_and(|p| p > now);
+            if t.level < 0.0 && !frozen {
+                let begins = t
+                    .last_debt
+                    .is_none_or(|d| now.saturating_duration_since(d).as_secs_f64() > window);
+                let freeze_for = Duration::from_secs_f64((-t.level / rate).min(window));
+                t.paid_until = Some(now + freeze_for);
+                t.last_debt = Some(now);
+                out.push(Over {
+                    container: u.container.clone(),
+                    gpu: u.gpu.clone(),
+                    share: u.share,
+                    used: t.recent.iter().map(|r| r.2).sum(),
+                    span: t.recent.iter().map(|r| r.1).sum(),
+                    debt: -t.level,
+                    freeze_for,
+                    begins,
+                });
+            } else if t.level < 0.0 {
+                t.last_debt = Some(now);
+            }
+            kept.insert(key, t);
+        }
+        // Not measured this pass (NVML had no figures, or the container is gone): kept a window, so a
+        // missed reading neither forgives a debt nor restarts the counters.
+        for (key, t) in std::mem::take(&mut self.tracks) {
+            if t.recent
+                .back()
+                .is_some_and(|r| now.saturating_duration_since(r.0).as_secs_f64() < window)
+            {
+                kept.insert(key, t);
+            }
+        }
+        self.tracks = kept;
+        out
+    }
+
+    /// The share of the GPU a container GPU used over the last window (None: not measured yet).
+    pub fn used_ratio(&self, container: &str, gpu: &str) -> Option<f64> {
+        let t = self.tracks.get(&(container.to_string(), gpu.to_string()))?;
+        let span: f64 = t.recent.iter().map(|r| r.1).sum();
+        (span > 0.0).then(|| t.recent.iter().map(|r| r.2).sum::<f64>() / span)
+    }
+
+    /// GPU-seconds a container GPU used past its allowance, in all.
+    pub fn excess_total(&self, container: &str, gpu: &str) -> f64 {
+        self.tracks
+            .get(&(container.to_string(), gpu.to_string()))
+            .map_or(0.0, |t| t.excess_total)
+    }
+
+    /// Whether a finding is open for a container GPU at `now`: in debt within the last window.
+    pub fn open(&self, container: &str, gpu: &str, now: Instant) -> bool {
+        self.tracks
+            .get(&(container.to_string(), gpu.to_string()))
+            .and_then(|t| t.last_debt)
+            .is_some_and(|d| now.saturating_duration_since(d) <= self.settings.window)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The compute share's host wall (vgpuctl monitor) with real runc containers on the fake driver. The
+# library's token bucket lives in the container's ledger, which the tenant can write, and a process that
+# drops the preload is not throttled by it at all. The monitor measures each container's GPU time itself
+# (NVML's per-process utilisation, the fake reporting each process's busy fraction), and a container that
+# runs past its share + tolerance over the window is frozen (cgroup v2 `cgroup.freeze`) for the time it ran
+# over, then thawed: a bypassing process at a 10% share is held near its share, the finding is logged once,
+# the metrics say so; a container under the library at its share is never frozen; with the wall set to
+# report only, the bypassing container is reported and never frozen.
+set -uo pipefail
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/rootfs.sh"
+. "$(dirname "$0")/lib/bundle.sh"
+. "$(dirname "$0")/lib/vgpu.sh"
+. "$(dirname "$0")/lib/oci-cases.sh"
+RUNTIME=runc
+VGPUCTL=$T/release/vgpuctl
+t_init monitor-share
+t_require "$VGPUCTL" "$(command -v curl)" "$CLIENTS_DIR/compute_client"
+oci_setup
+# A short window, so a run of a few windows shows the duty cycle.
+printf '[monitor]\nshare_window_seconds = 5\n' >>"$VGPU_CONFIG"
+CG2=$(findmnt -n -t cgroup2 -o TARGET | head -1)
+[ -n "$CG2" ] || { echo "$SUITE: no cgroup v2 mount"; echo "0 passed, 1 failed"; exit 1; }
+SECS=24
+
+monitor_start() {
+    local name=$1; shift
+    FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" monitor --listen 127.0.0.1:0 --interval 1 "$@" \
+        >"$WORK/$name.log" 2>&1 &
+    local pid=$!
+    on_exit "kill $pid"
+    eval "${name}_PID=$pid"
+    wait_for 10 grep -q 'serving http://' "$WORK/$name.log" || { cat "$WORK/$name.log"; return 1; }
+    URL=$(grep -o 'http://[^ ]*/metrics' "$WORK/$name.log" | head -1)
+}
+URL=""
+scrape() { curl -sf --max-time 10 "$URL"; }
+series() { scrape | grep -E "^$1\{[^}]*$2" | head -1 | awk '{print $NF}'; }
+running() { plain state "$1" 2>/dev/null | jq -e '.status == "running"' >/dev/null; }
+# cgroup_of ID: the container's cgroup v2 directory (its init process's `0::` line).
+cgroup_of() {
+    local pid; pid=$(plain state "$1" | jq .pid)
+    echo "$CG2$(awk -F: '$1 == "0" { print $3 }' "/proc/$pid/cgroup")"
+}
+# watch_frozen DIR OUT: records every 50 ms whether DIR's cgroup.events says frozen 1, until DIR is gone.
+watch_frozen() {
+    while [ -e "$1/cgroup.events" ]; do grep -h '^frozen' "$1/cgroup.events" 2>/dev/null; sleep 0.05; done >"$2" &
+    on_exit "kill $! 2>/dev/null"
+}
+# bypassing ID SECONDS [SHARE]: a bundle whose process renames /etc (no /etc/ld.so.preload) and runs the
+# compute client on the fake libcuda directly, under a share (10%).
+bypassing() {
+    cp -a "$ROOTFS" "$WORK/rootfs-$1"
+    new_bundle sh -c "mv /etc /etc2 && exec compute_client plain $2"
+    bundle_jq "$B" '.root.path = $r | .root.readonly = false' --arg r "$WORK/rootfs-$1"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=${3:-10} FAKE_CUDA_KERNEL_US=2000
+}
+share_of() { field share "$(cat "$1")" | cut -d. -f1; }
+
+echo "-- a process that bypasses the library at a 10% share is frozen for its excess (the wall acts by default)"
+monitor_start mon && pass "monitor starts (share wall: freeze)" || fail "monitor starts"
+check_match "  ... and says so" 'share wall freeze, window 5 s, tolerance 5 points' "$(head -1 "$WORK/mon.log")"
+bypassing a $SECS
+A=$ID
+shim run --bundle "$B" "$A" >"$WORK/a.out" 2>&1 &
+PA=$!
+# Beside it, a container under the library at a 30% share: held by its own bucket, never by the wall.
+new_bundle compute_client plain $SECS
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=30 FAKE_CUDA_KERNEL_US=2000
+H=$ID
+shim run --bundle "$B" "$H" >"$WORK/h.out" 2>&1 &
+PH=$!
+check "both containers run" wait_for 10 running "$A"
+check "  ... (H too)" wait_for 10 running "$H"
+CGA=$(cgroup_of "$A") CGH=$(cgroup_of "$H")
+watch_frozen "$CGA" "$WORK/a.frozen"
+watch_frozen "$CGH" "$WORK/h.frozen"
+LA="container_id=\"$A\",vdevice_index=\"0\"" LH="container_id=\"$H\",vdevice_index=\"0\""
+check "the monitor logs one line: A ran past its share (NVML), freezing its cgroup" \
+    wait_for 15 grep -q "over its compute share: container $A GPU 0 .*: its processes used .* of GPU time in the last .* (NVML), share 10% + 5 points: freezing $CGA for " "$WORK/mon.log"
+check "A's cgroup is frozen (cgroup.events: frozen 1)" wait_for 10 grep -q 'frozen 1' "$WORK/a.frozen"
+check_eq "vgpu_container_frozen for A is 1 while it is" "$(for _ in $(seq 50); do v=$(series vgpu_container_frozen "$LA"); [ "$v" = 1 ] && { echo 1; break; }; sleep 0.2; done)" 1
+check "  ... and thawed again (duty cycling: frozen 0 after frozen 1)" \
+    wait_for 15 sh -c "grep -A1000 'frozen 1' '$WORK/a.frozen' | grep -q 'frozen 0'"
+ex=$(series vgpu_compute_share_excess_seconds_total "$LA")
+check "vgpu_compute_share_excess_seconds_total for A counts its excess (${ex} s)" awk -v e="${ex:-0}" 'BEGIN { exit !(e > 0.2) }'
+used=$(series vgpu_compute_share_used_ratio "$LA")
+check "vgpu_compute_share_used_ratio for A: its use over the window, held near the share (${used})" \
+    awk -v u="${used:-1}" 'BEGIN { exit !(u < 0.4) }'
+wait "$PA"; rc=$?
+check_eq "A's client ran to its end (exit 0)" "$rc" 0
+sa=$(share_of "$WORK/a.out")
+check "A's achieved share is held near its 10% (+ tolerance) by the freezes: ${sa}% (bare: ~100%)" \
+    test "${sa:-100}" -ge 3 -a "${sa:-100}" -le 35
+wait "$PH"
+sh=$(share_of "$WORK/h.out")
+check "H, under the library at 30%, got its share: ${sh}%" test "${sh:-0}" -ge 20 -a "${sh:-0}" -le 40
+check_not "  ... and its cgroup was never frozen" grep -q 'frozen 1' "$WORK/h.frozen"
+check_eq "  ... and no finding names it" "$(grep -c "container $H" "$WORK/mon.log")" 0
+check_eq "the finding is logged once for A's run, not at every freeze" "$(grep -c "over its compute share: container $A" "$WORK/mon.log")" 1
+check "A's freezes and thaws are counted" \
+    awk -v n="$(scrape | awk '/^vgpu_compute_share_freezes_total /{print $2}')" 'BEGIN { exit !(n >= 2) }'
+check_match "vgpu_watchdog_events_total counts one over_share finding" 'vgpu_watchdog_events_total\{finding="over_share"\} 1' "$(scrape)"
+check_eq "no freeze failed" "$(scrape | awk '/^vgpu_compute_share_freeze_failures_total /{print $2}')" 0
+# The monitor stops (SIGTERM) while a container is frozen: it thaws it first. At a 1% share the first
+# freeze lasts a whole window (5 s), so a thaw within a second of the stop is the monitor's.
+bypassing s 10 1
+X=$ID
+shim run --bundle "$B" "$X" >"$WORK/x.out" 2>&1 &
+PX=$!
+wait_for 10 running "$X"
+CGX=$(cgroup_of "$X")
+check "a second bypassing container is frozen" wait_for 15 grep -q 'frozen 1' "$CGX/cgroup.events"
+kill "$mon_PID"
+sleep 1
+check "  ... and thawed when the monitor stops (SIGTERM)" grep -q 'frozen 0' "$CGX/cgroup.events"
+wait "$PX"
+
+echo "-- report only: the bypassing container is reported, never frozen"
+monitor_start rep --share-wall report && pass "monitor with --share-wall report starts" || fail "monitor with --share-wall report starts"
+bypassing r 8
+R=$ID
+shim run --bundle "$B" "$R" >"$WORK/r.out" 2>&1 &
+PR=$!
+wait_for 10 running "$R"
+watch_frozen "$(cgroup_of "$R")" "$WORK/r.frozen"
+check "the finding is logged, reporting only" \
+    wait_for 15 grep -q "over its compute share: container $R GPU 0 .*share 10% + 5 points: reporting only" "$WORK/rep.log"
+check_eq "  ... vgpu_container_frozen for it is 0" "$(series vgpu_container_frozen "container_id=\"$R\"")" 0
+wait "$PR"
+sr=$(share_of "$WORK/r.out")
+check "  ... and nothing held it: ${sr}%" test "${sr:-0}" -ge 70
+check_not "  ... its cgroup was never frozen" grep -q 'frozen 1' "$WORK/r.frozen"
+
+echo "-- bad input: one clear line"
+out=$(VGPU_CONFIG=/dev/null "$VGPUCTL" monitor --share-wall stop --once 2>&1)
+check_match "an unknown share wall mode is refused" '^vgpuctl: error: .*share.wall.*' "$out"
+check_eq "  ... in one line" "$(printf '%s\n' "$out" | wc -l)" 1
+printf '[monitor]\nshare_tolerance = 150\n' >"$WORK/bad.toml"
+out=$(VGPU_CONFIG=$WORK/bad.toml "$VGPUCTL" monitor --once 2>&1)
+check_match "a tolerance past 100 points is refused, naming the key" '^vgpuctl: error: .*share_tolerance.*' "$out"
+
+check_eq "no state left" "$(state_left)" ""
+t_done
