@@ -19,6 +19,7 @@ type Device = *mut c_void;
 const SUCCESS: c_int = 0;
 const NOT_SUPPORTED: c_int = 3;
 const INSUFFICIENT_SIZE: c_int = 7;
+const NOT_FOUND: c_int = 6;
 const FUNCTION_NOT_FOUND: c_int = 13;
 /// Room for a UUID or a name (NVML's own buffer sizes are 80 and 96).
 const BUF: usize = 96;
@@ -106,6 +107,9 @@ pub struct Library {
     shutdown: unsafe extern "C" fn() -> c_int,
     /// nvmlInit_v2 succeeded: dropping shuts NVML down.
     initialised: bool,
+    /// Per GPU index, the newest process-utilisation sample's timestamp seen so far: the next reading asks
+    /// only for samples after it (see `samples`).
+    util_seen: std::sync::Mutex<std::collections::HashMap<u32, u64>>,
     // Last: the function pointers above live as long as the library stays loaded.
     _lib: libloading::Library,
 }
@@ -165,6 +169,7 @@ impl Library {
                 error_string: maybe!("nvmlErrorString"),
                 shutdown: need!("nvmlShutdown"),
                 initialised: false,
+                util_seen: Default::default(),
                 _lib: l,
             };
             let mut n = n;
@@ -252,7 +257,13 @@ impl Library {
             None => None,
         };
         let hint = processes.as_ref().map_or(0, |p| p.len());
-        let process_utilization = self.process_utilization.and_then(|f| samples(dev, f, hint));
+        let process_utilization = self.process_utilization.and_then(|f| {
+            let mut seen = self.util_seen.lock().unwrap_or_else(|p| p.into_inner());
+            let since = seen.get(&index).copied().unwrap_or(0);
+            let (fractions, newest) = samples(dev, f, hint, since)?;
+            seen.insert(index, newest.max(since));
+            Some(fractions)
+        });
         Ok(GpuReading {
             index,
             uuid,
@@ -356,30 +367,48 @@ fn string(f: impl FnOnce(*mut c_char, c_uint) -> c_int) -> Result<String, c_int>
         .into_owned())
 }
 
-/// Per-process SM utilisation: the latest sample of each PID (NVML keeps a buffer of samples; asked
-/// from timestamp 0, it returns all of them).
-fn samples(dev: Device, f: UtilFn, hint: usize) -> Option<Vec<(u32, f64)>> {
+/// Per-process SM utilisation since the previous reading: NVML keeps a buffer of samples (one per process
+/// per sampling period) and returns those newer than `since`; each process's figure is the mean of its
+/// samples, a process with none is absent (it did not run). Asking from the last timestamp seen, not from
+/// 0, is what keeps an idle or frozen process from being read at its last busy sample, which the buffer
+/// still holds for seconds (the compute share wall would freeze it again for work it no longer does).
+/// Returns the fractions and the newest timestamp among the samples; NOT_FOUND (no sample since) is an
+/// empty list, any other error `None` (unknown).
+fn samples(dev: Device, f: UtilFn, hint: usize, since: u64) -> Option<(Vec<(u32, f64)>, u64)> {
     // Sized from the process list first (one call), grown on INSUFFICIENT_SIZE.
-    let mut buf = vec![UtilSample::default(); hint + 16];
+    let mut buf = vec![UtilSample::default(); hint * 8 + 16];
     for _ in 0..3 {
         let mut n = buf.len() as c_uint;
         // SAFETY: `buf` holds `n` samples.
-        match unsafe { f(dev, buf.as_mut_ptr(), &mut n, 0) } {
+        match unsafe { f(dev, buf.as_mut_ptr(), &mut n, since) } {
             SUCCESS => {
                 buf.truncate(n as usize);
-                buf.sort_by_key(|s| (s.pid, std::cmp::Reverse(s.time_stamp)));
-                buf.dedup_by_key(|s| s.pid);
-                return Some(
-                    buf.iter()
-                        .map(|s| (s.pid, f64::from(s.sm.min(100)) / 100.0))
-                        .collect(),
-                );
+                return Some(mean_per_pid(&buf, since));
             }
+            NOT_FOUND => return Some((Vec::new(), since)),
             INSUFFICIENT_SIZE => buf = vec![UtilSample::default(); n as usize + 16],
             _ => return None,
         }
     }
     None
+}
+
+/// Each PID's mean SM fraction over the samples newer than `since` (NVML may return older ones too), and
+/// the newest timestamp.
+fn mean_per_pid(buf: &[UtilSample], since: u64) -> (Vec<(u32, f64)>, u64) {
+    let mut sums: std::collections::BTreeMap<u32, (f64, u32)> = Default::default();
+    let mut newest = since;
+    for s in buf.iter().filter(|s| s.time_stamp > since || since == 0) {
+        let e = sums.entry(s.pid).or_default();
+        e.0 += f64::from(s.sm.min(100)) / 100.0;
+        e.1 += 1;
+        newest = newest.max(s.time_stamp);
+    }
+    let fractions = sums
+        .into_iter()
+        .map(|(pid, (sum, n))| (pid, sum / f64::from(n)))
+        .collect();
+    (fractions, newest)
 }
 
 /// NVML's list protocol: grow the buffer while it answers INSUFFICIENT_SIZE (processes come and go).
@@ -409,6 +438,44 @@ fn list<T: Default + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample(pid: u32, time_stamp: u64, sm: u32) -> UtilSample {
+        UtilSample {
+            pid,
+            time_stamp,
+            sm,
+            ..Default::default()
+        }
+    }
+
+    /// Regression: the newest buffered sample of each process was taken, asked from timestamp 0, so a
+    /// process that had stopped (or been frozen) still read as busy for as long as NVML kept its last
+    /// busy sample. Samples at or before the last reading are no figure for this one; the rest average.
+    #[test]
+    fn utilisation_is_the_mean_of_the_samples_since_the_last_reading() {
+        let buf = [
+            sample(7, 100, 100),
+            sample(7, 200, 100),
+            sample(7, 300, 0),
+            sample(7, 400, 0),
+            sample(9, 150, 80),
+        ];
+        let (f, newest) = mean_per_pid(&buf, 200);
+        assert_eq!(
+            f,
+            vec![(7, 0.0)],
+            "pid 9's sample and pid 7's first two are older than the last reading"
+        );
+        assert_eq!(newest, 400);
+        let (f, newest) = mean_per_pid(&buf, 0);
+        assert_eq!(
+            f,
+            vec![(7, 0.5), (9, 0.8)],
+            "a first reading takes every sample NVML keeps"
+        );
+        assert_eq!(newest, 400);
+        assert_eq!(mean_per_pid(&[], 400), (vec![], 400));
+    }
 
     #[test]
     fn a_library_that_is_not_there_is_one_line_naming_it() {
