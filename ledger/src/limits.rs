@@ -18,6 +18,9 @@ use crate::memmode::MemoryMode;
 const WRITE_OPTIONS: crate::atomic::WriteOptions =
     crate::atomic::WriteOptions::with_mode(0o644).durable();
 
+/// Longest cgroup path a limits file records (the kernel's `PATH_MAX`).
+pub const MAX_CGROUP_PATH: usize = 4096;
+
 /// The only format version this build reads and writes.
 pub const LIMITS_VERSION: u32 = 1;
 
@@ -31,6 +34,16 @@ pub struct Limits {
     /// Host PID of the container's first process (for the garbage collector).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_pid: Option<u32>,
+    /// When that process started (clock ticks after boot, `/proc/<pid>/stat` field 22): with the PID, its
+    /// identity (PIDs and namespace inodes are reused). Absent in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_start_time: Option<u64>,
+    /// The container's cgroup v2 path as its init process was in it when the owner was recorded (the
+    /// `0::` line of `/proc/<pid>/cgroup`, as the host sees it): the monitor attributes a process to the
+    /// container when its cgroup is this one or below it. Absent when there was none of the container's
+    /// own (no unified hierarchy, the root, or the runtime's own cgroup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     pub devices: Vec<DeviceLimit>,
     /// The container's Kubernetes names from the CRI annotations at creation (informational: the monitor's
     /// labels). Absent for containers not made by a CRI runtime, and in files written before it existed.
@@ -188,6 +201,14 @@ impl Limits {
             ));
         }
         layout::check_container_id(&self.container_id).map_err(|e| e.to_string())?;
+        if let Some(c) = &self.cgroup {
+            if !c.starts_with('/') || c.len() > MAX_CGROUP_PATH || c.chars().any(char::is_control) {
+                return Err(format!(
+                    "cgroup {:?} is not a cgroup path (absolute, at most {MAX_CGROUP_PATH} bytes, no control characters)",
+                    c.chars().take(80).collect::<String>()
+                ));
+            }
+        }
         if self.devices.is_empty() {
             return Err("lists no devices".into());
         }
@@ -271,6 +292,19 @@ impl Limits {
         })?;
         let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         text.push(b'\n');
+        // The host's readers take no larger file (`hostfile::MAX_LIMITS_FILE`): one written larger would
+        // hide the container from them all (status, admission, gc, the monitor).
+        if text.len() as u64 > crate::hostfile::MAX_LIMITS_FILE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: would be {} bytes, more than the host's readers take ({})",
+                    path.display(),
+                    text.len(),
+                    crate::hostfile::MAX_LIMITS_FILE
+                ),
+            ));
+        }
         crate::atomic::write_atomic(path, &text, WRITE_OPTIONS)
     }
 
@@ -301,6 +335,8 @@ mod tests {
             container_id: "3f2a".into(),
             pid_ns: Some(4026532612),
             init_pid: Some(12345),
+            init_start_time: None,
+            cgroup: None,
             kubernetes: None,
             devices: vec![
                 DeviceLimit {
@@ -563,5 +599,39 @@ mod tests {
                 .kubernetes,
             None
         );
+    }
+
+    // Issue 25: pod names of 128 KiB each made a 1.5 MiB file, past the host readers' cap: the running
+    // container vanished from status, admission, gc and the monitor. Such a file is never written.
+    #[test]
+    fn a_file_past_the_host_readers_cap_is_never_written_and_a_bad_cgroup_is_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.json");
+        let mut l = sample();
+        l.kubernetes = Some(KubeNames {
+            pod: "p".repeat(crate::hostfile::MAX_LIMITS_FILE as usize),
+            ..Default::default()
+        });
+        let e = l.write_atomic(&path).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().contains("more than the host's readers take"),
+            "{e}"
+        );
+        assert!(!path.exists());
+        // The owner facts: an absolute cgroup path, or none.
+        let mut l = sample();
+        l.init_start_time = Some(42);
+        l.cgroup = Some("/kubepods/pod1/crio-3f2a".into());
+        l.write_atomic(&path).unwrap();
+        assert_eq!(Limits::load(&path).unwrap(), l);
+        for bad in [
+            "kubepods",
+            "/a\nb",
+            &format!("/{}", "x".repeat(MAX_CGROUP_PATH)),
+        ] {
+            l.cgroup = Some(bad.into());
+            assert!(l.validate().is_err(), "{bad:?}");
+        }
     }
 }

@@ -14,7 +14,7 @@ pub mod metrics;
 pub mod state;
 pub mod watchdog;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use metrics::WatchdogView;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -93,10 +93,11 @@ impl Monitor {
 
     /// Reads the state root and NVML now.
     pub fn read(&self) -> Reading {
-        let (containers, state_error) = match state::read(&self.root) {
+        let (mut containers, state_error) = match state::read(&self.root) {
             Ok(c) => (c, None),
             Err(e) => (vec![], Some(e.to_string())),
         };
+        state::mark_live(&mut containers, procs::init_alive);
         let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
         let truth = watchdog::attribute(
             &containers,
@@ -186,9 +187,12 @@ impl Monitor {
                 log(&describe(f, r));
             }
             open.insert(key, metrics::container_labels(cs, g));
-            if let Finding::OverQuota { kill, .. } = f {
+            if let Finding::OverQuota { kill, procs, .. } = f {
                 for &pid in kill {
-                    match self.kill(r, c, pid) {
+                    let Some(p) = procs.iter().find(|p| p.pid == pid) else {
+                        continue;
+                    };
+                    match self.kill(r, c, p) {
                         Ok(()) => {
                             w.kills += 1;
                             log(&format!(
@@ -208,17 +212,24 @@ impl Monitor {
         w.open = open;
     }
 
-    /// SIGKILLs host PID `pid` if it still belongs to container `c` (a PID reused since NVML listed it is
-    /// left alone).
-    fn kill(&self, r: &Reading, c: usize, pid: u32) -> Result<()> {
-        let p = procs::inspect(pid).context("the process is gone")?;
-        if watchdog::owner_of(&r.containers, &p, procs::own_ns()) != Some(c) {
-            anyhow::bail!("the PID no longer belongs to the container");
-        }
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )?;
+    /// SIGKILLs `p`, attributed to container `c`, if it is still that process and still the container's,
+    /// through a pidfd (`procs::kill_checked`): the same start time, the container's as `/proc` shows it
+    /// now, and the container's init still alive. A PID reused since NVML listed it is left alone.
+    fn kill(&self, r: &Reading, c: usize, p: &watchdog::TrueProc) -> Result<()> {
+        let seen = procs::HostProc {
+            pid: p.pid,
+            start_time: p.start_time,
+            ..Default::default()
+        };
+        procs::kill_checked(&seen, |now| {
+            if !r.containers[c].init_alive(procs::init_alive) {
+                return Err("the container's init process is gone");
+            }
+            match watchdog::owner_of(&r.containers, now, procs::own_ns()) == Some(c) {
+                true => Ok(()),
+                false => Err("the process no longer belongs to the container"),
+            }
+        })?;
         Ok(())
     }
 }
