@@ -2,7 +2,9 @@
 //! the NVML-truth watchdog. A collector thread reads everything once per interval (the state root, NVML,
 //! the attribution of NVML's processes to containers) and runs the watchdog pass on that reading: it logs
 //! each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the processes that put a
-//! container over its quota. A small synchronous HTTP server (std `TcpListener`, one request at a time)
+//! container over its quota, each through a pidfd and only while it is still the process attributed
+//! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
+//! (`state::mark_live`). A small synchronous HTTP server (std `TcpListener`, one request at a time)
 //! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
 //! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
 //! state root and takes no lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's figures, from
