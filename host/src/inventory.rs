@@ -25,8 +25,9 @@ use vgpu_ledger::{DeviceLimit, LedgerError, Limits, LimitsError, Snapshot};
 /// One entry of `<root>/containers/`.
 #[derive(Debug)]
 pub enum Entry {
-    /// A container's state folder (vgpu's marker in it, its name a container id).
-    Container(Container),
+    /// A container's state folder (vgpu's marker in it, its name a container id); boxed, the largest
+    /// variant by far.
+    Container(Box<Container>),
     /// A provision (`.tmp-*`) or removal (`.rm-*`) in progress, or interrupted.
     Leftover(OtherEntry),
     /// Not vgpu's: readers report it and never touch it; `why` in a few words.
@@ -58,10 +59,10 @@ pub fn read(root: &StateRoot) -> io::Result<Vec<Entry>> {
         .entries()?
         .into_iter()
         .map(|e| match e {
-            StateEntry::Container(dir) => Entry::Container(Container {
+            StateEntry::Container(dir) => Entry::Container(Box::new(Container {
                 limits: hostfile::load_limits(&dir.limits_path),
                 dir,
-            }),
+            })),
             StateEntry::Leftover(o) => Entry::Leftover(o),
             StateEntry::Foreign { entry, why } => Entry::Foreign { entry, why },
         })
@@ -73,7 +74,7 @@ pub fn containers(root: &StateRoot) -> io::Result<Vec<Container>> {
     Ok(read(root)?
         .into_iter()
         .filter_map(|e| match e {
-            Entry::Container(c) => Some(c),
+            Entry::Container(c) => Some(*c),
             _ => None,
         })
         .collect())
@@ -160,6 +161,8 @@ mod tests {
             container_id: id.into(),
             pid_ns: Some(42),
             init_pid: Some(1),
+            init_start_time: None,
+            cgroup: None,
             kubernetes: None,
             devices: vec![DeviceLimit {
                 index: 0,

@@ -1,12 +1,22 @@
-//! A host process as the monitor and `vgpuctl status` need it: its PID namespace inode, its PID inside that namespace (the last
-//! `NSpid` entry) and its cgroup, from `/proc/<pid>`. Not here: deciding which container it is
-//! (`watchdog::owner_of`), killing it (`watchdog::kill`).
+//! A host process as the monitor, `vgpuctl status` and the garbage collector need it: its PID namespace
+//! inode, its PID inside that namespace (the last `NSpid` entry), its start time and its cgroup, from
+//! `/proc/<pid>`; whether a container's recorded init process still lives ([`init_alive`]); and killing a
+//! process only if it is still the one that was looked at ([`kill_checked`], through a pidfd). Not here:
+//! deciding which container a process is (`vgpu_monitor::watchdog::owner_of`).
+//!
+//! A PID alone names no process for long: PIDs are reused, and so are namespace inodes once their
+//! namespace is gone. A process is the pair (PID, start time): the start time (clock ticks after boot,
+//! field 22 of `/proc/<pid>/stat`) of whatever holds the PID later differs. So a recorded init process
+//! counts only while its PID runs in the recorded namespace with the recorded start time, and a kill opens
+//! a pidfd first (it holds that very process, whatever the PID names later), reads `/proc/<pid>` again,
+//! and signals through the pidfd only when the start time and the caller's check still agree.
 //!
 //! Hand-written rather than through the `procfs` crate: each PID costs one `stat` of `/proc/<pid>/ns/pid`
-//! (the inode is the namespace's identity) and one line of `/proc/<pid>/status` (`NSpid`), read for every
-//! PID of the host on each `vgpuctl status` and for every GPU process on each watchdog pass; `procfs`
-//! parses the whole status file into some fifty fields per process (and reads every namespace link for
-//! the inode), for the one field used. The cgroup text is matched as written, not parsed into hierarchies.
+//! (the inode is the namespace's identity), one line of `/proc/<pid>/status` (`NSpid`) and the short
+//! `/proc/<pid>/stat`, read for every PID of the host on each `vgpuctl status` and for every GPU process on
+//! each watchdog pass; `procfs` parses the whole status file into some fifty fields per process (and reads
+//! every namespace link for the inode), for the one field used. Of `/proc/<pid>/cgroup` only the unified
+//! (cgroup v2) line is used, the `0::` one, as the kernel writes it.
 
 /// What `/proc` says about a host PID.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,6 +26,8 @@ pub struct HostProc {
     pub ns: u64,
     /// Its PID inside that namespace (what the ledger's slot records).
     pub inner_pid: u32,
+    /// When it started (clock ticks after boot): with `pid`, its identity.
+    pub start_time: u64,
     /// The text of `/proc/<pid>/cgroup`; `None`: not read yet (only needed when the PID namespace does not
     /// tell the container, see `cgroup`).
     pub cgroup: Option<String>,
@@ -30,6 +42,11 @@ impl HostProc {
                 std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).unwrap_or_default()
             }
         }
+    }
+
+    /// Its cgroup v2 path (see [`unified_path`]).
+    pub fn unified_cgroup(&self) -> Option<String> {
+        unified_path(&self.cgroup()).map(str::to_string)
     }
 }
 
@@ -46,6 +63,7 @@ pub fn inspect(pid: u32) -> Option<HostProc> {
         pid,
         ns: std::os::unix::fs::MetadataExt::ino(&ns),
         inner_pid: inner_pid(&status).unwrap_or(pid),
+        start_time: start_time(pid)?,
         cgroup: None,
     })
 }
@@ -61,19 +79,110 @@ pub fn inner_pid(status: &str) -> Option<u32> {
         .ok()
 }
 
-/// True when one of the cgroup paths names container `id`: a path component that is the id (cgroupfs:
-/// `/docker/<id>`, `/kubepods/.../<id>`, runc's default `/<id>`) or a systemd scope ending in `-<id>.scope`
-/// (`docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`).
-pub fn cgroup_names(cgroup: &str, id: &str) -> bool {
-    cgroup.lines().any(|line| {
-        let path = line.splitn(3, ':').nth(2).unwrap_or("");
-        path.split('/').any(|c| {
-            c == id
-                || c.strip_suffix(".scope")
-                    .and_then(|s| s.strip_suffix(id))
-                    .is_some_and(|s| s.ends_with('-'))
-        })
-    })
+/// When host PID `pid` started (clock ticks after boot); `None` when it is gone.
+pub fn start_time(pid: u32) -> Option<u64> {
+    parse_start_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may hold
+/// spaces and parentheses itself: fields are counted after its last `)`.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After the name: field 3 (state) is the first; 22 is the 20th.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The cgroup v2 path of a `/proc/<pid>/cgroup` text: the path of its `0::` line (the unified hierarchy,
+/// the only one on a cgroup v2 host and beside the v1 ones on a hybrid host). `None` when there is none.
+pub fn unified_path(cgroup: &str) -> Option<&str> {
+    cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .filter(|p| p.starts_with('/'))
+}
+
+/// True when cgroup path `path` is `base` or a cgroup below it (`/a/b` is below `/a`, `/ab` is not). The
+/// root `/` contains every cgroup; a container is never recorded there (see the recording's rules).
+pub fn cgroup_within(path: &str, base: &str) -> bool {
+    let base = base.trim_end_matches('/');
+    path == base
+        || path
+            .strip_prefix(base)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// True when a container's recorded init process still lives: host PID `pid` runs in PID namespace `ns`
+/// and, when recorded (`start`; state written before it was recorded has none), started at that time. A
+/// namespace whose recorded init is gone names nothing: the kernel reuses its inode for a new namespace.
+pub fn init_alive(pid: u32, ns: u64, start: Option<u64>) -> bool {
+    let Ok(m) = std::fs::metadata(format!("/proc/{pid}/ns/pid")) else {
+        return false;
+    };
+    if std::os::unix::fs::MetadataExt::ino(&m) != ns {
+        return false;
+    }
+    match start {
+        None => true,
+        Some(s) => start_time(pid) == Some(s),
+    }
+}
+
+/// Why [`kill_checked`] sent no signal. `Display` is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum KillError {
+    /// The process is gone (or `/proc` cannot show it).
+    #[error("the process is gone")]
+    Gone,
+    /// Another process holds the PID now (another start time).
+    #[error("the PID is another process's now (started at tick {now}, not {was})")]
+    Reused { was: u64, now: u64 },
+    /// The caller's check refused the process as it is now.
+    #[error("the process no longer passes the check ({0})")]
+    Refused(&'static str),
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// SIGKILLs the process `seen` describes, only if it is still that process and `still` accepts it as
+/// `/proc` shows it now (its namespace and cgroup, read again): a pidfd is opened on the PID first, then
+/// `/proc/<pid>` is read; a process whose start time matches is the one the pidfd holds, and the signal is
+/// sent through the pidfd, so a PID reused at any moment (before the open, between the check and the
+/// signal) is never signalled.
+pub fn kill_checked(
+    seen: &HostProc,
+    still: impl FnOnce(&HostProc) -> Result<(), &'static str>,
+) -> Result<(), KillError> {
+    use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+    let pid = Pid::from_raw(seen.pid as i32).ok_or(KillError::Gone)?;
+    let fd = match pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::SRCH) => return Err(KillError::Gone),
+        Err(e) => {
+            return Err(KillError::Io {
+                what: "pidfd_open",
+                source: e.into(),
+            })
+        }
+    };
+    let now = inspect(seen.pid).ok_or(KillError::Gone)?;
+    if now.start_time != seen.start_time {
+        return Err(KillError::Reused {
+            was: seen.start_time,
+            now: now.start_time,
+        });
+    }
+    still(&now).map_err(KillError::Refused)?;
+    match pidfd_send_signal(&fd, Signal::KILL) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::SRCH) => Err(KillError::Gone),
+        Err(e) => Err(KillError::Io {
+            what: "pidfd_send_signal",
+            source: e.into(),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -81,29 +190,77 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nspid_and_cgroup_matching() {
+    fn nspid_start_time_and_cgroup_paths() {
         assert_eq!(inner_pid("Name:\tx\nNSpid:\t4242\t7\n"), Some(7));
         assert_eq!(inner_pid("NSpid:\t99\n"), Some(99));
         assert_eq!(inner_pid("Name:\tx\n"), None);
         let me = inspect(std::process::id()).unwrap();
         assert_eq!(me.inner_pid, std::process::id());
-        assert!(me.ns > 0);
-        let id = "3f2a9c";
-        for yes in [
-            "0::/system.slice/docker-3f2a9c.scope\n",
-            "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-3f2a9c.scope\n",
-            "12:memory:/docker/3f2a9c\n",
-            "0::/3f2a9c\n",
-        ] {
-            assert!(cgroup_names(yes, id), "{yes}");
-        }
-        for no in [
-            "0::/system.slice/docker-13f2a9c.scope\n",
-            "0::/3f2a9c0\n",
-            "0::/user.slice\n",
-            "",
-        ] {
-            assert!(!cgroup_names(no, id), "{no}");
-        }
+        assert!(me.ns > 0 && me.start_time > 0);
+        // A command name with spaces and parentheses does not shift the fields.
+        let stat = "42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10";
+        assert_eq!(parse_start_time(stat), Some(777));
+        assert_eq!(parse_start_time("42 (x) S 1"), None);
+        let hybrid = "4:memory:/process_api/x\n1:cpu:/c\n0::/kubepods/pod1/crio-3f2a\n";
+        assert_eq!(unified_path(hybrid), Some("/kubepods/pod1/crio-3f2a"));
+        assert_eq!(unified_path("4:memory:/c\n"), None);
+        assert!(cgroup_within("/pod/crio-3f2a", "/pod/crio-3f2a"));
+        assert!(cgroup_within("/pod/crio-3f2a/inner", "/pod/crio-3f2a"));
+        assert!(!cgroup_within("/pod/crio-3f2a0", "/pod/crio-3f2a"));
+        assert!(!cgroup_within("/pod", "/pod/crio-3f2a"));
+    }
+
+    #[test]
+    fn an_init_counts_only_in_its_namespace_with_its_start_time() {
+        let me = inspect(std::process::id()).unwrap();
+        assert!(init_alive(me.pid, me.ns, Some(me.start_time)));
+        assert!(
+            init_alive(me.pid, me.ns, None),
+            "state recorded before start times"
+        );
+        assert!(!init_alive(me.pid, me.ns + 1, Some(me.start_time)));
+        assert!(
+            !init_alive(me.pid, me.ns, Some(me.start_time + 1)),
+            "PID reused"
+        );
+    }
+
+    #[test]
+    fn a_kill_hits_only_the_process_that_was_looked_at() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let seen = inspect(child.id()).unwrap();
+        // The PID held by another process than the one seen (another start time): no signal.
+        let other = HostProc {
+            start_time: seen.start_time + 1,
+            ..seen.clone()
+        };
+        assert!(matches!(
+            kill_checked(&other, |_| Ok(())),
+            Err(KillError::Reused { .. })
+        ));
+        // The caller's check, on the process as it is now, refuses it: no signal.
+        assert!(matches!(
+            kill_checked(&seen, |_| Err("moved")),
+            Err(KillError::Refused("moved"))
+        ));
+        assert_eq!(child.try_wait().unwrap(), None, "still running");
+        kill_checked(&seen, |now| {
+            assert_eq!(now.ns, seen.ns);
+            Ok(())
+        })
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+        // Gone (reaped): nothing to signal (or, should the PID be taken already, another process's).
+        assert!(matches!(
+            kill_checked(&seen, |_| Ok(())),
+            Err(KillError::Gone | KillError::Reused { .. })
+        ));
     }
 }

@@ -22,8 +22,8 @@ use std::path::Path;
 
 use crate::limits::{Limits, LimitsError, LimitsErrorKind};
 
-/// Largest limits file a host tool reads (one entry per GPU is some 200 bytes; 1024 GPUs fit).
-pub const MAX_LIMITS_FILE: u64 = 1 << 20;
+/// Largest limits file a host tool reads (`limits::MAX_LIMITS_FILE`: no larger one is written).
+pub use crate::limits::MAX_LIMITS_FILE;
 
 /// A regular file opened for reading by [`open_regular`].
 #[derive(Debug)]

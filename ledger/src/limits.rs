@@ -18,6 +18,13 @@ use crate::memmode::MemoryMode;
 const WRITE_OPTIONS: crate::atomic::WriteOptions =
     crate::atomic::WriteOptions::with_mode(0o644).durable();
 
+/// Largest limits file a host tool reads (one entry per GPU is some 200 bytes; 1024 GPUs fit), and so
+/// the largest one written (`vgpu_ledger::hostfile` reads no more).
+pub const MAX_LIMITS_FILE: u64 = 1 << 20;
+
+/// Longest cgroup path a limits file records (the kernel's `PATH_MAX`).
+pub const MAX_CGROUP_PATH: usize = 4096;
+
 /// The only format version this build reads and writes.
 pub const LIMITS_VERSION: u32 = 1;
 
@@ -31,6 +38,16 @@ pub struct Limits {
     /// Host PID of the container's first process (for the garbage collector).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_pid: Option<u32>,
+    /// When that process started (clock ticks after boot, `/proc/<pid>/stat` field 22): with the PID, its
+    /// identity (PIDs and namespace inodes are reused). Absent in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_start_time: Option<u64>,
+    /// The container's cgroup v2 path as its init process was in it when the owner was recorded (the
+    /// `0::` line of `/proc/<pid>/cgroup`, as the host sees it): the monitor attributes a process to the
+    /// container when its cgroup is this one or below it. Absent when there was none of the container's
+    /// own (no unified hierarchy, the root, or the runtime's own cgroup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     pub devices: Vec<DeviceLimit>,
     /// The container's Kubernetes names from the CRI annotations at creation (informational: the monitor's
     /// labels). Absent for containers not made by a CRI runtime, and in files written before it existed.
@@ -188,6 +205,14 @@ impl Limits {
             ));
         }
         layout::check_container_id(&self.container_id).map_err(|e| e.to_string())?;
+        if let Some(c) = &self.cgroup {
+            if !c.starts_with('/') || c.len() > MAX_CGROUP_PATH || c.chars().any(char::is_control) {
+                return Err(format!(
+                    "cgroup {:?} is not a cgroup path (absolute, at most {MAX_CGROUP_PATH} bytes, no control characters)",
+                    c.chars().take(80).collect::<String>()
+                ));
+            }
+        }
         if self.devices.is_empty() {
             return Err("lists no devices".into());
         }
@@ -271,6 +296,19 @@ impl Limits {
         })?;
         let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         text.push(b'\n');
+        // The host's readers take no larger file (`hostfile::MAX_LIMITS_FILE`): one written larger would
+        // hide the container from them all (status, admission, gc, the monitor).
+        if text.len() as u64 > MAX_LIMITS_FILE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: would be {} bytes, more than the host's readers take ({})",
+                    path.display(),
+                    text.len(),
+                    MAX_LIMITS_FILE
+                ),
+            ));
+        }
         crate::atomic::write_atomic(path, &text, WRITE_OPTIONS)
     }
 
@@ -292,276 +330,4 @@ impl Limits {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> Limits {
-        Limits {
-            version: 1,
-            container_id: "3f2a".into(),
-            pid_ns: Some(4026532612),
-            init_pid: Some(12345),
-            kubernetes: None,
-            devices: vec![
-                DeviceLimit {
-                    index: 0,
-                    uuid: "GPU-aaaa".into(),
-                    memory_limit: Some(1 << 30),
-                    ledger: "ledgers/GPU-aaaa.ledger".into(),
-                    memory: Default::default(),
-                    compute_limit: None,
-                    compute_policy: Default::default(),
-                    compute_window_ms: None,
-                },
-                DeviceLimit {
-                    index: 1,
-                    uuid: "GPU-bbbb".into(),
-                    memory_limit: Some(2 << 30),
-                    ledger: "ledgers/GPU-bbbb.ledger".into(),
-                    memory: Default::default(),
-                    compute_limit: None,
-                    compute_policy: Default::default(),
-                    compute_window_ms: None,
-                },
-            ],
-        }
-    }
-
-    fn load_text(text: &str) -> Result<Limits, String> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("limits.json");
-        std::fs::write(&path, text).unwrap();
-        Limits::load(&path).map_err(|e| {
-            let msg = e.to_string();
-            assert!(
-                msg.contains(&path.display().to_string()),
-                "error does not name the file: {msg}"
-            );
-            msg
-        })
-    }
-
-    #[test]
-    fn round_trip_and_lookups() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("limits.json");
-        let l = sample();
-        l.write_atomic(&path).unwrap();
-        let back = Limits::load(&path).unwrap();
-        assert_eq!(back, l);
-        use std::os::unix::fs::PermissionsExt;
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o644
-        );
-        assert_eq!(back.device_by_uuid("GPU-bbbb").unwrap().index, 1);
-        assert_eq!(back.device_by_index(0).unwrap().uuid, "GPU-aaaa");
-        assert!(back.device_by_uuid("GPU-cccc").is_none());
-        assert!(back.device_by_index(7).is_none());
-        let dev = back.device_by_index(1).unwrap();
-        assert_eq!(
-            back.ledger_path(&path, dev),
-            dir.path().join("ledgers/GPU-bbbb.ledger")
-        );
-        // no temporary file is left behind
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("limits.json")]);
-    }
-
-    #[test]
-    fn the_documented_example_loads() {
-        let text = r#"{
-          "version": 1,
-          "container_id": "3f2a",
-          "pid_ns": 4026532612,
-          "init_pid": 12345,
-          "devices": [
-            { "index": 0, "uuid": "GPU-0", "memory_limit": 1073741824, "ledger": "ledgers/GPU-0.ledger" }
-          ]
-        }"#;
-        let l = load_text(text).unwrap();
-        assert_eq!(l.devices[0].memory_limit, Some(1 << 30));
-        assert_eq!(l.devices[0].compute_share(), None);
-        // optional fields may be absent; unknown keys are tolerated
-        let l = load_text(r#"{"version":1,"container_id":"c","future":true,"devices":[{"index":0,"uuid":"GPU-0","memory_limit":1,"ledger":"ledgers/GPU-0.ledger"}]}"#).unwrap();
-        assert_eq!(l.pid_ns, None);
-        assert_eq!(l.init_pid, None);
-    }
-
-    #[test]
-    fn bad_files_get_one_clear_error() {
-        let good = serde_json::to_string(&sample()).unwrap();
-        let cases: Vec<(String, &str)> = vec![
-            (good[..good.len() / 2].to_string(), "not valid JSON"),
-            ("".into(), "not valid JSON"),
-            ("\u{1}\u{2}garbage".into(), "not valid JSON"),
-            (
-                good.replace("\"version\":1", "\"version\":2"),
-                "format version 2 is not supported (this build reads version 1)",
-            ),
-            (
-                good.replace("\"version\":1", "\"version\":\"1\""),
-                "\"version\" is not a positive integer",
-            ),
-            (
-                good.replace("\"version\":1,", ""),
-                "missing field \"version\"",
-            ),
-            ("[1,2]".into(), "missing field \"version\""),
-            (
-                good.replace("\"container_id\":\"3f2a\",", ""),
-                "missing field `container_id`",
-            ),
-            (
-                good.replace("\"container_id\":\"3f2a\"", "\"container_id\":\"../x\""),
-                "invalid container id",
-            ),
-            (good.replace("GPU-bbbb\"", "GPU-aaaa\""), "listed twice"),
-            (
-                good.replace("\"index\":1", "\"index\":0"),
-                "device index 0 is listed twice",
-            ),
-            (
-                good.replace("\"memory_limit\":2147483648", "\"memory_limit\":0"),
-                "memory_limit is 0",
-            ),
-            (
-                good.replace("\"memory_limit\":2147483648", "\"memory_limit\":-1"),
-                "devices[1].memory_limit: invalid value",
-            ),
-            (
-                good.replace("ledgers/GPU-bbbb.ledger", "../../etc/x"),
-                "without '..'",
-            ),
-            (
-                good.replace("ledgers/GPU-bbbb.ledger", "/etc/x"),
-                "must be relative",
-            ),
-            (
-                r#"{"version":1,"container_id":"c","devices":[]}"#.into(),
-                "lists no devices",
-            ),
-            (
-                good.replace("\"memory_limit\":2147483648,", ""),
-                "device 1 (GPU-bbbb): has neither memory_limit nor compute_limit",
-            ),
-            (
-                good.replace("\"memory_limit\":2147483648,", "\"compute_limit\":100,"),
-                "compute_limit 100 is not a percent 1..=99",
-            ),
-            (
-                good.replace("\"memory_limit\":2147483648,", "\"compute_limit\":0,"),
-                "compute_limit 0 is not a percent 1..=99",
-            ),
-            (
-                good.replace("\"memory_limit\":2147483648,", "\"compute_limit\":-3,"),
-                "devices[1].compute_limit: invalid value",
-            ),
-            (
-                good.replace(
-                    "\"memory_limit\":2147483648,",
-                    "\"compute_limit\":30,\"compute_policy\":\"sometimes\",",
-                ),
-                "devices[1].compute_policy: unknown variant",
-            ),
-            (
-                good.replace(
-                    "\"memory_limit\":2147483648,",
-                    "\"compute_limit\":30,\"compute_window_ms\":5,",
-                ),
-                "device 1 (GPU-bbbb): compute_window_ms 5 is not within 10..=10000",
-            ),
-            (
-                good.replace(
-                    "\"memory_limit\":2147483648,",
-                    "\"compute_limit\":30,\"memory\":{\"mode\":\"spill\",\"spill_limit\":5},",
-                ),
-                "memory mode spill needs a memory_limit",
-            ),
-        ];
-        for (text, want) in cases {
-            let msg = load_text(&text).expect_err(&text);
-            assert!(
-                msg.contains(want),
-                "for {text:?}: got {msg:?}, want {want:?}"
-            );
-            assert!(!msg.contains('\n'), "multi-line error: {msg:?}");
-        }
-    }
-
-    #[test]
-    fn a_compute_share_with_or_without_a_memory_quota() {
-        let mut l = sample();
-        l.devices[0].compute_limit = Some(30);
-        l.devices[1].memory_limit = None;
-        l.devices[1].compute_limit = Some(70);
-        l.devices[1].compute_policy = Policy::Force;
-        l.devices[1].compute_window_ms = Some(250);
-        let text = serde_json::to_string(&l).unwrap();
-        assert!(
-            text.contains(r#""compute_limit":70,"compute_policy":"force","compute_window_ms":250"#),
-            "{text}"
-        );
-        let back = Limits::from_slice(text.as_bytes()).unwrap();
-        assert_eq!(back, l);
-        assert_eq!(back.devices[0].compute_share(), Some(30));
-        assert_eq!(back.devices[1].memory_limit, None);
-        assert_eq!(back.devices[1].compute_share(), Some(70));
-        // A file without the keys (every file written before them) has no share; `disable` switches it off.
-        let old = serde_json::to_string(&sample()).unwrap();
-        assert!(!old.contains("compute"), "{old}");
-        l.devices[1].compute_policy = Policy::Disable;
-        assert_eq!(l.devices[1].compute_share(), None);
-    }
-
-    #[test]
-    fn missing_file_names_the_path() {
-        let err = Limits::load(Path::new("/nonexistent/vgpu/limits.json")).unwrap_err();
-        assert!(matches!(err.kind, LimitsErrorKind::Io(_)));
-        assert!(err.to_string().contains("/nonexistent/vgpu/limits.json"));
-    }
-
-    #[test]
-    fn write_refuses_invalid() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut l = sample();
-        l.devices[1].ledger = "../escape".into();
-        assert!(l.write_atomic(&dir.path().join("limits.json")).is_err());
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn kubernetes_names_from_either_runtime_and_round_trip() {
-        let kv = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-            v.iter()
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect()
-        };
-        assert_eq!(KubeNames::from_annotations(&kv(&[("x", "y")])), None);
-        let crio = KubeNames::from_annotations(&kv(&[
-            ("io.kubernetes.pod.name", "p"),
-            ("io.kubernetes.pod.namespace", "ns"),
-            ("io.kubernetes.container.name", "c"),
-        ]));
-        let containerd = KubeNames::from_annotations(&kv(&[
-            ("io.kubernetes.cri.sandbox-name", "p"),
-            ("io.kubernetes.cri.sandbox-namespace", "ns"),
-            ("io.kubernetes.cri.container-name", "c"),
-        ]));
-        assert_eq!(crio, containerd);
-        let mut l = sample();
-        l.kubernetes = crio;
-        let text = serde_json::to_vec(&l).unwrap();
-        assert_eq!(Limits::from_slice(&text).unwrap(), l);
-        // Older files have no such key.
-        assert_eq!(
-            Limits::from_slice(&serde_json::to_vec(&sample()).unwrap())
-                .unwrap()
-                .kubernetes,
-            None
-        );
-    }
-}
+mod tests;

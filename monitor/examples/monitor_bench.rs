@@ -75,6 +75,8 @@ fn main() {
             container_id: id.clone(),
             pid_ns: Some(*ns),
             init_pid: Some(1),
+            init_start_time: None,
+            cgroup: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.clone(),

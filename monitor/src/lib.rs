@@ -2,7 +2,9 @@
 //! the NVML-truth watchdog. A collector thread reads everything once per interval (the state root, NVML,
 //! the attribution of NVML's processes to containers) and runs the watchdog pass on that reading: it logs
 //! each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the processes that put a
-//! container over its quota. A small synchronous HTTP server (std `TcpListener`, one request at a time)
+//! container over its quota, each through a pidfd and only while it is still the process attributed
+//! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
+//! (`state::mark_live`). A small synchronous HTTP server (std `TcpListener`, one request at a time)
 //! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
 //! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
 //! state root and takes no lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's figures, from
@@ -18,7 +20,7 @@ pub mod share_wall;
 pub mod state;
 pub mod watchdog;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use metrics::WatchdogView;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -116,10 +118,11 @@ impl Monitor {
 
     /// Reads the state root and NVML now.
     pub fn read(&self) -> Reading {
-        let (containers, state_error) = match state::read(&self.root) {
+        let (mut containers, state_error) = match state::read(&self.root) {
             Ok(c) => (c, None),
             Err(e) => (vec![], Some(e.to_string())),
         };
+        state::mark_live(&mut containers, procs::init_alive);
         let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
         let truth = watchdog::attribute(
             &containers,
@@ -221,9 +224,12 @@ impl Monitor {
                 log(&describe(f, r));
             }
             open.insert(key, metrics::container_labels(cs, g));
-            if let Finding::OverQuota { kill, .. } = f {
+            if let Finding::OverQuota { kill, procs, .. } = f {
                 for &pid in kill {
-                    match self.kill(r, c, pid) {
+                    let Some(p) = procs.iter().find(|p| p.pid == pid) else {
+                        continue;
+                    };
+                    match self.kill(r, c, p) {
                         Ok(()) => {
                             w.kills += 1;
                             log(&format!(
@@ -243,17 +249,24 @@ impl Monitor {
         w.open = open;
     }
 
-    /// SIGKILLs host PID `pid` if it still belongs to container `c` (a PID reused since NVML listed it is
-    /// left alone).
-    fn kill(&self, r: &Reading, c: usize, pid: u32) -> Result<()> {
-        let p = procs::inspect(pid).context("the process is gone")?;
-        if watchdog::owner_of(&r.containers, &p, procs::own_ns()) != Some(c) {
-            anyhow::bail!("the PID no longer belongs to the container");
-        }
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )?;
+    /// SIGKILLs `p`, attributed to container `c`, if it is still that process and still the container's,
+    /// through a pidfd (`procs::kill_checked`): the same start time, the container's as `/proc` shows it
+    /// now, and the container's init still alive. A PID reused since NVML listed it is left alone.
+    fn kill(&self, r: &Reading, c: usize, p: &watchdog::TrueProc) -> Result<()> {
+        let seen = procs::HostProc {
+            pid: p.pid,
+            start_time: p.start_time,
+            ..Default::default()
+        };
+        procs::kill_checked(&seen, |now| {
+            if !r.containers[c].init_alive(procs::init_alive) {
+                return Err("the container's init process is gone");
+            }
+            match watchdog::owner_of(&r.containers, now, procs::own_ns()) == Some(c) {
+                true => Ok(()),
+                false => Err("the process no longer belongs to the container"),
+            }
+        })?;
         Ok(())
     }
 }

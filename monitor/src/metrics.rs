@@ -402,11 +402,13 @@ mod tests {
             vec![
                 TrueProc {
                     pid: 10,
+                    start_time: 1,
                     used: 300 << 20,
                     tracked: true,
                 },
                 TrueProc {
                     pid: 11,
+                    start_time: 2,
                     used: 5 << 20,
                     tracked: false,
                 },

@@ -17,6 +17,14 @@ pub struct ContainerState {
     pub names: Option<KubeNames>,
     /// PID namespace inode of the container as the host sees it (none until the hook recorded it).
     pub pid_ns: Option<u64>,
+    /// Host PID and start time of its init process, as recorded with the namespace.
+    pub init_pid: Option<u32>,
+    pub init_start_time: Option<u64>,
+    /// Its cgroup v2 path, recorded at creation (none: not recorded, see `vgpu_ledger::Limits::cgroup`).
+    pub cgroup: Option<String>,
+    /// Its recorded init process still lives in its recorded namespace (`mark_live`): only then do its
+    /// recorded namespace and cgroup name any process (a gone container's namespace inode is reused).
+    pub live: bool,
     pub gpus: Vec<GpuState>,
     /// Why the limits file could not be used.
     pub error: Option<String>,
@@ -58,6 +66,24 @@ pub fn read(root: &StateRoot) -> std::io::Result<Vec<ContainerState>> {
     Ok(inventory::containers(root)?.iter().map(container).collect())
 }
 
+/// Sets each container's `live` (see [`ContainerState::init_alive`]).
+pub fn mark_live(containers: &mut [ContainerState], alive: impl Fn(u32, u64, Option<u64>) -> bool) {
+    for c in containers {
+        c.live = c.init_alive(&alive);
+    }
+}
+
+impl ContainerState {
+    /// Its recorded init process runs in its recorded PID namespace with its recorded start time
+    /// (`alive` is `vgpu_host::procs::init_alive` but in tests); never before the owner was recorded.
+    pub fn init_alive(&self, alive: impl Fn(u32, u64, Option<u64>) -> bool) -> bool {
+        match (self.init_pid, self.pid_ns) {
+            (Some(pid), Some(ns)) => alive(pid, ns, self.init_start_time),
+            _ => false,
+        }
+    }
+}
+
 fn container(c: &inventory::Container) -> ContainerState {
     let mut s = ContainerState {
         id: c.id().to_string(),
@@ -67,6 +93,9 @@ fn container(c: &inventory::Container) -> ContainerState {
         Ok(limits) => {
             s.names = limits.kubernetes.clone();
             s.pid_ns = limits.pid_ns;
+            s.init_pid = limits.init_pid;
+            s.init_start_time = limits.init_start_time;
+            s.cgroup = limits.cgroup.clone();
             s.gpus = c.ledgers().into_iter().map(|(d, l)| gpu(d, l)).collect();
         }
         Err(e) => s.error = Some(e.to_string()),
@@ -123,6 +152,8 @@ mod tests {
             container_id: "c1".into(),
             pid_ns: Some(42),
             init_pid: Some(1),
+            init_start_time: None,
+            cgroup: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),

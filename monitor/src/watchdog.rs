@@ -9,13 +9,15 @@
 use super::state::ContainerState;
 use std::collections::BTreeMap;
 use vgpu_host::nvml::GpuReading;
-use vgpu_host::procs::{cgroup_names, HostProc};
+use vgpu_host::procs::{cgroup_within, HostProc};
 
 /// A GPU process attributed to a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrueProc {
     /// Host PID.
     pub pid: u32,
+    /// When it started (with the PID, its identity: a kill signals only this process).
+    pub start_time: u64,
     pub used: u64,
     /// It owns a live slot of the container's ledger on that GPU (it runs under the library).
     pub tracked: bool,
@@ -45,26 +47,36 @@ impl Truth {
     }
 }
 
-/// The container a host process belongs to: the one whose PID namespace it lives in; when several share
-/// that namespace (a pod sharing its PID namespace), or none does, the one its cgroup names. The host's own
-/// PID namespace (`host_ns`, a container run with the host's PIDs) names no container: every host process
-/// lives there.
+/// The container a host process belongs to, among the live ones (`ContainerState::live`: a container
+/// whose init is gone names nothing, its namespace inode may be another's now):
+/// 1. the one whose cgroup, recorded at creation, holds the process's cgroup (equal to it or above it; the
+///    deepest when nested): exact paths, whatever the engine's naming (`crio-<id>`, `libpod-<id>`,
+///    `docker-<id>.scope`, ...), and right for containers sharing a PID namespace (a pod) or running
+///    with the host's PIDs;
+/// 2. else, among those without a recorded cgroup (state written before it was recorded, or a runtime
+///    that gave the container no cgroup of its own), the only one whose PID namespace it lives in. The
+///    host's own PID namespace (`host_ns`) names no container: every host process lives there.
+///
+/// A container with a recorded cgroup is never given a process outside it: a pod's sidecar sharing its
+/// PID namespace is not its process.
 pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Option<usize> {
-    let by_ns: Vec<usize> = (0..containers.len())
+    let live = || (0..containers.len()).filter(|&i| containers[i].live);
+    if let Some(cg) = p.unified_cgroup() {
+        let by_cgroup = live()
+            .filter_map(|i| Some((i, containers[i].cgroup.as_deref()?)))
+            .filter(|(_, base)| cgroup_within(&cg, base))
+            .max_by_key(|(_, base)| base.len());
+        if let Some((i, _)) = by_cgroup {
+            return Some(i);
+        }
+    }
+    let by_ns: Vec<usize> = live()
+        .filter(|&i| containers[i].cgroup.is_none())
         .filter(|&i| p.ns != host_ns && containers[i].pid_ns == Some(p.ns))
         .collect();
     match by_ns[..] {
         [one] => Some(one),
-        [] => {
-            let cg = p.cgroup();
-            (0..containers.len()).find(|&i| cgroup_names(&cg, &containers[i].id))
-        }
-        _ => {
-            let cg = p.cgroup();
-            by_ns
-                .into_iter()
-                .find(|&i| cgroup_names(&cg, &containers[i].id))
-        }
+        _ => None,
     }
 }
 
@@ -92,12 +104,12 @@ pub fn attribute(
                 Some((c, g, tracked))
             });
             match place {
-                Some((c, g, tracked)) => {
-                    t.by_gpu
-                        .entry((c, g))
-                        .or_default()
-                        .push(TrueProc { pid, used, tracked })
-                }
+                Some((c, g, tracked)) => t.by_gpu.entry((c, g)).or_default().push(TrueProc {
+                    pid,
+                    start_time: hp.as_ref().map_or(0, |hp| hp.start_time),
+                    used,
+                    tracked,
+                }),
                 None => t.unattributed += 1,
             }
         }
@@ -241,6 +253,7 @@ mod tests {
         ContainerState {
             id: id.into(),
             pid_ns: Some(ns),
+            live: true,
             gpus: vec![GpuState {
                 uuid: U0.into(),
                 limit: Some(limit),
@@ -261,14 +274,22 @@ mod tests {
         }
     }
 
+    /// A container that records its cgroup.
+    fn in_cgroup(mut c: ContainerState, cgroup: &str) -> ContainerState {
+        c.cgroup = Some(cgroup.into());
+        c
+    }
+
     /// Host PID → (ns, inner pid, cgroup) for the tests' world.
     fn world(pid: u32) -> Option<HostProc> {
         let (ns, inner, cg) = match pid {
             100 => (1, 1, "0::/a"),
             101 => (1, 7, "0::/a"),
             200 => (2, 1, "0::/b"),
-            300 => (3, 1, "0::/pod/x"),
-            301 => (3, 2, "0::/pod/y"),
+            300 => (3, 1, "0::/pod/libpod-x"),
+            301 => (3, 2, "4:memory:/pod/crio-y\n0::/pod/crio-y"),
+            302 => (3, 3, "0::/pod/crio-y/inner"),
+            303 => (3, 4, "0::/pod/sidecar"),
             400 => (9, 1, "0::/system.slice/docker-c.scope"),
             500 => (HOST, 500, "0::/user.slice/session-1.scope"),
             501 => (HOST, 501, "0::/system.slice/docker-h.scope"),
@@ -278,6 +299,7 @@ mod tests {
             pid,
             ns,
             inner_pid: inner,
+            start_time: 1000 + pid as u64,
             cgroup: Some(cg.into()),
         })
     }
@@ -291,13 +313,17 @@ mod tests {
     };
 
     #[test]
-    fn attributes_by_pid_namespace_then_cgroup() {
+    fn attributes_by_recorded_cgroup_then_pid_namespace() {
         let cs = vec![
             container("a", 1, 1024 * MIB, 0, vec![(1, 1)]),
             container("b", 2, 1024 * MIB, 0, vec![]),
-            container("x", 3, 1024 * MIB, 0, vec![]),
-            container("y", 3, 1024 * MIB, 0, vec![]),
-            container("c", 99, 1024 * MIB, 0, vec![]),
+            // A pod sharing PID namespace 3, its cgroups named as CRI-O's and Podman's cgroupfs name them.
+            in_cgroup(container("x", 3, 1024 * MIB, 0, vec![]), "/pod/libpod-x"),
+            in_cgroup(container("y", 3, 1024 * MIB, 0, vec![]), "/pod/crio-y"),
+            in_cgroup(
+                container("c", 99, 1024 * MIB, 0, vec![]),
+                "/system.slice/docker-c.scope",
+            ),
         ];
         let r = vec![
             reading(
@@ -308,6 +334,8 @@ mod tests {
                     (200, 30),
                     (300, 40),
                     (301, 50),
+                    (302, 55),
+                    (303, 57),
                     (400, 60),
                     (555, 70),
                 ],
@@ -323,21 +351,67 @@ mod tests {
         };
         assert_eq!(pids(0), vec![(100, true), (101, false)]);
         assert_eq!(pids(1), vec![(200, false)]);
-        // Two containers share namespace 3: the cgroup decides.
+        // Two containers share namespace 3: each recorded cgroup holds its own (and what is below it).
         assert_eq!(pids(2), vec![(300, false)]);
-        assert_eq!(pids(3), vec![(301, false)]);
-        // No namespace match: the cgroup's scope names container "c".
+        assert_eq!(pids(3), vec![(301, false), (302, false)]);
+        // Another namespace than the one recorded: the recorded cgroup tells container "c".
         assert_eq!(pids(4), vec![(400, false)]);
-        // 555 is nobody's; 200 on GPU-1 is b's, but b has no quota there.
-        assert_eq!(t.unattributed, 2);
+        assert_eq!(
+            t.by_gpu[&(4, 0)][0].start_time,
+            1400,
+            "the identity is kept"
+        );
+        // 555 is nobody's; 303, a sidecar in the pod's namespace but in none of its containers' cgroups,
+        // is nobody's either; 200 on GPU-1 is b's, but b has no quota there.
+        assert_eq!(t.unattributed, 3);
         assert_eq!(t.used(0, 0), 30);
         assert!(t.knows(U1));
+    }
+
+    // A container whose init is gone (stopped, its state kept until deleted) names nothing: the kernel
+    // reuses its namespace inode for another container, whose process must not be taken for its own.
+    #[test]
+    fn a_gone_containers_namespace_and_cgroup_name_nothing() {
+        let mut stale = container("stale", 2, 512 * MIB, 0, vec![]);
+        stale.live = false;
+        let mut stale_cg = in_cgroup(container("old", 9, 512 * MIB, 0, vec![]), "/system.slice");
+        stale_cg.live = false;
+        let cs = vec![stale, stale_cg];
+        let procs = [reading(U0, vec![(200, 1024 * MIB), (400, 1024 * MIB)])];
+        let t = attribute(&cs, &procs, world, HOST);
+        assert!(t.by_gpu.is_empty(), "{t:?}");
+        assert_eq!(t.unattributed, 2);
+        assert_eq!(decide(&cs, &t, POLICY), vec![]);
+        // Alive (its init as recorded): both are its.
+        let cs: Vec<_> = cs
+            .into_iter()
+            .map(|c| ContainerState { live: true, ..c })
+            .collect();
+        assert_eq!(attribute(&cs, &procs, world, HOST).unattributed, 0);
+    }
+
+    #[test]
+    fn state_marks_a_container_live_only_with_its_init_as_recorded() {
+        let mut cs = vec![
+            container("a", 1, MIB, 0, vec![]),
+            container("b", 2, MIB, 0, vec![]),
+        ];
+        cs[0].init_pid = Some(10);
+        cs[0].init_start_time = Some(77);
+        super::super::state::mark_live(&mut cs, |pid, ns, start| {
+            (pid, ns, start) == (10, 1, Some(77))
+        });
+        assert!(cs[0].live);
+        assert!(!cs[1].live, "no owner recorded: not live");
     }
 
     #[test]
     fn the_host_pid_namespace_names_no_container() {
         // Container h runs with the host's PIDs: only its cgroup can name its processes.
-        let cs = vec![container("h", HOST, 1024 * MIB, 0, vec![])];
+        let cs = vec![in_cgroup(
+            container("h", HOST, 1024 * MIB, 0, vec![]),
+            "/system.slice/docker-h.scope",
+        )];
         let t = attribute(
             &cs,
             &[reading(U0, vec![(500, 2048 * MIB), (501, 10 * MIB)])],
@@ -348,6 +422,7 @@ mod tests {
             t.by_gpu[&(0, 0)],
             vec![TrueProc {
                 pid: 501,
+                start_time: 1501,
                 used: 10 * MIB,
                 tracked: false
             }]

@@ -5,21 +5,22 @@
 //! Its poststop may never come after an engine crash, CRI-O removing late, or a lower runtime that failed
 //! after the shim provisioned.
 //! A container folder is garbage when its container is gone — its init process is dead, or that pid now
-//! belongs to another PID namespace — and no process still holds a slot of any of its ledgers (the OFD-lock
-//! test is read-only and needs no PIDs). State provisioned by the shim whose hook never recorded an owner
+//! belongs to another PID namespace or to a process started at another time (`vgpu_host::procs::init_alive`)
+//! — and no process still holds a slot of any of its ledgers (the OFD-lock test is read-only and needs no
+//! PIDs). A folder whose limits file cannot be read (too large, not a regular file, not JSON) is kept and
+//! reported: whose it is cannot be told, and its container may be running. State provisioned by the shim whose hook never recorded an owner
 //! is garbage once it is older than `gc_pending_grace_seconds`.
 //! Only folders holding vgpu's marker (`layout::MARKER_FILE_NAME`) are ever removed; anything else under the
 //! state root is reported and left alone, and a `containers/` folder without the marker is not walked at all.
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
 use crate::provision;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime};
 use vgpu_host::inventory::{self, Container, Entry};
+use vgpu_host::procs;
 use vgpu_ledger::layout::{self, StateRoot};
-use vgpu_ledger::limits::Limits;
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
@@ -95,24 +96,20 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
 }
 
 fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<bool> {
-    let container_gone = match &c.limits {
-        Ok(Limits {
-            init_pid: Some(pid),
-            pid_ns: Some(ns),
-            ..
-        }) => !owner_alive(*pid, *ns),
-        // No owner yet (or a limits file being rewritten): only old ones are garbage.
+    let limits = match &c.limits {
+        Ok(l) => l,
+        // Whose it is cannot be told, and its container may be running (its quota still held against
+        // the GPU): never removed for that.
+        Err(e) => bail!(
+            "{e}; kept: its container may still be running (remove the folder once it is gone)"
+        ),
+    };
+    let container_gone = match (limits.init_pid, limits.pid_ns) {
+        (Some(pid), Some(ns)) => !procs::init_alive(pid, ns, limits.init_start_time),
+        // No owner yet: only old ones are garbage.
         _ => age > pending_grace,
     };
     Ok(container_gone && !c.any_slot_alive()?)
-}
-
-/// True when host pid `pid` runs and still lives in PID namespace `pid_ns`.
-pub fn owner_alive(pid: u32, pid_ns: u64) -> bool {
-    match fs::metadata(format!("/proc/{pid}/ns/pid")) {
-        Ok(m) => m.ino() == pid_ns,
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]
@@ -157,6 +154,7 @@ mod tests {
         let owner = Owner::of_pid(pid).unwrap_or(Owner {
             init_pid: pid,
             pid_ns: 1,
+            ..Default::default()
         });
         child.wait().unwrap();
         provision(&root, "dead", &plan(), Owner::default(), None).unwrap();
@@ -169,6 +167,7 @@ mod tests {
             Owner {
                 init_pid: std::process::id(),
                 pid_ns: 1,
+                ..Default::default()
             },
             None,
         )
@@ -191,6 +190,59 @@ mod tests {
         assert_eq!(
             collect(&StateRoot::new(d.path().join("none"))).unwrap(),
             GcReport::default()
+        );
+    }
+
+    // Issue 25: a limits file made too large to read (1.5 MiB of pod names) had its state deleted as
+    // owner-less once past the grace, while its container ran: its quota was released from admission.
+    #[test]
+    fn state_whose_limits_file_cannot_be_read_is_kept_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        for id in ["big", "fifo", "garbled"] {
+            provision(&root, id, &plan(), Owner::default(), None).unwrap();
+        }
+        let path = |id| root.limits_path(id).unwrap();
+        let big = vgpu_ledger::hostfile::MAX_LIMITS_FILE as usize + 1;
+        fs::write(path("big"), vec![b' '; big]).unwrap();
+        fs::remove_file(path("fifo")).unwrap();
+        nix::unistd::mkfifo(
+            &path("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        fs::write(path("garbled"), "{").unwrap();
+        let r = collect_with(&root, Duration::ZERO).unwrap();
+        assert!(r.removed.is_empty(), "{r:?}");
+        assert_eq!(r.errors.len(), 3, "{r:?}");
+        for e in &r.errors {
+            assert!(
+                e.contains("kept: its container may still be running"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        for id in ["big", "fifo", "garbled"] {
+            assert!(root.container_dir(id).unwrap().is_dir(), "{id}");
+        }
+    }
+
+    // The recorded init's PID alive in its namespace, but another process (another start time): gone.
+    #[test]
+    fn an_init_pid_held_by_another_process_is_gone() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        let me = Owner::of_pid(std::process::id()).unwrap();
+        let other = Owner {
+            start_time: me.start_time + 1,
+            ..me.clone()
+        };
+        provision(&root, "mine", &plan(), me.clone(), None).unwrap();
+        provision(&root, "restarted", &plan(), other, None).unwrap();
+        let r = collect_with(&root, Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            (r.removed, r.kept),
+            (vec!["restarted".to_string()], vec!["mine".to_string()])
         );
     }
 

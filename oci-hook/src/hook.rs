@@ -140,12 +140,12 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     let create = Create::new(cfg, root, &st.id, plan)?;
     let image = create.read_image(&spec, &st.bundle)?;
     let edits = create.edits()?;
-    let made = match create.provision(owner, &image) {
+    let made = match create.provision(owner.clone(), &image) {
         Ok(p) => Some(p),
         // This stage already ran for this very container (same init process): mount again, harmlessly.
         // Any other owner's state (another container with this id) is refused and left alone.
         Err(e)
-            if e.is::<provision::AlreadyExists>() && provision::owned_by(root, &st.id, owner) =>
+            if e.is::<provision::AlreadyExists>() && provision::owned_by(root, &st.id, &owner) =>
         {
             None
         }

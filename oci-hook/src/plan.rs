@@ -52,6 +52,9 @@ pub use crate::config::Unquoted;
 pub enum PlanError {
     #[error(transparent)]
     Request(#[from] RequestError),
+    /// A Kubernetes name annotation Kubernetes would refuse (the names are recorded for the monitor).
+    #[error(transparent)]
+    Name(#[from] crate::pod_keys::NameError),
     /// Listing the host's GPUs or selecting the container's failed.
     #[error(transparent)]
     Gpus(GpuError),
@@ -191,6 +194,7 @@ pub fn plan_with(
             compute_limit,
         });
     }
+    crate::pod_keys::check_names(&facts.annotations)?;
     Ok(Some(Plan {
         gpus: out,
         kubernetes,

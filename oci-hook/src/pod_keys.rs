@@ -4,6 +4,11 @@
 //! by the memory quota (`crate::memory_request`) and the compute share (`crate::compute_request`). Not here:
 //! what a value means.
 //!
+//! Also here: the Kubernetes names a container's annotations give (`check_names`), which vgpu records in the
+//! limits file for the monitor's labels and logs, held to Kubernetes' own rules (namespace and container
+//! name DNS labels, pod name a DNS subdomain, at most 253 bytes): what no kubelet writes (a name of
+//! 128 KiB, quotes and newlines) is a hand-made spec, refused with one line naming the annotation.
+//!
 //! Keys naming a container decide that container's setting entirely; a container no key names gets the
 //! plain keys (the pod's default). Container names are DNS labels and a segment of digits is a GPU index, so
 //! the two never mix up (a container whose name is all digits cannot be named).
@@ -74,13 +79,105 @@ pub enum KeyFormError {
 /// Whether `s` can be a Kubernetes container name (a DNS label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most
 /// 63 characters).
 fn is_container_name(s: &str) -> bool {
+    is_dns_label(s)
+}
+
+/// An RFC 1123 DNS label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 bytes.
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_text(s)
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, of any length.
+fn is_label_text(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b.iter()
             .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
+}
+
+/// An RFC 1123 DNS subdomain as Kubernetes checks it: label text joined by '.', at most 253 bytes.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= MAX_NAME && s.split('.').all(is_label_text)
+}
+
+/// Longest Kubernetes name (a DNS subdomain).
+pub const MAX_NAME: usize = 253;
+
+/// Which Kubernetes name an annotation gives, and its rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    Namespace,
+    Pod,
+    Container,
+}
+
+impl NameKind {
+    fn rule(self) -> &'static str {
+        match self {
+            NameKind::Pod => {
+                "a DNS subdomain: lowercase letters, digits, '-' and '.', at most 253 bytes"
+            }
+            _ => "a DNS label: lowercase letters, digits and '-', at most 63 bytes",
+        }
+    }
+}
+
+impl std::fmt::Display for NameKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NameKind::Namespace => "namespace",
+            NameKind::Pod => "pod name",
+            NameKind::Container => "container name",
+        })
+    }
+}
+
+/// The annotations that give a container's Kubernetes names (CRI-O's and containerd's), and which name.
+const NAME_KEYS: [(&str, NameKind); 6] = [
+    (kube::CRIO_POD_NAMESPACE, NameKind::Namespace),
+    (kube::CRI_SANDBOX_NAMESPACE, NameKind::Namespace),
+    (kube::CRIO_POD_NAME, NameKind::Pod),
+    (kube::CRI_SANDBOX_NAME, NameKind::Pod),
+    (kube::CRIO_CONTAINER_NAME, NameKind::Container),
+    (kube::CRI_CONTAINER_NAME, NameKind::Container),
+];
+
+/// A Kubernetes name annotation Kubernetes itself would refuse. `Display` is one line naming the
+/// annotation, the value's start (escaped) and its length.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("annotation {key}: {head:?}{} ({len} bytes) is not a Kubernetes {kind} ({})", if *.len > head.len() { "..." } else { "" }, kind.rule())]
+    NotAName {
+        key: String,
+        /// The value's first characters.
+        head: String,
+        len: usize,
+        kind: NameKind,
+    },
+}
+
+/// Checks every Kubernetes name annotation (empty ones are not given); the first bad one is the error.
+pub fn check_names(annotations: &[(String, String)]) -> Result<(), NameError> {
+    for (k, v) in annotations {
+        let Some(&(_, kind)) = NAME_KEYS.iter().find(|(key, _)| key == k) else {
+            continue;
+        };
+        let ok = match kind {
+            NameKind::Pod => is_dns_subdomain(v),
+            _ => is_dns_label(v),
+        };
+        if !v.is_empty() && !ok {
+            return Err(NameError::NotAName {
+                key: k.clone(),
+                head: v.chars().take(40).collect(),
+                len: v.len(),
+                kind,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What the part of a key after `<base>.` addresses.
@@ -222,6 +319,52 @@ mod tests {
             k.iter().map(|k| k.gpu).collect::<Vec<_>>(),
             vec![None, Some(1)]
         );
+    }
+
+    #[test]
+    fn kubernetes_names_as_kubernetes_writes_them_and_no_other() {
+        let ok = kv(&[
+            ("io.kubernetes.pod.namespace", "ml-team"),
+            ("io.kubernetes.pod.name", "trainer-0.v2"),
+            ("io.kubernetes.container.name", "main"),
+            ("io.kubernetes.cri.sandbox-name", &"a".repeat(MAX_NAME)),
+            ("io.kubernetes.cri.container-name", ""),
+        ]);
+        assert_eq!(check_names(&ok), Ok(()));
+        let bad = |k: &str, v: &str| check_names(&kv(&[(k, v)])).unwrap_err();
+        let huge = "p".repeat(128 << 10);
+        let e = bad("io.kubernetes.pod.name", &huge);
+        assert!(
+            matches!(&e, NameError::NotAName { kind: NameKind::Pod, len, .. } if *len == 128 << 10),
+            "{e:?}"
+        );
+        let line = e.to_string();
+        assert!(line.len() < 300 && !line.contains('\n'), "{line}");
+        assert!(matches!(
+            bad("io.kubernetes.cri.sandbox-name", &"a".repeat(MAX_NAME + 1)),
+            NameError::NotAName {
+                kind: NameKind::Pod,
+                ..
+            }
+        ));
+        let e = bad("io.kubernetes.pod.namespace", "x\"} 0\n# EOF");
+        assert!(matches!(
+            e,
+            NameError::NotAName {
+                kind: NameKind::Namespace,
+                ..
+            }
+        ));
+        assert!(!e.to_string().contains('\n'), "escaped: {e}");
+        for (k, v) in [
+            ("io.kubernetes.container.name", "Main"),
+            ("io.kubernetes.cri.container-name", "a.b"),
+            ("io.kubernetes.cri.sandbox-namespace", &"n".repeat(64)),
+            ("io.kubernetes.pod.name", "-p"),
+            ("io.kubernetes.pod.name", "p..q"),
+        ] {
+            assert!(check_names(&kv(&[(k, v)])).is_err(), "{k}={v}");
+        }
     }
 
     #[test]

@@ -14,33 +14,72 @@ use crate::plan::Plan;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use vgpu_host::procs;
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
 use vgpu_ledger::walk;
 
-/// Who owns the state: the container's init process as the host sees it. Unknown (zero) until the
-/// provisioning hook runs, when the shim provisioned.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Who owns the state: the container's init process as the host sees it, and the container's cgroup.
+/// Unknown (zero) until the provisioning hook runs, when the shim provisioned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owner {
     pub init_pid: u32,
     pub pid_ns: u64,
+    /// When the init process started (`vgpu_host::procs::start_time`): with the PID, its identity.
+    pub start_time: u64,
+    /// The container's cgroup v2 path (see [`Owner::of_pid`]); None: none of its own.
+    pub cgroup: Option<String>,
 }
 
 impl Owner {
-    /// The owner of host pid `pid`: its PID namespace inode from /proc.
+    /// The owner of host pid `pid`: its PID namespace inode and start time from /proc, and its cgroup v2
+    /// path when that is the container's own: not the root, and neither the hook's own cgroup nor one
+    /// above it (a runtime that manages no cgroup, as crun with `--cgroup-manager=disabled`, leaves the
+    /// container in its caller's cgroup, shared with host processes the monitor must never take for the
+    /// container's).
     pub fn of_pid(pid: u32) -> Result<Owner> {
         let ns = format!("/proc/{pid}/ns/pid");
         let md = fs::metadata(&ns)
             .with_context(|| format!("container init pid {pid}: cannot stat {ns}"))?;
+        let start_time = procs::start_time(pid)
+            .ok_or_else(|| anyhow!("container init pid {pid}: cannot read /proc/{pid}/stat"))?;
+        let cg = fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .with_context(|| format!("container init pid {pid}: cannot read /proc/{pid}/cgroup"))?;
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let cgroup = procs::unified_path(&cg)
+            .filter(|c| {
+                *c != "/" && !procs::unified_path(&own).is_some_and(|o| procs::cgroup_within(o, c))
+            })
+            .map(str::to_string);
         Ok(Owner {
             init_pid: pid,
             pid_ns: std::os::unix::fs::MetadataExt::ino(&md),
+            start_time,
+            cgroup,
         })
+    }
+
+    /// Whether `limits` records this owner.
+    fn recorded_in(&self, limits: &Limits) -> bool {
+        self.init_pid != 0
+            && limits.init_pid == Some(self.init_pid)
+            && limits.pid_ns == Some(self.pid_ns)
+            && limits.init_start_time.unwrap_or(self.start_time) == self.start_time
+    }
+
+    /// Writes this owner into `limits` (nothing when unknown).
+    fn record_in(&self, limits: &mut Limits) {
+        if self.init_pid == 0 {
+            return;
+        }
+        limits.init_pid = Some(self.init_pid);
+        limits.pid_ns = Some(self.pid_ns);
+        limits.init_start_time = Some(self.start_time);
+        limits.cgroup = self.cgroup.clone();
     }
 }
 
@@ -60,7 +99,7 @@ pub fn preload_contents(image_preload: Option<&str>) -> String {
 }
 
 /// The limits file content for `plan`.
-pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
+pub fn limits_for(id: &str, plan: &Plan, owner: &Owner) -> Result<Limits> {
     let devices = plan
         .gpus
         .iter()
@@ -87,18 +126,18 @@ pub fn limits_for(id: &str, plan: &Plan, owner: Owner) -> Result<Limits> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let (init_pid, pid_ns) = match owner {
-        Owner { init_pid: 0, .. } => (None, None),
-        o => (Some(o.init_pid), Some(o.pid_ns)),
-    };
-    Ok(Limits {
+    let mut limits = Limits {
         version: LIMITS_VERSION,
         container_id: id.to_string(),
-        pid_ns,
-        init_pid,
+        pid_ns: None,
+        init_pid: None,
+        init_start_time: None,
+        cgroup: None,
         devices,
         kubernetes: plan.kubernetes.clone(),
-    })
+    };
+    owner.record_in(&mut limits);
+    Ok(limits)
 }
 
 /// The state of container `id` is there already: it belongs to a live container with this id, or to a
@@ -191,7 +230,7 @@ pub fn provision(
     image_preload: Option<&str>,
 ) -> Result<Provisioned> {
     let dir = root.container_dir(id)?;
-    let limits = limits_for(id, plan, owner)?;
+    let limits = limits_for(id, plan, &owner)?;
     let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
     match fs::symlink_metadata(&dir) {
         Ok(_) if !walk::is_marked(&dir) => bail!(
@@ -329,9 +368,14 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
     Ok(())
 }
 
-/// Records the container's owner in its limits file once the container exists (shim path). The file is
-/// already bind-mounted into the container, so it is rewritten in place (a rename would leave the mount on
-/// the old file). Nothing in the container reads it before the container's process starts, after the hooks.
+/// Records the container's owner in its limits file once the container exists (shim path), as a whole new
+/// file renamed over the old one (`Limits::write_atomic`): admission, gc and the monitor read the file
+/// while this runs, and each of them reads the old file or the new one, never half of each. The file is
+/// bind-mounted into the container already, so the container keeps the old inode: the limits file as
+/// provisioned, without the owner. Nothing in the container needs the owner (the library reads `devices`
+/// alone, `vgpu_ledger::Limits`' readers inside never look at `init_pid`, `pid_ns`, `init_start_time` or
+/// `cgroup`), and host facts (host PIDs, cgroup paths) are better kept out of the tenant's sight, so the
+/// owner lives in the host's copy alone: one file for every host reader, written whole.
 pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     let dir = root.container_dir(id)?;
     if !walk::is_marked(&dir) {
@@ -343,32 +387,22 @@ pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     }
     let p = root.limits_path(id)?;
     let mut limits = hostfile::load_limits(&p).map_err(|e| anyhow!("container {id}: {e}"))?;
-    if limits.init_pid == Some(owner.init_pid) && limits.pid_ns == Some(owner.pid_ns) {
+    if owner.recorded_in(&limits) && limits.cgroup == owner.cgroup {
         return Ok(());
     }
-    limits.init_pid = Some(owner.init_pid);
-    limits.pid_ns = Some(owner.pid_ns);
-    let mut text = serde_json::to_string_pretty(&limits)?;
-    text.push('\n');
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&p)
-        .with_context(|| format!("cannot open {}", p.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.set_len(text.len() as u64)?;
-    Ok(())
+    owner.record_in(&mut limits);
+    limits
+        .write_atomic(&p)
+        .with_context(|| format!("container {id}: cannot record its owner"))
 }
 
 /// Whether container `id`'s state records `owner` as its init process (the hooks.d path provisions with
 /// the owner known, so a stage run twice recognises its own state).
-pub fn owned_by(root: &StateRoot, id: &str, owner: Owner) -> bool {
+pub fn owned_by(root: &StateRoot, id: &str, owner: &Owner) -> bool {
     let Ok(p) = root.limits_path(id) else {
         return false;
     };
-    hostfile::load_limits(&p).is_ok_and(|l| {
-        owner.init_pid != 0 && l.init_pid == Some(owner.init_pid) && l.pid_ns == Some(owner.pid_ns)
-    })
+    hostfile::load_limits(&p).is_ok_and(|l| owner.recorded_in(&l))
 }
 
 /// Removes the container's state; a missing folder is fine (poststop twice, or without a prestart).

@@ -3,7 +3,8 @@
 # a tenant turns its ledger into a FIFO or a symlink to a host file, or truncates it in a loop, while
 # vgpuctl status, vgpuctl gc, another container's create and another container's poststop look at it; a
 # state root on a full file system; a state root that is someone else's folder; ids and quotas too small or
-# too long. Each case names the issue item it covers (issue 13, items 4, 5, 6, 8, 11, 13).
+# too long; Kubernetes names too long for the limits file, and state gc cannot read. Each case names the
+# issue item it covers (issue 13, items 4, 5, 6, 8, 11, 13; issue 25, items 3 and 10).
 # `timeout` below only keeps a regression from hanging the suite; a fixed build answers at once.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
@@ -19,6 +20,7 @@ t_init isolation-host
 t_require "$VGPUCTL"
 oci_setup
 
+BASE_CONFIG=$VGPU_CONFIG
 # A host file a tenant would like to read, and a host FIFO a tool that follows links would block on.
 printf 'TOPSECRET-host-file\n' > "$WORK/secret"
 mkfifo "$WORK/hostfifo"
@@ -250,7 +252,6 @@ case_small_things() {
     check_eq "  ... and leaves nothing" "$(state_left)" ""
 }
 
-BASE_CONFIG=$VGPU_CONFIG
 case_image_preload_not_opened() {
     echo "-- issue 25 item 10: an image whose /etc/ld.so.preload is a FIFO or a device node: refused, never opened"
     local r=$WORK/oddroot out rc writer
@@ -284,6 +285,37 @@ case_image_preload_not_opened() {
     rm -rf "$r"
 }
 
+case_oversized_names_and_unreadable_limits() {
+    echo "-- issue 25 item 3: 128 KiB pod names are refused; a running container's unreadable limits.json survives gc"
+    local k out rc id
+    for k in io.kubernetes.pod.name io.kubernetes.pod.namespace io.kubernetes.cri.sandbox-name; do
+        new_bundle true
+        bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+        bundle_jq "$B" '.annotations[$k] = ("a" * 131072)' --arg k "$k"
+        refused "annotation $k of 128 KiB" "^vgpu: annotation $k: \"a{40}\"\.\.\. \(131072 bytes\) is not a Kubernetes"
+    done
+    new_bundle true
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+    bundle_annotate "$B" io.kubernetes.pod.name 'p"} 0'
+    refused "a pod name with a quote and a brace" "^vgpu: annotation io.kubernetes.pod.name: .* is not a Kubernetes pod name"
+    # A running container (its process uses no CUDA: no ledger slot tells gc it lives) whose limits file the
+    # host can no longer read: larger than the readers' cap, as 1.5 MiB of names made it.
+    tenant "true"; id=$ID
+    head -c $((2 << 20)) /dev/zero | tr '\0' ' ' > "$STATE/containers/$id/limits.json.big"
+    mv "$STATE/containers/$id/limits.json.big" "$STATE/containers/$id/limits.json"
+    with_config gc_pending_grace_seconds=0
+    sleep 0.1
+    rc=0; out=$("$VGPUCTL" gc 2>&1) || rc=$?
+    check "the container still runs" sh -c "$RUNTIME --root '$WORK/rt' state '$id' | jq -e '.status == \"running\"'"
+    check "  ... and vgpuctl gc kept its state" test -d "$STATE/containers/$id"
+    check_match "  ... and said so in one line" "$id/limits.json: .*more than such a file can be.*kept: its container may still be running" "$out"
+    check_eq "  ... (rc != 0: a folder it could not collect)" "$((rc != 0))" 1
+    export VGPU_CONFIG=$BASE_CONFIG
+    plain delete -f "$id" >/dev/null 2>&1
+    check_eq "its poststop removes it" "$(state_left)" ""
+}
+
+case_oversized_names_and_unreadable_limits
 case_fifo_and_symlink_status
 case_fifo_and_symlink_gc
 case_truncate_race

@@ -140,13 +140,23 @@ fn provision_is_complete_idempotent_and_removable() {
         "/usr/local/vgpu/libvgpu.so\n/x.so\n"
     );
     let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
-    // The owner is recorded in place (the file may be bind-mounted).
+    // The owner is recorded in a new file (the container's mount keeps the old one, see record_owner).
     let me = Owner::of_pid(std::process::id()).unwrap();
     let before = ino(&dir.join("limits.json"));
-    record_owner(&root, "c1", me).unwrap();
+    record_owner(&root, "c1", me.clone()).unwrap();
     let l = Limits::load(&dir.join("limits.json")).unwrap();
     assert_eq!((l.init_pid, l.pid_ns), (Some(me.init_pid), Some(me.pid_ns)));
-    assert_eq!(ino(&dir.join("limits.json")), before);
+    assert_eq!(l.init_start_time, Some(me.start_time));
+    assert_ne!(ino(&dir.join("limits.json")), before);
+    assert!(owned_by(&root, "c1", &me));
+    let reused = Owner {
+        start_time: me.start_time + 1,
+        ..me.clone()
+    };
+    assert!(
+        !owned_by(&root, "c1", &reused),
+        "another process with the PID"
+    );
     assert!(remove(&root, "c1").unwrap());
     assert!(!remove(&root, "c1").unwrap());
     assert_eq!(entries(&root), 0, "nothing left behind");
@@ -265,4 +275,35 @@ fn the_longest_id_provisions_and_a_longer_one_is_refused_in_one_clear_line() {
         e.starts_with("invalid container id \"xxx") && e.contains("longer than 200 bytes"),
         "{e}"
     );
+}
+
+// Issue 25: record_owner rewrote limits.json in place (write over, then truncate) while admission, gc and
+// the monitor read it: a reader that had read part of the file read the rest from the new text (torn JSON,
+// or the new text with the old one's tail). Now the file is replaced whole (a new file renamed over it): a
+// reader reads the old file or the new one to its end, and the container's bind mount keeps the old inode,
+// all the container reads of it (`devices`) unchanged.
+#[test]
+fn recording_the_owner_never_shows_a_reader_half_a_file() {
+    use std::io::Read;
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().join("state"));
+    let dir = provision(&root, "c1", &plan(1 << 30), Owner::default(), None)
+        .unwrap()
+        .dir;
+    let path = dir.join("limits.json");
+    let me = Owner::of_pid(std::process::id()).unwrap();
+    let mut owner = me.clone();
+    for pid in [1_000_000_000, 1, 4_000_000] {
+        // A reader (admission, gc, the monitor; or the container through its mount) is half-way through.
+        let mut reader = fs::File::open(&path).unwrap();
+        let mut text = vec![0u8; 40];
+        reader.read_exact(&mut text).unwrap();
+        let before = Limits::load(&path).unwrap();
+        owner.init_pid = pid;
+        record_owner(&root, "c1", owner.clone()).unwrap();
+        reader.read_to_end(&mut text).unwrap();
+        let read = Limits::from_slice(&text).expect("the reader read one whole file");
+        assert_eq!(read, before, "the file as it was when the reader opened it");
+        assert_eq!(Limits::load(&path).unwrap().init_pid, Some(pid));
+    }
 }

@@ -26,6 +26,8 @@ fn provision_in(
         container_id: id.into(),
         pid_ns: None,
         init_pid: Some(1),
+        init_start_time: None,
+        cgroup: None,
         kubernetes: None,
         devices: vec![DeviceLimit {
             index: 0,
