@@ -63,8 +63,10 @@ pub struct Reading {
     pub state_error: Option<String>,
 }
 
+/// One log line on stderr: a finding names the tenant's pod and container, so control characters are
+/// escaped (a name cannot forge a "killed pid" line or drive the operator's terminal).
 fn log(msg: &str) {
-    eprintln!("vgpuctl monitor: {msg}");
+    eprintln!("vgpuctl monitor: {}", vgpu_host::printable::printable(msg));
 }
 
 impl Monitor {

@@ -3,6 +3,8 @@
 //! the collector's last reading of the state root and NVML; the watchdog's counters and open findings come
 //! from its passes. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
 
+mod labels;
+
 use super::state::ContainerState;
 use super::watchdog::Truth;
 use prometheus_client::encoding::text::encode;
@@ -15,8 +17,7 @@ use std::time::Duration;
 use vgpu_host::nvml::GpuReading;
 use vgpu_ledger::Kind;
 
-/// Label pairs of one series.
-pub type Labels = Vec<(&'static str, String)>;
+pub use labels::{Labels, Value};
 type IntFamily = Family<Labels, Gauge>;
 type RatioFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 type SecondsFamily = Family<Labels, Counter<f64, AtomicU64>>;
@@ -58,23 +59,24 @@ pub fn container_labels(c: &ContainerState, g: usize) -> Labels {
     let names = c.names.clone().unwrap_or_default();
     let gpu = &c.gpus[g];
     vec![
-        ("namespace", names.namespace),
-        ("pod", names.pod),
+        ("namespace", names.namespace.into()),
+        ("pod", names.pod.into()),
         (
             "container",
             if names.container.is_empty() {
                 c.id.clone()
             } else {
                 names.container
-            },
+            }
+            .into(),
         ),
-        ("container_id", c.id.clone()),
-        ("vdevice_index", gpu.index.to_string()),
-        ("device_uuid", gpu.uuid.clone()),
+        ("container_id", c.id.clone().into()),
+        ("vdevice_index", gpu.index.to_string().into()),
+        ("device_uuid", gpu.uuid.clone().into()),
     ]
 }
 
-fn with(mut l: Labels, k: &'static str, v: impl Into<String>) -> Labels {
+fn with(mut l: Labels, k: &'static str, v: impl Into<Value>) -> Labels {
     l.push((k, v.into()));
     l
 }
@@ -304,9 +306,9 @@ pub fn render(s: &Scrape) -> String {
     }
     for r in s.gpus.unwrap_or_default() {
         let l: Labels = vec![
-            ("device_index", r.index.to_string()),
-            ("device_uuid", r.uuid.clone()),
-            ("device_type", r.name.clone()),
+            ("device_index", r.index.to_string().into()),
+            ("device_uuid", r.uuid.clone().into()),
+            ("device_type", r.name.clone().into()),
         ];
         set(&host_used, &l, r.used);
         set(&host_total, &l, r.total);
@@ -322,7 +324,7 @@ pub fn render(s: &Scrape) -> String {
     }
     for (kind, n) in &s.watchdog.events {
         events
-            .get_or_create(&vec![("finding", kind.to_string())])
+            .get_or_create(&vec![("finding", Value::from(*kind))])
             .inc_by(*n);
     }
     if let Some(c) = s.collection {
@@ -351,147 +353,4 @@ pub fn render(s: &Scrape) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::state::GpuState;
-    use super::super::watchdog::TrueProc;
-    use super::*;
-
-    #[test]
-    fn renders_hami_and_vgpu_series_with_labels() {
-        let c = ContainerState {
-            id: "c1".into(),
-            names: Some(vgpu_ledger::KubeNames {
-                namespace: "ns".into(),
-                pod: "p".into(),
-                container: "main".into(),
-            }),
-            gpus: vec![GpuState {
-                index: 0,
-                uuid: "GPU-0".into(),
-                limit: Some(1 << 30),
-                compute_limit: Some(30),
-                compute: vgpu_ledger::region::ComputeSnapshot {
-                    charged_ns: 1_500_000_000,
-                    held_ns: 250_000_000,
-                    launches: 42,
-                    ..Default::default()
-                },
-                total: 300 << 20,
-                slots_sum: 300 << 20,
-                by_kind: {
-                    let mut k = [0; vgpu_ledger::region::KINDS];
-                    k[Kind::Data.index()] = 300 << 20;
-                    k
-                },
-                owners: vec![(1, 1)],
-                refusals: 3,
-                spilled: 7 << 20,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let mut truth = Truth {
-            listed: vec!["GPU-0".into()],
-            ..Default::default()
-        };
-        truth.by_gpu.insert(
-            (0, 0),
-            vec![
-                TrueProc {
-                    pid: 10,
-                    used: 300 << 20,
-                    tracked: true,
-                },
-                TrueProc {
-                    pid: 11,
-                    used: 5 << 20,
-                    tracked: false,
-                },
-            ],
-        );
-        let gpus = vec![GpuReading {
-            index: 0,
-            uuid: "GPU-0".into(),
-            name: "NVIDIA H100".into(),
-            total: 16 << 30,
-            used: 1 << 30,
-            utilization: Some(0.25),
-            processes: Some(vec![]),
-            process_utilization: Some(vec![(10, 0.5), (11, 0.125), (99, 1.0)]),
-        }];
-        let wd = WatchdogView {
-            events: vec![("over_quota", 2)],
-            kills: 1,
-            ..Default::default()
-        };
-        let text = render(&Scrape {
-            containers: &[c],
-            gpus: Some(&gpus),
-            truth: &truth,
-            watchdog: &wd,
-            state_error: None,
-            collection: Some(Collection {
-                age: Duration::from_millis(1500),
-                took: Duration::from_millis(20),
-            }),
-        });
-        let l = r#"namespace="ns",pod="p",container="main",container_id="c1",vdevice_index="0",device_uuid="GPU-0""#;
-        for want in [
-            format!("hami_vgpu_memory_used_bytes{{{l}}} 314572800"),
-            format!("hami_vgpu_memory_limit_bytes{{{l}}} 1073741824"),
-            format!("vgpu_memory_used_by_kind_bytes{{{l},kind=\"data\"}} 314572800"),
-            format!("vgpu_memory_spilled_bytes{{{l}}} 7340032"),
-            format!("vgpu_container_gpu_memory_nvml_bytes{{{l}}} 319815680"),
-            format!("vgpu_container_gpu_memory_untracked_bytes{{{l}}} 5242880"),
-            r#"hami_host_gpu_memory_used_bytes{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 1073741824"#.into(),
-            r#"hami_host_gpu_utilization_ratio{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 0.25"#.into(),
-            r#"vgpu_watchdog_events_total{finding="over_quota"} 2"#.into(),
-            "vgpu_nvml_unattributed_processes 0".into(),
-            "vgpu_watchdog_kills_total 1".into(),
-            "vgpu_nvml_up 1".into(),
-            format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
-            format!("vgpu_memory_refusals_total{{{l}}} 3"),
-            format!("vgpu_compute_limit_ratio{{{l}}} 0.3"),
-            format!("vgpu_compute_charged_seconds_total{{{l}}} 1.5"),
-            format!("vgpu_compute_held_seconds_total{{{l}}} 0.25"),
-            format!("vgpu_compute_launches_total{{{l}}} 42"),
-            "vgpu_monitor_reading_age_seconds 1.5".into(),
-            "vgpu_monitor_collection_seconds 0.02".into(),
-            "# EOF".into(),
-        ] {
-            assert!(text.contains(&want), "missing {want}\n{text}");
-        }
-        assert!(!text.contains("kind=\"vmm\""), "kinds at zero are left out");
-    }
-
-    #[test]
-    fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_compute_series() {
-        let gpu = |limit, compute_limit| GpuState {
-            uuid: "GPU-0".into(),
-            limit,
-            compute_limit,
-            ..Default::default()
-        };
-        let c = ContainerState {
-            id: "c1".into(),
-            gpus: vec![gpu(None, Some(70)), gpu(Some(1 << 30), None)],
-            ..Default::default()
-        };
-        let text = render(&Scrape {
-            containers: &[c],
-            gpus: None,
-            truth: &Truth::default(),
-            watchdog: &WatchdogView::default(),
-            state_error: None,
-            collection: None,
-        });
-        let series = |name: &str| text.lines().filter(|l| l.starts_with(name)).count();
-        assert_eq!(series("hami_vgpu_memory_limit_bytes{"), 1, "{text}");
-        assert_eq!(series("vgpu_compute_limit_ratio{"), 1, "{text}");
-        assert!(
-            text.contains("vdevice_index=\"0\",device_uuid=\"GPU-0\"} 0.7"),
-            "{text}"
-        );
-        assert_eq!(series("vgpu_compute_launches_total{"), 1, "{text}");
-    }
-}
+mod tests;

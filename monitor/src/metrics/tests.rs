@@ -1,0 +1,233 @@
+//! The scrape's text: HAMi's and our series with their labels, and label values a tenant chose kept inside
+//! their quotes.
+
+use super::*;
+use crate::state::GpuState;
+use crate::watchdog::TrueProc;
+
+#[test]
+fn renders_hami_and_vgpu_series_with_labels() {
+    let c = ContainerState {
+        id: "c1".into(),
+        names: Some(vgpu_ledger::KubeNames {
+            namespace: "ns".into(),
+            pod: "p".into(),
+            container: "main".into(),
+        }),
+        gpus: vec![GpuState {
+            index: 0,
+            uuid: "GPU-0".into(),
+            limit: Some(1 << 30),
+            compute_limit: Some(30),
+            compute: vgpu_ledger::region::ComputeSnapshot {
+                charged_ns: 1_500_000_000,
+                held_ns: 250_000_000,
+                launches: 42,
+                ..Default::default()
+            },
+            total: 300 << 20,
+            slots_sum: 300 << 20,
+            by_kind: {
+                let mut k = [0; vgpu_ledger::region::KINDS];
+                k[Kind::Data.index()] = 300 << 20;
+                k
+            },
+            owners: vec![(1, 1)],
+            refusals: 3,
+            spilled: 7 << 20,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut truth = Truth {
+        listed: vec!["GPU-0".into()],
+        ..Default::default()
+    };
+    truth.by_gpu.insert(
+        (0, 0),
+        vec![
+            TrueProc {
+                pid: 10,
+                used: 300 << 20,
+                tracked: true,
+            },
+            TrueProc {
+                pid: 11,
+                used: 5 << 20,
+                tracked: false,
+            },
+        ],
+    );
+    let gpus = vec![GpuReading {
+        index: 0,
+        uuid: "GPU-0".into(),
+        name: "NVIDIA H100".into(),
+        total: 16 << 30,
+        used: 1 << 30,
+        utilization: Some(0.25),
+        processes: Some(vec![]),
+        process_utilization: Some(vec![(10, 0.5), (11, 0.125), (99, 1.0)]),
+    }];
+    let wd = WatchdogView {
+        events: vec![("over_quota", 2)],
+        kills: 1,
+        ..Default::default()
+    };
+    let text = render(&Scrape {
+        containers: &[c],
+        gpus: Some(&gpus),
+        truth: &truth,
+        watchdog: &wd,
+        state_error: None,
+        collection: Some(Collection {
+            age: Duration::from_millis(1500),
+            took: Duration::from_millis(20),
+        }),
+    });
+    let l = r#"namespace="ns",pod="p",container="main",container_id="c1",vdevice_index="0",device_uuid="GPU-0""#;
+    for want in [
+        format!("hami_vgpu_memory_used_bytes{{{l}}} 314572800"),
+        format!("hami_vgpu_memory_limit_bytes{{{l}}} 1073741824"),
+        format!("vgpu_memory_used_by_kind_bytes{{{l},kind=\"data\"}} 314572800"),
+        format!("vgpu_memory_spilled_bytes{{{l}}} 7340032"),
+        format!("vgpu_container_gpu_memory_nvml_bytes{{{l}}} 319815680"),
+        format!("vgpu_container_gpu_memory_untracked_bytes{{{l}}} 5242880"),
+        r#"hami_host_gpu_memory_used_bytes{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 1073741824"#.into(),
+        r#"hami_host_gpu_utilization_ratio{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 0.25"#.into(),
+        r#"vgpu_watchdog_events_total{finding="over_quota"} 2"#.into(),
+        "vgpu_nvml_unattributed_processes 0".into(),
+        "vgpu_watchdog_kills_total 1".into(),
+        "vgpu_nvml_up 1".into(),
+        format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
+        format!("vgpu_memory_refusals_total{{{l}}} 3"),
+        format!("vgpu_compute_limit_ratio{{{l}}} 0.3"),
+        format!("vgpu_compute_charged_seconds_total{{{l}}} 1.5"),
+        format!("vgpu_compute_held_seconds_total{{{l}}} 0.25"),
+        format!("vgpu_compute_launches_total{{{l}}} 42"),
+        "vgpu_monitor_reading_age_seconds 1.5".into(),
+        "vgpu_monitor_collection_seconds 0.02".into(),
+        "# EOF".into(),
+    ] {
+        assert!(text.contains(&want), "missing {want}\n{text}");
+    }
+    assert!(!text.contains("kind=\"vmm\""), "kinds at zero are left out");
+}
+
+#[test]
+fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_compute_series() {
+    let gpu = |limit, compute_limit| GpuState {
+        uuid: "GPU-0".into(),
+        limit,
+        compute_limit,
+        ..Default::default()
+    };
+    let c = ContainerState {
+        id: "c1".into(),
+        gpus: vec![gpu(None, Some(70)), gpu(Some(1 << 30), None)],
+        ..Default::default()
+    };
+    let text = render(&Scrape {
+        containers: &[c],
+        gpus: None,
+        truth: &Truth::default(),
+        watchdog: &WatchdogView::default(),
+        state_error: None,
+        collection: None,
+    });
+    let series = |name: &str| text.lines().filter(|l| l.starts_with(name)).count();
+    assert_eq!(series("hami_vgpu_memory_limit_bytes{"), 1, "{text}");
+    assert_eq!(series("vgpu_compute_limit_ratio{"), 1, "{text}");
+    assert!(
+        text.contains("vdevice_index=\"0\",device_uuid=\"GPU-0\"} 0.7"),
+        "{text}"
+    );
+    assert_eq!(series("vgpu_compute_launches_total{"), 1, "{text}");
+}
+
+/// The label pairs of one sample line, decoded as OpenMetrics reads them (`\\`, `\"`, `\n`); `None`
+/// where the line is not one well-formed sample.
+fn sample(line: &str) -> Option<(String, Vec<(String, String)>, String)> {
+    let (name, rest) = line.split_once('{')?;
+    let mut labels = vec![];
+    let mut chars = rest.chars();
+    loop {
+        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+        if chars.next()? != '"' {
+            return None;
+        }
+        let mut value = String::new();
+        loop {
+            match chars.next()? {
+                '\\' => value.push(match chars.next()? {
+                    'n' => '\n',
+                    c @ ('\\' | '"') => c,
+                    _ => return None,
+                }),
+                '"' => break,
+                '\n' => return None,
+                c => value.push(c),
+            }
+        }
+        labels.push((key, value));
+        match chars.next()? {
+            ',' => continue,
+            '}' => break,
+            _ => return None,
+        }
+    }
+    let value: String = chars.collect();
+    let value = value.strip_prefix(' ')?;
+    value.parse::<f64>().ok()?;
+    Some((name.to_string(), labels, value.to_string()))
+}
+
+/// A tenant's names carrying quotes, a backslash, newlines and a forged `# EOF` stay inside their
+/// label values: every line is a comment or one well-formed sample, the text ends at its one `# EOF`,
+/// and each value reads back as written.
+#[test]
+fn hostile_names_stay_inside_their_label_values() {
+    let pod = "p\"} 0\n# EOF\nhami_vgpu_memory_used_bytes{pod=\"victim\"} 1e18\n";
+    let namespace = "ns\\\"";
+    let container = "c\r\x1b[2Jx";
+    let c = ContainerState {
+        id: "c1".into(),
+        names: Some(vgpu_ledger::KubeNames {
+            namespace: namespace.into(),
+            pod: pod.into(),
+            container: container.into(),
+        }),
+        gpus: vec![GpuState {
+            uuid: "GPU-0".into(),
+            limit: Some(1 << 30),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let text = render(&Scrape {
+        containers: &[c],
+        gpus: None,
+        truth: &Truth::default(),
+        watchdog: &WatchdogView::default(),
+        state_error: None,
+        collection: None,
+    });
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "{text}");
+    assert_eq!(lines.iter().filter(|l| **l == "# EOF").count(), 1, "{text}");
+    let mut limits = 0;
+    for l in &lines[..lines.len() - 1] {
+        if l.starts_with("# HELP ") || l.starts_with("# TYPE ") || !l.contains('{') {
+            continue;
+        }
+        let (name, labels, value) = sample(l).unwrap_or_else(|| panic!("not a sample: {l:?}"));
+        let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("pod"), Some(pod), "{l}");
+        assert_eq!(get("namespace"), Some(namespace), "{l}");
+        assert_eq!(get("container"), Some(container), "{l}");
+        if name == "hami_vgpu_memory_limit_bytes" {
+            limits += 1;
+            assert_eq!(value, "1073741824");
+        }
+    }
+    assert_eq!(limits, 1, "{text}");
+}
