@@ -26,6 +26,8 @@ pub struct Settings {
     pub tolerance: u64,
     pub kill: bool,
     pub nvml_library: String,
+    /// HAMi's `node` label: `[monitor] node`, else the host name.
+    pub node: String,
 }
 
 impl Settings {
@@ -51,6 +53,11 @@ impl Settings {
                 .nvml_library
                 .or_else(|| table.nvml_library.clone())
                 .unwrap_or_else(|| default_nvml.to_string()),
+            node: table.node.clone().unwrap_or_else(|| {
+                nix::unistd::gethostname()
+                    .map(|h| h.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            }),
         })
     }
 }
@@ -83,6 +90,7 @@ mod tests {
             tolerance: Some(1 << 30),
             kill: Some(true),
             nvml_library: Some("/t.so".into()),
+            node: Some("gpu-7".into()),
         };
         let s = Settings::new(&table, Flags::default(), "n").unwrap();
         assert_eq!(
@@ -94,6 +102,12 @@ mod tests {
                 s.nvml_library.as_str()
             ),
             ("127.0.0.1:1", 2, 1 << 30, true, "/t.so")
+        );
+        assert_eq!(s.node, "gpu-7");
+        assert_eq!(
+            d.node,
+            nix::unistd::gethostname().unwrap().to_string_lossy(),
+            "the host name by default"
         );
         let flags = Flags {
             listen: Some("127.0.0.1:2".into()),

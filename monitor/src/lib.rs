@@ -2,14 +2,15 @@
 //! the NVML-truth watchdog. A collector thread reads everything once per interval (the state root, NVML,
 //! the attribution of NVML's processes to containers) and runs the watchdog pass on that reading: it logs
 //! each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the processes that put a
-//! container over its quota. A small synchronous HTTP server (std `TcpListener`, one request at a time)
-//! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
-//! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
+//! container over its quota. The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
+//! scrape costs the encoding alone and any number of scrapers add no reads
+//! (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
 //! state root and takes no lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's figures, from
-//! `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `config` (its
+//! `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `http` (the server), `config` (its
 //! settings); NVML is the host tools' one binding, `vgpu_host::nvml`.
 
 pub mod config;
+pub mod http;
 pub mod metrics;
 pub mod state;
 pub mod watchdog;
@@ -17,8 +18,7 @@ pub mod watchdog;
 use anyhow::{Context, Result};
 use metrics::WatchdogView;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vgpu_host::nvml::{GpuReading, Nvml};
@@ -35,6 +35,9 @@ pub struct Monitor {
     watch: Mutex<Watch>,
     /// The last collection, which scrapes serve.
     last: Mutex<Option<Arc<Collected>>>,
+    build: metrics::BuildInfo,
+    /// HAMi's `node` label.
+    node: String,
 }
 
 /// One collection: a reading, when it was finished and how long it took.
@@ -65,7 +68,7 @@ pub struct Reading {
 
 /// One log line on stderr: a finding names the tenant's pod and container, so control characters are
 /// escaped (a name cannot forge a "killed pid" line or drive the operator's terminal).
-fn log(msg: &str) {
+pub(crate) fn log(msg: &str) {
     eprintln!("vgpuctl monitor: {}", vgpu_host::printable::printable(msg));
 }
 
@@ -90,7 +93,19 @@ impl Monitor {
             policy,
             watch: Mutex::new(Watch::default()),
             last: Mutex::new(None),
+            build: metrics::BuildInfo::default(),
+            node: String::new(),
         }
+    }
+
+    /// Names the node on the host GPUs' series (HAMi's `node` label).
+    pub fn set_node(&mut self, node: String) {
+        self.node = node;
+    }
+
+    /// Says what the binary was built from (`vgpu_build_info`).
+    pub fn set_build(&mut self, build: metrics::BuildInfo) {
+        self.build = build;
     }
 
     /// Reads the state root and NVML now.
@@ -142,6 +157,8 @@ impl Monitor {
         let r = &c.reading;
         let view = self.watchdog_view();
         metrics::render(&metrics::Scrape {
+            build: self.build,
+            node: &self.node,
             containers: &r.containers,
             gpus: r.gpus.as_deref(),
             truth: &r.truth,
@@ -276,68 +293,24 @@ fn describe(f: &Finding, r: &Reading) -> String {
     }
 }
 
-/// Collects (and runs the watchdog) every `interval` and serves `GET /metrics` on `listener`; returns only
-/// on error.
+/// Collects (and runs the watchdog) every `interval` and serves `GET /metrics` and `GET /healthz` on
+/// `listener` (`http`); returns only on error.
 pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> Result<()> {
+    // The first reading is made before the first request is accepted: a scrape never waits for one.
+    monitor.collect();
     let m = monitor.clone();
     std::thread::Builder::new()
         .name("collector".into())
         .spawn(move || loop {
-            m.collect();
             std::thread::sleep(interval);
+            m.collect();
         })?;
-    for conn in listener.incoming() {
-        match conn {
-            Ok(s) => {
-                if let Err(e) = answer(&monitor, s) {
-                    log(&format!("request: {e}"));
-                }
-            }
-            Err(e) => log(&format!("accept: {e}")),
-        }
-    }
-    Ok(())
-}
-
-/// Answers one request (a slow client gets a few seconds, not the monitor).
-fn answer(m: &Monitor, s: TcpStream) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(s.try_clone()?);
-    let mut line = String::new();
-    reader.by_ref().take(8192).read_line(&mut line)?;
-    // The headers are read and ignored (bounded).
-    let mut h = String::new();
-    for _ in 0..100 {
-        h.clear();
-        if reader.by_ref().take(8192).read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
-            break;
-        }
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            m.scrape(),
-        ),
-        ("GET", "/") => (
-            "200 OK",
-            "text/plain; charset=utf-8",
-            "vgpu monitor: see /metrics\n".to_string(),
-        ),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".into()),
-        _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
-    };
-    let mut s = s;
-    write!(
-        s,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    s.write_all(body.as_bytes())?;
-    s.flush()
+    http::serve(
+        monitor,
+        listener,
+        http::LIMITS,
+        interval * 3 + Duration::from_secs(30),
+    )
 }
 
 #[cfg(test)]

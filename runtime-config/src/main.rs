@@ -161,7 +161,13 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         tolerance: s.tolerance,
         kill: s.kill,
     };
-    let m = std::sync::Arc::new(Monitor::new(root.clone(), &s.nvml_library, policy));
+    let mut m = Monitor::new(root.clone(), &s.nvml_library, policy);
+    m.set_node(s.node.clone());
+    m.set_build(vgpu_monitor::metrics::BuildInfo {
+        version: env!("CARGO_PKG_VERSION"),
+        commit: vgpu_oci::version::COMMIT,
+    });
+    let m = std::sync::Arc::new(m);
     if a.once {
         out.write_all(m.scrape().as_bytes())?;
         return Ok(());

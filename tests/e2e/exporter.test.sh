@@ -2,7 +2,9 @@
 # vgpuctl monitor's exporter against a hostile tenant and a careless client, with real runc containers on the
 # fake driver: names that carry quotes, newlines, a forged `# EOF` and terminal escapes stay inside their
 # label values (checked by promtool and by a real Prometheus scraping the monitor), in the monitor's log
-# lines and in `vgpuctl status`.
+# lines and in `vgpuctl status`; a client sending one header byte every 3 s and idle connections do not
+# delay a scrape; /healthz and vgpu_build_info; every series the Grafana dashboard queries is one the
+# exporter serves.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -10,7 +12,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib/vgpu.sh"
 . "$(dirname "$0")/lib/oci-cases.sh"
 RUNTIME=runc
-VGPUCTL=$T/release/vgpuctl
+VGPUCTL=${VGPUCTL:-$T/release/vgpuctl}
 t_init exporter
 t_require "$VGPUCTL" "$(command -v curl)" "$(command -v promtool)" "$(command -v prometheus)" "$(command -v python3)"
 oci_setup
@@ -86,7 +88,7 @@ sleep 2
 check_eq "Prometheus keeps the target up (no 'unexpected data after # EOF')" \
     "$(promql 'up{job="vgpu"}' | jq -r '.data.result[0].value[1]')" 1
 check_eq "  ... A's quota series carries the hostile names exactly as written" \
-    "$(promql "hami_vgpu_memory_limit_bytes{container_id=\"$A\"}" \
+    "$(promql "vgpu_memory_limit_bytes{container_id=\"$A\"}" \
         | jq -r --arg ns "$HOSTILE_NS" --arg pod "$HOSTILE_POD" --arg c "$HOSTILE_CTR" \
             '.data.result | map(select(.metric.namespace == $ns and .metric.pod == $pod and .metric.container == $c)) | .[0].value[1]')" \
     "$GIB"
@@ -102,7 +104,75 @@ check_not "  ... and no raw escape byte in the log" grep -q "$ESC" "$WORK/mon.lo
 check_not "vgpuctl status prints no raw escape byte or carriage return" grep -q "[$ESC"$'\r'"]" "$WORK/status.txt"
 check_eq "  ... one line per container GPU (header, A, B)" "$(sed '/^$/q' "$WORK/status.txt" | grep -c .)" 3
 
-for id in "$A" "$BY"; do plain kill "$id" KILL >/dev/null 2>&1; done
-wait "$PA" "$PB"
+echo "-- a slow client and idle connections do not delay a scrape"
+# One header byte every 3 s (slowloris), and three connections that send nothing.
+python3 - "${ADDR%:*}" "${ADDR##*:}" <<'PY' >"$WORK/slow.log" 2>&1 &
+import socket, sys, time
+addr = (sys.argv[1], int(sys.argv[2]))
+idle = [socket.create_connection(addr) for _ in range(3)]
+s = socket.create_connection(addr)
+t = time.time()
+try:
+    for b in b"GET /metrics HTTP/1.1\r\nHost: slow\r\n":
+        s.send(bytes([b]))
+        time.sleep(3)
+    print("never closed")
+except OSError:
+    print("slow client closed after %.0f s" % (time.time() - t))
+PY
+SLOW=$!
+on_exit "kill $SLOW"
+sleep 1
+took=$(curl -sf -o /dev/null --max-time 15 -w '%{time_total}' "$URL")
+check "a scrape beside them takes under 1 s (took ${took:-none} s)" awk -v t="${took:-99}" 'BEGIN { exit !(t < 1) }'
+wait "$SLOW"
+check_match "  ... and the slow client is cut off by the server's deadline" '^slow client closed after [0-9]+ s$' "$(cat "$WORK/slow.log")"
+check_eq "/healthz answers ok" "$(curl -sf --max-time 5 "http://$ADDR/healthz")" ok
+check_match "vgpu_build_info names the version and commit" \
+    '^vgpu_build_info\{version="[0-9]+\.[0-9]+\.[0-9]+",commit="([0-9a-f]{12}|unknown)"\} 1$' "$(scrape)"
+
+echo "-- the Grafana dashboard queries only series the exporter serves"
+# A container with a compute share, so that the compute series have samples (a family without any is
+# not written).
+new_bundle rt_client device 0 sleep 60
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G CUDA_DEVICE_SM_LIMIT=30
+CS=$ID
+shim run --bundle "$B" "$CS" >"$WORK/cs.out" 2>&1 &
+PCS=$!
+check "container CS with a 30% compute share runs" wait_for 20 grep -q 'rc=0' "$WORK/cs.out"
+FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" monitor --once >"$WORK/once.txt" 2>"$WORK/once.err"
+check_match "vgpuctl monitor --once reads the fake NVML" '^vgpu_nvml_up 1$' "$(cat "$WORK/once.txt")"
+# The families served (# TYPE lines; a counter's samples end in _total) against every metric name in the
+# dashboard's panel and variable queries (PromQL's functions, keywords and the labels inside {...} and
+# by (...) removed).
+out=$(python3 - "$REPO/packaging/grafana/vgpu-dashboard.json" "$WORK/once.txt" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+served = set()
+for line in open(sys.argv[2]):
+    m = re.match(r"# TYPE (\S+) (\S+)", line)
+    if m:
+        served.add(m[1] + ("_total" if m[2] == "counter" else ""))
+exprs = [t["expr"] for p in d["panels"] for t in p.get("targets", [])]
+exprs += [v["query"]["query"] for v in d["templating"]["list"] if isinstance(v.get("query"), dict)]
+words = {"sum", "by", "rate", "increase", "label_values", "without", "avg", "max", "min", "count"}
+used = set()
+for e in exprs:
+    e = re.sub(r'\{[^}]*\}|\[[^]]*\]|"[^"]*"|\b(by|without) \([^)]*\)', " ", e)
+    e = re.sub(r",\s*[a-z_]+\)", ")", e)  # label_values(series, label)
+    used |= {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e) if w not in words}
+print("queried:", len(used), "exprs:", len(exprs))
+for name in sorted(used - served):
+    print("not served:", name)
+PY
+)
+check_match "the dashboard's queries name series ($(printf '%s\n' "$out" | head -1))" '^queried: [1-9][0-9]+ exprs:' "$out"
+check_eq "  ... each of them served by the exporter" "$(printf '%s\n' "$out" | grep 'not served')" ""
+for want in vgpu_nvml_up vgpu_state_errors vgpu_monitor_reading_age_seconds vgpu_compute_limit_ratio 'node=~\"$node\"' 'label_values(vgpu_build_info, instance)'; do
+    check "  ... it queries $want" grep -qF -- "$want" "$REPO/packaging/grafana/vgpu-dashboard.json"
+done
+
+for id in "$A" "$BY" "$CS"; do plain kill "$id" KILL >/dev/null 2>&1; done
+wait "$PA" "$PB" "$PCS"
 check_eq "no state left" "$(state_left)" ""
 t_done

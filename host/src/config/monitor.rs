@@ -1,5 +1,5 @@
 //! The `[monitor]` table of the vgpu config file, typed: `vgpuctl monitor`'s listen address, interval,
-//! tolerance (a quantity, as bytes), kill policy and NVML library. Not here: the rest of the file (the
+//! tolerance (a quantity, as bytes), kill policy, NVML library and node name (HAMi's `node` label). Not here: the rest of the file (the
 //! parent module), the monitor's command line over it (`vgpu_monitor::config`).
 
 use serde::Deserialize;
@@ -24,6 +24,8 @@ pub struct MonitorConfig {
     pub kill: Option<bool>,
     /// Default: the file's `nvml_library`.
     pub nvml_library: Option<String>,
+    /// The node's name on the host GPUs' series (HAMi's `node` label); default: the host name.
+    pub node: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +36,7 @@ struct Raw {
     tolerance: Option<toml::Value>,
     kill: Option<bool>,
     nvml_library: Option<String>,
+    node: Option<String>,
 }
 
 /// `interval_seconds` checked: at least one second.
@@ -71,6 +74,14 @@ impl MonitorConfig {
             tolerance,
             kill: raw.kill,
             nvml_library: raw.nvml_library,
+            node: match raw.node {
+                Some(n) if n.is_empty() || n.len() > 253 || n.chars().any(char::is_control) => {
+                    return Err(format!(
+                        "[monitor] node: expected a node name of 1 to 253 printable characters, got {n:?}"
+                    ))
+                }
+                n => n,
+            },
         })
     }
 }
@@ -87,7 +98,7 @@ mod tests {
     fn keys_typed_and_bad_values_one_line_naming_the_key() {
         assert_eq!(table("").unwrap(), MonitorConfig::default());
         let m = table(
-            "listen = \"127.0.0.1:1\"\ninterval_seconds = 2\ntolerance = \"1Gi\"\nkill = true\nnvml_library = \"/x.so\"\n",
+            "listen = \"127.0.0.1:1\"\ninterval_seconds = 2\ntolerance = \"1Gi\"\nkill = true\nnvml_library = \"/x.so\"\nnode = \"gpu-7\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -98,6 +109,7 @@ mod tests {
                 tolerance: Some(1 << 30),
                 kill: Some(true),
                 nvml_library: Some("/x.so".into()),
+                node: Some("gpu-7".into()),
             }
         );
         assert_eq!(table("tolerance = 5\n").unwrap().tolerance, Some(5));
@@ -107,6 +119,8 @@ mod tests {
             ("tolerance = -1\n", "tolerance"),
             ("interval_seconds = 0\n", "interval_seconds"),
             ("kill = \"yes\"\n", "[monitor]"),
+            ("node = \"\"\n", "node"),
+            ("node = \"a\\nb\"\n", "node"),
         ] {
             let e = table(bad).unwrap_err();
             assert!(e.contains(names) && !e.contains('\n'), "{bad}: {e}");

@@ -34,8 +34,28 @@ pub struct WatchdogView {
     pub passes: u64,
 }
 
+/// What vgpuctl was built from, for `vgpu_build_info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: &'static str,
+    /// The git commit (12 hex digits), or "unknown" outside a checkout.
+    pub commit: &'static str,
+}
+
+impl Default for BuildInfo {
+    fn default() -> Self {
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            commit: "unknown",
+        }
+    }
+}
+
 /// Everything one scrape shows.
 pub struct Scrape<'a> {
+    pub build: BuildInfo,
+    /// The node's name, HAMi's `node` label (`[monitor] node`, default the host name).
+    pub node: &'a str,
     pub containers: &'a [ContainerState],
     /// `None`: NVML is not loaded or could not be read.
     pub gpus: Option<&'a [GpuReading]>,
@@ -76,6 +96,52 @@ pub fn container_labels(c: &ContainerState, g: usize) -> Labels {
     ]
 }
 
+/// HAMi's `zone` label: its vGPU monitor registers every series under `zone="vGPU"`.
+pub const HAMI_ZONE: &str = "vGPU";
+
+/// The labels of a container's GPU on a `hami_*` series: exactly HAMi's vGPU monitor's (`zone`,
+/// `namespace`, `pod`, `container`, `vdevice_index`, `device_uuid`), no container id.
+pub fn hami_container_labels(c: &ContainerState, g: usize) -> Labels {
+    let mut l = container_labels(c, g);
+    l.retain(|(k, _)| *k != "container_id");
+    l.insert(0, ("zone", HAMI_ZONE.into()));
+    l
+}
+
+/// The labels of a host GPU: HAMi's (`zone`, `node`, `device_index`, `device_uuid`, `device_type` as
+/// HAMi writes it: `NVIDIA-` and NVML's name).
+pub fn host_labels(node: &str, r: &GpuReading) -> Labels {
+    vec![
+        ("zone", HAMI_ZONE.into()),
+        ("node", node.into()),
+        ("device_index", r.index.to_string().into()),
+        ("device_uuid", r.uuid.clone().into()),
+        ("device_type", format!("NVIDIA-{}", r.name).into()),
+    ]
+}
+
+/// Which container GPU each `hami_*` container series shows. HAMi's labels carry no container id, so two
+/// containers of one pod and name (an exited container the engine keeps beside its restart) would be one
+/// series: the one with live ledger slots wins, then the larger charge. Our own `vgpu_*` series, keyed by
+/// `container_id`, show every one.
+fn hami_winners(cs: &[ContainerState]) -> std::collections::BTreeSet<(usize, usize)> {
+    /// (has live slots, total) and (container, GPU) of the best so far.
+    type Best = ((bool, u64), (usize, usize));
+    let mut best: std::collections::BTreeMap<Labels, Best> = Default::default();
+    for (ci, c) in cs.iter().enumerate() {
+        for (gi, g) in c.gpus.iter().enumerate() {
+            let rank = (!g.owners.is_empty(), g.total);
+            let e = best
+                .entry(hami_container_labels(c, gi))
+                .or_insert((rank, (ci, gi)));
+            if rank > e.0 {
+                *e = (rank, (ci, gi));
+            }
+        }
+    }
+    best.into_values().map(|(_, at)| at).collect()
+}
+
 fn with(mut l: Labels, k: &'static str, v: impl Into<Value>) -> Labels {
     l.push((k, v.into()));
     l
@@ -109,11 +175,21 @@ pub fn render(s: &Scrape) -> String {
     let used = int(
         &mut reg,
         "hami_vgpu_memory_used_bytes",
-        "GPU memory charged to the container's quota (its ledger's total)",
+        "GPU memory charged to the container's quota (its ledger's total), HAMi's labels",
     );
     let limit = int(
         &mut reg,
         "hami_vgpu_memory_limit_bytes",
+        "the container's GPU memory quota, HAMi's labels",
+    );
+    let own_used = int(
+        &mut reg,
+        "vgpu_memory_used_bytes",
+        "GPU memory charged to the container's quota (its ledger's total)",
+    );
+    let own_limit = int(
+        &mut reg,
+        "vgpu_memory_limit_bytes",
         "the container's GPU memory quota",
     );
     let host_used = int(
@@ -129,11 +205,16 @@ pub fn render(s: &Scrape) -> String {
     let host_util = ratio(
         &mut reg,
         "hami_host_gpu_utilization_ratio",
-        "host GPU busy ratio, 0-1 (NVML)",
+        "host GPU busy percentage, 0-100 as HAMi's (NVML)",
     );
     let ctr_util = ratio(
         &mut reg,
         "hami_container_device_utilization_ratio",
+        "SM utilisation of the container's processes on the GPU, 0-100 as HAMi's (NVML per-process samples)",
+    );
+    let own_util = ratio(
+        &mut reg,
+        "vgpu_container_sm_utilization_ratio",
         "SM utilisation of the container's processes on the GPU, 0-1 (NVML per-process samples)",
     );
     let by_kind = int(
@@ -240,15 +321,39 @@ pub fn render(s: &Scrape) -> String {
         passes.clone(),
     );
 
+    let build = IntFamily::default();
+    reg.register(
+        "vgpu_build_info",
+        "the vgpu version and git commit serving these metrics (always 1)",
+        build.clone(),
+    );
+    set(
+        &build,
+        &vec![
+            ("version", s.build.version.into()),
+            ("commit", s.build.commit.into()),
+        ],
+        1,
+    );
+    let winners = hami_winners(s.containers);
     let mut n_errors = u64::from(s.state_error.is_some());
     for (ci, c) in s.containers.iter().enumerate() {
         n_errors += u64::from(c.error.is_some());
         for (gi, g) in c.gpus.iter().enumerate() {
             n_errors += u64::from(g.error.is_some());
             let l = container_labels(c, gi);
-            set(&used, &l, g.total);
+            let hami = winners
+                .contains(&(ci, gi))
+                .then(|| hami_container_labels(c, gi));
+            set(&own_used, &l, g.total);
+            if let Some(h) = &hami {
+                set(&used, h, g.total);
+            }
             if let Some(b) = g.limit {
-                set(&limit, &l, b);
+                set(&own_limit, &l, b);
+                if let Some(h) = &hami {
+                    set(&limit, h, b);
+                }
             }
             if let Some(pct) = g.compute_limit {
                 compute_limit.get_or_create(&l).set(f64::from(pct) / 100.0);
@@ -299,21 +404,20 @@ pub fn render(s: &Scrape) -> String {
                             .map(|s| s.1)
                             .sum()
                     });
-                    ctr_util.get_or_create(&l).set(u.min(1.0));
+                    own_util.get_or_create(&l).set(u.min(1.0));
+                    if let Some(h) = &hami {
+                        ctr_util.get_or_create(h).set(u.min(1.0) * 100.0);
+                    }
                 }
             }
         }
     }
     for r in s.gpus.unwrap_or_default() {
-        let l: Labels = vec![
-            ("device_index", r.index.to_string().into()),
-            ("device_uuid", r.uuid.clone().into()),
-            ("device_type", r.name.clone().into()),
-        ];
+        let l = host_labels(s.node, r);
         set(&host_used, &l, r.used);
         set(&host_total, &l, r.total);
         if let Some(u) = r.utilization {
-            host_util.get_or_create(&l).set(u);
+            host_util.get_or_create(&l).set(u * 100.0);
         }
     }
     errors.set(n_errors as i64);

@@ -74,6 +74,8 @@ fn renders_hami_and_vgpu_series_with_labels() {
         ..Default::default()
     };
     let text = render(&Scrape {
+        build: BuildInfo::default(),
+        node: "n1",
         containers: &[c],
         gpus: Some(&gpus),
         truth: &truth,
@@ -85,20 +87,25 @@ fn renders_hami_and_vgpu_series_with_labels() {
         }),
     });
     let l = r#"namespace="ns",pod="p",container="main",container_id="c1",vdevice_index="0",device_uuid="GPU-0""#;
+    let h = r#"zone="vGPU",namespace="ns",pod="p",container="main",vdevice_index="0",device_uuid="GPU-0""#;
+    let host = r#"zone="vGPU",node="n1",device_index="0",device_uuid="GPU-0",device_type="NVIDIA-NVIDIA H100""#;
     for want in [
-        format!("hami_vgpu_memory_used_bytes{{{l}}} 314572800"),
-        format!("hami_vgpu_memory_limit_bytes{{{l}}} 1073741824"),
+        format!("hami_vgpu_memory_used_bytes{{{h}}} 314572800"),
+        format!("hami_vgpu_memory_limit_bytes{{{h}}} 1073741824"),
+        format!("vgpu_memory_used_bytes{{{l}}} 314572800"),
+        format!("vgpu_memory_limit_bytes{{{l}}} 1073741824"),
         format!("vgpu_memory_used_by_kind_bytes{{{l},kind=\"data\"}} 314572800"),
         format!("vgpu_memory_spilled_bytes{{{l}}} 7340032"),
         format!("vgpu_container_gpu_memory_nvml_bytes{{{l}}} 319815680"),
         format!("vgpu_container_gpu_memory_untracked_bytes{{{l}}} 5242880"),
-        r#"hami_host_gpu_memory_used_bytes{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 1073741824"#.into(),
-        r#"hami_host_gpu_utilization_ratio{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 0.25"#.into(),
+        format!("hami_host_gpu_memory_used_bytes{{{host}}} 1073741824"),
+        format!("hami_host_gpu_utilization_ratio{{{host}}} 25.0"),
         r#"vgpu_watchdog_events_total{finding="over_quota"} 2"#.into(),
         "vgpu_nvml_unattributed_processes 0".into(),
         "vgpu_watchdog_kills_total 1".into(),
         "vgpu_nvml_up 1".into(),
-        format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
+        format!("hami_container_device_utilization_ratio{{{h}}} 62.5"),
+        format!("vgpu_container_sm_utilization_ratio{{{l}}} 0.625"),
         format!("vgpu_memory_refusals_total{{{l}}} 3"),
         format!("vgpu_compute_limit_ratio{{{l}}} 0.3"),
         format!("vgpu_compute_charged_seconds_total{{{l}}} 1.5"),
@@ -123,10 +130,18 @@ fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_comput
     };
     let c = ContainerState {
         id: "c1".into(),
-        gpus: vec![gpu(None, Some(70)), gpu(Some(1 << 30), None)],
+        gpus: vec![
+            gpu(None, Some(70)),
+            GpuState {
+                index: 1,
+                ..gpu(Some(1 << 30), None)
+            },
+        ],
         ..Default::default()
     };
     let text = render(&Scrape {
+        build: BuildInfo::default(),
+        node: "n1",
         containers: &[c],
         gpus: None,
         truth: &Truth::default(),
@@ -146,7 +161,10 @@ fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_comput
 
 /// The label pairs of one sample line, decoded as OpenMetrics reads them (`\\`, `\"`, `\n`); `None`
 /// where the line is not one well-formed sample.
-fn sample(line: &str) -> Option<(String, Vec<(String, String)>, String)> {
+/// A sample's name, its label pairs and its value.
+type Sample = (String, Vec<(String, String)>, String);
+
+fn sample(line: &str) -> Option<Sample> {
     let (name, rest) = line.split_once('{')?;
     let mut labels = vec![];
     let mut chars = rest.chars();
@@ -204,6 +222,8 @@ fn hostile_names_stay_inside_their_label_values() {
         ..Default::default()
     };
     let text = render(&Scrape {
+        build: BuildInfo::default(),
+        node: "n1",
         containers: &[c],
         gpus: None,
         truth: &Truth::default(),
@@ -221,6 +241,9 @@ fn hostile_names_stay_inside_their_label_values() {
         }
         let (name, labels, value) = sample(l).unwrap_or_else(|| panic!("not a sample: {l:?}"));
         let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        if name == "vgpu_build_info" {
+            continue;
+        }
         assert_eq!(get("pod"), Some(pod), "{l}");
         assert_eq!(get("namespace"), Some(namespace), "{l}");
         assert_eq!(get("container"), Some(container), "{l}");
@@ -230,4 +253,124 @@ fn hostile_names_stay_inside_their_label_values() {
         }
     }
     assert_eq!(limits, 1, "{text}");
+}
+
+/// Issue 26 item 2: every `hami_*` series carries exactly the labels HAMi's vGPU monitor gives it
+/// (cmd/vGPUmonitor/metrics.go, registered under `zone="vGPU"`) and HAMi's scale (utilisation 0-100);
+/// two containers that HAMi's labels cannot tell apart make one series, the live one's.
+#[test]
+fn hami_series_carry_hamis_labels_and_scale() {
+    let ctr = &[
+        "zone",
+        "namespace",
+        "pod",
+        "container",
+        "vdevice_index",
+        "device_uuid",
+    ][..];
+    let host = &["zone", "node", "device_index", "device_uuid", "device_type"][..];
+    let hami: &[(&str, &[&str])] = &[
+        ("hami_vgpu_memory_used_bytes", ctr),
+        ("hami_vgpu_memory_limit_bytes", ctr),
+        ("hami_container_device_utilization_ratio", ctr),
+        ("hami_host_gpu_memory_used_bytes", host),
+        ("hami_host_gpu_utilization_ratio", host),
+    ];
+    let names = |pod: &str| {
+        Some(vgpu_ledger::KubeNames {
+            namespace: "ml".into(),
+            pod: pod.into(),
+            container: "main".into(),
+        })
+    };
+    let gpu = |owners: Vec<(u32, u64)>, total| GpuState {
+        uuid: "GPU-0".into(),
+        limit: Some(1 << 30),
+        total,
+        owners,
+        ..Default::default()
+    };
+    // "old" exited (no live slot) beside its restart "new", which holds a slot: one HAMi series, new's.
+    let cs = [
+        ContainerState {
+            id: "old".into(),
+            names: names("p"),
+            gpus: vec![gpu(vec![], 5 << 20)],
+            ..Default::default()
+        },
+        ContainerState {
+            id: "new".into(),
+            names: names("p"),
+            gpus: vec![gpu(vec![(1, 1)], 3 << 20)],
+            ..Default::default()
+        },
+    ];
+    let mut truth = Truth {
+        listed: vec!["GPU-0".into()],
+        ..Default::default()
+    };
+    truth.by_gpu.insert(
+        (1, 0),
+        vec![TrueProc {
+            pid: 10,
+            used: 3 << 20,
+            tracked: true,
+        }],
+    );
+    let gpus = vec![GpuReading {
+        index: 3,
+        uuid: "GPU-0".into(),
+        name: "A100-SXM4-40GB".into(),
+        total: 40 << 30,
+        used: 1 << 30,
+        utilization: Some(0.37),
+        processes: Some(vec![]),
+        process_utilization: Some(vec![(10, 0.5)]),
+    }];
+    let text = render(&Scrape {
+        build: BuildInfo::default(),
+        node: "gpu-node-7",
+        containers: &cs,
+        gpus: Some(&gpus),
+        truth: &truth,
+        watchdog: &WatchdogView::default(),
+        state_error: None,
+        collection: None,
+    });
+    for (series, want) in hami {
+        let lines: Vec<Sample> = text
+            .lines()
+            .filter_map(sample)
+            .filter(|(n, _, _)| n == series)
+            .collect();
+        assert_eq!(lines.len(), 1, "{series}\n{text}");
+        let (_, labels, value) = &lines[0];
+        let keys: Vec<&str> = labels.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(&keys, want, "{series}");
+        let get = |k: &str| labels.iter().find(|(n, _)| n == k).unwrap().1.as_str();
+        assert_eq!(get("zone"), "vGPU");
+        let v: f64 = value.parse().unwrap();
+        let want_value = match *series {
+            "hami_vgpu_memory_used_bytes" => Some(3145728.0), // the live container's
+            "hami_container_device_utilization_ratio" => Some(50.0), // 0-100
+            "hami_host_gpu_utilization_ratio" => Some(37.0),  // 0-100
+            _ => None,
+        };
+        if let Some(w) = want_value {
+            assert!((v - w).abs() < 1e-9, "{series}: {v}, wanted {w}");
+        }
+        if want == &host {
+            assert_eq!(get("node"), "gpu-node-7");
+            assert_eq!(get("device_type"), "NVIDIA-A100-SXM4-40GB");
+            assert_eq!(get("device_index"), "3");
+        }
+    }
+    // Our own series keep both containers apart.
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("vgpu_memory_used_bytes{"))
+            .count(),
+        2,
+        "{text}"
+    );
 }
