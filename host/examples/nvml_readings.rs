@@ -6,7 +6,8 @@ use vgpu_host::nvml::{Library, Nvml};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (Some(lib), Some(secs)) = (args.get(1), args.get(2).and_then(|s| s.parse::<u64>().ok())) else {
+    let (Some(lib), Some(secs)) = (args.get(1), args.get(2).and_then(|s| s.parse::<u64>().ok()))
+    else {
         eprintln!("usage: nvml_readings LIB SECONDS");
         std::process::exit(2);
     };
@@ -21,7 +22,10 @@ fn main() {
         match nvml.readings() {
             Ok(rs) => {
                 for r in rs {
-                    println!("t={t} gpu={} util={:?} procs={:?}", r.index, r.utilization, r.process_utilization);
+                    println!(
+                        "t={t} gpu={} util={:?} procs={:?}",
+                        r.index, r.utilization, r.process_utilization
+                    );
                 }
             }
             Err(e) => println!("t={t} error={e}"),

@@ -9,8 +9,10 @@
 //!   always through the safe host-file reader.
 //! * [`procs`]: a host process as `/proc` shows it (its innermost PID, namespace and cgroup), for the
 //!   attribution of NVML's processes to containers.
+//! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 
 pub mod config;
 pub mod inventory;
 pub mod nvml;
+pub mod printable;
 pub mod procs;

@@ -38,6 +38,8 @@ pub struct Settings {
     pub share_wall: ShareWall,
     pub share_window: Duration,
     pub share_tolerance: f64,
+    /// HAMi's `node` label: `[monitor] node`, else the host name.
+    pub node: String,
 }
 
 impl Settings {
@@ -78,6 +80,11 @@ impl Settings {
                 .nvml_library
                 .or_else(|| table.nvml_library.clone())
                 .unwrap_or_else(|| default_nvml.to_string()),
+            node: table.node.clone().unwrap_or_else(|| {
+                nix::unistd::gethostname()
+                    .map(|h| h.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            }),
         })
     }
 }
@@ -118,6 +125,7 @@ mod tests {
             share_wall: Some(ShareWall::Report),
             share_window: Some(Duration::from_secs(20)),
             share_tolerance: Some(2.0),
+            node: Some("gpu-7".into()),
         };
         let s = Settings::new(&table, Flags::default(), "n").unwrap();
         assert_eq!(
@@ -133,6 +141,12 @@ mod tests {
         assert_eq!(
             (s.share_wall, s.share_window.as_secs(), s.share_tolerance),
             (ShareWall::Report, 20, 2.0)
+        );
+        assert_eq!(s.node, "gpu-7");
+        assert_eq!(
+            d.node,
+            nix::unistd::gethostname().unwrap().to_string_lossy(),
+            "the host name by default"
         );
         let flags = Flags {
             listen: Some("127.0.0.1:2".into()),

@@ -1,18 +1,15 @@
 //! The share wall's hand on a container: its cgroup v2 directory and the writes to its `cgroup.freeze`
 //! (1 freezes every process of the cgroup and its descendants, 0 thaws them; the kernel's freezer, which
-//! nothing inside the container can undo). The directory is found from a process of the container: the
-//! `0::` line of its `/proc/<pid>/cgroup` under the host's cgroup v2 mount (`/sys/fs/cgroup`, or
-//! `/sys/fs/cgroup/unified` on a hybrid host). Only a directory whose path names the container (a
-//! component that is its id, or a `…-<id>.scope`) is ever touched, never the root or a parent slice.
-//! Not here: when to freeze (`share_wall`), which process is whose (`watchdog::owner_of`).
-//!
-//! The seam: the state will record each container's cgroup path at creation; until then it is taken
-//! from the process's own cgroup (`of_process`).
+//! nothing inside the container can undo). The directory is the container's cgroup v2 path the hook
+//! recorded at creation (`vgpu_ledger::Limits::cgroup`, the `0::` line of its init process's
+//! `/proc/<pid>/cgroup`, which the hook never records as the root, its own cgroup or one above it),
+//! under the host's cgroup v2 mount (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a hybrid host). A
+//! container with no recorded cgroup is never frozen (reported only). Not here: when to freeze
+//! (`share_wall`), which process is whose (`watchdog::owner_of`).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use vgpu_host::procs::cgroup_names;
 
 /// Where the cgroup v2 hierarchy is mounted, from a `/proc/self/mountinfo` text (the first `cgroup2`
 /// mount of the hierarchy's root).
@@ -30,17 +27,14 @@ pub fn host_v2_mount() -> Option<PathBuf> {
     v2_mount(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
 }
 
-/// Container `id`'s cgroup directory from a process's `/proc/<pid>/cgroup` text: its cgroup v2 path
-/// under `mount`, when that path names the container (None otherwise: the root, a shared slice, a
-/// path that climbs).
-pub fn of_process(cgroup: &str, id: &str, mount: &Path) -> Option<PathBuf> {
-    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let rel = path.trim_start_matches('/');
+/// A container's cgroup directory: its recorded cgroup v2 path under `mount` (None for the root or a path
+/// that climbs: nothing but a container's own cgroup is ever frozen).
+pub fn of_container(recorded: &str, mount: &Path) -> Option<PathBuf> {
+    let rel = recorded.trim_start_matches('/');
     if rel.is_empty()
         || rel
             .split('/')
             .any(|c| c.is_empty() || c == "." || c == "..")
-        || !cgroup_names(&format!("0::{path}"), id)
     {
         return None;
     }
@@ -93,25 +87,15 @@ mod tests {
     }
 
     #[test]
-    fn only_a_cgroup_that_names_the_container() {
+    fn only_a_recorded_cgroup_below_the_root() {
         let m = Path::new("/sys/fs/cgroup");
+        assert_eq!(of_container("/c1", m), Some("/sys/fs/cgroup/c1".into()));
         assert_eq!(
-            of_process("9:freezer:/c1\n0::/c1\n", "c1", m),
-            Some("/sys/fs/cgroup/c1".into())
+            of_container("/system.slice/crio-c1.scope", m),
+            Some("/sys/fs/cgroup/system.slice/crio-c1.scope".into())
         );
-        assert_eq!(
-            of_process("0::/system.slice/docker-c1.scope\n", "c1", m),
-            Some("/sys/fs/cgroup/system.slice/docker-c1.scope".into())
-        );
-        for no in [
-            "0::/\n",
-            "0::/user.slice/session-1.scope\n",
-            "0::/c10\n",
-            "4:memory:/c1\n",
-            "0::/c1/../..\n",
-            "",
-        ] {
-            assert_eq!(of_process(no, "c1", m), None, "{no}");
+        for no in ["/", "", "/c1/../..", "/a//b", "/./c1"] {
+            assert_eq!(of_container(no, m), None, "{no}");
         }
     }
 

@@ -4,16 +4,19 @@
 //! each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the processes that put a
 //! container over its quota, each through a pidfd and only while it is still the process attributed
 //! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
-//! (`state::mark_live`). A small synchronous HTTP server (std `TcpListener`, one request at a time)
-//! answers `GET /metrics` from the last reading, so a scrape costs the encoding alone and any number of
-//! scrapers add no reads (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the
-//! state root and takes no lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's figures, from
-//! `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `config` (its
-//! settings), the compute share's host wall (`share_wall` its decisions, `share_run` its passes,
-//! `freezer` the cgroup writes); NVML is the host tools' one binding, `vgpu_host::nvml`.
+//! (`state::mark_live`). The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
+//! scrape costs the encoding alone and any number of scrapers add no reads
+//! (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the state root and takes no
+//! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
+//! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
+//! server), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
+//! `share_run` its passes, `freezer` the cgroup writes); NVML is the host tools' one binding,
+//! `vgpu_host::nvml`.
 
 pub mod config;
 pub mod freezer;
+pub mod http;
+pub mod labels;
 pub mod metrics;
 pub mod share_run;
 pub mod share_wall;
@@ -23,8 +26,7 @@ pub mod watchdog;
 use anyhow::Result;
 use metrics::WatchdogView;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vgpu_host::nvml::{GpuReading, Nvml};
@@ -43,6 +45,9 @@ pub struct Monitor {
     share: share_run::ShareRun,
     /// The last collection, which scrapes serve.
     last: Mutex<Option<Arc<Collected>>>,
+    build: metrics::BuildInfo,
+    /// HAMi's `node` label.
+    node: String,
 }
 
 /// One collection: a reading, when it was finished and how long it took.
@@ -71,8 +76,10 @@ pub struct Reading {
     pub state_error: Option<String>,
 }
 
-fn log(msg: &str) {
-    eprintln!("vgpuctl monitor: {msg}");
+/// One log line on stderr: a finding names the tenant's pod and container, so control characters are
+/// escaped (a name cannot forge a "killed pid" line or drive the operator's terminal).
+pub(crate) fn log(msg: &str) {
+    eprintln!("vgpuctl monitor: {}", vgpu_host::printable::printable(msg));
 }
 
 impl Monitor {
@@ -103,6 +110,8 @@ impl Monitor {
                 },
             ),
             last: Mutex::new(None),
+            build: metrics::BuildInfo::default(),
+            node: String::new(),
         }
     }
 
@@ -114,6 +123,16 @@ impl Monitor {
     ) -> Monitor {
         self.share = share_run::ShareRun::new(mode, settings);
         self
+    }
+
+    /// Names the node on the host GPUs' series (HAMi's `node` label).
+    pub fn set_node(&mut self, node: String) {
+        self.node = node;
+    }
+
+    /// Says what the binary was built from (`vgpu_build_info`).
+    pub fn set_build(&mut self, build: metrics::BuildInfo) {
+        self.build = build;
     }
 
     /// Reads the state root and NVML now.
@@ -178,6 +197,8 @@ impl Monitor {
             .extend(share.open.iter().map(|l| (l.clone(), "over_share")));
         metrics::render(&metrics::Scrape {
             share: &share,
+            build: self.build,
+            node: &self.node,
             containers: &r.containers,
             gpus: r.gpus.as_deref(),
             truth: &r.truth,
@@ -322,8 +343,8 @@ fn describe(f: &Finding, r: &Reading) -> String {
     }
 }
 
-/// Collects (and runs the watchdog) every `interval` and serves `GET /metrics` on `listener`; returns only
-/// on error.
+/// Collects (and runs the watchdog) every `interval` and serves `GET /metrics` and `GET /healthz` on
+/// `listener` (`http`); returns only on error.
 pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> Result<()> {
     // SIGTERM and SIGINT are taken by a thread of their own (blocked here, before any thread starts, so
     // every thread inherits the mask): what the share wall froze is thawed before the monitor exits.
@@ -341,66 +362,22 @@ pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> 
                 std::process::exit(128 + sig as i32);
             }
         })?;
+    // The first reading is made before the first request is accepted: a scrape never waits for one.
+    monitor.collect();
     let m = monitor.clone();
     std::thread::Builder::new()
         .name("collector".into())
         .spawn(move || loop {
-            m.collect();
             // Wakes to thaw what the share wall froze when its time is up.
             m.share.sleep(interval);
+            m.collect();
         })?;
-    for conn in listener.incoming() {
-        match conn {
-            Ok(s) => {
-                if let Err(e) = answer(&monitor, s) {
-                    log(&format!("request: {e}"));
-                }
-            }
-            Err(e) => log(&format!("accept: {e}")),
-        }
-    }
-    Ok(())
-}
-
-/// Answers one request (a slow client gets a few seconds, not the monitor).
-fn answer(m: &Monitor, s: TcpStream) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(s.try_clone()?);
-    let mut line = String::new();
-    reader.by_ref().take(8192).read_line(&mut line)?;
-    // The headers are read and ignored (bounded).
-    let mut h = String::new();
-    for _ in 0..100 {
-        h.clear();
-        if reader.by_ref().take(8192).read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
-            break;
-        }
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            m.scrape(),
-        ),
-        ("GET", "/") => (
-            "200 OK",
-            "text/plain; charset=utf-8",
-            "vgpu monitor: see /metrics\n".to_string(),
-        ),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".into()),
-        _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
-    };
-    let mut s = s;
-    write!(
-        s,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    s.write_all(body.as_bytes())?;
-    s.flush()
+    http::serve(
+        monitor,
+        listener,
+        http::LIMITS,
+        interval * 3 + Duration::from_secs(30),
+    )
 }
 
 #[cfg(test)]

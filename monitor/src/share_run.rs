@@ -9,7 +9,7 @@
 use super::freezer;
 use super::share_wall::{Over, Settings, Use, Wall};
 use super::state::ContainerState;
-use super::watchdog::{owner_of, Truth};
+use super::watchdog::Truth;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -21,11 +21,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use vgpu_host::config::ShareWall;
 use vgpu_host::nvml::GpuReading;
-use vgpu_host::procs;
 use vgpu_ledger::envcompute::DEFAULT_WINDOW_MS;
 
-/// Label pairs of one series (as `metrics::Labels`).
-pub type Labels = Vec<(&'static str, String)>;
+/// Label pairs of one series (their values escaped when encoded).
+pub use crate::labels::Labels;
 
 /// The wall in the monitor.
 pub struct ShareRun {
@@ -93,7 +92,7 @@ impl ShareRun {
             let Some(c) = cs.iter().position(|c| c.id == o.container) else {
                 continue;
             };
-            let dir = (self.mode == ShareWall::Freeze).then(|| cgroup_of(cs, truth, c, &o.gpu));
+            let dir = (self.mode == ShareWall::Freeze).then(|| cgroup_of(cs, c));
             if o.begins {
                 w.events += 1;
                 log(&describe(&cs[c], &o, &dir, w.wall.settings().tolerance));
@@ -299,33 +298,16 @@ fn measure(cs: &[ContainerState], truth: &Truth, gpus: &[GpuReading]) -> Vec<Use
     out
 }
 
-/// Container `c`'s cgroup, from one of its processes on GPU `uuid` that still belongs to it (a PID
-/// reused since NVML listed it is not used). The seam: a cgroup path recorded in the state at creation
-/// would be used first.
-fn cgroup_of(
-    cs: &[ContainerState],
-    truth: &Truth,
-    c: usize,
-    uuid: &str,
-) -> Result<PathBuf, String> {
+/// Container `c`'s cgroup directory: the cgroup v2 path recorded at its creation (a container without
+/// one is reported, never frozen: nothing else is known to hold only its processes).
+fn cgroup_of(cs: &[ContainerState], c: usize) -> Result<PathBuf, String> {
     let mount = freezer::host_v2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
-    let g = cs[c].gpus.iter().position(|g| g.uuid == uuid);
-    let pids = g
-        .and_then(|g| truth.by_gpu.get(&(c, g)))
-        .cloned()
-        .unwrap_or_default();
-    for p in pids {
-        let Some(hp) = procs::inspect(p.pid) else {
-            continue;
-        };
-        if owner_of(cs, &hp, procs::own_ns()) != Some(c) {
-            continue;
-        }
-        if let Some(dir) = freezer::of_process(&hp.cgroup(), &cs[c].id, &mount) {
-            return Ok(dir);
-        }
-    }
-    Err("no process of it has a cgroup v2 path that names the container".into())
+    let recorded = cs[c]
+        .cgroup
+        .as_deref()
+        .ok_or("no cgroup of its own was recorded at its creation")?;
+    freezer::of_container(recorded, &mount)
+        .ok_or_else(|| format!("its recorded cgroup {recorded:?} is not one to freeze"))
 }
 
 /// The finding's log line.

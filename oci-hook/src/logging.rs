@@ -4,11 +4,15 @@
 //! Never stdout: the hook's and the shim's stdout belong to the engine, vgpuctl's to its output.
 //! User-facing one-line errors are not logs and are printed as before. The writer is the blocking one:
 //! the hook and the shim live for a moment, and a background writer thread would lose their last lines.
+//! Every record is written through [`Printable`]: a record is one line whatever a tenant put in the names
+//! and paths it carries (control characters escaped by `vgpu_host::printable`).
 use crate::config::{Config, LogLevel, LogRotation};
+use std::io::Write;
 use std::path::Path;
 use tracing::Level;
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::fmt::MakeWriter;
 
 fn level(l: LogLevel) -> Level {
     match l {
@@ -51,13 +55,47 @@ pub fn init_with(program: &'static str, log_level: LogLevel, to: Destination) {
         }
         None => BoxMakeWriter::new(std::io::stderr),
     };
-    let _ = tracing_subscriber::fmt()
+    let _ = tracing::subscriber::set_global_default(subscriber(log_level, writer));
+    tracing::debug!(program, version = crate::version::LONG, "logging started");
+}
+
+/// The subscriber writing records of `log_level` and above, one line each, to `writer`.
+fn subscriber<W>(log_level: LogLevel, writer: W) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
         .with_max_level(level(log_level))
-        .with_writer(writer)
+        .with_writer(Printable(writer))
         .with_ansi(false)
         .with_target(false)
-        .try_init();
-    tracing::debug!(program, version = crate::version::LONG, "logging started");
+        .finish()
+}
+
+/// A writer whose records come out with their control characters escaped. The formatter writes a record
+/// whole, in one `write_all` of its text ending in a newline: that last newline is kept, any other is
+/// escaped.
+struct Printable<M>(M);
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Printable<M> {
+    type Writer = PrintableWriter<M::Writer>;
+    fn make_writer(&'a self) -> Self::Writer {
+        PrintableWriter(self.0.make_writer())
+    }
+}
+
+struct PrintableWriter<W>(W);
+
+impl<W: Write> Write for PrintableWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0
+            .write_all(vgpu_host::printable::printable_line(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 impl Default for Destination<'_> {
@@ -95,8 +133,37 @@ fn appender(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-    use tracing_subscriber::fmt::MakeWriter;
+    use std::sync::{Arc, Mutex};
+
+    /// A record carrying a tenant's name with a newline and a terminal escape is one line, escaped: no
+    /// forged second record, no raw escape byte (the formatter escapes that one itself, not newlines).
+    #[test]
+    fn a_record_is_one_line_whatever_its_names_hold() {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl Write for Captured {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Captured::default();
+        let w = out.clone();
+        let pod = "p\nERROR vgpu-hook: forged\x1b[2J";
+        tracing::subscriber::with_default(subscriber(LogLevel::Info, move || w.clone()), || {
+            tracing::info!(pod, "provisioned pod {pod}");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.ends_with('\n') && !text.contains('\x1b'), "{text:?}");
+        assert!(
+            text.contains("provisioned pod p\\nERROR vgpu-hook: forged"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn without_rotation_the_file_is_log_file_appended_to() {

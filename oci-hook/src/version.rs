@@ -1,6 +1,9 @@
 //! The version every vgpu binary prints: the package version and the git commit it was built from
 //! (`build.rs`).
 
+/// The git commit (12 hex digits), or "unknown".
+pub const COMMIT: &str = env!("VGPU_COMMIT");
+
 /// `0.1.0 (commit 0123456789ab)`: what clap prints after the program's name for `--version`.
 pub const LONG: &str = concat!(
     env!("CARGO_PKG_VERSION"),

@@ -180,9 +180,14 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         window: s.share_window,
         tolerance: s.share_tolerance / 100.0,
     };
-    let m = std::sync::Arc::new(
-        Monitor::new(root.clone(), &s.nvml_library, policy).with_share_wall(s.share_wall, share),
-    );
+    let mut m =
+        Monitor::new(root.clone(), &s.nvml_library, policy).with_share_wall(s.share_wall, share);
+    m.set_node(s.node.clone());
+    m.set_build(vgpu_monitor::metrics::BuildInfo {
+        version: env!("CARGO_PKG_VERSION"),
+        commit: vgpu_oci::version::COMMIT,
+    });
+    let m = std::sync::Arc::new(m);
     if a.once {
         out.write_all(m.scrape().as_bytes())?;
         return Ok(());

@@ -48,20 +48,24 @@ check "  ... and was refused 1 GiB more" wait_for 20 grep -q 'op=alloc .*rc=2' "
 monitor_start mon && pass "monitor (report only) starts" || fail "monitor (report only) starts"
 LA="namespace=\"ml\",pod=\"trainer-0\",container=\"main\",container_id=\"$A\",vdevice_index=\"0\""
 # The context is charged as measured (256 MiB on the fake GPU), then 300 MiB of data.
-check_eq "hami_vgpu_memory_used_bytes = 556 MiB" "$(series hami_vgpu_memory_used_bytes "$LA")" $((556 * MIB))
-check_eq "hami_vgpu_memory_limit_bytes = 1 GiB" "$(series hami_vgpu_memory_limit_bytes "$LA")" "$GIB"
+check_eq "vgpu_memory_used_bytes = 556 MiB" "$(series vgpu_memory_used_bytes "$LA")" $((556 * MIB))
+check_eq "vgpu_memory_limit_bytes = 1 GiB" "$(series vgpu_memory_limit_bytes "$LA")" "$GIB"
+HA='zone="vGPU",namespace="ml",pod="trainer-0",container="main",vdevice_index="0",device_uuid="GPU-'
+check_eq "hami_vgpu_memory_used_bytes (HAMi's labels) = 556 MiB" "$(series hami_vgpu_memory_used_bytes "$HA")" $((556 * MIB))
+check_eq "hami_vgpu_memory_limit_bytes (HAMi's labels) = 1 GiB" "$(series hami_vgpu_memory_limit_bytes "$HA")" "$GIB"
 check_eq "usage by kind: data 300 MiB" "$(series vgpu_memory_used_by_kind_bytes "$LA.*kind=\"data\"")" $((300 * MIB))
 check_eq "usage by kind: context 256 MiB" "$(series vgpu_memory_used_by_kind_bytes "$LA.*kind=\"context\"")" $((256 * MIB))
 check_eq "NVML's truth for A (host PID attributed by PID namespace) = 556 MiB" \
     "$(series vgpu_container_gpu_memory_nvml_bytes "$LA")" $((556 * MIB))
-check_eq "hami_container_device_utilization_ratio for A (idle fake GPU)" "$(series hami_container_device_utilization_ratio "$LA")" 0.0
+check_eq "vgpu_container_sm_utilization_ratio for A (idle fake GPU)" "$(series vgpu_container_sm_utilization_ratio "$LA")" 0.0
+check_eq "hami_container_device_utilization_ratio for A (HAMi's labels)" "$(series hami_container_device_utilization_ratio "$HA")" 0.0
 check_eq "nothing untracked in A" "$(series vgpu_container_gpu_memory_untracked_bytes "$LA")" 0
 check_eq "vgpu_memory_refusals_total counts A's refused allocation" "$(series vgpu_memory_refusals_total "$LA")" 1
 check_match "the scrape says how old its reading is" '^vgpu_monitor_reading_age_seconds [0-9.]+$' "$(scrape)"
 check_match "host GPU series with its type" \
-    'hami_host_gpu_memory_used_bytes\{device_index="0",device_uuid="GPU-fa4ec0de-0000-4000-8000-000000000000",device_type="NVIDIA H100 \(fake, 16 GiB\)"\} [1-9]' \
+    "hami_host_gpu_memory_used_bytes\\{zone=\"vGPU\",node=\"$(hostname)\",device_index=\"0\",device_uuid=\"GPU-fa4ec0de-0000-4000-8000-000000000000\",device_type=\"NVIDIA-NVIDIA H100 \\(fake, 16 GiB\\)\"\\} [1-9]" \
     "$(scrape)"
-check_match "host GPU utilisation" 'hami_host_gpu_utilization_ratio\{device_index="0".*\} 0.0' "$(scrape)"
+check_match "host GPU utilisation" 'hami_host_gpu_utilization_ratio\{.*device_index="0".*\} 0.0' "$(scrape)"
 check_eq "the limits file records the names" "$(jq -c .kubernetes "$STATE/containers/$A/limits.json")" \
     '{"namespace":"ml","pod":"trainer-0","container":"main"}'
 

@@ -10,9 +10,10 @@ mode=${1:-all}
 case $mode in build|all) ;; *) echo "usage: $0 [build|all]" >&2; exit 2 ;; esac
 
 # protoc: the CRI bindings (k8s-cri) of tests/cri-client are generated when the workspace builds.
+# prometheus: promtool and a real Prometheus server, the strict parsers of tests/e2e/exporter.test.sh.
 apt_pkgs=(gcc make python3-pip protobuf-compiler)
 [ "$mode" = all ] && apt_pkgs+=(runc crun podman docker.io containerd uidmap fuse-overlayfs iptables
-                                jq hyperfine procps util-linux)
+                                jq hyperfine procps util-linux prometheus)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,6 @@
 //! The `[monitor]` table of the vgpu config file, typed: `vgpuctl monitor`'s listen address, interval,
-//! tolerance (a quantity, as bytes), kill policy and NVML library, and its compute share wall (mode,
-//! window, tolerance in points). Not here: the rest of the file (the
+//! tolerance (a quantity, as bytes), kill policy, NVML library, node name (HAMi's `node` label), and its
+//! compute share wall (mode, window, tolerance in points). Not here: the rest of the file (the
 //! parent module), the monitor's command line over it (`vgpu_monitor::config`).
 
 use serde::Deserialize;
@@ -91,6 +91,8 @@ pub struct MonitorConfig {
     pub share_window: Option<Duration>,
     /// Its tolerance, points of the GPU's time (`share_tolerance`).
     pub share_tolerance: Option<f64>,
+    /// The node's name on the host GPUs' series (HAMi's `node` label); default: the host name.
+    pub node: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -104,6 +106,7 @@ struct Raw {
     share_wall: Option<String>,
     share_window_seconds: Option<u64>,
     share_tolerance: Option<toml::Value>,
+    node: Option<String>,
 }
 
 /// `interval_seconds` checked: at least one second.
@@ -154,6 +157,14 @@ impl MonitorConfig {
             share_wall: raw.share_wall.as_deref().map(share_wall).transpose()?,
             share_window: raw.share_window_seconds.map(share_window).transpose()?,
             share_tolerance,
+            node: match raw.node {
+                Some(n) if n.is_empty() || n.len() > 253 || n.chars().any(char::is_control) => {
+                    return Err(format!(
+                        "[monitor] node: expected a node name of 1 to 253 printable characters, got {n:?}"
+                    ))
+                }
+                n => n,
+            },
         })
     }
 }
@@ -170,7 +181,7 @@ mod tests {
     fn keys_typed_and_bad_values_one_line_naming_the_key() {
         assert_eq!(table("").unwrap(), MonitorConfig::default());
         let m = table(
-            "listen = \"127.0.0.1:1\"\ninterval_seconds = 2\ntolerance = \"1Gi\"\nkill = true\nnvml_library = \"/x.so\"\n",
+            "listen = \"127.0.0.1:1\"\ninterval_seconds = 2\ntolerance = \"1Gi\"\nkill = true\nnvml_library = \"/x.so\"\nnode = \"gpu-7\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -181,6 +192,7 @@ mod tests {
                 tolerance: Some(1 << 30),
                 kill: Some(true),
                 nvml_library: Some("/x.so".into()),
+                node: Some("gpu-7".into()),
                 ..Default::default()
             }
         );
@@ -212,6 +224,8 @@ mod tests {
             ("share_tolerance = 150\n", "share_tolerance"),
             ("share_tolerance = -1\n", "share_tolerance"),
             ("share_tolerance = \"5%\"\n", "share_tolerance"),
+            ("node = \"\"\n", "node"),
+            ("node = \"a\\nb\"\n", "node"),
         ] {
             let e = table(bad).unwrap_err();
             assert!(e.contains(names) && !e.contains('\n'), "{bad}: {e}");

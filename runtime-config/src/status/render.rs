@@ -1,9 +1,11 @@
 //! The human view of `vgpuctl status`: one line per container and GPU, then one per GPU with its totals,
 //! as borderless tables whose lines start with their first cell (scripts match `^<id> `). Not here: what
-//! is shown (`model`).
+//! is shown (`model`). Every cell goes through `vgpu_host::printable`: names and error texts come from a
+//! tenant's annotations and files, and must neither forge a row nor drive the operator's terminal.
 use anyhow::Result;
 use comfy_table::{CellAlignment, ContentArrangement, Table};
 use std::io::Write;
+use vgpu_host::printable::printable;
 use vgpu_ledger::{format_bytes, KubeNames};
 
 use super::model::{Compute, Process, Status};
@@ -36,7 +38,12 @@ fn processes(ps: &[Process]) -> String {
 
 fn names(k: &Option<KubeNames>) -> String {
     match k {
-        Some(k) => format!("{}/{}/{}", k.namespace, k.pod, k.container),
+        Some(k) => format!(
+            "{}/{}/{}",
+            printable(&k.namespace),
+            printable(&k.pod),
+            printable(&k.container)
+        ),
         None => "-".into(),
     }
 }
@@ -84,7 +91,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         writeln!(
             out,
             "no containers with a GPU memory quota or compute share (state root {})",
-            s.state_root
+            printable(&s.state_root)
         )?;
         return Ok(());
     }
@@ -101,50 +108,56 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
     ]);
     for c in &s.containers {
         if let Some(e) = &c.error {
-            t.add_row(vec![
-                short(&c.id).to_string(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                format!("error: {e}"),
-                "-".into(),
-                "-".into(),
-                names(&c.kubernetes),
-            ]);
+            row(
+                &mut t,
+                vec![
+                    short(&c.id).to_string(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    format!("error: {e}"),
+                    "-".into(),
+                    "-".into(),
+                    names(&c.kubernetes),
+                ],
+            );
         }
         for g in &c.gpus {
             let kinds = match &g.error {
                 Some(e) => format!("error: {e}"),
                 None => kinds(&g.by_kind),
             };
-            t.add_row(vec![
-                short(&c.id).to_string(),
-                g.index.to_string(),
-                g.uuid.clone(),
-                g.quota.map_or("-".into(), format_bytes),
-                format!(
-                    "{}{}{}",
-                    format_bytes(g.used),
-                    match g.quota {
-                        Some(q) => format!(" ({}%)", g.used.saturating_mul(100) / q.max(1)),
-                        None => String::new(),
-                    },
-                    match (g.spill_limit, g.memory_mode) {
-                        (Some(b), _) => format!(
-                            " + {} spilled of {}",
-                            format_bytes(g.spilled),
-                            format_bytes(b)
-                        ),
-                        (None, "oversubscribe") => " (oversubscribe)".into(),
-                        _ => String::new(),
-                    }
-                ),
-                kinds,
-                compute(&g.compute),
-                processes(&g.processes),
-                names(&c.kubernetes),
-            ]);
+            row(
+                &mut t,
+                vec![
+                    short(&c.id).to_string(),
+                    g.index.to_string(),
+                    g.uuid.clone(),
+                    g.quota.map_or("-".into(), format_bytes),
+                    format!(
+                        "{}{}{}",
+                        format_bytes(g.used),
+                        match g.quota {
+                            Some(q) => format!(" ({}%)", g.used.saturating_mul(100) / q.max(1)),
+                            None => String::new(),
+                        },
+                        match (g.spill_limit, g.memory_mode) {
+                            (Some(b), _) => format!(
+                                " + {} spilled of {}",
+                                format_bytes(g.spilled),
+                                format_bytes(b)
+                            ),
+                            (None, "oversubscribe") => " (oversubscribe)".into(),
+                            _ => String::new(),
+                        }
+                    ),
+                    kinds,
+                    compute(&g.compute),
+                    processes(&g.processes),
+                    names(&c.kubernetes),
+                ],
+            );
         }
     }
     write_table(&t, out)?;
@@ -168,14 +181,17 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                 ),
                 None => format_bytes(g.committed),
             };
-            t.add_row(vec![
-                g.uuid.clone(),
-                g.containers.to_string(),
-                committed,
-                physical,
-                format_bytes(g.used),
-                format!("{}%", g.compute_shares),
-            ]);
+            row(
+                &mut t,
+                vec![
+                    g.uuid.clone(),
+                    g.containers.to_string(),
+                    committed,
+                    physical,
+                    format_bytes(g.used),
+                    format!("{}%", g.compute_shares),
+                ],
+            );
         }
         if let Some(c) = t.column_mut(1) {
             c.set_cell_alignment(CellAlignment::Right);
@@ -183,6 +199,16 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         write_table(&t, out)?;
     }
     Ok(())
+}
+
+/// Adds a row, each cell made printable (the names are, already; the ids, UUIDs and error texts here).
+fn row(t: &mut Table, cells: Vec<String>) {
+    t.add_row(
+        cells
+            .into_iter()
+            .map(|c| printable(&c).into_owned())
+            .collect::<Vec<_>>(),
+    );
 }
 
 fn write_table(t: &Table, out: &mut dyn Write) -> Result<()> {

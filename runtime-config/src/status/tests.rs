@@ -360,3 +360,31 @@ fn a_gpu_without_a_ledger_yet_shows_its_quota_and_no_usage() {
     assert_eq!((m[0].gpus[0].limit, m[0].gpus[0].total), (Some(1 << 30), 0));
     assert_eq!(m[0].gpus[0].error, None);
 }
+
+// Issue 25 item 4: a pod name carrying a newline and terminal escapes was printed raw (a forged row, the
+// operator's terminal cleared).
+#[test]
+fn a_tenants_names_cannot_forge_rows_or_drive_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (_a, _) = provision(&root, "a", uuid, 1 << 30);
+    let lp = root.limits_path("a").unwrap();
+    let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+    l.kubernetes = Some(KubeNames {
+        namespace: "ml\r".into(),
+        pod: "p\nvictim  0  GPU-x  64.0 GiB".into(),
+        container: "c\x1b[2J\u{9b}0m".into(),
+    });
+    l.write_atomic(&lp).unwrap();
+    let s = collect(&root, &[(uuid.to_string(), 16 << 30)]).unwrap();
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains(['\r', '\x1b', '\u{9b}']), "{text:?}");
+    assert!(!text.lines().any(|l| l.starts_with("victim")), "{text}");
+    assert!(
+        text.contains(r"ml\r/p\nvictim  0  GPU-x  64.0 GiB/c\u{1b}[2J\u{9b}0m"),
+        "{text}"
+    );
+}

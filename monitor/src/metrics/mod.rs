@@ -3,6 +3,7 @@
 //! the collector's last reading of the state root and NVML; the watchdog's counters and open findings come
 //! from its passes. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
 
+
 use super::state::ContainerState;
 use super::watchdog::Truth;
 use prometheus_client::encoding::text::encode;
@@ -15,8 +16,7 @@ use std::time::Duration;
 use vgpu_host::nvml::GpuReading;
 use vgpu_ledger::Kind;
 
-/// Label pairs of one series.
-pub type Labels = Vec<(&'static str, String)>;
+pub use crate::labels::{Labels, Value};
 type IntFamily = Family<Labels, Gauge>;
 type RatioFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 type SecondsFamily = Family<Labels, Counter<f64, AtomicU64>>;
@@ -33,8 +33,28 @@ pub struct WatchdogView {
     pub passes: u64,
 }
 
+/// What vgpuctl was built from, for `vgpu_build_info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: &'static str,
+    /// The git commit (12 hex digits), or "unknown" outside a checkout.
+    pub commit: &'static str,
+}
+
+impl Default for BuildInfo {
+    fn default() -> Self {
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            commit: "unknown",
+        }
+    }
+}
+
 /// Everything one scrape shows.
 pub struct Scrape<'a> {
+    pub build: BuildInfo,
+    /// The node's name, HAMi's `node` label (`[monitor] node`, default the host name).
+    pub node: &'a str,
     pub containers: &'a [ContainerState],
     /// `None`: NVML is not loaded or could not be read.
     pub gpus: Option<&'a [GpuReading]>,
@@ -60,23 +80,70 @@ pub fn container_labels(c: &ContainerState, g: usize) -> Labels {
     let names = c.names.clone().unwrap_or_default();
     let gpu = &c.gpus[g];
     vec![
-        ("namespace", names.namespace),
-        ("pod", names.pod),
+        ("namespace", names.namespace.into()),
+        ("pod", names.pod.into()),
         (
             "container",
             if names.container.is_empty() {
                 c.id.clone()
             } else {
                 names.container
-            },
+            }
+            .into(),
         ),
-        ("container_id", c.id.clone()),
-        ("vdevice_index", gpu.index.to_string()),
-        ("device_uuid", gpu.uuid.clone()),
+        ("container_id", c.id.clone().into()),
+        ("vdevice_index", gpu.index.to_string().into()),
+        ("device_uuid", gpu.uuid.clone().into()),
     ]
 }
 
-fn with(mut l: Labels, k: &'static str, v: impl Into<String>) -> Labels {
+/// HAMi's `zone` label: its vGPU monitor registers every series under `zone="vGPU"`.
+pub const HAMI_ZONE: &str = "vGPU";
+
+/// The labels of a container's GPU on a `hami_*` series: exactly HAMi's vGPU monitor's (`zone`,
+/// `namespace`, `pod`, `container`, `vdevice_index`, `device_uuid`), no container id.
+pub fn hami_container_labels(c: &ContainerState, g: usize) -> Labels {
+    let mut l = container_labels(c, g);
+    l.retain(|(k, _)| *k != "container_id");
+    l.insert(0, ("zone", HAMI_ZONE.into()));
+    l
+}
+
+/// The labels of a host GPU: HAMi's (`zone`, `node`, `device_index`, `device_uuid`, `device_type` as
+/// HAMi writes it: `NVIDIA-` and NVML's name).
+pub fn host_labels(node: &str, r: &GpuReading) -> Labels {
+    vec![
+        ("zone", HAMI_ZONE.into()),
+        ("node", node.into()),
+        ("device_index", r.index.to_string().into()),
+        ("device_uuid", r.uuid.clone().into()),
+        ("device_type", format!("NVIDIA-{}", r.name).into()),
+    ]
+}
+
+/// Which container GPU each `hami_*` container series shows. HAMi's labels carry no container id, so two
+/// containers of one pod and name (an exited container the engine keeps beside its restart) would be one
+/// series: the one with live ledger slots wins, then the larger charge. Our own `vgpu_*` series, keyed by
+/// `container_id`, show every one.
+fn hami_winners(cs: &[ContainerState]) -> std::collections::BTreeSet<(usize, usize)> {
+    /// (has live slots, total) and (container, GPU) of the best so far.
+    type Best = ((bool, u64), (usize, usize));
+    let mut best: std::collections::BTreeMap<Labels, Best> = Default::default();
+    for (ci, c) in cs.iter().enumerate() {
+        for (gi, g) in c.gpus.iter().enumerate() {
+            let rank = (!g.owners.is_empty(), g.total);
+            let e = best
+                .entry(hami_container_labels(c, gi))
+                .or_insert((rank, (ci, gi)));
+            if rank > e.0 {
+                *e = (rank, (ci, gi));
+            }
+        }
+    }
+    best.into_values().map(|(_, at)| at).collect()
+}
+
+fn with(mut l: Labels, k: &'static str, v: impl Into<Value>) -> Labels {
     l.push((k, v.into()));
     l
 }
@@ -109,11 +176,21 @@ pub fn render(s: &Scrape) -> String {
     let used = int(
         &mut reg,
         "hami_vgpu_memory_used_bytes",
-        "GPU memory charged to the container's quota (its ledger's total)",
+        "GPU memory charged to the container's quota (its ledger's total), HAMi's labels",
     );
     let limit = int(
         &mut reg,
         "hami_vgpu_memory_limit_bytes",
+        "the container's GPU memory quota, HAMi's labels",
+    );
+    let own_used = int(
+        &mut reg,
+        "vgpu_memory_used_bytes",
+        "GPU memory charged to the container's quota (its ledger's total)",
+    );
+    let own_limit = int(
+        &mut reg,
+        "vgpu_memory_limit_bytes",
         "the container's GPU memory quota",
     );
     let host_used = int(
@@ -129,11 +206,16 @@ pub fn render(s: &Scrape) -> String {
     let host_util = ratio(
         &mut reg,
         "hami_host_gpu_utilization_ratio",
-        "host GPU busy ratio, 0-1 (NVML)",
+        "host GPU busy percentage, 0-100 as HAMi's (NVML)",
     );
     let ctr_util = ratio(
         &mut reg,
         "hami_container_device_utilization_ratio",
+        "SM utilisation of the container's processes on the GPU, 0-100 as HAMi's (NVML per-process samples)",
+    );
+    let own_util = ratio(
+        &mut reg,
+        "vgpu_container_sm_utilization_ratio",
         "SM utilisation of the container's processes on the GPU, 0-1 (NVML per-process samples)",
     );
     let by_kind = int(
@@ -240,15 +322,39 @@ pub fn render(s: &Scrape) -> String {
         passes.clone(),
     );
 
+    let build = IntFamily::default();
+    reg.register(
+        "vgpu_build_info",
+        "the vgpu version and git commit serving these metrics (always 1)",
+        build.clone(),
+    );
+    set(
+        &build,
+        &vec![
+            ("version", s.build.version.into()),
+            ("commit", s.build.commit.into()),
+        ],
+        1,
+    );
+    let winners = hami_winners(s.containers);
     let mut n_errors = u64::from(s.state_error.is_some());
     for (ci, c) in s.containers.iter().enumerate() {
         n_errors += u64::from(c.error.is_some());
         for (gi, g) in c.gpus.iter().enumerate() {
             n_errors += u64::from(g.error.is_some());
             let l = container_labels(c, gi);
-            set(&used, &l, g.total);
+            let hami = winners
+                .contains(&(ci, gi))
+                .then(|| hami_container_labels(c, gi));
+            set(&own_used, &l, g.total);
+            if let Some(h) = &hami {
+                set(&used, h, g.total);
+            }
             if let Some(b) = g.limit {
-                set(&limit, &l, b);
+                set(&own_limit, &l, b);
+                if let Some(h) = &hami {
+                    set(&limit, h, b);
+                }
             }
             if let Some(pct) = g.compute_limit {
                 compute_limit.get_or_create(&l).set(f64::from(pct) / 100.0);
@@ -299,21 +405,20 @@ pub fn render(s: &Scrape) -> String {
                             .map(|s| s.1)
                             .sum()
                     });
-                    ctr_util.get_or_create(&l).set(u.min(1.0));
+                    own_util.get_or_create(&l).set(u.min(1.0));
+                    if let Some(h) = &hami {
+                        ctr_util.get_or_create(h).set(u.min(1.0) * 100.0);
+                    }
                 }
             }
         }
     }
     for r in s.gpus.unwrap_or_default() {
-        let l: Labels = vec![
-            ("device_index", r.index.to_string()),
-            ("device_uuid", r.uuid.clone()),
-            ("device_type", r.name.clone()),
-        ];
+        let l = host_labels(s.node, r);
         set(&host_used, &l, r.used);
         set(&host_total, &l, r.total);
         if let Some(u) = r.utilization {
-            host_util.get_or_create(&l).set(u);
+            host_util.get_or_create(&l).set(u * 100.0);
         }
     }
     errors.set(n_errors as i64);
@@ -324,7 +429,7 @@ pub fn render(s: &Scrape) -> String {
     }
     for (kind, n) in &s.watchdog.events {
         events
-            .get_or_create(&vec![("finding", kind.to_string())])
+            .get_or_create(&vec![("finding", Value::from(*kind))])
             .inc_by(*n);
     }
     if let Some(c) = s.collection {
@@ -354,151 +459,4 @@ pub fn render(s: &Scrape) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::state::GpuState;
-    use super::super::watchdog::TrueProc;
-    use super::*;
-
-    #[test]
-    fn renders_hami_and_vgpu_series_with_labels() {
-        let c = ContainerState {
-            id: "c1".into(),
-            names: Some(vgpu_ledger::KubeNames {
-                namespace: "ns".into(),
-                pod: "p".into(),
-                container: "main".into(),
-            }),
-            gpus: vec![GpuState {
-                index: 0,
-                uuid: "GPU-0".into(),
-                limit: Some(1 << 30),
-                compute_limit: Some(30),
-                compute: vgpu_ledger::region::ComputeSnapshot {
-                    charged_ns: 1_500_000_000,
-                    held_ns: 250_000_000,
-                    launches: 42,
-                    ..Default::default()
-                },
-                total: 300 << 20,
-                slots_sum: 300 << 20,
-                by_kind: {
-                    let mut k = [0; vgpu_ledger::region::KINDS];
-                    k[Kind::Data.index()] = 300 << 20;
-                    k
-                },
-                owners: vec![(1, 1)],
-                refusals: 3,
-                spilled: 7 << 20,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let mut truth = Truth {
-            listed: vec!["GPU-0".into()],
-            ..Default::default()
-        };
-        truth.by_gpu.insert(
-            (0, 0),
-            vec![
-                TrueProc {
-                    pid: 10,
-                    start_time: 1,
-                    used: 300 << 20,
-                    tracked: true,
-                },
-                TrueProc {
-                    pid: 11,
-                    start_time: 2,
-                    used: 5 << 20,
-                    tracked: false,
-                },
-            ],
-        );
-        let gpus = vec![GpuReading {
-            index: 0,
-            uuid: "GPU-0".into(),
-            name: "NVIDIA H100".into(),
-            total: 16 << 30,
-            used: 1 << 30,
-            utilization: Some(0.25),
-            processes: Some(vec![]),
-            process_utilization: Some(vec![(10, 0.5), (11, 0.125), (99, 1.0)]),
-        }];
-        let wd = WatchdogView {
-            events: vec![("over_quota", 2)],
-            kills: 1,
-            ..Default::default()
-        };
-        let text = render(&Scrape {
-            containers: &[c],
-            gpus: Some(&gpus),
-            truth: &truth,
-            watchdog: &wd,
-            share: &Default::default(),
-            state_error: None,
-            collection: Some(Collection {
-                age: Duration::from_millis(1500),
-                took: Duration::from_millis(20),
-            }),
-        });
-        let l = r#"namespace="ns",pod="p",container="main",container_id="c1",vdevice_index="0",device_uuid="GPU-0""#;
-        for want in [
-            format!("hami_vgpu_memory_used_bytes{{{l}}} 314572800"),
-            format!("hami_vgpu_memory_limit_bytes{{{l}}} 1073741824"),
-            format!("vgpu_memory_used_by_kind_bytes{{{l},kind=\"data\"}} 314572800"),
-            format!("vgpu_memory_spilled_bytes{{{l}}} 7340032"),
-            format!("vgpu_container_gpu_memory_nvml_bytes{{{l}}} 319815680"),
-            format!("vgpu_container_gpu_memory_untracked_bytes{{{l}}} 5242880"),
-            r#"hami_host_gpu_memory_used_bytes{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 1073741824"#.into(),
-            r#"hami_host_gpu_utilization_ratio{device_index="0",device_uuid="GPU-0",device_type="NVIDIA H100"} 0.25"#.into(),
-            r#"vgpu_watchdog_events_total{finding="over_quota"} 2"#.into(),
-            "vgpu_nvml_unattributed_processes 0".into(),
-            "vgpu_watchdog_kills_total 1".into(),
-            "vgpu_nvml_up 1".into(),
-            format!("hami_container_device_utilization_ratio{{{l}}} 0.625"),
-            format!("vgpu_memory_refusals_total{{{l}}} 3"),
-            format!("vgpu_compute_limit_ratio{{{l}}} 0.3"),
-            format!("vgpu_compute_charged_seconds_total{{{l}}} 1.5"),
-            format!("vgpu_compute_held_seconds_total{{{l}}} 0.25"),
-            format!("vgpu_compute_launches_total{{{l}}} 42"),
-            "vgpu_monitor_reading_age_seconds 1.5".into(),
-            "vgpu_monitor_collection_seconds 0.02".into(),
-            "# EOF".into(),
-        ] {
-            assert!(text.contains(&want), "missing {want}\n{text}");
-        }
-        assert!(!text.contains("kind=\"vmm\""), "kinds at zero are left out");
-    }
-
-    #[test]
-    fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_compute_series() {
-        let gpu = |limit, compute_limit| GpuState {
-            uuid: "GPU-0".into(),
-            limit,
-            compute_limit,
-            ..Default::default()
-        };
-        let c = ContainerState {
-            id: "c1".into(),
-            gpus: vec![gpu(None, Some(70)), gpu(Some(1 << 30), None)],
-            ..Default::default()
-        };
-        let text = render(&Scrape {
-            containers: &[c],
-            gpus: None,
-            truth: &Truth::default(),
-            watchdog: &WatchdogView::default(),
-            share: &Default::default(),
-            state_error: None,
-            collection: None,
-        });
-        let series = |name: &str| text.lines().filter(|l| l.starts_with(name)).count();
-        assert_eq!(series("hami_vgpu_memory_limit_bytes{"), 1, "{text}");
-        assert_eq!(series("vgpu_compute_limit_ratio{"), 1, "{text}");
-        assert!(
-            text.contains("vdevice_index=\"0\",device_uuid=\"GPU-0\"} 0.7"),
-            "{text}"
-        );
-        assert_eq!(series("vgpu_compute_launches_total{"), 1, "{text}");
-    }
-}
+mod tests;

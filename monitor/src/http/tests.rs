@@ -1,0 +1,120 @@
+//! The server against slow, idle and greedy clients, on a loopback port.
+
+use super::*;
+use crate::watchdog::Policy;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+use vgpu_host::nvml::Fake;
+use vgpu_ledger::layout::StateRoot;
+
+fn start(limits: Limits) -> (SocketAddr, tempfile::TempDir) {
+    let d = tempfile::tempdir().unwrap();
+    let m = Monitor::with_nvml(
+        StateRoot::new(d.path().to_path_buf()),
+        Some(Box::new(Fake::gpus(1, 16 << 30))),
+        Policy {
+            tolerance: 0,
+            kill: false,
+        },
+    );
+    m.collect();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let m = Arc::new(m);
+    std::thread::spawn(move || serve(m, l, limits, Duration::from_secs(3600)));
+    (addr, d)
+}
+
+/// One request; the status line and the body.
+fn get(addr: SocketAddr, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.lines().next().unwrap_or("").into(), body.into())
+}
+
+/// Issue 25 item 5: one client sending a header byte every 3 s, and three idle connections, held the old
+/// one-at-a-time server for 10 s and more per scrape.
+#[test]
+fn a_slow_client_and_idle_connections_do_not_delay_a_scrape() {
+    let (addr, _d) = start(LIMITS);
+    let mut slow = TcpStream::connect(addr).unwrap();
+    std::thread::spawn(move || {
+        for b in b"GET /metrics HTTP/1.1\r\nHost: slow\r\n" {
+            if slow.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let _idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let (status, body) = get(addr, "/metrics");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+}
+
+#[test]
+fn healthz_build_info_and_unknown_paths() {
+    let (addr, _d) = start(LIMITS);
+    assert_eq!(
+        get(addr, "/healthz"),
+        ("HTTP/1.1 200 OK".into(), "ok\n".into())
+    );
+    assert_eq!(get(addr, "/nope").0, "HTTP/1.1 404 Not Found");
+    let (_, body) = get(addr, "/metrics");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("vgpu_build_info{version=\"") && l.ends_with("} 1")),
+        "{body}"
+    );
+}
+
+/// A client past the header deadline is closed; headers past the byte cap are refused with 431; a peer
+/// past its share of connections is closed at once while another request from it later is served.
+#[test]
+fn deadlines_and_caps() {
+    let limits = Limits {
+        per_peer: 2,
+        header_timeout: Duration::from_millis(300),
+        ..LIMITS
+    };
+    let (addr, _d) = start(limits);
+    let mut idle = TcpStream::connect(addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 256];
+    let _ = idle.read(&mut buf);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+
+    let mut big = TcpStream::connect(addr).unwrap();
+    let huge = "x".repeat(32 << 10);
+    let _ = write!(
+        big,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {huge}\r\n\r\n"
+    );
+    let mut out = String::new();
+    let _ = big.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 431"), "{out:.80}");
+
+    let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut third = TcpStream::connect(addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    assert_eq!(
+        third.read(&mut buf).unwrap_or(usize::MAX),
+        0,
+        "closed at once"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(get(addr, "/healthz").0, "HTTP/1.1 200 OK");
+}
