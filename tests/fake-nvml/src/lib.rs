@@ -141,6 +141,8 @@ macro_rules! nvml_fn {
     )*};
 }
 
+mod addressing;
+
 #[repr(C)]
 pub struct PciInfo {
     bus_id_legacy: [c_char; 16],
