@@ -569,6 +569,19 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         for (; rc == CUDA_SUCCESS && k < n; k++) rc = CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
         if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
         printf(" launched=%ld ns_per_launch=%.0f", k, k ? (now() - t0) * 1e9 / k : 0.0);
+    } else if (!strcmp(op, "launch-nocur") || !strcmp(op, "launch-nocur-default")) {
+        /* One launch of the loaded kernel (a CUkernel after library-launchable) with no context current:
+           on the stream (it runs in the stream's context), or on the legacy default stream (which has no
+           context then: the driver refuses it). The context is made current again after. */
+        int on_default = !strcmp(op, "launch-nocur-default");
+        rc = need_stream();
+        if (rc == CUDA_SUCCESS && !kernel) rc = CUDA_ERROR_INVALID_HANDLE;
+        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSetCurrent, NULL);
+        if (rc == CUDA_SUCCESS) {
+            rc = CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, on_default ? NULL : stream, NULL, NULL);
+            CALL(cuCtxSetCurrent, ctx);
+        }
+        if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
     } else if (!strcmp(op, "work") || !strcmp(op, "graph-work") || !strcmp(op, "graph-work-memset")) {
         /* work SECONDS: launch kernels for SECONDS of wall time, synchronising every 16 launches (a
          * saturating loop that never queues far ahead); graph-work SECONDS NODES: the same with a graph of
