@@ -188,7 +188,7 @@ check_match "cuLaunchCooperativeKernelMultiDevice on a device under a share is r
 out=$(vg "$WORK/b_multi0" "" "$CC" multi 0.2)
 check_match "  ... and runs without a share" 'rc=0 ' "$out"
 # Eager memsets and copies are work like kernels: 4 MiB at FAKE_CUDA_BYTES_PER_US=2000 is 2.1 ms each.
-for m in memset memcpy; do
+for m in memset memcpy batch batch3d; do
     out=$(FAKE_CUDA_BYTES_PER_US=2000 vg "$WORK/b_$m" 10 "$CC" $m $SECS 4)
     between "eager ${m}s at 10% get ~10%" "$(share "$out" 1.048576)" 5 16
 done
