@@ -35,7 +35,7 @@ macro_rules! hooked_symbols {
                 cuGraphExecKernelNodeSetParams_v2 cuGraphExecNodeSetParams cuGraphExecChildGraphNodeSetParams
                 cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2 cuCtxSetLimit
                 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
-                cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
+                cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2 cuGreenCtxCreate cuGreenCtxDestroy
                 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
                 cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload cuLibraryGetModule cuLibraryGetKernel
                 cuKernelGetFunction cuLibraryGetGlobal cuLibraryGetManaged cuLibraryGetUnifiedFunction

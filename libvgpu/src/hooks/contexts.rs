@@ -1,5 +1,7 @@
-//! Contexts: `cuCtxCreate*`, `cuCtxDestroy*` and the primary context's retain/release/reset. A context's
-//! own memory is measured (not asked for by size); destroying it gives back everything recorded in it.
+//! Contexts: `cuCtxCreate*`, `cuCtxDestroy*`, the primary context's retain/release/reset, and green
+//! contexts (`cuGreenCtxCreate`/`cuGreenCtxDestroy`: contexts of their own, recorded under the `CUcontext`
+//! `cuCtxFromGreenCtx` names). A context's own memory is measured (not asked for by size); destroying it
+//! gives back everything recorded in it.
 //!
 //! Measurement (`measure`): this process's own usage in NVML before and after creation, else the device's
 //! used memory (NVML, or without NVML the driver's free memory through a context of the device before and
@@ -96,7 +98,7 @@ impl<D: Driver> Engine<'_, D> {
     /// (no out-pointer, no limit, exiting, no quota on the device), Err(Some) to refuse it.
     fn ctx_quota(
         &self,
-        pctx: *mut CUcontext,
+        pctx: *mut c_void,
         dev: CUdevice,
     ) -> Result<&'static DeviceQuota, Option<Error>> {
         if pctx.is_null() || self.drv.unlimited() || exiting() {
@@ -116,20 +118,37 @@ impl<D: Driver> Engine<'_, D> {
         dev: CUdevice,
         create: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        let q = match self.ctx_quota(pctx, dev) {
+        // SAFETY: read only after `create` succeeded: `pctx` is non-null (ctx_quota) and written by the
+        // driver.
+        let new_ctx = || unsafe { *pctx } as usize;
+        self.create_measured(pctx.cast(), dev, create, new_ctx, |ctx| {
+            self.drv.ctx_destroy(ctx)
+        })
+    }
+
+    /// A context made by `create` into the out-pointer `out` (a `CUcontext`, or a green context whose
+    /// `CUcontext` `new_ctx` asks for), measured and charged to `dev`; `undo` destroys it again (given the
+    /// context) when its memory does not fit.
+    pub(crate) fn create_measured(
+        &self,
+        out: *mut c_void,
+        dev: CUdevice,
+        create: impl FnOnce() -> CUresult,
+        new_ctx: impl Fn() -> usize,
+        undo: impl FnOnce(usize),
+    ) -> CUresult {
+        let q = match self.ctx_quota(out, dev) {
             Ok(q) => q,
             Err(None) => return create(),
             Err(Some(e)) => return e.cuda(),
         };
-        // SAFETY: the closure runs only after `create` succeeded: `pctx` is non-null and written by the driver.
-        let (r, cost) = self.measure_ctx(dev, Some(q), create, || unsafe { *pctx } as usize);
+        let (r, cost) = self.measure_ctx(dev, Some(q), create, &new_ctx);
         if r != CUDA_SUCCESS {
             return r;
         }
-        // SAFETY: non-null, written by the driver.
-        let ctx = unsafe { *pctx } as usize;
+        let ctx = new_ctx();
         if !self.admit(q, Kind::Context, cost) {
-            self.drv.ctx_destroy(ctx);
+            undo(ctx);
             return Error::OutOfMemory.cuda();
         }
         self.rec
@@ -159,7 +178,7 @@ impl<D: Driver> Engine<'_, D> {
         dev: CUdevice,
         retain: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        let q = match self.ctx_quota(pctx, dev) {
+        let q = match self.ctx_quota(pctx.cast(), dev) {
             Ok(q) => q,
             Err(None) => return retain(),
             Err(Some(e)) => return e.cuda(),
@@ -261,6 +280,48 @@ hook!(cuDevicePrimaryCtxReset_v2(dev: CUdevice) {
 });
 hook!(cuDevicePrimaryCtxReset(dev: CUdevice) {
     engine().primary_release(dev, || forward!("cuDevicePrimaryCtxReset", fn(CUdevice), dev), true)
+});
+
+/// The `CUcontext` of green context `green` (`cuCtxFromGreenCtx`; 0 when the driver gives none): what
+/// the green context's allocations and launches name as their context.
+fn green_ctx(green: *mut c_void) -> usize {
+    let mut c: CUcontext = std::ptr::null_mut();
+    match forward!(
+        "cuCtxFromGreenCtx",
+        fn(*mut CUcontext, *mut c_void),
+        &mut c,
+        green
+    ) {
+        CUDA_SUCCESS => c as usize,
+        _ => 0,
+    }
+}
+
+// A green context (CUDA 12.4+) is a context of its own, with its own memory on the device: measured and
+// charged as cuCtxCreate's, recorded under its CUcontext, and everything made in it given back with it.
+hook!(cuGreenCtxCreate(pg: *mut *mut c_void, desc: *mut c_void, dev: CUdevice, flags: c_uint) {
+    // SAFETY: read only after the driver wrote it (create_measured checks `pg` is non-null).
+    let green = || unsafe { *pg };
+    engine().create_measured(
+        pg.cast(),
+        dev,
+        || forward!("cuGreenCtxCreate", fn(*mut *mut c_void, *mut c_void, CUdevice, c_uint), pg, desc, dev, flags),
+        || green_ctx(green()),
+        |_| {
+            forward!("cuGreenCtxDestroy", fn(*mut c_void), green());
+        },
+    )
+});
+hook!(cuGreenCtxDestroy(g: *mut c_void) {
+    let ctx = if g.is_null() { 0 } else { green_ctx(g) };
+    if ctx != 0 {
+        crate::compute::context_ending(ctx);
+    }
+    let r = forward!("cuGreenCtxDestroy", fn(*mut c_void), g);
+    if r == CUDA_SUCCESS && ctx != 0 {
+        engine().context_gone(ctx);
+    }
+    r
 });
 
 #[cfg(test)]
