@@ -30,6 +30,18 @@ use crate::records::{self, Rec};
 /// about an H100/H200 context with driver 580 (an H200 context measured 524 MiB).
 pub(crate) const DEFAULT_CONTEXT_BYTES: u64 = 512 << 20;
 
+/// The same for a green context, which takes far less than an ordinary one (an H100 green context of all
+/// its SMs took 6 MiB with driver 580, where a context takes ~500): its measurement neither uses nor
+/// teaches the device's known context size.
+pub(crate) const DEFAULT_GREEN_CONTEXT_BYTES: u64 = 64 << 20;
+
+/// An ordinary context (`cuCtxCreate*`, the primary one) or a green one (`cuGreenCtxCreate`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CtxKind {
+    Ordinary,
+    Green,
+}
+
 impl<D: Driver> Engine<'_, D> {
     /// Runs `create` and measures what the new context (`new_ctx()`, read after success) took on the
     /// device (0 without a quota to measure for). See `measure` for the estimator.
@@ -37,6 +49,7 @@ impl<D: Driver> Engine<'_, D> {
         &self,
         dev: CUdevice,
         q: Option<&DeviceQuota>,
+        kind: CtxKind,
         create: impl FnOnce() -> CUresult,
         new_ctx: impl FnOnce() -> usize,
     ) -> (CUresult, u64) {
@@ -68,13 +81,14 @@ impl<D: Driver> Engine<'_, D> {
             (before.process, after.process) = (None, None);
         }
         let measured_before = before.process.is_some() || before.device.is_some();
-        let (cost, source) = estimate(
-            measured_before.then_some(&before),
-            &after,
-            self.known_context(dev),
-            DEFAULT_CONTEXT_BYTES,
-        );
-        self.learn_context(dev, cost, source);
+        let (known, fallback) = match kind {
+            CtxKind::Ordinary => (self.known_context(dev), DEFAULT_CONTEXT_BYTES),
+            CtxKind::Green => (None, DEFAULT_GREEN_CONTEXT_BYTES),
+        };
+        let (cost, source) = estimate(measured_before.then_some(&before), &after, known, fallback);
+        if kind == CtxKind::Ordinary {
+            self.learn_context(dev, cost, source);
+        }
         log::debug(format_args!(
             "context on device {dev}: {cost} bytes ({source:?})"
         ));
@@ -121,9 +135,14 @@ impl<D: Driver> Engine<'_, D> {
         // SAFETY: read only after `create` succeeded: `pctx` is non-null (ctx_quota) and written by the
         // driver.
         let new_ctx = || unsafe { *pctx } as usize;
-        self.create_measured(pctx.cast(), dev, create, new_ctx, |ctx| {
-            self.drv.ctx_destroy(ctx)
-        })
+        self.create_measured(
+            pctx.cast(),
+            dev,
+            CtxKind::Ordinary,
+            create,
+            new_ctx,
+            |ctx| self.drv.ctx_destroy(ctx),
+        )
     }
 
     /// A context made by `create` into the out-pointer `out` (a `CUcontext`, or a green context whose
@@ -133,6 +152,7 @@ impl<D: Driver> Engine<'_, D> {
         &self,
         out: *mut c_void,
         dev: CUdevice,
+        kind: CtxKind,
         create: impl FnOnce() -> CUresult,
         new_ctx: impl Fn() -> usize,
         undo: impl FnOnce(usize),
@@ -142,7 +162,7 @@ impl<D: Driver> Engine<'_, D> {
             Err(None) => return create(),
             Err(Some(e)) => return e.cuda(),
         };
-        let (r, cost) = self.measure_ctx(dev, Some(q), create, &new_ctx);
+        let (r, cost) = self.measure_ctx(dev, Some(q), kind, create, &new_ctx);
         if r != CUDA_SUCCESS {
             return r;
         }
@@ -185,8 +205,13 @@ impl<D: Driver> Engine<'_, D> {
         };
         let fresh = !self.drv.primary_active(dev);
         // SAFETY: the closure runs only after `retain` succeeded: `pctx` is non-null and written by the driver.
-        let (r, cost) = self.measure_ctx(dev, fresh.then_some(q), retain, || unsafe { *pctx }
-            as usize);
+        let (r, cost) = self.measure_ctx(
+            dev,
+            fresh.then_some(q),
+            CtxKind::Ordinary,
+            retain,
+            || unsafe { *pctx } as usize,
+        );
         if r != CUDA_SUCCESS {
             return r;
         }
@@ -298,13 +323,15 @@ fn green_ctx(green: *mut c_void) -> usize {
 }
 
 // A green context (CUDA 12.4+) is a context of its own, with its own memory on the device: measured and
-// charged as cuCtxCreate's, recorded under its CUcontext, and everything made in it given back with it.
+// charged as cuCtxCreate's (but never bounded by, nor teaching, the size of an ordinary context: an H100
+// green context took 6 MiB), recorded under its CUcontext, and everything made in it given back with it.
 hook!(cuGreenCtxCreate(pg: *mut *mut c_void, desc: *mut c_void, dev: CUdevice, flags: c_uint) {
     // SAFETY: read only after the driver wrote it (create_measured checks `pg` is non-null).
     let green = || unsafe { *pg };
     engine().create_measured(
         pg.cast(),
         dev,
+        CtxKind::Green,
         || forward!("cuGreenCtxCreate", fn(*mut *mut c_void, *mut c_void, CUdevice, c_uint), pg, desc, dev, flags),
         || green_ctx(green()),
         |_| {

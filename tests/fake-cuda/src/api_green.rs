@@ -1,6 +1,7 @@
 //! Green contexts (CUDA 12.4+): `cuDeviceGetDevResource` (the device's SMs), `cuDevResourceGenerateDesc`,
-//! `cuGreenCtxCreate` — a context of its own on the device, taking a context's memory
-//! (`FAKE_CUDA_CONTEXT_BYTES`) as the real driver's does, not made current — `cuCtxFromGreenCtx` (its
+//! `cuGreenCtxCreate` — a context of its own on the device, not made current, taking
+//! `FAKE_CUDA_GREEN_CONTEXT_BYTES` (default 6 MiB: an H100 green context of all its SMs took 6 MiB with
+//! driver 580, where an ordinary context takes ~500) — `cuCtxFromGreenCtx` (its
 //! `CUcontext`, a handle other than the green one, usable as any context) and `cuGreenCtxDestroy`, which
 //! frees everything made in it. SM partitions are not modelled: a description is a handle.
 
@@ -44,7 +45,8 @@ fn cuDevResourceGenerateDesc(desc: *mut Handle, res: *mut c_void, n: c_uint) {
 fn cuGreenCtxCreate(pg: *mut Handle, desc: Handle, dev: CUdevice, flags: c_uint) {
     let d = drv()?;
     if pg.is_null() || !lock(&DESCS).contains(&desc) || flags != DEFAULT_STREAM { return Err(INVALID_VALUE); }
-    let ctx = d.create_ctx(&mut lock(&d.objs), dev, 0, false)?;
+    let bytes = fake_gpu::config::env_size("FAKE_CUDA_GREEN_CONTEXT_BYTES", 6 << 20);
+    let ctx = d.create_ctx_of(&mut lock(&d.objs), dev, 0, false, bytes)?;
     let g = new_handle();
     green(|m| m.insert(g, ctx));
     out(pg, g)
