@@ -35,7 +35,7 @@ macro_rules! hooked_symbols {
                 cuGraphExecKernelNodeSetParams_v2 cuGraphExecNodeSetParams cuGraphExecChildGraphNodeSetParams
                 cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2 cuCtxSetLimit
                 cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
-                cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
+                cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2 cuGreenCtxCreate cuGreenCtxDestroy
                 cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleLoadFatBinary cuModuleUnload
                 cuLibraryLoadData cuLibraryLoadFromFile cuLibraryUnload cuLibraryGetModule cuLibraryGetKernel
                 cuKernelGetFunction cuLibraryGetGlobal cuLibraryGetManaged cuLibraryGetUnifiedFunction
@@ -55,7 +55,9 @@ macro_rules! hooked_symbols {
                 cuMemcpyAtoA_v2 cuMemcpyAtoA_v2_ptds cuMemcpy2D_v2 cuMemcpy2D_v2_ptds cuMemcpy2DUnaligned_v2
                 cuMemcpy2DUnaligned_v2_ptds cuMemcpy2DAsync_v2 cuMemcpy2DAsync_v2_ptsz cuMemcpy3D_v2
                 cuMemcpy3D_v2_ptds cuMemcpy3DAsync_v2 cuMemcpy3DAsync_v2_ptsz cuMemcpy3DPeer
-                cuMemcpy3DPeer_ptds cuMemcpy3DPeerAsync cuMemcpy3DPeerAsync_ptsz;
+                cuMemcpy3DPeer_ptds cuMemcpy3DPeerAsync cuMemcpy3DPeerAsync_ptsz
+                cuMemcpyBatchAsync cuMemcpyBatchAsync_ptsz cuMemcpyBatchAsync_v2 cuMemcpyBatchAsync_v2_ptsz
+                cuMemcpy3DBatchAsync cuMemcpy3DBatchAsync_ptsz cuMemcpy3DBatchAsync_v2 cuMemcpy3DBatchAsync_v2_ptsz;
             Nvml:
                 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2;
         }

@@ -99,15 +99,28 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Runtime(r) => r.run(&mut out),
         Cmd::Status { json, root } => {
-            // The GPUs' memory for the per-GPU totals, when NVML is there (status works without it).
-            let physical: Vec<(String, u64)> = vgpu_oci::config::Config::load()
+            // The GPUs' memory and addressing mode for the per-GPU totals, when NVML is there (status
+            // works without it).
+            let nvml = vgpu_oci::config::Config::load()
                 .ok()
-                .and_then(|c| vgpu_oci::nvml::list_gpus(&c.nvml_library).ok())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|g| (g.uuid, g.total_memory))
+                .and_then(|c| vgpu_host::nvml::open(&c.nvml_library).ok());
+            let gpus = nvml
+                .as_ref()
+                .and_then(|n| n.devices().ok())
+                .unwrap_or_default();
+            let physical: Vec<(String, u64)> = gpus
+                .iter()
+                .map(|g| (g.uuid.clone(), g.total_memory))
                 .collect();
-            let status = vgpuctl::status::collect(&root.root()?, &physical)?;
+            let addressing: Vec<_> = gpus
+                .iter()
+                .filter_map(|g| {
+                    let mode = nvml.as_ref()?.addressing_mode(g.index).ok()??;
+                    Some((g.uuid.clone(), mode))
+                })
+                .collect();
+            let mut status = vgpuctl::status::collect(&root.root()?, &physical)?;
+            status.note_addressing(&addressing);
             if json {
                 serde_json::to_writer_pretty(&mut out, &status)?;
                 writeln!(out)?;

@@ -36,6 +36,11 @@
     X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease")                      \
     X(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset")                          \
     X(cuCtxSetCurrent, "cuCtxSetCurrent")                                          \
+    X(cuDeviceGetDevResource, "cuDeviceGetDevResource")                            \
+    X(cuDevResourceGenerateDesc, "cuDevResourceGenerateDesc")                      \
+    X(cuGreenCtxCreate, "cuGreenCtxCreate")                                        \
+    X(cuGreenCtxDestroy, "cuGreenCtxDestroy")                                      \
+    X(cuCtxFromGreenCtx, "cuCtxFromGreenCtx")                                      \
     X(cuCtxSynchronize, "cuCtxSynchronize")                                        \
     X(cuCtxDestroy, "cuCtxDestroy")                                                \
     X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                              \
@@ -155,7 +160,7 @@ static int load_driver(void) {
 #endif
 
 /* ---- what the client holds ---- */
-enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE, K_CTX, K_HOST, K_LIBRARY };
+enum kind { K_DEV, K_ARRAY, K_MIPMAP, K_ASYNC, K_VMM, K_GRAPH, K_MODULE, K_CTX, K_HOST, K_LIBRARY, K_GREEN };
 struct held {
     enum kind kind;
     CUdeviceptr ptr;
@@ -282,6 +287,11 @@ static CUresult free_one(struct held *h) {
         if (rc == CUDA_SUCCESS && ctx) rc = CALL(cuCtxSetCurrent, ctx);
         stream = NULL; pool = NULL; kernel = NULL;
         break;
+    case K_GREEN:
+        rc = CALL(cuGreenCtxDestroy, (CUgreenCtx)h->handle);
+        if (rc == CUDA_SUCCESS && ctx) rc = CALL(cuCtxSetCurrent, ctx);
+        stream = NULL; pool = NULL; kernel = NULL;
+        break;
     }
     return rc;
 }
@@ -295,7 +305,8 @@ static const char ptx[] =
     "\tret;\n"
     "}\n";
 
-static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx", "host", "library"};
+static const char *kind_name[] = {"dev", "array", "mipmap", "async", "vmm", "graph", "module", "ctx", "host", "library",
+                                  "green"};
 
 /* threads op: each thread makes the primary context current and churns alloc/free pairs. */
 /* bg-limit: a cuCtxSetLimit in another thread, left running (a fork may come meanwhile). */
@@ -569,6 +580,19 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         for (; rc == CUDA_SUCCESS && k < n; k++) rc = CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
         if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
         printf(" launched=%ld ns_per_launch=%.0f", k, k ? (now() - t0) * 1e9 / k : 0.0);
+    } else if (!strcmp(op, "launch-nocur") || !strcmp(op, "launch-nocur-default")) {
+        /* One launch of the loaded kernel (a CUkernel after library-launchable) with no context current:
+           on the stream (it runs in the stream's context), or on the legacy default stream (which has no
+           context then: the driver refuses it). The context is made current again after. */
+        int on_default = !strcmp(op, "launch-nocur-default");
+        rc = need_stream();
+        if (rc == CUDA_SUCCESS && !kernel) rc = CUDA_ERROR_INVALID_HANDLE;
+        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSetCurrent, NULL);
+        if (rc == CUDA_SUCCESS) {
+            rc = CALL(cuLaunchKernel, kernel, 1, 1, 1, 32, 1, 1, 0, on_default ? NULL : stream, NULL, NULL);
+            CALL(cuCtxSetCurrent, ctx);
+        }
+        if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
     } else if (!strcmp(op, "work") || !strcmp(op, "graph-work") || !strcmp(op, "graph-work-memset")) {
         /* work SECONDS: launch kernels for SECONDS of wall time, synchronising every 16 launches (a
          * saturating loop that never queues far ahead); graph-work SECONDS NODES: the same with a graph of
@@ -707,6 +731,37 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         if (rc == CUDA_SUCCESS) rc = resolve("cuCtxCreate", (void **)&create, 3020, CU_GET_PROC_ADDRESS_DEFAULT, NULL);
         if (rc == CUDA_SUCCESS) rc = create(&c, 0, dev);
         if (rc == CUDA_SUCCESS) { push((struct held){.kind = K_CTX, .handle = c}); stream = NULL; pool = NULL; kernel = NULL; }
+    } else if (!strcmp(op, "green")) {
+        /* A green context of all of device N's SMs (the client's device and context stay as they were
+           chosen), its CUcontext made current: what follows is made in it. */
+        int n = atoi(ARG(1)); used = 2;
+        CUdevice d = 0;
+        CUdevResource res;
+        CUdevResourceDesc desc = NULL;
+        CUgreenCtx g = NULL;
+        CUcontext c = NULL;
+        memset(&res, 0, sizeof res);
+        rc = need_ctx();
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceGet, &d, n);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDeviceGetDevResource, d, &res, CU_DEV_RESOURCE_TYPE_SM);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuDevResourceGenerateDesc, &desc, &res, 1);
+        if (rc == CUDA_SUCCESS) rc = CALL(cuGreenCtxCreate, &g, desc, d, CU_GREEN_CTX_DEFAULT_STREAM);
+        if (rc == CUDA_SUCCESS) {
+            push((struct held){.kind = K_GREEN, .handle = g});
+            rc = CALL(cuCtxFromGreenCtx, &c, g);
+        }
+        if (rc == CUDA_SUCCESS) rc = CALL(cuCtxSetCurrent, c);
+        if (rc == CUDA_SUCCESS) { stream = NULL; pool = NULL; kernel = NULL; }
+        printf(" ord=%d", n);
+    } else if (!strcmp(op, "green-destroy")) {
+        /* Destroys the last green context with what was made in it still allocated (those go with it). */
+        int k = nheld - 1;
+        while (k >= 0 && held[k].kind != K_GREEN) k--;
+        if (k < 0) rc = CUDA_ERROR_INVALID_VALUE;
+        else {
+            rc = free_one(&held[k]);
+            nheld = k;
+        }
     } else if (!strcmp(op, "threshold")) {
         cuuint64_t t = parse_size(ARG(1)); used = 2;
         rc = need_ctx();

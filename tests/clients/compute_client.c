@@ -15,6 +15,8 @@
  *   graph      a graph of one kernel node, launched with no context current
  *   memset     cuMemsetD8Async of ARG MiB (default 64) on the stream
  *   memcpy     cuMemcpyDtoDAsync of ARG MiB (default 64) on the stream
+ *   batch      cuMemcpyBatchAsync of ARG MiB (default 64) as 4 copies on the stream
+ *   batch3d    cuMemcpy3DBatchAsync of ARG MiB (default 64) as 4 pointer-to-pointer copies on the stream
  *   cheap      one launch of the kernel at 1x, then the loop at ARGx (default 10) the work: same function
  *              and grid, longer arguments (on the fake, the block's height)
  *   short      ARG launches (default 40) queued at once, then cuCtxSynchronize and exit (SECONDS unused)
@@ -95,6 +97,40 @@ static CUresult launch_one(const char *mode, CUgraphExec ex, int x) {
     if (!strcmp(mode, "graph")) return cuGraphLaunch(ex, stream);
     if (!strcmp(mode, "memset")) return cuMemsetD8Async(buf_a, 7, bytes, stream);
     if (!strcmp(mode, "memcpy")) return cuMemcpyDtoDAsync(buf_b, buf_a, bytes, stream);
+    if (!strcmp(mode, "batch")) {
+        size_t q = bytes / 4, sizes[4] = {q, q, q, q};
+        CUdeviceptr dsts[4], srcs[4];
+        CUmemcpyAttributes attr;
+        size_t idx = 0;
+        memset(&attr, 0, sizeof attr);
+        attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        for (int i = 0; i < 4; i++) dsts[i] = buf_b + i * q, srcs[i] = buf_a + i * q;
+#if CUDA_VERSION >= 13000
+        return cuMemcpyBatchAsync(dsts, srcs, sizes, 4, &attr, &idx, 1, stream);
+#else
+        size_t fail = 0;
+        return cuMemcpyBatchAsync(dsts, srcs, sizes, 4, &attr, &idx, 1, &fail, stream);
+#endif
+    }
+    if (!strcmp(mode, "batch3d")) {
+        size_t q = bytes / 4;
+        CUDA_MEMCPY3D_BATCH_OP ops[4];
+        memset(ops, 0, sizeof ops);
+        for (int i = 0; i < 4; i++) {
+            ops[i].src.type = ops[i].dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+            ops[i].src.op.ptr.ptr = buf_a + i * q;
+            ops[i].dst.op.ptr.ptr = buf_b + i * q;
+            ops[i].extent.width = q;
+            ops[i].extent.height = ops[i].extent.depth = 1;
+            ops[i].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        }
+#if CUDA_VERSION >= 13000
+        return cuMemcpy3DBatchAsync(4, ops, 0, stream);
+#else
+        size_t fail = 0;
+        return cuMemcpy3DBatchAsync(4, ops, &fail, 0, stream);
+#endif
+    }
     return cuLaunchKernel(fn, 1, 1, 1, 32, by, 1, 0, stream, args, NULL);
 }
 
@@ -132,7 +168,7 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         TRY(cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
         TRY(cuLibraryGetKernel(&kern, lib, "vgpu_spin"));
     }
-    if (!strcmp(mode, "memset") || !strcmp(mode, "memcpy")) {
+    if (!strcmp(mode, "memset") || !strcmp(mode, "memcpy") || !strncmp(mode, "batch", 5)) {
         bytes = (size_t)(arg ? atof(arg) : 64) * (1 << 20);
         TRY(cuMemAlloc(&buf_a, bytes));
         TRY(cuMemAlloc(&buf_b, bytes));
@@ -201,7 +237,8 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
 #else
     if (!strcmp(mode, "otherctx")) TRY(cuCtxCreate(&other, 0, dev));
 #endif
-    else if (strcmp(mode, "plain") && strcmp(mode, "memset") && strcmp(mode, "memcpy") && strcmp(mode, "cheap"))
+    else if (strcmp(mode, "plain") && strcmp(mode, "memset") && strcmp(mode, "memcpy") && strncmp(mode, "batch", 5) &&
+             strcmp(mode, "cheap"))
         TRY(cuCtxSetCurrent(NULL));
     double t0 = now();
     for (*launched = 0; now() - t0 < secs;) {

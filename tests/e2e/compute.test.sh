@@ -188,7 +188,7 @@ check_match "cuLaunchCooperativeKernelMultiDevice on a device under a share is r
 out=$(vg "$WORK/b_multi0" "" "$CC" multi 0.2)
 check_match "  ... and runs without a share" 'rc=0 ' "$out"
 # Eager memsets and copies are work like kernels: 4 MiB at FAKE_CUDA_BYTES_PER_US=2000 is 2.1 ms each.
-for m in memset memcpy; do
+for m in memset memcpy batch batch3d; do
     out=$(FAKE_CUDA_BYTES_PER_US=2000 vg "$WORK/b_$m" 10 "$CC" $m $SECS 4)
     between "eager ${m}s at 10% get ~10%" "$(share "$out" 1.048576)" 5 16
 done
@@ -272,6 +272,12 @@ check "  ... vgpuctl status --json: the share, no quota, launches charged" jq -e
     "$WORK/status.json"
 "$VGPUCTL" status --state-root "$STATE" >"$WORK/status.txt"
 check_match "  ... and its table: the COMPUTE column" "^${ID:0:12} +0 +GPU-[^ ]+ +- +.* 30% \([0-9.]+ s charged, [0-9.]+ s held, [0-9]+ launches\)" "$(cat "$WORK/status.txt")"
+# issue 23 item 9: per GPU whether HMM/ATS lets kernels reach pageable memory (NVML's addressing mode)
+check_match "  ... the GPU's HMM/ATS column: off where NVML says none" "^GPU-[^ ]+ +1 +.* off$" "$(cat "$WORK/status.txt")"
+FAKE_NVML_ADDRESSING_MODE=hmm "$VGPUCTL" status --state-root "$STATE" >"$WORK/status-hmm.txt"
+check_match "  ... on (hmm) where NVML says HMM" "^GPU-[^ ]+ +1 +.* on \(hmm\)$" "$(cat "$WORK/status-hmm.txt")"
+check_eq "  ... and in --json" \
+    "$(FAKE_NVML_ADDRESSING_MODE=ats "$VGPUCTL" status --json --state-root "$STATE" | jq -r '.gpus[0].addressing')" ats
 gone() { plain delete -f "$1" >/dev/null 2>&1; }
 gone "$ID"
 check_eq "  ... removed with its container" "$(state_left)" ""

@@ -23,11 +23,12 @@ bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
 
 MiB=1048576
-# vg ARGS...: the runtime-style client under the library on two fresh fake GPUs (quota LIMIT, default 1g);
-# its log lines go to $W/err.
+# vg ARGS...: the runtime-style client under the library on two fresh fake GPUs (quota LIMIT, default 1g;
+# each context CTX_BYTES, each green context GREEN_BYTES, default 0); its log lines go to $W/err.
 vg() {
     local d; d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"
-    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=${CTX_BYTES:-0} \
+        FAKE_CUDA_GREEN_CONTEXT_BYTES=${GREEN_BYTES:-0} FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
         CUDA_DEVICE_MEMORY_SHARED_CACHE=$d/cache CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-1g} \
         timeout 30 "$RT" "$@" 2>"$W/err"
 }
@@ -79,6 +80,20 @@ check "the same memory imported in its own process is charged once; releasing bo
 out=$(vg vmm-fd 600m vmm-export free-all truth 0 vmm 600m)
 check "an exported allocation nobody imported is refunded at its release" \
     test "$(truth "$out")/$(echo "$out" | rcs vmm)" = "0/0/0 "
+
+# --- issue 23 leftover: a green context is a context of its own on its device (the library before it
+# charged nothing: device 1 held 300 MiB with an empty ledger, and 2 GiB under a 1 GiB quota)
+out=$(GREEN_BYTES=$((300 * MiB)) CUDA_DEVICE_MEMORY_LIMIT_0=8g CUDA_DEVICE_MEMORY_LIMIT_1=1g vg device 0 green 1 truth 1)
+check "a green context of device 1, made from device 0's context, is charged to device 1 (truth = ledger)" \
+    test "$(echo "$out" | rcs green)/$(truth "$out")" = "0 /$((300 * MiB))/$((300 * MiB))"
+out=$(GREEN_BYTES=$((2048 * MiB)) CUDA_DEVICE_MEMORY_LIMIT_0=8g CUDA_DEVICE_MEMORY_LIMIT_1=1g vg device 0 green 1 truth 1)
+check "one that does not fit device 1's 1 GiB is refused with out-of-memory, and the device holds nothing of it" \
+    test "$(echo "$out" | rcs green)/$(truth "$out")" = "2 /0/0"
+out=$(CTX_BYTES=$((100 * MiB)) GREEN_BYTES=$((6 * MiB)) vg device 0 green 0 alloc 200m truth 0 green-destroy truth 0)
+check "a green context is charged what it took (6 MiB, as on an H100)" \
+    test "$(truth "$out")" = "$((306 * MiB))/$((306 * MiB))"
+check "its destruction gives back the context and what was made in it (truth = ledger = the primary context)" \
+    test "$(echo "$out" | rcs green-destroy)/$(truth "$out" 2)" = "0 /$((100 * MiB))/$((100 * MiB))"
 
 # --- item 11: an allocation whose device cannot be told is refused, with one log line
 out=$(vg device 0 nocontext async-default 64m truth 0)

@@ -236,6 +236,19 @@ fresh
 out=$(FAKE_CUDA_KERNEL_STACK=16384 vg "$RT" library library-launchable info launch 1 sync info 2>/dev/null)
 check "  ... a CUkernel's growth is refused too, and the device holds nothing of it" \
     test "$(echo "$out" | rcs launch)/$(echo "$out" | opline info 2 | field free)" = "2 /$(echo "$out" | opline info 1 | field free)"
+# ... and launched while no context is current, where only its stream names the device whose size it has
+# (the check asked the current context's device, found none, and let the driver grow 3,960 MiB past 1 GiB)
+fresh
+out=$(FAKE_CUDA_KERNEL_STACK=16384 vg "$RT" library library-launchable info launch-nocur info 2>/dev/null)
+check "  ... a CUkernel launched with no context current is refused too, and the device holds nothing of it" \
+    test "$(echo "$out" | rcs launch-nocur)/$(echo "$out" | opline info 2 | field free)" = "2 /$(echo "$out" | opline info 1 | field free)"
+# ... on the legacy default stream with no context current there is no context to grow: the driver refuses
+# such a launch, and so does the library, with the driver's own error
+fresh
+bare=$(FAKE_CUDA_KERNEL_STACK=16384 "$RT" library library-launchable launch-nocur-default 2>/dev/null | rcs launch-nocur-default)
+out=$(FAKE_CUDA_KERNEL_STACK=16384 vg "$RT" library library-launchable info launch-nocur-default info 2>/dev/null)
+check "  ... on the default stream with no context current: the driver's refusal (rc $bare), nothing grown" \
+    test "$(echo "$out" | rcs launch-nocur-default)/$(echo "$out" | opline info 2 | field free)" = "$bare/$(echo "$out" | opline info 1 | field free)"
 fresh
 out=$(FAKE_CUDA_KERNEL_STACK=2048 vg "$RT" module launch 1 info 2>/dev/null)
 check "  ... one that fits is charged before the launch, no sync needed (264 MiB; the runtime's way)" \

@@ -32,6 +32,31 @@ pub struct GpuReading {
     pub process_utilization: Option<Vec<(u32, f64)>>,
 }
 
+/// Whether a GPU's kernels can reach the host's pageable memory (plain `malloc`/`mmap`), as
+/// `nvmlDeviceGetAddressingMode` reports it (nvml.h, r575+). Under HMM or ATS the driver may migrate such
+/// memory into device memory with no allocation call the interposer sees (docs/libvgpu.md, "Pageable
+/// memory: HMM and ATS").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressingMode {
+    /// Neither HMM nor ATS is active.
+    None,
+    /// Heterogeneous Memory Management: the driver mirrors the CPU's page tables on the GPU.
+    Hmm,
+    /// Address Translation Services: the CPU's and the GPU's page tables are one (Grace).
+    Ats,
+}
+
+impl AddressingMode {
+    /// `none`, `hmm` or `ats` (status's words, `--json` included).
+    pub fn name(self) -> &'static str {
+        match self {
+            AddressingMode::None => "none",
+            AddressingMode::Hmm => "hmm",
+            AddressingMode::Ats => "ats",
+        }
+    }
+}
+
 /// Why NVML could not answer: one line naming the library or the call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NvmlError {
@@ -59,4 +84,8 @@ pub trait Nvml: Send + Sync {
     /// with `nvmlDeviceSetMemoryLimits_v1` (r615+). Ok(false): the driver has no such call, nothing set.
     fn set_memory_limits(&self, cgroup: &CStr, limits: &[(String, u64)])
         -> Result<bool, NvmlError>;
+
+    /// Whether HMM or ATS lets GPU `index`'s kernels reach pageable host memory. `Ok(None)`: the driver
+    /// has no `nvmlDeviceGetAddressingMode` (before r575), or says the query is not supported there.
+    fn addressing_mode(&self, index: u32) -> Result<Option<AddressingMode>, NvmlError>;
 }

@@ -2,7 +2,7 @@
 //! limits they were given. Not here: the real library (`library`); the project's fake
 //! `libnvidia-ml.so.1` (tests/fake-nvml), which the e2e suites load through the real binding.
 
-use super::api::{GpuReading, HostGpu, Nvml, NvmlError};
+use super::api::{AddressingMode, GpuReading, HostGpu, Nvml, NvmlError};
 use std::ffi::CStr;
 use std::sync::Mutex;
 
@@ -17,6 +17,8 @@ pub struct Fake {
     pub limits_set: Mutex<Vec<(String, String, u64)>>,
     /// Every call fails with this error (a broken driver).
     pub fail: Option<String>,
+    /// What `addressing_mode` answers for every GPU (None: a driver without the call).
+    pub addressing: Option<AddressingMode>,
 }
 
 impl Fake {
@@ -89,5 +91,16 @@ impl Nvml for Fake {
             set.push((cgroup.to_string_lossy().into_owned(), uuid.clone(), *bytes));
         }
         Ok(true)
+    }
+
+    fn addressing_mode(&self, index: u32) -> Result<Option<AddressingMode>, NvmlError> {
+        self.check("nvmlDeviceGetAddressingMode")?;
+        if !self.gpus.iter().any(|g| g.index == index) {
+            return Err(NvmlError::Call {
+                call: format!("nvmlDeviceGetHandleByIndex_v2({index})"),
+                error: "Invalid Argument (error 2)".into(),
+            });
+        }
+        Ok(self.addressing)
     }
 }

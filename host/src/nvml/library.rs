@@ -8,11 +8,11 @@
 //! its `memory_info` calls `nvmlDeviceGetMemoryInfo_v2`, where vgpu compares against v1's figures (those
 //! the interposer's NVML answers and the fake NVML's v1/v2 split are built on: changing it would change
 //! what the monitor reports); and its process list is `_v3` (`_v2` behind a feature), never the
-//! unversioned list the monitor falls back to on older drivers. The binding is 16 symbols; every optional
+//! unversioned list the monitor falls back to on older drivers. The binding is 17 symbols; every optional
 //! one is asked for by name and its absence is an answer (no minor number, no utilisation, no process
 //! list), never a failure to load.
 
-use super::api::{GpuReading, HostGpu, Nvml, NvmlError};
+use super::api::{AddressingMode, GpuReading, HostGpu, Nvml, NvmlError};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 
 type Device = *mut c_void;
@@ -71,6 +71,18 @@ struct UtilSample {
     dec: c_uint,
 }
 
+/// `nvmlDeviceAddressingMode_v1_t` (nvml.h of r575+): a struct version, then one of
+/// `nvmlDeviceAddressingModeType_t` (0 none, 1 HMM, 2 ATS).
+#[repr(C)]
+struct AddressingModeV1 {
+    version: c_uint,
+    value: c_uint,
+}
+
+/// `nvmlDeviceAddressingMode_v1`: NVML_STRUCT_VERSION(DeviceAddressingMode, 1), the struct's size with
+/// the version in the high byte.
+const ADDRESSING_MODE_V1: c_uint = std::mem::size_of::<AddressingModeV1>() as c_uint | (1 << 24);
+
 /// `nvmlSetMemoryLimits_v1_t` (nvml.h of r615+; the same layout as NVIDIA's own Python bindings).
 #[repr(C)]
 struct SetMemoryLimits {
@@ -83,6 +95,7 @@ type ListFn<T> = unsafe extern "C" fn(Device, *mut c_uint, *mut T) -> c_int;
 type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) -> c_int;
 type StringFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
 type SetFn = unsafe extern "C" fn(Device, *const SetMemoryLimits) -> c_int;
+type AddressingFn = unsafe extern "C" fn(Device, *mut AddressingModeV1) -> c_int;
 
 enum Lister {
     V2(ListFn<ProcessV2>),
@@ -103,6 +116,7 @@ pub struct Library {
     process_utilization: Option<UtilFn>,
     lister: Option<Lister>,
     set_limits: Option<SetFn>,
+    addressing: Option<AddressingFn>,
     error_string: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
     shutdown: unsafe extern "C" fn() -> c_int,
     /// nvmlInit_v2 succeeded: dropping shuts NVML down.
@@ -166,6 +180,7 @@ impl Library {
                 process_utilization: maybe!("nvmlDeviceGetProcessUtilization"),
                 lister,
                 set_limits: maybe!("nvmlDeviceSetMemoryLimits_v1"),
+                addressing: maybe!("nvmlDeviceGetAddressingMode"),
                 error_string: maybe!("nvmlErrorString"),
                 shutdown: need!("nvmlShutdown"),
                 initialised: false,
@@ -341,6 +356,33 @@ impl Nvml for Library {
             }
         }
         Ok(true)
+    }
+
+    fn addressing_mode(&self, index: u32) -> Result<Option<AddressingMode>, NvmlError> {
+        let Some(f) = self.addressing else {
+            return Ok(None);
+        };
+        let dev = self.handle(index)?;
+        let mut m = AddressingModeV1 {
+            version: ADDRESSING_MODE_V1,
+            value: 0,
+        };
+        // SAFETY: `m` has nvmlDeviceAddressingMode_v1_t's layout, its version set.
+        match unsafe { f(dev, &mut m) } {
+            NOT_SUPPORTED | FUNCTION_NOT_FOUND => Ok(None),
+            rc => {
+                self.call(format!("nvmlDeviceGetAddressingMode({index})"), rc)?;
+                match m.value {
+                    0 => Ok(Some(AddressingMode::None)),
+                    1 => Ok(Some(AddressingMode::Hmm)),
+                    2 => Ok(Some(AddressingMode::Ats)),
+                    v => Err(NvmlError::Call {
+                        call: format!("nvmlDeviceGetAddressingMode({index})"),
+                        error: format!("unknown addressing mode {v}"),
+                    }),
+                }
+            }
+        }
     }
 }
 

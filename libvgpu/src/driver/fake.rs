@@ -88,6 +88,9 @@ pub struct FakeDriver {
     pub managed_error: Cell<CUresult>,
     /// Local memory per thread of each function (`func_local_size`).
     pub func_locals: RefCell<HashMap<usize, u64>>,
+    /// Local memory per thread of each `CUkernel`: given only for a device named by the caller (as
+    /// `cuKernelGetAttribute` asks), never from the current context.
+    pub kernel_locals: RefCell<HashMap<usize, u64>>,
 }
 
 impl FakeDriver {
@@ -135,6 +138,7 @@ impl FakeDriver {
             attributes: RefCell::new(HashMap::from([(16, 132), (39, 2048)])),
             managed_error: Cell::new(0),
             func_locals: RefCell::new(HashMap::new()),
+            kernel_locals: RefCell::new(HashMap::new()),
         }
     }
 
@@ -393,8 +397,9 @@ impl Driver for FakeDriver {
         0
     }
 
-    fn func_local_size(&self, func: usize) -> Option<u64> {
-        self.func_locals.borrow().get(&func).copied()
+    fn func_local_size(&self, func: usize, dev: Option<CUdevice>) -> Option<u64> {
+        let known = self.func_locals.borrow().get(&func).copied();
+        known.or_else(|| dev.and(self.kernel_locals.borrow().get(&func).copied()))
     }
 
     fn device_attribute(&self, _dev: CUdevice, attr: i32) -> Option<i64> {

@@ -496,10 +496,10 @@ impl Driver for RealDriver {
         forward!("cuCtxSetLimit", fn(i32, usize), 0, bytes as usize)
     }
 
-    fn func_local_size(&self, func: usize) -> Option<u64> {
+    fn func_local_size(&self, func: usize, dev: Option<CUdevice>) -> Option<u64> {
         let mut v: i32 = 0;
         // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES of a CUfunction; the CUDA runtime (12+) launches CUkernel
-        // handles, whose attributes are asked per device (the current context's: the launch's).
+        // handles, whose attributes are asked per device (the launch's stream's, or the current context's).
         if forward!(
             "cuFuncGetAttribute",
             fn(*mut i32, i32, *mut c_void),
@@ -510,7 +510,7 @@ impl Driver for RealDriver {
         {
             return Some(v.max(0) as u64);
         }
-        let dev = self.ctx_device()?;
+        let dev = dev.or_else(|| self.ctx_device())?;
         (forward!(
             "cuKernelGetAttribute",
             fn(*mut i32, i32, *mut c_void, CUdevice),

@@ -108,8 +108,10 @@ pub trait Driver {
     fn ctx_get_limit(&self, limit: i32) -> Option<u64>;
     /// cuCtxSetLimit(CU_LIMIT_STACK_SIZE) of the current context (`hooks/stack`).
     fn ctx_set_stack(&self, bytes: u64) -> CUresult;
-    /// cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES): a function's local memory per thread.
-    fn func_local_size(&self, func: usize) -> Option<u64>;
+    /// CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, a function's local memory per thread: `cuFuncGetAttribute` of
+    /// a `CUfunction`, else `cuKernelGetAttribute` of a `CUkernel` on device `dev` (None: the current
+    /// context's device).
+    fn func_local_size(&self, func: usize, dev: Option<CUdevice>) -> Option<u64>;
     /// cuDeviceGetAttribute.
     fn device_attribute(&self, dev: CUdevice, attr: i32) -> Option<i64>;
     fn library_unload(&self, library: usize);

@@ -1,5 +1,7 @@
-//! Contexts: `cuCtxCreate*`, `cuCtxDestroy*` and the primary context's retain/release/reset. A context's
-//! own memory is measured (not asked for by size); destroying it gives back everything recorded in it.
+//! Contexts: `cuCtxCreate*`, `cuCtxDestroy*`, the primary context's retain/release/reset, and green
+//! contexts (`cuGreenCtxCreate`/`cuGreenCtxDestroy`: contexts of their own, recorded under the `CUcontext`
+//! `cuCtxFromGreenCtx` names). A context's own memory is measured (not asked for by size); destroying it
+//! gives back everything recorded in it.
 //!
 //! Measurement (`measure`): this process's own usage in NVML before and after creation, else the device's
 //! used memory (NVML, or without NVML the driver's free memory through a context of the device before and
@@ -28,6 +30,18 @@ use crate::records::{self, Rec};
 /// about an H100/H200 context with driver 580 (an H200 context measured 524 MiB).
 pub(crate) const DEFAULT_CONTEXT_BYTES: u64 = 512 << 20;
 
+/// The same for a green context, which takes far less than an ordinary one (an H100 green context of all
+/// its SMs took 6 MiB with driver 580, where a context takes ~500): its measurement neither uses nor
+/// teaches the device's known context size.
+pub(crate) const DEFAULT_GREEN_CONTEXT_BYTES: u64 = 64 << 20;
+
+/// An ordinary context (`cuCtxCreate*`, the primary one) or a green one (`cuGreenCtxCreate`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CtxKind {
+    Ordinary,
+    Green,
+}
+
 impl<D: Driver> Engine<'_, D> {
     /// Runs `create` and measures what the new context (`new_ctx()`, read after success) took on the
     /// device (0 without a quota to measure for). See `measure` for the estimator.
@@ -35,6 +49,7 @@ impl<D: Driver> Engine<'_, D> {
         &self,
         dev: CUdevice,
         q: Option<&DeviceQuota>,
+        kind: CtxKind,
         create: impl FnOnce() -> CUresult,
         new_ctx: impl FnOnce() -> usize,
     ) -> (CUresult, u64) {
@@ -66,13 +81,14 @@ impl<D: Driver> Engine<'_, D> {
             (before.process, after.process) = (None, None);
         }
         let measured_before = before.process.is_some() || before.device.is_some();
-        let (cost, source) = estimate(
-            measured_before.then_some(&before),
-            &after,
-            self.known_context(dev),
-            DEFAULT_CONTEXT_BYTES,
-        );
-        self.learn_context(dev, cost, source);
+        let (known, fallback) = match kind {
+            CtxKind::Ordinary => (self.known_context(dev), DEFAULT_CONTEXT_BYTES),
+            CtxKind::Green => (None, DEFAULT_GREEN_CONTEXT_BYTES),
+        };
+        let (cost, source) = estimate(measured_before.then_some(&before), &after, known, fallback);
+        if kind == CtxKind::Ordinary {
+            self.learn_context(dev, cost, source);
+        }
         log::debug(format_args!(
             "context on device {dev}: {cost} bytes ({source:?})"
         ));
@@ -96,7 +112,7 @@ impl<D: Driver> Engine<'_, D> {
     /// (no out-pointer, no limit, exiting, no quota on the device), Err(Some) to refuse it.
     fn ctx_quota(
         &self,
-        pctx: *mut CUcontext,
+        pctx: *mut c_void,
         dev: CUdevice,
     ) -> Result<&'static DeviceQuota, Option<Error>> {
         if pctx.is_null() || self.drv.unlimited() || exiting() {
@@ -116,20 +132,43 @@ impl<D: Driver> Engine<'_, D> {
         dev: CUdevice,
         create: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        let q = match self.ctx_quota(pctx, dev) {
+        // SAFETY: read only after `create` succeeded: `pctx` is non-null (ctx_quota) and written by the
+        // driver.
+        let new_ctx = || unsafe { *pctx } as usize;
+        self.create_measured(
+            pctx.cast(),
+            dev,
+            CtxKind::Ordinary,
+            create,
+            new_ctx,
+            |ctx| self.drv.ctx_destroy(ctx),
+        )
+    }
+
+    /// A context made by `create` into the out-pointer `out` (a `CUcontext`, or a green context whose
+    /// `CUcontext` `new_ctx` asks for), measured and charged to `dev`; `undo` destroys it again (given the
+    /// context) when its memory does not fit.
+    pub(crate) fn create_measured(
+        &self,
+        out: *mut c_void,
+        dev: CUdevice,
+        kind: CtxKind,
+        create: impl FnOnce() -> CUresult,
+        new_ctx: impl Fn() -> usize,
+        undo: impl FnOnce(usize),
+    ) -> CUresult {
+        let q = match self.ctx_quota(out, dev) {
             Ok(q) => q,
             Err(None) => return create(),
             Err(Some(e)) => return e.cuda(),
         };
-        // SAFETY: the closure runs only after `create` succeeded: `pctx` is non-null and written by the driver.
-        let (r, cost) = self.measure_ctx(dev, Some(q), create, || unsafe { *pctx } as usize);
+        let (r, cost) = self.measure_ctx(dev, Some(q), kind, create, &new_ctx);
         if r != CUDA_SUCCESS {
             return r;
         }
-        // SAFETY: non-null, written by the driver.
-        let ctx = unsafe { *pctx } as usize;
+        let ctx = new_ctx();
         if !self.admit(q, Kind::Context, cost) {
-            self.drv.ctx_destroy(ctx);
+            undo(ctx);
             return Error::OutOfMemory.cuda();
         }
         self.rec
@@ -159,15 +198,20 @@ impl<D: Driver> Engine<'_, D> {
         dev: CUdevice,
         retain: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        let q = match self.ctx_quota(pctx, dev) {
+        let q = match self.ctx_quota(pctx.cast(), dev) {
             Ok(q) => q,
             Err(None) => return retain(),
             Err(Some(e)) => return e.cuda(),
         };
         let fresh = !self.drv.primary_active(dev);
         // SAFETY: the closure runs only after `retain` succeeded: `pctx` is non-null and written by the driver.
-        let (r, cost) = self.measure_ctx(dev, fresh.then_some(q), retain, || unsafe { *pctx }
-            as usize);
+        let (r, cost) = self.measure_ctx(
+            dev,
+            fresh.then_some(q),
+            CtxKind::Ordinary,
+            retain,
+            || unsafe { *pctx } as usize,
+        );
         if r != CUDA_SUCCESS {
             return r;
         }
@@ -261,6 +305,50 @@ hook!(cuDevicePrimaryCtxReset_v2(dev: CUdevice) {
 });
 hook!(cuDevicePrimaryCtxReset(dev: CUdevice) {
     engine().primary_release(dev, || forward!("cuDevicePrimaryCtxReset", fn(CUdevice), dev), true)
+});
+
+/// The `CUcontext` of green context `green` (`cuCtxFromGreenCtx`; 0 when the driver gives none): what
+/// the green context's allocations and launches name as their context.
+fn green_ctx(green: *mut c_void) -> usize {
+    let mut c: CUcontext = std::ptr::null_mut();
+    match forward!(
+        "cuCtxFromGreenCtx",
+        fn(*mut CUcontext, *mut c_void),
+        &mut c,
+        green
+    ) {
+        CUDA_SUCCESS => c as usize,
+        _ => 0,
+    }
+}
+
+// A green context (CUDA 12.4+) is a context of its own, with its own memory on the device: measured and
+// charged as cuCtxCreate's (but never bounded by, nor teaching, the size of an ordinary context: an H100
+// green context took 6 MiB), recorded under its CUcontext, and everything made in it given back with it.
+hook!(cuGreenCtxCreate(pg: *mut *mut c_void, desc: *mut c_void, dev: CUdevice, flags: c_uint) {
+    // SAFETY: read only after the driver wrote it (create_measured checks `pg` is non-null).
+    let green = || unsafe { *pg };
+    engine().create_measured(
+        pg.cast(),
+        dev,
+        CtxKind::Green,
+        || forward!("cuGreenCtxCreate", fn(*mut *mut c_void, *mut c_void, CUdevice, c_uint), pg, desc, dev, flags),
+        || green_ctx(green()),
+        |_| {
+            forward!("cuGreenCtxDestroy", fn(*mut c_void), green());
+        },
+    )
+});
+hook!(cuGreenCtxDestroy(g: *mut c_void) {
+    let ctx = if g.is_null() { 0 } else { green_ctx(g) };
+    if ctx != 0 {
+        crate::compute::context_ending(ctx);
+    }
+    let r = forward!("cuGreenCtxDestroy", fn(*mut c_void), g);
+    if r == CUDA_SUCCESS && ctx != 0 {
+        engine().context_gone(ctx);
+    }
+    r
 });
 
 #[cfg(test)]

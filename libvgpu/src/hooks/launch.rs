@@ -58,7 +58,7 @@ pub(crate) fn kernel(
     let s = streams::named(stream, ptsz);
     e.launch_memory(
         work.0,
-        || streams::context(s).unwrap_or(0),
+        || streams::home(s),
         || launch(stream, ptsz, work, call),
     )
 }

@@ -10,9 +10,12 @@
 //! handle whenever a memory limit applies, so `cuGetProcAddress` hands them out then even without a
 //! compute share (`interpose::swap_proc`). The stack grown is the launch's stream's context's (pushed
 //! current for the growth when another context is current), never the current context's. A `CUkernel`
-//! the driver gives no local size for is not checked: its growth is charged after the fact, as before.
+//! launched with no context current has its local size asked on its stream's device; a default stream
+//! with no context current is refused with the driver's own error, as the driver refuses the launch. A
+//! function the driver gives no local size for is not checked: its growth is charged after the fact.
 //! Its cost on a launch that needs no growth: one atomic load, three table lookups (the function's local
-//! size is asked once per function); the stream's context is asked only when the stack must grow.
+//! size is asked once per function); the stream's context is asked only when the stack must grow (or a
+//! `CUkernel`'s size needs its device).
 
 use std::sync::atomic::Ordering;
 
@@ -31,26 +34,36 @@ fn plain_slot(func: usize) -> usize {
     ((func >> 4) ^ (func >> 12)) % PLAIN_FUNCS
 }
 
+/// Where a launch runs: its stream's (device, context), or the driver's error for a stream without one.
+pub(crate) type Home = Result<(CUdevice, usize), CUresult>;
+
 impl<D: Driver> Engine<'_, D> {
-    /// The local memory per thread of `func`, asked once per function.
-    fn local_size(&self, func: usize) -> Option<u64> {
+    /// The local memory per thread of `func`, asked once per function: of a `CUfunction`, or of a
+    /// `CUkernel` on the current context's device, else on the launch's device (`home`, asked only then:
+    /// with no context current the driver names no device for a `CUkernel`).
+    fn local_size(
+        &self,
+        func: usize,
+        home: &impl Fn() -> Home,
+        at: &mut Option<Home>,
+    ) -> Option<u64> {
         if let Some(v) = self.rec.func_local.with(func as u64, |v| v.copied()) {
             return Some(v);
         }
-        let v = self.drv.func_local_size(func)?;
+        let v = self.drv.func_local_size(func, None).or_else(|| {
+            let dev = at.get_or_insert_with(home).as_ref().ok()?.0;
+            self.drv.func_local_size(func, Some(dev))
+        })?;
         self.rec.func_local.insert(func as u64, v);
         Some(v)
     }
 
-    /// Before a launch of `func` in context `launch_ctx()` (its stream's; asked only when the stack may
-    /// have to grow): grows that context's stack to the function's local memory per thread when that is
-    /// more than the stack has, charged first. Err: what the launch returns instead (the driver is not
-    /// asked to launch).
-    pub(crate) fn stack_admit(
-        &self,
-        func: usize,
-        launch_ctx: impl FnOnce() -> usize,
-    ) -> Result<(), CUresult> {
+    /// Before a launch of `func` in its stream's context (`home`, asked only when the stack may have to
+    /// grow or the function's size needs the launch's device): grows that context's stack to the
+    /// function's local memory per thread when that is more than the stack has, charged first. Err: what
+    /// the launch returns instead (the driver is not asked to launch) — out of memory, or, for a default
+    /// stream with no context current, the driver's own refusal of such a launch.
+    pub(crate) fn stack_admit(&self, func: usize, home: impl Fn() -> Home) -> Result<(), CUresult> {
         if self.drv.unlimited() || func == 0 {
             return Ok(());
         }
@@ -58,18 +71,17 @@ impl<D: Driver> Engine<'_, D> {
         if slot.load(Ordering::Relaxed) == func as u64 {
             return Ok(());
         }
-        let Some(local) = self.local_size(func) else {
+        let mut at = None;
+        let Some(local) = self.local_size(func, &home, &mut at) else {
             return Ok(());
         };
         if local <= DEFAULT_STACK {
             slot.store(func as u64, Ordering::Relaxed);
             return Ok(());
         }
-        let ctx = launch_ctx();
-        if ctx == 0 {
-            // No context for the stream: the driver refuses the launch itself.
-            return Ok(());
-        }
+        // A stream with no context (the legacy or per-thread default stream while none is current):
+        // the driver fails such a launch, and so does this, before it grows anything.
+        let (_, ctx) = at.unwrap_or_else(home)?;
         let seen = self.rec.stack_seen.with(ctx as u64, |s| s.copied());
         if local <= seen.unwrap_or(DEFAULT_STACK) {
             return Ok(());
@@ -99,13 +111,13 @@ impl<D: Driver> Engine<'_, D> {
     pub(crate) fn launch_memory(
         &self,
         func: usize,
-        launch_ctx: impl FnOnce() -> usize,
+        home: impl Fn() -> Home,
         call: impl FnOnce() -> CUresult,
     ) -> CUresult {
         if self.drv.unlimited() {
             return call();
         }
-        if let Err(e) = self.stack_admit(func, launch_ctx) {
+        if let Err(e) = self.stack_admit(func, home) {
             return e;
         }
         self.kernel_use(func as u64, "launch", call)
@@ -129,7 +141,7 @@ mod tests {
         w.fake.func_locals.borrow_mut().insert(0xf0, 16 << 10);
         let e = w.engine();
         assert_eq!(
-            e.stack_admit(0xf0, || e.drv.ctx_current()),
+            e.stack_admit(0xf0, || Ok((0, e.drv.ctx_current()))),
             Err(CUDA_ERROR_OUT_OF_MEMORY)
         );
         assert!(
@@ -146,15 +158,15 @@ mod tests {
         w.fake.func_locals.borrow_mut().insert(0xf1, 16 << 10);
         w.fake.func_locals.borrow_mut().insert(0xf2, 4 << 10);
         let e = w.engine();
-        assert_eq!(e.stack_admit(0xf1, || e.drv.ctx_current()), Ok(()));
+        assert_eq!(e.stack_admit(0xf1, || Ok((0, e.drv.ctx_current()))), Ok(()));
         let grow = ((16 << 10) - 1024) * THREADS;
         assert_eq!(w.usage(Kind::Context), grow, "charged before the launch");
         assert!(w.fake.called("ctx_set_stack 16384"));
         assert_eq!(w.fake.ctx_get_limit(CU_LIMIT_STACK_SIZE), Some(16 << 10));
         w.fake.calls.borrow_mut().clear();
         // the same function again, and a smaller one: nothing to do
-        assert_eq!(e.stack_admit(0xf1, || e.drv.ctx_current()), Ok(()));
-        assert_eq!(e.stack_admit(0xf2, || e.drv.ctx_current()), Ok(()));
+        assert_eq!(e.stack_admit(0xf1, || Ok((0, e.drv.ctx_current()))), Ok(()));
+        assert_eq!(e.stack_admit(0xf2, || Ok((0, e.drv.ctx_current()))), Ok(()));
         assert!(!w.fake.called("ctx_set_stack"));
         assert_eq!(w.usage(Kind::Context), grow);
         // the synchronisation's check finds no growth of its own to charge
@@ -170,14 +182,49 @@ mod tests {
         let e = w.engine();
         let r = e.launch_memory(
             0xf6,
-            || e.drv.ctx_current(),
+            || Ok((0, e.drv.ctx_current())),
             || panic!("launched past the quota"),
         );
         assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
         assert_eq!(
-            e.launch_memory(0xf7, || e.drv.ctx_current(), || 7),
+            e.launch_memory(0xf7, || Ok((0, e.drv.ctx_current())), || 7),
             7,
             "a launch that needs nothing runs"
+        );
+    }
+
+    #[test]
+    fn a_kernels_size_is_asked_on_its_streams_device_when_no_context_names_one() {
+        let w = World::new(1 << 30);
+        // a CUkernel: the driver gives its size only for a device named by the caller
+        w.fake.kernel_locals.borrow_mut().insert(0xf8, 16 << 10);
+        let e = w.engine();
+        let ctx = e.drv.ctx_current();
+        assert_eq!(
+            e.stack_admit(0xf8, || Ok((0, ctx))),
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        );
+        assert!(!w.fake.called("ctx_set_stack"));
+        assert_eq!(w.used(), 0);
+    }
+
+    #[test]
+    fn a_stream_without_a_context_is_refused_as_the_driver_refuses_it() {
+        const INVALID_CONTEXT: CUresult = 201;
+        let w = World::new(8 << 30);
+        w.fake.func_locals.borrow_mut().insert(0xf9, 16 << 10);
+        w.fake.func_locals.borrow_mut().insert(0xfa, 256);
+        let e = w.engine();
+        assert_eq!(
+            e.stack_admit(0xf9, || Err(INVALID_CONTEXT)),
+            Err(INVALID_CONTEXT)
+        );
+        assert!(!w.fake.called("ctx_set_stack"), "nothing grown");
+        assert_eq!(w.used(), 0);
+        assert_eq!(
+            e.stack_admit(0xfa, || panic!("asked for a launch that needs no growth")),
+            Ok(()),
+            "a launch that needs no growth is the driver's to answer"
         );
     }
 
@@ -186,15 +233,15 @@ mod tests {
         let w = World::new(1 << 20);
         w.fake.func_locals.borrow_mut().insert(0xf3, 512);
         let e = w.engine();
-        assert_eq!(e.stack_admit(0xf3, || e.drv.ctx_current()), Ok(()));
+        assert_eq!(e.stack_admit(0xf3, || Ok((0, e.drv.ctx_current()))), Ok(()));
         assert_eq!(
-            e.stack_admit(0xf4, || e.drv.ctx_current()),
+            e.stack_admit(0xf4, || Ok((0, e.drv.ctx_current()))),
             Ok(()),
             "unknown to the driver: the launch answers"
         );
         w.fake.func_locals.borrow_mut().insert(0xf5, 64 << 10);
         w.fake.set_applies(Applies::Nowhere);
-        assert_eq!(e.stack_admit(0xf5, || e.drv.ctx_current()), Ok(()));
+        assert_eq!(e.stack_admit(0xf5, || Ok((0, e.drv.ctx_current()))), Ok(()));
         assert!(!w.fake.called("ctx_set_stack"));
     }
 }

@@ -3,8 +3,9 @@
 //! share), so each goes through `launch::launch`: held back while the bucket is in debt, timed with
 //! events on its stream, charged. The synchronous forms run on the legacy default stream (`_ptds`: the
 //! per-thread one). Without a share, `cuGetProcAddress` hands out the driver's own functions
-//! (`interpose::launch_only`) and these hooks forward at once. Left out: the batch copies
-//! (`cuMemcpyBatchAsync`, `cuMemcpy3DBatchAsync`) and the unversioned 32-bit-pointer entry points.
+//! (`interpose::launch_only`) and these hooks forward at once. The batch copies (`cuMemcpyBatchAsync`,
+//! `cuMemcpy3DBatchAsync`: CUDA 12.8's with a `failIdx`, CUDA 13's `_v2` without, each `_ptsz`) are one
+//! piece of work each, keyed by the bytes they move. Left out: the unversioned 32-bit-pointer entry points.
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_uint, c_ushort, c_void};
@@ -28,12 +29,52 @@ fn work(name: &'static str, bytes: u64) -> crate::compute::Work {
 macro_rules! transfers {
     ($( $lit:literal $name:ident($($a:ident: $t:ty),*) on $s:expr, $p:literal, $b:expr; )*) => {$(
         hook!($name($($a: $t),*) {
+            // Without a share the work's size is never read (a batch's would be a walk of its array).
+            if crate::compute::off() {
+                return forward!($lit, fn($($t),*) $(, $a)*);
+            }
             launch($s, $p, work($lit, $b as u64), || forward!($lit, fn($($t),*) $(, $a)*))
         });
     )*};
 }
 
 const NULL: CUstream = std::ptr::null_mut();
+
+/// The bytes of a batch of `count` copies of `sizes` (the caller's array; null: the driver refuses the
+/// call, and it is charged as an empty transfer).
+fn batch_bytes(sizes: *const usize, count: usize) -> u64 {
+    if sizes.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's array of `count` sizes, read before the driver reads it.
+    unsafe { std::slice::from_raw_parts(sizes, count) }
+        .iter()
+        .fold(0u64, |a, &n| a.saturating_add(n as u64))
+}
+
+/// `CUDA_MEMCPY3D_BATCH_OP`: two `CUmemcpy3DOperand`s (a type, then a 32-byte union), the extent.
+#[repr(C)]
+pub struct Batch3DOp {
+    operands: [[u64; 5]; 2],
+    extent: [usize; 3],
+    src_access_order: c_uint,
+    flags: c_uint,
+}
+
+/// What a 3D batch of `n` ops moves: the sum of their extents in elements (bytes for pointer operands;
+/// an array's element size is not in the op).
+fn batch_3d_bytes(ops: *const Batch3DOp, n: usize) -> u64 {
+    if ops.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's array of `n` ops, read before the driver reads it.
+    unsafe { std::slice::from_raw_parts(ops, n) }
+        .iter()
+        .fold(0u64, |a, op| {
+            let [w, h, d] = op.extent.map(|v| v as u64);
+            a.saturating_add(w.saturating_mul(h).saturating_mul(d))
+        })
+}
 
 transfers! {
     "cuMemsetD8_v2" cuMemsetD8_v2(d: CUdeviceptr, v: u8, n: usize) on NULL, false, n;
@@ -110,6 +151,23 @@ transfers! {
     "cuMemcpy3DPeer_ptds" cuMemcpy3DPeer_ptds(p: *const c_void) on NULL, true, 0;
     "cuMemcpy3DPeerAsync" cuMemcpy3DPeerAsync(p: *const c_void, s: CUstream) on s, false, 0;
     "cuMemcpy3DPeerAsync_ptsz" cuMemcpy3DPeerAsync_ptsz(p: *const c_void, s: CUstream) on s, true, 0;
+
+    "cuMemcpyBatchAsync" cuMemcpyBatchAsync(d: *mut CUdeviceptr, src: *mut CUdeviceptr, sz: *mut usize, n: usize,
+        at: *mut c_void, ai: *mut usize, na: usize, fail: *mut usize, s: CUstream) on s, false, batch_bytes(sz, n);
+    "cuMemcpyBatchAsync_ptsz" cuMemcpyBatchAsync_ptsz(d: *mut CUdeviceptr, src: *mut CUdeviceptr, sz: *mut usize, n: usize,
+        at: *mut c_void, ai: *mut usize, na: usize, fail: *mut usize, s: CUstream) on s, true, batch_bytes(sz, n);
+    "cuMemcpyBatchAsync_v2" cuMemcpyBatchAsync_v2(d: *mut CUdeviceptr, src: *mut CUdeviceptr, sz: *mut usize, n: usize,
+        at: *mut c_void, ai: *mut usize, na: usize, s: CUstream) on s, false, batch_bytes(sz, n);
+    "cuMemcpyBatchAsync_v2_ptsz" cuMemcpyBatchAsync_v2_ptsz(d: *mut CUdeviceptr, src: *mut CUdeviceptr, sz: *mut usize, n: usize,
+        at: *mut c_void, ai: *mut usize, na: usize, s: CUstream) on s, true, batch_bytes(sz, n);
+    "cuMemcpy3DBatchAsync" cuMemcpy3DBatchAsync(n: usize, ops: *mut Batch3DOp, fail: *mut usize, f: u64, s: CUstream)
+        on s, false, batch_3d_bytes(ops, n);
+    "cuMemcpy3DBatchAsync_ptsz" cuMemcpy3DBatchAsync_ptsz(n: usize, ops: *mut Batch3DOp, fail: *mut usize, f: u64, s: CUstream)
+        on s, true, batch_3d_bytes(ops, n);
+    "cuMemcpy3DBatchAsync_v2" cuMemcpy3DBatchAsync_v2(n: usize, ops: *mut Batch3DOp, f: u64, s: CUstream)
+        on s, false, batch_3d_bytes(ops, n);
+    "cuMemcpy3DBatchAsync_v2_ptsz" cuMemcpy3DBatchAsync_v2_ptsz(n: usize, ops: *mut Batch3DOp, f: u64, s: CUstream)
+        on s, true, batch_3d_bytes(ops, n);
 }
 
 /// Every transfer hook's name, for `interpose::launch_only` (a process without a share gets the

@@ -1,6 +1,6 @@
 //! The model of `vgpuctl status`: per container and GPU its quota, usage by kind, compute share and
-//! processes, and per GPU what the quotas commit against what it has, as one value (`--json` writes it
-//! as it is). Read from the state root through the host tools' one reader (`vgpu_host::inventory`: nothing
+//! processes, and per GPU what the quotas commit against what it has and whether HMM/ATS is on, as one
+//! value (`--json` writes it as it is). Read from the state root through the host tools' one reader (`vgpu_host::inventory`: nothing
 //! followed, waited on, mapped, locked or written, so looking never changes what it looks at; a missing
 //! ledger is no usage, not an error). A ledger's processes are named by the PID inside their container;
 //! their host PIDs are found in `/proc` (the monitor's `procs`). Not here: the table (`render`).
@@ -11,6 +11,7 @@ use vgpu_host::inventory::{self, Entry, LedgerRead};
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{Kind, KubeNames};
 
+use vgpu_host::nvml::AddressingMode;
 use vgpu_host::procs;
 
 /// The version of `--json`'s shape: raised whenever a field changes meaning or goes away (added fields do
@@ -42,6 +43,12 @@ pub struct GpuTotal {
     /// The GPU's memory, from NVML (None when NVML is not there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub physical: Option<u64>,
+    /// Whether the GPU's kernels can reach pageable host memory, from NVML
+    /// (`nvmlDeviceGetAddressingMode`): `none`, `hmm` or `ats`; absent when NVML cannot tell. Under `hmm`
+    /// or `ats` the driver may move `malloc` memory onto the GPU with no call the quota sees
+    /// (docs/libvgpu.md, "Pageable memory: HMM and ATS").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addressing: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -225,6 +232,15 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
     Ok(status)
 }
 
+impl Status {
+    /// Notes each GPU's addressing mode (by UUID, as NVML answered it) in the per-GPU totals.
+    pub fn note_addressing(&mut self, modes: &[(String, AddressingMode)]) {
+        for g in &mut self.gpus {
+            g.addressing = modes.iter().find(|m| m.0 == g.uuid).map(|m| m.1.name());
+        }
+    }
+}
+
 /// Every live process of the host, by (PID namespace, PID inside it) — what a ledger's slot records.
 fn host_pids() -> HashMap<(u64, u32), u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -264,6 +280,7 @@ fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal>
             compute_shares: 0,
             used: 0,
             physical: physical.iter().find(|p| p.0 == g.uuid).map(|p| p.1),
+            addressing: None,
         });
         t.containers += 1;
         t.committed = t.committed.saturating_add(g.quota.unwrap_or(0));

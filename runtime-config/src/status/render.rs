@@ -170,6 +170,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
             "PHYSICAL",
             "USED",
             "COMPUTE SHARES",
+            "HMM/ATS",
         ]);
         for g in &s.gpus {
             let physical = g.physical.map_or("?".into(), format_bytes);
@@ -190,6 +191,12 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                     physical,
                     format_bytes(g.used),
                     format!("{}%", g.compute_shares),
+                    // on: pageable host memory can reach the GPU unseen (docs/libvgpu.md)
+                    match g.addressing {
+                        Some("none") => "off".into(),
+                        Some(m) => format!("on ({m})"),
+                        None => "?".into(),
+                    },
                 ],
             );
         }

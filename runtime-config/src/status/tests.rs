@@ -1,6 +1,7 @@
 //! Tests of `vgpuctl status`: the model read from a real state root and ledgers, and its table.
 
 use super::*;
+use vgpu_host::nvml::AddressingMode;
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{DeviceLimit, Ledger};
 use vgpu_ledger::{Kind, KubeNames, Limits};
@@ -179,6 +180,7 @@ fn host_pids_names_per_gpu_totals_and_a_schema_version() {
             compute_shares: 0,
             used: 1 << 30,
             physical: Some(16 << 30),
+            addressing: None,
         }]
     );
     let json = serde_json::to_value(&s).unwrap();
@@ -198,6 +200,48 @@ fn host_pids_names_per_gpu_totals_and_a_schema_version() {
     // Lines start with their first cell (scripts match `^<id> `).
     assert!(text.lines().any(|l| l.starts_with("a ")), "{text}");
     drop(slot);
+}
+
+#[test]
+fn says_per_gpu_whether_hmm_or_ats_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let (g0, g1, g2) = (
+        "GPU-fa4ec0de-0000-4000-8000-000000000000",
+        "GPU-fa4ec0de-0000-4000-8000-000000000001",
+        "GPU-fa4ec0de-0000-4000-8000-000000000002",
+    );
+    let (_a, _) = provision(&root, "a", g0, 1 << 30);
+    let (_b, _) = provision(&root, "b", g1, 1 << 30);
+    let (_c, _) = provision(&root, "c", g2, 1 << 30);
+    let mut s = collect(&root, &[]).unwrap();
+    // g2: NVML could not tell (a driver without nvmlDeviceGetAddressingMode)
+    s.note_addressing(&[
+        (g0.into(), AddressingMode::Hmm),
+        (g1.into(), AddressingMode::None),
+    ]);
+    let mode = |u: &str| s.gpus.iter().find(|g| g.uuid == u).unwrap().addressing;
+    assert_eq!(
+        (mode(g0), mode(g1), mode(g2)),
+        (Some("hmm"), Some("none"), None)
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["gpus"][0]["addressing"], "hmm");
+    assert!(json["gpus"][2].get("addressing").is_none());
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("HMM/ATS"), "{text}");
+    let line = |u: &str| {
+        text.lines()
+            .find(|l| l.starts_with(u))
+            .unwrap()
+            .trim_end()
+            .to_string()
+    };
+    assert!(line(g0).ends_with("on (hmm)"), "{text}");
+    assert!(line(g1).ends_with("off"), "{text}");
+    assert!(line(g2).ends_with('?'), "{text}");
 }
 
 #[test]
@@ -268,7 +312,7 @@ fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
     );
     assert!(
         text.lines()
-            .any(|l| l.starts_with(uuid) && l.trim_end().ends_with("100%")),
+            .any(|l| l.starts_with(uuid) && l.contains(" 100% ")),
         "{text}"
     );
 }

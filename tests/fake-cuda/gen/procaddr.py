@@ -19,6 +19,9 @@ OVERRIDES = {
     "cuGraphInstantiate": [(10000, None), (11000, "cuGraphInstantiate_v2"), (12000, "cuGraphInstantiateWithFlags")],
     # CUDA 13 added a context argument under the _v2 name (headers before 13.0 do not know it).
     "cuCtxSynchronize": [(2000, "cuCtxSynchronize"), (13000, "cuCtxSynchronize_v2")],
+    # CUDA 13 dropped the failIdx argument under the _v2 names (headers before 13.0 do not know them).
+    "cuMemcpyBatchAsync": [(12080, "cuMemcpyBatchAsync"), (13000, "cuMemcpyBatchAsync_v2")],
+    "cuMemcpy3DBatchAsync": [(12080, "cuMemcpy3DBatchAsync"), (13000, "cuMemcpy3DBatchAsync_v2")],
     # Exported as queries of their own, with the versions they appeared in.
     "cuGetProcAddress": [(11030, "cuGetProcAddress"), (12000, "cuGetProcAddress_v2")],
 }
@@ -44,6 +47,8 @@ for base in sorted(set(cands) | set(OVERRIDES)):
             continue
         vl = list(zip(reversed(vs), reversed(cs)))[::-1]
     pl = []
+    if base in OVERRIDES:  # each overridden version's per-thread-stream twin, where the fake exports one
+        ptds[base] = {(v, "_ptsz") for v, s in vl if s + "_ptsz" in symset} | ptds.get(base, set())
     for v, p in sorted(ptds.get(base, ())):
         latest = [s for vv, s in vl if vv <= v] or [vl[-1][1]]
         cand = latest[-1] + p
@@ -59,7 +64,7 @@ with open(outp, "w") as f:
         fmt = lambda l: ", ".join('(%d, "%s")' % (v, s) for v, s in l)
         f.write('    ("%s", &[%s], &[%s]),\n' % (b, fmt(vl), fmt(pl)))
     f.write("];\n\n/// Every exported entry point by name.\nfn symbol_table() -> Vec<(&'static str, usize)> {\n")
-    f.write("    use crate::{api_capture::*, api_ctx::*, api_device::*, api_graph::*, api_launch::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};\n")
+    f.write("    use crate::{api_batch::*, api_capture::*, api_ctx::*, api_device::*, api_graph::*, api_green::*, api_launch::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};\n")
     f.write("    vec![\n")
     for s in syms:
         f.write(f'        ("{s}", {s} as *const () as usize),\n')

@@ -24,6 +24,8 @@ pub struct Ctx {
     /// the defaults (which are part of the context's own bytes).
     pub limits: [u64; 3],
     pub limit_bytes: u64,
+    /// The context's own memory (`FAKE_CUDA_CONTEXT_BYTES`; a green context's, `FAKE_CUDA_GREEN_CONTEXT_BYTES`).
+    pub own_bytes: u64,
 }
 
 /// The default stack size, printf FIFO and malloc heap of a new context.
@@ -288,8 +290,20 @@ impl Driver {
         flags: u32,
         primary: bool,
     ) -> Result<Handle, CUresult> {
+        self.create_ctx_of(objs, dev, flags, primary, self.ctx_bytes)
+    }
+
+    /// A context taking `own_bytes` of the device (a green context's differ from an ordinary one's).
+    pub fn create_ctx_of(
+        &self,
+        objs: &mut Objs,
+        dev: CUdevice,
+        flags: u32,
+        primary: bool,
+        own_bytes: u64,
+    ) -> Result<Handle, CUresult> {
         let phys = self.phys(dev)?;
-        self.charge(phys, self.ctx_bytes)?;
+        self.charge(phys, own_bytes)?;
         let h = new_handle();
         objs.ctxs.insert(
             h,
@@ -300,6 +314,7 @@ impl Driver {
                 flags,
                 limits: DEFAULT_LIMITS,
                 limit_bytes: 0,
+                own_bytes,
             },
         );
         Ok(h)
@@ -309,7 +324,7 @@ impl Driver {
     pub fn destroy_ctx(&self, objs: &mut Objs, h: Handle) -> R {
         let ctx = objs.ctxs.remove(&h).ok_or(INVALID_CONTEXT)?;
         CTX_EPOCH.fetch_add(1, AcqRel);
-        self.refund(ctx.phys, self.ctx_bytes + ctx.limit_bytes);
+        self.refund(ctx.phys, ctx.own_bytes + ctx.limit_bytes);
         let mods: Vec<Handle> = objs
             .modules
             .iter()

@@ -10,10 +10,12 @@
 
 #[macro_use]
 mod types;
+mod api_batch;
 mod api_capture;
 mod api_ctx;
 mod api_device;
 mod api_graph;
+mod api_green;
 mod api_launch;
 mod api_library;
 mod api_managed;

@@ -143,6 +143,8 @@ macro_rules! nvml_fn {
     )*};
 }
 
+mod addressing;
+
 #[repr(C)]
 pub struct PciInfo {
     bus_id_legacy: [c_char; 16],

@@ -262,3 +262,65 @@ fn without_nvml_or_a_prior_context_the_first_context_is_bounded() {
     assert_eq!(create_noisy(&w, 0xd4, 300 << 20, 83, 0), CUDA_SUCCESS);
     assert_eq!(w.usage(Kind::Context), DEFAULT_CONTEXT_BYTES);
 }
+
+/// cuGreenCtxCreate through the policy with a driver that takes `grow` bytes; green context `green`
+/// whose CUcontext is `ctx` (registered with the fake).
+fn create_green(w: &World, green: usize, ctx: usize, grow: i64) -> CUresult {
+    let mut out: *mut c_void = std::ptr::null_mut();
+    let p: *mut *mut c_void = &mut out;
+    w.engine().create_measured(
+        p.cast(),
+        0,
+        CtxKind::Green,
+        || {
+            w.fake.grow(grow);
+            w.fake.ctx_devices.borrow_mut().insert(ctx, 0);
+            // SAFETY: `p` points at the local `out`.
+            unsafe { *p = green as *mut c_void };
+            CUDA_SUCCESS
+        },
+        // SAFETY: `p` points at the local `out`, written above.
+        || {
+            assert_eq!(unsafe { *p } as usize, green);
+            ctx
+        },
+        |c| w.fake.ctx_destroy(c),
+    )
+}
+
+// A green context took 6 MiB on an H100 where an ordinary one took ~500: without per-process usage its
+// device-wide measurement is neither replaced by the ordinary context size learned before nor taught as
+// the device's context size.
+#[test]
+fn a_green_context_is_charged_what_it_took_not_an_ordinary_contexts_size() {
+    let w = World::new(8 << 30);
+    w.fake.per_process.set(false);
+    assert_eq!(create_green(&w, 0xe1, 0xe2, 6 << 20), CUDA_SUCCESS);
+    assert!(
+        w.rec.contexts.with(0xe2, |r| r.is_some()),
+        "recorded under its CUcontext"
+    );
+    assert_eq!(create_noisy(&w, 0xe3, 500 << 20, 83, 0), CUDA_SUCCESS);
+    assert_eq!(
+        w.usage(Kind::Context),
+        (6 + 500) << 20,
+        "the green size is not the known one"
+    );
+    assert_eq!(create_green(&w, 0xe4, 0xe5, 6 << 20), CUDA_SUCCESS);
+    assert_eq!(
+        w.usage(Kind::Context),
+        (6 + 500 + 6) << 20,
+        "nor is the known one the green's"
+    );
+}
+
+#[test]
+fn a_green_context_that_does_not_fit_is_destroyed_and_refused() {
+    let w = World::new(100 << 20);
+    assert_eq!(
+        create_green(&w, 0xe5, 0xe6, 200 << 20),
+        CUDA_ERROR_OUT_OF_MEMORY
+    );
+    assert!(w.fake.called("ctx_destroy 0xe6"));
+    assert_eq!(w.used(), 0);
+}
