@@ -55,9 +55,10 @@ pub enum PlanError {
     /// Listing the host's GPUs or selecting the container's failed.
     #[error(transparent)]
     Gpus(GpuError),
-    /// `require_memory_limit` and a GPU container without a quota (`gpus`: what gives it the GPU).
-    #[error("{gpus} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}", memory_request::ANNOTATION, memory_request::ENV)]
-    QuotaRequired { gpus: String },
+    /// `require_memory_limit` and a GPU of the container without a memory quota (`index`: the container's
+    /// GPU; `gpus`: what gives it the GPUs). A compute share alone is no memory quota.
+    #[error("{gpus} gives the container its GPU {index} but it asks for no memory quota there, and this node requires one (require_memory_limit): set {} or {}", memory_request::ANNOTATION, memory_request::ENV)]
+    QuotaRequired { gpus: String, index: usize },
     /// A setting asks for a limit but no GPU is named.
     #[error("{setting} is set but the container gets no GPU (name one with {}, a CDI device or a /dev/nvidiaN device)", keys::env::VISIBLE_DEVICES)]
     NoGpuNamed { setting: String },
@@ -103,29 +104,18 @@ pub fn plan_with(
     host_gpus: impl FnOnce() -> anyhow::Result<Vec<HostGpu>>,
 ) -> Result<Option<Plan>, PlanError> {
     let Request {
-        memory: mut q,
+        memory: q,
         compute: c,
         mode: memory,
         in_pod,
         kubernetes,
     } = Request::read(facts)?;
     let select = || gpus::from_spec(&facts.env, &facts.annotations, &facts.devices);
-    // The node's policy is about memory quotas: a compute share alone does not satisfy
-    // require_memory_limit, and gets default_memory_limit beside it.
-    if q.is_empty() && unquoted != Unquoted::Allow {
-        if let Some(sel) = select().map_err(gpu_error)? {
-            match unquoted {
-                Unquoted::Default(bytes) => {
-                    q.all = Some(memory_request::Requested {
-                        bytes,
-                        source: "config default_memory_limit".into(),
-                    })
-                }
-                _ => return Err(PlanError::QuotaRequired { gpus: sel.source }),
-            }
-        }
-    }
-    if q.is_empty() && c.is_empty() {
+    // The node's policy (below, per GPU) needs the GPUs even when nothing is asked for.
+    if q.is_empty()
+        && c.is_empty()
+        && (unquoted == Unquoted::Allow || select().map_err(gpu_error)?.is_none())
+    {
         return Ok(None);
     }
     // What asks for a limit, with whether it is a pod's default annotation (not naming this container).
@@ -150,6 +140,10 @@ pub fn plan_with(
     };
     let host = host_gpus().map_err(gpu_error)?;
     let gpus = gpus::resolve(&sel, &host).map_err(gpu_error)?;
+    if gpus.is_empty() && asks.is_empty() {
+        // The node's policy alone, and no GPU (`void`): nothing to limit.
+        return Ok(None);
+    }
     if gpus.is_empty() {
         return Err(PlanError::NoGpuGiven {
             setting,
@@ -168,9 +162,29 @@ pub fn plan_with(
             gpus: sel.source,
         });
     }
+    // The node's policy is about memory quotas, and applies to each GPU: one with a compute share alone
+    // (or an env zero) has no memory quota, so it gets default_memory_limit, or is refused under
+    // require_memory_limit.
+    let node_default = match unquoted {
+        Unquoted::Default(bytes) => Some(memory_request::Requested {
+            bytes,
+            source: "config default_memory_limit".into(),
+        }),
+        _ => None,
+    };
     let mut out = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
-        let memory_limit = q.limit_for(i);
+        let memory_limit = match (q.limit_for(i), unquoted) {
+            (Some(r), _) => Some(r),
+            (None, Unquoted::Allow) => None,
+            (None, Unquoted::Default(_)) => node_default.as_ref(),
+            (None, _) => {
+                return Err(PlanError::QuotaRequired {
+                    gpus: sel.source,
+                    index: i,
+                })
+            }
+        };
         let compute_limit = c.share_for(i).and_then(|s| s.percent);
         if memory_limit.is_none() && compute_limit.is_none() {
             continue;

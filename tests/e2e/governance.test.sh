@@ -111,7 +111,7 @@ check_match "  ... a container without a GPU is untouched" '^no-preload$' "$out"
 vgpu_config lower_runtime='"runc"' require_memory_limit=true
 new_bundle true; bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
 typo_case "require_memory_limit = true: a GPU container without a quota is refused" \
-    'gives the container a GPU but it asks for no quota, and this node requires one'
+    'gives the container its GPU 0 but it asks for no memory quota there, and this node requires one'
 new_bundle sh -c 'echo fine'
 check_match "  ... a container without a GPU still runs" '^fine$' "$(shim run --bundle "$B" "$ID" 2>&1)"
 

@@ -543,3 +543,56 @@ fn a_pod_gives_its_containers_different_quotas() {
         "{e}"
     );
 }
+
+// Regression (issue 25 item 7): with require_memory_limit and default_memory_limit the node's policy was
+// applied to the container as a whole, so `CUDA_DEVICE_MEMORY_LIMIT_0=64Mi CUDA_DEVICE_SM_LIMIT_1=99` left
+// GPU 1 without a memory quota: its tenant took 15 GiB and a 12 GiB container admitted there ran out.
+#[test]
+fn the_nodes_policy_applies_to_each_gpu() {
+    let f = SpecFacts {
+        env: kv(&[
+            ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "64Mi"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "99"),
+        ]),
+        ..Default::default()
+    };
+    let p = plan_with(&f, Unquoted::Default(4 << 30), host)
+        .unwrap()
+        .unwrap();
+    let gpus: Vec<_> = p
+        .gpus
+        .iter()
+        .map(|g| (g.index, g.memory_limit, g.compute_limit))
+        .collect();
+    assert_eq!(
+        gpus,
+        vec![(0, Some(64 << 20), None), (1, Some(4 << 30), Some(99))]
+    );
+    match plan_with(&f, Unquoted::Refuse, host) {
+        Err(PlanError::QuotaRequired { index: 1, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    // A GPU with neither a quota nor a share gets the default too; an env zero is no quota.
+    let f = SpecFacts {
+        env: kv(&[
+            ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+        ]),
+        ..Default::default()
+    };
+    let p = plan_with(&f, Unquoted::Default(4 << 30), host)
+        .unwrap()
+        .unwrap();
+    let limits: Vec<_> = p.gpus.iter().map(|g| g.memory_limit).collect();
+    assert_eq!(limits, vec![Some(1 << 30), Some(4 << 30)]);
+    // A container that gets no GPU (`void`) is left alone under either policy.
+    let void = SpecFacts {
+        env: kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]),
+        ..Default::default()
+    };
+    for u in [Unquoted::Default(4 << 30), Unquoted::Refuse] {
+        assert_eq!(plan_with(&void, u, host).unwrap(), None);
+    }
+}
