@@ -158,10 +158,10 @@ quota_bundle 12G; c2=$ID
 bundle_annotate "$B" vgpu.io/memory-mode oversubscribe
 check "  ... a second 12 GiB oversubscribe quota is admitted (24 of 16 GiB)" create_quiet
 quota_bundle 12G; c3=$ID
-check "  ... and a plain 12 GiB quota beside them (oversubscribe quotas commit no device memory)" create_quiet
+check_not "  ... but not a plain 12 GiB quota beside them (their pools, VMM and arrays are device memory)" create_quiet
 quota_bundle 12G; c4=$ID
 bundle_annotate "$B" vgpu.io/memory-spill 8Gi
-check_not "  ... but not a 12 GiB spill quota past the plain one" create_quiet
+check_not "  ... nor a 12 GiB spill quota" create_quiet
 gone "$c1"; gone "$c2"; gone "$c3"; gone "$c4"
 quota_bundle 1G
 bundle_annotate "$B" vgpu.io/memory-mode spill
