@@ -13,8 +13,7 @@ use vgpu_ledger::format_bytes;
 use vgpu_ledger::keys;
 use vgpu_ledger::MemoryMode;
 
-/// An error of the GPU side (listing the host's GPUs, selecting the container's), from modules that do
-/// not have typed errors of their own.
+/// An error listing the host's GPUs (NVML), from a module without typed errors of its own.
 pub type GpuError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One limited GPU of the container: a memory quota, a compute share, or both.
@@ -52,9 +51,12 @@ pub use crate::config::Unquoted;
 pub enum PlanError {
     #[error(transparent)]
     Request(#[from] RequestError),
-    /// Listing the host's GPUs or selecting the container's failed.
+    /// Listing the host's GPUs failed.
     #[error(transparent)]
     Gpus(GpuError),
+    /// The container's GPUs cannot be told: a bad name, a GPU not on this host, or sources that disagree.
+    #[error(transparent)]
+    Select(#[from] gpus::SelectError),
     /// `require_memory_limit` and a GPU of the container without a memory quota (`index`: the container's
     /// GPU; `gpus`: what gives it the GPUs). A compute share alone is no memory quota.
     #[error("{gpus} gives the container its GPU {index} but it asks for no memory quota there, and this node requires one (require_memory_limit): set {} or {}", memory_request::ANNOTATION, memory_request::ENV)]
@@ -110,12 +112,16 @@ pub fn plan_with(
         in_pod,
         kubernetes,
     } = Request::read(facts)?;
-    let select = || gpus::from_spec(&facts.env, &facts.annotations, &facts.devices);
+    let select = || {
+        gpus::from_spec(
+            &facts.env,
+            &facts.annotations,
+            &facts.devices,
+            &facts.mounts,
+        )
+    };
     // The node's policy (below, per GPU) needs the GPUs even when nothing is asked for.
-    if q.is_empty()
-        && c.is_empty()
-        && (unquoted == Unquoted::Allow || select().map_err(gpu_error)?.is_none())
-    {
+    if q.is_empty() && c.is_empty() && (unquoted == Unquoted::Allow || select()?.is_none()) {
         return Ok(None);
     }
     // What asks for a limit, with whether it is a pod's default annotation (not naming this container).
@@ -125,7 +131,7 @@ pub fn plan_with(
         .chain(c.shares().map(|s| (s.source.as_str(), c.for_container)))
         .collect();
     let setting = asks.first().map(|a| a.0.to_string()).unwrap_or_default();
-    let Some(sel) = select().map_err(gpu_error)? else {
+    let Some(sel) = select()? else {
         // A pod's annotations reach every container of the pod — the sandbox (pause) container and
         // sidecars too (containerd and CRI-O copy the ones a handler allows into each spec). A pod-level
         // quota or share is for the pod's GPU containers; the others are left untouched. A key that names
@@ -139,7 +145,7 @@ pub fn plan_with(
         return Err(PlanError::NoGpuNamed { setting });
     };
     let host = host_gpus().map_err(gpu_error)?;
-    let gpus = gpus::resolve(&sel, &host).map_err(gpu_error)?;
+    let gpus = gpus::resolve(&sel, &host)?;
     if gpus.is_empty() && asks.is_empty() {
         // The node's policy alone, and no GPU (`void`): nothing to limit.
         return Ok(None);
