@@ -160,6 +160,7 @@ mod tests {
             container_id: id.into(),
             pid_ns: Some(42),
             init_pid: Some(1),
+            creator: None,
             kubernetes: None,
             devices: vec![DeviceLimit {
                 index: 0,

@@ -32,10 +32,23 @@ pub struct Limits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_pid: Option<u32>,
     pub devices: Vec<DeviceLimit>,
+    /// The process that provisioned the state (for the garbage collector and admission: state without an
+    /// owner whose creator is gone was left by a create that was killed). Absent in files written before
+    /// it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creator: Option<Creator>,
     /// The container's Kubernetes names from the CRI annotations at creation (informational: the monitor's
     /// labels). Absent for containers not made by a CRI runtime, and in files written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubeNames>,
+}
+
+/// A host process told apart from a later one with its PID: the PID and its start time (field 22 of
+/// `/proc/<pid>/stat`, clock ticks after boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creator {
+    pub pid: u32,
+    pub start_time: u64,
 }
 
 /// Pod namespace, pod and container name of a Kubernetes container (empty: not given).
@@ -301,6 +314,7 @@ mod tests {
             container_id: "3f2a".into(),
             pid_ns: Some(4026532612),
             init_pid: Some(12345),
+            creator: None,
             kubernetes: None,
             devices: vec![
                 DeviceLimit {
@@ -563,5 +577,23 @@ mod tests {
                 .kubernetes,
             None
         );
+    }
+
+    #[test]
+    fn the_creator_round_trips_and_is_optional() {
+        let mut l = sample();
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(!text.contains("creator"), "{text}");
+        assert_eq!(Limits::from_slice(text.as_bytes()).unwrap().creator, None);
+        l.creator = Some(Creator {
+            pid: 77,
+            start_time: 123456,
+        });
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(
+            text.contains(r#""creator":{"pid":77,"start_time":123456}"#),
+            "{text}"
+        );
+        assert_eq!(Limits::from_slice(text.as_bytes()).unwrap(), l);
     }
 }

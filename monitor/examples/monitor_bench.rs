@@ -75,6 +75,7 @@ fn main() {
             container_id: id.clone(),
             pid_ns: Some(*ns),
             init_pid: Some(1),
+            creator: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.clone(),

@@ -120,6 +120,7 @@ mod tests {
             container_id: "c1".into(),
             pid_ns: Some(42),
             init_pid: Some(1),
+            creator: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),

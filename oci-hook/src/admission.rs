@@ -84,7 +84,11 @@ pub fn committed(
     let mut unreadable = Vec::new();
     let containers = inventory::containers(root)
         .with_context(|| format!("admission: {}", root.root().display()))?;
-    for c in containers.into_iter().filter(|c| c.id() != except) {
+    // State left by a killed create holds no room (`crate::abandoned`).
+    for c in containers
+        .into_iter()
+        .filter(|c| c.id() != except && !crate::abandoned::container_abandoned(c))
+    {
         match &c.limits {
             Ok(l) => {
                 // A GPU listed for its compute share alone commits no memory.
@@ -180,6 +184,10 @@ pub fn admit(
     // A state root that is not vgpu's gets nothing written into it, the lock file neither.
     crate::provision::containers_dir(root)?;
     let lock = lock(root)?;
+    let collected = crate::abandoned::collect(root);
+    if !collected.is_empty() {
+        tracing::info!(removed = %collected.join(", "), "admission: collected state of killed creates");
+    }
     let (committed, unreadable) = committed(root, id)?;
     if !unreadable.is_empty() {
         // Not fatal: the garbage collector or `vgpuctl status` reports such folders.

@@ -7,7 +7,8 @@
 //! A container folder is garbage when its container is gone — its init process is dead, or that pid now
 //! belongs to another PID namespace — and no process still holds a slot of any of its ledgers (the OFD-lock
 //! test is read-only and needs no PIDs). State provisioned by the shim whose hook never recorded an owner
-//! is garbage once it is older than `gc_pending_grace_seconds`.
+//! is garbage once it is older than `gc_pending_grace_seconds`, or at once when the process that
+//! provisioned it is gone (`crate::abandoned`).
 //! Only folders holding vgpu's marker (`layout::MARKER_FILE_NAME`) are ever removed; anything else under the
 //! state root is reported and left alone, and a `containers/` folder without the marker is not walked at all.
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
@@ -101,6 +102,8 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
             pid_ns: Some(ns),
             ..
         }) => !owner_alive(*pid, *ns),
+        // No owner, and the create that made it was killed (`crate::abandoned`).
+        Ok(l) if crate::abandoned::is_abandoned(l) => true,
         // No owner yet (or a limits file being rewritten): only old ones are garbage.
         _ => age > pending_grace,
     };

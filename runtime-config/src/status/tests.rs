@@ -26,6 +26,7 @@ fn provision_in(
         container_id: id.into(),
         pid_ns: None,
         init_pid: Some(1),
+        creator: None,
         kubernetes: None,
         devices: vec![DeviceLimit {
             index: 0,
