@@ -103,7 +103,7 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
             ..
         }) => !owner_alive(*pid, *ns),
         // No owner, and the create that made it was killed (`crate::abandoned`).
-        Ok(l) if crate::abandoned::is_abandoned(l) => true,
+        Ok(l) if crate::creator::is_abandoned(l) => true,
         // No owner yet (or a limits file being rewritten): only old ones are garbage.
         _ => age > pending_grace,
     };

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod compute_request;
 pub mod config;
 pub mod create;
+pub mod creator;
 pub mod driverlimit;
 pub mod edits;
 pub mod gc;

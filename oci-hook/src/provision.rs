@@ -193,8 +193,8 @@ pub fn provision(
 ) -> Result<Provisioned> {
     let dir = root.container_dir(id)?;
     let mut limits = limits_for(id, plan, owner)?;
-    // Who provisions: state without an owner whose creator is gone is collected (`crate::abandoned`).
-    limits.creator = crate::abandoned::current();
+    // Who provisions: state without an owner whose creator is gone is collected (`crate::abandoned`, `crate::creator`).
+    limits.creator = crate::creator::current();
     let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
     match fs::symlink_metadata(&dir) {
         Ok(_) if !walk::is_marked(&dir) => bail!(
