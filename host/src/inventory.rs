@@ -163,6 +163,7 @@ mod tests {
             init_pid: Some(1),
             init_start_time: None,
             cgroup: None,
+            creator: None,
             kubernetes: None,
             devices: vec![DeviceLimit {
                 index: 0,

@@ -49,10 +49,23 @@ pub struct Limits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
     pub devices: Vec<DeviceLimit>,
+    /// The process that provisioned the state (for the garbage collector and admission: state without an
+    /// owner whose creator is gone was left by a create that was killed). Absent in files written before
+    /// it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creator: Option<Creator>,
     /// The container's Kubernetes names from the CRI annotations at creation (informational: the monitor's
     /// labels). Absent for containers not made by a CRI runtime, and in files written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubeNames>,
+}
+
+/// A host process told apart from a later one with its PID: the PID and its start time (field 22 of
+/// `/proc/<pid>/stat`, clock ticks after boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creator {
+    pub pid: u32,
+    pub start_time: u64,
 }
 
 /// Pod namespace, pod and container name of a Kubernetes container (empty: not given).

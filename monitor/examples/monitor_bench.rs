@@ -77,6 +77,7 @@ fn main() {
             init_pid: Some(1),
             init_start_time: None,
             cgroup: None,
+            creator: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.clone(),

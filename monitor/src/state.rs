@@ -154,6 +154,7 @@ mod tests {
             init_pid: Some(1),
             init_start_time: None,
             cgroup: None,
+            creator: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),

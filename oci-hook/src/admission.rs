@@ -46,24 +46,57 @@ pub struct Admitted {
     _lock: Option<Flock<File>>,
 }
 
+/// What the quotas of the live containers commit on one GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// Quotas of plain and spill containers: device memory they are promised.
+    pub plain: u64,
+    /// Quotas of oversubscribe containers. Their `cuMemAlloc` memory pages, but pools, VMM, arrays,
+    /// graphs, contexts and modules stay device memory in that mode (docs/libvgpu.md), so each may hold
+    /// its whole quota on the device.
+    pub oversubscribe: u64,
+}
+
+impl Committed {
+    fn add(&mut self, bytes: u64, oversubscribe: bool) {
+        let n = if oversubscribe {
+            &mut self.oversubscribe
+        } else {
+            &mut self.plain
+        };
+        *n = n.saturating_add(bytes);
+    }
+
+    fn total(&self) -> u64 {
+        self.plain.saturating_add(self.oversubscribe)
+    }
+}
+
 /// What the quotas of the live containers commit on each GPU (by UUID), `except` one container (the one
 /// being created: its own earlier state is replaced, not added), read through the host tools' one reader of
 /// the state root (`vgpu_host::inventory`: no link followed, no FIFO waited on). Folders whose limits file
 /// cannot be read are counted as nothing and named in `unreadable`.
-pub fn committed(root: &StateRoot, except: &str) -> Result<(BTreeMap<String, u64>, Vec<String>)> {
-    let mut sum = BTreeMap::new();
+pub fn committed(
+    root: &StateRoot,
+    except: &str,
+) -> Result<(BTreeMap<String, Committed>, Vec<String>)> {
+    let mut sum: BTreeMap<String, Committed> = BTreeMap::new();
     let mut unreadable = Vec::new();
     let containers = inventory::containers(root)
         .with_context(|| format!("admission: {}", root.root().display()))?;
-    for c in containers.into_iter().filter(|c| c.id() != except) {
+    // State left by a killed create holds no room (`crate::abandoned`).
+    for c in containers
+        .into_iter()
+        .filter(|c| c.id() != except && !crate::abandoned::container_abandoned(c))
+    {
         match &c.limits {
             Ok(l) => {
-                // Oversubscribe quotas are managed memory the driver pages: they hold no device memory
-                // for good, so they commit none.
                 // A GPU listed for its compute share alone commits no memory.
-                for d in l.devices.iter().filter(|d| !d.memory.is_oversubscribe()) {
+                for d in &l.devices {
                     if let Some(bytes) = d.memory_limit {
-                        *sum.entry(d.uuid.clone()).or_insert(0u64) += bytes;
+                        sum.entry(d.uuid.clone())
+                            .or_default()
+                            .add(bytes, d.memory.is_oversubscribe());
                     }
                 }
             }
@@ -74,23 +107,31 @@ pub fn committed(root: &StateRoot, except: &str) -> Result<(BTreeMap<String, u64
 }
 
 /// The refusal, if any, of a plan given what is committed: one line naming the GPU, the sum and the figure.
+///
+/// Every quota counts in full wherever a plain (or spill) quota is at stake on the GPU, committed or asked
+/// for: each container may hold its whole quota as device memory, oversubscribe ones included. Only
+/// oversubscribe quotas among themselves may add up past the GPU (they opted into sharing it by paging);
+/// each is still at most the GPU (`plan`).
 pub fn check(
     plan: &Plan,
     gpus: &[HostGpu],
-    committed: &BTreeMap<String, u64>,
+    committed: &BTreeMap<String, Committed>,
     policy: Policy,
 ) -> Result<()> {
-    // An oversubscribe container's quota may make the sum pass the GPU (its memory pages); each quota
-    // is still at most the GPU (`plan`).
-    if policy.overcommit || plan.memory.is_oversubscribe() {
+    if policy.overcommit {
         return Ok(());
     }
+    let asks_oversubscribe = plan.memory.is_oversubscribe();
     for (g, asked) in plan.gpus.iter().filter_map(|g| Some((g, g.memory_limit?))) {
         let Some(host) = gpus.iter().find(|h| h.uuid == g.uuid) else {
             bail!("admission: GPU {} is not on this node any more", g.uuid);
         };
+        let here = committed.get(&g.uuid).copied().unwrap_or_default();
+        if asks_oversubscribe && here.plain == 0 {
+            continue;
+        }
         let room = host.total_memory.saturating_sub(policy.reserve);
-        let others = committed.get(&g.uuid).copied().unwrap_or(0);
+        let others = here.total();
         let sum = others.saturating_add(asked);
         if sum > room {
             let what = if policy.reserve > 0 {
@@ -103,8 +144,20 @@ pub fn check(
             } else {
                 format!("its {}", format_bytes(host.total_memory))
             };
+            // Oversubscribe quotas count here in full: say so, or the figure looks wrong to whoever
+            // knows their memory pages.
+            let over = if here.oversubscribe > 0 && here.plain > 0 {
+                format!(
+                    ", {} of it oversubscribe quotas, which may all be device memory",
+                    format_bytes(here.oversubscribe)
+                )
+            } else if here.oversubscribe > 0 {
+                " of oversubscribe quotas, which may all be device memory".to_string()
+            } else {
+                String::new()
+            };
             bail!(
-                "admission: GPU {} ({}) would have {} of quotas committed ({} already, {} asked for), more than {what}; set allow_overcommit = true in the vgpu config to allow it",
+                "admission: GPU {} ({}) would have {} of quotas committed ({} already{over}, {} asked for), more than {what}; set allow_overcommit = true in the vgpu config to allow it",
                 host.index,
                 g.uuid,
                 format_bytes(sum),
@@ -131,6 +184,10 @@ pub fn admit(
     // A state root that is not vgpu's gets nothing written into it, the lock file neither.
     crate::provision::containers_dir(root)?;
     let lock = lock(root)?;
+    let collected = crate::abandoned::collect(root);
+    if !collected.is_empty() {
+        tracing::info!(removed = %collected.join(", "), "admission: collected state of killed creates");
+    }
     let (committed, unreadable) = committed(root, id)?;
     if !unreadable.is_empty() {
         // Not fatal: the garbage collector or `vgpuctl status` reports such folders.
@@ -191,6 +248,13 @@ mod tests {
         }
     }
 
+    fn plain(bytes: u64) -> Committed {
+        Committed {
+            plain: bytes,
+            oversubscribe: 0,
+        }
+    }
+
     const STRICT: Policy = Policy {
         overcommit: false,
         reserve: 0,
@@ -203,7 +267,7 @@ mod tests {
         let gpus = [gpu("GPU-a", 16 * GIB)];
         let mut c = BTreeMap::new();
         check(&plan("GPU-a", 12 * GIB), &gpus, &c, STRICT).unwrap();
-        c.insert("GPU-a".to_string(), 12 * GIB);
+        c.insert("GPU-a".to_string(), plain(12 * GIB));
         let e = check(&plan("GPU-a", 12 * GIB), &gpus, &c, STRICT)
             .unwrap_err()
             .to_string();
@@ -227,7 +291,7 @@ mod tests {
     fn a_compute_share_alone_commits_no_memory_and_is_never_refused() {
         let gpus = [gpu("GPU-a", 16 * GIB)];
         let mut c = BTreeMap::new();
-        c.insert("GPU-a".to_string(), 16 * GIB);
+        c.insert("GPU-a".to_string(), plain(16 * GIB));
         let mut share = plan("GPU-a", GIB);
         share.gpus[0].memory_limit = None;
         share.gpus[0].compute_limit = Some(30);
@@ -259,39 +323,62 @@ mod tests {
             reserve: GIB,
         };
         let mut c = BTreeMap::new();
-        c.insert("GPU-a".to_string(), 40 * GIB);
+        c.insert("GPU-a".to_string(), plain(40 * GIB));
         check(&plan("GPU-a", 16 * GIB), &gpus, &c, over).unwrap();
     }
 
+    fn over(uuid: &str, limit: u64) -> Plan {
+        Plan {
+            memory: vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 },
+            ..plan(uuid, limit)
+        }
+    }
+
     #[test]
-    fn oversubscribe_quotas_may_sum_past_the_gpu_and_commit_no_device_memory() {
+    fn oversubscribe_quotas_may_sum_past_the_gpu_among_themselves() {
         let gpus = [gpu("GPU-a", 16 * GIB)];
         let mut c = BTreeMap::new();
-        c.insert("GPU-a".to_string(), 12 * GIB);
-        let over = |limit| Plan {
-            memory: vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 },
-            ..plan("GPU-a", limit)
-        };
-        check(&over(12 * GIB), &gpus, &c, STRICT).unwrap();
+        c.insert(
+            "GPU-a".to_string(),
+            Committed {
+                plain: 0,
+                oversubscribe: 12 * GIB,
+            },
+        );
+        check(&over("GPU-a", 12 * GIB), &gpus, &c, STRICT).unwrap();
         // a spill container's device quota is admitted as a plain one
         let spill = Plan {
             memory: vgpu_ledger::MemoryMode::Spill { spill_limit: GIB },
             ..plan("GPU-a", 12 * GIB)
         };
         assert!(check(&spill, &gpus, &c, STRICT).is_err());
-        // provisioned oversubscribe containers are not counted against plain ones
+    }
+
+    // Regression (issue 25 item 6): oversubscribe quotas committed nothing, though pools, VMM, arrays,
+    // graphs, contexts and modules stay device memory in that mode: a 16 GiB oversubscribe container held
+    // 15 GiB of pool memory, a plain 12 GiB container was admitted beside it and ran out at 4 GiB. Where a
+    // plain quota is at stake every quota on the GPU counts in full, each being device memory it can hold.
+    #[test]
+    fn oversubscribe_quotas_count_in_full_where_a_plain_quota_is_at_stake() {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
-        let o = Plan {
-            memory: vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 },
-            ..plan(uuid, 12 * GIB)
-        };
-        crate::provision::provision(&root, "o1", &o, Default::default(), None).unwrap();
-        crate::provision::provision(&root, "p1", &plan(uuid, 3 * GIB), Default::default(), None)
+        let gpus = [gpu(uuid, 16 * GIB)];
+        crate::provision::provision(&root, "o1", &over(uuid, 16 * GIB), Default::default(), None)
             .unwrap();
         let (sum, _) = committed(&root, "none").unwrap();
-        assert_eq!(sum.get(uuid), Some(&(3 * GIB)));
+        // a plain container beside the oversubscribe one is refused: the 16 GiB may all be pool memory
+        assert!(check(&plan(uuid, 12 * GIB), &gpus, &sum, STRICT).is_err());
+        // another oversubscribe one is not: they page each other
+        check(&over(uuid, 16 * GIB), &gpus, &sum, STRICT).unwrap();
+        // with a plain quota on the GPU, an oversubscribe quota that does not fit beside it is refused too
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        crate::provision::provision(&root, "p1", &plan(uuid, 12 * GIB), Default::default(), None)
+            .unwrap();
+        let (sum, _) = committed(&root, "none").unwrap();
+        assert!(check(&over(uuid, 8 * GIB), &gpus, &sum, STRICT).is_err());
+        check(&over(uuid, 4 * GIB), &gpus, &sum, STRICT).unwrap();
     }
 
     // Regression: admission read limits files with the plain loader, so a FIFO left where a limits file
@@ -315,7 +402,10 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(20))
             .expect("admission blocked on a FIFO");
         assert_eq!(unreadable, vec!["c1".to_string()]);
-        assert_eq!(sum.values().copied().collect::<Vec<_>>(), vec![3 * GIB]);
+        assert_eq!(
+            sum.values().copied().collect::<Vec<_>>(),
+            vec![plain(3 * GIB)]
+        );
     }
 
     #[test]
@@ -327,9 +417,15 @@ mod tests {
             crate::provision::provision(&root, id, &p, Default::default(), None).unwrap();
         }
         let (sum, bad) = committed(&root, "c2").unwrap();
-        assert_eq!(sum.values().copied().collect::<Vec<_>>(), vec![3 * GIB]);
+        assert_eq!(
+            sum.values().copied().collect::<Vec<_>>(),
+            vec![plain(3 * GIB)]
+        );
         assert!(bad.is_empty());
         let (sum, _) = committed(&root, "other").unwrap();
-        assert_eq!(sum.values().copied().collect::<Vec<_>>(), vec![6 * GIB]);
+        assert_eq!(
+            sum.values().copied().collect::<Vec<_>>(),
+            vec![plain(6 * GIB)]
+        );
     }
 }

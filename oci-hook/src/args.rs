@@ -86,6 +86,10 @@ pub fn parse_args(args: &[String]) -> Invocation {
     let Some(verb) = args.get(i) else { return inv };
     inv.verb = Some(verb.clone());
     i += 1;
+    if verb == "delete" {
+        inv.id = delete_id(&args[i..]);
+        return inv;
+    }
     if verb != "create" && verb != "run" {
         return inv;
     }
@@ -116,6 +120,26 @@ pub fn parse_args(args: &[String]) -> Invocation {
         }
     }
     inv
+}
+
+/// The id of `delete [-f|--force] ID` (runc's and crun's); `None` for crun's `--regex` form, which names
+/// no single container.
+fn delete_id(args: &[String]) -> Option<String> {
+    let mut only_positional = false;
+    let mut id = None;
+    for a in args {
+        if !only_positional && a == "--" {
+            only_positional = true;
+            continue;
+        }
+        match flag(a).filter(|_| !only_positional) {
+            Some(("f" | "force", _)) => {}
+            Some(_) => return None,
+            None if id.is_none() => id = Some(a.clone()),
+            None => {}
+        }
+    }
+    id
 }
 
 #[cfg(test)]
@@ -153,9 +177,22 @@ mod tests {
 
     #[test]
     fn other_verbs_and_ids_after_double_dash() {
-        let inv = p("--root /r delete -f abc");
-        assert_eq!(inv.verb.as_deref(), Some("delete"));
+        let inv = p("--root /r kill abc KILL");
+        assert_eq!(inv.verb.as_deref(), Some("kill"));
         assert_eq!(inv.id, None);
+        // delete's id (its state without an owner goes with it: `crate::shim`); -f is --force there
+        for (args, id) in [
+            ("--root /r delete -f abc", Some("abc")),
+            ("delete --force abc", Some("abc")),
+            ("delete abc", Some("abc")),
+            ("delete -- -weird", Some("-weird")),
+            ("delete --regex ab.*", None),
+            ("delete -r ab.*", None),
+        ] {
+            let inv = p(args);
+            assert_eq!(inv.verb.as_deref(), Some("delete"));
+            assert_eq!(inv.id.as_deref(), id, "{args}");
+        }
         let inv = p("create -- -weird");
         assert_eq!(inv.id.as_deref(), Some("-weird"));
         assert_eq!(p("--version").verb, None);

@@ -8,8 +8,9 @@
 //! belongs to another PID namespace or to a process started at another time (`vgpu_host::procs::init_alive`)
 //! — and no process still holds a slot of any of its ledgers (the OFD-lock test is read-only and needs no
 //! PIDs). A folder whose limits file cannot be read (too large, not a regular file, not JSON) is kept and
-//! reported: whose it is cannot be told, and its container may be running. State provisioned by the shim whose hook never recorded an owner
-//! is garbage once it is older than `gc_pending_grace_seconds`.
+//! reported: whose it is cannot be told, and its container may be running. State provisioned by the shim
+//! whose hook never recorded an owner is garbage once it is older than `gc_pending_grace_seconds`, or at
+//! once when the process that provisioned it is gone (`crate::abandoned`).
 //! Only folders holding vgpu's marker (`layout::MARKER_FILE_NAME`) are ever removed; anything else under the
 //! state root is reported and left alone, and a `containers/` folder without the marker is not walked at all.
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
@@ -106,6 +107,8 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
     };
     let container_gone = match (limits.init_pid, limits.pid_ns) {
         (Some(pid), Some(ns)) => !procs::init_alive(pid, ns, limits.init_start_time),
+        // No owner, and the create that made it was killed (`crate::abandoned`).
+        _ if crate::creator::is_abandoned(limits) => true,
         // No owner yet: only old ones are garbage.
         _ => age > pending_grace,
     };

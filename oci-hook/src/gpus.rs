@@ -1,13 +1,20 @@
 //! Which GPUs a container gets, read from its spec, and their resolution to host GPUs.
-//! Not here: the quota on them (`crate::quota`, `crate::plan`) or asking NVML (`crate::nvml`).
+//! Not here: the quota on them (`crate::memory_request`, `crate::plan`) or asking NVML (`crate::nvml`).
 //!
-//! Sources, first present wins: env `NVIDIA_VISIBLE_DEVICES` (indices, UUIDs, `all`, `none`/`void`),
-//! CDI device names `nvidia.com/gpu=<index|uuid|all>` in `cdi.k8s.io/*` annotations, then `/dev/nvidiaN`
-//! nodes in `linux.devices` (N is the NVML minor number). The order of the list is the container's GPU
-//! order, which `vgpu.io/memory-limit.<i>` refers to.
+//! The devices the container is given are the truth, in this order: `/dev/nvidiaN` nodes in `linux.devices`
+//! (N is the NVML minor number; CDI edits an engine applied put them there), else CDI device names
+//! `nvidia.com/gpu=<index|uuid|all>` in `cdi.k8s.io/*` annotations (a lower runtime applies them). The env
+//! `NVIDIA_VISIBLE_DEVICES` (indices, UUIDs, `all`, `none`/`void`, or the device plugin's volume-mounts
+//! folder, whose entries name the GPUs) decides only where it is what injects them: the legacy NVIDIA hook,
+//! with no device node and no CDI device in the spec. Beside given devices, `all`, `none` and `void` say
+//! nothing (NVIDIA's CDI specs set `void`; an image's `all` beside one device is that device); a list, or
+//! CDI names beside device nodes, must name the same GPUs, or the container is refused with one line (a
+//! tenant granted GPU 1 who sets `NVIDIA_VISIBLE_DEVICES=0` would put its quota on GPU 0 and run
+//! unwatched on GPU 1). The order of the deciding list is the container's GPU order, which
+//! `vgpu.io/memory-limit.<i>` refers to.
 
 use crate::nvml::HostGpu;
-use anyhow::{bail, Result};
+use vgpu_ledger::keys;
 
 /// One GPU named by the spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,59 +29,124 @@ pub enum Selector {
     Minor(u32),
 }
 
-/// The GPUs named by a spec and where the names came from.
+/// GPUs as one source of the spec names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub selectors: Vec<Selector>,
+    /// Where the names came from, for messages (`devices /dev/nvidia1`, `env NVIDIA_VISIBLE_DEVICES=0`).
+    pub source: String,
+}
+
+/// The GPUs the container is given, where that came from, and the other sources that must agree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection {
     pub selectors: Vec<Selector>,
     pub source: String,
+    /// Other sources naming GPUs, each of which must name the same set ([`resolve`] refuses otherwise).
+    pub agree: Vec<Named>,
 }
 
-const VISIBLE: &str = "NVIDIA_VISIBLE_DEVICES";
+/// Why the container's GPUs cannot be told. `Display` is one line naming the source.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    #[error("{from}: MIG device {name:?} is not supported by vgpu")]
+    Mig { from: String, name: String },
+    #[error("{from}: {name:?} is neither a GPU index nor a GPU UUID")]
+    BadName { from: String, name: String },
+    #[error("{from}: no GPU with index {index} on this host ({count} GPUs)")]
+    NoIndex {
+        from: String,
+        index: u32,
+        count: usize,
+    },
+    #[error("{from}: no GPU {uuid} on this host")]
+    NoUuid { from: String, uuid: String },
+    #[error("{from}: no GPU behind /dev/nvidia{minor} on this host")]
+    NoMinor { from: String, minor: u32 },
+    /// Two sources name different GPUs (`given`: the devices the container gets).
+    #[error("{claim} names {claim_gpus} but the container is given {given_gpus} ({given}): refused, as the GPUs it gets and the ones its quota would go on must be the same")]
+    Disagree {
+        given: String,
+        given_gpus: String,
+        claim: String,
+        claim_gpus: String,
+    },
+}
+
+const VISIBLE: &str = keys::env::VISIBLE_DEVICES;
+/// The device plugin's `volume-mounts` strategy: `NVIDIA_VISIBLE_DEVICES` names this folder, and one mount
+/// per GPU under it names the GPU (the legacy NVIDIA hook reads the list from the mounts).
+pub const VOLUME_MOUNTS_DIR: &str = "/var/run/nvidia-container-devices";
 const CDI_PREFIX: &str = "cdi.k8s.io/";
 const CDI_KIND: &str = "nvidia.com/gpu=";
 
-/// Reads the GPU selection; `None` when the spec names no GPU at all.
-pub fn from_spec(
-    env: &[(String, String)],
-    annotations: &[(String, String)],
-    devices: &[String],
-) -> Result<Option<Selection>> {
-    if let Some((_, v)) = env.iter().rev().find(|(k, _)| k == VISIBLE) {
-        let v = v.trim();
-        if !v.is_empty() {
-            let source = format!("env {VISIBLE}={v}");
-            if v == "none" || v == "void" {
-                return Ok(Some(Selection {
-                    selectors: vec![],
-                    source,
-                }));
-            }
-            let selectors = v
-                .split(',')
-                .map(|s| parse_name(s.trim(), &source))
-                .collect::<Result<_>>()?;
-            return Ok(Some(Selection { selectors, source }));
-        }
+/// What `NVIDIA_VISIBLE_DEVICES` says.
+enum EnvSays {
+    Nothing,
+    /// `none` / `void`: no GPU.
+    NoGpu(String),
+    /// `all`: every GPU the container can get.
+    All(Named),
+    /// A list (or the volume-mounts list).
+    Gpus(Named),
+}
+
+fn env_says(env: &[(String, String)], mounts: &[String]) -> Result<EnvSays, SelectError> {
+    let Some((_, v)) = env.iter().rev().find(|(k, _)| k == VISIBLE) else {
+        return Ok(EnvSays::Nothing);
+    };
+    let v = v.trim();
+    let source = format!("env {VISIBLE}={v}");
+    if v.is_empty() {
+        return Ok(EnvSays::Nothing);
     }
-    let mut cdi = Vec::new();
-    let mut cdi_src = Vec::new();
+    if v == "none" || v == "void" {
+        return Ok(EnvSays::NoGpu(source));
+    }
+    if v.trim_end_matches('/') == VOLUME_MOUNTS_DIR {
+        let source = format!("volume mounts under {VOLUME_MOUNTS_DIR} ({source})");
+        let selectors = mounts
+            .iter()
+            .filter_map(|m| m.strip_prefix(VOLUME_MOUNTS_DIR)?.strip_prefix('/'))
+            .map(|n| parse_name(n.trim_end_matches('/'), &source))
+            .collect::<Result<_, _>>()?;
+        return Ok(EnvSays::Gpus(Named { selectors, source }));
+    }
+    let selectors = v
+        .split(',')
+        .map(|s| parse_name(s.trim(), &source))
+        .collect::<Result<Vec<_>, _>>()?;
+    let named = Named { selectors, source };
+    Ok(if named.selectors == [Selector::All] {
+        EnvSays::All(named)
+    } else {
+        EnvSays::Gpus(named)
+    })
+}
+
+/// The GPUs named by `nvidia.com/gpu=` CDI devices in `cdi.k8s.io/*` annotations, if any.
+fn cdi_names(annotations: &[(String, String)]) -> Result<Option<Named>, SelectError> {
+    let mut selectors = Vec::new();
+    let mut names = Vec::new();
     for (k, v) in annotations
         .iter()
         .filter(|(k, _)| k.starts_with(CDI_PREFIX))
     {
         for name in v.split(',').map(str::trim) {
             if let Some(n) = name.strip_prefix(CDI_KIND) {
-                cdi.push(parse_name(n, &format!("annotation {k}"))?);
-                cdi_src.push(name.to_string());
+                selectors.push(parse_name(n, &format!("annotation {k}"))?);
+                names.push(name.to_string());
             }
         }
     }
-    if !cdi.is_empty() {
-        return Ok(Some(Selection {
-            selectors: cdi,
-            source: format!("CDI devices {}", cdi_src.join(",")),
-        }));
-    }
+    Ok((!selectors.is_empty()).then(|| Named {
+        selectors,
+        source: format!("CDI devices {}", names.join(",")),
+    }))
+}
+
+/// The `/dev/nvidiaN` nodes of `linux.devices`, if any.
+fn device_nodes(devices: &[String]) -> Option<Named> {
     let nodes: Vec<_> = devices
         .iter()
         .filter_map(|p| {
@@ -84,54 +156,141 @@ pub fn from_spec(
                 .map(|m| (p, m))
         })
         .collect();
-    if !nodes.is_empty() {
-        let names: Vec<&str> = nodes.iter().map(|(p, _)| p.as_str()).collect();
-        return Ok(Some(Selection {
-            selectors: nodes.iter().map(|&(_, m)| Selector::Minor(m)).collect(),
-            source: format!("devices {}", names.join(",")),
-        }));
+    if nodes.is_empty() {
+        return None;
     }
-    Ok(None)
+    let names: Vec<&str> = nodes.iter().map(|(p, _)| p.as_str()).collect();
+    Some(Named {
+        selectors: nodes.iter().map(|&(_, m)| Selector::Minor(m)).collect(),
+        source: format!("devices {}", names.join(",")),
+    })
 }
 
-fn parse_name(s: &str, source: &str) -> Result<Selector> {
+/// Reads the GPU selection; `None` when the spec names no GPU at all. `mounts`: the spec's mount
+/// destinations (the volume-mounts list).
+pub fn from_spec(
+    env: &[(String, String)],
+    annotations: &[(String, String)],
+    devices: &[String],
+    mounts: &[String],
+) -> Result<Option<Selection>, SelectError> {
+    let nodes = device_nodes(devices);
+    let cdi = cdi_names(annotations)?;
+    let env = env_says(env, mounts)?;
+    let (given, mut agree) = match (nodes, cdi) {
+        (Some(n), cdi) => (n, cdi.into_iter().collect::<Vec<_>>()),
+        (None, Some(c)) => (c, vec![]),
+        // Nothing given in the spec: the env is what injects the GPUs (the legacy NVIDIA hook).
+        (None, None) => {
+            return Ok(match env {
+                EnvSays::Nothing => None,
+                EnvSays::NoGpu(source) => Some(Selection {
+                    selectors: vec![],
+                    source,
+                    agree: vec![],
+                }),
+                EnvSays::All(n) | EnvSays::Gpus(n) => Some(Selection {
+                    selectors: n.selectors,
+                    source: n.source,
+                    agree: vec![],
+                }),
+            })
+        }
+    };
+    if let EnvSays::Gpus(n) = env {
+        agree.push(n);
+    }
+    Ok(Some(Selection {
+        selectors: given.selectors,
+        source: given.source,
+        agree,
+    }))
+}
+
+fn parse_name(s: &str, source: &str) -> Result<Selector, SelectError> {
     if s == "all" {
         return Ok(Selector::All);
     }
     if s.starts_with("MIG-") || s.contains(':') {
-        bail!("{source}: MIG device {s:?} is not supported by vgpu");
+        return Err(SelectError::Mig {
+            from: source.to_string(),
+            name: s.to_string(),
+        });
     }
     if s.starts_with("GPU-") {
         return Ok(Selector::Uuid(s.to_string()));
     }
     match s.parse::<u32>() {
         Ok(i) if !s.starts_with('+') => Ok(Selector::Index(i)),
-        _ => bail!("{source}: {s:?} is neither a GPU index nor a GPU UUID"),
+        _ => Err(SelectError::BadName {
+            from: source.to_string(),
+            name: s.to_string(),
+        }),
     }
 }
 
-/// Resolves the selection against the host's GPUs, in the container's order, without duplicates.
-pub fn resolve(sel: &Selection, host: &[HostGpu]) -> Result<Vec<HostGpu>> {
+/// Resolves the selection against the host's GPUs, in the container's order, without duplicates; refuses
+/// a selection whose other sources name other GPUs ([`SelectError::Disagree`]).
+pub fn resolve(sel: &Selection, host: &[HostGpu]) -> Result<Vec<HostGpu>, SelectError> {
+    let given = resolve_named(&sel.selectors, &sel.source, host)?;
+    for claim in &sel.agree {
+        let named = resolve_named(&claim.selectors, &claim.source, host)?;
+        let same = named.len() == given.len() && named.iter().all(|n| given.contains(n));
+        if !same {
+            return Err(SelectError::Disagree {
+                given: sel.source.clone(),
+                given_gpus: describe(&given),
+                claim: claim.source.clone(),
+                claim_gpus: describe(&named),
+            });
+        }
+    }
+    Ok(given)
+}
+
+/// `GPU 1` / `GPUs 0, 1` / `no GPU`, by host index.
+fn describe(gpus: &[HostGpu]) -> String {
+    let list: Vec<String> = gpus.iter().map(|g| g.index.to_string()).collect();
+    match list.len() {
+        0 => "no GPU".to_string(),
+        1 => format!("GPU {}", list[0]),
+        _ => format!("GPUs {}", list.join(", ")),
+    }
+}
+
+fn resolve_named(
+    selectors: &[Selector],
+    source: &str,
+    host: &[HostGpu],
+) -> Result<Vec<HostGpu>, SelectError> {
     let mut out: Vec<HostGpu> = Vec::new();
     let mut push = |g: &HostGpu| {
         if !out.iter().any(|o| o.uuid == g.uuid) {
             out.push(g.clone());
         }
     };
-    for s in &sel.selectors {
+    let source = || source.to_string();
+    for s in selectors {
         match s {
             Selector::All => host.iter().for_each(&mut push),
             Selector::Index(i) => match host.iter().find(|g| g.index == *i) {
                 Some(g) => push(g),
-                None => bail!(
-                    "{}: no GPU with index {i} on this host ({} GPUs)",
-                    sel.source,
-                    host.len()
-                ),
+                None => {
+                    return Err(SelectError::NoIndex {
+                        from: source(),
+                        index: *i,
+                        count: host.len(),
+                    })
+                }
             },
             Selector::Uuid(u) => match host.iter().find(|g| g.uuid.eq_ignore_ascii_case(u)) {
                 Some(g) => push(g),
-                None => bail!("{}: no GPU {u} on this host", sel.source),
+                None => {
+                    return Err(SelectError::NoUuid {
+                        from: source(),
+                        uuid: u.clone(),
+                    })
+                }
             },
             Selector::Minor(m) => {
                 // Drivers without minor numbers in NVML number the nodes by index.
@@ -141,7 +300,12 @@ pub fn resolve(sel: &Selection, host: &[HostGpu]) -> Result<Vec<HostGpu>> {
                     .or_else(|| host.iter().find(|g| g.minor.is_none() && g.index == *m));
                 match g {
                     Some(g) => push(g),
-                    None => bail!("{}: no GPU behind /dev/nvidia{m} on this host", sel.source),
+                    None => {
+                        return Err(SelectError::NoMinor {
+                            from: source(),
+                            minor: *m,
+                        })
+                    }
                 }
             }
         }
@@ -168,21 +332,26 @@ mod tests {
 
     #[test]
     fn visible_devices_forms() {
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "2,GPU-0aaa")]), &[], &[])
-            .unwrap()
-            .unwrap();
+        let s = from_spec(
+            &kv(&[("NVIDIA_VISIBLE_DEVICES", "2,GPU-0aaa")]),
+            &[],
+            &[],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
         let r = resolve(&s, &host()).unwrap();
         assert_eq!(r.iter().map(|g| g.index).collect::<Vec<_>>(), vec![2, 0]);
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]), &[], &[])
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "all")]), &[], &[], &[])
             .unwrap()
             .unwrap();
         assert_eq!(resolve(&s, &host()).unwrap().len(), 3);
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]), &[], &[])
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]), &[], &[], &[])
             .unwrap()
             .unwrap();
         assert!(resolve(&s, &host()).unwrap().is_empty());
         assert_eq!(
-            from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "")]), &[], &[]).unwrap(),
+            from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "")]), &[], &[], &[]).unwrap(),
             None
         );
     }
@@ -190,21 +359,26 @@ mod tests {
     #[test]
     fn cdi_and_device_nodes() {
         let a = kv(&[("cdi.k8s.io/vgpu", "nvidia.com/gpu=1,vendor.com/x=y")]);
-        let s = from_spec(&[], &a, &[]).unwrap().unwrap();
+        let s = from_spec(&[], &a, &[], &[]).unwrap().unwrap();
         assert_eq!(s.selectors, vec![Selector::Index(1)]);
-        let s = from_spec(&[], &[], &["/dev/nvidiactl".into(), "/dev/nvidia12".into()])
-            .unwrap()
-            .unwrap();
+        let s = from_spec(
+            &[],
+            &[],
+            &["/dev/nvidiactl".into(), "/dev/nvidia12".into()],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(resolve(&s, &host()).unwrap()[0].index, 2);
         assert_eq!(
-            from_spec(&[], &[], &["/dev/nvidiactl".into()]).unwrap(),
+            from_spec(&[], &[], &["/dev/nvidiactl".into()], &[]).unwrap(),
             None
         );
     }
 
     #[test]
     fn unknown_gpus_are_clear_errors() {
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "7")]), &[], &[])
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "7")]), &[], &[], &[])
             .unwrap()
             .unwrap();
         let e = resolve(&s, &host()).unwrap_err().to_string();
@@ -212,13 +386,97 @@ mod tests {
             e.contains("NVIDIA_VISIBLE_DEVICES=7") && e.contains("index 7"),
             "{e}"
         );
-        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "x")]), &[], &[])
+        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "x")]), &[], &[], &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("neither"), "{e}");
-        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "0:1")]), &[], &[])
+        let e = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "0:1")]), &[], &[], &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("MIG"), "{e}");
+    }
+
+    fn indices(sel: Option<Selection>) -> Result<Vec<u32>, SelectError> {
+        Ok(resolve(&sel.unwrap(), &host())?
+            .iter()
+            .map(|g| g.index)
+            .collect())
+    }
+
+    // Regression (issue 25 item 8): the env beat CDI devices and device nodes, so a tenant granted GPU 1
+    // who set NVIDIA_VISIBLE_DEVICES=0 had its quota put on GPU 0; an image's `all` beside one device put
+    // the quota on every GPU; NVIDIA's CDI specs' `void` left a CDI container no GPU.
+    #[test]
+    fn the_devices_given_are_the_truth_and_the_env_must_agree() {
+        let node1 = ["/dev/nvidiactl".to_string(), "/dev/nvidia11".to_string()];
+        let env = |v: &str| kv(&[("NVIDIA_VISIBLE_DEVICES", v)]);
+        let cdi = |v: &str| kv(&[("cdi.k8s.io/vgpu", v)]);
+        // beside device nodes: `all`, `void`, `none` say nothing; the same GPU agrees
+        for v in ["all", "void", "none", "", "1", "GPU-1aaa"] {
+            let s = from_spec(&env(v), &[], &node1, &[]).unwrap();
+            assert_eq!(indices(s).unwrap(), vec![1], "{v}");
+        }
+        // another GPU is refused, with one line naming both
+        let e = indices(from_spec(&env("0"), &[], &node1, &[]).unwrap()).unwrap_err();
+        assert!(matches!(&e, SelectError::Disagree { .. }), "{e:?}");
+        let line = e.to_string();
+        assert!(
+            line.contains("env NVIDIA_VISIBLE_DEVICES=0 names GPU 0")
+                && line.contains("given GPU 1 (devices /dev/nvidia11)")
+                && !line.contains('\n'),
+            "{line}"
+        );
+        // a superset too
+        let e = indices(from_spec(&env("0,1"), &[], &node1, &[]).unwrap()).unwrap_err();
+        assert!(matches!(e, SelectError::Disagree { .. }), "{e:?}");
+        // CDI devices not applied yet (a lower runtime applies them): the same rules
+        for v in ["all", "void", "1"] {
+            let s = from_spec(&env(v), &cdi("nvidia.com/gpu=1"), &[], &[]).unwrap();
+            assert_eq!(indices(s).unwrap(), vec![1], "{v}");
+        }
+        let e = indices(from_spec(&env("0"), &cdi("nvidia.com/gpu=1"), &[], &[]).unwrap());
+        assert!(matches!(e, Err(SelectError::Disagree { .. })), "{e:?}");
+        // CDI names beside the nodes they became agree; others are refused
+        let s = from_spec(&[], &cdi("nvidia.com/gpu=1"), &node1, &[]).unwrap();
+        assert_eq!(indices(s).unwrap(), vec![1]);
+        let e = indices(from_spec(&[], &cdi("nvidia.com/gpu=0"), &node1, &[]).unwrap());
+        assert!(matches!(e, Err(SelectError::Disagree { .. })), "{e:?}");
+        // nothing given in the spec: the env decides (the legacy hook injects what it names)
+        assert_eq!(
+            indices(from_spec(&env("0"), &[], &[], &[]).unwrap()).unwrap(),
+            vec![0]
+        );
+    }
+
+    #[test]
+    fn the_device_plugins_volume_mounts_list() {
+        let env = kv(&[(
+            "NVIDIA_VISIBLE_DEVICES",
+            "/var/run/nvidia-container-devices",
+        )]);
+        let mounts = [
+            "/proc".to_string(),
+            "/var/run/nvidia-container-devices/GPU-2aaa".to_string(),
+            "/var/run/nvidia-container-devices/0".to_string(),
+            "/var/run/nvidia-container-devices-not/1".to_string(),
+        ];
+        let s = from_spec(&env, &[], &[], &mounts).unwrap().unwrap();
+        assert!(s.source.contains("volume mounts"), "{}", s.source);
+        assert_eq!(indices(Some(s)).unwrap(), vec![2, 0]);
+        // no mount under the folder: no GPU
+        let s = from_spec(&env, &[], &[], &mounts[..1]).unwrap();
+        assert_eq!(indices(s).unwrap(), Vec::<u32>::new());
+        // beside device nodes it must agree
+        let nodes = ["/dev/nvidia12".to_string(), "/dev/nvidia10".to_string()];
+        assert_eq!(
+            indices(from_spec(&env, &[], &nodes, &mounts).unwrap()).unwrap(),
+            vec![2, 0]
+        );
+        let e = indices(from_spec(&env, &[], &nodes[..1], &mounts).unwrap());
+        assert!(matches!(e, Err(SelectError::Disagree { .. })), "{e:?}");
+        // a name under the folder that is no GPU is one line
+        let bad = ["/var/run/nvidia-container-devices/x".to_string()];
+        let e = from_spec(&env, &[], &[], &bad).unwrap_err();
+        assert!(matches!(e, SelectError::BadName { .. }), "{e:?}");
     }
 }

@@ -10,14 +10,16 @@
 //! ([`shim`]; its command line: [`args`]; the runtime under it: [`lower`]) applies the edits to the spec before
 //! the lower runtime sees it ([`spec`]); on the hooks.d path, where no shim ran, the hook ([`hook`]) makes the
 //! same mounts in the container's namespace itself ([`mountns`], inside the rootfs: [`rootfs`]). [`gc`]
-//! removes state whose container is gone. See docs/oci.md.
+//! removes state whose container is gone, and [`abandoned`] state whose create was killed. See docs/oci.md.
 
+pub mod abandoned;
 pub mod admission;
 pub mod args;
 pub mod cli;
 pub mod compute_request;
 pub mod config;
 pub mod create;
+pub mod creator;
 pub mod driverlimit;
 pub mod edits;
 pub mod gc;

@@ -13,8 +13,7 @@ use vgpu_ledger::format_bytes;
 use vgpu_ledger::keys;
 use vgpu_ledger::MemoryMode;
 
-/// An error of the GPU side (listing the host's GPUs, selecting the container's), from modules that do
-/// not have typed errors of their own.
+/// An error listing the host's GPUs (NVML), from a module without typed errors of its own.
 pub type GpuError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One limited GPU of the container: a memory quota, a compute share, or both.
@@ -55,12 +54,16 @@ pub enum PlanError {
     /// A Kubernetes name annotation Kubernetes would refuse (the names are recorded for the monitor).
     #[error(transparent)]
     Name(#[from] crate::pod_keys::NameError),
-    /// Listing the host's GPUs or selecting the container's failed.
+    /// Listing the host's GPUs failed.
     #[error(transparent)]
     Gpus(GpuError),
-    /// `require_memory_limit` and a GPU container without a quota (`gpus`: what gives it the GPU).
-    #[error("{gpus} gives the container a GPU but it asks for no quota, and this node requires one (require_memory_limit): set {} or {}", memory_request::ANNOTATION, memory_request::ENV)]
-    QuotaRequired { gpus: String },
+    /// The container's GPUs cannot be told: a bad name, a GPU not on this host, or sources that disagree.
+    #[error(transparent)]
+    Select(#[from] gpus::SelectError),
+    /// `require_memory_limit` and a GPU of the container without a memory quota (`index`: the container's
+    /// GPU; `gpus`: what gives it the GPUs). A compute share alone is no memory quota.
+    #[error("{gpus} gives the container its GPU {index} but it asks for no memory quota there, and this node requires one (require_memory_limit): set {} or {}", memory_request::ANNOTATION, memory_request::ENV)]
+    QuotaRequired { gpus: String, index: usize },
     /// A setting asks for a limit but no GPU is named.
     #[error("{setting} is set but the container gets no GPU (name one with {}, a CDI device or a /dev/nvidiaN device)", keys::env::VISIBLE_DEVICES)]
     NoGpuNamed { setting: String },
@@ -106,29 +109,22 @@ pub fn plan_with(
     host_gpus: impl FnOnce() -> anyhow::Result<Vec<HostGpu>>,
 ) -> Result<Option<Plan>, PlanError> {
     let Request {
-        memory: mut q,
+        memory: q,
         compute: c,
         mode: memory,
         in_pod,
         kubernetes,
     } = Request::read(facts)?;
-    let select = || gpus::from_spec(&facts.env, &facts.annotations, &facts.devices);
-    // The node's policy is about memory quotas: a compute share alone does not satisfy
-    // require_memory_limit, and gets default_memory_limit beside it.
-    if q.is_empty() && unquoted != Unquoted::Allow {
-        if let Some(sel) = select().map_err(gpu_error)? {
-            match unquoted {
-                Unquoted::Default(bytes) => {
-                    q.all = Some(memory_request::Requested {
-                        bytes,
-                        source: "config default_memory_limit".into(),
-                    })
-                }
-                _ => return Err(PlanError::QuotaRequired { gpus: sel.source }),
-            }
-        }
-    }
-    if q.is_empty() && c.is_empty() {
+    let select = || {
+        gpus::from_spec(
+            &facts.env,
+            &facts.annotations,
+            &facts.devices,
+            &facts.mounts,
+        )
+    };
+    // The node's policy (below, per GPU) needs the GPUs even when nothing is asked for.
+    if q.is_empty() && c.is_empty() && (unquoted == Unquoted::Allow || select()?.is_none()) {
         return Ok(None);
     }
     // What asks for a limit, with whether it is a pod's default annotation (not naming this container).
@@ -138,7 +134,7 @@ pub fn plan_with(
         .chain(c.shares().map(|s| (s.source.as_str(), c.for_container)))
         .collect();
     let setting = asks.first().map(|a| a.0.to_string()).unwrap_or_default();
-    let Some(sel) = select().map_err(gpu_error)? else {
+    let Some(sel) = select()? else {
         // A pod's annotations reach every container of the pod — the sandbox (pause) container and
         // sidecars too (containerd and CRI-O copy the ones a handler allows into each spec). A pod-level
         // quota or share is for the pod's GPU containers; the others are left untouched. A key that names
@@ -152,7 +148,11 @@ pub fn plan_with(
         return Err(PlanError::NoGpuNamed { setting });
     };
     let host = host_gpus().map_err(gpu_error)?;
-    let gpus = gpus::resolve(&sel, &host).map_err(gpu_error)?;
+    let gpus = gpus::resolve(&sel, &host)?;
+    if gpus.is_empty() && asks.is_empty() {
+        // The node's policy alone, and no GPU (`void`): nothing to limit.
+        return Ok(None);
+    }
     if gpus.is_empty() {
         return Err(PlanError::NoGpuGiven {
             setting,
@@ -171,9 +171,29 @@ pub fn plan_with(
             gpus: sel.source,
         });
     }
+    // The node's policy is about memory quotas, and applies to each GPU: one with a compute share alone
+    // (or an env zero) has no memory quota, so it gets default_memory_limit, or is refused under
+    // require_memory_limit.
+    let node_default = match unquoted {
+        Unquoted::Default(bytes) => Some(memory_request::Requested {
+            bytes,
+            source: "config default_memory_limit".into(),
+        }),
+        _ => None,
+    };
     let mut out = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
-        let memory_limit = q.limit_for(i);
+        let memory_limit = match (q.limit_for(i), unquoted) {
+            (Some(r), _) => Some(r),
+            (None, Unquoted::Allow) => None,
+            (None, Unquoted::Default(_)) => node_default.as_ref(),
+            (None, _) => {
+                return Err(PlanError::QuotaRequired {
+                    gpus: sel.source,
+                    index: i,
+                })
+            }
+        };
         let compute_limit = c.share_for(i).and_then(|s| s.percent);
         if memory_limit.is_none() && compute_limit.is_none() {
             continue;

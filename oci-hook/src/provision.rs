@@ -133,6 +133,7 @@ pub fn limits_for(id: &str, plan: &Plan, owner: &Owner) -> Result<Limits> {
         init_pid: None,
         init_start_time: None,
         cgroup: None,
+        creator: None,
         devices,
         kubernetes: plan.kubernetes.clone(),
     };
@@ -230,7 +231,9 @@ pub fn provision(
     image_preload: Option<&str>,
 ) -> Result<Provisioned> {
     let dir = root.container_dir(id)?;
-    let limits = limits_for(id, plan, &owner)?;
+    let mut limits = limits_for(id, plan, &owner)?;
+    // Who provisions: state without an owner whose creator is gone is collected (`crate::abandoned`, `crate::creator`).
+    limits.creator = crate::creator::current();
     let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
     match fs::symlink_metadata(&dir) {
         Ok(_) if !walk::is_marked(&dir) => bail!(

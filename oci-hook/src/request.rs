@@ -23,6 +23,8 @@ pub struct SpecFacts {
     pub annotations: Vec<(String, String)>,
     /// `linux.devices[].path`.
     pub devices: Vec<String>,
+    /// `mounts[].destination` (the device plugin's volume-mounts list of GPUs is there).
+    pub mounts: Vec<String>,
 }
 
 impl SpecFacts {
@@ -32,6 +34,7 @@ impl SpecFacts {
             env: spec.env(),
             annotations: spec.annotations(),
             devices: spec.device_paths(),
+            mounts: spec.mount_destinations(),
         }
     }
 
@@ -111,7 +114,7 @@ mod tests {
         Request::read(&SpecFacts {
             env: kv(env),
             annotations: kv(ann),
-            devices: vec![],
+            ..Default::default()
         })
     }
 

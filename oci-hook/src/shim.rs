@@ -93,7 +93,12 @@ fn version(args: &[OsString]) -> ! {
 /// the file still names, else `runc`.
 fn pass_through(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallible> {
     let lower_name = match Config::load() {
-        Ok(cfg) => cfg.lower_runtime,
+        Ok(cfg) => {
+            if let (Some("delete"), Some(id)) = (inv.verb.as_deref(), inv.id.as_deref()) {
+                delete_ownerless(&cfg, id);
+            }
+            cfg.lower_runtime
+        }
         Err(e) => {
             let name = Config::lower_runtime_despite_errors();
             eprintln!(
@@ -109,6 +114,15 @@ fn pass_through(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Inf
         .args(&args[1..])
         .exec();
     bail!("cannot exec lower runtime {}: {err}", lower.display());
+}
+
+/// `delete`: the state of a create that never finished (no owner recorded: its shim was killed) goes
+/// with it; a live container's state is its poststop's. Never fails the delete: one line on error.
+fn delete_ownerless(cfg: &Config, id: &str) {
+    let root = StateRoot::new(cfg.state_root.clone());
+    if let Err(e) = crate::abandoned::remove_ownerless(&root, id) {
+        eprintln!("vgpu: delete {id}: {e:#}");
+    }
 }
 
 /// `create` and `run`: the quota provisioned and the spec edited, then the lower runtime.

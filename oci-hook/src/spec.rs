@@ -103,6 +103,19 @@ impl Spec {
             .unwrap_or_default()
     }
 
+    /// Destinations of the spec's `mounts`.
+    pub fn mount_destinations(&self) -> Vec<String> {
+        self.0
+            .get("mounts")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m.get("destination")?.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Host path of the container's root filesystem (`root.path`, relative to the bundle).
     pub fn rootfs(&self, bundle: &Path) -> Result<PathBuf> {
         let p = self

@@ -111,7 +111,7 @@ check_match "  ... a container without a GPU is untouched" '^no-preload$' "$out"
 vgpu_config lower_runtime='"runc"' require_memory_limit=true
 new_bundle true; bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
 typo_case "require_memory_limit = true: a GPU container without a quota is refused" \
-    'gives the container a GPU but it asks for no quota, and this node requires one'
+    'gives the container its GPU 0 but it asks for no memory quota there, and this node requires one'
 new_bundle sh -c 'echo fine'
 check_match "  ... a container without a GPU still runs" '^fine$' "$(shim run --bundle "$B" "$ID" 2>&1)"
 
@@ -158,10 +158,10 @@ quota_bundle 12G; c2=$ID
 bundle_annotate "$B" vgpu.io/memory-mode oversubscribe
 check "  ... a second 12 GiB oversubscribe quota is admitted (24 of 16 GiB)" create_quiet
 quota_bundle 12G; c3=$ID
-check "  ... and a plain 12 GiB quota beside them (oversubscribe quotas commit no device memory)" create_quiet
+check_not "  ... but not a plain 12 GiB quota beside them (their pools, VMM and arrays are device memory)" create_quiet
 quota_bundle 12G; c4=$ID
 bundle_annotate "$B" vgpu.io/memory-spill 8Gi
-check_not "  ... but not a 12 GiB spill quota past the plain one" create_quiet
+check_not "  ... nor a 12 GiB spill quota" create_quiet
 gone "$c1"; gone "$c2"; gone "$c3"; gone "$c4"
 quota_bundle 1G
 bundle_annotate "$B" vgpu.io/memory-mode spill

@@ -9,6 +9,7 @@ fn sample() -> Limits {
         init_pid: Some(12345),
         init_start_time: None,
         cgroup: None,
+        creator: None,
         kubernetes: None,
         devices: vec![
             DeviceLimit {
@@ -305,4 +306,22 @@ fn a_file_past_the_host_readers_cap_is_never_written_and_a_bad_cgroup_is_invalid
         l.cgroup = Some(bad.into());
         assert!(l.validate().is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn the_creator_round_trips_and_is_optional() {
+    let mut l = sample();
+    let text = serde_json::to_string(&l).unwrap();
+    assert!(!text.contains("creator"), "{text}");
+    assert_eq!(Limits::from_slice(text.as_bytes()).unwrap().creator, None);
+    l.creator = Some(Creator {
+        pid: 77,
+        start_time: 123456,
+    });
+    let text = serde_json::to_string(&l).unwrap();
+    assert!(
+        text.contains(r#""creator":{"pid":77,"start_time":123456}"#),
+        "{text}"
+    );
+    assert_eq!(Limits::from_slice(text.as_bytes()).unwrap(), l);
 }

@@ -3,7 +3,6 @@
 //! the collector's last reading of the state root and NVML; the watchdog's counters and open findings come
 //! from its passes. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
 
-
 use super::state::ContainerState;
 use super::watchdog::Truth;
 use prometheus_client::encoding::text::encode;

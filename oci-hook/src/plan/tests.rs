@@ -21,7 +21,7 @@ fn run(env: &[(&str, &str)], ann: &[(&str, &str)]) -> Result<Option<Plan>, PlanE
         &SpecFacts {
             env: e,
             annotations: a,
-            devices: vec![],
+            ..Default::default()
         },
         host,
     )
@@ -32,7 +32,7 @@ fn memory_modes_from_annotations_over_the_environment() {
     let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
         env: kv(env),
         annotations: kv(ann),
-        devices: vec![],
+        ..Default::default()
     };
     let gpu_env = [
         ("NVIDIA_VISIBLE_DEVICES", "0"),
@@ -70,7 +70,7 @@ fn a_compute_share_with_or_without_a_memory_quota() {
     let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
         env: kv(env),
         annotations: kv(ann),
-        devices: vec![],
+        ..Default::default()
     };
     let gpus = |p: Option<Plan>| -> Vec<(usize, Option<u64>, Option<u32>)> {
         p.unwrap()
@@ -158,7 +158,7 @@ fn the_compute_window_goes_with_the_plan() {
     let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
         env: kv(env),
         annotations: kv(ann),
-        devices: vec![],
+        ..Default::default()
     };
     let window = |ann: &[(&str, &str)], env: &[(&str, &str)]| {
         plan(&facts(ann, env), host)
@@ -227,7 +227,7 @@ fn compute_share_refusals() {
     let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
         env: kv(env),
         annotations: kv(ann),
-        devices: vec![],
+        ..Default::default()
     };
     for (ann, env, want) in [
         (
@@ -276,7 +276,7 @@ fn a_pods_quota_leaves_its_pause_container_and_sidecars_alone() {
     let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
         env: kv(env),
         annotations: kv(ann),
-        devices: vec![],
+        ..Default::default()
     };
     for pod in [
         ("io.kubernetes.cri.container-type", "sandbox"),
@@ -494,7 +494,13 @@ fn refusals() {
         &[],
     )
     .unwrap_err();
-    assert!(matches!(e, PlanError::Gpus(_)), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            PlanError::Select(crate::gpus::SelectError::NoIndex { index: 5, .. })
+        ),
+        "{e:?}"
+    );
     // The lines users read, one each.
     assert_eq!(e.to_string().lines().count(), 1, "{e}");
     let e = run(
@@ -519,7 +525,7 @@ fn a_pod_gives_its_containers_different_quotas() {
             ("vgpu.io/memory-limit.trainer", "6Gi"),
             ("vgpu.io/memory-limit.sidecar", "1Gi"),
         ]),
-        devices: vec![],
+        ..Default::default()
     };
     let gpu = [("NVIDIA_VISIBLE_DEVICES", "1")];
     let limit = |name| {
@@ -542,4 +548,98 @@ fn a_pod_gives_its_containers_different_quotas() {
         ),
         "{e}"
     );
+}
+
+// Regression (issue 25 item 7): with require_memory_limit and default_memory_limit the node's policy was
+// applied to the container as a whole, so `CUDA_DEVICE_MEMORY_LIMIT_0=64Mi CUDA_DEVICE_SM_LIMIT_1=99` left
+// GPU 1 without a memory quota: its tenant took 15 GiB and a 12 GiB container admitted there ran out.
+#[test]
+fn the_nodes_policy_applies_to_each_gpu() {
+    let f = SpecFacts {
+        env: kv(&[
+            ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "64Mi"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "99"),
+        ]),
+        ..Default::default()
+    };
+    let p = plan_with(&f, Unquoted::Default(4 << 30), host)
+        .unwrap()
+        .unwrap();
+    let gpus: Vec<_> = p
+        .gpus
+        .iter()
+        .map(|g| (g.index, g.memory_limit, g.compute_limit))
+        .collect();
+    assert_eq!(
+        gpus,
+        vec![(0, Some(64 << 20), None), (1, Some(4 << 30), Some(99))]
+    );
+    match plan_with(&f, Unquoted::Refuse, host) {
+        Err(PlanError::QuotaRequired { index: 1, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    // A GPU with neither a quota nor a share gets the default too; an env zero is no quota.
+    let f = SpecFacts {
+        env: kv(&[
+            ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+        ]),
+        ..Default::default()
+    };
+    let p = plan_with(&f, Unquoted::Default(4 << 30), host)
+        .unwrap()
+        .unwrap();
+    let limits: Vec<_> = p.gpus.iter().map(|g| g.memory_limit).collect();
+    assert_eq!(limits, vec![Some(1 << 30), Some(4 << 30)]);
+    // A container that gets no GPU (`void`) is left alone under either policy.
+    let void = SpecFacts {
+        env: kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]),
+        ..Default::default()
+    };
+    for u in [Unquoted::Default(4 << 30), Unquoted::Refuse] {
+        assert_eq!(plan_with(&void, u, host).unwrap(), None);
+    }
+}
+
+// Regression (issue 25 item 8): the quota went on the GPUs the env named, not on the ones the container is
+// given. A tenant granted GPU 1 (its device node) who set NVIDIA_VISIBLE_DEVICES=0 had its quota put on
+// GPU 0 and ran unlimited on GPU 1; an image's `all` beside one device put the quota on every GPU; NVIDIA's
+// CDI specs' `void` beside the device left a quota'd container "no GPU"; the device plugin's volume-mounts
+// list was refused outright.
+#[test]
+fn the_quota_goes_on_the_gpus_the_container_is_given() {
+    let facts = |visible: &str, devices: &[&str], mounts: &[&str]| SpecFacts {
+        env: kv(&[
+            ("NVIDIA_VISIBLE_DEVICES", visible),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "1G"),
+        ]),
+        devices: devices.iter().map(|d| d.to_string()).collect(),
+        mounts: mounts.iter().map(|d| d.to_string()).collect(),
+        ..Default::default()
+    };
+    let on = |f: &SpecFacts| -> Vec<String> {
+        plan(f, host)
+            .unwrap()
+            .unwrap()
+            .gpus
+            .iter()
+            .map(|g| g.uuid.clone())
+            .collect()
+    };
+    let node1 = ["/dev/nvidiactl", "/dev/nvidia1"];
+    match plan(&facts("0", &node1, &[]), host) {
+        Err(PlanError::Select(crate::gpus::SelectError::Disagree { .. })) => {}
+        other => panic!("{other:?}"),
+    }
+    for v in ["all", "void", "1"] {
+        assert_eq!(on(&facts(v, &node1, &[])), vec!["GPU-1"], "{v}");
+    }
+    let vm = facts(
+        "/var/run/nvidia-container-devices",
+        &[],
+        &["/var/run/nvidia-container-devices/1"],
+    );
+    assert_eq!(on(&vm), vec!["GPU-1"]);
 }

@@ -29,6 +29,7 @@ fn provision_in(
         init_pid: Some(1),
         init_start_time: None,
         cgroup: None,
+        creator: None,
         kubernetes: None,
         devices: vec![DeviceLimit {
             index: 0,

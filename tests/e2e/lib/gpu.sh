@@ -28,7 +28,8 @@ gpu_bundle() {
         [ -e "$d" ] && [ "$d" != /usr/local/vgpu ] && bundle_bind "$dir" "$(readlink -f "$d")" "$d" ro
     done
     bundle_bind "$dir" "$CLIENTS_DIR" /vgpu-clients ro
-    for n in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
+    # GPU 0's node only: the devices a container is given decide its GPUs, and must agree with the env.
+    for n in /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
         [ -c "$n" ] || continue
         maj=$((16#$(stat -c %t "$n"))); min=$((16#$(stat -c %T "$n")))
         bundle_jq "$dir" '.linux.devices += [{"path": $p, "type": "c", "major": $M, "minor": $m, "fileMode": 438, "uid": 0, "gid": 0}]
