@@ -1,9 +1,10 @@
 //! Which GPUs a container gets, read from its spec, and their resolution to host GPUs.
 //! Not here: the quota on them (`crate::quota`, `crate::plan`) or asking NVML (`crate::nvml`).
 //!
-//! Sources, first present wins: env `NVIDIA_VISIBLE_DEVICES` (indices, UUIDs, `all`, `none`/`void`),
-//! CDI device names `nvidia.com/gpu=<index|uuid|all>` in `cdi.k8s.io/*` annotations, then `/dev/nvidiaN`
-//! nodes in `linux.devices` (N is the NVML minor number). The order of the list is the container's GPU
+//! Sources, first present wins: env `NVIDIA_VISIBLE_DEVICES` (indices, UUIDs, `all`, `none`), CDI device
+//! names `nvidia.com/gpu=<index|uuid|all>` in `cdi.k8s.io/*` annotations, then `/dev/nvidiaN` nodes in
+//! `linux.devices` (N is the NVML minor number). `NVIDIA_VISIBLE_DEVICES=void` decides nothing: NVIDIA's
+//! CDI spec sets it so that its runtime hook does not inject again, and puts the GPUs in the spec itself. The order of the list is the container's GPU
 //! order, which `vgpu.io/memory-limit.<i>` refers to.
 
 use crate::nvml::HostGpu;
@@ -41,9 +42,9 @@ pub fn from_spec(
 ) -> Result<Option<Selection>> {
     if let Some((_, v)) = env.iter().rev().find(|(k, _)| k == VISIBLE) {
         let v = v.trim();
-        if !v.is_empty() {
+        if !v.is_empty() && v != "void" {
             let source = format!("env {VISIBLE}={v}");
-            if v == "none" || v == "void" {
+            if v == "none" {
                 return Ok(Some(Selection {
                     selectors: vec![],
                     source,
@@ -177,7 +178,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(resolve(&s, &host()).unwrap().len(), 3);
-        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]), &[], &[])
+        let s = from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "none")]), &[], &[])
             .unwrap()
             .unwrap();
         assert!(resolve(&s, &host()).unwrap().is_empty());
@@ -185,6 +186,27 @@ mod tests {
             from_spec(&kv(&[("NVIDIA_VISIBLE_DEVICES", "")]), &[], &[]).unwrap(),
             None
         );
+    }
+
+    /// NVIDIA's CDI spec (`nvidia-ctk cdi generate`) sets `NVIDIA_VISIBLE_DEVICES=void` (its runtime hook
+    /// must not inject again) and puts the GPU's node in the spec: the node decides, not the env.
+    #[test]
+    fn void_leaves_the_choice_to_cdi_and_device_nodes() {
+        let void = kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]);
+        let s = from_spec(
+            &void,
+            &[],
+            &["/dev/nvidiactl".into(), "/dev/nvidia11".into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.selectors, vec![Selector::Minor(11)]);
+        assert_eq!(resolve(&s, &host()).unwrap()[0].index, 1);
+        let a = kv(&[("cdi.k8s.io/x", "nvidia.com/gpu=2")]);
+        let s = from_spec(&void, &a, &[]).unwrap().unwrap();
+        assert_eq!(s.selectors, vec![Selector::Index(2)]);
+        // Nothing else names a GPU: none.
+        assert_eq!(from_spec(&void, &[], &[]).unwrap(), None);
     }
 
     #[test]
