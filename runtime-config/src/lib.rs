@@ -4,6 +4,7 @@
 //! verb is the `vgpu_monitor` crate's.
 pub mod cdi;
 pub mod clidocs;
+pub mod doctor;
 pub mod engines;
 pub mod fsutil;
 pub mod status;

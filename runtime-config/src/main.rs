@@ -24,6 +24,10 @@ enum Cmd {
     /// Container Device Interface: vgpu's GPUs as CDI devices (vgpu.io/gpu=<index|uuid|all>).
     #[command(subcommand)]
     Cdi(CdiCmd),
+    /// Check this node's vgpu setup, one line per check: the config, the engines' entries, NVML and the
+    /// driver, NVIDIA's runtime or CDI spec, vgpu's CDI spec, the state root, the installed files. Exit status:
+    /// 0 all well, 1 a check failed, 2 warnings only.
+    Doctor(vgpuctl::doctor::cli::DoctorArgs),
     /// Show quota, usage by kind and processes per container and GPU (read-only).
     Status {
         /// Print JSON instead of a table.
@@ -131,6 +135,12 @@ fn run(cli: Cli) -> Result<()> {
                 vgpuctl::status::print_table(&status, &mut out)?;
             }
             Ok(())
+        }
+        Cmd::Doctor(a) => {
+            let report = a.run()?;
+            report.print(&mut out)?;
+            out.flush()?;
+            std::process::exit(report.exit_status());
         }
         Cmd::Monitor(a) => monitor(a, &mut out),
         Cmd::Gc { root } => {

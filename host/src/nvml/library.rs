@@ -8,7 +8,7 @@
 //! its `memory_info` calls `nvmlDeviceGetMemoryInfo_v2`, where vgpu compares against v1's figures (those
 //! the interposer's NVML answers and the fake NVML's v1/v2 split are built on: changing it would change
 //! what the monitor reports); and its process list is `_v3` (`_v2` behind a feature), never the
-//! unversioned list the monitor falls back to on older drivers. The binding is 16 symbols; every optional
+//! unversioned list the monitor falls back to on older drivers. The binding is 17 symbols; every optional
 //! one is asked for by name and its absence is an answer (no minor number, no utilisation, no process
 //! list), never a failure to load.
 
@@ -82,6 +82,7 @@ type ListFn<T> = unsafe extern "C" fn(Device, *mut c_uint, *mut T) -> c_int;
 type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) -> c_int;
 type StringFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
 type SetFn = unsafe extern "C" fn(Device, *const SetMemoryLimits) -> c_int;
+type SystemStringFn = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
 
 enum Lister {
     V2(ListFn<ProcessV2>),
@@ -102,6 +103,7 @@ pub struct Library {
     process_utilization: Option<UtilFn>,
     lister: Option<Lister>,
     set_limits: Option<SetFn>,
+    driver_version: Option<SystemStringFn>,
     error_string: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
     shutdown: unsafe extern "C" fn() -> c_int,
     /// nvmlInit_v2 succeeded: dropping shuts NVML down.
@@ -162,6 +164,7 @@ impl Library {
                 process_utilization: maybe!("nvmlDeviceGetProcessUtilization"),
                 lister,
                 set_limits: maybe!("nvmlDeviceSetMemoryLimits_v1"),
+                driver_version: maybe!("nvmlSystemGetDriverVersion"),
                 error_string: maybe!("nvmlErrorString"),
                 shutdown: need!("nvmlShutdown"),
                 initialised: false,
@@ -285,6 +288,20 @@ impl Nvml for Library {
                 })
             })
             .collect()
+    }
+
+    fn driver_version(&self) -> Result<Option<String>, NvmlError> {
+        let Some(f) = self.driver_version else {
+            return Ok(None);
+        };
+        // SAFETY: `b` holds `l` bytes (`string`).
+        string(|b, l| unsafe { f(b, l) })
+            .map(Some)
+            .map_err(|rc| self.call("nvmlSystemGetDriverVersion", rc).unwrap_err())
+    }
+
+    fn has_memory_limits(&self) -> bool {
+        self.set_limits.is_some()
     }
 
     fn readings(&self) -> Result<Vec<GpuReading>, NvmlError> {
