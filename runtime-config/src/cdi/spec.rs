@@ -141,7 +141,7 @@ pub fn is_device_name(name: &str) -> bool {
 impl ContainerEdits {
     fn validate(&self) -> Result<(), SpecError> {
         for e in &self.env {
-            if !e.split_once('=').is_some_and(|(k, _)| !k.is_empty()) {
+            if e.split_once('=').is_none_or(|(k, _)| k.is_empty()) {
                 return Err(SpecError::Env(e.clone()));
             }
         }

@@ -1,3 +1,5 @@
+//! The spec built from GPUs, its text in both formats, the CDI name rules, the atomic write.
+
 use super::spec::*;
 use super::*;
 

@@ -2,8 +2,8 @@
 //! runtime and CDI spec, vgpu's own CDI spec, the state root's filesystem, the installed files. Each
 //! pushes its lines onto the report; none changes anything. Not here: the engines' entries (`engines`).
 
+use super::host::Host;
 use super::report::{Report, Verdict};
-use super::Host;
 use crate::cdi;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

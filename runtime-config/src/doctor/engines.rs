@@ -2,12 +2,13 @@
 //! entry, by the engine's own `ownership` (the check configure makes before writing). Not here: changing
 //! anything (`vgpuctl runtime configure` does).
 
+use super::checks;
+use super::host::Host;
 use super::report::{Report, Verdict};
-use super::{checks, Host};
 use crate::engines::api::{Context, DynEngine, Install};
 use crate::engines::ownership::Ownership;
 use clap::ArgMatches;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vgpu_ledger::keys;
 
 /// The program that says an engine is installed when its files are not there yet.
@@ -39,7 +40,7 @@ pub fn check(h: &Host, r: &mut Report) {
     for (e, m) in &h.engines {
         let name = e.name();
         let at = where_(*e, m);
-        let given = at != PathBuf::from(e.default_paths()[0]);
+        let given = at != Path::new(e.default_paths()[0]);
         match e.ownership(m, &cx) {
             Ok(Ownership::Ours) => {
                 r.push(Verdict::Ok, "engine", format!("{name}: vgpu's entry in {}", at.display()))

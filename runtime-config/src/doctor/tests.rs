@@ -1,9 +1,12 @@
+//! The doctor's checks on a fake NVML and temporary folders (`Scene`), each line and the exit status.
+
 use super::checks::{self, fs_name, FsFacts};
 use super::*;
 use crate::engines::files::MemFiles;
 use crate::engines::registry::find;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use vgpu_host::nvml::{Nvml, NvmlError};
 use vgpu_host::nvml::Fake;
 
 /// A host of temporary folders: a config, program and CDI folders, and NVML answering `fake`.
