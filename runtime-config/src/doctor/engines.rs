@@ -28,6 +28,48 @@ fn where_(e: &dyn DynEngine, m: &ArgMatches) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(e.default_paths()[0]))
 }
 
+/// Other places an engine's entry may be when its options name none: Podman's and CRI-O's hooks folder of
+/// the administrator (`/etc/containers/oci/hooks.d`, which the package's removal looks in too).
+fn elsewhere(engine: &str) -> &'static [&'static [&'static str]] {
+    match engine {
+        "podman" => &[&["--hooks-dir", ETC_HOOKS_DIR]],
+        _ => &[],
+    }
+}
+
+/// The administrator's hooks folder, read before the vendor's.
+pub const ETC_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
+
+/// The engine's ownership at its given or default files, else (when absent there and no option was given)
+/// at the first of its other places that has an entry, with where it was found.
+fn ownership_anywhere(
+    e: &dyn DynEngine,
+    m: &ArgMatches,
+    cx: &Context,
+) -> (PathBuf, anyhow::Result<Ownership>) {
+    let at = where_(e, m);
+    let first = e.ownership(m, cx);
+    if !matches!(first, Ok(Ownership::Absent)) || at != Path::new(e.default_paths()[0]) {
+        return (at, first);
+    }
+    for args in elsewhere(e.name()) {
+        let cmd = e
+            .args(false)
+            .into_iter()
+            .fold(clap::Command::new("doctor"), |c, a| c.arg(a));
+        let Ok(m2) =
+            cmd.try_get_matches_from(std::iter::once("doctor").chain(args.iter().copied()))
+        else {
+            continue;
+        };
+        match e.ownership(&m2, cx) {
+            Ok(Ownership::Absent) => {}
+            other => return (where_(e, &m2), other),
+        }
+    }
+    (at, first)
+}
+
 pub fn check(h: &Host, r: &mut Report) {
     let install = Install::default();
     let cx = Context {
@@ -39,9 +81,9 @@ pub fn check(h: &Host, r: &mut Report) {
     let vgpu_cdi = !checks::specs_of_kind(&h.cdi_dirs, keys::cdi::KIND).is_empty();
     for (e, m) in &h.engines {
         let name = e.name();
-        let at = where_(*e, m);
-        let given = at != Path::new(e.default_paths()[0]);
-        match e.ownership(m, &cx) {
+        let given = where_(*e, m) != Path::new(e.default_paths()[0]);
+        let (at, ownership) = ownership_anywhere(*e, m, &cx);
+        match ownership {
             Ok(Ownership::Ours) => {
                 r.push(Verdict::Ok, "engine", format!("{name}: vgpu's entry in {}", at.display()))
             }

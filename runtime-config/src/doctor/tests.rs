@@ -6,8 +6,8 @@ use crate::engines::files::MemFiles;
 use crate::engines::registry::find;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use vgpu_host::nvml::{Nvml, NvmlError};
 use vgpu_host::nvml::Fake;
+use vgpu_host::nvml::{Nvml, NvmlError};
 
 /// A host of temporary folders: a config, program and CDI folders, and NVML answering `fake`.
 struct Scene {
@@ -296,6 +296,29 @@ fn engines_by_their_own_ownership() {
     let r = s.run_with(&[("crio", &[])]);
     assert_eq!(only(&r, "engine").verdict, Verdict::Info);
     assert_eq!(only(&r, "engine").text, "crio: not installed");
+    // Podman's hooks in the administrator's folder count (the vendor's is the default).
+    let hook = |stage: &str| {
+        format!(
+            r#"{{"version": "1.0.0", "hook": {{"path": "/usr/bin/vgpu-hook", "args": ["vgpu-hook", "{stage}"]}}, "when": {{"annotations": {{"^vgpu\\.io/": ".*"}}}}, "stages": ["{stage}"]}}"#
+        )
+    };
+    s.files = MemFiles::with(&[
+        (
+            "/etc/containers/oci/hooks.d/vgpu-createruntime.json",
+            &hook("createRuntime"),
+        ),
+        (
+            "/etc/containers/oci/hooks.d/vgpu-poststop.json",
+            &hook("poststop"),
+        ),
+    ]);
+    let l = only(&s.run_with(&[("podman", &[])]), "engine").clone();
+    assert_eq!(l.verdict, Verdict::Ok, "{l:?}");
+    assert_eq!(
+        l.text,
+        "podman: vgpu's entry in /etc/containers/oci/hooks.d"
+    );
+    s.files = MemFiles::default();
     // Podman with vgpu's CDI spec needs no hooks.
     s.program("podman");
     assert_eq!(
