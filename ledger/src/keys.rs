@@ -79,6 +79,15 @@ pub mod host {
     pub const CONFIG_VAR: &str = "VGPU_CONFIG";
 }
 
+/// Container Device Interface names: the kind of vgpu's devices (`vgpuctl cdi generate`) and NVIDIA's, whose
+/// spec (`nvidia-ctk cdi generate`) gives the container its GPU and driver beside vgpu's.
+pub mod cdi {
+    /// vgpu's CDI kind: `--device vgpu.io/gpu=<index|uuid|all>`.
+    pub const KIND: &str = "vgpu.io/gpu";
+    /// NVIDIA's CDI kind.
+    pub const NVIDIA_KIND: &str = "nvidia.com/gpu";
+}
+
 /// The annotations CRI runtimes write into a Kubernetes container's spec, as vgpu reads them.
 pub mod kube {
     /// containerd's (CRI plugin's) names.

@@ -356,6 +356,32 @@ mod tests {
         );
     }
 
+    /// NVIDIA's CDI spec (`nvidia-ctk cdi generate`) sets `NVIDIA_VISIBLE_DEVICES=void` (its runtime hook
+    /// must not inject again) and puts the GPU's node in the spec: the node decides, not the env.
+    #[test]
+    fn void_leaves_the_choice_to_cdi_and_device_nodes() {
+        let void = kv(&[("NVIDIA_VISIBLE_DEVICES", "void")]);
+        let s = from_spec(
+            &void,
+            &[],
+            &["/dev/nvidiactl".into(), "/dev/nvidia11".into()],
+            &[],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.selectors, vec![Selector::Minor(11)]);
+        assert_eq!(resolve(&s, &host()).unwrap()[0].index, 1);
+        let a = kv(&[("cdi.k8s.io/x", "nvidia.com/gpu=2")]);
+        let s = from_spec(&void, &a, &[], &[]).unwrap().unwrap();
+        assert_eq!(s.selectors, vec![Selector::Index(2)]);
+        // Nothing else names a GPU: no GPU.
+        let none = from_spec(&void, &[], &[], &[]).unwrap();
+        assert!(
+            none.as_ref().is_none_or(|s| s.selectors.is_empty()),
+            "{none:?}"
+        );
+    }
+
     #[test]
     fn cdi_and_device_nodes() {
         let a = kv(&[("cdi.k8s.io/vgpu", "nvidia.com/gpu=1,vendor.com/x=y")]);

@@ -1,5 +1,6 @@
-//! vgpuctl's command line: the subcommands (runtime, status, gc, monitor, generate-docs), each handed to
-//! the library module that owns it (`engines::cli`, `status`, `vgpu_oci::gc`, `monitor`, `clidocs`).
+//! vgpuctl's command line: the subcommands (runtime, cdi, doctor, status, gc, monitor, generate-docs), each
+//! handed to the library module that owns it (`engines::cli`, `cdi`, `doctor`, `status`, `vgpu_oci::gc`,
+//! `monitor`, `clidocs`).
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -20,6 +21,13 @@ enum Cmd {
     /// Configure a container engine to run containers through vgpu, or take that back.
     #[command(subcommand)]
     Runtime(vgpuctl::engines::cli::RuntimeCmd),
+    /// Container Device Interface: vgpu's GPUs as CDI devices (vgpu.io/gpu=<index|uuid|all>).
+    #[command(subcommand)]
+    Cdi(CdiCmd),
+    /// Check this node's vgpu setup, one line per check: the config, the engines' entries, NVML and the
+    /// driver, NVIDIA's runtime or CDI spec, vgpu's CDI spec, the state root, the installed files. Exit status:
+    /// 0 all well, 1 a check failed, 2 warnings only.
+    Doctor(vgpuctl::doctor::cli::DoctorArgs),
     /// Show quota, usage by kind and processes per container and GPU (read-only).
     Status {
         /// Print JSON instead of a table.
@@ -39,6 +47,25 @@ enum Cmd {
     /// under DIR (package builds).
     #[command(hide = true)]
     GenerateDocs { dir: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum CdiCmd {
+    /// Write a CDI spec whose devices vgpu.io/gpu=<index|uuid|all> give a container vgpu's quota with no
+    /// runtime shim or hooks.d file: `podman run --device nvidia.com/gpu=0 --device vgpu.io/gpu=0
+    /// --annotation vgpu.io/memory-limit=4Gi ...` (NVIDIA's devices from its own spec, `nvidia-ctk cdi
+    /// generate`). Run it again when the GPUs change.
+    Generate {
+        /// Where to write it; `.json` writes JSON, anything else YAML; `-` prints it.
+        #[arg(long, value_name = "PATH", default_value = vgpuctl::cdi::DEFAULT_OUTPUT)]
+        output: PathBuf,
+        /// NVML library listing the GPUs (default: the config's nvml_library).
+        #[arg(long)]
+        nvml_library: Option<String>,
+        /// The vgpu-hook the spec's hooks run (default: the config's hook_path).
+        #[arg(long)]
+        hook_path: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -98,6 +125,11 @@ fn run(cli: Cli) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match cli.cmd {
         Cmd::Runtime(r) => r.run(&mut out),
+        Cmd::Cdi(CdiCmd::Generate {
+            output,
+            nvml_library,
+            hook_path,
+        }) => cdi_generate(&output, nvml_library, hook_path, &mut out),
         Cmd::Status { json, root } => {
             // The GPUs' memory and addressing mode for the per-GPU totals, when NVML is there (status
             // works without it).
@@ -128,6 +160,12 @@ fn run(cli: Cli) -> Result<()> {
                 vgpuctl::status::print_table(&status, &mut out)?;
             }
             Ok(())
+        }
+        Cmd::Doctor(a) => {
+            let report = a.run()?;
+            report.print(&mut out)?;
+            out.flush()?;
+            std::process::exit(report.exit_status());
         }
         Cmd::Monitor(a) => monitor(a, &mut out),
         Cmd::Gc { root } => {
@@ -164,6 +202,42 @@ fn run(cli: Cli) -> Result<()> {
                 .map(drop)
         }
     }
+}
+
+fn cdi_generate(
+    output: &std::path::Path,
+    nvml_library: Option<String>,
+    hook_path: Option<PathBuf>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    use vgpuctl::cdi;
+    let cfg = vgpu_oci::config::Config::load()?;
+    let lib = nvml_library.unwrap_or_else(|| cfg.nvml_library.clone());
+    let gpus = vgpu_host::nvml::open(&lib)?.devices()?;
+    let hook_path = hook_path.unwrap_or_else(|| cfg.hook_path.clone());
+    let spec = cdi::build(&cdi::Inputs {
+        gpus: &gpus,
+        hook_path: &hook_path,
+        hook_stage: cfg.hook_stage.as_str(),
+        hook_env: vgpu_oci::edits::hook_env(),
+    })?;
+    if output == std::path::Path::new("-") {
+        out.write_all(cdi::render(&spec, cdi::Format::Yaml)?.as_bytes())?;
+        return Ok(());
+    }
+    cdi::write(output, &cdi::render(&spec, cdi::Format::for_path(output))?)?;
+    writeln!(
+        out,
+        "wrote {}: {} ({} GPU{}); run containers with NVIDIA's device and vgpu's, e.g. --device {}=0 --device {}=0 --annotation {}=4Gi",
+        output.display(),
+        spec.device_names().join(", "),
+        gpus.len(),
+        if gpus.len() == 1 { "" } else { "s" },
+        vgpu_ledger::keys::cdi::NVIDIA_KIND,
+        vgpu_ledger::keys::cdi::KIND,
+        vgpu_ledger::keys::annotation::MEMORY_LIMIT,
+    )?;
+    Ok(())
 }
 
 fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {

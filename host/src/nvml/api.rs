@@ -76,6 +76,13 @@ pub trait Nvml: Send + Sync {
     /// Every GPU's index, UUID, memory and device minor, in NVML's order.
     fn devices(&self) -> Result<Vec<HostGpu>, NvmlError>;
 
+    /// The driver's version (`nvmlSystemGetDriverVersion`, "580.65.06"); `Ok(None)`: NVML has no such call.
+    fn driver_version(&self) -> Result<Option<String>, NvmlError>;
+
+    /// Whether the driver can limit a cgroup's GPU memory (`nvmlDeviceSetMemoryLimits_v1`, r615+): what
+    /// `driver_memory_limit` needs.
+    fn has_memory_limits(&self) -> bool;
+
     /// Every GPU's name, memory use, utilisation and compute processes, in NVML's order. A GPU that
     /// cannot be read is an error for the whole reading (the caller tries again at the next one).
     fn readings(&self) -> Result<Vec<GpuReading>, NvmlError>;

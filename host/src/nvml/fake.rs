@@ -13,6 +13,8 @@ pub struct Fake {
     pub gpus: Vec<GpuReading>,
     /// The driver has the per-cgroup limit call (r615+).
     pub memory_limits: bool,
+    /// What `driver_version` answers (`None`: NVML without the call).
+    pub driver_version: Option<String>,
     /// Limits set: (cgroup, GPU UUID, bytes).
     pub limits_set: Mutex<Vec<(String, String, u64)>>,
     /// Every call fails with this error (a broken driver).
@@ -36,6 +38,7 @@ impl Fake {
                     ..Default::default()
                 })
                 .collect(),
+            driver_version: Some("580.65.06".into()),
             ..Default::default()
         }
     }
@@ -64,6 +67,15 @@ impl Nvml for Fake {
                 minor: Some(g.index),
             })
             .collect())
+    }
+
+    fn driver_version(&self) -> Result<Option<String>, NvmlError> {
+        self.check("nvmlSystemGetDriverVersion")?;
+        Ok(self.driver_version.clone())
+    }
+
+    fn has_memory_limits(&self) -> bool {
+        self.memory_limits
     }
 
     fn readings(&self) -> Result<Vec<GpuReading>, NvmlError> {

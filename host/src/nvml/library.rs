@@ -96,6 +96,7 @@ type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) ->
 type StringFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
 type SetFn = unsafe extern "C" fn(Device, *const SetMemoryLimits) -> c_int;
 type AddressingFn = unsafe extern "C" fn(Device, *mut AddressingModeV1) -> c_int;
+type SystemStringFn = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
 
 enum Lister {
     V2(ListFn<ProcessV2>),
@@ -117,6 +118,7 @@ pub struct Library {
     lister: Option<Lister>,
     set_limits: Option<SetFn>,
     addressing: Option<AddressingFn>,
+    driver_version: Option<SystemStringFn>,
     error_string: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
     shutdown: unsafe extern "C" fn() -> c_int,
     /// nvmlInit_v2 succeeded: dropping shuts NVML down.
@@ -181,6 +183,7 @@ impl Library {
                 lister,
                 set_limits: maybe!("nvmlDeviceSetMemoryLimits_v1"),
                 addressing: maybe!("nvmlDeviceGetAddressingMode"),
+                driver_version: maybe!("nvmlSystemGetDriverVersion"),
                 error_string: maybe!("nvmlErrorString"),
                 shutdown: need!("nvmlShutdown"),
                 initialised: false,
@@ -311,6 +314,20 @@ impl Nvml for Library {
                 })
             })
             .collect()
+    }
+
+    fn driver_version(&self) -> Result<Option<String>, NvmlError> {
+        let Some(f) = self.driver_version else {
+            return Ok(None);
+        };
+        // SAFETY: `b` holds `l` bytes (`string`).
+        string(|b, l| unsafe { f(b, l) })
+            .map(Some)
+            .map_err(|rc| self.call("nvmlSystemGetDriverVersion", rc).unwrap_err())
+    }
+
+    fn has_memory_limits(&self) -> bool {
+        self.set_limits.is_some()
     }
 
     fn readings(&self) -> Result<Vec<GpuReading>, NvmlError> {

@@ -125,7 +125,7 @@ fn and_list(names: &[&str]) -> String {
 }
 
 /// Refuses an option of another engine, rather than ignoring it silently.
-fn refuse_other_engines_options(
+pub(crate) fn refuse_other_engines_options(
     engine: &dyn DynEngine,
     m: &ArgMatches,
     configure: bool,
