@@ -31,7 +31,13 @@ ok_if "driver: version and per-cgroup limits" bash -c "grep -E '^ok +driver' '$W
 ok_if "nvidia: its runtime found on PATH" bash -c "grep -E '^ok +nvidia' '$WORK/out' | grep -qF 'runtime $WORK/bin/nvidia-container-runtime'"
 ok_if "state: a tmpfs of its own, its size" bash -c "grep -E '^ok +state' '$WORK/out' | grep -qF '$STATE: on $STATE (tmpfs, 16.0 MiB, its own)'"
 ok_if "files: library, hook, lower runtime" line ok files > /dev/null
-ok_if "one line per check, then the count" bash -c "grep -vcE '^(ok|warn|FAIL|-) +[a-z]+ +' '$WORK/out' | grep -qx 1 && tail -1 '$WORK/out' | grep -qx 'vgpuctl doctor: 0 failed, 0 warnings'"
+ok_if "hmm/ats: GPU 0 off (the fake's default, as the H100 here)" bash -c "grep -E '^ok +hmm/ats' '$WORK/out' | grep -qF 'GPU 0: off'"
+ok_if "one line per check, then the count" bash -c "grep -vcE '^(ok|warn|FAIL|-) +[a-z/]+ +' '$WORK/out' | grep -qx 1 && tail -1 '$WORK/out' | grep -qx 'vgpuctl doctor: 0 failed, 0 warnings'"
+
+# HMM on: a warning naming the node setting that turns it off; exit 2.
+FAKE_NVML_ADDRESSING_MODE=hmm doctor
+ok_if "HMM on: exit 2" test "$(rc)" = 2
+ok_if "  ... warn hmm/ats naming uvm_disable_hmm=1" bash -c "grep -E '^warn +hmm/ats' '$WORK/out' | grep -qF 'uvm_disable_hmm=1'"
 
 # 2. A broken config line: the line names the file, line and key; exit 1.
 cp "$VGPU_CONFIG" "$WORK/good.toml"
