@@ -81,6 +81,13 @@ for f in /usr/bin/vgpuctl /usr/bin/vgpu-hook /usr/bin/vgpu-container-runtime /us
          /usr/share/doc/vgpu/install.md; do
     check "installed: $f" test -s "$f"
 done
+links=$(find /usr/share/doc/vgpu -name '*.md' | while read -r f; do
+    grep -oE '\]\([^)#: ]+' "$f" | sed 's/^](//' | while read -r l; do
+        [ -e "$(dirname "$f")/$l" ] || echo "$f -> $l"
+    done
+done)
+check_eq "every link of an installed page leads to an installed file" "$links" ""
+check "  ... the example pod among them" test -s /usr/share/doc/vgpu/examples/pod-with-quota.yaml
 check_match "vgpuctl --version runs from /usr/bin" '^vgpuctl ' "$(/usr/bin/vgpuctl --version 2>&1)"
 check_match "the man page documents runtime configure's flags" 'set\\-as\\-default' "$(zcat /usr/share/man/man1/vgpuctl-runtime-configure.1.gz)"
 check_match "  ... containerd's --drop-in among them" 'drop\\-in' "$(zcat /usr/share/man/man1/vgpuctl-runtime-configure.1.gz)"
