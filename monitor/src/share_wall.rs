@@ -105,13 +105,21 @@ impl Wall {
             let key = (u.container.clone(), u.gpu.clone());
             let rate = (u.share + tol).min(1.0);
             let cap = u.burst + tol * window;
-            let mut t = self.tracks.remove(&key).unwrap_or(Track {
-                level: cap,
-                recent: VecDeque::new(),
-                paid_until: None,
-                last_debt: None,
-                excess_total: 0.0,
-            });
+            let Some(mut t) = self.tracks.remove(&key) else {
+                // First seen: its rate was measured over less than this pass (since its process
+                // began, or over the samples NVML has of it), so it starts its clock, full, unbilled.
+                kept.insert(
+                    key,
+                    Track {
+                        level: cap,
+                        recent: VecDeque::new(),
+                        paid_until: None,
+                        last_debt: None,
+                        excess_total: 0.0,
+                    },
+                );
+                continue;
+            };
             let gpu = u.busy.clamp(0.0, 1.0) * dt;
             let avail = t.level + rate * dt;
             t.excess_total += (gpu - avail.max(0.0)).max(0.0);

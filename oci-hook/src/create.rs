@@ -70,9 +70,39 @@ impl<'a> Create<'a> {
         Ok(Image { rootfs, preload })
     }
 
-    /// The edits the container gets.
+    /// The edits the container gets. The quota decision (its GPUs, quotas, mode, shares, and the mounts
+    /// it gets) is logged at debug, one record per container, for the operator asking why.
     pub fn edits(&self) -> Result<ContainerEdits, edits::EditError> {
-        ContainerEdits::new(&self.plan, self.root, self.id, self.cfg)
+        let e = ContainerEdits::new(&self.plan, self.root, self.id, self.cfg)?;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let gpus: Vec<String> = self
+                .plan
+                .gpus
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{} {} {}, {}",
+                        g.index,
+                        g.uuid,
+                        g.memory_limit.map_or("no memory quota".into(), |b| format!(
+                            "memory {}",
+                            vgpu_ledger::format_bytes(b)
+                        )),
+                        g.compute_limit
+                            .map_or("no share".into(), |p| format!("share {p}%"))
+                    )
+                })
+                .collect();
+            let mounts: Vec<&str> = e.mounts.iter().map(|m| m.destination.as_str()).collect();
+            tracing::debug!(
+                id = %self.id,
+                gpus = %gpus.join("; "),
+                memory_mode = %self.plan.memory,
+                mounts = %mounts.join(" "),
+                "quota decision"
+            );
+        }
+        Ok(e)
     }
 
     /// Admits the quota (the node's GPUs are not overcommitted: `crate::admission`) and provisions

@@ -207,6 +207,11 @@ shim run -d --bundle "$B" "$ID" </dev/null >"$WORK/log.out" 2>"$WORK/log.err"
 check "log_file: the shim logged the create at debug" grep -q "DEBUG create id=$ID lower=runc" "$WORK/vgpu.log"
 check "log_file: with the version and commit" grep -q 'logging started program="vgpu-container-runtime" version="[^"]*(commit ' "$WORK/vgpu.log"
 check "log_file: the hook logged too" grep -q 'program="vgpu-hook"' "$WORK/vgpu.log"
+decision=$(grep "DEBUG quota decision id=$ID " "$WORK/vgpu.log")
+check_match "log_file: the quota decision at debug: the GPU, its quota, no share" \
+    'gpus="?0 GPU-[0-9a-f-]+ memory 1(\.0+)? GiB, no share' "$decision"
+check_match "  ... the memory mode and the mounts (the preload list among them)" \
+    'memory_mode="?plain"? mounts="?[^ ]*.*/etc/ld\.so\.preload' "$decision"
 check "log_file: nothing on the engine's stdout and stderr" test ! -s "$WORK/log.out" -a ! -s "$WORK/log.err"
 gone "$ID"
 vgpu_config lower_runtime='"runc"' log_file='"relative.log"'

@@ -22,6 +22,12 @@ fn use_(busy: f64, share: f64) -> Use {
     }
 }
 
+/// A wall that has seen container `c` once at `t0` (its first measurement, which only starts its clock).
+fn started(w: &mut Wall, t0: Instant, share: f64) {
+    w.pass(t0 - S, &[]);
+    w.pass(t0, &[use_(0.0, share)]);
+}
+
 /// A process that keeps the GPU busy whenever it is not frozen, under the wall's freezes, for `secs`
 /// passes of `step`: the share of the GPU it got, and the decisions.
 fn bypasser(share: f64, secs: u32, step: Duration) -> (f64, Vec<Over>) {
@@ -30,7 +36,7 @@ fn bypasser(share: f64, secs: u32, step: Duration) -> (f64, Vec<Over>) {
     let mut frozen_until = t0;
     let mut last = t0;
     let (mut used, mut all) = (0.0, vec![]);
-    w.pass(t0, &[]);
+    started(&mut w, t0, share);
     for i in 1..=secs {
         let now = t0 + step * i;
         // It ran from max(last, frozen_until) to now.
@@ -74,7 +80,7 @@ fn the_finding_begins_once_per_episode() {
     // In credit for more than a window, then over again: a new finding.
     let mut w = Wall::new(settings());
     let t0 = Instant::now();
-    w.pass(t0, &[]);
+    started(&mut w, t0, 0.1);
     assert!(w.pass(t0 + S, &[use_(1.0, 0.1)])[0].begins);
     assert!(w.open("c", "GPU-0", t0 + S));
     for i in 2..30 {
@@ -91,7 +97,7 @@ fn an_honest_container_is_never_held() {
     for (share, pattern) in [(0.3, vec![0.6, 0.0]), (0.3, vec![0.34]), (0.1, vec![0.14])] {
         let mut w = Wall::new(settings());
         let t0 = Instant::now();
-        w.pass(t0, &[]);
+        started(&mut w, t0, share);
         for i in 1..2000u32 {
             let busy = pattern[i as usize % pattern.len()];
             let o = w.pass(t0 + S / 2 * i, &[use_(busy, share)]);
@@ -106,7 +112,7 @@ fn past_the_tolerance_it_is_held_and_its_excess_counted() {
     // 10 points past a 30% share: over within a few windows.
     let mut w = Wall::new(settings());
     let t0 = Instant::now();
-    w.pass(t0, &[]);
+    started(&mut w, t0, 0.3);
     let first = (1..100u32)
         .find(|&i| !w.pass(t0 + S * i, &[use_(0.4, 0.3)]).is_empty())
         .unwrap();
@@ -120,9 +126,10 @@ fn past_the_tolerance_it_is_held_and_its_excess_counted() {
 fn time_and_debt_are_bounded() {
     let mut w = Wall::new(settings());
     let t0 = Instant::now();
-    // The first pass only starts the clock.
+    // The first pass only starts the clock, and so does a container's first measurement.
     assert_eq!(w.pass(t0, &[use_(1.0, 0.1)]), vec![]);
     assert_eq!(w.used_ratio("c", "GPU-0"), None);
+    assert_eq!(w.pass(t0 + S, &[use_(1.0, 0.1)]), vec![]);
     // A stall of an hour counts as one window at most; reporting only (never frozen), the debt stays
     // within one window's earning and a freeze within one window.
     let o = w.pass(t0 + Duration::from_secs(3600), &[use_(1.0, 0.1)]);
@@ -140,4 +147,36 @@ fn time_and_debt_are_bounded() {
     w.pass(later, &[]);
     assert_eq!(w.used_ratio("c", "GPU-0"), None);
     assert_eq!(w.excess_total("c", "GPU-0"), 0.0);
+}
+
+/// Regression (make test on the merged tree): a container that starts between two passes is first seen
+/// with a rate NVML measured over less than the pass (the fake over the time since its process began,
+/// NVML over the samples it has): taken as the rate over the whole pass, an honest container at 30%
+/// whose start-up ran at 84% was frozen. Its first measurement starts its clock and debits nothing.
+#[test]
+fn a_containers_first_measurement_only_starts_its_clock() {
+    // A 5 s window, as tests/e2e/monitor-share.test.sh: a full bucket of 0.21 + 0.25 s and the second's
+    // 0.35 do not cover a second at 100%.
+    let mut w = Wall::new(Settings {
+        window: Duration::from_secs(5),
+        tolerance: 0.05,
+    });
+    let t0 = Instant::now();
+    w.pass(t0, &[]);
+    assert!(
+        w.pass(t0 + S, &[use_(1.0, 0.30)]).is_empty(),
+        "first seen: no debit"
+    );
+    // From then on it is measured: at its share it never goes into debt, past it it does.
+    for i in 2..30 {
+        assert!(
+            w.pass(t0 + S * i, &[use_(0.30, 0.30)]).is_empty(),
+            "at its share, pass {i}"
+        );
+    }
+    let mut overs = 0;
+    for i in 30..40 {
+        overs += w.pass(t0 + S * i, &[use_(1.0, 0.30)]).len();
+    }
+    assert!(overs > 0, "a bypass after its start is caught");
 }
