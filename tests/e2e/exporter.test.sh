@@ -11,26 +11,13 @@ set -uo pipefail
 . "$(dirname "$0")/lib/bundle.sh"
 . "$(dirname "$0")/lib/vgpu.sh"
 . "$(dirname "$0")/lib/oci-cases.sh"
+. "$(dirname "$0")/lib/monitor.sh"
 RUNTIME=runc
 VGPUCTL=${VGPUCTL:-$T/release/vgpuctl}
 t_init exporter
 t_require "$VGPUCTL" "$(command -v curl)" "$(command -v promtool)" "$(command -v prometheus)" "$(command -v python3)"
 oci_setup
 
-# monitor_start NAME ARGS...: a monitor on a free port, its log in $WORK/NAME.log; sets $URL and $ADDR.
-monitor_start() {
-    local name=$1; shift
-    FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" monitor --listen 127.0.0.1:0 --interval 1 "$@" \
-        >"$WORK/$name.log" 2>&1 &
-    local pid=$!
-    on_exit "kill $pid"
-    eval "${name}_PID=$pid"
-    wait_for 10 grep -q 'serving http://' "$WORK/$name.log" || { cat "$WORK/$name.log"; return 1; }
-    URL=$(grep -o 'http://[^ ]*/metrics' "$WORK/$name.log" | head -1)
-    ADDR=${URL#http://}
-    ADDR=${ADDR%/metrics}
-}
-scrape() { curl -sf --max-time 10 "$URL"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # names ID NS POD CONTAINER: rewrites the Kubernetes names recorded in the container's limits.json (as a
 # vgpu that did not validate them, or a state written by an older one, left them).

@@ -13,6 +13,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib/bundle.sh"
 . "$(dirname "$0")/lib/vgpu.sh"
 . "$(dirname "$0")/lib/oci-cases.sh"
+. "$(dirname "$0")/lib/monitor.sh"
 RUNTIME=runc
 VGPUCTL=$T/release/vgpuctl
 t_init monitor-share
@@ -24,20 +25,6 @@ CG2=$(findmnt -n -t cgroup2 -o TARGET | head -1)
 [ -n "$CG2" ] || { echo "$SUITE: no cgroup v2 mount"; echo "0 passed, 1 failed"; exit 1; }
 SECS=24
 
-monitor_start() {
-    local name=$1; shift
-    FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" monitor --listen 127.0.0.1:0 --interval 1 "$@" \
-        >"$WORK/$name.log" 2>&1 &
-    local pid=$!
-    on_exit "kill $pid"
-    eval "${name}_PID=$pid"
-    wait_for 10 grep -q 'serving http://' "$WORK/$name.log" || { cat "$WORK/$name.log"; return 1; }
-    URL=$(grep -o 'http://[^ ]*/metrics' "$WORK/$name.log" | head -1)
-}
-URL=""
-scrape() { curl -sf --max-time 10 "$URL"; }
-series() { scrape | grep -E "^$1\{[^}]*$2" | head -1 | awk '{print $NF}'; }
-running() { plain state "$1" 2>/dev/null | jq -e '.status == "running"' >/dev/null; }
 # cgroup_of ID: the container's cgroup v2 directory (its init process's `0::` line).
 cgroup_of() {
     local pid; pid=$(plain state "$1" | jq .pid)

@@ -15,6 +15,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib/bundle.sh"
 . "$(dirname "$0")/lib/vgpu.sh"
 . "$(dirname "$0")/lib/oci-cases.sh"
+. "$(dirname "$0")/lib/monitor.sh"
 RUNTIME=runc
 VGPUCTL=$T/release/vgpuctl
 t_init watchdog
@@ -25,24 +26,9 @@ CGPARENT=vgpu-e2e-watchdog-$$
 on_exit "find /sys/fs/cgroup -depth -type d -name '$CGPARENT' -exec rmdir {} +"
 cp -a "$ROOTFS" "$WORK/rootfs-rw"
 
-# monitor_start NAME ARGS...: a monitor on a free port, its log in $WORK/NAME.log; sets $URL, NAME_PID.
-monitor_start() {
-    local name=$1; shift
-    FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" monitor --listen 127.0.0.1:0 --interval 1 "$@" \
-        >"$WORK/$name.log" 2>&1 &
-    local pid=$!
-    on_exit "kill $pid"
-    eval "${name}_PID=$pid"
-    wait_for 10 grep -q 'serving http://' "$WORK/$name.log" || { cat "$WORK/$name.log"; return 1; }
-    URL=$(grep -o 'http://[^ ]*/metrics' "$WORK/$name.log" | head -1)
-}
-scrape() { curl -sf --max-time 10 "$URL"; }
-# series NAME LABEL-REGEX: the value of the first sample of NAME whose labels match.
-series() { scrape | grep -E "^$1\{[^}]*$2" | head -1 | awk '{print $NF}'; }
 passes() { scrape | grep -E '^vgpu_watchdog_passes_total ' | awk '{print $NF}'; }
 # passes_at_least N: the watchdog has run N passes.
 passes_at_least() { [ "$(passes)" -ge "$1" ] 2>/dev/null; }
-running() { plain state "$1" 2>/dev/null | jq -e '.status == "running"' >/dev/null; }
 stopped() { ! running "$1"; }
 pid_of() { plain state "$1" | jq -r .pid; }
 # bypass CMD...: the bundle $B runs CMD without the preload (the container renames /etc, so
