@@ -23,8 +23,8 @@ res=$out/compute-bypass.txt
 field() { printf '%s\n' "$2" | grep -o "\b$1=[^ ]*" | tail -1 | cut -d= -f2-; }
 rate() { awk -v l="$(field launched "$1")" -v s="$(field seconds "$1")" 'BEGIN { if (s > 0) printf "%.1f", l / s; else print 0 }'; }
 capped() { LD_PRELOAD="$lib" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$1" CUDA_DEVICE_SM_LIMIT=10 LIBCUDA_LOG_LEVEL=2 "${@:2}" 2>>"$W/log"; }
-for m in plain noctx kernel otherctx ex coop graph multi memset memcpy cheap; do
-    arg=; [ "$m" = memset ] || [ "$m" = memcpy ] && arg=256
+for m in plain noctx kernel otherctx ex coop graph multi memset memcpy batch batch3d cheap; do
+    arg=; case $m in memset|memcpy|batch|batch3d) arg=256 ;; esac
     [ "$m" = cheap ] && arg=10
     b=$("$cc" $m "$secs" $arg 2>&1)
     c=$(capped "b_$m" "$cc" $m "$secs" $arg)
