@@ -57,6 +57,34 @@ pub fn set_frozen(dir: &Path, frozen: bool) -> std::io::Result<()> {
 }
 
 /// What `cgroup.freeze` says now (someone else may have frozen it: `docker pause`, `runc pause`).
+/// What freezing a container's cgroup did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Freeze {
+    /// Frozen now (by this monitor).
+    Frozen,
+    /// Frozen already, by someone else (`docker pause`, an operator): left alone.
+    AlreadyFrozen,
+    /// The cgroup is gone: the container ended between NVML's figures and the freeze.
+    Gone,
+}
+
+/// Freezes `dir` unless someone else froze it; a cgroup that is gone is no error (its container ended
+/// after NVML last saw its processes busy).
+pub fn freeze(dir: &Path) -> std::io::Result<Freeze> {
+    let gone = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Ok(Freeze::Gone)
+        } else {
+            Err(e)
+        }
+    };
+    match is_frozen(dir) {
+        Ok(true) => Ok(Freeze::AlreadyFrozen),
+        Ok(false) => set_frozen(dir, true).map(|()| Freeze::Frozen).or_else(gone),
+        Err(e) => gone(e),
+    }
+}
+
 pub fn is_frozen(dir: &Path) -> std::io::Result<bool> {
     let mut s = String::new();
     std::fs::OpenOptions::new()
@@ -97,6 +125,20 @@ mod tests {
         for no in ["/", "", "/c1/../..", "/a//b", "/./c1"] {
             assert_eq!(of_container(no, m), None, "{no}");
         }
+    }
+
+    /// Regression (a clean-clone CI run): a container that ended between NVML's figures and the freeze
+    /// counted as a failed freeze (`vgpu_compute_share_freeze_failures_total` 1).
+    #[test]
+    fn a_cgroup_that_is_gone_is_no_failed_freeze() {
+        let d = tempfile::tempdir().unwrap();
+        let cg = d.path().join("c1");
+        std::fs::create_dir(&cg).unwrap();
+        std::fs::write(cg.join("cgroup.freeze"), "0\n").unwrap();
+        assert_eq!(freeze(&cg).unwrap(), Freeze::Frozen);
+        assert_eq!(freeze(&cg).unwrap(), Freeze::AlreadyFrozen);
+        std::fs::remove_dir_all(&cg).unwrap();
+        assert_eq!(freeze(&cg).unwrap(), Freeze::Gone);
     }
 
     #[test]

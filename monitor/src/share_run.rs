@@ -104,18 +104,19 @@ impl ShareRun {
                 f.1 = f.1.max(until);
                 continue;
             }
-            let r = dir.and_then(|d| match freezer::is_frozen(&d) {
-                Ok(true) => Err(format!(
+            let r = dir.and_then(|d| match freezer::freeze(&d) {
+                Ok(freezer::Freeze::Frozen) => Ok(Some(d)),
+                // The container ended after NVML saw it busy: nothing to hold.
+                Ok(freezer::Freeze::Gone) => Ok(None),
+                Ok(freezer::Freeze::AlreadyFrozen) => Err(format!(
                     "{} is frozen already (paused by someone else): left alone",
                     d.display()
                 )),
-                _ => match freezer::set_frozen(&d, true) {
-                    Ok(()) => Ok(d),
-                    Err(e) => Err(format!("cannot freeze {}: {e}", d.display())),
-                },
+                Err(e) => Err(format!("cannot freeze {}: {e}", d.display())),
             });
             match r {
-                Ok(d) => {
+                Ok(None) => {}
+                Ok(Some(d)) => {
                     w.frozen.insert(o.container.clone(), (d, until));
                     w.freezes += 1;
                 }
