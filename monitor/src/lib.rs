@@ -9,11 +9,12 @@
 //! (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the state root and takes no
 //! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
 //! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
-//! server), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
+//! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
 //! `share_run` its passes, `freezer` the cgroup writes); NVML is the host tools' one binding,
 //! `vgpu_host::nvml`.
 
 pub mod config;
+pub mod docker;
 pub mod freezer;
 pub mod http;
 pub mod labels;
