@@ -60,6 +60,10 @@ dpkg-deb -x "$DEB" "$WORK/x"
 need=$(floor "$WORK"/x/usr/bin/* "$WORK"/x/usr/lib/vgpu/*.so)
 check_eq "the binaries and the interposer need glibc 2.28 at most" "$(printf '%s\n2.28\n' "$need" | sort -V | tail -1)" 2.28
 check_eq "the interposer needs glibc 2.17 at most" "$(printf '%s\n2.17\n' "$(floor "$WORK"/x/usr/lib/vgpu/*.so)" | sort -V | tail -1)" 2.17
+for f in "$WORK"/x/usr/bin/* "$WORK"/x/usr/lib/vgpu/*.so; do
+    check_match "${f#"$WORK/x"}: x86-64" 'Machine: +Advanced Micro Devices X86-64' "$(readelf -h "$f")"
+done
+check_match "Architecture: amd64" '^Architecture: amd64$' "$(cat "$WORK/control")"
 check_match "Depends names that floor (libc6 >= $need)" "^Depends: .*libc6 \(>= $need\)" "$(cat "$WORK/control")"
 check_match "Recommends a lower runtime" '^Recommends: runc \| crun$' "$(cat "$WORK/control")"
 check_eq "config.toml is the only conffile" "$(dpkg-deb -I "$DEB" conffiles)" /etc/vgpu/config.toml
