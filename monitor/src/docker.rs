@@ -1,5 +1,5 @@
 //! The names Docker gave its containers, asked of dockerd over its API socket, for `vgpuctl status` and
-//! the monitor's labels. Docker's OCI spec carries no name (its hostname and annotations hold none in the
+//! the monitor's `container` label ([`Cache`]: each id asked about once). Docker's OCI spec carries no name (its hostname and annotations hold none in the
 //! versions tested: 20.10), so the only source is dockerd itself. The question is one read-only
 //! `GET /containers/json?all=1` (the list dockerd serves from its in-memory view, no container lock
 //! taken), under a deadline on the whole exchange (connect, request, answer) and a cap on the answer's
@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 
 /// The most a question to dockerd may take, all of it.
@@ -117,6 +117,60 @@ fn parse(body: &[u8]) -> Result<HashMap<String, String>, DockerError> {
             Some((l.id, own))
         })
         .collect())
+}
+
+/// How long the monitor leaves dockerd alone after a question that failed (a stopped or mute dockerd
+/// costs a collection the deadline at most once a minute).
+pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The monitor's names of Docker's containers: dockerd is asked only when a container without a name
+/// appears, and what it says is kept while the container's state is there (a container dockerd does
+/// not list, one of another engine, is kept as nameless). A name a container got later (`docker rename`)
+/// is not seen.
+#[derive(Debug)]
+pub struct Cache {
+    socket: Option<PathBuf>,
+    deadline: Duration,
+    known: HashMap<String, Option<String>>,
+    failed_at: Option<Instant>,
+}
+
+impl Cache {
+    /// Asking dockerd at `socket` (None: never asking) within `deadline`.
+    pub fn new(socket: Option<PathBuf>, deadline: Duration) -> Cache {
+        Cache {
+            socket,
+            deadline,
+            known: HashMap::new(),
+            failed_at: None,
+        }
+    }
+
+    /// The Docker name of each of `ids` (None: not Docker's, or dockerd not reachable). Forgets ids not
+    /// among them.
+    pub fn names(&mut self, ids: &[String]) -> Vec<Option<String>> {
+        let wanted: std::collections::HashSet<&String> = ids.iter().collect();
+        self.known.retain(|id, _| wanted.contains(id));
+        let resting = self.failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER);
+        if ids.iter().any(|id| !self.known.contains_key(id)) && !resting {
+            if let Some(sock) = self.socket.as_deref().filter(|s| s.exists()) {
+                match names(sock, self.deadline) {
+                    Ok(all) => {
+                        self.failed_at = None;
+                        for id in ids {
+                            self.known
+                                .entry(id.clone())
+                                .or_insert_with(|| all.get(id).cloned());
+                        }
+                    }
+                    Err(_) => self.failed_at = Some(Instant::now()),
+                }
+            }
+        }
+        ids.iter()
+            .map(|id| self.known.get(id).cloned().flatten())
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -271,6 +271,9 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     let mut m =
         Monitor::new(root.clone(), &s.nvml_library, policy).with_share_wall(s.share_wall, share);
     m.set_node(s.node.clone());
+    m.set_docker_socket(vgpu_monitor::docker::socket(
+        std::env::var("DOCKER_HOST").ok().as_deref(),
+    ));
     m.set_build(vgpu_monitor::metrics::BuildInfo {
         version: env!("CARGO_PKG_VERSION"),
         commit: vgpu_oci::version::COMMIT,

@@ -68,6 +68,9 @@ check_not "  ... it does not carry A's name" grep -q '"vgpu-a"' "$spec"
 "$T/release/vgpuctl" status > "$WORK/status.txt" 2>&1
 check_match "vgpuctl status shows A by its Docker name (asked of dockerd)" "^${id_a:0:12} .* vgpu-a\$" "$(cat "$WORK/status.txt")"
 check_eq "  ... in --json too" "$("$T/release/vgpuctl" status --json | jq -r --arg id "$id_a" '.containers[] | select(.id == $id) | .docker_name')" vgpu-a
+metrics=$("$T/release/vgpuctl" monitor --once 2>/dev/null)
+check_match "the monitor's container label is A's Docker name" "^vgpu_memory_limit_bytes\\{.*container=\"vgpu-a\".*container_id=\"$id_a\"" "$metrics"
+check_match "  ... on HAMi's series too" "^hami_vgpu_memory_limit_bytes\\{.*container=\"vgpu-a\"" "$metrics"
 out=$(DOCKER_HOST=unix://$WORK/none.sock "$T/release/vgpuctl" status 2>&1)
 check_match "no dockerd at DOCKER_HOST: A shows by its id, without a name" "^${id_a:0:12} .* -\$" "$out"
 # A socket that accepts and never answers: status waits the deadline (2 s), then shows the ids.

@@ -2,6 +2,8 @@
 use super::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Serves one connection on a socket in `dir`: reads the request, then writes `answer` (None: says
@@ -109,4 +111,75 @@ fn the_socket_comes_from_docker_host_when_it_is_a_unix_one() {
         Some(PathBuf::from("/tmp/d/docker.sock"))
     );
     assert_eq!(socket(Some("tcp://10.0.0.1:2375")), None);
+}
+
+/// Serves `answer` to every connection on a socket in `dir`, counting them.
+fn serve_all(dir: &Path, answer: Vec<u8>) -> (PathBuf, Arc<AtomicUsize>) {
+    let path = dir.join("docker.sock");
+    let l = UnixListener::bind(&path).unwrap();
+    let n = Arc::new(AtomicUsize::new(0));
+    let count = n.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let mut req = Vec::new();
+            while !req.ends_with(b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(&answer);
+        }
+    });
+    (path, n)
+}
+
+// The monitor asks dockerd once per container, not once per collection: ids it knows, named or not,
+// ask nothing; a new id asks again; a gone id is forgotten.
+#[test]
+fn the_cache_asks_dockerd_only_for_ids_it_has_not_seen() {
+    let d = tempfile::tempdir().unwrap();
+    let body = br#"[{"Id":"aaa","Names":["/web"]},{"Id":"bbb","Names":["/db"]}]"#;
+    let (sock, asked) = serve_all(d.path(), http("200 OK", body));
+    let mut c = Cache::new(Some(sock), DEADLINE);
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        c.names(&ids(&["aaa", "podman1"])),
+        vec![Some("web".to_string()), None]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        c.names(&ids(&["aaa", "podman1"])),
+        vec![Some("web".to_string()), None]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "known ids ask nothing");
+    assert_eq!(
+        c.names(&ids(&["aaa", "bbb"])),
+        vec![Some("web".to_string()), Some("db".to_string())]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 2, "a new id asks again");
+    assert_eq!(c.known.len(), 2, "podman1 forgotten: {:?}", c.known);
+}
+
+// A mute dockerd costs one collection the deadline, then none until RETRY_AFTER has passed.
+#[test]
+fn the_cache_rests_after_a_failed_question() {
+    let d = tempfile::tempdir().unwrap();
+    let (sock, _t) = serve(d.path(), None);
+    let mut c = Cache::new(Some(sock), Duration::from_millis(200));
+    let ids = vec!["aaa".to_string()];
+    let start = Instant::now();
+    assert_eq!(c.names(&ids), vec![None]);
+    assert!(start.elapsed() >= Duration::from_millis(200));
+    let again = Instant::now();
+    assert_eq!(c.names(&ids), vec![None]);
+    assert!(
+        again.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        again.elapsed()
+    );
+    assert!(c.failed_at.is_some());
 }
