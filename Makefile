@@ -2,16 +2,20 @@
 # Build products (under $CARGO_TARGET_DIR when it is set, else target/):
 #   target/release/{vgpu-hook,vgpu-container-runtime,vgpuctl}   host binaries
 #   target/vgpu/{libvgpu.so,libvgpu_core.so}  the interposer (preload front + engine), glibc 2.17
+#   target/vgpu-aarch64/                      the same for aarch64 (`make libvgpu VGPU_ARCH=aarch64`)
 #   target/fake/{libcuda.so.1,libnvidia-ml.so.1}   the fake driver and NVML
 #   target/clients/{rt_client,linked_client}       C test clients
 SHELL := /bin/bash
 CARGO ?= cargo
-ZIG_TARGET := x86_64-unknown-linux-gnu.2.17
+# The interposer's architecture: x86_64 (the default) or aarch64 (Grace Hopper; `make package-arm64`).
+VGPU_ARCH ?= x86_64
+ZIG_TARGET := $(VGPU_ARCH)-unknown-linux-gnu.2.17
+LIBVGPU_DIR := vgpu$(if $(filter-out x86_64,$(VGPU_ARCH)),-$(VGPU_ARCH))
 # Cargo's target folder, absolute, so the copies below and the test scripts find what cargo built.
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 export CARGO_TARGET_DIR := $(TARGET)
 
-.PHONY: all deps build-deps build libvgpu fake clients lint surface test unit e2e demo bench gpu-bundle package installer-image clean
+.PHONY: all deps build-deps build libvgpu fake clients lint surface test unit e2e demo bench gpu-bundle package package-arm64 installer-image clean
 
 all: build
 
@@ -33,9 +37,9 @@ libvgpu:
 	$(CARGO) zigbuild --release -p libvgpu --target $(ZIG_TARGET)
 	$(CARGO) zigbuild --release --manifest-path libvgpu/preload/Cargo.toml --target $(ZIG_TARGET) \
 		--target-dir $(TARGET)/preload
-	@mkdir -p $(TARGET)/vgpu
-	cp $(TARGET)/x86_64-unknown-linux-gnu/release/libvgpu_core.so $(TARGET)/vgpu/libvgpu_core.so
-	cp $(TARGET)/preload/x86_64-unknown-linux-gnu/release/libvgpu.so $(TARGET)/vgpu/libvgpu.so
+	@mkdir -p $(TARGET)/$(LIBVGPU_DIR)
+	cp $(TARGET)/$(VGPU_ARCH)-unknown-linux-gnu/release/libvgpu_core.so $(TARGET)/$(LIBVGPU_DIR)/libvgpu_core.so
+	cp $(TARGET)/preload/$(VGPU_ARCH)-unknown-linux-gnu/release/libvgpu.so $(TARGET)/$(LIBVGPU_DIR)/libvgpu.so
 
 # The fake driver under its real sonames.
 fake:
@@ -84,6 +88,14 @@ bench: build deps
 # vgpuctl's completions and the man pages of the three binaries generated from their CLIs.
 package: build deps
 	@bash packaging/build.sh
+
+# The same packages for aarch64 (an arm64 .deb, an aarch64 .rpm) in target/package-arm64/: the interposer
+# and the host binaries cross-built by zig with the same glibc floors (2.17, 2.28). Untested on arm64
+# hardware: the artefacts' architecture and glibc symbols are checked (tests/e2e/package-arm64.test.sh).
+package-arm64: build deps
+	@rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
+	@$(MAKE) --no-print-directory libvgpu VGPU_ARCH=aarch64
+	@VGPU_ARCH=aarch64 bash packaging/build.sh
 
 # The Kubernetes installer image vgpu/installer:VERSION, by docker import (nothing pulled), in the Docker
 # that DOCKER_HOST names (the Helm chart, packaging/helm/vgpu).

@@ -9,11 +9,12 @@
 //! (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the state root and takes no
 //! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
 //! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
-//! server), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
+//! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
 //! `share_run` its passes, `freezer` the cgroup writes); NVML is the host tools' one binding,
 //! `vgpu_host::nvml`.
 
 pub mod config;
+pub mod docker;
 pub mod freezer;
 pub mod http;
 pub mod labels;
@@ -48,6 +49,8 @@ pub struct Monitor {
     build: metrics::BuildInfo,
     /// HAMi's `node` label.
     node: String,
+    /// Docker's names for the `container` label (asking nothing until `set_docker_socket`).
+    docker: Mutex<docker::Cache>,
 }
 
 /// One collection: a reading, when it was finished and how long it took.
@@ -112,6 +115,7 @@ impl Monitor {
             last: Mutex::new(None),
             build: metrics::BuildInfo::default(),
             node: String::new(),
+            docker: Mutex::new(docker::Cache::new(None, docker::DEADLINE)),
         }
     }
 
@@ -130,6 +134,11 @@ impl Monitor {
         self.node = node;
     }
 
+    /// Asks dockerd at `socket` for the names of containers Kubernetes did not name (`docker::socket`).
+    pub fn set_docker_socket(&mut self, socket: Option<std::path::PathBuf>) {
+        self.docker = Mutex::new(docker::Cache::new(socket, docker::DEADLINE));
+    }
+
     /// Says what the binary was built from (`vgpu_build_info`).
     pub fn set_build(&mut self, build: metrics::BuildInfo) {
         self.build = build;
@@ -142,6 +151,22 @@ impl Monitor {
             Err(e) => (vec![], Some(e.to_string())),
         };
         state::mark_live(&mut containers, procs::init_alive);
+        let unnamed: Vec<String> = containers
+            .iter()
+            .filter(|c| c.names.is_none())
+            .map(|c| c.id.clone())
+            .collect();
+        if !unnamed.is_empty() {
+            let mut docker = self.docker.lock().unwrap_or_else(|e| e.into_inner());
+            let found = docker.names(&unnamed);
+            for (c, n) in containers
+                .iter_mut()
+                .filter(|c| c.names.is_none())
+                .zip(found)
+            {
+                c.docker_name = n;
+            }
+        }
         let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
         let truth = watchdog::attribute(
             &containers,

@@ -15,6 +15,8 @@ use vgpu_ledger::KubeNames;
 pub struct ContainerState {
     pub id: String,
     pub names: Option<KubeNames>,
+    /// The name Docker gave it, when it has no Kubernetes names and dockerd knows it (`docker::Cache`).
+    pub docker_name: Option<String>,
     /// PID namespace inode of the container as the host sees it (none until the hook recorded it).
     pub pid_ns: Option<u64>,
     /// Host PID and start time of its init process, as recorded with the namespace.

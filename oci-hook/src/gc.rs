@@ -230,6 +230,27 @@ mod tests {
         }
     }
 
+    // Issue 26 item 7 (version skew): after a downgrade, state a newer vgpu wrote (a limits.json version
+    // this build does not read) is kept and reported like any unreadable state, never taken for garbage:
+    // its container may run; its poststop removes it by id.
+    #[test]
+    fn state_of_a_newer_format_version_is_kept_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        provision(&root, "newer", &plan(), Owner::default(), None).unwrap();
+        let path = root.limits_path("newer").unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"version\": 1"), "{text}");
+        fs::write(&path, text.replace("\"version\": 1", "\"version\": 2")).unwrap();
+        let r = collect_with(&root, Duration::ZERO).unwrap();
+        assert!(r.removed.is_empty(), "{r:?}");
+        assert_eq!(r.errors.len(), 1, "{r:?}");
+        assert!(r.errors[0].contains("format version 2"), "{r:?}");
+        assert!(root.container_dir("newer").unwrap().is_dir());
+        assert!(provision::remove(&root, "newer").unwrap());
+        assert!(!root.container_dir("newer").unwrap().exists());
+    }
+
     // The recorded init's PID alive in its namespace, but another process (another start time): gone.
     #[test]
     fn an_init_pid_held_by_another_process_is_gone() {

@@ -190,6 +190,34 @@ mod tests {
         assert!(names[0].starts_with("vgpu.log.20"), "{names:?}");
     }
 
+    /// `log_max_files` bounds the disk the logs take: opening the log (each hook or shim run does) leaves
+    /// the newest `n - 1` older files and the current one; other files of the folder are not touched.
+    #[test]
+    fn with_rotation_only_log_max_files_are_kept() {
+        let d = tempfile::tempdir().unwrap();
+        for day in 1..=5 {
+            std::fs::write(d.path().join(format!("vgpu.log.2020-01-0{day}")), "old\n").unwrap();
+        }
+        std::fs::write(d.path().join("other.log"), "not ours\n").unwrap();
+        let a = appender(&d.path().join("vgpu.log"), LogRotation::Daily, Some(3)).unwrap();
+        a.make_writer().write_all(b"line\n").unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert!(names.contains(&"other.log".to_string()), "{names:?}");
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| n.starts_with("vgpu.log.2020"))
+                .count(),
+            2,
+            "{names:?}"
+        );
+    }
+
     #[test]
     fn a_log_file_that_cannot_be_opened_is_an_error() {
         let d = tempfile::tempdir().unwrap();

@@ -10,7 +10,7 @@ use vgpu_ledger::layout::StateRoot;
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
 #[derive(Parser)]
-#[command(version = vgpu_oci::version::LONG, about)]
+#[command(version = vgpu_oci::version::LONG)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -153,6 +153,7 @@ fn run(cli: Cli) -> Result<()> {
                 .collect();
             let mut status = vgpuctl::status::collect(&root.root()?, &physical)?;
             status.note_addressing(&addressing);
+            docker_names(&mut status);
             if json {
                 serde_json::to_writer_pretty(&mut out, &status)?;
                 writeln!(out)?;
@@ -270,6 +271,9 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     let mut m =
         Monitor::new(root.clone(), &s.nvml_library, policy).with_share_wall(s.share_wall, share);
     m.set_node(s.node.clone());
+    m.set_docker_socket(vgpu_monitor::docker::socket(
+        std::env::var("DOCKER_HOST").ok().as_deref(),
+    ));
     m.set_build(vgpu_monitor::metrics::BuildInfo {
         version: env!("CARGO_PKG_VERSION"),
         commit: vgpu_oci::version::COMMIT,
@@ -293,6 +297,22 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         s.share_tolerance
     );
     vgpu_monitor::run(m, listener, s.interval)
+}
+
+/// Names Docker's containers in `status` when dockerd's socket is there (DOCKER_HOST's, else the default);
+/// a dockerd that fails to answer in time leaves the ids, with one line on stderr saying why.
+fn docker_names(status: &mut vgpuctl::status::Status) {
+    use vgpu_monitor::docker;
+    let Some(sock) = docker::socket(std::env::var("DOCKER_HOST").ok().as_deref()) else {
+        return;
+    };
+    if !status.wants_names() || !sock.exists() {
+        return;
+    }
+    match docker::names(&sock, docker::DEADLINE) {
+        Ok(names) => status.note_docker_names(&names),
+        Err(e) => eprintln!("vgpuctl status: Docker's names not shown: {e}"),
+    }
 }
 
 fn main() {

@@ -61,6 +61,28 @@ out=$("${RUN[@]}" --rm -e CUDA_DEVICE_MEMORY_LIMIT=1G vgpu-e2e:1 rt_client devic
 check_eq "container B sees its own 1 GiB" "$(field total "$out")" "$GIB"
 check_match "B got 700 MiB while A uses 1.6 GiB of the GPU" 'size=734003200 .*rc=0' "$out"
 check_match "B refused 100 MiB more: its own quota" 'size=104857600 .*err=CUDA_ERROR_OUT_OF_MEMORY' "$out"
+# Docker's spec carries no name (hostname: the short id; no annotation names it), so status asks dockerd.
+spec=$(find "$WORK/docker/exec" -path "*$id_a*" -name config.json 2>/dev/null | head -1)
+check "Docker's OCI spec of A found" test -n "$spec"
+check_not "  ... it does not carry A's name" grep -q '"vgpu-a"' "$spec"
+"$T/release/vgpuctl" status > "$WORK/status.txt" 2>&1
+check_match "vgpuctl status shows A by its Docker name (asked of dockerd)" "^${id_a:0:12} .* vgpu-a\$" "$(cat "$WORK/status.txt")"
+check_eq "  ... in --json too" "$("$T/release/vgpuctl" status --json | jq -r --arg id "$id_a" '.containers[] | select(.id == $id) | .docker_name')" vgpu-a
+metrics=$("$T/release/vgpuctl" monitor --once 2>/dev/null)
+check_match "the monitor's container label is A's Docker name" "^vgpu_memory_limit_bytes\\{.*container=\"vgpu-a\".*container_id=\"$id_a\"" "$metrics"
+check_match "  ... on HAMi's series too" "^hami_vgpu_memory_limit_bytes\\{.*container=\"vgpu-a\"" "$metrics"
+out=$(DOCKER_HOST=unix://$WORK/none.sock "$T/release/vgpuctl" status 2>&1)
+check_match "no dockerd at DOCKER_HOST: A shows by its id, without a name" "^${id_a:0:12} .* -\$" "$out"
+# A socket that accepts and never answers: status waits the deadline (2 s), then shows the ids.
+python3 -c 'import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8); time.sleep(30)' "$WORK/mute.sock" &
+mute=$!; on_exit "kill $mute"
+wait_for 5 test -S "$WORK/mute.sock"
+start=$(date +%s)
+out=$(DOCKER_HOST=unix://$WORK/mute.sock timeout 20 "$T/release/vgpuctl" status 2>&1)
+check_match "a dockerd that never answers: A by its id" "^${id_a:0:12} .* -\$" "$out"
+check_match "  ... and one line saying why" '^vgpuctl status: Docker.s names not shown: dockerd did not answer within 2s' "$out"
+check "  ... after the deadline, not a hang" test $(( $(date +%s) - start )) -le 5
+kill $mute 2>/dev/null
 check_match "A cannot write its limits file" 'Read-only file system' "$(docker exec vgpu-a sh -c 'echo x > /run/vgpu/limits.json' 2>&1)"
 check_match "A cannot write its ld.so.preload" 'Read-only file system' "$(docker exec vgpu-a sh -c 'echo x > /etc/ld.so.preload' 2>&1)"
 

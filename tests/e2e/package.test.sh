@@ -51,6 +51,8 @@ ok_if "the .rpm builds" test -f "$RPM"
 echo "-- the .deb's metadata"
 dpkg-deb -f "$DEB" > "$WORK/control"
 check_match "Package: vgpu" '^Package: vgpu$' "$(cat "$WORK/control")"
+check_match "the short description is the product's" \
+    '^Description: GPU memory quotas and compute shares for containers sharing an NVIDIA GPU$' "$(cat "$WORK/control")"
 # The glibc floor: the newest GLIBC_ symbol version the binaries need, which Depends must name (zig builds
 # the host binaries for 2.28, the interposer for 2.17).
 floor() { objdump -T "$@" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1; }
@@ -58,6 +60,10 @@ dpkg-deb -x "$DEB" "$WORK/x"
 need=$(floor "$WORK"/x/usr/bin/* "$WORK"/x/usr/lib/vgpu/*.so)
 check_eq "the binaries and the interposer need glibc 2.28 at most" "$(printf '%s\n2.28\n' "$need" | sort -V | tail -1)" 2.28
 check_eq "the interposer needs glibc 2.17 at most" "$(printf '%s\n2.17\n' "$(floor "$WORK"/x/usr/lib/vgpu/*.so)" | sort -V | tail -1)" 2.17
+for f in "$WORK"/x/usr/bin/* "$WORK"/x/usr/lib/vgpu/*.so; do
+    check_match "${f#"$WORK/x"}: x86-64" 'Machine: +Advanced Micro Devices X86-64' "$(readelf -h "$f")"
+done
+check_match "Architecture: amd64" '^Architecture: amd64$' "$(cat "$WORK/control")"
 check_match "Depends names that floor (libc6 >= $need)" "^Depends: .*libc6 \(>= $need\)" "$(cat "$WORK/control")"
 check_match "Recommends a lower runtime" '^Recommends: runc \| crun$' "$(cat "$WORK/control")"
 check_eq "config.toml is the only conffile" "$(dpkg-deb -I "$DEB" conffiles)" /etc/vgpu/config.toml
@@ -182,6 +188,8 @@ rpm -qpl "$RPM" 2>/dev/null | sort > "$WORK/rpm-files"
 sed 's|^/lib/systemd|/usr/lib/systemd|; s|/zsh/vendor-completions/|/zsh/site-functions/|' "$WORK/files" |
     grep -Ev '^/usr/share/doc/vgpu/(copyright|changelog)' | while read -r f; do [ -d "$WORK/x$f" ] || [ -d "${WORK}/x${f/\/usr\/lib\/systemd//lib/systemd}" ] || echo "$f"; done | sort > "$WORK/deb-files"
 check_eq "the .rpm holds the .deb's files (systemd units under /usr/lib)" "$(diff "$WORK/deb-files" "$WORK/rpm-files")" ""
+check_match "the .rpm's summary is the product's" '^Summary +: GPU memory quotas and compute shares for containers' \
+    "$(rpm -qpi "$RPM" 2>/dev/null)"
 check_eq "config.toml is the .rpm's config file" "$(rpm -qpc "$RPM" 2>/dev/null)" /etc/vgpu/config.toml
 check_match "Requires names the glibc floor" "libc.so.6\(GLIBC_$need\)" "$(rpm -qpR "$RPM" 2>/dev/null)"
 check_match "%preun takes vgpu out of the engines on erase" 'package-hooks removing' "$(rpm -qp --scripts "$RPM" 2>/dev/null)"

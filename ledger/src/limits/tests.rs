@@ -325,3 +325,40 @@ fn the_creator_round_trips_and_is_optional() {
     );
     assert_eq!(Limits::from_slice(text.as_bytes()).unwrap(), l);
 }
+
+// Issue 26 item 7 (version skew): what each side of an upgrade reads. The file as the first version-1
+// writer wrote it (no owner start time, cgroup, creator, Kubernetes names, compute share or memory mode:
+// each came later as an optional field) still loads, its absent fields absent; a newer writer's fields
+// this build does not know (a generation, a device's new setting, a new Kubernetes name) are ignored at
+// every level; a version other than this build's, older or newer, is refused as that version.
+#[test]
+fn version_skew_older_fields_absent_newer_fields_ignored_other_versions_refused() {
+    let oldest = r#"{"version":1,"container_id":"c0","pid_ns":4026532612,"init_pid":4242,
+        "devices":[{"index":0,"uuid":"GPU-0","memory_limit":1073741824,"ledger":"ledgers/GPU-0.ledger"}]}"#;
+    let l = load_text(oldest).unwrap();
+    assert_eq!(
+        (l.init_start_time, &l.cgroup, l.creator, &l.kubernetes),
+        (None, &None, None, &None)
+    );
+    assert_eq!(l.devices[0].compute_limit, None);
+    assert_eq!(l.devices[0].memory, Default::default());
+
+    let newer_minor = r#"{"version":1,"container_id":"c1","generation":7,"updated_at":"2027-01-01",
+        "kubernetes":{"namespace":"n","pod":"p","container":"c","uid":"u-1"},
+        "devices":[{"index":0,"uuid":"GPU-0","memory_limit":1073741824,"ledger":"ledgers/GPU-0.ledger",
+                    "compute_burst":{"percent":50}}]}"#;
+    let l = load_text(newer_minor).unwrap();
+    assert_eq!(l.devices[0].memory_limit, Some(1 << 30));
+    assert_eq!(l.kubernetes.unwrap().pod, "p");
+
+    for v in [0u64, 2, 100] {
+        let text = oldest.replace("\"version\":1", &format!("\"version\":{v}"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.json");
+        std::fs::write(&path, text).unwrap();
+        match Limits::load(&path).unwrap_err().kind {
+            LimitsErrorKind::UnsupportedVersion { found } => assert_eq!(found, v),
+            k => panic!("version {v}: {k:?}"),
+        }
+    }
+}

@@ -74,22 +74,20 @@ pub struct Collection {
 }
 
 /// The labels of a container's GPU: HAMi's (`namespace`, `pod`, `container`, `vdevice_index`,
-/// `device_uuid`) and the container id. Outside Kubernetes, `container` is the container id.
+/// `device_uuid`) and the container id. Outside Kubernetes, `container` is Docker's name for it, else the
+/// container id.
 pub fn container_labels(c: &ContainerState, g: usize) -> Labels {
     let names = c.names.clone().unwrap_or_default();
     let gpu = &c.gpus[g];
+    let container = match (names.container.is_empty(), &c.docker_name) {
+        (false, _) => names.container,
+        (true, Some(d)) => d.clone(),
+        (true, None) => c.id.clone(),
+    };
     vec![
         ("namespace", names.namespace.into()),
         ("pod", names.pod.into()),
-        (
-            "container",
-            if names.container.is_empty() {
-                c.id.clone()
-            } else {
-                names.container
-            }
-            .into(),
-        ),
+        ("container", container.into()),
         ("container_id", c.id.clone().into()),
         ("vdevice_index", gpu.index.to_string().into()),
         ("device_uuid", gpu.uuid.clone().into()),

@@ -381,3 +381,41 @@ fn hami_series_carry_hamis_labels_and_scale() {
         "{text}"
     );
 }
+
+// Issue 26 item 6: outside Kubernetes, a Docker container's `container` label is its Docker name (was its
+// id); Kubernetes' names win; with neither, the id.
+#[test]
+fn outside_kubernetes_the_container_label_is_dockers_name() {
+    let gpu = GpuState {
+        uuid: "GPU-0".into(),
+        ..Default::default()
+    };
+    let label = |c: &ContainerState| {
+        container_labels(c, 0)
+            .into_iter()
+            .find(|(k, _)| *k == "container")
+            .map(|(_, v)| v.0)
+            .unwrap()
+    };
+    let docker = ContainerState {
+        id: "3f2a".into(),
+        docker_name: Some("web".into()),
+        gpus: vec![gpu.clone()],
+        ..Default::default()
+    };
+    assert_eq!(label(&docker), "web");
+    let bare = ContainerState {
+        docker_name: None,
+        ..docker.clone()
+    };
+    assert_eq!(label(&bare), "3f2a");
+    let kube = ContainerState {
+        names: Some(vgpu_ledger::KubeNames {
+            namespace: "ns".into(),
+            pod: "p".into(),
+            container: "main".into(),
+        }),
+        ..docker
+    };
+    assert_eq!(label(&kube), "main");
+}

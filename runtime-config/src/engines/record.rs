@@ -427,4 +427,25 @@ mod tests {
         .unwrap_err();
         assert!(format!("{e:#}").contains("record version 7"), "{e:#}");
     }
+
+    // Issue 26 item 7 (version skew): a record a newer vgpuctl of the same version wrote with fields this
+    // one does not know, at the top and in an entry, is read for what it knows (its undo still happens).
+    #[test]
+    fn a_newer_minors_unknown_fields_are_ignored() {
+        let text = r#"{"version": 1, "written_by": "vgpuctl 9.9", "engines": [
+            {"engine": "docker", "config": "/etc/docker/daemon.json",
+             "previous_default": {"name": "runc", "since": "2027"}, "cdi_spec": "/etc/cdi/x.yaml"}]}"#;
+        let got = find(
+            Path::new(R),
+            Some(text),
+            "docker",
+            Path::new("/etc/docker/daemon.json"),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            got,
+            entry("docker", "/etc/docker/daemon.json", Some("runc"))
+        );
+    }
 }

@@ -59,6 +59,9 @@ pub struct Container {
     /// Kubernetes namespace, pod and container, when a CRI runtime made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubeNames>,
+    /// The name Docker gave it (asked of dockerd: `note_docker_names`), when Docker made it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub docker_name: Option<String>,
     /// Why this container's state could not be read (the others are still shown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -203,6 +206,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                 id: entry.name,
                 init_pid: None,
                 kubernetes: None,
+                docker_name: None,
                 error: Some(format!("not a container's state: {why}")),
                 gpus: vec![],
             },
@@ -211,6 +215,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                     id: c.id().to_string(),
                     init_pid: None,
                     kubernetes: None,
+                    docker_name: None,
                     error: None,
                     gpus: vec![],
                 };
@@ -233,6 +238,23 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
 }
 
 impl Status {
+    /// Whether a container has no name yet: the ones Kubernetes named need not ask dockerd.
+    pub fn wants_names(&self) -> bool {
+        self.containers.iter().any(|c| c.kubernetes.is_none())
+    }
+
+    /// Names the containers Docker knows by their id (`vgpu_monitor::docker::names`); a Kubernetes
+    /// container keeps its Kubernetes names (dockershim's are Docker's, and say less).
+    pub fn note_docker_names(&mut self, names: &HashMap<String, String>) {
+        for c in self
+            .containers
+            .iter_mut()
+            .filter(|c| c.kubernetes.is_none())
+        {
+            c.docker_name = names.get(&c.id).cloned();
+        }
+    }
+
     /// Notes each GPU's addressing mode (by UUID, as NVML answered it) in the per-GPU totals.
     pub fn note_addressing(&mut self, modes: &[(String, AddressingMode)]) {
         for g in &mut self.gpus {

@@ -6,9 +6,9 @@ use anyhow::Result;
 use comfy_table::{CellAlignment, ContentArrangement, Table};
 use std::io::Write;
 use vgpu_host::printable::printable;
-use vgpu_ledger::{format_bytes, KubeNames};
+use vgpu_ledger::format_bytes;
 
-use super::model::{Compute, Process, Status};
+use super::model::{Compute, Container, Process, Status};
 
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
@@ -36,15 +36,17 @@ fn processes(ps: &[Process]) -> String {
         .join(",")
 }
 
-fn names(k: &Option<KubeNames>) -> String {
-    match k {
-        Some(k) => format!(
+/// Kubernetes' `namespace/pod/container`, else Docker's name (which has no `/`), else `-`.
+fn names(c: &Container) -> String {
+    match (&c.kubernetes, &c.docker_name) {
+        (Some(k), _) => format!(
             "{}/{}/{}",
             printable(&k.namespace),
             printable(&k.pod),
             printable(&k.container)
         ),
-        None => "-".into(),
+        (None, Some(d)) => printable(d).into_owned(),
+        (None, None) => "-".into(),
     }
 }
 
@@ -104,7 +106,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         "BY KIND",
         "COMPUTE",
         "PIDS (HOST/INSIDE)",
-        "KUBERNETES (NS/POD/CONTAINER)",
+        "NAME (DOCKER, OR K8S NS/POD/CONTAINER)",
     ]);
     for c in &s.containers {
         if let Some(e) = &c.error {
@@ -119,7 +121,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                     format!("error: {e}"),
                     "-".into(),
                     "-".into(),
-                    names(&c.kubernetes),
+                    names(c),
                 ],
             );
         }
@@ -155,7 +157,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                     kinds,
                     compute(&g.compute),
                     processes(&g.processes),
-                    names(&c.kubernetes),
+                    names(c),
                 ],
             );
         }

@@ -433,3 +433,56 @@ fn a_tenants_names_cannot_forge_rows_or_drive_the_terminal() {
         "{text}"
     );
 }
+
+// Issue 26 item 6: a Docker container showed by its id alone (Docker's spec carries no name). Its name,
+// asked of dockerd, shows; a Kubernetes container keeps its Kubernetes names; a name with control
+// characters (Docker refuses them, a dockerd stand-in need not) cannot forge a row.
+#[test]
+fn docker_containers_show_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (_a, _) = provision(&root, "aaaa", uuid, 1 << 30);
+    let (_b, _) = provision(&root, "bbbb", uuid, 1 << 30);
+    let (_c, _) = provision(&root, "cccc", uuid, 1 << 30);
+    let (_k, _) = provision(&root, "kkkk", uuid, 1 << 30);
+    let lp = root.limits_path("kkkk").unwrap();
+    let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+    l.kubernetes = Some(KubeNames {
+        namespace: "ml".into(),
+        pod: "p".into(),
+        container: "c".into(),
+    });
+    l.write_atomic(&lp).unwrap();
+    let mut s = collect(&root, &[]).unwrap();
+    assert!(s.wants_names());
+    let names: std::collections::HashMap<String, String> = [
+        ("aaaa", "web"),
+        ("bbbb", "x\nvictim  0"),
+        ("kkkk", "k8s_c_p_ml"),
+    ]
+    .into_iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    s.note_docker_names(&names);
+    let by_id = |id: &str| s.containers.iter().find(|c| c.id == id).unwrap();
+    assert_eq!(by_id("aaaa").docker_name.as_deref(), Some("web"));
+    assert_eq!(by_id("cccc").docker_name, None);
+    assert_eq!(by_id("kkkk").docker_name, None);
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["containers"][0]["docker_name"], "web");
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let line = |id: &str| {
+        text.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap()
+            .to_string()
+    };
+    assert!(line("aaaa").ends_with("  web"), "{text}");
+    assert!(line("bbbb").ends_with(r"  x\nvictim  0"), "{text}");
+    assert!(line("cccc").ends_with("  -"), "{text}");
+    assert!(line("kkkk").ends_with("  ml/p/c"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("victim")), "{text}");
+}
