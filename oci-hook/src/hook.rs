@@ -9,6 +9,7 @@
 //!
 //! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
 
+use crate::claim_quota::ClaimQuota;
 use crate::config::Config;
 use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
@@ -119,7 +120,13 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
         .pid
         .ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
     let owner = Owner::of_pid(pid)?;
+    // A DRA claim's CDI spec fixes the quota in this hook's own environment.
+    let claim = ClaimQuota::from_env()?;
     if edits::shim_ran(&st.annotations) {
+        // The shim planned from the container's own annotations: under a claim that is no quota to keep.
+        if claim.is_some() {
+            bail!("container {} has a DRA claim's quota but ran under vgpu's runtime handler, which planned from its own annotations: run a claim's pod with the default handler", st.id);
+        }
         // The shim provisioned and the runtime mounted; only the owner was unknown until now.
         if !root.container_dir(&st.id)?.is_dir() {
             bail!(
@@ -133,7 +140,10 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     }
     // hooks.d path: the spec is the bundle's config.json; the state's annotations win over its own.
     let (spec, _) = Spec::read_bundle(&st.bundle)?;
-    let facts = SpecFacts::of(&spec).with_state_annotations(&st.annotations);
+    let mut facts = SpecFacts::of(&spec).with_state_annotations(&st.annotations);
+    if let Some(claim) = &claim {
+        facts = facts.with_claim(claim);
+    }
     let Some(plan) = create::plan(&facts, cfg)? else {
         return Ok(());
     };
