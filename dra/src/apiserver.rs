@@ -1,7 +1,7 @@
 //! What the plugin asks of the API server, through `kube`: publishing the node's ResourceSlice
 //! (server-side apply, so a restart replaces it whole) and reading a claim the kubelet asks to prepare.
-//! The driver's RBAC in the chart grants exactly these: `resourceslices` get/list/watch/create/update/
-//! patch/delete and `resourceclaims` get. Not here: what the slice holds (`crate::slice`).
+//! The driver's RBAC in the chart grants exactly these: `resourceslices` get/create/update/patch and
+//! `resourceclaims` get. Not here: what the slice holds (`crate::slice`).
 
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, Patch, PatchParams};

@@ -79,7 +79,10 @@ impl Checkpoint {
         };
         let c: Checkpoint = serde_json::from_str(&text).map_err(|e| malformed(e.to_string()))?;
         if c.version != VERSION {
-            return Err(malformed(format!("version {} (this plugin writes {VERSION})", c.version)));
+            return Err(malformed(format!(
+                "version {} (this plugin writes {VERSION})",
+                c.version
+            )));
         }
         Ok(c)
     }
@@ -129,8 +132,14 @@ mod tests {
         c.save(&p).unwrap();
         assert_eq!(Checkpoint::load(&p).unwrap(), c);
         std::fs::write(&p, "{").unwrap();
-        assert!(matches!(Checkpoint::load(&p), Err(CheckpointError::Malformed { .. })));
+        assert!(matches!(
+            Checkpoint::load(&p),
+            Err(CheckpointError::Malformed { .. })
+        ));
         std::fs::write(&p, r#"{"version":9,"claims":{}}"#).unwrap();
-        assert!(matches!(Checkpoint::load(&p), Err(CheckpointError::Malformed { .. })));
+        assert!(matches!(
+            Checkpoint::load(&p),
+            Err(CheckpointError::Malformed { .. })
+        ));
     }
 }

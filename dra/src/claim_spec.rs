@@ -91,10 +91,16 @@ mod tests {
         };
         let s = build("6f1c2a9e-3b7d", &[d], &hooks).unwrap();
         assert_eq!(s.device_names(), vec!["vgpu.io/claim=6f1c2a9e-3b7d-gpu-1"]);
-        assert_eq!(s.devices[0].container_edits.device_nodes[0].path, "/dev/nvidia3");
+        assert_eq!(
+            s.devices[0].container_edits.device_nodes[0].path,
+            "/dev/nvidia3"
+        );
         assert!(s.devices[0].container_edits.env.is_empty());
         let h = &s.container_edits.hooks;
-        assert_eq!((h[0].hook_name.as_str(), h[1].hook_name.as_str()), ("createRuntime", "poststop"));
+        assert_eq!(
+            (h[0].hook_name.as_str(), h[1].hook_name.as_str()),
+            ("createRuntime", "poststop")
+        );
         assert_eq!(
             h[0].env,
             vec![

@@ -45,7 +45,10 @@ impl Registration for RegistrationService {
         if r.plugin_registered {
             eprintln!("vgpu-dra-plugin: registered with the kubelet");
         } else {
-            eprintln!("vgpu-dra-plugin: the kubelet refused the registration: {}", r.error);
+            eprintln!(
+                "vgpu-dra-plugin: the kubelet refused the registration: {}",
+                r.error
+            );
         }
         Ok(Response::new(RegistrationStatusResponse {}))
     }
@@ -71,7 +74,10 @@ impl DraPlugin for DraService {
                     error: String::new(),
                 },
                 Err(error) => {
-                    eprintln!("vgpu-dra-plugin: prepare {}/{}: {error}", c.namespace, c.name);
+                    eprintln!(
+                        "vgpu-dra-plugin: prepare {}/{}: {error}",
+                        c.namespace, c.name
+                    );
                     NodePrepareResourceResponse {
                         devices: vec![],
                         error,
@@ -108,8 +114,12 @@ impl DraService {
             None => {
                 let claim = apiserver::claim(&self.client, namespace, name)
                     .await
-                    .map_err(|e| format!("claim {namespace}/{name}: cannot read it from the API server: {e}"))?;
-                self.plugin.prepare(uid, &claim).map_err(|e| e.to_string())?
+                    .map_err(|e| {
+                        format!("claim {namespace}/{name}: cannot read it from the API server: {e}")
+                    })?;
+                self.plugin
+                    .prepare(uid, &claim)
+                    .map_err(|e| e.to_string())?
             }
         };
         Ok(prepared

@@ -50,7 +50,10 @@ struct Cli {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let cfg = vgpu_oci::config::Config::load()?;
-    let lib = cli.nvml_library.clone().unwrap_or_else(|| cfg.nvml_library.clone());
+    let lib = cli
+        .nvml_library
+        .clone()
+        .unwrap_or_else(|| cfg.nvml_library.clone());
     let gpus = vgpu_host::nvml::open(&lib)?.devices()?;
     let node_slice = slice::build(&cli.driver_name, &cli.node_name, &gpus);
     if cli.print_slice {
@@ -89,7 +92,11 @@ fn bind(path: &Path) -> Result<UnixListener> {
     UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))
 }
 
-async fn serve(cli: Cli, plugin: Plugin, node_slice: k8s_openapi::api::resource::v1::ResourceSlice) -> Result<()> {
+async fn serve(
+    cli: Cli,
+    plugin: Plugin,
+    node_slice: k8s_openapi::api::resource::v1::ResourceSlice,
+) -> Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot reach the API server (KUBECONFIG or the pod's service account)")?;
@@ -103,7 +110,9 @@ async fn serve(cli: Cli, plugin: Plugin, node_slice: k8s_openapi::api::resource:
         if n == 1 { "" } else { "s" }
     );
     let dra_sock = cli.plugin_dir.join("dra.sock");
-    let reg_sock = cli.registry_dir.join(format!("{}-reg.sock", cli.driver_name));
+    let reg_sock = cli
+        .registry_dir
+        .join(format!("{}-reg.sock", cli.driver_name));
     let dra_listener = bind(&dra_sock)?;
     let reg_listener = bind(&reg_sock)?;
     let registration = RegistrationService {
@@ -120,7 +129,10 @@ async fn serve(cli: Cli, plugin: Plugin, node_slice: k8s_openapi::api::resource:
     };
     let dra_server = tonic::transport::Server::builder()
         .add_service(DraPluginServer::new(dra_service))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(dra_listener), stopped(stop_rx.clone()));
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(dra_listener),
+            stopped(stop_rx.clone()),
+        );
     let reg_server = tonic::transport::Server::builder()
         .add_service(RegistrationServer::new(registration))
         .serve_with_incoming_shutdown(UnixListenerStream::new(reg_listener), stopped(stop_rx));

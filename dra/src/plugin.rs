@@ -30,7 +30,9 @@ pub struct Plugin {
 pub enum PrepareError {
     #[error(transparent)]
     Allocation(#[from] AllocationError),
-    #[error("claim {claim}: the API server's claim has uid {found}, the kubelet asked for {asked}")]
+    #[error(
+        "claim {claim}: the API server's claim has uid {found}, the kubelet asked for {asked}"
+    )]
     UidMismatch {
         claim: String,
         asked: String,

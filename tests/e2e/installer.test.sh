@@ -55,6 +55,19 @@ check_eq "  ... the uninstall DaemonSet alone, running install.sh uninstall" \
 check_match "an unknown function in a template is refused, not rendered wrong" 'nosuchfunc' \
     "$(mkdir -p "$WORK/bad" && cp -r "$CHART/." "$WORK/bad/" && echo '{{ .Values.engine | nosuchfunc }}' > "$WORK/bad/templates/zz.yaml" && "$RENDER" "$WORK/bad" 2>&1)"
 check "the example pod (docs/examples) validates" kubernetes-validate --strict --quiet "$REPO/docs/examples/pod-with-quota.yaml"
+# DRA needs resource.k8s.io/v1 with consumable capacity: Kubernetes 1.34, the oldest schema it is checked against.
+render_dra() { "$RENDER" "$CHART" --set dra.enabled=true > "$WORK/chart.yaml" 2> "$WORK/chart.err" &&
+    kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
+check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
+check_eq "  ... the DeviceClass, the driver's RBAC and its DaemonSet beside the node's" "$(kinds)" \
+    "DaemonSet DeviceClass ServiceAccount ClusterRole ClusterRoleBinding DaemonSet RuntimeClass"
+check_eq "  ... the driver may touch ResourceSlices and read ResourceClaims, nothing else" \
+    "$(cfield "[(r['resources'], r['verbs']) for r in d['ClusterRole']['rules']]")" \
+    "[(['resourceslices'], ['get', 'create', 'update', 'patch']), (['resourceclaims'], ['get'])]"
+check_eq "  ... the DeviceClass selects the driver's devices" \
+    "$(cfield "d['DeviceClass']['spec']['selectors'][0]['cel']['expression']")" 'device.driver == "gpu.vgpu.io"'
+check "the DRA examples (ResourceClaimTemplates, ResourceQuota, pod) validate against Kubernetes 1.34" \
+    kubernetes-validate --strict --quiet -k 1.34.0 "$REPO/docs/examples/dra-claims.yaml"
 
 echo "-- the image"
 bash "$REPO/packaging/build.sh" > /dev/null 2> "$WORK/package.err" || { tail -20 "$WORK/package.err"; }

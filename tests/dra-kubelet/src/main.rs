@@ -16,7 +16,10 @@ use vgpu_dra::proto::registration::registration_client::RegistrationClient;
 use vgpu_dra::proto::registration::{InfoRequest, RegistrationStatus};
 
 #[derive(Parser)]
-#[command(name = "vgpu-dra-kubelet", about = "A kubelet stand-in for DRA plugins (tests)")]
+#[command(
+    name = "vgpu-dra-kubelet",
+    about = "A kubelet stand-in for DRA plugins (tests)"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -76,7 +79,11 @@ async fn main() -> Result<()> {
                 && info.supported_versions.iter().any(|v| v == "v1.DRAPlugin");
             c.notify_registration_status(RegistrationStatus {
                 plugin_registered: ok,
-                error: if ok { String::new() } else { "no v1.DRAPlugin".into() },
+                error: if ok {
+                    String::new()
+                } else {
+                    "no v1.DRAPlugin".into()
+                },
             })
             .await?;
             println!(
@@ -85,11 +92,20 @@ async fn main() -> Result<()> {
                        "supported_versions": info.supported_versions, "registered": ok})
             );
         }
-        Cmd::Prepare { socket, namespace, name, uid } => {
+        Cmd::Prepare {
+            socket,
+            namespace,
+            name,
+            uid,
+        } => {
             let mut c = DraPluginClient::new(channel(&socket).await?);
             let r = c
                 .node_prepare_resources(NodePrepareResourcesRequest {
-                    claims: vec![Claim { namespace, uid, name }],
+                    claims: vec![Claim {
+                        namespace,
+                        uid,
+                        name,
+                    }],
                 })
                 .await?
                 .into_inner();
@@ -108,11 +124,20 @@ async fn main() -> Result<()> {
                 .collect();
             println!("{}", json!({ "claims": claims }));
         }
-        Cmd::Unprepare { socket, namespace, name, uid } => {
+        Cmd::Unprepare {
+            socket,
+            namespace,
+            name,
+            uid,
+        } => {
             let mut c = DraPluginClient::new(channel(&socket).await?);
             let r = c
                 .node_unprepare_resources(NodeUnprepareResourcesRequest {
-                    claims: vec![Claim { namespace, uid, name }],
+                    claims: vec![Claim {
+                        namespace,
+                        uid,
+                        name,
+                    }],
                 })
                 .await?
                 .into_inner();
