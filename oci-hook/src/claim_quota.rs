@@ -25,6 +25,9 @@ pub enum ClaimQuotaError {
     NotQuota { key: String },
     #[error("{var} is set but empty", var = keys::host::CLAIM_QUOTA_VAR)]
     Empty,
+    /// The shim provisioned the container from its own settings before this hook saw the claim.
+    #[error("container {id} has a DRA claim's quota but ran under vgpu's runtime handler, which planned from its own annotations: run a claim's pod with the default handler")]
+    UnderShim { id: String },
 }
 
 /// Whether `key` is `base` or `base.<something>` (the per-GPU and per-container forms).
@@ -78,6 +81,19 @@ impl ClaimQuota {
     }
 }
 
+/// Refuses a claim's container that vgpu's shim already provisioned (`shim_ran`): the shim planned from
+/// the container's own settings, which the claim must replace, so its quota is no claim's.
+pub fn check_not_under_shim(
+    claim: Option<&ClaimQuota>,
+    shim_ran: bool,
+    id: &str,
+) -> Result<(), ClaimQuotaError> {
+    match (claim, shim_ran) {
+        (Some(_), true) => Err(ClaimQuotaError::UnderShim { id: id.to_string() }),
+        _ => Ok(()),
+    }
+}
+
 impl SpecFacts {
     /// With the claim's quota in place of the container's: every memory and compute quota setting of the
     /// container (annotations in every form, HAMi's env variables) goes, the claim's come in.
@@ -124,6 +140,17 @@ mod tests {
         assert_eq!(r.memory.limit_for(0).unwrap().bytes, 8 << 30);
         assert_eq!(r.memory.limit_for(1).unwrap().bytes, 8 << 30);
         assert_eq!(r.compute.share_for(0).unwrap().percent, Some(30));
+    }
+
+    #[test]
+    fn a_claims_container_provisioned_by_the_shim_is_refused() {
+        let c = ClaimQuota::parse("vgpu.io/memory-limit=8Gi").unwrap();
+        assert_eq!(
+            check_not_under_shim(Some(&c), true, "c1"),
+            Err(ClaimQuotaError::UnderShim { id: "c1".into() })
+        );
+        assert_eq!(check_not_under_shim(Some(&c), false, "c1"), Ok(()));
+        assert_eq!(check_not_under_shim(None, true, "c1"), Ok(()));
     }
 
     #[test]

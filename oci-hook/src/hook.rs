@@ -9,7 +9,7 @@
 //!
 //! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
 
-use crate::claim_quota::ClaimQuota;
+use crate::claim_quota::{self, ClaimQuota};
 use crate::config::Config;
 use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
@@ -122,11 +122,8 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     let owner = Owner::of_pid(pid)?;
     // A DRA claim's CDI spec fixes the quota in this hook's own environment.
     let claim = ClaimQuota::from_env()?;
+    claim_quota::check_not_under_shim(claim.as_ref(), edits::shim_ran(&st.annotations), &st.id)?;
     if edits::shim_ran(&st.annotations) {
-        // The shim planned from the container's own annotations: under a claim that is no quota to keep.
-        if claim.is_some() {
-            bail!("container {} has a DRA claim's quota but ran under vgpu's runtime handler, which planned from its own annotations: run a claim's pod with the default handler", st.id);
-        }
         // The shim provisioned and the runtime mounted; only the owner was unknown until now.
         if !root.container_dir(&st.id)?.is_dir() {
             bail!(
