@@ -41,9 +41,9 @@ pub fn slice_name(node: &str, driver: &str) -> String {
 pub fn bytes_quantity(bytes: u64) -> Quantity {
     const GI: u64 = 1 << 30;
     const MI: u64 = 1 << 20;
-    Quantity(if bytes != 0 && bytes % GI == 0 {
+    Quantity(if bytes != 0 && bytes.is_multiple_of(GI) {
         format!("{}Gi", bytes / GI)
-    } else if bytes != 0 && bytes % MI == 0 {
+    } else if bytes != 0 && bytes.is_multiple_of(MI) {
         format!("{}Mi", bytes / MI)
     } else {
         bytes.to_string()
