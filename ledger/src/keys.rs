@@ -77,6 +77,9 @@ pub mod host {
     pub const HOOK_PATH_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
     /// Names the vgpu config file of the hook and the shim.
     pub const CONFIG_VAR: &str = "VGPU_CONFIG";
+    /// The quota a Kubernetes DRA claim fixes, in the environment vgpu-dra-plugin's CDI spec gives the
+    /// hook (never the container's): `vgpu.io/memory-limit=8Gi,vgpu.io/compute-limit=30`.
+    pub const CLAIM_QUOTA_VAR: &str = "VGPU_CLAIM_QUOTA";
 }
 
 /// Container Device Interface names: the kind of vgpu's devices (`vgpuctl cdi generate`) and NVIDIA's, whose
@@ -86,6 +89,18 @@ pub mod cdi {
     pub const KIND: &str = "vgpu.io/gpu";
     /// NVIDIA's CDI kind.
     pub const NVIDIA_KIND: &str = "nvidia.com/gpu";
+    /// The kind of the per-claim specs vgpu-dra-plugin writes: `vgpu.io/claim=<claim uid>-gpu-<index>`.
+    pub const CLAIM_KIND: &str = "vgpu.io/claim";
+}
+
+/// Kubernetes Dynamic Resource Allocation: vgpu-dra-plugin's driver and its devices' capacities.
+pub mod dra {
+    /// The driver name (DeviceClass selectors, ResourceSlices, the kubelet plugin's name).
+    pub const DRIVER: &str = "gpu.vgpu.io";
+    /// A GPU's memory, bytes, as consumable capacity.
+    pub const MEMORY: &str = "memory";
+    /// A GPU's compute, percent (100 a GPU), as consumable capacity.
+    pub const COMPUTE: &str = "compute";
 }
 
 /// The annotations CRI runtimes write into a Kubernetes container's spec, as vgpu reads them.

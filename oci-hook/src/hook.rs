@@ -9,6 +9,7 @@
 //!
 //! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
 
+use crate::claim_quota::{self, ClaimQuota};
 use crate::config::Config;
 use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
@@ -119,6 +120,9 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
         .pid
         .ok_or_else(|| anyhow!("OCI state for container {} has no pid", st.id))?;
     let owner = Owner::of_pid(pid)?;
+    // A DRA claim's CDI spec fixes the quota in this hook's own environment.
+    let claim = ClaimQuota::from_env()?;
+    claim_quota::check_not_under_shim(claim.as_ref(), edits::shim_ran(&st.annotations), &st.id)?;
     if edits::shim_ran(&st.annotations) {
         // The shim provisioned and the runtime mounted; only the owner was unknown until now.
         if !root.container_dir(&st.id)?.is_dir() {
@@ -133,7 +137,10 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     }
     // hooks.d path: the spec is the bundle's config.json; the state's annotations win over its own.
     let (spec, _) = Spec::read_bundle(&st.bundle)?;
-    let facts = SpecFacts::of(&spec).with_state_annotations(&st.annotations);
+    let mut facts = SpecFacts::of(&spec).with_state_annotations(&st.annotations);
+    if let Some(claim) = &claim {
+        facts = facts.with_claim(claim);
+    }
     let Some(plan) = create::plan(&facts, cfg)? else {
         return Ok(());
     };

@@ -2,7 +2,8 @@
 //! contracts shared with the library and vgpuctl (paths, key names, env grammar, atomic writes, state walk:
 //! `vgpu_ledger`).
 //!
-//! Both run one create pipeline ([`create`]): the container's request read once from its spec ([`request`]:
+//! Both run one create pipeline ([`create`]): the container's request read once from its spec ([`request`]; a DRA claim's
+//! quota in its place: [`claim_quota`];
 //! keys checked by [`unknown_keys`], per-GPU forms by [`pod_keys`], values by [`memory_request`] and
 //! [`compute_request`]), its quota decided ([`plan`], the container's GPUs from [`gpus`], the host's from
 //! [`nvml`]), the edits it gets computed once as a value
@@ -15,6 +16,7 @@
 pub mod abandoned;
 pub mod admission;
 pub mod args;
+pub mod claim_quota;
 pub mod cli;
 pub mod compute_request;
 pub mod config;

@@ -55,6 +55,29 @@ check_eq "  ... the uninstall DaemonSet alone, running install.sh uninstall" \
 check_match "an unknown function in a template is refused, not rendered wrong" 'nosuchfunc' \
     "$(mkdir -p "$WORK/bad" && cp -r "$CHART/." "$WORK/bad/" && echo '{{ .Values.engine | nosuchfunc }}' > "$WORK/bad/templates/zz.yaml" && "$RENDER" "$WORK/bad" 2>&1)"
 check "the example pod (docs/examples) validates" kubernetes-validate --strict --quiet "$REPO/docs/examples/pod-with-quota.yaml"
+# DRA needs resource.k8s.io/v1 with consumable capacity: Kubernetes 1.34, the oldest schema it is checked against.
+render_dra() { "$RENDER" "$CHART" --set dra.enabled=true > "$WORK/chart.yaml" 2> "$WORK/chart.err" &&
+    kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
+check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
+check_eq "  ... the DeviceClass, the driver's RBAC and its DaemonSet beside the node's" "$(kinds)" \
+    "DaemonSet DeviceClass ServiceAccount ClusterRole ClusterRoleBinding DaemonSet RuntimeClass"
+check_eq "  ... the driver may touch ResourceSlices and read ResourceClaims, nothing else" \
+    "$(cfield "[(r['resources'], r['verbs']) for r in d['ClusterRole']['rules']]")" \
+    "[(['resourceslices'], ['get', 'create', 'update', 'patch']), (['resourceclaims'], ['get'])]"
+check_eq "  ... the DeviceClass selects the driver's devices" \
+    "$(cfield "d['DeviceClass']['spec']['selectors'][0]['cel']['expression']")" 'device.driver == "gpu.vgpu.io"'
+render_ex() { "$RENDER" "$CHART" --set dra.enabled=true --set dra.examples.namespace=team-a --set dra.examples.quotaDevices=2 \
+    > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml"; }
+check "dra.examples.namespace=team-a renders the example claims and quota, valid for 1.34" render_ex
+check_eq "  ... 8 GiB and 30% of a GPU, and the namespace capped at 2 vgpu devices" \
+    "$(python3 -c 'import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+t = [d for d in docs if d["kind"] == "ResourceClaimTemplate"][0]
+q = [d for d in docs if d["kind"] == "ResourceQuota"][0]
+print(t["metadata"]["namespace"], t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"], q["spec"]["hard"])' "$WORK/chart.yaml")" \
+    "team-a {'memory': '8Gi', 'compute': '30'} {'vgpu.io.deviceclass.resource.k8s.io/devices': '2'}"
+check "the DRA examples (ResourceClaimTemplates, ResourceQuota, pod) validate against Kubernetes 1.34" \
+    kubernetes-validate --strict --quiet -k 1.34.0 "$REPO/docs/examples/dra-claims.yaml"
 
 echo "-- the image"
 bash "$REPO/packaging/build.sh" > /dev/null 2> "$WORK/package.err" || { tail -20 "$WORK/package.err"; }

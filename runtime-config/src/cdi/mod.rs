@@ -73,21 +73,10 @@ pub fn build(i: &Inputs) -> Result<Spec, CdiError> {
     if i.gpus.is_empty() {
         return Err(CdiError::NoGpus);
     }
-    let node = |g: &HostGpu| {
-        // Drivers without minor numbers in NVML number the nodes by index (as the hook resolves them).
-        let minor = g.minor.unwrap_or(g.index);
-        DeviceNode {
-            path: format!("/dev/nvidia{minor}"),
-            kind: Some("c".into()),
-            major: Some(NVIDIA_MAJOR),
-            minor: Some(minor.into()),
-            permissions: Some("rw".into()),
-        }
-    };
     let device = |name: String, gpus: &[&HostGpu]| Device {
         name,
         container_edits: ContainerEdits {
-            device_nodes: gpus.iter().map(|g| node(g)).collect(),
+            device_nodes: gpus.iter().map(|g| device_node(g)).collect(),
             ..Default::default()
         },
     };
@@ -97,12 +86,7 @@ pub fn build(i: &Inputs) -> Result<Spec, CdiError> {
         devices.push(device(g.uuid.clone(), &[g]));
     }
     devices.push(device("all".into(), &i.gpus.iter().collect::<Vec<_>>()));
-    let hook = |stage: &str| Hook {
-        hook_name: stage.to_string(),
-        path: i.hook_path.to_string_lossy().into_owned(),
-        args: vec![keys::host::HOOK_BIN.to_string(), stage.to_string()],
-        env: i.hook_env.clone(),
-    };
+    let hook = |stage: &str| hook(stage, i.hook_path, i.hook_env.clone());
     let spec = Spec {
         cdi_version: spec::VERSION.to_string(),
         kind: keys::cdi::KIND.to_string(),
@@ -114,6 +98,29 @@ pub fn build(i: &Inputs) -> Result<Spec, CdiError> {
     };
     spec.validate()?;
     Ok(spec)
+}
+
+/// A GPU's `/dev/nvidiaN` node (type, major and minor given, so no engine looks for it on the host).
+pub fn device_node(g: &HostGpu) -> DeviceNode {
+    // Drivers without minor numbers in NVML number the nodes by index (as the hook resolves them).
+    let minor = g.minor.unwrap_or(g.index);
+    DeviceNode {
+        path: format!("/dev/nvidia{minor}"),
+        kind: Some("c".into()),
+        major: Some(NVIDIA_MAJOR),
+        minor: Some(minor.into()),
+        permissions: Some("rw".into()),
+    }
+}
+
+/// The hook running `vgpu-hook <stage>` with the whole environment `env`.
+pub fn hook(stage: &str, hook_path: &Path, env: Vec<String>) -> Hook {
+    Hook {
+        hook_name: stage.to_string(),
+        path: hook_path.to_string_lossy().into_owned(),
+        args: vec![keys::host::HOOK_BIN.to_string(), stage.to_string()],
+        env,
+    }
 }
 
 /// The file format, by the output's extension as engines read it: `.json` is JSON, anything else YAML.

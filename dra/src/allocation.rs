@@ -1,0 +1,177 @@
+//! What the scheduler gave a claim on this node, read from the claim's `status.allocation`: per device of
+//! this driver, the GPU and the memory and compute it consumed, and from that the quota the claim fixes
+//! (the hook's `VGPU_CLAIM_QUOTA`, in the quota annotations' grammar). Not here: fetching the claim
+//! (`crate::apiserver`) or the CDI spec that carries the quota (`crate::claim_spec`).
+
+use crate::slice;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use vgpu_host::nvml::HostGpu;
+use vgpu_ledger::keys::{self, annotation, dra};
+
+/// One device of the claim on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocated {
+    /// The claim's request the device answers.
+    pub request: String,
+    /// The device (`gpu-<index>`) and its GPU.
+    pub device: String,
+    pub gpu: HostGpu,
+    /// Bytes of the GPU's memory the claim consumed (the whole GPU when the allocation names none: a
+    /// cluster without consumable capacity allocates whole devices).
+    pub memory: u64,
+    /// Percent of the GPU's time; None: no share (0, none named, or all of it).
+    pub compute: Option<u32>,
+}
+
+/// Why a claim cannot be prepared here. `Display` is one line naming the claim's field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocationError {
+    #[error("claim {claim} is not allocated (no status.allocation)")]
+    NotAllocated { claim: String },
+    #[error("claim {claim} has no device of driver {driver}")]
+    NoDevice { claim: String, driver: String },
+    #[error("claim {claim}: device {device} is in pool {pool}, not this node's ({node})")]
+    OtherPool {
+        claim: String,
+        device: String,
+        pool: String,
+        node: String,
+    },
+    #[error("claim {claim}: device {device} is no GPU of this node")]
+    UnknownDevice { claim: String, device: String },
+    #[error("claim {claim}: device {device} consumed {capacity}={value:?}: {why}")]
+    Capacity {
+        claim: String,
+        device: String,
+        capacity: &'static str,
+        value: String,
+        why: String,
+    },
+}
+
+/// The devices of `driver` in the claim's allocation, each checked against this node's pool and GPUs.
+pub fn read(
+    claim: &ResourceClaim,
+    driver: &str,
+    node: &str,
+    gpus: &[HostGpu],
+) -> Result<Vec<Allocated>, AllocationError> {
+    let name = format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default()
+    );
+    let results = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .ok_or_else(|| AllocationError::NotAllocated {
+            claim: name.clone(),
+        })?
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for r in results.iter().filter(|r| r.driver == driver) {
+        if r.pool != node {
+            return Err(AllocationError::OtherPool {
+                claim: name,
+                device: r.device.clone(),
+                pool: r.pool.clone(),
+                node: node.to_string(),
+            });
+        }
+        let gpu = slice::device_index(&r.device)
+            .and_then(|i| gpus.iter().find(|g| g.index == i))
+            .ok_or_else(|| AllocationError::UnknownDevice {
+                claim: name.clone(),
+                device: r.device.clone(),
+            })?;
+        let consumed = |capacity: &'static str| {
+            r.consumed_capacity
+                .as_ref()
+                .and_then(|c| c.get(capacity))
+                .map(|q| q.0.clone())
+        };
+        let bad = |capacity: &'static str, value: &str, why: String| AllocationError::Capacity {
+            claim: name.clone(),
+            device: r.device.clone(),
+            capacity,
+            value: value.to_string(),
+            why,
+        };
+        let memory = match consumed(dra::MEMORY) {
+            None => gpu.total_memory,
+            Some(v) => {
+                let bytes = vgpu_ledger::quantity::parse_quantity(&v)
+                    .map_err(|e| bad(dra::MEMORY, &v, e.to_string()))?;
+                vgpu_ledger::quantity::check_min_quota(bytes)
+                    .map_err(|why| bad(dra::MEMORY, &v, why))?;
+                if bytes > gpu.total_memory {
+                    return Err(bad(dra::MEMORY, &v, "more than the GPU has".into()));
+                }
+                bytes
+            }
+        };
+        let compute = match consumed(dra::COMPUTE) {
+            None => None,
+            Some(v) => match v.parse::<u32>() {
+                Ok(0 | 100) => None,
+                Ok(p) if p < 100 => Some(p),
+                _ => {
+                    return Err(bad(
+                        dra::COMPUTE,
+                        &v,
+                        "not a whole percent from 0 to 100".into(),
+                    ))
+                }
+            },
+        };
+        out.push(Allocated {
+            request: r.request.clone(),
+            device: r.device.clone(),
+            gpu: gpu.clone(),
+            memory,
+            compute,
+        });
+    }
+    if out.is_empty() {
+        return Err(AllocationError::NoDevice {
+            claim: name,
+            driver: driver.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// The quota the devices fix, as the hook reads it (`VGPU_CLAIM_QUOTA`): one setting for every GPU when
+/// the devices agree, else one per GPU in the devices' order (the order of the CDI devices prepare
+/// returns, which is the container's GPU order).
+pub fn quota(devices: &[Allocated]) -> String {
+    let same = devices
+        .windows(2)
+        .all(|w| (w[0].memory, w[0].compute) == (w[1].memory, w[1].compute));
+    let mut out = Vec::new();
+    for (i, d) in devices.iter().enumerate() {
+        let key = |base: &str| {
+            if same {
+                base.to_string()
+            } else {
+                keys::per_gpu_annotation(base, i as u32)
+            }
+        };
+        out.push(format!("{}={}", key(annotation::MEMORY_LIMIT), d.memory));
+        if let Some(p) = d.compute {
+            out.push(format!("{}={p}", key(annotation::COMPUTE_LIMIT)));
+        }
+        if same {
+            break;
+        }
+    }
+    out.join(",")
+}
+
+#[cfg(test)]
+mod tests;

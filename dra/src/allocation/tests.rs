@@ -1,0 +1,120 @@
+//! Claims as the API server returns them once allocated (`tests/data`, resource.k8s.io/v1's JSON) read back
+//! into devices and the quota they fix.
+
+use super::*;
+use k8s_openapi::api::resource::v1::DeviceRequestAllocationResult;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::BTreeMap;
+
+fn gpus() -> Vec<HostGpu> {
+    (0..2)
+        .map(|i| HostGpu {
+            index: i,
+            uuid: format!("GPU-{i}"),
+            total_memory: 16 << 30,
+            minor: Some(i),
+        })
+        .collect()
+}
+
+pub fn recorded_claim() -> ResourceClaim {
+    let path = format!(
+        "{}/tests/data/claim-8gi-30.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn results(claim: &mut ResourceClaim) -> &mut Vec<DeviceRequestAllocationResult> {
+    claim
+        .status
+        .as_mut()
+        .unwrap()
+        .allocation
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .results
+        .as_mut()
+        .unwrap()
+}
+
+#[test]
+fn the_recorded_claim_is_8gi_and_30_percent_of_gpu_0() {
+    let d = read(&recorded_claim(), dra::DRIVER, "node-a", &gpus()).unwrap();
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        (d[0].request.as_str(), d[0].device.as_str(), d[0].gpu.index),
+        ("gpu", "gpu-0", 0)
+    );
+    assert_eq!((d[0].memory, d[0].compute), (8 << 30, Some(30)));
+    assert_eq!(
+        quota(&d),
+        "vgpu.io/memory-limit=8589934592,vgpu.io/compute-limit=30"
+    );
+}
+
+#[test]
+fn two_gpus_that_differ_get_one_setting_each() {
+    let mut c = recorded_claim();
+    let mut second = results(&mut c)[0].clone();
+    second.device = "gpu-1".into();
+    second.consumed_capacity = Some(BTreeMap::from([("memory".into(), Quantity("4Gi".into()))]));
+    results(&mut c).push(second);
+    let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
+    assert_eq!(
+        quota(&d),
+        "vgpu.io/memory-limit.0=8589934592,vgpu.io/compute-limit.0=30,vgpu.io/memory-limit.1=4294967296"
+    );
+}
+
+#[test]
+fn whole_devices_and_shares_of_none_or_all() {
+    let mut c = recorded_claim();
+    results(&mut c)[0].consumed_capacity = None;
+    let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
+    assert_eq!((d[0].memory, d[0].compute), (16 << 30, None));
+    for all_or_none in ["0", "100"] {
+        results(&mut c)[0].consumed_capacity = Some(BTreeMap::from([(
+            "compute".into(),
+            Quantity(all_or_none.into()),
+        )]));
+        let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
+        assert_eq!(d[0].compute, None);
+    }
+}
+
+#[test]
+fn claims_that_cannot_be_prepared_here() {
+    let gpus = gpus();
+    let err = |c: &ResourceClaim| read(c, dra::DRIVER, "node-a", &gpus).unwrap_err();
+    let mut c = recorded_claim();
+    c.status = None;
+    assert!(matches!(err(&c), AllocationError::NotAllocated { .. }));
+    let mut c = recorded_claim();
+    results(&mut c)[0].driver = "gpu.nvidia.com".into();
+    assert!(matches!(err(&c), AllocationError::NoDevice { .. }));
+    let mut c = recorded_claim();
+    results(&mut c)[0].pool = "node-b".into();
+    assert!(matches!(err(&c), AllocationError::OtherPool { .. }));
+    let mut c = recorded_claim();
+    results(&mut c)[0].device = "gpu-7".into();
+    assert!(matches!(err(&c), AllocationError::UnknownDevice { .. }));
+    for (cap, v) in [
+        ("memory", "8Qi"),
+        ("memory", "1Mi"),
+        ("memory", "17Gi"),
+        ("compute", "101"),
+        ("compute", "1.5"),
+    ] {
+        let mut c = recorded_claim();
+        results(&mut c)[0].consumed_capacity =
+            Some(BTreeMap::from([(cap.to_string(), Quantity(v.into()))]));
+        assert!(
+            matches!(err(&c), AllocationError::Capacity { .. }),
+            "{cap}={v}"
+        );
+    }
+}

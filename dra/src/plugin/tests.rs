@@ -1,0 +1,86 @@
+//! Prepare and unprepare against the recorded claim, in temporary folders: the spec and the checkpoint
+//! written in order, a second plugin on the same checkpoint (a restart) knowing the claim, unprepare
+//! reclaiming both, every call idempotent.
+
+use super::*;
+use crate::checkpoint::Checkpoint;
+
+fn claim() -> ResourceClaim {
+    let path = format!(
+        "{}/tests/data/claim-8gi-30.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+const UID: &str = "6f1c2a9e-3b7d-4e0a-9c51-2d8e4f6a7b10";
+
+fn plugin(dir: &std::path::Path) -> Plugin {
+    Plugin::new(
+        "gpu.vgpu.io".into(),
+        "node-a".into(),
+        vec![HostGpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            total_memory: 16 << 30,
+            minor: Some(0),
+        }],
+        dir.join("cdi"),
+        Hooks {
+            hook_path: "/usr/bin/vgpu-hook".into(),
+            hook_stage: "createRuntime".into(),
+            hook_env: vec![],
+        },
+        dir.join("plugin/checkpoint.json"),
+    )
+    .unwrap()
+}
+
+#[test]
+fn prepare_restart_unprepare() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(dir.path());
+    let prepared = p.prepare(UID, &claim()).unwrap();
+    assert_eq!(
+        prepared.devices[0].cdi_device_ids,
+        vec![format!("vgpu.io/claim={UID}-gpu-0")]
+    );
+    assert!(prepared.spec.is_file());
+    let on_disk = Checkpoint::load(&dir.path().join("plugin/checkpoint.json")).unwrap();
+    assert_eq!(on_disk.claims.get(UID), Some(&prepared));
+    // Again: the same answer.
+    assert_eq!(p.prepare(UID, &claim()).unwrap(), prepared);
+
+    // A restart: the new plugin knows the claim from its checkpoint alone.
+    drop(p);
+    let p = plugin(dir.path());
+    assert_eq!(p.prepared(UID), Some(prepared.clone()));
+    p.unprepare(UID).unwrap();
+    assert!(!prepared.spec.exists());
+    assert_eq!(p.prepared(UID), None);
+    assert!(Checkpoint::load(&dir.path().join("plugin/checkpoint.json"))
+        .unwrap()
+        .claims
+        .is_empty());
+    // Again, and a claim never prepared: no error.
+    p.unprepare(UID).unwrap();
+    p.unprepare("other").unwrap();
+}
+
+#[test]
+fn a_claim_whose_uid_is_not_the_one_asked_is_refused_and_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(dir.path());
+    assert!(matches!(
+        p.prepare("another-uid", &claim()),
+        Err(PrepareError::UidMismatch { .. })
+    ));
+    let mut c = claim();
+    c.status = None;
+    assert!(matches!(
+        p.prepare(UID, &c),
+        Err(PrepareError::Allocation(_))
+    ));
+    assert!(!dir.path().join("cdi").exists());
+    assert!(!dir.path().join("plugin/checkpoint.json").exists());
+}

@@ -1,0 +1,179 @@
+//! The quota a Kubernetes DRA claim fixes. vgpu-dra-plugin writes, per prepared claim, a CDI spec whose
+//! hooks carry the claim's quota in the hook's own environment (`VGPU_CLAIM_QUOTA`, set by the spec, never
+//! by the container); the hook then reads the container's request with the claim's settings in place of
+//! every quota setting of the container's own (annotations and env alike), so a tenant cannot raise the
+//! quota the scheduler counted. Not here: reading and checking the settings (`crate::request`).
+//!
+//! The value is the quota annotations' own grammar, comma-separated: `vgpu.io/memory-limit=8Gi`,
+//! `vgpu.io/compute-limit=30`, or their per-GPU forms `.<i>`.
+
+use crate::request::SpecFacts;
+use vgpu_ledger::keys::{self, annotation, env};
+
+/// A claim's quota settings, as annotation key/value pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimQuota {
+    pub settings: Vec<(String, String)>,
+}
+
+/// A `VGPU_CLAIM_QUOTA` that cannot be read. `Display` is one line naming it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimQuotaError {
+    #[error("{var}={value:?}: {entry:?} is not KEY=VALUE", var = keys::host::CLAIM_QUOTA_VAR)]
+    Malformed { value: String, entry: String },
+    #[error("{var}: {key:?} is not a quota setting (vgpu.io/memory-limit or vgpu.io/compute-limit, or their .<i> forms)", var = keys::host::CLAIM_QUOTA_VAR)]
+    NotQuota { key: String },
+    #[error("{var} is set but empty", var = keys::host::CLAIM_QUOTA_VAR)]
+    Empty,
+    /// The shim provisioned the container from its own settings before this hook saw the claim.
+    #[error("container {id} has a DRA claim's quota but ran under vgpu's runtime handler, which planned from its own annotations: run a claim's pod with the default handler")]
+    UnderShim { id: String },
+}
+
+/// Whether `key` is `base` or `base.<something>` (the per-GPU and per-container forms).
+fn is_form(key: &str, base: &str) -> bool {
+    key.strip_prefix(base)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+/// Whether `name` is `base` or `base_<something>`.
+fn is_env_form(name: &str, base: &str) -> bool {
+    name.strip_prefix(base)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+}
+
+impl ClaimQuota {
+    /// Parses the variable's value.
+    pub fn parse(value: &str) -> Result<ClaimQuota, ClaimQuotaError> {
+        let mut settings = Vec::new();
+        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let Some((k, v)) = entry.split_once('=') else {
+                return Err(ClaimQuotaError::Malformed {
+                    value: value.to_string(),
+                    entry: entry.to_string(),
+                });
+            };
+            let per_gpu = |base: &str| {
+                k.strip_prefix(base).is_some_and(|rest| {
+                    rest.is_empty()
+                        || rest
+                            .strip_prefix('.')
+                            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+                })
+            };
+            if !per_gpu(annotation::MEMORY_LIMIT) && !per_gpu(annotation::COMPUTE_LIMIT) {
+                return Err(ClaimQuotaError::NotQuota { key: k.to_string() });
+            }
+            settings.push((k.to_string(), v.to_string()));
+        }
+        if settings.is_empty() {
+            return Err(ClaimQuotaError::Empty);
+        }
+        Ok(ClaimQuota { settings })
+    }
+
+    /// The claim of the hook's own environment, if its CDI spec gave one.
+    pub fn from_env() -> Result<Option<ClaimQuota>, ClaimQuotaError> {
+        match std::env::var(keys::host::CLAIM_QUOTA_VAR) {
+            Ok(v) => ClaimQuota::parse(&v).map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// Refuses a claim's container that vgpu's shim already provisioned (`shim_ran`): the shim planned from
+/// the container's own settings, which the claim must replace, so its quota is no claim's.
+pub fn check_not_under_shim(
+    claim: Option<&ClaimQuota>,
+    shim_ran: bool,
+    id: &str,
+) -> Result<(), ClaimQuotaError> {
+    match (claim, shim_ran) {
+        (Some(_), true) => Err(ClaimQuotaError::UnderShim { id: id.to_string() }),
+        _ => Ok(()),
+    }
+}
+
+impl SpecFacts {
+    /// With the claim's quota in place of the container's: every memory and compute quota setting of the
+    /// container (annotations in every form, HAMi's env variables) goes, the claim's come in.
+    pub fn with_claim(mut self, claim: &ClaimQuota) -> SpecFacts {
+        self.annotations.retain(|(k, _)| {
+            !is_form(k, annotation::MEMORY_LIMIT) && !is_form(k, annotation::COMPUTE_LIMIT)
+        });
+        self.env
+            .retain(|(k, _)| !is_env_form(k, env::MEMORY_LIMIT) && !is_env_form(k, env::SM_LIMIT));
+        self.annotations.extend(claim.settings.iter().cloned());
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Request;
+    use crate::testing::kv;
+
+    #[test]
+    fn the_claim_replaces_every_quota_setting_of_the_container() {
+        let facts = SpecFacts {
+            env: kv(&[
+                ("CUDA_DEVICE_MEMORY_LIMIT", "30g"),
+                ("CUDA_DEVICE_MEMORY_LIMIT_0", "31g"),
+                ("CUDA_DEVICE_SM_LIMIT", "90"),
+            ]),
+            annotations: kv(&[
+                ("vgpu.io/memory-limit", "16Gi"),
+                ("vgpu.io/memory-limit.0", "20Gi"),
+                ("vgpu.io/memory-limit.main", "24Gi"),
+                ("vgpu.io/compute-limit", "90"),
+                ("io.kubernetes.cri.container-name", "main"),
+            ]),
+            ..Default::default()
+        };
+        // Without the claim, the tenant's own figures decide.
+        let own = Request::read(&facts).unwrap();
+        assert_eq!(own.memory.limit_for(0).unwrap().bytes, 24 << 30);
+        let claim =
+            ClaimQuota::parse("vgpu.io/memory-limit=8Gi, vgpu.io/compute-limit=30").unwrap();
+        let r = Request::read(&facts.with_claim(&claim)).unwrap();
+        assert_eq!(r.memory.limit_for(0).unwrap().bytes, 8 << 30);
+        assert_eq!(r.memory.limit_for(1).unwrap().bytes, 8 << 30);
+        assert_eq!(r.compute.share_for(0).unwrap().percent, Some(30));
+    }
+
+    #[test]
+    fn a_claims_container_provisioned_by_the_shim_is_refused() {
+        let c = ClaimQuota::parse("vgpu.io/memory-limit=8Gi").unwrap();
+        assert_eq!(
+            check_not_under_shim(Some(&c), true, "c1"),
+            Err(ClaimQuotaError::UnderShim { id: "c1".into() })
+        );
+        assert_eq!(check_not_under_shim(Some(&c), false, "c1"), Ok(()));
+        assert_eq!(check_not_under_shim(None, true, "c1"), Ok(()));
+    }
+
+    #[test]
+    fn per_gpu_claims_and_bad_values() {
+        let c = ClaimQuota::parse("vgpu.io/memory-limit.1=2Gi,vgpu.io/memory-limit.0=4Gi").unwrap();
+        let r = Request::read(&SpecFacts::default().with_claim(&c)).unwrap();
+        assert_eq!(r.memory.limit_for(0).unwrap().bytes, 4 << 30);
+        assert_eq!(r.memory.limit_for(1).unwrap().bytes, 2 << 30);
+        assert!(matches!(
+            ClaimQuota::parse("vgpu.io/memory-mode=spill"),
+            Err(ClaimQuotaError::NotQuota { .. })
+        ));
+        assert!(matches!(
+            ClaimQuota::parse("vgpu.io/memory-limit.main=1Gi"),
+            Err(ClaimQuotaError::NotQuota { .. })
+        ));
+        assert!(matches!(
+            ClaimQuota::parse("8Gi"),
+            Err(ClaimQuotaError::Malformed { .. })
+        ));
+        assert_eq!(ClaimQuota::parse(" , "), Err(ClaimQuotaError::Empty));
+        // A bad figure is the request's error, as an annotation's would be.
+        let c = ClaimQuota::parse("vgpu.io/memory-limit=8Qi").unwrap();
+        assert!(Request::read(&SpecFacts::default().with_claim(&c)).is_err());
+    }
+}
