@@ -39,6 +39,7 @@ use crate::records::RECORDS;
 
 mod busy;
 mod events;
+mod trace;
 mod which;
 use events::{capturing, elapsed_ns, event_create, event_query, event_record, event_wait, Relaxed};
 pub use which::off;
@@ -126,6 +127,8 @@ struct Share {
     solo: Mutex<SoloBook>,
     /// How many contexts keep the GPU busy, as the driver says (`busy`).
     busy: busy::Busy,
+    /// The debug trace's sums (`trace`).
+    trace: trace::Trace,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,6 +233,7 @@ impl Share {
             unmeasured_until: AtomicU64::new(0),
             busy,
             solo: Mutex::new(SoloBook::default()),
+            trace: trace::Trace::default(),
         }
     }
 
@@ -299,12 +303,20 @@ impl Share {
             .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
             .flatten();
         let sharers = self.busy.sharers(mono_ns());
-        let (ns, tell) =
-            lock(&self.solo).charge_telling(f.work, elapsed, graph.as_deref(), sharers);
+        let (ns, tell, read_as) = {
+            let mut book = lock(&self.solo);
+            let (ns, tell) = book.charge_telling(f.work, elapsed, graph.as_deref(), sharers);
+            (ns, tell, book.read_as())
+        };
         if let Some(solo) = tell {
             tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
         }
-        self.area().settle(ns, f.estimate);
+        let tokens = self.area().settle(ns, f.estimate);
+        if trace::on() {
+            self.trace.charged(elapsed, ns, sharers, read_as);
+            let gate = self.area().gate_closed();
+            self.trace.tick(mono_ns(), self.quota.ordinal, tokens, gate);
+        }
         let e = self.estimate.load(Ordering::Relaxed);
         self.estimate.store(averaged(e, ns), Ordering::Relaxed);
     }
@@ -368,6 +380,11 @@ impl Share {
             let nap = nap_for(deficit.max(0) as u64, self.ppm);
             std::thread::sleep(Duration::from_nanos(nap));
             held += nap;
+            if trace::on() {
+                self.trace.held(nap);
+                let gate = area.gate_closed();
+                self.trace.tick(mono_ns(), self.quota.ordinal, area.tokens(), gate);
+            }
             self.harvest();
         }
         if held > 0 {

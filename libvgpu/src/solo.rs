@@ -179,6 +179,8 @@ pub struct SoloBook {
     /// Recent launches' elapsed times and solo times, summed (decayed together).
     stretched: u64,
     solo: u64,
+    /// How many contexts the last charge read the stretch as (for the trace).
+    read_as: u64,
 }
 
 impl SoloBook {
@@ -215,6 +217,7 @@ impl SoloBook {
         *floor = charged(elapsed, *floor).1;
         let sharers = sharers.clamp(1, MAX_SHARERS);
         let n = self.stretch(elapsed, solo).min(sharers);
+        self.read_as = n;
         let charge = if sharers == 1 {
             elapsed
         } else if n >= 2 {
@@ -234,6 +237,11 @@ impl SoloBook {
             self.solo /= 2;
         }
         sharers(self.stretched, self.solo)
+    }
+
+    /// How many busy contexts the last charge read its stretch as (1 to `MAX_SHARERS`).
+    pub fn read_as(&self) -> u64 {
+        self.read_as
     }
 
     /// Forgets what was learned of `work` (a graph exec destroyed or updated: its handle may come back as
