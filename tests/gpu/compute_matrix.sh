@@ -9,7 +9,8 @@
 # points of the share. Writes $OUT/compute-matrix.txt and, with MATRIX_TRACE=1, every process's output
 # and the library's debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py
 # reads a pair's). Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES ("2048 4096 8192"),
-# MATRIX_MODES ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default),
+# MATRIX_MODES ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the
+# cells MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default),
 # PY (/opt/torch/.venv/bin/python3).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,8 +52,9 @@ for mode in ${MATRIX_MODES:-eager graph compile}; do
         ua=$(pct "$(cat "$W/ua")" "$alone"); ub=$(pct "$(cat "$W/ub")" "$alone")
         c30=$(pct "$(cat "$W/c30")" "$alone"); c70=$(pct "$(cat "$W/c70")" "$alone")
         sum=$(awk -v a="$ua" -v b="$ub" 'BEGIN { print a + b }')
-        solo=
-        for s in ${MATRIX_ALONE:-}; do
+        solo=; unset solo_shares
+        case " ${MATRIX_ALONE_CELLS:-$n-$mode} " in *" $n-$mode "*) ;; *) solo_shares= ;; esac
+        for s in ${solo_shares-${MATRIX_ALONE:-}}; do
             solo="$solo ${s}%-alone $(pct "$(run "s$s-$n-$mode" "$s" --n "$n" --mode "$mode")" "$alone")"
         done
         printf '%-6s %-7s %8s | %5s / %5s | %5s / %5s | %.1f / %.1f (capped sum %.1f, unlimited %.1f)%s [%ss]\n' "$n" "$mode" "$alone" \

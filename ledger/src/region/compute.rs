@@ -147,6 +147,14 @@ impl ComputeArea {
         self.tokens.fetch_sub(ns, SeqCst).saturating_sub(ns)
     }
 
+    /// Charges GPU time that is no launch of its own (the library's: time a tenant's queued work waited
+    /// beside busy neighbours): out of the bucket and into `charged_ns`, the launch count untouched.
+    pub fn charge(&self, gpu_ns: u64) {
+        let ns = gpu_ns.min(i64::MAX as u64);
+        self.charged_ns.fetch_add(ns, SeqCst);
+        self.tokens.fetch_sub(ns as i64, SeqCst);
+    }
+
     /// Whether the pacing gate is closed: launches wait for a full bucket.
     pub fn gate_closed(&self) -> bool {
         self.gate.load(SeqCst) != 0

@@ -427,12 +427,12 @@ hook!(cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
 });
 
 // After a synchronisation the compute share charges what finished (`compute::synchronized`).
-hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
-hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
-hook!(cuCtxSynchronize() { crate::compute::synchronized(engine().after_sync(forward!("cuCtxSynchronize", fn()))) });
+hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(), engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
+hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(), engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
+hook!(cuCtxSynchronize() { crate::compute::synchronized(crate::compute::syncing(), engine().after_sync(forward!("cuCtxSynchronize", fn()))) });
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
-hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(engine().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
-hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(crate::compute::syncing(), engine().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
+hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(crate::compute::syncing(), engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
 
 #[cfg(test)]
 mod placed_tests;
