@@ -333,7 +333,8 @@ impl Share {
             if trace::on() {
                 self.trace.held(nap);
                 let gate = area.gate_closed();
-                self.trace.tick(mono_ns(), self.quota.ordinal, area.tokens(), gate);
+                self.trace
+                    .tick(mono_ns(), self.quota.ordinal, area.tokens(), gate);
             }
             self.harvest(None);
         }

@@ -108,11 +108,7 @@ impl Flights {
     /// A launch planned chained on `start` was not queued: its lender keeps its end again. False when
     /// the lender was charged meanwhile (it left the event to this launch, which must reuse it).
     pub fn unlend(&mut self, start: CUevent) -> bool {
-        match self
-            .queue
-            .iter_mut()
-            .find(|f| f.lent_end && f.end == start)
-        {
+        match self.queue.iter_mut().find(|f| f.lent_end && f.end == start) {
             Some(f) => {
                 f.lent_end = false;
                 true
@@ -166,7 +162,11 @@ impl Timer {
     /// unmeasured).
     pub fn begin(&self, ctx: usize, stream: CUstream) -> Option<Begun> {
         let plan = lock(&self.flights).plan(ctx, stream as usize);
-        let begun = |start| Begun { start, end: None, plan };
+        let begun = |start| Begun {
+            start,
+            end: None,
+            plan,
+        };
         let mut b = match plan.chained {
             Some(start) => begun(start),
             None => {

@@ -7,7 +7,12 @@ use crate::records::RECORDS;
 use crate::solo::Composition;
 
 /// Logs, once per graph exec, what its first charge was based on.
-pub(super) fn tell_graph(exec: usize, elapsed: u64, graph: Option<&Composition>, solo: Option<u64>) {
+pub(super) fn tell_graph(
+    exec: usize,
+    elapsed: u64,
+    graph: Option<&Composition>,
+    solo: Option<u64>,
+) {
     match (graph, solo) {
         (Some(Composition::Kernels(k, m)), Some(ns)) => log::info(format_args!(
             "compute share: graph exec {exec:#x}: {} kernel nodes and {} memset nodes ({} us estimated), solo time {} us from the kernels' own launches (first replay took {} us)",
@@ -40,4 +45,3 @@ pub fn graph_reparametrised(exec: usize) {
         )),
     );
 }
-
