@@ -4,8 +4,9 @@
 //! processes in its ledger (`vgpu_ledger::region::ComputeArea`); which launches reach here is
 //! `hooks::launch`'s. docs/libvgpu.md, "Compute share", has the design and its precision.
 //!
-//! Measuring: two CUDA events recorded around each launch on its stream; their elapsed time is read later
-//! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
+//! Measuring: CUDA events recorded around each launch on its stream (a launch queued behind one still in
+//! flight on its stream is timed from that one's end: `flight`); their elapsed time is read later with
+//! `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
 //! charged by `solo` (its solo time, or its part of the GPU's time when other contexts stretch it; a
 //! graph's kernels, read at instantiation by `hooks::graphs`, give its solo time). Until then the launch
 //! is debited from the bucket at an estimate (the moving average of measured launches), settled to the

@@ -19,12 +19,15 @@
 //! Sharing the GPU's time: the solo charge above leaves out what the GPU loses switching between busy
 //! contexts (~10% of an H100 with two), and that loss then falls on a neighbour whose share is not
 //! held back by its bucket (the 70% tenant beside a 30% one got 59–62%). So the book also keeps how
-//! stretched its recent work is, `Σ elapsed / Σ solo time` over about `STRETCH_HORIZON_NS` of work, and
-//! reads it as the number of busy contexts the GPU shares its time among: `n = ⌊stretch⌋`. From two on,
-//! a launch is charged `elapsed / n`, its fair part of the time its work held the GPU's queue, the
-//! switching included; below two, its solo charge. A saturated GPU's clock and the switching stretch
-//! work by less than 3/2, so the floor reads two or three contexts right. Nothing here reads another
-//! tenant's state: each process learns from its own launches.
+//! stretched its recent work is, `Σ elapsed / Σ solo charge` over about `STRETCH_HORIZON_NS` of work
+//! (elapsed: the time the work was queued on the GPU, `compute::flight`), and reads it as the number of
+//! busy contexts the GPU shares its time among, unrounded and at most what the driver counts
+//! (`compute::busy`): a launch is charged `elapsed / s`, so the recent work's charges sum to the larger
+//! of its solo time and its part of the queue time (`Σ elapsed / sharers`). (Rounded down, a stretch
+//! of 1.9 read as one context charged each launch the larger of its solo charge and half its elapsed
+//! time, launch by launch: more than either sum, and a 30% tenant of 4096² matmuls got 21.9% against a
+//! 27.1% target on an H100.) Alone (the driver counts no other busy process) a launch is charged what it
+//! took. Nothing here reads another tenant's state: each process learns from its own launches.
 
 use std::collections::{HashMap, HashSet};
 
