@@ -253,6 +253,14 @@ mod tests {
     }
 
     #[test]
+    fn time_charged_outside_a_launch_counts_as_charged_but_not_as_a_launch() {
+        let area = zeroed();
+        area.charge(700);
+        let s = area.snapshot();
+        assert_eq!((s.tokens, s.charged_ns, s.launches), (-700, 700, 0));
+    }
+
+    #[test]
     fn the_gate_opens_only_on_a_full_bucket() {
         let area = zeroed();
         assert!(!area.gate_closed(), "a fresh file's gate is open");
