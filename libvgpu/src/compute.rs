@@ -457,16 +457,36 @@ pub fn synchronized(running: bool, r: CUresult) -> CUresult {
     r
 }
 
-/// Before a blocking synchronisation: whether the newest launch in flight is still running. If it is,
-/// the synchronisation returns when it ends, which dates the end of its span (`synchronized`).
-pub fn syncing() -> bool {
+/// What a blocking synchronisation waits for (`syncing`).
+pub enum Synced {
+    /// A stream, as its entry point names it (`streams::named`).
+    Stream(CUstream),
+    /// Every stream of a context (null: the current one).
+    Context(CUcontext),
+}
+
+/// Before a blocking synchronisation of `what`: whether it waits for the newest launch in flight (its
+/// stream, or its context) and that launch is still running. If so, the synchronisation returns when
+/// that launch ends, which dates the end of its span (`synchronized`). A synchronisation of another
+/// stream or context, or of an event, dates nothing: it may return long after the span ended.
+pub fn syncing(what: Synced) -> bool {
     if off() {
         return false;
     }
     shares().any(|s| {
-        let Some(end) = lock(&s.timer.flights).newest_end() else {
+        let Some((end, stream, ctx)) = lock(&s.timer.flights).newest() else {
             return false;
         };
+        let waits_for_it = match what {
+            Synced::Stream(st) => st as usize == stream,
+            Synced::Context(c) if c.is_null() => {
+                crate::streams::context(std::ptr::null_mut()) == Ok(ctx)
+            }
+            Synced::Context(c) => c as usize == ctx,
+        };
+        if !waits_for_it {
+            return false;
+        }
         let _relaxed = Relaxed::enter();
         event_query(end) == CUDA_ERROR_NOT_READY
     })

@@ -117,9 +117,9 @@ impl Flights {
         }
     }
 
-    /// The newest launch's end event (what a synchronisation waits for last).
-    pub fn newest_end(&self) -> Option<CUevent> {
-        self.queue.back().map(|f| f.end)
+    /// The newest launch: its end event (what a synchronisation waits for last), stream and context.
+    pub fn newest(&self) -> Option<(CUevent, usize, usize)> {
+        self.queue.back().map(|f| (f.end, f.stream, f.ctx))
     }
 }
 
@@ -330,7 +330,7 @@ mod tests {
         assert_eq!(f.queue[2].start, ev(101));
         // The same stream of another context is another stream.
         assert_eq!(f.plan(2, 10).chained, None);
-        assert_eq!(f.newest_end(), Some(ev(301)));
+        assert_eq!(f.newest(), Some((ev(301), 10, 1)));
     }
 
     #[test]
