@@ -126,7 +126,7 @@ impl Flights {
 /// A launch's events between `Timer::begin` and `Timer::end`.
 pub struct Begun {
     pub start: CUevent,
-    pub end: Option<CUevent>,
+    pub end: CUevent,
     pub plan: Plan,
 }
 
@@ -162,55 +162,51 @@ impl Timer {
     /// unmeasured).
     pub fn begin(&self, ctx: usize, stream: CUstream) -> Option<Begun> {
         let plan = lock(&self.flights).plan(ctx, stream as usize);
-        let begun = |start| Begun {
-            start,
-            end: None,
-            plan,
+        let start = match plan.chained {
+            Some(start) => Some(start),
+            None => self.event(ctx),
         };
-        let mut b = match plan.chained {
-            Some(start) => begun(start),
-            None => {
-                let start = self.event(ctx)?;
-                begun(start)
-            }
+        let Some(start) = start else {
+            self.unplanned(ctx, plan, None, None);
+            return None;
         };
-        match self.event(ctx) {
-            Some(end) => b.end = Some(end),
-            None => {
-                self.give_back(ctx, b);
-                return None;
-            }
-        }
-        if plan.chained.is_none() && event_record(b.start, stream) != CUDA_SUCCESS {
-            self.give_back(ctx, b);
+        let Some(end) = self.event(ctx) else {
+            self.unplanned(ctx, plan, Some(start), None);
+            return None;
+        };
+        if plan.chained.is_none() && event_record(start, stream) != CUDA_SUCCESS {
+            self.unplanned(ctx, plan, Some(start), Some(end));
             return None;
         }
-        Some(b)
+        Some(Begun { start, end, plan })
     }
 
     /// The events of a launch that was not queued, or whose end could not be recorded: a chained start
     /// goes back to the launch that lent it (or, charged meanwhile, to the spare ones).
     pub fn give_back(&self, ctx: usize, b: Begun) {
-        let own_start = b.plan.chained.is_none() || !lock(&self.flights).unlend(b.start);
+        self.unplanned(ctx, b.plan, Some(b.start), Some(b.end));
+    }
+
+    fn unplanned(&self, ctx: usize, plan: Plan, start: Option<CUevent>, end: Option<CUevent>) {
+        let own_start = match plan.chained {
+            Some(lent) => !lock(&self.flights).unlend(lent),
+            None => true,
+        };
         let mut spare = lock(&self.spare);
-        if own_start {
-            spare.push((ctx, b.start as usize));
-        }
-        if let Some(end) = b.end {
-            spare.push((ctx, end as usize));
+        for e in [start.filter(|_| own_start), end].into_iter().flatten() {
+            spare.push((ctx, e as usize));
         }
     }
 
     /// Records the end event after a launch the driver took and puts the launch in flight; false (its
     /// events given back) when the end cannot be recorded.
     pub fn end(&self, ctx: usize, stream: CUstream, b: Begun, mut f: InFlight) -> bool {
-        let end = b.end.expect("begin returns a launch's end event");
-        if event_record(end, stream) != CUDA_SUCCESS {
+        if event_record(b.end, stream) != CUDA_SUCCESS {
             self.give_back(ctx, b);
             return false;
         }
         f.start = b.start;
-        f.end = end;
+        f.end = b.end;
         f.opens_span = b.plan.opens_span;
         lock(&self.flights).queue.push_back(f);
         true
