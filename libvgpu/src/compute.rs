@@ -4,8 +4,9 @@
 //! processes in its ledger (`vgpu_ledger::region::ComputeArea`); which launches reach here is
 //! `hooks::launch`'s. docs/libvgpu.md, "Compute share", has the design and its precision.
 //!
-//! Measuring: two CUDA events recorded around each launch on its stream; their elapsed time is read later
-//! with `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
+//! Measuring: CUDA events recorded around each launch on its stream (a launch queued behind one still in
+//! flight on its stream is timed from that one's end: `flight`); their elapsed time is read later with
+//! `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
 //! charged by `solo` (its solo time, or its part of the GPU's time when other contexts stretch it; a
 //! graph's kernels, read at instantiation by `hooks::graphs`, give its solo time). Until then the launch
 //! is debited from the bucket at an estimate (the moving average of measured launches), settled to the
@@ -21,7 +22,6 @@
 //!
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Duration;
@@ -39,8 +39,13 @@ use crate::records::RECORDS;
 
 mod busy;
 mod events;
+mod flight;
+use flight::{Begun, InFlight, Timer};
+mod graphs;
+mod trace;
 mod which;
-use events::{capturing, elapsed_ns, event_create, event_query, event_record, event_wait, Relaxed};
+use events::{capturing, elapsed_ns, event_query, event_wait, Relaxed};
+pub use graphs::graph_reparametrised;
 pub use which::off;
 use which::resolve;
 
@@ -96,28 +101,13 @@ fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
 
 // ---- one device's share in this process -----------------------------------------------------------------
 
-/// A launch recorded between two events, not yet charged.
-struct InFlight {
-    start: CUevent,
-    end: CUevent,
-    ctx: usize,
-    estimate: u64,
-    work: Work,
-    /// When it was queued (CLOCK_MONOTONIC ns): what bounds it when it can never be measured.
-    queued_at: u64,
-}
-
-// SAFETY: events are driver handles, usable from any thread.
-unsafe impl Send for InFlight {}
-
 struct Share {
     quota: DeviceQuota,
     ppm: u64,
     /// The bucket's capacity: `share × (1 − share) × window` (`window_capacity`).
     cap: i64,
-    in_flight: Mutex<VecDeque<InFlight>>,
-    /// Events whose launch was charged, for reuse, by context.
-    spare: Mutex<Vec<(usize, usize)>>,
+    /// The launches in flight, the open span and the events that time them (`flight`).
+    timer: Timer,
     /// Moving average of measured launch costs (ns).
     estimate: AtomicU64,
     /// Up to when (CLOCK_MONOTONIC ns) launches that could not be measured were charged wall time.
@@ -126,6 +116,8 @@ struct Share {
     solo: Mutex<SoloBook>,
     /// How many contexts keep the GPU busy, as the driver says (`busy`).
     busy: busy::Busy,
+    /// The debug trace's sums (`trace`).
+    trace: trace::Trace,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -152,29 +144,6 @@ pub fn nap_for(deficit: u64, ppm: u64) -> u64 {
 /// The grid a graph launch's `Work` has (a kernel's grid is never zero).
 pub const GRAPH_GRID: [u32; 3] = [0; 3];
 
-/// Logs, once per graph exec, what its first charge was based on.
-fn tell_graph(exec: usize, elapsed: u64, graph: Option<&Composition>, solo: Option<u64>) {
-    match (graph, solo) {
-        (Some(Composition::Kernels(k, m)), Some(ns)) => log::info(format_args!(
-            "compute share: graph exec {exec:#x}: {} kernel nodes and {} memset nodes ({} us estimated), solo time {} us from the kernels' own launches (first replay took {} us)",
-            k.iter().map(|(_, n)| *n as u64).sum::<u64>(),
-            m.count,
-            m.ns / 1000,
-            ns / 1000,
-            elapsed / 1000
-        )),
-        (Some(Composition::Kernels(k, m)), None) => log::info(format_args!(
-            "compute share: graph exec {exec:#x}: {} kernel nodes and {} memset nodes, not every kernel seen launched on its own (or none): charged by the graph's least time",
-            k.iter().map(|(_, n)| *n as u64).sum::<u64>(),
-            m.count
-        )),
-        (Some(Composition::Opaque(why)), _) => log::info(format_args!(
-            "compute share: graph exec {exec:#x}: {why}: charged by the graph's least time"
-        )),
-        (None, _) => {}
-    }
-}
-
 /// A graph exec was instantiated (or updated) under a share: what it runs, for its solo time. What was
 /// learned of an earlier exec of the same handle is forgotten.
 pub fn graph_composed(exec: usize, c: Composition) {
@@ -182,18 +151,6 @@ pub fn graph_composed(exec: usize, c: Composition) {
     RECORDS
         .graph_work
         .insert(exec as u64, std::sync::Arc::new(c));
-}
-
-/// A graph exec's node parameters were set after instantiation (`cuGraphExec*SetParams`): its kernels
-/// are no longer known; its least time stays (work changed this way is charged its new time as the
-/// least time creeps up, as before kernel compositions were read).
-pub fn graph_reparametrised(exec: usize) {
-    RECORDS.graph_work.insert(
-        exec as u64,
-        std::sync::Arc::new(Composition::Opaque(
-            "node parameters set after instantiation",
-        )),
-    );
 }
 
 /// A graph exec was destroyed: forget its composition and its least time (the handle may come back as
@@ -224,12 +181,12 @@ impl Share {
             quota,
             ppm,
             cap: window_capacity(window_ms as u64 * 1_000_000, ppm),
-            in_flight: Mutex::new(VecDeque::new()),
-            spare: Mutex::new(Vec::new()),
+            timer: Timer::default(),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
             unmeasured_until: AtomicU64::new(0),
             busy,
             solo: Mutex::new(SoloBook::default()),
+            trace: trace::Trace::default(),
         }
     }
 
@@ -241,30 +198,33 @@ impl Share {
     /// The queue's lock is never held across a driver call. The queries run in relaxed capture mode: in
     /// the default (global) mode a query while another stream of the process captures a graph would
     /// invalidate the application's capture.
-    fn harvest(&self) {
+    ///
+    /// `ended_at`: a blocking synchronisation that found the newest launch still running returned then,
+    /// so the span's work ended about then (`flight::Span::waited`); None elsewhere.
+    fn harvest(&self, ended_at: Option<u64>) {
         if FORKED.load(Ordering::Relaxed) {
             self.forget_parent();
             return;
         }
-        if lock(&self.in_flight).is_empty() {
+        if lock(&self.timer.flights).queue.is_empty() {
             return;
         }
         let _relaxed = Relaxed::enter();
         loop {
-            let Some(f) = lock(&self.in_flight).pop_front() else {
+            let Some(f) = lock(&self.timer.flights).queue.pop_front() else {
                 return;
             };
             match event_query(f.end) {
                 CUDA_ERROR_NOT_READY => {
-                    lock(&self.in_flight).push_front(f);
+                    lock(&self.timer.flights).queue.push_front(f);
                     return;
                 }
                 CUDA_SUCCESS => {
                     let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
                     self.charge(&f, elapsed);
-                    let mut spare = lock(&self.spare);
-                    spare.push((f.ctx, f.start as usize));
-                    spare.push((f.ctx, f.end as usize));
+                    if let Some(ns) = self.timer.settled(&f, ended_at) {
+                        self.waited(ns);
+                    }
                 }
                 _ => {
                     // The context is gone or broken: the launch is never measured. It ran at most from when
@@ -284,12 +244,7 @@ impl Share {
     /// driver state is not the child's), so they are dropped uncharged; the parent charges them. A lock
     /// another thread held at the fork stays held in the child: then nothing is dropped.
     fn forget_parent(&self) {
-        if let Ok(mut q) = self.in_flight.try_lock() {
-            q.clear();
-        }
-        if let Ok(mut s) = self.spare.try_lock() {
-            s.clear();
-        }
+        self.timer.forget_parent();
     }
 
     /// Charges a measured launch (`solo`) and settles its debit.
@@ -299,12 +254,20 @@ impl Share {
             .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
             .flatten();
         let sharers = self.busy.sharers(mono_ns());
-        let (ns, tell) =
-            lock(&self.solo).charge_telling(f.work, elapsed, graph.as_deref(), sharers);
+        let (ns, tell, read_as) = {
+            let mut book = lock(&self.solo);
+            let (ns, tell) = book.charge_telling(f.work, elapsed, graph.as_deref(), sharers);
+            (ns, tell, book.read_as())
+        };
         if let Some(solo) = tell {
-            tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
+            graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
         }
-        self.area().settle(ns, f.estimate);
+        let tokens = self.area().settle(ns, f.estimate);
+        if trace::on() {
+            self.trace.charged(elapsed, ns, sharers, read_as);
+            let gate = self.area().gate_closed();
+            self.trace.tick(mono_ns(), self.quota.ordinal, tokens, gate);
+        }
         let e = self.estimate.load(Ordering::Relaxed);
         self.estimate.store(averaged(e, ns), Ordering::Relaxed);
     }
@@ -316,7 +279,8 @@ impl Share {
             self.forget_parent();
             return;
         }
-        let ends: Vec<usize> = lock(&self.in_flight)
+        let ends: Vec<usize> = lock(&self.timer.flights)
+            .queue
             .iter()
             .filter(|f| ctx.is_none_or(|c| f.ctx == c))
             .map(|f| f.end as usize)
@@ -327,10 +291,9 @@ impl Share {
                 event_wait(e as CUevent);
             }
         }
-        self.harvest();
+        self.harvest(None);
         if let Some(c) = ctx {
-            // Its events die with it.
-            lock(&self.spare).retain(|&(owner, _)| owner != c);
+            self.timer.forget_context(c);
         }
     }
 
@@ -349,12 +312,12 @@ impl Share {
     /// Waits while the bucket (what is in flight debited) is used up, and then (the gate closed) until
     /// it is full again.
     fn admit(&self) {
-        self.harvest();
+        self.harvest(None);
         let area = self.area();
         let mut held = 0u64;
         loop {
             let tokens = self.tokens();
-            let busy = lock(&self.in_flight).len() >= MAX_IN_FLIGHT;
+            let busy = lock(&self.timer.flights).queue.len() >= MAX_IN_FLIGHT;
             let deficit = if !area.open_gate_if_full(tokens, self.cap) {
                 self.cap - tokens
             } else if tokens > 0 && !busy {
@@ -368,71 +331,52 @@ impl Share {
             let nap = nap_for(deficit.max(0) as u64, self.ppm);
             std::thread::sleep(Duration::from_nanos(nap));
             held += nap;
-            self.harvest();
+            if trace::on() {
+                self.trace.held(nap);
+                let gate = area.gate_closed();
+                self.trace
+                    .tick(mono_ns(), self.quota.ordinal, area.tokens(), gate);
+            }
+            self.harvest(None);
         }
         if held > 0 {
             self.area().held(held);
         }
     }
 
-    /// An event of context `ctx`: a spare one, else one made with `ctx` current (events and the stream
-    /// they are recorded on must be of one context, whatever context the launching thread has current).
-    fn event(&self, ctx: usize) -> Option<CUevent> {
-        {
-            let mut spare = lock(&self.spare);
-            if let Some(i) = spare.iter().position(|&(c, _)| c == ctx) {
-                return Some(spare.swap_remove(i).1 as CUevent);
-            }
-        }
-        let mut e: CUevent = std::ptr::null_mut();
-        let r = crate::streams::in_context(ctx, || event_create(&mut e));
-        (r == Ok(CUDA_SUCCESS)).then_some(e)
-    }
-
-    /// Records the start event; None when events cannot be had (the launch then goes unmeasured).
-    fn begin(&self, ctx: usize, stream: CUstream) -> Option<(CUevent, CUevent)> {
-        let start = self.event(ctx)?;
-        let Some(end) = self.event(ctx) else {
-            lock(&self.spare).push((ctx, start as usize));
-            return None;
-        };
-        if event_record(start, stream) != CUDA_SUCCESS {
-            let mut spare = lock(&self.spare);
-            spare.push((ctx, start as usize));
-            spare.push((ctx, end as usize));
-            return None;
-        }
-        Some((start, end))
-    }
-
     /// Records the end event after a launch the driver took; the launch is now in flight. When the end
     /// cannot be recorded the launch is charged unmeasured.
-    fn end(
-        &self,
-        ctx: usize,
-        stream: CUstream,
-        (start, end): (CUevent, CUevent),
-        work: Work,
-        queued_at: u64,
-    ) {
-        if event_record(end, stream) != CUDA_SUCCESS {
-            let mut spare = lock(&self.spare);
-            spare.push((ctx, start as usize));
-            spare.push((ctx, end as usize));
-            drop(spare);
-            self.unmeasured();
-            return;
-        }
+    fn end(&self, ctx: usize, stream: CUstream, b: Begun, work: Work, queued_at: u64) {
         let estimate = self.estimate.load(Ordering::Relaxed);
-        self.area().debit(estimate);
-        lock(&self.in_flight).push_back(InFlight {
-            start,
-            end,
+        let f = InFlight {
+            start: b.start,
+            end: b.start,
             ctx,
+            stream: stream as usize,
             estimate,
             work,
             queued_at,
-        });
+            lent_end: false,
+            opens_span: false,
+        };
+        if self.timer.end(ctx, stream, b, f) {
+            self.area().debit(estimate);
+        } else {
+            self.unmeasured();
+        }
+    }
+
+    /// A span's first launch waited `ns` before the GPU took it up: charged its part beside busy
+    /// neighbours (`solo::SoloBook::charge_wait`).
+    fn waited(&self, ns: u64) {
+        let sharers = self.busy.sharers(mono_ns());
+        let charge = lock(&self.solo).charge_wait(ns, sharers);
+        if charge > 0 {
+            self.area().charge(charge);
+            if trace::on() {
+                self.trace.charged(ns, charge, sharers, 0);
+            }
+        }
     }
 
     /// A launch the driver took that cannot be measured (no events in its context): charged at once
@@ -472,18 +416,16 @@ pub fn throttled(
         return launch();
     }
     share.admit();
-    let events = share.begin(ctx, stream);
+    let begun = share.timer.begin(ctx, stream);
     let queued_at = mono_ns();
     let r = launch();
     if r == CUDA_SUCCESS {
-        match events {
-            Some(ev) => share.end(ctx, stream, ev, work, queued_at),
+        match begun {
+            Some(b) => share.end(ctx, stream, b, work, queued_at),
             None => share.unmeasured(),
         }
-    } else if let Some((a, b)) = events {
-        let mut spare = lock(&share.spare);
-        spare.push((ctx, a as usize));
-        spare.push((ctx, b as usize));
+    } else if let Some(b) = begun {
+        share.timer.give_back(ctx, b);
     }
     r
 }
@@ -505,13 +447,49 @@ fn shares() -> impl Iterator<Item = &'static Share> {
 /// After the application synchronised (a stream, its context, an event; `r`: the driver's answer,
 /// passed through): what finished is charged now, not at the next launch (a process may never launch
 /// again).
-pub fn synchronized(r: CUresult) -> CUresult {
+pub fn synchronized(running: bool, r: CUresult) -> CUresult {
     if !off() {
+        let ended_at = running.then(mono_ns);
         for s in shares() {
-            s.harvest();
+            s.harvest(ended_at);
         }
     }
     r
+}
+
+/// What a blocking synchronisation waits for (`syncing`).
+pub enum Synced {
+    /// A stream, as its entry point names it (`streams::named`).
+    Stream(CUstream),
+    /// Every stream of a context (null: the current one).
+    Context(CUcontext),
+}
+
+/// Before a blocking synchronisation of `what`: whether it waits for the newest launch in flight (its
+/// stream, or its context) and that launch is still running. If so, the synchronisation returns when
+/// that launch ends, which dates the end of its span (`synchronized`). A synchronisation of another
+/// stream or context, or of an event, dates nothing: it may return long after the span ended.
+pub fn syncing(what: Synced) -> bool {
+    if off() {
+        return false;
+    }
+    shares().any(|s| {
+        let Some((end, stream, ctx)) = lock(&s.timer.flights).newest() else {
+            return false;
+        };
+        let waits_for_it = match what {
+            Synced::Stream(st) => st as usize == stream,
+            Synced::Context(c) if c.is_null() => {
+                crate::streams::context(std::ptr::null_mut()) == Ok(ctx)
+            }
+            Synced::Context(c) => c as usize == ctx,
+        };
+        if !waits_for_it {
+            return false;
+        }
+        let _relaxed = Relaxed::enter();
+        event_query(end) == CUDA_ERROR_NOT_READY
+    })
 }
 
 /// Context `ctx` is about to be destroyed (or a primary context reset): its launches in flight are

@@ -19,12 +19,15 @@
 //! Sharing the GPU's time: the solo charge above leaves out what the GPU loses switching between busy
 //! contexts (~10% of an H100 with two), and that loss then falls on a neighbour whose share is not
 //! held back by its bucket (the 70% tenant beside a 30% one got 59–62%). So the book also keeps how
-//! stretched its recent work is, `Σ elapsed / Σ solo time` over about `STRETCH_HORIZON_NS` of work, and
-//! reads it as the number of busy contexts the GPU shares its time among: `n = ⌊stretch⌋`. From two on,
-//! a launch is charged `elapsed / n`, its fair part of the time its work held the GPU's queue, the
-//! switching included; below two, its solo charge. A saturated GPU's clock and the switching stretch
-//! work by less than 3/2, so the floor reads two or three contexts right. Nothing here reads another
-//! tenant's state: each process learns from its own launches.
+//! stretched its recent work is, `Σ elapsed / Σ solo charge` over about `STRETCH_HORIZON_NS` of work
+//! (elapsed: the time the work was queued on the GPU, `compute::flight`), and reads it as the number of
+//! busy contexts the GPU shares its time among, unrounded and at most what the driver counts
+//! (`compute::busy`): a launch is charged `elapsed / s`, so the recent work's charges sum to the larger
+//! of its solo time and its part of the queue time (`Σ elapsed / sharers`). (Rounded down, a stretch
+//! of 1.9 read as one context charged each launch the larger of its solo charge and half its elapsed
+//! time, launch by launch: more than either sum, and a 30% tenant of 4096² matmuls got 21.9% against a
+//! 27.1% target on an H100.) Alone (the driver counts no other busy process) a launch is charged what it
+//! took. Nothing here reads another tenant's state: each process learns from its own launches.
 
 use std::collections::{HashMap, HashSet};
 
@@ -148,7 +151,7 @@ impl Composition {
 
 /// How many busy contexts the GPU's time is shared among, read from how stretched recent work was:
 /// `⌊Σ elapsed / Σ solo⌋`, 1 to `MAX_SHARERS` (1 when nothing was measured).
-pub fn sharers(stretched: u64, solo: u64) -> u64 {
+pub fn sharers_of(stretched: u64, solo: u64) -> u64 {
     if solo == 0 {
         return 1;
     }
@@ -179,6 +182,8 @@ pub struct SoloBook {
     /// Recent launches' elapsed times and solo times, summed (decayed together).
     stretched: u64,
     solo: u64,
+    /// How many contexts the last charge read the stretch as (for the trace).
+    read_as: u64,
 }
 
 impl SoloBook {
@@ -210,30 +215,45 @@ impl SoloBook {
         let floor = self.floors.entry(work).or_insert(elapsed);
         let own = charged(elapsed, *floor).0;
         let solo_charge = composed.map_or(own, |c| own.min(c.saturating_add(c / 8)));
-        let solo = (*floor).min(elapsed).min(composed.unwrap_or(u64::MAX));
         // The work's own floor learns from its own launches only.
         *floor = charged(elapsed, *floor).1;
-        let sharers = sharers.clamp(1, MAX_SHARERS);
-        let n = self.stretch(elapsed, solo).min(sharers);
-        let charge = if sharers == 1 {
-            elapsed
-        } else if n >= 2 {
-            elapsed / n
-        } else {
-            solo_charge
-        };
-        (charge.max(elapsed / sharers), tell)
+        (self.shared(elapsed, solo_charge, sharers), tell)
     }
 
-    /// Adds a launch to the recent sums; returns how many busy contexts they say the GPU is shared among.
-    fn stretch(&mut self, elapsed: u64, solo: u64) -> u64 {
+    /// What the time a span's first launch waited before the GPU took it up is charged (`compute`:
+    /// measured at a blocking synchronisation): time its work was queued with none of it running, its
+    /// part of which is the tenant's beside busy neighbours and nothing alone (a launch's latency).
+    pub fn charge_wait(&mut self, waited: u64, sharers: u64) -> u64 {
+        if sharers <= 1 || waited == 0 {
+            return 0;
+        }
+        self.shared(waited, 0, sharers)
+    }
+
+    /// The charge of `elapsed` of queued time whose own work was `solo` beside `sharers` busy contexts
+    /// (the driver's count, this process included): what it took when alone; else its part of the
+    /// time, `elapsed / s` with `s` the recent stretch `Σ elapsed / Σ solo` read as a number of contexts
+    /// (not rounded: a stretch of 1.9 is not one context) and bounded by `sharers`. So over the recent
+    /// work the charges sum to `max(Σ solo, Σ elapsed / sharers)`.
+    fn shared(&mut self, elapsed: u64, solo: u64, sharers: u64) -> u64 {
         self.stretched = self.stretched.saturating_add(elapsed);
         self.solo = self.solo.saturating_add(solo);
-        if self.solo > STRETCH_HORIZON_NS {
+        if self.solo > STRETCH_HORIZON_NS || self.stretched > STRETCH_HORIZON_NS * MAX_SHARERS {
             self.stretched /= 2;
             self.solo /= 2;
         }
-        sharers(self.stretched, self.solo)
+        let sharers = sharers.clamp(1, MAX_SHARERS);
+        self.read_as = sharers.min(sharers_of(self.stretched, self.solo));
+        if sharers == 1 {
+            return elapsed;
+        }
+        let part = (elapsed as u128 * self.solo as u128 / self.stretched.max(1) as u128) as u64;
+        part.min(elapsed).max(elapsed / sharers)
+    }
+
+    /// How many busy contexts the last charge read its stretch as (1 to `MAX_SHARERS`).
+    pub fn read_as(&self) -> u64 {
+        self.read_as
     }
 
     /// Forgets what was learned of `work` (a graph exec destroyed or updated: its handle may come back as
@@ -294,7 +314,13 @@ mod tests {
             .map(|_| b.charge(GRAPH, 31 * MS, Some(&g)))
             .collect();
         let solo = 8 * b.floor((K.func, K.grid)).unwrap();
-        assert!(charges.iter().all(|&c| c == solo + solo / 8), "{charges:?}");
+        // Charged by the recent stretch: the eager launches' part of it fades within a few replays.
+        assert!(
+            charges[10..]
+                .iter()
+                .all(|&c| c.abs_diff(solo + solo / 8) < MS / 10),
+            "{charges:?}"
+        );
         // The same graph without its kernels' solo time known: its own least time (the old charge).
         let mut fresh = SoloBook::default();
         assert_eq!(fresh.charge(GRAPH, 31 * MS, Some(&g)), 31 * MS);
@@ -323,7 +349,11 @@ mod tests {
             b.charge((K.func, K.grid), e * MS, None);
         }
         let solo = 16 * MS;
-        assert_eq!(b.charge(GRAPH, 31 * MS, Some(&g)), solo + solo / 8);
+        let last = (0..20).map(|_| b.charge(GRAPH, 31 * MS, Some(&g))).last();
+        assert!(
+            last.unwrap().abs_diff(solo + solo / 8) < MS / 10,
+            "{last:?}"
+        );
         // A large memset counts its bytes at 200 GB/s: 400 MB is 2 ms.
         let big = compose(1, &|_g| Some(vec![1, 2]), &|n| {
             if n == 1 {
@@ -343,7 +373,8 @@ mod tests {
         // Its kernels overlap (branches): alone the graph takes 10 ms, less than 8 × 2.
         assert_eq!(b.charge(GRAPH, 10 * MS, Some(&g)), 10 * MS);
         // 30 ms beside one busy neighbour: its least time's 9/8 (11.25 ms) is below half of what it took.
-        assert_eq!(b.charge(GRAPH, 30 * MS, Some(&g)), 15 * MS);
+        let last = (0..20).map(|_| b.charge(GRAPH, 30 * MS, Some(&g))).last();
+        assert_eq!(last, Some(15 * MS));
     }
 
     #[test]
@@ -422,15 +453,15 @@ mod tests {
 
     #[test]
     fn stretch_reads_as_the_number_of_busy_contexts() {
-        assert_eq!(sharers(0, 0), 1);
+        assert_eq!(sharers_of(0, 0), 1);
         // alone, and alone on a saturated GPU whose clock dropped (work ~15% slower than its best)
-        assert_eq!(sharers(100, 100), 1);
-        assert_eq!(sharers(115, 100), 1);
+        assert_eq!(sharers_of(100, 100), 1);
+        assert_eq!(sharers_of(115, 100), 1);
         // two contexts, with what switching and the clock add; three
-        assert_eq!(sharers(200, 100), 2);
-        assert_eq!(sharers(250, 100), 2);
-        assert_eq!(sharers(310, 100), 3);
-        assert_eq!(sharers(u64::MAX, 1), MAX_SHARERS);
+        assert_eq!(sharers_of(200, 100), 2);
+        assert_eq!(sharers_of(250, 100), 2);
+        assert_eq!(sharers_of(310, 100), 3);
+        assert_eq!(sharers_of(u64::MAX, 1), MAX_SHARERS);
     }
 
     // Regression (H100, 2026-11-24, two processes at 30/70 time-sliced: 30.6 / 61.7): charged its solo
@@ -464,7 +495,56 @@ mod tests {
         for _ in 0..200 {
             b.charge(k, 2 * MS, None);
         }
-        assert_eq!(b.charge(k, 2 * MS, None), 2 * MS);
+        assert!(b.charge(k, 2 * MS, None).abs_diff(2 * MS) < 2 * MS / 100);
+    }
+
+    // Regression (H100, 2026-11-27, a 30/70 pair of 4096² matmul loops: the 30% tenant got 21.9% against a
+    // target of 27.1): beside a busy neighbour whose slices its kernels straddle only now and then, the
+    // stretch stays under two, and each launch was charged the larger of its solo charge and half its
+    // elapsed time, launch by launch: 7.5 ms per cycle of 2 + 2 + 7 ms here, more than either the work's
+    // solo time (6.25 ms) or half the queue time (5.5 ms). The stretch is now read unrounded over the
+    // recent work, whose charges sum to the larger of the two.
+    #[test]
+    fn a_stretch_under_two_charges_the_recent_work_its_solo_time_not_launch_by_launch_maxima() {
+        let k = (K.func, K.grid);
+        let mut b = SoloBook::default();
+        b.charge(k, 2 * MS, None);
+        let cycle = |b: &mut SoloBook| -> u64 {
+            [2, 2, 7].iter().map(|&e| b.charge(k, e * MS, None)).sum()
+        };
+        for _ in 0..100 {
+            cycle(&mut b);
+        }
+        let per: u64 = (0..100).map(|_| cycle(&mut b)).sum::<u64>() / 100;
+        assert!(per.abs_diff(6_250_000) < 100_000, "{per} ns per cycle");
+        // Stretched past two (2 + 2 + 9.5 ms): half the queue time, as before.
+        let long = |b: &mut SoloBook| -> u64 {
+            [2_000_000, 2_000_000, 9_500_000]
+                .iter()
+                .map(|&e| b.charge(k, e, None))
+                .sum()
+        };
+        for _ in 0..100 {
+            long(&mut b);
+        }
+        assert_eq!(long(&mut b), 6_750_000);
+    }
+
+    #[test]
+    fn a_wait_before_the_gpu_took_the_work_up_is_charged_its_part_beside_busy_neighbours() {
+        let k = (K.func, K.grid);
+        let mut b = SoloBook::default();
+        // Alone, a wait is a launch's latency: nothing.
+        assert_eq!(b.charge_wait(5 * MS, 1), 0);
+        // Batches of 4 ms of work that each waited out a neighbour's 5 ms slice: half of the 9 ms.
+        let mut charged = 0;
+        for _ in 0..200 {
+            charged =
+                b.charge(k, 2 * MS, None) + b.charge(k, 2 * MS, None) + b.charge_wait(5 * MS, 2);
+        }
+        assert!(charged.abs_diff(4_500_000) < 50_000, "{charged}");
+        // Never more than the wait, never less than its part among the driver's count of sharers.
+        assert!(b.charge_wait(MS, 4) >= MS / 4 && b.charge_wait(MS, 4) <= MS);
     }
 
     // Regression (issue 24, item 5): one short launch of a kernel, then launches of the same function

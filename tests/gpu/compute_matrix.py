@@ -1,42 +1,69 @@
 #!/usr/bin/env python3
 """A workload written for the compute share's precision check (issue 24), not one it was calibrated on.
 
-    compute_matrix.py --n N [--graph] --seconds S [--warmup W] [--start-at T]
+    compute_matrix.py --n N [--mode eager|graph|compile] --seconds S [--warmup W] [--barrier DIR --parties P]
 
-A bf16 matmul loop of N x N matrices (2048: short kernels, 4096: medium, 8192: long). Eager: 24 matmuls,
-then a synchronisation; graph: a CUDA graph of 24 matmuls replayed, a synchronisation every replay. The
-loop runs W seconds untimed (the capped process spends its fresh bucket's credit), then counts the matmuls
-done in S seconds. `--start-at` (time.time()) lines up the processes of a pair. Last stdout line:
-`RESULT {json}` with matmuls per second.
+A bf16 matmul loop of N x N matrices (2048: short kernels, 4096: medium, 8192: long), 24 matmuls a step and a
+synchronisation after each step. eager: 24 `torch.matmul`s; graph: a CUDA graph of them, replayed;
+compile: `torch.compile` of 24 matmuls each followed by a scaled tanh (Inductor: cuBLAS's matmul and a
+Triton kernel launched by Triton's own launcher). The loop runs W seconds untimed (the capped process
+spends its fresh bucket's credit), then counts the matmuls done in S seconds. `--barrier DIR --parties P`
+lines up the processes of a pair: each starts once P processes are ready (set up, compiled). Last stdout
+line: `RESULT {json}` with matmuls per second and `ticks`, [CLOCK_MONOTONIC ms, matmuls so far] about
+every 100 ms from the warm-up's start (the library's trace uses the same clock).
 """
 import argparse
 import json
+import os
 import time
 
 import torch
 
 
+def lined_up(barrier, parties):
+    if not barrier:
+        return
+    os.makedirs(barrier, exist_ok=True)
+    open(os.path.join(barrier, str(os.getpid())), "w").close()
+    deadline = time.time() + 180
+    while len(os.listdir(barrier)) < parties and time.time() < deadline:
+        time.sleep(0.005)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, required=True)
-    ap.add_argument("--graph", action="store_true")
+    ap.add_argument("--mode", choices=["eager", "graph", "compile"], default="eager")
+    ap.add_argument("--graph", action="store_true", help="the same as --mode graph")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=2.0)
-    ap.add_argument("--start-at", type=float, default=0.0)
+    ap.add_argument("--barrier", default="")
+    ap.add_argument("--parties", type=int, default=2)
     a = ap.parse_args()
+    mode = "graph" if a.graph else a.mode
     per = 24
     x = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
     y = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
     z = torch.empty(a.n, a.n, device="cuda", dtype=torch.bfloat16)
+    scale = 1.0 / a.n ** 0.5
 
     def batch():
         for _ in range(per):
             torch.matmul(x, y, out=z)
 
-    batch()
-    torch.cuda.synchronize()
     step = batch
-    if a.graph:
+    if mode == "compile":
+        def chain(u, v):
+            for _ in range(per):
+                u = torch.tanh((u @ v) * scale)
+            return u
+        compiled = torch.compile(chain)
+
+        def step():
+            compiled(x, y)
+    step()
+    torch.cuda.synchronize()
+    if mode == "graph":
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -46,22 +73,37 @@ def main():
         with torch.cuda.graph(g):
             batch()
         step = g.replay
+    step()
     torch.cuda.synchronize()
-    if a.start_at:
-        time.sleep(max(0.0, a.start_at - time.time()))
+    lined_up(a.barrier, a.parties)
+    ticks = []
+    done = 0
+    next_tick = 0
+
+    def tick():
+        nonlocal next_tick
+        now = time.monotonic_ns() // 1_000_000
+        if now >= next_tick:
+            ticks.append([now, done])
+            next_tick = now + 100
+
     end = time.time() + a.warmup
     while time.time() < end:
         step()
         torch.cuda.synchronize()
-    done = 0
+        done += per
+        tick()
+    start_done = done
     t0 = time.time()
     while time.time() - t0 < a.seconds:
         step()
         torch.cuda.synchronize()
         done += per
+        tick()
     dt = time.time() - t0
-    print("RESULT " + json.dumps({"n": a.n, "graph": a.graph, "matmuls": done, "seconds": round(dt, 3),
-                                  "per_s": round(done / dt, 2)}), flush=True)
+    ticks.append([time.monotonic_ns() // 1_000_000, done])
+    print("RESULT " + json.dumps({"n": a.n, "mode": mode, "matmuls": done - start_done, "seconds": round(dt, 3),
+                                  "per_s": round((done - start_done) / dt, 2), "ticks": ticks}), flush=True)
 
 
 if __name__ == "__main__":

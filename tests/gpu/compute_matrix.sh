@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The compute share's precision matrix on a real GPU (issue 24): a benchmark that prints numbers, not a
-# test. For each kernel length (bf16 matmuls of 2048², 4096², 8192²) and each of eager and CUDA graphs,
-# tests/gpu/compute_matrix.py runs alone without the library, then as two unlimited processes at once,
-# then as a 30/70 pair under the library (two containers: two ledgers), all in this one run. Each result
-# is a throughput against the same loop alone (percent); the target is each capped tenant within 5 points
-# of its share of what the unlimited pair together got, and the capped pair's sum not below the unlimited
-# pair's. Writes $OUT/compute-matrix.txt. Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES
-# ("2048 4096 8192"), MATRIX_MODES ("eager graph"), PY (/opt/torch/.venv/bin/python3).
+# test. For each kernel length (bf16 matmuls of 2048², 4096², 8192²) and each of eager, CUDA graphs and
+# torch.compile, tests/gpu/compute_matrix.py runs alone without the library, then as two unlimited
+# processes at once, then as a 30/70 pair under the library (two ledgers, as two containers), then (with
+# MATRIX_ALONE) alone under each share, all in this one run. Each result is a throughput against the same
+# loop alone (percent); the target is each capped tenant within 5 points of its share of what the
+# unlimited pair together got, the capped pair's sum not below the unlimited pair's, and alone within 3
+# points of the share. Writes $OUT/compute-matrix.txt and, with MATRIX_TRACE=1, every process's output
+# and the library's debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py
+# reads a pair's). Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES ("2048 4096 8192"),
+# MATRIX_MODES ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the
+# cells MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default),
+# PY (/opt/torch/.venv/bin/python3).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
@@ -16,7 +21,10 @@ py=${PY:-/opt/torch/.venv/bin/python3}
 mkdir -p "$out"
 W=$(mktemp -d /tmp/vgpu-matrix.XXXXXX)
 trap 'rm -rf "$W"' EXIT
+export TORCHINDUCTOR_CACHE_DIR=$W/inductor
 res=$out/compute-matrix.txt
+logs=$out/matrix-logs
+[ "${MATRIX_TRACE:-0}" = 1 ] && mkdir -p "$logs"
 # run NAME SM ARGS...: SM "none" without the library; prints matmuls per second.
 run() {
     local name=$1 sm=$2; shift 2
@@ -24,27 +32,33 @@ run() {
         "$py" tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
     else
         LD_PRELOAD="$lib" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$name" CUDA_DEVICE_SM_LIMIT="$sm" \
+            LIBCUDA_LOG_LEVEL=$([ "${MATRIX_TRACE:-0}" = 1 ] && echo 3 || echo 1) \
             "$py" tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
     fi
-    grep '^RESULT' "$W/$name.out" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()[7:])["per_s"])' 2>/dev/null || echo 0
+    [ -d "$logs" ] && cp "$W/$name.out" "$W/$name.err" "$logs/"
+    grep '^RESULT' "$W/$name.out" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()[7:])["per_s"])' 2>/dev/null \
+        || { tail -3 "$W/$name.err" >&2; echo 0; }
 }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "-" }'; }
-printf '%-6s %-5s %8s | %-13s | %-13s | %s\n' size mode alone/s "unlimited a/b" "capped 30/70" "targets 30/70 (share x unlimited sum)" | tee "$res"
-for mode in ${MATRIX_MODES:-eager graph}; do
-    g=; [ "$mode" = graph ] && g=--graph
+printf '%-6s %-7s %8s | %-13s | %-13s | %s\n' size mode alone/s "unlimited a/b" "capped 30/70" "targets 30/70 (share x unlimited sum)" | tee "$res"
+for mode in ${MATRIX_MODES:-eager graph compile}; do
     for n in ${MATRIX_SIZES:-2048 4096 8192}; do
-        alone=$(run "alone-$n-$mode" none --n "$n" $g)
-        at=$(python3 -c 'import time; print(time.time() + 7)')
-        run "ua-$n-$mode" none --n "$n" $g --start-at "$at" >"$W/ua" &
-        run "ub-$n-$mode" none --n "$n" $g --start-at "$at" >"$W/ub"; wait
-        at=$(python3 -c 'import time; print(time.time() + 7)')
-        run "c30-$n-$mode" 30 --n "$n" $g --start-at "$at" >"$W/c30" &
-        run "c70-$n-$mode" 70 --n "$n" $g --start-at "$at" >"$W/c70"; wait
+        t0=$(date +%s)
+        alone=$(run "alone-$n-$mode" none --n "$n" --mode "$mode")
+        run "ua-$n-$mode" none --n "$n" --mode "$mode" --barrier "$W/b-u-$n-$mode" >"$W/ua" &
+        run "ub-$n-$mode" none --n "$n" --mode "$mode" --barrier "$W/b-u-$n-$mode" >"$W/ub"; wait
+        run "c30-$n-$mode" 30 --n "$n" --mode "$mode" --barrier "$W/b-c-$n-$mode" >"$W/c30" &
+        run "c70-$n-$mode" 70 --n "$n" --mode "$mode" --barrier "$W/b-c-$n-$mode" >"$W/c70"; wait
         ua=$(pct "$(cat "$W/ua")" "$alone"); ub=$(pct "$(cat "$W/ub")" "$alone")
         c30=$(pct "$(cat "$W/c30")" "$alone"); c70=$(pct "$(cat "$W/c70")" "$alone")
         sum=$(awk -v a="$ua" -v b="$ub" 'BEGIN { print a + b }')
-        printf '%-6s %-5s %8s | %5s / %5s | %5s / %5s | %.1f / %.1f (capped sum %.1f, unlimited %.1f)\n' "$n" "$mode" "$alone" \
+        solo=; unset solo_shares
+        case " ${MATRIX_ALONE_CELLS:-$n-$mode} " in *" $n-$mode "*) ;; *) solo_shares= ;; esac
+        for s in ${solo_shares-${MATRIX_ALONE:-}}; do
+            solo="$solo ${s}%-alone $(pct "$(run "s$s-$n-$mode" "$s" --n "$n" --mode "$mode")" "$alone")"
+        done
+        printf '%-6s %-7s %8s | %5s / %5s | %5s / %5s | %.1f / %.1f (capped sum %.1f, unlimited %.1f)%s [%ss]\n' "$n" "$mode" "$alone" \
             "$ua" "$ub" "$c30" "$c70" "$(awk -v s="$sum" 'BEGIN { print 0.3 * s }')" "$(awk -v s="$sum" 'BEGIN { print 0.7 * s }')" \
-            "$(awk -v a="$c30" -v b="$c70" 'BEGIN { print a + b }')" "$sum" | tee -a "$res"
+            "$(awk -v a="$c30" -v b="$c70" 'BEGIN { print a + b }')" "$sum" "$solo" "$(($(date +%s) - t0))" | tee -a "$res"
     done
 done

@@ -12,20 +12,5 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
 nvcc -O2 -arch=sm_90 -o "$work/nocur_probe" "$root/tests/gpu/nocur_probe.cu" -lcuda || exit 1
-used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
-procs() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr '\n' ';'; }
-sampled() {
-    "$@" 2>&1 | while IFS= read -r l; do
-        echo "  $l"
-        case $l in stage=*) echo "  device_used_mib=$(used) per_process=[$(procs)]";; esac
-    done
-}
-echo "== without the library (device used $(used) MiB before)"
-sampled "$work/nocur_probe"
-for L in "$lib" ${VGPU_LIB_BEFORE:+"$(realpath -m "$VGPU_LIB_BEFORE")"}; do
-    for q in 1G 8G; do
-        echo "== $L, quota $q"
-        sampled env LD_PRELOAD="$L" CUDA_DEVICE_MEMORY_LIMIT=$q CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/c-$q-$RANDOM" \
-            LIBCUDA_LOG_LEVEL=1 "$work/nocur_probe"
-    done
-done
+. "$root/tests/gpu/lib.sh"
+quota_stages "$work/nocur_probe" "$lib" ${VGPU_LIB_BEFORE:+"$(realpath -m "$VGPU_LIB_BEFORE")"}

@@ -19,14 +19,7 @@ nvcc -O2 -arch=sm_90 -o "$work/placement_probe" placement_probe.cu || exit 1
 nvcc -O2 -arch=sm_90 -o "$work/hmm_probe" hmm_probe.cu || exit 1
 nvcc -cubin -arch=sm_90 -o "$work/biglib.cubin" biglib.cu || exit 1
 gcc -O2 -o "$work/library_probe" library_probe.c -I"$inc" -lcuda || exit 1
-used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
-procs() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr '\n' ';'; }
-sampled() {   # CMD...: its lines, and the device's used memory and NVML's per-process list at each stage
-    "$@" 2>&1 | while IFS= read -r l; do
-        echo "  $l"
-        case $l in stage=*) echo "  device_used_mib=$(used) per_process=[$(procs)]";; esac
-    done
-}
+. ./lib.sh   # used, procs, sampled (the working directory is tests/gpu)
 cases() {     # LIB LABEL
     local lib=$1 tag=$2
     echo "== $tag ($lib): idle device_used_mib=$(used)"

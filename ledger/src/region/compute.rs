@@ -147,6 +147,14 @@ impl ComputeArea {
         self.tokens.fetch_sub(ns, SeqCst).saturating_sub(ns)
     }
 
+    /// Charges GPU time that is no launch of its own (the library's: time a tenant's queued work waited
+    /// beside busy neighbours): out of the bucket and into `charged_ns`, the launch count untouched.
+    pub fn charge(&self, gpu_ns: u64) {
+        let ns = gpu_ns.min(i64::MAX as u64);
+        self.charged_ns.fetch_add(ns, SeqCst);
+        self.tokens.fetch_sub(ns as i64, SeqCst);
+    }
+
     /// Whether the pacing gate is closed: launches wait for a full bucket.
     pub fn gate_closed(&self) -> bool {
         self.gate.load(SeqCst) != 0
@@ -242,6 +250,14 @@ mod tests {
         assert_eq!(area.settle(400, 1000), -1900);
         let s = area.snapshot();
         assert_eq!((s.charged_ns, s.launches), (1900, 2));
+    }
+
+    #[test]
+    fn time_charged_outside_a_launch_counts_as_charged_but_not_as_a_launch() {
+        let area = zeroed();
+        area.charge(700);
+        let s = area.snapshot();
+        assert_eq!((s.tokens, s.charged_ns, s.launches), (-700, 700, 0));
     }
 
     #[test]

@@ -426,13 +426,14 @@ hook!(cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
     r
 });
 
-// After a synchronisation the compute share charges what finished (`compute::synchronized`).
-hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
-hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
-hook!(cuCtxSynchronize() { crate::compute::synchronized(engine().after_sync(forward!("cuCtxSynchronize", fn()))) });
+// After a synchronisation the compute share charges what finished (`compute::synchronized`); one that
+// waited for the newest launch dates its span's end (`compute::syncing`).
+hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(s)), engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
+hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(crate::streams::named(s, true))), engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
+hook!(cuCtxSynchronize() { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(std::ptr::null_mut())), engine().after_sync(forward!("cuCtxSynchronize", fn()))) });
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
-hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(engine().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
-hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(ctx)), engine().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
+hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(false, engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
 
 #[cfg(test)]
 mod placed_tests;

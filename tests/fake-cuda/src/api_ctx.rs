@@ -254,7 +254,7 @@ fn cuEventSynchronize(e: Handle) {
     let d = drv()?;
     crate::api_capture::unsafe_call()?;
     let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
-    crate::timeline::wait_for(stamp);
+    crate::timeline::wait_for(crate::timeline::resolve(stamp));
     Ok(())
 }
 
@@ -262,7 +262,7 @@ fn cuEventQuery(e: Handle) {
     let d = drv()?;
     crate::api_capture::unsafe_call()?;
     let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
-    if crate::timeline::done(stamp) { Ok(()) } else { Err(NOT_READY) }
+    if crate::timeline::done(crate::timeline::resolve(stamp)) { Ok(()) } else { Err(NOT_READY) }
 }
 
 fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
@@ -271,6 +271,7 @@ fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
     let (Some(&ta), Some(&tb)) = (objs.events.get(&a), objs.events.get(&b)) else { return Err(INVALID_HANDLE) };
     // As the driver: both must have been recorded, and be complete.
     if ta == 0 || tb == 0 { return Err(INVALID_HANDLE); }
+    let (ta, tb) = (crate::timeline::resolve(ta), crate::timeline::resolve(tb));
     if !crate::timeline::done(ta) || !crate::timeline::done(tb) { return Err(NOT_READY); }
     out(ms, (tb as f64 - ta as f64) as f32 / 1e6)
 }

@@ -15,6 +15,14 @@
 //! a long graph takes about `m + 1` times its own. Alone, a process keeps the GPU (no slicing).
 //! `FAKE_CUDA_SWITCH_US` adds what a real GPU loses switching contexts: each boundary crossed also
 //! waits `m + 1` switches (to each of the others and back), time no process's work runs in.
+//!
+//! `FAKE_CUDA_SLICE_BETWEEN=1` switches contexts between pieces of work instead, as an H100 does with
+//! short kernels: a piece is never cut, and one that does not fit in what is left of the slice (or comes
+//! to a queue that went idle) first waits the others' slices and the switches. An event recorded right
+//! after work completes with it; one recorded after another event, or on an idle queue, completes when
+//! the next piece queued after it starts (a real GPU processes it when it schedules the context again).
+//! So a start event recorded before a launch does not see the wait before it, as on the H100, where
+//! start/end pairs missed the neighbour's slices between a tenant's kernels.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -79,12 +87,50 @@ pub fn transfer(shared: &Shared, bytes: u64) {
 struct Queue {
     busy_until: u64,
     slice_left: u64,
+    /// `FAKE_CUDA_SLICE_BETWEEN`: the last thing recorded was work (an event now completes with it).
+    after_work: bool,
+    /// Events waiting for the next piece of work's start: their ticket, and when they complete if none
+    /// comes.
+    pending: Option<(u64, u64)>,
+    /// Tickets resolved to the start of the work that followed them (the newest few).
+    resolved: Vec<(u64, u64)>,
+    tickets: u64,
 }
 
 static QUEUE: Mutex<Queue> = Mutex::new(Queue {
     busy_until: 0,
     slice_left: 0,
+    after_work: false,
+    pending: None,
+    resolved: Vec::new(),
+    tickets: 0,
 });
+
+/// An event stamp that is a ticket (`FAKE_CUDA_SLICE_BETWEEN`), not a time.
+const TICKET: u64 = 1 << 63;
+
+/// Whether contexts switch only between pieces of work (FAKE_CUDA_SLICE_BETWEEN=1).
+pub fn between() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FAKE_CUDA_SLICE_BETWEEN").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// The time an event stamp stands for (a ticket: the start of the work queued after it, else when the
+/// work before it drained).
+pub fn resolve(stamp: u64) -> u64 {
+    if stamp & TICKET == 0 {
+        return stamp;
+    }
+    let t = stamp & !TICKET;
+    let q = queue();
+    if let Some(&(_, at)) = q.resolved.iter().find(|(k, _)| *k == t) {
+        return at;
+    }
+    match q.pending {
+        Some((k, at)) if k == t => at,
+        _ => q.busy_until,
+    }
+}
 
 fn queue() -> std::sync::MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(|e| e.into_inner())
@@ -120,16 +166,35 @@ pub fn run_ns(shared: &Shared, cost: u64) -> u64 {
     let slice = slice_ns();
     let now = now();
     let mut q = queue();
-    if q.busy_until < now {
+    let idle = q.busy_until < now;
+    if idle {
         // Idle until now: the next work starts a slice of its own.
         q.slice_left = slice;
     }
-    let start = q.busy_until.max(now);
+    let mut start = q.busy_until.max(now);
     let others = if slice > 0 && cost > 0 {
         shared.others_busy(now.saturating_sub(slice))
     } else {
         0
     };
+    if between() {
+        if others > 0 && (idle || cost > q.slice_left) {
+            // The others' slices, and a switch to each and back, before this piece.
+            start += others * slice + (others + 1) * switch_ns();
+            q.slice_left = slice;
+        }
+        q.slice_left = q.slice_left.saturating_sub(cost);
+        q.busy_until = start + cost;
+        if let Some((t, _)) = q.pending.take() {
+            if q.resolved.len() >= 64 {
+                q.resolved.remove(0);
+            }
+            q.resolved.push((t, start));
+        }
+        q.after_work = true;
+        shared.set_busy_until(q.busy_until, cost);
+        return q.busy_until;
+    }
     let (took, left) = sliced(cost, q.slice_left, slice, others, switch_ns());
     q.busy_until = start + took;
     q.slice_left = left;
@@ -141,9 +206,20 @@ pub fn run_ns(shared: &Shared, cost: u64) -> u64 {
     q.busy_until
 }
 
-/// The stamp an event recorded now gets: when the work queued before it is done.
+/// The stamp an event recorded now gets: when the work queued before it is done (with
+/// `FAKE_CUDA_SLICE_BETWEEN`, after another event or on an idle queue: a ticket for the next work's start).
 pub fn stamp() -> u64 {
-    queue().busy_until.max(now())
+    let now = now();
+    let mut q = queue();
+    if !between() || (q.after_work && q.busy_until >= now) {
+        q.after_work = false;
+        return q.busy_until.max(now);
+    }
+    if q.pending.is_none() {
+        q.tickets += 1;
+        q.pending = Some((q.tickets, q.busy_until.max(now)));
+    }
+    TICKET | q.pending.map_or(0, |(t, _)| t)
 }
 
 pub fn done(stamp: u64) -> bool {

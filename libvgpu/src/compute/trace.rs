@@ -1,0 +1,83 @@
+//! The compute share's debug trace (`LIBCUDA_LOG_LEVEL=3`): one line per process and device every
+//! `EVERY_NS` saying what was measured, charged and held back in that interval, how many contexts the
+//! charges read the GPU as shared among, and the bucket. It is how a pair that misses its shares on a
+//! real GPU is taken apart (`tests/gpu/compute_trace.py` lines up two tenants' traces); below debug
+//! level nothing is summed (one atomic load per launch).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::log;
+
+/// How often a line is written.
+const EVERY_NS: u64 = 50_000_000;
+
+/// One interval's sums, reset when written.
+#[derive(Default)]
+pub(super) struct Trace {
+    since: AtomicU64,
+    launches: AtomicU64,
+    elapsed: AtomicU64,
+    charged: AtomicU64,
+    held: AtomicU64,
+    /// Launches charged while the driver reported another busy process.
+    beside: AtomicU64,
+    /// The last charge's reading: sharers the driver reported, contexts the stretch was read as.
+    sharers: AtomicU64,
+    read_as: AtomicU64,
+}
+
+/// Whether the trace is on (debug level).
+pub(super) fn on() -> bool {
+    log::enabled(log::DEBUG)
+}
+
+impl Trace {
+    /// A launch measured `elapsed`, charged `charged`, with the driver's `sharers` and the stretch read
+    /// as `read_as` contexts.
+    pub(super) fn charged(&self, elapsed: u64, charged: u64, sharers: u64, read_as: u64) {
+        self.launches.fetch_add(1, Relaxed);
+        self.elapsed.fetch_add(elapsed, Relaxed);
+        self.charged.fetch_add(charged, Relaxed);
+        if sharers > 1 {
+            self.beside.fetch_add(1, Relaxed);
+        }
+        self.sharers.store(sharers, Relaxed);
+        self.read_as.store(read_as, Relaxed);
+    }
+
+    /// A thread was held back `ns`.
+    pub(super) fn held(&self, ns: u64) {
+        self.held.fetch_add(ns, Relaxed);
+    }
+
+    /// Writes the interval's line when it is over (`tokens`: the bucket now; `gate`: closed or not).
+    pub(super) fn tick(&self, now: u64, dev: i32, tokens: i64, gate: bool) {
+        let since = self.since.load(Relaxed);
+        if since == 0 {
+            self.since.store(now, Relaxed);
+            return;
+        }
+        if now < since + EVERY_NS
+            || self
+                .since
+                .compare_exchange(since, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        log::debug(format_args!(
+            "compute trace dev {dev} t_ms {} span_us {} launches {} elapsed_us {} charged_us {} held_us {} beside {} sharers {} read_as {} tokens_us {} gate {}",
+            now / 1_000_000,
+            (now - since) / 1000,
+            self.launches.swap(0, Relaxed),
+            self.elapsed.swap(0, Relaxed) / 1000,
+            self.charged.swap(0, Relaxed) / 1000,
+            self.held.swap(0, Relaxed) / 1000,
+            self.beside.swap(0, Relaxed),
+            self.sharers.load(Relaxed),
+            self.read_as.load(Relaxed),
+            tokens / 1000,
+            if gate { "closed" } else { "open" },
+        ));
+    }
+}
