@@ -3,16 +3,11 @@
 //! Not here: the ledger itself (`vgpu_ledger::region`) or where ledgers live (`vgpu_ledger::layout`).
 
 use std::path::Path;
-use vgpu_ledger::Ledger;
+use vgpu_ledger::{Ledger, LedgerError};
 
-use crate::provision::ProvisionError;
-
-/// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit. An I/O error stays in
-/// the error (the provisioner tells a full file system by it: `ProvisionError::io_error`).
-pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<(), ProvisionError> {
-    Ledger::open_or_create(path, uuid, limit).map_err(|err| ProvisionError::Ledger {
-        path: path.to_path_buf(),
-        err,
-    })?;
+/// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit. An I/O error stays
+/// `LedgerError::Io` (the provisioner tells a full file system by it).
+pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<(), LedgerError> {
+    Ledger::open_or_create(path, uuid, limit)?;
     Ok(())
 }

@@ -361,7 +361,12 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
         let p = dir.join(layout::relative_ledger_path(&g.uuid)?);
         // A GPU with a compute share alone still needs its ledger (the share's bucket lives there); its
         // informational limit is "unlimited".
-        crate::ledgers::create(&p, &g.uuid, g.memory_limit.unwrap_or(u64::MAX))?;
+        crate::ledgers::create(&p, &g.uuid, g.memory_limit.unwrap_or(u64::MAX)).map_err(|err| {
+            ProvisionError::Ledger {
+                path: p.clone(),
+                err,
+            }
+        })?;
         // Every user of the container (any uid, any user namespace) charges it.
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666))?;
     }

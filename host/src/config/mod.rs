@@ -44,7 +44,7 @@ pub enum ConfigError {
     #[error("vgpu config {}: {problem}", path.display())]
     Invalid {
         path: PathBuf,
-        problem: InvalidValue,
+        problem: Box<InvalidValue>,
     },
     /// The `[monitor]` table (its key or value named in `err`).
     #[error("vgpu config {}: {err}", path.display())]
@@ -340,7 +340,7 @@ impl Config {
         })?;
         let invalid = |problem: InvalidValue| ConfigError::Invalid {
             path: path.into(),
-            problem,
+            problem: Box::new(problem),
         };
         let d = Config::default();
         let absolute = |key: &'static str, p: Option<PathBuf>, default: PathBuf| match p {
