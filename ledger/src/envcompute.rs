@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::envlimits::{gpu_of, EnvLimitError};
+use crate::envlimits::{gpu_of, EnvLimitError, EnvProblem};
 use crate::keys::{annotation, env};
 
 /// The share for every GPU; `<SM_LIMIT_VAR>_<i>` is the share of the i-th.
@@ -81,34 +81,68 @@ impl Policy {
 /// A share as the OCI annotations write it: a whole percent 1..=100 (100: the whole GPU, no share);
 /// `0`, empty or anything else is an error of one line naming `source` (a share of nothing is a mistake:
 /// leave the annotation out for none). Returns the share, None for 100.
-pub fn parse_annotation_percent(value: &str, source: &str) -> Result<Option<u32>, String> {
+pub fn parse_annotation_percent(value: &str, source: &str) -> Result<Option<u32>, PercentError> {
     match value.trim().parse::<u32>() {
         Ok(100) => Ok(None),
         Ok(p) if (1..100).contains(&p) => Ok(Some(p)),
-        _ => Err(format!(
-            "{source}={value:?}: a compute limit is a whole percent of the GPU's time, 1 to 100"
-        )),
+        _ => Err(PercentError {
+            setting: source.to_string(),
+            value: value.to_string(),
+        }),
     }
+}
+
+/// A share that is no whole percent 1..=100. `Display` is one line naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}={value:?}: a compute limit is a whole percent of the GPU's time, 1 to 100")]
+pub struct PercentError {
+    /// Where the value was read ("annotation vgpu.io/compute-limit").
+    pub setting: String,
+    pub value: String,
+}
+
+/// A malformed pacing window. `Display` is one line naming the setting, the problem and the grammar.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}={value:?}: {problem}; a compute window is a whole number of ms or s, {MIN_WINDOW_MS}ms to {}s", MAX_WINDOW_MS / 1000)]
+pub struct WindowError {
+    /// Where the value was read ("annotation vgpu.io/compute-window", "VGPU_COMPUTE_WINDOW").
+    pub setting: String,
+    pub value: String,
+    pub problem: WindowProblem,
+}
+
+/// What is wrong with a pacing window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WindowProblem {
+    #[error("no unit")]
+    NoUnit,
+    #[error("unknown unit")]
+    UnknownUnit,
+    #[error("not a whole number")]
+    NotWhole,
+    #[error("out of range")]
+    OutOfRange,
 }
 
 /// A pacing window: a whole number of `ms` or `s` (`250ms`, `2s`), 10 ms to 10 s; anything else is an
 /// error of one line naming `source`. Returns milliseconds.
-pub fn parse_window(value: &str, source: &str) -> Result<u32, String> {
+pub fn parse_window(value: &str, source: &str) -> Result<u32, WindowError> {
     let v = value.trim();
-    let err = |why: &str| {
-        Err(format!(
-            "{source}={value:?}: {why}; a compute window is a whole number of ms or s, {MIN_WINDOW_MS}ms to {}s",
-            MAX_WINDOW_MS / 1000
-        ))
+    let err = |problem| {
+        Err(WindowError {
+            setting: source.to_string(),
+            value: value.to_string(),
+            problem,
+        })
     };
     let (digits, scale) = if let Some(d) = v.strip_suffix("ms") {
         (d, 1)
     } else if let Some(d) = v.strip_suffix('s') {
         (d, 1000)
     } else if v.chars().all(|c| c.is_ascii_digit()) && !v.is_empty() {
-        return err("no unit");
+        return err(WindowProblem::NoUnit);
     } else {
-        return err("unknown unit");
+        return err(WindowProblem::UnknownUnit);
     };
     let Some(ms) = digits
         .trim()
@@ -116,10 +150,10 @@ pub fn parse_window(value: &str, source: &str) -> Result<u32, String> {
         .ok()
         .and_then(|n| n.checked_mul(scale))
     else {
-        return err("not a whole number");
+        return err(WindowProblem::NotWhole);
     };
     if !(MIN_WINDOW_MS..=MAX_WINDOW_MS).contains(&ms) {
-        return err("out of range");
+        return err(WindowProblem::OutOfRange);
     }
     Ok(ms)
 }
@@ -142,19 +176,18 @@ impl EnvCompute {
             if v.is_empty() {
                 continue;
             }
-            let err = |problem: String| EnvLimitError {
+            let err = |problem: EnvProblem| EnvLimitError {
                 var: var.to_string(),
                 problem,
             };
+            let value = value.to_string();
             if var == POLICY_VAR {
-                out.policy = Policy::parse(v).ok_or_else(|| {
-                    err(format!("={value:?}: expected force, disable or default"))
-                })?;
+                out.policy = Policy::parse(v).ok_or_else(|| err(EnvProblem::Policy { value }))?;
                 continue;
             }
             let pct = match v.parse::<u32>() {
                 Ok(p) if p <= 100 => p,
-                _ => return Err(err(format!("={value:?}: not a whole percent 0..=100"))),
+                _ => return Err(err(EnvProblem::Percent { value })),
             };
             match gpu_of(var, SM_LIMIT_VAR).map_err(err)? {
                 None => out.global = Some(pct),
@@ -246,11 +279,15 @@ mod tests {
         assert_eq!(parse_annotation_percent("100", "k"), Ok(None));
         for v in ["0", "", "101", "30%", "-5", "0.5", "x"] {
             let e = parse_annotation_percent(v, "annotation vgpu.io/compute-limit").unwrap_err();
-            assert!(
-                e.starts_with(&format!("annotation vgpu.io/compute-limit={v:?}: ")),
-                "{e}"
-            );
+            assert_eq!(e.value, v);
+            assert_eq!(e.setting, "annotation vgpu.io/compute-limit");
         }
+        assert_eq!(
+            parse_annotation_percent("0", "annotation vgpu.io/compute-limit")
+                .unwrap_err()
+                .to_string(),
+            "annotation vgpu.io/compute-limit=\"0\": a compute limit is a whole percent of the GPU's time, 1 to 100"
+        );
         assert_eq!(Policy::parse(" Force"), Some(Policy::Force));
         assert_eq!(Policy::parse("sometimes"), None);
         assert_eq!(serde_json::to_string(&Policy::Force).unwrap(), "\"force\"");
@@ -262,23 +299,27 @@ mod tests {
         assert_eq!(parse_window(" 2s ", "k"), Ok(2000));
         assert_eq!(parse_window("10ms", "k"), Ok(10));
         assert_eq!(parse_window("10s", "k"), Ok(10_000));
+        use WindowProblem::*;
         for (v, why) in [
-            ("250", "no unit"),
-            ("1m", "unknown unit"),
-            ("1.5s", "not a whole number"),
-            ("ms", "not a whole number"),
-            ("9ms", "out of range"),
-            ("11s", "out of range"),
-            ("4294967296s", "not a whole number"),
-            ("", "unknown unit"),
+            ("250", NoUnit),
+            ("1m", UnknownUnit),
+            ("1.5s", NotWhole),
+            ("ms", NotWhole),
+            ("9ms", OutOfRange),
+            ("11s", OutOfRange),
+            ("4294967296s", NotWhole),
+            ("", UnknownUnit),
         ] {
             let e = parse_window(v, "annotation vgpu.io/compute-window").unwrap_err();
-            assert!(
-                e.starts_with(&format!("annotation vgpu.io/compute-window={v:?}: {why};")),
-                "{v}: {e}"
-            );
-            assert!(!e.contains('\n'));
+            assert_eq!((e.problem, e.value.as_str()), (why, v));
         }
+        // The message is the contract: one line naming the setting, the problem and the grammar.
+        assert_eq!(
+            parse_window("250", "annotation vgpu.io/compute-window")
+                .unwrap_err()
+                .to_string(),
+            "annotation vgpu.io/compute-window=\"250\": no unit; a compute window is a whole number of ms or s, 10ms to 10s"
+        );
     }
 
     #[test]
@@ -290,9 +331,22 @@ mod tests {
             ("CUDA_DEVICE_SM_LIMIT_x", "30"),
             ("GPU_CORE_UTILIZATION_POLICY", "sometimes"),
         ] {
-            let e = EnvCompute::parse(&env(&[(k, v)])).unwrap_err().to_string();
-            assert!(e.starts_with(k), "{e}");
-            assert!(!e.contains('\n'));
+            let e = EnvCompute::parse(&env(&[(k, v)])).unwrap_err();
+            assert_eq!(e.var, k);
+            assert!(!e.to_string().contains('\n'));
         }
+        let problem = |k: &str, v: &str| EnvCompute::parse(&env(&[(k, v)])).unwrap_err().problem;
+        assert!(matches!(
+            problem("CUDA_DEVICE_SM_LIMIT", "101"),
+            EnvProblem::Percent { .. }
+        ));
+        assert!(matches!(
+            problem("CUDA_DEVICE_SM_LIMIT_x", "30"),
+            EnvProblem::Index { .. }
+        ));
+        assert!(matches!(
+            problem("GPU_CORE_UTILIZATION_POLICY", "sometimes"),
+            EnvProblem::Policy { .. }
+        ));
     }
 }

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::keys;
-use crate::quantity::{check_min_quota, parse_quantity};
+use crate::quantity::{check_min_quota, parse_quantity, BelowFloor, QuantityError};
 
 /// The limit for every GPU; `<LIMIT_VAR>_<i>` is the limit for the i-th.
 pub const LIMIT_VAR: &str = keys::env::MEMORY_LIMIT;
@@ -42,8 +42,8 @@ pub fn parse_index(s: &str) -> Option<u32> {
 }
 
 /// Which GPU a variable `base` or `base_<i>` names: None for `base` itself (every GPU), `Some(i)` for
-/// `base_<i>`; an `<i>` that is no index is an error (the text after the variable's name).
-pub fn gpu_of(var: &str, base: &str) -> Result<Option<u32>, String> {
+/// `base_<i>`; an `<i>` that is no index is an error.
+pub fn gpu_of(var: &str, base: &str) -> Result<Option<u32>, EnvProblem> {
     if var == base {
         return Ok(None);
     }
@@ -51,9 +51,10 @@ pub fn gpu_of(var: &str, base: &str) -> Result<Option<u32>, String> {
         .strip_prefix(base)
         .and_then(|r| r.strip_prefix('_'))
         .unwrap_or(var);
-    parse_index(idx)
-        .map(Some)
-        .ok_or_else(|| format!(": {idx:?} is not a GPU index (expected {base}_<0..{MAX_INDEX}>)"))
+    parse_index(idx).map(Some).ok_or_else(|| EnvProblem::Index {
+        index: idx.to_string(),
+        base: base.to_string(),
+    })
 }
 
 /// One limit variable that was set.
@@ -74,12 +75,32 @@ pub struct EnvLimits {
     pub per_index: BTreeMap<u32, EnvLimit>,
 }
 
-/// A malformed limit variable. `Display` is one line starting with the variable's name.
+/// A malformed limit (or share) variable. `Display` is one line starting with the variable's name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}{problem}")]
 pub struct EnvLimitError {
     pub var: String,
-    pub problem: String,
+    pub problem: EnvProblem,
+}
+
+/// What is wrong with a variable; `Display` continues the line after the variable's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvProblem {
+    /// The value is no quantity.
+    #[error("={value:?}: {err}")]
+    Quantity { value: String, err: QuantityError },
+    /// A limit below `MIN_QUOTA` (and not 0).
+    #[error("={value:?}: {err}")]
+    BelowFloor { value: String, err: BelowFloor },
+    /// The `<i>` of `base_<i>` is no GPU index.
+    #[error(": {index:?} is not a GPU index (expected {base}_<0..{MAX_INDEX}>)")]
+    Index { index: String, base: String },
+    /// A compute share that is no whole percent 0..=100.
+    #[error("={value:?}: not a whole percent 0..=100")]
+    Percent { value: String },
+    /// A policy that is not force, disable or default.
+    #[error("={value:?}: expected force, disable or default")]
+    Policy { value: String },
 }
 
 impl EnvLimits {
@@ -100,14 +121,24 @@ impl EnvLimits {
             if value.trim().is_empty() {
                 continue;
             }
-            let err = |problem: String| EnvLimitError {
+            let err = |problem: EnvProblem| EnvLimitError {
                 var: var.to_string(),
                 problem,
             };
-            let bytes =
-                parse_quantity(value.trim()).map_err(|e| err(format!("={value:?}: {e}")))?;
+            let value = value.to_string();
+            let bytes = parse_quantity(value.trim()).map_err(|e| {
+                err(EnvProblem::Quantity {
+                    value: value.clone(),
+                    err: e,
+                })
+            })?;
             if bytes != 0 {
-                check_min_quota(bytes).map_err(|e| err(format!("={value:?}: {e}")))?;
+                check_min_quota(bytes).map_err(|e| {
+                    err(EnvProblem::BelowFloor {
+                        value: value.clone(),
+                        err: e,
+                    })
+                })?;
             }
             let limit = EnvLimit {
                 var: var.to_string(),
@@ -221,6 +252,28 @@ mod tests {
             .is_unlimited());
     }
 
+    #[test]
+    fn malformed_values_and_indexes_say_what_is_wrong() {
+        let problem = |k: &str, v: &str| parse(&[(k, v)]).unwrap_err().problem;
+        assert!(matches!(
+            problem("CUDA_DEVICE_MEMORY_LIMIT", "4Qi"),
+            EnvProblem::Quantity { ref value, .. } if value == "4Qi"
+        ));
+        assert!(matches!(
+            problem("CUDA_DEVICE_MEMORY_LIMIT", "63m"),
+            EnvProblem::BelowFloor { err: BelowFloor { bytes }, .. } if bytes == 63 << 20
+        ));
+        assert!(matches!(
+            problem("CUDA_DEVICE_MEMORY_LIMIT_x", "1G"),
+            EnvProblem::Index { ref index, .. } if index == "x"
+        ));
+        assert!(matches!(
+            problem("CUDA_DEVICE_MEMORY_LIMIT_1024", "1G"),
+            EnvProblem::Index { .. }
+        ));
+    }
+
+    /// The message is the contract (the hook and the library print it as is): one line naming the variable.
     #[test]
     fn malformed_values_and_indexes_are_one_line_naming_the_variable() {
         for (k, v, want) in [

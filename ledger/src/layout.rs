@@ -1,7 +1,6 @@
 //! Where vgpu's per-container state lives, on the host and inside the container (docs/architecture.md,
 //! "State on the host"): every path both sides agree on. Not here: the walk over the state root (`walk`).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Inside the container: the folder of vgpu's state.
@@ -46,20 +45,13 @@ pub const MARKER_CONTENT: &str =
     "Made by vgpu (vgpu-hook / vgpu-container-runtime). vgpu removes only folders holding this file.\n";
 
 /// A name that cannot be used as a path component.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {name:?}: {problem}")]
 pub struct LayoutError {
     what: &'static str,
     name: String,
     problem: &'static str,
 }
-
-impl fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid {} {:?}: {}", self.what, self.name, self.problem)
-    }
-}
-
-impl std::error::Error for LayoutError {}
 
 const TOO_LONG: &str =
     "longer than 200 bytes (vgpu's limit: its temporary names must fit in a file name)";

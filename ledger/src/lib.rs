@@ -33,5 +33,7 @@ pub mod walk;
 
 pub use limits::{Creator, DeviceLimit, KubeNames, Limits, LimitsError, LIMITS_VERSION};
 pub use memmode::MemoryMode;
-pub use quantity::{format_bytes, parse_quantity, QuantityError, MIN_QUOTA};
+pub use quantity::{
+    format_bytes, parse_quantity, BelowFloor, QuantityError, QuantityProblem, MIN_QUOTA,
+};
 pub use region::{Kind, Ledger, LedgerError, MeasureLock, Refused, Slot, SlotSnapshot, Snapshot};

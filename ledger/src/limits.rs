@@ -5,7 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::fmt;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
@@ -136,46 +135,90 @@ impl DeviceLimit {
 }
 
 /// A limits file that cannot be used. `Display` names the file and the problem.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("vgpu limits file {}: {kind}", path.display())]
 pub struct LimitsError {
     pub path: PathBuf,
+    #[source]
     pub kind: LimitsErrorKind,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LimitsErrorKind {
     /// The file could not be read.
-    Io(io::Error),
+    #[error("cannot read: {0}")]
+    Io(#[source] io::Error),
     /// Not JSON, or cut short.
+    #[error("not valid JSON (truncated or garbage?): {0}")]
     Malformed(String),
     /// A format version this build does not know.
+    #[error("format version {found} is not supported (this build reads version {LIMITS_VERSION})")]
     UnsupportedVersion { found: u64 },
-    /// Well-formed JSON whose content is wrong (missing field, duplicate device, bad path, ...).
+    /// Well-formed JSON that does not fit the format (missing field, wrong type): serde's path and words.
+    #[error("{0}")]
     Invalid(String),
+    /// Content the format allows but vgpu does not (duplicate device, bad path, ...).
+    #[error(transparent)]
+    Rejected(#[from] InvalidLimits),
 }
 
-impl fmt::Display for LimitsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = self.path.display();
-        match &self.kind {
-            LimitsErrorKind::Io(e) => write!(f, "vgpu limits file {path}: cannot read: {e}"),
-            LimitsErrorKind::Malformed(e) => write!(f, "vgpu limits file {path}: not valid JSON (truncated or garbage?): {e}"),
-            LimitsErrorKind::UnsupportedVersion { found } => write!(
-                f,
-                "vgpu limits file {path}: format version {found} is not supported (this build reads version {LIMITS_VERSION})"
-            ),
-            LimitsErrorKind::Invalid(e) => write!(f, "vgpu limits file {path}: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for LimitsError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            LimitsErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
-    }
+/// Content of a limits file that [`Limits::validate`] refuses. `Display` is one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidLimits {
+    #[error(
+        "format version {found} is not supported (this build writes version {LIMITS_VERSION})"
+    )]
+    Version { found: u32 },
+    #[error(transparent)]
+    ContainerId(layout::LayoutError),
+    /// The cgroup as written, its first 80 characters.
+    #[error("cgroup {cgroup:?} is not a cgroup path (absolute, at most {MAX_CGROUP_PATH} bytes, no control characters)")]
+    Cgroup { cgroup: String },
+    #[error("lists no devices")]
+    NoDevices,
+    #[error("device {index}: {err}")]
+    Uuid {
+        index: u32,
+        err: layout::LayoutError,
+    },
+    #[error("device index {index} is listed twice")]
+    DuplicateIndex { index: u32 },
+    #[error("GPU {uuid} is listed twice")]
+    DuplicateUuid { uuid: String },
+    #[error("device {index} ({uuid}): memory_limit is 0")]
+    ZeroMemoryLimit { index: u32, uuid: String },
+    #[error("device {index} ({uuid}): has neither memory_limit nor compute_limit")]
+    NoLimit { index: u32, uuid: String },
+    #[error("device {index} ({uuid}): memory mode {mode} needs a memory_limit")]
+    ModeWithoutMemoryLimit {
+        index: u32,
+        uuid: String,
+        mode: &'static str,
+    },
+    #[error("device {index} ({uuid}): compute_limit {percent} is not a percent 1..=99")]
+    ComputeLimit {
+        index: u32,
+        uuid: String,
+        percent: u32,
+    },
+    #[error(
+        "device {index} ({uuid}): compute_window_ms {window_ms} is not within {}..={}",
+        crate::envcompute::MIN_WINDOW_MS,
+        crate::envcompute::MAX_WINDOW_MS
+    )]
+    ComputeWindow {
+        index: u32,
+        uuid: String,
+        window_ms: u32,
+    },
+    #[error("device {index} ({uuid}): spill_limit is 0")]
+    ZeroSpillLimit { index: u32, uuid: String },
+    #[error("device {index} ({uuid}): ledger path {:?} must be relative to the limits file's folder, without '..'", ledger.display())]
+    LedgerPath {
+        index: u32,
+        uuid: String,
+        ledger: PathBuf,
+    },
 }
 
 impl Limits {
@@ -205,94 +248,93 @@ impl Limits {
         }
         let limits: Limits = serde_path_to_error::deserialize(value)
             .map_err(|e| LimitsErrorKind::Invalid(e.to_string()))?;
-        limits.validate().map_err(LimitsErrorKind::Invalid)?;
+        limits.validate()?;
         Ok(limits)
     }
 
     /// Check what serde cannot: names usable as paths, one entry per GPU, ledgers inside the folder.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidLimits> {
         if self.version != LIMITS_VERSION {
-            return Err(format!(
-                "format version {} is not supported (this build writes version {LIMITS_VERSION})",
-                self.version
-            ));
+            return Err(InvalidLimits::Version {
+                found: self.version,
+            });
         }
-        layout::check_container_id(&self.container_id).map_err(|e| e.to_string())?;
+        layout::check_container_id(&self.container_id).map_err(InvalidLimits::ContainerId)?;
         if let Some(c) = &self.cgroup {
             if !c.starts_with('/') || c.len() > MAX_CGROUP_PATH || c.chars().any(char::is_control) {
-                return Err(format!(
-                    "cgroup {:?} is not a cgroup path (absolute, at most {MAX_CGROUP_PATH} bytes, no control characters)",
-                    c.chars().take(80).collect::<String>()
-                ));
+                return Err(InvalidLimits::Cgroup {
+                    cgroup: c.chars().take(80).collect(),
+                });
             }
         }
         if self.devices.is_empty() {
-            return Err("lists no devices".into());
+            return Err(InvalidLimits::NoDevices);
         }
         let mut indices = HashSet::new();
         let mut uuids = HashSet::new();
         for d in &self.devices {
-            layout::check_gpu_uuid(&d.uuid).map_err(|e| format!("device {}: {e}", d.index))?;
+            let (index, uuid) = (d.index, || d.uuid.clone());
+            layout::check_gpu_uuid(&d.uuid).map_err(|err| InvalidLimits::Uuid { index, err })?;
             if !indices.insert(d.index) {
-                return Err(format!("device index {} is listed twice", d.index));
+                return Err(InvalidLimits::DuplicateIndex { index });
             }
             if !uuids.insert(d.uuid.as_str()) {
-                return Err(format!("GPU {} is listed twice", d.uuid));
+                return Err(InvalidLimits::DuplicateUuid { uuid: uuid() });
             }
             match (d.memory_limit, d.compute_limit) {
                 (Some(0), _) => {
-                    return Err(format!(
-                        "device {} ({}): memory_limit is 0",
-                        d.index, d.uuid
-                    ))
+                    return Err(InvalidLimits::ZeroMemoryLimit {
+                        index,
+                        uuid: uuid(),
+                    })
                 }
                 (None, None) => {
-                    return Err(format!(
-                        "device {} ({}): has neither memory_limit nor compute_limit",
-                        d.index, d.uuid
-                    ))
+                    return Err(InvalidLimits::NoLimit {
+                        index,
+                        uuid: uuid(),
+                    })
                 }
                 (None, Some(_)) if !d.memory.is_plain() => {
-                    return Err(format!(
-                        "device {} ({}): memory mode {} needs a memory_limit",
-                        d.index,
-                        d.uuid,
-                        d.memory.name()
-                    ))
+                    return Err(InvalidLimits::ModeWithoutMemoryLimit {
+                        index,
+                        uuid: uuid(),
+                        mode: d.memory.name(),
+                    })
                 }
                 _ => {}
             }
-            if let Some(p) = d.compute_limit.filter(|p| !(1..100).contains(p)) {
-                return Err(format!(
-                    "device {} ({}): compute_limit {p} is not a percent 1..=99",
-                    d.index, d.uuid
-                ));
+            if let Some(percent) = d.compute_limit.filter(|p| !(1..100).contains(p)) {
+                return Err(InvalidLimits::ComputeLimit {
+                    index,
+                    uuid: uuid(),
+                    percent,
+                });
             }
-            if let Some(w) = d.compute_window_ms.filter(|w| {
+            if let Some(window_ms) = d.compute_window_ms.filter(|w| {
                 !(crate::envcompute::MIN_WINDOW_MS..=crate::envcompute::MAX_WINDOW_MS).contains(w)
             }) {
-                return Err(format!(
-                    "device {} ({}): compute_window_ms {w} is not within {}..={}",
-                    d.index,
-                    d.uuid,
-                    crate::envcompute::MIN_WINDOW_MS,
-                    crate::envcompute::MAX_WINDOW_MS
-                ));
+                return Err(InvalidLimits::ComputeWindow {
+                    index,
+                    uuid: uuid(),
+                    window_ms,
+                });
             }
             if d.memory.spill_limit() == Some(0) {
-                return Err(format!("device {} ({}): spill_limit is 0", d.index, d.uuid));
+                return Err(InvalidLimits::ZeroSpillLimit {
+                    index,
+                    uuid: uuid(),
+                });
             }
             let safe = !d.ledger.as_os_str().is_empty()
                 && d.ledger
                     .components()
                     .all(|c| matches!(c, Component::Normal(_)));
             if !safe {
-                return Err(format!(
-                    "device {} ({}): ledger path {:?} must be relative to the limits file's folder, without '..'",
-                    d.index,
-                    d.uuid,
-                    d.ledger.display()
-                ));
+                return Err(InvalidLimits::LedgerPath {
+                    index,
+                    uuid: uuid(),
+                    ledger: d.ledger.clone(),
+                });
             }
         }
         Ok(())

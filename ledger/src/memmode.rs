@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use crate::keys::{annotation, env};
-use crate::quantity::{format_bytes, parse_quantity};
+use crate::quantity::{format_bytes, parse_quantity, QuantityError};
 
 /// The headroom oversubscribe mode keeps below the quota in the free memory it reports (libnvshare's
 /// figure), so the driver has room to page.
@@ -107,14 +107,22 @@ impl ModeSettings<'_> {
             && self.oversubscribe.is_none()
     }
 
-    /// The mode these settings ask for; one line naming the setting when they are wrong or contradict
+    /// The mode these settings ask for; an error naming the setting when they are wrong or contradict
     /// each other. A spill budget alone means spill mode; `CUDA_OVERSUBSCRIBE=true` alone, oversubscribe.
-    pub fn parse(&self) -> Result<MemoryMode, String> {
-        let size = |(k, v): (&str, &str)| -> Result<u64, String> {
+    pub fn parse(&self) -> Result<MemoryMode, ModeError> {
+        let named = |(k, v): (&str, &str)| (k.to_string(), v.to_string());
+        let size = |(k, v): (&str, &str)| -> Result<u64, ModeError> {
             match parse_quantity(v) {
-                Ok(0) => Err(format!("{k}={v:?}: must be more than 0")),
+                Ok(0) => Err(ModeError::ZeroBudget {
+                    setting: k.into(),
+                    value: v.into(),
+                }),
                 Ok(n) => Ok(n),
-                Err(e) => Err(format!("{k}={v:?}: {e}")),
+                Err(err) => Err(ModeError::Quantity {
+                    setting: k.into(),
+                    value: v.into(),
+                    err,
+                }),
             }
         };
         let over = match self.oversubscribe {
@@ -123,32 +131,46 @@ impl ModeSettings<'_> {
             Some((_, v)) if matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no") => {
                 false
             }
-            Some((k, v)) => return Err(format!("{k}={v:?}: expected true or false")),
+            Some((k, v)) => {
+                return Err(ModeError::NotABool {
+                    setting: k.into(),
+                    value: v.into(),
+                })
+            }
         };
         let asked = match self.mode {
             Some((_, "plain")) => "plain",
             Some((_, "spill")) => "spill",
             Some((_, "oversubscribe")) => "oversubscribe",
             Some((k, v)) => {
-                return Err(format!("{k}={v:?}: expected plain, spill or oversubscribe"))
+                return Err(ModeError::UnknownMode {
+                    setting: k.into(),
+                    value: v.into(),
+                })
             }
             None if over => "oversubscribe",
             None if self.spill.is_some() => "spill",
             None => "plain",
         };
         if over && asked != "oversubscribe" {
-            let (k, v) = self.mode.unwrap_or(("", ""));
-            return Err(format!("{OVERSUBSCRIBE_VAR}=true contradicts {k}={v:?}"));
+            let (setting, value) = named(self.mode.unwrap_or(("", "")));
+            return Err(ModeError::OversubscribeContradicts { setting, value });
         }
-        if let (Some((k, v)), false) = (self.spill, asked == "spill") {
-            return Err(format!(
-                "{k}={v:?}: a spill budget needs spill mode, not {asked}"
-            ));
+        if let (Some(s), false) = (self.spill, asked == "spill") {
+            let (setting, value) = named(s);
+            return Err(ModeError::BudgetOutsideSpill {
+                setting,
+                value,
+                mode: asked,
+            });
         }
-        if let (Some((k, v)), false) = (self.reserve, asked == "oversubscribe") {
-            return Err(format!(
-                "{k}={v:?}: a reserve needs oversubscribe mode, not {asked}"
-            ));
+        if let (Some(r), false) = (self.reserve, asked == "oversubscribe") {
+            let (setting, value) = named(r);
+            return Err(ModeError::ReserveOutsideOversubscribe {
+                setting,
+                value,
+                mode: asked,
+            });
         }
         Ok(match asked {
             "spill" => match self.spill {
@@ -157,20 +179,59 @@ impl ModeSettings<'_> {
                 },
                 None => {
                     let (k, _) = self.mode.unwrap_or_default();
-                    return Err(format!(
-                        "{k}=spill needs a spill budget ({SPILL_ANNOTATION} or {SPILL_VAR})"
-                    ));
+                    return Err(ModeError::SpillWithoutBudget { setting: k.into() });
                 }
             },
             "oversubscribe" => MemoryMode::Oversubscribe {
                 reserve: match self.reserve {
-                    Some((k, v)) => parse_quantity(v).map_err(|e| format!("{k}={v:?}: {e}"))?,
+                    Some((k, v)) => parse_quantity(v).map_err(|err| ModeError::Quantity {
+                        setting: k.into(),
+                        value: v.into(),
+                        err,
+                    })?,
                     None => DEFAULT_RESERVE,
                 },
             },
             _ => MemoryMode::Plain,
         })
     }
+}
+
+/// Memory-mode settings that are wrong or contradict each other. `Display` is one line naming the setting
+/// (an annotation key or a variable) and its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModeError {
+    #[error("{setting}={value:?}: expected plain, spill or oversubscribe")]
+    UnknownMode { setting: String, value: String },
+    /// `CUDA_OVERSUBSCRIBE` that is neither true nor false.
+    #[error("{setting}={value:?}: expected true or false")]
+    NotABool { setting: String, value: String },
+    /// A spill budget or reserve that is no quantity.
+    #[error("{setting}={value:?}: {err}")]
+    Quantity {
+        setting: String,
+        value: String,
+        err: QuantityError,
+    },
+    #[error("{setting}={value:?}: must be more than 0")]
+    ZeroBudget { setting: String, value: String },
+    /// `CUDA_OVERSUBSCRIBE=true` with another mode asked for (`setting`).
+    #[error("{OVERSUBSCRIBE_VAR}=true contradicts {setting}={value:?}")]
+    OversubscribeContradicts { setting: String, value: String },
+    #[error("{setting}={value:?}: a spill budget needs spill mode, not {mode}")]
+    BudgetOutsideSpill {
+        setting: String,
+        value: String,
+        mode: &'static str,
+    },
+    #[error("{setting}={value:?}: a reserve needs oversubscribe mode, not {mode}")]
+    ReserveOutsideOversubscribe {
+        setting: String,
+        value: String,
+        mode: &'static str,
+    },
+    #[error("{setting}=spill needs a spill budget ({SPILL_ANNOTATION} or {SPILL_VAR})")]
+    SpillWithoutBudget { setting: String },
 }
 
 impl MemoryMode {
@@ -224,7 +285,7 @@ mod tests {
             .collect()
     }
 
-    fn env(pairs: &[(&str, &str)]) -> Result<MemoryMode, String> {
+    fn env(pairs: &[(&str, &str)]) -> Result<MemoryMode, ModeError> {
         ModeSettings::from_env(&kv(pairs)).parse()
     }
 
@@ -273,6 +334,49 @@ mod tests {
     }
 
     #[test]
+    fn bad_settings_say_what_is_wrong() {
+        use ModeError::*;
+        let err = |pairs: &[(&str, &str)]| env(pairs).unwrap_err();
+        assert!(matches!(
+            err(&[("VGPU_MEMORY_MODE", "swap")]),
+            UnknownMode { ref value, .. } if value == "swap"
+        ));
+        assert!(matches!(
+            err(&[("VGPU_MEMORY_MODE", "spill")]),
+            SpillWithoutBudget { ref setting } if setting == "VGPU_MEMORY_MODE"
+        ));
+        assert!(matches!(
+            err(&[("VGPU_MEMORY_SPILL", "0")]),
+            ZeroBudget { .. }
+        ));
+        assert!(matches!(
+            err(&[("VGPU_MEMORY_SPILL", "4Qi")]),
+            Quantity { ref setting, .. } if setting == "VGPU_MEMORY_SPILL"
+        ));
+        assert!(matches!(
+            err(&[("VGPU_MEMORY_MODE", "plain"), ("VGPU_MEMORY_SPILL", "1g")]),
+            BudgetOutsideSpill { mode: "plain", .. }
+        ));
+        assert!(matches!(
+            err(&[
+                ("VGPU_MEMORY_MODE", "spill"),
+                ("VGPU_MEMORY_SPILL", "1g"),
+                ("CUDA_OVERSUBSCRIBE", "true"),
+            ]),
+            OversubscribeContradicts { ref value, .. } if value == "spill"
+        ));
+        assert!(matches!(
+            err(&[("CUDA_OVERSUBSCRIBE", "maybe")]),
+            NotABool { .. }
+        ));
+        assert!(matches!(
+            err(&[("VGPU_MEMORY_RESERVE", "1g")]),
+            ReserveOutsideOversubscribe { mode: "plain", .. }
+        ));
+    }
+
+    /// The messages are the contract (the hook refuses a container with them, the library logs them).
+    #[test]
     fn bad_settings_are_one_line_naming_the_setting() {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (
@@ -281,16 +385,11 @@ mod tests {
             ),
             (
                 &[("VGPU_MEMORY_MODE", "spill")],
-                "VGPU_MEMORY_MODE=spill needs a spill budget",
+                "VGPU_MEMORY_MODE=spill needs a spill budget (vgpu.io/memory-spill or VGPU_MEMORY_SPILL)",
             ),
             (
                 &[("VGPU_MEMORY_SPILL", "0")],
                 "VGPU_MEMORY_SPILL=\"0\": must be more than 0",
-            ),
-            (&[("VGPU_MEMORY_SPILL", "4Qi")], "VGPU_MEMORY_SPILL=\"4Qi\""),
-            (
-                &[("VGPU_MEMORY_MODE", "plain"), ("VGPU_MEMORY_SPILL", "1g")],
-                "a spill budget needs spill mode, not plain",
             ),
             (
                 &[
@@ -301,18 +400,12 @@ mod tests {
                 "CUDA_OVERSUBSCRIBE=true contradicts VGPU_MEMORY_MODE=\"spill\"",
             ),
             (
-                &[("CUDA_OVERSUBSCRIBE", "maybe")],
-                "CUDA_OVERSUBSCRIBE=\"maybe\": expected true or false",
-            ),
-            (
                 &[("VGPU_MEMORY_RESERVE", "1g")],
-                "a reserve needs oversubscribe mode, not plain",
+                "VGPU_MEMORY_RESERVE=\"1g\": a reserve needs oversubscribe mode, not plain",
             ),
         ];
         for (pairs, want) in cases {
-            let e = env(pairs).unwrap_err();
-            assert!(e.contains(want), "{pairs:?}: {e}");
-            assert!(!e.contains('\n'));
+            assert_eq!(env(pairs).unwrap_err().to_string(), *want, "{pairs:?}");
         }
     }
 
@@ -333,7 +426,7 @@ mod tests {
             .parse()
             .unwrap_err();
         assert!(
-            e.starts_with("vgpu.io/memory-mode=spill needs a spill budget"),
+            matches!(e, ModeError::SpillWithoutBudget { ref setting } if setting == "vgpu.io/memory-mode"),
             "{e}"
         );
     }

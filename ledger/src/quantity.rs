@@ -7,54 +7,60 @@
 //! 4·10⁹ to some people and 4 GiB to others, and a quota must not be off by 7 % silently.
 //! A fraction is allowed ("1.5Gi"); the result is rounded down to whole bytes.
 
-use std::fmt;
-
 /// Why a quantity could not be parsed. Its `Display` names the input and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", describe(input, problem))]
 pub struct QuantityError {
     input: String,
-    problem: Problem,
+    problem: QuantityProblem,
 }
 
+/// What is wrong with a quantity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Problem {
+pub enum QuantityProblem {
     Empty,
     Negative,
     NoNumber,
     BadNumber,
+    /// The unit as written.
     UnknownUnit(String),
+    /// A decimal unit (`GB`), as written.
     DecimalUnit(String),
     Overflow,
 }
 
-impl fmt::Display for QuantityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let input = &self.input;
-        match &self.problem {
-            Problem::Empty => write!(f, "empty memory quantity (expected e.g. 4Gi, 512Mi, 4G)"),
-            Problem::Negative => write!(f, "memory quantity {input:?} is negative"),
-            Problem::NoNumber => write!(f, "memory quantity {input:?} does not start with a number"),
-            Problem::BadNumber => write!(f, "memory quantity {input:?} has a malformed number"),
-            Problem::UnknownUnit(u) => write!(
-                f,
-                "memory quantity {input:?} has unknown unit {u:?} (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB, P/Pi/PiB; all binary)"
-            ),
-            Problem::DecimalUnit(u) => write!(
-                f,
-                "memory quantity {input:?} uses decimal unit {u:?}; vgpu units are binary: write {}i (or {}) for {}iB",
-                &u[..1],
-                &u[..1],
-                u[..1].to_ascii_uppercase()
-            ),
-            Problem::Overflow => write!(f, "memory quantity {input:?} is too large (over 16 EiB)"),
-        }
+impl QuantityError {
+    /// The text that was parsed.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+
+    pub fn problem(&self) -> &QuantityProblem {
+        &self.problem
     }
 }
 
-impl std::error::Error for QuantityError {}
+fn describe(input: &str, problem: &QuantityProblem) -> String {
+    match problem {
+        QuantityProblem::Empty => "empty memory quantity (expected e.g. 4Gi, 512Mi, 4G)".to_string(),
+        QuantityProblem::Negative => format!("memory quantity {input:?} is negative"),
+        QuantityProblem::NoNumber => format!("memory quantity {input:?} does not start with a number"),
+        QuantityProblem::BadNumber => format!("memory quantity {input:?} has a malformed number"),
+        QuantityProblem::UnknownUnit(u) => format!(
+            "memory quantity {input:?} has unknown unit {u:?} (use B, K/Ki/KiB, M/Mi/MiB, G/Gi/GiB, T/Ti/TiB, P/Pi/PiB; all binary)"
+        ),
+        QuantityProblem::DecimalUnit(u) => format!(
+            "memory quantity {input:?} uses decimal unit {u:?}; vgpu units are binary: write {}i (or {}) for {}iB",
+            &u[..1],
+            &u[..1],
+            u[..1].to_ascii_uppercase()
+        ),
+        QuantityProblem::Overflow => format!("memory quantity {input:?} is too large (over 16 EiB)"),
+    }
+}
 
 /// The multiplier of a unit suffix (already trimmed), or the problem with it.
-fn unit_multiplier(unit: &str) -> Result<u64, Problem> {
+fn unit_multiplier(unit: &str) -> Result<u64, QuantityProblem> {
     let lower = unit.to_ascii_lowercase();
     let shift = match lower.as_str() {
         "" | "b" => 0,
@@ -65,9 +71,9 @@ fn unit_multiplier(unit: &str) -> Result<u64, Problem> {
         "p" | "pi" | "pib" => 50,
         "e" | "ei" | "eib" => 60,
         "kb" | "mb" | "gb" | "tb" | "pb" | "eb" => {
-            return Err(Problem::DecimalUnit(unit.to_string()))
+            return Err(QuantityProblem::DecimalUnit(unit.to_string()))
         }
-        _ => return Err(Problem::UnknownUnit(unit.to_string())),
+        _ => return Err(QuantityProblem::UnknownUnit(unit.to_string())),
     };
     Ok(1u64 << shift)
 }
@@ -81,10 +87,10 @@ pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
     };
     let t = s.trim();
     if t.is_empty() {
-        return Err(err(Problem::Empty));
+        return Err(err(QuantityProblem::Empty));
     }
     if t.starts_with('-') {
-        return Err(err(Problem::Negative));
+        return Err(err(QuantityProblem::Negative));
     }
     let t = t.strip_prefix('+').unwrap_or(t);
     let num_end = t
@@ -92,7 +98,7 @@ pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(num_end);
     if number.is_empty() {
-        return Err(err(Problem::NoNumber));
+        return Err(err(QuantityProblem::NoNumber));
     }
     let multiplier = unit_multiplier(unit.trim()).map_err(err)?;
 
@@ -101,29 +107,33 @@ pub fn parse_quantity(s: &str) -> Result<u64, QuantityError> {
         None => (number, ""),
     };
     if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
-        return Err(err(Problem::BadNumber));
+        return Err(err(QuantityProblem::BadNumber));
     }
     // Integer part × multiplier, checked; the fraction adds floor(frac × multiplier / 10^digits).
     let int: u64 = if int_part.is_empty() {
         0
     } else {
-        int_part.parse().map_err(|_| err(Problem::Overflow))?
+        int_part
+            .parse()
+            .map_err(|_| err(QuantityProblem::Overflow))?
     };
     let whole = int
         .checked_mul(multiplier)
-        .ok_or_else(|| err(Problem::Overflow))?;
+        .ok_or_else(|| err(QuantityProblem::Overflow))?;
     // Digits beyond 19 cannot change a result in whole bytes below 2^64 by more than rounding; drop them.
     let frac_digits = &frac_part[..frac_part.len().min(19)];
     let frac_bytes = if frac_digits.is_empty() {
         0
     } else {
-        let frac: u128 = frac_digits.parse().map_err(|_| err(Problem::BadNumber))?;
+        let frac: u128 = frac_digits
+            .parse()
+            .map_err(|_| err(QuantityProblem::BadNumber))?;
         let scale = 10u128.pow(frac_digits.len() as u32);
         (frac * multiplier as u128 / scale) as u64
     };
     whole
         .checked_add(frac_bytes)
-        .ok_or_else(|| err(Problem::Overflow))
+        .ok_or_else(|| err(QuantityProblem::Overflow))
 }
 
 /// Human-readable bytes with three significant digits: "0 B", "1023 B", "1.50 KiB", "512 MiB", "1.00 GiB".
@@ -154,15 +164,18 @@ pub fn format_bytes(n: u64) -> String {
 /// environment (`vgpu_ledger::envlimits`); `0` in the environment still means "no limit".
 pub const MIN_QUOTA: u64 = 64 << 20;
 
-/// Refuses a quota of `bytes` below [`MIN_QUOTA`] (callers decide what 0 means first): the reason, worded
-/// to end a line that names the setting.
-pub fn check_min_quota(bytes: u64) -> Result<(), String> {
+/// A quota below [`MIN_QUOTA`]. `Display` is the reason, worded to end a line that names the setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{} is below the smallest quota vgpu accepts, {} (no CUDA context fits in less)", format_bytes(*.bytes), format_bytes(MIN_QUOTA))]
+pub struct BelowFloor {
+    /// The quota asked for.
+    pub bytes: u64,
+}
+
+/// Refuses a quota of `bytes` below [`MIN_QUOTA`] (callers decide what 0 means first).
+pub fn check_min_quota(bytes: u64) -> Result<(), BelowFloor> {
     if bytes < MIN_QUOTA {
-        return Err(format!(
-            "{} is below the smallest quota vgpu accepts, {} (no CUDA context fits in less)",
-            format_bytes(bytes),
-            format_bytes(MIN_QUOTA)
-        ));
+        return Err(BelowFloor { bytes });
     }
     Ok(())
 }
@@ -176,8 +189,10 @@ mod tests {
     fn the_quota_floor() {
         assert_eq!(MIN_QUOTA, 64 << 20);
         assert!(check_min_quota(MIN_QUOTA).is_ok());
+        assert_eq!(check_min_quota(1), Err(BelowFloor { bytes: 1 }));
+        // The message is the contract: it ends the one line that names the setting.
         assert_eq!(
-            check_min_quota(1).unwrap_err(),
+            check_min_quota(1).unwrap_err().to_string(),
             "1 B is below the smallest quota vgpu accepts, 64.0 MiB (no CUDA context fits in less)"
         );
         assert!(check_min_quota(MIN_QUOTA - 1).is_err());
@@ -223,25 +238,31 @@ mod tests {
     }
 
     #[test]
-    fn errors_name_input_and_problem() {
-        let msg = |s: &str| parse_quantity(s).unwrap_err().to_string();
-        assert!(
-            msg("4GB").contains("\"4GB\"") && msg("4GB").contains("decimal unit \"GB\""),
-            "{}",
-            msg("4GB")
+    fn errors_say_what_is_wrong() {
+        use QuantityProblem::*;
+        let problem = |s: &str| parse_quantity(s).unwrap_err().problem().clone();
+        assert_eq!(problem("4GB"), DecimalUnit("GB".into()));
+        assert_eq!(problem("4X"), UnknownUnit("X".into()));
+        assert_eq!(problem("4Gix"), UnknownUnit("Gix".into()));
+        assert_eq!(problem(""), Empty);
+        assert_eq!(problem("   "), Empty);
+        assert_eq!(problem("-1Gi"), Negative);
+        assert_eq!(problem("Gi"), NoNumber);
+        assert_eq!(problem("1.2.3Gi"), BadNumber);
+        assert_eq!(problem(".Gi"), BadNumber);
+        assert_eq!(problem("99999999999999999999"), Overflow);
+        assert_eq!(problem("16777216Ti"), Overflow); // 2^24 TiB = 2^64
+        assert_eq!(problem("17179869184G"), Overflow);
+        assert_eq!(parse_quantity(" 4GB").unwrap_err().input(), " 4GB");
+    }
+
+    #[test]
+    fn the_decimal_unit_message_names_input_and_the_binary_spelling() {
+        // The message is the contract here: one line an operator can act on.
+        assert_eq!(
+            parse_quantity("4GB").unwrap_err().to_string(),
+            "memory quantity \"4GB\" uses decimal unit \"GB\"; vgpu units are binary: write Gi (or G) for GiB"
         );
-        assert!(msg("4GB").contains("Gi"));
-        assert!(msg("4X").contains("unknown unit \"X\""), "{}", msg("4X"));
-        assert!(msg("4Gix").contains("unknown unit \"Gix\""));
-        assert!(msg("").contains("empty"));
-        assert!(msg("   ").contains("empty"));
-        assert!(msg("-1Gi").contains("negative"));
-        assert!(msg("Gi").contains("does not start with a number"));
-        assert!(msg("1.2.3Gi").contains("malformed"));
-        assert!(msg(".Gi").contains("malformed"));
-        assert!(msg("99999999999999999999").contains("too large"));
-        assert!(msg("16777216Ti").contains("too large")); // 2^24 TiB = 2^64
-        assert!(msg("17179869184G").contains("too large"));
     }
 
     #[test]

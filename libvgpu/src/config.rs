@@ -90,7 +90,7 @@ pub enum Lookup {
 
 /// The environment mode's pacing window (`VGPU_COMPUTE_WINDOW`, ms): the default when unset or empty; a
 /// malformed value is an error of one line naming the variable.
-pub fn env_window_ms(env: &[(String, String)]) -> Result<u32, String> {
+pub fn env_window_ms(env: &[(String, String)]) -> Result<u32, envcompute::WindowError> {
     match env.iter().rev().find(|(k, _)| k == envcompute::WINDOW_VAR) {
         Some((k, v)) if !v.trim().is_empty() => envcompute::parse_window(v, k),
         _ => Ok(envcompute::DEFAULT_WINDOW_MS),
@@ -148,11 +148,13 @@ impl Config {
         // The compute share's variables are read by `compute`; a malformed one refuses CUDA like a
         // malformed memory limit.
         envcompute::EnvCompute::parse(env).map_err(|e| Error::Config(e.to_string()))?;
-        env_window_ms(env).map_err(Error::Config)?;
+        env_window_ms(env).map_err(|e| Error::Config(e.to_string()))?;
         if limits.is_unlimited() {
             return Ok(Config::Unlimited);
         }
-        let memory = ModeSettings::from_env(env).parse().map_err(Error::Config)?;
+        let memory = ModeSettings::from_env(env)
+            .parse()
+            .map_err(|e| Error::Config(e.to_string()))?;
         let global = limits.global.as_ref().map_or(0, |l| l.bytes);
         let per_index: BTreeMap<u32, u64> = limits
             .per_index

@@ -1,12 +1,11 @@
 //! The monitor's effective settings: the `[monitor]` table of the vgpu config file (typed by its one owner,
 //! `vgpu_host::config`), then the command line over it, then the defaults. Not here: reading the file.
 
-use anyhow::{anyhow, Result};
 use std::time::Duration;
 use vgpu_host::config::monitor::{interval, share_tolerance, share_wall, share_window, tolerance};
 use vgpu_host::config::{
-    MonitorConfig, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_SHARE_TOLERANCE,
-    DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
+    MonitorConfig, MonitorConfigError, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN,
+    DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
 };
 
 /// What the command line sets (each `None`/false where it does not).
@@ -43,26 +42,31 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The flags over the table over the defaults; `nvml_library` defaults to the vgpu config's.
-    pub fn new(table: &MonitorConfig, flags: Flags, default_nvml: &str) -> Result<Settings> {
+    /// The flags over the table over the defaults; `nvml_library` defaults to the vgpu config's. A flag
+    /// is checked as its key in the table is (the error names the key).
+    pub fn new(
+        table: &MonitorConfig,
+        flags: Flags,
+        default_nvml: &str,
+    ) -> Result<Settings, MonitorConfigError> {
         let interval = match flags.interval_seconds {
-            Some(s) => interval(s).map_err(|e| anyhow!(e))?,
+            Some(s) => interval(s)?,
             None => table.interval.unwrap_or(DEFAULT_INTERVAL),
         };
         let tolerance = match &flags.tolerance {
-            Some(t) => tolerance(t).map_err(|e| anyhow!(e))?,
+            Some(t) => tolerance(t)?,
             None => table.tolerance.unwrap_or(DEFAULT_TOLERANCE),
         };
         let share_wall = match &flags.share_wall {
-            Some(m) => share_wall(m).map_err(|e| anyhow!(e))?,
+            Some(m) => share_wall(m)?,
             None => table.share_wall.unwrap_or_default(),
         };
         let share_window = match flags.share_window_seconds {
-            Some(s) => share_window(s).map_err(|e| anyhow!(e))?,
+            Some(s) => share_window(s)?,
             None => table.share_window.unwrap_or(DEFAULT_SHARE_WINDOW),
         };
         let share_tolerance = match flags.share_tolerance {
-            Some(p) => share_tolerance(p).map_err(|e| anyhow!(e))?,
+            Some(p) => share_tolerance(p)?,
             None => table.share_tolerance.unwrap_or(DEFAULT_SHARE_TOLERANCE),
         };
         Ok(Settings {
@@ -163,6 +167,15 @@ mod tests {
             (s.share_wall, s.share_window.as_secs(), s.share_tolerance),
             (ShareWall::Off, 3, 0.0)
         );
+        let interval_zero = Flags {
+            interval_seconds: Some(0),
+            ..Flags::default()
+        };
+        assert_eq!(
+            Settings::new(&table, interval_zero, "n"),
+            Err(MonitorConfigError::Interval),
+            "a flag is checked as its key is"
+        );
         assert_eq!(
             (
                 s.listen.as_str(),
@@ -194,7 +207,9 @@ mod tests {
                 ..Flags::default()
             },
         ] {
-            let msg = format!("{:#}", Settings::new(&table, bad, "n").unwrap_err());
+            let e = Settings::new(&table, bad, "n").unwrap_err();
+            assert!(!matches!(e, MonitorConfigError::Syntax { .. }), "{e}");
+            let msg = e.to_string();
             assert!(
                 msg.starts_with("[monitor] ") && !msg.contains('\n'),
                 "{msg}"

@@ -13,7 +13,7 @@
 
 use crate::creator::is_abandoned;
 use crate::provision;
-use anyhow::Result;
+use crate::provision::ProvisionError;
 use vgpu_host::inventory::Container;
 use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::StateRoot;
@@ -35,7 +35,7 @@ pub fn collect(root: &StateRoot) -> Vec<String> {
         match provision::remove_dir(&c.dir.dir) {
             Ok(true) => removed.push(c.dir.id.clone()),
             Ok(false) => {}
-            Err(e) => tracing::warn!("state left by a killed create: {e:#}"),
+            Err(e) => tracing::warn!("state left by a killed create: {e}"),
         }
     }
     removed
@@ -44,7 +44,7 @@ pub fn collect(root: &StateRoot) -> Vec<String> {
 /// `delete` of `id` passed through to the lower runtime: an engine gives up on a container whose create
 /// never finished. Its state without an owner goes; state with an owner is the container's poststop's.
 /// Ok(true) when removed.
-pub fn remove_ownerless(root: &StateRoot, id: &str) -> Result<bool> {
+pub fn remove_ownerless(root: &StateRoot, id: &str) -> Result<bool, ProvisionError> {
     let dir = root.container_dir(id)?;
     if !dir.is_dir() {
         return Ok(false);

@@ -9,9 +9,9 @@
 //! the folder's rename into place, never across the container's life.
 
 use crate::config::Config;
-use crate::nvml::HostGpu;
+use crate::nvml::{HostGpu, NvmlError};
 use crate::plan::Plan;
-use anyhow::{anyhow, bail, Context, Result};
+use crate::provision::ProvisionError;
 use nix::fcntl::{Flock, FlockArg};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -44,6 +44,79 @@ impl Policy {
 /// Held while a container is admitted and provisioned; dropping it lets the next container decide.
 pub struct Admitted {
     _lock: Option<Flock<File>>,
+}
+
+/// Why a container is not admitted. `Display` is the one line the shim or the hook prints.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    /// The plan names a GPU NVML no longer lists.
+    #[error("admission: GPU {uuid} is not on this node any more")]
+    GpuGone { uuid: String },
+    /// The quota asked for, with what is committed already, passes the GPU's memory less the reserve.
+    #[error("{}", full_line(*index, uuid, *asked, committed, *total, *reserve))]
+    Full {
+        index: u32,
+        uuid: String,
+        asked: u64,
+        committed: Committed,
+        total: u64,
+        reserve: u64,
+    },
+    /// The state root or its lock file (`what`: which, and what was done).
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
+    #[error("admission lock {}: {err}", path.display())]
+    Lock {
+        path: std::path::PathBuf,
+        err: nix::errno::Errno,
+    },
+    #[error(transparent)]
+    Gpus(#[from] NvmlError),
+    /// The state root is not vgpu's, or `containers/` cannot be made.
+    #[error(transparent)]
+    StateRoot(#[from] ProvisionError),
+}
+
+/// [`AdmissionError::Full`]'s line: the GPU, the sum and the figure it passes.
+fn full_line(
+    index: u32,
+    uuid: &str,
+    asked: u64,
+    here: &Committed,
+    total: u64,
+    reserve: u64,
+) -> String {
+    let room = total.saturating_sub(reserve);
+    let others = here.total();
+    let sum = others.saturating_add(asked);
+    let what = if reserve > 0 {
+        format!(
+            "the {} it has for quotas ({} less a reserve of {})",
+            format_bytes(room),
+            format_bytes(total),
+            format_bytes(reserve)
+        )
+    } else {
+        format!("its {}", format_bytes(total))
+    };
+    // Oversubscribe quotas count here in full: say so, or the figure looks wrong to whoever knows their
+    // memory pages.
+    let over = if here.oversubscribe > 0 && here.plain > 0 {
+        format!(
+            ", {} of it oversubscribe quotas, which may all be device memory",
+            format_bytes(here.oversubscribe)
+        )
+    } else if here.oversubscribe > 0 {
+        " of oversubscribe quotas, which may all be device memory".to_string()
+    } else {
+        String::new()
+    };
+    format!(
+        "admission: GPU {index} ({uuid}) would have {} of quotas committed ({} already{over}, {} asked for), more than {what}; set allow_overcommit = true in the vgpu config to allow it",
+        format_bytes(sum),
+        format_bytes(others),
+        format_bytes(asked),
+    )
 }
 
 /// What the quotas of the live containers commit on one GPU.
@@ -79,11 +152,13 @@ impl Committed {
 pub fn committed(
     root: &StateRoot,
     except: &str,
-) -> Result<(BTreeMap<String, Committed>, Vec<String>)> {
+) -> Result<(BTreeMap<String, Committed>, Vec<String>), AdmissionError> {
     let mut sum: BTreeMap<String, Committed> = BTreeMap::new();
     let mut unreadable = Vec::new();
-    let containers = inventory::containers(root)
-        .with_context(|| format!("admission: {}", root.root().display()))?;
+    let containers = inventory::containers(root).map_err(|err| AdmissionError::Io {
+        what: format!("admission: {}", root.root().display()),
+        err,
+    })?;
     // State left by a killed create holds no room (`crate::abandoned`).
     for c in containers
         .into_iter()
@@ -117,14 +192,16 @@ pub fn check(
     gpus: &[HostGpu],
     committed: &BTreeMap<String, Committed>,
     policy: Policy,
-) -> Result<()> {
+) -> Result<(), AdmissionError> {
     if policy.overcommit {
         return Ok(());
     }
     let asks_oversubscribe = plan.memory.is_oversubscribe();
     for (g, asked) in plan.gpus.iter().filter_map(|g| Some((g, g.memory_limit?))) {
         let Some(host) = gpus.iter().find(|h| h.uuid == g.uuid) else {
-            bail!("admission: GPU {} is not on this node any more", g.uuid);
+            return Err(AdmissionError::GpuGone {
+                uuid: g.uuid.clone(),
+            });
         };
         let here = committed.get(&g.uuid).copied().unwrap_or_default();
         if asks_oversubscribe && here.plain == 0 {
@@ -134,36 +211,14 @@ pub fn check(
         let others = here.total();
         let sum = others.saturating_add(asked);
         if sum > room {
-            let what = if policy.reserve > 0 {
-                format!(
-                    "the {} it has for quotas ({} less a reserve of {})",
-                    format_bytes(room),
-                    format_bytes(host.total_memory),
-                    format_bytes(policy.reserve)
-                )
-            } else {
-                format!("its {}", format_bytes(host.total_memory))
-            };
-            // Oversubscribe quotas count here in full: say so, or the figure looks wrong to whoever
-            // knows their memory pages.
-            let over = if here.oversubscribe > 0 && here.plain > 0 {
-                format!(
-                    ", {} of it oversubscribe quotas, which may all be device memory",
-                    format_bytes(here.oversubscribe)
-                )
-            } else if here.oversubscribe > 0 {
-                " of oversubscribe quotas, which may all be device memory".to_string()
-            } else {
-                String::new()
-            };
-            bail!(
-                "admission: GPU {} ({}) would have {} of quotas committed ({} already{over}, {} asked for), more than {what}; set allow_overcommit = true in the vgpu config to allow it",
-                host.index,
-                g.uuid,
-                format_bytes(sum),
-                format_bytes(others),
-                format_bytes(asked),
-            );
+            return Err(AdmissionError::Full {
+                index: host.index,
+                uuid: g.uuid.clone(),
+                asked,
+                committed: here,
+                total: host.total_memory,
+                reserve: policy.reserve,
+            });
         }
     }
     Ok(())
@@ -176,8 +231,8 @@ pub fn admit(
     policy: Policy,
     id: &str,
     plan: &Plan,
-    gpus: impl FnOnce() -> Result<Vec<HostGpu>>,
-) -> Result<Admitted> {
+    gpus: impl FnOnce() -> Result<Vec<HostGpu>, NvmlError>,
+) -> Result<Admitted, AdmissionError> {
     if policy.overcommit {
         return Ok(Admitted { _lock: None });
     }
@@ -201,9 +256,11 @@ pub fn admit(
 }
 
 /// The node-level lock: `<state_root>/admission.lock`, never through a symbolic link.
-fn lock(root: &StateRoot) -> Result<Flock<File>> {
-    std::fs::create_dir_all(root.root())
-        .with_context(|| format!("cannot create {}", root.root().display()))?;
+fn lock(root: &StateRoot) -> Result<Flock<File>, AdmissionError> {
+    std::fs::create_dir_all(root.root()).map_err(|err| AdmissionError::Io {
+        what: format!("cannot create {}", root.root().display()),
+        err,
+    })?;
     let path = root.root().join(LOCK_FILE_NAME);
     let f = OpenOptions::new()
         .read(true)
@@ -212,9 +269,14 @@ fn lock(root: &StateRoot) -> Result<Flock<File>> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
-        .with_context(|| format!("admission lock {}", path.display()))?;
-    Flock::lock(f, FlockArg::LockExclusive)
-        .map_err(|(_, e)| anyhow!("admission lock {}: {e}", path.display()))
+        .map_err(|err| AdmissionError::Io {
+            what: format!("admission lock {}", path.display()),
+            err,
+        })?;
+    Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, err)| AdmissionError::Lock {
+        path: path.clone(),
+        err,
+    })
 }
 
 #[cfg(test)]
@@ -268,9 +330,14 @@ mod tests {
         let mut c = BTreeMap::new();
         check(&plan("GPU-a", 12 * GIB), &gpus, &c, STRICT).unwrap();
         c.insert("GPU-a".to_string(), plain(12 * GIB));
-        let e = check(&plan("GPU-a", 12 * GIB), &gpus, &c, STRICT)
-            .unwrap_err()
-            .to_string();
+        let e = check(&plan("GPU-a", 12 * GIB), &gpus, &c, STRICT).unwrap_err();
+        assert!(
+            matches!(e, AdmissionError::Full { asked, committed, .. }
+                if asked == 12 * GIB && committed.plain == 12 * GIB),
+            "{e}"
+        );
+        // The line is the contract: the GPU, the sum, the figure it passes.
+        let e = e.to_string();
         assert!(
             e.contains("GPU-a") && e.contains("24.0 GiB") && e.contains("its 16.0 GiB"),
             "{e}"

@@ -14,7 +14,9 @@
 //! `250ms`, `2s`); it goes with the shares, and without one it changes nothing (as the policy alone).
 
 use std::collections::BTreeMap;
-use vgpu_ledger::envcompute::{self, parse_annotation_percent, parse_window, EnvCompute, Policy};
+use vgpu_ledger::envcompute::{
+    self, parse_annotation_percent, parse_window, EnvCompute, PercentError, Policy, WindowError,
+};
 use vgpu_ledger::envlimits::EnvLimitError;
 use vgpu_ledger::keys::{annotation, env};
 
@@ -54,11 +56,11 @@ pub enum ComputeRequestError {
     #[error("annotation {key}={value:?}: expected force, disable or default")]
     Policy { key: String, value: String },
     /// A share annotation that is no whole percent 1..=100 (the grammar's line).
-    #[error("{0}")]
-    Percent(String),
+    #[error(transparent)]
+    Percent(#[from] PercentError),
     /// A malformed window (the grammar's line).
-    #[error("{0}")]
-    Window(String),
+    #[error(transparent)]
+    Window(#[from] WindowError),
 }
 
 impl ComputeRequest {

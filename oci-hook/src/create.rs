@@ -1,9 +1,10 @@
 //! The create pipeline the shim and the hook (hooks.d path) share: plan, checks, image preload, edits,
 //! provisioning. Not here: how the edits reach the container (spec file: `crate::shim`; mounts: `crate::hook`).
 //!
-//! Errors: `anyhow` here and in `hook` and `shim`, the pipelines that join modules still returning it
-//! (admission, provisioning, NVML, the config, the rootfs); the parts with typed errors (`PlanError`,
-//! `EditError`, `SpecError`) keep their one line through it.
+//! Errors: `anyhow` here (except [`CreateError`], which the hook matches) and in `hook` and `shim`, the
+//! binaries' dispatch layers that join the modules; every module under them returns its own `thiserror`
+//! enum (`PlanError`, `AdmissionError`, `ProvisionError`, `RootfsError`, `EditError`, `SpecError`, ...),
+//! whose `Display` is the whole line, so it reads the same through `anyhow`.
 
 use crate::admission::{self, Policy};
 use crate::config::Config;
@@ -24,6 +25,15 @@ pub fn plan(facts: &SpecFacts, cfg: &Config) -> Result<Option<Plan>> {
     Ok(plan::plan_with(facts, cfg.unquoted(), || {
         nvml::list_gpus(&cfg.nvml_library)
     })?)
+}
+
+/// Why [`Create::provision`] made nothing: refused by admission, or the state could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error(transparent)]
+    Admission(#[from] admission::AdmissionError),
+    #[error(transparent)]
+    Provision(#[from] provision::ProvisionError),
 }
 
 /// What the pipeline reads from the container's image.
@@ -108,17 +118,17 @@ impl<'a> Create<'a> {
     /// Admits the quota (the node's GPUs are not overcommitted: `crate::admission`) and provisions
     /// `<root>/containers/<id>/`, never over a folder that is there ([`provision::AlreadyExists`]);
     /// returns the folder this call made.
-    pub fn provision(&self, owner: Owner, image: &Image) -> Result<Provisioned> {
+    pub fn provision(&self, owner: Owner, image: &Image) -> Result<Provisioned, CreateError> {
         let _admitted =
             admission::admit(self.root, Policy::of(self.cfg), self.id, &self.plan, || {
                 nvml::list_gpus(&self.cfg.nvml_library)
             })?;
-        provision::provision(
+        Ok(provision::provision(
             self.root,
             self.id,
             &self.plan,
             owner,
             image.preload.as_deref(),
-        )
+        )?)
     }
 }

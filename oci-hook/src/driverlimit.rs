@@ -10,19 +10,34 @@
 //! small file, read once per container, where the crate would bring its parser for all of `/proc`.
 
 use crate::config::Config;
+use crate::nvml::NvmlError;
 use crate::nvml::{self, Nvml};
-use anyhow::{anyhow, Context, Result};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use vgpu_ledger::Limits;
+
+/// Why the container's quotas could not be set as its cgroup's limits. `Display` is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverLimitError {
+    #[error("cannot read the cgroup of pid {pid}: {err}")]
+    ReadCgroup { pid: u32, err: std::io::Error },
+    #[error("pid {pid}: no cgroup v2 or memory cgroup in /proc/{pid}/cgroup")]
+    NoCgroup { pid: u32 },
+    #[error("cgroup path {} holds a NUL byte", cgroup.display())]
+    NulByte { cgroup: PathBuf },
+    /// NVML could not be loaded, or refused the limits.
+    #[error("driver_memory_limit for cgroup {}: {err}", cgroup.display())]
+    Nvml { cgroup: PathBuf, err: NvmlError },
+}
+
+type Result<T, E = DriverLimitError> = std::result::Result<T, E>;
 
 /// The sysfs path of the cgroup of host process `pid`: the unified hierarchy's (cgroup v2), else the
 /// memory controller's (v1).
 pub fn cgroup_of(pid: u32) -> Result<PathBuf> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .with_context(|| format!("cannot read the cgroup of pid {pid}"))?;
-    parse(&text)
-        .ok_or_else(|| anyhow!("pid {pid}: no cgroup v2 or memory cgroup in /proc/{pid}/cgroup"))
+        .map_err(|err| DriverLimitError::ReadCgroup { pid, err })?;
+    parse(&text).ok_or(DriverLimitError::NoCgroup { pid })
 }
 
 fn parse(text: &str) -> Option<PathBuf> {
@@ -47,15 +62,20 @@ pub fn apply(cfg: &Config, pid: u32, limits: &Limits) -> Result<()> {
         return Ok(());
     }
     let cgroup = cgroup_of(pid)?;
-    let nvml = nvml::open(&cfg.nvml_library)
-        .with_context(|| format!("driver_memory_limit for cgroup {}", cgroup.display()))?;
+    let nvml = nvml::open(&cfg.nvml_library).map_err(|err| DriverLimitError::Nvml {
+        cgroup: cgroup.clone(),
+        err,
+    })?;
     apply_with(&*nvml, &cgroup, limits)
 }
 
 /// Sets the quotas of `limits` as the limits of `cgroup` through `nvml`.
 pub fn apply_with(nvml: &dyn Nvml, cgroup: &Path, limits: &Limits) -> Result<()> {
-    let c = CString::new(cgroup.as_os_str().as_encoded_bytes())
-        .map_err(|_| anyhow!("cgroup path {} holds a NUL byte", cgroup.display()))?;
+    let c = CString::new(cgroup.as_os_str().as_encoded_bytes()).map_err(|_| {
+        DriverLimitError::NulByte {
+            cgroup: cgroup.into(),
+        }
+    })?;
     let quotas: Vec<(String, u64)> = limits
         .devices
         .iter()
@@ -63,7 +83,10 @@ pub fn apply_with(nvml: &dyn Nvml, cgroup: &Path, limits: &Limits) -> Result<()>
         .collect();
     let set = nvml
         .set_memory_limits(&c, &quotas)
-        .with_context(|| format!("driver_memory_limit for cgroup {}", cgroup.display()))?;
+        .map_err(|err| DriverLimitError::Nvml {
+            cgroup: cgroup.into(),
+            err,
+        })?;
     if !set {
         tracing::info!(
             "driver_memory_limit: the driver has no per-cgroup GPU memory limit \
@@ -132,7 +155,11 @@ mod tests {
             "the GPU with a compute share alone gets no memory limit"
         );
         limits.devices[0].uuid = "GPU-gone".into();
-        let e = format!("{:#}", apply_with(&new, cg, &limits).unwrap_err());
-        assert!(e.contains("GPU-gone") && e.contains("x.scope"), "{e}");
+        let e = apply_with(&new, cg, &limits).unwrap_err();
+        assert!(
+            matches!(&e, DriverLimitError::Nvml { cgroup, .. } if cgroup == cg),
+            "{e}"
+        );
+        assert!(e.to_string().contains("GPU-gone"), "{e}");
     }
 }

@@ -16,8 +16,9 @@
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
 use crate::provision;
-use anyhow::{anyhow, bail, Result};
 use std::fs;
+use std::io;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 use vgpu_host::inventory::{self, Container, Entry};
 use vgpu_host::procs;
@@ -37,8 +38,26 @@ pub struct GcReport {
     pub errors: Vec<String>,
 }
 
+/// Why one folder was neither removed nor kept: the line of [`GcReport::errors`].
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    /// A leftover folder without vgpu's marker that holds something.
+    #[error("{}: holds no vgpu marker ({}) and is not empty: not made by vgpu; left alone", path.display(), layout::MARKER_FILE_NAME)]
+    NotOurs { path: PathBuf },
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: io::Error },
+    /// The limits file cannot be used (its reader's line).
+    #[error("{err}; kept: its container may still be running (remove the folder once it is gone)")]
+    Unreadable { err: String },
+    /// Whether a process holds a slot of its ledgers cannot be told.
+    #[error(transparent)]
+    Slots(io::Error),
+    #[error(transparent)]
+    Remove(#[from] provision::ProvisionError),
+}
+
 /// Collects with the default grace for owner-less state.
-pub fn collect(root: &StateRoot) -> Result<GcReport> {
+pub fn collect(root: &StateRoot) -> io::Result<GcReport> {
     collect_with(root, DEFAULT_PENDING_GRACE)
 }
 
@@ -47,7 +66,7 @@ pub fn collect(root: &StateRoot) -> Result<GcReport> {
 /// `errors` and left alone; a `<root>/containers/` that is not vgpu's is an error, and nothing in it is
 /// touched. Ledgers are read as untrusted files (`vgpu_ledger::hostfile`): a tenant's FIFO or link in its
 /// ledger folder is never opened as a file, so it can neither block nor trick the collector.
-pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcReport> {
+pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> io::Result<GcReport> {
     let mut report = GcReport::default();
     let now = SystemTime::now();
     let age = |m: Option<SystemTime>| {
@@ -60,20 +79,21 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
             // short before its marker was written is empty, and removing an empty folder loses nothing.
             Entry::Leftover(o) if age(o.modified) > pending_grace => {
                 let removed = if o.marked {
-                    provision::remove_marked(&o.path)
+                    provision::remove_marked(&o.path).map_err(GcError::from)
                 } else {
-                    fs::remove_dir(&o.path).map_err(|e| match e.raw_os_error() {
-                        Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => anyhow!(
-                            "{}: holds no vgpu marker ({}) and is not empty: not made by vgpu; left alone",
-                            o.path.display(),
-                            layout::MARKER_FILE_NAME
-                        ),
-                        _ => anyhow!("{}: {e}", o.path.display()),
+                    fs::remove_dir(&o.path).map_err(|err| match err.raw_os_error() {
+                        Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => GcError::NotOurs {
+                            path: o.path.clone(),
+                        },
+                        _ => GcError::Io {
+                            path: o.path.clone(),
+                            err,
+                        },
                     })
                 };
                 match removed {
                     Ok(()) => report.removed.push(o.name),
-                    Err(e) => report.errors.push(format!("{e:#}")),
+                    Err(e) => report.errors.push(e.to_string()),
                 }
             }
             Entry::Leftover(_) => {}
@@ -84,26 +104,22 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> Result<GcRepor
             Entry::Container(c) => match is_garbage(&c, age(c.dir.modified), pending_grace) {
                 Ok(true) => match provision::remove_dir(&c.dir.dir) {
                     Ok(_) => report.removed.push(c.dir.id),
-                    Err(e) => report.errors.push(format!("{e:#}")),
+                    Err(e) => report.errors.push(e.to_string()),
                 },
                 Ok(false) => report.kept.push(c.dir.id),
-                Err(e) => report
-                    .errors
-                    .push(format!("{}: {e:#}", c.dir.dir.display())),
+                Err(e) => report.errors.push(format!("{}: {e}", c.dir.dir.display())),
             },
         }
     }
     Ok(report)
 }
 
-fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<bool> {
+fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<bool, GcError> {
     let limits = match &c.limits {
         Ok(l) => l,
         // Whose it is cannot be told, and its container may be running (its quota still held against
         // the GPU): never removed for that.
-        Err(e) => bail!(
-            "{e}; kept: its container may still be running (remove the folder once it is gone)"
-        ),
+        Err(e) => return Err(GcError::Unreadable { err: e.to_string() }),
     };
     let container_gone = match (limits.init_pid, limits.pid_ns) {
         (Some(pid), Some(ns)) => !procs::init_alive(pid, ns, limits.init_start_time),
@@ -112,7 +128,7 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
         // No owner yet: only old ones are garbage.
         _ => age > pending_grace,
     };
-    Ok(container_gone && !c.any_slot_alive()?)
+    Ok(container_gone && !c.any_slot_alive().map_err(GcError::Slots)?)
 }
 
 #[cfg(test)]

@@ -11,11 +11,11 @@
 
 use crate::claim_quota::{self, ClaimQuota};
 use crate::config::Config;
-use crate::create::{self, Create};
+use crate::create::{self, Create, CreateError};
 use crate::edits::{self, ContainerEdits};
 use crate::gc;
 use crate::mountns;
-use crate::provision::{self, Owner};
+use crate::provision::{self, Owner, ProvisionError};
 use crate::request::SpecFacts;
 use crate::spec::{annotations_of, Spec};
 use anyhow::{anyhow, bail, Context, Result};
@@ -93,7 +93,9 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
         .context("cannot read stdin")?;
     let result = match stage {
         "createRuntime" | "prestart" => provision_stage(&cfg, &root, &State::parse(&text)?),
-        "poststop" => provision::remove(&root, &State::parse(&text)?.id).map(|_| ()),
+        "poststop" => provision::remove(&root, &State::parse(&text)?.id)
+            .map(|_| ())
+            .map_err(Into::into),
         "precreate" => precreate(&cfg, &text, output),
         other => bail!(
             "unknown hook stage {other:?} (expected {})",
@@ -152,14 +154,16 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
         // This stage already ran for this very container (same init process): mount again, harmlessly.
         // Any other owner's state (another container with this id) is refused and left alone.
         Err(e)
-            if e.is::<provision::AlreadyExists>() && provision::owned_by(root, &st.id, &owner) =>
+            if matches!(e, CreateError::Provision(ProvisionError::AlreadyExists(_)))
+                && provision::owned_by(root, &st.id, &owner) =>
         {
             None
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     // The same mounts the shim writes into a spec, made here in the container's mount namespace.
     if let Err(e) = mountns::bind_into(pid, &image.rootfs, &edits.mounts)
+        .map_err(anyhow::Error::from)
         .and_then(|()| driver_limit(cfg, root, &st.id, pid))
     {
         if let Some(p) = made {
@@ -177,7 +181,7 @@ fn driver_limit(cfg: &Config, root: &StateRoot, id: &str, pid: u32) -> Result<()
     }
     let limits = vgpu_ledger::hostfile::load_limits(&root.limits_path(id)?)
         .map_err(|e| anyhow!("container {id}: {e}"))?;
-    crate::driverlimit::apply(cfg, pid, &limits)
+    Ok(crate::driverlimit::apply(cfg, pid, &limits)?)
 }
 
 fn precreate(cfg: &Config, text: &str, output: &mut dyn Write) -> Result<()> {

@@ -2,18 +2,12 @@
 //! (reading them is `vgpu_host::inventory`'s).
 //! Not here: the ledger itself (`vgpu_ledger::region`) or where ledgers live (`vgpu_ledger::layout`).
 
-use anyhow::{anyhow, Result};
 use std::path::Path;
 use vgpu_ledger::{Ledger, LedgerError};
 
-/// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit. An I/O error stays in
-/// the error's chain (the provisioner tells a full file system by it).
-pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<()> {
-    Ledger::open_or_create(path, uuid, limit).map_err(|e| match e {
-        LedgerError::Io { source, .. } => {
-            anyhow::Error::new(source).context(format!("cannot create ledger {}", path.display()))
-        }
-        e => anyhow!("cannot create ledger {}: {e}", path.display()),
-    })?;
+/// Creates (or keeps) the ledger of GPU `uuid` at `path` with the provisioned limit. An I/O error stays
+/// `LedgerError::Io` (the provisioner tells a full file system by it).
+pub fn create(path: &Path, uuid: &str, limit: u64) -> Result<(), LedgerError> {
+    Ledger::open_or_create(path, uuid, limit)?;
     Ok(())
 }

@@ -1,13 +1,26 @@
 //! The lower runtime (runc, crun, nvidia-container-runtime): finding it, and running it as a child that gets
 //! the engine's signals. Not here: deciding whether to exec it or run it (`crate::shim`).
 
-use anyhow::{bail, Result};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+/// Why the lower runtime cannot be found or run. `Display` is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum LowerError {
+    #[error("lower runtime {name:?} not found or not executable (config key lower_runtime)")]
+    NotFound { name: String },
+    /// The name resolves to the shim itself, which would exec itself forever.
+    #[error("lower runtime {name:?} is vgpu-container-runtime itself (config key lower_runtime)")]
+    Itself { name: String },
+    #[error(transparent)]
+    Spawn(#[from] std::io::Error),
+    #[error(transparent)]
+    Signals(#[from] nix::errno::Errno),
+}
+
 /// Finds the lower runtime: an absolute path, or a name looked up in `PATH`. Refuses to find the shim
 /// itself (which would exec itself forever).
-pub fn resolve_lower(name: &str) -> Result<PathBuf> {
+pub fn resolve_lower(name: &str) -> Result<PathBuf, LowerError> {
     let found = if name.contains('/') {
         let p = PathBuf::from(name);
         is_executable(&p).then_some(p)
@@ -21,14 +34,14 @@ pub fn resolve_lower(name: &str) -> Result<PathBuf> {
             .unwrap_or(None)
     };
     let Some(p) = found else {
-        bail!("lower runtime {name:?} not found or not executable (config key lower_runtime)");
+        return Err(LowerError::NotFound { name: name.into() });
     };
     if let (Ok(me), Ok(it)) = (
         std::fs::canonicalize("/proc/self/exe"),
         std::fs::canonicalize(&p),
     ) {
         if me == it {
-            bail!("lower runtime {name:?} is vgpu-container-runtime itself (config key lower_runtime)");
+            return Err(LowerError::Itself { name: name.into() });
         }
     }
     Ok(p)
@@ -42,7 +55,7 @@ fn is_executable(p: &Path) -> bool {
 
 /// Runs the lower runtime as a child, passing on the signals an engine sends to its runtime, and returns
 /// its exit status the way a shell reports it (128 + signal when killed).
-pub fn run_child(mut cmd: std::process::Command) -> Result<i32> {
+pub fn run_child(mut cmd: std::process::Command) -> Result<i32, LowerError> {
     use nix::sys::signal::{SigSet, Signal};
     use std::os::unix::process::ExitStatusExt;
     const FORWARDED: [Signal; 7] = [
@@ -83,12 +96,12 @@ mod tests {
     #[test]
     fn lower_runtime_lookup() {
         assert!(resolve_lower("/bin/sh").is_ok());
-        let e = resolve_lower("no-such-runtime-xyz")
-            .unwrap_err()
-            .to_string();
+        let e = resolve_lower("no-such-runtime-xyz").unwrap_err();
         assert!(
-            e.contains("no-such-runtime-xyz") && e.contains("lower_runtime"),
+            matches!(&e, LowerError::NotFound { name } if name == "no-such-runtime-xyz"),
             "{e}"
         );
+        // The line names the config key to fix.
+        assert!(e.to_string().contains("lower_runtime"), "{e}");
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use vgpu_ledger::envlimits::{EnvLimit, EnvLimitError, EnvLimits};
 use vgpu_ledger::keys;
-use vgpu_ledger::QuantityError;
+use vgpu_ledger::{BelowFloor, QuantityError};
 
 use crate::pod_keys::{keyed, KeyFormError, PodMember};
 
@@ -60,7 +60,7 @@ pub enum MemoryRequestError {
     BelowFloor {
         setting: String,
         value: String,
-        why: String,
+        why: BelowFloor,
     },
     /// A malformed limit variable.
     #[error("env {0}")]

@@ -10,7 +10,7 @@
 
 use crate::edits::Mount;
 use crate::rootfs::Rootfs;
-use anyhow::{anyhow, bail, Context, Result};
+use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{setns, CloneFlags};
@@ -19,12 +19,52 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, pipe, ForkResult};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::rootfs::RootfsError;
+
+/// Why the mounts could not be made. `Display` is one line; the child's error comes back as its line.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("cannot open {path}: {err}")]
+    OpenNamespace { path: String, err: std::io::Error },
+    #[error("cannot join the container's mount namespace: {0}")]
+    Join(Errno),
+    /// One bind mount (`from` at `at`) failed.
+    #[error("cannot mount {} at {at}: {err}", from.display())]
+    Bind {
+        from: PathBuf,
+        at: String,
+        err: Box<MountError>,
+    },
+    #[error("the mount did not land at the target (path changed while mounting?)")]
+    Moved,
+    #[error("cannot make the mount read-only/nosuid: {0}")]
+    Remount(Errno),
+    #[error(transparent)]
+    Rootfs(#[from] RootfsError),
+    /// The child's line, read back from it.
+    #[error("{0}")]
+    Child(String),
+    /// The child ended without a line (`status`: how it ended).
+    #[error("mounting into container (pid {pid}) failed: {status}")]
+    Failed { pid: u32, status: String },
+    /// A system call failed, with the system's reason alone.
+    #[error(transparent)]
+    Sys(#[from] Errno),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+type Result<T, E = MountError> = std::result::Result<T, E>;
 
 /// Makes `binds` in the mount namespace of host pid `pid`, whose rootfs is at `rootfs` (host path).
 pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Mount]) -> Result<()> {
     let ns_path = format!("/proc/{pid}/ns/mnt");
-    let ns = std::fs::File::open(&ns_path).with_context(|| format!("cannot open {ns_path}"))?;
+    let ns = std::fs::File::open(&ns_path).map_err(|err| MountError::OpenNamespace {
+        path: ns_path.clone(),
+        err,
+    })?;
     let (rd, wr) = pipe()?;
     // SAFETY: the hook is single-threaded (no thread is ever started in it), so the child may run
     // arbitrary code; it only makes syscalls and exits.
@@ -34,7 +74,7 @@ pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Mount]) -> Result<()> {
             let code = match child(OwnedFd::from(ns), rootfs, binds) {
                 Ok(()) => 0,
                 Err(e) => {
-                    let _ = std::fs::File::from(wr).write_all(format!("{e:#}").as_bytes());
+                    let _ = std::fs::File::from(wr).write_all(e.to_string().as_bytes());
                     1
                 }
             };
@@ -47,20 +87,26 @@ pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Mount]) -> Result<()> {
             let _ = std::fs::File::from(rd).read_to_string(&mut msg);
             match waitpid(child, None)? {
                 WaitStatus::Exited(_, 0) => Ok(()),
-                WaitStatus::Exited(_, _) if !msg.is_empty() => Err(anyhow!(msg)),
-                st => bail!("mounting into container (pid {pid}) failed: {st:?}"),
+                WaitStatus::Exited(_, _) if !msg.is_empty() => Err(MountError::Child(msg)),
+                st => Err(MountError::Failed {
+                    pid,
+                    status: format!("{st:?}"),
+                }),
             }
         }
     }
 }
 
 fn child(ns: OwnedFd, rootfs: &Path, binds: &[Mount]) -> Result<()> {
-    setns(&ns, CloneFlags::CLONE_NEWNS).context("cannot join the container's mount namespace")?;
+    setns(&ns, CloneFlags::CLONE_NEWNS).map_err(MountError::Join)?;
     std::env::set_current_dir("/")?;
     let root = Rootfs::open(rootfs)?;
     for b in binds {
-        bind_one(&root, b)
-            .with_context(|| format!("cannot mount {} at {}", b.source.display(), b.destination))?;
+        bind_one(&root, b).map_err(|err| MountError::Bind {
+            from: b.source.clone(),
+            at: b.destination.clone(),
+            err: Box::new(err),
+        })?;
     }
     Ok(())
 }
@@ -92,7 +138,7 @@ fn bind_one(root: &Rootfs, b: &Mount) -> Result<()> {
             std::os::unix::fs::MetadataExt::ino(&src_md),
         )
     {
-        bail!("the mount did not land at the target (path changed while mounting?)");
+        return Err(MountError::Moved);
     }
     let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     if b.read_only {
@@ -108,6 +154,6 @@ fn bind_one(root: &Rootfs, b: &Mount) -> Result<()> {
         flags,
         None::<&str>,
     )
-    .context("cannot make the mount read-only/nosuid")?;
+    .map_err(MountError::Remount)?;
     Ok(())
 }

@@ -8,6 +8,6 @@
 pub use vgpu_host::nvml::{open, Fake, HostGpu, Nvml, NvmlError};
 
 /// Lists the host's GPUs through the NVML library `lib` (a soname or a path); NVML is shut down after.
-pub fn list_gpus(lib: &str) -> anyhow::Result<Vec<HostGpu>> {
-    Ok(open(lib)?.devices()?)
+pub fn list_gpus(lib: &str) -> Result<Vec<HostGpu>, NvmlError> {
+    open(lib)?.devices()
 }

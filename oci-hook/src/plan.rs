@@ -6,15 +6,12 @@
 
 use crate::gpus;
 use crate::memory_request;
-use crate::nvml::HostGpu;
+use crate::nvml::{HostGpu, NvmlError};
 use crate::request::{Request, RequestError, SpecFacts};
 use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::keys;
 use vgpu_ledger::MemoryMode;
-
-/// An error listing the host's GPUs (NVML), from a module without typed errors of its own.
-pub type GpuError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One limited GPU of the container: a memory quota, a compute share, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +53,7 @@ pub enum PlanError {
     Name(#[from] crate::pod_keys::NameError),
     /// Listing the host's GPUs failed.
     #[error(transparent)]
-    Gpus(GpuError),
+    Gpus(#[from] NvmlError),
     /// The container's GPUs cannot be told: a bad name, a GPU not on this host, or sources that disagree.
     #[error(transparent)]
     Select(#[from] gpus::SelectError),
@@ -89,15 +86,11 @@ pub enum PlanError {
     },
 }
 
-fn gpu_error(e: anyhow::Error) -> PlanError {
-    PlanError::Gpus(e.into())
-}
-
 /// Decides the quota. `None` when the container asks for none. `host_gpus` is only called when needed,
 /// so a node without NVML runs unquota'd containers fine.
 pub fn plan(
     facts: &SpecFacts,
-    host_gpus: impl FnOnce() -> anyhow::Result<Vec<HostGpu>>,
+    host_gpus: impl FnOnce() -> Result<Vec<HostGpu>, NvmlError>,
 ) -> Result<Option<Plan>, PlanError> {
     plan_with(facts, Unquoted::Allow, host_gpus)
 }
@@ -106,7 +99,7 @@ pub fn plan(
 pub fn plan_with(
     facts: &SpecFacts,
     unquoted: Unquoted,
-    host_gpus: impl FnOnce() -> anyhow::Result<Vec<HostGpu>>,
+    host_gpus: impl FnOnce() -> Result<Vec<HostGpu>, NvmlError>,
 ) -> Result<Option<Plan>, PlanError> {
     let Request {
         memory: q,
@@ -147,7 +140,7 @@ pub fn plan_with(
         }
         return Err(PlanError::NoGpuNamed { setting });
     };
-    let host = host_gpus().map_err(gpu_error)?;
+    let host = host_gpus()?;
     let gpus = gpus::resolve(&sel, &host)?;
     if gpus.is_empty() && asks.is_empty() {
         // The node's policy alone, and no GPU (`void`): nothing to limit.

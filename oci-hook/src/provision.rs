@@ -11,7 +11,7 @@
 //! fails the creation with one line instead of CUDA processes later.
 
 use crate::plan::Plan;
-use anyhow::{anyhow, bail, Context, Result};
+use nix::errno::Errno;
 use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -22,6 +22,11 @@ use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::{self, StateRoot};
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
 use vgpu_ledger::walk;
+
+mod error;
+pub use error::{AlreadyExists, ProvisionError};
+
+type Result<T, E = ProvisionError> = std::result::Result<T, E>;
 
 /// Who owns the state: the container's init process as the host sees it, and the container's cgroup.
 /// Unknown (zero) until the provisioning hook runs, when the shim provisioned.
@@ -43,12 +48,16 @@ impl Owner {
     /// container's).
     pub fn of_pid(pid: u32) -> Result<Owner> {
         let ns = format!("/proc/{pid}/ns/pid");
-        let md = fs::metadata(&ns)
-            .with_context(|| format!("container init pid {pid}: cannot stat {ns}"))?;
-        let start_time = procs::start_time(pid)
-            .ok_or_else(|| anyhow!("container init pid {pid}: cannot read /proc/{pid}/stat"))?;
-        let cg = fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .with_context(|| format!("container init pid {pid}: cannot read /proc/{pid}/cgroup"))?;
+        let md = fs::metadata(&ns).map_err(|e| {
+            ProvisionError::io(format!("container init pid {pid}: cannot stat {ns}"), e)
+        })?;
+        let start_time = procs::start_time(pid).ok_or(ProvisionError::NoStartTime { pid })?;
+        let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).map_err(|e| {
+            ProvisionError::io(
+                format!("container init pid {pid}: cannot read /proc/{pid}/cgroup"),
+                e,
+            )
+        })?;
         let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let cgroup = procs::unified_path(&cg)
             .filter(|c| {
@@ -141,28 +150,6 @@ pub fn limits_for(id: &str, plan: &Plan, owner: &Owner) -> Result<Limits> {
     Ok(limits)
 }
 
-/// The state of container `id` is there already: it belongs to a live container with this id, or to a
-/// create of it in progress. Nothing was changed.
-#[derive(Debug)]
-pub struct AlreadyExists {
-    pub id: String,
-    pub dir: PathBuf,
-}
-
-impl std::fmt::Display for AlreadyExists {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "container {}: its state {} already exists (a container with this id is running or being \
-             created; state left by a crash is collected after gc_pending_grace_seconds)",
-            self.id,
-            self.dir.display()
-        )
-    }
-}
-
-impl std::error::Error for AlreadyExists {}
-
 /// A container's state folder made by this invocation, and the token that proves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provisioned {
@@ -182,7 +169,10 @@ impl Provisioned {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => {
-                return Err(e).with_context(|| format!("cannot remove {}", self.dir.display()))
+                return Err(ProvisionError::io(
+                    format!("cannot remove {}", self.dir.display()),
+                    e,
+                ))
             }
         }
         // Replaced between the check and the rename: put the other's folder back.
@@ -194,7 +184,10 @@ impl Provisioned {
                 &self.dir,
                 RenameFlags::RENAME_NOREPLACE,
             )
-            .map_err(|e| anyhow!("cannot put {} back: {e}", self.dir.display()))?;
+            .map_err(|err| ProvisionError::Rename {
+                what: format!("cannot put {} back", self.dir.display()),
+                err,
+            })?;
             return Ok(false);
         }
         remove_marked(&aside)?;
@@ -217,7 +210,7 @@ fn new_token() -> Result<String> {
     let mut b = [0u8; 16];
     fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
-        .context("cannot read /dev/urandom")?;
+        .map_err(|e| ProvisionError::io("cannot read /dev/urandom", e))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -236,12 +229,7 @@ pub fn provision(
     limits.creator = crate::creator::current();
     let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
     match fs::symlink_metadata(&dir) {
-        Ok(_) if !walk::is_marked(&dir) => bail!(
-            "{} exists and was not made by vgpu (no {} marker in it): refusing to replace it; remove it or \
-             set state_root to a folder of vgpu's own",
-            dir.display(),
-            layout::MARKER_FILE_NAME
-        ),
+        Ok(_) if !walk::is_marked(&dir) => return Err(ProvisionError::NotOurs { dir }),
         Ok(_) => {
             return Err(AlreadyExists {
                 id: id.to_string(),
@@ -250,12 +238,22 @@ pub fn provision(
             .into())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot look at {}", dir.display())),
+        Err(e) => {
+            return Err(ProvisionError::io(
+                format!("cannot look at {}", dir.display()),
+                e,
+            ))
+        }
     }
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".tmp-{id}-"))
         .tempdir_in(&containers)
-        .with_context(|| format!("cannot create a folder in {}", containers.display()))
+        .map_err(|e| {
+            ProvisionError::io(
+                format!("cannot create a folder in {}", containers.display()),
+                e,
+            )
+        })
         .map_err(|e| no_space(e, root, id, plan))?;
     let token = new_token()?;
     fill(tmp.path(), plan, &limits, image_preload).map_err(|e| no_space(e, root, id, plan))?;
@@ -278,14 +276,19 @@ pub fn provision(
             // The folder now lives at `dir`; the TempDir guard must not delete it.
             let _ = tmp.keep();
         }
-        Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOTEMPTY) => {
+        Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => {
             return Err(AlreadyExists {
                 id: id.to_string(),
                 dir,
             }
             .into())
         }
-        Err(e) => return Err(anyhow!("cannot create {}: {e}", dir.display())),
+        Err(err) => {
+            return Err(ProvisionError::Rename {
+                what: format!("cannot create {}", dir.display()),
+                err,
+            })
+        }
     }
     Ok(Provisioned { dir, token })
 }
@@ -298,20 +301,29 @@ pub(crate) fn containers_dir(root: &StateRoot) -> Result<PathBuf> {
         match fs::DirBuilder::new().mode(0o711).create(d) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", d.display())),
+            Err(e) => {
+                return Err(ProvisionError::io(
+                    format!("cannot create {}", d.display()),
+                    e,
+                ))
+            }
         }
     }
     if !walk::is_marked(&containers) {
         let empty = fs::read_dir(&containers)
-            .with_context(|| format!("cannot list {}", containers.display()))?
+            .map_err(|e| ProvisionError::io(format!("cannot list {}", containers.display()), e))?
             .next()
             .is_none();
         // Asked again: another provision may have marked it and put its folder in since.
         if !empty && !walk::is_marked(&containers) {
-            bail!("{}", walk::not_ours_message(&containers));
+            return Err(ProvisionError::ForeignRoot { dir: containers });
         }
-        walk::mark(&containers)
-            .with_context(|| format!("cannot write the marker in {}", containers.display()))?;
+        walk::mark(&containers).map_err(|e| {
+            ProvisionError::io(
+                format!("cannot write the marker in {}", containers.display()),
+                e,
+            )
+        })?;
     }
     Ok(containers)
 }
@@ -322,27 +334,26 @@ fn space_needed(plan: &Plan) -> u64 {
 }
 
 /// `e`, or one line saying the state root is full when that is why it failed (ENOSPC, EDQUOT).
-fn no_space(e: anyhow::Error, root: &StateRoot, id: &str, plan: &Plan) -> anyhow::Error {
-    let full = e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .and_then(|io| io.raw_os_error())
-            .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT)
-    });
+fn no_space(e: ProvisionError, root: &StateRoot, id: &str, plan: &Plan) -> ProvisionError {
+    let full = e
+        .io_error()
+        .and_then(|io| io.raw_os_error())
+        .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT);
     if !full {
         return e;
     }
-    anyhow!(
-        "no space left on the state root {} for the state of container {id} (its ledgers take {}, \
-         allocated up front so that no GPU process dies of a full disk later): free space there or set \
-         state_root elsewhere",
-        root.root().display(),
-        vgpu_ledger::format_bytes(space_needed(plan)),
-    )
+    ProvisionError::NoSpace {
+        root: root.root().to_path_buf(),
+        id: id.to_string(),
+        needed: space_needed(plan),
+    }
 }
 
 fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -> Result<()> {
     // First: a leftover of this folder is then known as ours to the garbage collector.
-    walk::mark(dir).with_context(|| format!("cannot write the marker in {}", dir.display()))?;
+    walk::mark(dir).map_err(|e| {
+        ProvisionError::io(format!("cannot write the marker in {}", dir.display()), e)
+    })?;
     let ledgers = dir.join(layout::LEDGERS_DIR_NAME);
     fs::DirBuilder::new().mode(0o755).create(&ledgers)?;
     fs::set_permissions(&ledgers, fs::Permissions::from_mode(0o755))?;
@@ -350,13 +361,20 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
         let p = dir.join(layout::relative_ledger_path(&g.uuid)?);
         // A GPU with a compute share alone still needs its ledger (the share's bucket lives there); its
         // informational limit is "unlimited".
-        crate::ledgers::create(&p, &g.uuid, g.memory_limit.unwrap_or(u64::MAX))?;
+        crate::ledgers::create(&p, &g.uuid, g.memory_limit.unwrap_or(u64::MAX)).map_err(|err| {
+            ProvisionError::Ledger {
+                path: p.clone(),
+                err,
+            }
+        })?;
         // Every user of the container (any uid, any user namespace) charges it.
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666))?;
     }
     limits
         .write_atomic(&dir.join(layout::LIMITS_FILE_NAME))
-        .map_err(|e| anyhow!("cannot write limits file in {}: {e}", dir.display()))?;
+        .map_err(|e| {
+            ProvisionError::io(format!("cannot write limits file in {}", dir.display()), e)
+        })?;
     fs::set_permissions(
         dir.join(layout::LIMITS_FILE_NAME),
         fs::Permissions::from_mode(0o644),
@@ -382,21 +400,20 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
 pub fn record_owner(root: &StateRoot, id: &str, owner: Owner) -> Result<()> {
     let dir = root.container_dir(id)?;
     if !walk::is_marked(&dir) {
-        bail!(
-            "{} was not made by vgpu (no {} marker in it): left alone",
-            dir.display(),
-            layout::MARKER_FILE_NAME
-        );
+        return Err(ProvisionError::Unmarked { dir });
     }
     let p = root.limits_path(id)?;
-    let mut limits = hostfile::load_limits(&p).map_err(|e| anyhow!("container {id}: {e}"))?;
+    let mut limits = hostfile::load_limits(&p).map_err(|err| ProvisionError::Limits {
+        id: id.to_string(),
+        err,
+    })?;
     if owner.recorded_in(&limits) && limits.cgroup == owner.cgroup {
         return Ok(());
     }
     owner.record_in(&mut limits);
     limits
         .write_atomic(&p)
-        .with_context(|| format!("container {id}: cannot record its owner"))
+        .map_err(|e| ProvisionError::io(format!("container {id}: cannot record its owner"), e))
 }
 
 /// Whether container `id`'s state records `owner` as its init process (the hooks.d path provisions with
@@ -416,12 +433,14 @@ pub fn remove(root: &StateRoot, id: &str) -> Result<bool> {
 
 /// Where a folder is renamed to before it is deleted: `.rm-<name>-<pid>` beside it.
 fn aside_path(dir: &Path) -> Result<PathBuf> {
-    let parent = dir
-        .parent()
-        .ok_or_else(|| anyhow!("{} has no parent", dir.display()))?;
+    let missing = |what| ProvisionError::NotAFolderPath {
+        path: dir.to_path_buf(),
+        what,
+    };
+    let parent = dir.parent().ok_or_else(|| missing("parent"))?;
     let name = dir
         .file_name()
-        .ok_or_else(|| anyhow!("{} has no name", dir.display()))?
+        .ok_or_else(|| missing("name"))?
         .to_string_lossy();
     Ok(parent.join(format!(".rm-{name}-{}", std::process::id())))
 }
@@ -431,19 +450,29 @@ fn aside_path(dir: &Path) -> Result<PathBuf> {
 pub fn remove_dir(dir: &Path) -> Result<bool> {
     match fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dir.display())),
-        Ok(_) if !walk::is_marked(dir) => bail!(
-            "{} was not made by vgpu (no {} marker in it): left alone",
-            dir.display(),
-            layout::MARKER_FILE_NAME
-        ),
+        Err(e) => {
+            return Err(ProvisionError::io(
+                format!("cannot remove {}", dir.display()),
+                e,
+            ))
+        }
+        Ok(_) if !walk::is_marked(dir) => {
+            return Err(ProvisionError::Unmarked {
+                dir: dir.to_path_buf(),
+            })
+        }
         Ok(_) => {}
     }
     let aside = aside_path(dir)?;
     match fs::rename(dir, &aside) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dir.display())),
+        Err(e) => {
+            return Err(ProvisionError::io(
+                format!("cannot remove {}", dir.display()),
+                e,
+            ))
+        }
     }
     remove_marked(&aside)?;
     Ok(true)
@@ -452,25 +481,25 @@ pub fn remove_dir(dir: &Path) -> Result<bool> {
 /// Deletes a folder vgpu made: everything in it but the marker (links unfollowed), then the marker, then the
 /// folder, so that an interrupted removal leaves a folder still marked, or an empty one.
 pub fn remove_marked(dir: &Path) -> Result<()> {
-    let cannot = || format!("cannot remove {}", dir.display());
-    for entry in fs::read_dir(dir).with_context(cannot)? {
-        let entry = entry.with_context(cannot)?;
+    let cannot = |e| ProvisionError::io(format!("cannot remove {}", dir.display()), e);
+    for entry in fs::read_dir(dir).map_err(cannot)? {
+        let entry = entry.map_err(cannot)?;
         if entry.file_name() == layout::MARKER_FILE_NAME {
             continue;
         }
         let p = entry.path();
-        if entry.file_type().with_context(cannot)?.is_dir() {
+        if entry.file_type().map_err(cannot)?.is_dir() {
             fs::remove_dir_all(&p)
         } else {
             fs::remove_file(&p)
         }
-        .with_context(|| format!("cannot remove {}", p.display()))?;
+        .map_err(|e| ProvisionError::io(format!("cannot remove {}", p.display()), e))?;
     }
     match fs::remove_file(dir.join(layout::MARKER_FILE_NAME)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(cannot),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(cannot(e)),
         _ => {}
     }
-    fs::remove_dir(dir).with_context(cannot)
+    fs::remove_dir(dir).map_err(cannot)
 }
 
 #[cfg(test)]

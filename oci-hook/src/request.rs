@@ -11,7 +11,7 @@ use crate::memory_request::{self, MemoryRequest, MemoryRequestError};
 use crate::pod_keys::PodMember;
 use crate::spec::Spec;
 use crate::unknown_keys::{self, UnknownKey};
-use vgpu_ledger::memmode::ModeSettings;
+use vgpu_ledger::memmode::{ModeError, ModeSettings};
 use vgpu_ledger::{KubeNames, MemoryMode};
 
 /// What is read from a spec.
@@ -73,8 +73,8 @@ pub enum RequestError {
     #[error(transparent)]
     Compute(#[from] ComputeRequestError),
     /// The unified-memory settings are malformed or contradict each other (the grammar's line).
-    #[error("{0}")]
-    Mode(String),
+    #[error(transparent)]
+    Mode(#[from] ModeError),
 }
 
 impl Request {
@@ -93,7 +93,7 @@ impl Request {
         } else {
             annotated
         };
-        let mode = settings.parse().map_err(RequestError::Mode)?;
+        let mode = settings.parse()?;
         Ok(Request {
             memory,
             compute,

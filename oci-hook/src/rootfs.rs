@@ -5,13 +5,48 @@
 //! resolved with `openat2(RESOLVE_IN_ROOT)`, so symlinks (absolute or `..`) are followed as if the rootfs
 //! were `/`, and new entries are created one name at a time relative to an already-resolved directory.
 
-use anyhow::{anyhow, bail, Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, readlinkat, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+
+/// What could not be done inside the rootfs. `Display` is one line naming the path as the container sees
+/// it (the rootfs itself by its host path).
+#[derive(Debug, thiserror::Error)]
+pub enum RootfsError {
+    #[error("cannot open rootfs {}: {err}", path.display())]
+    OpenRootfs { path: PathBuf, err: Errno },
+    #[error("cannot open {} in the container's rootfs: {err}", path.display())]
+    Open { path: PathBuf, err: Errno },
+    #[error("cannot read {} in the container's rootfs: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("cannot create {} in the container's rootfs: {err}", path.display())]
+    Create { path: PathBuf, err: Errno },
+    /// A FIFO, device, folder or link where a small file was to be read.
+    #[error("{} in the container's rootfs is not a regular file", path.display())]
+    NotRegular { path: PathBuf },
+    #[error("{} in the container's rootfs is larger than {SMALL_FILE_MAX} bytes", path.display())]
+    TooLarge { path: PathBuf },
+    /// The file checked is not the file opened (replaced in between).
+    #[error("{} in the container's rootfs changed while it was read", path.display())]
+    Changed { path: PathBuf },
+    #[error("cannot create {} in the container's rootfs: it is a symlink to the missing {}", path.display(), target.display())]
+    DanglingRelative { path: PathBuf, target: PathBuf },
+    #[error("too many levels of symbolic links creating {} in the container's rootfs", path.display())]
+    SymlinkLoop { path: PathBuf },
+    /// A target path without a parent or a file name (`what`).
+    #[error("{} has no {what}", path.display())]
+    Incomplete { path: PathBuf, what: &'static str },
+    #[error("path {} must not contain '..'", path.display())]
+    DotDot { path: PathBuf },
+    /// A system call failed, with the system's reason alone.
+    #[error(transparent)]
+    Sys(#[from] Errno),
+}
+
+type Result<T, E = RootfsError> = std::result::Result<T, E>;
 
 /// A container's root filesystem, held open.
 pub struct Rootfs {
@@ -30,7 +65,10 @@ impl Rootfs {
             OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
-        .with_context(|| format!("cannot open rootfs {}", path.display()))?;
+        .map_err(|err| RootfsError::OpenRootfs {
+            path: path.to_path_buf(),
+            err,
+        })?;
         Ok(Rootfs {
             fd,
             path: path.to_path_buf(),
@@ -58,25 +96,14 @@ impl Rootfs {
         let fd = match self.open_in(p, OFlag::O_PATH) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(None),
-            Err(e) => {
-                return Err(anyhow!(
-                    "cannot open {} in the container's rootfs: {e}",
-                    p.display()
-                ))
-            }
+            Err(err) => return Err(open_error(p, err)),
         };
         let st = fstat(&fd)?;
         if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            bail!(
-                "{} in the container's rootfs is not a regular file",
-                p.display()
-            );
+            return Err(RootfsError::NotRegular { path: p.into() });
         }
         if st.st_size as u64 > SMALL_FILE_MAX {
-            bail!(
-                "{} in the container's rootfs is larger than {SMALL_FILE_MAX} bytes",
-                p.display()
-            );
+            return Err(RootfsError::TooLarge { path: p.into() });
         }
         // Reopening /proc/self/fd/N opens the inode that descriptor holds, not a path looked up again.
         let file = nix::fcntl::open(
@@ -84,19 +111,19 @@ impl Rootfs {
             OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
-        .with_context(|| format!("cannot open {} in the container's rootfs", p.display()))?;
+        .map_err(|err| open_error(p, err))?;
         let reopened = fstat(&file)?;
         if (reopened.st_dev, reopened.st_ino) != (st.st_dev, st.st_ino) {
-            bail!(
-                "{} in the container's rootfs changed while it was read",
-                p.display()
-            );
+            return Err(RootfsError::Changed { path: p.into() });
         }
         let mut s = String::new();
         std::fs::File::from(file)
             .take(SMALL_FILE_MAX)
             .read_to_string(&mut s)
-            .with_context(|| format!("cannot read {} in the container's rootfs", p.display()))?;
+            .map_err(|err| RootfsError::Read {
+                path: p.into(),
+                err,
+            })?;
         Ok(Some(s))
     }
 
@@ -108,10 +135,7 @@ impl Rootfs {
 
     fn mkdir_all_depth(&self, p: &Path, mode: u32, depth: u32) -> Result<OwnedFd> {
         if depth > 40 {
-            bail!(
-                "too many levels of symbolic links creating {} in the container's rootfs",
-                p.display()
-            );
+            return Err(RootfsError::SymlinkLoop { path: p.into() });
         }
         let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
         let mut cur = self.open_in(Path::new("/"), dir_flags)?;
@@ -126,19 +150,14 @@ impl Rootfs {
                         Ok(()) => {}
                         Err(Errno::EEXIST) => {
                             // A dangling symlink: follow an absolute one from the rootfs' top.
-                            let target = readlinkat(cur.as_fd(), *name).map_err(|e| {
-                                anyhow!(
-                                    "cannot create {} in the container's rootfs: {e}",
-                                    prefix.display()
-                                )
-                            })?;
+                            let target = readlinkat(cur.as_fd(), *name)
+                                .map_err(|err| create_error(&prefix, err))?;
                             let target = PathBuf::from(target);
                             if !target.is_absolute() {
-                                bail!(
-                                    "cannot create {} in the container's rootfs: it is a symlink to the missing {}",
-                                    prefix.display(),
-                                    target.display()
-                                );
+                                return Err(RootfsError::DanglingRelative {
+                                    path: prefix,
+                                    target,
+                                });
                             }
                             let rest: PathBuf = comps[i + 1..].iter().collect();
                             return self.mkdir_all_depth(
@@ -147,22 +166,12 @@ impl Rootfs {
                                 depth + 1,
                             );
                         }
-                        Err(e) => bail!(
-                            "cannot create {} in the container's rootfs: {e}",
-                            prefix.display()
-                        ),
+                        Err(err) => return Err(create_error(&prefix, err)),
                     }
-                    self.open_in(&prefix, dir_flags).map_err(|e| {
-                        anyhow!(
-                            "cannot open {} in the container's rootfs: {e}",
-                            prefix.display()
-                        )
-                    })?
+                    self.open_in(&prefix, dir_flags)
+                        .map_err(|err| open_error(&prefix, err))?
                 }
-                Err(e) => bail!(
-                    "cannot open {} in the container's rootfs: {e}",
-                    prefix.display()
-                ),
+                Err(err) => return Err(open_error(&prefix, err)),
             };
         }
         Ok(cur)
@@ -171,12 +180,12 @@ impl Rootfs {
     /// Makes sure a regular file exists at `p` (creating parents), for use as a bind-mount target.
     /// Returns an `O_PATH` descriptor of it.
     pub fn ensure_file(&self, p: &Path, mode: u32) -> Result<OwnedFd> {
-        let parent = p
-            .parent()
-            .ok_or_else(|| anyhow!("{} has no parent", p.display()))?;
-        let name = p
-            .file_name()
-            .ok_or_else(|| anyhow!("{} has no file name", p.display()))?;
+        let incomplete = |what| RootfsError::Incomplete {
+            path: p.into(),
+            what,
+        };
+        let parent = p.parent().ok_or_else(|| incomplete("parent"))?;
+        let name = p.file_name().ok_or_else(|| incomplete("file name"))?;
         // An O_PATH directory descriptor is a valid dirfd for openat(2).
         let dir = self.mkdir_all(parent, 0o755)?;
         match openat(
@@ -186,13 +195,24 @@ impl Rootfs {
             Mode::from_bits_truncate(mode),
         ) {
             Ok(_) | Err(Errno::EEXIST) => {}
-            Err(e) => bail!(
-                "cannot create {} in the container's rootfs: {e}",
-                p.display()
-            ),
+            Err(err) => return Err(create_error(p, err)),
         }
         self.open_in(p, OFlag::O_PATH)
-            .map_err(|e| anyhow!("cannot open {} in the container's rootfs: {e}", p.display()))
+            .map_err(|err| open_error(p, err))
+    }
+}
+
+fn open_error(p: &Path, err: Errno) -> RootfsError {
+    RootfsError::Open {
+        path: p.into(),
+        err,
+    }
+}
+
+fn create_error(p: &Path, err: Errno) -> RootfsError {
+    RootfsError::Create {
+        path: p.into(),
+        err,
     }
 }
 
@@ -227,7 +247,7 @@ fn names(p: &Path) -> Result<Vec<&std::ffi::OsStr>> {
         .filter_map(|c| match c {
             Component::Normal(n) => Some(Ok(n)),
             Component::RootDir | Component::CurDir => None,
-            _ => Some(Err(anyhow!("path {} must not contain '..'", p.display()))),
+            _ => Some(Err(RootfsError::DotDot { path: p.into() })),
         })
         .collect()
 }
@@ -283,7 +303,10 @@ mod tests {
                 .as_deref(),
             Some("/a.so\n")
         );
-        assert!(r.read_small_file(Path::new("/etc/fifo")).is_err());
+        assert!(matches!(
+            r.read_small_file(Path::new("/etc/fifo")),
+            Err(RootfsError::NotRegular { .. })
+        ));
         assert_eq!(r.read_small_file(Path::new("/nope/x")).unwrap(), None);
     }
 
@@ -307,7 +330,7 @@ mod tests {
         let err = r
             .read_small_file(Path::new("/etc/ld.so.preload"))
             .unwrap_err();
-        assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
+        assert!(matches!(err, RootfsError::NotRegular { .. }), "{err}");
         assert!(
             rx.recv_timeout(std::time::Duration::from_millis(500))
                 .is_err(),
@@ -331,6 +354,6 @@ mod tests {
         )
         .unwrap();
         let err = r.read_small_file(Path::new("/etc/dev")).unwrap_err();
-        assert!(format!("{err:#}").contains("not a regular file"), "{err:#}");
+        assert!(matches!(err, RootfsError::NotRegular { .. }), "{err}");
     }
 }

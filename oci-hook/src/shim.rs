@@ -69,13 +69,15 @@ pub fn run(args: Vec<OsString>) -> Result<std::convert::Infallible> {
 /// would take for the runtime's; the lower runtime's exit status.
 fn version(args: &[OsString]) -> ! {
     let lower_name = Config::lower_runtime_despite_errors();
-    let status = lower::resolve_lower(&lower_name).and_then(|lower| {
-        std::process::Command::new(&lower)
-            .arg0(&lower_name)
-            .args(&args[1..])
-            .status()
-            .with_context(|| format!("cannot run {}", lower.display()))
-    });
+    let status = lower::resolve_lower(&lower_name)
+        .map_err(anyhow::Error::from)
+        .and_then(|lower| {
+            std::process::Command::new(&lower)
+                .arg0(&lower_name)
+                .args(&args[1..])
+                .status()
+                .with_context(|| format!("cannot run {}", lower.display()))
+        });
     let code = match status {
         Ok(st) => st.code().unwrap_or(1),
         Err(e) => {

@@ -1,9 +1,23 @@
 //! Reading and writing other programs' config files: the old file or the new one after a crash, never half,
 //! mode and owner kept. The atomic write itself lives in `vgpu_ledger::atomic`; this only picks its options.
-use anyhow::{Context, Result};
 use std::fs;
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 use vgpu_ledger::atomic::WriteOptions;
+
+/// A config file that could not be read, written or removed. `Display` is one line naming the file
+/// (the atomic write's own error names it already).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read {}: {err}", path.display())]
+    Read { path: PathBuf, err: io::Error },
+    #[error("cannot remove {}: {err}", path.display())]
+    Remove { path: PathBuf, err: io::Error },
+    #[error(transparent)]
+    Write(io::Error),
+}
+
+type Result<T, E = FileError> = std::result::Result<T, E>;
 
 /// Replaces (or creates) `path` with `contents` atomically. An existing file keeps its permission bits and
 /// owner; a new one gets `new_mode`. Missing parent folders are created. Synced, folder included.
@@ -13,7 +27,7 @@ pub fn write_atomic(path: &Path, contents: &[u8], new_mode: u32) -> Result<()> {
         .keep_owner()
         .durable()
         .create_parents();
-    Ok(vgpu_ledger::atomic::write_atomic(path, contents, opts)?)
+    vgpu_ledger::atomic::write_atomic(path, contents, opts).map_err(FileError::Write)
 }
 
 /// Reads `path`; `None` when it does not exist.
@@ -21,7 +35,10 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
     match fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(err) => Err(FileError::Read {
+            path: path.into(),
+            err,
+        }),
     }
 }
 
@@ -30,7 +47,10 @@ pub fn remove_file(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
+        Err(err) => Err(FileError::Remove {
+            path: path.into(),
+            err,
+        }),
     }
 }
 
@@ -91,5 +111,20 @@ mod tests {
             fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o640
         );
+    }
+
+    #[test]
+    fn a_missing_file_is_none_and_a_folder_is_an_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(read_optional(&d.path().join("nope")).unwrap().is_none());
+        remove_file(&d.path().join("nope")).unwrap();
+        assert!(matches!(
+            read_optional(d.path()),
+            Err(FileError::Read { path, .. }) if path == d.path()
+        ));
+        assert!(matches!(
+            remove_file(d.path()),
+            Err(FileError::Remove { path, .. }) if path == d.path()
+        ));
     }
 }

@@ -14,13 +14,13 @@
 pub mod monitor;
 
 pub use monitor::{
-    MonitorConfig, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN, DEFAULT_SHARE_TOLERANCE,
-    DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
+    MonitorConfig, MonitorConfigError, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN,
+    DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
 };
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use vgpu_ledger::quantity::{check_min_quota, parse_quantity};
+use vgpu_ledger::quantity::{check_min_quota, parse_quantity, BelowFloor, QuantityError};
 
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/vgpu/config.toml";
@@ -28,7 +28,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/vgpu/config.toml";
 pub const CONFIG_ENV: &str = "VGPU_CONFIG";
 
 /// Why the configuration could not be used: one line, naming the file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read (a missing default file is not an error: all defaults).
     #[error("vgpu config {}: {error}", path.display())]
@@ -41,11 +41,54 @@ pub enum ConfigError {
         message: String,
     },
     /// A value of the right type that is not allowed (a relative path, a bad quantity).
-    #[error("vgpu config {}: {message}", path.display())]
-    Invalid { path: PathBuf, message: String },
-    /// The `[monitor]` table (its key or value named in `message`).
-    #[error("vgpu config {}: {message}", path.display())]
-    Monitor { path: PathBuf, message: String },
+    #[error("vgpu config {}: {problem}", path.display())]
+    Invalid {
+        path: PathBuf,
+        problem: Box<InvalidValue>,
+    },
+    /// The `[monitor]` table (its key or value named in `err`).
+    #[error("vgpu config {}: {err}", path.display())]
+    Monitor {
+        path: PathBuf,
+        err: MonitorConfigError,
+    },
+}
+
+/// A key of the right type whose value is not allowed. `Display` names the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidValue {
+    #[error("{key} must be an absolute path, got {path:?}")]
+    NotAbsolute { key: &'static str, path: PathBuf },
+    #[error("log_max_files must be at least 1")]
+    NoLogFiles,
+    #[error("lower_runtime is empty")]
+    NoLowerRuntime,
+    #[error("admission_reserve {value:?}: {err}")]
+    AdmissionReserve { value: String, err: QuantityError },
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    #[error("log_level must be error, warn, info or debug, got {value:?}")]
+    LogLevel { value: String },
+}
+
+/// A memory quota given as a quantity that is not one ([`parse_limit`]). `Display` is one line naming
+/// where it came from (`setting`) and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("{setting}={value:?}: {err}")]
+    Quantity {
+        setting: String,
+        value: String,
+        err: QuantityError,
+    },
+    #[error("{setting}={value:?}: a memory limit must be greater than zero")]
+    Zero { setting: String, value: String },
+    #[error("{setting}={value:?}: {err}")]
+    BelowFloor {
+        setting: String,
+        value: String,
+        err: BelowFloor,
+    },
 }
 
 /// The hook stage the shim installs for provisioning.
@@ -80,16 +123,14 @@ pub enum LogLevel {
 }
 
 impl std::str::FromStr for LogLevel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<LogLevel, String> {
+    type Err = InvalidValue;
+    fn from_str(s: &str) -> Result<LogLevel, InvalidValue> {
         match s {
             "error" => Ok(LogLevel::Error),
             "warn" => Ok(LogLevel::Warn),
             "info" => Ok(LogLevel::Info),
             "debug" => Ok(LogLevel::Debug),
-            _ => Err(format!(
-                "log_level must be error, warn, info or debug, got {s:?}"
-            )),
+            _ => Err(InvalidValue::LogLevel { value: s.into() }),
         }
     }
 }
@@ -206,14 +247,24 @@ struct Raw {
 
 /// A memory quota given as a quantity: greater than zero and at least the smallest quota. `source` names
 /// where it came from in the message (`default_memory_limit="1"`: ...).
-pub fn parse_limit(value: &str, source: &str) -> Result<u64, String> {
-    let bytes = parse_quantity(value.trim()).map_err(|e| format!("{source}={value:?}: {e}"))?;
-    if bytes == 0 {
-        return Err(format!(
-            "{source}={value:?}: a memory limit must be greater than zero"
-        ));
-    }
-    check_min_quota(bytes).map_err(|e| format!("{source}={value:?}: {e}"))?;
+pub fn parse_limit(value: &str, source: &str) -> Result<u64, LimitError> {
+    let (setting, value) = (source.to_string(), value.to_string());
+    let bytes = match parse_quantity(value.trim()) {
+        Ok(0) => return Err(LimitError::Zero { setting, value }),
+        Ok(b) => b,
+        Err(err) => {
+            return Err(LimitError::Quantity {
+                setting,
+                value,
+                err,
+            })
+        }
+    };
+    check_min_quota(bytes).map_err(|err| LimitError::BelowFloor {
+        setting,
+        value,
+        err,
+    })?;
     Ok(bytes)
 }
 
@@ -287,42 +338,46 @@ impl Config {
                 message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
             }
         })?;
-        let invalid = |message: String| ConfigError::Invalid {
+        let invalid = |problem: InvalidValue| ConfigError::Invalid {
             path: path.into(),
-            message,
+            problem: Box::new(problem),
         };
         let d = Config::default();
-        let absolute = |key: &str, p: Option<PathBuf>, default: PathBuf| match p {
-            Some(p) if !p.is_absolute() => Err(invalid(format!(
-                "{key} must be an absolute path, got {p:?}"
-            ))),
+        let absolute = |key: &'static str, p: Option<PathBuf>, default: PathBuf| match p {
+            Some(path) if !path.is_absolute() => {
+                Err(invalid(InvalidValue::NotAbsolute { key, path }))
+            }
             p => Ok(p.unwrap_or(default)),
         };
         let state_root = absolute("state_root", raw.state_root, d.state_root)?;
         let library = absolute("library", raw.library, d.library)?;
         let hook_path = absolute("hook_path", raw.hook_path, d.hook_path)?;
         if let Some(f) = raw.log_file.as_ref().filter(|f| !f.is_absolute()) {
-            return Err(invalid(format!(
-                "log_file must be an absolute path, got {f:?}"
-            )));
+            return Err(invalid(InvalidValue::NotAbsolute {
+                key: "log_file",
+                path: f.clone(),
+            }));
         }
         if raw.log_max_files == Some(0) {
-            return Err(invalid("log_max_files must be at least 1".into()));
+            return Err(invalid(InvalidValue::NoLogFiles));
         }
         let lower_runtime = raw.lower_runtime.unwrap_or(d.lower_runtime);
         if lower_runtime.is_empty() {
-            return Err(invalid("lower_runtime is empty".into()));
+            return Err(invalid(InvalidValue::NoLowerRuntime));
         }
         let admission_reserve = match raw.admission_reserve.as_deref() {
             None => 0,
             Some(r) if r.trim() == "0" => 0,
-            Some(r) => {
-                parse_quantity(r).map_err(|e| invalid(format!("admission_reserve {r:?}: {e}")))?
-            }
+            Some(r) => parse_quantity(r).map_err(|err| {
+                invalid(InvalidValue::AdmissionReserve {
+                    value: r.into(),
+                    err,
+                })
+            })?,
         };
         let default_memory_limit = match raw.default_memory_limit.as_deref() {
             Some(l) if !l.trim().is_empty() => {
-                Some(parse_limit(l, "default_memory_limit").map_err(invalid)?)
+                Some(parse_limit(l, "default_memory_limit").map_err(|e| invalid(e.into()))?)
             }
             _ => None,
         };
@@ -330,13 +385,12 @@ impl Config {
             Some(l) => l.parse().map_err(invalid)?,
             None => d.log_level,
         };
-        let monitor =
-            MonitorConfig::from_table(raw.monitor.unwrap_or_default()).map_err(|message| {
-                ConfigError::Monitor {
-                    path: path.into(),
-                    message,
-                }
-            });
+        let monitor = MonitorConfig::from_table(raw.monitor.unwrap_or_default()).map_err(|err| {
+            ConfigError::Monitor {
+                path: path.into(),
+                err,
+            }
+        });
         Ok(Config {
             state_root,
             library,

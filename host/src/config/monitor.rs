@@ -6,6 +6,7 @@
 use serde::Deserialize;
 use std::time::Duration;
 use vgpu_ledger::quantity::parse_quantity;
+use vgpu_ledger::QuantityError;
 
 /// Default listen address (HAMi's device plugin exports on 9394 too).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9394";
@@ -44,32 +45,57 @@ impl ShareWall {
     }
 }
 
+/// A `[monitor]` key (of the table or the monitor's command line) that is wrong. `Display` is one line
+/// naming the key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MonitorConfigError {
+    /// An unknown key or a value of the wrong TOML type (the toml crate's words).
+    #[error("[monitor]: {message}")]
+    Syntax { message: String },
+    #[error("[monitor] share_wall: {value:?} is not one of \"freeze\", \"report\", \"off\"")]
+    ShareWall { value: String },
+    #[error(
+        "[monitor] share_window_seconds must be 1 to {MAX_SHARE_WINDOW_SECONDS}, got {seconds}"
+    )]
+    ShareWindow { seconds: u64 },
+    #[error("[monitor] share_tolerance must be 0 to 100 points of the GPU's time, got {points}")]
+    ShareTolerance { points: f64 },
+    /// `share_tolerance` that is no number (`got`: the value as TOML writes it).
+    #[error("[monitor] share_tolerance: expected points of the GPU's time like 5, got {got}")]
+    ShareToleranceType { got: String },
+    #[error("[monitor] interval_seconds must be at least 1")]
+    Interval,
+    #[error("[monitor] tolerance: {0}")]
+    Tolerance(QuantityError),
+    /// `tolerance` that is neither a quantity nor a byte count (`got`: as TOML writes it).
+    #[error("[monitor] tolerance: expected a quantity like \"64Mi\", got {got}")]
+    ToleranceType { got: String },
+    #[error("[monitor] node: expected a node name of 1 to 253 printable characters, got {node:?}")]
+    Node { node: String },
+}
+
+type Result<T, E = MonitorConfigError> = std::result::Result<T, E>;
+
 /// `share_wall` (the table's string, or `vgpuctl monitor --share-wall`) checked.
-pub fn share_wall(text: &str) -> Result<ShareWall, String> {
+pub fn share_wall(text: &str) -> Result<ShareWall> {
     [ShareWall::Off, ShareWall::Report, ShareWall::Freeze]
         .into_iter()
         .find(|m| m.name() == text)
-        .ok_or_else(|| {
-            format!("[monitor] share_wall: {text:?} is not one of \"freeze\", \"report\", \"off\"")
-        })
+        .ok_or_else(|| MonitorConfigError::ShareWall { value: text.into() })
 }
 
 /// `share_window_seconds` checked: 1 to `MAX_SHARE_WINDOW_SECONDS`.
-pub fn share_window(seconds: u64) -> Result<Duration, String> {
+pub fn share_window(seconds: u64) -> Result<Duration> {
     if !(1..=MAX_SHARE_WINDOW_SECONDS).contains(&seconds) {
-        return Err(format!(
-            "[monitor] share_window_seconds must be 1 to {MAX_SHARE_WINDOW_SECONDS}, got {seconds}"
-        ));
+        return Err(MonitorConfigError::ShareWindow { seconds });
     }
     Ok(Duration::from_secs(seconds))
 }
 
 /// `share_tolerance` checked: points of the GPU's time, 0 to 100.
-pub fn share_tolerance(points: f64) -> Result<f64, String> {
+pub fn share_tolerance(points: f64) -> Result<f64> {
     if !(0.0..=100.0).contains(&points) {
-        return Err(format!(
-            "[monitor] share_tolerance must be 0 to 100 points of the GPU's time, got {points}"
-        ));
+        return Err(MonitorConfigError::ShareTolerance { points });
     }
     Ok(points)
 }
@@ -110,32 +136,35 @@ struct Raw {
 }
 
 /// `interval_seconds` checked: at least one second.
-pub fn interval(seconds: u64) -> Result<Duration, String> {
+pub fn interval(seconds: u64) -> Result<Duration> {
     if seconds == 0 {
-        return Err("[monitor] interval_seconds must be at least 1".into());
+        return Err(MonitorConfigError::Interval);
     }
     Ok(Duration::from_secs(seconds))
 }
 
 /// `tolerance` given as text (the table's string, or `vgpuctl monitor --tolerance`): a quantity.
-pub fn tolerance(text: &str) -> Result<u64, String> {
-    parse_quantity(text).map_err(|e| format!("[monitor] tolerance: {e}"))
+pub fn tolerance(text: &str) -> Result<u64> {
+    parse_quantity(text).map_err(MonitorConfigError::Tolerance)
 }
 
 impl MonitorConfig {
     /// The table's keys checked and typed; the error is one line naming the key.
-    pub fn from_table(table: toml::Table) -> Result<MonitorConfig, String> {
-        let raw: Raw = table
-            .try_into()
-            .map_err(|e: toml::de::Error| format!("[monitor]: {}", e.message()))?;
+    pub fn from_table(table: toml::Table) -> Result<MonitorConfig> {
+        let raw: Raw =
+            table
+                .try_into()
+                .map_err(|e: toml::de::Error| MonitorConfigError::Syntax {
+                    message: e.message().to_string(),
+                })?;
         let tolerance = match raw.tolerance {
             None => None,
             Some(toml::Value::Integer(i)) if i >= 0 => Some(i as u64),
             Some(toml::Value::String(s)) => Some(tolerance(&s)?),
             Some(other) => {
-                return Err(format!(
-                    "[monitor] tolerance: expected a quantity like \"64Mi\", got {other}"
-                ))
+                return Err(MonitorConfigError::ToleranceType {
+                    got: other.to_string(),
+                })
             }
         };
         let share_tolerance = match raw.share_tolerance {
@@ -143,9 +172,9 @@ impl MonitorConfig {
             Some(toml::Value::Integer(i)) => Some(share_tolerance(i as f64)?),
             Some(toml::Value::Float(f)) => Some(share_tolerance(f)?),
             Some(other) => {
-                return Err(format!(
-                "[monitor] share_tolerance: expected points of the GPU's time like 5, got {other}"
-            ))
+                return Err(MonitorConfigError::ShareToleranceType {
+                    got: other.to_string(),
+                })
             }
         };
         Ok(MonitorConfig {
@@ -159,9 +188,7 @@ impl MonitorConfig {
             share_tolerance,
             node: match raw.node {
                 Some(n) if n.is_empty() || n.len() > 253 || n.chars().any(char::is_control) => {
-                    return Err(format!(
-                        "[monitor] node: expected a node name of 1 to 253 printable characters, got {n:?}"
-                    ))
+                    return Err(MonitorConfigError::Node { node: n })
                 }
                 n => n,
             },
@@ -173,7 +200,7 @@ impl MonitorConfig {
 mod tests {
     use super::*;
 
-    fn table(text: &str) -> Result<MonitorConfig, String> {
+    fn table(text: &str) -> Result<MonitorConfig> {
         MonitorConfig::from_table(toml::from_str(text).unwrap())
     }
 
@@ -212,6 +239,28 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(table("tolerance = 5\n").unwrap().tolerance, Some(5));
+        use MonitorConfigError as E;
+        let kind = |text: &str| std::mem::discriminant(&table(text).unwrap_err());
+        for (bad, want) in [
+            ("kil = true\n", E::Syntax { message: "".into() }),
+            ("tolerance = -1\n", E::ToleranceType { got: "".into() }),
+            ("interval_seconds = 0\n", E::Interval),
+            ("share_wall = \"kill\"\n", E::ShareWall { value: "".into() }),
+            ("share_window_seconds = 0\n", E::ShareWindow { seconds: 0 }),
+            ("share_tolerance = 150\n", E::ShareTolerance { points: 0.0 }),
+            (
+                "share_tolerance = \"5%\"\n",
+                E::ShareToleranceType { got: "".into() },
+            ),
+            ("node = \"\"\n", E::Node { node: "".into() }),
+        ] {
+            assert_eq!(kind(bad), std::mem::discriminant(&want), "{bad}");
+        }
+        assert!(matches!(
+            table("tolerance = \"5GB\"\n"),
+            Err(E::Tolerance(ref q)) if q.input() == "5GB"
+        ));
+        // The lines are the contract (the e2e suites and operators read them): one line naming the key.
         for (bad, names) in [
             ("kil = true\n", "kil"),
             ("tolerance = \"5GB\"\n", "tolerance"),
@@ -227,7 +276,7 @@ mod tests {
             ("node = \"\"\n", "node"),
             ("node = \"a\\nb\"\n", "node"),
         ] {
-            let e = table(bad).unwrap_err();
+            let e = table(bad).unwrap_err().to_string();
             assert!(e.contains(names) && !e.contains('\n'), "{bad}: {e}");
         }
     }

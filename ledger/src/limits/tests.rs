@@ -362,3 +362,43 @@ fn version_skew_older_fields_absent_newer_fields_ignored_other_versions_refused(
         }
     }
 }
+
+#[test]
+fn validation_says_which_rule_a_file_breaks() {
+    let broken = |edit: fn(&mut Limits)| {
+        let mut l = sample();
+        edit(&mut l);
+        l.validate().unwrap_err()
+    };
+    assert_eq!(
+        broken(|l| l.devices[1].index = 0),
+        InvalidLimits::DuplicateIndex { index: 0 }
+    );
+    assert!(matches!(
+        broken(|l| l.devices[1].uuid = "GPU-aaaa".into()),
+        InvalidLimits::DuplicateUuid { .. }
+    ));
+    assert!(matches!(
+        broken(|l| l.devices[0].ledger = "../x.ledger".into()),
+        InvalidLimits::LedgerPath { index: 0, .. }
+    ));
+    assert!(matches!(
+        broken(|l| l.devices[0].compute_limit = Some(100)),
+        InvalidLimits::ComputeLimit { percent: 100, .. }
+    ));
+    assert_eq!(broken(|l| l.devices.clear()), InvalidLimits::NoDevices);
+    assert!(matches!(
+        broken(|l| l.container_id = "../etc".into()),
+        InvalidLimits::ContainerId(_)
+    ));
+    // Read from a file, the same rule is the error's kind.
+    let mut l = sample();
+    l.devices[1].index = 0;
+    let text = serde_json::to_vec(&l).unwrap();
+    assert!(matches!(
+        Limits::from_slice(&text),
+        Err(LimitsErrorKind::Rejected(InvalidLimits::DuplicateIndex {
+            index: 0
+        }))
+    ));
+}

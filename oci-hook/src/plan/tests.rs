@@ -4,7 +4,7 @@ use super::*;
 
 use crate::testing::kv;
 
-fn host() -> anyhow::Result<Vec<HostGpu>> {
+fn host() -> Result<Vec<HostGpu>, NvmlError> {
     Ok((0..2)
         .map(|i| HostGpu {
             index: i,

@@ -171,8 +171,10 @@ fn a_second_create_of_one_id_changes_nothing_and_cleans_up_only_its_own() {
     // Same id again (the container lives, or its create is in progress), with the same or another quota.
     for limit in [1 << 30, 2 << 30] {
         let e = provision(&root, "c1", &plan(limit), Owner::default(), None).unwrap_err();
-        assert!(e.downcast_ref::<AlreadyExists>().is_some(), "{e:#}");
-        assert!(format!("{e:#}").contains("already exists"), "{e:#}");
+        assert!(
+            matches!(&e, ProvisionError::AlreadyExists(AlreadyExists { id, .. }) if id == "c1"),
+            "{e}"
+        );
         assert_eq!(fs::read(first.dir.join("limits.json")).unwrap(), limits);
     }
     assert_eq!(entries(&root), 1, "the losers left no temporary folder");
@@ -213,18 +215,25 @@ fn folders_are_marked_and_one_vgpu_did_not_make_is_never_replaced_or_removed() {
     let theirs = root.container_dir("c2").unwrap();
     fs::create_dir_all(theirs.join("keep")).unwrap();
     fs::write(theirs.join("limits.json"), "theirs").unwrap();
-    let e = provision(&root, "c2", &plan(1 << 30), Owner::default(), None)
-        .unwrap_err()
-        .to_string();
+    let e = provision(&root, "c2", &plan(1 << 30), Owner::default(), None).unwrap_err();
+    assert!(
+        matches!(&e, ProvisionError::NotOurs { dir } if *dir == theirs),
+        "{e}"
+    );
+    // The line is the contract: it names the folder, the marker and what to do.
+    let e = e.to_string();
     assert!(
         e.contains("c2 exists and was not made by vgpu (no .vgpu-state marker"),
         "{e}"
     );
     assert!(!e.contains('\n'));
-    let e = remove(&root, "c2").unwrap_err().to_string();
-    assert!(e.contains("was not made by vgpu"), "{e}");
+    let e = remove(&root, "c2").unwrap_err();
+    assert!(matches!(e, ProvisionError::Unmarked { .. }), "{e}");
     let me = Owner::of_pid(std::process::id()).unwrap();
-    assert!(record_owner(&root, "c2", me).is_err());
+    assert!(matches!(
+        record_owner(&root, "c2", me),
+        Err(ProvisionError::Unmarked { .. })
+    ));
     assert_eq!(
         fs::read_to_string(theirs.join("limits.json")).unwrap(),
         "theirs"
@@ -237,11 +246,9 @@ fn a_containers_folder_of_someone_else_is_refused_and_an_empty_one_adopted() {
     let d = tempfile::tempdir().unwrap();
     let root = StateRoot::new(d.path().join("varlib"));
     fs::create_dir_all(root.containers_dir().join("storage")).unwrap();
-    let e = provision(&root, "c1", &plan(1 << 30), Owner::default(), None)
-        .unwrap_err()
-        .to_string();
+    let e = provision(&root, "c1", &plan(1 << 30), Owner::default(), None).unwrap_err();
     assert!(
-        e.contains("containers is not vgpu's") && e.contains("state_root"),
+        matches!(&e, ProvisionError::ForeignRoot { dir } if *dir == root.containers_dir()),
         "{e}"
     );
     let names: Vec<_> = fs::read_dir(root.containers_dir())
@@ -269,8 +276,9 @@ fn the_longest_id_provisions_and_a_longer_one_is_refused_in_one_clear_line() {
         Owner::default(),
         None,
     )
-    .unwrap_err()
-    .to_string();
+    .unwrap_err();
+    assert!(matches!(e, ProvisionError::Name(_)), "{e}");
+    let e = e.to_string();
     assert!(
         e.starts_with("invalid container id \"xxx") && e.contains("longer than 200 bytes"),
         "{e}"

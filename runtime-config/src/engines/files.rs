@@ -39,7 +39,7 @@ pub struct Disk;
 
 impl Files for Disk {
     fn read(&self, path: &Path) -> Result<Option<String>> {
-        crate::fsutil::read_optional(path)
+        Ok(crate::fsutil::read_optional(path)?)
     }
     fn glob(&self, pattern: &Path) -> Result<Vec<PathBuf>> {
         let text = pattern.to_string_lossy();
