@@ -108,7 +108,7 @@ pub fn read(
                 let bytes = vgpu_ledger::quantity::parse_quantity(&v)
                     .map_err(|e| bad(dra::MEMORY, &v, e.to_string()))?;
                 vgpu_ledger::quantity::check_min_quota(bytes)
-                    .map_err(|why| bad(dra::MEMORY, &v, why))?;
+                    .map_err(|why| bad(dra::MEMORY, &v, why.to_string()))?;
                 if bytes > gpu.total_memory {
                     return Err(bad(dra::MEMORY, &v, "more than the GPU has".into()));
                 }
