@@ -43,6 +43,9 @@ pub struct GpuState {
     pub compute_limit: Option<u32>,
     /// The library's pacing window for the share, ms (None: its default).
     pub compute_window_ms: Option<u32>,
+    /// The quota before `vgpuctl update` lowered it (limits.json's `shrunk_from`): usage above the quota
+    /// but within this is a pending shrink (the watchdog).
+    pub shrunk_from: Option<u64>,
     /// The ledger's compute bucket (`COMPUTE_AREA`): GPU time charged, time held back, launches.
     pub compute: vgpu_ledger::region::ComputeSnapshot,
     /// The ledger's total (its commit word); 0 with no ledger yet.
@@ -110,6 +113,7 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
         limit: d.memory_limit,
         compute_limit: d.compute_share(),
         compute_window_ms: d.compute_window_ms,
+        shrunk_from: d.shrunk_from,
         ..Default::default()
     };
     match ledger {
@@ -162,6 +166,7 @@ mod tests {
                 compute_limit: Some(40),
                 compute_policy: Default::default(),
                 compute_window_ms: None,
+                shrunk_from: None,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
                 memory: Default::default(),
             }],
@@ -170,6 +175,8 @@ mod tests {
                 pod: "p".into(),
                 container: "c".into(),
             }),
+            updates: 0,
+            updated_at: None,
         };
         limits
             .write_atomic(&root.limits_path("c1").unwrap())

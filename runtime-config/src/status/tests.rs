@@ -31,6 +31,8 @@ fn provision_in(
         cgroup: None,
         creator: None,
         kubernetes: None,
+        updates: 0,
+        updated_at: None,
         devices: vec![DeviceLimit {
             index: 0,
             uuid: uuid.into(),
@@ -40,6 +42,7 @@ fn provision_in(
             compute_limit: None,
             compute_policy: Default::default(),
             compute_window_ms: None,
+            shrunk_from: None,
         }],
     };
     limits.write_atomic(&limits_path).unwrap();
