@@ -28,7 +28,7 @@ use std::time::Duration;
 
 pub use crate::solo::Work;
 use crate::solo::{Composition, SoloBook};
-use vgpu_ledger::region::{window_capacity, ComputeArea, PPM};
+use vgpu_ledger::region::{ComputeArea, PPM};
 
 use crate::devices::MAX_DEVICES;
 use crate::error::Error;
@@ -39,6 +39,7 @@ use crate::records::RECORDS;
 
 mod busy;
 mod events;
+mod rate;
 mod which;
 use events::{capturing, elapsed_ns, event_create, event_query, event_record, event_wait, Relaxed};
 pub use which::off;
@@ -112,9 +113,8 @@ unsafe impl Send for InFlight {}
 
 struct Share {
     quota: DeviceQuota,
-    ppm: u64,
-    /// The bucket's capacity: `share × (1 − share) × window` (`window_capacity`).
-    cap: i64,
+    /// The share's rate and window (`rate`: they follow the host's updates).
+    rate: rate::Rate,
     in_flight: Mutex<VecDeque<InFlight>>,
     /// Events whose launch was charged, for reuse, by context.
     spare: Mutex<Vec<(usize, usize)>>,
@@ -217,13 +217,11 @@ pub fn averaged(prev: u64, measured: u64) -> u64 {
 
 impl Share {
     fn new(quota: DeviceQuota, pct: u32, window_ms: u32) -> Share {
-        let ppm = pct as u64 * PPM / 100;
         register_exit();
         let busy = busy::Busy::new(&quota.uuid);
         Share {
             quota,
-            ppm,
-            cap: window_capacity(window_ms as u64 * 1_000_000, ppm),
+            rate: rate::Rate::new(pct, window_ms),
             in_flight: Mutex::new(VecDeque::new()),
             spare: Mutex::new(Vec::new()),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
@@ -338,10 +336,11 @@ impl Share {
     /// (the ledger is the tenant's memory: a stored huge count must not buy more than a full bucket).
     fn tokens(&self) -> i64 {
         let area = self.area();
-        let t = area.refill(mono_ns(), self.ppm, self.cap);
-        if t > self.cap {
-            area.clamp(self.cap);
-            return self.cap;
+        let cap = self.rate.cap();
+        let t = area.refill(mono_ns(), self.rate.ppm(), cap);
+        if t > cap {
+            area.clamp(cap);
+            return cap;
         }
         t
     }
@@ -349,14 +348,15 @@ impl Share {
     /// Waits while the bucket (what is in flight debited) is used up, and then (the gate closed) until
     /// it is full again.
     fn admit(&self) {
+        self.rate.follow(&self.quota);
         self.harvest();
         let area = self.area();
         let mut held = 0u64;
         loop {
             let tokens = self.tokens();
             let busy = lock(&self.in_flight).len() >= MAX_IN_FLIGHT;
-            let deficit = if !area.open_gate_if_full(tokens, self.cap) {
-                self.cap - tokens
+            let deficit = if !area.open_gate_if_full(tokens, self.rate.cap()) {
+                self.rate.cap() - tokens
             } else if tokens > 0 && !busy {
                 break;
             } else {
@@ -365,7 +365,7 @@ impl Share {
                 }
                 -tokens
             };
-            let nap = nap_for(deficit.max(0) as u64, self.ppm);
+            let nap = nap_for(deficit.max(0) as u64, self.rate.ppm());
             std::thread::sleep(Duration::from_nanos(nap));
             held += nap;
             self.harvest();
