@@ -26,6 +26,9 @@ pub struct ContainerState {
     /// recorded namespace and cgroup name any process (a gone container's namespace inode is reused).
     pub live: bool,
     pub gpus: Vec<GpuState>,
+    /// Live updates made to it (`vgpuctl update`) and the last one's time, Unix seconds.
+    pub updates: u64,
+    pub updated_at: Option<u64>,
     /// Why the limits file could not be used.
     pub error: Option<String>,
 }
@@ -99,6 +102,8 @@ fn container(c: &inventory::Container) -> ContainerState {
             s.init_pid = limits.init_pid;
             s.init_start_time = limits.init_start_time;
             s.cgroup = limits.cgroup.clone();
+            s.updates = limits.updates;
+            s.updated_at = limits.updated_at;
             s.gpus = c.ledgers().into_iter().map(|(d, l)| gpu(d, l)).collect();
         }
         Err(e) => s.error = Some(e.to_string()),

@@ -139,6 +139,17 @@ pub enum Finding {
         /// Host PIDs to kill (empty without the kill policy).
         kill: Vec<u32>,
     },
+    /// Over the quota as `OverQuota`, but `vgpuctl update` lowered the quota from `from`, the container's
+    /// processes hold no more than they may have taken under it (`truth` within `from` + tolerance) and
+    /// the ledger itself is over the new quota (the library knows and refuses): memory held from before
+    /// the shrink, kept until freed. Never killed.
+    PendingShrink {
+        c: usize,
+        g: usize,
+        truth: u64,
+        limit: u64,
+        from: u64,
+    },
     /// The ledger says `total`, its own (tracked) processes truly hold `truth`, more than total +
     /// tolerance: the ledger was tampered with (a tenant zeroed it) or lost charges.
     LedgerBelowTruth {
@@ -161,6 +172,7 @@ impl Finding {
     pub fn key(&self) -> (usize, usize, &'static str) {
         match self {
             Finding::OverQuota { c, g, .. } => (*c, *g, "over_quota"),
+            Finding::PendingShrink { c, g, .. } => (*c, *g, "pending_shrink"),
             Finding::LedgerBelowTruth { c, g, .. } => (*c, *g, "ledger_below_truth"),
             Finding::LedgerInconsistent { c, g, .. } => (*c, *g, "ledger_inconsistent"),
         }
@@ -199,7 +211,18 @@ pub fn decide(containers: &[ContainerState], truth: &Truth, policy: Policy) -> V
             };
             let used = truth.used(c, g);
             let ceiling = limit.saturating_add(policy.tolerance);
-            if used > ceiling {
+            let shrinking = gs
+                .shrunk_from
+                .filter(|&from| used <= from.saturating_add(policy.tolerance) && gs.total > limit);
+            if let (true, Some(from)) = (used > ceiling, shrinking) {
+                out.push(Finding::PendingShrink {
+                    c,
+                    g,
+                    truth: used,
+                    limit,
+                    from,
+                });
+            } else if used > ceiling {
                 let kill = if policy.kill {
                     victims(&procs, used, ceiling)
                 } else {
@@ -476,6 +499,39 @@ mod tests {
 
     // A GPU listed for its compute share alone: its processes hold memory the library never charges
     // (no quota, no slot); they are neither over a quota nor killed as bypassing it.
+    // Issue 27: a quota lowered below what the container holds read as an escape (over_quota, killed
+    // under the kill policy) though the library admitted that memory under the old quota.
+    #[test]
+    fn a_shrink_below_use_is_pending_not_an_escape_until_memory_passes_the_old_quota() {
+        let kill = Policy {
+            tolerance: 0,
+            kill: true,
+        };
+        let mut cs = vec![container("a", 1, 1024 * MIB, 1500 * MIB, vec![(1, 1)])];
+        cs[0].gpus[0].shrunk_from = Some(2048 * MIB);
+        let truth = |cs: &[ContainerState], used| {
+            attribute(cs, &[reading(U0, vec![(100, used)])], world, HOST)
+        };
+        let f = decide(&cs, &truth(&cs, 1500 * MIB), kill);
+        assert!(
+            matches!(f[..], [Finding::PendingShrink { truth, limit, from, .. }] if (truth, limit, from) == (1500 * MIB, 1024 * MIB, 2048 * MIB)),
+            "{f:?}"
+        );
+        // past the quota it came from: an escape again
+        let f = decide(&cs, &truth(&cs, 2100 * MIB), kill);
+        assert!(
+            f.iter()
+                .any(|f| matches!(f, Finding::OverQuota { kill, .. } if !kill.is_empty())),
+            "{f:?}"
+        );
+        // a ledger back under the new quota cannot be holding it: the excess is not the shrink's
+        cs[0].gpus[0].total = 1000 * MIB;
+        cs[0].gpus[0].slots_sum = 1000 * MIB;
+        assert!(decide(&cs, &truth(&cs, 1500 * MIB), kill)
+            .iter()
+            .any(|f| matches!(f, Finding::OverQuota { .. })));
+    }
+
     #[test]
     fn a_compute_share_alone_has_no_quota_to_pass() {
         let mut cs = vec![container("a", 1, 0, 0, vec![])];
