@@ -121,7 +121,7 @@ for round in 1 2 3; do
     ok=$(( (ra == 0) + (rb == 0) + (rcr == 0) ))
     check_eq "round $round: two of the three succeed (a=$ra b=$rb create=$rcr)" "$ok" 2
     check_eq "  ... the quotas add up to the GPU exactly" "$(sum)" $((16 * GIB))
-    quotas=$(for id in upd-a upd-b "$c"; do jq -r '.devices[0].memory_limit' "$STATE/containers/$id/limits.json" 2>/dev/null || echo 0; done | awk '{ s += $1 } END { printf "%d", s }')
+    quotas=$(for id in upd-a upd-b "$c"; do jq -r '.devices[0].memory_limit' "$STATE/containers/$id/limits.json" 2>/dev/null || echo 0; done | awk '{ s += $1 } END { printf "%.0f", s }')
     check_eq "  ... and the sum is what each one's limits.json says" "$quotas" $((16 * GIB))
     gone "$c"
     update upd-a --memory-limit 4Gi >/dev/null 2>&1; update upd-b --memory-limit 4Gi >/dev/null 2>&1
