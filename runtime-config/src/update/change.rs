@@ -127,7 +127,7 @@ pub fn apply(
     for d in out
         .devices
         .iter_mut()
-        .filter(|d| req.gpu.map_or(true, |i| i == d.index))
+        .filter(|d| req.gpu.is_none() || req.gpu == Some(d.index))
     {
         let (index, uuid) = (d.index, d.uuid.clone());
         let refuse = |share: bool| {
