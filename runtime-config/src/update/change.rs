@@ -73,14 +73,14 @@ impl Request {
             None => None,
             Some(v) => Some(
                 parse_annotation_percent(v, "--compute-limit")
-                    .map_err(UpdateError::Value)?
+                    .map_err(|e| UpdateError::Value(e.to_string()))?
                     .ok_or(UpdateError::RemoveShare)?,
             ),
         };
         let compute_window_ms = window
             .map(|v| parse_window(v, "--compute-window"))
             .transpose()
-            .map_err(UpdateError::Value)?;
+            .map_err(|e| UpdateError::Value(e.to_string()))?;
         Ok(Request {
             gpu,
             memory_limit,
