@@ -114,6 +114,11 @@ pub fn update(
         ));
     }
     let host = gpus()?;
+    // Updates of one container one at a time, whatever the node's policy (under allow_overcommit admission
+    // takes no node lock): a lock on the container's folder, taken before the node's.
+    let dir = std::fs::File::open(root.container_dir(id)?)?;
+    let _container = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow!("container {id}: cannot lock its state folder: {e}"))?;
     loop {
         let before = hostfile::load_limits(&path)?;
         if before.init_pid.is_none() {

@@ -207,3 +207,35 @@ fn racing_updates_leave_admissions_sum_exact() {
         assert_eq!(sum[UUID].plain, 14 * GIB);
     }
 }
+
+// Under allow_overcommit admission takes no lock: two updates of one container (its quota, its share) at
+// once must still both land, neither writing back what the other changed.
+#[test]
+fn updates_of_one_container_at_once_both_land_without_the_node_lock() {
+    let over = Policy {
+        overcommit: true,
+        reserve: 0,
+    };
+    for _ in 0..10 {
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().to_path_buf());
+        running(&root, "c1", GIB, true);
+        std::thread::scope(|s| {
+            let r = &root;
+            let a = s.spawn(move || update(r, over, "c1", &req(Some("2Gi"), None, None), gpus));
+            let b = s.spawn(move || update(r, over, "c1", &req(None, Some("60"), None), gpus));
+            a.join().unwrap().unwrap();
+            b.join().unwrap().unwrap();
+        });
+        let l = limits(&root, "c1");
+        assert_eq!(
+            (
+                l.devices[0].memory_limit,
+                l.devices[0].compute_limit,
+                l.updates
+            ),
+            (Some(2 * GIB), Some(60), 2)
+        );
+        assert_eq!(mounted(&root, "c1").devices[0].compute_limit, Some(60));
+    }
+}
