@@ -165,6 +165,8 @@ mod tests {
             cgroup: None,
             creator: None,
             kubernetes: None,
+            updates: 0,
+            updated_at: None,
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: UUID.into(),
@@ -172,6 +174,7 @@ mod tests {
                 compute_limit: None,
                 compute_policy: Default::default(),
                 compute_window_ms: None,
+                shrunk_from: None,
                 ledger: vgpu_ledger::layout::relative_ledger_path(UUID).unwrap(),
                 memory: Default::default(),
             }],

@@ -22,6 +22,10 @@ pub const CORE_FILE_NAME: &str = "libvgpu_core.so";
 
 /// File names inside a container's state folder.
 pub const LIMITS_FILE_NAME: &str = "limits.json";
+/// A second name of the limits file's inode as provisioned, the one bind-mounted into the container: the
+/// host's `limits.json` is replaced by rename (the owner's record, updates), which never reaches the
+/// container's mount, so `vgpuctl update` rewrites this one in place (`crate::live`).
+pub const MOUNTED_LIMITS_FILE_NAME: &str = "limits.mounted.json";
 pub const LEDGERS_DIR_NAME: &str = "ledgers";
 pub const PRELOAD_FILE_NAME: &str = "ld.so.preload";
 /// A random token written by the invocation that provisioned the folder (host only, never mounted): a

@@ -4,6 +4,8 @@
 //! * [`region`]: the ledger ("shared region") — one memory-mapped file per GPU and container that every
 //!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.
 //! * [`limits`]: limits.json, the per-container limits written by the hook.
+//! * [`live`]: live updates of a running container's limits (`vgpuctl update`): the host's write, the
+//!   library's read.
 //! * [`layout`]: where the state lives on the host and inside the container.
 //! * [`walk`]: the walk over the state root's container folders.
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
@@ -26,6 +28,7 @@ pub mod hostfile;
 pub mod keys;
 pub mod layout;
 pub mod limits;
+pub mod live;
 pub mod memmode;
 pub mod quantity;
 pub mod region;

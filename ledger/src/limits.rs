@@ -1,7 +1,8 @@
 //! limits.json: the per-container limits the hook writes once and the library reads (docs/architecture.md,
 //! "limits.json"). Not here: the atomic write itself (`crate::atomic`), the file's place (`crate::layout`).
 //!
-//! The file is mounted read-only into the container, so a tenant cannot raise its quota.
+//! The file is mounted read-only into the container, so a tenant cannot raise its quota; `vgpuctl update`
+//! changes a running container's limits through `crate::live`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -57,6 +58,17 @@ pub struct Limits {
     /// labels). Absent for containers not made by a CRI runtime, and in files written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubeNames>,
+    /// How many times `vgpuctl update` changed the running container's limits (`crate::live`: the
+    /// ledgers' generation is twice this). Absent: never.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub updates: u64,
+    /// When the last update was made, seconds since the Unix epoch. Absent: never updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A host process told apart from a later one with its PID: the PID and its start time (field 22 of
@@ -124,6 +136,11 @@ pub struct DeviceLimit {
     /// (`DEFAULT_WINDOW_MS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_window_ms: Option<u32>,
+    /// Set by `vgpuctl update` when it lowered `memory_limit`: the limit before (the highest of the
+    /// shrinks not yet grown back past). Memory the container held under it is kept, so until its
+    /// usage falls under the new limit it is a *pending shrink*, not an escape (the watchdog, status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrunk_from: Option<u64>,
 }
 
 impl DeviceLimit {

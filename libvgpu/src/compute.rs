@@ -28,7 +28,7 @@ use std::time::Duration;
 
 pub use crate::solo::Work;
 use crate::solo::{Composition, SoloBook};
-use vgpu_ledger::region::{window_capacity, ComputeArea, PPM};
+use vgpu_ledger::region::{ComputeArea, PPM};
 
 use crate::devices::MAX_DEVICES;
 use crate::error::Error;
@@ -42,6 +42,7 @@ mod events;
 mod flight;
 use flight::{Begun, InFlight, Timer};
 mod graphs;
+mod rate;
 mod trace;
 mod which;
 use events::{capturing, elapsed_ns, event_query, event_wait, Relaxed};
@@ -103,9 +104,8 @@ fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
 
 struct Share {
     quota: DeviceQuota,
-    ppm: u64,
-    /// The bucket's capacity: `share × (1 − share) × window` (`window_capacity`).
-    cap: i64,
+    /// The share's rate and window (`rate`: they follow the host's updates).
+    rate: rate::Rate,
     /// The launches in flight, the open span and the events that time them (`flight`).
     timer: Timer,
     /// Moving average of measured launch costs (ns).
@@ -174,13 +174,11 @@ pub fn averaged(prev: u64, measured: u64) -> u64 {
 
 impl Share {
     fn new(quota: DeviceQuota, pct: u32, window_ms: u32) -> Share {
-        let ppm = pct as u64 * PPM / 100;
         register_exit();
         let busy = busy::Busy::new(&quota.uuid);
         Share {
             quota,
-            ppm,
-            cap: window_capacity(window_ms as u64 * 1_000_000, ppm),
+            rate: rate::Rate::new(pct, window_ms),
             timer: Timer::default(),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
             unmeasured_until: AtomicU64::new(0),
@@ -301,10 +299,11 @@ impl Share {
     /// (the ledger is the tenant's memory: a stored huge count must not buy more than a full bucket).
     fn tokens(&self) -> i64 {
         let area = self.area();
-        let t = area.refill(mono_ns(), self.ppm, self.cap);
-        if t > self.cap {
-            area.clamp(self.cap);
-            return self.cap;
+        let cap = self.rate.cap();
+        let t = area.refill(mono_ns(), self.rate.ppm(), cap);
+        if t > cap {
+            area.clamp(cap);
+            return cap;
         }
         t
     }
@@ -312,14 +311,15 @@ impl Share {
     /// Waits while the bucket (what is in flight debited) is used up, and then (the gate closed) until
     /// it is full again.
     fn admit(&self) {
+        self.rate.follow(&self.quota);
         self.harvest(None);
         let area = self.area();
         let mut held = 0u64;
         loop {
             let tokens = self.tokens();
             let busy = lock(&self.timer.flights).queue.len() >= MAX_IN_FLIGHT;
-            let deficit = if !area.open_gate_if_full(tokens, self.cap) {
-                self.cap - tokens
+            let deficit = if !area.open_gate_if_full(tokens, self.rate.cap()) {
+                self.rate.cap() - tokens
             } else if tokens > 0 && !busy {
                 break;
             } else {
@@ -328,7 +328,7 @@ impl Share {
                 }
                 -tokens
             };
-            let nap = nap_for(deficit.max(0) as u64, self.ppm);
+            let nap = nap_for(deficit.max(0) as u64, self.rate.ppm());
             std::thread::sleep(Duration::from_nanos(nap));
             held += nap;
             if trace::on() {

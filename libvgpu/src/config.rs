@@ -246,6 +246,14 @@ impl Config {
         ))
     }
 
+    /// The limits file, when the configuration is one: what `vgpuctl update` rewrites (`live`).
+    pub fn limits_file(&self) -> Option<&Path> {
+        match self {
+            Config::File { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
     /// Whether any GPU of the limits file has a compute share.
     pub fn file_has_shares(&self) -> bool {
         matches!(self, Config::File { limits, .. } if limits.devices.iter().any(|d| d.compute_share().is_some()))

@@ -151,6 +151,9 @@ fn resolve(cfg: &Config, dev: CUdevice) -> Result<Option<DeviceQuota>, Error> {
     match DeviceQuota::open_unattached(dev, uuid, spec.limit, &spec.ledger, cfg.ledger_mode()) {
         Ok(mut q) => {
             q.memory = spec.memory;
+            if let Some(file) = cfg.limits_file() {
+                q.follow(file);
+            }
             log::info(format_args!(
                 "device {dev} ({uuid}): limit {} bytes, ledger {}, memory mode {}",
                 spec.limit,
@@ -212,25 +215,31 @@ pub fn view_of(id: &Identity, config: ConfigFn) -> Result<Option<UuidView>, Erro
     // If this process already holds the quota, use it; otherwise read the ledger without a slot.
     if let Some(q) = attached_with_ledger(&spec.ledger) {
         return Ok(Some(UuidView {
-            limit: q.limit,
+            limit: q.limit(),
             used: q.used(),
         }));
     }
-    let used = if spec.ledger.exists() {
+    let (limit, used) = if spec.ledger.exists() {
         match Ledger::open_readonly(&spec.ledger) {
-            Ok(l) => l.used(),
+            // Updated by the host since the file was loaded: its entry as it is now.
+            Ok(l) => match cfg.limits_file().filter(|_| l.limits_generation() != 0) {
+                Some(file) => (
+                    crate::live::entry(file, &l, &spec.ledger)
+                        .and_then(|(_, d)| d.memory_limit)
+                        .unwrap_or(spec.limit),
+                    l.used(),
+                ),
+                None => (spec.limit, l.used()),
+            },
             Err(e) => {
                 log::error(format_args!("ledger {}: {e}", spec.ledger.display()));
                 return Err(Error::Ledger(e.to_string()));
             }
         }
     } else {
-        0
+        (spec.limit, 0)
     };
-    Ok(Some(UuidView {
-        limit: spec.limit,
-        used,
-    }))
+    Ok(Some(UuidView { limit, used }))
 }
 
 fn attached_with_ledger(path: &std::path::Path) -> Option<&'static DeviceQuota> {

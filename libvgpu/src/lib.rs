@@ -25,6 +25,7 @@ pub mod hooks;
 mod identity;
 pub mod interpose;
 mod lifecycle;
+mod live;
 mod log;
 mod quota;
 mod real;

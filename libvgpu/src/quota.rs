@@ -1,13 +1,16 @@
 //! One GPU's quota in this process: the container's ledger, this process's slot in it (attached on the
-//! first charge), and the limit. Charging, refunding, the measurement lock and the fork gate live here;
-//! which quota governs which device does not (`devices`).
+//! first charge), and the limit, followed live when the host updates the limits file (`live`). Charging,
+//! refunding, the measurement lock and the fork gate live here; which quota governs which device does not
+//! (`devices`).
 
 use std::path::{Path, PathBuf};
 use std::ptr;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use vgpu_ledger::{Kind, Ledger, MeasureLock, MemoryMode, Slot};
+use vgpu_ledger::{DeviceLimit, Kind, Ledger, MeasureLock, MemoryMode, Slot};
 
 use crate::config::LedgerMode;
 use crate::error::Error;
@@ -23,7 +26,13 @@ const ATTACH_BACKOFF: Duration = Duration::from_millis(100);
 pub struct DeviceQuota {
     pub ordinal: i32,
     pub uuid: String,
-    pub limit: u64,
+    /// Bytes; changed when the host updates the limits file (`limit()` follows it).
+    limit: AtomicU64,
+    /// The limits file whose updates this quota follows (a limits file configuration; never in the
+    /// environment mode, which no host updates).
+    follows: OnceLock<PathBuf>,
+    /// The ledger's limits generation last applied (`vgpu_ledger::live`); 0: the file as first loaded.
+    applied: AtomicU64,
     /// Plain, spill or oversubscribe (`hooks::memory`); plain until the configuration says otherwise.
     pub memory: MemoryMode,
     ledger_path: PathBuf,
@@ -84,13 +93,61 @@ impl DeviceQuota {
         Ok(DeviceQuota {
             ordinal,
             uuid: uuid.to_string(),
-            limit,
+            limit: AtomicU64::new(limit),
+            follows: OnceLock::new(),
+            applied: AtomicU64::new(0),
             memory: MemoryMode::Plain,
             ledger_path: path.to_path_buf(),
             ledger,
             slot: AtomicPtr::new(ptr::null_mut()),
             attach_after: AtomicU64::new(0),
         })
+    }
+
+    /// Follows the host's updates of the limits file at `file` (`vgpu_ledger::live`).
+    pub fn follow(&self, file: &Path) {
+        let _ = self.follows.set(file.to_path_buf());
+    }
+
+    /// The limit now: the one last applied, after applying an update the host made since (one load of the
+    /// ledger's generation when it made none).
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        if let Some(d) = self.updated_entry() {
+            if let Some(new) = d.memory_limit {
+                let old = self.limit.swap(new, Ordering::Relaxed);
+                if old != new {
+                    log::info(format_args!(
+                        "device {} ({}): quota updated by the host, {old} -> {new} bytes",
+                        self.ordinal, self.uuid
+                    ));
+                }
+            }
+        }
+        self.limit.load(Relaxed)
+    }
+
+    /// The limits file's entry for this ledger when the host updated it since this quota last looked:
+    /// Some once per update (per thread that races to it), None otherwise, at the cost of one load.
+    #[inline]
+    pub fn updated_entry(&self) -> Option<DeviceLimit> {
+        let g = self.ledger.limits_generation();
+        if g == self.applied.load(Relaxed) {
+            return None;
+        }
+        self.updated_entry_slow(g)
+    }
+
+    #[cold]
+    fn updated_entry_slow(&self, g: u64) -> Option<DeviceLimit> {
+        let Some(file) = self.follows.get() else {
+            // Nothing to follow (the environment mode): stop looking until the word moves again.
+            self.applied.store(g, Relaxed);
+            return None;
+        };
+        let (read_at, d) = crate::live::entry(file, &self.ledger, &self.ledger_path)?;
+        self.applied.store(read_at, Relaxed);
+        Some(d)
     }
 
     /// This process's slot, attached on first use (under the fork gate, so a fork never copies a slot
@@ -192,7 +249,7 @@ impl DeviceQuota {
                     self.ordinal,
                     self.uuid,
                     self.ledger.used(),
-                    self.limit
+                    self.limit()
                 ));
                 false
             }
@@ -206,10 +263,11 @@ impl DeviceQuota {
             return Some(true);
         }
         let slot = self.slot().ok()?;
-        let mut r = self.ledger.charge(slot, kind, bytes, self.limit);
+        let limit = self.limit();
+        let mut r = self.ledger.charge(slot, kind, bytes, limit);
         // Refused: a killed process may still hold usage; reclaim dead slots and try once more.
         if r.is_err() && matches!(self.ledger.reclaim_dead(), Ok(n) if n > 0) {
-            r = self.ledger.charge(slot, kind, bytes, self.limit);
+            r = self.ledger.charge(slot, kind, bytes, limit);
         }
         Some(r.is_ok())
     }
@@ -231,10 +289,11 @@ impl DeviceQuota {
         }
         // A forced overrun (`docs/libvgpu.md`): said once, when this charge takes the device past its quota.
         let used = self.ledger.used();
-        if crossed(used, bytes, self.limit) {
+        let limit = self.limit();
+        if crossed(used, bytes, limit) {
             log::warn(format_args!(
                 "quota: {bytes} bytes ({kind:?}) the driver already took recorded on device {} ({}): {used} of {} bytes in use, past the quota; further allocations are refused until usage is back under it",
-                self.ordinal, self.uuid, self.limit
+                self.ordinal, self.uuid, limit
             ));
         }
     }
@@ -448,137 +507,4 @@ fn crossed(used: u64, bytes: u64, limit: u64) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn a_forced_overrun_is_told_once_at_the_crossing() {
-        assert!(crossed(1100, 200, 1000), "900 -> 1100 crosses");
-        assert!(!crossed(1200, 100, 1000), "already past: said before");
-        assert!(!crossed(1000, 100, 1000), "at the quota is within it");
-        assert!(crossed(5000, 5000, 1000));
-    }
-
-    use super::*;
-
-    const UUID: &str = "GPU-00000000-0000-0000-0000-0000000000aa";
-    const ENV: LedgerMode<'static> = LedgerMode::Env { dir: None };
-
-    fn mode(p: &Path) -> u32 {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
-    }
-
-    #[test]
-    fn the_environment_mode_makes_ledgers_for_this_user_alone() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("l");
-        drop(DeviceQuota::open_unattached(0, UUID, 100, &path, ENV).unwrap());
-        assert_eq!(mode(&path), 0o600);
-        // One another user can write could be truncated under this process (SIGBUS): not used.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let e = DeviceQuota::open_unattached(0, UUID, 100, &path, ENV)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            e.contains("other users can write") && e.contains("/l"),
-            "{e}"
-        );
-        // A limits file's ledgers are for every user of the container.
-        let listed = dir.path().join("listed");
-        drop(DeviceQuota::open_unattached(0, UUID, 100, &listed, LedgerMode::File).unwrap());
-        assert_eq!(mode(&listed), 0o666);
-    }
-
-    #[test]
-    fn a_containers_ledger_is_never_created() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("GPU-x.ledger");
-        let open = || {
-            DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::Provisioned)
-                .map(drop)
-                .map_err(|e| e.to_string())
-        };
-        let e = open().unwrap_err();
-        assert!(e.contains("GPU-x.ledger") && e.contains("missing"), "{e}");
-        assert!(!path.exists(), "not created");
-        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-        // SAFETY: mkfifo with a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
-        let e = open().unwrap_err();
-        assert!(
-            e.contains("GPU-x.ledger") && e.contains("not a regular file"),
-            "{e}"
-        );
-        std::fs::remove_file(&path).unwrap();
-        drop(Ledger::open_or_create(&path, UUID, 100).unwrap());
-        open().unwrap();
-    }
-
-    #[test]
-    fn the_slot_is_attached_on_the_first_charge() {
-        let dir = tempfile::tempdir().unwrap();
-        let q = DeviceQuota::open_unattached(0, UUID, 100, &dir.path().join("l"), ENV).unwrap();
-        assert!(!q.attached(), "opening the quota takes no slot");
-        q.refund(Kind::Data, 5);
-        assert!(
-            !q.attached(),
-            "a refund without a slot is nothing to give back"
-        );
-        assert!(q.charge(Kind::Data, 60));
-        assert!(q.attached());
-        assert!(!q.charge(Kind::Data, 60), "the limit holds");
-        let host = vgpu_ledger::Snapshot::read(&dir.path().join("l")).unwrap();
-        assert_eq!(host.refusals, 1, "the refusal is counted for the monitor");
-        q.refund(Kind::Data, 60);
-        assert_eq!(q.used(), 0);
-        q.release_slot();
-        assert!(!q.attached());
-    }
-
-    #[test]
-    fn the_environment_mode_refuses_a_symlinked_ledger() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = dir.path().join("real");
-        drop(DeviceQuota::open_unattached(0, UUID, 100, &real, ENV).unwrap());
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&real, &link).unwrap();
-        let e = DeviceQuota::open_unattached(0, UUID, 100, &link, ENV)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("symbolic link") && e.contains("link"), "{e}");
-        assert!(DeviceQuota::open_unattached(0, UUID, 100, &link, LedgerMode::File).is_ok());
-    }
-
-    #[test]
-    fn the_per_user_folder_is_made_before_its_ledgers_and_refused_when_not_private() {
-        use std::os::unix::fs::PermissionsExt;
-        let base = tempfile::tempdir().unwrap();
-        let dir = base.path().join("vgpu-me");
-        let env = LedgerMode::Env { dir: Some(&dir) };
-        let ledger = dir.join("cudevshr.cache.x");
-        drop(DeviceQuota::open_unattached(0, UUID, 100, &ledger, env).unwrap());
-        assert_eq!((mode(&dir), mode(&ledger)), (0o700, 0o600));
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = DeviceQuota::open_unattached(0, UUID, 100, &ledger, env)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("ledger folder") && e.contains("vgpu-me"), "{e}");
-    }
-
-    #[test]
-    fn the_measurement_lock_needs_no_file_and_excludes_other_holders() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("l");
-        let a = DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::File).unwrap();
-        let b = DeviceQuota::open_unattached(0, UUID, 100, &path, LedgerMode::File).unwrap();
-        let held = a.measure_lock().expect("free");
-        assert!(b.ledger.try_measure_lock().unwrap().is_none(), "held");
-        // A container cannot create files beside its ledger: nothing but the ledger is there.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        drop(held);
-        assert!(b.measure_lock().is_some(), "released when dropped");
-    }
-}
+mod tests;

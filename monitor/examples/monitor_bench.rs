@@ -87,12 +87,15 @@ fn main() {
                 compute_limit: None,
                 compute_policy: Default::default(),
                 compute_window_ms: None,
+                shrunk_from: None,
             }],
             kubernetes: Some(vgpu_ledger::KubeNames {
                 namespace: "bench".into(),
                 pod: format!("pod-{i}"),
                 container: "main".into(),
             }),
+            updates: 0,
+            updated_at: None,
         }
         .write_atomic(&root.limits_path(&id).unwrap())
         .unwrap();

@@ -355,6 +355,15 @@ fn describe(f: &Finding, r: &Reading) -> String {
                 if kill.is_empty() { "" } else { "; killing under the kill policy" }
             )
         }
+        Finding::PendingShrink {
+            truth, limit, from, ..
+        } => format!(
+            "pending shrink: {at}: its processes hold {} (NVML), over its quota {} by {} since vgpuctl update lowered it from {}; its allocations are refused until it frees that, nothing is killed",
+            format_bytes(*truth),
+            format_bytes(*limit),
+            format_bytes(truth.saturating_sub(*limit)),
+            format_bytes(*from)
+        ),
         Finding::LedgerBelowTruth { total, truth, .. } => format!(
             "ledger below the truth: {at}: its ledger's total is {}, its own processes hold {} (NVML): tampered with or charges lost",
             format_bytes(*total),

@@ -28,6 +28,9 @@ pub struct ContainerState {
     /// recorded namespace and cgroup name any process (a gone container's namespace inode is reused).
     pub live: bool,
     pub gpus: Vec<GpuState>,
+    /// Live updates made to it (`vgpuctl update`) and the last one's time, Unix seconds.
+    pub updates: u64,
+    pub updated_at: Option<u64>,
     /// Why the limits file could not be used.
     pub error: Option<String>,
 }
@@ -45,6 +48,9 @@ pub struct GpuState {
     pub compute_limit: Option<u32>,
     /// The library's pacing window for the share, ms (None: its default).
     pub compute_window_ms: Option<u32>,
+    /// The quota before `vgpuctl update` lowered it (limits.json's `shrunk_from`): usage above the quota
+    /// but within this is a pending shrink (the watchdog).
+    pub shrunk_from: Option<u64>,
     /// The ledger's compute bucket (`COMPUTE_AREA`): GPU time charged, time held back, launches.
     pub compute: vgpu_ledger::region::ComputeSnapshot,
     /// The ledger's total (its commit word); 0 with no ledger yet.
@@ -98,6 +104,8 @@ fn container(c: &inventory::Container) -> ContainerState {
             s.init_pid = limits.init_pid;
             s.init_start_time = limits.init_start_time;
             s.cgroup = limits.cgroup.clone();
+            s.updates = limits.updates;
+            s.updated_at = limits.updated_at;
             s.gpus = c.ledgers().into_iter().map(|(d, l)| gpu(d, l)).collect();
         }
         Err(e) => s.error = Some(e.to_string()),
@@ -112,6 +120,7 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
         limit: d.memory_limit,
         compute_limit: d.compute_share(),
         compute_window_ms: d.compute_window_ms,
+        shrunk_from: d.shrunk_from,
         ..Default::default()
     };
     match ledger {
@@ -164,6 +173,7 @@ mod tests {
                 compute_limit: Some(40),
                 compute_policy: Default::default(),
                 compute_window_ms: None,
+                shrunk_from: None,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
                 memory: Default::default(),
             }],
@@ -172,6 +182,8 @@ mod tests {
                 pod: "p".into(),
                 container: "c".into(),
             }),
+            updates: 0,
+            updated_at: None,
         };
         limits
             .write_atomic(&root.limits_path("c1").unwrap())

@@ -132,6 +132,7 @@ pub fn limits_for(id: &str, plan: &Plan, owner: &Owner) -> Result<Limits> {
                 },
                 // The window goes with the share, as the policy does.
                 compute_window_ms: g.compute_limit.and(plan.compute_window_ms),
+                shrunk_from: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -145,6 +146,8 @@ pub fn limits_for(id: &str, plan: &Plan, owner: &Owner) -> Result<Limits> {
         creator: None,
         devices,
         kubernetes: plan.kubernetes.clone(),
+        updates: 0,
+        updated_at: None,
     };
     owner.record_in(&mut limits);
     Ok(limits)
@@ -378,6 +381,12 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
     fs::set_permissions(
         dir.join(layout::LIMITS_FILE_NAME),
         fs::Permissions::from_mode(0o644),
+    )?;
+    // The inode the container's mount will hold, under a second name: `vgpuctl update` rewrites it in
+    // place once limits.json has been replaced by rename (`vgpu_ledger::live`).
+    fs::hard_link(
+        dir.join(layout::LIMITS_FILE_NAME),
+        dir.join(layout::MOUNTED_LIMITS_FILE_NAME),
     )?;
     // Not synced: the folder is renamed into place as a whole, and lives on a tmpfs by default.
     let preload = preload_contents(image_preload);

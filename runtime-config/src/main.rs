@@ -1,6 +1,6 @@
-//! vgpuctl's command line: the subcommands (runtime, cdi, doctor, status, gc, monitor, generate-docs), each
-//! handed to the library module that owns it (`engines::cli`, `cdi`, `doctor`, `status`, `vgpu_oci::gc`,
-//! `monitor`, `clidocs`).
+//! vgpuctl's command line: the subcommands (runtime, cdi, doctor, status, update, gc, monitor, generate-docs),
+//! each handed to the library module that owns it (`engines::cli`, `cdi`, `doctor`, `status`, `update`,
+//! `vgpu_oci::gc`, `monitor`, `clidocs`).
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -36,6 +36,11 @@ enum Cmd {
         #[command(flatten)]
         root: RootArgs,
     },
+    /// Change a running container's memory quota, compute share or pacing window without restarting it,
+    /// through admission as at creation; its processes see the change within a second. Only containers
+    /// vgpu provisioned (an engine with vgpu's runtime, hook or CDI devices): a process limited by the
+    /// environment alone (LD_PRELOAD with CUDA_DEVICE_MEMORY_LIMIT) has nothing on the host to update.
+    Update(vgpuctl::update::UpdateArgs),
     /// Serve Prometheus metrics (quotas, usage, NVML's truth) and run the NVML-truth watchdog.
     Monitor(MonitorArgs),
     /// Remove the state of containers that are gone (whose poststop hook never came).
@@ -168,6 +173,7 @@ fn run(cli: Cli) -> Result<()> {
             out.flush()?;
             std::process::exit(report.exit_status());
         }
+        Cmd::Update(a) => a.run(&mut out),
         Cmd::Monitor(a) => monitor(a, &mut out),
         Cmd::Gc { root } => {
             // The grace for state without an owner comes from the config, like the hooks' own collection.

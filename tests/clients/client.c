@@ -805,6 +805,31 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         if (rc == CUDA_SUCCESS)
             rc = p_cuCtxSynchronize ? ((CUresult (*)(CUcontext))(void *)p_cuCtxSynchronize)(NULL) : CUDA_ERROR_NOT_FOUND;
         printf(" reserved=%llu", pool_reserved(default_pool()));
+    } else if (!strcmp(op, "await")) {
+        /* Waits (at most 60 s) until the file ARG exists: the host's go-ahead for the next step. */
+        const char *path = ARG(1); used = 2;
+        printf(" ready"); fflush(stdout);
+        struct timespec t = {0, 10000000};
+        int k = 0;
+        while (access(path, F_OK) != 0 && k++ < 6000) nanosleep(&t, NULL);
+        rc = access(path, F_OK) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    } else if (!strcmp(op, "watch-total")) {
+        /* Polls cuMemGetInfo until it reports a total of BYTES (at most SECONDS): how long a running
+           process takes to see its quota changed. */
+        unsigned long long want = parse_size(ARG(1));
+        double limit_s = atof(ARG(2)); used = 3;
+        size_t fr = 0, to = 0;
+        rc = need_ctx();
+        double t0 = now();
+        while (rc == CUDA_SUCCESS && to != want && now() - t0 < limit_s) {
+            rc = CALL(cuMemGetInfo, &fr, &to);
+            if (to != want) { struct timespec t = {0, 1000000}; nanosleep(&t, NULL); }
+        }
+        if (rc == CUDA_SUCCESS && to != want) rc = CUDA_ERROR_NOT_READY;
+        struct timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        printf(" total=%zu free=%zu ms=%.0f seen_ms=%lld", to, fr, (now() - t0) * 1e3,
+               (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000);
     } else if (!strcmp(op, "sleep")) {
         double s = atof(ARG(1)); used = 2;
         struct timespec t = {(time_t)s, (long)((s - (time_t)s) * 1e9)};

@@ -11,6 +11,8 @@ fn sample() -> Limits {
         cgroup: None,
         creator: None,
         kubernetes: None,
+        updates: 0,
+        updated_at: None,
         devices: vec![
             DeviceLimit {
                 index: 0,
@@ -21,6 +23,7 @@ fn sample() -> Limits {
                 compute_limit: None,
                 compute_policy: Default::default(),
                 compute_window_ms: None,
+                shrunk_from: None,
             },
             DeviceLimit {
                 index: 1,
@@ -31,6 +34,7 @@ fn sample() -> Limits {
                 compute_limit: None,
                 compute_policy: Default::default(),
                 compute_window_ms: None,
+                shrunk_from: None,
             },
         ],
     }

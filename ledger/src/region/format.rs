@@ -75,19 +75,24 @@ pub struct Header {
     pub uuid: [u8; UUID_CAPACITY],
     /// Bytes [152, 256): counters that change while the ledger lives, one area per feature, reached as
     /// atomics through the mapping (never through this struct, which is written once). Zero in a new file,
-    /// so a reader that predates a field reads 0. Owners: [`MONITOR_AREA`], [`SPILL_AREA`],
+    /// so a reader that predates a field reads 0. Owners: [`MONITOR_AREA`], [`GENERATION_AREA`], [`SPILL_AREA`],
     /// [`COMPUTE_AREA`].
     pub _live: [u8; 104],
 }
 
 /// Header bytes of the monitor's counters (slot high-water mark, refusals): `(offset, len)`.
 pub const MONITOR_AREA: (usize, usize) = (152, 16);
+/// Header bytes of the limits generation (`crate::live`): a u64 the host's `vgpuctl update` sets to
+/// `2 × updates − 1` while it rewrites the container's mounted limits file and to `2 × updates` once the
+/// file is whole; the library compares it with the value it last applied (one load per allocation) and
+/// re-reads the file when it moved. Zero in a file never updated (these bytes were the spill area's
+/// reserved, always-zero first 8 bytes before).
+pub const GENERATION_AREA: (usize, usize) = (168, 8);
 /// Header bytes of the unified-memory (spill) counters.
-pub const SPILL_AREA: (usize, usize) = (168, 24);
+pub const SPILL_AREA: (usize, usize) = (176, 16);
 /// The spill book's commit word (`commit::Book::Spill`): the container's spilled bytes and the last
-/// operation on them, encoded as the device commit word (`Commit`), 16-aligned inside `SPILL_AREA`. The
-/// area's first 8 bytes stay reserved (zero).
-pub const SPILL_WORD_OFFSET: usize = SPILL_AREA.0 + 8;
+/// operation on them, encoded as the device commit word (`Commit`), 16-aligned: the whole `SPILL_AREA`.
+pub const SPILL_WORD_OFFSET: usize = SPILL_AREA.0;
 /// Offset inside a slot of its spill counter pair `(spilled, applied_seq)`, inside `SlotRecord::spill`.
 pub const SPILL_PAIR_OFFSET: usize = offset_of!(SlotRecord, spill) + 8;
 const _: () = assert!(
@@ -99,7 +104,9 @@ const _: () = assert!(
 /// Header bytes of the compute share's shared state.
 pub const COMPUTE_AREA: (usize, usize) = (192, 64);
 const _: () = assert!(
-    MONITOR_AREA.0 + MONITOR_AREA.1 == SPILL_AREA.0
+    MONITOR_AREA.0 + MONITOR_AREA.1 == GENERATION_AREA.0
+        && GENERATION_AREA.0 + GENERATION_AREA.1 == SPILL_AREA.0
+        && GENERATION_AREA.0 % 8 == 0
         && SPILL_AREA.0 + SPILL_AREA.1 == COMPUTE_AREA.0
         && COMPUTE_AREA.0 + COMPUTE_AREA.1 == HEADER_SIZE
         && MONITOR_AREA.0 % 8 == 0

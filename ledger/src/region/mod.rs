@@ -23,6 +23,7 @@
 //! | `pin`    | `Pin`: the mapping that keeps a lock alive without a descriptor                 |
 //! | `fd`     | our short-lived descriptors: by path, high numbers, closed only when ours      |
 //! | `stats`  | the monitor's figures: slot high-water mark, refusals counted                  |
+//! | `generation` | the limits generation `vgpuctl update` bumps (`crate::live`)               |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
 //! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
 
@@ -32,6 +33,7 @@ mod compute;
 mod error;
 mod fd;
 mod format;
+mod generation;
 mod host;
 mod kind;
 mod ledger;
@@ -48,6 +50,7 @@ pub use error::{LedgerError, Refused};
 pub use format::{
     FILE_SIZE, FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,
 };
+pub use generation::{generation_from_header, write_generation, GENERATION_OFFSET};
 pub use kind::Kind;
 pub use ledger::Ledger;
 pub use measure::MeasureLock;

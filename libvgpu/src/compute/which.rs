@@ -142,6 +142,10 @@ pub fn resolve(dev: CUdevice) -> Result<Option<(DeviceQuota, u32, u32)>, Error> 
     };
     match DeviceQuota::open_unattached(dev, &id.uuid, 0, &path, mode) {
         Ok(q) => {
+            // The share's rate and window follow the host's updates of the file (`compute`).
+            if let Some(file) = cfg_file(settings) {
+                q.follow(file);
+            }
             log::info(format_args!(
                 "device {dev} ({}): compute share {pct}%, window {window_ms} ms, bucket in {}",
                 id.uuid,
@@ -156,5 +160,13 @@ pub fn resolve(dev: CUdevice) -> Result<Option<(DeviceQuota, u32, u32)>, Error> 
             ));
             Err(e)
         }
+    }
+}
+
+/// The limits file the shares come from (none in the environment mode, which no host updates).
+fn cfg_file(settings: &Settings) -> Option<&'static std::path::Path> {
+    match settings {
+        Settings::File(cfg) => cfg.limits_file(),
+        _ => None,
     }
 }

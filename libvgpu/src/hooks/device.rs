@@ -23,9 +23,9 @@ impl<D: Driver> Engine<'_, D> {
                 self.reconcile_truth();
                 Ok(match q.memory {
                     MemoryMode::Oversubscribe { reserve } => {
-                        virt::oversubscribed_mem_info(q.limit, q.used(), reserve)
+                        virt::oversubscribed_mem_info(q.limit(), q.used(), reserve)
                     }
-                    _ => virt::mem_info(q.limit, q.used(), free, total),
+                    _ => virt::mem_info(q.limit(), q.used(), free, total),
                 })
             }
             Target::Forward => Ok((free, total)),
@@ -39,8 +39,8 @@ impl<D: Driver> Engine<'_, D> {
             return Ok(total);
         }
         match self.target(Some(dev)) {
-            Target::Charge(q) if q.memory.is_oversubscribe() => Ok(q.limit),
-            Target::Charge(q) => Ok(virt::total_mem(q.limit, total)),
+            Target::Charge(q) if q.memory.is_oversubscribe() => Ok(q.limit()),
+            Target::Charge(q) => Ok(virt::total_mem(q.limit(), total)),
             Target::Forward => Ok(total),
             Target::Fail(e) => Err(e),
         }

@@ -107,8 +107,8 @@ impl<D: Driver> Engine<'_, D> {
             .rec
             .truth_charged
             .with(dev as u64, |c| c.map_or(0, |c| *c));
-        let room = code_room(q.limit).saturating_sub(charged);
-        q.used().saturating_add(bytes).saturating_add(room) <= q.limit
+        let room = code_room(q.limit()).saturating_sub(charged);
+        q.used().saturating_add(bytes).saturating_add(room) <= q.limit()
     }
 
     /// `alloc_pitch_device` in spill mode: refused (so spilled) when it would take the code's room.

@@ -274,6 +274,22 @@ pub fn render(s: &Scrape) -> String {
         "allocations the container's quota refused (counted by its library in the ledger it can write)",
         refusals.clone(),
     );
+    let updates = Family::<Labels, Counter>::default();
+    reg.register(
+        "vgpu_container_updates",
+        "live updates of the container's quota or share (vgpuctl update)",
+        updates.clone(),
+    );
+    let updated_at = int(
+        &mut reg,
+        "vgpu_container_last_update_timestamp_seconds",
+        "when vgpuctl update last changed the container's quota or share, Unix seconds (only updated containers)",
+    );
+    let pending_shrink = int(
+        &mut reg,
+        "vgpu_memory_pending_shrink_bytes",
+        "bytes the container's ledger holds past a quota vgpuctl update lowered below its use (refused until freed; only such GPUs)",
+    );
     let errors = plain(
         &mut reg,
         "vgpu_state_errors",
@@ -369,6 +385,15 @@ pub fn render(s: &Scrape) -> String {
             set(&spilled, &l, g.spilled);
             set(&live, &l, g.owners.len() as u64);
             refusals.get_or_create(&l).inc_by(g.refusals);
+            updates.get_or_create(&l).inc_by(c.updates);
+            if let Some(t) = c.updated_at {
+                set(&updated_at, &l, t);
+            }
+            if let (Some(b), Some(_)) = (g.limit, g.shrunk_from) {
+                if g.total > b {
+                    set(&pending_shrink, &l, g.total - b);
+                }
+            }
             // Kinds at zero are left out (most containers use two or three of the eight).
             for k in Kind::ALL.into_iter().filter(|k| g.by_kind[k.index()] > 0) {
                 set(

@@ -163,6 +163,44 @@ fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_comput
     assert_eq!(series("vgpu_compute_launches_total{"), 1, "{text}");
 }
 
+// Issue 27: the monitor exports each container's updates, the last one's time and a pending shrink.
+#[test]
+fn updates_their_time_and_a_pending_shrink_are_exported() {
+    let c = ContainerState {
+        id: "c1".into(),
+        updates: 3,
+        updated_at: Some(1_790_000_000),
+        gpus: vec![GpuState {
+            uuid: "GPU-0".into(),
+            limit: Some(1 << 30),
+            shrunk_from: Some(2 << 30),
+            total: 1536 << 20,
+            slots_sum: 1536 << 20,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let text = render(&Scrape {
+        build: BuildInfo::default(),
+        node: "n1",
+        containers: &[c],
+        gpus: None,
+        truth: &Truth::default(),
+        watchdog: &WatchdogView::default(),
+        share: &Default::default(),
+        state_error: None,
+        collection: None,
+    });
+    let l = r#"namespace="",pod="",container="c1",container_id="c1",vdevice_index="0",device_uuid="GPU-0""#;
+    for want in [
+        format!("vgpu_container_updates_total{{{l}}} 3"),
+        format!("vgpu_container_last_update_timestamp_seconds{{{l}}} 1790000000"),
+        format!("vgpu_memory_pending_shrink_bytes{{{l}}} 536870912"),
+    ] {
+        assert!(text.contains(&want), "missing {want}\n{text}");
+    }
+}
+
 /// The label pairs of one sample line, decoded as OpenMetrics reads them (`\\`, `\"`, `\n`); `None`
 /// where the line is not one well-formed sample.
 /// A sample's name, its label pairs and its value.

@@ -148,6 +148,9 @@ fn provision_is_complete_idempotent_and_removable() {
     assert_eq!((l.init_pid, l.pid_ns), (Some(me.init_pid), Some(me.pid_ns)));
     assert_eq!(l.init_start_time, Some(me.start_time));
     assert_ne!(ino(&dir.join("limits.json")), before);
+    // ... and the inode as provisioned, the one the container's mount holds, keeps its second name for
+    // `vgpuctl update` (before: nothing named it once the owner was recorded).
+    assert_eq!(ino(&dir.join("limits.mounted.json")), before);
     assert!(owned_by(&root, "c1", &me));
     let reused = Owner {
         start_time: me.start_time + 1,

@@ -62,6 +62,11 @@ pub struct Container {
     /// The name Docker gave it (asked of dockerd: `note_docker_names`), when Docker made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub docker_name: Option<String>,
+    /// Live updates made to it (`vgpuctl update`), and the last one's time (Unix seconds).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub updates: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<u64>,
     /// Why this container's state could not be read (the others are still shown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -77,6 +82,13 @@ pub struct Gpu {
     pub quota: Option<u64>,
     /// Bytes charged in the ledger, all processes together.
     pub used: u64,
+    /// Bytes `used` is past `quota`, when it is: after `vgpuctl update` lowered the quota below the
+    /// container's use (a pending shrink: refused until freed) or a forced overrun.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_quota: Option<u64>,
+    /// The quota `vgpuctl update` lowered, while usage is still above the new one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pending_shrink: bool,
     /// Bytes per kind (context, module, data, ...), all processes together; kinds at zero left out.
     pub by_kind: serde_json::Map<String, serde_json::Value>,
     /// The unified-memory mode: plain, spill or oversubscribe.
@@ -127,6 +139,10 @@ pub struct Process {
     pub spilled: u64,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn by_kind(usage: impl Fn(Kind) -> u64) -> serde_json::Map<String, serde_json::Value> {
     Kind::ALL
         .iter()
@@ -141,6 +157,8 @@ fn gpu(dev: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> Gpu {
         uuid: dev.uuid.clone(),
         quota: dev.memory_limit,
         used: 0,
+        over_quota: None,
+        pending_shrink: false,
         by_kind: Default::default(),
         memory_mode: dev.memory.name(),
         spill_limit: dev.memory.spill_limit(),
@@ -161,6 +179,11 @@ fn gpu(dev: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> Gpu {
     match ledger {
         LedgerRead::Read(snap) => {
             g.used = snap.used;
+            g.over_quota = dev
+                .memory_limit
+                .filter(|&q| snap.used > q)
+                .map(|q| snap.used - q);
+            g.pending_shrink = g.over_quota.is_some() && dev.shrunk_from.is_some();
             g.spilled = snap.spilled;
             if let Some(c) = &mut g.compute {
                 c.charged_ns = snap.compute.charged_ns;
@@ -205,6 +228,8 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
             Entry::Foreign { entry, why } => Container {
                 id: entry.name,
                 init_pid: None,
+                updates: 0,
+                updated_at: None,
                 kubernetes: None,
                 docker_name: None,
                 error: Some(format!("not a container's state: {why}")),
@@ -214,6 +239,8 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                 let mut out = Container {
                     id: c.id().to_string(),
                     init_pid: None,
+                    updates: 0,
+                    updated_at: None,
                     kubernetes: None,
                     docker_name: None,
                     error: None,
@@ -222,6 +249,8 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                 match &c.limits {
                     Ok(limits) => {
                         out.init_pid = limits.init_pid;
+                        out.updates = limits.updates;
+                        out.updated_at = limits.updated_at;
                         out.kubernetes = limits.kubernetes.clone();
                         out.gpus = c.ledgers().into_iter().map(|(d, l)| gpu(d, l)).collect();
                     }

@@ -138,11 +138,17 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
                     g.uuid.clone(),
                     g.quota.map_or("-".into(), format_bytes),
                     format!(
-                        "{}{}{}",
+                        "{}{}{}{}",
                         format_bytes(g.used),
                         match g.quota {
                             Some(q) => format!(" ({}%)", g.used.saturating_mul(100) / q.max(1)),
                             None => String::new(),
+                        },
+                        match (g.over_quota, g.pending_shrink) {
+                            (Some(x), true) =>
+                                format!(", over quota by {} (pending shrink)", format_bytes(x)),
+                            (Some(x), false) => format!(", over quota by {}", format_bytes(x)),
+                            _ => String::new(),
                         },
                         match (g.spill_limit, g.memory_mode) {
                             (Some(b), _) => format!(

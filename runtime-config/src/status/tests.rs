@@ -31,6 +31,8 @@ fn provision_in(
         cgroup: None,
         creator: None,
         kubernetes: None,
+        updates: 0,
+        updated_at: None,
         devices: vec![DeviceLimit {
             index: 0,
             uuid: uuid.into(),
@@ -40,6 +42,7 @@ fn provision_in(
             compute_limit: None,
             compute_policy: Default::default(),
             compute_window_ms: None,
+            shrunk_from: None,
         }],
     };
     limits.write_atomic(&limits_path).unwrap();
@@ -91,6 +94,37 @@ fn shows_the_spilled_part_beside_the_quota() {
     let text = String::from_utf8(out).unwrap();
     assert!(
         text.contains("4.00 GiB (100%) + 3.00 GiB spilled of 8.00 GiB"),
+        "{text}"
+    );
+}
+
+// Issue 27: a quota lowered by `vgpuctl update` below the container's use showed only "150%".
+#[test]
+fn a_shrink_below_use_shows_over_quota_by_how_much_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (ledger, _) = provision(&root, "c1", uuid, 2 << 30);
+    let slot = ledger.attach().unwrap();
+    ledger
+        .charge(&slot, Kind::Data, 1536 << 20, 2 << 30)
+        .unwrap();
+    let path = root.limits_path("c1").unwrap();
+    let mut l = Limits::load(&path).unwrap();
+    l.devices[0].memory_limit = Some(1 << 30);
+    l.devices[0].shrunk_from = Some(2 << 30);
+    l.updates = 2;
+    l.updated_at = Some(1_790_000_000);
+    l.write_atomic(&path).unwrap();
+    let s = collect(&root, &[]).unwrap();
+    let (c, g) = (&s.containers[0], &s.containers[0].gpus[0]);
+    assert_eq!((g.over_quota, g.pending_shrink), (Some(512 << 20), true));
+    assert_eq!((c.updates, c.updated_at), (2, Some(1_790_000_000)));
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("1.50 GiB (150%), over quota by 512 MiB (pending shrink)"),
         "{text}"
     );
 }

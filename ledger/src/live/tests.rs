@@ -1,0 +1,131 @@
+//! Unit tests of `live`: the host's publish and the library's stable read agree, a reading during a write
+//! is never applied, the mounted inode is rewritten in place without the host's facts.
+use super::*;
+use crate::limits::DeviceLimit;
+use crate::region::Ledger;
+use std::os::unix::fs::MetadataExt;
+
+const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+
+/// A provisioned folder: limits.json with its second name, one ledger.
+fn provisioned() -> (tempfile::TempDir, Limits) {
+    let d = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        version: 1,
+        container_id: "c1".into(),
+        pid_ns: Some(4026532612),
+        init_pid: Some(4242),
+        init_start_time: Some(7),
+        cgroup: Some("/kubepods/c1".into()),
+        creator: None,
+        kubernetes: None,
+        updates: 0,
+        updated_at: None,
+        devices: vec![DeviceLimit {
+            index: 0,
+            uuid: UUID.into(),
+            memory_limit: Some(1 << 30),
+            ledger: layout::relative_ledger_path(UUID).unwrap(),
+            memory: Default::default(),
+            compute_limit: Some(30),
+            compute_policy: Default::default(),
+            compute_window_ms: None,
+            shrunk_from: None,
+        }],
+    };
+    std::fs::create_dir(d.path().join(layout::LEDGERS_DIR_NAME)).unwrap();
+    Ledger::open_or_create(
+        &limits.ledger_path(&d.path().join("x"), &limits.devices[0]),
+        UUID,
+        1 << 30,
+    )
+    .unwrap();
+    let host = d.path().join(layout::LIMITS_FILE_NAME);
+    limits.write_atomic(&host).unwrap();
+    std::fs::hard_link(&host, d.path().join(layout::MOUNTED_LIMITS_FILE_NAME)).unwrap();
+    (d, limits)
+}
+
+fn ledger(d: &Path) -> Ledger {
+    Ledger::open(&d.join(layout::relative_ledger_path(UUID).unwrap())).unwrap()
+}
+
+#[test]
+fn a_published_update_is_read_whole_at_its_generation() {
+    let (d, mut l) = provisioned();
+    let mounted = d.path().join(layout::MOUNTED_LIMITS_FILE_NAME);
+    let ino = std::fs::metadata(&mounted).unwrap().ino();
+    let led = ledger(d.path());
+    assert_eq!(led.limits_generation(), 0, "never updated");
+    l.updates = 1;
+    l.devices[0].memory_limit = Some(2 << 30);
+    l.devices[0].compute_limit = Some(60);
+    publish(d.path(), &l).unwrap();
+    assert_eq!(led.limits_generation(), 2);
+    let (g, read) = read_stable(&mounted, || led.limits_generation()).unwrap();
+    assert_eq!(g, 2);
+    assert_eq!(read.devices[0].memory_limit, Some(2 << 30));
+    assert_eq!(read.devices[0].compute_limit, Some(60));
+    // in place: the inode the container's mount holds, not a new file
+    assert_eq!(std::fs::metadata(&mounted).unwrap().ino(), ino);
+    // the host's facts stay on the host
+    assert_eq!(
+        (read.init_pid, read.pid_ns, read.cgroup),
+        (None, None, None)
+    );
+    // a shorter file leaves no tail of the longer one
+    l.updates = 2;
+    l.devices[0].compute_limit = None;
+    publish(d.path(), &l).unwrap();
+    let (g, read) = read_stable(&mounted, || led.limits_generation()).unwrap();
+    assert_eq!((g, read.devices[0].compute_limit), (4, None));
+}
+
+#[test]
+fn a_reading_while_the_host_writes_is_never_applied() {
+    let (d, _) = provisioned();
+    let mounted = d.path().join(layout::MOUNTED_LIMITS_FILE_NAME);
+    let led = ledger(d.path());
+    led.set_limits_generation(3);
+    assert!(matches!(
+        read_stable(&mounted, || led.limits_generation()),
+        Err(ReadError::Moving)
+    ));
+    // the generation moved during the read: not applied
+    let calls = std::cell::Cell::new(0u64);
+    let moving = || {
+        calls.set(calls.get() + 1);
+        calls.get() * 2
+    };
+    assert!(matches!(
+        read_stable(&mounted, moving),
+        Err(ReadError::Moving)
+    ));
+    // half a file (cut short) is not applied either
+    std::fs::write(&mounted, b"{\"version\": 1, \"devi").unwrap();
+    led.set_limits_generation(4);
+    assert!(matches!(
+        read_stable(&mounted, || led.limits_generation()),
+        Err(ReadError::Invalid(_))
+    ));
+}
+
+#[test]
+fn a_container_made_before_live_updates_is_refused_naming_the_file() {
+    let (d, mut l) = provisioned();
+    std::fs::remove_file(d.path().join(layout::MOUNTED_LIMITS_FILE_NAME)).unwrap();
+    l.updates = 1;
+    let e = publish(d.path(), &l).unwrap_err();
+    assert!(matches!(e, PublishError::NoMountedFile(_)), "{e}");
+    assert_eq!(ledger(d.path()).limits_generation(), 0, "nothing changed");
+    // a link where the file was is never written through
+    std::os::unix::fs::symlink(
+        "/etc/passwd",
+        d.path().join(layout::MOUNTED_LIMITS_FILE_NAME),
+    )
+    .unwrap();
+    assert!(matches!(
+        publish(d.path(), &l).unwrap_err(),
+        PublishError::Io { .. }
+    ));
+}

@@ -1,0 +1,231 @@
+//! What `vgpuctl update` asks and what it changes: the options read with the annotations' grammar and
+//! one-line errors, the request applied to a container's limits (pure: no file, no lock), the plan
+//! admission checks. Not here: the lock, the files (`update::apply`).
+
+use serde::Serialize;
+use vgpu_ledger::envcompute::{parse_annotation_percent, parse_window};
+use vgpu_ledger::limits::{DeviceLimit, Limits};
+use vgpu_oci::plan::{Plan, PlannedGpu};
+
+/// Why an update is refused. Each is one line; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error("nothing to change: give --memory-limit, --compute-limit or --compute-window")]
+    NothingAsked,
+    /// A value the annotations' grammar refuses (the message names the option).
+    #[error("{0}")]
+    Value(String),
+    #[error("--compute-limit=100: a compute share cannot be removed from a running container (100 is no share); recreate it without one")]
+    RemoveShare,
+    #[error("container {id} has no GPU {index} (its GPUs: {have})")]
+    NoSuchGpu {
+        id: String,
+        index: u32,
+        have: String,
+    },
+    #[error("container {id}'s GPU {index} ({uuid}) has no memory quota: one cannot be added to a running container")]
+    NoMemoryQuota {
+        id: String,
+        index: u32,
+        uuid: String,
+    },
+    #[error("container {id}'s GPU {index} ({uuid}) has no compute share: one cannot be added to a running container")]
+    NoShare {
+        id: String,
+        index: u32,
+        uuid: String,
+    },
+    #[error("--memory-limit: {} is larger than the container's GPU {index} ({uuid}, {})", vgpu_ledger::format_bytes(*asked), vgpu_ledger::format_bytes(*total))]
+    LargerThanGpu {
+        index: u32,
+        uuid: String,
+        asked: u64,
+        total: u64,
+    },
+}
+
+/// What was asked: each setting for every GPU of the container, or for `gpu` alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Request {
+    pub gpu: Option<u32>,
+    pub memory_limit: Option<u64>,
+    pub compute_limit: Option<u32>,
+    pub compute_window_ms: Option<u32>,
+}
+
+impl Request {
+    /// Reads the options as the annotations are read (`vgpu.io/memory-limit`, `vgpu.io/compute-limit`,
+    /// `vgpu.io/compute-window`): the same grammar, the same floor, the error naming the option.
+    pub fn parse(
+        gpu: Option<u32>,
+        memory: Option<&str>,
+        compute: Option<&str>,
+        window: Option<&str>,
+    ) -> Result<Request, UpdateError> {
+        if memory.is_none() && compute.is_none() && window.is_none() {
+            return Err(UpdateError::NothingAsked);
+        }
+        let memory_limit = memory
+            .map(|v| vgpu_oci::memory_request::parse_limit(v, "--memory-limit"))
+            .transpose()
+            .map_err(|e| UpdateError::Value(e.to_string()))?;
+        let compute_limit = match compute {
+            None => None,
+            Some(v) => Some(
+                parse_annotation_percent(v, "--compute-limit")
+                    .map_err(|e| UpdateError::Value(e.to_string()))?
+                    .ok_or(UpdateError::RemoveShare)?,
+            ),
+        };
+        let compute_window_ms = window
+            .map(|v| parse_window(v, "--compute-window"))
+            .transpose()
+            .map_err(|e| UpdateError::Value(e.to_string()))?;
+        Ok(Request {
+            gpu,
+            memory_limit,
+            compute_limit,
+            compute_window_ms,
+        })
+    }
+}
+
+/// One setting of one GPU that changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub gpu: u32,
+    pub uuid: String,
+    /// `memory_limit` (bytes), `compute_limit` (percent) or `compute_window_ms`.
+    pub setting: &'static str,
+    pub from: Option<u64>,
+    pub to: u64,
+}
+
+/// `limits` with `req` applied, and what changed. The memory quota of a GPU is set only where it has one,
+/// the share and window only where it has a share: adding either to a running container is refused (its
+/// processes have set up their devices without it). `gpu_total`: a GPU's memory by UUID, when known.
+pub fn apply(
+    limits: &Limits,
+    req: &Request,
+    gpu_total: impl Fn(&str) -> Option<u64>,
+) -> Result<(Limits, Vec<Change>), UpdateError> {
+    let id = &limits.container_id;
+    if let Some(i) = req.gpu.filter(|&i| limits.device_by_index(i).is_none()) {
+        return Err(UpdateError::NoSuchGpu {
+            id: id.clone(),
+            index: i,
+            have: limits
+                .devices
+                .iter()
+                .map(|d| d.index.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let mut out = limits.clone();
+    let mut changes = vec![];
+    for d in out
+        .devices
+        .iter_mut()
+        .filter(|d| req.gpu.is_none() || req.gpu == Some(d.index))
+    {
+        let (index, uuid) = (d.index, d.uuid.clone());
+        let refuse = |share: bool| {
+            let (id, uuid) = (id.clone(), uuid.clone());
+            if share {
+                UpdateError::NoShare { id, index, uuid }
+            } else {
+                UpdateError::NoMemoryQuota { id, index, uuid }
+            }
+        };
+        if let Some(bytes) = req.memory_limit {
+            let Some(old) = d.memory_limit else {
+                return Err(refuse(false));
+            };
+            if let Some(total) = gpu_total(&d.uuid).filter(|&t| bytes > t) {
+                return Err(UpdateError::LargerThanGpu {
+                    index: d.index,
+                    uuid: d.uuid.clone(),
+                    asked: bytes,
+                    total,
+                });
+            }
+            set_memory(d, old, bytes, &mut changes);
+        }
+        if req.compute_limit.is_some() || req.compute_window_ms.is_some() {
+            let Some(old) = d.compute_share() else {
+                return Err(refuse(true));
+            };
+            if let Some(p) = req.compute_limit.filter(|&p| p != old) {
+                changes.push(change(d, "compute_limit", Some(old as u64), p as u64));
+                d.compute_limit = Some(p);
+            }
+            let old_window = d.compute_window_ms;
+            if let Some(w) = req.compute_window_ms.filter(|&w| Some(w) != old_window) {
+                changes.push(change(
+                    d,
+                    "compute_window_ms",
+                    old_window.map(u64::from),
+                    w as u64,
+                ));
+                d.compute_window_ms = Some(w);
+            }
+        }
+    }
+    Ok((out, changes))
+}
+
+/// A memory quota set from `old` to `new`: a shrink remembers the highest quota not yet grown back past
+/// (`shrunk_from`, the watchdog's pending shrink); a grow to it or past it forgets it.
+fn set_memory(d: &mut DeviceLimit, old: u64, new: u64, changes: &mut Vec<Change>) {
+    if new == old {
+        return;
+    }
+    changes.push(change(d, "memory_limit", Some(old), new));
+    d.memory_limit = Some(new);
+    d.shrunk_from = match d.shrunk_from.max(Some(old)) {
+        Some(from) if from > new => Some(from),
+        _ => None,
+    };
+}
+
+fn change(d: &DeviceLimit, setting: &'static str, from: Option<u64>, to: u64) -> Change {
+    Change {
+        gpu: d.index,
+        uuid: d.uuid.clone(),
+        setting,
+        from,
+        to,
+    }
+}
+
+/// What admission checks for the container's limits: its GPUs with their quotas and shares, the memory
+/// mode of its quotas (one mode per container, as provisioned).
+pub fn plan_of(limits: &Limits) -> Plan {
+    Plan {
+        gpus: limits
+            .devices
+            .iter()
+            .map(|d| PlannedGpu {
+                index: d.index as usize,
+                uuid: d.uuid.clone(),
+                memory_limit: d.memory_limit,
+                compute_limit: d.compute_limit,
+            })
+            .collect(),
+        kubernetes: limits.kubernetes.clone(),
+        memory: limits
+            .devices
+            .iter()
+            .find(|d| d.memory_limit.is_some())
+            .map(|d| d.memory)
+            .unwrap_or_default(),
+        compute_policy: limits
+            .devices
+            .iter()
+            .find(|d| d.compute_limit.is_some())
+            .map(|d| d.compute_policy)
+            .unwrap_or_default(),
+        compute_window_ms: limits.devices.iter().find_map(|d| d.compute_window_ms),
+    }
+}

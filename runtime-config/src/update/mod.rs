@@ -1,0 +1,231 @@
+//! `vgpuctl update`: a running container's memory quota, compute share and pacing window changed without
+//! restarting it (docs/oci.md, "Changing a running container"). The change goes through admission under
+//! the node lock, exactly as a create does (a grow that would pass the GPU is refused with the same line),
+//! then into the host's `limits.json` (renamed into place) and the container's mounted copy (rewritten in
+//! place, bracketed by the ledgers' generation: `vgpu_ledger::live`), where every process's library picks
+//! it up on its next allocation, memory query or launch. Not here: the options' grammar and the pure
+//! change (`change`).
+//!
+//! The environment-only mode (`LD_PRELOAD` with `CUDA_DEVICE_MEMORY_LIMIT`, no engine) has no state on
+//! the host and cannot be updated.
+
+pub mod change;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use vgpu_host::inventory::{read_ledger, LedgerRead};
+use vgpu_ledger::layout::StateRoot;
+use vgpu_ledger::{format_bytes, hostfile, live, Limits};
+use vgpu_oci::admission::{self, Policy};
+
+use crate::update::change::{apply, plan_of, Change, Request};
+
+/// `vgpuctl update`'s options.
+#[derive(Args, Debug)]
+pub struct UpdateArgs {
+    /// The container's id (as its engine knows it: the folder name under the state root's containers/).
+    pub id: String,
+    /// Change only the container's GPU of this index (its CUDA ordinal inside); default: every GPU.
+    #[arg(long, value_name = "INDEX")]
+    pub gpu: Option<u32>,
+    /// The new memory quota, as vgpu.io/memory-limit (e.g. 2Gi, 512Mi; at least 64Mi). A shrink below
+    /// what the container holds refuses its next allocations until it frees enough; nothing it holds is
+    /// taken.
+    #[arg(long, value_name = "SIZE")]
+    pub memory_limit: Option<String>,
+    /// The new compute share in percent of the GPU's time, as vgpu.io/compute-limit (1-99).
+    #[arg(long, value_name = "PERCENT")]
+    pub compute_limit: Option<String>,
+    /// The new pacing window of the share, as vgpu.io/compute-window (10ms to 10s).
+    #[arg(long, value_name = "DURATION")]
+    pub compute_window: Option<String>,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The state root (default: state_root from /etc/vgpu/config.toml, or the file VGPU_CONFIG names).
+    #[arg(long)]
+    pub state_root: Option<PathBuf>,
+}
+
+/// What an update did (`--json`).
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub container: String,
+    /// Updates made to the container so far, this one included.
+    pub updates: u64,
+    /// This update's time, seconds since the Unix epoch.
+    pub updated_at: u64,
+    pub changes: Vec<Change>,
+    /// GPUs whose usage is above their new quota: allocations there are refused until it falls under.
+    pub over_quota: Vec<OverQuota>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OverQuota {
+    pub gpu: u32,
+    pub uuid: String,
+    pub used: u64,
+    pub quota: u64,
+}
+
+impl UpdateArgs {
+    /// Runs the update and prints what changed.
+    pub fn run(&self, out: &mut dyn Write) -> Result<()> {
+        let cfg = vgpu_oci::config::Config::load()?;
+        let root = StateRoot::new(self.state_root.clone().unwrap_or(cfg.state_root.clone()));
+        let req = Request::parse(
+            self.gpu,
+            self.memory_limit.as_deref(),
+            self.compute_limit.as_deref(),
+            self.compute_window.as_deref(),
+        )?;
+        let nvml = cfg.nvml_library.clone();
+        let outcome = update(&root, Policy::of(&cfg), &self.id, &req, || {
+            vgpu_oci::nvml::list_gpus(&nvml).map_err(anyhow::Error::from)
+        })?;
+        if self.json {
+            serde_json::to_writer_pretty(&mut *out, &outcome)?;
+            writeln!(out)?;
+        } else {
+            print(&outcome, out)?;
+        }
+        Ok(())
+    }
+}
+
+/// Updates container `id`: reads its limits, applies `req`, admits the result under the node lock and
+/// publishes it. Two updates (or an update and a create) at once are serialised by that lock; an update
+/// that finds the limits changed by another once it holds the lock starts again from them.
+pub fn update(
+    root: &StateRoot,
+    policy: Policy,
+    id: &str,
+    req: &Request,
+    gpus: impl Fn() -> Result<Vec<vgpu_host::nvml::HostGpu>>,
+) -> Result<Outcome> {
+    let path = root.limits_path(id)?;
+    if !vgpu_ledger::walk::is_marked(&root.container_dir(id)?) {
+        return Err(anyhow!(
+            "no container {id} under {} (the environment-only mode has no state to update)",
+            root.root().display()
+        ));
+    }
+    let host = gpus()?;
+    // Updates of one container one at a time, whatever the node's policy (under allow_overcommit admission
+    // takes no node lock): a lock on the container's folder, taken before the node's.
+    let dir = std::fs::File::open(root.container_dir(id)?)?;
+    let _container = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow!("container {id}: cannot lock its state folder: {e}"))?;
+    loop {
+        let before = hostfile::load_limits(&path)?;
+        if before.init_pid.is_none() {
+            return Err(anyhow!(
+                "container {id} is not running yet (its owner is not recorded): update it once it started"
+            ));
+        }
+        let total = |uuid: &str| host.iter().find(|g| g.uuid == uuid).map(|g| g.total_memory);
+        let (mut after, changes) = apply(&before, req, total)?;
+        let _lock = admission::admit(root, policy, id, &plan_of(&after), || Ok(host.clone()))?;
+        // Under the lock: another update may have come first; start again from what it wrote.
+        if hostfile::load_limits(&path)? != before {
+            continue;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if !changes.is_empty() {
+            after.updates = before.updates + 1;
+            after.updated_at = Some(now);
+            write(root, id, &before, &after)?;
+        }
+        return Ok(Outcome {
+            container: id.to_string(),
+            updates: after.updates,
+            updated_at: after.updated_at.unwrap_or(now),
+            changes,
+            over_quota: over_quota(root, &after),
+        });
+    }
+}
+
+/// The host's file first (admission, status and the monitor read it), then the container's copy; if the
+/// copy cannot be published the host's file is put back, so both keep saying one thing.
+fn write(root: &StateRoot, id: &str, before: &Limits, after: &Limits) -> Result<()> {
+    let path = root.limits_path(id)?;
+    after
+        .write_atomic(&path)
+        .with_context(|| format!("container {id}: cannot write its limits"))?;
+    if let Err(e) = live::publish(&root.container_dir(id)?, after) {
+        let _ = before.write_atomic(&path);
+        return Err(anyhow!("container {id}: {e}"));
+    }
+    Ok(())
+}
+
+/// The GPUs whose ledger holds more than the new quota (a pending shrink).
+fn over_quota(root: &StateRoot, limits: &Limits) -> Vec<OverQuota> {
+    let Ok(path) = root.limits_path(&limits.container_id) else {
+        return vec![];
+    };
+    limits
+        .devices
+        .iter()
+        .filter_map(|d| {
+            let quota = d.memory_limit?;
+            let LedgerRead::Read(s) = read_ledger(&limits.ledger_path(&path, d)) else {
+                return None;
+            };
+            (s.used > quota).then(|| OverQuota {
+                gpu: d.index,
+                uuid: d.uuid.clone(),
+                used: s.used,
+                quota,
+            })
+        })
+        .collect()
+}
+
+fn print(o: &Outcome, out: &mut dyn Write) -> Result<()> {
+    if o.changes.is_empty() {
+        writeln!(
+            out,
+            "container {}: nothing changed (already so)",
+            o.container
+        )?;
+    }
+    for c in &o.changes {
+        let show = |v: u64| match c.setting {
+            "memory_limit" => format_bytes(v),
+            "compute_limit" => format!("{v}%"),
+            _ => format!("{v} ms"),
+        };
+        writeln!(
+            out,
+            "container {}: GPU {} ({}) {} {} -> {} (update {})",
+            o.container,
+            c.gpu,
+            c.uuid,
+            c.setting.replace('_', " "),
+            c.from.map_or("default".into(), show),
+            show(c.to),
+            o.updates
+        )?;
+    }
+    for q in &o.over_quota {
+        writeln!(
+            out,
+            "container {}: GPU {} holds {}, over its new quota by {} (pending shrink): its allocations are refused until it frees that much; nothing it holds is taken",
+            o.container,
+            q.gpu,
+            format_bytes(q.used),
+            format_bytes(q.used - q.quota)
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
