@@ -50,7 +50,7 @@ impl Costs {
 
     /// Whether a launch of `work` (queued with nothing in flight) goes untimed, and then its charge.
     pub fn untimed(&self, work: Work) -> Option<u64> {
-        if self.draw() % TIMED_ONE_IN == 0 {
+        if self.draw().is_multiple_of(TIMED_ONE_IN) {
             return None;
         }
         let m = self.by_work.lock().unwrap_or_else(|e| e.into_inner());
