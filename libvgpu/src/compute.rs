@@ -20,6 +20,10 @@
 //! waits out the rest of each window, in bursts long enough for the GPU's clock to settle where it is
 //! when the GPU is saturated (docs/libvgpu.md, "Pacing window").
 //!
+//! Launches queued with nothing in flight, of work already measured, are timed one time in four at random
+//! and otherwise charged the average of that work's timed launches (`sample`): the GPU keeps up with such
+//! a loop, and each timed launch of it costs two event records.
+//!
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -38,11 +42,14 @@ use crate::quota::DeviceQuota;
 use crate::records::RECORDS;
 
 mod busy;
+mod clock;
+pub use clock::mono_ns;
 mod events;
 mod flight;
 use flight::{Begun, InFlight, Timer};
 mod graphs;
 mod rate;
+mod sample;
 mod trace;
 mod which;
 use events::{capturing, elapsed_ns, event_query, event_wait, Relaxed};
@@ -118,21 +125,14 @@ struct Share {
     busy: busy::Busy,
     /// The debug trace's sums (`trace`).
     trace: trace::Trace,
+    /// What timed launches of each work were charged, for the untimed ones (`sample`).
+    costs: sample::Costs,
+    /// The application synchronised since the last launch that opened a span: the next one is timed.
+    synced: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine.
-pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// How long to sleep for a deficit of `deficit` GPU-ns at `ppm`: the wall time it takes to earn it, within
@@ -185,6 +185,8 @@ impl Share {
             busy,
             solo: Mutex::new(SoloBook::default()),
             trace: trace::Trace::default(),
+            costs: sample::Costs::new(sample::seed()),
+            synced: AtomicBool::new(true),
         }
     }
 
@@ -261,6 +263,9 @@ impl Share {
             graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
         }
         let tokens = self.area().settle(ns, f.estimate);
+        if f.opens_span && f.work.1 != GRAPH_GRID {
+            self.costs.learned(f.work, ns);
+        }
         if trace::on() {
             self.trace.charged(elapsed, ns, sharers, read_as);
             let gate = self.area().gate_closed();
@@ -309,8 +314,8 @@ impl Share {
     }
 
     /// Waits while the bucket (what is in flight debited) is used up, and then (the gate closed) until
-    /// it is full again.
-    fn admit(&self) {
+    /// it is full again. Returns how long it held the thread.
+    fn admit(&self) -> u64 {
         self.rate.follow(&self.quota);
         self.harvest(None);
         let area = self.area();
@@ -341,6 +346,40 @@ impl Share {
         }
         if held > 0 {
             self.area().held(held);
+        }
+        held
+    }
+
+    /// Whether a launch of `work` goes untimed (`sample`: nothing of the share in flight, a kernel or
+    /// copy already timed often enough, not drawn), and then its charge. The first launch after a
+    /// synchronisation is always timed: it opens the span whose wait the next synchronisation dates
+    /// (`flight::Span`), as a tenant that synchronises after every batch needs.
+    fn untimed(&self, work: Work) -> Option<u64> {
+        if work.1 == GRAPH_GRID
+            || !lock(&self.timer.flights).queue.is_empty()
+            || self.synced.swap(false, Ordering::Relaxed)
+        {
+            return None;
+        }
+        self.costs.untimed(work)
+    }
+
+    /// The debug trace's account of a launch taken up at `entered` (`trace::Trace::spent`).
+    fn spent(&self, entered: Option<u64>, driver: u64, held: u64) {
+        if entered.is_some() {
+            let nvml = self.busy.spent();
+            self.trace.spent(entered, driver, held, nvml);
+        }
+    }
+
+    /// An untimed launch the driver took: charged at once `ns`, what its work's timed launches cost.
+    fn charge_untimed(&self, ns: u64) {
+        self.area().debit(ns);
+        let tokens = self.area().settle(ns, ns);
+        if trace::on() {
+            self.trace.untimed(ns);
+            let gate = self.area().gate_closed();
+            self.trace.tick(mono_ns(), self.quota.ordinal, tokens, gate);
         }
     }
 
@@ -415,10 +454,19 @@ pub fn throttled(
     if capturing(stream) {
         return launch();
     }
-    share.admit();
+    let entered = trace::on().then(mono_ns);
+    let held = share.admit();
+    if let Some(ns) = share.untimed(work) {
+        let (r, driver) = trace::timed(entered, launch);
+        if r == CUDA_SUCCESS {
+            share.charge_untimed(ns);
+        }
+        share.spent(entered, driver, held);
+        return r;
+    }
     let begun = share.timer.begin(ctx, stream);
     let queued_at = mono_ns();
-    let r = launch();
+    let (r, driver) = trace::timed(entered, launch);
     if r == CUDA_SUCCESS {
         match begun {
             Some(b) => share.end(ctx, stream, b, work, queued_at),
@@ -427,6 +475,7 @@ pub fn throttled(
     } else if let Some(b) = begun {
         share.timer.give_back(ctx, b);
     }
+    share.spent(entered, driver, held);
     r
 }
 
@@ -452,6 +501,7 @@ pub fn synchronized(running: bool, r: CUresult) -> CUresult {
         let ended_at = running.then(mono_ns);
         for s in shares() {
             s.harvest(ended_at);
+            s.synced.store(true, Ordering::Relaxed);
         }
     }
     r
@@ -541,24 +591,4 @@ fn register_exit() {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn naps_last_as_long_as_earning_the_deficit_takes() {
-        assert_eq!(nap_for(300_000, 300_000), 1_000_000);
-        assert_eq!(nap_for(0, 300_000), MIN_NAP_NS);
-        assert_eq!(nap_for(u64::MAX, 1), MAX_NAP_NS);
-        assert_eq!(nap_for(10_000_000, PPM), MAX_NAP_NS);
-    }
-
-    #[test]
-    fn the_estimate_follows_the_measurements() {
-        let mut e = FIRST_ESTIMATE_NS;
-        for _ in 0..100 {
-            e = averaged(e, 8_000);
-        }
-        assert!((7_000..=9_000).contains(&e), "{e}");
-        assert_eq!(averaged(800, 800), 800);
-    }
-}
+mod tests;

@@ -22,6 +22,8 @@
  *   short      ARG launches (default 40) queued at once, then cuCtxSynchronize and exit (SECONDS unused)
  *   fork       ARG launches (default 16) queued, then a fork whose child sleeps SECONDS and exits (its exit
  *              handlers run), then the parent synchronises and exits
+ *   gap        plain launches each followed by ARG us (default 3 x the kernel's time) of host work: a loop
+ *              bound by its launch rate, the GPU idle when the next launch comes
  *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
  *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused) */
 #define _GNU_SOURCE
@@ -240,9 +242,12 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
     else if (strcmp(mode, "plain") && strcmp(mode, "memset") && strcmp(mode, "memcpy") && strncmp(mode, "batch", 5) &&
              strcmp(mode, "cheap"))
         TRY(cuCtxSetCurrent(NULL));
+    double gap = !strcmp(mode, "gap") ? (arg ? atof(arg) / 1e6 : 3 * *unit / 1e3) : 0;
     double t0 = now();
     for (*launched = 0; now() - t0 < secs;) {
         TRY(launch_one(mode, ex, x));
+        for (double g0 = now(); gap > 0 && now() - g0 < gap;) {
+        }
         if (++*launched % 16 == 0) TRY(cuStreamSynchronize(stream));
     }
     TRY(cuStreamSynchronize(stream));

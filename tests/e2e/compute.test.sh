@@ -249,6 +249,20 @@ check "a fork child's exit charges nothing of its parent's launches (17 x 2 ms c
 # cheap mode launches once at 1x, then loops at 10x the work (block 10 high: 20 ms each).
 out=$(vg "$WORK/b_cheap" 10 "$CC" cheap $((SECS + 1)) 10)
 between "a cheap launch, then 10x longer ones of the same kernel and grid at 10% get ~10%" "$(share "$out" 10)" 5 16
+# A loop bound by its launch rate (torch.compile's on an H100 kept 84.6% of its rate under a share, where an
+# event record costs about what a launch does): 100 us kernels each followed by 300 us of host work, and
+# cuEventRecord costing its caller 100 us (FAKE_CUDA_EVENT_RECORD_US). Each launch found the GPU idle and
+# took two records of its own; now one in four such launches is timed, the others charged what the timed
+# ones cost (the library before: 60-63% of the rate the same loop has under the library without a share).
+lb=(FAKE_CUDA_KERNEL_US=100 FAKE_CUDA_EVENT_RECORD_US=100)
+n0=$(field launched "$(export "${lb[@]}"; vg "$WORK/lb0" "" "$CC" gap $SECS 300)")
+n1=$(field launched "$(export "${lb[@]}"; vg "$WORK/lb1" 90 "$CC" gap $SECS 300)")
+check "a launch-bound loop under a 90% share keeps >= 75% of its launch rate without one ($n1 / $n0 launches)" \
+    awk -v a="$n1" -v b="$n0" 'BEGIN { exit !(b > 0 && a >= 0.75 * b) }'
+# ... and launches charged untimed still hold it to its share: 2 ms kernels each followed by 3 ms of host
+# work (40% of the fake GPU unlimited) at 20%.
+out=$(vg "$WORK/lb2" 20 "$CC" gap $SECS 3000)
+between "  ... the same kind of loop (2 ms kernels, 3 ms host work after each) at 20% gets ~20%" "$(share "$out")" 15 25
 
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)

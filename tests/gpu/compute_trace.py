@@ -3,6 +3,9 @@
 
     compute_trace.py LOGS CELL [--bin-ms 100] [--timeline]
 
+It also prints each tenant's `lib_us` (the library's CPU time per launch, its own part of the hook: naps and
+the driver's launch left out) and how many launches went untimed.
+
 LOGS is the matrix's `matrix-logs/` (MATRIX_TRACE=1), CELL e.g. `2048-eager`: reads `c30-CELL.{out,err}` and
 `c70-CELL.{out,err}` (the library's `compute trace` lines, the workload's ticks) and `alone-CELL.out` (the
 throughput alone). For the measured seconds it prints, per tenant, its GPU time as the library measured and
@@ -17,7 +20,8 @@ import sys
 from collections import Counter
 
 TRACE = re.compile(r"compute trace dev \d+ t_ms (\d+) span_us (\d+) launches (\d+) elapsed_us (\d+) charged_us (\d+) "
-                   r"held_us (\d+) beside (\d+) sharers (\d+) read_as (\d+) tokens_us (-?\d+) gate (\w+)")
+                   r"held_us (\d+) beside (\d+) sharers (\d+) read_as (\d+) tokens_us (-?\d+) gate (\w+)"
+                   r"(?: lib_us (\d+) nvml_us (\d+) untimed (\d+))?")
 
 
 def result(path):
@@ -35,7 +39,8 @@ def traces(path):
             g = m.groups()
             rows.append(dict(t=int(g[0]), span=int(g[1]) / 1000, launches=int(g[2]), elapsed=int(g[3]) / 1000,
                              charged=int(g[4]) / 1000, held=int(g[5]) / 1000, beside=int(g[6]),
-                             sharers=int(g[7]), read_as=int(g[8]), tokens=int(g[9]) / 1000, gate=g[10]))
+                             sharers=int(g[7]), read_as=int(g[8]), tokens=int(g[9]) / 1000, gate=g[10],
+                             lib=int(g[11] or 0) / 1000, nvml=int(g[12] or 0) / 1000, untimed=int(g[13] or 0)))
     return rows
 
 
@@ -98,6 +103,10 @@ def main():
         print(f"  {s}%: {100 * res['per_s'] / alone['per_s']:.1f}% of alone; per wall second: elapsed {el / span:.3f}, "
               f"charged {ch / span:.3f}, held {he / span:.3f}; charged/elapsed {ch / max(el, 1e-9):.3f}; "
               f"launches {sum(r['launches'] for r in rs)}; sharers {dict(sorted(sh.items()))}; read as {dict(sorted(ra.items()))}")
+        n_l = max(sum(r["launches"] for r in rs), 1)
+        lib, nvml, unt = (sum(r.get(k, 0) for r in rs) for k in ("lib", "nvml", "untimed"))
+        print(f"       the library's CPU time: {1e3 * lib / n_l:.2f} us a launch ({lib / span:.3f} s per wall second), "
+              f"NVML's refresh {nvml:.1f} ms in all; untimed {100 * unt / n_l:.0f}% of launches")
     # A tenant runs in a bin when it was held back less than half of it.
     kinds = Counter()
     sums = {}

@@ -7,9 +7,13 @@
 //! The share's charge uses it as a bound (`solo`): a launch beside `n` busy contexts is charged at least
 //! `elapsed / n`. A tenant's own short launches cannot lower it; only other processes' GPU work can, and
 //! that work is charged to whoever runs it (another process of the container to the same bucket).
+//!
+//! The refresh runs on a launching thread, so it is kept to the one NVML call: the device's handle is
+//! looked up once, the samples land on the stack, and the time it took is summed for the debug trace
+//! (`spent`).
 
 use std::ffi::{c_char, c_uint, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::ffi::*;
 use crate::real::{real, Lib};
@@ -38,6 +42,10 @@ pub struct Busy {
     uuid: String,
     next_at: AtomicU64,
     sharers: AtomicU64,
+    /// NVML's handle of the device (0: not looked up yet).
+    handle: AtomicUsize,
+    /// Time spent in refreshes since the trace last read it (ns).
+    spent: AtomicU64,
 }
 
 impl Busy {
@@ -46,6 +54,25 @@ impl Busy {
             uuid: uuid.to_string(),
             next_at: AtomicU64::new(0),
             sharers: AtomicU64::new(1),
+            handle: AtomicUsize::new(0),
+            spent: AtomicU64::new(0),
+        }
+    }
+
+    /// The time refreshes took since the last call (for the debug trace).
+    pub fn spent(&self) -> u64 {
+        self.spent.swap(0, Ordering::Relaxed)
+    }
+
+    /// NVML's handle of the device, looked up once.
+    fn handle(&self) -> Option<*mut c_void> {
+        match self.handle.load(Ordering::Relaxed) {
+            0 => {
+                let h = handle_of(&self.uuid)?;
+                self.handle.store(h as usize, Ordering::Relaxed);
+                Some(h)
+            }
+            h => Some(h as *mut c_void),
         }
     }
 
@@ -65,8 +92,14 @@ impl Busy {
         {
             return self.sharers.load(Ordering::Relaxed);
         }
-        let n = read(&self.uuid).map_or(1, |busy| count(&busy, own_pid()));
+        let t0 = std::time::Instant::now();
+        let n = self
+            .handle()
+            .and_then(read)
+            .map_or(1, |(busy, k)| count(&busy[..k], own_pid()));
         self.sharers.store(n, Ordering::Relaxed);
+        self.spent
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         n
     }
 }
@@ -95,8 +128,8 @@ fn own_pid() -> Option<u32> {
     (ns.as_os_str() == "pid:[4026531836]").then(std::process::id)
 }
 
-/// The PIDs with SM activity on the device in the last `WINDOW_US` (None: NVML cannot say).
-fn read(uuid: &str) -> Option<Vec<u32>> {
+/// NVML's handle of the device named `uuid` (None: NVML cannot say).
+fn handle_of(uuid: &str) -> Option<*mut c_void> {
     if !crate::identity::nvml_ready() {
         return None;
     }
@@ -105,34 +138,45 @@ fn read(uuid: &str) -> Option<Vec<u32>> {
         "nvmlDeviceGetHandleByUUID",
         unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> nvmlReturn_t
     )?;
+    let c = std::ffi::CString::new(uuid).ok()?;
+    let mut dev: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid C string and out-pointer.
+    (unsafe { by_uuid(c.as_ptr(), &mut dev) } == NVML_SUCCESS && !dev.is_null()).then_some(dev)
+}
+
+/// Samples read at most in one refresh.
+const MAX_SAMPLES: usize = 256;
+
+/// The PIDs with SM activity on device `dev` in the last `WINDOW_US`, and how many (None: NVML cannot
+/// say).
+fn read(dev: *mut c_void) -> Option<([u32; MAX_SAMPLES], usize)> {
     let util = real!(
         Lib::Nvml,
         "nvmlDeviceGetProcessUtilization",
         unsafe extern "C" fn(*mut c_void, *mut Sample, *mut c_uint, u64) -> nvmlReturn_t
     )?;
-    let c = std::ffi::CString::new(uuid).ok()?;
-    let mut dev: *mut c_void = std::ptr::null_mut();
-    // SAFETY: a valid C string and out-pointer.
-    if unsafe { by_uuid(c.as_ptr(), &mut dev) } != NVML_SUCCESS {
-        return None;
-    }
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?
         .as_micros() as u64
         - WINDOW_US;
-    let mut buf = vec![Sample::default(); 256];
+    let mut buf = [Sample::default(); MAX_SAMPLES];
     let mut n = buf.len() as c_uint;
-    // SAFETY: `buf` holds `n` samples.
+    // SAFETY: `buf` holds `n` samples; a handle NVML gave.
     let r = unsafe { util(dev, buf.as_mut_ptr(), &mut n, since) };
     const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
+    let mut pids = [0u32; MAX_SAMPLES];
     match r {
         NVML_SUCCESS => {}
-        NVML_ERROR_NOT_FOUND => return Some(Vec::new()),
+        NVML_ERROR_NOT_FOUND => return Some((pids, 0)),
         _ => return None,
     }
-    buf.truncate(n as usize);
-    Some(buf.iter().filter(|s| s.sm > 0).map(|s| s.pid).collect())
+    let mut k = 0;
+    for s in buf.iter().take(n as usize).filter(|s| s.sm > 0) {
+        pids[k] = s.pid;
+        k += 1;
+    }
+    Some((pids, k))
 }
 
 #[cfg(test)]

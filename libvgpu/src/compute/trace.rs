@@ -3,9 +3,16 @@
 //! charges read the GPU as shared among, and the bucket. It is how a pair that misses its shares on a
 //! real GPU is taken apart (`tests/gpu/compute_trace.py` lines up two tenants' traces); below debug
 //! level nothing is summed (one atomic load per launch).
+//!
+//! It also says where a launch's time goes on the CPU: `lib_us`, the time the library spent around the
+//! interval's launches (its share of the hook, naps and the driver's launch itself left out), `nvml_us` the
+//! part of it NVML's utilisation refresh took, and `untimed` how many launches went without events
+//! (`sample`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::clock::mono_ns;
+use crate::ffi::CUresult;
 use crate::log;
 
 /// How often a line is written.
@@ -24,6 +31,21 @@ pub(super) struct Trace {
     /// The last charge's reading: sharers the driver reported, contexts the stretch was read as.
     sharers: AtomicU64,
     read_as: AtomicU64,
+    /// The library's CPU time around launches, NVML's part of it, and launches charged untimed.
+    lib: AtomicU64,
+    nvml: AtomicU64,
+    untimed: AtomicU64,
+}
+
+/// Runs the driver's `launch`; with the trace on (`entered`: when the library took the launch up), also
+/// how long the driver took.
+pub(super) fn timed(entered: Option<u64>, launch: impl FnOnce() -> CUresult) -> (CUresult, u64) {
+    if entered.is_none() {
+        return (launch(), 0);
+    }
+    let t0 = mono_ns();
+    let r = launch();
+    (r, mono_ns().saturating_sub(t0))
 }
 
 /// Whether the trace is on (debug level).
@@ -43,6 +65,23 @@ impl Trace {
         }
         self.sharers.store(sharers, Relaxed);
         self.read_as.store(read_as, Relaxed);
+    }
+
+    /// A launch taken up at `entered` (None: the trace is off) is done; the driver's launch took
+    /// `driver` ns of it, naps `held`; NVML's refreshes took `nvml` ns.
+    pub(super) fn spent(&self, entered: Option<u64>, driver: u64, held: u64, nvml: u64) {
+        let Some(t0) = entered else { return };
+        let ns = mono_ns().saturating_sub(t0);
+        self.lib
+            .fetch_add(ns.saturating_sub(driver + held), Relaxed);
+        self.nvml.fetch_add(nvml, Relaxed);
+    }
+
+    /// A launch was charged `ns` untimed (`sample`).
+    pub(super) fn untimed(&self, ns: u64) {
+        self.untimed.fetch_add(1, Relaxed);
+        self.launches.fetch_add(1, Relaxed);
+        self.charged.fetch_add(ns, Relaxed);
     }
 
     /// A thread was held back `ns`.
@@ -66,7 +105,7 @@ impl Trace {
             return;
         }
         log::debug(format_args!(
-            "compute trace dev {dev} t_ms {} span_us {} launches {} elapsed_us {} charged_us {} held_us {} beside {} sharers {} read_as {} tokens_us {} gate {}",
+            "compute trace dev {dev} t_ms {} span_us {} launches {} elapsed_us {} charged_us {} held_us {} beside {} sharers {} read_as {} tokens_us {} gate {} lib_us {} nvml_us {} untimed {}",
             now / 1_000_000,
             (now - since) / 1000,
             self.launches.swap(0, Relaxed),
@@ -78,6 +117,9 @@ impl Trace {
             self.read_as.load(Relaxed),
             tokens / 1000,
             if gate { "closed" } else { "open" },
+            self.lib.swap(0, Relaxed) / 1000,
+            self.nvml.swap(0, Relaxed) / 1000,
+            self.untimed.swap(0, Relaxed),
         ));
     }
 }

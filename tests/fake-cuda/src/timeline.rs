@@ -3,6 +3,8 @@
 //! queue's end; events are stamped with the end of the queue when recorded, complete when the clock
 //! passes that stamp, and their elapsed time is the difference; synchronising sleeps until the queue is
 //! drained. Unset (the default), kernels take no time and events complete at once.
+//! `FAKE_CUDA_EVENT_RECORD_US` makes each `cuEventRecord` cost its caller that much CPU time, as a real
+//! driver's record does.
 //!
 //! `FAKE_CUDA_BYTES_PER_US` gives memsets and copies a time too (their bytes at that rate), queued as
 //! kernels are; a launch whose block is `y` threads high takes `y` kernels' time (see `api_module`).
@@ -45,6 +47,19 @@ fn env_us(name: &str) -> u64 {
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(0, |us| us * 1000)
+}
+
+/// What recording an event costs the calling thread (FAKE_CUDA_EVENT_RECORD_US, microseconds): spent
+/// spinning, as a driver's call spends CPU time.
+pub fn record_cost() {
+    static NS: OnceLock<u64> = OnceLock::new();
+    let ns = *NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_RECORD_US"));
+    if ns > 0 {
+        let t0 = now();
+        while now() - t0 < ns {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// A kernel's duration (FAKE_CUDA_KERNEL_US, microseconds; 0 when unset or malformed).
