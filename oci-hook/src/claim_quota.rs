@@ -109,12 +109,23 @@ impl ClaimQuota {
 
     /// The claim of the hook's own environment, if its CDI spec gave one, with the pods it is for.
     pub fn from_env() -> Result<Option<ClaimQuota>, ClaimQuotaError> {
-        let Ok(v) = std::env::var(keys::host::CLAIM_QUOTA_VAR) else {
+        ClaimQuota::from_vars(
+            std::env::var(keys::host::CLAIM_QUOTA_VAR).ok().as_deref(),
+            std::env::var(keys::host::CLAIM_PODS_VAR).ok().as_deref(),
+        )
+    }
+
+    /// The claim of the two variables' values (`VGPU_CLAIM_QUOTA`, `VGPU_CLAIM_PODS`): none without a
+    /// quota; a quota without pods is a spec that binds the claim to no pod, refused.
+    pub fn from_vars(
+        quota: Option<&str>,
+        pods: Option<&str>,
+    ) -> Result<Option<ClaimQuota>, ClaimQuotaError> {
+        let Some(quota) = quota else {
             return Ok(None);
         };
-        let pods =
-            std::env::var(keys::host::CLAIM_PODS_VAR).map_err(|_| ClaimQuotaError::Unbound)?;
-        Ok(Some(ClaimQuota::parse(&v)?.for_pods(&pods)))
+        let pods = pods.ok_or(ClaimQuotaError::Unbound)?;
+        Ok(Some(ClaimQuota::parse(quota)?.for_pods(pods)))
     }
 
     /// Refuses a container that is not in one of the claim's pods. Its pod uid is read from every key the
@@ -250,6 +261,20 @@ mod tests {
         assert_eq!(
             c.check_consumer(&kv(&[("vgpu.io/memory-limit", "1Gi")]), "c1"),
             Err(ClaimQuotaError::NoPod { id: "c1".into() })
+        );
+        // From the hook's variables: no quota, no claim; a quota without its pods (a spec that binds the
+        // claim to none) is refused.
+        assert_eq!(ClaimQuota::from_vars(None, Some("pod-a")), Ok(None));
+        assert_eq!(
+            ClaimQuota::from_vars(Some("vgpu.io/memory-limit=8Gi"), None),
+            Err(ClaimQuotaError::Unbound)
+        );
+        assert_eq!(
+            ClaimQuota::from_vars(Some("vgpu.io/memory-limit=8Gi"), Some("pod-a"))
+                .unwrap()
+                .unwrap()
+                .pods,
+            vec!["pod-a".to_string()]
         );
         // A claim that names no pod serves none.
         let none = ClaimQuota::parse("vgpu.io/memory-limit=8Gi")
