@@ -1,6 +1,7 @@
 //! What the scheduler gave a claim on this node, read from the claim's `status.allocation`: per device of
 //! this driver, the GPU and the memory and compute it consumed, and from that the quota the claim fixes
-//! (the hook's `VGPU_CLAIM_QUOTA`, in the quota annotations' grammar). Not here: fetching the claim
+//! (the hook's `VGPU_CLAIM_QUOTA`, in the quota annotations' grammar); and from `status.reservedFor` the
+//! pods the claim is for (the hook's `VGPU_CLAIM_PODS`). Not here: fetching the claim
 //! (`crate::apiserver`) or the CDI spec that carries the quota (`crate::claim_spec`).
 
 use crate::slice;
@@ -28,6 +29,8 @@ pub struct Allocated {
 pub enum AllocationError {
     #[error("claim {claim} is not allocated (no status.allocation)")]
     NotAllocated { claim: String },
+    #[error("claim {claim} is reserved for no pod (status.reservedFor names none)")]
+    NoPod { claim: String },
     #[error("claim {claim} has no device of driver {driver}")]
     NoDevice { claim: String, driver: String },
     #[error("claim {claim}: device {device} is in pool {pool}, not this node's ({node})")]
@@ -144,6 +147,33 @@ pub fn read(
         });
     }
     Ok(out)
+}
+
+/// The uids of the pods the claim is reserved for (`status.reservedFor` entries of core `pods`), the
+/// only pods whose containers the hook lets use the claim's devices. The kubelet prepares a claim for a
+/// pod only once the pod is in that list, so it is never empty when a pod is started.
+pub fn consumers(claim: &ResourceClaim) -> Result<Vec<String>, AllocationError> {
+    let pods: Vec<String> = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.resource == "pods" && r.api_group.as_deref().unwrap_or_default().is_empty())
+        .map(|r| r.uid.clone())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if pods.is_empty() {
+        return Err(AllocationError::NoPod {
+            claim: format!(
+                "{}/{}",
+                claim.metadata.namespace.as_deref().unwrap_or_default(),
+                claim.metadata.name.as_deref().unwrap_or_default()
+            ),
+        });
+    }
+    Ok(pods)
 }
 
 /// The quota the devices fix, as the hook reads it (`VGPU_CLAIM_QUOTA`): one setting for every GPU when

@@ -28,6 +28,9 @@ pub struct PreparedClaim {
     pub spec: PathBuf,
     /// The quota it fixes (`VGPU_CLAIM_QUOTA`).
     pub quota: String,
+    /// The uids of the pods it is reserved for (`VGPU_CLAIM_PODS`).
+    #[serde(default)]
+    pub pods: Vec<String>,
     pub devices: Vec<PreparedDevice>,
 }
 
@@ -121,6 +124,7 @@ mod tests {
                 name: "c".into(),
                 spec: "/var/run/cdi/x.json".into(),
                 quota: "vgpu.io/memory-limit=1".into(),
+                pods: vec!["pod-1".into()],
                 devices: vec![PreparedDevice {
                     request: "gpu".into(),
                     pool: "node".into(),

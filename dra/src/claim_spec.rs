@@ -2,7 +2,9 @@
 //! device per allocated GPU (`<claim uid>-gpu-<index>`, its `/dev/nvidiaN` node), and, spec-wide so it
 //! runs once per container, the hooks of `vgpuctl cdi generate`'s spec with the claim's quota in the
 //! provisioning hook's own environment (`VGPU_CLAIM_QUOTA`): the hook takes it in place of every quota
-//! setting of the container's. The kubelet hands the device names to the runtime, whose CDI support
+//! setting of the container's; beside it the uids of the pods the claim is reserved for
+//! (`VGPU_CLAIM_PODS`), the only pods whose containers the hook lets use it (the device names carry the
+//! claim's uid, which a tenant able to write CDI annotations could name from another pod). The kubelet hands the device names to the runtime, whose CDI support
 //! applies the edits. Not here: the spec's types and checks (`vgpuctl::cdi`).
 
 use crate::allocation::{self, Allocated};
@@ -24,14 +26,21 @@ pub fn path(cdi_dir: &Path, uid: &str) -> PathBuf {
     cdi_dir.join(format!("vgpu.io-claim_{uid}.json"))
 }
 
-/// The spec of claim `uid` with its devices, in the order given (the container's GPU order).
-pub fn build(uid: &str, devices: &[Allocated], hooks: &Hooks) -> Result<Spec, CdiError> {
+/// The spec of claim `uid` with its devices, in the order given (the container's GPU order), for the
+/// containers of `pods` (uids).
+pub fn build(
+    uid: &str,
+    devices: &[Allocated],
+    pods: &[String],
+    hooks: &Hooks,
+) -> Result<Spec, CdiError> {
     let mut env = hooks.hook_env.clone();
     env.push(format!(
         "{}={}",
         keys::host::CLAIM_QUOTA_VAR,
         allocation::quota(devices)
     ));
+    env.push(format!("{}={}", keys::host::CLAIM_PODS_VAR, pods.join(",")));
     let spec = Spec {
         cdi_version: cdi::spec::VERSION.to_string(),
         kind: keys::cdi::CLAIM_KIND.to_string(),
@@ -70,7 +79,7 @@ mod tests {
     use vgpu_host::nvml::HostGpu;
 
     #[test]
-    fn a_claims_spec_carries_its_quota_in_the_hooks_env_only() {
+    fn a_claims_spec_carries_its_quota_and_pods_in_the_hooks_env_only() {
         let gpu = HostGpu {
             index: 1,
             uuid: "GPU-1".into(),
@@ -89,7 +98,8 @@ mod tests {
             hook_stage: "createRuntime".into(),
             hook_env: vec!["PATH=/usr/bin".into()],
         };
-        let s = build("6f1c2a9e-3b7d", &[d], &hooks).unwrap();
+        let pods = vec!["pod-1".to_string(), "pod-2".into()];
+        let s = build("6f1c2a9e-3b7d", &[d], &pods, &hooks).unwrap();
         assert_eq!(s.device_names(), vec!["vgpu.io/claim=6f1c2a9e-3b7d-gpu-1"]);
         assert_eq!(
             s.devices[0].container_edits.device_nodes[0].path,
@@ -105,12 +115,13 @@ mod tests {
             h[0].env,
             vec![
                 "PATH=/usr/bin".to_string(),
-                "VGPU_CLAIM_QUOTA=vgpu.io/memory-limit=8589934592,vgpu.io/compute-limit=30".into()
+                "VGPU_CLAIM_QUOTA=vgpu.io/memory-limit=8589934592,vgpu.io/compute-limit=30".into(),
+                "VGPU_CLAIM_PODS=pod-1,pod-2".into()
             ]
         );
         assert_eq!(h[1].env, vec!["PATH=/usr/bin".to_string()]);
         // A uid that is no CDI name is refused before anything is written.
-        assert!(build("bad/uid", &s_devices(), &hooks).is_err());
+        assert!(build("bad/uid", &s_devices(), &pods, &hooks).is_err());
     }
 
     fn s_devices() -> Vec<Allocated> {

@@ -1,6 +1,8 @@
-//! `vgpu-dra-plugin`: the DRA driver's command line. It reads the node's GPUs from NVML, publishes the
-//! node's ResourceSlice, then serves the kubelet's registration and DRA sockets until SIGTERM or SIGINT,
-//! removing both sockets on the way out. `--print-slice` prints the slice instead (no API server).
+//! `vgpu-dra-plugin`: the DRA driver's command line. It reads the node's GPUs from NVML, deletes the
+//! node's stale slices and publishes its ResourceSlice (owned by the Node, the pool's next generation),
+//! then serves the kubelet's registration and DRA sockets until SIGTERM or SIGINT, reading the GPUs again
+//! every `--rescan-seconds` and republishing on a change; it removes both sockets on the way out.
+//! `--print-slice` prints the slice instead (no API server).
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -13,7 +15,9 @@ use vgpu_dra::kubelet::{DraService, RegistrationService};
 use vgpu_dra::plugin::Plugin;
 use vgpu_dra::proto::dra_v1::dra_plugin_server::DraPluginServer;
 use vgpu_dra::proto::registration::registration_server::RegistrationServer;
-use vgpu_dra::{apiserver, slice};
+use vgpu_dra::publisher::Publisher;
+use vgpu_dra::{apiserver, driver_root, slice};
+use vgpu_host::nvml::Nvml;
 use vgpu_ledger::keys::dra;
 
 #[derive(Parser)]
@@ -39,9 +43,16 @@ struct Cli {
     /// Where the claims' CDI specs are written (a folder the container runtime reads).
     #[arg(long, default_value = "/var/run/cdi")]
     cdi_dir: PathBuf,
-    /// The NVML library (default: the vgpu config's nvml_library).
-    #[arg(long)]
+    /// The NVML library (default: found under --driver-root, else the vgpu config's nvml_library).
+    #[arg(long, env = "VGPU_NVML_LIBRARY")]
     nvml_library: Option<String>,
+    /// The node's driver root as mounted in the pod (`/` of a host-installed driver, or GPU Operator's
+    /// `/run/nvidia/driver`): libnvidia-ml.so.1 is looked for in its library folders.
+    #[arg(long, env = "VGPU_DRIVER_ROOT")]
+    driver_root: Option<PathBuf>,
+    /// How often the GPUs are read again (a change is republished at the pool's next generation).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    rescan_seconds: u64,
     /// Print the node's ResourceSlice as JSON and exit.
     #[arg(long)]
     print_slice: bool,
@@ -50,11 +61,15 @@ struct Cli {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let cfg = vgpu_oci::config::Config::load()?;
-    let lib = cli
-        .nvml_library
-        .clone()
-        .unwrap_or_else(|| cfg.nvml_library.clone());
-    let gpus = vgpu_host::nvml::open(&lib)?.devices()?;
+    let lib = match (&cli.nvml_library, &cli.driver_root) {
+        (Some(l), _) => l.clone(),
+        (None, Some(root)) => driver_root::nvml_library(root)?
+            .to_string_lossy()
+            .into_owned(),
+        (None, None) => cfg.nvml_library.clone(),
+    };
+    let nvml = vgpu_host::nvml::open(&lib).with_context(|| format!("cannot load NVML ({lib})"))?;
+    let gpus = nvml.devices()?;
     let node_slice = slice::build(&cli.driver_name, &cli.node_name, &gpus);
     if cli.print_slice {
         println!("{}", serde_json::to_string_pretty(&node_slice)?);
@@ -68,7 +83,7 @@ fn main() -> Result<()> {
     let plugin = Plugin::new(
         cli.driver_name.clone(),
         cli.node_name.clone(),
-        gpus,
+        gpus.clone(),
         cli.cdi_dir.clone(),
         hooks,
         cli.plugin_dir.join("checkpoint.json"),
@@ -76,7 +91,7 @@ fn main() -> Result<()> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(serve(cli, plugin, node_slice))
+        .block_on(serve(cli, plugin, nvml, gpus))
 }
 
 /// Binds `path`, replacing a socket a previous run left.
@@ -95,20 +110,31 @@ fn bind(path: &Path) -> Result<UnixListener> {
 async fn serve(
     cli: Cli,
     plugin: Plugin,
-    node_slice: k8s_openapi::api::resource::v1::ResourceSlice,
+    nvml: Box<dyn Nvml>,
+    gpus: Vec<vgpu_host::nvml::HostGpu>,
 ) -> Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot reach the API server (KUBECONFIG or the pod's service account)")?;
-    apiserver::publish(&client, &node_slice)
+    let (driver, node) = (cli.driver_name.as_str(), cli.node_name.as_str());
+    let node_uid = apiserver::node_uid(&client, node)
+        .await
+        .with_context(|| format!("cannot read Node {node} (its slices are owned by it)"))?;
+    let existing = apiserver::node_slices(&client, driver, node)
+        .await
+        .context("cannot list the node's ResourceSlices")?;
+    let start = Publisher::start(driver, node, &node_uid, &existing, &gpus);
+    for name in &start.stale {
+        apiserver::delete_slice(&client, name)
+            .await
+            .with_context(|| format!("cannot delete the stale ResourceSlice {name}"))?;
+        eprintln!("vgpu-dra-plugin: deleted the stale ResourceSlice {name}");
+    }
+    apiserver::publish(&client, &start.slice)
         .await
         .context("cannot publish the node's ResourceSlice")?;
-    let n = node_slice.spec.devices.as_ref().map_or(0, Vec::len);
-    eprintln!(
-        "vgpu-dra-plugin: published ResourceSlice {} ({n} GPU{})",
-        node_slice.metadata.name.as_deref().unwrap_or_default(),
-        if n == 1 { "" } else { "s" }
-    );
+    let mut publisher = start.publisher;
+    announce(&start.slice);
     let dra_sock = cli.plugin_dir.join("dra.sock");
     let reg_sock = cli
         .registry_dir
@@ -119,11 +145,13 @@ async fn serve(
         driver: cli.driver_name.clone(),
         endpoint: dra_sock.to_string_lossy().into_owned(),
     };
+    let plugin = Arc::new(plugin);
     let dra_service = DraService {
-        plugin: Arc::new(plugin),
-        client,
+        plugin: plugin.clone(),
+        client: client.clone(),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_rx_rescan = stop_rx.clone();
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -152,7 +180,37 @@ async fn serve(
         let _ = stop_tx.send(true);
         anyhow::Ok(())
     };
-    let (a, b, c) = tokio::join!(dra_server, reg_server, signals);
+    // The GPUs read again every interval; a change republished (a failure is said and tried next time).
+    let mut stop_rescan = stop_rx_rescan;
+    let rescan = async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(cli.rescan_seconds));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop_rescan.wait_for(|s| *s) => return,
+            }
+            let gpus = match nvml.devices() {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("vgpu-dra-plugin: cannot read the GPUs again: {e}");
+                    continue;
+                }
+            };
+            let Some(s) = publisher.rescan(&gpus) else {
+                continue;
+            };
+            plugin.set_gpus(gpus);
+            match apiserver::publish(&client, &s).await {
+                Ok(()) => announce(&s),
+                Err(e) => {
+                    eprintln!("vgpu-dra-plugin: cannot publish the changed ResourceSlice: {e}");
+                    publisher.retry();
+                }
+            }
+        }
+    };
+    let (a, b, c, ()) = tokio::join!(dra_server, reg_server, signals, rescan);
     // The registration socket first: the kubelet stops calling a plugin whose socket is gone.
     let _ = std::fs::remove_file(&reg_sock);
     let _ = std::fs::remove_file(&dra_sock);
@@ -161,4 +219,15 @@ async fn serve(
     c?;
     eprintln!("vgpu-dra-plugin: stopped");
     Ok(())
+}
+
+/// Says what was published.
+fn announce(s: &k8s_openapi::api::resource::v1::ResourceSlice) {
+    let n = s.spec.devices.as_ref().map_or(0, Vec::len);
+    eprintln!(
+        "vgpu-dra-plugin: published ResourceSlice {} ({n} GPU{}, generation {})",
+        s.metadata.name.as_deref().unwrap_or_default(),
+        if n == 1 { "" } else { "s" },
+        s.spec.pool.generation
+    );
 }

@@ -17,7 +17,8 @@ use vgpuctl::cdi::CdiError;
 pub struct Plugin {
     pub driver: String,
     pub node: String,
-    pub gpus: Vec<HostGpu>,
+    /// The node's GPUs as last read (the publisher's rescans replace them).
+    gpus: Mutex<Vec<HostGpu>>,
     pub cdi_dir: PathBuf,
     pub hooks: Hooks,
     pub checkpoint_path: PathBuf,
@@ -63,7 +64,7 @@ impl Plugin {
         Ok(Plugin {
             driver,
             node,
-            gpus,
+            gpus: Mutex::new(gpus),
             cdi_dir,
             hooks,
             checkpoint_path,
@@ -74,6 +75,11 @@ impl Plugin {
     fn state(&self) -> std::sync::MutexGuard<'_, Checkpoint> {
         // A panic while holding the lock left the checkpoint as it was on disk or newer: keep going.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the node's GPUs (the slice published for them changed).
+    pub fn set_gpus(&self, gpus: Vec<HostGpu>) {
+        *self.gpus.lock().unwrap_or_else(|p| p.into_inner()) = gpus;
     }
 
     /// The claim `uid` if it is prepared.
@@ -97,12 +103,14 @@ impl Plugin {
         if let Some(p) = state.claims.get(uid) {
             return Ok(p.clone());
         }
-        let devices = allocation::read(claim, &self.driver, &self.node, &self.gpus)?;
+        let gpus = self.gpus.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let devices = allocation::read(claim, &self.driver, &self.node, &gpus)?;
+        let pods = allocation::consumers(claim)?;
         let cdi_err = |error| PrepareError::Cdi {
             claim: format!("{namespace}/{name}"),
             error,
         };
-        let spec = claim_spec::build(uid, &devices, &self.hooks).map_err(cdi_err)?;
+        let spec = claim_spec::build(uid, &devices, &pods, &self.hooks).map_err(cdi_err)?;
         let path = claim_spec::write(&self.cdi_dir, uid, &spec).map_err(cdi_err)?;
         let ids = spec.device_names();
         let prepared = PreparedClaim {
@@ -110,6 +118,7 @@ impl Plugin {
             name,
             spec: path.clone(),
             quota: allocation::quota(&devices),
+            pods,
             devices: devices
                 .iter()
                 .zip(ids)

@@ -99,7 +99,8 @@ fn device(g: &HostGpu) -> Device {
     }
 }
 
-/// The node's slice: every GPU of `gpus` a device of the pool `node`.
+/// The node's slice: every GPU of `gpus` a device of the pool `node`, generation 1, no owner
+/// (`crate::publisher` sets both when it publishes).
 pub fn build(driver: &str, node: &str, gpus: &[HostGpu]) -> ResourceSlice {
     ResourceSlice {
         metadata: ObjectMeta {
@@ -111,7 +112,7 @@ pub fn build(driver: &str, node: &str, gpus: &[HostGpu]) -> ResourceSlice {
             node_name: Some(node.to_string()),
             pool: ResourcePool {
                 name: node.to_string(),
-                // One slice in the pool, replaced whole when the GPUs change.
+                // One slice in the pool, replaced whole (at a higher generation) when the GPUs change.
                 generation: 1,
                 resource_slice_count: 1,
             },

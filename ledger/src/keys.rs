@@ -80,6 +80,9 @@ pub mod host {
     /// The quota a Kubernetes DRA claim fixes, in the environment vgpu-dra-plugin's CDI spec gives the
     /// hook (never the container's): `vgpu.io/memory-limit=8Gi,vgpu.io/compute-limit=30`.
     pub const CLAIM_QUOTA_VAR: &str = "VGPU_CLAIM_QUOTA";
+    /// The pods a DRA claim is reserved for (its `status.reservedFor`), in the same environment: their
+    /// uids, comma-separated. The hook refuses the claim's devices to a container of any other pod.
+    pub const CLAIM_PODS_VAR: &str = "VGPU_CLAIM_PODS";
 }
 
 /// Container Device Interface names: the kind of vgpu's devices (`vgpuctl cdi generate`) and NVIDIA's, whose
@@ -111,11 +114,19 @@ pub mod kube {
     pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
     pub const CRI_SANDBOX_NAME: &str = "io.kubernetes.cri.sandbox-name";
     pub const CRI_SANDBOX_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
+    /// The pod's uid, from the kubelet's sandbox metadata; containerd writes it after the pod annotations
+    /// its `pod_annotations` lets through, so a pod annotation of this name cannot replace it.
+    pub const CRI_SANDBOX_UID: &str = "io.kubernetes.cri.sandbox-uid";
     /// CRI-O's names.
     pub const CRIO_CONTAINER_NAME: &str = "io.kubernetes.container.name";
     pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
     pub const CRIO_POD_NAME: &str = "io.kubernetes.pod.name";
     pub const CRIO_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+    /// The pod's uid: a label the kubelet sets on every container, which CRI-O writes into the spec after
+    /// the container's annotations.
+    pub const CRIO_POD_UID: &str = "io.kubernetes.pod.uid";
+    /// Where a container's pod uid is read from (every one present must name a pod the claim is for).
+    pub const POD_UID_KEYS: [&str; 2] = [CRI_SANDBOX_UID, CRIO_POD_UID];
 
     /// Keys that say a CRI runtime made the container for a pod (the sandbox has no container name).
     pub const POD_MARKERS: [&str; 4] = [

@@ -6,14 +6,22 @@
 //!
 //! The value is the quota annotations' own grammar, comma-separated: `vgpu.io/memory-limit=8Gi`,
 //! `vgpu.io/compute-limit=30`, or their per-GPU forms `.<i>`.
+//!
+//! A claim is bound to the pods it is reserved for: the same spec gives the hook their uids
+//! (`VGPU_CLAIM_PODS`), and the hook refuses a container whose pod uid, as the CRI runtime itself wrote it
+//! (containerd's `io.kubernetes.cri.sandbox-uid`, CRI-O's `io.kubernetes.pod.uid`), is not one of them.
+//! Without it a tenant who may write `cdi.k8s.io/*` pod annotations could name another claim's CDI device
+//! (its uid is in the name) and get that claim's quota a second time.
 
 use crate::request::SpecFacts;
-use vgpu_ledger::keys::{self, annotation, env};
+use vgpu_ledger::keys::{self, annotation, env, kube};
 
 /// A claim's quota settings, as annotation key/value pairs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimQuota {
     pub settings: Vec<(String, String)>,
+    /// The uids of the pods the claim is reserved for (empty: none named, every container refused).
+    pub pods: Vec<String>,
 }
 
 /// A `VGPU_CLAIM_QUOTA` that cannot be read. `Display` is one line naming it.
@@ -28,6 +36,19 @@ pub enum ClaimQuotaError {
     /// The shim provisioned the container from its own settings before this hook saw the claim.
     #[error("container {id} has a DRA claim's quota but ran under vgpu's runtime handler, which planned from its own annotations: run a claim's pod with the default handler")]
     UnderShim { id: String },
+    /// The claim's spec names no pod (one vgpu-dra-plugin wrote before claims were bound to their pods).
+    #[error("{quota} is set without {pods}: the DRA claim's CDI spec names no pod it is for (unprepare and prepare the claim again)", quota = keys::host::CLAIM_QUOTA_VAR, pods = keys::host::CLAIM_PODS_VAR)]
+    Unbound,
+    /// The container's spec carries no pod uid from a CRI runtime.
+    #[error("container {id} uses a DRA claim's device but names no pod ({keys}): a claim's devices are for the pods it is reserved for", keys = kube::POD_UID_KEYS.join(" or "))]
+    NoPod { id: String },
+    /// The container is another pod's.
+    #[error("container {id} is in pod {pod}, which the DRA claim is not reserved for (it is for {pods}): another pod's claim cannot be used")]
+    NotConsumer {
+        id: String,
+        pod: String,
+        pods: String,
+    },
 }
 
 /// Whether `key` is `base` or `base.<something>` (the per-GPU and per-container forms).
@@ -69,14 +90,71 @@ impl ClaimQuota {
         if settings.is_empty() {
             return Err(ClaimQuotaError::Empty);
         }
-        Ok(ClaimQuota { settings })
+        Ok(ClaimQuota {
+            settings,
+            pods: Vec::new(),
+        })
     }
 
-    /// The claim of the hook's own environment, if its CDI spec gave one.
+    /// With the pods of `value` (`VGPU_CLAIM_PODS`: uids, comma-separated) as the claim's consumers.
+    pub fn for_pods(mut self, value: &str) -> ClaimQuota {
+        self.pods = value
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
+        self
+    }
+
+    /// The claim of the hook's own environment, if its CDI spec gave one, with the pods it is for.
     pub fn from_env() -> Result<Option<ClaimQuota>, ClaimQuotaError> {
-        match std::env::var(keys::host::CLAIM_QUOTA_VAR) {
-            Ok(v) => ClaimQuota::parse(&v).map(Some),
-            Err(_) => Ok(None),
+        ClaimQuota::from_vars(
+            std::env::var(keys::host::CLAIM_QUOTA_VAR).ok().as_deref(),
+            std::env::var(keys::host::CLAIM_PODS_VAR).ok().as_deref(),
+        )
+    }
+
+    /// The claim of the two variables' values (`VGPU_CLAIM_QUOTA`, `VGPU_CLAIM_PODS`): none without a
+    /// quota; a quota without pods is a spec that binds the claim to no pod, refused.
+    pub fn from_vars(
+        quota: Option<&str>,
+        pods: Option<&str>,
+    ) -> Result<Option<ClaimQuota>, ClaimQuotaError> {
+        let Some(quota) = quota else {
+            return Ok(None);
+        };
+        let pods = pods.ok_or(ClaimQuotaError::Unbound)?;
+        Ok(Some(ClaimQuota::parse(quota)?.for_pods(pods)))
+    }
+
+    /// Refuses a container that is not in one of the claim's pods. Its pod uid is read from every key the
+    /// CRI runtimes write it under (`annotations`: the spec's, as the runtime made them); each one present
+    /// must name a pod of the claim, so a second key a tenant slipped in cannot vouch for it.
+    pub fn check_consumer(
+        &self,
+        annotations: &[(String, String)],
+        id: &str,
+    ) -> Result<(), ClaimQuotaError> {
+        let uids: Vec<&str> = annotations
+            .iter()
+            .filter(|(k, _)| kube::POD_UID_KEYS.contains(&k.as_str()))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if uids.is_empty() {
+            return Err(ClaimQuotaError::NoPod { id: id.to_string() });
+        }
+        match uids.iter().find(|u| !self.pods.iter().any(|p| p == *u)) {
+            Some(pod) => Err(ClaimQuotaError::NotConsumer {
+                id: id.to_string(),
+                pod: pod.to_string(),
+                pods: if self.pods.is_empty() {
+                    "no pod".to_string()
+                } else {
+                    self.pods.join(", ")
+                },
+            }),
+            None => Ok(()),
         }
     }
 }
@@ -151,6 +229,61 @@ mod tests {
         );
         assert_eq!(check_not_under_shim(Some(&c), false, "c1"), Ok(()));
         assert_eq!(check_not_under_shim(None, true, "c1"), Ok(()));
+    }
+
+    #[test]
+    fn a_claims_device_serves_only_the_pods_it_is_reserved_for() {
+        let c = ClaimQuota::parse("vgpu.io/memory-limit=8Gi")
+            .unwrap()
+            .for_pods("pod-a, pod-b,");
+        assert_eq!(c.pods, vec!["pod-a".to_string(), "pod-b".into()]);
+        // containerd's and CRI-O's keys, each alone.
+        let ok = kv(&[("io.kubernetes.cri.sandbox-uid", "pod-b")]);
+        assert_eq!(c.check_consumer(&ok, "c1"), Ok(()));
+        let ok = kv(&[("io.kubernetes.pod.uid", "pod-a")]);
+        assert_eq!(c.check_consumer(&ok, "c1"), Ok(()));
+        // Another pod's container (a tenant naming this claim's CDI device).
+        let foreign = kv(&[("io.kubernetes.cri.sandbox-uid", "pod-x")]);
+        assert!(matches!(
+            c.check_consumer(&foreign, "c1"),
+            Err(ClaimQuotaError::NotConsumer { pod, .. }) if pod == "pod-x"
+        ));
+        // A second key cannot vouch for a foreign pod: every key present must name one of the claim's.
+        let mixed = kv(&[
+            ("io.kubernetes.cri.sandbox-uid", "pod-x"),
+            ("io.kubernetes.pod.uid", "pod-a"),
+        ]);
+        assert!(matches!(
+            c.check_consumer(&mixed, "c1"),
+            Err(ClaimQuotaError::NotConsumer { .. })
+        ));
+        // No pod at all (a container outside Kubernetes given the device).
+        assert_eq!(
+            c.check_consumer(&kv(&[("vgpu.io/memory-limit", "1Gi")]), "c1"),
+            Err(ClaimQuotaError::NoPod { id: "c1".into() })
+        );
+        // From the hook's variables: no quota, no claim; a quota without its pods (a spec that binds the
+        // claim to none) is refused.
+        assert_eq!(ClaimQuota::from_vars(None, Some("pod-a")), Ok(None));
+        assert_eq!(
+            ClaimQuota::from_vars(Some("vgpu.io/memory-limit=8Gi"), None),
+            Err(ClaimQuotaError::Unbound)
+        );
+        assert_eq!(
+            ClaimQuota::from_vars(Some("vgpu.io/memory-limit=8Gi"), Some("pod-a"))
+                .unwrap()
+                .unwrap()
+                .pods,
+            vec!["pod-a".to_string()]
+        );
+        // A claim that names no pod serves none.
+        let none = ClaimQuota::parse("vgpu.io/memory-limit=8Gi")
+            .unwrap()
+            .for_pods(" ");
+        assert!(matches!(
+            none.check_consumer(&kv(&[("io.kubernetes.pod.uid", "")]), "c1"),
+            Err(ClaimQuotaError::NotConsumer { .. })
+        ));
     }
 
     #[test]

@@ -141,6 +141,7 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     let (spec, _) = Spec::read_bundle(&st.bundle)?;
     let mut facts = SpecFacts::of(&spec).with_state_annotations(&st.annotations);
     if let Some(claim) = &claim {
+        claim.check_consumer(&facts.annotations, &st.id)?;
         facts = facts.with_claim(claim);
     }
     let Some(plan) = create::plan(&facts, cfg)? else {

@@ -61,9 +61,20 @@ render_dra() { "$RENDER" "$CHART" --set dra.enabled=true > "$WORK/chart.yaml" 2>
 check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
 check_eq "  ... the DeviceClass, the driver's RBAC and its DaemonSet beside the node's" "$(kinds)" \
     "DaemonSet DeviceClass ServiceAccount ClusterRole ClusterRoleBinding DaemonSet RuntimeClass"
-check_eq "  ... the driver may touch ResourceSlices and read ResourceClaims, nothing else" \
+check_eq "  ... the driver may read its Node, manage ResourceSlices and read ResourceClaims, nothing else" \
     "$(cfield "[(r['resources'], r['verbs']) for r in d['ClusterRole']['rules']]")" \
-    "[(['resourceslices'], ['get', 'create', 'update', 'patch']), (['resourceclaims'], ['get'])]"
+    "[(['nodes'], ['get']), (['resourceslices'], ['get', 'list', 'create', 'update', 'patch', 'delete']), (['resourceclaims'], ['get'])]"
+# The DRA DaemonSet's pod (the second DaemonSet: the chart renders it first).
+DRAPOD='[x for x in __import__("yaml").safe_load_all(open("'$WORK/chart.yaml'")) if x and x["kind"] == "DaemonSet" and x["metadata"]["name"].endswith("-dra")][0]["spec"]["template"]["spec"]'
+check_eq "  ... the plugin runs from the image with the node's driver root (/) read-only at /driver-root, named to it" \
+    "$(cfield "($DRAPOD['containers'][0]['command'], [v['hostPath'] for v in $DRAPOD['volumes'] if v['name'] == 'driver-root'], [(m['mountPath'], m.get('readOnly')) for m in $DRAPOD['containers'][0]['volumeMounts'] if m['name'] == 'driver-root'], {e['name']: e.get('value') for e in $DRAPOD['containers'][0]['env']}['VGPU_DRIVER_ROOT'])")" \
+    "(['/usr/local/bin/vgpu-dra-plugin'], [{'path': '/', 'type': 'Directory'}], [('/driver-root', True)], '/driver-root')"
+check_eq "  ... privileged for the GPUs' device nodes, its own filesystem read-only, no host namespaces" \
+    "$(cfield "($DRAPOD['containers'][0]['securityContext'], [k for k in ('hostNetwork', 'hostPID', 'hostIPC') if $DRAPOD.get(k)])")" \
+    "({'privileged': True, 'readOnlyRootFilesystem': True}, [])"
+"$RENDER" "$CHART" --set dra.enabled=true --set dra.driverRoot=/run/nvidia/driver > "$WORK/chart.yaml" 2> "$WORK/chart.err"
+check_eq "  ... dra.driverRoot=/run/nvidia/driver (NVIDIA's GPU Operator): that folder is the driver root" \
+    "$(cfield "[v['hostPath']['path'] for v in $DRAPOD['volumes'] if v['name'] == 'driver-root']")" "['/run/nvidia/driver']"
 check_eq "  ... the DeviceClass selects the driver's devices" \
     "$(cfield "d['DeviceClass']['spec']['selectors'][0]['cel']['expression']")" 'device.driver == "gpu.vgpu.io"'
 render_ex() { "$RENDER" "$CHART" --set dra.enabled=true --set dra.examples.namespace=team-a --set dra.examples.quotaDevices=2 \
@@ -86,6 +97,19 @@ IMG=vgpu-e2e/installer:test
 check "the image builds with docker import (nothing pulled)" bash "$REPO/packaging/installer/build.sh" "$IMG"
 check_eq "its entrypoint is install.sh install" \
     "$(docker image inspect -f '{{json .Config.Entrypoint}} {{json .Config.Cmd}}' "$IMG" 2>&1)" '["/vgpu/install.sh"] ["install"]'
+
+echo "-- the DRA plugin in the image, as the chart's vgpu-dra DaemonSet runs it"
+check_match "the image carries /usr/local/bin/vgpu-dra-plugin, which runs in the image (with its glibc)" '^vgpu-dra-plugin ' \
+    "$(docker run --rm --entrypoint /usr/local/bin/vgpu-dra-plugin "$IMG" --version 2>&1)"
+# The GPU Operator's layout: its driver container's root (/run/nvidia/driver on the node), NVML under
+# usr/lib/x86_64-linux-gnu; mounted read-only at /driver-root as the chart does, the pod's own root read-only.
+DR=$WORK/driver-root; mkdir -p "$DR/usr/lib/x86_64-linux-gnu" && cp "$FAKE_DIR/libnvidia-ml.so.1" "$DR/usr/lib/x86_64-linux-gnu/"
+out=$(docker run --rm --read-only --tmpfs /tmp --entrypoint /usr/local/bin/vgpu-dra-plugin -e VGPU_DRIVER_ROOT=/driver-root \
+    -e FAKE_CUDA_DEVICES=16Gi,80Gi -v "$DR:/driver-root:ro" "$IMG" --node-name node-a --print-slice 2>&1)
+check_eq "  ... loads NVML from the driver root and prints the node's slice (two GPUs, 16 and 80 GiB)" \
+    "$(jq -c '[.spec.devices[] | [.name, .capacity.memory.value]]' <<< "$out" 2>&1)" '[["gpu-0","16Gi"],["gpu-1","80Gi"]]'
+out=$(docker run --rm --entrypoint /usr/local/bin/vgpu-dra-plugin -e VGPU_DRIVER_ROOT=/vgpu "$IMG" --node-name node-a --print-slice 2>&1)
+check_match "  ... a driver root without NVML is one line naming where it looked" 'no libnvidia-ml.so.1 under the driver root /vgpu \(looked in usr/lib64' "$out"
 
 # node DIR: a node's root filesystem: busybox, /usr/lib and /usr/local/bin as every distribution has them, the glibc the vgpu binaries need, containerd's config.
 BIN=$T/glibc-2.28/x86_64-unknown-linux-gnu/release

@@ -118,3 +118,20 @@ fn claims_that_cannot_be_prepared_here() {
         );
     }
 }
+
+#[test]
+fn the_claims_consumers_are_the_pods_it_is_reserved_for() {
+    let c = recorded_claim();
+    assert_eq!(
+        consumers(&c).unwrap(),
+        vec!["0d3f5b2c-8a41-4c6e-b7f9-1e2a3c4d5e6f".to_string()]
+    );
+    // A consumer that is no core pod is no pod the hook can match.
+    let mut c = recorded_claim();
+    let r = &mut c.status.as_mut().unwrap().reserved_for.as_mut().unwrap()[0];
+    r.api_group = Some("batch".into());
+    assert!(matches!(consumers(&c), Err(AllocationError::NoPod { .. })));
+    let mut c = recorded_claim();
+    c.status.as_mut().unwrap().reserved_for = None;
+    assert!(matches!(consumers(&c), Err(AllocationError::NoPod { .. })));
+}

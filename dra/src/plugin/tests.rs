@@ -84,3 +84,26 @@ fn a_claim_whose_uid_is_not_the_one_asked_is_refused_and_nothing_written() {
     assert!(!dir.path().join("cdi").exists());
     assert!(!dir.path().join("plugin/checkpoint.json").exists());
 }
+
+#[test]
+fn the_claims_spec_names_the_pods_it_is_reserved_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(dir.path());
+    let prepared = p.prepare(UID, &claim()).unwrap();
+    assert_eq!(
+        prepared.pods,
+        vec!["0d3f5b2c-8a41-4c6e-b7f9-1e2a3c4d5e6f".to_string()]
+    );
+    let spec = std::fs::read_to_string(&prepared.spec).unwrap();
+    assert!(spec.contains("VGPU_CLAIM_PODS=0d3f5b2c-8a41-4c6e-b7f9-1e2a3c4d5e6f"));
+    // Reserved for no pod: refused, nothing written.
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(dir.path());
+    let mut c = claim();
+    c.status.as_mut().unwrap().reserved_for = Some(vec![]);
+    assert!(matches!(
+        p.prepare(UID, &c),
+        Err(PrepareError::Allocation(AllocationError::NoPod { .. }))
+    ));
+    assert!(!dir.path().join("cdi").exists());
+}

@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
 """A stand-in of the Kubernetes API server for the DRA suite: it answers from recorded API objects, for the
-two calls vgpu-dra-plugin makes. GET .../namespaces/NS/resourceclaims/NAME returns DIR/claims/NS_NAME.json
-(404 with a Status when absent); PATCH /apis/resource.k8s.io/v1/resourceslices/NAME (a server-side apply)
-stores the body as DIR/slices/NAME.json and returns it. Every request is logged to DIR/requests.log as
-"METHOD PATH CONTENT-TYPE". The port it listens on is written to DIR/port."""
-import json, os, re, sys
+calls vgpu-dra-plugin makes. GET .../namespaces/NS/resourceclaims/NAME returns DIR/claims/NS_NAME.json and
+GET /api/v1/nodes/NAME DIR/nodes/NAME.json (404 with a Status when absent); GET
+/apis/resource.k8s.io/v1/resourceslices lists DIR/slices/*.json, filtered by a fieldSelector on
+spec.nodeName and spec.driver as the real server does; PATCH .../resourceslices/NAME (a server-side apply)
+stores the body as DIR/slices/NAME.json and returns it; DELETE .../resourceslices/NAME removes it. Every
+request is logged to DIR/requests.log as "METHOD PATH CONTENT-TYPE". The port it listens on is written to
+DIR/port."""
+import glob, json, os, re, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 DIR = sys.argv[1]
 CLAIM = re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/?]+)$")
 SLICE = re.compile(r"^/apis/resource\.k8s\.io/v1/resourceslices/([^/?]+)$")
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+NODE = re.compile(r"^/api/v1/nodes/([^/?]+)$")
+# The fields a ResourceSlice may be selected by, as paths into the object.
+FIELDS = {"spec.nodeName": ("spec", "nodeName"), "spec.driver": ("spec", "driver")}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -31,12 +39,45 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.log()
-        m = CLAIM.match(self.path.split("?")[0])
-        path = m and os.path.join(DIR, "claims", f"{m.group(1)}_{m.group(2)}.json")
+        url = urlsplit(self.path)
+        if url.path == SLICES:
+            return self.list_slices(parse_qs(url.query).get("fieldSelector", [""])[0])
+        m = CLAIM.match(url.path)
+        n = NODE.match(url.path)
+        path = (m and os.path.join(DIR, "claims", f"{m.group(1)}_{m.group(2)}.json")) or (
+            n and os.path.join(DIR, "nodes", f"{n.group(1)}.json"))
         if not path or not os.path.isfile(path):
             return self.not_found()
         with open(path) as f:
             self.answer(200, json.load(f))
+
+    def list_slices(self, selector):
+        want = {}
+        for term in filter(None, selector.split(",")):
+            key, _, value = term.partition("=")
+            if key not in FIELDS:
+                return self.answer(400, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                         "message": f"field label not supported: {key}", "reason": "BadRequest", "code": 400})
+            want[FIELDS[key]] = value
+        items = []
+        for p in sorted(glob.glob(os.path.join(DIR, "slices", "*.json"))):
+            with open(p) as f:
+                obj = json.load(f)
+            if all(obj.get(a, {}).get(b) == v for (a, b), v in want.items()):
+                items.append(obj)
+        self.answer(200, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+                          "metadata": {"resourceVersion": "1"}, "items": items})
+
+    def do_DELETE(self):
+        self.log()
+        m = SLICE.match(urlsplit(self.path).path)
+        path = m and os.path.join(DIR, "slices", f"{m.group(1)}.json")
+        if not path or not os.path.isfile(path):
+            return self.not_found()
+        with open(path) as f:
+            obj = json.load(f)
+        os.remove(path)
+        self.answer(200, obj)
 
     def do_PATCH(self):
         self.log()
