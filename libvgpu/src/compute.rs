@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Duration;
 
-pub use crate::solo::Work;
-use crate::solo::{Composition, SoloBook};
+pub use crate::launch_charge::Work;
+use crate::launch_charge::{Composition, SoloBook};
 use vgpu_ledger::region::{ComputeArea, PPM};
 
 use crate::devices::MAX_DEVICES;
@@ -406,7 +406,7 @@ impl Share {
     }
 
     /// A span's first launch waited `ns` before the GPU took it up: charged its part beside busy
-    /// neighbours (`solo::SoloBook::charge_wait`).
+    /// neighbours (`launch_charge::SoloBook::charge_wait`).
     fn waited(&self, ns: u64) {
         let sharers = self.busy.sharers(mono_ns());
         let charge = lock(&self.solo).charge_wait(ns, sharers);

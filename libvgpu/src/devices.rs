@@ -19,7 +19,7 @@ use crate::guard::exiting;
 use crate::identity::{self, Identity};
 use crate::log;
 use crate::quota::{self, DeviceQuota};
-use crate::real::{real, Lib};
+use crate::real_symbols::{real, Lib};
 
 pub const MAX_DEVICES: usize = 64;
 /// After a failure that may pass, the device is resolved again on the first call this long after.

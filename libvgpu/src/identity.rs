@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::config::Gpu;
 use crate::ffi::*;
-use crate::real::{real, Lib};
+use crate::real_symbols::{real, Lib};
 
 /// A GPU as the configuration looks it up: its own UUID (`GPU-…`, or `MIG-…` for a MIG instance), the
 /// parent GPU's UUID for a MIG instance, and the NVML index of the GPU (of the parent for MIG).

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use crate::ffi::*;
 use crate::guard::guard;
-use crate::real::{self, real, Lib};
+use crate::real_symbols::{self, real, Lib};
 
 include!("../abi/route.rs");
 
@@ -76,7 +76,7 @@ fn by_real_addr() -> &'static HashMap<usize, usize> {
         .iter()
         .filter(|(l, ..)| *l == Lib::Cuda)
         .filter_map(|(l, n, h)| {
-            let r = real::lookup(*l, n);
+            let r = real_symbols::lookup(*l, n);
             (r != 0).then_some((r, *h))
         })
         .collect();
@@ -114,7 +114,7 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
             real: no_dlsym as *const () as usize,
         },
         || {
-            let real_dlsym = match real::real_dlsym_addr() {
+            let real_dlsym = match real_symbols::real_dlsym_addr() {
                 0 => no_dlsym as *const () as usize,
                 a => a,
             };
@@ -140,16 +140,16 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
                 // loaded after us — the driver's own function, past the quota. Whatever follows the caller,
                 // the driver's function of that name is reached through the hook. (A driver that is not
                 // loaded, or lacks the name, is nobody's next: glibc answers, or fails, as usual.)
-                if real::is_loaded(lib) && real::lookup(lib, cname) != 0 {
+                if real_symbols::is_loaded(lib) && real_symbols::lookup(lib, cname) != 0 {
                     return Route { hook, real: 0 };
                 }
                 return pass;
             }
-            let found = real::real_dlsym(handle, name) as usize;
+            let found = real_symbols::real_dlsym(handle, name) as usize;
             if found == 0 {
                 return pass; // let glibc fail it, setting dlerror
             }
-            if found == hook || found == real::lookup(lib, cname) {
+            if found == hook || found == real_symbols::lookup(lib, cname) {
                 return Route { hook, real: 0 };
             }
             Route {
@@ -288,11 +288,11 @@ mod tests {
         // A name that is neither CUDA nor NVML: no hook, and the route leads to glibc's own dlsym.
         let r = vgpu_dlsym_route(libc::RTLD_DEFAULT, c"getpid".as_ptr());
         assert_eq!(r.hook, 0);
-        assert_eq!(r.real, real::real_dlsym_addr());
+        assert_eq!(r.real, real_symbols::real_dlsym_addr());
         assert_ne!(r.real, 0);
         // RTLD_NEXT for a name we do not hook keeps glibc's meaning (the front tail-calls it as the caller).
         let r = vgpu_dlsym_route(libc::RTLD_NEXT, c"getpid".as_ptr());
-        assert_eq!((r.hook, r.real), (0, real::real_dlsym_addr()));
+        assert_eq!((r.hook, r.real), (0, real_symbols::real_dlsym_addr()));
         // A CUDA name we do not hook is not ours either, found or not.
         assert_eq!(
             vgpu_dlsym_route(libc::RTLD_DEFAULT, c"cuNoSuchFunction".as_ptr()).hook,

@@ -1,4 +1,4 @@
-//! libvgpu_core.so: the CUDA driver API / NVML interposer engine that enforces a container's GPU memory
+//! libvgpu_core.so: the CUDA driver API / NVML interposer core that enforces a container's GPU memory
 //! quota and shows the quota as the GPU's size. See docs/libvgpu.md (behaviour) and docs/architecture.md
 //! (the module table).
 //!
@@ -24,14 +24,14 @@ mod guard;
 pub mod hooks;
 mod identity;
 pub mod interpose;
+mod launch_charge;
 mod lifecycle;
 mod live;
 mod log;
 mod quota;
-mod real;
+mod real_symbols;
 mod records;
 mod settings;
-mod solo;
 mod streams;
 #[cfg(test)]
 mod surface;

@@ -9,7 +9,7 @@
 use std::ffi::c_void;
 
 use crate::ffi::*;
-use crate::real::{real, Lib};
+use crate::real_symbols::{real, Lib};
 use crate::records;
 
 /// `CU_STREAM_PER_THREAD`: the per-thread default stream's special handle.

@@ -9,7 +9,7 @@
 //! the folder's rename into place, never across the container's life.
 
 use crate::config::Config;
-use crate::nvml::{HostGpu, NvmlError};
+use crate::host_gpus::{HostGpu, NvmlError};
 use crate::plan::Plan;
 use crate::provision::ProvisionError;
 use nix::fcntl::{Flock, FlockArg};

@@ -9,7 +9,7 @@
 use crate::admission::{self, Policy};
 use crate::config::Config;
 use crate::edits::{self, ContainerEdits};
-use crate::nvml;
+use crate::host_gpus;
 use crate::plan::{self, Plan};
 use crate::provision::{self, Owner, Provisioned};
 use crate::request::SpecFacts;
@@ -23,7 +23,7 @@ use vgpu_ledger::layout::{self, StateRoot};
 /// asked for, so a node without a driver runs other containers unaffected. `None`: no quota.
 pub fn plan(facts: &SpecFacts, cfg: &Config) -> Result<Option<Plan>> {
     Ok(plan::plan_with(facts, cfg.unquoted(), || {
-        nvml::list_gpus(&cfg.nvml_library)
+        host_gpus::list_gpus(&cfg.nvml_library)
     })?)
 }
 
@@ -121,7 +121,7 @@ impl<'a> Create<'a> {
     pub fn provision(&self, owner: Owner, image: &Image) -> Result<Provisioned, CreateError> {
         let _admitted =
             admission::admit(self.root, Policy::of(self.cfg), self.id, &self.plan, || {
-                nvml::list_gpus(&self.cfg.nvml_library)
+                host_gpus::list_gpus(&self.cfg.nvml_library)
             })?;
         Ok(provision::provision(
             self.root,

@@ -1,12 +1,12 @@
 //! Deciding a container's quota: its request (`crate::request`, read once from the spec) checked against
 //! the GPUs it gets (`crate::gpus`) and the node's policy for GPU containers without a quota. Not here:
-//! asking NVML (`crate::nvml`, through `crate::create`), acting on the plan.
+//! asking NVML (`crate::host_gpus`, through `crate::create`), acting on the plan.
 //!
 //! Every check happens here, before anything is written anywhere.
 
 use crate::gpus;
+use crate::host_gpus::{HostGpu, NvmlError};
 use crate::memory_request;
-use crate::nvml::{HostGpu, NvmlError};
 use crate::request::{Request, RequestError, SpecFacts};
 use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::format_bytes;

@@ -2,16 +2,16 @@
 //!
 //! `/etc/ld.so.preload` loads this object into every process of a container, `ls` and `bash` included, so
 //! it must cost next to nothing at load: no std, no constructor, a few relocations. It exports the same
-//! entry points as the engine (`libvgpu_core.so`, the `libvgpu` crate beside this folder) and forwards
-//! each of them there; the engine is loaded from the folder this object was loaded from, on the first
+//! entry points as the core (`libvgpu_core.so`, the `libvgpu` crate beside this folder) and forwards
+//! each of them there; the core is loaded from the folder this object was loaded from, on the first
 //! CUDA or NVML call, never before. A process that never touches CUDA never loads it.
 //!
 //! - Driver and NVML entry points (`cuMemAlloc_v2`, ...) are trampolines: a jump through a per-symbol slot,
-//!   filled on the first call with the engine's function of the same name.
+//!   filled on the first call with the core's function of the same name.
 //! - `dlsym` is a tail-calling trampoline: names that are not CUDA or NVML go straight to glibc's dlsym
 //!   with the caller's return address intact (so RTLD_NEXT keeps meaning "after the caller"); CUDA and NVML
-//!   names are routed by the engine's `vgpu_dlsym_route`.
-//! - If the engine cannot be loaded, one line goes to stderr and every hooked entry point fails
+//!   names are routed by the core's `vgpu_dlsym_route`.
+//! - If the core cannot be loaded, one line goes to stderr and every hooked entry point fails
 //!   (CUDA_ERROR_NOT_INITIALIZED, NVML_ERROR_UNINITIALIZED): a quota that cannot be enforced must not
 //!   silently become no quota.
 #![no_std]
@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 mod libdl;
 mod sys;
 
-/// The engine's file name; it lives in the same folder as this object.
+/// The core's file name; it lives in the same folder as this object.
 const CORE_FILE: &[u8] = b"libvgpu_core.so\0";
 
 #[derive(Clone, Copy)]
@@ -90,7 +90,7 @@ fn name(ix: usize) -> Option<*const c_char> {
     NAME_BYTES.get(off..).map(|s| s.as_ptr().cast())
 }
 
-/// The engine's function for each entry point (0 = not resolved yet).
+/// The core's function for each entry point (0 = not resolved yet).
 static SLOTS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
 #[cfg(target_arch = "x86_64")]
@@ -182,11 +182,11 @@ macro_rules! trampoline {
     };
 }
 
-// Every entry point the engine hooks, `dlsym` aside: the one list shared with the engine.
+// Every entry point the core hooks, `dlsym` aside: the one list shared with the core.
 include!("../../abi/symbols.rs");
 hooked_symbols!(entry_points);
 
-/// First call of entry point `ix`: its engine function, or the failing stand-in.
+/// First call of entry point `ix`: its core function, or the failing stand-in.
 extern "C" fn resolve(ix: usize) -> usize {
     let (Some(name), Some(family)) = (name(ix), FAMILIES.get(ix)) else {
         return cuda_unavailable as *const () as usize;
@@ -219,10 +219,10 @@ fn unavailable(family: Family) -> usize {
 
 const CORE_UNKNOWN: usize = 0;
 const CORE_MISSING: usize = 1;
-/// The engine's dlopen handle, CORE_UNKNOWN before the first attempt, CORE_MISSING if it failed.
+/// The core's dlopen handle, CORE_UNKNOWN before the first attempt, CORE_MISSING if it failed.
 static CORE: AtomicUsize = AtomicUsize::new(CORE_UNKNOWN);
 
-/// The engine, loaded on first use from this object's own folder. Racing first calls each dlopen it;
+/// The core, loaded on first use from this object's own folder. Racing first calls each dlopen it;
 /// dlopen is thread-safe and hands every one the same handle.
 fn core_handle() -> usize {
     match CORE.load(Ordering::Acquire) {
@@ -268,7 +268,7 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     }
     let h = core_handle();
     if h == 0 {
-        // No engine: hooked names fail closed, other CUDA/NVML names resolve as usual.
+        // No core: hooked names fail closed, other CUDA/NVML names resolve as usual.
         return match index_of(name) {
             Some(ix) => Route {
                 hook: FAMILIES
@@ -287,7 +287,7 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     if f == 0 {
         return pass;
     }
-    // SAFETY: f is the engine's `vgpu_dlsym_route`, whose signature is RouteFn.
+    // SAFETY: f is the core's `vgpu_dlsym_route`, whose signature is RouteFn.
     unsafe { core::mem::transmute::<usize, RouteFn>(f)(handle, name) }
 }
 

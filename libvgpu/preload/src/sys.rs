@@ -115,7 +115,7 @@ unsafe fn cstr_bytes<'a>(s: *const c_char) -> &'a [u8] {
     unsafe { core::slice::from_raw_parts(s.cast(), n) }
 }
 
-/// dlopen(path, RTLD_NOW | RTLD_LOCAL); 0 on failure. Local: the engine's exports stay out of the global
+/// dlopen(path, RTLD_NOW | RTLD_LOCAL); 0 on failure. Local: the core's exports stay out of the global
 /// scope, so they never shadow anything for the rest of the process.
 pub fn dlopen_local(path: *const c_char) -> usize {
     let dlopen = dl(&DLOPEN, b"dlopen\0");
@@ -127,7 +127,7 @@ pub fn dlopen_local(path: *const c_char) -> usize {
     unsafe { core::mem::transmute::<usize, DlopenFn>(dlopen)(path, RTLD_NOW | RTLD_LOCAL) as usize }
 }
 
-/// One line on stderr: the engine is missing, so CUDA and NVML calls will fail.
+/// One line on stderr: the core is missing, so CUDA and NVML calls will fail.
 pub fn report_missing_core(path: &[u8]) {
     let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
     type DlerrorFn = unsafe extern "C" fn() -> *const c_char;

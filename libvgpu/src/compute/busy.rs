@@ -1,7 +1,7 @@
 //! How many contexts the GPU's time is shared among, from something the tenant does not control: the
 //! driver's own per-process utilisation samples (NVML `nvmlDeviceGetProcessUtilization`), which count a
 //! process only when its kernels ran. This process, plus every other process with SM activity in the
-//! last second, at most `solo::MAX_SHARERS`; read at most every `REFRESH_NS`. Without NVML, or when it has no
+//! last second, at most `launch_charge::MAX_SHARERS`; read at most every `REFRESH_NS`. Without NVML, or when it has no
 //! samples, the GPU counts as this process's alone (no discount: the charge is what the work took).
 //!
 //! The share's charge uses it as a bound (`solo`): a launch beside `n` busy contexts is charged at least
@@ -16,9 +16,9 @@ use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::ffi::*;
-use crate::real::{real, Lib};
+use crate::launch_charge::MAX_SHARERS;
+use crate::real_symbols::{real, Lib};
 use crate::records::RECORDS;
-use crate::solo::MAX_SHARERS;
 
 /// How often NVML is asked again.
 const REFRESH_NS: u64 = 100_000_000;

@@ -3,7 +3,7 @@
 //! function, never back into the hooks.
 
 use crate::ffi::*;
-use crate::real::{real, Lib};
+use crate::real_symbols::{real, Lib};
 
 const CU_EVENT_DEFAULT: u32 = 0;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.

@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::events::{elapsed_ns, event_create, event_record};
 use crate::ffi::*;
-use crate::solo::Work;
+use crate::launch_charge::Work;
 
 /// How many of the newest launches in flight are looked through for the previous one on a stream (a
 /// launch on a stream with nothing that recent in flight gets its own start event).

@@ -2,9 +2,9 @@
 //! parameters were set after instantiation (its composition, kept in `RECORDS.graph_work`, no longer
 //! holds), and the log line that tells, once per exec, what its first charge was based on.
 
+use crate::launch_charge::Composition;
 use crate::log;
 use crate::records::RECORDS;
-use crate::solo::Composition;
 
 /// Logs, once per graph exec, what its first charge was based on.
 pub(super) fn tell_graph(

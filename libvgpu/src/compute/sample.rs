@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::solo::Work;
+use crate::launch_charge::Work;
 
 /// One launch in this many (of work queued with nothing in flight, already known) is timed.
 pub const TIMED_ONE_IN: u64 = 4;

@@ -65,7 +65,7 @@ pub struct FakeDriver {
     pub child_graphs: RefCell<HashMap<usize, usize>>,
     /// Kernel nodes, and nodes that are neither kernels nor free (with what they are); any other node is
     /// free (empty, memory).
-    pub kernel_nodes: RefCell<HashMap<usize, crate::solo::KernelRef>>,
+    pub kernel_nodes: RefCell<HashMap<usize, crate::launch_charge::KernelRef>>,
     pub other_nodes: RefCell<HashMap<usize, &'static str>>,
     /// Memset nodes and their bytes.
     pub memset_nodes: RefCell<HashMap<usize, u64>>,
@@ -326,8 +326,8 @@ impl Driver for FakeDriver {
         self.child_graphs.borrow().get(&node).copied()
     }
 
-    fn node_work(&self, node: usize) -> crate::solo::NodeWork {
-        use crate::solo::NodeWork;
+    fn node_work(&self, node: usize) -> crate::launch_charge::NodeWork {
+        use crate::launch_charge::NodeWork;
         if let Some(k) = self.kernel_nodes.borrow().get(&node) {
             return NodeWork::Kernel(*k);
         }

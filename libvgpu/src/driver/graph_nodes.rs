@@ -2,8 +2,8 @@
 //! kernel node's function and grid, the bytes a memset node sets.
 
 use crate::ffi::*;
-use crate::real::forward;
-use crate::solo::KernelRef;
+use crate::launch_charge::KernelRef;
+use crate::real_symbols::forward;
 
 /// The type of a graph node (CU_GRAPH_NODE_TYPE_*).
 pub(super) fn node_type(node: usize) -> Option<i32> {

@@ -6,7 +6,7 @@
 use std::ffi::{c_int, c_void};
 
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 
 /// Where memory lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The real driver behind the seam: each method is one or two calls of the driver's own functions.
-//! Zero-sized, so `Engine<RealDriver>` compiles to direct calls.
+//! Zero-sized, so `Interposer<RealDriver>` compiles to direct calls.
 
 use std::ffi::{c_char, c_uint, c_void};
 use std::ptr;
@@ -10,10 +10,10 @@ use super::seam::Driver;
 use crate::devices;
 use crate::error::Error;
 use crate::ffi::*;
+use crate::launch_charge::NodeWork;
 use crate::quota::DeviceQuota;
-use crate::real::{forward, real, Lib};
+use crate::real_symbols::{forward, real, Lib};
 use crate::settings::{self, Applies};
-use crate::solo::NodeWork;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealDriver;

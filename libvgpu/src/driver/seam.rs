@@ -4,9 +4,9 @@
 
 use crate::error::Error;
 use crate::ffi::{CUdevice, CUresult};
+use crate::launch_charge::NodeWork;
 use crate::quota::DeviceQuota;
 use crate::settings::Applies;
-use crate::solo::NodeWork;
 
 use super::located::Place;
 
@@ -82,7 +82,7 @@ pub trait Driver {
     fn node_dependencies(&self, node: usize) -> Option<Vec<usize>>;
     /// The graph embedded in a child-graph node; None for any other node.
     fn child_graph(&self, node: usize) -> Option<usize>;
-    /// What a node runs, for the compute share's solo time of a graph (`solo::compose`).
+    /// What a node runs, for the compute share's solo time of a graph (`launch_charge::compose`).
     fn node_work(&self, node: usize) -> NodeWork;
 
     // ---- VMM

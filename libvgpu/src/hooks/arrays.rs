@@ -6,14 +6,14 @@ use std::ffi::{c_uint, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, measured, Engine, Target, MODULE_CEILING};
+use super::common::{hook, interposer, measured, Interposer, Target, MODULE_CEILING};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::virt;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// Creates an array charged at `estimate`, then trued up. `mipmapped` picks the driver's
     /// requirement query and destroy for an undo.
     pub(crate) fn array_create(
@@ -123,7 +123,7 @@ hook!(cuArrayCreate_v2(handle: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR) {
     if d.is_null() { return call(); }
     // SAFETY: non-null descriptor owned by the caller.
     let d = unsafe { *d };
-    engine().array_create(handle, estimate_2d(d.width as u64, d.height as u64, d.format, d.num_channels), false, call)
+    interposer().array_create(handle, estimate_2d(d.width as u64, d.height as u64, d.format, d.num_channels), false, call)
 });
 
 hook!(cuArrayCreate(handle: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR_v1) {
@@ -131,7 +131,7 @@ hook!(cuArrayCreate(handle: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR_v1) {
     if d.is_null() { return call(); }
     // SAFETY: as above.
     let d = unsafe { *d };
-    engine().array_create(handle, estimate_2d(d.width as u64, d.height as u64, d.format, d.num_channels), false, call)
+    interposer().array_create(handle, estimate_2d(d.width as u64, d.height as u64, d.format, d.num_channels), false, call)
 });
 
 hook!(cuArray3DCreate_v2(handle: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR) {
@@ -140,7 +140,7 @@ hook!(cuArray3DCreate_v2(handle: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR
     // SAFETY: as above.
     let d = unsafe { *d };
     if unbacked(d.flags) { return call(); }
-    engine().array_create(handle, estimate_3d(d.width as u64, d.height as u64, d.depth as u64, d.flags, d.format, d.num_channels, 1), false, call)
+    interposer().array_create(handle, estimate_3d(d.width as u64, d.height as u64, d.depth as u64, d.flags, d.format, d.num_channels, 1), false, call)
 });
 
 hook!(cuArray3DCreate(handle: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR_v1) {
@@ -149,7 +149,7 @@ hook!(cuArray3DCreate(handle: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR_v1
     // SAFETY: as above.
     let d = unsafe { *d };
     if unbacked(d.flags) { return call(); }
-    engine().array_create(handle, estimate_3d(d.width as u64, d.height as u64, d.depth as u64, d.flags, d.format, d.num_channels, 1), false, call)
+    interposer().array_create(handle, estimate_3d(d.width as u64, d.height as u64, d.depth as u64, d.flags, d.format, d.num_channels, 1), false, call)
 });
 
 hook!(cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, d: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) {
@@ -158,16 +158,16 @@ hook!(cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, d: *const CUDA_ARRAY
     // SAFETY: as above.
     let d = unsafe { *d };
     if unbacked(d.flags) { return call(); }
-    engine().array_create(handle, estimate_3d(d.width as u64, d.height as u64, d.depth as u64, d.flags, d.format, d.num_channels, levels), true, call)
+    interposer().array_create(handle, estimate_3d(d.width as u64, d.height as u64, d.depth as u64, d.flags, d.format, d.num_channels, levels), true, call)
 });
 
 hook!(cuArrayDestroy(a: CUarray) {
-    let e = engine();
+    let e = interposer();
     e.tracked_free(&e.rec.arrays, a as u64, || forward!("cuArrayDestroy", fn(CUarray), a))
 });
 
 hook!(cuMipmappedArrayDestroy(a: CUmipmappedArray) {
-    let e = engine();
+    let e = interposer();
     e.tracked_free(&e.rec.arrays, a as u64, || forward!("cuMipmappedArrayDestroy", fn(CUmipmappedArray), a))
 });
 
@@ -188,7 +188,7 @@ mod tests {
     fn create(w: &World, h: usize, estimate: u64, grow: i64, mipmapped: bool) -> CUresult {
         let mut out: *mut c_void = std::ptr::null_mut();
         let slot: *mut *mut c_void = &mut out;
-        w.engine().array_create(slot, estimate, mipmapped, || {
+        w.interposer().array_create(slot, estimate, mipmapped, || {
             // SAFETY: `slot` points at the local `out`.
             unsafe { *slot = h as *mut c_void };
             w.fake.grow(grow);
@@ -232,7 +232,7 @@ mod tests {
         let w = World::new(1 << 20);
         w.fake.array_sizes.borrow_mut().insert(0xd0, 4096);
         create(&w, 0xd0, 100, 4096, false);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(
             e.tracked_free(&w.rec.arrays, 0xd0, || CUDA_SUCCESS),
             CUDA_SUCCESS

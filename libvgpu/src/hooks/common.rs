@@ -1,4 +1,4 @@
-//! The machinery every hook family shares: the `hook!` macro, the `Engine` (driver seam + record tables),
+//! The machinery every hook family shares: the `hook!` macro, the `Interposer` (driver seam + record tables),
 //! which quota a call is charged to (`Target`), and the charge / refund / true-up helpers. Every family's
 //! own policy lives in its module, never here; the families take these from here (`super::common`), never
 //! from `hooks` itself, so `hooks/mod.rs` stays a list of modules and re-exports.
@@ -25,15 +25,15 @@ macro_rules! hook {
 pub(crate) use hook;
 
 /// The policies' world: the driver behind the seam and the process's record tables.
-pub(crate) struct Engine<'a, D: Driver> {
+pub(crate) struct Interposer<'a, D: Driver> {
     pub(crate) drv: &'a D,
     pub(crate) rec: &'a Records,
 }
 
-/// The engine of the library: the real driver and the process's records.
+/// The interposer: the real driver and the process's records.
 #[inline]
-pub(crate) fn engine() -> Engine<'static, RealDriver> {
-    Engine {
+pub(crate) fn interposer() -> Interposer<'static, RealDriver> {
+    Interposer {
         drv: &RealDriver,
         rec: &RECORDS,
     }
@@ -46,7 +46,7 @@ pub(crate) enum Target {
     Fail(Error),
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     pub(crate) fn target(&self, dev: Option<CUdevice>) -> Target {
         if exiting() {
             return Target::Forward;
@@ -258,7 +258,7 @@ mod tests {
     #[test]
     fn charged_call_refunds_when_the_driver_fails_after_the_charge() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         let r = e.charged_call(
             &w.rec.allocs,
             Kind::Data,
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn charged_call_refuses_past_the_quota_without_calling_the_driver() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         let mut called = false;
         let r = e.charged_call(
             &w.rec.allocs,
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn charged_call_records_and_tracked_free_refunds() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(
             e.charged_call(
                 &w.rec.allocs,
@@ -324,7 +324,7 @@ mod tests {
     fn without_a_current_context_or_limit_calls_are_forwarded() {
         let w = World::new(1000);
         w.fake.set_current(0);
-        let e = w.engine();
+        let e = w.interposer();
         assert!(matches!(e.target_current().0, Target::Forward));
         w.fake.set_current(w.fake.ctx());
         w.fake.set_applies(Applies::Nowhere);
@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn true_up_charges_growth_refunds_shrink_and_refuses_what_does_not_fit() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         e.charged_call(
             &w.rec.arrays,
             Kind::Array,

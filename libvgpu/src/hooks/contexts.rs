@@ -15,7 +15,7 @@ use std::ffi::{c_uint, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use super::measure::{estimate, Probe};
 use crate::driver::Driver;
 use crate::error::Error;
@@ -23,7 +23,7 @@ use crate::ffi::*;
 use crate::guard::exiting;
 use crate::log;
 use crate::quota::DeviceQuota;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::{self, Rec};
 
 /// What a context is charged when nothing can measure it (no NVML, no earlier context of the device):
@@ -42,7 +42,7 @@ pub(crate) enum CtxKind {
     Green,
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// Runs `create` and measures what the new context (`new_ctx()`, read after success) took on the
     /// device (0 without a quota to measure for). See `measure` for the estimator.
     fn measure_ctx(
@@ -266,45 +266,45 @@ impl<D: Driver> Engine<'_, D> {
 }
 
 hook!(cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) {
-    engine().ctx_create(pctx, dev, || forward!("cuCtxCreate_v2", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
+    interposer().ctx_create(pctx, dev, || forward!("cuCtxCreate_v2", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
 });
 hook!(cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) {
-    engine().ctx_create(pctx, dev, || forward!("cuCtxCreate", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
+    interposer().ctx_create(pctx, dev, || forward!("cuCtxCreate", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
 });
 hook!(cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, n: i32, flags: c_uint, dev: CUdevice) {
-    engine().ctx_create(pctx, dev, || forward!("cuCtxCreate_v3", fn(*mut CUcontext, *mut c_void, i32, c_uint, CUdevice), pctx, params, n, flags, dev))
+    interposer().ctx_create(pctx, dev, || forward!("cuCtxCreate_v3", fn(*mut CUcontext, *mut c_void, i32, c_uint, CUdevice), pctx, params, n, flags, dev))
 });
 hook!(cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) {
-    engine().ctx_create(pctx, dev, || forward!("cuCtxCreate_v4", fn(*mut CUcontext, *mut c_void, c_uint, CUdevice), pctx, params, flags, dev))
+    interposer().ctx_create(pctx, dev, || forward!("cuCtxCreate_v4", fn(*mut CUcontext, *mut c_void, c_uint, CUdevice), pctx, params, flags, dev))
 });
 
 hook!(cuCtxDestroy_v2(ctx: CUcontext) {
     crate::compute::context_ending(ctx as usize);
     let r = forward!("cuCtxDestroy_v2", fn(CUcontext), ctx);
-    if r == CUDA_SUCCESS { engine().context_gone(ctx as usize); }
+    if r == CUDA_SUCCESS { interposer().context_gone(ctx as usize); }
     r
 });
 hook!(cuCtxDestroy(ctx: CUcontext) {
     crate::compute::context_ending(ctx as usize);
     let r = forward!("cuCtxDestroy", fn(CUcontext), ctx);
-    if r == CUDA_SUCCESS { engine().context_gone(ctx as usize); }
+    if r == CUDA_SUCCESS { interposer().context_gone(ctx as usize); }
     r
 });
 
 hook!(cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
-    engine().primary_retain(pctx, dev, || forward!("cuDevicePrimaryCtxRetain", fn(*mut CUcontext, CUdevice), pctx, dev))
+    interposer().primary_retain(pctx, dev, || forward!("cuDevicePrimaryCtxRetain", fn(*mut CUcontext, CUdevice), pctx, dev))
 });
 hook!(cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
-    engine().primary_release(dev, || forward!("cuDevicePrimaryCtxRelease_v2", fn(CUdevice), dev), false)
+    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxRelease_v2", fn(CUdevice), dev), false)
 });
 hook!(cuDevicePrimaryCtxRelease(dev: CUdevice) {
-    engine().primary_release(dev, || forward!("cuDevicePrimaryCtxRelease", fn(CUdevice), dev), false)
+    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxRelease", fn(CUdevice), dev), false)
 });
 hook!(cuDevicePrimaryCtxReset_v2(dev: CUdevice) {
-    engine().primary_release(dev, || forward!("cuDevicePrimaryCtxReset_v2", fn(CUdevice), dev), true)
+    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxReset_v2", fn(CUdevice), dev), true)
 });
 hook!(cuDevicePrimaryCtxReset(dev: CUdevice) {
-    engine().primary_release(dev, || forward!("cuDevicePrimaryCtxReset", fn(CUdevice), dev), true)
+    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxReset", fn(CUdevice), dev), true)
 });
 
 /// The `CUcontext` of green context `green` (`cuCtxFromGreenCtx`; 0 when the driver gives none): what
@@ -328,7 +328,7 @@ fn green_ctx(green: *mut c_void) -> usize {
 hook!(cuGreenCtxCreate(pg: *mut *mut c_void, desc: *mut c_void, dev: CUdevice, flags: c_uint) {
     // SAFETY: read only after the driver wrote it (create_measured checks `pg` is non-null).
     let green = || unsafe { *pg };
-    engine().create_measured(
+    interposer().create_measured(
         pg.cast(),
         dev,
         CtxKind::Green,
@@ -346,7 +346,7 @@ hook!(cuGreenCtxDestroy(g: *mut c_void) {
     }
     let r = forward!("cuGreenCtxDestroy", fn(*mut c_void), g);
     if r == CUDA_SUCCESS && ctx != 0 {
-        engine().context_gone(ctx);
+        interposer().context_gone(ctx);
     }
     r
 });

@@ -6,14 +6,14 @@ use std::ffi::c_uint;
 
 use vgpu_ledger::MemoryMode;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::{devices, settings, virt};
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// cuMemGetInfo: the driver's (free, total) for the current device -> what the caller is told.
     pub(crate) fn mem_info_view(&self, free: u64, total: u64) -> Result<(u64, u64), Error> {
         match self.target_current().0 {
@@ -76,7 +76,7 @@ fn mem_get_info(free: *mut u64, total: *mut u64) -> CUresult {
     if r != CUDA_SUCCESS {
         return r;
     }
-    match engine().mem_info_view(f as u64, t as u64) {
+    match interposer().mem_info_view(f as u64, t as u64) {
         Ok((f, t)) => {
             // SAFETY: both checked non-null above; the caller owns them.
             unsafe {
@@ -118,7 +118,7 @@ fn total_mem(bytes: *mut u64, dev: CUdevice) -> CUresult {
     if r != CUDA_SUCCESS {
         return r;
     }
-    match engine().total_mem_view(dev, t as u64) {
+    match interposer().total_mem_view(dev, t as u64) {
         Ok(t) => {
             // SAFETY: checked non-null.
             unsafe { *bytes = t };
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn the_quota_is_the_size_and_usage_comes_off_free() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(e.mem_info_view(5000, 8000), Ok((1000, 1000)));
         assert!(w.q.charge(Kind::Data, 300));
         assert_eq!(e.mem_info_view(5000, 8000), Ok((700, 1000)));
@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn devices_without_a_quota_and_broken_ones() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(e.total_mem_view(1, 8000), Ok(8000), "device 1 has no quota");
         w.fake
             .quotas

@@ -13,17 +13,17 @@ use std::ffi::{c_char, c_int, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use crate::compute;
 use crate::driver::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::*;
+use crate::launch_charge::Composition;
 use crate::quota::DeviceQuota;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::{GraphDev, Needs, UNPLACED};
-use crate::solo::Composition;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// What a graph's memory-allocation nodes can hold at once on each device (child graphs included),
     /// each node on its pool's location: from the driver's node queries when they answer, else the sums
     /// recorded as the nodes were added.
@@ -323,13 +323,13 @@ fn instantiated(r: CUresult, exec: *mut CUgraphExec, graph: CUgraph) -> CUresult
     // SAFETY: non-null, written by the driver, which succeeded.
     let exec = unsafe { *exec } as usize;
     composed(exec, graph as usize);
-    engine().graph_instantiated(r, exec, graph as usize)
+    interposer().graph_instantiated(r, exec, graph as usize)
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// What `graph` runs, for the compute share's solo time of its execs (`solo`).
     pub(crate) fn graph_composition(&self, graph: usize) -> Composition {
-        crate::solo::compose(graph, &|g| self.drv.graph_nodes(g), &|n| {
+        crate::launch_charge::compose(graph, &|g| self.drv.graph_nodes(g), &|n| {
             self.drv.node_work(n)
         })
     }
@@ -339,7 +339,7 @@ impl<D: Driver> Engine<'_, D> {
 /// calls only, no lock held; nothing at all without a share.
 fn composed(exec: usize, graph: usize) {
     if !compute::off() {
-        compute::graph_composed(exec, engine().graph_composition(graph));
+        compute::graph_composed(exec, interposer().graph_composition(graph));
     }
 }
 
@@ -354,7 +354,7 @@ fn reparametrised(r: CUresult, exec: CUgraphExec) -> CUresult {
 
 hook!(cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) {
     let r = forward!("cuGraphAddMemAllocNode", fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut CUDA_MEM_ALLOC_NODE_PARAMS), node, graph, deps, n, params);
-    let e = engine();
+    let e = interposer();
     if r == CUDA_SUCCESS && !params.is_null() && !e.drv.unlimited() {
         // SAFETY: non-null, accepted by the driver.
         let (bytes, place) = unsafe { ((*params).bytesize as u64, crate::driver::alloc_node_place(&*params)) };
@@ -368,7 +368,7 @@ hook!(cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *cons
 });
 hook!(cuGraphDestroy(graph: CUgraph) {
     let r = forward!("cuGraphDestroy", fn(CUgraph), graph);
-    if r == CUDA_SUCCESS { engine().rec.graph_needs.remove(graph as u64); }
+    if r == CUDA_SUCCESS { interposer().rec.graph_needs.remove(graph as u64); }
     r
 });
 
@@ -396,7 +396,8 @@ fn instantiate_with_params(
         return instantiated(call(), exec, graph);
     }
     // SAFETY: non-null, read only after the driver succeeded and wrote it.
-    let r = engine().graph_instantiate_upload(graph as usize, call, || unsafe { *exec } as usize);
+    let r =
+        interposer().graph_instantiate_upload(graph as usize, call, || unsafe { *exec } as usize);
     if r == CUDA_SUCCESS {
         // SAFETY: as above.
         composed(unsafe { *exec } as usize, graph as usize);
@@ -413,21 +414,21 @@ hook!(cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, 
 
 // A graph launch is work like a kernel's: under the compute share it costs its measured replay time.
 hook!(cuGraphLaunch(exec: CUgraphExec, s: CUstream) {
-    super::launch::launch(s, false, (exec as usize, [0; 3]), || engine().graph_run(exec as usize, || forward!("cuGraphLaunch", fn(CUgraphExec, CUstream), exec, s)))
+    super::launch::launch(s, false, (exec as usize, [0; 3]), || interposer().graph_run(exec as usize, || forward!("cuGraphLaunch", fn(CUgraphExec, CUstream), exec, s)))
 });
 hook!(cuGraphLaunch_ptsz(exec: CUgraphExec, s: CUstream) {
-    super::launch::launch(s, true, (exec as usize, [0; 3]), || engine().graph_run(exec as usize, || forward!("cuGraphLaunch_ptsz", fn(CUgraphExec, CUstream), exec, s)))
+    super::launch::launch(s, true, (exec as usize, [0; 3]), || interposer().graph_run(exec as usize, || forward!("cuGraphLaunch_ptsz", fn(CUgraphExec, CUstream), exec, s)))
 });
 hook!(cuGraphUpload(exec: CUgraphExec, s: CUstream) {
-    engine().graph_run(exec as usize, || forward!("cuGraphUpload", fn(CUgraphExec, CUstream), exec, s))
+    interposer().graph_run(exec as usize, || forward!("cuGraphUpload", fn(CUgraphExec, CUstream), exec, s))
 });
 hook!(cuGraphUpload_ptsz(exec: CUgraphExec, s: CUstream) {
-    engine().graph_run(exec as usize, || forward!("cuGraphUpload_ptsz", fn(CUgraphExec, CUstream), exec, s))
+    interposer().graph_run(exec as usize, || forward!("cuGraphUpload_ptsz", fn(CUgraphExec, CUstream), exec, s))
 });
 hook!(cuGraphExecDestroy(exec: CUgraphExec) {
     let r = forward!("cuGraphExecDestroy", fn(CUgraphExec), exec);
     if r == CUDA_SUCCESS {
-        engine().rec.graph_execs.remove(exec as u64);
+        interposer().rec.graph_execs.remove(exec as u64);
         if !compute::off() { compute::forget_graph(exec as usize); }
     }
     r
@@ -457,7 +458,7 @@ hook!(cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, c
 });
 hook!(cuDeviceGraphMemTrim(dev: CUdevice) {
     let r = forward!("cuDeviceGraphMemTrim", fn(CUdevice), dev);
-    let e = engine();
+    let e = interposer();
     if r == CUDA_SUCCESS && !e.drv.unlimited() {
         if let Some(q) = e.quota_of(dev) { e.reconcile_graph(dev, q); }
     }

@@ -15,7 +15,7 @@ use crate::compute;
 use crate::driver::Driver;
 use crate::ffi::*;
 use crate::log;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::streams;
 
 const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
@@ -51,7 +51,7 @@ pub(crate) fn kernel(
     work: compute::Work,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let e = super::common::engine();
+    let e = super::common::interposer();
     if e.drv.unlimited() {
         return launch(stream, ptsz, work, call);
     }

@@ -10,13 +10,13 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use super::common::{engine, hook, Engine};
+use super::common::{hook, interposer, Interposer};
 use crate::driver::Driver;
 use crate::ffi::*;
 use crate::log;
-use crate::real::forward;
+use crate::real_symbols::forward;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// `call` without a limit; under one, `what` is refused with CUDA_ERROR_NOT_SUPPORTED (`instead`:
     /// what to use, for the log line).
     pub(crate) fn refused_under_limit(
@@ -36,28 +36,28 @@ impl<D: Driver> Engine<'_, D> {
 }
 
 hook!(cuLaunch(f: *mut c_void) {
-    engine().refused_under_limit("cuLaunch", "cuLaunchKernel", || forward!("cuLaunch", fn(*mut c_void), f))
+    interposer().refused_under_limit("cuLaunch", "cuLaunchKernel", || forward!("cuLaunch", fn(*mut c_void), f))
 });
 hook!(cuLaunchGrid(f: *mut c_void, w: c_int, h: c_int) {
-    engine().refused_under_limit("cuLaunchGrid", "cuLaunchKernel", || forward!("cuLaunchGrid", fn(*mut c_void, c_int, c_int), f, w, h))
+    interposer().refused_under_limit("cuLaunchGrid", "cuLaunchKernel", || forward!("cuLaunchGrid", fn(*mut c_void, c_int, c_int), f, w, h))
 });
 hook!(cuLaunchGridAsync(f: *mut c_void, w: c_int, h: c_int, s: CUstream) {
-    engine().refused_under_limit("cuLaunchGridAsync", "cuLaunchKernel", || forward!("cuLaunchGridAsync", fn(*mut c_void, c_int, c_int, CUstream), f, w, h, s))
+    interposer().refused_under_limit("cuLaunchGridAsync", "cuLaunchKernel", || forward!("cuLaunchGridAsync", fn(*mut c_void, c_int, c_int, CUstream), f, w, h, s))
 });
 hook!(cuGLCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) {
-    engine().refused_under_limit("cuGLCtxCreate", "cuCtxCreate", || forward!("cuGLCtxCreate", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
+    interposer().refused_under_limit("cuGLCtxCreate", "cuCtxCreate", || forward!("cuGLCtxCreate", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
 });
 hook!(cuGLCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) {
-    engine().refused_under_limit("cuGLCtxCreate_v2", "cuCtxCreate", || forward!("cuGLCtxCreate_v2", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
+    interposer().refused_under_limit("cuGLCtxCreate_v2", "cuCtxCreate", || forward!("cuGLCtxCreate_v2", fn(*mut CUcontext, c_uint, CUdevice), pctx, flags, dev))
 });
 hook!(cuVDPAUCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice, vdp: c_uint, getproc: *mut c_void) {
-    engine().refused_under_limit("cuVDPAUCtxCreate", "cuCtxCreate", || forward!("cuVDPAUCtxCreate", fn(*mut CUcontext, c_uint, CUdevice, c_uint, *mut c_void), pctx, flags, dev, vdp, getproc))
+    interposer().refused_under_limit("cuVDPAUCtxCreate", "cuCtxCreate", || forward!("cuVDPAUCtxCreate", fn(*mut CUcontext, c_uint, CUdevice, c_uint, *mut c_void), pctx, flags, dev, vdp, getproc))
 });
 hook!(cuVDPAUCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice, vdp: c_uint, getproc: *mut c_void) {
-    engine().refused_under_limit("cuVDPAUCtxCreate_v2", "cuCtxCreate", || forward!("cuVDPAUCtxCreate_v2", fn(*mut CUcontext, c_uint, CUdevice, c_uint, *mut c_void), pctx, flags, dev, vdp, getproc))
+    interposer().refused_under_limit("cuVDPAUCtxCreate_v2", "cuCtxCreate", || forward!("cuVDPAUCtxCreate_v2", fn(*mut CUcontext, c_uint, CUdevice, c_uint, *mut c_void), pctx, flags, dev, vdp, getproc))
 });
 hook!(cuCtxDetach(ctx: CUcontext) {
-    engine().refused_under_limit("cuCtxDetach", "cuCtxDestroy", || forward!("cuCtxDetach", fn(CUcontext), ctx))
+    interposer().refused_under_limit("cuCtxDetach", "cuCtxDestroy", || forward!("cuCtxDetach", fn(CUcontext), ctx))
 });
 
 #[cfg(test)]
@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn refused_under_a_limit_and_the_drivers_own_without() {
         let w = World::new(1 << 30);
-        let e = w.engine();
+        let e = w.interposer();
         let r = e.refused_under_limit("t", "u", || panic!("reached the driver under a limit"));
         assert_eq!(r, CUDA_ERROR_NOT_SUPPORTED);
         w.fake.set_applies(Applies::Nowhere);

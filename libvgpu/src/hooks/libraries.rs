@@ -15,13 +15,13 @@ use std::sync::atomic::Ordering;
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use super::measure::{estimate, Probe};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
 use crate::log;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::Rec;
 
 /// The key in `modules` of `lib`'s copy in `ctx` (the top bit: never a user-space handle).
@@ -29,7 +29,7 @@ fn use_key(lib: u64, ctx: usize) -> u64 {
     (lib.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ctx as u64) | 1 << 63
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// Whether `lib` is charged in `ctx`: loaded there, or used there before.
     fn library_charged_in(&self, lib: u64, ctx: usize) -> bool {
         self.rec
@@ -164,31 +164,31 @@ impl<D: Driver> Engine<'_, D> {
 
 type Opts = *mut c_void;
 hook!(cuLibraryLoadData(lib: *mut *mut c_void, code: *const c_void, jo: Opts, jv: *mut *mut c_void, nj: c_uint, lo: Opts, lv: *mut *mut c_void, nl: c_uint) {
-    engine().library_load(lib, || forward!("cuLibraryLoadData", fn(*mut *mut c_void, *const c_void, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, code, jo, jv, nj, lo, lv, nl))
+    interposer().library_load(lib, || forward!("cuLibraryLoadData", fn(*mut *mut c_void, *const c_void, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, code, jo, jv, nj, lo, lv, nl))
 });
 hook!(cuLibraryLoadFromFile(lib: *mut *mut c_void, fname: *const c_char, jo: Opts, jv: *mut *mut c_void, nj: c_uint, lo: Opts, lv: *mut *mut c_void, nl: c_uint) {
-    engine().library_load(lib, || forward!("cuLibraryLoadFromFile", fn(*mut *mut c_void, *const c_char, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, fname, jo, jv, nj, lo, lv, nl))
+    interposer().library_load(lib, || forward!("cuLibraryLoadFromFile", fn(*mut *mut c_void, *const c_char, Opts, *mut *mut c_void, c_uint, Opts, *mut *mut c_void, c_uint), lib, fname, jo, jv, nj, lo, lv, nl))
 });
 hook!(cuLibraryUnload(lib: *mut c_void) {
-    engine().library_unload(lib as u64, || forward!("cuLibraryUnload", fn(*mut c_void), lib))
+    interposer().library_unload(lib as u64, || forward!("cuLibraryUnload", fn(*mut c_void), lib))
 });
 hook!(cuLibraryGetModule(m: *mut CUmodule, lib: *mut c_void) {
-    engine().library_use(lib as u64, "cuLibraryGetModule", || forward!("cuLibraryGetModule", fn(*mut CUmodule, *mut c_void), m, lib))
+    interposer().library_use(lib as u64, "cuLibraryGetModule", || forward!("cuLibraryGetModule", fn(*mut CUmodule, *mut c_void), m, lib))
 });
 hook!(cuLibraryGetKernel(k: *mut *mut c_void, lib: *mut c_void, name: *const c_char) {
-    engine().library_kernel(k, lib as u64, || forward!("cuLibraryGetKernel", fn(*mut *mut c_void, *mut c_void, *const c_char), k, lib, name))
+    interposer().library_kernel(k, lib as u64, || forward!("cuLibraryGetKernel", fn(*mut *mut c_void, *mut c_void, *const c_char), k, lib, name))
 });
 hook!(cuKernelGetFunction(f: *mut *mut c_void, k: *mut c_void) {
-    engine().kernel_use(k as u64, "cuKernelGetFunction", || forward!("cuKernelGetFunction", fn(*mut *mut c_void, *mut c_void), f, k))
+    interposer().kernel_use(k as u64, "cuKernelGetFunction", || forward!("cuKernelGetFunction", fn(*mut *mut c_void, *mut c_void), f, k))
 });
 hook!(cuLibraryGetGlobal(p: *mut CUdeviceptr, bytes: *mut usize, lib: *mut c_void, name: *const c_char) {
-    engine().library_use(lib as u64, "cuLibraryGetGlobal", || forward!("cuLibraryGetGlobal", fn(*mut CUdeviceptr, *mut usize, *mut c_void, *const c_char), p, bytes, lib, name))
+    interposer().library_use(lib as u64, "cuLibraryGetGlobal", || forward!("cuLibraryGetGlobal", fn(*mut CUdeviceptr, *mut usize, *mut c_void, *const c_char), p, bytes, lib, name))
 });
 hook!(cuLibraryGetManaged(p: *mut CUdeviceptr, bytes: *mut usize, lib: *mut c_void, name: *const c_char) {
-    engine().library_use(lib as u64, "cuLibraryGetManaged", || forward!("cuLibraryGetManaged", fn(*mut CUdeviceptr, *mut usize, *mut c_void, *const c_char), p, bytes, lib, name))
+    interposer().library_use(lib as u64, "cuLibraryGetManaged", || forward!("cuLibraryGetManaged", fn(*mut CUdeviceptr, *mut usize, *mut c_void, *const c_char), p, bytes, lib, name))
 });
 hook!(cuLibraryGetUnifiedFunction(f: *mut *mut c_void, lib: *mut c_void, name: *const c_char) {
-    engine().library_use(lib as u64, "cuLibraryGetUnifiedFunction", || forward!("cuLibraryGetUnifiedFunction", fn(*mut *mut c_void, *mut c_void, *const c_char), f, lib, name))
+    interposer().library_use(lib as u64, "cuLibraryGetUnifiedFunction", || forward!("cuLibraryGetUnifiedFunction", fn(*mut *mut c_void, *mut c_void, *const c_char), f, lib, name))
 });
 
 #[cfg(test)]
@@ -203,7 +203,7 @@ mod tests {
         w.fake.set_current(0);
         let mut out: *mut c_void = std::ptr::null_mut();
         let p: *mut *mut c_void = &mut out;
-        let r = w.engine().library_load(p, || {
+        let r = w.interposer().library_load(p, || {
             // SAFETY: `p` points at the local `out`.
             unsafe { *p = lib as *mut c_void };
             CUDA_SUCCESS
@@ -225,7 +225,7 @@ mod tests {
     fn a_library_loaded_without_a_context_is_charged_at_its_first_use_in_each_context() {
         let w = World::new(1 << 30);
         loaded_without_context(&w, 0xa1);
-        let e = w.engine();
+        let e = w.interposer();
         let use_it = |grow: i64| {
             e.library_use(0xa1, "t", || {
                 w.fake.grow(grow);
@@ -251,7 +251,7 @@ mod tests {
     fn a_first_use_past_the_quota_is_charged_and_refused() {
         let w = World::new(1 << 30);
         loaded_without_context(&w, 0xa2);
-        let e = w.engine();
+        let e = w.interposer();
         let r = e.library_use(0xa2, "t", || {
             w.fake.grow(2 << 30);
             CUDA_SUCCESS
@@ -268,7 +268,7 @@ mod tests {
     fn a_size_known_from_another_context_is_refused_before_the_driver_is_asked() {
         let w = World::new(1 << 30);
         loaded_without_context(&w, 0xa5);
-        let e = w.engine();
+        let e = w.interposer();
         let r = e.library_use(0xa5, "t", || {
             w.fake.grow(600 << 20);
             CUDA_SUCCESS
@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn a_library_loaded_in_a_context_is_not_measured_again_there() {
         let w = World::new(1 << 30);
-        let e = w.engine();
+        let e = w.interposer();
         let mut out: *mut c_void = std::ptr::null_mut();
         let p: *mut *mut c_void = &mut out;
         let r = e.library_load(p, || {
@@ -313,7 +313,7 @@ mod tests {
     fn a_kernel_of_the_library_loads_it_at_its_first_use() {
         let w = World::new(1 << 30);
         loaded_without_context(&w, 0xa4);
-        let e = w.engine();
+        let e = w.interposer();
         let mut k: *mut c_void = std::ptr::null_mut();
         let kp: *mut *mut c_void = &mut k;
         let r = e.library_kernel(kp, 0xa4, || {

@@ -16,11 +16,11 @@ use std::ffi::c_int;
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::Rec;
 
 pub(crate) const CU_LIMIT_STACK_SIZE: i32 = 0;
@@ -31,7 +31,7 @@ const DEFAULT_STACK: u64 = 1024;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
 const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// The device memory a limit of `value` takes on `dev` (None: that limit is not device memory).
     pub(crate) fn limit_bytes(&self, dev: CUdevice, limit: i32, value: u64) -> Option<u64> {
         match limit {
@@ -165,7 +165,7 @@ impl<D: Driver> Engine<'_, D> {
 }
 
 hook!(cuCtxSetLimit(limit: c_int, value: usize) {
-    engine().set_limit(limit, value as u64, || forward!("cuCtxSetLimit", fn(c_int, usize), limit, value))
+    interposer().set_limit(limit, value as u64, || forward!("cuCtxSetLimit", fn(c_int, usize), limit, value))
 });
 
 #[cfg(test)]
@@ -175,7 +175,7 @@ mod tests {
 
     /// cuCtxSetLimit through the policy; the fake records the new value when the driver succeeds.
     fn set(w: &World, limit: i32, value: u64, rc: CUresult) -> CUresult {
-        w.engine().set_limit(limit, value, || {
+        w.interposer().set_limit(limit, value, || {
             if rc == CUDA_SUCCESS {
                 w.fake.limits.borrow_mut().insert(limit, value);
             }
@@ -213,7 +213,7 @@ mod tests {
         let w = World::new(1 << 30);
         let mut called = false;
         let r = w
-            .engine()
+            .interposer()
             .set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, 2 << 30, || {
                 called = true;
                 CUDA_SUCCESS
@@ -243,7 +243,7 @@ mod tests {
             .borrow_mut()
             .extend([(16, 132), (39, 2048)]);
         w.fake.limits.borrow_mut().insert(CU_LIMIT_STACK_SIZE, 1024);
-        let e = w.engine();
+        let e = w.interposer();
         e.after_sync(CUDA_SUCCESS);
         assert_eq!(
             w.used(),
@@ -275,7 +275,7 @@ mod tests {
             .borrow_mut()
             .extend([(16, 132), (39, 2048)]);
         w.fake.limits.borrow_mut().insert(CU_LIMIT_STACK_SIZE, 2048);
-        w.engine().after_sync(CUDA_SUCCESS);
+        w.interposer().after_sync(CUDA_SUCCESS);
         assert_eq!(w.used(), 1024 * 132 * 2048);
     }
 
@@ -283,7 +283,7 @@ mod tests {
     fn the_context_going_away_gives_the_limits_back() {
         let w = World::new(4 << 30);
         assert_eq!(set(&w, CU_LIMIT_MALLOC_HEAP_SIZE, 1 << 30, 0), CUDA_SUCCESS);
-        w.engine().context_gone(w.fake.ctx());
+        w.interposer().context_gone(w.fake.ctx());
         assert_eq!(w.used(), 0);
         // other limits (e.g. CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH) are forwarded uncharged
         assert_eq!(set(&w, 3, 4, 0), CUDA_SUCCESS);

@@ -25,7 +25,7 @@ use crate::ffi::CUdevice;
 use crate::quota::DeviceQuota;
 use crate::records::KnownContext;
 
-use super::common::Engine;
+use super::common::Interposer;
 
 /// Readings around a measured call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,7 +112,7 @@ pub(crate) enum Probe {
     None,
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// This process's PID in NVML's lists, if known (learned per process: `Records`).
     pub(crate) fn nvml_pid(&self) -> Option<u32> {
         if let Some(p) = self.drv.nvml_pid_hint() {

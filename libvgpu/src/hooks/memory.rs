@@ -15,13 +15,13 @@ use std::ffi::c_uint;
 
 use vgpu_ledger::{Kind, MemoryMode};
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
 use crate::log;
 use crate::quota::DeviceQuota;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::Rec;
 use crate::virt;
 
@@ -32,7 +32,7 @@ pub(crate) fn code_room(limit: u64) -> u64 {
     (limit / 16).min(256 << 20)
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// A plain allocation of `bytes` in the current context, served as its device's memory mode says.
     /// `call`: the driver's own allocation (writes the caller's pointer), `read`: that pointer; `write`
     /// stores a pointer served as managed memory into the caller's out-parameter.
@@ -238,7 +238,7 @@ hook!(cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) {
         return call();
     }
     // SAFETY: dptr is non-null; read after the driver wrote it, written only with a pointer we got.
-    engine().alloc_plain(bytes as u64, call, || unsafe { *dptr }, |p| unsafe { *dptr = p })
+    interposer().alloc_plain(bytes as u64, call, || unsafe { *dptr }, |p| unsafe { *dptr = p })
 });
 
 hook!(cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytes: c_uint) {
@@ -247,7 +247,7 @@ hook!(cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytes: c_uint) {
         return call();
     }
     // 32-bit pointers cannot hold managed memory's addresses: the memory modes leave this one plain.
-    let e = engine();
+    let e = interposer();
     // SAFETY: as above.
     e.charged_call(&e.rec.allocs, Kind::Data, bytes as u64, e.target_current(), call, || unsafe { *dptr } as u64)
 });
@@ -257,7 +257,7 @@ hook!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) {
     if dptr.is_null() {
         return call();
     }
-    let e = engine();
+    let e = interposer();
     // SAFETY: as above.
     e.charged_call(&e.rec.allocs, Kind::Managed, bytes as u64, e.target_current(), call, || unsafe { *dptr })
 });
@@ -269,7 +269,7 @@ hook!(cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, w: usize, h:
     }
     // SAFETY: both non-null; read only after the driver succeeded and wrote them, written only with an
     // allocation we got.
-    engine().alloc_pitch(w as u64, h as u64, call, || unsafe { (*dptr, *pitch as u64) }, |p, w| unsafe {
+    interposer().alloc_pitch(w as u64, h as u64, call, || unsafe { (*dptr, *pitch as u64) }, |p, w| unsafe {
         *dptr = p;
         *pitch = w as usize;
     })
@@ -282,10 +282,10 @@ hook!(cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pitch: *mut c_uint, w: c_uint, 
     }
     // Plain whatever the memory mode, as cuMemAlloc above.
     // SAFETY: as above.
-    engine().alloc_pitch_device(w as u64, h as u64, call, || unsafe { (*dptr as u64, *pitch as u64) })
+    interposer().alloc_pitch_device(w as u64, h as u64, call, || unsafe { (*dptr as u64, *pitch as u64) })
 });
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// `cuIpcGetMemHandle`: memory a memory mode served as managed (the application asked for device
     /// memory) cannot be shared through CUDA IPC, which is defined for device memory only. Refused here
     /// with one documented error, whatever the driver would answer: CUDA_ERROR_NOT_SUPPORTED.
@@ -306,16 +306,16 @@ impl<D: Driver> Engine<'_, D> {
 }
 
 hook!(cuIpcGetMemHandle(handle: *mut CUipcMemHandle, p: CUdeviceptr) {
-    engine().ipc_handle(p, || forward!("cuIpcGetMemHandle", fn(*mut CUipcMemHandle, CUdeviceptr), handle, p))
+    interposer().ipc_handle(p, || forward!("cuIpcGetMemHandle", fn(*mut CUipcMemHandle, CUdeviceptr), handle, p))
 });
 
 hook!(cuMemFree_v2(p: CUdeviceptr) {
-    let e = engine();
+    let e = interposer();
     e.tracked_free(&e.rec.allocs, p, || forward!("cuMemFree_v2", fn(CUdeviceptr), p))
 });
 
 hook!(cuMemFree(p: CUdeviceptr_v1) {
-    let e = engine();
+    let e = interposer();
     e.tracked_free(&e.rec.allocs, p as u64, || forward!("cuMemFree", fn(CUdeviceptr_v1), p))
 });
 
@@ -327,7 +327,7 @@ mod tests {
     #[test]
     fn pitch_is_trued_up_to_what_the_driver_padded() {
         let w = World::new(1 << 20);
-        let e = w.engine();
+        let e = w.interposer();
         // 100 x 10 estimated at 512 x 10; the driver padded rows to 1024
         let r = e.alloc_pitch(100, 10, || 0, || (0x40, 1024), |_, _| panic!());
         assert_eq!(r, CUDA_SUCCESS);
@@ -338,7 +338,7 @@ mod tests {
     #[test]
     fn pitch_that_does_not_fit_once_padded_is_freed_and_refused() {
         let w = World::new(6000);
-        let e = w.engine();
+        let e = w.interposer();
         // the estimate (512 x 10 = 5120) fits; the driver's pitch (1024 x 10) does not
         let r = e.alloc_pitch(100, 10, || 0, || (0x80, 1024), |_, _| panic!());
         assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
@@ -353,7 +353,7 @@ mod tests {
     #[test]
     fn pitch_refused_up_front_never_reaches_the_driver() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         let r = e.alloc_pitch(
             4096,
             4096,
@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn managed_and_plain_are_charged_by_kind() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         e.charged_call(
             &w.rec.allocs,
             Kind::Managed,
@@ -399,7 +399,7 @@ mod tests {
     #[test]
     fn spill_serves_past_the_quota_from_the_budget_and_refunds_exactly() {
         let w = spill_world(1000, 3000);
-        let e = w.engine();
+        let e = w.interposer();
         let out = Cell::new(0);
         // within the quota: the driver's own allocation, as in plain mode
         let r = e.alloc_plain(600, || 0, || 0x10, |_| panic!("not managed"));
@@ -441,7 +441,7 @@ mod tests {
     #[test]
     fn spill_keeps_room_in_the_quota_for_lazily_loaded_code() {
         let w = spill_world(1600, 1 << 20);
-        let e = w.engine();
+        let e = w.interposer();
         let out = Cell::new(0);
         assert_eq!(code_room(1600), 100);
         assert_eq!(code_room(64 << 30), 256 << 20, "at most 256 MiB");
@@ -465,7 +465,7 @@ mod tests {
         assert_eq!(w.used(), 1550);
         // pitch too: 512 x 16 fits the quota of 8192 but not its room of 512; 512 x 15 does
         let w = spill_world(8192, 1 << 20);
-        let e = w.engine();
+        let e = w.interposer();
         let r = e.alloc_pitch(
             100,
             16,
@@ -481,7 +481,7 @@ mod tests {
     #[test]
     fn ipc_of_memory_served_managed_is_refused_and_device_memory_passes() {
         let w = spill_world(1000, 3000);
-        let e = w.engine();
+        let e = w.interposer();
         let out = Cell::new(0);
         assert_eq!(
             e.alloc_plain(600, || 0, || 0x10, |_| panic!()),
@@ -516,7 +516,7 @@ mod tests {
         );
         assert_eq!(asked, 2);
         let o = World::with_memory(1000, MemoryMode::Oversubscribe { reserve: 0 });
-        let e = o.engine();
+        let e = o.interposer();
         assert_eq!(
             e.alloc_plain(100, || panic!(), || 0, |p| out.set(p)),
             CUDA_SUCCESS
@@ -531,7 +531,9 @@ mod tests {
     fn a_spill_the_driver_refuses_gives_the_budget_back() {
         let w = spill_world(100, 1000);
         w.fake.managed_error.set(CUDA_ERROR_INVALID_VALUE);
-        let r = w.engine().alloc_plain(500, || panic!(), || 0, |_| panic!());
+        let r = w
+            .interposer()
+            .alloc_plain(500, || panic!(), || 0, |_| panic!());
         assert_eq!(
             (r, w.used(), w.q.spilled()),
             (CUDA_ERROR_INVALID_VALUE, 0, 0)
@@ -543,7 +545,7 @@ mod tests {
     fn spilled_pitch_memory_gets_padded_rows() {
         let w = spill_world(1000, 1 << 20);
         let got = Cell::new((0, 0));
-        let r = w.engine().alloc_pitch(
+        let r = w.interposer().alloc_pitch(
             100,
             10,
             || panic!(),
@@ -558,7 +560,7 @@ mod tests {
     #[test]
     fn oversubscribe_serves_everything_managed_against_the_quota() {
         let w = World::with_memory(1000, MemoryMode::Oversubscribe { reserve: 100 });
-        let e = w.engine();
+        let e = w.interposer();
         let out = Cell::new(0);
         let r = e.alloc_plain(
             600,

@@ -1,5 +1,5 @@
 //! The driver API hooks, one module per allocation family, and their shared machinery in `common` (the
-//! `hook!` macro, the `Engine`, which quota a call is charged to, the charge / refund / true-up helpers).
+//! `hook!` macro, the `Interposer`, which quota a call is charged to, the charge / refund / true-up helpers).
 //! This file only lists the modules and re-exports the hooks. Every family's own policy lives in its module.
 //!
 //! Adding a hook: write it in its family module with `hook!` and add its name to `libvgpu/abi/symbols.rs`.

@@ -6,15 +6,15 @@ use std::ffi::{c_char, c_uint, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use super::measure::{estimate, Probe};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::Rec;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// Loads a module into `m` with `load` and charges what it measured; unloads it if that does not fit.
     pub(crate) fn module_load(
         &self,
@@ -74,19 +74,19 @@ impl<D: Driver> Engine<'_, D> {
 }
 
 hook!(cuModuleLoad(m: *mut CUmodule, fname: *const c_char) {
-    engine().module_load(m, || forward!("cuModuleLoad", fn(*mut CUmodule, *const c_char), m, fname))
+    interposer().module_load(m, || forward!("cuModuleLoad", fn(*mut CUmodule, *const c_char), m, fname))
 });
 hook!(cuModuleLoadData(m: *mut CUmodule, image: *const c_void) {
-    engine().module_load(m, || forward!("cuModuleLoadData", fn(*mut CUmodule, *const c_void), m, image))
+    interposer().module_load(m, || forward!("cuModuleLoadData", fn(*mut CUmodule, *const c_void), m, image))
 });
 hook!(cuModuleLoadDataEx(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_void, vals: *mut *mut c_void) {
-    engine().module_load(m, || forward!("cuModuleLoadDataEx", fn(*mut CUmodule, *const c_void, c_uint, *mut c_void, *mut *mut c_void), m, image, n, opts, vals))
+    interposer().module_load(m, || forward!("cuModuleLoadDataEx", fn(*mut CUmodule, *const c_void, c_uint, *mut c_void, *mut *mut c_void), m, image, n, opts, vals))
 });
 hook!(cuModuleLoadFatBinary(m: *mut CUmodule, fatbin: *const c_void) {
-    engine().module_load(m, || forward!("cuModuleLoadFatBinary", fn(*mut CUmodule, *const c_void), m, fatbin))
+    interposer().module_load(m, || forward!("cuModuleLoadFatBinary", fn(*mut CUmodule, *const c_void), m, fatbin))
 });
 hook!(cuModuleUnload(m: CUmodule) {
-    let e = engine();
+    let e = interposer();
     let r = e.tracked_free(&e.rec.modules, m as u64, || forward!("cuModuleUnload", fn(CUmodule), m));
     if r == CUDA_SUCCESS && !e.drv.unlimited() {
         e.forget_functions(); // its function handles may come back as another module's
@@ -102,7 +102,7 @@ mod tests {
     fn load(w: &World, module: usize, grow: i64) -> CUresult {
         let mut out: CUmodule = std::ptr::null_mut();
         let p: *mut CUmodule = &mut out;
-        w.engine().module_load(p, || {
+        w.interposer().module_load(p, || {
             w.fake.grow(grow);
             // SAFETY: `p` points at the local `out`.
             unsafe { *p = module as CUmodule };
@@ -117,7 +117,7 @@ mod tests {
         assert_eq!(w.usage(Kind::Module), 2 << 20);
         let rec = w.rec.modules.with(0xe1, |r| r.copied()).unwrap();
         assert_eq!(rec.ctx, w.fake.ctx());
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(
             e.tracked_free(&w.rec.modules, 0xe1, || CUDA_SUCCESS),
             CUDA_SUCCESS
@@ -147,7 +147,7 @@ mod tests {
         let w = World::new(8 << 30);
         let mut out: CUmodule = std::ptr::null_mut();
         let p: *mut CUmodule = &mut out;
-        let r = w.engine().module_load(p, || {
+        let r = w.interposer().module_load(p, || {
             w.fake.grow(2 << 20);
             w.fake.neighbour(90, 1 << 30);
             // SAFETY: `p` points at the local `out`.
@@ -170,7 +170,7 @@ mod tests {
         let lib = |h: usize, grow: i64| {
             let mut out: *mut c_void = std::ptr::null_mut();
             let p: *mut *mut c_void = &mut out;
-            w.engine().library_load(p, || {
+            w.interposer().library_load(p, || {
                 w.fake.grow(grow);
                 // SAFETY: `p` points at the local `out`.
                 unsafe { *p = h as *mut c_void };

@@ -6,7 +6,7 @@ use crate::devices::{self, UuidView};
 use crate::error::Error;
 use crate::ffi::*;
 use crate::guard::guard;
-use crate::real::{real, Lib};
+use crate::real_symbols::{real, Lib};
 use crate::{identity, settings, virt};
 
 /// (limit, container usage) of an NVML device under a quota; Ok(None) without one. From NVML alone: an

@@ -17,11 +17,11 @@ use std::ffi::{c_int, c_uint};
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use crate::driver::Driver;
 use crate::ffi::*;
 use crate::log;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::Rec;
 
 /// `CUmemLocation`, passed by value by the location-based entry points.
@@ -63,7 +63,7 @@ impl Place {
     }
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// The recorded plain or managed allocation holding `p`, by its base: `p` itself first (prefetches
     /// and advice name whole allocations), else every record is looked at.
     fn holding(&self, p: u64) -> Option<(u64, Rec)> {
@@ -196,32 +196,32 @@ fn admitted(check: Result<(), CUresult>, call: impl FnOnce() -> CUresult) -> CUr
 
 hook!(cuMemAdvise(p: CUdeviceptr, count: usize, advice: c_int, dev: CUdevice) {
     let call = || forward!("cuMemAdvise", fn(CUdeviceptr, usize, c_int, CUdevice), p, count, advice, dev);
-    admitted(engine().admit_advice(p, advice, Place::ordinal(dev), "cuMemAdvise"), call)
+    admitted(interposer().admit_advice(p, advice, Place::ordinal(dev), "cuMemAdvise"), call)
 });
 
 hook!(cuMemAdvise_v2(p: CUdeviceptr, count: usize, advice: c_int, loc: CUmemLocation) {
     let call = || forward!("cuMemAdvise_v2", fn(CUdeviceptr, usize, c_int, CUmemLocation), p, count, advice, loc);
-    admitted(engine().admit_advice(p, advice, Place::location(loc), "cuMemAdvise_v2"), call)
+    admitted(interposer().admit_advice(p, advice, Place::location(loc), "cuMemAdvise_v2"), call)
 });
 
 hook!(cuMemPrefetchAsync(p: CUdeviceptr, count: usize, dev: CUdevice, s: CUstream) {
     let call = || forward!("cuMemPrefetchAsync", fn(CUdeviceptr, usize, CUdevice, CUstream), p, count, dev, s);
-    admitted(engine().admit_placement(p, Place::ordinal(dev), "cuMemPrefetchAsync"), call)
+    admitted(interposer().admit_placement(p, Place::ordinal(dev), "cuMemPrefetchAsync"), call)
 });
 
 hook!(cuMemPrefetchAsync_ptsz(p: CUdeviceptr, count: usize, dev: CUdevice, s: CUstream) {
     let call = || forward!("cuMemPrefetchAsync_ptsz", fn(CUdeviceptr, usize, CUdevice, CUstream), p, count, dev, s);
-    admitted(engine().admit_placement(p, Place::ordinal(dev), "cuMemPrefetchAsync_ptsz"), call)
+    admitted(interposer().admit_placement(p, Place::ordinal(dev), "cuMemPrefetchAsync_ptsz"), call)
 });
 
 hook!(cuMemPrefetchAsync_v2(p: CUdeviceptr, count: usize, loc: CUmemLocation, flags: c_uint, s: CUstream) {
     let call = || forward!("cuMemPrefetchAsync_v2", fn(CUdeviceptr, usize, CUmemLocation, c_uint, CUstream), p, count, loc, flags, s);
-    admitted(engine().admit_placement(p, Place::location(loc), "cuMemPrefetchAsync_v2"), call)
+    admitted(interposer().admit_placement(p, Place::location(loc), "cuMemPrefetchAsync_v2"), call)
 });
 
 hook!(cuMemPrefetchAsync_v2_ptsz(p: CUdeviceptr, count: usize, loc: CUmemLocation, flags: c_uint, s: CUstream) {
     let call = || forward!("cuMemPrefetchAsync_v2_ptsz", fn(CUdeviceptr, usize, CUmemLocation, c_uint, CUstream), p, count, loc, flags, s);
-    admitted(engine().admit_placement(p, Place::location(loc), "cuMemPrefetchAsync_v2_ptsz"), call)
+    admitted(interposer().admit_placement(p, Place::location(loc), "cuMemPrefetchAsync_v2_ptsz"), call)
 });
 
 /// The batch entry points' arrays, read as slices (empty where a pointer is null).
@@ -254,7 +254,7 @@ macro_rules! batch_hook {
                 fn(*mut CUdeviceptr, *mut usize, usize, *mut CUmemLocation, *mut usize, usize, u64, CUstream),
                 ptrs, sizes, count, locs, first, nlocs, flags, s
             );
-            let e = engine();
+            let e = interposer();
             if e.drv.unlimited() {
                 return call();
             }
@@ -302,7 +302,7 @@ mod tests {
 
     /// A spilled allocation of `bytes` (the quota is already full of `full` bytes of device memory).
     fn spilled(w: &World, full: u64, bytes: u64) -> u64 {
-        let e = w.engine();
+        let e = w.interposer();
         if full > 0 {
             assert_eq!(
                 e.alloc_plain(full, || 0, || 0x10, |_| panic!()),
@@ -322,7 +322,7 @@ mod tests {
     fn spilled_memory_prefetched_to_the_device_is_refused_while_the_quota_is_full() {
         let w = spill_world(1000, 4000);
         let p = spilled(&w, 900, 700);
-        let e = w.engine();
+        let e = w.interposer();
         let before = (w.used(), w.q.spilled());
         for place in [Place::Device(0), Place::location(DEV0), Place::ordinal(0)] {
             assert_eq!(
@@ -367,7 +367,7 @@ mod tests {
     fn spilled_memory_moves_into_the_quota_when_it_fits_and_is_refunded_from_there() {
         let w = spill_world(1000, 4000);
         let p = spilled(&w, 900, 700);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(e.tracked_free(&w.rec.allocs, 0x10, || 0), CUDA_SUCCESS);
         assert_eq!((w.used(), w.q.spilled()), (0, 700));
         assert_eq!(e.admit_placement(p, Place::location(DEV0), "t"), Ok(()));
@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn managed_memory_may_go_only_to_the_device_whose_quota_holds_it() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         e.charged_call(
             &w.rec.allocs,
             Kind::Managed,
@@ -431,7 +431,7 @@ mod tests {
     #[test]
     fn memory_the_library_never_charged_gets_no_device_under_a_limit() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(
             e.admit_placement(0x5000, Place::Device(0), "t"),
             Err(CUDA_ERROR_INVALID_VALUE)
@@ -449,7 +449,7 @@ mod tests {
     fn a_batch_is_refused_whole_when_one_operation_would_pass_the_quota() {
         let w = spill_world(1000, 4000);
         let p = spilled(&w, 900, 700);
-        let e = w.engine();
+        let e = w.interposer();
         e.charged_call(
             &w.rec.allocs,
             Kind::Managed,

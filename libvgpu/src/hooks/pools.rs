@@ -16,16 +16,16 @@ use std::sync::atomic::Ordering;
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine, Target};
+use super::common::{hook, interposer, Interposer, Target};
 use crate::driver::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::*;
 use crate::quota::DeviceQuota;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::{self, PoolState, Rec};
 use crate::settings::Applies;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// Brings a pool's charge to max(reservation, live allocations).
     pub(crate) fn reconcile_pool(&self, pool: u64) {
         if records::is_dead_pool(pool) {
@@ -381,29 +381,29 @@ fn charge_or_try(q: &DeviceQuota, bytes: u64, last: bool) -> bool {
 }
 
 hook!(cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
-    engine().alloc_async(dptr, bytes as u64, s as usize, false, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+    interposer().alloc_async(dptr, bytes as u64, s as usize, false, || forward!("cuMemAllocAsync", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
 });
 hook!(cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, s: CUstream) {
-    engine().alloc_async(dptr, bytes as u64, s as usize, true, || forward!("cuMemAllocAsync_ptsz", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
+    interposer().alloc_async(dptr, bytes as u64, s as usize, true, || forward!("cuMemAllocAsync_ptsz", fn(*mut CUdeviceptr, usize, CUstream), dptr, bytes, s))
 });
 hook!(cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
-    engine().alloc_from_pool(dptr, bytes as u64, pool as u64, s as usize, false, || forward!("cuMemAllocFromPoolAsync", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+    interposer().alloc_from_pool(dptr, bytes as u64, pool as u64, s as usize, false, || forward!("cuMemAllocFromPoolAsync", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
 });
 hook!(cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, s: CUstream) {
-    engine().alloc_from_pool(dptr, bytes as u64, pool as u64, s as usize, true, || forward!("cuMemAllocFromPoolAsync_ptsz", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
+    interposer().alloc_from_pool(dptr, bytes as u64, pool as u64, s as usize, true, || forward!("cuMemAllocFromPoolAsync_ptsz", fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream), dptr, bytes, pool, s))
 });
 hook!(cuMemFreeAsync(p: CUdeviceptr, s: CUstream) {
-    let e = engine();
+    let e = interposer();
     e.tracked_free(&e.rec.allocs, p, || forward!("cuMemFreeAsync", fn(CUdeviceptr, CUstream), p, s))
 });
 hook!(cuMemFreeAsync_ptsz(p: CUdeviceptr, s: CUstream) {
-    let e = engine();
+    let e = interposer();
     e.tracked_free(&e.rec.allocs, p, || forward!("cuMemFreeAsync_ptsz", fn(CUdeviceptr, CUstream), p, s))
 });
 
 hook!(cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemAllocationPropHead) {
     let r = forward!("cuMemPoolCreate", fn(*mut CUmemoryPool, *const CUmemAllocationPropHead), pool, props);
-    let e = engine();
+    let e = interposer();
     if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() && !e.drv.unlimited() {
         // SAFETY: both non-null; the driver accepted the props and wrote the pool.
         let (p, props) = unsafe { (*pool as u64, &*props) };
@@ -415,25 +415,25 @@ hook!(cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemAllocationProp
 hook!(cuMemPoolDestroy(pool: CUmemoryPool) {
     let r = forward!("cuMemPoolDestroy", fn(CUmemoryPool), pool);
     if r == CUDA_SUCCESS {
-        engine().pool_destroyed(pool as u64);
+        interposer().pool_destroyed(pool as u64);
     }
     r
 });
 
 hook!(cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
     let r = forward!("cuMemPoolTrimTo", fn(CUmemoryPool, usize), pool, keep);
-    if r == CUDA_SUCCESS { engine().reconcile_pool(pool as u64); }
+    if r == CUDA_SUCCESS { interposer().reconcile_pool(pool as u64); }
     r
 });
 
 // After a synchronisation the compute share charges what finished (`compute::synchronized`); one that
 // waited for the newest launch dates its span's end (`compute::syncing`).
-hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(s)), engine().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
-hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(crate::streams::named(s, true))), engine().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
-hook!(cuCtxSynchronize() { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(std::ptr::null_mut())), engine().after_sync(forward!("cuCtxSynchronize", fn()))) });
+hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(s)), interposer().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
+hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(crate::streams::named(s, true))), interposer().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
+hook!(cuCtxSynchronize() { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(std::ptr::null_mut())), interposer().after_sync(forward!("cuCtxSynchronize", fn()))) });
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
-hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(ctx)), engine().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
-hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(false, engine().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(ctx)), interposer().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
+hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(false, interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
 
 #[cfg(test)]
 mod placed_tests;

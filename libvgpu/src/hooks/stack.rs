@@ -6,7 +6,7 @@
 //! what the driver itself answers when it cannot grow the stack — when the growth does not fit. The
 //! launch then finds the stack big enough and grows nothing.
 //!
-//! The kernel launch hooks (`hooks/launch::kernel`) call [`Engine::launch_memory`] with the launched
+//! The kernel launch hooks (`hooks/launch::kernel`) call [`Interposer::launch_memory`] with the launched
 //! handle whenever a memory limit applies, so `cuGetProcAddress` hands them out then even without a
 //! compute share (`interpose::swap_proc`). The stack grown is the launch's stream's context's (pushed
 //! current for the growth when another context is current), never the current context's. A `CUkernel`
@@ -23,7 +23,7 @@ use crate::driver::Driver;
 use crate::ffi::*;
 use crate::records::PLAIN_FUNCS;
 
-use super::common::Engine;
+use super::common::Interposer;
 use super::limits::CU_LIMIT_STACK_SIZE;
 
 /// The stack size of a new context (bytes per thread), as the driver sets it.
@@ -37,7 +37,7 @@ fn plain_slot(func: usize) -> usize {
 /// Where a launch runs: its stream's (device, context), or the driver's error for a stream without one.
 pub(crate) type Home = Result<(CUdevice, usize), CUresult>;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// The local memory per thread of `func`, asked once per function: of a `CUfunction`, or of a
     /// `CUkernel` on the current context's device, else on the launch's device (`home`, asked only then:
     /// with no context current the driver names no device for a `CUkernel`).
@@ -139,7 +139,7 @@ mod tests {
     fn growth_that_does_not_fit_is_refused_before_the_launch() {
         let w = World::new(1 << 30);
         w.fake.func_locals.borrow_mut().insert(0xf0, 16 << 10);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(
             e.stack_admit(0xf0, || Ok((0, e.drv.ctx_current()))),
             Err(CUDA_ERROR_OUT_OF_MEMORY)
@@ -157,7 +157,7 @@ mod tests {
         let w = World::new(8 << 30);
         w.fake.func_locals.borrow_mut().insert(0xf1, 16 << 10);
         w.fake.func_locals.borrow_mut().insert(0xf2, 4 << 10);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(e.stack_admit(0xf1, || Ok((0, e.drv.ctx_current()))), Ok(()));
         let grow = ((16 << 10) - 1024) * THREADS;
         assert_eq!(w.usage(Kind::Context), grow, "charged before the launch");
@@ -179,7 +179,7 @@ mod tests {
         let w = World::new(1 << 30);
         w.fake.func_locals.borrow_mut().insert(0xf6, 16 << 10);
         w.fake.func_locals.borrow_mut().insert(0xf7, 256);
-        let e = w.engine();
+        let e = w.interposer();
         let r = e.launch_memory(
             0xf6,
             || Ok((0, e.drv.ctx_current())),
@@ -198,7 +198,7 @@ mod tests {
         let w = World::new(1 << 30);
         // a CUkernel: the driver gives its size only for a device named by the caller
         w.fake.kernel_locals.borrow_mut().insert(0xf8, 16 << 10);
-        let e = w.engine();
+        let e = w.interposer();
         let ctx = e.drv.ctx_current();
         assert_eq!(
             e.stack_admit(0xf8, || Ok((0, ctx))),
@@ -214,7 +214,7 @@ mod tests {
         let w = World::new(8 << 30);
         w.fake.func_locals.borrow_mut().insert(0xf9, 16 << 10);
         w.fake.func_locals.borrow_mut().insert(0xfa, 256);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(
             e.stack_admit(0xf9, || Err(INVALID_CONTEXT)),
             Err(INVALID_CONTEXT)
@@ -232,7 +232,7 @@ mod tests {
     fn functions_within_the_default_stack_or_without_a_limit_cost_nothing() {
         let w = World::new(1 << 20);
         w.fake.func_locals.borrow_mut().insert(0xf3, 512);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(e.stack_admit(0xf3, || Ok((0, e.drv.ctx_current()))), Ok(()));
         assert_eq!(
             e.stack_admit(0xf4, || Ok((0, e.drv.ctx_current()))),

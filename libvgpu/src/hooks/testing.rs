@@ -3,7 +3,7 @@
 
 use vgpu_ledger::Kind;
 
-use super::common::Engine;
+use super::common::Interposer;
 use crate::driver::fake::FakeDriver;
 use crate::quota::DeviceQuota;
 use crate::records::Records;
@@ -53,8 +53,8 @@ impl World {
         (q, ctx)
     }
 
-    pub(crate) fn engine(&self) -> Engine<'_, FakeDriver> {
-        Engine {
+    pub(crate) fn interposer(&self) -> Interposer<'_, FakeDriver> {
+        Interposer {
             drv: &self.fake,
             rec: &self.rec,
         }

@@ -13,7 +13,7 @@ use std::ffi::{c_uint, c_ushort, c_void};
 use super::common::hook;
 use super::launch::launch;
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 
 type CUarrayH = *mut c_void;
 

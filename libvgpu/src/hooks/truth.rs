@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use vgpu_ledger::Kind;
 
-use super::common::{Engine, Target};
+use super::common::{Interposer, Target};
 use crate::driver::Driver;
 use crate::{log, quota};
 
@@ -30,7 +30,7 @@ pub(crate) fn excess(nvml_own: u64, slot_total: u64, charged: u64) -> u64 {
     nvml_own.saturating_sub(slot_total.saturating_sub(charged))
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// Charges (or gives back) what NVML shows this process holding beyond its slot, rate-limited.
     pub(crate) fn reconcile_truth(&self) {
         let now = quota::millis();
@@ -135,7 +135,7 @@ mod tests {
             .others
             .borrow_mut()
             .insert(w.fake.pid.get() + 1, 4000 * MIB);
-        let e = w.engine();
+        let e = w.interposer();
         e.truth_up();
         assert_eq!(
             w.usage(Kind::Module),
@@ -165,7 +165,7 @@ mod tests {
         let w = World::new(8 << 30);
         w.fake.same_pid_ns.set(false);
         w.fake.own_used.set(1 << 30);
-        w.engine().truth_up();
+        w.interposer().truth_up();
         assert_eq!(w.used(), 0);
     }
 }

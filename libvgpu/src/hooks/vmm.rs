@@ -7,18 +7,18 @@ use std::ffi::c_void;
 
 use vgpu_ledger::Kind;
 
-use super::common::{engine, hook, Engine};
+use super::common::{hook, interposer, Interposer};
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::VmmRec;
 use crate::settings::Applies;
 
 mod shared;
 pub use shared::*;
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// cuMemCreate of `bytes` at a location of type `location_type` (`dev` for device memory).
     pub(crate) fn vmm_create(
         &self,
@@ -142,7 +142,7 @@ impl<D: Driver> Engine<'_, D> {
 
 hook!(cuMemCreate(handle: *mut CUmemGenericAllocationHandle, bytes: usize, prop: *const CUmemAllocationPropHead, flags: u64) {
     let call = || forward!("cuMemCreate", fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationPropHead, u64), handle, bytes, prop, flags);
-    let e = engine();
+    let e = interposer();
     if handle.is_null() || prop.is_null() || e.drv.unlimited() {
         return call();
     }
@@ -153,7 +153,7 @@ hook!(cuMemCreate(handle: *mut CUmemGenericAllocationHandle, bytes: usize, prop:
 });
 
 hook!(cuMemRelease(handle: CUmemGenericAllocationHandle) {
-    engine().vmm_release(handle, || forward!("cuMemRelease", fn(CUmemGenericAllocationHandle), handle))
+    interposer().vmm_release(handle, || forward!("cuMemRelease", fn(CUmemGenericAllocationHandle), handle))
 });
 
 hook!(cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) {
@@ -162,15 +162,15 @@ hook!(cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, add
         return call();
     }
     // SAFETY: non-null, written by the driver when it succeeded (read only then).
-    engine().vmm_retain(call, || unsafe { *handle })
+    interposer().vmm_retain(call, || unsafe { *handle })
 });
 
 hook!(cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) {
-    engine().vmm_map(ptr, size as u64, handle, || forward!("cuMemMap", fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64), ptr, size, offset, handle, flags))
+    interposer().vmm_map(ptr, size as u64, handle, || forward!("cuMemMap", fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64), ptr, size, offset, handle, flags))
 });
 
 hook!(cuMemUnmap(ptr: CUdeviceptr, size: usize) {
-    engine().vmm_unmap(ptr, size as u64, || forward!("cuMemUnmap", fn(CUdeviceptr, usize), ptr, size))
+    interposer().vmm_unmap(ptr, size as u64, || forward!("cuMemUnmap", fn(CUdeviceptr, usize), ptr, size))
 });
 
 #[cfg(test)]
@@ -181,7 +181,7 @@ mod tests {
     const H: u64 = 0x11;
 
     fn create(w: &World, bytes: u64, handle: u64) -> CUresult {
-        w.engine().vmm_create(
+        w.interposer().vmm_create(
             bytes,
             CU_MEM_LOCATION_TYPE_DEVICE,
             0,
@@ -198,14 +198,14 @@ mod tests {
         assert_eq!(w.usage(Kind::Vmm), 600);
         assert_eq!(w.rec.vmm.with(H, |r| r.map(|r| r.rec.ctx)), Some(0));
         assert_eq!(create(&w, 600, H + 1), CUDA_ERROR_OUT_OF_MEMORY);
-        assert_eq!(w.engine().vmm_release(H, || CUDA_SUCCESS), CUDA_SUCCESS);
+        assert_eq!(w.interposer().vmm_release(H, || CUDA_SUCCESS), CUDA_SUCCESS);
         assert_eq!(w.used(), 0);
     }
 
     #[test]
     fn host_memory_is_nobodys_quota() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         assert_eq!(e.vmm_create(1 << 30, 2, 0, || 0, || 0x13), CUDA_SUCCESS);
         assert_eq!(w.used(), 0);
         assert!(w.rec.vmm.keys().is_empty());
@@ -214,7 +214,7 @@ mod tests {
     #[test]
     fn released_while_mapped_stays_charged_until_unmapped() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         create(&w, 600, H);
         e.vmm_map(0x7000_0000, 600, H, || CUDA_SUCCESS);
         e.vmm_release(H, || CUDA_SUCCESS);
@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn a_retained_reference_released_again_changes_nothing() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         create(&w, 600, H);
         e.vmm_map(0x7000_0000, 600, H, || CUDA_SUCCESS);
         e.vmm_retain(|| CUDA_SUCCESS, || H);
@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn one_unmap_over_several_mappings_drops_each_and_failures_change_nothing() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         create(&w, 200, H);
         create(&w, 300, H + 1);
         e.vmm_map(0x1000, 600, H, || CUDA_SUCCESS);
@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn handles_that_are_not_ours_are_left_alone() {
         let w = World::new(1000);
-        let e = w.engine();
+        let e = w.interposer();
         // an imported (IPC) handle mapped here is another process's memory
         e.vmm_map(0x3000, 600, 0x99, || CUDA_SUCCESS);
         e.vmm_unmap(0x3000, 0x100, || CUDA_SUCCESS);

@@ -150,7 +150,7 @@ pub struct Records {
     /// Graph -> bytes of the alloc nodes added to it, per device.
     pub graph_needs: Table<Needs>,
     /// Graph exec -> what it runs, for the compute share's solo time (`compute::solo`); only under a share.
-    pub graph_work: Table<std::sync::Arc<crate::solo::Composition>>,
+    pub graph_work: Table<std::sync::Arc<crate::launch_charge::Composition>>,
     /// Context -> what `cuCtxSetLimit` and the driver's own stack growth were charged for each of the
     /// three limits that are device memory (`hooks/limits`).
     pub limit_extras: Table<[u64; 3]>,

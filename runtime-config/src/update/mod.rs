@@ -84,7 +84,7 @@ impl UpdateArgs {
         )?;
         let nvml = cfg.nvml_library.clone();
         let outcome = update(&root, Policy::of(&cfg), &self.id, &req, || {
-            vgpu_oci::nvml::list_gpus(&nvml).map_err(anyhow::Error::from)
+            vgpu_oci::host_gpus::list_gpus(&nvml).map_err(anyhow::Error::from)
         })?;
         if self.json {
             serde_json::to_writer_pretty(&mut *out, &outcome)?;

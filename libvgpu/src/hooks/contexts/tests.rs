@@ -9,7 +9,7 @@ use crate::hooks::measure::PROCESS_SLACK;
 fn create(w: &World, ctx: usize, grow: i64) -> CUresult {
     let mut out: CUcontext = std::ptr::null_mut();
     let p: *mut CUcontext = &mut out;
-    w.engine().ctx_create(p, 0, || {
+    w.interposer().ctx_create(p, 0, || {
         w.fake.grow(grow);
         // SAFETY: `p` points at the local `out`.
         unsafe { *p = ctx as CUcontext };
@@ -31,7 +31,7 @@ fn the_measurement_excludes_what_the_ledger_recorded_meanwhile() {
     // another process of the container allocated 100 MiB during the creation
     let mut out: CUcontext = std::ptr::null_mut();
     let p: *mut CUcontext = &mut out;
-    w.engine().ctx_create(p, 0, || {
+    w.interposer().ctx_create(p, 0, || {
         w.fake.grow(400 << 20);
         assert!(w.q.charge(Kind::Data, 100 << 20));
         // SAFETY: `p` points at the local `out`.
@@ -63,7 +63,7 @@ fn a_failed_creation_charges_nothing() {
     let w = World::new(1 << 30);
     let mut out: CUcontext = std::ptr::null_mut();
     let r = w
-        .engine()
+        .interposer()
         .ctx_create(&mut out, 0, || CUDA_ERROR_INVALID_VALUE);
     assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
     assert_eq!(w.used(), 0);
@@ -73,7 +73,7 @@ fn a_failed_creation_charges_nothing() {
 fn destroying_a_context_gives_back_everything_recorded_in_it() {
     let w = World::new(1 << 30);
     create(&w, 0xc5, 10 << 20);
-    let e = w.engine();
+    let e = w.interposer();
     w.rec.allocs.insert(1, Rec::new(0, Kind::Data, 5, 0xc5));
     w.rec.arrays.insert(2, Rec::new(0, Kind::Array, 7, 0xc5));
     w.rec.modules.insert(3, Rec::new(0, Kind::Module, 9, 0xc5));
@@ -89,7 +89,7 @@ fn destroying_a_context_gives_back_everything_recorded_in_it() {
 #[test]
 fn a_pool_allocation_of_a_gone_context_goes_back_to_its_pool() {
     let w = World::new(1 << 30);
-    let e = w.engine();
+    let e = w.interposer();
     e.pool_created(0x50, CU_MEM_LOCATION_TYPE_DEVICE, 0);
     w.rec.pools.with(0x50, |p| p.unwrap().outstanding = 64);
     w.rec.allocs.insert(
@@ -108,7 +108,7 @@ fn a_pool_allocation_of_a_gone_context_goes_back_to_its_pool() {
 fn retain(w: &World, grow: i64) -> CUresult {
     let mut out: CUcontext = std::ptr::null_mut();
     let p: *mut CUcontext = &mut out;
-    w.engine().primary_retain(p, 0, || {
+    w.interposer().primary_retain(p, 0, || {
         w.fake.grow(grow);
         w.fake.primary.borrow_mut().insert(0, (0xd0, true));
         // SAFETY: `p` points at the local `out`.
@@ -123,7 +123,7 @@ fn only_the_first_retain_of_the_primary_context_is_charged_and_the_last_release_
     assert_eq!(retain(&w, 500 << 20), CUDA_SUCCESS);
     assert_eq!(retain(&w, 0), CUDA_SUCCESS);
     assert_eq!(w.usage(Kind::Context), 500 << 20);
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(e.primary_release(0, || CUDA_SUCCESS, false), CUDA_SUCCESS);
     assert_eq!(w.used(), 500 << 20, "one retain is left");
     assert_eq!(e.primary_release(0, || CUDA_SUCCESS, false), CUDA_SUCCESS);
@@ -136,7 +136,7 @@ fn a_reset_ends_the_primary_context_whatever_its_count() {
     retain(&w, 100 << 20);
     retain(&w, 0);
     assert_eq!(
-        w.engine().primary_release(0, || CUDA_SUCCESS, true),
+        w.interposer().primary_release(0, || CUDA_SUCCESS, true),
         CUDA_SUCCESS
     );
     assert_eq!(w.used(), 0);
@@ -159,7 +159,7 @@ fn a_primary_context_that_does_not_fit_is_released_and_refused() {
 fn create_noisy(w: &World, ctx: usize, grow: i64, pid: u32, noise: i64) -> CUresult {
     let mut out: CUcontext = std::ptr::null_mut();
     let p: *mut CUcontext = &mut out;
-    w.engine().ctx_create(p, 0, || {
+    w.interposer().ctx_create(p, 0, || {
         w.fake.neighbour(pid, noise / 2);
         w.fake.grow(grow);
         w.fake.ctx_devices.borrow_mut().insert(ctx, 0);
@@ -268,7 +268,7 @@ fn without_nvml_or_a_prior_context_the_first_context_is_bounded() {
 fn create_green(w: &World, green: usize, ctx: usize, grow: i64) -> CUresult {
     let mut out: *mut c_void = std::ptr::null_mut();
     let p: *mut *mut c_void = &mut out;
-    w.engine().create_measured(
+    w.interposer().create_measured(
         p.cast(),
         0,
         CtxKind::Green,

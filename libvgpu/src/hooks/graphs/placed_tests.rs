@@ -28,7 +28,7 @@ fn nodes_on_another_device_are_held_to_that_devices_quota() {
     let w = World::new(4096 * MIB);
     let (q1, _) = w.add_device(1, 1024 * MIB);
     graph(&w, 4, 600 * MIB, Place::Device(1));
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(
         e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH),
         CUDA_SUCCESS
@@ -58,7 +58,7 @@ fn each_device_is_charged_its_own_nodes_and_settled_to_its_own_reservation() {
         .insert(0x30, Place::Device(0));
     // no context current at all: the nodes say where
     w.fake.set_current(0);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     let r = e.graph_run(EXEC, || {
         assert_eq!((w.used(), q1.used()), (100 * MIB, 600 * MIB));
@@ -92,7 +92,7 @@ fn a_refusal_on_one_device_gives_back_what_another_was_precharged() {
         .unwrap()
         .push(0x30);
     w.fake.alloc_nodes.borrow_mut().insert(0x30, 100 * MIB);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     assert_eq!(
         e.graph_run(EXEC, || panic!("launched")),
@@ -107,7 +107,7 @@ fn what_was_added_is_kept_per_device_when_the_nodes_cannot_be_walked() {
     let (q1, _) = w.add_device(1, 512 * MIB);
     w.rec.graph_needs.insert(GRAPH as u64, vec![(1, 600 * MIB)]);
     w.fake.graph_mem.borrow_mut().insert(1, (0, 0));
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     assert_eq!(
         e.graph_run(EXEC, || panic!("launched")),
@@ -121,7 +121,7 @@ fn what_was_added_is_kept_per_device_when_the_nodes_cannot_be_walked() {
 fn a_node_whose_device_cannot_be_told_is_refused() {
     let w = World::new(1024 * MIB);
     graph(&w, 1, MIB, Place::Unknown);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     assert_eq!(
         e.graph_run(EXEC, || panic!("launched")),

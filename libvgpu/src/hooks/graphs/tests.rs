@@ -19,7 +19,7 @@ fn the_need_is_the_walk_else_what_was_added() {
     let w = World::new(1000);
     graph(&w);
     w.rec.graph_needs.insert(GRAPH as u64, vec![(0, 800)]);
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(
         e.graph_need(GRAPH),
         500,
@@ -104,14 +104,14 @@ fn a_walked_chain_needs_its_peak() {
         .deps
         .borrow_mut()
         .extend([(2, vec![1]), (3, vec![2]), (4, vec![3])]);
-    assert_eq!(w.engine().graph_need(0x800), 400);
+    assert_eq!(w.interposer().graph_need(0x800), 400);
 }
 
 #[test]
 fn a_launch_charges_the_need_then_settles_to_the_reservation() {
     let w = World::new(1000);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(
         e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH),
         CUDA_SUCCESS
@@ -134,7 +134,7 @@ fn a_launch_charges_the_need_then_settles_to_the_reservation() {
 fn a_launch_while_another_is_pending_is_charged_on_top_never_under() {
     let w = World::new(800);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     e.graph_instantiated(CUDA_SUCCESS, EXEC + 1, GRAPH);
     let r = e.graph_run(EXEC, || {
@@ -158,7 +158,7 @@ fn a_launch_while_another_is_pending_is_charged_on_top_never_under() {
 fn two_launches_in_progress_never_count_the_same_unused_reservation() {
     let w = World::new(800);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     e.graph_instantiated(CUDA_SUCCESS, EXEC + 1, GRAPH);
     // a first launch reserved 512 and finished with it: the reservation is unused
@@ -184,7 +184,7 @@ fn two_launches_in_progress_never_count_the_same_unused_reservation() {
 fn a_pre_charge_survives_another_launch_settling_meanwhile() {
     let w = World::new(2000);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     e.graph_instantiated(CUDA_SUCCESS, EXEC + 1, GRAPH);
     e.graph_run(EXEC, || {
@@ -211,7 +211,7 @@ fn child_graphs_are_walked() {
     w.fake.graphs.borrow_mut().insert(0x900, vec![9, 10]);
     w.fake.child_graphs.borrow_mut().insert(10, GRAPH);
     w.fake.alloc_nodes.borrow_mut().insert(9, 100);
-    assert_eq!(w.engine().graph_need(0x900), 600);
+    assert_eq!(w.interposer().graph_need(0x900), 600);
 }
 
 #[test]
@@ -220,19 +220,19 @@ fn a_child_graph_that_cannot_be_walked_falls_back_to_what_was_added() {
     w.fake.graphs.borrow_mut().insert(0x900, vec![10]);
     w.fake.child_graphs.borrow_mut().insert(10, 0x901);
     w.rec.graph_needs.insert(0x900, vec![(0, 300)]);
-    assert_eq!(w.engine().graph_need(0x900), 300);
+    assert_eq!(w.interposer().graph_need(0x900), 300);
 }
 
 #[test]
 fn an_upload_at_instantiation_is_charged_before_the_driver_reserves() {
     let w = World::new(400);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     let r = e.graph_instantiate_upload(GRAPH, || panic!("instantiated"), || EXEC);
     assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY, "500 needed under a 400 quota");
     let w = World::new(1000);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     let r = e.graph_instantiate_upload(
         GRAPH,
         || {
@@ -254,7 +254,7 @@ fn an_upload_at_instantiation_is_charged_before_the_driver_reserves() {
 fn a_launch_over_the_quota_is_refused_before_the_driver() {
     let w = World::new(400);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     assert_eq!(
         e.graph_run(EXEC, || panic!("launched")),
@@ -267,7 +267,7 @@ fn a_launch_over_the_quota_is_refused_before_the_driver() {
 fn a_trim_refunds_what_the_reservation_shrinks_by() {
     let w = World::new(1000);
     graph(&w);
-    let e = w.engine();
+    let e = w.interposer();
     e.graph_instantiated(CUDA_SUCCESS, EXEC, GRAPH);
     e.graph_run(EXEC, || {
         w.fake.graph_mem.borrow_mut().insert(0, (512, 0));
@@ -281,7 +281,7 @@ fn a_trim_refunds_what_the_reservation_shrinks_by() {
 #[test]
 fn execs_not_instantiated_under_a_quota_pass_through() {
     let w = World::new(10);
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(e.graph_run(0x1234, || CUDA_SUCCESS), CUDA_SUCCESS);
     assert_eq!(
         e.graph_instantiated(CUDA_ERROR_INVALID_VALUE, EXEC, GRAPH),
@@ -292,7 +292,7 @@ fn execs_not_instantiated_under_a_quota_pass_through() {
 
 #[test]
 fn a_graphs_composition_is_its_kernels_through_child_graphs_with_memory_nodes_free() {
-    use crate::solo::{KernelRef, Memsets};
+    use crate::launch_charge::{KernelRef, Memsets};
     let w = World::new(1000);
     graph(&w); // nodes 1 (alloc), 2 (other: free here), 3 (alloc)
     let k = KernelRef {
@@ -312,7 +312,7 @@ fn a_graphs_composition_is_its_kernels_through_child_graphs_with_memory_nodes_fr
         .borrow_mut()
         .extend([(4, k), (5, k), (7, k), (8, k)]);
     w.fake.child_graphs.borrow_mut().insert(6, 0x610);
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(
         e.graph_composition(GRAPH),
         Composition::Kernels(vec![(k, 4)], Memsets::default())

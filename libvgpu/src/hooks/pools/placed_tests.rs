@@ -56,7 +56,7 @@ impl<'a> Pool<'a> {
         let out: *mut CUdeviceptr = &mut ptr;
         let r = self
             .w
-            .engine()
+            .interposer()
             .alloc_from_pool(out, bytes, self.handle, STREAM, false, || {
                 self.driver_alloc(out, bytes)
             });
@@ -69,14 +69,14 @@ impl<'a> Pool<'a> {
         let out: *mut CUdeviceptr = &mut ptr;
         let r = self
             .w
-            .engine()
+            .interposer()
             .alloc_async(out, bytes, STREAM, false, || self.driver_alloc(out, bytes));
         (r == CUDA_SUCCESS).then_some(ptr).ok_or(r)
     }
 
     /// cuMemFreeAsync through the policy: the memory stays reserved.
     fn free(&self, ptr: u64, bytes: u64) {
-        let e = self.w.engine();
+        let e = self.w.interposer();
         assert_eq!(
             e.tracked_free(&self.w.rec.allocs, ptr, || CUDA_SUCCESS),
             CUDA_SUCCESS
@@ -96,7 +96,7 @@ impl<'a> Pool<'a> {
 
 /// A plain allocation of `bytes` in the current context through the policy.
 fn plain(w: &World, bytes: u64) -> CUresult {
-    let e = w.engine();
+    let e = w.interposer();
     e.charged_call(
         &w.rec.allocs,
         Kind::Data,
@@ -166,7 +166,7 @@ fn a_pool_allocation_is_not_refused_while_another_pools_freed_memory_would_fit()
     let w = World::new(1024 * MIB);
     let a = Pool::new(&w, 0x5300);
     let b = Pool::new(&w, 0x5400);
-    let e = w.engine();
+    let e = w.interposer();
     e.pool_created(a.handle, CU_MEM_LOCATION_TYPE_DEVICE, 0);
     e.pool_created(b.handle, CU_MEM_LOCATION_TYPE_DEVICE, 0);
     let p = a.alloc(900 * MIB).unwrap();
@@ -209,7 +209,7 @@ fn another_devices_pool_is_charged_to_that_device_and_reconciled_there() {
     // the trim's reconciliation gives back to device 1
     d.free(p, 700 * MIB);
     w.fake.pool_reserved.borrow_mut().insert(d.handle, 0);
-    w.engine().reconcile_pool(d.handle);
+    w.interposer().reconcile_pool(d.handle);
     assert_eq!((w.used(), q1.used()), (0, 0));
 }
 
@@ -221,7 +221,7 @@ fn a_pool_whose_place_is_unknown_is_refused_and_a_host_pool_is_not_charged() {
     let mut called = false;
     let mut ptr: CUdeviceptr = 0;
     let r = w
-        .engine()
+        .interposer()
         .alloc_from_pool(&mut ptr, MIB, d.handle, STREAM, false, || {
             called = true;
             CUDA_SUCCESS

@@ -37,18 +37,21 @@ impl<'a> DriverPool<'a> {
     fn alloc(&self, bytes: u64) -> Result<u64, CUresult> {
         let mut ptr: CUdeviceptr = 0;
         let out: *mut CUdeviceptr = &mut ptr;
-        let r = self.w.engine().alloc_async(out, bytes, STREAM, false, || {
-            let live = self.live.get() + bytes;
-            self.live.set(live);
-            let mut res = self.w.fake.pool_reserved.borrow_mut();
-            let r = res.get_mut(&POOL).unwrap();
-            *r = (*r).max(live.div_ceil(CHUNK) * CHUNK);
-            let p = self.next.get();
-            self.next.set(p + bytes.max(1));
-            // SAFETY: `out` points at the local `ptr`.
-            unsafe { *out = p };
-            CUDA_SUCCESS
-        });
+        let r = self
+            .w
+            .interposer()
+            .alloc_async(out, bytes, STREAM, false, || {
+                let live = self.live.get() + bytes;
+                self.live.set(live);
+                let mut res = self.w.fake.pool_reserved.borrow_mut();
+                let r = res.get_mut(&POOL).unwrap();
+                *r = (*r).max(live.div_ceil(CHUNK) * CHUNK);
+                let p = self.next.get();
+                self.next.set(p + bytes.max(1));
+                // SAFETY: `out` points at the local `ptr`.
+                unsafe { *out = p };
+                CUDA_SUCCESS
+            });
         if r == CUDA_SUCCESS {
             Ok(ptr)
         } else {
@@ -58,7 +61,7 @@ impl<'a> DriverPool<'a> {
 
     /// cuMemFreeAsync through the policy (the reservation stays until a trim).
     fn free(&self, ptr: u64, bytes: u64) {
-        let e = self.w.engine();
+        let e = self.w.interposer();
         assert_eq!(
             e.tracked_free(&self.w.rec.allocs, ptr, || CUDA_SUCCESS),
             CUDA_SUCCESS
@@ -112,7 +115,7 @@ fn a_free_refunds_at_the_next_reconciliation_after_the_trim() {
     let d = DriverPool::new(&w);
     let p = d.alloc(4 * MIB).unwrap();
     d.free(p, 4 * MIB);
-    let e = w.engine();
+    let e = w.interposer();
     e.after_sync(CUDA_SUCCESS);
     assert_eq!(
         w.used(),
@@ -130,7 +133,7 @@ fn a_trim_never_refunds_below_live_allocations() {
     let d = DriverPool::new(&w);
     d.alloc(4 * MIB).unwrap();
     w.fake.pool_reserved.borrow_mut().insert(POOL, 0); // a (wrong) reading of zero
-    w.engine().reconcile_pool(POOL);
+    w.interposer().reconcile_pool(POOL);
     assert_eq!(w.used(), 4 * MIB);
 }
 
@@ -140,7 +143,7 @@ fn a_driver_failure_after_the_charge_gives_it_back() {
     DriverPool::new(&w);
     let mut ptr: CUdeviceptr = 0;
     let r = w
-        .engine()
+        .interposer()
         .alloc_async(&mut ptr, MIB, STREAM, false, || CUDA_ERROR_OUT_OF_MEMORY);
     assert_eq!(r, CUDA_ERROR_OUT_OF_MEMORY);
     assert_eq!(w.used(), 0);
@@ -158,7 +161,7 @@ fn refused_before_the_driver_when_the_size_alone_does_not_fit() {
     DriverPool::new(&w);
     let mut ptr: CUdeviceptr = 0;
     let r = w
-        .engine()
+        .interposer()
         .alloc_async(&mut ptr, 11 * MIB, STREAM, false, || {
             panic!("driver called")
         });
@@ -168,7 +171,7 @@ fn refused_before_the_driver_when_the_size_alone_does_not_fit() {
 #[test]
 fn host_pools_and_captured_streams_are_not_charged() {
     let w = World::new(10 * MIB);
-    let e = w.engine();
+    let e = w.interposer();
     e.pool_created(0x6000, 2 /* host */, 0);
     let mut ptr: CUdeviceptr = 0;
     assert_eq!(
@@ -192,7 +195,7 @@ fn host_pools_and_captured_streams_are_not_charged() {
 #[test]
 fn an_explicit_pool_charges_the_device_it_was_created_on() {
     let w = World::new(100 * MIB);
-    let e = w.engine();
+    let e = w.interposer();
     e.pool_created(0x7000, CU_MEM_LOCATION_TYPE_DEVICE, 0);
     w.fake.set_current(0); // no current context: the pool's own device still counts
     let mut ptr: CUdeviceptr = 0;
@@ -212,7 +215,7 @@ fn destroying_a_pool_without_live_allocations_refunds_its_charge() {
     let d = DriverPool::new(&w);
     let p = d.alloc(MIB).unwrap();
     d.free(p, MIB);
-    w.engine().pool_destroyed(POOL);
+    w.interposer().pool_destroyed(POOL);
     assert_eq!(w.used(), 0);
 }
 
@@ -221,7 +224,7 @@ fn a_destroyed_pool_stays_charged_while_its_allocations_live() {
     let w = World::new(100 * MIB);
     let d = DriverPool::new(&w);
     let (a, b) = (d.alloc(MIB).unwrap(), d.alloc(MIB).unwrap());
-    let e = w.engine();
+    let e = w.interposer();
     e.pool_destroyed(POOL);
     e.after_sync(CUDA_SUCCESS);
     assert_eq!(
@@ -249,7 +252,7 @@ fn a_destroyed_pool_stays_charged_while_its_allocations_live() {
 #[test]
 fn broken_configuration_refuses_and_no_limit_forwards() {
     let w = World::new(MIB);
-    let e = w.engine();
+    let e = w.interposer();
     let mut ptr: CUdeviceptr = 0;
     w.fake.set_applies(Applies::Broken);
     assert_eq!(
@@ -272,7 +275,7 @@ fn charged_to_the_streams_device_not_the_current_contexts() {
     w.fake.stream_devices.borrow_mut().insert(0x88, 1);
     w.fake.device_pools.borrow_mut().insert(1, 0x5100);
     let mut ptr: CUdeviceptr = 0;
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(
         e.alloc_async(&mut ptr, 64 * MIB, 0x88, false, || CUDA_SUCCESS),
         CUDA_SUCCESS

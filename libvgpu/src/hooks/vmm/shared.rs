@@ -15,11 +15,11 @@ use std::ffi::{c_int, c_void};
 
 use vgpu_ledger::Kind;
 
-use super::super::common::{engine, hook, Engine, Target};
+use super::super::common::{hook, interposer, Interposer, Target};
 use crate::driver::{Driver, Place};
 use crate::error::Error;
 use crate::ffi::*;
-use crate::real::forward;
+use crate::real_symbols::forward;
 use crate::records::{Rec, VmmRec};
 
 /// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: the shareable handle is a file descriptor.
@@ -36,7 +36,7 @@ pub(crate) fn fd_identity(fd: c_int) -> Option<u64> {
     Some((st.st_ino as u64) ^ (st.st_dev as u64).rotate_left(40) | 1)
 }
 
-impl<D: Driver> Engine<'_, D> {
+impl<D: Driver> Interposer<'_, D> {
     /// cuMemExportToShareableHandle of `handle` succeeded; `identity`: its descriptor's, for an fd.
     pub(crate) fn vmm_exported(&self, handle: u64, identity: Option<u64>) {
         if let Some(id) = identity {
@@ -145,7 +145,7 @@ impl<D: Driver> Engine<'_, D> {
 
 hook!(cuMemExportToShareableHandle(shareable: *mut c_void, handle: CUmemGenericAllocationHandle, kind: c_int, flags: u64) {
     let r = forward!("cuMemExportToShareableHandle", fn(*mut c_void, CUmemGenericAllocationHandle, c_int, u64), shareable, handle, kind, flags);
-    let e = engine();
+    let e = interposer();
     if r == CUDA_SUCCESS && kind == POSIX_FD && !shareable.is_null() && !e.drv.unlimited() {
         // SAFETY: non-null; for a POSIX descriptor the driver wrote an int there.
         let fd = unsafe { *(shareable as *const c_int) };
@@ -162,7 +162,7 @@ hook!(cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, 
     // A POSIX descriptor is passed as the pointer's value.
     let identity = (kind == POSIX_FD).then(|| fd_identity(os_handle as usize as c_int)).flatten();
     // SAFETY: non-null, written by the driver when it succeeded (read only then).
-    engine().vmm_import(identity, call, || unsafe { *handle })
+    interposer().vmm_import(identity, call, || unsafe { *handle })
 });
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ const IMPORTED: u64 = 0x31;
 const FD_ID: u64 = 0xabc1;
 
 fn create(w: &World, bytes: u64, handle: u64) -> CUresult {
-    w.engine().vmm_create(
+    w.interposer().vmm_create(
         bytes,
         CU_MEM_LOCATION_TYPE_DEVICE,
         0,
@@ -20,7 +20,8 @@ fn create(w: &World, bytes: u64, handle: u64) -> CUresult {
 }
 
 fn import(w: &World, identity: Option<u64>, handle: u64) -> CUresult {
-    w.engine().vmm_import(identity, || CUDA_SUCCESS, || handle)
+    w.interposer()
+        .vmm_import(identity, || CUDA_SUCCESS, || handle)
 }
 
 // Regression (issue 23 item 5, H100): create -> export to a POSIX fd -> import -> release the charged
@@ -28,7 +29,7 @@ fn import(w: &World, identity: Option<u64>, handle: u64) -> CUresult {
 #[test]
 fn create_export_import_release_original_stays_charged() {
     let w = World::new(1024 * MIB);
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(create(&w, 600 * MIB, H), CUDA_SUCCESS);
     e.vmm_exported(H, Some(FD_ID));
     assert_eq!(import(&w, Some(FD_ID), IMPORTED), CUDA_SUCCESS);
@@ -58,7 +59,7 @@ fn create_export_import_release_original_stays_charged() {
 #[test]
 fn the_ordinary_release_refunds_exported_or_not() {
     let w = World::new(1024 * MIB);
-    let e = w.engine();
+    let e = w.interposer();
     create(&w, 600 * MIB, H);
     e.vmm_release(H, || CUDA_SUCCESS);
     assert_eq!(w.used(), 0);
@@ -85,7 +86,7 @@ fn another_processs_memory_is_charged_to_the_importer_by_what_it_maps() {
         .handle_places
         .borrow_mut()
         .insert(IMPORTED, Place::Device(1));
-    let e = w.engine();
+    let e = w.interposer();
     assert_eq!(import(&w, Some(0x5eed), IMPORTED), CUDA_SUCCESS);
     assert_eq!(
         e.vmm_map(0x8000_0000, 2048 * MIB, IMPORTED, || panic!("mapped")),

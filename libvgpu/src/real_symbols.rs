@@ -130,7 +130,7 @@ macro_rules! real {
             Ok(c) => c,
             Err(_) => panic!("symbol name"),
         };
-        let p = $crate::real::resolve_cached(&CACHE, $lib, NAME);
+        let p = $crate::real_symbols::resolve_cached(&CACHE, $lib, NAME);
         if p == 0 {
             None
         } else {
@@ -145,8 +145,8 @@ pub(crate) use real;
 /// `forward!("cuMemFree_v2", fn(CUdeviceptr), p)`. CUDA_ERROR_NOT_FOUND when the driver lacks it.
 macro_rules! forward {
     ($name:literal, fn($($t:ty),*) $(, $a:expr)*) => {
-        match $crate::real::real!(
-            $crate::real::Lib::Cuda,
+        match $crate::real_symbols::real!(
+            $crate::real_symbols::Lib::Cuda,
             $name,
             unsafe extern "C" fn($($t),*) -> $crate::ffi::CUresult
         ) {
