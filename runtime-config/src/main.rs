@@ -296,7 +296,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         s.share_window.as_secs(),
         s.share_tolerance
     );
-    vgpu_monitor::run(m, listener, s.interval)
+    Ok(vgpu_monitor::run(m, listener, s.interval)?)
 }
 
 /// Names Docker's containers in `status` when dockerd's socket is there (DOCKER_HOST's, else the default);
