@@ -13,7 +13,6 @@
 //! its `http1` and `server` features it adds little to vgpuctl. axum's router is not needed for three paths.
 
 use crate::{log, Monitor};
-use anyhow::Result;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
@@ -23,6 +22,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::io::Result;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -24,7 +24,6 @@ pub mod share_wall;
 pub mod state;
 pub mod watchdog;
 
-use anyhow::Result;
 use metrics::WatchdogView;
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -298,7 +297,7 @@ impl Monitor {
     /// SIGKILLs `p`, attributed to container `c`, if it is still that process and still the container's,
     /// through a pidfd (`procs::kill_checked`): the same start time, the container's as `/proc` shows it
     /// now, and the container's init still alive. A PID reused since NVML listed it is left alone.
-    fn kill(&self, r: &Reading, c: usize, p: &watchdog::TrueProc) -> Result<()> {
+    fn kill(&self, r: &Reading, c: usize, p: &watchdog::TrueProc) -> Result<(), procs::KillError> {
         let seen = procs::HostProc {
             pid: p.pid,
             start_time: p.start_time,
@@ -377,9 +376,25 @@ fn describe(f: &Finding, r: &Reading) -> String {
     }
 }
 
+/// Why the monitor stopped (it runs until one of these).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// SIGTERM and SIGINT could not be blocked for the thread that waits for them.
+    #[error(transparent)]
+    Signals(#[from] nix::errno::Errno),
+    /// A thread (the collector, or the one that waits for the stop signals) could not be started, or the
+    /// HTTP server stopped.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Collects (and runs the watchdog) every `interval` and serves `GET /metrics` and `GET /healthz` on
 /// `listener` (`http`); returns only on error.
-pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> Result<()> {
+pub fn run(
+    monitor: Arc<Monitor>,
+    listener: TcpListener,
+    interval: Duration,
+) -> Result<(), RunError> {
     // SIGTERM and SIGINT are taken by a thread of their own (blocked here, before any thread starts, so
     // every thread inherits the mask): what the share wall froze is thawed before the monitor exits.
     use nix::sys::signal::{SigSet, Signal};
@@ -406,12 +421,12 @@ pub fn run(monitor: Arc<Monitor>, listener: TcpListener, interval: Duration) -> 
             m.share.sleep(interval);
             m.collect();
         })?;
-    http::serve(
+    Ok(http::serve(
         monitor,
         listener,
         http::LIMITS,
         interval * 3 + Duration::from_secs(30),
-    )
+    )?)
 }
 
 #[cfg(test)]

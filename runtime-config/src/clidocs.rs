@@ -2,9 +2,22 @@
 //! vgpu-container-runtime, generated from their clap definitions (`vgpu_oci::cli` for the hook and the
 //! shim) so they never drift from the binaries. `make package` runs the hidden `vgpuctl generate-docs DIR`
 //! and ships the result in the .deb and .rpm.
-use anyhow::{Context, Result};
 use clap_complete::Shell;
 use std::path::{Path, PathBuf};
+
+/// Why the docs were not all written: the file or folder, and the system's reason.
+#[derive(Debug, thiserror::Error)]
+pub enum DocsError {
+    #[error("cannot create {}: {err}", dir.display())]
+    Create { dir: PathBuf, err: std::io::Error },
+    #[error("cannot write {}: {err}", path.display())]
+    Write { path: PathBuf, err: std::io::Error },
+    #[error("cannot write the man pages under {}: {err}", dir.display())]
+    Man { dir: PathBuf, err: std::io::Error },
+    /// Listing the man pages just written.
+    #[error(transparent)]
+    List(#[from] std::io::Error),
+}
 
 /// The completion files: (shell, file name the shell's completion loader looks for).
 pub const COMPLETIONS: [(Shell, &str); 3] = [
@@ -16,24 +29,35 @@ pub const COMPLETIONS: [(Shell, &str); 3] = [
 /// Writes `DIR/completions/{vgpuctl,_vgpuctl,vgpuctl.fish}` and `DIR/man/vgpuctl*.1` (one page per visible
 /// subcommand, `vgpuctl-runtime-configure.1` style), and a page for each of `others` (the programs engines
 /// run, which need no completions); returns the files written, sorted.
-pub fn write_all(cmd: clap::Command, others: &[clap::Command], dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn write_all(
+    cmd: clap::Command,
+    others: &[clap::Command],
+    dir: &Path,
+) -> Result<Vec<PathBuf>, DocsError> {
     let comp_dir = dir.join("completions");
     let man_dir = dir.join("man");
     for d in [&comp_dir, &man_dir] {
-        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|err| DocsError::Create {
+            dir: d.clone(),
+            err,
+        })?;
     }
     let name = cmd.get_name().to_string();
     let mut files = Vec::new();
     for (shell, file) in COMPLETIONS {
         let path = comp_dir.join(file);
-        let mut out = std::fs::File::create(&path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let mut out = std::fs::File::create(&path).map_err(|err| DocsError::Write {
+            path: path.clone(),
+            err,
+        })?;
         clap_complete::generate(shell, &mut cmd.clone(), &name, &mut out);
         files.push(path);
     }
     for c in std::iter::once(cmd).chain(others.iter().cloned()) {
-        clap_mangen::generate_to(c, &man_dir)
-            .with_context(|| format!("cannot write the man pages under {}", man_dir.display()))?;
+        clap_mangen::generate_to(c, &man_dir).map_err(|err| DocsError::Man {
+            dir: man_dir.clone(),
+            err,
+        })?;
     }
     for e in std::fs::read_dir(&man_dir)? {
         files.push(e?.path());
@@ -134,8 +158,8 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         let e = write_all(cli(), &[], &file).unwrap_err();
         assert!(
-            format!("{e:#}").contains(&file.join("completions").display().to_string()),
-            "{e:#}"
+            matches!(&e, DocsError::Create { dir, .. } if *dir == file.join("completions")),
+            "{e}"
         );
     }
 }

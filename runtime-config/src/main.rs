@@ -129,7 +129,7 @@ impl RootArgs {
 fn run(cli: Cli) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match cli.cmd {
-        Cmd::Runtime(r) => r.run(&mut out),
+        Cmd::Runtime(r) => Ok(r.run(&mut out)?),
         Cmd::Cdi(CdiCmd::Generate {
             output,
             nvml_library,
@@ -205,8 +205,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::GenerateDocs { dir } => {
             let others = [vgpu_oci::cli::hook_command(), vgpu_oci::cli::shim_command()];
-            vgpuctl::clidocs::write_all(<Cli as clap::CommandFactory>::command(), &others, &dir)
-                .map(drop)
+            vgpuctl::clidocs::write_all(<Cli as clap::CommandFactory>::command(), &others, &dir)?;
+            Ok(())
         }
     }
 }
@@ -302,7 +302,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         s.share_window.as_secs(),
         s.share_tolerance
     );
-    vgpu_monitor::run(m, listener, s.interval)
+    Ok(vgpu_monitor::run(m, listener, s.interval)?)
 }
 
 /// Names Docker's containers in `status` when dockerd's socket is there (DOCKER_HOST's, else the default);
@@ -339,6 +339,8 @@ fn main() {
         if e.chain().any(|c| {
             c.downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                || c.downcast_ref::<vgpuctl::engines::error::EngineError>()
+                    .is_some_and(|e| e.is_broken_pipe())
         }) {
             std::process::exit(128 + libc::SIGPIPE);
         }

@@ -516,3 +516,31 @@ fn a_reader_that_has_gone_ends_the_output_quietly() {
     assert_eq!(text(&out.stderr), "", "nothing on stderr");
     assert_eq!(out.status.code(), Some(141));
 }
+
+/// The same for the engine room's output (`EngineError::Output`): `runtime configure --dry-run | head`.
+#[test]
+fn a_reader_that_has_gone_ends_a_dry_run_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("daemon.json");
+    std::fs::write(&config, "{}\n").unwrap();
+    let (r, w) = nix::unistd::pipe().unwrap();
+    drop(r);
+    let out = Command::new(env!("CARGO_BIN_EXE_vgpuctl"))
+        .args([
+            "runtime",
+            "configure",
+            "--runtime=docker",
+            "--dry-run",
+            "--config",
+        ])
+        .arg(&config)
+        .env("VGPUCTL_STATE_DIR", dir.path().join("state"))
+        .env_remove("VGPU_CONFIG")
+        .stdout(std::process::Stdio::from(w))
+        .output()
+        .unwrap();
+    // stderr has the dry run's notes ("would write ..."), and no error.
+    let err = text(&out.stderr);
+    assert!(!err.contains("error"), "{err}");
+    assert_eq!(out.status.code(), Some(141));
+}

@@ -221,7 +221,8 @@ fn every_file_is_short_and_says_what_it_holds() {
 fn engine_modules_are_pure() {
     let mut files = Vec::new();
     sources(&root(), &mut files);
-    let seams = ["files", "change", "record", "cli"];
+    // `error` calls nothing; it names the seams' own error types (fsutil's `FileError`) among the room's.
+    let seams = ["files", "change", "record", "cli", "error"];
     for f in files {
         let m = module_of(&f);
         if seams.contains(&m.as_str()) {

@@ -3,14 +3,31 @@
 //! and the NVML library. Builds the [`Host`] of the real machine and runs the checks.
 
 use super::{checks, run, Host, Report};
+use crate::engines::error::EngineError;
 use crate::engines::files::Disk;
 use crate::engines::registry::{find, ENGINES};
 use crate::engines::{cli::refuse_other_engines_options, record};
-use anyhow::{anyhow, Result};
 use clap::{Arg, ArgMatches, Command, FromArgMatches};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use vgpu_host::config::Config;
+
+/// Why doctor did not run: its options, not the node (what it finds on the node is in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    /// `--runtime` names no engine vgpuctl knows.
+    #[error("unknown engine {0}")]
+    UnknownEngine(String),
+    /// An engine's option (`--config`, `--drop-in`, ...) without `--runtime` to say whose.
+    #[error("{0} names an engine's files: give --runtime too")]
+    NeedsRuntime(String),
+    /// An option of another engine than the one named, or options that do not fit the engine's.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// An engine's options at their defaults that clap would not take.
+    #[error(transparent)]
+    Args(#[from] clap::Error),
+}
 
 /// `vgpuctl doctor`'s matches.
 pub struct DoctorArgs(ArgMatches);
@@ -60,11 +77,11 @@ impl clap::Args for DoctorArgs {
 
 impl DoctorArgs {
     /// Runs every check on this machine; the report says the exit status.
-    pub fn run(&self) -> Result<Report> {
+    pub fn run(&self) -> Result<Report, DoctorError> {
         let m = &self.0;
         let engines = match m.get_one::<String>("runtime") {
             Some(name) => {
-                let e = find(name).ok_or_else(|| anyhow!("unknown engine {name}"))?;
+                let e = find(name).ok_or_else(|| DoctorError::UnknownEngine(name.clone()))?;
                 refuse_other_engines_options(e, m, false)?;
                 vec![(e, m.clone())]
             }
@@ -79,7 +96,7 @@ impl DoctorArgs {
                     .map(|a| format!("--{}", a.get_long().unwrap_or_default()))
                     .collect();
                 if let Some(o) = given.first() {
-                    return Err(anyhow!("{o} names an engine's files: give --runtime too"));
+                    return Err(DoctorError::NeedsRuntime(o.clone()));
                 }
                 ENGINES
                     .iter()
@@ -90,7 +107,7 @@ impl DoctorArgs {
                             .fold(Command::new("doctor"), |c, a| c.arg(a));
                         Ok((*e, cmd.try_get_matches_from(["doctor"])?))
                     })
-                    .collect::<Result<_>>()?
+                    .collect::<Result<_, clap::Error>>()?
             }
         };
         let (config_path, config_must_exist) = Config::path();

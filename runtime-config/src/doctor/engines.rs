@@ -6,6 +6,7 @@ use super::checks;
 use super::host::Host;
 use super::report::{Report, Verdict};
 use crate::engines::api::{Context, DynEngine, Install};
+use crate::engines::error::EngineError;
 use crate::engines::ownership::Ownership;
 use clap::ArgMatches;
 use std::path::{Path, PathBuf};
@@ -46,7 +47,7 @@ fn ownership_anywhere(
     e: &dyn DynEngine,
     m: &ArgMatches,
     cx: &Context,
-) -> (PathBuf, anyhow::Result<Ownership>) {
+) -> (PathBuf, Result<Ownership, EngineError>) {
     let at = where_(e, m);
     let first = e.ownership(m, cx);
     if !matches!(first, Ok(Ownership::Absent)) || at != Path::new(e.default_paths()[0]) {

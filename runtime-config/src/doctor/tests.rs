@@ -520,3 +520,27 @@ fn hmm_or_ats_on_a_gpu_is_a_warning_naming_the_node_setting() {
         }
     }
 }
+
+/// doctor's own refusals, before it looks at the node: an engine's option without `--runtime`, and
+/// another engine's option with it.
+#[test]
+fn options_that_name_no_engine_or_another_are_refused() {
+    use crate::engines::error::EngineError;
+    use clap::{Args, FromArgMatches};
+    let run = |args: &[&str]| {
+        let m = cli::DoctorArgs::augment_args(clap::Command::new("doctor"))
+            .try_get_matches_from(std::iter::once("doctor").chain(args.iter().copied()))
+            .unwrap();
+        cli::DoctorArgs::from_arg_matches(&m).unwrap().run()
+    };
+    let e = run(&["--config", "/x.json"]).unwrap_err();
+    assert!(
+        matches!(&e, cli::DoctorError::NeedsRuntime(o) if o == "--config"),
+        "{e}"
+    );
+    let e = run(&["--runtime", "docker", "--drop-in", "/x.toml"]).unwrap_err();
+    assert!(
+        matches!(&e, cli::DoctorError::Engine(EngineError::OtherEnginesOption { long, .. }) if long == "drop-in"),
+        "{e}"
+    );
+}

@@ -6,9 +6,9 @@
 //! for configure and unconfigure) and `Options` (configure only). [`DynEngine`] is the same interface
 //! behind `dyn`, over clap's matches, for the registry (`registry::ENGINES`).
 use super::change::Change;
+use super::error::Result;
 use super::files::Files;
 use super::ownership::Ownership;
-use anyhow::Result;
 use clap::{ArgMatches, FromArgMatches};
 use std::path::Path;
 

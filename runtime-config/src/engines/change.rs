@@ -1,7 +1,7 @@
 //! What configure and unconfigure return: a list of file changes. The engine modules only compute them;
 //! [`apply`] writes them (atomically, through `fsutil`) and [`preview`] prints them for `--dry-run`.
+use super::error::Result;
 use crate::fsutil;
-use anyhow::Result;
 use std::path::PathBuf;
 
 /// One file to write (`contents: Some`) or remove (`None`), or (`dir`) a folder to remove if it is empty.

@@ -3,10 +3,10 @@
 //! then the engine's change list applied atomically (or printed for `--dry-run`) and the restart hint.
 use super::api::{Context, DynEngine, Install};
 use super::change::{apply, preview, Change};
+use super::error::{EngineError, Result};
 use super::files::Disk;
 use super::record;
 use super::registry::{find, ENGINES};
-use anyhow::{bail, Result};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use std::collections::BTreeSet;
@@ -146,14 +146,17 @@ pub(crate) fn refuse_other_engines_options(
         }
         let long = a.get_long().unwrap_or(id.as_str());
         if let Some(why) = engine.refusal(long) {
-            bail!("{why}");
+            return Err(EngineError::Refused(why));
         }
         let owners: Vec<&str> = ENGINES
             .iter()
             .filter(|e| e.args(configure).iter().any(|x| x.get_id() == &id))
             .map(|e| e.name())
             .collect();
-        bail!("--{long} is for {} only", and_list(&owners));
+        return Err(EngineError::OtherEnginesOption {
+            long: long.to_string(),
+            owners: and_list(&owners),
+        });
     }
     Ok(())
 }

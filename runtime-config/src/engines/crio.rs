@@ -3,11 +3,11 @@
 //! the default runtime and its settings to copy; the drop-in is vgpuctl's alone and unconfigure removes it.
 use super::api::{ContainerEngine, Context};
 use super::change::Change;
+use super::error::Result;
 use super::files::Files;
 use super::ownership::{foreign, Ownership};
 use super::shim::{check_runtime_path, nvidia_note, ConfigFile, SetAsDefault};
 use super::syntax::parse_toml;
-use anyhow::Result;
 use std::path::{Path, PathBuf};
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
@@ -239,6 +239,7 @@ pub fn drop_in(sources: &[(PathBuf, String)], s: &Settings) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::error::EngineError;
 
     const P: &str = "/etc/crio/crio.conf";
     fn settings(def: bool) -> Settings<'static> {
@@ -288,8 +289,9 @@ mod tests {
         let theirs = "[crio.runtime.runtimes.vgpu]\nruntime_path = \"/usr/bin/kata-runtime\"\n";
         let src = sources(&[(P, ""), ("/etc/crio/crio.conf.d/50-kata.conf", theirs)]);
         let e = drop_in(&src, &settings(false)).unwrap_err();
+        assert!(matches!(e, EngineError::Foreign { .. }), "{e}");
         assert_eq!(
-            format!("{e:#}"),
+            e.to_string(),
             "/etc/crio/crio.conf.d/50-kata.conf: a CRI-O runtime handler vgpu exists and is not vgpu's \
              (defined outside vgpuctl's drop-in); left untouched (configure --force replaces it)"
         );
@@ -321,9 +323,9 @@ mod tests {
             .configure(&t, &SetAsDefault::default(), &cx)
             .unwrap_err();
         assert!(
-            format!("{e:#}")
-                .contains("99-vgpu.toml: the file exists and is not vgpu's (no vgpuctl header)"),
-            "{e:#}"
+            matches!(&e, EngineError::Foreign { path, why, .. }
+                if path.ends_with("99-vgpu.toml") && why == "no vgpuctl header"),
+            "{e}"
         );
         assert!(Crio.unconfigure(&t, &cx).is_err());
         cx.force = true;
@@ -394,9 +396,7 @@ mod tests {
             &settings(false),
         )
         .unwrap_err();
-        assert!(
-            format!("{e:#}").starts_with("/etc/crio/crio.conf:3:"),
-            "{e:#}"
-        );
+        assert!(matches!(e, EngineError::Syntax { line: 3, .. }), "{e}");
+        assert!(e.to_string().starts_with("/etc/crio/crio.conf:3:"), "{e}");
     }
 }

@@ -5,11 +5,11 @@
 //! original text back.
 use super::api::{ContainerEngine, Context};
 use super::change::Change;
+use super::error::{EngineError, Result};
 use super::ownership::{foreign, Ownership};
 use super::record;
 use super::shim::{check_runtime_path, is_shim, nvidia_note, ConfigFile, SetAsDefault};
 use super::syntax::parse_error;
-use anyhow::{anyhow, bail, Result};
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use jsonc_parser::ParseOptions;
 use serde_json::Value;
@@ -17,6 +17,7 @@ use std::path::Path;
 
 pub const DEFAULT_CONFIG: &str = "/etc/docker/daemon.json";
 const RUNTIME: &str = "vgpu";
+const NOT_OBJECT: &str = "the top level is not a JSON object";
 
 /// The engine: `--runtime=docker`.
 pub struct Docker;
@@ -144,14 +145,14 @@ pub fn legacy_path(config: &Path) -> std::path::PathBuf {
 fn parse(path: &Path, text: &str) -> Result<(CstRootNode, CstObject)> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(_)) => {}
-        Ok(_) => bail!("{}: the top level is not a JSON object", path.display()),
+        Ok(_) => return Err(EngineError::shape(path, NOT_OBJECT)),
         Err(e) => return Err(parse_error(path, e.line(), e.column(), &e.to_string())),
     }
     let root = CstRootNode::parse(text, &ParseOptions::default())
         .map_err(|e| parse_error(path, e.line_display(), e.column_display(), &e.to_string()))?;
     let obj = root
         .object_value()
-        .ok_or_else(|| anyhow!("{}: the top level is not a JSON object", path.display()))?;
+        .ok_or_else(|| EngineError::shape(path, NOT_OBJECT))?;
     Ok((root, obj))
 }
 
@@ -162,7 +163,10 @@ fn string_at(path: &Path, obj: &CstObject, key: &str) -> Result<Option<String>> 
     };
     match prop.value().and_then(|v| v.to_serde_value()) {
         Some(Value::String(s)) => Ok(Some(s)),
-        _ => bail!("{}: \"{key}\" is not a string", path.display()),
+        _ => Err(EngineError::shape(
+            path,
+            format!("\"{key}\" is not a string"),
+        )),
     }
 }
 
@@ -178,7 +182,12 @@ fn foreign_entry(path: &Path, obj: &CstObject) -> Result<Option<Option<String>>>
             Some(p) => Some(format!("its path is {p}")),
             None => Some("it has no path".into()),
         },
-        _ => bail!("{}: \"runtimes.vgpu\" is not a JSON object", path.display()),
+        _ => {
+            return Err(EngineError::shape(
+                path,
+                "\"runtimes.vgpu\" is not a JSON object",
+            ))
+        }
     };
     Ok(Some(why))
 }
@@ -224,7 +233,7 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Con
     }
     let runtimes = obj
         .object_value_or_create("runtimes")
-        .ok_or_else(|| anyhow!("{}: \"runtimes\" is not a JSON object", path.display()))?;
+        .ok_or_else(|| EngineError::shape(path, "\"runtimes\" is not a JSON object"))?;
     match runtimes.get(RUNTIME) {
         None => {
             runtimes.append(
@@ -234,7 +243,7 @@ pub fn configure(path: &Path, current: Option<&str>, s: &Settings) -> Result<Con
         }
         Some(_) => {
             let rt = runtimes.object_value(RUNTIME).ok_or_else(|| {
-                anyhow!("{}: \"runtimes.vgpu\" is not a JSON object", path.display())
+                EngineError::shape(path, "\"runtimes.vgpu\" is not a JSON object")
             })?;
             if string_at(path, &rt, "path").ok().flatten().as_deref() != Some(s.runtime_path) {
                 match rt.get("path") {
@@ -389,16 +398,13 @@ mod tests {
     fn foreign_vgpu_runtime_is_never_clobbered() {
         let orig = "{\n  \"runtimes\": {\n    \"vgpu\": {\n      \"path\": \"/opt/other/bin/gpu-runtime\",\n      \"runtimeArgs\": [\"--x\"]\n    }\n  },\n  \"default-runtime\": \"vgpu\"\n}\n";
         let e = configure(Path::new(P), Some(orig), &settings(false)).unwrap_err();
-        let msg = format!("{e:#}");
         assert!(
-            msg.contains(
-                "runtimes.vgpu exists and is not vgpu's (its path is /opt/other/bin/gpu-runtime)"
-            ),
-            "{msg}"
+            matches!(&e, EngineError::Foreign { what, why, .. }
+                if what == "runtimes.vgpu" && why == "its path is /opt/other/bin/gpu-runtime"),
+            "{e}"
         );
-        assert!(!msg.contains('\n'));
         let e = unconfigure(Path::new(P), Some(orig), None).unwrap_err();
-        assert!(format!("{e:#}").contains("left untouched"), "{e:#}");
+        assert!(matches!(e, EngineError::Foreign { .. }), "{e}");
         let forced = Settings {
             force: true,
             ..settings(false)
@@ -550,12 +556,22 @@ mod tests {
             &settings(false),
         )
         .unwrap_err();
-        let msg = format!("{e:#}");
-        assert!(msg.starts_with("/etc/docker/daemon.json:3:"), "{msg}");
+        assert!(matches!(e, EngineError::Syntax { line: 3, .. }), "{e}");
+        assert!(
+            e.to_string().starts_with("/etc/docker/daemon.json:3:"),
+            "{e}"
+        );
         let e = configure(Path::new(P), Some("[1]"), &settings(false)).unwrap_err();
-        assert!(format!("{e:#}").contains("not a JSON object"));
+        assert!(
+            matches!(&e, EngineError::Shape { what, .. } if what == NOT_OBJECT),
+            "{e}"
+        );
         let e = configure(Path::new(P), Some("{\"runtimes\": 3}"), &settings(false)).unwrap_err();
-        assert!(format!("{e:#}").contains("\"runtimes\" is not a JSON object"));
+        let runtimes = "\"runtimes\" is not a JSON object";
+        assert!(
+            matches!(&e, EngineError::Shape { what, .. } if what == runtimes),
+            "{e}"
+        );
     }
 
     proptest! {

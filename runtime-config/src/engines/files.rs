@@ -2,7 +2,7 @@
 //! the folders and globs it looks through, containerd's `--version`) goes through [`Files`]. [`Disk`] is
 //! the real filesystem; tests use `MemFiles`, a map of paths to texts. Writing is not here: engines
 //! return [`Change`] lists, and the CLI applies them (`change::apply`).
-use anyhow::{anyhow, Result};
+use super::error::{EngineError, Result};
 use std::path::{Path, PathBuf};
 
 /// What an engine module may read.
@@ -29,8 +29,11 @@ pub const GLOB: glob::MatchOptions = glob::MatchOptions {
 
 /// Whether `path` matches the glob `pattern` (Go's rules, [`GLOB`]).
 pub fn glob_matches(pattern: &Path, path: &Path) -> Result<bool> {
-    let p = glob::Pattern::new(&pattern.to_string_lossy())
-        .map_err(|e| anyhow!("bad import pattern {}: {e}", pattern.display()))?;
+    let p =
+        glob::Pattern::new(&pattern.to_string_lossy()).map_err(|err| EngineError::BadPattern {
+            pattern: pattern.display().to_string(),
+            err,
+        })?;
     Ok(p.matches_path_with(path, GLOB))
 }
 
@@ -44,7 +47,10 @@ impl Files for Disk {
     fn glob(&self, pattern: &Path) -> Result<Vec<PathBuf>> {
         let text = pattern.to_string_lossy();
         let mut out: Vec<PathBuf> = glob::glob_with(&text, GLOB)
-            .map_err(|e| anyhow!("bad import pattern {text}: {e}"))?
+            .map_err(|err| EngineError::BadPattern {
+                pattern: text.to_string(),
+                err,
+            })?
             .filter_map(|p| p.ok())
             .collect();
         out.sort();
@@ -61,7 +67,12 @@ impl Files for Disk {
                 .map(|e| e.path())
                 .collect::<Vec<_>>(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
-            Err(e) => return Err(anyhow!("cannot list {}: {e}", dir.display())),
+            Err(err) => {
+                return Err(EngineError::List {
+                    dir: dir.to_path_buf(),
+                    err,
+                })
+            }
         };
         names.sort();
         Ok(names)

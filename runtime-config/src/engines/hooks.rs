@@ -1,7 +1,7 @@
 //! OCI hooks.d files (the hooks 1.0.0 format read by Podman and CRI-O): they make the engine run
 //! `vgpu-hook` for every container carrying a `vgpu.io/` annotation, with no shim in between.
 //! One file per stage, because the hook learns its stage from its arguments.
-use anyhow::{bail, Result};
+use super::error::{EngineError, Result};
 use serde_json::json;
 use vgpu_ledger::keys::host::HOOK_BIN;
 use vgpu_ledger::keys::ANNOTATION_PREFIX;
@@ -49,7 +49,7 @@ pub fn file_names() -> Vec<String> {
 /// `(file name, contents)` for each stage.
 pub fn files(hook_path: &str, extra_env: &[String]) -> Result<Vec<(String, String)>> {
     if !hook_path.starts_with('/') {
-        bail!("--hook-path must be absolute, got {hook_path:?}");
+        return Err(EngineError::HookPathNotAbsolute(hook_path.to_string()));
     }
     let mut env = vec![BASE_ENV.to_string()];
     for e in extra_env {
@@ -63,7 +63,7 @@ pub fn files(hook_path: &str, extra_env: &[String]) -> Result<Vec<(String, Strin
                     env.push(e.clone());
                 }
             }
-            _ => bail!("--hook-env wants KEY=VALUE, got {e:?}"),
+            _ => return Err(EngineError::HookEnv(e.clone())),
         }
     }
     STAGES
@@ -75,7 +75,12 @@ pub fn files(hook_path: &str, extra_env: &[String]) -> Result<Vec<(String, Strin
                 "when": { "annotations": { annotation_pattern(): ".*" } },
                 "stages": [stage],
             });
-            Ok((file_name(stage), serde_json::to_string_pretty(&doc)? + "\n"))
+            Ok((
+                file_name(stage),
+                serde_json::to_string_pretty(&doc)
+                    .expect("a JSON value with string keys always serialises")
+                    + "\n",
+            ))
         })
         .collect()
 }

@@ -12,6 +12,7 @@
 //! | `record` | vgpuctl's record of what configure changed that the engine's files cannot hold, its lock |
 //! | `ownership` | whose is a `vgpu` entry, and the refusal for one that is not vgpu's |
 //! | `shim` | what the shim engines share: the shim's name, `--config`, `--set-as-default`, NVIDIA's note |
+//! | `error` | `EngineError`: every refusal of the room, one variant each, its line the operator reads |
 //! | `syntax` | one-line parse errors naming file, line and column |
 //! | `docker` | Docker's `daemon.json` |
 //! | `containerd/` | containerd's `config.toml`, its imports and vgpuctl's drop-in (its own table) |
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod containerd;
 pub mod crio;
 pub mod docker;
+pub mod error;
 pub mod files;
 pub mod hooks;
 pub mod ownership;

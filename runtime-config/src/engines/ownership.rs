@@ -1,4 +1,5 @@
 //! Whose is the entry named `vgpu` in an engine's files: vgpuctl never clobbers one it did not write.
+use super::error::EngineError;
 use std::path::Path;
 
 /// The state of an engine's `vgpu` entry (runtime, handler, drop-in or hook file).
@@ -16,9 +17,10 @@ pub enum Ownership {
 }
 
 /// The refusal for an entry named `vgpu` that vgpuctl did not write: one line, saying what it is.
-pub fn foreign(path: &Path, what: &str, why: &str) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{}: {what} exists and is not vgpu's ({why}); left untouched (configure --force replaces it)",
-        path.display()
-    )
+pub fn foreign(path: &Path, what: &str, why: &str) -> EngineError {
+    EngineError::Foreign {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+        why: why.to_string(),
+    }
 }

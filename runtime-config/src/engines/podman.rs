@@ -4,10 +4,10 @@
 //! unconfigure removes it again (and the parents it created), each only if empty.
 use super::api::{ContainerEngine, Context, NoOptions};
 use super::change::Change;
+use super::error::{EngineError, Result};
 use super::hooks;
 use super::ownership::{foreign, Ownership};
 use super::record;
-use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
 /// Podman's options: the hooks folder.
@@ -45,7 +45,10 @@ impl ContainerEngine for Podman {
         let hook_path = &cx.install.hook_path;
         // Hook files are recognised as vgpu's by the program's name.
         if Path::new(hook_path).file_name() != Some(vgpu_ledger::keys::host::HOOK_BIN.as_ref()) {
-            bail!("--hook-path must name a file called vgpu-hook, got {hook_path:?}");
+            return Err(EngineError::HookPathName {
+                hook: vgpu_ledger::keys::host::HOOK_BIN,
+                given: hook_path.to_string(),
+            });
         }
         if let Ownership::Foreign { path, why } = self.ownership(t, cx)? {
             if !cx.force {
@@ -183,11 +186,12 @@ mod tests {
         let mut disk = MemFiles::with(&[(&p, theirs)]);
         let e = run(&mut disk, true, false).unwrap_err();
         assert!(
-            format!("{e:#}").contains("vgpu-poststop.json: the hook file exists and is not vgpu's (it runs /usr/bin/audit)"),
-            "{e:#}"
+            matches!(&e, EngineError::Foreign { path, what, why }
+                if path.ends_with("vgpu-poststop.json") && what == "the hook file" && why == "it runs /usr/bin/audit"),
+            "{e}"
         );
         let e = run(&mut disk, false, false).unwrap_err();
-        assert!(format!("{e:#}").contains("left untouched"), "{e:#}");
+        assert!(matches!(e, EngineError::Foreign { .. }), "{e}");
         assert_eq!(disk.get(&p), Some(theirs));
         run(&mut disk, true, true).unwrap();
         assert!(disk.get(&p).unwrap().contains("vgpu-hook"));
@@ -268,6 +272,6 @@ mod tests {
         let e = Podman
             .configure(&Target::default(), &NoOptions {}, &cx)
             .unwrap_err();
-        assert!(format!("{e:#}").contains("vgpu-hook"), "{e:#}");
+        assert!(matches!(e, EngineError::HookPathName { .. }), "{e}");
     }
 }

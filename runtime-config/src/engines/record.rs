@@ -11,9 +11,9 @@
 //! A configure or unconfigure holds [`lock`] from reading the files to writing them, so runs at once (an
 //! installer per engine, config management beside the DaemonSet) never lose each other's entries.
 use super::change::Change;
+use super::error::{EngineError, Result};
 use super::files::Files;
 use super::syntax::parse_error;
-use anyhow::{bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -138,11 +138,11 @@ fn parse(path: &Path, text: &str) -> Result<Records> {
         )
     })?;
     if r.version != VERSION {
-        bail!(
-            "{}: record version {} is not one this vgpuctl knows ({VERSION}); a newer vgpuctl wrote it",
-            path.display(),
-            r.version
-        );
+        return Err(EngineError::RecordVersion {
+            path: path.to_path_buf(),
+            version: r.version,
+            known: VERSION,
+        });
     }
     Ok(r)
 }
@@ -241,22 +241,27 @@ pub fn lock(record: &Path) -> Result<Lock> {
     let dir = absolute(record)
         .parent()
         .map(Path::to_path_buf)
-        .context("the record's path has no folder")?;
+        .ok_or(EngineError::RecordFolderless)?;
     loop {
         let created: Vec<PathBuf> = dir
             .ancestors()
             .take_while(|d| !d.exists())
             .map(Path::to_path_buf)
             .collect();
-        std::fs::create_dir_all(&dir).with_context(|| {
-            format!(
-                "cannot create {} for vgpuctl's record (set {DIR_ENV} to move it)",
-                dir.display()
-            )
+        std::fs::create_dir_all(&dir).map_err(|err| EngineError::RecordDir {
+            dir: dir.clone(),
+            env: DIR_ENV,
+            err,
         })?;
-        let f = File::open(&dir).with_context(|| format!("cannot open {}", dir.display()))?;
-        let held = Flock::lock(f, FlockArg::LockExclusive)
-            .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", dir.display()))?;
+        let f = File::open(&dir).map_err(|err| EngineError::OpenFolder {
+            dir: dir.clone(),
+            err,
+        })?;
+        let held =
+            Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, err)| EngineError::Lock {
+                dir: dir.clone(),
+                err,
+            })?;
         let same = match (held.metadata(), std::fs::metadata(&dir)) {
             (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
             _ => false,
@@ -415,7 +420,8 @@ mod tests {
             Path::new("/d"),
         )
         .unwrap_err();
-        let msg = format!("{e:#}");
+        assert!(matches!(e, EngineError::Syntax { line: 2, .. }), "{e}");
+        let msg = e.to_string();
         assert!(msg.starts_with("/var/lib/vgpu/engines.json:2:"), "{msg}");
         assert!(!msg.contains('\n'), "{msg}");
         let e = find(
@@ -425,7 +431,10 @@ mod tests {
             Path::new("/d"),
         )
         .unwrap_err();
-        assert!(format!("{e:#}").contains("record version 7"), "{e:#}");
+        assert!(
+            matches!(e, EngineError::RecordVersion { version: 7, .. }),
+            "{e}"
+        );
     }
 
     // Issue 26 item 7 (version skew): a record a newer vgpuctl of the same version wrote with fields this

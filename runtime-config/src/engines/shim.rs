@@ -1,7 +1,7 @@
 //! What the engines that run containers through the shim (Docker, containerd, CRI-O) share: the shim's
 //! name, by which their `vgpu` entries are recognised, their `--config` and `--set-as-default` options,
 //! and the advice for hosts that run NVIDIA's runtime.
-use anyhow::{bail, Result};
+use super::error::{EngineError, Result};
 use std::path::{Path, PathBuf};
 
 /// The file name of the shim; a runtime entry whose binary has this name is vgpu's, whatever folder it is in
@@ -17,7 +17,10 @@ pub fn is_shim(binary: &str) -> bool {
 /// apart from someone else's again.
 pub fn check_runtime_path(runtime_path: &str) -> Result<()> {
     if !is_shim(runtime_path) {
-        bail!("--runtime-path must name a file called {SHIM_NAME}, got {runtime_path:?}");
+        return Err(EngineError::RuntimePathName {
+            shim: SHIM_NAME,
+            given: runtime_path.to_string(),
+        });
     }
     Ok(())
 }

@@ -4,9 +4,9 @@
 //! followed, waited on, mapped, locked or written, so looking never changes what it looks at; a missing
 //! ledger is no usage, not an error). A ledger's processes are named by the PID inside their container;
 //! their host PIDs are found in `/proc` (the monitor's `procs`). Not here: the table (`render`).
-use anyhow::Result;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
+use std::io::Result;
 use vgpu_host::inventory::{self, Entry, LedgerRead};
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{Kind, KubeNames};

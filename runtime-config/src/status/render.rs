@@ -2,8 +2,8 @@
 //! as borderless tables whose lines start with their first cell (scripts match `^<id> `). Not here: what
 //! is shown (`model`). Every cell goes through `vgpu_host::printable`: names and error texts come from a
 //! tenant's annotations and files, and must neither forge a row nor drive the operator's terminal.
-use anyhow::Result;
 use comfy_table::{CellAlignment, ContentArrangement, Table};
+use std::io::Result;
 use std::io::Write;
 use vgpu_host::printable::printable;
 use vgpu_ledger::format_bytes;

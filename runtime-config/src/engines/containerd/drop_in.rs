@@ -12,10 +12,10 @@ use super::settings::Settings;
 use super::tables::child;
 use super::version::{cri_plugin, version_of};
 use crate::engines::change::Change;
+use crate::engines::error::{EngineError, Result};
 use crate::engines::files::Files;
 use crate::engines::ownership::foreign;
 use crate::engines::record::{Entry, ImportAdded};
-use anyhow::{anyhow, bail, Result};
 use std::path::{Path, PathBuf};
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
@@ -32,7 +32,9 @@ pub fn configure_drop_in(
 ) -> Result<Option<Change>> {
     let plugin = cri_plugin(version);
     if target == path {
-        bail!("--drop-in {} is the main config itself", target.display());
+        return Err(EngineError::DropInIsMain {
+            target: target.to_path_buf(),
+        });
     }
     let main = Source {
         path: path.to_path_buf(),
@@ -40,11 +42,9 @@ pub fn configure_drop_in(
         ours: false,
     };
     if main.vgpu(version).is_some_and(|v| foreign_why(v).is_none()) {
-        bail!(
-            "{}: vgpu's handler is in this file (configured without --drop-in); unconfigure first, then \
-             configure --drop-in",
-            path.display()
-        );
+        return Err(EngineError::HandlerInMainFile {
+            path: path.to_path_buf(),
+        });
     }
     let existing = files.read(target)?;
     if let Some(text) = &existing {
@@ -54,12 +54,11 @@ pub fn configure_drop_in(
     }
     let chain = load_chain(path, doc, files, Some(target), true)?;
     if let Some(other) = chain.iter().find(|c| c.ours && c.path != target) {
-        bail!(
-            "{}: vgpu is already configured through the drop-in {}; unconfigure first to move it to {}",
-            path.display(),
-            other.path.display(),
-            target.display()
-        );
+        return Err(EngineError::OtherDropIn {
+            path: path.to_path_buf(),
+            other: other.path.clone(),
+            target: target.to_path_buf(),
+        });
     }
     // The main file must import the drop-in; an entry (or glob) that already does is left as it is.
     let still_there = |ia: &ImportAdded| imports_of(path, doc).is_ok_and(|i| i.contains(&ia.entry));
@@ -74,7 +73,7 @@ pub fn configure_drop_in(
         }
         doc["imports"]
             .as_array_mut()
-            .ok_or_else(|| anyhow!("{}: `imports` is not an array of strings", path.display()))?
+            .ok_or_else(|| EngineError::shape(path, "`imports` is not an array of strings"))?
             .push(name.as_str());
         entry.import_added = Some(ImportAdded {
             entry: name,
@@ -103,20 +102,18 @@ pub fn configure_drop_in(
             return Err(imported_foreign(&src.path, &why, target));
         }
         if version < 3 && src.cri(version).is_some() {
-            bail!(
-                "{}: restates [plugins.\"{plugin}\"] and is read after {}, and containerd 1.x (config version 2) \
-                 then ignores the drop-in's section; choose a --drop-in path read after it",
-                src.path.display(),
-                target.display()
-            );
+            return Err(EngineError::RestatesAfterDropIn {
+                src: src.path.clone(),
+                plugin: plugin.to_string(),
+                target: target.to_path_buf(),
+            });
         }
         if s.set_as_default && src.sets_default(version) {
-            bail!(
-                "{}: sets default_runtime_name and is read after {}, so --set-as-default there would be \
-                 overridden; choose a --drop-in path read after it, or change it there",
-                src.path.display(),
-                target.display()
-            );
+            return Err(EngineError::DefaultOverridden {
+                src: src.path.clone(),
+                target: target.to_path_buf(),
+                drop_in: true,
+            });
         }
     }
     let view = merged_view(before.iter().filter(|c| !c.ours), version);
@@ -234,11 +231,11 @@ mod tests {
         let mut disk = MemFiles::with(&[(P, main), ("/etc/containerd/conf.d/10-cri.toml", cri)]);
         let e = configure(Path::new(P), disk.get(P), &disk, None, &s(false)).unwrap_err();
         assert!(
-            format!("{e:#}")
-                .contains("10-cri.toml: restates [plugins.\"io.containerd.grpc.v1.cri\"]"),
-            "{e:#}"
+            matches!(&e, EngineError::RestatesMain { src, plugin, .. }
+                if src.ends_with("10-cri.toml") && plugin == "io.containerd.grpc.v1.cri"),
+            "{e}"
         );
-        assert!(format!("{e:#}").contains("use --drop-in"), "{e:#}");
+        assert!(e.to_string().contains("use --drop-in"), "{e}");
         // The drop-in (covered by the glob: the main file stays as it is) restates that section with the
         // handler added.
         let entry = run_conf(&mut disk, None, &drop_in(false)).unwrap();
@@ -429,8 +426,9 @@ mod tests {
         ]);
         let e = configure(Path::new(P), disk.get(P), &disk, None, &drop_in(true)).unwrap_err();
         assert!(
-            format!("{e:#}").contains("999-late.toml: sets default_runtime_name and is read after"),
-            "{e:#}"
+            matches!(&e, EngineError::DefaultOverridden { src, drop_in: true, .. }
+                if src.ends_with("999-late.toml")),
+            "{e}"
         );
         assert!(configure(Path::new(P), disk.get(P), &disk, None, &drop_in(false)).is_ok());
         let v2main = "version = 2\nimports = [\"conf.d/*.toml\"]\n";
@@ -441,9 +439,11 @@ mod tests {
             ("/etc/containerd/conf.d/999-late.toml", v2late),
         ]);
         let e = configure(Path::new(P), disk.get(P), &disk, None, &drop_in(false)).unwrap_err();
+        assert!(matches!(e, EngineError::RestatesAfterDropIn { .. }), "{e}");
         assert!(
-            format!("{e:#}").contains("choose a --drop-in path read after it"),
-            "{e:#}"
+            e.to_string()
+                .contains("choose a --drop-in path read after it"),
+            "{e}"
         );
         let kata = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.vgpu]\n  runtime_type = 'io.containerd.kata.v2'\n";
         let disk = MemFiles::with(&[(P, main), ("/etc/containerd/conf.d/999-kata.toml", kata)]);
@@ -453,8 +453,8 @@ mod tests {
         };
         let e = configure(Path::new(P), disk.get(P), &disk, None, &forced).unwrap_err();
         assert!(
-            format!("{e:#}").contains("999-kata.toml: the containerd runtime handler vgpu exists"),
-            "{e:#}"
+            matches!(&e, EngineError::ImportedForeign { src, .. } if src.ends_with("999-kata.toml")),
+            "{e}"
         );
     }
 
@@ -463,7 +463,8 @@ mod tests {
     fn a_foreign_handler_before_the_drop_in_yields_to_force() {
         let mut disk = MemFiles::with(&[(P, KATA)]);
         let e = configure(Path::new(P), disk.get(P), &disk, None, &drop_in(false)).unwrap_err();
-        assert!(format!("{e:#}").contains("--force"), "{e:#}");
+        assert!(matches!(e, EngineError::Foreign { .. }), "{e}");
+        assert!(e.to_string().contains("--force"), "{e}");
         let forced = Settings {
             force: true,
             ..drop_in(false)
@@ -495,7 +496,10 @@ mod tests {
         );
         let e =
             unconfigure(Path::new(P), disk.get(P), &disk, None, Some(Path::new(D))).unwrap_err();
-        assert!(format!("{e:#}").contains("no vgpuctl header"), "{e:#}");
+        assert!(
+            matches!(&e, EngineError::Foreign { why, .. } if why == "no vgpuctl header"),
+            "{e}"
+        );
         let forced = Settings {
             force: true,
             ..drop_in(false)
@@ -504,16 +508,13 @@ mod tests {
         assert!(is_our_drop_in(disk.get(D).unwrap()));
         let e = configure(Path::new(P), disk.get(P), &disk, Some(&entry), &s(false)).unwrap_err();
         assert!(
-            format!("{e:#}").contains("vgpu is configured through the drop-in"),
-            "{e:#}"
+            matches!(&e, EngineError::ConfiguredThroughDropIn { drop_in, .. } if drop_in == Path::new(D)),
+            "{e}"
         );
         run_unconf(&mut disk, Some(&entry)).unwrap();
         assert_eq!(disk.get(P), Some(V2));
         run_conf(&mut disk, None, &s(false)).unwrap();
         let e = configure(Path::new(P), disk.get(P), &disk, None, &drop_in(false)).unwrap_err();
-        assert!(
-            format!("{e:#}").contains("vgpu's handler is in this file"),
-            "{e:#}"
-        );
+        assert!(matches!(e, EngineError::HandlerInMainFile { .. }), "{e}");
     }
 }

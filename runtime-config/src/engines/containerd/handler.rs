@@ -5,8 +5,8 @@
 //! keys for its own runtime).
 use super::marks::RUNC_RESTATED;
 use super::tables::{detached, ensure};
+use crate::engines::error::{EngineError, Result};
 use crate::engines::shim::is_shim;
-use anyhow::{anyhow, Result};
 use std::path::Path;
 use toml_edit::{Array, Item, Table, Value};
 
@@ -38,14 +38,12 @@ pub fn foreign_why(vgpu: &Item) -> Option<String> {
 
 /// One line for a handler named vgpu in a file vgpuctl reads but never edits, read after where vgpuctl
 /// writes its own.
-pub fn imported_foreign(src: &Path, why: &str, ours: &Path) -> anyhow::Error {
-    anyhow!(
-        "{}: the containerd runtime handler vgpu exists and is not vgpu's ({why}); containerd reads this file \
-         after {}, so it would override vgpu's handler, and vgpuctl does not edit files it did not write: \
-         remove or rename it there",
-        src.display(),
-        ours.display()
-    )
+pub fn imported_foreign(src: &Path, why: &str, ours: &Path) -> EngineError {
+    EngineError::ImportedForeign {
+        src: src.to_path_buf(),
+        why: why.to_string(),
+        ours: ours.to_path_buf(),
+    }
 }
 
 pub fn annotations() -> Value {
@@ -87,7 +85,7 @@ pub fn add_handler(
     }
     let vgpu = runtimes[RUNTIME]
         .as_table_mut()
-        .ok_or_else(|| anyhow!("{}: runtimes.{RUNTIME} is not a [table]", path.display()))?;
+        .ok_or_else(|| EngineError::shape(path, format!("runtimes.{RUNTIME} is not a [table]")))?;
     ensure(vgpu, "runtime_type", Value::from(RUNC_V2));
     ensure(vgpu, "pod_annotations", annotations());
     ensure(vgpu, "container_annotations", annotations());
@@ -101,10 +99,7 @@ pub fn add_handler(
         vgpu.insert("options", Item::Table(opts));
     }
     let options = vgpu["options"].as_table_mut().ok_or_else(|| {
-        anyhow!(
-            "{}: runtimes.{RUNTIME}.options is not a [table]",
-            path.display()
-        )
+        EngineError::shape(path, format!("runtimes.{RUNTIME}.options is not a [table]"))
     })?;
     ensure(options, "BinaryName", Value::from(runtime_path));
     Ok(())
@@ -131,17 +126,16 @@ mod tests {
             &s(false),
         )
         .unwrap_err();
-        let msg = format!("{e:#}");
         assert!(
-            msg.contains(
-                "handler vgpu exists and is not vgpu's (runtime_type io.containerd.kata.v2"
-            ),
-            "{msg}"
+            matches!(&e, EngineError::Foreign { what, why, .. }
+                if what == "the containerd runtime handler vgpu"
+                    && why.starts_with("runtime_type io.containerd.kata.v2")),
+            "{e}"
         );
-        assert!(msg.contains("--force"), "{msg}");
+        assert!(e.to_string().contains("--force"), "{e}");
         let e =
             unconfigure(Path::new(P), Some(KATA), &MemFiles::default(), None, None).unwrap_err();
-        assert!(format!("{e:#}").contains("left untouched"), "{e:#}");
+        assert!(matches!(e, EngineError::Foreign { .. }), "{e}");
         let other = KATA.replace(
             "io.containerd.kata.v2\"\n",
             "io.containerd.runc.v2\"\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.vgpu.options]\n    BinaryName = \"/usr/bin/nvidia-container-runtime\"\n",
@@ -155,8 +149,9 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            format!("{e:#}").contains("its BinaryName is /usr/bin/nvidia-container-runtime"),
-            "{e:#}"
+            matches!(&e, EngineError::Foreign { why, .. }
+                if why == "its BinaryName is /usr/bin/nvidia-container-runtime"),
+            "{e}"
         );
         let forced = Settings {
             force: true,

@@ -9,9 +9,9 @@ use super::handler::RUNTIME;
 use super::marks::is_our_drop_in;
 use super::tables::{bare, table_of};
 use super::version::cri_plugin;
+use crate::engines::error::{EngineError, Result};
 use crate::engines::files::{glob_matches, Files};
 use crate::engines::syntax::parse_toml;
-use anyhow::{anyhow, bail, Result};
 use std::collections::{HashSet, VecDeque};
 use std::path::{Component, Path, PathBuf};
 use toml_edit::{DocumentMut, Item, Table, Value};
@@ -69,7 +69,7 @@ pub fn imports_of(path: &Path, doc: &DocumentMut) -> Result<Vec<String>> {
     let Some(item) = doc.get("imports") else {
         return Ok(vec![]);
     };
-    let err = || anyhow!("{}: `imports` is not an array of strings", path.display());
+    let err = || EngineError::shape(path, "`imports` is not an array of strings");
     item.as_array()
         .ok_or_else(err)?
         .iter()
@@ -141,11 +141,12 @@ pub fn load_chain(
                     ours: is_our_drop_in(&text),
                     path,
                 },
-                None if strict => bail!(
-                    "{}: imports {}, which does not exist (containerd would not start); fix the imports first",
-                    parent.display(),
-                    path.display()
-                ),
+                None if strict => {
+                    return Err(EngineError::MissingImport {
+                        parent: parent.to_path_buf(),
+                        path,
+                    })
+                }
                 None => continue,
             }
         };
@@ -287,8 +288,14 @@ mod tests {
         let main = "version = 3\nimports = ['/opt/ctd/extra.toml', 'missing.toml']\n";
         let disk = MemFiles::with(&[(P, main), ("/opt/ctd/extra.toml", V3_NVIDIA)]);
         let e = configure(Path::new(P), disk.get(P), &disk, None, &s(false)).unwrap_err();
+        assert!(
+            matches!(&e, EngineError::MissingImport { path, .. }
+                if path == Path::new("/etc/containerd/missing.toml")),
+            "{e}"
+        );
+        // The line the operator reads, whole.
         assert_eq!(
-            format!("{e:#}"),
+            e.to_string(),
             "/etc/containerd/config.toml: imports /etc/containerd/missing.toml, which does not exist \
              (containerd would not start); fix the imports first"
         );
@@ -303,7 +310,8 @@ mod tests {
         for force in [false, true] {
             let st = Settings { force, ..s(false) };
             let e = configure(Path::new(P), disk.get(P), &disk, None, &st).unwrap_err();
-            let msg = format!("{e:#}");
+            assert!(matches!(e, EngineError::ImportedForeign { .. }), "{e}");
+            let msg = e.to_string();
             assert!(
                 msg.starts_with("/etc/containerd/conf.d/20-kata.toml: the containerd runtime handler vgpu exists and is not vgpu's (runtime_type io.containerd.kata.v2"),
                 "{msg}"

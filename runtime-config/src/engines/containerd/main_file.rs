@@ -10,10 +10,10 @@ use super::settings::Settings;
 use super::tables::{child, prune};
 use super::version::{cri_plugin, version_of};
 use crate::engines::change::Change;
+use crate::engines::error::{EngineError, Result};
 use crate::engines::files::Files;
 use crate::engines::ownership::foreign;
 use crate::engines::record::{Entry, ImportAdded};
-use anyhow::{bail, Result};
 use std::path::Path;
 use toml_edit::{DocumentMut, Item};
 
@@ -36,34 +36,28 @@ pub fn configure_main(
             .is_some_and(|t| is_our_drop_in(&t))
     });
     if let Some(d) = chain.iter().find(|c| c.ours).map(|c| &c.path).or(recorded) {
-        bail!(
-            "{}: vgpu is configured through the drop-in {}; configure with --drop-in {} (or unconfigure first to \
-             move the handler into {})",
-            path.display(),
-            d.display(),
-            d.display(),
-            path.display()
-        );
+        return Err(EngineError::ConfiguredThroughDropIn {
+            path: path.to_path_buf(),
+            drop_in: d.clone(),
+        });
     }
     for src in &chain[1..] {
         if let Some(why) = src.vgpu(version).and_then(foreign_why) {
             return Err(imported_foreign(&src.path, &why, path));
         }
         if version < 3 && src.cri(version).is_some() {
-            bail!(
-                "{}: restates [plugins.\"{plugin}\"], and containerd 1.x (config version 2) then ignores that whole \
-                 section of {}, where vgpuctl would add its handler; use --drop-in (a file read after this one)",
-                src.path.display(),
-                path.display()
-            );
+            return Err(EngineError::RestatesMain {
+                src: src.path.clone(),
+                plugin: plugin.to_string(),
+                main: path.to_path_buf(),
+            });
         }
         if s.set_as_default && src.sets_default(version) {
-            bail!(
-                "{}: sets default_runtime_name and is read after {}, so --set-as-default there would be \
-                 overridden; use --drop-in (a file read after this one), or change it there",
-                src.path.display(),
-                path.display()
-            );
+            return Err(EngineError::DefaultOverridden {
+                src: src.path.clone(),
+                target: path.to_path_buf(),
+                drop_in: false,
+            });
         }
     }
     let view = merged_view(&chain, version);
@@ -222,20 +216,22 @@ mod tests {
             .unwrap_err()
         };
         let e = cfg("version = 2\n[plugins\nfoo = 1\n");
+        assert!(matches!(e, EngineError::Syntax { line: 2, .. }), "{e}");
         assert!(
-            format!("{e:#}").starts_with("/etc/containerd/config.toml:2:"),
-            "{e:#}"
+            e.to_string().starts_with("/etc/containerd/config.toml:2:"),
+            "{e}"
         );
         let e = cfg("[plugins.cri]\nx = 1\n");
-        assert!(format!("{e:#}").contains("version 1"), "{e:#}");
+        assert!(matches!(e, EngineError::NoVersion { .. }), "{e}");
         let e = cfg("version = 4\n");
         assert!(
-            format!("{e:#}").contains("unsupported containerd config version 4"),
-            "{e:#}"
+            matches!(&e, EngineError::UnsupportedVersion { version, .. } if version == "4"),
+            "{e}"
         );
         let e = cfg("version = 2\nimports = \"/etc/containerd/conf.d/*.toml\"\n");
+        assert!(matches!(e, EngineError::Shape { .. }), "{e}");
         assert_eq!(
-            format!("{e:#}"),
+            e.to_string(),
             "/etc/containerd/config.toml: `imports` is not an array of strings"
         );
     }

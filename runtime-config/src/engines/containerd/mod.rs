@@ -33,12 +33,12 @@ pub use settings::{Settings, DEFAULT_CONFIG, DEFAULT_DROP_IN};
 
 use crate::engines::api::{ContainerEngine, Context};
 use crate::engines::change::Change;
+use crate::engines::error::Result;
 use crate::engines::files::Files;
 use crate::engines::ownership::Ownership;
 use crate::engines::record::{self, Entry};
 use crate::engines::shim::{check_runtime_path, nvidia_note, ConfigFile, SetAsDefault};
 use crate::engines::syntax::parse_toml;
-use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 /// containerd's options: the main file, and the drop-in.

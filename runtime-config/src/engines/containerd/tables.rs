@@ -1,7 +1,7 @@
 //! Editing TOML tables without disturbing what is around them (toml_edit): a child table created on the
 //! way, a value set only when it changes, a copy detached from its file's layout, and the header-less
 //! tables configure created removed again.
-use anyhow::{anyhow, Result};
+use crate::engines::error::{EngineError, Result};
 use std::path::Path;
 use toml_edit::{Item, Table, Value};
 
@@ -13,9 +13,9 @@ pub fn child<'a>(parent: &'a mut Table, key: &str, path: &Path) -> Result<&'a mu
         Item::Table(t)
     });
     item.as_table_mut().ok_or_else(|| {
-        anyhow!(
-            "{}: `{key}` is not a [table] (inline tables are not edited by vgpuctl)",
-            path.display()
+        EngineError::shape(
+            path,
+            format!("`{key}` is not a [table] (inline tables are not edited by vgpuctl)"),
         )
     })
 }

@@ -3,9 +3,9 @@
 #![cfg(test)]
 use super::{configure, unconfigure, Settings};
 use crate::engines::change::{apply_in_memory, Change};
+use crate::engines::error::Result;
 use crate::engines::files::MemFiles;
 use crate::engines::record::Entry;
-use anyhow::Result;
 use std::path::Path;
 use toml_edit::{DocumentMut, Table};
 

@@ -2,8 +2,8 @@
 //! (containerd 2.x, `io.containerd.cri.v1.runtime`), read from a file's `version` key, or for a file
 //! vgpuctl creates, from `containerd --version` (through the `Files` seam, like the toolkit's
 //! `CommandLineSource` asks the installed containerd).
+use crate::engines::error::{EngineError, Result};
 use crate::engines::files::Files;
-use anyhow::{bail, Result};
 use std::path::Path;
 use toml_edit::DocumentMut;
 
@@ -19,13 +19,14 @@ pub fn version_of(path: &Path, doc: &DocumentMut) -> Result<i64> {
     match doc.get("version") {
         Some(v) => match v.as_integer() {
             Some(n @ (2 | 3)) => Ok(n),
-            _ => bail!("{}: unsupported containerd config version {} (vgpuctl knows 2 and 3)", path.display(), v.to_string().trim()),
+            _ => Err(EngineError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                version: v.to_string().trim().to_string(),
+            }),
         },
-        None => bail!(
-            "{}: no `version` key, so containerd reads it as config version 1, which vgpuctl does not edit; \
-             add `version = 2` (containerd 1.x) after checking the file, or migrate it",
-            path.display()
-        ),
+        None => Err(EngineError::NoVersion {
+            path: path.to_path_buf(),
+        }),
     }
 }
 
@@ -79,7 +80,10 @@ mod tests {
     fn only_versions_2_and_3_are_edited() {
         let v = |t: &str| version_of(Path::new("/c.toml"), &t.parse().unwrap());
         assert_eq!(v("version = 3\n").unwrap(), 3);
-        assert!(format!("{:#}", v("x = 1\n").unwrap_err()).contains("version 1"));
-        assert!(format!("{:#}", v("version = 4\n").unwrap_err()).contains("version 4"));
+        assert!(matches!(v("x = 1\n"), Err(EngineError::NoVersion { .. })));
+        assert!(matches!(
+            v("version = 4\n"),
+            Err(EngineError::UnsupportedVersion { version, .. }) if version == "4"
+        ));
     }
 }
