@@ -173,7 +173,7 @@ fn run(cli: Cli) -> Result<()> {
             out.flush()?;
             std::process::exit(report.exit_status());
         }
-        Cmd::Update(a) => a.run(&mut out),
+        Cmd::Update(a) => Ok(a.run(&mut out)?),
         Cmd::Monitor(a) => monitor(a, &mut out),
         Cmd::Gc { root } => {
             // The grace for state without an owner comes from the config, like the hooks' own collection.

@@ -11,7 +11,6 @@
 
 pub mod change;
 
-use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;
@@ -21,7 +20,44 @@ use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{format_bytes, hostfile, live, Limits};
 use vgpu_oci::admission::{self, Policy};
 
-use crate::update::change::{apply, plan_of, Change, Request};
+use crate::update::change::{apply, plan_of, Change, Request, UpdateError};
+
+/// Why `vgpuctl update` failed: a refusal of the change (`UpdateError`), or what it read, admitted or wrote.
+/// Each is one line naming the container or the file; a cause already in the line is not also a `source`.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Refused(#[from] UpdateError),
+    #[error(transparent)]
+    Config(#[from] vgpu_oci::config::ConfigError),
+    #[error(transparent)]
+    Layout(#[from] vgpu_ledger::layout::LayoutError),
+    #[error(transparent)]
+    Gpus(#[from] vgpu_host::nvml::NvmlError),
+    #[error(transparent)]
+    Limits(#[from] vgpu_ledger::LimitsError),
+    #[error(transparent)]
+    Admission(#[from] admission::AdmissionError),
+    #[error("no container {id} under {root} (the environment-only mode has no state to update)")]
+    NotProvisioned { id: String, root: String },
+    #[error(
+        "container {id} is not running yet (its owner is not recorded): update it once it started"
+    )]
+    NotRunning { id: String },
+    #[error("container {id}: cannot lock its state folder: {why}")]
+    Lock { id: String, why: std::io::Error },
+    #[error("container {id}: cannot write its limits: {why}")]
+    Write { id: String, why: std::io::Error },
+    #[error("container {id}: {why}")]
+    Publish { id: String, why: live::PublishError },
+    /// The terminal or pipe the outcome is written to.
+    #[error(transparent)]
+    Output(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// `vgpuctl update`'s options.
 #[derive(Args, Debug)]
@@ -84,7 +120,7 @@ impl UpdateArgs {
         )?;
         let nvml = cfg.nvml_library.clone();
         let outcome = update(&root, Policy::of(&cfg), &self.id, &req, || {
-            vgpu_oci::host_gpus::list_gpus(&nvml).map_err(anyhow::Error::from)
+            vgpu_oci::host_gpus::list_gpus(&nvml)
         })?;
         if self.json {
             serde_json::to_writer_pretty(&mut *out, &outcome)?;
@@ -104,27 +140,33 @@ pub fn update(
     policy: Policy,
     id: &str,
     req: &Request,
-    gpus: impl Fn() -> Result<Vec<vgpu_host::nvml::HostGpu>>,
+    gpus: impl Fn() -> Result<Vec<vgpu_host::nvml::HostGpu>, vgpu_host::nvml::NvmlError>,
 ) -> Result<Outcome> {
     let path = root.limits_path(id)?;
     if !vgpu_ledger::walk::is_marked(&root.container_dir(id)?) {
-        return Err(anyhow!(
-            "no container {id} under {} (the environment-only mode has no state to update)",
-            root.root().display()
-        ));
+        return Err(RunError::NotProvisioned {
+            id: id.to_string(),
+            root: root.root().display().to_string(),
+        });
     }
     let host = gpus()?;
     // Updates of one container one at a time, whatever the node's policy (under allow_overcommit admission
     // takes no node lock): a lock on the container's folder, taken before the node's.
-    let dir = std::fs::File::open(root.container_dir(id)?)?;
-    let _container = nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| anyhow!("container {id}: cannot lock its state folder: {e}"))?;
+    let dir = std::fs::File::open(root.container_dir(id)?).map_err(|why| RunError::Lock {
+        id: id.to_string(),
+        why,
+    })?;
+    let _container =
+        nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| {
+            RunError::Lock {
+                id: id.to_string(),
+                why: e.into(),
+            }
+        })?;
     loop {
         let before = hostfile::load_limits(&path)?;
         if before.init_pid.is_none() {
-            return Err(anyhow!(
-                "container {id} is not running yet (its owner is not recorded): update it once it started"
-            ));
+            return Err(RunError::NotRunning { id: id.to_string() });
         }
         let total = |uuid: &str| host.iter().find(|g| g.uuid == uuid).map(|g| g.total_memory);
         let (mut after, changes) = apply(&before, req, total)?;
@@ -155,12 +197,16 @@ pub fn update(
 /// copy cannot be published the host's file is put back, so both keep saying one thing.
 fn write(root: &StateRoot, id: &str, before: &Limits, after: &Limits) -> Result<()> {
     let path = root.limits_path(id)?;
-    after
-        .write_atomic(&path)
-        .with_context(|| format!("container {id}: cannot write its limits"))?;
+    after.write_atomic(&path).map_err(|why| RunError::Write {
+        id: id.to_string(),
+        why,
+    })?;
     if let Err(e) = live::publish(&root.container_dir(id)?, after) {
         let _ = before.write_atomic(&path);
-        return Err(anyhow!("container {id}: {e}"));
+        return Err(RunError::Publish {
+            id: id.to_string(),
+            why: e,
+        });
     }
     Ok(())
 }
