@@ -347,7 +347,7 @@ fn version_skew_older_fields_absent_newer_fields_ignored_other_versions_refused(
     assert_eq!(l.devices[0].compute_limit, None);
     assert_eq!(l.devices[0].memory, Default::default());
 
-    let newer_minor = r#"{"version":1,"container_id":"c1","generation":7,"updated_at":"2027-01-01",
+    let newer_minor = r#"{"version":1,"container_id":"c1","generation":7,"rebalanced_at":"2027-01-01",
         "kubernetes":{"namespace":"n","pod":"p","container":"c","uid":"u-1"},
         "devices":[{"index":0,"uuid":"GPU-0","memory_limit":1073741824,"ledger":"ledgers/GPU-0.ledger",
                     "compute_burst":{"percent":50}}]}"#;
