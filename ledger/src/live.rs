@@ -8,20 +8,22 @@
 //! (`layout::MOUNTED_LIMITS_FILE_NAME`), and an update rewrites *that* file in place, under the node's
 //! admission lock, bracketed by the ledgers' generation word (a seqlock):
 //!
-//! 1. every ledger of the container: generation `2·n − 1` (odd: being written), `n` = updates so far;
+//! 1. every ledger of the container: generation `g − 1` (odd: being written), `g` a fresh random even
+//!    number (`fresh_generation`: the tenant cannot write it ahead of the update);
 //! 2. the mounted file: the new bytes written over the old from offset 0, then cut to their length;
-//! 3. every ledger: generation `2·n` (even: whole).
+//! 3. every ledger: generation `g` (even: whole).
 //!
 //! A reader (the library) compares the generation with the one it applied, one load; when it moved and is
 //! even it reads the file, parses it, and loads the generation again: only if it is still the same value
 //! is the file applied (`read_stable`). The generation is tenant-writable memory, so it is only a hint to
 //! look: the limits come from the read-only mounted file. A tenant that forges it can make its own
-//! processes read the file more often or miss an update, which is no more than a tenant that removes the
-//! preload can do (the watchdog is the wall against that, docs/security.md).
+//! processes read the file more often, or (writing an odd value) put off reading it; it cannot make them
+//! skip an update, whose generation it cannot guess. Removing the preload does more, and the watchdog is
+//! the wall against that (docs/security.md).
 
 use nix::libc;
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -43,9 +45,13 @@ pub enum PublishError {
     TooLarge { path: PathBuf, len: u64 },
 }
 
-/// The ledger generation of a container updated `updates` times: even, 0 for never.
-pub fn generation(updates: u64) -> u64 {
-    updates.saturating_mul(2)
+/// A fresh generation for an update: even, not 0, and drawn from the kernel's random source, so a tenant
+/// cannot write the value the next update will leave before it comes (a predictable one, such as a count
+/// of updates, let it make its processes apply the old file at that value and never read the update).
+fn fresh_generation() -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok((u64::from_ne_bytes(b) & !1).max(2))
 }
 
 /// The container's copy of `limits`: what the library reads (`devices`), without the host's facts (host
@@ -91,7 +97,7 @@ pub fn publish(dir: &Path, limits: &Limits) -> Result<(), PublishError> {
                 .map_err(|e| io_err(&p, e))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let whole = generation(limits.updates);
+    let whole = fresh_generation().map_err(|e| io_err(Path::new("/dev/urandom"), e))?;
     let set = |g: u64| {
         ledgers
             .iter()

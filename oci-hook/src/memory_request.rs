@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 use vgpu_ledger::envlimits::{EnvLimit, EnvLimitError, EnvLimits};
 use vgpu_ledger::keys;
-use vgpu_ledger::{BelowFloor, QuantityError};
 
 use crate::pod_keys::{keyed, KeyFormError, PodMember};
 
@@ -45,23 +44,10 @@ pub struct MemoryRequest {
 pub enum MemoryRequestError {
     #[error(transparent)]
     Key(#[from] KeyFormError),
-    /// Not a quantity.
-    #[error("{setting}={value:?}: {err}")]
-    Quantity {
-        setting: String,
-        value: String,
-        err: QuantityError,
-    },
-    /// `0` in an annotation or a config key.
-    #[error("{setting}={value:?}: a memory limit must be greater than zero")]
-    Zero { setting: String, value: String },
-    /// Below `vgpu_ledger::MIN_QUOTA`.
-    #[error("{setting}={value:?}: {why}")]
-    BelowFloor {
-        setting: String,
-        value: String,
-        why: BelowFloor,
-    },
+    /// Not a quantity, `0`, or below `vgpu_ledger::MIN_QUOTA`: the one rule of a memory quantity, shared
+    /// with the config file's keys (`vgpu_host::config::parse_limit`).
+    #[error(transparent)]
+    Limit(#[from] vgpu_host::config::LimitError),
     /// A malformed limit variable.
     #[error("env {0}")]
     Env(EnvLimitError),
@@ -102,27 +88,7 @@ impl MemoryRequest {
 /// (a quota of nothing is a mistake; no quota is written by leaving the annotation out) and anything below
 /// `vgpu_ledger::MIN_QUOTA` (no CUDA context fits in less).
 pub fn parse_limit(value: &str, setting: &str) -> Result<u64, MemoryRequestError> {
-    let v = value.trim();
-    let bytes =
-        vgpu_ledger::quantity::parse_quantity(v).map_err(|err| MemoryRequestError::Quantity {
-            setting: setting.to_string(),
-            value: value.to_string(),
-            err,
-        })?;
-    if bytes == 0 {
-        return Err(MemoryRequestError::Zero {
-            setting: setting.to_string(),
-            value: value.to_string(),
-        });
-    }
-    vgpu_ledger::quantity::check_min_quota(bytes).map_err(|why| {
-        MemoryRequestError::BelowFloor {
-            setting: setting.to_string(),
-            value: value.to_string(),
-            why,
-        }
-    })?;
-    Ok(bytes)
+    Ok(vgpu_host::config::parse_limit(value, setting)?)
 }
 
 /// Reads the quota from the annotations deciding the container `member` (winning) or the spec's env.
@@ -232,10 +198,11 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_naming_the_setting() {
+        use vgpu_host::config::LimitError as L;
         use MemoryRequestError as E;
         let setting = |e: &E| match e {
-            E::Quantity { setting, .. } | E::Zero { setting, .. } => setting.clone(),
-            E::BelowFloor { setting, .. } => setting.clone(),
+            E::Limit(L::Quantity { setting, .. } | L::Zero { setting, .. }) => setting.clone(),
+            E::Limit(L::BelowFloor { setting, .. }) => setting.clone(),
             E::Key(KeyFormError::NotAnIndex { key, .. })
             | E::Key(KeyFormError::ContainerOutsidePod { key, .. }) => format!("annotation {key}"),
             other => panic!("{other:?}"),
@@ -250,7 +217,7 @@ mod tests {
         ] {
             let e = from_spec(&kv(&[(k, v)]), &[]).unwrap_err();
             assert_eq!(setting(&e), format!("annotation {k}"), "{e:?}");
-            assert_eq!(matches!(e, E::Zero { .. }), zero, "{e:?}");
+            assert_eq!(matches!(e, E::Limit(L::Zero { .. })), zero, "{e:?}");
         }
         for (k, v) in [
             ("CUDA_DEVICE_MEMORY_LIMIT", "4Qi"),

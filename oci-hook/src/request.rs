@@ -162,7 +162,9 @@ mod tests {
         ));
         assert!(matches!(
             read(&[("vgpu.io/memory-limit", "0")], &[]),
-            Err(RequestError::Memory(MemoryRequestError::Zero { .. }))
+            Err(RequestError::Memory(MemoryRequestError::Limit(
+                vgpu_host::config::LimitError::Zero { .. }
+            )))
         ));
         assert!(matches!(
             read(&[("vgpu.io/compute-window", "1m")], &[]),

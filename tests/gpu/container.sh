@@ -14,12 +14,8 @@ cd "$(dirname "$0")/../.."
 REPO=$PWD
 # The driver is where the host finds it; the containers get the same LD_LIBRARY_PATH.
 export GPU_HOST_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
-DEBS=/tmp/vgpu-debs
-mkdir -p "$DEBS" target/release
-for d in .deps/gpu/*.deb; do dpkg -x "$d" "$DEBS"; done
-export PATH=$DEBS/usr/bin:$DEBS/usr/sbin:$PATH LD_LIBRARY_PATH=$DEBS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-cp .deps/gpu/bin/* target/release/
-export RUNC=$DEBS/usr/sbin/runc
+source tests/gpu/lib.sh
+unpack_container_tools
 # The test clients, built against this machine's CUDA.
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
 libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')

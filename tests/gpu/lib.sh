@@ -27,3 +27,15 @@ quota_stages() {
         done
     done
 }
+
+# unpack_container_tools: the container scripts' tools (tests/gpu/container.sh, share_wall.sh) from the
+# carried .deps/gpu: Debian's runc and its libraries unpacked to /tmp/vgpu-debs and put on PATH and
+# LD_LIBRARY_PATH (RUNC names runc), the glibc-2.28 host binaries copied to target/release.
+unpack_container_tools() {
+    DEBS=/tmp/vgpu-debs
+    mkdir -p "$DEBS" target/release
+    for d in .deps/gpu/*.deb; do dpkg -x "$d" "$DEBS"; done
+    export PATH=$DEBS/usr/bin:$DEBS/usr/sbin:$PATH LD_LIBRARY_PATH=$DEBS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    cp .deps/gpu/bin/* target/release/
+    export RUNC=$DEBS/usr/sbin/runc
+}

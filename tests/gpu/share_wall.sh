@@ -11,12 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
 export GPU_HOST_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
-DEBS=/tmp/vgpu-debs
-mkdir -p "$DEBS" target/release
-for d in .deps/gpu/*.deb; do dpkg -x "$d" "$DEBS"; done
-export PATH=$DEBS/usr/bin:$DEBS/usr/sbin:$PATH LD_LIBRARY_PATH=$DEBS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-cp .deps/gpu/bin/* target/release/
-export RUNC=$DEBS/usr/sbin/runc
+source tests/gpu/lib.sh
+unpack_container_tools
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
 libcuda=$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')
 libcuda_dir=$(dirname "${libcuda:-/usr/lib/x86_64-linux-gnu/libcuda.so.1}")

