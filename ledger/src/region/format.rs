@@ -5,7 +5,8 @@
 //! ```text
 //! offset  size    what
 //! 0       256     Header (magic "VGPULDGR", version, sizes, GPU uuid, provisioned limit)
-//! 256     128     CommitArea: the 16-byte commit word, alone on its cache lines
+//! 256     64      CommitArea: the 16-byte commit word, alone on its cache line
+//! 320     64      TurnArea: the time-quanta turn of an oversubscribed GPU (`turn`)
 //! 384     256×N   SlotRecord × SLOT_COUNT (1024): owner pid / pid-namespace, 8 counter pairs
 //! ```
 //!
@@ -204,16 +205,24 @@ impl Header {
     }
 }
 
-/// The commit word, alone on two cache lines (adjacent-line prefetch would otherwise couple it to slot 0).
+/// The commit word, alone on its cache line; the next line is the time-quanta turn (`TURN_AREA`), written
+/// only while an oversubscribed GPU is contended, so slot 0 never shares a line pair with the word.
 #[repr(C, align(128))]
 pub struct CommitArea {
     pub word: AtomicU128,
-    pub _pad: [u8; 112],
+    pub _pad: [u8; 48],
+    /// Zero in a file made before the turn existed (these bytes were padding): "no arbiter".
+    pub _turn: [u8; 64],
 }
+
+/// Bytes of the time-quanta turn (`turn::TurnArea`): the commit area's second cache line.
+pub const TURN_AREA: (usize, usize) = (COMMIT_OFFSET + 64, 64);
 
 const _: () = {
     assert!(size_of::<CommitArea>() == 128);
     assert!(offset_of!(CommitArea, word) == 0);
+    assert!(offset_of!(CommitArea, _turn) == TURN_AREA.0 - COMMIT_OFFSET);
+    assert!(TURN_AREA.0 % 64 == 0 && TURN_AREA.0 + TURN_AREA.1 == SLOTS_OFFSET);
     assert!(COMMIT_OFFSET % align_of::<CommitArea>() == 0);
     assert!(COMMIT_OFFSET + size_of::<CommitArea>() == SLOTS_OFFSET);
 };

@@ -19,6 +19,7 @@ use super::format::{
 use super::ledger::check_header;
 use super::lock;
 use super::stats::{slots_to_read, HIGH_WATER_OFFSET, REFUSALS_OFFSET};
+use super::turn::TurnSnapshot;
 use super::view::{read_slots, Snapshot, Source};
 use std::mem::offset_of;
 use std::path::Path;
@@ -114,6 +115,7 @@ impl Snapshot {
             compute: ComputeSnapshot::from_bytes(
                 &bytes[COMPUTE_AREA.0..COMPUTE_AREA.0 + COMPUTE_AREA.1],
             ),
+            turn: TurnSnapshot::from_file_bytes(&bytes),
             slots,
         })
     }

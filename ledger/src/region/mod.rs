@@ -24,6 +24,7 @@
 //! | `fd`     | our short-lived descriptors: by path, high numbers, closed only when ours      |
 //! | `stats`  | the monitor's figures: slot high-water mark, refusals counted                  |
 //! | `generation` | the limits generation `vgpuctl update` bumps (`crate::live`)               |
+//! | `turn`   | the time-quanta turn of an oversubscribed GPU (`TURN_AREA`), arbiter ↔ library |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
 //! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
 
@@ -43,6 +44,7 @@ mod pin;
 mod shared;
 mod slot;
 mod stats;
+mod turn;
 mod view;
 
 pub use compute::{refilled, window_capacity, ComputeArea, ComputeSnapshot, PPM};
@@ -55,6 +57,7 @@ pub use kind::Kind;
 pub use ledger::Ledger;
 pub use measure::MeasureLock;
 pub use slot::Slot;
+pub use turn::{write_turn, TurnArea, TurnMode, TurnSnapshot, TURN_OFFSET};
 pub use view::{SlotSnapshot, Snapshot};
 
 // The library shares one Ledger and its Slot between all threads of a process.

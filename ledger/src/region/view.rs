@@ -8,6 +8,7 @@ use super::format::{total_of_low_half, Commit, KINDS, SEQ_MASK, SLOT_COUNT};
 use super::ledger::Ledger;
 use super::lock;
 use super::shared::Shared;
+use super::turn::TurnSnapshot;
 use serde::Serialize;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -27,6 +28,8 @@ pub struct Snapshot {
     pub spilled: u64,
     /// The compute share's bucket (`COMPUTE_AREA`): all zeros where no share ever ran.
     pub compute: ComputeSnapshot,
+    /// The time-quanta turn (`TURN_AREA`): `Unmanaged` and zeros where no arbiter ever wrote.
+    pub turn: TurnSnapshot,
     /// Slots with a live owner or leftover usage, by index.
     pub slots: Vec<SlotSnapshot>,
 }
@@ -204,6 +207,7 @@ impl Ledger {
             refusals: self.refusals(),
             spilled,
             compute: self.compute().snapshot(),
+            turn: self.turn().snapshot(),
             slots,
         }
     }
