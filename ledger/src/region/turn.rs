@@ -12,7 +12,12 @@
 //! 24      8     library     launches gated while holding the turn (monotonic; the arbiter's idle test)
 //! 32      8     library     drained: the epoch of the last yield this container's work was drained for
 //! 40      8     library     waited_ns: nanoseconds threads spent waiting, summed (monotonic)
+//! 48      8     arbiter     heartbeat: CLOCK_MONOTONIC nanoseconds of the arbiter's last pass over this GPU
 //! ```
+//!
+//! The heartbeat is how a waiting thread learns that the arbiter is gone (stopped, crashed, upgraded): a
+//! `Wait` whose heartbeat stopped moving is not obeyed for ever (the library's bound), so a dead monitor
+//! can never hang a container.
 //!
 //! Every word lives in a file the tenant can write, so each is a hint to the arbiter and never its wall:
 //! a container that writes `Hold` into its own mode while another holds the GPU is seen using the GPU by
@@ -37,7 +42,8 @@ pub struct TurnArea {
     pub launches: AtomicU64,
     pub drained: AtomicU64,
     pub waited_ns: AtomicU64,
-    pub _reserved: [u8; 16],
+    pub heartbeat: AtomicU64,
+    pub _reserved: [u8; 8],
 }
 
 const _: () = {
@@ -48,6 +54,7 @@ const _: () = {
     assert!(offset_of!(TurnArea, launches) == 24);
     assert!(offset_of!(TurnArea, drained) == 32);
     assert!(offset_of!(TurnArea, waited_ns) == 40);
+    assert!(offset_of!(TurnArea, heartbeat) == 48);
 };
 
 /// What the arbiter says to a container about one GPU.
@@ -137,6 +144,11 @@ impl TurnArea {
         self.waited_ns.fetch_add(ns, Relaxed);
     }
 
+    /// CLOCK_MONOTONIC nanoseconds of the arbiter's last pass (0: never).
+    pub fn heartbeat(&self) -> u64 {
+        self.heartbeat.load(Acquire)
+    }
+
     /// Records that this process drained its work for the yield of `epoch`.
     pub fn set_drained(&self, epoch: u64) {
         self.drained.store(epoch, Release);
@@ -151,11 +163,13 @@ impl TurnArea {
             launches: self.launches.load(Relaxed),
             drained: self.drained.load(Acquire),
             waited_ns: self.waited_ns.load(Relaxed),
+            heartbeat: self.heartbeat(),
         }
     }
 
     /// Sets mode and epoch through the mapping (tests; the host writes through `write_turn`).
-    pub fn set(&self, mode: TurnMode, epoch: u64) {
+    pub fn set(&self, mode: TurnMode, epoch: u64, heartbeat_ns: u64) {
+        self.heartbeat.store(heartbeat_ns, Release);
         self.epoch.store(epoch, Release);
         self.mode.store(mode.to_byte(), Release);
     }
@@ -165,14 +179,23 @@ impl TurnArea {
 pub const TURN_OFFSET: u64 = TURN_AREA.0 as u64;
 
 /// Writes a turn into the ledger open as `file` (the arbiter's side: host tools never map a ledger): the
-/// epoch first, then the one mode byte, each one `pwrite`, so a reader that sees the new mode sees its epoch
-/// or a later one.
-pub fn write_turn(file: &File, mode: TurnMode, epoch: u64) -> io::Result<()> {
+/// heartbeat, the epoch, then the one mode byte, each one `pwrite`, so a reader that sees the new mode sees
+/// its epoch or a later one.
+pub fn write_turn(file: &File, mode: TurnMode, epoch: u64, heartbeat_ns: u64) -> io::Result<()> {
+    write_heartbeat(file, heartbeat_ns)?;
     file.write_all_at(
         &epoch.to_le_bytes(),
         TURN_OFFSET + offset_of!(TurnArea, epoch) as u64,
     )?;
     file.write_all_at(&[mode.to_byte()], TURN_OFFSET)
+}
+
+/// Writes only the heartbeat (the arbiter's pass over a GPU whose turn did not change).
+pub fn write_heartbeat(file: &File, heartbeat_ns: u64) -> io::Result<()> {
+    file.write_all_at(
+        &heartbeat_ns.to_le_bytes(),
+        TURN_OFFSET + offset_of!(TurnArea, heartbeat) as u64,
+    )
 }
 
 /// The turn as a host tool read it (`Snapshot::read`, or any `pread` of the first 384 bytes).
@@ -184,6 +207,7 @@ pub struct TurnSnapshot {
     pub launches: u64,
     pub drained: u64,
     pub waited_ns: u64,
+    pub heartbeat: u64,
 }
 
 impl Default for TurnSnapshot {
@@ -211,6 +235,7 @@ impl TurnSnapshot {
             launches: at(offset_of!(TurnArea, launches)),
             drained: at(offset_of!(TurnArea, drained)),
             waited_ns: at(offset_of!(TurnArea, waited_ns)),
+            heartbeat: at(offset_of!(TurnArea, heartbeat)),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! library's counters through the host's `pread`, and a fresh or foreign byte read as "go".
 
 use super::super::{Ledger, Snapshot};
-use super::{write_turn, TurnMode, TurnSnapshot};
+use super::{write_heartbeat, write_turn, TurnMode, TurnSnapshot};
 
 const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
 
@@ -28,13 +28,20 @@ fn the_arbiters_writes_reach_the_mapping_and_the_librarys_counters_reach_the_hos
         (TurnMode::Yield, 3),
         (TurnMode::Wait, 4),
     ] {
-        write_turn(&file, mode, epoch).unwrap();
+        write_turn(&file, mode, epoch, 1_000 + epoch).unwrap();
+        assert_eq!(l.turn().heartbeat(), 1_000 + epoch);
         assert_eq!((l.turn().mode(), l.turn().epoch()), (mode, epoch));
         assert_eq!(
             mode.launches_go(),
             matches!(mode, TurnMode::Free | TurnMode::Hold)
         );
     }
+    write_heartbeat(&file, 7_777).unwrap();
+    assert_eq!(
+        (l.turn().mode(), l.turn().heartbeat()),
+        (TurnMode::Wait, 7_777)
+    );
+    write_heartbeat(&file, 1_004).unwrap();
     let t = l.turn();
     t.note_launch();
     t.note_launch();
