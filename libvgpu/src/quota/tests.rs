@@ -161,6 +161,7 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
             compute_policy: Default::default(),
             compute_window_ms: None,
             shrunk_from: None,
+            held_at_shrink: None,
         }],
     };
     std::fs::create_dir(dir.path().join("ledgers")).unwrap();
