@@ -10,12 +10,14 @@
 //! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
 //! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
 //! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
-//! `share_run` its passes, `freezer` the cgroup writes); NVML is the host tools' one binding,
+//! `share_run` its passes, `freezer` the cgroup writes), `held` (what a container holds by NVML, for
+//! `vgpuctl update`'s shrink); NVML is the host tools' one binding,
 //! `vgpu_host::nvml`.
 
 pub mod config;
 pub mod docker;
 pub mod freezer;
+pub mod held;
 pub mod http;
 pub mod labels;
 pub mod metrics;
