@@ -87,7 +87,8 @@ pub struct UpdateArgs {
     pub gpu: Option<u32>,
     /// The new memory quota, as vgpu.io/memory-limit (e.g. 2Gi, 512Mi; at least 64Mi). A shrink below
     /// what the container holds refuses its next allocations until it frees enough; nothing it holds is
-    /// taken.
+    /// taken. A shrink records what the container holds, measured from NVML (refused where NVML cannot
+    /// list the GPU's processes).
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<String>,
     /// The new compute share in percent of the GPU's time, as vgpu.io/compute-limit (1-99).
