@@ -175,6 +175,7 @@ mod tests {
                 compute_policy: Default::default(),
                 compute_window_ms: None,
                 shrunk_from: None,
+                held_at_shrink: None,
                 ledger: vgpu_ledger::layout::relative_ledger_path(UUID).unwrap(),
                 memory: Default::default(),
             }],

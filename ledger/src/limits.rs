@@ -141,9 +141,28 @@ pub struct DeviceLimit {
     /// usage falls under the new limit it is a *pending shrink*, not an escape (the watchdog, status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrunk_from: Option<u64>,
+    /// Set with `shrunk_from` by the shrink that lowered `memory_limit` below what the container held:
+    /// the bytes its processes held on the GPU then, as the host measured them from NVML (never the
+    /// tenant-writable ledger), at most what it was allowed before. The watchdog tolerates a pending
+    /// shrink up to this (or the quota, when more), not up to `shrunk_from`: memory taken after the
+    /// shrink by a tenant that hid it from its own processes is over quota. Absent in files written
+    /// before it existed (the watchdog then starts from `shrunk_from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at_shrink: Option<u64>,
 }
 
 impl DeviceLimit {
+    /// The most the container may hold on this GPU by this file: its quota, or while a shrink is pending
+    /// (`shrunk_from`) what it held at the shrink when that is more (`held_at_shrink`; for a shrink
+    /// recorded before that figure existed, the quota it came from). None: no memory quota.
+    pub fn allowed_memory(&self) -> Option<u64> {
+        let limit = self.memory_limit?;
+        Some(match self.shrunk_from {
+            Some(from) => limit.max(self.held_at_shrink.unwrap_or(from).min(from)),
+            None => limit,
+        })
+    }
+
     /// The compute share the library enforces on this GPU: the limit, unless the policy is `disable`.
     pub fn compute_share(&self) -> Option<u32> {
         self.compute_limit

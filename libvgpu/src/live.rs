@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use vgpu_ledger::live::read_stable;
-use vgpu_ledger::{DeviceLimit, Ledger};
+use vgpu_ledger::{DeviceLimit, Ledger, Limits};
 
 use crate::log;
 
@@ -29,6 +29,24 @@ pub fn entry(file: &Path, ledger: &Ledger, ledger_path: &Path) -> Option<(u64, D
                 file.display(),
                 ledger.limits_generation()
             ));
+            None
+        }
+    }
+}
+
+/// The entry of the limits file at `file` whose ledger is `ledger_path`, read without the generation's
+/// bracket: for a word left odd past `quota::ODD_BOUND` (an update that died half way, or a tenant putting
+/// one off). The file is read-only to the tenant; a reading torn by a host still writing fails to parse
+/// (None: looked at again later), and one that parses is replaced when the host's word turns even.
+pub fn entry_unbracketed(file: &Path, ledger_path: &Path) -> Option<DeviceLimit> {
+    match Limits::load(file) {
+        Ok(limits) => limits
+            .devices
+            .iter()
+            .find(|d| limits.ledger_path(file, d) == ledger_path)
+            .cloned(),
+        Err(e) => {
+            log::debug(format_args!("{e}; read again later"));
             None
         }
     }

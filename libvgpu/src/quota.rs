@@ -22,6 +22,10 @@ use crate::userfiles::{private_dir, trusted};
 const MEASURE_WAIT: Duration = Duration::from_secs(3);
 /// After a failed slot attach (slot table full, EMFILE), the next try waits this long.
 const ATTACH_BACKOFF: Duration = Duration::from_millis(100);
+/// A limits generation odd this long is no host writing (that takes milliseconds): an update that died
+/// half way, or a tenant keeping the word odd to put its processes off reading a shrink. The file is
+/// then read without the bracket (`live::entry_unbracketed`).
+pub(crate) const ODD_BOUND: Duration = Duration::from_secs(1);
 
 pub struct DeviceQuota {
     pub ordinal: i32,
@@ -33,6 +37,8 @@ pub struct DeviceQuota {
     follows: OnceLock<PathBuf>,
     /// The ledger's limits generation last applied (`vgpu_ledger::live`); 0: the file as first loaded.
     applied: AtomicU64,
+    /// `millis()` + 1 when the generation was first seen odd since the last applied (0: not seen odd).
+    odd_since: AtomicU64,
     /// Plain, spill or oversubscribe (`hooks::memory`); plain until the configuration says otherwise.
     pub memory: MemoryMode,
     ledger_path: PathBuf,
@@ -96,6 +102,7 @@ impl DeviceQuota {
             limit: AtomicU64::new(limit),
             follows: OnceLock::new(),
             applied: AtomicU64::new(0),
+            odd_since: AtomicU64::new(0),
             memory: MemoryMode::Plain,
             ledger_path: path.to_path_buf(),
             ledger,
@@ -145,8 +152,35 @@ impl DeviceQuota {
             self.applied.store(g, Relaxed);
             return None;
         };
+        if g % 2 == 1 {
+            return self.odd_entry(file, g);
+        }
+        self.odd_since.store(0, Relaxed);
         let (read_at, d) = crate::live::entry(file, &self.ledger, &self.ledger_path)?;
         self.applied.store(read_at, Relaxed);
+        Some(d)
+    }
+
+    /// The generation is odd (`g`): nothing until it has been for `ODD_BOUND`, then the file as it is.
+    fn odd_entry(&self, file: &Path, g: u64) -> Option<DeviceLimit> {
+        let now = millis() + 1;
+        let since = self.odd_since.load(Relaxed);
+        if since == 0 {
+            self.odd_since.store(now, Relaxed);
+            return None;
+        }
+        if now - since.min(now) < ODD_BOUND.as_millis() as u64 {
+            return None;
+        }
+        let d = crate::live::entry_unbracketed(file, &self.ledger_path)?;
+        self.odd_since.store(0, Relaxed);
+        self.applied.store(g, Relaxed);
+        log::debug(format_args!(
+            "device {} ({}): limits generation odd for {} ms or more: read the limits file without it",
+            self.ordinal,
+            self.uuid,
+            ODD_BOUND.as_millis()
+        ));
         Some(d)
     }
 

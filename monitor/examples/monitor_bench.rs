@@ -88,6 +88,7 @@ fn main() {
                 compute_policy: Default::default(),
                 compute_window_ms: None,
                 shrunk_from: None,
+                held_at_shrink: None,
             }],
             kubernetes: Some(vgpu_ledger::KubeNames {
                 namespace: "bench".into(),

@@ -10,12 +10,14 @@
 //! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
 //! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
 //! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
-//! `share_run` its passes, `freezer` the cgroup writes); NVML is the host tools' one binding,
+//! `share_run` its passes, `freezer` the cgroup writes), `held` (what a container holds by NVML, for
+//! `vgpuctl update`'s shrink); NVML is the host tools' one binding,
 //! `vgpu_host::nvml`.
 
 pub mod config;
 pub mod docker;
 pub mod freezer;
+pub mod held;
 pub mod http;
 pub mod labels;
 pub mod metrics;
@@ -68,6 +70,8 @@ struct Watch {
     kills: u64,
     kill_failures: u64,
     passes: u64,
+    /// What each pending shrink still allows, as the truth went down (`watchdog::Shrinks`).
+    shrinks: watchdog::Shrinks,
 }
 
 /// One reading of everything: the state root, NVML and the attribution of NVML's processes.
@@ -256,8 +260,12 @@ impl Monitor {
         if r.gpus.is_none() {
             return;
         }
-        let findings = watchdog::decide(&r.containers, &r.truth, self.policy);
         let mut w = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        let findings = watchdog::decide(&r.containers, &r.truth, self.policy, &w.shrinks);
+        // A state root that could not be listed shows no container: their marks are kept for the next.
+        if r.state_error.is_none() {
+            w.shrinks.follow(&r.containers, &r.truth);
+        }
         w.passes += 1;
         let mut open = BTreeMap::new();
         for f in &findings {
@@ -333,7 +341,7 @@ fn describe(f: &Finding, r: &Reading) -> String {
     let (cs, gs) = (&r.containers[c], &r.containers[c].gpus[g]);
     let at = format!("{} GPU {} ({})", who(cs), gs.index, gs.uuid);
     match f {
-        Finding::OverQuota { truth, limit, procs, kill, .. } => {
+        Finding::OverQuota { truth, limit, allowed, procs, kill, .. } => {
             let list: Vec<String> = procs
                 .iter()
                 .map(|p| {
@@ -345,8 +353,12 @@ fn describe(f: &Finding, r: &Reading) -> String {
                     )
                 })
                 .collect();
+            let shrink = match allowed > limit {
+                true => format!(" (lowered by vgpuctl update; it may keep {} held from before)", format_bytes(*allowed)),
+                false => String::new(),
+            };
             format!(
-                "over quota: {at}: its processes hold {} (NVML), quota {}, ledger {}: {}{}",
+                "over quota: {at}: its processes hold {} (NVML), quota {}{shrink}, ledger {}: {}{}",
                 format_bytes(*truth),
                 format_bytes(*limit),
                 format_bytes(gs.total),
@@ -355,13 +367,14 @@ fn describe(f: &Finding, r: &Reading) -> String {
             )
         }
         Finding::PendingShrink {
-            truth, limit, from, ..
+            truth, limit, from, held, ..
         } => format!(
-            "pending shrink: {at}: its processes hold {} (NVML), over its quota {} by {} since vgpuctl update lowered it from {}; its allocations are refused until it frees that, nothing is killed",
+            "pending shrink: {at}: its processes hold {} (NVML), over its quota {} by {} since vgpuctl update lowered it from {}; its allocations are refused until it frees that, nothing is killed while it holds no more than {} (what it held at the shrink, or less since)",
             format_bytes(*truth),
             format_bytes(*limit),
             format_bytes(truth.saturating_sub(*limit)),
-            format_bytes(*from)
+            format_bytes(*from),
+            format_bytes(*held)
         ),
         Finding::LedgerBelowTruth { total, truth, .. } => format!(
             "ledger below the truth: {at}: its ledger's total is {}, its own processes hold {} (NVML): tampered with or charges lost",

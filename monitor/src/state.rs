@@ -51,6 +51,10 @@ pub struct GpuState {
     /// The quota before `vgpuctl update` lowered it (limits.json's `shrunk_from`): usage above the quota
     /// but within this is a pending shrink (the watchdog).
     pub shrunk_from: Option<u64>,
+    /// What the container held on the GPU at that shrink, as `vgpuctl update` measured it from NVML
+    /// (limits.json's `held_at_shrink`; none in files from before it existed): the watchdog's starting
+    /// tolerance for the pending shrink (`watchdog::Shrinks`).
+    pub held_at_shrink: Option<u64>,
     /// The ledger's compute bucket (`COMPUTE_AREA`): GPU time charged, time held back, launches.
     pub compute: vgpu_ledger::region::ComputeSnapshot,
     /// The ledger's total (its commit word); 0 with no ledger yet.
@@ -121,6 +125,7 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
         compute_limit: d.compute_share(),
         compute_window_ms: d.compute_window_ms,
         shrunk_from: d.shrunk_from,
+        held_at_shrink: d.held_at_shrink,
         ..Default::default()
     };
     match ledger {
@@ -174,6 +179,7 @@ mod tests {
                 compute_policy: Default::default(),
                 compute_window_ms: None,
                 shrunk_from: None,
+                held_at_shrink: None,
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
                 memory: Default::default(),
             }],

@@ -4,9 +4,12 @@
 //! total disagrees with the sum of its slots. Under the kill policy it names the processes to kill: those
 //! without a ledger slot (they bypass the library) first, largest first, then the others, only as many as
 //! bring the container back within quota plus tolerance. A container within its quota is never touched.
+//! A quota `vgpuctl update` lowered below what the container held is a *pending shrink*: what it held then
+//! (measured by the host from NVML at the shrink) is tolerated, never more, and the tolerance follows the
+//! container's truth down between passes (`Shrinks`, the pass state the monitor keeps).
 //! Not here: reading the state, NVML or /proc (`state`, `nvml`, `procs`), logging and counting (`mod`).
 
-use super::state::ContainerState;
+use super::state::{ContainerState, GpuState};
 use std::collections::BTreeMap;
 use vgpu_host::nvml::GpuReading;
 use vgpu_host::procs::{cgroup_within, HostProc};
@@ -126,29 +129,102 @@ pub struct Policy {
     pub kill: bool,
 }
 
+/// The watchdog's memory of pending shrinks from one pass to the next (the monitor keeps it with its other
+/// pass state): per container id and GPU UUID, the figure the shrink recorded (limits.json's
+/// `held_at_shrink`) and the least NVML has shown the container holding there since. A restarted monitor
+/// has none and starts again from the recorded figure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shrinks {
+    marks: BTreeMap<(String, String), Mark>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    /// The figure the shrink recorded: another one is another shrink, whose mark starts again.
+    recorded: u64,
+    /// The least the container held since (never above `recorded`).
+    low: u64,
+}
+
+impl Shrinks {
+    /// What container `cs` may hold on its GPU `gs` while a shrink is pending there (None: none is): the
+    /// quota, or what it held at the shrink when more, lowered to the least NVML showed it holding since.
+    /// Memory freed during a pending shrink is not taken again: the library refuses it, and a tenant
+    /// that hid the shrink from its library is over quota when it does.
+    pub fn allowance(&self, cs: &ContainerState, gs: &GpuState) -> Option<u64> {
+        let (limit, recorded) = (gs.limit?, recorded(gs)?);
+        Some(limit.max(self.low(cs, gs, recorded)))
+    }
+
+    fn low(&self, cs: &ContainerState, gs: &GpuState, recorded: u64) -> u64 {
+        match self.marks.get(&(cs.id.clone(), gs.uuid.clone())) {
+            Some(m) if m.recorded == recorded => m.low,
+            _ => recorded,
+        }
+    }
+
+    /// After a pass: each pending shrink's mark follows what the container truly holds down, never up.
+    /// Marks of GPUs no longer shrinking (grown back, the container gone) are dropped; those of a
+    /// container whose limits could not be read this time are kept.
+    pub fn follow(&mut self, containers: &[ContainerState], truth: &Truth) {
+        let mut next = BTreeMap::new();
+        for (c, cs) in containers.iter().enumerate() {
+            if cs.error.is_some() {
+                let kept = self.marks.iter().filter(|((id, _), _)| *id == cs.id);
+                next.extend(kept.map(|(k, m)| (k.clone(), *m)));
+                continue;
+            }
+            for (g, gs) in cs.gpus.iter().enumerate() {
+                let Some(recorded) = recorded(gs) else {
+                    continue;
+                };
+                let mut low = self.low(cs, gs, recorded);
+                if cs.live && truth.knows(&gs.uuid) {
+                    low = low.min(truth.used(c, g));
+                }
+                next.insert((cs.id.clone(), gs.uuid.clone()), Mark { recorded, low });
+            }
+        }
+        self.marks = next;
+    }
+}
+
+/// The figure a pending shrink on `gs` recorded (None: no shrink pending, or no memory quota): what the
+/// container held then, never above the quota it came from; a shrink recorded before that figure existed
+/// starts from the quota it came from.
+fn recorded(gs: &GpuState) -> Option<u64> {
+    gs.limit?;
+    let from = gs.shrunk_from?;
+    Some(gs.held_at_shrink.unwrap_or(from).min(from))
+}
+
 /// What the watchdog found on one container's GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
-    /// The container's processes truly hold `truth` bytes, more than `limit` + tolerance.
+    /// The container's processes truly hold `truth` bytes, more than `allowed` + tolerance: `allowed` is
+    /// the quota `limit`, or during a pending shrink what the container may still hold from before it
+    /// (`Shrinks::allowance`).
     OverQuota {
         c: usize,
         g: usize,
         truth: u64,
         limit: u64,
+        allowed: u64,
         procs: Vec<TrueProc>,
-        /// Host PIDs to kill (empty without the kill policy).
+        /// Host PIDs to kill (empty without the kill policy): only as many as bring it within `allowed`.
         kill: Vec<u32>,
     },
     /// Over the quota as `OverQuota`, but `vgpuctl update` lowered the quota from `from`, the container's
-    /// processes hold no more than they may have taken under it (`truth` within `from` + tolerance) and
-    /// the ledger itself is over the new quota (the library knows and refuses): memory held from before
-    /// the shrink, kept until freed. Never killed.
+    /// processes hold no more than they held at the shrink (`truth` within `held` + tolerance, `held` the
+    /// shrink's allowance as it followed the truth down) and the ledger itself is over the new quota (the
+    /// library knows and refuses): memory held from before the shrink, kept until freed. Never killed.
     PendingShrink {
         c: usize,
         g: usize,
         truth: u64,
         limit: u64,
         from: u64,
+        held: u64,
     },
     /// The ledger says `total`, its own (tracked) processes truly hold `truth`, more than total +
     /// tolerance: the ledger was tampered with (a tenant zeroed it) or lost charges.
@@ -179,8 +255,14 @@ impl Finding {
     }
 }
 
-/// Compares each container's truth with its quota and its ledger.
-pub fn decide(containers: &[ContainerState], truth: &Truth, policy: Policy) -> Vec<Finding> {
+/// Compares each container's truth with its quota (during a pending shrink, with what `shrinks` allows)
+/// and its ledger.
+pub fn decide(
+    containers: &[ContainerState],
+    truth: &Truth,
+    policy: Policy,
+    shrinks: &Shrinks,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     for (c, cs) in containers.iter().enumerate() {
         for (g, gs) in cs.gpus.iter().enumerate() {
@@ -210,19 +292,15 @@ pub fn decide(containers: &[ContainerState], truth: &Truth, policy: Policy) -> V
                 continue;
             };
             let used = truth.used(c, g);
-            let ceiling = limit.saturating_add(policy.tolerance);
-            let shrinking = gs
-                .shrunk_from
-                .filter(|&from| used <= from.saturating_add(policy.tolerance) && gs.total > limit);
-            if let (true, Some(from)) = (used > ceiling, shrinking) {
-                out.push(Finding::PendingShrink {
-                    c,
-                    g,
-                    truth: used,
-                    limit,
-                    from,
-                });
-            } else if used > ceiling {
+            // A pending shrink only while the ledger is over the new quota: one back under it cannot be
+            // holding memory from before the shrink.
+            let pending = shrinks
+                .allowance(cs, gs)
+                .zip(gs.shrunk_from)
+                .filter(|_| gs.total > limit);
+            let allowed = pending.map_or(limit, |(held, _)| held);
+            let ceiling = allowed.saturating_add(policy.tolerance);
+            if used > ceiling {
                 let kill = if policy.kill {
                     victims(&procs, used, ceiling)
                 } else {
@@ -233,8 +311,20 @@ pub fn decide(containers: &[ContainerState], truth: &Truth, policy: Policy) -> V
                     g,
                     truth: used,
                     limit,
+                    allowed,
                     procs,
                     kill,
+                });
+            } else if let Some((held, from)) =
+                pending.filter(|_| used > limit.saturating_add(policy.tolerance))
+            {
+                out.push(Finding::PendingShrink {
+                    c,
+                    g,
+                    truth: used,
+                    limit,
+                    from,
+                    held,
                 });
             }
         }

@@ -133,6 +133,7 @@ pub fn limits_for(id: &str, plan: &Plan, owner: &Owner) -> Result<Limits> {
                 // The window goes with the share, as the policy does.
                 compute_window_ms: g.compute_limit.and(plan.compute_window_ms),
                 shrunk_from: None,
+                held_at_shrink: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -4,21 +4,26 @@
 # 1.5 GiB; shrinking back to 1 GiB below its use refuses its next allocation, keeps what it holds, and
 # status and the monitor say "over quota by ... (pending shrink)"; a grow past the GPU is refused with
 # nothing changed; a compute share changed from 30% to 60% shows in the bucket's rate; two updates racing
-# each other and a create leave admission's sum exact; bad input is one line.
+# each other and a create leave admission's sum exact; bad input is one line. A tenant that, after a
+# shrink, keeps its ledger's generation word odd (so its library never reads the update) and allocates
+# more under its old quota is over quota past what NVML showed it holding at the shrink (limits.json's
+# held_at_shrink), and killed under `vgpuctl monitor --kill`.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
 . "$(dirname "$0")/lib/bundle.sh"
 . "$(dirname "$0")/lib/vgpu.sh"
 . "$(dirname "$0")/lib/oci-cases.sh"
+. "$(dirname "$0")/lib/monitor.sh"
 RUNTIME=runc
 t_init update
 VGPUCTL=$T/release/vgpuctl
-t_require "$VGPUCTL"
+t_require "$VGPUCTL" "$(command -v curl)"
 oci_setup
 GPU0=GPU-fa4ec0de-0000-4000-8000-000000000000
 
-update() { "$VGPUCTL" update --state-root "$STATE" "$@"; }
+# The fake NVML reads the suite's fake GPU (a shrink measures what the container holds there).
+update() { FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" update --state-root "$STATE" "$@"; }
 gone() { plain delete -f "$1" >/dev/null 2>&1; }
 status_json() { "$VGPUCTL" status --json --state-root "$STATE"; }
 # gpu_of ID JQ: a field of container ID's GPU 0 in `vgpuctl status --json`.
@@ -91,6 +96,33 @@ wait_for 10 ready 4 || fail "the process reached its last wait" "$(cat "$WORK/cr
 check_match "once it freed 936 MiB, under the new quota, 64 MiB is allocated again" 'size=67108864 .*rc=0' "$(nth_line 5 alloc)"
 touch "$G/go4"
 gone "$RUN"
+
+echo "-- a tenant that keeps its generation word odd after a shrink and allocates more is over quota, killed under --kill"
+rm -f "$G"/odd*
+new_bundle rt_client device 0 alloc 1Gi await /fakestate/odd1 alloc 512Mi info await /fakestate/odd2
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=2G
+ODD=$ID
+check "a container with a 2 GiB quota holds 1 GiB (1.25 GiB with its context)" eval 'create_quiet && shim start "$ODD"'
+wait_for 20 ready 1 || fail "the process reached its first wait" "$(cat "$WORK/create.log")"
+out=$(update "$ODD" --memory-limit 1Gi 2>&1)
+check_match "vgpuctl update --memory-limit 1Gi: a pending shrink" 'over its new quota by 256 MiB \(pending shrink\)' "$out"
+check_eq "  ... limits.json records what NVML showed it holding at the shrink" \
+    "$(jq -r '.devices[0].held_at_shrink' "$STATE/containers/$ODD/limits.json")" $((1280 * MIB))
+# The tenant, from inside its container, makes the word odd ("being written") for good.
+plain exec "$ODD" sh -c "printf '\\001' | dd of=/run/vgpu/ledgers/$GPU0.ledger bs=1 seek=168 count=1 conv=notrunc 2>/dev/null"
+check_match "the tenant made its ledger's generation odd" '[13579]$' "$(generation "$ODD")"
+monitor_start oddmon --kill && pass "monitor with --kill starts" || fail "monitor with --kill starts"
+check "  ... its watchdog first reports the pending shrink" wait_for 10 grep -q "pending shrink: container $ODD" "$WORK/oddmon.log"
+touch "$G/odd1"
+wait_for 10 ready 2 || fail "the process reached its second wait" "$(cat "$WORK/create.log")"
+check_match "its process never read the shrink: 512 MiB more is allocated under the old quota" 'size=536870912 .*rc=0' "$(nth_line 2 alloc)"
+check_eq "  ... its cuMemGetInfo still says 2 GiB" "$(field total "$(nth_line 1 info)")" $((2 * GIB))
+check "the watchdog reports it over quota (1.75 GiB, past the 1.25 GiB it held at the shrink)" \
+    wait_for 10 grep -q "over quota: container $ODD" "$WORK/oddmon.log"
+check "  ... and kills its process" wait_for 10 grep -q "killed pid [0-9]* (SIGKILL) of container $ODD" "$WORK/oddmon.log"
+check "  ... the container stops" wait_for 10 eval '! running "$ODD"'
+kill "$oddmon_PID"
+gone "$ODD"
 
 echo "-- a grow past the GPU is refused as at creation, nothing changed"
 sleeper upd-a 4G

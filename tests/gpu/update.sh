@@ -4,7 +4,11 @@
 # torch.cuda.mem_get_info's total become 8 GiB within a second of `vgpuctl update … --memory-limit 8Gi`, and
 # the same 3 GiB allocation fits; nvidia-smi under the library shows the new total. The state folder is laid
 # out as the hook provisions it (marker, limits.json with its second name limits.mounted.json, the ledger the
-# process creates), so vgpuctl updates it exactly as it updates a container's.
+# process creates), so vgpuctl updates it exactly as it updates a container's. Then a shrink to 4 GiB below
+# what it holds: vgpuctl records what NVML shows the process holding (limits.json's held_at_shrink, to
+# compare with nvidia-smi's figure for it), and the monitor's watchdog reports a pending shrink up to it.
+# The limits record the script's own cgroup, as the hook records a container's, so that the watchdog's
+# attribution (by cgroup: the host's PID namespace names no container) finds the process.
 # Run from the repository root on the GPU machine with GPU_UPDATE_DIR holding libvgpu.so, libvgpu_core.so and
 # vgpuctl (built for glibc 2.28).
 set -u
@@ -21,6 +25,7 @@ echo "$marker" > "$root/containers/.vgpu-state"
 echo "$marker" > "$c/.vgpu-state"
 cat > "$c/limits.json" <<EOF
 {"version": 1, "container_id": "gpu-update-1", "init_pid": $$, "pid_ns": $(stat -L -c %i /proc/self/ns/pid),
+ "cgroup": "$(sed -n 's/^0:://p' /proc/self/cgroup)",
  "devices": [{"index": 0, "uuid": "$uuid", "memory_limit": 4294967296, "ledger": "ledgers/$uuid.ledger"}]}
 EOF
 ln "$c/limits.json" "$c/limits.mounted.json"
@@ -63,6 +68,11 @@ echo "update: rc=$? started_at=$t0 returned_at=$(date +%s.%N)"
 for _ in $(seq 300); do [ -e "$work/done" ] && break; sleep 0.1; done
 echo "nvidia-smi under the library after: $(under nvidia-smi --query-gpu=memory.total --format=csv,noheader -i 0)"
 "$dir/vgpuctl" status --state-root "$root" | head -3
+"$dir/vgpuctl" update gpu-update-1 --memory-limit 4Gi --state-root "$root"
+echo "shrink: rc=$?"
+echo "shrink: held_at_shrink=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0].get("held_at_shrink"))' "$c/limits.json") bytes"
+echo "shrink: nvidia-smi's compute processes (pid, MiB): $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -i 0 | tr '\n' ' ')"
+"$dir/vgpuctl" monitor --once --state-root "$root" 2>&1 | grep -E 'pending shrink|over quota|vgpu_container_gpu_memory_nvml_bytes\{' | head -5
 touch "$work/exit"
 wait "$pid"
 echo "worker exit=$?"

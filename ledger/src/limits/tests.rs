@@ -24,6 +24,7 @@ fn sample() -> Limits {
                 compute_policy: Default::default(),
                 compute_window_ms: None,
                 shrunk_from: None,
+                held_at_shrink: None,
             },
             DeviceLimit {
                 index: 1,
@@ -35,6 +36,7 @@ fn sample() -> Limits {
                 compute_policy: Default::default(),
                 compute_window_ms: None,
                 shrunk_from: None,
+                held_at_shrink: None,
             },
         ],
     }
@@ -405,4 +407,38 @@ fn validation_says_which_rule_a_file_breaks() {
             index: 0
         }))
     ));
+}
+
+// A shrink's figures (`vgpuctl update`): what the container held then rides along with the quota it came
+// from; a file from before `held_at_shrink` existed reads it absent and allows up to `shrunk_from`; a
+// reader that predates it ignores it (the version-skew test above: unknown device fields are ignored).
+#[test]
+fn a_shrinks_held_figure_round_trips_and_bounds_what_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limits.json");
+    let mut l = sample();
+    l.devices[0].memory_limit = Some(1 << 30);
+    l.devices[0].shrunk_from = Some(4 << 30);
+    l.devices[0].held_at_shrink = Some(3 << 30);
+    l.write_atomic(&path).unwrap();
+    let back = Limits::load(&path).unwrap();
+    assert_eq!(back, l);
+    assert_eq!(back.devices[0].allowed_memory(), Some(3 << 30));
+    // held less than the new quota: the quota
+    l.devices[0].held_at_shrink = Some(512 << 20);
+    assert_eq!(l.devices[0].allowed_memory(), Some(1 << 30));
+    // never more than the quota it came from
+    l.devices[0].held_at_shrink = Some(8 << 30);
+    assert_eq!(l.devices[0].allowed_memory(), Some(4 << 30));
+    // no pending shrink: the quota, whatever else is there
+    assert_eq!(l.devices[1].allowed_memory(), Some(2 << 30));
+    let older = r#"{"version":1,"container_id":"c0","devices":[{"index":0,"uuid":"GPU-0",
+        "memory_limit":1073741824,"shrunk_from":4294967296,"ledger":"ledgers/GPU-0.ledger"}]}"#;
+    let d = &load_text(older).unwrap().devices[0];
+    assert_eq!(
+        (d.held_at_shrink, d.allowed_memory()),
+        (None, Some(4 << 30))
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"held_at_shrink\""), "{text}");
 }

@@ -31,6 +31,7 @@ fn provisioned() -> (tempfile::TempDir, Limits) {
             compute_policy: Default::default(),
             compute_window_ms: None,
             shrunk_from: None,
+            held_at_shrink: None,
         }],
     };
     std::fs::create_dir(d.path().join(layout::LEDGERS_DIR_NAME)).unwrap();

@@ -161,6 +161,7 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
             compute_policy: Default::default(),
             compute_window_ms: None,
             shrunk_from: None,
+            held_at_shrink: None,
         }],
     };
     std::fs::create_dir(dir.path().join("ledgers")).unwrap();
@@ -215,4 +216,80 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
         512 * MIB,
         "the shrink after a forged generation is applied"
     );
+}
+
+// A limits generation left odd: an update that died half way, or a tenant keeping the word odd so its
+// processes never read a shrink (the pending-shrink hole's library side). Nothing is read while a host
+// could still be writing; once it has been odd for ODD_BOUND, the file as it is. A file that does not
+// parse then is not applied (looked at again). Failed before: the odd word kept the old quota for good.
+#[test]
+fn a_generation_left_odd_is_read_through_after_a_bound() {
+    use vgpu_ledger::layout;
+    use vgpu_ledger::limits::{DeviceLimit, Limits};
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let mut limits = Limits {
+        version: 1,
+        container_id: "c1".into(),
+        pid_ns: None,
+        init_pid: None,
+        init_start_time: None,
+        cgroup: None,
+        creator: None,
+        kubernetes: None,
+        updates: 0,
+        updated_at: None,
+        devices: vec![DeviceLimit {
+            index: 0,
+            uuid: uuid.into(),
+            memory_limit: Some(1024 * MIB),
+            ledger: layout::relative_ledger_path(uuid).unwrap(),
+            memory: Default::default(),
+            compute_limit: None,
+            compute_policy: Default::default(),
+            compute_window_ms: None,
+            shrunk_from: None,
+            held_at_shrink: None,
+        }],
+    };
+    std::fs::create_dir(dir.path().join("ledgers")).unwrap();
+    let host = dir.path().join(layout::LIMITS_FILE_NAME);
+    let file = dir.path().join(layout::MOUNTED_LIMITS_FILE_NAME);
+    limits.write_atomic(&host).unwrap();
+    std::fs::hard_link(&host, &file).unwrap();
+    let ledger = limits.ledger_path(&file, &limits.devices[0]);
+    let q = DeviceQuota::open(0, uuid, 1024 * MIB, &ledger).unwrap();
+    q.follow(&file);
+    assert!(q.charge(Kind::Data, 600 * MIB));
+    // The host shrinks to 512 MiB; before the process looks, the tenant makes the word odd.
+    limits.updates += 1;
+    limits.devices[0].memory_limit = Some(512 * MIB);
+    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    let forged = q.ledger().limits_generation() | 1;
+    q.ledger().set_limits_generation(forged);
+    assert_eq!(q.limit(), 1024 * MIB, "odd: a host may be writing");
+    assert!(q.charge(Kind::Data, 100 * MIB), "the old quota, for now");
+    std::thread::sleep(ODD_BOUND + Duration::from_millis(50));
+    assert_eq!(
+        q.limit(),
+        512 * MIB,
+        "odd past the bound: the file as it is"
+    );
+    assert!(!q.charge(Kind::Data, 64 * MIB), "below use: refused");
+    assert_eq!(q.limit(), 512 * MIB, "read once for that value");
+    // Another odd value over a file that does not parse: not applied, looked at again.
+    std::fs::write(&file, b"{\"version\":1,\"devi").unwrap();
+    q.ledger().set_limits_generation(forged + 2);
+    assert_eq!(q.limit(), 512 * MIB);
+    std::thread::sleep(ODD_BOUND + Duration::from_millis(50));
+    assert_eq!(q.limit(), 512 * MIB, "a torn file is never applied");
+    limits.devices[0].memory_limit = Some(256 * MIB);
+    limits.write_atomic(&file).unwrap();
+    assert_eq!(q.limit(), 256 * MIB, "whole again: read");
+    // The host's next update (an even word) is read as ever.
+    limits.updates += 1;
+    limits.devices[0].memory_limit = Some(2048 * MIB);
+    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    assert_eq!(q.limit(), 2048 * MIB);
 }

@@ -64,6 +64,11 @@ fn world(pid: u32) -> Option<HostProc> {
 /// The tests' host PID namespace.
 const HOST: u64 = 1000;
 
+/// No pass before: every pending shrink allows what its limits.json recorded.
+const NONE: Shrinks = Shrinks {
+    marks: BTreeMap::new(),
+};
+
 const POLICY: Policy = Policy {
     tolerance: 64 * MIB,
     kill: true,
@@ -138,7 +143,7 @@ fn a_gone_containers_namespace_and_cgroup_name_nothing() {
     let t = attribute(&cs, &procs, world, HOST);
     assert!(t.by_gpu.is_empty(), "{t:?}");
     assert_eq!(t.unattributed, 2);
-    assert_eq!(decide(&cs, &t, POLICY), vec![]);
+    assert_eq!(decide(&cs, &t, POLICY, &NONE), vec![]);
     // Alive (its init as recorded): both are its.
     let cs: Vec<_> = cs
         .into_iter()
@@ -185,7 +190,11 @@ fn the_host_pid_namespace_names_no_container() {
         }]
     );
     assert_eq!(t.unattributed, 1, "the host's process is nobody's");
-    assert_eq!(decide(&cs, &t, POLICY), vec![], "and is never killed for h");
+    assert_eq!(
+        decide(&cs, &t, POLICY, &NONE),
+        vec![],
+        "and is never killed for h"
+    );
 }
 
 #[test]
@@ -200,7 +209,7 @@ fn over_quota_kills_the_untracked_process_first_and_only_as_many_as_needed() {
         vec![(100, 600 * MIB), (101, 700 * MIB), (200, 1000 * MIB)],
     )];
     let t = attribute(&cs, &r, world, HOST);
-    let f = decide(&cs, &t, POLICY);
+    let f = decide(&cs, &t, POLICY, &NONE);
     assert_eq!(f.len(), 1, "{f:?}");
     match &f[0] {
         Finding::OverQuota {
@@ -227,12 +236,11 @@ fn over_quota_kills_the_untracked_process_first_and_only_as_many_as_needed() {
             kill: false,
             ..POLICY
         },
+        &NONE,
     );
     assert!(matches!(&f[0], Finding::OverQuota { kill, .. } if kill.is_empty()));
 }
 
-// A GPU listed for its compute share alone: its processes hold memory the library never charges
-// (no quota, no slot); they are neither over a quota nor killed as bypassing it.
 // Issue 27: a quota lowered below what the container holds read as an escape (over_quota, killed
 // under the kill policy) though the library admitted that memory under the old quota.
 #[test]
@@ -245,13 +253,13 @@ fn a_shrink_below_use_is_pending_not_an_escape_until_memory_passes_the_old_quota
     cs[0].gpus[0].shrunk_from = Some(2048 * MIB);
     let truth =
         |cs: &[ContainerState], used| attribute(cs, &[reading(U0, vec![(100, used)])], world, HOST);
-    let f = decide(&cs, &truth(&cs, 1500 * MIB), kill);
+    let f = decide(&cs, &truth(&cs, 1500 * MIB), kill, &NONE);
     assert!(
         matches!(f[..], [Finding::PendingShrink { truth, limit, from, .. }] if (truth, limit, from) == (1500 * MIB, 1024 * MIB, 2048 * MIB)),
         "{f:?}"
     );
     // past the quota it came from: an escape again
-    let f = decide(&cs, &truth(&cs, 2100 * MIB), kill);
+    let f = decide(&cs, &truth(&cs, 2100 * MIB), kill, &NONE);
     assert!(
         f.iter()
             .any(|f| matches!(f, Finding::OverQuota { kill, .. } if !kill.is_empty())),
@@ -260,18 +268,138 @@ fn a_shrink_below_use_is_pending_not_an_escape_until_memory_passes_the_old_quota
     // a ledger back under the new quota cannot be holding it: the excess is not the shrink's
     cs[0].gpus[0].total = 1000 * MIB;
     cs[0].gpus[0].slots_sum = 1000 * MIB;
-    assert!(decide(&cs, &truth(&cs, 1500 * MIB), kill)
+    assert!(decide(&cs, &truth(&cs, 1500 * MIB), kill, &NONE)
         .iter()
         .any(|f| matches!(f, Finding::OverQuota { .. })));
 }
 
+/// Container "a" (quota 1 GiB) after `vgpuctl update` lowered it from 2 GiB while it held `held`; its
+/// ledger says `total`.
+fn shrunk(held: Option<u64>, total: u64) -> Vec<ContainerState> {
+    let mut cs = vec![container("a", 1, 1024 * MIB, total, vec![(1, 1)])];
+    cs[0].gpus[0].shrunk_from = Some(2048 * MIB);
+    cs[0].gpus[0].held_at_shrink = held;
+    cs
+}
+
+/// NVML's truth: a's process 100 holds `used`.
+fn holding(cs: &[ContainerState], used: u64) -> Truth {
+    attribute(cs, &[reading(U0, vec![(100, used)])], world, HOST)
+}
+
+const KILL: Policy = Policy {
+    tolerance: 0,
+    kill: true,
+};
+
+// The pending-shrink hole: a tenant that keeps its ledger's generation word odd never reads the shrink,
+// so its processes go on allocating under the old quota, and the watchdog took all of that for memory
+// held from before the shrink (pending_shrink, never killed) up to the old quota. Failed before: 1900
+// MiB after a shrink at which it held 1500 MiB was a PendingShrink, and nothing was killed.
+#[test]
+fn memory_taken_after_a_shrink_past_what_was_held_then_is_over_quota_and_killed() {
+    let cs = shrunk(Some(1500 * MIB), 1500 * MIB);
+    let f = decide(&cs, &holding(&cs, 1500 * MIB), KILL, &NONE);
+    assert!(
+        matches!(f[..], [Finding::PendingShrink { truth, limit, from, held, .. }]
+            if (truth, limit, from, held) == (1500 * MIB, 1024 * MIB, 2048 * MIB, 1500 * MIB)),
+        "what it held at the shrink is kept: {f:?}"
+    );
+    // 400 MiB more, still under the quota it came from (the tenant also forged its ledger up)
+    let cs = shrunk(Some(1500 * MIB), 1900 * MIB);
+    let f = decide(&cs, &holding(&cs, 1900 * MIB), KILL, &NONE);
+    assert!(
+        matches!(&f[..], [Finding::OverQuota { truth, limit, allowed, kill, .. }]
+            if (*truth, *limit, *allowed) == (1900 * MIB, 1024 * MIB, 1500 * MIB) && kill == &vec![100]),
+        "{f:?}"
+    );
+    // within the tolerance past what it held: left alone
+    let lenient = Policy {
+        tolerance: 64 * MIB,
+        ..KILL
+    };
+    let f = decide(&cs, &holding(&cs, 1550 * MIB), lenient, &NONE);
+    assert!(matches!(f[..], [Finding::PendingShrink { .. }]), "{f:?}");
+    // held less than the new quota at the shrink: the quota, as for any container
+    let cs = shrunk(Some(800 * MIB), 1100 * MIB);
+    let f = decide(&cs, &holding(&cs, 1100 * MIB), KILL, &NONE);
+    assert!(
+        matches!(&f[..], [Finding::OverQuota { allowed, kill, .. }] if *allowed == 1024 * MIB && !kill.is_empty()),
+        "{f:?}"
+    );
+}
+
+// The tolerance follows the truth down, pass after pass: what a container freed during a pending shrink
+// it cannot take again (its library refuses; a tenant that hid the shrink from its library is over
+// quota). A restarted monitor (no marks) starts again from the figure the shrink recorded; a new shrink
+// (another figure) starts from its own; a shrink recorded before the figure existed starts from the
+// quota it came from.
+#[test]
+fn a_pending_shrinks_allowance_follows_the_truth_down_and_starts_again_from_the_record() {
+    let mut marks = Shrinks::default();
+    let pass = |cs: &[ContainerState], used, marks: &mut Shrinks| {
+        let t = holding(cs, used);
+        let f = decide(cs, &t, KILL, marks);
+        marks.follow(cs, &t);
+        f
+    };
+    let cs = shrunk(Some(1500 * MIB), 1500 * MIB);
+    assert!(
+        matches!(pass(&cs, 1500 * MIB, &mut marks)[..], [Finding::PendingShrink { held, .. }] if held == 1500 * MIB)
+    );
+    assert!(
+        matches!(pass(&cs, 1200 * MIB, &mut marks)[..], [Finding::PendingShrink { held, .. }] if held == 1500 * MIB)
+    );
+    let f = pass(&cs, 1400 * MIB, &mut marks);
+    assert!(
+        matches!(&f[..], [Finding::OverQuota { allowed, kill, .. }] if *allowed == 1200 * MIB && kill == &vec![100]),
+        "freed, then taken again: {f:?}"
+    );
+    assert_eq!(
+        marks.allowance(&cs[0], &cs[0].gpus[0]),
+        Some(1200 * MIB),
+        "never up"
+    );
+    // a restarted monitor: from the recorded figure
+    assert!(matches!(
+        decide(&cs, &holding(&cs, 1400 * MIB), KILL, &NONE)[..],
+        [Finding::PendingShrink { .. }]
+    ));
+    // under the new quota: the quota from then on
+    assert_eq!(pass(&cs, 900 * MIB, &mut marks), vec![]);
+    assert_eq!(marks.allowance(&cs[0], &cs[0].gpus[0]), Some(1024 * MIB));
+    // another shrink, another recorded figure: its own start
+    let cs = shrunk(Some(1300 * MIB), 1300 * MIB);
+    assert!(
+        matches!(pass(&cs, 1300 * MIB, &mut marks)[..], [Finding::PendingShrink { held, .. }] if held == 1300 * MIB)
+    );
+    // from a vgpuctl before held_at_shrink: the quota it came from, then down with the truth
+    let mut marks = Shrinks::default();
+    let cs = shrunk(None, 1500 * MIB);
+    assert!(
+        matches!(pass(&cs, 1500 * MIB, &mut marks)[..], [Finding::PendingShrink { held, .. }] if held == 2048 * MIB)
+    );
+    let cs = shrunk(None, 1800 * MIB);
+    assert!(matches!(
+        pass(&cs, 1800 * MIB, &mut marks)[..],
+        [Finding::OverQuota { allowed, .. }] if allowed == 1500 * MIB
+    ));
+    // grown back past the quota it came from: the mark goes
+    let mut grown = cs.clone();
+    grown[0].gpus[0].shrunk_from = None;
+    pass(&grown, 500 * MIB, &mut marks);
+    assert_eq!(marks, Shrinks::default());
+}
+
+// A GPU listed for its compute share alone: its processes hold memory the library never charges
+// (no quota, no slot); they are neither over a quota nor killed as bypassing it.
 #[test]
 fn a_compute_share_alone_has_no_quota_to_pass() {
     let mut cs = vec![container("a", 1, 0, 0, vec![])];
     cs[0].gpus[0].limit = None;
     cs[0].gpus[0].compute_limit = Some(30);
     let t = attribute(&cs, &[reading(U0, vec![(100, 8000 * MIB)])], world, HOST);
-    assert_eq!(decide(&cs, &t, POLICY), vec![]);
+    assert_eq!(decide(&cs, &t, POLICY, &NONE), vec![]);
 }
 
 #[test]
@@ -284,10 +412,10 @@ fn within_quota_plus_tolerance_is_never_touched() {
         world,
         HOST,
     );
-    assert_eq!(decide(&cs, &t, POLICY), vec![]);
+    assert_eq!(decide(&cs, &t, POLICY, &NONE), vec![]);
     // Exactly at the quota, nothing untracked.
     let t = attribute(&cs, &[reading(U0, vec![(100, 1024 * MIB)])], world, HOST);
-    assert_eq!(decide(&cs, &t, POLICY), vec![]);
+    assert_eq!(decide(&cs, &t, POLICY, &NONE), vec![]);
 }
 
 #[test]
@@ -301,7 +429,7 @@ fn only_tracked_processes_over_quota_are_killed_largest_first() {
         world,
         HOST,
     );
-    let f = decide(&[a], &t, POLICY);
+    let f = decide(&[a], &t, POLICY, &NONE);
     assert!(
         matches!(&f[0], Finding::OverQuota { kill, .. } if kill == &vec![100]),
         "{f:?}"
@@ -319,7 +447,7 @@ fn a_zeroed_ledger_and_an_inconsistent_one_are_reported() {
         world,
         HOST,
     );
-    let f = decide(&[a], &t, POLICY);
+    let f = decide(&[a], &t, POLICY, &NONE);
     assert_eq!(
         f,
         vec![
@@ -348,5 +476,5 @@ fn a_zeroed_ledger_and_an_inconsistent_one_are_reported() {
         world,
         HOST,
     );
-    assert_eq!(decide(&[a], &t, POLICY), vec![]);
+    assert_eq!(decide(&[a], &t, POLICY, &NONE), vec![]);
 }

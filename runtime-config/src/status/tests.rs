@@ -43,6 +43,7 @@ fn provision_in(
             compute_policy: Default::default(),
             compute_window_ms: None,
             shrunk_from: None,
+            held_at_shrink: None,
         }],
     };
     limits.write_atomic(&limits_path).unwrap();

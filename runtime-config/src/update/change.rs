@@ -176,7 +176,9 @@ pub fn apply(
 }
 
 /// A memory quota set from `old` to `new`: a shrink remembers the highest quota not yet grown back past
-/// (`shrunk_from`, the watchdog's pending shrink); a grow to it or past it forgets it.
+/// (`shrunk_from`, the watchdog's pending shrink); a grow to it or past it forgets it, and what the
+/// container held at the shrink with it (`held_at_shrink`, which the caller measures at each shrink; a
+/// grow short of `shrunk_from` keeps it).
 fn set_memory(d: &mut DeviceLimit, old: u64, new: u64, changes: &mut Vec<Change>) {
     if new == old {
         return;
@@ -187,6 +189,9 @@ fn set_memory(d: &mut DeviceLimit, old: u64, new: u64, changes: &mut Vec<Change>
         Some(from) if from > new => Some(from),
         _ => None,
     };
+    if d.shrunk_from.is_none() {
+        d.held_at_shrink = None;
+    }
 }
 
 fn change(d: &DeviceLimit, setting: &'static str, from: Option<u64>, to: u64) -> Change {

@@ -6,6 +6,13 @@
 //! it up on its next allocation, memory query or launch. Not here: the options' grammar and the pure
 //! change (`change`).
 //!
+//! A shrink records what the container holds on each GPU it lowers, measured by the host from NVML
+//! (`vgpu_monitor::held`, the watchdog's own attribution; never the tenant-writable ledger), as
+//! `held_at_shrink`: the watchdog tolerates a pending shrink only up to that, so a tenant that hides the
+//! shrink from its own processes (an odd generation word) cannot keep its old quota. The figure is taken
+//! under the locks, just before the files are written. Where NVML cannot list the GPU's processes the
+//! shrink is refused with one line, nothing changed: without the figure there is no wall.
+//!
 //! The environment-only mode (`LD_PRELOAD` with `CUDA_DEVICE_MEMORY_LIMIT`, no engine) has no state on
 //! the host and cannot be updated.
 
@@ -13,11 +20,14 @@ pub mod change;
 
 use clap::Args;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
+use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{format_bytes, hostfile, live, Limits};
+use vgpu_monitor::held::HeldError;
 use vgpu_oci::admission::{self, Policy};
 
 use crate::update::change::{apply, plan_of, Change, Request, UpdateError};
@@ -50,6 +60,14 @@ pub enum RunError {
     Write { id: String, why: std::io::Error },
     #[error("container {id}: {why}")]
     Publish { id: String, why: live::PublishError },
+    /// A shrink whose figure of what the container holds could not be taken from NVML.
+    #[error("container {id}: GPU {index} ({uuid}): cannot measure what it holds from NVML ({why}): a quota is lowered only with that figure; nothing changed")]
+    Unmeasured {
+        id: String,
+        index: u32,
+        uuid: String,
+        why: String,
+    },
     /// The terminal or pipe the outcome is written to.
     #[error(transparent)]
     Output(#[from] std::io::Error),
@@ -69,7 +87,8 @@ pub struct UpdateArgs {
     pub gpu: Option<u32>,
     /// The new memory quota, as vgpu.io/memory-limit (e.g. 2Gi, 512Mi; at least 64Mi). A shrink below
     /// what the container holds refuses its next allocations until it frees enough; nothing it holds is
-    /// taken.
+    /// taken. A shrink records what the container holds, measured from NVML (refused where NVML cannot
+    /// list the GPU's processes).
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<String>,
     /// The new compute share in percent of the GPU's time, as vgpu.io/compute-limit (1-99).
@@ -84,6 +103,51 @@ pub struct UpdateArgs {
     /// The state root (default: state_root from /etc/vgpu/config.toml, or the file VGPU_CONFIG names).
     #[arg(long)]
     pub state_root: Option<PathBuf>,
+}
+
+/// What `update` asks of the host: its GPUs, and at a shrink what the container truly holds on each.
+pub trait Host {
+    /// Every GPU of the host.
+    fn gpus(&self) -> Result<Vec<HostGpu>, NvmlError>;
+    /// Bytes container `id`'s processes hold now by GPU UUID, by NVML, attributed as the watchdog
+    /// attributes them (`vgpu_monitor::held::held_by`); a GPU whose processes NVML could not list is
+    /// absent.
+    fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError>;
+}
+
+/// The host through its NVML library (a soname or a path), loaded at the first question, once.
+pub struct NvmlHost {
+    lib: String,
+    nvml: std::cell::OnceCell<Box<dyn Nvml>>,
+}
+
+impl NvmlHost {
+    pub fn new(lib: &str) -> NvmlHost {
+        NvmlHost {
+            lib: lib.to_string(),
+            nvml: Default::default(),
+        }
+    }
+
+    fn nvml(&self) -> Result<&dyn Nvml, NvmlError> {
+        match self.nvml.get() {
+            Some(n) => Ok(n.as_ref()),
+            None => {
+                let n = vgpu_host::nvml::open(&self.lib)?;
+                Ok(self.nvml.get_or_init(|| n).as_ref())
+            }
+        }
+    }
+}
+
+impl Host for NvmlHost {
+    fn gpus(&self) -> Result<Vec<HostGpu>, NvmlError> {
+        self.nvml()?.devices()
+    }
+
+    fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError> {
+        vgpu_monitor::held::held_by(root, id, self.nvml()?)
+    }
 }
 
 /// What an update did (`--json`).
@@ -118,10 +182,8 @@ impl UpdateArgs {
             self.compute_limit.as_deref(),
             self.compute_window.as_deref(),
         )?;
-        let nvml = cfg.nvml_library.clone();
-        let outcome = update(&root, Policy::of(&cfg), &self.id, &req, || {
-            vgpu_oci::host_gpus::list_gpus(&nvml)
-        })?;
+        let host = NvmlHost::new(&cfg.nvml_library);
+        let outcome = update(&root, Policy::of(&cfg), &self.id, &req, &host)?;
         if self.json {
             serde_json::to_writer_pretty(&mut *out, &outcome)?;
             writeln!(out)?;
@@ -140,7 +202,7 @@ pub fn update(
     policy: Policy,
     id: &str,
     req: &Request,
-    gpus: impl Fn() -> Result<Vec<vgpu_host::nvml::HostGpu>, vgpu_host::nvml::NvmlError>,
+    host: &dyn Host,
 ) -> Result<Outcome> {
     let path = root.limits_path(id)?;
     if !vgpu_ledger::walk::is_marked(&root.container_dir(id)?) {
@@ -149,7 +211,7 @@ pub fn update(
             root: root.root().display().to_string(),
         });
     }
-    let host = gpus()?;
+    let gpus = host.gpus()?;
     // Updates of one container one at a time, whatever the node's policy (under allow_overcommit admission
     // takes no node lock): a lock on the container's folder, taken before the node's.
     let dir = std::fs::File::open(root.container_dir(id)?).map_err(|why| RunError::Lock {
@@ -168,13 +230,14 @@ pub fn update(
         if before.init_pid.is_none() {
             return Err(RunError::NotRunning { id: id.to_string() });
         }
-        let total = |uuid: &str| host.iter().find(|g| g.uuid == uuid).map(|g| g.total_memory);
+        let total = |uuid: &str| gpus.iter().find(|g| g.uuid == uuid).map(|g| g.total_memory);
         let (mut after, changes) = apply(&before, req, total)?;
-        let _lock = admission::admit(root, policy, id, &plan_of(&after), || Ok(host.clone()))?;
+        let _lock = admission::admit(root, policy, id, &plan_of(&after), || Ok(gpus.clone()))?;
         // Under the lock: another update may have come first; start again from what it wrote.
         if hostfile::load_limits(&path)? != before {
             continue;
         }
+        record_held(root, id, host, &before, &mut after, &changes)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -191,6 +254,48 @@ pub fn update(
             over_quota: over_quota(root, &after),
         });
     }
+}
+
+/// At a shrink, records on each GPU lowered what the container holds there now (`Host::held`), at most
+/// what it was allowed before (`DeviceLimit::allowed_memory`: a tenant that took more since is no reason
+/// to allow it more). Refused when NVML cannot tell for one of them.
+fn record_held(
+    root: &StateRoot,
+    id: &str,
+    host: &dyn Host,
+    before: &Limits,
+    after: &mut Limits,
+    changes: &[Change],
+) -> Result<()> {
+    let lowered: Vec<&Change> = changes
+        .iter()
+        .filter(|c| c.setting == "memory_limit" && c.from.is_some_and(|from| c.to < from))
+        .collect();
+    if lowered.is_empty() {
+        return Ok(());
+    }
+    let unmeasured = |c: &Change, why: String| RunError::Unmeasured {
+        id: id.to_string(),
+        index: c.gpu,
+        uuid: c.uuid.clone(),
+        why,
+    };
+    let held = host
+        .held(root, id)
+        .map_err(|e| unmeasured(lowered[0], e.to_string()))?;
+    for c in lowered {
+        let Some(&bytes) = held.get(&c.uuid) else {
+            return Err(unmeasured(c, "its processes were not listed".into()));
+        };
+        let was = before
+            .device_by_uuid(&c.uuid)
+            .and_then(|d| d.allowed_memory())
+            .unwrap_or(bytes);
+        if let Some(d) = after.devices.iter_mut().find(|d| d.uuid == c.uuid) {
+            d.held_at_shrink = Some(bytes.min(was));
+        }
+    }
+    Ok(())
 }
 
 /// The host's file first (admission, status and the monitor read it), then the container's copy; if the

@@ -3,6 +3,7 @@
 use super::change::UpdateError;
 use super::*;
 use vgpu_host::nvml::HostGpu;
+use vgpu_monitor::held::HeldError;
 use vgpu_oci::plan::{Plan, PlannedGpu};
 use vgpu_oci::provision::{provision, record_owner, Owner};
 
@@ -21,6 +22,40 @@ fn gpus() -> Result<Vec<HostGpu>, vgpu_host::nvml::NvmlError> {
         minor: Some(0),
     }])
 }
+
+/// The host as the tests see it: `gpus`' one GPU, and what the container holds there by NVML (`held`
+/// None: NVML did not list its processes; `fail`: NVML failed).
+struct TestHost {
+    held: Option<u64>,
+    fail: bool,
+}
+
+impl Host for TestHost {
+    fn gpus(&self) -> Result<Vec<HostGpu>, vgpu_host::nvml::NvmlError> {
+        gpus()
+    }
+
+    fn held(&self, _: &StateRoot, _: &str) -> Result<BTreeMap<String, u64>, HeldError> {
+        if self.fail {
+            return Err(HeldError::Nvml(vgpu_host::nvml::NvmlError::Call {
+                call: "nvmlDeviceGetComputeRunningProcesses_v3(0)".into(),
+                error: "Unknown Error (error 999)".into(),
+            }));
+        }
+        Ok(self.held.iter().map(|&b| (UUID.to_string(), b)).collect())
+    }
+}
+
+/// Holding `bytes` on the GPU by NVML.
+const fn holding(bytes: u64) -> TestHost {
+    TestHost {
+        held: Some(bytes),
+        fail: false,
+    }
+}
+
+/// Nothing held.
+const IDLE: TestHost = holding(0);
 
 /// A running container `id` with `memory` (and a 30% share when `share`) on the one GPU.
 fn running(root: &StateRoot, id: &str, memory: u64, share: bool) {
@@ -85,7 +120,7 @@ fn a_grow_is_admitted_and_reaches_the_containers_mounted_copy_and_its_ledgers() 
         STRICT,
         "c1",
         &req(Some("2Gi"), Some("60"), None),
-        gpus,
+        &IDLE,
     )
     .unwrap();
     assert_eq!(o.updates, 1);
@@ -113,7 +148,7 @@ fn a_grow_is_admitted_and_reaches_the_containers_mounted_copy_and_its_ledgers() 
     let g = ledger.limits_generation();
     assert!(g != 0 && g.is_multiple_of(2), "published whole: {g}");
     // the same again changes nothing and counts no update
-    let o = update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), gpus).unwrap();
+    let o = update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), &IDLE).unwrap();
     assert!(o.changes.is_empty());
     assert_eq!(limits(&root, "c1").updates, 1);
 }
@@ -126,7 +161,7 @@ fn a_grow_past_the_gpu_is_refused_as_at_creation_with_nothing_changed() {
     running(&root, "c2", 12 * GIB, false);
     let file = || std::fs::read(root.limits_path("c1").unwrap()).unwrap();
     let (host, inside) = (file(), mounted(&root, "c1"));
-    let e = update(&root, STRICT, "c1", &req(Some("8Gi"), None, None), gpus).unwrap_err();
+    let e = update(&root, STRICT, "c1", &req(Some("8Gi"), None, None), &IDLE).unwrap_err();
     assert!(matches!(e, RunError::Admission(_)), "{e}");
     // The line is admission's own, as at creation.
     let e = e.to_string();
@@ -141,7 +176,7 @@ fn a_grow_past_the_gpu_is_refused_as_at_creation_with_nothing_changed() {
     assert_eq!(file(), host);
     assert_eq!(mounted(&root, "c1"), inside);
     // larger than the GPU itself: the plan's own refusal
-    let e = update(&root, STRICT, "c1", &req(Some("17Gi"), None, None), gpus).unwrap_err();
+    let e = update(&root, STRICT, "c1", &req(Some("17Gi"), None, None), &IDLE).unwrap_err();
     assert!(
         matches!(e, RunError::Refused(UpdateError::LargerThanGpu { .. })),
         "{e}"
@@ -153,18 +188,18 @@ fn what_a_running_container_was_made_without_cannot_be_added() {
     let d = tempfile::tempdir().unwrap();
     let root = StateRoot::new(d.path().to_path_buf());
     running(&root, "c1", GIB, false);
-    let e = update(&root, STRICT, "c1", &req(None, Some("50"), None), gpus).unwrap_err();
+    let e = update(&root, STRICT, "c1", &req(None, Some("50"), None), &IDLE).unwrap_err();
     assert!(
         matches!(e, RunError::Refused(UpdateError::NoShare { .. })),
         "{e}"
     );
     let r = Request::parse(Some(3), Some("1Gi"), None, None).unwrap();
-    let e = update(&root, STRICT, "c1", &r, gpus).unwrap_err();
+    let e = update(&root, STRICT, "c1", &r, &IDLE).unwrap_err();
     assert!(
         matches!(e, RunError::Refused(UpdateError::NoSuchGpu { .. })),
         "{e}"
     );
-    let e = update(&root, STRICT, "nope", &req(Some("1Gi"), None, None), gpus).unwrap_err();
+    let e = update(&root, STRICT, "nope", &req(Some("1Gi"), None, None), &IDLE).unwrap_err();
     assert!(
         matches!(&e, RunError::NotProvisioned { id, .. } if id == "nope"),
         "{e}"
@@ -176,14 +211,137 @@ fn a_shrink_remembers_the_quota_it_came_from_until_grown_back() {
     let d = tempfile::tempdir().unwrap();
     let root = StateRoot::new(d.path().to_path_buf());
     running(&root, "c1", 4 * GIB, false);
-    update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), gpus).unwrap();
-    update(&root, STRICT, "c1", &req(Some("1Gi"), None, None), gpus).unwrap();
+    update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), &IDLE).unwrap();
+    update(&root, STRICT, "c1", &req(Some("1Gi"), None, None), &IDLE).unwrap();
     assert_eq!(limits(&root, "c1").devices[0].shrunk_from, Some(4 * GIB));
-    update(&root, STRICT, "c1", &req(Some("3Gi"), None, None), gpus).unwrap();
+    update(&root, STRICT, "c1", &req(Some("3Gi"), None, None), &IDLE).unwrap();
     assert_eq!(limits(&root, "c1").devices[0].shrunk_from, Some(4 * GIB));
-    update(&root, STRICT, "c1", &req(Some("4Gi"), None, None), gpus).unwrap();
+    update(&root, STRICT, "c1", &req(Some("4Gi"), None, None), &IDLE).unwrap();
     assert_eq!(limits(&root, "c1").devices[0].shrunk_from, None);
     assert_eq!(limits(&root, "c1").updates, 4);
+}
+
+// The pending-shrink hole: the watchdog tolerated a pending shrink up to the quota it came from, so a
+// tenant that hid the shrink from its processes kept its old quota. A shrink now records what NVML shows
+// the container holding (never its ledger, which the tenant writes), at most what it was allowed before.
+// Failed before: no held_at_shrink was recorded.
+#[test]
+fn a_shrink_records_what_nvml_shows_the_container_holding_not_its_ledger() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().to_path_buf());
+    running(&root, "c1", 4 * GIB, false);
+    // The tenant wrote its ledger up to the whole quota; NVML shows 1.5 GiB.
+    let ledger = vgpu_ledger::Ledger::open(&root.ledger_path("c1", UUID).unwrap()).unwrap();
+    let slot = ledger.attach().unwrap();
+    ledger
+        .charge(&slot, vgpu_ledger::Kind::Data, 4 * GIB, 4 * GIB)
+        .unwrap();
+    let dev = |root: &StateRoot| limits(root, "c1").devices[0].clone();
+    update(
+        &root,
+        STRICT,
+        "c1",
+        &req(Some("1Gi"), None, None),
+        &holding(3 * GIB / 2),
+    )
+    .unwrap();
+    assert_eq!(
+        (dev(&root).shrunk_from, dev(&root).held_at_shrink),
+        (Some(4 * GIB), Some(3 * GIB / 2))
+    );
+    assert_eq!(
+        mounted(&root, "c1").devices[0].held_at_shrink,
+        Some(3 * GIB / 2),
+        "the container's copy says the same"
+    );
+    // Shrunk again while it holds 3 GiB, more than it was allowed (it took memory it should not have):
+    // what it was allowed, not what it took.
+    update(
+        &root,
+        STRICT,
+        "c1",
+        &req(Some("512Mi"), None, None),
+        &holding(3 * GIB),
+    )
+    .unwrap();
+    assert_eq!(dev(&root).held_at_shrink, Some(3 * GIB / 2));
+    // A grow short of the quota it came from measures nothing and keeps the figure (NVML silent here).
+    let silent = TestHost {
+        held: None,
+        fail: false,
+    };
+    update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), &silent).unwrap();
+    assert_eq!(
+        (dev(&root).shrunk_from, dev(&root).held_at_shrink),
+        (Some(4 * GIB), Some(3 * GIB / 2))
+    );
+    // Grown back to it: both go.
+    update(&root, STRICT, "c1", &req(Some("4Gi"), None, None), &silent).unwrap();
+    assert_eq!(
+        (dev(&root).shrunk_from, dev(&root).held_at_shrink),
+        (None, None)
+    );
+    // A shrink above what it holds records that too (the new quota is what it may hold).
+    update(
+        &root,
+        STRICT,
+        "c1",
+        &req(Some("3Gi"), None, None),
+        &holding(GIB),
+    )
+    .unwrap();
+    assert_eq!(dev(&root).held_at_shrink, Some(GIB));
+    assert_eq!(dev(&root).allowed_memory(), Some(3 * GIB));
+}
+
+// Without NVML's figure there is no wall: a shrink it cannot measure is refused with one line, and
+// nothing is written (neither file, nor the ledgers' generation). What measures nothing still passes.
+#[test]
+fn a_shrink_nvml_cannot_measure_is_refused_with_nothing_changed() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().to_path_buf());
+    running(&root, "c1", 4 * GIB, true);
+    let files = || {
+        let dir = root.container_dir("c1").unwrap();
+        (
+            std::fs::read(dir.join("limits.json")).unwrap(),
+            std::fs::read(dir.join("limits.mounted.json")).unwrap(),
+        )
+    };
+    let ledger = vgpu_ledger::Ledger::open(&root.ledger_path("c1", UUID).unwrap()).unwrap();
+    let (before, gen) = (files(), ledger.limits_generation());
+    for host in [
+        TestHost {
+            held: None,
+            fail: false,
+        },
+        TestHost {
+            held: Some(0),
+            fail: true,
+        },
+    ] {
+        let e = update(&root, STRICT, "c1", &req(Some("1Gi"), None, None), &host).unwrap_err();
+        assert!(
+            matches!(&e, RunError::Unmeasured { id, index: 0, uuid, .. } if id == "c1" && uuid == UUID),
+            "{e}"
+        );
+        assert!(!e.to_string().contains('\n'), "{e}");
+        assert_eq!(files(), before);
+        assert_eq!(ledger.limits_generation(), gen);
+    }
+    let silent = TestHost {
+        held: None,
+        fail: true,
+    };
+    update(
+        &root,
+        STRICT,
+        "c1",
+        &req(Some("8Gi"), Some("60"), None),
+        &silent,
+    )
+    .unwrap();
+    assert_eq!(limits(&root, "c1").devices[0].compute_limit, Some(60));
 }
 
 // Two updates racing each other: each alone fits, both together would pass the GPU. The node lock makes
@@ -200,7 +358,7 @@ fn racing_updates_leave_admissions_sum_exact() {
                 .map(|id| {
                     let root = &root;
                     s.spawn(move || {
-                        update(root, STRICT, id, &req(Some("10Gi"), None, None), gpus).is_ok()
+                        update(root, STRICT, id, &req(Some("10Gi"), None, None), &IDLE).is_ok()
                     })
                 })
                 .into_iter()
@@ -227,8 +385,8 @@ fn updates_of_one_container_at_once_both_land_without_the_node_lock() {
         running(&root, "c1", GIB, true);
         std::thread::scope(|s| {
             let r = &root;
-            let a = s.spawn(move || update(r, over, "c1", &req(Some("2Gi"), None, None), gpus));
-            let b = s.spawn(move || update(r, over, "c1", &req(None, Some("60"), None), gpus));
+            let a = s.spawn(move || update(r, over, "c1", &req(Some("2Gi"), None, None), &IDLE));
+            let b = s.spawn(move || update(r, over, "c1", &req(None, Some("60"), None), &IDLE));
             a.join().unwrap().unwrap();
             b.join().unwrap().unwrap();
         });
