@@ -2,7 +2,8 @@
 # The packages for real: `make package`'s .deb installed on this machine with dpkg, containers run through
 # the installed shim and interposer on the fake driver, engines configured by the installed vgpuctl, then
 # `dpkg -r` (engines restored, units disabled, files gone) and `dpkg --purge` (nothing of the package left).
-# The .rpm is built from the same metadata and read back with rpm (not installed: this is Debian).
+# The .rpm is built from the same metadata and read back with rpm (upgrade.test.sh installs, upgrades and
+# erases it).
 set -uo pipefail
 . "$(dirname "$0")/engines-lib.sh"
 . "$(dirname "$0")/lib/bundle.sh"
