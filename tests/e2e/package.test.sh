@@ -195,5 +195,6 @@ check_eq "config.toml is the .rpm's config file" "$(rpm -qpc "$RPM" 2>/dev/null)
 check_match "Requires names the glibc floor" "libc.so.6\(GLIBC_$need\)" "$(rpm -qpR "$RPM" 2>/dev/null)"
 check_match "%preun takes vgpu out of the engines on erase" 'package-hooks removing' "$(rpm -qp --scripts "$RPM" 2>/dev/null)"
 check_match "%post enables the units" 'package-hooks installed' "$(rpm -qp --scripts "$RPM" 2>/dev/null)"
+check_match "%postun removes vgpu's own folders on erase (the .rpm lists none)" 'rmdir "\$d"' "$(rpm -qp --scripts "$RPM" 2>/dev/null | sed -n '/^postuninstall/,$p')"
 ((FAILED)) && tail -20 "$WORK/build.err"
 t_done
