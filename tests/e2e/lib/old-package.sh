@@ -40,14 +40,14 @@ old_package() {
         return 1
     fi
     # This build's dependencies, where cargo's target folder for the commit does not exist yet: the
-    # interposer's (glibc 2.17: the target triple's folder, the preload front's), the host binaries'
-    # (glibc 2.28) and, for the interposer's build scripts and proc macros, the 2.28 build's host ones.
+    # interposer's (glibc 2.17: the target triple's folder, the preload front's) and the host binaries'
+    # (glibc 2.28, with their build scripts and proc macros). The interposer's build scripts and proc
+    # macros are built again (under a minute): they share target/release with the plain workspace build.
     local ct=$cache/target s
     if [ ! -d "$ct" ]; then
         mkdir -p "$ct/glibc-2.28"
         for s in x86_64-unknown-linux-gnu preload; do [ -d "$T/$s" ] && cp -a "$T/$s" "$ct/"; done
         for s in release x86_64-unknown-linux-gnu; do [ -d "$T/glibc-2.28/$s" ] && cp -a "$T/glibc-2.28/$s" "$ct/glibc-2.28/"; done
-        [ -d "$T/glibc-2.28/release" ] && cp -a "$T/glibc-2.28/release" "$ct/"
     fi
     if ! (cd "$src" && export CARGO_TARGET_DIR=$ct && make --no-print-directory libvgpu && bash packaging/build.sh) >> "$log" 2>&1; then
         echo "$SUITE: commit $commit: its make libvgpu / packaging/build.sh failed (log: $log, last line: $(tail -1 "$log"))" >&2
