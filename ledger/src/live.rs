@@ -67,6 +67,18 @@ pub fn container_copy(limits: &Limits) -> Limits {
     }
 }
 
+/// Whether the running container whose state folder is `dir` can follow an update: its mounted limits file
+/// has its second name. A container created by a package before live updates has none; the caller checks
+/// this before it writes anything, so such a container is refused with its files as they were.
+pub fn check_publishable(dir: &Path) -> Result<(), PublishError> {
+    let mounted = dir.join(layout::MOUNTED_LIMITS_FILE_NAME);
+    match std::fs::symlink_metadata(&mounted) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(PublishError::NoMountedFile(mounted)),
+        Err(e) => Err(io_err(&mounted, e)),
+    }
+}
+
 /// Publishes `limits` to the running container whose state folder is `dir`: steps 1-3 of the module's
 /// protocol, over `limits.mounted.json` and every ledger `limits` lists. `limits.updates` must already
 /// count this update. The host's own `limits.json` is the caller's to write (atomically) first.

@@ -2,7 +2,8 @@
 # The packages for real: `make package`'s .deb installed on this machine with dpkg, containers run through
 # the installed shim and interposer on the fake driver, engines configured by the installed vgpuctl, then
 # `dpkg -r` (engines restored, units disabled, files gone) and `dpkg --purge` (nothing of the package left).
-# The .rpm is built from the same metadata and read back with rpm (not installed: this is Debian).
+# The .rpm is built from the same metadata and read back with rpm (upgrade.test.sh installs, upgrades and
+# erases it).
 set -uo pipefail
 . "$(dirname "$0")/engines-lib.sh"
 . "$(dirname "$0")/lib/bundle.sh"
@@ -194,5 +195,6 @@ check_eq "config.toml is the .rpm's config file" "$(rpm -qpc "$RPM" 2>/dev/null)
 check_match "Requires names the glibc floor" "libc.so.6\(GLIBC_$need\)" "$(rpm -qpR "$RPM" 2>/dev/null)"
 check_match "%preun takes vgpu out of the engines on erase" 'package-hooks removing' "$(rpm -qp --scripts "$RPM" 2>/dev/null)"
 check_match "%post enables the units" 'package-hooks installed' "$(rpm -qp --scripts "$RPM" 2>/dev/null)"
+check_match "%postun removes vgpu's own folders on erase (the .rpm lists none)" 'rmdir "\$d"' "$(rpm -qp --scripts "$RPM" 2>/dev/null | sed -n '/^postuninstall/,$p')"
 ((FAILED)) && tail -20 "$WORK/build.err"
 t_done

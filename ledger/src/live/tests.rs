@@ -120,7 +120,10 @@ fn a_reading_while_the_host_writes_is_never_applied() {
 #[test]
 fn a_container_made_before_live_updates_is_refused_naming_the_file() {
     let (d, mut l) = provisioned();
+    assert!(check_publishable(d.path()).is_ok());
     std::fs::remove_file(d.path().join(layout::MOUNTED_LIMITS_FILE_NAME)).unwrap();
+    let e = check_publishable(d.path()).unwrap_err();
+    assert!(matches!(e, PublishError::NoMountedFile(_)), "{e}");
     l.updates = 1;
     let e = publish(d.path(), &l).unwrap_err();
     assert!(matches!(e, PublishError::NoMountedFile(_)), "{e}");

@@ -230,6 +230,11 @@ pub fn update(
         if before.init_pid.is_none() {
             return Err(RunError::NotRunning { id: id.to_string() });
         }
+        // A container of a package before live updates cannot follow: refused before anything is written.
+        live::check_publishable(&root.container_dir(id)?).map_err(|why| RunError::Publish {
+            id: id.to_string(),
+            why,
+        })?;
         let total = |uuid: &str| gpus.iter().find(|g| g.uuid == uuid).map(|g| g.total_memory);
         let (mut after, changes) = apply(&before, req, total)?;
         let _lock = admission::admit(root, policy, id, &plan_of(&after), || Ok(gpus.clone()))?;

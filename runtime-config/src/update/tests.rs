@@ -402,3 +402,29 @@ fn updates_of_one_container_at_once_both_land_without_the_node_lock() {
         assert_eq!(mounted(&root, "c1").devices[0].compute_limit, Some(60));
     }
 }
+
+#[test]
+fn a_container_created_before_live_updates_is_refused_with_its_limits_never_rewritten() {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().to_path_buf());
+    running(&root, "c1", GIB, false);
+    // What a package before live updates made: no second name of the mounted limits file.
+    let dir = root.container_dir("c1").unwrap();
+    std::fs::remove_file(dir.join("limits.mounted.json")).unwrap();
+    let path = root.limits_path("c1").unwrap();
+    // A second name keeps the file's inode in use, so a rewrite cannot get its number back.
+    std::fs::hard_link(&path, d.path().join("kept")).unwrap();
+    let (bytes, ino) = (
+        std::fs::read(&path).unwrap(),
+        path.metadata().unwrap().ino(),
+    );
+    let e = update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), gpus).unwrap_err();
+    assert!(
+        matches!(&e, RunError::Publish { why: live::PublishError::NoMountedFile(p), .. } if p.ends_with("limits.mounted.json")),
+        "{e}"
+    );
+    // Not written and put back (a window in which the host's file said 2 GiB): never written at all.
+    assert_eq!(path.metadata().unwrap().ino(), ino);
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
