@@ -419,7 +419,7 @@ fn a_container_created_before_live_updates_is_refused_with_its_limits_never_rewr
         std::fs::read(&path).unwrap(),
         path.metadata().unwrap().ino(),
     );
-    let e = update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), gpus).unwrap_err();
+    let e = update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), &IDLE).unwrap_err();
     assert!(
         matches!(&e, RunError::Publish { why: live::PublishError::NoMountedFile(p), .. } if p.ends_with("limits.mounted.json")),
         "{e}"
