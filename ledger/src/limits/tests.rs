@@ -406,3 +406,98 @@ fn validation_says_which_rule_a_file_breaks() {
         }))
     ));
 }
+
+/// limits.json as the hook and `vgpuctl update` write it today (`write_atomic`: pretty JSON and a
+/// newline), one file with a memory quota alone and one with every per-GPU setting; each is read and
+/// written back as it was. The device's settings are one struct (`crate::settings`), flattened: on disk
+/// they stay the device's own keys.
+const GOLDEN_MEMORY: &str = r#"{
+  "version": 1,
+  "container_id": "3f2a",
+  "pid_ns": 4026532612,
+  "init_pid": 12345,
+  "init_start_time": 987654,
+  "cgroup": "/kubepods/pod-1/3f2a",
+  "devices": [
+    {
+      "index": 0,
+      "uuid": "GPU-aaaa",
+      "memory_limit": 1073741824,
+      "ledger": "ledgers/GPU-aaaa.ledger"
+    },
+    {
+      "index": 1,
+      "uuid": "GPU-bbbb",
+      "memory_limit": 2147483648,
+      "ledger": "ledgers/GPU-bbbb.ledger",
+      "shrunk_from": 4294967296
+    }
+  ],
+  "creator": {
+    "pid": 4242,
+    "start_time": 77
+  },
+  "kubernetes": {
+    "namespace": "n",
+    "pod": "p",
+    "container": "c"
+  },
+  "updates": 2,
+  "updated_at": 1790000000
+}
+"#;
+
+const GOLDEN_EVERY_SETTING: &str = r#"{
+  "version": 1,
+  "container_id": "3f2a",
+  "devices": [
+    {
+      "index": 0,
+      "uuid": "GPU-aaaa",
+      "memory_limit": 1073741824,
+      "ledger": "ledgers/GPU-aaaa.ledger",
+      "memory": {
+        "mode": "spill",
+        "spill_limit": 8589934592
+      },
+      "compute_limit": 30,
+      "compute_policy": "force",
+      "compute_window_ms": 250
+    },
+    {
+      "index": 1,
+      "uuid": "GPU-bbbb",
+      "memory_limit": 2147483648,
+      "ledger": "ledgers/GPU-bbbb.ledger",
+      "memory": {
+        "mode": "oversubscribe",
+        "reserve": 1610612736
+      }
+    },
+    {
+      "index": 2,
+      "uuid": "GPU-cccc",
+      "ledger": "ledgers/GPU-cccc.ledger",
+      "compute_limit": 70
+    }
+  ]
+}
+"#;
+
+fn written(l: &Limits) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limits.json");
+    l.write_atomic(&path).unwrap();
+    std::fs::read_to_string(&path).unwrap()
+}
+
+#[test]
+fn todays_files_read_and_write_back_unchanged() {
+    let l = Limits::from_slice(GOLDEN_MEMORY.as_bytes()).unwrap();
+    assert_eq!(written(&l), GOLDEN_MEMORY);
+    let l = Limits::from_slice(GOLDEN_EVERY_SETTING.as_bytes()).unwrap();
+    let again = written(&l);
+    let value = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
+    assert_eq!(value(&again), value(GOLDEN_EVERY_SETTING));
+    assert_eq!(Limits::from_slice(again.as_bytes()).unwrap(), l);
+}
