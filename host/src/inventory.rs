@@ -170,13 +170,12 @@ mod tests {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: UUID.into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: None,
-                compute_policy: Default::default(),
-                compute_window_ms: None,
-                shrunk_from: None,
+                settings: vgpu_ledger::GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
                 ledger: vgpu_ledger::layout::relative_ledger_path(UUID).unwrap(),
-                memory: Default::default(),
+                shrunk_from: None,
             }],
         }
         .write_atomic(&root.limits_path(id).unwrap())

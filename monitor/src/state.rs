@@ -117,9 +117,9 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
     let mut g = GpuState {
         index: d.index,
         uuid: d.uuid.clone(),
-        limit: d.memory_limit,
-        compute_limit: d.compute_share(),
-        compute_window_ms: d.compute_window_ms,
+        limit: d.settings.memory_limit,
+        compute_limit: d.settings.compute_share(),
+        compute_window_ms: d.settings.compute_window_ms,
         shrunk_from: d.shrunk_from,
         ..Default::default()
     };
@@ -169,13 +169,13 @@ mod tests {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: Some(40),
-                compute_policy: Default::default(),
-                compute_window_ms: None,
-                shrunk_from: None,
+                settings: vgpu_ledger::GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    compute_limit: Some(40),
+                    ..Default::default()
+                },
                 ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
-                memory: Default::default(),
+                shrunk_from: None,
             }],
             kubernetes: Some(KubeNames {
                 namespace: "ns".into(),

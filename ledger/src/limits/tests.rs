@@ -1,5 +1,6 @@
 //! Unit tests of `limits`: the format read and written, validation, the names, the owner facts, the cap.
 use super::*;
+use crate::envcompute::Policy;
 
 fn sample() -> Limits {
     Limits {
@@ -17,23 +18,21 @@ fn sample() -> Limits {
             DeviceLimit {
                 index: 0,
                 uuid: "GPU-aaaa".into(),
-                memory_limit: Some(1 << 30),
+                settings: GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
                 ledger: "ledgers/GPU-aaaa.ledger".into(),
-                memory: Default::default(),
-                compute_limit: None,
-                compute_policy: Default::default(),
-                compute_window_ms: None,
                 shrunk_from: None,
             },
             DeviceLimit {
                 index: 1,
                 uuid: "GPU-bbbb".into(),
-                memory_limit: Some(2 << 30),
+                settings: GpuSettings {
+                    memory_limit: Some(2 << 30),
+                    ..Default::default()
+                },
                 ledger: "ledgers/GPU-bbbb.ledger".into(),
-                memory: Default::default(),
-                compute_limit: None,
-                compute_policy: Default::default(),
-                compute_window_ms: None,
                 shrunk_from: None,
             },
         ],
@@ -96,8 +95,8 @@ fn the_documented_example_loads() {
       ]
     }"#;
     let l = load_text(text).unwrap();
-    assert_eq!(l.devices[0].memory_limit, Some(1 << 30));
-    assert_eq!(l.devices[0].compute_share(), None);
+    assert_eq!(l.devices[0].settings.memory_limit, Some(1 << 30));
+    assert_eq!(l.devices[0].settings.compute_share(), None);
     // optional fields may be absent; unknown keys are tolerated
     let l = load_text(r#"{"version":1,"container_id":"c","future":true,"devices":[{"index":0,"uuid":"GPU-0","memory_limit":1,"ledger":"ledgers/GPU-0.ledger"}]}"#).unwrap();
     assert_eq!(l.pid_ns, None);
@@ -180,6 +179,26 @@ fn bad_files_get_one_clear_error() {
             ),
             "devices[1].compute_policy: unknown variant",
         ),
+        // A bad setting's line names its key (the settings are flattened into the device: serde's path
+        // alone would stop at `devices[1]`), as a bad key of the device's own does.
+        (
+            good.replace(
+                "\"memory_limit\":2147483648,",
+                "\"memory_limit\":1,\"compute_window_ms\":\"x\",",
+            ),
+            "devices[1].compute_window_ms: invalid type: string \"x\", expected u32",
+        ),
+        (
+            good.replace(
+                "\"memory_limit\":2147483648,",
+                "\"memory_limit\":1,\"memory\":{\"mode\":\"swap\"},",
+            ),
+            "devices[1].memory.mode: unknown variant `swap`",
+        ),
+        (
+            good.replace("\"index\":1", "\"index\":\"a\""),
+            "devices[1].index: invalid type: string \"a\", expected u32",
+        ),
         (
             good.replace(
                 "\"memory_limit\":2147483648,",
@@ -208,11 +227,11 @@ fn bad_files_get_one_clear_error() {
 #[test]
 fn a_compute_share_with_or_without_a_memory_quota() {
     let mut l = sample();
-    l.devices[0].compute_limit = Some(30);
-    l.devices[1].memory_limit = None;
-    l.devices[1].compute_limit = Some(70);
-    l.devices[1].compute_policy = Policy::Force;
-    l.devices[1].compute_window_ms = Some(250);
+    l.devices[0].settings.compute_limit = Some(30);
+    l.devices[1].settings.memory_limit = None;
+    l.devices[1].settings.compute_limit = Some(70);
+    l.devices[1].settings.compute_policy = Policy::Force;
+    l.devices[1].settings.compute_window_ms = Some(250);
     let text = serde_json::to_string(&l).unwrap();
     assert!(
         text.contains(r#""compute_limit":70,"compute_policy":"force","compute_window_ms":250"#),
@@ -220,14 +239,14 @@ fn a_compute_share_with_or_without_a_memory_quota() {
     );
     let back = Limits::from_slice(text.as_bytes()).unwrap();
     assert_eq!(back, l);
-    assert_eq!(back.devices[0].compute_share(), Some(30));
-    assert_eq!(back.devices[1].memory_limit, None);
-    assert_eq!(back.devices[1].compute_share(), Some(70));
+    assert_eq!(back.devices[0].settings.compute_share(), Some(30));
+    assert_eq!(back.devices[1].settings.memory_limit, None);
+    assert_eq!(back.devices[1].settings.compute_share(), Some(70));
     // A file without the keys (every file written before them) has no share; `disable` switches it off.
     let old = serde_json::to_string(&sample()).unwrap();
     assert!(!old.contains("compute"), "{old}");
-    l.devices[1].compute_policy = Policy::Disable;
-    assert_eq!(l.devices[1].compute_share(), None);
+    l.devices[1].settings.compute_policy = Policy::Disable;
+    assert_eq!(l.devices[1].settings.compute_share(), None);
 }
 
 #[test]
@@ -344,15 +363,15 @@ fn version_skew_older_fields_absent_newer_fields_ignored_other_versions_refused(
         (l.init_start_time, &l.cgroup, l.creator, &l.kubernetes),
         (None, &None, None, &None)
     );
-    assert_eq!(l.devices[0].compute_limit, None);
-    assert_eq!(l.devices[0].memory, Default::default());
+    assert_eq!(l.devices[0].settings.compute_limit, None);
+    assert_eq!(l.devices[0].settings.memory, Default::default());
 
     let newer_minor = r#"{"version":1,"container_id":"c1","generation":7,"rebalanced_at":"2027-01-01",
         "kubernetes":{"namespace":"n","pod":"p","container":"c","uid":"u-1"},
         "devices":[{"index":0,"uuid":"GPU-0","memory_limit":1073741824,"ledger":"ledgers/GPU-0.ledger",
                     "compute_burst":{"percent":50}}]}"#;
     let l = load_text(newer_minor).unwrap();
-    assert_eq!(l.devices[0].memory_limit, Some(1 << 30));
+    assert_eq!(l.devices[0].settings.memory_limit, Some(1 << 30));
     assert_eq!(l.kubernetes.unwrap().pod, "p");
 
     for v in [0u64, 2, 100] {
@@ -387,8 +406,12 @@ fn validation_says_which_rule_a_file_breaks() {
         InvalidLimits::LedgerPath { index: 0, .. }
     ));
     assert!(matches!(
-        broken(|l| l.devices[0].compute_limit = Some(100)),
-        InvalidLimits::ComputeLimit { percent: 100, .. }
+        broken(|l| l.devices[0].settings.compute_limit = Some(100)),
+        InvalidLimits::Settings {
+            index: 0,
+            err: InvalidSettings::ComputeLimit { percent: 100 },
+            ..
+        }
     ));
     assert_eq!(broken(|l| l.devices.clear()), InvalidLimits::NoDevices);
     assert!(matches!(

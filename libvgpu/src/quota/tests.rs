@@ -137,6 +137,7 @@ fn the_measurement_lock_needs_no_file_and_excludes_other_holders() {
 fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shrink() {
     use vgpu_ledger::layout;
     use vgpu_ledger::limits::{DeviceLimit, Limits};
+    use vgpu_ledger::GpuSettings;
     const MIB: u64 = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
     let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
@@ -154,12 +155,11 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
         devices: vec![DeviceLimit {
             index: 0,
             uuid: uuid.into(),
-            memory_limit: Some(1024 * MIB),
+            settings: GpuSettings {
+                memory_limit: Some(1024 * MIB),
+                ..Default::default()
+            },
             ledger: layout::relative_ledger_path(uuid).unwrap(),
-            memory: Default::default(),
-            compute_limit: None,
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             shrunk_from: None,
         }],
     };
@@ -178,7 +178,7 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
     );
     let publish = |l: &mut Limits, bytes| {
         l.updates += 1;
-        l.devices[0].memory_limit = Some(bytes);
+        l.devices[0].settings.memory_limit = Some(bytes);
         vgpu_ledger::live::publish(dir.path(), l).unwrap();
     };
     publish(&mut limits, 2048 * MIB);
