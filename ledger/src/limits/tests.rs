@@ -430,10 +430,11 @@ fn validation_says_which_rule_a_file_breaks() {
     ));
 }
 
-/// limits.json as the hook and `vgpuctl update` write it today (`write_atomic`: pretty JSON and a
-/// newline), one file with a memory quota alone and one with every per-GPU setting; each is read and
-/// written back as it was. The device's settings are one struct (`crate::settings`), flattened: on disk
-/// they stay the device's own keys.
+/// limits.json as the hook and `vgpuctl update` wrote it before a device's settings became one struct
+/// (`write_atomic`: pretty JSON and a newline): one file with a memory quota alone, one with every
+/// per-GPU setting. The struct is flattened (`crate::settings`), so the keys stay the device's own: the
+/// first file is written back byte for byte; the second to the same JSON, its device's settings now
+/// all before `ledger` (no reader looks at the order of keys).
 const GOLDEN_MEMORY: &str = r#"{
   "version": 1,
   "container_id": "3f2a",
