@@ -170,14 +170,13 @@ mod tests {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: UUID.into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: None,
-                compute_policy: Default::default(),
-                compute_window_ms: None,
+                settings: vgpu_ledger::GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
+                ledger: vgpu_ledger::layout::relative_ledger_path(UUID).unwrap(),
                 shrunk_from: None,
                 held_at_shrink: None,
-                ledger: vgpu_ledger::layout::relative_ledger_path(UUID).unwrap(),
-                memory: Default::default(),
             }],
         }
         .write_atomic(&root.limits_path(id).unwrap())

@@ -12,6 +12,8 @@
 //! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `GPU_CORE_UTILIZATION_POLICY`).
 //! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
 //! * [`keys`]: the registry of every annotation and variable name vgpu reads or writes.
+//! * [`settings`]: one GPU's settings (memory quota and mode, compute share, policy, window), as the hook
+//!   plans them, limits.json stores them and `vgpuctl update` changes them.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking).
@@ -32,6 +34,7 @@ pub mod live;
 pub mod memmode;
 pub mod quantity;
 pub mod region;
+pub mod settings;
 pub mod walk;
 
 pub use limits::{Creator, DeviceLimit, KubeNames, Limits, LimitsError, LIMITS_VERSION};
@@ -40,3 +43,4 @@ pub use quantity::{
     format_bytes, parse_quantity, BelowFloor, QuantityError, QuantityProblem, MIN_QUOTA,
 };
 pub use region::{Kind, Ledger, LedgerError, MeasureLock, Refused, Slot, SlotSnapshot, Snapshot};
+pub use settings::GpuSettings;

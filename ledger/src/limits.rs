@@ -9,10 +9,9 @@ use std::collections::HashSet;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::envcompute::Policy;
 use crate::keys::kube;
 use crate::layout;
-use crate::memmode::MemoryMode;
+use crate::settings::{GpuSettings, InvalidSettings};
 
 /// How the limits file is written: mode 0644 whatever was there, synced (docs/architecture.md).
 const WRITE_OPTIONS: crate::atomic::WriteOptions =
@@ -116,26 +115,12 @@ pub struct DeviceLimit {
     /// The container's i-th GPU (its CUDA ordinal inside the container).
     pub index: u32,
     pub uuid: String,
-    /// Bytes; never 0 in a valid file. Absent: no memory quota on this GPU (it is listed for its
-    /// compute share alone).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_limit: Option<u64>,
+    /// The GPU's settings (`crate::settings`): memory quota and mode, compute share, policy and window.
+    /// Flattened: on disk each is a key of the device, as before the struct existed.
+    #[serde(flatten)]
+    pub settings: GpuSettings,
     /// Ledger file, relative to the limits file's folder (`ledgers/<uuid>.ledger`).
     pub ledger: PathBuf,
-    /// The unified-memory mode (`crate::memmode`); absent (plain) in files written before it existed.
-    #[serde(default, skip_serializing_if = "MemoryMode::is_plain")]
-    pub memory: MemoryMode,
-    /// The compute share, a percent of the GPU's time 1..=99 (`crate::envcompute`); absent: none (and
-    /// in files written before it existed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compute_limit: Option<u32>,
-    /// How the share is applied; absent: the default (today the same hard cap as `force`).
-    #[serde(default, skip_serializing_if = "Policy::is_default")]
-    pub compute_policy: Policy,
-    /// The share's pacing window in ms (`crate::envcompute::parse_window`'s bounds); absent: the default
-    /// (`DEFAULT_WINDOW_MS`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compute_window_ms: Option<u32>,
     /// Set by `vgpuctl update` when it lowered `memory_limit`: the limit before (the highest of the
     /// shrinks not yet grown back past). Memory the container held under it is kept, so until its
     /// usage falls under the new limit it is a *pending shrink*, not an escape (the watchdog, status).
@@ -156,17 +141,11 @@ impl DeviceLimit {
     /// (`shrunk_from`) what it held at the shrink when that is more (`held_at_shrink`; for a shrink
     /// recorded before that figure existed, the quota it came from). None: no memory quota.
     pub fn allowed_memory(&self) -> Option<u64> {
-        let limit = self.memory_limit?;
+        let limit = self.settings.memory_limit?;
         Some(match self.shrunk_from {
             Some(from) => limit.max(self.held_at_shrink.unwrap_or(from).min(from)),
             None => limit,
         })
-    }
-
-    /// The compute share the library enforces on this GPU: the limit, unless the policy is `disable`.
-    pub fn compute_share(&self) -> Option<u32> {
-        self.compute_limit
-            .filter(|_| self.compute_policy != Policy::Disable)
     }
 }
 
@@ -221,40 +200,38 @@ pub enum InvalidLimits {
     DuplicateIndex { index: u32 },
     #[error("GPU {uuid} is listed twice")]
     DuplicateUuid { uuid: String },
-    #[error("device {index} ({uuid}): memory_limit is 0")]
-    ZeroMemoryLimit { index: u32, uuid: String },
-    #[error("device {index} ({uuid}): has neither memory_limit nor compute_limit")]
-    NoLimit { index: u32, uuid: String },
-    #[error("device {index} ({uuid}): memory mode {mode} needs a memory_limit")]
-    ModeWithoutMemoryLimit {
+    /// A device's settings break a rule of `crate::settings`.
+    #[error("device {index} ({uuid}): {err}")]
+    Settings {
         index: u32,
         uuid: String,
-        mode: &'static str,
+        err: InvalidSettings,
     },
-    #[error("device {index} ({uuid}): compute_limit {percent} is not a percent 1..=99")]
-    ComputeLimit {
-        index: u32,
-        uuid: String,
-        percent: u32,
-    },
-    #[error(
-        "device {index} ({uuid}): compute_window_ms {window_ms} is not within {}..={}",
-        crate::envcompute::MIN_WINDOW_MS,
-        crate::envcompute::MAX_WINDOW_MS
-    )]
-    ComputeWindow {
-        index: u32,
-        uuid: String,
-        window_ms: u32,
-    },
-    #[error("device {index} ({uuid}): spill_limit is 0")]
-    ZeroSpillLimit { index: u32, uuid: String },
     #[error("device {index} ({uuid}): ledger path {:?} must be relative to the limits file's folder, without '..'", ledger.display())]
     LedgerPath {
         index: u32,
         uuid: String,
         ledger: PathBuf,
     },
+}
+
+/// The line of a device setting serde refused, naming its key as every other field's line does.
+/// `#[serde(flatten)]` reads a device's settings from a buffered copy of its keys, out of
+/// `serde_path_to_error`'s sight, so the path of a bad one stops at the device (`devices[1]`); the
+/// device's settings read again alone give the rest (`devices[1].memory_limit: invalid value: ...`).
+fn naming_the_setting(
+    value: &serde_json::Value,
+    err: &serde_path_to_error::Error<serde_json::Error>,
+) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let path: Vec<&Segment> = err.path().iter().collect();
+    let [Segment::Map { key }, Segment::Seq { index }] = path[..] else {
+        return None;
+    };
+    let device = value.get(key.as_str())?.get(*index)?;
+    let inner = serde_path_to_error::deserialize::<_, GpuSettings>(device).err()?;
+    matches!(inner.path().iter().next(), Some(Segment::Map { .. }))
+        .then(|| format!("{key}[{index}].{inner}"))
 }
 
 impl Limits {
@@ -282,8 +259,11 @@ impl Limits {
         if version != LIMITS_VERSION as u64 {
             return Err(LimitsErrorKind::UnsupportedVersion { found: version });
         }
-        let limits: Limits = serde_path_to_error::deserialize(value)
-            .map_err(|e| LimitsErrorKind::Invalid(e.to_string()))?;
+        let limits: Limits = serde_path_to_error::deserialize(&value).map_err(|e| {
+            LimitsErrorKind::Invalid(
+                naming_the_setting(&value, &e).unwrap_or_else(|| e.to_string()),
+            )
+        })?;
         limits.validate()?;
         Ok(limits)
     }
@@ -317,50 +297,13 @@ impl Limits {
             if !uuids.insert(d.uuid.as_str()) {
                 return Err(InvalidLimits::DuplicateUuid { uuid: uuid() });
             }
-            match (d.memory_limit, d.compute_limit) {
-                (Some(0), _) => {
-                    return Err(InvalidLimits::ZeroMemoryLimit {
-                        index,
-                        uuid: uuid(),
-                    })
-                }
-                (None, None) => {
-                    return Err(InvalidLimits::NoLimit {
-                        index,
-                        uuid: uuid(),
-                    })
-                }
-                (None, Some(_)) if !d.memory.is_plain() => {
-                    return Err(InvalidLimits::ModeWithoutMemoryLimit {
-                        index,
-                        uuid: uuid(),
-                        mode: d.memory.name(),
-                    })
-                }
-                _ => {}
-            }
-            if let Some(percent) = d.compute_limit.filter(|p| !(1..100).contains(p)) {
-                return Err(InvalidLimits::ComputeLimit {
+            d.settings
+                .validate()
+                .map_err(|err| InvalidLimits::Settings {
                     index,
                     uuid: uuid(),
-                    percent,
-                });
-            }
-            if let Some(window_ms) = d.compute_window_ms.filter(|w| {
-                !(crate::envcompute::MIN_WINDOW_MS..=crate::envcompute::MAX_WINDOW_MS).contains(w)
-            }) {
-                return Err(InvalidLimits::ComputeWindow {
-                    index,
-                    uuid: uuid(),
-                    window_ms,
-                });
-            }
-            if d.memory.spill_limit() == Some(0) {
-                return Err(InvalidLimits::ZeroSpillLimit {
-                    index,
-                    uuid: uuid(),
-                });
-            }
+                    err,
+                })?;
             let safe = !d.ledger.as_os_str().is_empty()
                 && d.ledger
                     .components()

@@ -185,11 +185,11 @@ impl Config {
             Config::File { path, limits, .. } => {
                 match file_device(limits, gpu) {
                     // Listed for its compute share alone: no memory quota on it.
-                    Some(d) if d.memory_limit.is_none() => Lookup::NoLimit,
+                    Some(d) if d.settings.memory_limit.is_none() => Lookup::NoLimit,
                     Some(d) => Lookup::Limit(DeviceSpec {
-                        limit: d.memory_limit.unwrap_or(u64::MAX),
+                        limit: d.settings.memory_limit.unwrap_or(u64::MAX),
                         ledger: limits.ledger_path(path, d),
-                        memory: d.memory,
+                        memory: d.settings.memory,
                     }),
                     None => Lookup::Refuse(format!(
                         "{}{} is not in the limits file {}",
@@ -240,9 +240,11 @@ impl Config {
         };
         let d = file_device(limits, gpu)?;
         Some((
-            d.compute_share()?,
+            d.settings.compute_share()?,
             limits.ledger_path(path, d),
-            d.compute_window_ms.unwrap_or(envcompute::DEFAULT_WINDOW_MS),
+            d.settings
+                .compute_window_ms
+                .unwrap_or(envcompute::DEFAULT_WINDOW_MS),
         ))
     }
 
@@ -256,7 +258,7 @@ impl Config {
 
     /// Whether any GPU of the limits file has a compute share.
     pub fn file_has_shares(&self) -> bool {
-        matches!(self, Config::File { limits, .. } if limits.devices.iter().any(|d| d.compute_share().is_some()))
+        matches!(self, Config::File { limits, .. } if limits.devices.iter().any(|d| d.settings.compute_share().is_some()))
     }
 
     /// Whether any GPU with a memory limit is in oversubscribe mode: its launches then wait for their
@@ -268,7 +270,7 @@ impl Config {
             Config::File { limits, .. } => limits
                 .devices
                 .iter()
-                .any(|d| d.memory_limit.is_some() && over(&d.memory)),
+                .any(|d| d.settings.memory_limit.is_some() && over(&d.settings.memory)),
             Config::Env { memory, .. } => over(memory),
         }
     }

@@ -225,7 +225,7 @@ pub fn view_of(id: &Identity, config: ConfigFn) -> Result<Option<UuidView>, Erro
             Ok(l) => match cfg.limits_file().filter(|_| l.limits_generation() != 0) {
                 Some(file) => (
                     crate::live::entry(file, &l, &spec.ledger)
-                        .and_then(|(_, d)| d.memory_limit)
+                        .and_then(|(_, d)| d.settings.memory_limit)
                         .unwrap_or(spec.limit),
                     l.used(),
                 ),

@@ -121,7 +121,7 @@ impl DeviceQuota {
     #[inline]
     pub fn limit(&self) -> u64 {
         if let Some(d) = self.updated_entry() {
-            if let Some(new) = d.memory_limit {
+            if let Some(new) = d.settings.memory_limit {
                 let old = self.limit.swap(new, Ordering::Relaxed);
                 if old != new {
                     log::info(format_args!(

@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vgpu_ledger::layout::StateRoot;
-use vgpu_ledger::{DeviceLimit, Kind, Ledger, Limits};
+use vgpu_ledger::{DeviceLimit, GpuSettings, Kind, Ledger, Limits};
 use vgpu_monitor::{watchdog::Policy, Monitor};
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
@@ -81,12 +81,11 @@ fn main() {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.clone(),
-                memory_limit: Some(1 << 30),
+                settings: GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
                 ledger: vgpu_ledger::layout::relative_ledger_path(&uuid).unwrap(),
-                memory: Default::default(),
-                compute_limit: None,
-                compute_policy: Default::default(),
-                compute_window_ms: None,
                 shrunk_from: None,
                 held_at_shrink: None,
             }],

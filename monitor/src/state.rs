@@ -121,9 +121,9 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
     let mut g = GpuState {
         index: d.index,
         uuid: d.uuid.clone(),
-        limit: d.memory_limit,
-        compute_limit: d.compute_share(),
-        compute_window_ms: d.compute_window_ms,
+        limit: d.settings.memory_limit,
+        compute_limit: d.settings.compute_share(),
+        compute_window_ms: d.settings.compute_window_ms,
         shrunk_from: d.shrunk_from,
         held_at_shrink: d.held_at_shrink,
         ..Default::default()
@@ -174,14 +174,14 @@ mod tests {
             devices: vec![DeviceLimit {
                 index: 0,
                 uuid: uuid.into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: Some(40),
-                compute_policy: Default::default(),
-                compute_window_ms: None,
+                settings: vgpu_ledger::GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    compute_limit: Some(40),
+                    ..Default::default()
+                },
+                ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
                 shrunk_from: None,
                 held_at_shrink: None,
-                ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
-                memory: Default::default(),
             }],
             kubernetes: Some(KubeNames {
                 namespace: "ns".into(),

@@ -168,10 +168,10 @@ pub fn committed(
             Ok(l) => {
                 // A GPU listed for its compute share alone commits no memory.
                 for d in &l.devices {
-                    if let Some(bytes) = d.memory_limit {
+                    if let Some(bytes) = d.settings.memory_limit {
                         sum.entry(d.uuid.clone())
                             .or_default()
-                            .add(bytes, d.memory.is_oversubscribe());
+                            .add(bytes, d.settings.memory.is_oversubscribe());
                     }
                 }
             }
@@ -196,8 +196,12 @@ pub fn check(
     if policy.overcommit {
         return Ok(());
     }
-    let asks_oversubscribe = plan.memory.is_oversubscribe();
-    for (g, asked) in plan.gpus.iter().filter_map(|g| Some((g, g.memory_limit?))) {
+    for (g, asked) in plan
+        .gpus
+        .iter()
+        .filter_map(|g| Some((g, g.settings.memory_limit?)))
+    {
+        let asks_oversubscribe = g.settings.memory.is_oversubscribe();
         let Some(host) = gpus.iter().find(|h| h.uuid == g.uuid) else {
             return Err(AdmissionError::GpuGone {
                 uuid: g.uuid.clone(),
@@ -283,6 +287,7 @@ fn lock(root: &StateRoot) -> Result<Flock<File>, AdmissionError> {
 mod tests {
     use super::*;
     use crate::plan::PlannedGpu;
+    use vgpu_ledger::GpuSettings;
 
     const GIB: u64 = 1 << 30;
 
@@ -300,13 +305,12 @@ mod tests {
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: uuid.into(),
-                memory_limit: Some(limit),
-                compute_limit: None,
+                settings: GpuSettings {
+                    memory_limit: Some(limit),
+                    ..Default::default()
+                },
             }],
             kubernetes: None,
-            memory: Default::default(),
-            compute_policy: Default::default(),
-            compute_window_ms: None,
         }
     }
 
@@ -360,8 +364,8 @@ mod tests {
         let mut c = BTreeMap::new();
         c.insert("GPU-a".to_string(), plain(16 * GIB));
         let mut share = plan("GPU-a", GIB);
-        share.gpus[0].memory_limit = None;
-        share.gpus[0].compute_limit = Some(30);
+        share.gpus[0].settings.memory_limit = None;
+        share.gpus[0].settings.compute_limit = Some(30);
         check(&share, &gpus, &c, STRICT).unwrap();
         // provisioned, it counts as nothing against a memory quota
         let d = tempfile::tempdir().unwrap();
@@ -394,11 +398,18 @@ mod tests {
         check(&plan("GPU-a", 16 * GIB), &gpus, &c, over).unwrap();
     }
 
+    fn with_mode(uuid: &str, limit: u64, mode: vgpu_ledger::MemoryMode) -> Plan {
+        let mut p = plan(uuid, limit);
+        p.gpus[0].settings.memory = mode;
+        p
+    }
+
     fn over(uuid: &str, limit: u64) -> Plan {
-        Plan {
-            memory: vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 },
-            ..plan(uuid, limit)
-        }
+        with_mode(
+            uuid,
+            limit,
+            vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 },
+        )
     }
 
     #[test]
@@ -414,10 +425,11 @@ mod tests {
         );
         check(&over("GPU-a", 12 * GIB), &gpus, &c, STRICT).unwrap();
         // a spill container's device quota is admitted as a plain one
-        let spill = Plan {
-            memory: vgpu_ledger::MemoryMode::Spill { spill_limit: GIB },
-            ..plan("GPU-a", 12 * GIB)
-        };
+        let spill = with_mode(
+            "GPU-a",
+            12 * GIB,
+            vgpu_ledger::MemoryMode::Spill { spill_limit: GIB },
+        );
         assert!(check(&spill, &gpus, &c, STRICT).is_err());
     }
 

@@ -2,7 +2,9 @@
 //! hooks carry the claim's quota in the hook's own environment (`VGPU_CLAIM_QUOTA`, set by the spec, never
 //! by the container); the hook then reads the container's request with the claim's settings in place of
 //! every quota setting of the container's own (annotations and env alike), so a tenant cannot raise the
-//! quota the scheduler counted. Not here: reading and checking the settings (`crate::request`).
+//! quota the scheduler counted. The claim's settings then take the container's own path: read by
+//! `Request::read` and turned into each GPU's `vgpu_ledger::GpuSettings` by `Request::settings_for`, as
+//! every quota is. Not here: reading and checking the settings (`crate::request`).
 //!
 //! The value is the quota annotations' own grammar, comma-separated: `vgpu.io/memory-limit=8Gi`,
 //! `vgpu.io/compute-limit=30`, or their per-GPU forms `.<i>`.

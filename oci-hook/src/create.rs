@@ -94,11 +94,14 @@ impl<'a> Create<'a> {
                         "{} {} {}, {}",
                         g.index,
                         g.uuid,
-                        g.memory_limit.map_or("no memory quota".into(), |b| format!(
-                            "memory {}",
-                            vgpu_ledger::format_bytes(b)
-                        )),
-                        g.compute_limit
+                        g.settings
+                            .memory_limit
+                            .map_or("no memory quota".into(), |b| format!(
+                                "memory {}",
+                                vgpu_ledger::format_bytes(b)
+                            )),
+                        g.settings
+                            .compute_limit
                             .map_or("no share".into(), |p| format!("share {p}%"))
                     )
                 })
@@ -107,7 +110,7 @@ impl<'a> Create<'a> {
             tracing::debug!(
                 id = %self.id,
                 gpus = %gpus.join("; "),
-                memory_mode = %self.plan.memory,
+                memory_mode = %self.plan.memory_mode(),
                 mounts = %mounts.join(" "),
                 "quota decision"
             );

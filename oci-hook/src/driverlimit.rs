@@ -79,7 +79,7 @@ pub fn apply_with(nvml: &dyn Nvml, cgroup: &Path, limits: &Limits) -> Result<()>
     let quotas: Vec<(String, u64)> = limits
         .devices
         .iter()
-        .filter_map(|d| Some((d.uuid.clone(), d.memory_limit?)))
+        .filter_map(|d| Some((d.uuid.clone(), d.settings.memory_limit?)))
         .collect();
     let set = nvml
         .set_memory_limits(&c, &quotas)

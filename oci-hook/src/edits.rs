@@ -182,7 +182,7 @@ impl ContainerEdits {
             .filter_map(|g| {
                 Some((
                     envlimits::per_index_var(g.index as u32),
-                    g.memory_limit?.to_string(),
+                    g.settings.memory_limit?.to_string(),
                 ))
             })
             .collect();
@@ -271,6 +271,7 @@ pub fn check_library(cfg: &Config) -> Result<()> {
 mod tests {
     use super::*;
     use crate::plan::PlannedGpu;
+    use vgpu_ledger::GpuSettings;
 
     #[test]
     fn the_ledgers_are_mounted_as_files_and_any_gpus_are_stripped() {
@@ -281,14 +282,13 @@ mod tests {
                 .map(|(i, u)| PlannedGpu {
                     index: i,
                     uuid: u.to_string(),
-                    memory_limit: Some(1 << 30),
-                    compute_limit: None,
+                    settings: GpuSettings {
+                        memory_limit: Some(1 << 30),
+                        ..Default::default()
+                    },
                 })
                 .collect(),
             kubernetes: None,
-            memory: Default::default(),
-            compute_policy: Default::default(),
-            compute_window_ms: None,
         };
         let root = StateRoot::new("/s".into());
         let cfg = Config::default();
@@ -353,14 +353,13 @@ mod tests {
         .unwrap();
         let plan = Plan {
             kubernetes: None,
-            memory: Default::default(),
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: None,
+                settings: GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
             }],
         };
         let cfg = Config::default();
@@ -411,21 +410,22 @@ mod tests {
         };
         let plan = Plan {
             kubernetes: None,
-            memory: Default::default(),
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             gpus: vec![
                 PlannedGpu {
                     index: 0,
                     uuid: "GPU-0".into(),
-                    memory_limit: Some(1 << 30),
-                    compute_limit: None,
+                    settings: GpuSettings {
+                        memory_limit: Some(1 << 30),
+                        ..Default::default()
+                    },
                 },
                 PlannedGpu {
                     index: 2,
                     uuid: "GPU-2".into(),
-                    memory_limit: Some(512 << 20),
-                    compute_limit: None,
+                    settings: GpuSettings {
+                        memory_limit: Some(512 << 20),
+                        ..Default::default()
+                    },
                 },
             ],
         };
@@ -466,14 +466,13 @@ mod tests {
     fn the_mounts_are_the_same_whichever_way_they_are_applied() {
         let plan = Plan {
             kubernetes: None,
-            memory: Default::default(),
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: None,
+                settings: GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
             }],
         };
         let edits = ContainerEdits::new(

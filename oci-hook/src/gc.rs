@@ -138,18 +138,18 @@ mod tests {
     use crate::provision::{provision, record_owner, Owner};
     use std::os::unix::fs::FileTypeExt;
     use std::path::Path;
+    use vgpu_ledger::GpuSettings;
 
     fn plan() -> Plan {
         Plan {
             kubernetes: None,
-            memory: Default::default(),
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             gpus: vec![PlannedGpu {
                 index: 0,
                 uuid: "GPU-1".into(),
-                memory_limit: Some(1 << 30),
-                compute_limit: None,
+                settings: GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
             }],
         }
     }

@@ -8,10 +8,9 @@ use crate::gpus;
 use crate::host_gpus::{HostGpu, NvmlError};
 use crate::memory_request;
 use crate::request::{Request, RequestError, SpecFacts};
-use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::keys;
-use vgpu_ledger::MemoryMode;
+use vgpu_ledger::{GpuSettings, MemoryMode};
 
 /// One limited GPU of the container: a memory quota, a compute share, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,10 +18,9 @@ pub struct PlannedGpu {
     /// The container's GPU index.
     pub index: usize,
     pub uuid: String,
-    /// Bytes; None: no memory quota on this GPU (a compute share alone).
-    pub memory_limit: Option<u64>,
-    /// Percent of the GPU's time, 1..=99.
-    pub compute_limit: Option<u32>,
+    /// What the GPU gets, as its limits.json entry holds it (`vgpu_ledger::settings`): the request's
+    /// values for this GPU, the node's default quota, each container-wide value where it applies.
+    pub settings: GpuSettings,
 }
 
 /// A validated quota.
@@ -31,14 +29,18 @@ pub struct Plan {
     pub gpus: Vec<PlannedGpu>,
     /// The Kubernetes names from the annotations, recorded for the monitor.
     pub kubernetes: Option<vgpu_ledger::KubeNames>,
-    /// The unified-memory mode of every GPU of the container (`vgpu_ledger::memmode`): the
-    /// `vgpu.io/memory-*` annotations, else the environment's `VGPU_MEMORY_*` / `CUDA_OVERSUBSCRIBE`.
-    pub memory: MemoryMode,
-    /// How the compute shares apply (`force` or `default`; `disable` leaves none).
-    pub compute_policy: Policy,
-    /// The compute shares' pacing window in ms (`vgpu.io/compute-window` / `VGPU_COMPUTE_WINDOW`); None:
-    /// not set, the library's default.
-    pub compute_window_ms: Option<u32>,
+}
+
+impl Plan {
+    /// The unified-memory mode of the container's memory quotas (one mode per container, `tied` to each
+    /// quota): its first GPU with a quota's; plain when none has one.
+    pub fn memory_mode(&self) -> MemoryMode {
+        self.gpus
+            .iter()
+            .find(|g| g.settings.memory_limit.is_some())
+            .map(|g| g.settings.memory)
+            .unwrap_or_default()
+    }
 }
 
 pub use crate::config::Unquoted;
@@ -101,13 +103,8 @@ pub fn plan_with(
     unquoted: Unquoted,
     host_gpus: impl FnOnce() -> Result<Vec<HostGpu>, NvmlError>,
 ) -> Result<Option<Plan>, PlanError> {
-    let Request {
-        memory: q,
-        compute: c,
-        mode: memory,
-        in_pod,
-        kubernetes,
-    } = Request::read(facts)?;
+    let request = Request::read(facts)?;
+    let (q, c, in_pod) = (&request.memory, &request.compute, request.in_pod);
     let select = || {
         gpus::from_spec(
             &facts.env,
@@ -187,8 +184,12 @@ pub fn plan_with(
                 })
             }
         };
-        let compute_limit = c.share_for(i).and_then(|s| s.percent);
-        if memory_limit.is_none() && compute_limit.is_none() {
+        let settings = GpuSettings {
+            memory_limit: memory_limit.map(|r| r.bytes),
+            ..request.settings_for(i)
+        }
+        .tied();
+        if settings.is_unlimited() {
             continue;
         }
         if let Some(r) = memory_limit.filter(|r| r.bytes > g.total_memory) {
@@ -203,17 +204,13 @@ pub fn plan_with(
         out.push(PlannedGpu {
             index: i,
             uuid: g.uuid.clone(),
-            memory_limit: memory_limit.map(|r| r.bytes),
-            compute_limit,
+            settings,
         });
     }
     crate::pod_keys::check_names(&facts.annotations)?;
     Ok(Some(Plan {
         gpus: out,
-        kubernetes,
-        memory,
-        compute_policy: c.policy,
-        compute_window_ms: c.window_ms,
+        kubernetes: request.kubernetes,
     }))
 }
 

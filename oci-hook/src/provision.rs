@@ -116,22 +116,8 @@ pub fn limits_for(id: &str, plan: &Plan, owner: &Owner) -> Result<Limits> {
             Ok(DeviceLimit {
                 index: g.index as u32,
                 uuid: g.uuid.clone(),
-                memory_limit: g.memory_limit,
+                settings: g.settings,
                 ledger: layout::relative_ledger_path(&g.uuid)?,
-                // The mode is the memory quota's: a GPU with a compute share alone is plain.
-                memory: if g.memory_limit.is_some() {
-                    plan.memory
-                } else {
-                    Default::default()
-                },
-                compute_limit: g.compute_limit,
-                compute_policy: if g.compute_limit.is_some() {
-                    plan.compute_policy
-                } else {
-                    Default::default()
-                },
-                // The window goes with the share, as the policy does.
-                compute_window_ms: g.compute_limit.and(plan.compute_window_ms),
                 shrunk_from: None,
                 held_at_shrink: None,
             })
@@ -365,12 +351,12 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
         let p = dir.join(layout::relative_ledger_path(&g.uuid)?);
         // A GPU with a compute share alone still needs its ledger (the share's bucket lives there); its
         // informational limit is "unlimited".
-        crate::ledgers::create(&p, &g.uuid, g.memory_limit.unwrap_or(u64::MAX)).map_err(|err| {
-            ProvisionError::Ledger {
+        crate::ledgers::create(&p, &g.uuid, g.settings.memory_limit.unwrap_or(u64::MAX)).map_err(
+            |err| ProvisionError::Ledger {
                 path: p.clone(),
                 err,
-            }
-        })?;
+            },
+        )?;
         // Every user of the container (any uid, any user namespace) charges it.
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666))?;
     }

@@ -4,7 +4,9 @@
 //! key is checked against the registry first (`crate::unknown_keys`). Not here: checking the request
 //! against the container's GPUs (`crate::plan`).
 //!
-//! Adding an annotation: its entry in `vgpu_ledger::keys`, its parser, and its field here.
+//! [`Request::settings_for`] turns it into one GPU's settings (`vgpu_ledger::GpuSettings`), which the plan
+//! and limits.json carry whole. Adding a per-GPU value: its entry in `vgpu_ledger::keys`, its field in
+//! `GpuSettings`, its parser (called in [`Request::read`], its value set in [`Request::settings_for`]).
 
 use crate::compute_request::{self, ComputeRequest, ComputeRequestError};
 use crate::memory_request::{self, MemoryRequest, MemoryRequestError};
@@ -12,7 +14,7 @@ use crate::pod_keys::PodMember;
 use crate::spec::Spec;
 use crate::unknown_keys::{self, UnknownKey};
 use vgpu_ledger::memmode::{ModeError, ModeSettings};
-use vgpu_ledger::{KubeNames, MemoryMode};
+use vgpu_ledger::{GpuSettings, KubeNames, MemoryMode};
 
 /// What is read from a spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -78,6 +80,19 @@ pub enum RequestError {
 }
 
 impl Request {
+    /// What the container asks for its GPU `i`: the GPU's own values or those for every GPU, and the
+    /// container-wide ones (the mode, the policy, the window), before the node's default quota and
+    /// [`GpuSettings::tied`] (`crate::plan`). The one place the request becomes a GPU's settings.
+    pub fn settings_for(&self, i: usize) -> GpuSettings {
+        GpuSettings {
+            memory_limit: self.memory.limit_for(i).map(|r| r.bytes),
+            memory: self.mode,
+            compute_limit: self.compute.share_for(i).and_then(|s| s.percent),
+            compute_policy: self.compute.policy,
+            compute_window_ms: self.compute.window_ms,
+        }
+    }
+
     /// Reads the request; the first malformed setting is the error (in this order: unknown keys, memory,
     /// compute, mode), even when the request asks for nothing (a typo must be seen).
     pub fn read(facts: &SpecFacts) -> Result<Request, RequestError> {

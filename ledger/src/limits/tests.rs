@@ -1,5 +1,6 @@
 //! Unit tests of `limits`: the format read and written, validation, the names, the owner facts, the cap.
 use super::*;
+use crate::envcompute::Policy;
 
 fn sample() -> Limits {
     Limits {
@@ -17,24 +18,22 @@ fn sample() -> Limits {
             DeviceLimit {
                 index: 0,
                 uuid: "GPU-aaaa".into(),
-                memory_limit: Some(1 << 30),
+                settings: GpuSettings {
+                    memory_limit: Some(1 << 30),
+                    ..Default::default()
+                },
                 ledger: "ledgers/GPU-aaaa.ledger".into(),
-                memory: Default::default(),
-                compute_limit: None,
-                compute_policy: Default::default(),
-                compute_window_ms: None,
                 shrunk_from: None,
                 held_at_shrink: None,
             },
             DeviceLimit {
                 index: 1,
                 uuid: "GPU-bbbb".into(),
-                memory_limit: Some(2 << 30),
+                settings: GpuSettings {
+                    memory_limit: Some(2 << 30),
+                    ..Default::default()
+                },
                 ledger: "ledgers/GPU-bbbb.ledger".into(),
-                memory: Default::default(),
-                compute_limit: None,
-                compute_policy: Default::default(),
-                compute_window_ms: None,
                 shrunk_from: None,
                 held_at_shrink: None,
             },
@@ -98,8 +97,8 @@ fn the_documented_example_loads() {
       ]
     }"#;
     let l = load_text(text).unwrap();
-    assert_eq!(l.devices[0].memory_limit, Some(1 << 30));
-    assert_eq!(l.devices[0].compute_share(), None);
+    assert_eq!(l.devices[0].settings.memory_limit, Some(1 << 30));
+    assert_eq!(l.devices[0].settings.compute_share(), None);
     // optional fields may be absent; unknown keys are tolerated
     let l = load_text(r#"{"version":1,"container_id":"c","future":true,"devices":[{"index":0,"uuid":"GPU-0","memory_limit":1,"ledger":"ledgers/GPU-0.ledger"}]}"#).unwrap();
     assert_eq!(l.pid_ns, None);
@@ -182,6 +181,26 @@ fn bad_files_get_one_clear_error() {
             ),
             "devices[1].compute_policy: unknown variant",
         ),
+        // A bad setting's line names its key (the settings are flattened into the device: serde's path
+        // alone would stop at `devices[1]`), as a bad key of the device's own does.
+        (
+            good.replace(
+                "\"memory_limit\":2147483648,",
+                "\"memory_limit\":1,\"compute_window_ms\":\"x\",",
+            ),
+            "devices[1].compute_window_ms: invalid type: string \"x\", expected u32",
+        ),
+        (
+            good.replace(
+                "\"memory_limit\":2147483648,",
+                "\"memory_limit\":1,\"memory\":{\"mode\":\"swap\"},",
+            ),
+            "devices[1].memory.mode: unknown variant `swap`",
+        ),
+        (
+            good.replace("\"index\":1", "\"index\":\"a\""),
+            "devices[1].index: invalid type: string \"a\", expected u32",
+        ),
         (
             good.replace(
                 "\"memory_limit\":2147483648,",
@@ -210,11 +229,11 @@ fn bad_files_get_one_clear_error() {
 #[test]
 fn a_compute_share_with_or_without_a_memory_quota() {
     let mut l = sample();
-    l.devices[0].compute_limit = Some(30);
-    l.devices[1].memory_limit = None;
-    l.devices[1].compute_limit = Some(70);
-    l.devices[1].compute_policy = Policy::Force;
-    l.devices[1].compute_window_ms = Some(250);
+    l.devices[0].settings.compute_limit = Some(30);
+    l.devices[1].settings.memory_limit = None;
+    l.devices[1].settings.compute_limit = Some(70);
+    l.devices[1].settings.compute_policy = Policy::Force;
+    l.devices[1].settings.compute_window_ms = Some(250);
     let text = serde_json::to_string(&l).unwrap();
     assert!(
         text.contains(r#""compute_limit":70,"compute_policy":"force","compute_window_ms":250"#),
@@ -222,14 +241,14 @@ fn a_compute_share_with_or_without_a_memory_quota() {
     );
     let back = Limits::from_slice(text.as_bytes()).unwrap();
     assert_eq!(back, l);
-    assert_eq!(back.devices[0].compute_share(), Some(30));
-    assert_eq!(back.devices[1].memory_limit, None);
-    assert_eq!(back.devices[1].compute_share(), Some(70));
+    assert_eq!(back.devices[0].settings.compute_share(), Some(30));
+    assert_eq!(back.devices[1].settings.memory_limit, None);
+    assert_eq!(back.devices[1].settings.compute_share(), Some(70));
     // A file without the keys (every file written before them) has no share; `disable` switches it off.
     let old = serde_json::to_string(&sample()).unwrap();
     assert!(!old.contains("compute"), "{old}");
-    l.devices[1].compute_policy = Policy::Disable;
-    assert_eq!(l.devices[1].compute_share(), None);
+    l.devices[1].settings.compute_policy = Policy::Disable;
+    assert_eq!(l.devices[1].settings.compute_share(), None);
 }
 
 #[test]
@@ -346,15 +365,15 @@ fn version_skew_older_fields_absent_newer_fields_ignored_other_versions_refused(
         (l.init_start_time, &l.cgroup, l.creator, &l.kubernetes),
         (None, &None, None, &None)
     );
-    assert_eq!(l.devices[0].compute_limit, None);
-    assert_eq!(l.devices[0].memory, Default::default());
+    assert_eq!(l.devices[0].settings.compute_limit, None);
+    assert_eq!(l.devices[0].settings.memory, Default::default());
 
     let newer_minor = r#"{"version":1,"container_id":"c1","generation":7,"rebalanced_at":"2027-01-01",
         "kubernetes":{"namespace":"n","pod":"p","container":"c","uid":"u-1"},
         "devices":[{"index":0,"uuid":"GPU-0","memory_limit":1073741824,"ledger":"ledgers/GPU-0.ledger",
                     "compute_burst":{"percent":50}}]}"#;
     let l = load_text(newer_minor).unwrap();
-    assert_eq!(l.devices[0].memory_limit, Some(1 << 30));
+    assert_eq!(l.devices[0].settings.memory_limit, Some(1 << 30));
     assert_eq!(l.kubernetes.unwrap().pod, "p");
 
     for v in [0u64, 2, 100] {
@@ -389,8 +408,12 @@ fn validation_says_which_rule_a_file_breaks() {
         InvalidLimits::LedgerPath { index: 0, .. }
     ));
     assert!(matches!(
-        broken(|l| l.devices[0].compute_limit = Some(100)),
-        InvalidLimits::ComputeLimit { percent: 100, .. }
+        broken(|l| l.devices[0].settings.compute_limit = Some(100)),
+        InvalidLimits::Settings {
+            index: 0,
+            err: InvalidSettings::ComputeLimit { percent: 100 },
+            ..
+        }
     ));
     assert_eq!(broken(|l| l.devices.clear()), InvalidLimits::NoDevices);
     assert!(matches!(
@@ -417,7 +440,7 @@ fn a_shrinks_held_figure_round_trips_and_bounds_what_is_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("limits.json");
     let mut l = sample();
-    l.devices[0].memory_limit = Some(1 << 30);
+    l.devices[0].settings.memory_limit = Some(1 << 30);
     l.devices[0].shrunk_from = Some(4 << 30);
     l.devices[0].held_at_shrink = Some(3 << 30);
     l.write_atomic(&path).unwrap();
@@ -441,4 +464,100 @@ fn a_shrinks_held_figure_round_trips_and_bounds_what_is_allowed() {
     );
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"held_at_shrink\""), "{text}");
+}
+
+/// limits.json as the hook and `vgpuctl update` wrote it before a device's settings became one struct
+/// (`write_atomic`: pretty JSON and a newline): one file with a memory quota alone, one with every
+/// per-GPU setting. The struct is flattened (`crate::settings`), so the keys stay the device's own: the
+/// first file is written back byte for byte; the second to the same JSON, its device's settings now
+/// all before `ledger` (no reader looks at the order of keys).
+const GOLDEN_MEMORY: &str = r#"{
+  "version": 1,
+  "container_id": "3f2a",
+  "pid_ns": 4026532612,
+  "init_pid": 12345,
+  "init_start_time": 987654,
+  "cgroup": "/kubepods/pod-1/3f2a",
+  "devices": [
+    {
+      "index": 0,
+      "uuid": "GPU-aaaa",
+      "memory_limit": 1073741824,
+      "ledger": "ledgers/GPU-aaaa.ledger"
+    },
+    {
+      "index": 1,
+      "uuid": "GPU-bbbb",
+      "memory_limit": 2147483648,
+      "ledger": "ledgers/GPU-bbbb.ledger",
+      "shrunk_from": 4294967296
+    }
+  ],
+  "creator": {
+    "pid": 4242,
+    "start_time": 77
+  },
+  "kubernetes": {
+    "namespace": "n",
+    "pod": "p",
+    "container": "c"
+  },
+  "updates": 2,
+  "updated_at": 1790000000
+}
+"#;
+
+const GOLDEN_EVERY_SETTING: &str = r#"{
+  "version": 1,
+  "container_id": "3f2a",
+  "devices": [
+    {
+      "index": 0,
+      "uuid": "GPU-aaaa",
+      "memory_limit": 1073741824,
+      "ledger": "ledgers/GPU-aaaa.ledger",
+      "memory": {
+        "mode": "spill",
+        "spill_limit": 8589934592
+      },
+      "compute_limit": 30,
+      "compute_policy": "force",
+      "compute_window_ms": 250
+    },
+    {
+      "index": 1,
+      "uuid": "GPU-bbbb",
+      "memory_limit": 2147483648,
+      "ledger": "ledgers/GPU-bbbb.ledger",
+      "memory": {
+        "mode": "oversubscribe",
+        "reserve": 1610612736
+      }
+    },
+    {
+      "index": 2,
+      "uuid": "GPU-cccc",
+      "ledger": "ledgers/GPU-cccc.ledger",
+      "compute_limit": 70
+    }
+  ]
+}
+"#;
+
+fn written(l: &Limits) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limits.json");
+    l.write_atomic(&path).unwrap();
+    std::fs::read_to_string(&path).unwrap()
+}
+
+#[test]
+fn todays_files_read_and_write_back_unchanged() {
+    let l = Limits::from_slice(GOLDEN_MEMORY.as_bytes()).unwrap();
+    assert_eq!(written(&l), GOLDEN_MEMORY);
+    let l = Limits::from_slice(GOLDEN_EVERY_SETTING.as_bytes()).unwrap();
+    let again = written(&l);
+    let value = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
+    assert_eq!(value(&again), value(GOLDEN_EVERY_SETTING));
+    assert_eq!(Limits::from_slice(again.as_bytes()).unwrap(), l);
 }

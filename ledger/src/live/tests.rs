@@ -3,6 +3,7 @@
 use super::*;
 use crate::limits::DeviceLimit;
 use crate::region::Ledger;
+use crate::settings::GpuSettings;
 use std::os::unix::fs::MetadataExt;
 
 const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";
@@ -24,12 +25,12 @@ fn provisioned() -> (tempfile::TempDir, Limits) {
         devices: vec![DeviceLimit {
             index: 0,
             uuid: UUID.into(),
-            memory_limit: Some(1 << 30),
+            settings: GpuSettings {
+                memory_limit: Some(1 << 30),
+                compute_limit: Some(30),
+                ..Default::default()
+            },
             ledger: layout::relative_ledger_path(UUID).unwrap(),
-            memory: Default::default(),
-            compute_limit: Some(30),
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             shrunk_from: None,
             held_at_shrink: None,
         }],
@@ -59,8 +60,8 @@ fn a_published_update_is_read_whole_at_its_generation() {
     let led = ledger(d.path());
     assert_eq!(led.limits_generation(), 0, "never updated");
     l.updates = 1;
-    l.devices[0].memory_limit = Some(2 << 30);
-    l.devices[0].compute_limit = Some(60);
+    l.devices[0].settings.memory_limit = Some(2 << 30);
+    l.devices[0].settings.compute_limit = Some(60);
     publish(d.path(), &l).unwrap();
     let first = led.limits_generation();
     assert!(
@@ -69,8 +70,8 @@ fn a_published_update_is_read_whole_at_its_generation() {
     );
     let (g, read) = read_stable(&mounted, || led.limits_generation()).unwrap();
     assert_eq!(g, first);
-    assert_eq!(read.devices[0].memory_limit, Some(2 << 30));
-    assert_eq!(read.devices[0].compute_limit, Some(60));
+    assert_eq!(read.devices[0].settings.memory_limit, Some(2 << 30));
+    assert_eq!(read.devices[0].settings.compute_limit, Some(60));
     // in place: the inode the container's mount holds, not a new file
     assert_eq!(std::fs::metadata(&mounted).unwrap().ino(), ino);
     // the host's facts stay on the host
@@ -80,10 +81,10 @@ fn a_published_update_is_read_whole_at_its_generation() {
     );
     // a shorter file leaves no tail of the longer one
     l.updates = 2;
-    l.devices[0].compute_limit = None;
+    l.devices[0].settings.compute_limit = None;
     publish(d.path(), &l).unwrap();
     let (g, read) = read_stable(&mounted, || led.limits_generation()).unwrap();
-    assert_eq!(read.devices[0].compute_limit, None);
+    assert_eq!(read.devices[0].settings.compute_limit, None);
     // a fresh generation each update, so the tenant cannot write the next one ahead of it
     assert!(g != first && g.is_multiple_of(2), "{first} then {g}");
 }

@@ -45,10 +45,10 @@ impl Rate {
         let Some(d) = bucket.updated_entry() else {
             return;
         };
-        let Some(pct) = d.compute_share() else {
+        let Some(pct) = d.settings.compute_share() else {
             return;
         };
-        let window_ms = d.compute_window_ms.unwrap_or(DEFAULT_WINDOW_MS);
+        let window_ms = d.settings.compute_window_ms.unwrap_or(DEFAULT_WINDOW_MS);
         let (ppm, cap) = figures(pct, window_ms);
         self.ppm.store(ppm, Relaxed);
         self.cap.store(cap, Relaxed);

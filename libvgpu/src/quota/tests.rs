@@ -137,6 +137,7 @@ fn the_measurement_lock_needs_no_file_and_excludes_other_holders() {
 fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shrink() {
     use vgpu_ledger::layout;
     use vgpu_ledger::limits::{DeviceLimit, Limits};
+    use vgpu_ledger::GpuSettings;
     const MIB: u64 = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
     let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
@@ -154,12 +155,11 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
         devices: vec![DeviceLimit {
             index: 0,
             uuid: uuid.into(),
-            memory_limit: Some(1024 * MIB),
+            settings: GpuSettings {
+                memory_limit: Some(1024 * MIB),
+                ..Default::default()
+            },
             ledger: layout::relative_ledger_path(uuid).unwrap(),
-            memory: Default::default(),
-            compute_limit: None,
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             shrunk_from: None,
             held_at_shrink: None,
         }],
@@ -179,7 +179,7 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
     );
     let publish = |l: &mut Limits, bytes| {
         l.updates += 1;
-        l.devices[0].memory_limit = Some(bytes);
+        l.devices[0].settings.memory_limit = Some(bytes);
         vgpu_ledger::live::publish(dir.path(), l).unwrap();
     };
     publish(&mut limits, 2048 * MIB);
@@ -243,12 +243,11 @@ fn a_generation_left_odd_is_read_through_after_a_bound() {
         devices: vec![DeviceLimit {
             index: 0,
             uuid: uuid.into(),
-            memory_limit: Some(1024 * MIB),
+            settings: vgpu_ledger::GpuSettings {
+                memory_limit: Some(1024 * MIB),
+                ..Default::default()
+            },
             ledger: layout::relative_ledger_path(uuid).unwrap(),
-            memory: Default::default(),
-            compute_limit: None,
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             shrunk_from: None,
             held_at_shrink: None,
         }],
@@ -264,7 +263,7 @@ fn a_generation_left_odd_is_read_through_after_a_bound() {
     assert!(q.charge(Kind::Data, 600 * MIB));
     // The host shrinks to 512 MiB; before the process looks, the tenant makes the word odd.
     limits.updates += 1;
-    limits.devices[0].memory_limit = Some(512 * MIB);
+    limits.devices[0].settings.memory_limit = Some(512 * MIB);
     vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
     let forged = q.ledger().limits_generation() | 1;
     q.ledger().set_limits_generation(forged);
@@ -284,12 +283,12 @@ fn a_generation_left_odd_is_read_through_after_a_bound() {
     assert_eq!(q.limit(), 512 * MIB);
     std::thread::sleep(ODD_BOUND + Duration::from_millis(50));
     assert_eq!(q.limit(), 512 * MIB, "a torn file is never applied");
-    limits.devices[0].memory_limit = Some(256 * MIB);
+    limits.devices[0].settings.memory_limit = Some(256 * MIB);
     limits.write_atomic(&file).unwrap();
     assert_eq!(q.limit(), 256 * MIB, "whole again: read");
     // The host's next update (an even word) is read as ever.
     limits.updates += 1;
-    limits.devices[0].memory_limit = Some(2048 * MIB);
+    limits.devices[0].settings.memory_limit = Some(2048 * MIB);
     vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
     assert_eq!(q.limit(), 2048 * MIB);
 }

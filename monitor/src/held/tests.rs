@@ -15,12 +15,11 @@ fn container(root: &StateRoot, id: &str, ns: u64) {
     let device = |index, uuid: &str| DeviceLimit {
         index,
         uuid: uuid.into(),
-        memory_limit: Some(1 << 30),
+        settings: vgpu_ledger::GpuSettings {
+            memory_limit: Some(1 << 30),
+            ..Default::default()
+        },
         ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
-        memory: Default::default(),
-        compute_limit: None,
-        compute_policy: Default::default(),
-        compute_window_ms: None,
         shrunk_from: None,
         held_at_shrink: None,
     };

@@ -3,6 +3,7 @@
 use super::*;
 
 use crate::testing::kv;
+use vgpu_ledger::envcompute::Policy;
 
 fn host() -> Result<Vec<HostGpu>, NvmlError> {
     Ok((0..2)
@@ -46,7 +47,7 @@ fn memory_modes_from_annotations_over_the_environment() {
         &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
     );
     assert_eq!(
-        plan(&f, host).unwrap().unwrap().memory,
+        plan(&f, host).unwrap().unwrap().memory_mode(),
         MemoryMode::Spill {
             spill_limit: 8 << 30
         }
@@ -55,7 +56,11 @@ fn memory_modes_from_annotations_over_the_environment() {
         &[],
         &[&gpu_env[..], &[("CUDA_OVERSUBSCRIBE", "true")]].concat(),
     );
-    assert!(plan(&f, host).unwrap().unwrap().memory.is_oversubscribe());
+    assert!(plan(&f, host)
+        .unwrap()
+        .unwrap()
+        .memory_mode()
+        .is_oversubscribe());
     let e = plan(&facts(&[("vgpu.io/memory-mode", "spill")], &gpu_env), host)
         .unwrap_err()
         .to_string();
@@ -76,7 +81,7 @@ fn a_compute_share_with_or_without_a_memory_quota() {
         p.unwrap()
             .gpus
             .iter()
-            .map(|g| (g.index, g.memory_limit, g.compute_limit))
+            .map(|g| (g.index, g.settings.memory_limit, g.settings.compute_limit))
             .collect()
     };
     // A share alone: every GPU listed for it, no memory quota.
@@ -116,7 +121,7 @@ fn a_compute_share_with_or_without_a_memory_quota() {
     )
     .unwrap()
     .unwrap();
-    assert_eq!(p.compute_policy, Policy::Force);
+    assert_eq!(p.gpus[0].settings.compute_policy, Policy::Force);
     for (ann, env) in [
         (
             &[
@@ -153,6 +158,44 @@ fn a_compute_share_with_or_without_a_memory_quota() {
     assert_eq!(gpus(p), vec![(0, Some(4 << 30), Some(30))]);
 }
 
+// Each GPU's settings whole: the container-wide mode only where there is a memory quota, the policy and
+// the window only where there is a share (limits.json gets them as planned).
+#[test]
+fn each_gpu_gets_the_container_wide_values_that_go_with_its_own() {
+    let f = SpecFacts {
+        env: kv(&[("NVIDIA_VISIBLE_DEVICES", "0,1")]),
+        annotations: kv(&[
+            ("vgpu.io/memory-limit.0", "1Gi"),
+            ("vgpu.io/memory-mode", "oversubscribe"),
+            ("vgpu.io/compute-limit.1", "30"),
+            ("vgpu.io/compute-policy", "force"),
+            ("vgpu.io/compute-window", "250ms"),
+        ]),
+        ..Default::default()
+    };
+    let p = plan(&f, host).unwrap().unwrap();
+    let settings: Vec<GpuSettings> = p.gpus.iter().map(|g| g.settings).collect();
+    assert_eq!(
+        settings,
+        vec![
+            GpuSettings {
+                memory_limit: Some(1 << 30),
+                memory: MemoryMode::Oversubscribe {
+                    reserve: vgpu_ledger::memmode::DEFAULT_RESERVE
+                },
+                ..Default::default()
+            },
+            GpuSettings {
+                compute_limit: Some(30),
+                compute_policy: Policy::Force,
+                compute_window_ms: Some(250),
+                ..Default::default()
+            },
+        ]
+    );
+    assert!(p.memory_mode().is_oversubscribe());
+}
+
 #[test]
 fn the_compute_window_goes_with_the_plan() {
     let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
@@ -161,9 +204,8 @@ fn the_compute_window_goes_with_the_plan() {
         ..Default::default()
     };
     let window = |ann: &[(&str, &str)], env: &[(&str, &str)]| {
-        plan(&facts(ann, env), host)
-            .unwrap()
-            .unwrap()
+        plan(&facts(ann, env), host).unwrap().unwrap().gpus[0]
+            .settings
             .compute_window_ms
     };
     let gpu = ("NVIDIA_VISIBLE_DEVICES", "0");
@@ -295,7 +337,9 @@ fn a_pods_quota_leaves_its_pause_container_and_sidecars_alone() {
         &[("NVIDIA_VISIBLE_DEVICES", "0")],
     );
     assert_eq!(
-        plan(&f, host).unwrap().unwrap().gpus[0].memory_limit,
+        plan(&f, host).unwrap().unwrap().gpus[0]
+            .settings
+            .memory_limit,
         Some(4 << 30)
     );
     // Outside a pod, a quota on a container without a GPU is still a mistake worth a line.
@@ -314,7 +358,7 @@ fn the_nodes_policy_for_gpu_containers_without_a_quota() {
     let p = plan_with(&gpu, Unquoted::Default(4 << 30), host)
         .unwrap()
         .unwrap();
-    assert_eq!(p.gpus[0].memory_limit, Some(4 << 30));
+    assert_eq!(p.gpus[0].settings.memory_limit, Some(4 << 30));
     let e = plan_with(&gpu, Unquoted::Refuse, host)
         .unwrap_err()
         .to_string();
@@ -334,7 +378,7 @@ fn the_nodes_policy_for_gpu_containers_without_a_quota() {
     let p = plan_with(&own, Unquoted::Default(4 << 30), host)
         .unwrap()
         .unwrap();
-    assert_eq!(p.gpus[0].memory_limit, Some(1 << 30));
+    assert_eq!(p.gpus[0].settings.memory_limit, Some(1 << 30));
 }
 
 #[test]
@@ -368,8 +412,10 @@ fn per_gpu_and_all() {
         vec![PlannedGpu {
             index: 1,
             uuid: "GPU-0".into(),
-            memory_limit: Some(2 << 30),
-            compute_limit: None
+            settings: GpuSettings {
+                memory_limit: Some(2 << 30),
+                ..Default::default()
+            },
         }]
     );
     let p = run(
@@ -420,8 +466,10 @@ fn env_zero_is_no_quota_and_never_touches_nvml() {
         vec![PlannedGpu {
             index: 1,
             uuid: "GPU-1".into(),
-            memory_limit: Some(1 << 30),
-            compute_limit: None
+            settings: GpuSettings {
+                memory_limit: Some(1 << 30),
+                ..Default::default()
+            },
         }]
     );
     let p = run(
@@ -439,8 +487,10 @@ fn env_zero_is_no_quota_and_never_touches_nvml() {
         vec![PlannedGpu {
             index: 0,
             uuid: "GPU-0".into(),
-            memory_limit: Some(1 << 30),
-            compute_limit: None
+            settings: GpuSettings {
+                memory_limit: Some(1 << 30),
+                ..Default::default()
+            },
         }]
     );
 }
@@ -530,6 +580,7 @@ fn a_pod_gives_its_containers_different_quotas() {
     let gpu = [("NVIDIA_VISIBLE_DEVICES", "1")];
     let limit = |name| {
         plan(&facts(name, &gpu), host).unwrap().unwrap().gpus[0]
+            .settings
             .memory_limit
             .unwrap()
     };
@@ -569,7 +620,7 @@ fn the_nodes_policy_applies_to_each_gpu() {
     let gpus: Vec<_> = p
         .gpus
         .iter()
-        .map(|g| (g.index, g.memory_limit, g.compute_limit))
+        .map(|g| (g.index, g.settings.memory_limit, g.settings.compute_limit))
         .collect();
     assert_eq!(
         gpus,
@@ -591,7 +642,7 @@ fn the_nodes_policy_applies_to_each_gpu() {
     let p = plan_with(&f, Unquoted::Default(4 << 30), host)
         .unwrap()
         .unwrap();
-    let limits: Vec<_> = p.gpus.iter().map(|g| g.memory_limit).collect();
+    let limits: Vec<_> = p.gpus.iter().map(|g| g.settings.memory_limit).collect();
     assert_eq!(limits, vec![Some(1 << 30), Some(4 << 30)]);
     // A container that gets no GPU (`void`) is left alone under either policy.
     let void = SpecFacts {

@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::plan::PlannedGpu;
+use vgpu_ledger::envcompute::Policy;
+use vgpu_ledger::GpuSettings;
 
 /// The entries of `<root>/containers/` but its marker.
 fn entries(root: &StateRoot) -> usize {
@@ -15,62 +17,60 @@ fn entries(root: &StateRoot) -> usize {
 fn plan(limit: u64) -> Plan {
     Plan {
         kubernetes: None,
-        memory: Default::default(),
-        compute_policy: Default::default(),
-        compute_window_ms: None,
         gpus: vec![PlannedGpu {
             index: 0,
             uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),
-            memory_limit: Some(limit),
-            compute_limit: None,
+            settings: GpuSettings {
+                memory_limit: Some(limit),
+                ..Default::default()
+            },
         }],
     }
 }
 
 // A compute share without a memory quota: the GPU is listed for its share alone and gets its ledger
-// (the share's bucket lives there), with no memory limit and a plain memory mode whatever the plan's.
+// (the share's bucket lives there), with no memory limit (the plan gives it a plain mode:
+// `GpuSettings::tied`).
 #[test]
 fn a_compute_share_alone_gets_its_ledger_and_no_memory_limit() {
     let d = tempfile::tempdir().unwrap();
     let root = StateRoot::new(d.path().join("state"));
     let mut p = plan(1 << 30);
-    p.gpus[0].memory_limit = None;
-    p.gpus[0].compute_limit = Some(30);
-    p.compute_policy = vgpu_ledger::envcompute::Policy::Force;
-    p.memory = vgpu_ledger::MemoryMode::Spill {
-        spill_limit: 1 << 30,
+    p.gpus[0].settings = GpuSettings {
+        compute_limit: Some(30),
+        compute_policy: Policy::Force,
+        ..Default::default()
     };
     let dir = provision(&root, "c1", &p, Owner::default(), None)
         .unwrap()
         .dir;
     let limits = Limits::load(&dir.join("limits.json")).unwrap();
     let dev = &limits.devices[0];
-    assert_eq!(
-        (dev.memory_limit, dev.compute_limit, dev.compute_share()),
-        (None, Some(30), Some(30))
-    );
-    assert_eq!(dev.compute_policy, vgpu_ledger::envcompute::Policy::Force);
-    assert!(dev.memory.is_plain());
+    assert_eq!(dev.settings, p.gpus[0].settings);
+    assert_eq!(dev.settings.compute_share(), Some(30));
     let ledger = dir.join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger");
     let snap = vgpu_ledger::Snapshot::read(&ledger).unwrap();
     assert_eq!((snap.used, snap.compute.launches), (0, 0));
 }
 
-// The pacing window is written on each GPU with a share (as the policy), never on a GPU with a memory
-// quota alone, and when none was asked the file has no such field at all (as before the window existed).
+// Each GPU's settings are written as the plan gives them (the window beside its share; the plan gives
+// none to a GPU with a memory quota alone: `GpuSettings::tied`), and a window not asked is no field at
+// all (as before the window existed).
 #[test]
 fn the_compute_window_is_written_beside_each_share_and_absent_otherwise() {
     let d = tempfile::tempdir().unwrap();
     let root = StateRoot::new(d.path().join("state"));
     let mut p = plan(1 << 30);
-    p.gpus[0].compute_limit = Some(30);
+    p.gpus[0].settings.compute_limit = Some(30);
+    p.gpus[0].settings.compute_window_ms = Some(250);
     p.gpus.push(PlannedGpu {
         index: 1,
         uuid: "GPU-fa4ec0de-0000-4000-8000-000000000001".into(),
-        memory_limit: Some(1 << 30),
-        compute_limit: None,
+        settings: GpuSettings {
+            memory_limit: Some(1 << 30),
+            ..Default::default()
+        },
     });
-    p.compute_window_ms = Some(250);
     let dir = provision(&root, "c1", &p, Owner::default(), None)
         .unwrap()
         .dir;
@@ -90,13 +90,13 @@ fn the_compute_window_is_written_beside_each_share_and_absent_otherwise() {
     let limits = Limits::load(&dir.join("limits.json")).unwrap();
     assert_eq!(
         (
-            limits.devices[0].compute_window_ms,
-            limits.devices[1].compute_window_ms
+            limits.devices[0].settings.compute_window_ms,
+            limits.devices[1].settings.compute_window_ms
         ),
         (Some(250), None)
     );
     // Not asked: no field, on a GPU with a share too.
-    p.compute_window_ms = None;
+    p.gpus[0].settings.compute_window_ms = None;
     let dir = provision(&root, "c2", &p, Owner::default(), None)
         .unwrap()
         .dir;
@@ -130,7 +130,7 @@ fn provision_is_complete_idempotent_and_removable() {
     .unwrap()
     .dir;
     let limits = Limits::load(&dir.join("limits.json")).unwrap();
-    assert_eq!(limits.devices[0].memory_limit, Some(1 << 30));
+    assert_eq!(limits.devices[0].settings.memory_limit, Some(1 << 30));
     assert_eq!(limits.init_pid, None);
     assert!(dir
         .join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger")

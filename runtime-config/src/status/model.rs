@@ -155,18 +155,19 @@ fn gpu(dev: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> Gpu {
     let mut g = Gpu {
         index: dev.index,
         uuid: dev.uuid.clone(),
-        quota: dev.memory_limit,
+        quota: dev.settings.memory_limit,
         used: 0,
         over_quota: None,
         pending_shrink: false,
         by_kind: Default::default(),
-        memory_mode: dev.memory.name(),
-        spill_limit: dev.memory.spill_limit(),
+        memory_mode: dev.settings.memory.name(),
+        spill_limit: dev.settings.memory.spill_limit(),
         spilled: 0,
-        compute: dev.compute_share().map(|limit_percent| Compute {
+        compute: dev.settings.compute_share().map(|limit_percent| Compute {
             limit_percent,
-            policy: dev.compute_policy,
+            policy: dev.settings.compute_policy,
             window_ms: dev
+                .settings
                 .compute_window_ms
                 .unwrap_or(vgpu_ledger::envcompute::DEFAULT_WINDOW_MS),
             charged_ns: 0,
@@ -180,6 +181,7 @@ fn gpu(dev: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> Gpu {
         LedgerRead::Read(snap) => {
             g.used = snap.used;
             g.over_quota = dev
+                .settings
                 .memory_limit
                 .filter(|&q| snap.used > q)
                 .map(|q| snap.used - q);

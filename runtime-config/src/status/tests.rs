@@ -3,7 +3,7 @@
 use super::*;
 use vgpu_host::nvml::AddressingMode;
 use vgpu_ledger::layout::StateRoot;
-use vgpu_ledger::{DeviceLimit, Ledger};
+use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger};
 use vgpu_ledger::{Kind, KubeNames, Limits};
 
 fn provision(root: &StateRoot, id: &str, uuid: &str, limit: u64) -> (Ledger, std::path::PathBuf) {
@@ -36,12 +36,12 @@ fn provision_in(
         devices: vec![DeviceLimit {
             index: 0,
             uuid: uuid.into(),
-            memory_limit: Some(limit),
+            settings: GpuSettings {
+                memory_limit: Some(limit),
+                memory,
+                ..Default::default()
+            },
             ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
-            memory,
-            compute_limit: None,
-            compute_policy: Default::default(),
-            compute_window_ms: None,
             shrunk_from: None,
             held_at_shrink: None,
         }],
@@ -112,7 +112,7 @@ fn a_shrink_below_use_shows_over_quota_by_how_much_pending() {
         .unwrap();
     let path = root.limits_path("c1").unwrap();
     let mut l = Limits::load(&path).unwrap();
-    l.devices[0].memory_limit = Some(1 << 30);
+    l.devices[0].settings.memory_limit = Some(1 << 30);
     l.devices[0].shrunk_from = Some(2 << 30);
     l.updates = 2;
     l.updated_at = Some(1_790_000_000);
@@ -290,10 +290,10 @@ fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
     // "share": a 30% share alone (no memory quota), force; its bucket charged twice.
     let lp = root.limits_path("share").unwrap();
     let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
-    l.devices[0].memory_limit = None;
-    l.devices[0].compute_limit = Some(30);
-    l.devices[0].compute_policy = vgpu_ledger::envcompute::Policy::Force;
-    l.devices[0].compute_window_ms = Some(250);
+    l.devices[0].settings.memory_limit = None;
+    l.devices[0].settings.compute_limit = Some(30);
+    l.devices[0].settings.compute_policy = vgpu_ledger::envcompute::Policy::Force;
+    l.devices[0].settings.compute_window_ms = Some(250);
     l.write_atomic(&lp).unwrap();
     ledger.compute().settle(1_500_000_000, 0);
     ledger.compute().settle(400_000_000, 0);
@@ -301,7 +301,7 @@ fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
     let (b, _) = provision(&root, "share2", uuid, 1 << 30);
     let lp = root.limits_path("share2").unwrap();
     let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
-    l.devices[0].compute_limit = Some(70);
+    l.devices[0].settings.compute_limit = Some(70);
     l.write_atomic(&lp).unwrap();
     drop(b);
 

@@ -5,6 +5,7 @@
 use serde::Serialize;
 use vgpu_ledger::envcompute::{parse_annotation_percent, parse_window};
 use vgpu_ledger::limits::{DeviceLimit, Limits};
+use vgpu_ledger::GpuSettings;
 use vgpu_oci::plan::{Plan, PlannedGpu};
 
 /// Why an update is refused. Each is one line; nothing was changed.
@@ -48,9 +49,10 @@ pub enum UpdateError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Request {
     pub gpu: Option<u32>,
-    pub memory_limit: Option<u64>,
-    pub compute_limit: Option<u32>,
-    pub compute_window_ms: Option<u32>,
+    /// The values asked, as the GPUs' settings hold them (`vgpu_ledger::settings`): `memory_limit`,
+    /// `compute_limit` and `compute_window_ms` where given. The mode and the policy are no options of
+    /// update: they stay unset (their defaults) and are never applied.
+    pub settings: GpuSettings,
 }
 
 impl Request {
@@ -83,9 +85,12 @@ impl Request {
             .map_err(|e| UpdateError::Value(e.to_string()))?;
         Ok(Request {
             gpu,
-            memory_limit,
-            compute_limit,
-            compute_window_ms,
+            settings: GpuSettings {
+                memory_limit,
+                compute_limit,
+                compute_window_ms,
+                ..Default::default()
+            },
         })
     }
 }
@@ -138,8 +143,9 @@ pub fn apply(
                 UpdateError::NoMemoryQuota { id, index, uuid }
             }
         };
-        if let Some(bytes) = req.memory_limit {
-            let Some(old) = d.memory_limit else {
+        let asked = &req.settings;
+        if let Some(bytes) = asked.memory_limit {
+            let Some(old) = d.settings.memory_limit else {
                 return Err(refuse(false));
             };
             if let Some(total) = gpu_total(&d.uuid).filter(|&t| bytes > t) {
@@ -152,23 +158,23 @@ pub fn apply(
             }
             set_memory(d, old, bytes, &mut changes);
         }
-        if req.compute_limit.is_some() || req.compute_window_ms.is_some() {
-            let Some(old) = d.compute_share() else {
+        if asked.compute_limit.is_some() || asked.compute_window_ms.is_some() {
+            let Some(old) = d.settings.compute_share() else {
                 return Err(refuse(true));
             };
-            if let Some(p) = req.compute_limit.filter(|&p| p != old) {
+            if let Some(p) = asked.compute_limit.filter(|&p| p != old) {
                 changes.push(change(d, "compute_limit", Some(old as u64), p as u64));
-                d.compute_limit = Some(p);
+                d.settings.compute_limit = Some(p);
             }
-            let old_window = d.compute_window_ms;
-            if let Some(w) = req.compute_window_ms.filter(|&w| Some(w) != old_window) {
+            let old_window = d.settings.compute_window_ms;
+            if let Some(w) = asked.compute_window_ms.filter(|&w| Some(w) != old_window) {
                 changes.push(change(
                     d,
                     "compute_window_ms",
                     old_window.map(u64::from),
                     w as u64,
                 ));
-                d.compute_window_ms = Some(w);
+                d.settings.compute_window_ms = Some(w);
             }
         }
     }
@@ -184,7 +190,7 @@ fn set_memory(d: &mut DeviceLimit, old: u64, new: u64, changes: &mut Vec<Change>
         return;
     }
     changes.push(change(d, "memory_limit", Some(old), new));
-    d.memory_limit = Some(new);
+    d.settings.memory_limit = Some(new);
     d.shrunk_from = match d.shrunk_from.max(Some(old)) {
         Some(from) if from > new => Some(from),
         _ => None,
@@ -204,8 +210,7 @@ fn change(d: &DeviceLimit, setting: &'static str, from: Option<u64>, to: u64) ->
     }
 }
 
-/// What admission checks for the container's limits: its GPUs with their quotas and shares, the memory
-/// mode of its quotas (one mode per container, as provisioned).
+/// What admission checks for the container's limits: its GPUs with their settings as they are.
 pub fn plan_of(limits: &Limits) -> Plan {
     Plan {
         gpus: limits
@@ -214,23 +219,9 @@ pub fn plan_of(limits: &Limits) -> Plan {
             .map(|d| PlannedGpu {
                 index: d.index as usize,
                 uuid: d.uuid.clone(),
-                memory_limit: d.memory_limit,
-                compute_limit: d.compute_limit,
+                settings: d.settings,
             })
             .collect(),
         kubernetes: limits.kubernetes.clone(),
-        memory: limits
-            .devices
-            .iter()
-            .find(|d| d.memory_limit.is_some())
-            .map(|d| d.memory)
-            .unwrap_or_default(),
-        compute_policy: limits
-            .devices
-            .iter()
-            .find(|d| d.compute_limit.is_some())
-            .map(|d| d.compute_policy)
-            .unwrap_or_default(),
-        compute_window_ms: limits.devices.iter().find_map(|d| d.compute_window_ms),
     }
 }

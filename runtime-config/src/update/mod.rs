@@ -330,7 +330,7 @@ fn over_quota(root: &StateRoot, limits: &Limits) -> Vec<OverQuota> {
         .devices
         .iter()
         .filter_map(|d| {
-            let quota = d.memory_limit?;
+            let quota = d.settings.memory_limit?;
             let LedgerRead::Read(s) = read_ledger(&limits.ledger_path(&path, d)) else {
                 return None;
             };

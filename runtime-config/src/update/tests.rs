@@ -3,6 +3,7 @@
 use super::change::UpdateError;
 use super::*;
 use vgpu_host::nvml::HostGpu;
+use vgpu_ledger::GpuSettings;
 use vgpu_monitor::held::HeldError;
 use vgpu_oci::plan::{Plan, PlannedGpu};
 use vgpu_oci::provision::{provision, record_owner, Owner};
@@ -63,13 +64,13 @@ fn running(root: &StateRoot, id: &str, memory: u64, share: bool) {
         gpus: vec![PlannedGpu {
             index: 0,
             uuid: UUID.into(),
-            memory_limit: Some(memory),
-            compute_limit: share.then_some(30),
+            settings: GpuSettings {
+                memory_limit: Some(memory),
+                compute_limit: share.then_some(30),
+                ..Default::default()
+            },
         }],
         kubernetes: None,
-        memory: Default::default(),
-        compute_policy: Default::default(),
-        compute_window_ms: None,
     };
     provision(root, id, &plan, Default::default(), None).unwrap();
     record_owner(root, id, Owner::of_pid(std::process::id()).unwrap()).unwrap();
@@ -89,10 +90,18 @@ fn mounted(root: &StateRoot, id: &str) -> Limits {
 
 #[test]
 fn options_take_the_annotations_grammar_and_errors() {
-    assert_eq!(req(Some("2Gi"), None, None).memory_limit, Some(2 * GIB));
-    assert_eq!(req(Some("4g"), None, None).memory_limit, Some(4 * GIB));
     assert_eq!(
-        req(None, Some("60"), Some("250ms")).compute_window_ms,
+        req(Some("2Gi"), None, None).settings.memory_limit,
+        Some(2 * GIB)
+    );
+    assert_eq!(
+        req(Some("4g"), None, None).settings.memory_limit,
+        Some(4 * GIB)
+    );
+    assert_eq!(
+        req(None, Some("60"), Some("250ms"))
+            .settings
+            .compute_window_ms,
         Some(250)
     );
     let e = |m, c, w| Request::parse(None, m, c, w).unwrap_err();
@@ -136,13 +145,13 @@ fn a_grow_is_admitted_and_reaches_the_containers_mounted_copy_and_its_ledgers() 
     );
     let host = limits(&root, "c1");
     assert_eq!(
-        (host.devices[0].memory_limit, host.updates),
+        (host.devices[0].settings.memory_limit, host.updates),
         (Some(2 * GIB), 1)
     );
     assert!(host.init_pid.is_some() && host.updated_at.is_some());
     let inside = mounted(&root, "c1");
-    assert_eq!(inside.devices[0].memory_limit, Some(2 * GIB));
-    assert_eq!(inside.devices[0].compute_limit, Some(60));
+    assert_eq!(inside.devices[0].settings.memory_limit, Some(2 * GIB));
+    assert_eq!(inside.devices[0].settings.compute_limit, Some(60));
     assert_eq!(inside.init_pid, None, "host facts stay on the host");
     let ledger = vgpu_ledger::Ledger::open(&root.ledger_path("c1", UUID).unwrap()).unwrap();
     let g = ledger.limits_generation();
@@ -341,7 +350,10 @@ fn a_shrink_nvml_cannot_measure_is_refused_with_nothing_changed() {
         &silent,
     )
     .unwrap();
-    assert_eq!(limits(&root, "c1").devices[0].compute_limit, Some(60));
+    assert_eq!(
+        limits(&root, "c1").devices[0].settings.compute_limit,
+        Some(60)
+    );
 }
 
 // Two updates racing each other: each alone fits, both together would pass the GPU. The node lock makes
@@ -393,13 +405,16 @@ fn updates_of_one_container_at_once_both_land_without_the_node_lock() {
         let l = limits(&root, "c1");
         assert_eq!(
             (
-                l.devices[0].memory_limit,
-                l.devices[0].compute_limit,
+                l.devices[0].settings.memory_limit,
+                l.devices[0].settings.compute_limit,
                 l.updates
             ),
             (Some(2 * GIB), Some(60), 2)
         );
-        assert_eq!(mounted(&root, "c1").devices[0].compute_limit, Some(60));
+        assert_eq!(
+            mounted(&root, "c1").devices[0].settings.compute_limit,
+            Some(60)
+        );
     }
 }
 
