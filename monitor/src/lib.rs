@@ -10,7 +10,8 @@
 //! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
 //! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
 //! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
-//! `share_run` its passes, `freezer` the cgroup writes); NVML is the host tools' one binding,
+//! `share_run` its passes, `freezer` the cgroup writes), the time-quanta arbiter of oversubscribed GPUs (`turns`, a
+//! thread of its own); NVML is the host tools' one binding,
 //! `vgpu_host::nvml`.
 
 pub mod config;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod share_run;
 pub mod share_wall;
 pub mod state;
+pub mod turns;
 pub mod watchdog;
 
 use metrics::WatchdogView;
@@ -50,6 +52,8 @@ pub struct Monitor {
     node: String,
     /// Docker's names for the `container` label (asking nothing until `set_docker_socket`).
     docker: Mutex<docker::Cache>,
+    /// The time-quanta arbiter of oversubscribed GPUs (none until `with_turns`).
+    turns: Option<Arc<turns::run::Arbiter>>,
 }
 
 /// One collection: a reading, when it was finished and how long it took.
@@ -115,7 +119,26 @@ impl Monitor {
             build: metrics::BuildInfo::default(),
             node: String::new(),
             docker: Mutex::new(docker::Cache::new(None, docker::DEADLINE)),
+            turns: None,
         }
+    }
+
+    /// This monitor with the time-quanta arbiter (`turns`), which `run` starts in a thread of its own.
+    pub fn with_turns(mut self, arbiter: turns::run::Arbiter) -> Monitor {
+        self.turns = Some(Arc::new(arbiter));
+        self
+    }
+
+    /// One pass of the arbiter over the last collection (none yet: nothing).
+    pub fn turns_tick(&self) {
+        let Some(a) = &self.turns else { return };
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        a.tick(last.as_ref().map(|c| turns::run::Collection {
+            containers: &c.reading.containers,
+            gpus: c.reading.gpus.as_deref(),
+            truth: &c.reading.truth,
+            at: c.at,
+        }));
     }
 
     /// This monitor with the compute share's wall set to `mode`.
@@ -219,7 +242,14 @@ impl Monitor {
         }
         view.open
             .extend(share.open.iter().map(|l| (l.clone(), "over_share")));
-        metrics::render(&metrics::Scrape {
+        let turns = self.turns.as_ref().map(|a| {
+            a.view(|id, uuid| {
+                let c = r.containers.iter().position(|c| c.id == id)?;
+                let g = r.containers[c].gpus.iter().position(|g| g.uuid == uuid)?;
+                Some((c, g))
+            })
+        });
+        let scrape = metrics::Scrape {
             share: &share,
             build: self.build,
             node: &self.node,
@@ -232,6 +262,20 @@ impl Monitor {
                 age: c.at.elapsed(),
                 took: c.took,
             }),
+        };
+        metrics::render_with(&scrape, |reg| {
+            if let Some(t) = &turns {
+                t.register(
+                    reg,
+                    |uuid| {
+                        vec![
+                            ("node", self.node.clone().into()),
+                            ("device_uuid", uuid.to_string().into()),
+                        ]
+                    },
+                    |c, g| metrics::container_labels(&r.containers[c], g),
+                );
+            }
         })
     }
 
@@ -408,11 +452,26 @@ pub fn run(
         .spawn(move || {
             if let Ok(sig) = stop.wait() {
                 m.share.thaw_all();
+                if let Some(a) = &m.turns {
+                    a.stop();
+                }
                 std::process::exit(128 + sig as i32);
             }
         })?;
     // The first reading is made before the first request is accepted: a scrape never waits for one.
     monitor.collect();
+    if let Some(a) = monitor.turns.clone() {
+        // Its own thread, beating every tick: a collection that takes long never stalls a turn.
+        a.thaw_left_frozen();
+        let m = monitor.clone();
+        let tick = a.turns().tick;
+        std::thread::Builder::new()
+            .name("turns".into())
+            .spawn(move || loop {
+                m.turns_tick();
+                std::thread::sleep(tick);
+            })?;
+    }
     let m = monitor.clone();
     std::thread::Builder::new()
         .name("collector".into())

@@ -51,6 +51,8 @@ pub struct GpuState {
     /// The quota before `vgpuctl update` lowered it (limits.json's `shrunk_from`): usage above the quota
     /// but within this is a pending shrink (the watchdog).
     pub shrunk_from: Option<u64>,
+    /// Its quota's memory mode is `oversubscribe` (limits.json): the time-quanta arbiter takes it in.
+    pub oversubscribe: bool,
     /// The ledger's compute bucket (`COMPUTE_AREA`): GPU time charged, time held back, launches.
     pub compute: vgpu_ledger::region::ComputeSnapshot,
     /// The ledger's total (its commit word); 0 with no ledger yet.
@@ -121,6 +123,7 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
         compute_limit: d.compute_share(),
         compute_window_ms: d.compute_window_ms,
         shrunk_from: d.shrunk_from,
+        oversubscribe: matches!(d.memory, vgpu_ledger::MemoryMode::Oversubscribe { .. }),
         ..Default::default()
     };
     match ledger {
