@@ -259,6 +259,20 @@ impl Config {
         matches!(self, Config::File { limits, .. } if limits.devices.iter().any(|d| d.compute_share().is_some()))
     }
 
+    /// Whether any GPU with a memory limit is in oversubscribe mode: its launches then wait for their
+    /// turn (`turns`).
+    pub fn any_oversubscribed(&self) -> bool {
+        let over = |m: &MemoryMode| matches!(m, MemoryMode::Oversubscribe { .. });
+        match self {
+            Config::Unlimited => false,
+            Config::File { limits, .. } => limits
+                .devices
+                .iter()
+                .any(|d| d.memory_limit.is_some() && over(&d.memory)),
+            Config::Env { memory, .. } => over(memory),
+        }
+    }
+
     /// How this configuration's ledgers are opened.
     pub fn ledger_mode(&self) -> LedgerMode<'_> {
         match self {

@@ -160,8 +160,9 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
     )
 }
 
-/// The hooks that only serve the compute share (kernel launches, eager memsets and copies, graph exec
-/// updates; graph launches also keep the memory quota's books, so they are not among them).
+/// The hooks that only serve the compute share and the turn gate (kernel launches, eager memsets and
+/// copies, graph exec updates; graph launches also keep the memory quota's books, so they are not among
+/// them).
 fn launch_only(hook: usize) -> bool {
     use crate::hooks::*;
     let transfer = || {
@@ -199,11 +200,13 @@ fn kernel_launch(hook: usize) -> bool {
 }
 
 /// Whether a process gets the driver's own function instead of hook `hook`: one that serves only the
-/// compute share, in a process without one (kernel launches also under no memory limit). Such a process's
+/// compute share and the turn gate, in a process with neither (no share, no oversubscribed GPU; kernel
+/// launches also under no memory limit). Such a process's
 /// launches cost exactly what they cost without us.
 fn drivers_own(hook: usize) -> bool {
     launch_only(hook)
         && crate::compute::off()
+        && crate::turns::off()
         && (!kernel_launch(hook) || crate::settings::unlimited())
 }
 

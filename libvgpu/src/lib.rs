@@ -6,6 +6,7 @@
 //! call. Layers, each importing only those below it:
 //! - `interpose` (dlsym routing, cuGetProcAddress) and `hooks` (one module per allocation family);
 //! - `compute` (the compute share: launches held back and measured against the container's bucket),
+//!   `turns` (the time-quanta turn gate of oversubscribed GPUs),
 //!   `driver` (the seam the policies call the driver through), `settings` and `lifecycle` (configuration
 //!   and process life), `devices` (which quota governs a device), `quota` (one GPU's ledger and slot),
 //!   `records` (what this process charged), `identity` (a device's UUID, MIG parent and NVML index),
@@ -35,5 +36,6 @@ mod settings;
 mod streams;
 #[cfg(test)]
 mod surface;
+mod turns;
 mod userfiles;
 pub mod virt;

@@ -4,7 +4,8 @@
 //! driver answers so for them. Work queued on a stream runs there whatever context is current when it is
 //! queued (a `CUkernel` launched with no context current, a function of another context), so a policy
 //! that charges work to a device must take the device from the stream, never from the current context.
-//! Used by the compute share's launches; the memory hooks may use it for stream-ordered calls.
+//! Used by the compute share's launches and the turn gate; the memory hooks may use it for stream-ordered
+//! calls. Also the thread's relaxed capture mode (`Relaxed`) the library's own queries run in.
 
 use std::ffi::c_void;
 
@@ -16,6 +17,8 @@ use crate::records;
 pub const STREAM_PER_THREAD: usize = 2;
 
 const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: u32 = 2;
 
 /// The stream an entry point's `stream` argument names: a `_ptsz` entry point's stream 0 is the calling
 /// thread's per-thread default stream.
@@ -123,4 +126,35 @@ pub fn in_context<T>(ctx: usize, f: impl FnOnce() -> T) -> Result<T, CUresult> {
     // SAFETY: pops what was pushed above.
     unsafe { pop(&mut popped) };
     Ok(r)
+}
+
+/// The calling thread in relaxed stream-capture mode while it lives, its own mode restored after: the
+/// library's event queries and synchronisations are then never the "potentially unsafe" call that
+/// invalidates a capture another stream of the application has going in global mode (PyTorch's default).
+pub struct Relaxed(Option<u32>);
+
+impl Relaxed {
+    pub fn enter() -> Relaxed {
+        Relaxed(exchange(CAPTURE_MODE_RELAXED))
+    }
+}
+
+impl Drop for Relaxed {
+    fn drop(&mut self) {
+        if let Some(m) = self.0 {
+            exchange(m);
+        }
+    }
+}
+
+/// Sets this thread's capture mode; the previous one (None: the driver cannot).
+fn exchange(mode: u32) -> Option<u32> {
+    let f = real!(
+        Lib::Cuda,
+        "cuThreadExchangeStreamCaptureMode",
+        unsafe extern "C" fn(*mut u32) -> CUresult
+    )?;
+    let mut m = mode;
+    // SAFETY: a valid in/out pointer.
+    (unsafe { f(&mut m) } == CUDA_SUCCESS).then_some(m)
 }

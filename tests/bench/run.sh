@@ -80,6 +80,11 @@ nolimit_env=(env -u CUDA_DEVICE_MEMORY_LIMIT "${common_env[@]}" LD_PRELOAD="$lib
 # The launch under a compute share (the throttled path: two events recorded per launch; the fake's kernels
 # take no time, so nothing is held back).
 sm_env=(env "${vgpu_env[@]:1}" CUDA_DEVICE_SM_LIMIT=50)
+# The launch on an oversubscribed GPU (the time-quanta turn gate, issue 29): with no arbiter (the ledger's
+# turn Unmanaged), and with the arbiter's Free written into the ledger (tests/e2e/lib/turn.py): one load of
+# the mode byte per launch either way.
+over_env=(env "${vgpu_env[@]:1}" CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger-over")
+free_env=(env "${vgpu_env[@]:1}" CUDA_OVERSUBSCRIBE=true CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger-free")
 
 raw=$out/raw.jsonl
 : >"$raw"
@@ -96,6 +101,11 @@ run() {
 }
 
 echo "bench: driver=$driver libvgpu=$libvgpu rounds=$rounds (progress on stderr)" >&2
+if ! skipped launch; then
+    # The Free configuration's ledgers exist once a process opened them; then the arbiter's word goes in.
+    "${free_env[@]}" "$out/allocbench" launch -n 1 -r 1 >/dev/null 2>"$work/stderr" || { cat "$work/stderr" >&2; die "failed: the Free ledger"; }
+    for l in "$work"/ledger-free.*; do "$python" tests/e2e/lib/turn.py set "$l" free 1; done
+fi
 for part in pair meminfo launch; do
     skipped $part && continue
     n=$iters; [ $part = pair ] && n=$pair_iters
@@ -104,7 +114,11 @@ for part in pair meminfo launch; do
         run bare "$r" "${bare_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
         run vgpu "$r" "${vgpu_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
         run vgpu-nolimit "$r" "${nolimit_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
-        [ $part = launch ] && run vgpu-sm50 "$r" "${sm_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
+        if [ $part = launch ]; then
+            run vgpu-sm50 "$r" "${sm_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
+            run vgpu-over "$r" "${over_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
+            run vgpu-over-free "$r" "${free_env[@]}" "$out/allocbench" $part -n "$n" -r "$reps" -s "$bytes"
+        fi
     done
 done
 

@@ -2,7 +2,8 @@
 # Proves the fake CUDA driver and NVML (tests/fake-driver.md) through the test clients: every
 # client op, OOM at the device size, memory shared by concurrent processes, memory returned after
 # SIGKILL and after fork, CUDA_VISIBLE_DEVICES, cuGetProcAddress versions and per-thread-stream
-# variants (also with an interposer preloaded), NVML memory info and per-process usage.
+# variants (also with an interposer preloaded), NVML memory info and per-process usage,
+# the paging cost of managed memory that passes the device.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -260,6 +261,51 @@ gcc -shared -fPIC -o "$work/shim.so" "$work/shim.c" -ldl
 out=$(LD_PRELOAD=$work/shim.so "$LINKED" procaddr cuMemAlloc 2>&1)
 check "with an interposer preloaded, the fake still returns its own cuMemAlloc_v2 (-Bsymbolic)" \
     "$(val "$out" procaddr sym) $(val "$out" procaddr lib)" "cuMemAlloc_v2 libcuda.so.1"
+
+# ---- the paging cost: managed memory of the active processes passing the device slows their work ----
+# 1 ms kernels, paging 4x; a 4 GiB device with contexts that take nothing. `launch 100` queues 100
+# kernels at once and synchronises: ns_per_launch is ~1 ms at full speed, ~4 ms while paging.
+paging_env=(env FAKE_CUDA_DEVICES=1x4Gi FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_MODULE_BYTES=0 FAKE_CUDA_KERNEL_US=1000
+    FAKE_CUDA_PAGING_FACTOR=4 FAKE_CUDA_STATE_DIR=$work/paging)
+ms() { echo $(($1 / 1000000)); }
+# per_launch_ms OUTPUT: the launch op's ns_per_launch in whole ms.
+per_launch_ms() { ms "$(val "$1" launch ns_per_launch)"; }
+out=$("${paging_env[@]}" "$LINKED" '!managed' 3Gi '!module' '!launch' 100 2>&1)
+check "paging: one process whose managed memory fits runs at full speed (ms per kernel)" "$(per_launch_ms "$out")" 1
+out=$("${paging_env[@]}" "$LINKED" '!managed' 5Gi '!module' '!launch' 100 2>&1)
+check "paging: one process whose managed memory alone passes the device pages (ms per kernel)" "$(per_launch_ms "$out")" 4
+out=$("${paging_env[@]}" FAKE_CUDA_PAGING_FACTOR= "$LINKED" '!managed' 5Gi '!module' '!launch' 100 2>&1)
+check "paging: no FAKE_CUDA_PAGING_FACTOR, no paging cost" "$(per_launch_ms "$out")" 1
+# B keeps the device busy with 3 GiB of managed memory (resident: it came first) for 1.5 s, then holds
+# it idle; A's 3 GiB land on the host.
+start pb "${paging_env[@]}" "$LINKED" '!managed' 3Gi '!module' wait '!work' 1.5 wait || exit 1
+echo go >&"$pb_fd"
+sleep 0.1
+"${paging_env[@]}" "$LINKED" '!managed' 3Gi '!module' '!launch' 100 >"$work/pa.out" 2>&1 &
+sleep 0.25  # A's 100 kernels take 400 ms while paging: NVML looks while both are busy
+nv=$("${paging_env[@]}" "$NVML" 2>&1)
+wait $!
+out=$(cat "$work/pa.out")
+check "paging: two busy processes whose managed memory passes the device page (A's ms per kernel)" "$(per_launch_ms "$out")" 4
+check "paging: NVML's used memory counts the pages the active processes pulled in (the whole device)" "$(nval "$nv" 0 used)" $((4 * GiB))
+for _ in $(seq 300); do [ "$(grep -c 'op=wait ready' "$work/pb.out")" = 2 ] && break; sleep 0.02; done
+b_launched=$(val "$(cat "$work/pb.out")" work launched)
+if [ "${b_launched:-0}" -gt 300 ] && [ "$b_launched" -lt 1350 ]; then ok "paging: B's kernels were slowed while A paged beside it ($b_launched of 1 ms in 1.5 s)"
+else bad "paging: B launched ${b_launched:-?} kernels of 1 ms in 1.5 s, A paging beside it for 400 ms"; fi
+sleep 0.2  # past the 100 ms window: B is idle
+nv=$("${paging_env[@]}" "$NVML" 2>&1)
+check "paging: B idle (holding its memory): NVML shows only what is charged (B's 3 GiB)" "$(nval "$nv" 0 used)" $((3 * GiB))
+out=$("${paging_env[@]}" "$LINKED" '!managed' 3Gi '!module' '!launch' 100 2>&1)
+check "paging: B idle, holding 3 GiB of managed memory: A runs at full speed (ms per kernel)" "$(per_launch_ms "$out")" 1
+release pb
+start pb "${paging_env[@]}" "$LINKED" '!managed' 512Mi '!module' wait '!work' 1 || exit 1
+echo go >&"$pb_fd"
+sleep 0.1
+out=$("${paging_env[@]}" "$LINKED" '!managed' 3Gi '!module' '!launch' 100 2>&1)
+check "paging: two active processes whose managed memory fits run at full speed (ms per kernel)" "$(per_launch_ms "$out")" 1
+out=$("${paging_env[@]}" "$LINKED" '!managed' 3Gi '!free-all' '!alloc' 3584Mi '!module' '!launch' 100 2>&1)
+check "paging: a process with only plain memory beside the busy one does not fault (ms per kernel)" "$(per_launch_ms "$out")" 1
+exec {pb_fd}>&-; wait "$pb_pid"
 
 # ---- driver rules ----
 out=$(FAKE_CUDA_DEVICES=bogus "$LINKED" info 2>&1)

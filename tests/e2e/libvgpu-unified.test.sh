@@ -2,7 +2,8 @@
 # Unified memory on the fake driver (docs/libvgpu.md, "Unified memory"), configured by the environment as
 # a process outside a container is: spill mode (past the quota into a host budget shared by the processes
 # of one ledger, exact across SIGKILL) and oversubscribe mode (every allocation managed, quotas that sum
-# past the device). Every allocation path: plain, pitch, managed, async (stays device memory).
+# past the device). Every allocation path: plain, pitch, managed, async (stays device memory). The
+# time-quanta turn gate of oversubscribed GPUs, with tests/e2e/lib/turn.py in the arbiter's place.
 # Needs `make build` (target/vgpu/libvgpu.so, target/fake/*, target/clients/*). No root needed.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
@@ -113,6 +114,75 @@ gone a
 fresh; MODE="VGPU_MEMORY_MODE=oversubscribe VGPU_MEMORY_RESERVE=256m"; LIMIT=32g
 out=$(vg "$RT" info 2>&1)
 check "a quota past the device's 16 GiB is the size seen; the reserve is configurable" test "$(echo "$out" | opline info | get total)/$(echo "$out" | opline info | get free)/$(echo "$out" | opline info | get devtotal)" = "$((32 * GiB))/$((32 * GiB - 256 * MiB))/$((32 * GiB))"
+unset LIMIT
+
+echo "-- time quanta: every launch path waits for the GPU's turn (tests/e2e/lib/turn.py plays the arbiter)"
+TURN="python3 $(dirname "$0")/lib/turn.py"
+UUID0=GPU-fa4ec0de-0000-4000-8000-000000000000
+# vgbg NAME ARGS...: a client under the library in the background, output in $W/NAME.out, pid in NAME_pid
+vgbg() { local name=$1; shift; (exec env LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE \
+    CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-1g} $MODE "$RT" "$@") >"$W/$name.out" 2>&1 & eval "${name}_pid=$!"; }
+# ready NAME...: waits until each client printed its await line (its ledger exists then)
+ready() { local c; for c in "$@"; do for _ in $(seq 100); do grep -q "op=await ready" "$W/$c.out" && break; sleep 0.1; done; done; }
+# done_within SECS NAME...: every client exited within SECS
+done_within() {
+    local secs=$1 c; shift
+    for c in "$@"; do
+        local pid; eval "pid=\$${c}_pid"
+        for _ in $(seq $((secs * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$pid" 2>/dev/null && return 1
+    done
+    return 0
+}
+fresh 1x4Gi; MODE="CUDA_OVERSUBSCRIBE=true"; LIMIT=3g
+L=$CACHE.$UUID0
+go=$W/go$n
+vgbg k '!module' await "$go" '!launch' 10
+vgbg m '!alloc' 64m await "$go" '!memcheck'
+vgbg g '!module' await "$go" '!graph-work' 0.1 1
+ready k m g
+$TURN set "$L" wait 1; $TURN beat "$L" 60 & beater=$!
+on_exit "kill $beater"
+touch "$go"; sleep 1
+check "Wait: kernels, memsets and copies, and graphs are all held back (no op done after 1 s)" \
+    test -z "$(cat "$W/k.out" "$W/m.out" "$W/g.out" | grep -E '^op=(launch|memcheck|graph-work) ')"
+check_eq "  ... each process's waiting thread is counted in the ledger" "$($TURN get "$L" waiting)" 3
+$TURN set "$L" hold 2
+done_within 10 k m g; check_eq "Hold: they go (all three done)" "$?" 0
+check "  ... and succeed" test "$(cat "$W/k.out" "$W/m.out" "$W/g.out" | grep -cE '^op=(launch|memcheck|graph-work) .*rc=0')" = 3
+check "  ... the memset and copies moved the right bytes" test "$(grep '^op=memcheck' "$W/m.out" | get ok)" = 1
+check "  ... their launches while holding are counted (10 kernels + 4 transfers + the graph's)" \
+    test "$($TURN get "$L" launches)" -ge 15
+check "  ... the waits are summed (3 threads, at least 1 s each)" test "$($TURN get "$L" waited_ns)" -ge 3000000000
+check_eq "  ... nobody waits any more" "$($TURN get "$L" waiting)" 0
+go=$W/yield$n
+vgbg y '!module' '!launch' 5 await "$go" '!launch' 5
+ready y
+$TURN set "$L" yield 7; touch "$go"
+for _ in $(seq 50); do [ "$($TURN get "$L" drained)" = 7 ] && break; sleep 0.1; done
+check_eq "Yield: the process drains its work and records the yield's epoch" "$($TURN get "$L" drained)" 7
+check_eq "  ... then waits (counted)" "$($TURN get "$L" waiting)" 1
+check_eq "  ... its second launch not done" "$(grep -c '^op=launch' "$W/y.out")" 1
+$TURN set "$L" free 8
+done_within 10 y; check_eq "Free: it goes" "$?" 0
+check "  ... both launches done" test "$(grep -c '^op=launch .*rc=0' "$W/y.out")" = 2
+kill $beater; wait $beater 2>/dev/null
+$TURN set "$L" wait 9   # and no heartbeat after: the arbiter is gone
+t0=$(date +%s%N)
+out=$(vg "$RT" '!module' '!launch' 10 2>&1)
+ms=$((($(date +%s%N) - t0) / 1000000))
+check "a dead arbiter (heartbeat still, Wait): the launches go after the 3 s bound, not later (${ms} ms for 10)" \
+    test "$(echo "$out" | opline launch | get rc)" = 0 -a "$ms" -ge 2900 -a "$ms" -lt 8000
+check "  ... saying so once" test "$(echo "$out" | grep -c 'heartbeat stood still')" = 1
+fresh 1x4Gi; MODE=""; LIMIT=3g
+L=$CACHE.$UUID0; go=$W/plain$n
+vgbg p '!module' await "$go" '!launch' 10 '!alloc' 64m '!memcheck'
+ready p
+$TURN set "$L" wait 1; $TURN beat "$L" 20 & beater=$!
+touch "$go"
+done_within 10 p; check_eq "a plain quota is never gated, whatever its ledger says (done while Wait)" "$?" 0
+check "  ... every op succeeded" test "$(grep -cE '^op=(launch|memcheck) .*rc=0' "$W/p.out")" = 2
+kill $beater; wait $beater 2>/dev/null
 unset LIMIT
 
 echo "-- bad settings never run"

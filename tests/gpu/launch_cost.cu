@@ -6,7 +6,7 @@
 // cuLaunchKernel through cuGetProcAddress) in batches of 48 with a synchronisation after each, as the
 // precision matrix's loops run: `idle` kernels that end before the next is launched (a launch-bound loop:
 // the GPU keeps up), `queued` kernels of ~20 us (each launch queued behind the one before). One line each:
-// `RESULT what ns`.
+// `RESULT what ns`. `init` only starts CUDA.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -70,6 +70,8 @@ int main(int argc, char **argv) {
     bool calls = argc > 1 && !strcmp(argv[1], "calls");
     cudaStream_t s;
     cudaFree(0);
+    // `init`: only start CUDA (under the library: its ledgers exist after; tests/gpu/time_quanta_lib.sh).
+    if (argc > 1 && !strcmp(argv[1], "init")) return 0;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     // Warm up (module load, the library's first share, its least times).
     for (int i = 0; i < 200; i++) empty<<<1, 32, 0, s>>>();

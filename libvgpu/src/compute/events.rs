@@ -1,13 +1,13 @@
 //! The driver calls the compute share makes around a launch: events to time it, whether its stream is
-//! capturing a graph, and the thread's capture mode around the queries. Each goes to the driver's own
+//! capturing a graph, and the thread's capture mode around the queries (`streams::Relaxed`). Each goes to the driver's own
 //! function, never back into the hooks.
 
 use crate::ffi::*;
 use crate::real_symbols::{real, Lib};
 
+pub(super) use crate::streams::Relaxed;
+
 const CU_EVENT_DEFAULT: u32 = 0;
-/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
-const CAPTURE_MODE_RELAXED: u32 = 2;
 
 pub(super) fn event_create(e: &mut CUevent) -> CUresult {
     match real!(
@@ -60,37 +60,6 @@ pub(super) fn event_wait(e: CUevent) -> CUresult {
         Some(f) => unsafe { f(e) },
         None => CUDA_ERROR_NOT_FOUND,
     }
-}
-
-/// The calling thread in relaxed stream-capture mode while it lives, its own mode restored after: the
-/// library's event queries are then never the "potentially unsafe" call that invalidates a capture
-/// another stream of the application has going in global mode (PyTorch's default).
-pub(super) struct Relaxed(Option<u32>);
-
-impl Relaxed {
-    pub(super) fn enter() -> Relaxed {
-        Relaxed(exchange(CAPTURE_MODE_RELAXED))
-    }
-}
-
-impl Drop for Relaxed {
-    fn drop(&mut self) {
-        if let Some(m) = self.0 {
-            exchange(m);
-        }
-    }
-}
-
-/// Sets this thread's capture mode; the previous one (None: the driver cannot).
-fn exchange(mode: u32) -> Option<u32> {
-    let f = real!(
-        Lib::Cuda,
-        "cuThreadExchangeStreamCaptureMode",
-        unsafe extern "C" fn(*mut u32) -> CUresult
-    )?;
-    let mut m = mode;
-    // SAFETY: a valid in/out pointer.
-    (unsafe { f(&mut m) } == CUDA_SUCCESS).then_some(m)
 }
 
 pub(super) fn event_query(e: CUevent) -> CUresult {

@@ -403,3 +403,32 @@ fn the_environment_window_is_checked_with_the_configuration() {
     );
     assert!(!e.contains('\n'));
 }
+
+#[test]
+fn the_turn_gate_applies_where_a_limited_gpu_is_oversubscribed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |devices: &str| {
+        let p = dir.path().join("limits.json");
+        std::fs::write(
+            &p,
+            format!(r#"{{"version":1,"container_id":"c","devices":[{devices}]}}"#),
+        )
+        .unwrap();
+        Config::from_env(&[], &p).unwrap()
+    };
+    let plain = r#"{"index":0,"uuid":"GPU-a","memory_limit":4096,"ledger":"a.ledger"}"#;
+    let over = r#"{"index":1,"uuid":"GPU-b","memory_limit":4096,"memory":{"mode":"oversubscribe","reserve":0},"ledger":"b.ledger"}"#;
+    let share = r#"{"index":2,"uuid":"GPU-c","compute_limit":30,"ledger":"c.ledger"}"#;
+    assert!(!file(plain).any_oversubscribed());
+    assert!(!file(&format!("{plain},{share}")).any_oversubscribed());
+    assert!(file(&format!("{plain},{over}")).any_oversubscribed());
+    let limit = ("CUDA_DEVICE_MEMORY_LIMIT", "4g");
+    let from_env =
+        |pairs: &[(&str, &str)]| Config::from_env(&env(pairs), Path::new(NOFILE)).unwrap();
+    assert!(!from_env(&[limit]).any_oversubscribed());
+    assert!(from_env(&[limit, ("CUDA_OVERSUBSCRIBE", "true")]).any_oversubscribed());
+    assert!(
+        !from_env(&[("CUDA_OVERSUBSCRIBE", "true")]).any_oversubscribed(),
+        "no limit: unlimited"
+    );
+}

@@ -86,6 +86,8 @@ pub struct FakeDriver {
     pub attributes: RefCell<HashMap<i32, i64>>,
     /// What `alloc_managed` fails with (0: it succeeds).
     pub managed_error: Cell<CUresult>,
+    /// What `ctx_sync` fails with (0: it succeeds).
+    pub sync_fails: Cell<CUresult>,
     /// Local memory per thread of each function (`func_local_size`).
     pub func_locals: RefCell<HashMap<usize, u64>>,
     /// Local memory per thread of each `CUkernel`: given only for a device named by the caller (as
@@ -137,6 +139,7 @@ impl FakeDriver {
             // 132 multiprocessors of 2048 resident threads (an H100)
             attributes: RefCell::new(HashMap::from([(16, 132), (39, 2048)])),
             managed_error: Cell::new(0),
+            sync_fails: Cell::new(0),
             func_locals: RefCell::new(HashMap::new()),
             kernel_locals: RefCell::new(HashMap::new()),
         }
@@ -267,6 +270,11 @@ impl Driver for FakeDriver {
     fn ctx_synchronize(&self) {
         self.log("ctx_synchronize".into());
         self.frees_pending.set(false);
+    }
+
+    fn ctx_sync(&self, ctx: usize) -> bool {
+        self.log(format!("ctx_sync {ctx:#x}"));
+        self.sync_fails.get() == 0
     }
 
     fn device_pool(&self, dev: CUdevice) -> Option<u64> {

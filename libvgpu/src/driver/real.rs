@@ -215,6 +215,11 @@ impl Driver for RealDriver {
         forward!("cuCtxSynchronize", fn());
     }
 
+    fn ctx_sync(&self, ctx: usize) -> bool {
+        let _relaxed = crate::streams::Relaxed::enter();
+        crate::streams::in_context(ctx, || forward!("cuCtxSynchronize", fn())) == Ok(CUDA_SUCCESS)
+    }
+
     fn device_pool(&self, dev: CUdevice) -> Option<u64> {
         let mut p: CUmemoryPool = std::ptr::null_mut();
         (forward!(

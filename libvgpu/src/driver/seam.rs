@@ -57,6 +57,9 @@ pub trait Driver {
     fn pool_trim(&self, pool: u64, keep: u64);
     /// cuCtxSynchronize of the current context: stream-ordered frees not yet reached become free.
     fn ctx_synchronize(&self);
+    /// Waits for the work queued in context `ctx` (cuCtxSynchronize with `ctx` pushed current, the thread
+    /// in relaxed capture mode); true when the driver says it is done (the turn gate's drain).
+    fn ctx_sync(&self, ctx: usize) -> bool;
     /// The current default pool of `dev`.
     fn device_pool(&self, dev: CUdevice) -> Option<u64>;
     /// Where a pool the library did not see created lives: a device's default or current pool, or the

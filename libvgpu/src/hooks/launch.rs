@@ -4,7 +4,8 @@
 //! (`compute`). The launch's device and context are its stream's (`streams`), never the current
 //! context's: a `CUkernel` or another context's function runs in its stream's context whatever is current.
 //! `cuLaunchCooperativeKernelMultiDevice` (one launch per device, deprecated since CUDA 11.3) is refused
-//! when any of its devices is under a share.
+//! when any of its devices is under a share, and waits for the turn of each of its devices (`turns`).
+//! On an oversubscribed GPU every one of these paths first passes the turn gate (`turns::gate`).
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_uint, c_void};
@@ -12,17 +13,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::common::hook;
 use crate::compute;
-use crate::driver::Driver;
+use crate::driver::{Driver, RealDriver};
 use crate::ffi::*;
 use crate::log;
 use crate::real_symbols::forward;
 use crate::streams;
+use crate::turns;
 
 const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
 
-/// Runs `call` (a launch of `work` on `stream`) under the compute share of the stream's device, if any.
-/// Under a share a launch whose stream's device cannot be resolved is refused: its work could run on any
-/// device, unthrottled.
+/// Runs `call` (a launch of `work` on `stream`) once the stream's device's turn lets it (`turns`, on an
+/// oversubscribed GPU), under the compute share of that device, if any. Under a share a launch whose
+/// stream's device cannot be resolved is refused: its work could run on any device, unthrottled. Under
+/// the turn gate alone it goes to the driver, which refuses a stream with no context (the arbiter's wall
+/// does not rely on the gate).
 #[inline]
 pub(crate) fn launch(
     stream: CUstream,
@@ -30,13 +34,24 @@ pub(crate) fn launch(
     work: compute::Work,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    if compute::off() {
+    let (shared, turns) = (!compute::off(), !turns::off());
+    if !shared && !turns {
         return call();
     }
     let s = streams::named(stream, ptsz);
     match streams::home(s) {
-        Ok((dev, ctx)) => compute::throttled(dev, ctx, s, work, call),
-        Err(e) => unresolved(e),
+        Ok((dev, ctx)) => {
+            if turns {
+                turns::gate(&RealDriver, dev, ctx, s);
+            }
+            if shared {
+                compute::throttled(dev, ctx, s, work, call)
+            } else {
+                call()
+            }
+        }
+        Err(e) if shared => unresolved(e),
+        Err(_) => call(),
     }
 }
 
@@ -149,7 +164,23 @@ fn multi_device_allowed(list: *const LaunchParams, n: c_uint) -> bool {
     })
 }
 
+/// The turn gate of each entry of a multi-device launch, in order (an entry whose stream cannot be
+/// resolved goes to the driver, which refuses it).
+fn gate_each(list: *const LaunchParams, n: c_uint) {
+    if turns::off() || list.is_null() {
+        return;
+    }
+    for i in 0..n as usize {
+        // SAFETY: the caller's array of `n` entries, read before the driver reads it.
+        let s = unsafe { (*list.add(i)).h_stream };
+        if let Ok((dev, ctx)) = streams::home(s) {
+            turns::gate(&RealDriver, dev, ctx, s);
+        }
+    }
+}
+
 hook!(cuLaunchCooperativeKernelMultiDevice(list: *mut LaunchParams, n: c_uint, flags: c_uint) {
+    gate_each(list, n);
     if !multi_device_allowed(list, n) {
         static TOLD: AtomicBool = AtomicBool::new(false);
         if !TOLD.swap(true, Ordering::Relaxed) {

@@ -21,7 +21,7 @@ mod placement;
 mod pools;
 mod stack;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod transfers;
 mod truth;
 mod vmm;

@@ -2,7 +2,8 @@
 //! like kernels (a loop of large memsets kept an H100's memory system busy at 3,224 GB/s under a 10%
 //! share), so each goes through `launch::launch`: held back while the bucket is in debt, timed with
 //! events on its stream, charged. The synchronous forms run on the legacy default stream (`_ptds`: the
-//! per-thread one). Without a share, `cuGetProcAddress` hands out the driver's own functions
+//! per-thread one). On an oversubscribed GPU they wait for the turn as kernels do (`turns`). Without a
+//! share or a turn gate, `cuGetProcAddress` hands out the driver's own functions
 //! (`interpose::launch_only`) and these hooks forward at once. The batch copies (`cuMemcpyBatchAsync`,
 //! `cuMemcpy3DBatchAsync`: CUDA 12.8's with a `failIdx`, CUDA 13's `_v2` without, each `_ptsz`) are one
 //! piece of work each, keyed by the bytes they move. Left out: the unversioned 32-bit-pointer entry points.
@@ -29,8 +30,9 @@ fn work(name: &'static str, bytes: u64) -> crate::compute::Work {
 macro_rules! transfers {
     ($( $lit:literal $name:ident($($a:ident: $t:ty),*) on $s:expr, $p:literal, $b:expr; )*) => {$(
         hook!($name($($a: $t),*) {
-            // Without a share the work's size is never read (a batch's would be a walk of its array).
-            if crate::compute::off() {
+            // Without a share or a turn gate the work's size is never read (a batch's would be a walk
+            // of its array).
+            if crate::compute::off() && crate::turns::off() {
                 return forward!($lit, fn($($t),*) $(, $a)*);
             }
             launch($s, $p, work($lit, $b as u64), || forward!($lit, fn($($t),*) $(, $a)*))

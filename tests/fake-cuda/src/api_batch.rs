@@ -55,7 +55,7 @@ unsafe fn batch(
         std::ptr::copy(src as *const u8, dst as *mut u8, n);
         total += n as u64;
     }
-    crate::timeline::transfer(&d.shared, total);
+    crate::timeline::transfer(d, total);
     Ok(())
 }
 
@@ -93,7 +93,7 @@ unsafe fn batch_3d(n: usize, ops: *const Batch3DOp, fail: *mut usize) -> R {
         }
         total += (w * h * depth) as u64;
     }
-    crate::timeline::transfer(&d.shared, total);
+    crate::timeline::transfer(d, total);
     Ok(())
 }
 

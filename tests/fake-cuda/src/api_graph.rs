@@ -313,7 +313,7 @@ fn cuGraphExecDestroy(exec: Handle) {
 fn cuGraphLaunch(exec: Handle, stream: Handle) {
     let d = drv()?;
     let mut objs = lock(&d.objs);
-    stream_phys(d, &objs, stream)?;
+    let on = stream_phys(d, &objs, stream)?;
     let nodes = objs.execs.get(&exec).ok_or(INVALID_VALUE)?.clone();
     let mut mem = lock(&d.mem);
     // Dry run: the peak graph memory per device during this launch.
@@ -370,7 +370,7 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
     drop(mem);
     drop(objs);
     for n in &nodes { run_memset(d, n)?; }
-    crate::timeline::run(&d.shared, kernels.max(1));
+    crate::timeline::run(&d.shared, on, kernels.max(1));
     Ok(())
 }
 

@@ -57,7 +57,10 @@ fn migrate(p: u64, count: usize, place: Place) -> R {
             d.charge(phys, add)?;
             let mut mem = lock(&d.mem);
             match mem.find(p, 1) {
-                Some((_, a)) => a.charged += add,
+                Some((_, a)) => {
+                    a.charged += add;
+                    crate::paging::migrated(&d.shared, phys, add, true);
+                }
                 None => d.refund(phys, add), // freed meanwhile
             }
         }
@@ -65,6 +68,7 @@ fn migrate(p: u64, count: usize, place: Place) -> R {
             let sub = (count as u64).min(on_dev);
             a.charged -= sub;
             drop(mem);
+            crate::paging::migrated(&d.shared, phys, sub, false);
             d.refund(phys, sub);
         }
     }

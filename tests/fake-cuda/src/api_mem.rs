@@ -45,10 +45,16 @@ pub fn alloc_managed(d: &Driver, size: u64) -> Result<u64, CUresult> {
         charged,
         0,
     );
-    addr.ok_or_else(|| {
-        d.refund(phys, charged);
-        OUT_OF_MEMORY
-    })
+    match addr {
+        Some(p) => {
+            crate::paging::note(&d.shared, phys, size, charged, true);
+            Ok(p)
+        }
+        None => {
+            d.refund(phys, charged);
+            Err(OUT_OF_MEMORY)
+        }
+    }
 }
 
 /// Frees a device pointer of any kind; CUDA_ERROR_INVALID_VALUE when it is not an allocation's start.
@@ -60,6 +66,9 @@ pub fn free_ptr(d: &Driver, p: u64) -> R {
     drop(mem);
     match a {
         Ok(a) => {
+            if a.kind == Kind::Managed {
+                crate::paging::note(&d.shared, a.phys, a.size, a.charged, false);
+            }
             d.refund(a.phys, a.charged);
             Ok(())
         }
@@ -298,7 +307,7 @@ fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) {
     check_dev(d, dst, n, true)?;
     if n > 0 && src.is_null() { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(&d.shared, n as u64);
+    crate::timeline::transfer(d, n as u64);
     Ok(())
 }
 
@@ -307,7 +316,7 @@ fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) {
     check_dev(d, src, n, false)?;
     if n > 0 && dst.is_null() { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(&d.shared, n as u64);
+    crate::timeline::transfer(d, n as u64);
     Ok(())
 }
 
@@ -316,7 +325,7 @@ fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) {
     check_dev(d, src, n, false)?;
     check_dev(d, dst, n, true)?;
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(&d.shared, n as u64);
+    crate::timeline::transfer(d, n as u64);
     Ok(())
 }
 
@@ -324,7 +333,7 @@ fn cuMemcpy(dst: u64, src: u64, n: usize) {
     let d = drv()?;
     if n > 0 && (dst == 0 || src == 0) { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(&d.shared, n as u64);
+    crate::timeline::transfer(d, n as u64);
     Ok(())
 }
 
@@ -337,7 +346,7 @@ fn cuMemsetD8_v2(dst: u64, v: u8, n: usize) {
     let d = drv()?;
     check_dev(d, dst, n, true)?;
     std::ptr::write_bytes(dst as *mut u8, v, n);
-    crate::timeline::transfer(&d.shared, n as u64);
+    crate::timeline::transfer(d, n as u64);
     Ok(())
 }
 
@@ -345,7 +354,7 @@ fn cuMemsetD16_v2(dst: u64, v: u16, n: usize) {
     let d = drv()?;
     check_dev(d, dst, n * 2, true)?;
     std::slice::from_raw_parts_mut(dst as *mut u16, n).fill(v);
-    crate::timeline::transfer(&d.shared, (n * 2) as u64);
+    crate::timeline::transfer(d, (n * 2) as u64);
     Ok(())
 }
 
@@ -353,7 +362,7 @@ fn cuMemsetD32_v2(dst: u64, v: u32, n: usize) {
     let d = drv()?;
     check_dev(d, dst, n * 4, true)?;
     std::slice::from_raw_parts_mut(dst as *mut u32, n).fill(v);
-    crate::timeline::transfer(&d.shared, (n * 4) as u64);
+    crate::timeline::transfer(d, (n * 4) as u64);
     Ok(())
 }
 

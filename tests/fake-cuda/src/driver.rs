@@ -337,8 +337,11 @@ impl Driver {
         }
         objs.functions.retain(|_, m| objs.modules.contains_key(m));
         let freed = lock(&self.mem).free_ctx(h);
-        for (phys, bytes) in freed {
-            self.refund(phys, bytes);
+        for a in freed {
+            if a.kind == crate::mem::Kind::Managed {
+                crate::paging::note(&self.shared, a.phys, a.size, a.charged, false);
+            }
+            self.refund(a.phys, a.charged);
         }
         with_stack(|s| s.retain(|&c| c != h));
         Ok(())

@@ -183,8 +183,9 @@ impl Mem {
         (end <= start + a.size.max(1)).then_some((start, a))
     }
 
-    /// Frees every allocation of context `ctx`; returns the device bytes to refund.
-    pub fn free_ctx(&mut self, ctx: Handle) -> Vec<(usize, u64)> {
+    /// Frees every allocation of context `ctx`; returns what they were (the device bytes to refund, and
+    /// the managed ones for the paging model).
+    pub fn free_ctx(&mut self, ctx: Handle) -> Vec<Alloc> {
         let addrs: Vec<u64> = self
             .allocs
             .iter()
@@ -193,11 +194,7 @@ impl Mem {
             })
             .map(|(&k, _)| k)
             .collect();
-        addrs
-            .into_iter()
-            .filter_map(|k| self.release(k))
-            .map(|a| (a.phys, a.charged))
-            .collect()
+        addrs.into_iter().filter_map(|k| self.release(k)).collect()
     }
 }
 

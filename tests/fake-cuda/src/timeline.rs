@@ -29,6 +29,7 @@
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::driver::{current, Driver};
 use fake_gpu::Shared;
 
 /// CLOCK_MONOTONIC nanoseconds: one clock for every process of the machine (0 is "never").
@@ -91,10 +92,12 @@ pub fn bytes_per_us() -> u64 {
     })
 }
 
-/// Queues a memset or copy of `bytes` (FAKE_CUDA_BYTES_PER_US) on this process's queue, as a kernel.
-pub fn transfer(shared: &Shared, bytes: u64) {
+/// Queues a memset or copy of `bytes` (FAKE_CUDA_BYTES_PER_US) on this process's queue, as a kernel: on
+/// the current context's device (the first device with none current), which the paging cost looks at.
+pub fn transfer(d: &Driver, bytes: u64) {
     if let Some(ns) = bytes.saturating_mul(1000).checked_div(bytes_per_us()) {
-        run_ns(shared, ns);
+        let phys = current(d).map_or(0, |(_, _, phys)| phys);
+        run_ns(&d.shared, phys, ns);
     }
 }
 
@@ -170,16 +173,18 @@ pub fn sliced(cost: u64, left: u64, slice: u64, others: u64, switch: u64) -> (u6
     )
 }
 
-/// Queues `kernels` kernels of this process (`shared`: the state file, for the other processes' queues
-/// under time slicing); returns when they will be done.
-pub fn run(shared: &Shared, kernels: u64) -> u64 {
-    run_ns(shared, kernels * kernel_ns())
+/// Queues `kernels` kernels of this process on physical device `phys` (`shared`: the state file, for the
+/// other processes' queues under time slicing and paging); returns when they will be done.
+pub fn run(shared: &Shared, phys: usize, kernels: u64) -> u64 {
+    run_ns(shared, phys, kernels * kernel_ns())
 }
 
-/// Queues `cost` nanoseconds of work; returns when it will be done.
-pub fn run_ns(shared: &Shared, cost: u64) -> u64 {
+/// Queues `cost` nanoseconds of work on `phys` (longer while it pages: `paging`); returns when it will be
+/// done.
+pub fn run_ns(shared: &Shared, phys: usize, cost: u64) -> u64 {
     let slice = slice_ns();
     let now = now();
+    let cost = crate::paging::cost(shared, phys, cost, now);
     let mut q = queue();
     let idle = q.busy_until < now;
     if idle {

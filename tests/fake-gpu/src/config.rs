@@ -3,7 +3,7 @@
 use std::env;
 
 /// Format version of the state file (part of its name, which this module makes).
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Most devices the state file can describe.
 pub const MAX_DEVICES: usize = 16;
@@ -109,6 +109,17 @@ pub fn env_size(name: &str, default: u64) -> u64 {
         },
         _ => default,
     }
+}
+
+/// How recently a process must have had work queued to count as active on a device for the paging model
+/// (`FAKE_CUDA_PAGING_WINDOW_MS`, default 100 ms), in nanoseconds. Both fakes read it: the CUDA one to
+/// slow work down, the NVML one to count the pages active processes pulled in.
+pub fn paging_window_ns() -> u64 {
+    env::var("FAKE_CUDA_PAGING_WINDOW_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(100)
+        .saturating_mul(1_000_000)
 }
 
 /// The 16 UUID bytes of physical device `index`: `GPU-fa4ec0de-0000-4000-8000-00000000000N`.

@@ -60,8 +60,12 @@ struct Slot {
     /// The owner's own work queued so far (ns) and when it claimed the slot: the fake NVML's utilisation.
     busy_ns: AtomicU64,
     claimed_at: AtomicU64,
+    /// Managed memory (`cuMemAllocManaged`) the owner holds per device, and the part of it charged to the
+    /// device (resident): the paging model (`activity`).
+    managed: [AtomicU64; MAX_DEVICES],
+    managed_resident: [AtomicU64; MAX_DEVICES],
 }
-const _: () = assert!(size_of::<Slot>() == 192);
+const _: () = assert!(size_of::<Slot>() == 448);
 
 #[repr(C)]
 struct Layout {
@@ -257,60 +261,6 @@ impl Shared {
             .map_or(0, |s| self.layout().slots[s].used[dev].load(Relaxed))
     }
 
-    /// Publishes when this process's kernel queue drains (CLOCK_MONOTONIC ns) and adds `cost` ns of its
-    /// own work, just queued, to its total.
-    pub fn set_busy_until(&self, ns: u64, cost: u64) {
-        if let Some(s) = self.slot {
-            let slot = &self.layout().slots[s];
-            slot.busy_until.store(ns, Relaxed);
-            slot.busy_ns.fetch_add(cost, Relaxed);
-        }
-    }
-
-    /// Every live process's work done by `now` (CLOCK_MONOTONIC ns): its work queued so far less what is
-    /// still ahead of it in its queue. (slot, PID as the process sees it, its PID namespace inode or 0,
-    /// ns done, when its queue drains, when it claimed its slot).
-    pub fn work_done(&self, now: u64) -> Vec<(usize, u32, u64, u64, u64, u64)> {
-        (0..SLOTS)
-            .filter(|&i| self.layout().slots[i].state.load(Acquire) == LIVE)
-            .map(|i| {
-                let s = &self.layout().slots[i];
-                let (total, until) = (s.busy_ns.load(Relaxed), s.busy_until.load(Relaxed));
-                let done = total.saturating_sub(until.saturating_sub(now));
-                let claimed = s.claimed_at.load(Relaxed);
-                (
-                    i,
-                    s.pid.load(Relaxed),
-                    s.pid_ns.load(Relaxed),
-                    done,
-                    until,
-                    claimed,
-                )
-            })
-            .collect()
-    }
-
-    /// How many other live processes had kernels queued after `since` (CLOCK_MONOTONIC ns).
-    pub fn others_busy(&self, since: u64) -> u64 {
-        let me = self.slot;
-        (0..SLOTS)
-            .filter(|&i| Some(i) != me)
-            .map(|i| &self.layout().slots[i])
-            .filter(|s| s.state.load(Acquire) == LIVE && s.busy_until.load(Relaxed) > since)
-            .count() as u64
-    }
-
-    /// The live processes that had kernels queued after `since` (CLOCK_MONOTONIC ns), this one
-    /// included: (PID as the process sees it, its PID namespace inode or 0). What the fake NVML reports
-    /// as busy in its per-process utilisation.
-    pub fn busy_processes(&self, since: u64) -> Vec<(u32, u64)> {
-        (0..SLOTS)
-            .map(|i| &self.layout().slots[i])
-            .filter(|s| s.state.load(Acquire) == LIVE && s.busy_until.load(Relaxed) > since)
-            .map(|s| (s.pid.load(Relaxed), s.pid_ns.load(Relaxed)))
-            .collect()
-    }
-
     /// Gives back the usage of every dead process; then claims a slot for this one.
     pub fn claim(&mut self) -> Result<usize, String> {
         if let Some(s) = self.slot {
@@ -332,7 +282,12 @@ impl Shared {
             slot.pid.store(pid, Relaxed);
             slot.pid_ns.store(own_pid_ns(), Relaxed);
             slot.in_flight.store(0, Relaxed);
-            for u in &slot.used {
+            for u in slot
+                .used
+                .iter()
+                .chain(&slot.managed)
+                .chain(&slot.managed_resident)
+            {
                 u.store(0, Relaxed);
             }
             slot.busy_until.store(0, Relaxed);
@@ -596,5 +551,6 @@ impl Drop for Shared {
     }
 }
 
+mod activity;
 #[cfg(test)]
 mod tests;

@@ -71,6 +71,15 @@ fn guard(f: impl FnOnce() -> R) -> Ret {
 }
 
 /// Runs `f` with the open state file; NVML_ERROR_UNINITIALIZED before nvmlInit.
+/// Device `i`'s memory in use (after reclaiming dead processes): what is charged to it, plus the managed
+/// pages the processes active on it pulled in from the host (the fake CUDA's paging model), at most the
+/// device, as a real GPU's used memory shows what is resident.
+fn device_used(s: &Shared, i: usize) -> u64 {
+    s.snapshot();
+    let since = fake_gpu::monotonic_ns().saturating_sub(fake_gpu::config::paging_window_ns());
+    s.resident_used(i, since)
+}
+
 fn with<T>(f: impl FnOnce(&Shared, u64) -> Result<T, Ret>) -> Result<T, Ret> {
     let n = NVML.lock().unwrap_or_else(|e| e.into_inner());
     match (&n.shared, n.refs) {
@@ -496,7 +505,7 @@ fn nvmlDeviceGetMemoryLimits_v1(dev: Device, l: *mut GetMemoryLimits) {
 
 fn nvmlDeviceGetMemoryInfo(dev: Device, m: *mut Memory) {
     let i = index(dev)?;
-    let (total, used, reserved) = with(|s, r| Ok((s.total(i), s.snapshot().devices[i].1, r)))?;
+    let (total, used, reserved) = with(|s, r| Ok((s.total(i), device_used(s, i), r)))?;
     let used = (used + reserved).min(total);
     out(m, Memory { total, free: total - used, used })
 }
@@ -505,7 +514,7 @@ fn nvmlDeviceGetMemoryInfo_v2(dev: Device, m: *mut MemoryV2) {
     let i = index(dev)?;
     if m.is_null() { return Err(INVALID_ARGUMENT); }
     if (*m).version != MEMORY_V2 { return Err(ARGUMENT_VERSION_MISMATCH); }
-    let (total, used, reserved) = with(|s, r| Ok((s.total(i), s.snapshot().devices[i].1, r)))?;
+    let (total, used, reserved) = with(|s, r| Ok((s.total(i), device_used(s, i), r)))?;
     let reserved = reserved.min(total);
     let used = used.min(total - reserved);
     out(m, MemoryV2 { version: MEMORY_V2, total, reserved, free: total - reserved - used, used })

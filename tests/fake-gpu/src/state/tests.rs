@@ -140,3 +140,49 @@ fn concurrent_charges_never_exceed_total() {
     assert_eq!(shared[0].used(0), 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn paging_counts_the_managed_memory_of_active_processes_only() {
+    let dir = tmpdir("paging");
+    let c = cfg(&dir, vec![1000]);
+    let (mut a, mut b, mut idle) = (
+        Shared::open(&c).unwrap(),
+        Shared::open(&c).unwrap(),
+        Shared::open(&c).unwrap(),
+    );
+    a.claim().unwrap();
+    b.claim().unwrap();
+    idle.claim().unwrap();
+    let now = crate::monotonic_ns();
+    // a: 600 managed, all resident; b: 600 managed on the host (the device had no room).
+    assert!(a.charge(0, 600));
+    a.add_managed(0, 600, 600);
+    b.add_managed(0, 600, 0);
+    assert_eq!(b.my_managed(0), (600, 0));
+    assert!(!a.paging(0, now), "b has no work queued: a alone fits");
+    assert_eq!(a.resident_used(0, now), 600, "b's pages stay on the host");
+    b.set_busy_until(now + 1_000_000_000, 1);
+    assert!(a.paging(0, now), "600 + 600 of active processes pass 1000");
+    assert!(!b.paging(0, now), "a has never queued work: b alone fits");
+    a.set_busy_until(now + 1_000_000_000, 1);
+    assert!(b.paging(0, now));
+    assert!(
+        !idle.paging(0, now),
+        "a process without managed memory does not fault"
+    );
+    assert_eq!(
+        a.resident_used(0, now),
+        1000,
+        "b pulled its pages in: the device is full"
+    );
+    assert!(
+        !a.paging(0, now + 2_000_000_000),
+        "b's work is older than the window"
+    );
+    assert_eq!(a.resident_used(0, now + 2_000_000_000), 600);
+    b.add_managed(0, -300, 0);
+    assert!(!a.paging(0, now), "600 + 300 fit");
+    assert_eq!(a.resident_used(0, now), 900);
+    drop((a, b, idle));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
