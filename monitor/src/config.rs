@@ -4,7 +4,7 @@
 use std::time::Duration;
 use vgpu_host::config::monitor::{interval, share_tolerance, share_wall, share_window, tolerance};
 use vgpu_host::config::{
-    MonitorConfig, TurnsConfig, MonitorConfigError, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN,
+    MonitorConfig, MonitorConfigError, ShareWall, TurnsConfig, DEFAULT_INTERVAL, DEFAULT_LISTEN,
     DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
 };
 
@@ -57,7 +57,9 @@ pub struct Turns {
 impl Turns {
     /// The table over the defaults.
     pub fn new(t: &TurnsConfig) -> Turns {
-        use vgpu_host::config::turns::{DEFAULT_GRACE, DEFAULT_IDLE, DEFAULT_QUANTUM, DEFAULT_TICK};
+        use vgpu_host::config::turns::{
+            DEFAULT_GRACE, DEFAULT_IDLE, DEFAULT_QUANTUM, DEFAULT_TICK,
+        };
         Turns {
             enabled: t.enabled.unwrap_or(true),
             quantum: t.quantum.unwrap_or(DEFAULT_QUANTUM),

@@ -86,12 +86,11 @@ pub fn tick(ms: u64) -> Result<Duration, TurnsConfigError> {
 impl TurnsConfig {
     /// The table's keys checked and typed; the error is one line naming the key.
     pub fn from_table(table: toml::Table) -> Result<TurnsConfig, TurnsConfigError> {
-        let raw: Raw =
-            table
-                .try_into()
-                .map_err(|e: toml::de::Error| TurnsConfigError::Syntax {
-                    message: e.message().to_string(),
-                })?;
+        let raw: Raw = table
+            .try_into()
+            .map_err(|e: toml::de::Error| TurnsConfigError::Syntax {
+                message: e.message().to_string(),
+            })?;
         Ok(TurnsConfig {
             enabled: raw.enabled,
             quantum: seconds("quantum_seconds", raw.quantum_seconds, 0.1, 3600.0)?,

@@ -10,8 +10,10 @@
 //! * **Contention** (serialise only when it helps): two or more want the GPU AND memory is short: the sum
 //!   of their charges (ledger `used`, clamped to their quota) passes the GPU's memory less what the other
 //!   processes on it hold, or (the truth no tenant can forge) NVML's device used memory is within
-//!   `MARGIN` of the total (left again below twice the margin, so the verdict does not flap). `force`
-//!   takes turns whenever two want it (a measurement knob). Not contended: every container `Free`, and
+//!   `MARGIN` of the total (left again below twice the margin, so the verdict does not flap; while they
+//!   take turns only the holder runs and the others' pages may leave the device, so what the device
+//!   holds plus what those waiting charged is what is compared, and turns end only once memory was not
+//!   short for a whole turn, `quantum + grace`). `force` takes turns whenever two want it (a measurement knob). Not contended: every container `Free`, and
 //!   what this arbiter froze thawed.
 //! * **Turns** in arrival order (the order they began wanting): the holder `Hold`; every other told to
 //!   `Yield` when it was running, then `Wait` once drained (or after `grace`). The holder keeps the GPU
@@ -165,7 +167,25 @@ pub struct Board {
     epoch: u64,
     nvml: Option<GpuNvml>,
     last: Option<Instant>,
+    /// Since when memory has not been short (while taking turns).
+    fits_since: Option<Instant>,
     pub counts: Counts,
+    /// The figures of the last verdict, for its log line.
+    pub why: Figures,
+}
+
+/// What the last contention verdict was made of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// Containers that want the GPU.
+    pub wanting: usize,
+    /// Their charges, and those of the ones that do not hold it.
+    pub charged: u64,
+    pub waiting: u64,
+    /// NVML: the device's used memory, its total, and what other processes hold.
+    pub used: u64,
+    pub total: u64,
+    pub others: u64,
 }
 
 impl Board {
@@ -179,7 +199,9 @@ impl Board {
             epoch: 0,
             nvml: None,
             last: None,
+            fits_since: None,
             counts: Counts::default(),
+            why: Figures::default(),
         }
     }
 
@@ -257,13 +279,41 @@ impl Board {
             .filter(|(_, m)| self.wants(m, now))
             .map(|(id, _)| id.clone())
             .collect();
-        let charged: u64 = t
-            .members
-            .iter()
-            .filter(|s| wanting.contains(&s.id))
-            .map(|s| s.charged)
-            .fold(0, u64::saturating_add);
-        let contended = wanting.len() >= 2 && (self.s.force || self.pressure(charged));
+        let charged = |holder: bool| {
+            t.members
+                .iter()
+                .filter(|s| wanting.contains(&s.id))
+                .filter(|s| holder || self.holder() != Some(s.id.as_str()))
+                .map(|s| s.charged)
+                .fold(0, u64::saturating_add)
+        };
+        let (all, waiting) = (charged(true), charged(false));
+        let n = self.nvml.unwrap_or(GpuNvml {
+            at: now,
+            since: None,
+            total: 0,
+            used: 0,
+            others: 0,
+        });
+        self.why = Figures {
+            wanting: wanting.len(),
+            charged: all,
+            waiting,
+            used: n.used,
+            total: n.total,
+            others: n.others,
+        };
+        let pressed = self.s.force || self.pressure(all, waiting);
+        // Turns hide the pressure they relieve (only the holder's pages are busy): taking turns ends only
+        // once they would have fit for a whole turn (`quantum + grace`), or fewer than two want the GPU.
+        let fits_since = match pressed {
+            true => None,
+            false => Some(*self.fits_since.get_or_insert(now)),
+        };
+        self.fits_since = fits_since;
+        let fit_long = fits_since
+            .is_some_and(|f| now.saturating_duration_since(f) >= self.s.quantum + self.s.grace);
+        let contended = wanting.len() >= 2 && (pressed || (self.contended && !fit_long));
         if !contended {
             self.free_all(t, &mut out);
             return out;
@@ -344,17 +394,26 @@ impl Board {
         }
     }
 
-    /// Memory is short for the containers that want the GPU (see the module's header).
-    fn pressure(&self, charged: u64) -> bool {
+    /// Memory is short for the containers that want the GPU (see the module's header): `charged` is
+    /// their charges, `waiting` those of the ones that do not hold it.
+    fn pressure(&self, charged: u64, waiting: u64) -> bool {
         let Some(n) = self.nvml else { return false };
         let left = n.total.saturating_sub(n.others);
         let margin = if self.contended { 2.0 * MARGIN } else { MARGIN };
-        charged > left || n.used as f64 >= n.total as f64 * (1.0 - margin)
+        let high = n.total as f64 * (1.0 - margin);
+        // Taking turns hides the pressure (only the holder runs, the others' pages may leave the device):
+        // while contended, what the device holds now plus what the waiting ones charged is the test.
+        let together = match self.contended {
+            true => n.used.saturating_add(waiting),
+            false => n.used,
+        };
+        charged > left || together as f64 >= high
     }
 
     /// Not contended: every member `Free`, the holder and queue dropped, what this arbiter froze thawed.
     fn free_all(&mut self, t: &Tick, out: &mut Vec<Action>) {
         self.contended = false;
+        self.fits_since = None;
         self.holder = None;
         self.queue.clear();
         let epoch = self.epoch;
@@ -474,7 +533,9 @@ impl Board {
             }
             Some((at, epoch, for_idle)) => {
                 let seen = t.members.iter().find(|s| s.id == h.id);
-                let drained = seen.and_then(|s| s.turn).is_some_and(|r| r.drained == epoch)
+                let drained = seen
+                    .and_then(|s| s.turn)
+                    .is_some_and(|r| r.drained == epoch)
                     || self.idle_after(seen, at);
                 let late = now.saturating_duration_since(at) >= self.s.grace;
                 if !drained && !late {
@@ -533,7 +594,9 @@ impl Board {
                     }
                 }
                 TurnMode::Yield => {
-                    let drained = seen.and_then(|s| s.turn).is_some_and(|r| r.drained == m.epoch)
+                    let drained = seen
+                        .and_then(|s| s.turn)
+                        .is_some_and(|r| r.drained == m.epoch)
                         || self.idle_after(seen, m.told);
                     if drained || now.saturating_duration_since(m.told) >= self.s.grace {
                         let e = self.epoch;

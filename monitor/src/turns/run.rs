@@ -75,8 +75,9 @@ fn log(msg: &str) {
 }
 
 fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 fn unix_ms() -> u64 {
@@ -170,15 +171,25 @@ impl Arbiter {
             .cloned()
             .collect();
         for uuid in gone {
-            if let Some(b) = w.boards.remove(&uuid) {
-                let ids: Vec<String> = b.frozen().map(str::to_string).collect();
-                for id in ids {
+            // No oversubscribe container left there: what the board froze is thawed, its counters kept
+            // (they are the GPU's, and Prometheus counters do not go back).
+            let actions = w.boards.get_mut(&uuid).map_or(vec![], |b| {
+                b.tick(&Tick {
+                    now,
+                    now_ns,
+                    members: &[],
+                    nvml: None,
+                })
+            });
+            for a in actions {
+                if let Action::Thaw { id } = a {
                     self.thaw(&mut w, &uuid, &id);
                 }
             }
             w.ledgers.remove(&uuid);
-            w.written.remove(&uuid);
-            record::remove_gpu(&self.root, &uuid);
+            if w.written.remove(&uuid).is_some() {
+                record::remove_gpu(&self.root, &uuid);
+            }
         }
         for (uuid, list) in &members {
             self.tick_gpu(&mut w, c, uuid, list, fresh, now, now_ns);
@@ -238,13 +249,21 @@ impl Arbiter {
         });
         let is = board.contended();
         if was.0 != is {
+            let f = board.why;
+            let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
             log(&format!(
-                "GPU {uuid}: {}",
+                "GPU {uuid}: {} ({} want it; charged {}, {} of it by those not holding it; NVML: {} used of {}, {} by other processes)",
                 if is {
-                    "contended (two or more oversubscribed containers want it and memory is short): taking turns"
+                    "contended: taking turns"
                 } else {
                     "no longer contended: every oversubscribed container runs freely"
-                }
+                },
+                f.wanting,
+                gib(f.charged),
+                gib(f.waiting),
+                gib(f.used),
+                gib(f.total),
+                gib(f.others),
             ));
         }
         let mut wrote = BTreeSet::new();
@@ -274,12 +293,13 @@ impl Arbiter {
     /// Writes a turn (or, `mode` None, the heartbeat alone) into a member's ledger; a failure is logged
     /// once until a write there works again.
     fn put(&self, w: &mut Inner, path: PathBuf, turn: Option<(TurnMode, u64)>, now_ns: u64) {
-        let r = vgpu_ledger::hostfile::open_regular_for_update(&path, FILE_SIZE as u64).and_then(
-            |f| match turn {
-                Some((mode, epoch)) => region::write_turn(&f, mode, epoch, now_ns),
-                None => region::write_heartbeat(&f, now_ns),
-            },
-        );
+        let r =
+            vgpu_ledger::hostfile::open_regular_for_update(&path, FILE_SIZE as u64).and_then(|f| {
+                match turn {
+                    Some((mode, epoch)) => region::write_turn(&f, mode, epoch, now_ns),
+                    None => region::write_heartbeat(&f, now_ns),
+                }
+            });
         match r {
             Ok(()) => {
                 w.failing.remove(&path);
@@ -289,7 +309,10 @@ impl Arbiter {
             Err(e) => {
                 if w.failing.insert(path.clone()) {
                     w.failures += 1;
-                    log(&format!("cannot write the turn into {}: {e}", path.display()));
+                    log(&format!(
+                        "cannot write the turn into {}: {e}",
+                        path.display()
+                    ));
                 }
             }
         }
@@ -310,12 +333,14 @@ impl Arbiter {
     /// Freezes a member's cgroup for a board; one that cannot be frozen is given back to the board.
     fn freeze(&self, w: &mut Inner, uuid: &str, id: &str, why: Why, cs: Option<&ContainerState>) {
         let what = match why {
-            Why::Revoked => "revoked: it held the GPU past its quantum, did not drain within the grace, and NVML shows it still using the GPU",
+            Why::Revoked => "revoked: it held the GPU, did not drain within the grace after it was told to yield, and NVML shows it still using the GPU",
             Why::OutOfTurn => "used the GPU out of turn: NVML shows its processes busy while it was told to wait",
         };
         if let Some(f) = w.frozen.get_mut(id) {
             f.1.insert(uuid.to_string());
-            log(&format!("GPU {uuid}: container {id} {what}; frozen already"));
+            log(&format!(
+                "GPU {uuid}: container {id} {what}; frozen already"
+            ));
             return;
         }
         let dir = cs

@@ -246,7 +246,12 @@ fn turns(s: &Status, out: &mut dyn Write) -> Result<()> {
         };
         let queue = match g.queue.is_empty() {
             true => "-".to_string(),
-            false => g.queue.iter().map(|q| short(q)).collect::<Vec<_>>().join(","),
+            false => g
+                .queue
+                .iter()
+                .map(|q| short(q))
+                .collect::<Vec<_>>()
+                .join(","),
         };
         row(
             &mut t,

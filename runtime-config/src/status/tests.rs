@@ -140,7 +140,10 @@ fn shows_the_turns_of_each_oversubscribed_gpu() {
         .unwrap_or_else(|| panic!("{text}"));
     let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(cells[3], "aaaaaaaaaaaa", "{line}");
-    assert!(line.contains("bbbbbbbbbbbb") && cells.ends_with(&["7", "1", "0"]), "{line}");
+    assert!(
+        line.contains("bbbbbbbbbbbb") && cells.ends_with(&["7", "1", "0"]),
+        "{line}"
+    );
 }
 
 // Issue 27: a quota lowered by `vgpuctl update` below the container's use showed only "150%".

@@ -136,7 +136,11 @@ fn two_that_do_not_fit_get_hold_and_yield_in_their_ledgers_status_and_a_clean_st
     assert_eq!(n.turn("c2").mode, TurnMode::Unmanaged);
     assert!(record::read_gpus(&n.root).is_empty(), "status removed");
     n.ticks(&a, 1);
-    assert_eq!(n.turn("c1").mode, TurnMode::Unmanaged, "no tick after the stop");
+    assert_eq!(
+        n.turn("c1").mode,
+        TurnMode::Unmanaged,
+        "no tick after the stop"
+    );
 }
 
 #[test]
