@@ -29,92 +29,10 @@
 //!   that did not drain only because it launched nothing since (the library drains at a launch) is idle
 //!   by NVML and never frozen. Without NVML nothing is frozen: the turns still go round.
 
+pub use super::input::{Action, Counts, Figures, GpuNvml, Seen, Settings, Tick, Why, MARGIN};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
-use vgpu_ledger::region::{TurnMode, TurnSnapshot};
-
-/// NVML's device used memory within this share of the total is memory pressure (5%).
-pub const MARGIN: f64 = 0.05;
-
-/// The arbiter's timing.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
-    /// How long a holder keeps the GPU while others wait.
-    pub quantum: Duration,
-    /// A holder idle this long hands the GPU on early.
-    pub idle: Duration,
-    /// How long a container told to yield has to drain before it is frozen.
-    pub grace: Duration,
-    /// How long a sign of wanting the GPU counts (NVML's is read once per collection).
-    pub linger: Duration,
-    /// NVML's sample tail: a busy reading counts against a container told to wait only when it covers
-    /// nothing from before `settle` after it was told.
-    pub settle: Duration,
-    /// Take turns whenever two want the GPU, whatever the memory.
-    pub force: bool,
-}
-
-/// NVML's figures of the GPU at one collection.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GpuNvml {
-    /// When the reading was finished, and the previous one (its utilisation covers the time between).
-    pub at: Instant,
-    pub since: Option<Instant>,
-    pub total: u64,
-    pub used: u64,
-    /// Bytes NVML's processes not of these containers hold.
-    pub others: u64,
-}
-
-/// One oversubscribe container of the GPU as a tick sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Seen {
-    pub id: String,
-    /// Its ledger's turn words (None: no ledger to read).
-    pub turn: Option<TurnSnapshot>,
-    /// Its ledger's charge, clamped to its quota.
-    pub charged: u64,
-    /// NVML at this tick's new collection: its processes used the GPU (None: no new collection).
-    pub busy: Option<bool>,
-}
-
-/// One tick: the time, every member, and NVML when a new collection came.
-#[derive(Debug, Clone)]
-pub struct Tick<'a> {
-    pub now: Instant,
-    /// CLOCK_MONOTONIC nanoseconds now: epochs start from it, so a restarted arbiter never reuses one.
-    pub now_ns: u64,
-    pub members: &'a [Seen],
-    pub nvml: Option<GpuNvml>,
-}
-
-/// Why the arbiter froze a container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Why {
-    /// It held the GPU and did not drain within the grace after its quantum.
-    Revoked,
-    /// NVML saw it use the GPU while told to wait (or not to drain when told to yield).
-    OutOfTurn,
-}
-
-/// What the runner is to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Write this turn into the container's ledger.
-    Write {
-        id: String,
-        mode: TurnMode,
-        epoch: u64,
-    },
-    Freeze {
-        id: String,
-        why: Why,
-    },
-    Thaw {
-        id: String,
-    },
-}
+use vgpu_ledger::region::TurnMode;
 
 #[derive(Debug, Clone)]
 struct Member {
@@ -148,14 +66,6 @@ struct Holder {
     yielding: Option<(Instant, u64, bool)>,
 }
 
-/// What this arbiter counted on the GPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub grants: u64,
-    pub revocations: u64,
-    pub out_of_turn: u64,
-}
-
 /// One GPU's arbiter.
 #[derive(Debug, Clone)]
 pub struct Board {
@@ -172,20 +82,6 @@ pub struct Board {
     pub counts: Counts,
     /// The figures of the last verdict, for its log line.
     pub why: Figures,
-}
-
-/// What the last contention verdict was made of.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Figures {
-    /// Containers that want the GPU.
-    pub wanting: usize,
-    /// Their charges, and those of the ones that do not hold it.
-    pub charged: u64,
-    pub waiting: u64,
-    /// NVML: the device's used memory, its total, and what other processes hold.
-    pub used: u64,
-    pub total: u64,
-    pub others: u64,
 }
 
 impl Board {

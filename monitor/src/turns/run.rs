@@ -11,6 +11,7 @@
 //! only writes `Unmanaged` where a previous run left another word. Not here: the decisions (`decide`).
 
 use super::decide::{self, Action, Board, GpuNvml, Seen, Tick, Why};
+use super::input::{busy, members, others};
 use super::record::{self, Frozen, GpuTurns, MemberTurn};
 use super::view::TurnsView;
 use crate::config::Turns;
@@ -345,7 +346,7 @@ impl Arbiter {
         }
         let dir = cs
             .ok_or_else(|| "it is gone".to_string())
-            .and_then(|cs| cgroup_of(cs));
+            .and_then(cgroup_of);
         let r = dir.and_then(|d| match freezer::freeze(&d) {
             Ok(freezer::Freeze::Frozen) => Ok(Some(d)),
             Ok(freezer::Freeze::Gone) => Ok(None),
@@ -549,44 +550,6 @@ impl Arbiter {
         }
         v
     }
-}
-
-/// Each GPU's oversubscribe container GPUs (container index, GPU index), of live containers only.
-fn members(cs: &[ContainerState]) -> BTreeMap<String, Vec<(usize, usize)>> {
-    let mut out: BTreeMap<String, Vec<(usize, usize)>> = BTreeMap::new();
-    for (ci, c) in cs.iter().enumerate().filter(|(_, c)| c.live) {
-        for (gi, g) in c.gpus.iter().enumerate().filter(|(_, g)| g.oversubscribe) {
-            out.entry(g.uuid.clone()).or_default().push((ci, gi));
-        }
-    }
-    out
-}
-
-/// Bytes NVML's processes on the GPU hold that are none of the members'.
-fn others(r: &GpuReading, list: &[(usize, usize)], truth: &Truth) -> u64 {
-    let mine: BTreeSet<u32> = list
-        .iter()
-        .filter_map(|k| truth.by_gpu.get(k))
-        .flatten()
-        .map(|p| p.pid)
-        .collect();
-    r.processes
-        .iter()
-        .flatten()
-        .filter(|(pid, _)| !mine.contains(pid))
-        .map(|(_, b)| *b)
-        .fold(0, u64::saturating_add)
-}
-
-/// Whether NVML saw the member's processes use the GPU (None: NVML cannot tell utilisation).
-fn busy(r: &GpuReading, truth: &Truth, c: usize, g: usize) -> Option<bool> {
-    let samples = r.process_utilization.as_deref()?;
-    let procs = truth.by_gpu.get(&(c, g)).map_or(&[][..], |v| v.as_slice());
-    Some(
-        procs
-            .iter()
-            .any(|p| samples.iter().any(|s| s.0 == p.pid && s.1 > 0.0)),
-    )
 }
 
 /// A container's cgroup directory (its recorded cgroup v2 path under the host's mount).

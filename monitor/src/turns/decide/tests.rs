@@ -1,4 +1,7 @@
+//! Tests of the arbiter's decisions: a GPU of 16 GiB whose members play the library (or forge, or bypass it).
+
 use super::*;
+use vgpu_ledger::region::TurnSnapshot;
 
 const GIB: u64 = 1 << 30;
 

@@ -1,3 +1,5 @@
+//! Tests of the arbiter's thread over real ledgers in a temporary state root, NVML and attribution made up.
+
 use super::*;
 use crate::state::GpuState;
 use crate::watchdog::TrueProc;
