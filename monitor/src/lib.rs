@@ -6,8 +6,9 @@
 //! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
 //! (`state::mark_live`). The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
 //! scrape costs the encoding alone and any number of scrapers add no reads
-//! (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the state root and takes no
-//! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
+//! (`vgpu_monitor_reading_age_seconds` says how old it is). Takes no lock on a ledger, and writes to the
+//! state root only as the time-quanta arbiter (`turns`: the turn words of oversubscribed ledgers, its
+//! host-only files under `<root>/turns/`). /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
 //! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
 //! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
 //! `share_run` its passes, `freezer` the cgroup writes), the time-quanta arbiter of oversubscribed GPUs (`turns`, a
