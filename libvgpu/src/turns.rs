@@ -8,7 +8,8 @@
 //! What a wait costs nobody else: a process with no oversubscribed GPU pays one atomic load (`off`), one
 //! with such a GPU one more load of the mode byte per launch while it may go. A waiting thread sleeps
 //! (50 µs, doubling up to 1 ms) holding no lock, and counts itself in `waiting` and its time in
-//! `waited_ns`, the arbiter's hints.
+//! `waited_ns` as it goes (so `waiting` left behind by a thread killed while waiting shows as a
+//! `waited_ns` that stands still), the arbiter's hints.
 //!
 //! A dead arbiter never hangs a container: a thread whose wait saw the arbiter's heartbeat stand still
 //! for `STALE` goes ahead (one log line per process), and so do later launches while the heartbeat stays
@@ -153,6 +154,7 @@ fn wait(
     let (mut beat, mut beat_at) = (turn.heartbeat(), start);
     let mut nap = pace.first_nap;
     let mut drained_for = None;
+    let mut counted = 0u64;
     let passed = loop {
         match turn.mode() {
             TurnMode::Hold => {
@@ -184,10 +186,20 @@ fn wait(
         }
         std::thread::sleep(nap);
         nap = (nap * 2).min(pace.max_nap);
+        counted = count_waited(turn, counted, start);
     };
     turn.add_waiting(-1);
-    turn.add_waited(start.elapsed().as_nanos().min(u64::MAX as u128) as u64);
+    count_waited(turn, counted, start);
     passed
+}
+
+/// Adds to `waited_ns` the time waited since `counted` ns into the wait that began at `start`; returns the
+/// new count. Added as the wait goes, so the arbiter sees `waited_ns` move while a thread waits, and a
+/// `waiting` count left behind by a thread that was killed while waiting by a still `waited_ns`.
+fn count_waited(turn: &TurnArea, counted: u64, start: Instant) -> u64 {
+    let now = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+    turn.add_waited(now.saturating_sub(counted));
+    now
 }
 
 #[cold]

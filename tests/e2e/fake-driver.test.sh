@@ -298,6 +298,14 @@ check "paging: B idle (holding its memory): NVML shows only what is charged (B's
 out=$("${paging_env[@]}" "$LINKED" '!managed' 3Gi '!module' '!launch' 100 2>&1)
 check "paging: B idle, holding 3 GiB of managed memory: A runs at full speed (ms per kernel)" "$(per_launch_ms "$out")" 1
 release pb
+# The hand-off: with FAKE_CUDA_PAGING_MIGRATE_US, a process coming back after another evicted its pages pays
+# that once. B works briefly and idles holding 3 GiB; A (3 GiB) then starts past the window.
+start pb "${paging_env[@]}" "$LINKED" '!managed' 3Gi '!module' '!launch' 20 wait || exit 1
+sleep 0.2
+out=$("${paging_env[@]}" FAKE_CUDA_PAGING_MIGRATE_US=200000 "$LINKED" '!managed' 3Gi '!module' '!launch' 100 '!launch' 100 2>&1)
+check "paging: A after B (3 GiB each) pays the 200 ms migration once, then runs at full speed (ms per kernel)" \
+    "$(per_launch_ms "$out") $(ms "$(val "$out" launch ns_per_launch 2)")" "3 1"
+release pb
 start pb "${paging_env[@]}" "$LINKED" '!managed' 512Mi '!module' wait '!work' 1 || exit 1
 echo go >&"$pb_fd"
 sleep 0.1

@@ -123,7 +123,7 @@ UUID0=GPU-fa4ec0de-0000-4000-8000-000000000000
 vgbg() { local name=$1; shift; (exec env LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE \
     CUDA_DEVICE_MEMORY_LIMIT=${LIMIT:-1g} $MODE "$RT" "$@") >"$W/$name.out" 2>&1 & eval "${name}_pid=$!"; }
 # ready NAME...: waits until each client printed its await line (its ledger exists then)
-ready() { local c; for c in "$@"; do for _ in $(seq 100); do grep -q "op=await ready" "$W/$c.out" && break; sleep 0.1; done; done; }
+ready() { local c; for c in "$@"; do for _ in $(seq 100); do grep -qs "op=await ready" "$W/$c.out" && break; sleep 0.1; done; done; }
 # done_within SECS NAME...: every client exited within SECS
 done_within() {
     local secs=$1 c; shift
@@ -166,6 +166,22 @@ check_eq "  ... its second launch not done" "$(grep -c '^op=launch' "$W/y.out")"
 $TURN set "$L" free 8
 done_within 10 y; check_eq "Free: it goes" "$?" 0
 check "  ... both launches done" test "$(grep -c '^op=launch .*rc=0' "$W/y.out")" = 2
+# Every entry point of tests/clients/compute_client.c (no context current, a CUkernel, another context's
+# function, cuLaunchKernelEx, cooperative, multi-device, a graph, memsets, copies, batch copies).
+modes="plain noctx kernel otherctx ex coop multi graph memset memcpy batch batch3d"
+$TURN set "$L" wait 20
+for m in $modes; do
+    (exec env LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$CACHE CUDA_DEVICE_MEMORY_LIMIT=$LIMIT $MODE \
+        "$CLIENTS_DIR/compute_client" $m 0.2 8) >"$W/cc-$m.out" 2>&1 &
+    eval "cc_${m}_pid=$!"
+done
+sleep 2
+check "Wait: no entry point of compute_client gets through (none done after 2 s: $modes)" \
+    test -z "$(for m in $modes; do cat "$W/cc-$m.out"; done | grep '^mode=')"
+$TURN set "$L" hold 21
+done_within 30 $(for m in $modes; do echo cc_$m; done); check_eq "Hold: every one goes" "$?" 0
+check "  ... and succeeds (rc=0 for all $(echo $modes | wc -w))" \
+    test "$(for m in $modes; do cat "$W/cc-$m.out"; done | grep -c '^mode=.* rc=0 ')" = "$(echo $modes | wc -w)"
 kill $beater; wait $beater 2>/dev/null
 $TURN set "$L" wait 9   # and no heartbeat after: the arbiter is gone
 t0=$(date +%s%N)

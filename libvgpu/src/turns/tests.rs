@@ -85,7 +85,10 @@ fn wait_holds_the_launch_until_the_turn_comes_and_counts_the_wait() {
         let q = w.q;
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(60));
-            q.ledger().turn().snapshot().waiting
+            let a = q.ledger().turn().snapshot();
+            std::thread::sleep(Duration::from_millis(40));
+            let b = q.ledger().turn().snapshot();
+            (a.waiting, b.waited_ns > a.waited_ns && a.waited_ns > 0)
         })
     };
     let t0 = Instant::now();
@@ -97,8 +100,8 @@ fn wait_holds_the_launch_until_the_turn_comes_and_counts_the_wait() {
     assert!(took >= Duration::from_millis(140), "went after {took:?}");
     assert_eq!(
         waiting_seen.join().unwrap(),
-        1,
-        "counted as waiting while it waited"
+        (1, true),
+        "counted as waiting while it waited, its time summed as it goes"
     );
     let s = snap(&w);
     assert_eq!(

@@ -2,7 +2,10 @@
 //! memsets and copies on a device take that many times longer while the managed memory of the processes
 //! active there (work queued or finished within `FAKE_CUDA_PAGING_WINDOW_MS`) together passes the
 //! device's size, as a real GPU thrashes when the working sets it pages between do not fit. A process
-//! holding no managed memory on the device does not fault and runs at its own speed. Also here: keeping
+//! holding no managed memory on the device does not fault and runs at its own speed. With
+//! `FAKE_CUDA_PAGING_MIGRATE_US`, a process that comes back to the device after another one whose managed
+//! memory and its own together pass the device used it first pays that long once (its pages move back in:
+//! the cost of a hand-off between turns). Also here: keeping
 //! each process's managed bytes (total and resident) in its slot of the state file, where the other
 //! processes and the fake NVML read them. Not here: the queue the cost is paid on (`timeline`).
 
@@ -26,13 +29,37 @@ fn window_ns() -> u64 {
     *W.get_or_init(fake_gpu::config::paging_window_ns)
 }
 
-/// What `cost` nanoseconds of this process's work on physical device `phys`, queued at `now`, take.
+/// The one-off cost of moving a process's managed pages back in after another process evicted them
+/// (`FAKE_CUDA_PAGING_MIGRATE_US`, nanoseconds; 0 when unset).
+fn migrate_ns() -> u64 {
+    static NS: OnceLock<u64> = OnceLock::new();
+    *NS.get_or_init(|| {
+        std::env::var("FAKE_CUDA_PAGING_MIGRATE_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            .saturating_mul(1000)
+    })
+}
+
+/// What `cost` nanoseconds of this process's work on physical device `phys`, queued at `now`, take:
+/// `factor` times as long while it pages, plus the migration when it comes back after another process.
 pub fn cost(shared: &Shared, phys: usize, cost: u64, now: u64) -> u64 {
-    let f = factor();
-    if f <= 1 || cost == 0 || !shared.paging(phys, now.saturating_sub(window_ns())) {
-        return cost;
+    if cost == 0 {
+        return 0;
     }
-    cost.saturating_mul(f)
+    let since = now.saturating_sub(window_ns());
+    let f = factor();
+    let paged = if f > 1 && shared.paging(phys, since) {
+        cost.saturating_mul(f)
+    } else {
+        cost
+    };
+    let m = migrate_ns();
+    if m > 0 && shared.migrates(phys, since) {
+        return paged.saturating_add(m);
+    }
+    paged
 }
 
 /// A managed allocation of `size` bytes on `phys`, `resident` of them charged to the device, was made

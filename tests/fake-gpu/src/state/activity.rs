@@ -118,6 +118,29 @@ impl Shared {
         sum > self.total(dev)
     }
 
+    /// Whether this process's next work on `dev` first moves its managed pages back in: it holds managed
+    /// memory there, has had no work since `since`, and another live process whose managed memory on `dev`
+    /// and this one's together pass the device used it after this one's last work (evicting its pages).
+    pub fn migrates(&self, dev: usize, since: u64) -> bool {
+        let Some(me) = self.slot else { return false };
+        let l = self.layout();
+        let (mine, last) = (
+            l.slots[me].managed[dev].load(Relaxed),
+            l.slots[me].busy_until.load(Relaxed),
+        );
+        if mine == 0 || last > since {
+            return false;
+        }
+        (0..SLOTS).filter(|&i| i != me).any(|i| {
+            let s = &l.slots[i];
+            let theirs = s.managed[dev].load(Relaxed);
+            s.state.load(Acquire) == LIVE
+                && theirs > 0
+                && s.busy_until.load(Relaxed) > last
+                && mine.saturating_add(theirs) > self.total(dev)
+        })
+    }
+
     /// The memory of `dev` in use as NVML sees it: the bytes charged to it, plus the managed pages the
     /// processes active since `since` pulled in from the host (their managed bytes not charged), at most
     /// the device. (Pulled-in pages are not charged to anyone: a tenant's quota is the library's.)

@@ -186,3 +186,39 @@ fn paging_counts_the_managed_memory_of_active_processes_only() {
     drop((a, b, idle));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_process_coming_back_after_another_evicted_it_migrates_once() {
+    let dir = tmpdir("migrate");
+    let c = cfg(&dir, vec![1000]);
+    let (mut a, mut b) = (Shared::open(&c).unwrap(), Shared::open(&c).unwrap());
+    a.claim().unwrap();
+    b.claim().unwrap();
+    a.add_managed(0, 600, 600);
+    b.add_managed(0, 300, 0);
+    let t = crate::monotonic_ns();
+    a.set_busy_until(t, 1);
+    b.set_busy_until(t + 10, 1);
+    assert!(
+        !a.migrates(0, t + 100),
+        "b's 300 and a's 600 fit: nothing was evicted"
+    );
+    b.add_managed(0, 300, 0);
+    assert!(
+        a.migrates(0, t + 100),
+        "b (600) used the device after a's last work"
+    );
+    assert!(!b.migrates(0, t + 100), "nobody used it after b");
+    assert!(
+        !a.migrates(0, t - 100),
+        "a is still active: its pages are in"
+    );
+    a.set_busy_until(t + 20, 1);
+    assert!(
+        !a.migrates(0, t + 100),
+        "once a worked again, it is b's turn to come back"
+    );
+    assert!(b.migrates(0, t + 100));
+    drop((a, b));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
