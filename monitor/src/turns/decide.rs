@@ -5,7 +5,7 @@
 //! what the status file holds (`record`).
 //!
 //! * **Wanting the GPU** (any of, within `linger`): threads of the container wait for the turn
-//!   (`waiting > 0`), its launches moved while holding, or NVML saw its processes use the GPU; a
+//!   (`waiting > 0` while `waited_ns` moves), its launches moved while holding, or NVML saw its processes use the GPU; a
 //!   container this arbiter froze still wants it (it is owed its turn).
 //! * **Contention** (serialise only when it helps): two or more want the GPU AND memory is short: the sum
 //!   of their charges (ledger `used`, clamped to their quota) passes the GPU's memory less what the other
@@ -40,8 +40,9 @@ struct Member {
     mode: TurnMode,
     epoch: u64,
     told: Instant,
-    /// Its last `launches` word (None: none read yet).
+    /// Its last `launches` and `waited_ns` words (None: none read yet).
     launches: Option<u64>,
+    waited_ns: Option<u64>,
     /// The last sign it wants the GPU, and since when it has wanted it (arrival order).
     active: Option<Instant>,
     since: Option<Instant>,
@@ -255,6 +256,7 @@ impl Board {
                 epoch: 0,
                 told: t.now,
                 launches: None,
+                waited_ns: None,
                 active: None,
                 since: None,
                 worked: None,
@@ -265,14 +267,15 @@ impl Board {
             });
             let turn = s.turn.unwrap_or_default();
             let moved = s.turn.is_some() && m.launches.is_some_and(|l| l != turn.launches);
+            // A waiting thread adds to `waited_ns` as it waits: a count whose time stands still was left
+            // by a thread killed while waiting, and is no sign.
+            let waits = turn.waiting > 0 && m.waited_ns != Some(turn.waited_ns);
             if s.turn.is_some() {
                 m.launches = Some(turn.launches);
+                m.waited_ns = Some(turn.waited_ns);
             }
-            let sign = turn.waiting > 0 || moved || s.busy == Some(true);
-            if sign {
+            if waits || moved || s.busy == Some(true) {
                 m.active = Some(t.now);
-            }
-            if moved || turn.waiting > 0 || s.busy == Some(true) {
                 m.worked = Some(t.now);
             }
         }

@@ -124,8 +124,12 @@ impl Gpu {
             TurnMode::Yield => {
                 t.drained = t.epoch;
                 t.waiting = 1;
+                t.waited_ns += 50_000_000;
             }
-            TurnMode::Wait => t.waiting = 1,
+            TurnMode::Wait => {
+                t.waiting = 1;
+                t.waited_ns += 50_000_000;
+            }
             _ => t.waiting = 0,
         }
     }
@@ -484,4 +488,24 @@ fn without_nvml_no_pressure_is_known_and_nothing_is_frozen() {
     }
     assert!(!g.b.contended());
     assert!(g.frozen.is_empty());
+}
+
+/// A thread killed while it waited leaves `waiting` at 1 for good; its `waited_ns` stands still, so it is
+/// no sign of wanting the GPU: the contention ends with the other's.
+#[test]
+fn a_waiting_count_whose_time_stands_still_is_no_sign() {
+    let mut g = Gpu::new(settings());
+    g.add("a", 10 * GIB);
+    g.add("b", 10 * GIB);
+    g.busy = [("a".into(), true), ("b".into(), true)].into();
+    g.run(40, &["a", "b"]);
+    assert!(g.b.contended());
+    let waiter = g.b.queue().next().unwrap().to_string();
+    // The waiter's process dies inside the wait: its count stays, its time does not move, NVML sees
+    // nothing of it any more.
+    g.busy.insert(waiter.clone(), false);
+    g.turn(&waiter).waiting = 1;
+    let holder = g.b.holder().unwrap().to_string();
+    g.run(100, &[holder.as_str()]);
+    assert!(!g.b.contended(), "{:?}", g.b.members().collect::<Vec<_>>());
 }
