@@ -141,6 +141,49 @@ impl StateFile {
     }
 }
 
+/// Opens `path` for writing in place (`pwrite`) if it is a regular file of exactly `len` bytes with a
+/// single link, without following a link and without blocking, as [`open_regular`] opens for reading:
+/// the time-quanta arbiter's turn words in a container's ledger (`region::write_turn`). A hard link
+/// the tenant made in its folder to another file is refused by its link count. Errors are one line
+/// without the path (callers name it).
+pub fn open_regular_for_update(path: &Path, len: u64) -> io::Result<File> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| refused("contains a NUL byte"))?;
+    // SAFETY: open with a valid C string; O_PATH opens nothing but the name itself.
+    let raw = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just opened here and nothing else owns it.
+    let handle = unsafe { OwnedFd::from_raw_fd(raw) };
+    let meta = File::from(handle.try_clone()?).metadata()?;
+    if let Some(what) = not_regular(meta.mode()) {
+        return Err(refused(what));
+    }
+    if meta.len() != len || meta.nlink() != 1 {
+        return Err(refused(&format!(
+            "is {} bytes with {} links, not a file of {len} bytes with one",
+            meta.len(),
+            meta.nlink()
+        )));
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
+    let again = file.metadata()?;
+    if (again.dev(), again.ino()) != (meta.dev(), meta.ino()) || not_regular(again.mode()).is_some()
+    {
+        return Err(refused("changed while being opened"));
+    }
+    Ok(file)
+}
+
 /// The whole of the regular file at `path`, at most `max_len` bytes (see [`open_regular`]).
 pub fn read_regular(path: &Path, max_len: u64) -> io::Result<Vec<u8>> {
     open_regular(path, max_len)?.read_to_vec(max_len)
@@ -222,5 +265,26 @@ mod tests {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         let e = load_limits(&fifo).unwrap_err().to_string();
         assert!(e.contains("limits.json") && e.contains("FIFO"), "{e}");
+    }
+
+    #[test]
+    fn opens_for_update_only_a_single_link_regular_file_of_the_size() {
+        let d = tempfile::tempdir().unwrap();
+        let p = |n: &str| d.path().join(n);
+        std::fs::write(p("ledger"), [0u8; 64]).unwrap();
+        let f = open_regular_for_update(&p("ledger"), 64).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, b"x", 3).unwrap();
+        assert_eq!(std::fs::read(p("ledger")).unwrap()[3], b'x');
+        let err = |n: &str, len| open_regular_for_update(&p(n), len).unwrap_err();
+        assert_eq!(err("ledger", 65).kind(), io::ErrorKind::InvalidData);
+        nix::unistd::mkfifo(&p("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        assert_eq!(err("fifo", 0).to_string(), "is a FIFO, not a regular file");
+        symlink(p("ledger"), p("link")).unwrap();
+        assert!(err("link", 64).to_string().contains("symbolic link"));
+        // A hard link (to a host file, say) has two links: refused, nothing written.
+        std::fs::hard_link(p("ledger"), p("hard")).unwrap();
+        assert!(err("hard", 64).to_string().contains("2 links"));
+        assert!(err("ledger", 64).to_string().contains("2 links"));
+        assert_eq!(err("none", 64).kind(), io::ErrorKind::NotFound);
     }
 }

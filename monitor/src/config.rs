@@ -4,7 +4,7 @@
 use std::time::Duration;
 use vgpu_host::config::monitor::{interval, share_tolerance, share_wall, share_window, tolerance};
 use vgpu_host::config::{
-    MonitorConfig, MonitorConfigError, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN,
+    MonitorConfig, MonitorConfigError, ShareWall, TurnsConfig, DEFAULT_INTERVAL, DEFAULT_LISTEN,
     DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
 };
 
@@ -39,6 +39,36 @@ pub struct Settings {
     pub share_tolerance: f64,
     /// HAMi's `node` label: `[monitor] node`, else the host name.
     pub node: String,
+    /// The time-quanta arbiter (`[monitor.turns]`).
+    pub turns: Turns,
+}
+
+/// The time-quanta arbiter's settings (`[monitor.turns]` over the defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Turns {
+    pub enabled: bool,
+    pub quantum: Duration,
+    pub idle: Duration,
+    pub grace: Duration,
+    pub tick: Duration,
+    pub force: bool,
+}
+
+impl Turns {
+    /// The table over the defaults.
+    pub fn new(t: &TurnsConfig) -> Turns {
+        use vgpu_host::config::turns::{
+            DEFAULT_GRACE, DEFAULT_IDLE, DEFAULT_QUANTUM, DEFAULT_TICK,
+        };
+        Turns {
+            enabled: t.enabled.unwrap_or(true),
+            quantum: t.quantum.unwrap_or(DEFAULT_QUANTUM),
+            idle: t.idle.unwrap_or(DEFAULT_IDLE),
+            grace: t.grace.unwrap_or(DEFAULT_GRACE),
+            tick: t.tick.unwrap_or(DEFAULT_TICK),
+            force: t.force.unwrap_or(false),
+        }
+    }
 }
 
 impl Settings {
@@ -70,6 +100,7 @@ impl Settings {
             None => table.share_tolerance.unwrap_or(DEFAULT_SHARE_TOLERANCE),
         };
         Ok(Settings {
+            turns: Turns::new(&table.turns),
             share_wall,
             share_window,
             share_tolerance,
@@ -130,6 +161,11 @@ mod tests {
             share_window: Some(Duration::from_secs(20)),
             share_tolerance: Some(2.0),
             node: Some("gpu-7".into()),
+            turns: TurnsConfig {
+                quantum: Some(Duration::from_secs(2)),
+                force: Some(true),
+                ..Default::default()
+            },
         };
         let s = Settings::new(&table, Flags::default(), "n").unwrap();
         assert_eq!(
@@ -147,6 +183,15 @@ mod tests {
             (ShareWall::Report, 20, 2.0)
         );
         assert_eq!(s.node, "gpu-7");
+        assert_eq!(
+            (d.turns.enabled, d.turns.quantum.as_secs(), d.turns.force),
+            (true, 30, false),
+            "the arbiter runs by default, 30 s turns"
+        );
+        assert_eq!(
+            (s.turns.enabled, s.turns.quantum.as_secs(), s.turns.force),
+            (true, 2, true)
+        );
         assert_eq!(
             d.node,
             nix::unistd::gethostname().unwrap().to_string_lossy(),

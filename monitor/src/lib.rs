@@ -6,12 +6,14 @@
 //! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
 //! (`state::mark_live`). The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
 //! scrape costs the encoding alone and any number of scrapers add no reads
-//! (`vgpu_monitor_reading_age_seconds` says how old it is). Never writes to the state root and takes no
-//! lock on a ledger. /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
+//! (`vgpu_monitor_reading_age_seconds` says how old it is). Takes no lock on a ledger, and writes to the
+//! state root only as the time-quanta arbiter (`turns`: the turn words of oversubscribed ledgers, its
+//! host-only files under `<root>/turns/`). /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
 //! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
 //! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
 //! `share_run` its passes, `freezer` the cgroup writes), `held` (what a container holds by NVML, for
-//! `vgpuctl update`'s shrink); NVML is the host tools' one binding,
+//! `vgpuctl update`'s shrink), the time-quanta arbiter of oversubscribed GPUs (`turns`, a thread of its own);
+//! NVML is the host tools' one binding,
 //! `vgpu_host::nvml`.
 
 pub mod config;
@@ -24,6 +26,7 @@ pub mod metrics;
 pub mod share_run;
 pub mod share_wall;
 pub mod state;
+pub mod turns;
 pub mod watchdog;
 
 use metrics::WatchdogView;
@@ -52,6 +55,8 @@ pub struct Monitor {
     node: String,
     /// Docker's names for the `container` label (asking nothing until `set_docker_socket`).
     docker: Mutex<docker::Cache>,
+    /// The time-quanta arbiter of oversubscribed GPUs (none until `with_turns`).
+    turns: Option<Arc<turns::run::Arbiter>>,
 }
 
 /// One collection: a reading, when it was finished and how long it took.
@@ -119,7 +124,26 @@ impl Monitor {
             build: metrics::BuildInfo::default(),
             node: String::new(),
             docker: Mutex::new(docker::Cache::new(None, docker::DEADLINE)),
+            turns: None,
         }
+    }
+
+    /// This monitor with the time-quanta arbiter (`turns`), which `run` starts in a thread of its own.
+    pub fn with_turns(mut self, arbiter: turns::run::Arbiter) -> Monitor {
+        self.turns = Some(Arc::new(arbiter));
+        self
+    }
+
+    /// One pass of the arbiter over the last collection (none yet: nothing).
+    pub fn turns_tick(&self) {
+        let Some(a) = &self.turns else { return };
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        a.tick(last.as_ref().map(|c| turns::run::Collection {
+            containers: &c.reading.containers,
+            gpus: c.reading.gpus.as_deref(),
+            truth: &c.reading.truth,
+            at: c.at,
+        }));
     }
 
     /// This monitor with the compute share's wall set to `mode`.
@@ -223,7 +247,14 @@ impl Monitor {
         }
         view.open
             .extend(share.open.iter().map(|l| (l.clone(), "over_share")));
-        metrics::render(&metrics::Scrape {
+        let turns = self.turns.as_ref().map(|a| {
+            a.view(|id, uuid| {
+                let c = r.containers.iter().position(|c| c.id == id)?;
+                let g = r.containers[c].gpus.iter().position(|g| g.uuid == uuid)?;
+                Some((c, g))
+            })
+        });
+        let scrape = metrics::Scrape {
             share: &share,
             build: self.build,
             node: &self.node,
@@ -236,6 +267,20 @@ impl Monitor {
                 age: c.at.elapsed(),
                 took: c.took,
             }),
+        };
+        metrics::render_with(&scrape, |reg| {
+            if let Some(t) = &turns {
+                t.register(
+                    reg,
+                    |uuid| {
+                        vec![
+                            ("node", self.node.clone().into()),
+                            ("device_uuid", uuid.to_string().into()),
+                        ]
+                    },
+                    |c, g| metrics::container_labels(&r.containers[c], g),
+                );
+            }
         })
     }
 
@@ -421,11 +466,26 @@ pub fn run(
         .spawn(move || {
             if let Ok(sig) = stop.wait() {
                 m.share.thaw_all();
+                if let Some(a) = &m.turns {
+                    a.stop();
+                }
                 std::process::exit(128 + sig as i32);
             }
         })?;
     // The first reading is made before the first request is accepted: a scrape never waits for one.
     monitor.collect();
+    if let Some(a) = monitor.turns.clone() {
+        // Its own thread, beating every tick: a collection that takes long never stalls a turn.
+        a.thaw_left_frozen();
+        let m = monitor.clone();
+        let tick = a.turns().tick;
+        std::thread::Builder::new()
+            .name("turns".into())
+            .spawn(move || loop {
+                m.turns_tick();
+                std::thread::sleep(tick);
+            })?;
+    }
     let m = monitor.clone();
     std::thread::Builder::new()
         .name("collector".into())

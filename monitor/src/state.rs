@@ -55,6 +55,8 @@ pub struct GpuState {
     /// (limits.json's `held_at_shrink`; none in files from before it existed): the watchdog's starting
     /// tolerance for the pending shrink (`watchdog::Shrinks`).
     pub held_at_shrink: Option<u64>,
+    /// Its quota's memory mode is `oversubscribe` (limits.json): the time-quanta arbiter takes it in.
+    pub oversubscribe: bool,
     /// The ledger's compute bucket (`COMPUTE_AREA`): GPU time charged, time held back, launches.
     pub compute: vgpu_ledger::region::ComputeSnapshot,
     /// The ledger's total (its commit word); 0 with no ledger yet.
@@ -126,6 +128,10 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
         compute_window_ms: d.settings.compute_window_ms,
         shrunk_from: d.shrunk_from,
         held_at_shrink: d.held_at_shrink,
+        oversubscribe: matches!(
+            d.settings.memory,
+            vgpu_ledger::MemoryMode::Oversubscribe { .. }
+        ),
         ..Default::default()
     };
     match ledger {

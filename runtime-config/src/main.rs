@@ -274,8 +274,13 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         window: s.share_window,
         tolerance: s.share_tolerance / 100.0,
     };
-    let mut m =
-        Monitor::new(root.clone(), &s.nvml_library, policy).with_share_wall(s.share_wall, share);
+    let mut m = Monitor::new(root.clone(), &s.nvml_library, policy)
+        .with_share_wall(s.share_wall, share)
+        .with_turns(vgpu_monitor::turns::run::Arbiter::new(
+            s.turns,
+            root.clone(),
+            s.interval,
+        ));
     m.set_node(s.node.clone());
     m.set_docker_socket(vgpu_monitor::docker::socket(
         std::env::var("DOCKER_HOST").ok().as_deref(),
@@ -292,7 +297,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     let listener = std::net::TcpListener::bind(&s.listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", s.listen))?;
     eprintln!(
-        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}; share wall {}, window {} s, tolerance {} points",
+        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}; share wall {}, window {} s, tolerance {} points; turns {}",
         listener.local_addr()?,
         root.root().display(),
         s.interval.as_secs(),
@@ -300,7 +305,17 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         if s.kill { "on" } else { "off" },
         s.share_wall.name(),
         s.share_window.as_secs(),
-        s.share_tolerance
+        s.share_tolerance,
+        match s.turns {
+            t if !t.enabled => "off".to_string(),
+            t => format!(
+                "on{}, quantum {} s, idle {} s, grace {} s",
+                if t.force { " (forced)" } else { "" },
+                t.quantum.as_secs_f64(),
+                t.idle.as_secs_f64(),
+                t.grace.as_secs_f64()
+            ),
+        }
     );
     Ok(vgpu_monitor::run(m, listener, s.interval)?)
 }

@@ -12,11 +12,13 @@
 //! creation (the shim and the hook have no use for the table).
 
 pub mod monitor;
+pub mod turns;
 
 pub use monitor::{
     MonitorConfig, MonitorConfigError, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN,
     DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
 };
+pub use turns::{TurnsConfig, TurnsConfigError};
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! The `[monitor]` table of the vgpu config file, typed: `vgpuctl monitor`'s listen address, interval,
 //! tolerance (a quantity, as bytes), kill policy, NVML library, node name (HAMi's `node` label), and its
-//! compute share wall (mode, window, tolerance in points). Not here: the rest of the file (the
+//! compute share wall (mode, window, tolerance in points); its `turns` sub-table is `turns`'s. Not here: the rest of the file (the
 //! parent module), the monitor's command line over it (`vgpu_monitor::config`).
 
 use serde::Deserialize;
@@ -72,6 +72,9 @@ pub enum MonitorConfigError {
     ToleranceType { got: String },
     #[error("[monitor] node: expected a node name of 1 to 253 printable characters, got {node:?}")]
     Node { node: String },
+    /// The `[monitor.turns]` table (the time-quanta arbiter).
+    #[error(transparent)]
+    Turns(#[from] super::turns::TurnsConfigError),
 }
 
 type Result<T, E = MonitorConfigError> = std::result::Result<T, E>;
@@ -119,6 +122,8 @@ pub struct MonitorConfig {
     pub share_tolerance: Option<f64>,
     /// The node's name on the host GPUs' series (HAMi's `node` label); default: the host name.
     pub node: Option<String>,
+    /// The time-quanta arbiter (`[monitor.turns]`).
+    pub turns: super::turns::TurnsConfig,
 }
 
 #[derive(Deserialize)]
@@ -133,6 +138,7 @@ struct Raw {
     share_window_seconds: Option<u64>,
     share_tolerance: Option<toml::Value>,
     node: Option<String>,
+    turns: Option<toml::Table>,
 }
 
 /// `interval_seconds` checked: at least one second.
@@ -186,6 +192,7 @@ impl MonitorConfig {
             share_wall: raw.share_wall.as_deref().map(share_wall).transpose()?,
             share_window: raw.share_window_seconds.map(share_window).transpose()?,
             share_tolerance,
+            turns: super::turns::TurnsConfig::from_table(raw.turns.unwrap_or_default())?,
             node: match raw.node {
                 Some(n) if n.is_empty() || n.len() > 253 || n.chars().any(char::is_control) => {
                     return Err(MonitorConfigError::Node { node: n })

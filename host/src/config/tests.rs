@@ -227,7 +227,9 @@ fn the_packaged_config_shows_every_key_with_its_default() {
             all += &format!("{kv}\n");
             shown.push(format!(
                 "{}{}",
-                if all.contains("[monitor]") {
+                if all.contains("[monitor.turns]") {
+                    "monitor.turns."
+                } else if all.contains("[monitor]") {
                     "monitor."
                 } else {
                     ""
@@ -271,6 +273,20 @@ fn the_packaged_config_shows_every_key_with_its_default() {
         Some(false),
         "the kill policy is shown off, its default"
     );
+    use super::turns::{DEFAULT_GRACE, DEFAULT_IDLE, DEFAULT_QUANTUM, DEFAULT_TICK};
+    let t = &m.turns;
+    assert_eq!(
+        (t.enabled, t.quantum, t.idle, t.grace, t.tick, t.force),
+        (
+            Some(true),
+            Some(DEFAULT_QUANTUM),
+            Some(DEFAULT_IDLE),
+            Some(DEFAULT_GRACE),
+            Some(DEFAULT_TICK),
+            Some(false)
+        ),
+        "the arbiter's keys are shown at their defaults"
+    );
 
     // Every key the file may hold is shown: serde's error for an unknown key lists the known ones.
     let (_d, p) = write("no_such_key_xyz = 1\n");
@@ -291,8 +307,17 @@ fn the_packaged_config_shows_every_key_with_its_default() {
             .map(|k| format!("{prefix}{k}"))
             .collect()
     };
-    for k in known(&top, "").into_iter().chain(known(&mon, "monitor.")) {
-        if k == "monitor" {
+    let (_d, p) = write("[monitor.turns]\nno_such_key_xyz = 1\n");
+    let turns = match Config::load_from(&p, true) {
+        Ok(c) => c.monitor.unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    for k in known(&top, "")
+        .into_iter()
+        .chain(known(&mon, "monitor."))
+        .chain(known(&turns, "monitor.turns."))
+    {
+        if k == "monitor" || k == "monitor.turns" {
             continue;
         }
         assert!(

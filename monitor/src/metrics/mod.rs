@@ -169,6 +169,12 @@ fn set(f: &IntFamily, l: &Labels, v: u64) {
 
 /// The scrape's text (OpenMetrics, ending in `# EOF`).
 pub fn render(s: &Scrape) -> String {
+    render_with(s, |_| {})
+}
+
+/// The scrape's text with the series `more` registers (a part of the monitor that shows its own, as the
+/// time-quanta arbiter's `turns::view`).
+pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
     let mut reg = Registry::default();
     let used = int(
         &mut reg,
@@ -471,6 +477,7 @@ pub fn render(s: &Scrape) -> String {
         took.set(c.took.as_secs_f64());
     }
     s.share.register(&mut reg);
+    more(&mut reg);
     kills.inc_by(s.watchdog.kills);
     kill_failures.inc_by(s.watchdog.kill_failures);
     passes.inc_by(s.watchdog.passes);

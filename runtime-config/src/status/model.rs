@@ -27,6 +27,10 @@ pub struct Status {
     /// Per GPU: what the containers' quotas commit, what their ledgers hold, and what the GPU has.
     pub gpus: Vec<GpuTotal>,
     pub containers: Vec<Container>,
+    /// Per oversubscribed GPU, the time-quanta arbiter's turns (holder, queue, grants, revocations), as
+    /// `vgpuctl monitor` last wrote them; none while it does not run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<vgpu_monitor::turns::record::GpuTurns>,
 }
 
 /// One GPU's totals over the containers that have a quota on it.
@@ -223,6 +227,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
         state_root: root.root().display().to_string(),
         gpus: vec![],
         containers: vec![],
+        turns: vgpu_monitor::turns::record::read_gpus(root),
     };
     for entry in inventory::read(root)? {
         let c = match entry {

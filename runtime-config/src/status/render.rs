@@ -213,7 +213,60 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         }
         write_table(&t, out)?;
     }
+    if !s.turns.is_empty() {
+        writeln!(out)?;
+        turns(s, out)?;
+    }
     Ok(())
+}
+
+/// The time-quanta arbiter's view per oversubscribed GPU (`vgpuctl monitor`'s status files).
+fn turns(s: &Status, out: &mut dyn Write) -> Result<()> {
+    let mut t = table(&[
+        "GPU",
+        "TURNS",
+        "HOLDER",
+        "QUEUE",
+        "GRANTS",
+        "REVOCATIONS",
+        "OUT OF TURN",
+    ]);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    for g in &s.turns {
+        let holder = match (&g.holder, g.held_since_unix_ms) {
+            (Some(h), Some(at)) => format!(
+                "{} (for {:.0} s)",
+                short(h),
+                now_ms.saturating_sub(at) as f64 / 1000.0
+            ),
+            (Some(h), None) => short(h).to_string(),
+            _ => "-".into(),
+        };
+        let queue = match g.queue.is_empty() {
+            true => "-".to_string(),
+            false => g
+                .queue
+                .iter()
+                .map(|q| short(q))
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        row(
+            &mut t,
+            vec![
+                g.uuid.clone(),
+                if g.contended { "taking turns" } else { "free" }.into(),
+                holder,
+                queue,
+                g.grants.to_string(),
+                g.revocations.to_string(),
+                g.out_of_turn.to_string(),
+            ],
+        );
+    }
+    write_table(&t, out)
 }
 
 /// Adds a row, each cell made printable (the names are, already; the ids, UUIDs and error texts here).

@@ -99,6 +99,54 @@ fn shows_the_spilled_part_beside_the_quota() {
     );
 }
 
+/// Issue 29: the time-quanta arbiter's status files (holder, queue, grants, revocations) in the table and
+/// in `--json`; none while the monitor does not run.
+#[test]
+fn shows_the_turns_of_each_oversubscribed_gpu() {
+    use vgpu_monitor::turns::record::{write_gpu, GpuTurns};
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let over = vgpu_ledger::MemoryMode::Oversubscribe { reserve: 0 };
+    provision_in(&root, "aaaaaaaaaaaaaaaa", uuid, 4 << 30, over);
+    provision_in(&root, "bbbbbbbbbbbbbbbb", uuid, 4 << 30, over);
+    let s = collect(&root, &[]).unwrap();
+    assert!(s.turns.is_empty());
+    assert!(serde_json::to_value(&s).unwrap().get("turns").is_none());
+    write_gpu(
+        &root,
+        &GpuTurns {
+            uuid: uuid.into(),
+            contended: true,
+            holder: Some("aaaaaaaaaaaaaaaa".into()),
+            held_since_unix_ms: Some(1),
+            queue: vec!["bbbbbbbbbbbbbbbb".into()],
+            grants: 7,
+            revocations: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let s = collect(&root, &[]).unwrap();
+    let j = serde_json::to_value(&s).unwrap();
+    assert_eq!(j["turns"][0]["holder"], "aaaaaaaaaaaaaaaa");
+    assert_eq!(j["turns"][0]["queue"][0], "bbbbbbbbbbbbbbbb");
+    assert_eq!(j["turns"][0]["revocations"], 1);
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(uuid) && l.contains("taking turns"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cells[3], "aaaaaaaaaaaa", "{line}");
+    assert!(
+        line.contains("bbbbbbbbbbbb") && cells.ends_with(&["7", "1", "0"]),
+        "{line}"
+    );
+}
+
 // Issue 27: a quota lowered by `vgpuctl update` below the container's use showed only "150%".
 #[test]
 fn a_shrink_below_use_shows_over_quota_by_how_much_pending() {

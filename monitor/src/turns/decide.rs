@@ -1,0 +1,555 @@
+//! The arbiter's decisions for one GPU (issue 29, time quanta): a state machine over what each tick sees
+//! of the GPU's oversubscribe containers (their ledgers' turn words and charges; NVML at each collection),
+//! answering with the turn words to write and the cgroups to freeze or thaw. Pure: time is passed in,
+//! nothing is read or written here. Not here: reading and writing (`run`), the cgroup files (`freezer`),
+//! what the status file holds (`record`).
+//!
+//! * **Wanting the GPU** (any of, within `linger`): threads of the container wait for the turn
+//!   (`waiting > 0` while `waited_ns` moves), its launches moved while holding, or NVML saw its processes use the GPU; a
+//!   container this arbiter froze still wants it (it is owed its turn).
+//! * **Contention** (serialise only when it helps): two or more want the GPU AND memory is short: the sum
+//!   of their charges (ledger `used`, clamped to their quota) passes the GPU's memory less what the other
+//!   processes on it hold, or (the truth no tenant can forge) NVML's device used memory is within
+//!   `MARGIN` of the total (left again below twice the margin, so the verdict does not flap; while they
+//!   take turns only the holder runs and the others' pages may leave the device, so what the device
+//!   holds plus what those waiting charged is what is compared, and turns end only once memory was not
+//!   short for a whole turn, `quantum + grace`). `force` takes turns whenever two want it (a measurement knob). Not contended: every container `Free`, and
+//!   what this arbiter froze thawed.
+//! * **Turns** in arrival order (the order they began wanting): the holder `Hold`; every other told to
+//!   `Yield` when it was running, then `Wait` once drained (or after `grace`). The holder keeps the GPU
+//!   for `quantum`, or less when idle (no launch, no waiting thread, NVML not busy for `idle`) and
+//!   someone waits; then it is told `Yield`, and the next gets `Hold` when it drained
+//!   (`drained == epoch`), when NVML shows it idle since, or after `grace` whatever it did: no grant is
+//!   ever lost. It goes to the back of the queue if it still wants the GPU.
+//! * **Revocation and the wall**: the turn words are the tenant's to write, so each is a hint. A
+//!   container told to stop (yield or wait) whose processes NVML shows busy, in a reading that covers
+//!   only time from `settle` after it was told (NVML's sample tail), is using the GPU out of turn (it
+//!   forged its mode, dropped the preload, or never drained): its cgroup is frozen until its turn comes,
+//!   a revocation when it was the holder handed past undrained, else an out-of-turn finding. A container
+//!   that did not drain only because it launched nothing since (the library drains at a launch) is idle
+//!   by NVML and never frozen. Without NVML nothing is frozen: the turns still go round.
+
+pub use super::input::{Action, Counts, Figures, GpuNvml, Seen, Settings, Tick, Why, MARGIN};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+use vgpu_ledger::region::TurnMode;
+
+#[derive(Debug, Clone)]
+struct Member {
+    /// What it was last told, and when.
+    mode: TurnMode,
+    epoch: u64,
+    told: Instant,
+    /// Its last `launches` and `waited_ns` words (None: none read yet).
+    launches: Option<u64>,
+    waited_ns: Option<u64>,
+    /// The last sign it wants the GPU, and since when it has wanted it (arrival order).
+    active: Option<Instant>,
+    since: Option<Instant>,
+    /// The last sign of work while holding (launches, waiting threads, NVML busy).
+    worked: Option<Instant>,
+    frozen: Option<Why>,
+    /// When it was told to stop using the GPU (yield, or wait from a going mode): NVML's evidence
+    /// against it counts from `settle` after.
+    stopped: Option<Instant>,
+    /// It held the GPU and was handed past without draining: caught busy, it is revoked.
+    undrained: bool,
+    /// Time it waited for the turn while wanting it, as this arbiter saw.
+    waited: Duration,
+}
+
+/// The holder and its quantum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Holder {
+    id: String,
+    since: Instant,
+    /// Told to yield: when, at which epoch, and whether for idleness (then it goes back only if it wants).
+    yielding: Option<(Instant, u64, bool)>,
+}
+
+/// One GPU's arbiter.
+#[derive(Debug, Clone)]
+pub struct Board {
+    s: Settings,
+    members: BTreeMap<String, Member>,
+    holder: Option<Holder>,
+    queue: VecDeque<String>,
+    contended: bool,
+    epoch: u64,
+    nvml: Option<GpuNvml>,
+    last: Option<Instant>,
+    /// Since when memory has not been short (while taking turns).
+    fits_since: Option<Instant>,
+    pub counts: Counts,
+    /// The figures of the last verdict, for its log line.
+    pub why: Figures,
+}
+
+impl Board {
+    pub fn new(s: Settings) -> Board {
+        Board {
+            s,
+            members: BTreeMap::new(),
+            holder: None,
+            queue: VecDeque::new(),
+            contended: false,
+            epoch: 0,
+            nvml: None,
+            last: None,
+            fits_since: None,
+            counts: Counts::default(),
+            why: Figures::default(),
+        }
+    }
+
+    pub fn contended(&self) -> bool {
+        self.contended
+    }
+
+    pub fn holder(&self) -> Option<&str> {
+        self.holder.as_ref().map(|h| h.id.as_str())
+    }
+
+    /// The holder's grant time.
+    pub fn held_since(&self) -> Option<Instant> {
+        self.holder.as_ref().map(|h| h.since)
+    }
+
+    pub fn queue(&self) -> impl Iterator<Item = &str> {
+        self.queue.iter().map(String::as_str)
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Every member: its id, the mode it was told, whether this arbiter holds it frozen and why, and the
+    /// time it waited for the turn.
+    pub fn members(&self) -> impl Iterator<Item = (&str, TurnMode, Option<Why>, Duration)> {
+        self.members
+            .iter()
+            .map(|(id, m)| (id.as_str(), m.mode, m.frozen, m.waited))
+    }
+
+    /// The containers this arbiter holds frozen.
+    pub fn frozen(&self) -> impl Iterator<Item = &str> {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.frozen.is_some())
+            .map(|(id, _)| id.as_str())
+    }
+
+    /// A freeze the runner could not make (no cgroup, frozen by someone else): not held as frozen.
+    pub fn not_frozen(&mut self, id: &str) {
+        if let Some(m) = self.members.get_mut(id) {
+            m.frozen = None;
+        }
+    }
+
+    fn next_epoch(&mut self, now_ns: u64) -> u64 {
+        self.epoch = (self.epoch + 1).max(now_ns);
+        self.epoch
+    }
+
+    fn wants(&self, m: &Member, now: Instant) -> bool {
+        m.frozen.is_some()
+            || m.active
+                .is_some_and(|a| now.saturating_duration_since(a) < self.s.linger)
+    }
+
+    /// One tick: what to write, freeze and thaw.
+    pub fn tick(&mut self, t: &Tick) -> Vec<Action> {
+        let mut out = Vec::new();
+        let now = t.now;
+        let dt = self
+            .last
+            .replace(now)
+            .map_or(Duration::ZERO, |l| now.saturating_duration_since(l));
+        if t.nvml.is_some() {
+            self.nvml = t.nvml;
+        }
+        self.forget_gone(t, &mut out);
+        self.note_signs(t);
+        let wanting: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| self.wants(m, now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let charged = |holder: bool| {
+            t.members
+                .iter()
+                .filter(|s| wanting.contains(&s.id))
+                .filter(|s| holder || self.holder() != Some(s.id.as_str()))
+                .map(|s| s.charged)
+                .fold(0, u64::saturating_add)
+        };
+        let (all, waiting) = (charged(true), charged(false));
+        let n = self.nvml.unwrap_or(GpuNvml {
+            at: now,
+            since: None,
+            total: 0,
+            used: 0,
+            others: 0,
+        });
+        self.why = Figures {
+            wanting: wanting.len(),
+            charged: all,
+            waiting,
+            used: n.used,
+            total: n.total,
+            others: n.others,
+        };
+        let pressed = self.s.force || self.pressure(all, waiting);
+        // Turns hide the pressure they relieve (only the holder's pages are busy): taking turns ends only
+        // once they would have fit for a whole turn (`quantum + grace`), or fewer than two want the GPU.
+        let fits_since = match pressed {
+            true => None,
+            false => Some(*self.fits_since.get_or_insert(now)),
+        };
+        self.fits_since = fits_since;
+        let fit_long = fits_since
+            .is_some_and(|f| now.saturating_duration_since(f) >= self.s.quantum + self.s.grace);
+        let contended = wanting.len() >= 2 && (pressed || (self.contended && !fit_long));
+        if !contended {
+            self.free_all(t, &mut out);
+            return out;
+        }
+        self.contended = true;
+        self.order_queue(&wanting);
+        for id in &self.queue {
+            if let Some(m) = self.members.get_mut(id) {
+                m.waited += dt;
+            }
+        }
+        self.run_holder(t, &mut out);
+        self.run_others(t, &mut out);
+        self.rewrite_forged(t, &mut out);
+        out
+    }
+
+    /// Members no longer listed (the container ended, or is no longer oversubscribed) are forgotten;
+    /// what this arbiter froze of them is thawed (a cgroup that is gone has nothing to thaw).
+    fn forget_gone(&mut self, t: &Tick, out: &mut Vec<Action>) {
+        let gone: Vec<String> = self
+            .members
+            .keys()
+            .filter(|id| !t.members.iter().any(|s| &s.id == *id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if self.members.remove(&id).is_some_and(|m| m.frozen.is_some()) {
+                out.push(Action::Thaw { id: id.clone() });
+            }
+            self.queue.retain(|q| q != &id);
+            if self.holder.as_ref().is_some_and(|h| h.id == id) {
+                self.holder = None;
+            }
+        }
+    }
+
+    /// Records each member's signs of wanting the GPU and of working.
+    fn note_signs(&mut self, t: &Tick) {
+        for s in t.members {
+            let m = self.members.entry(s.id.clone()).or_insert(Member {
+                mode: TurnMode::Unmanaged,
+                epoch: 0,
+                told: t.now,
+                launches: None,
+                waited_ns: None,
+                active: None,
+                since: None,
+                worked: None,
+                frozen: None,
+                stopped: None,
+                undrained: false,
+                waited: Duration::ZERO,
+            });
+            let turn = s.turn.unwrap_or_default();
+            let moved = s.turn.is_some() && m.launches.is_some_and(|l| l != turn.launches);
+            // A waiting thread adds to `waited_ns` as it waits: a count whose time stands still was left
+            // by a thread killed while waiting, and is no sign.
+            let waits = turn.waiting > 0 && m.waited_ns != Some(turn.waited_ns);
+            if s.turn.is_some() {
+                m.launches = Some(turn.launches);
+                m.waited_ns = Some(turn.waited_ns);
+            }
+            if waits || moved || s.busy == Some(true) {
+                m.active = Some(t.now);
+                m.worked = Some(t.now);
+            }
+        }
+        let now = t.now;
+        let linger = self.s.linger;
+        for m in self.members.values_mut() {
+            let wants = m.frozen.is_some()
+                || m.active
+                    .is_some_and(|a| now.saturating_duration_since(a) < linger);
+            match (wants, m.since) {
+                (true, None) => m.since = Some(now),
+                (false, Some(_)) => m.since = None,
+                _ => {}
+            }
+        }
+    }
+
+    /// Memory is short for the containers that want the GPU (see the module's header): `charged` is
+    /// their charges, `waiting` those of the ones that do not hold it.
+    fn pressure(&self, charged: u64, waiting: u64) -> bool {
+        let Some(n) = self.nvml else { return false };
+        let left = n.total.saturating_sub(n.others);
+        let margin = if self.contended { 2.0 * MARGIN } else { MARGIN };
+        let high = n.total as f64 * (1.0 - margin);
+        // Taking turns hides the pressure (only the holder runs, the others' pages may leave the device):
+        // while contended, what the device holds now plus what the waiting ones charged is the test.
+        let together = match self.contended {
+            true => n.used.saturating_add(waiting),
+            false => n.used,
+        };
+        charged > left || together as f64 >= high
+    }
+
+    /// Not contended: every member `Free`, the holder and queue dropped, what this arbiter froze thawed.
+    fn free_all(&mut self, t: &Tick, out: &mut Vec<Action>) {
+        self.contended = false;
+        self.fits_since = None;
+        self.holder = None;
+        self.queue.clear();
+        let epoch = self.epoch;
+        for (id, m) in &mut self.members {
+            (m.stopped, m.undrained) = (None, false);
+            if m.frozen.take().is_some() {
+                out.push(Action::Thaw { id: id.clone() });
+            }
+            let read = t.members.iter().find(|s| &s.id == id).and_then(|s| s.turn);
+            let forged = read.is_some_and(|r| r.mode != TurnMode::Free);
+            if m.mode != TurnMode::Free || forged {
+                m.mode = TurnMode::Free;
+                m.epoch = epoch;
+                m.told = t.now;
+                out.push(Action::Write {
+                    id: id.clone(),
+                    mode: TurnMode::Free,
+                    epoch,
+                });
+            }
+        }
+    }
+
+    /// The queue: those that want the GPU and do not hold it, in the order they began wanting it.
+    fn order_queue(&mut self, wanting: &[String]) {
+        let holder = self.holder.as_ref().map(|h| h.id.clone());
+        self.queue.retain(|id| wanting.contains(id));
+        let mut new: Vec<(Instant, String)> = wanting
+            .iter()
+            .filter(|id| Some(*id) != holder.as_ref() && !self.queue.contains(id))
+            .filter_map(|id| Some((self.members.get(id)?.since?, id.clone())))
+            .collect();
+        new.sort();
+        self.queue.extend(new.into_iter().map(|(_, id)| id));
+    }
+
+    fn tell(&mut self, id: &str, mode: TurnMode, epoch: u64, now: Instant, out: &mut Vec<Action>) {
+        if let Some(m) = self.members.get_mut(id) {
+            m.mode = mode;
+            m.epoch = epoch;
+            m.told = now;
+        }
+        out.push(Action::Write {
+            id: id.to_string(),
+            mode,
+            epoch,
+        });
+    }
+
+    fn freeze(&mut self, id: &str, why: Why, out: &mut Vec<Action>) {
+        if let Some(m) = self.members.get_mut(id) {
+            if m.frozen.is_none() {
+                m.frozen = Some(why);
+                out.push(Action::Freeze {
+                    id: id.to_string(),
+                    why,
+                });
+            }
+        }
+    }
+
+    /// Gives the GPU to the queue's first, thawing it if this arbiter froze it.
+    fn grant_next(&mut self, t: &Tick, out: &mut Vec<Action>) {
+        let Some(id) = self.queue.pop_front() else {
+            return;
+        };
+        let epoch = self.next_epoch(t.now_ns);
+        if let Some(m) = self.members.get_mut(&id) {
+            if m.frozen.take().is_some() {
+                out.push(Action::Thaw { id: id.clone() });
+            }
+            m.worked = Some(t.now);
+            m.stopped = None;
+            m.undrained = false;
+        }
+        self.tell(&id, TurnMode::Hold, epoch, t.now, out);
+        self.counts.grants += 1;
+        self.holder = Some(Holder {
+            id,
+            since: t.now,
+            yielding: None,
+        });
+    }
+
+    /// The holder's quantum: hold, yield when it is over (or idle) and someone waits, hand on when
+    /// drained or after the grace (then watched: busy after its yield, it is revoked).
+    fn run_holder(&mut self, t: &Tick, out: &mut Vec<Action>) {
+        let now = t.now;
+        let Some(h) = self.holder.clone() else {
+            self.grant_next(t, out);
+            return;
+        };
+        let Some(m) = self.members.get(&h.id).cloned() else {
+            self.holder = None;
+            self.grant_next(t, out);
+            return;
+        };
+        match h.yielding {
+            None => {
+                if self.queue.is_empty() {
+                    return;
+                }
+                let over = now.saturating_duration_since(h.since) >= self.s.quantum;
+                let idle = m
+                    .worked
+                    .is_none_or(|w| now.saturating_duration_since(w) >= self.s.idle);
+                if over || idle {
+                    let epoch = self.next_epoch(t.now_ns);
+                    self.tell(&h.id, TurnMode::Yield, epoch, now, out);
+                    if let Some(m) = self.members.get_mut(&h.id) {
+                        m.stopped = Some(now);
+                    }
+                    if let Some(h) = &mut self.holder {
+                        h.yielding = Some((now, epoch, idle && !over));
+                    }
+                }
+            }
+            Some((at, epoch, for_idle)) => {
+                let seen = t.members.iter().find(|s| s.id == h.id);
+                let drained = seen
+                    .and_then(|s| s.turn)
+                    .is_some_and(|r| r.drained == epoch)
+                    || self.idle_after(seen, at);
+                let late = now.saturating_duration_since(at) >= self.s.grace;
+                if !drained && !late {
+                    return;
+                }
+                let e = self.epoch;
+                self.tell(&h.id, TurnMode::Wait, e, now, out);
+                if let Some(m) = self.members.get_mut(&h.id) {
+                    m.undrained = !drained;
+                }
+                self.holder = None;
+                let back = !drained || !for_idle || self.wants(&m, now);
+                if back && !self.queue.contains(&h.id) {
+                    self.queue.push_back(h.id.clone());
+                    if let Some(m) = self.members.get_mut(&h.id) {
+                        m.since.get_or_insert(now);
+                    }
+                }
+                self.grant_next(t, out);
+            }
+        }
+    }
+
+    /// NVML's reading covers only time from `at` + settle on and shows the member idle.
+    fn idle_after(&self, seen: Option<&Seen>, at: Instant) -> bool {
+        seen.is_some_and(|s| s.busy == Some(false)) && self.covers(at)
+    }
+
+    /// NVML's last reading covers only time from `at` + settle on.
+    fn covers(&self, at: Instant) -> bool {
+        self.nvml
+            .and_then(|n| n.since)
+            .is_some_and(|s| s >= at + self.s.settle)
+    }
+
+    /// Everyone but the holder: told to yield if it was running, to wait once drained (or after the
+    /// grace); the wall.
+    fn run_others(&mut self, t: &Tick, out: &mut Vec<Action>) {
+        let now = t.now;
+        let holder = self.holder.as_ref().map(|h| h.id.clone());
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            if Some(&id) == holder.as_ref() {
+                continue;
+            }
+            let Some(m) = self.members.get(&id).cloned() else {
+                continue;
+            };
+            let seen = t.members.iter().find(|s| s.id == id);
+            match m.mode {
+                TurnMode::Unmanaged | TurnMode::Free | TurnMode::Hold => {
+                    let epoch = self.next_epoch(t.now_ns);
+                    self.tell(&id, TurnMode::Yield, epoch, now, out);
+                    if let Some(m) = self.members.get_mut(&id) {
+                        m.stopped = Some(now);
+                    }
+                }
+                TurnMode::Yield => {
+                    let drained = seen
+                        .and_then(|s| s.turn)
+                        .is_some_and(|r| r.drained == m.epoch)
+                        || self.idle_after(seen, m.told);
+                    if drained || now.saturating_duration_since(m.told) >= self.s.grace {
+                        let e = self.epoch;
+                        self.tell(&id, TurnMode::Wait, e, now, out);
+                    }
+                }
+                TurnMode::Wait => self.wall(&id, &m, seen, out),
+            }
+        }
+    }
+
+    /// A container told to stop whose processes NVML shows busy in a reading that covers only time from
+    /// `settle` after it was told: frozen until its turn (revoked when it was the holder that did not
+    /// drain, else out of turn).
+    fn wall(&mut self, id: &str, m: &Member, seen: Option<&Seen>, out: &mut Vec<Action>) {
+        let busy = seen.and_then(|s| s.busy) == Some(true);
+        let from = m.stopped.unwrap_or(m.told);
+        if !busy || m.frozen.is_some() || !self.covers(from) {
+            return;
+        }
+        let why = if m.undrained {
+            self.counts.revocations += 1;
+            Why::Revoked
+        } else {
+            self.counts.out_of_turn += 1;
+            Why::OutOfTurn
+        };
+        self.freeze(id, why, out);
+        if !self.queue.contains(&id.to_string()) {
+            self.queue.push_back(id.to_string());
+        }
+    }
+
+    /// A member whose turn words say other than it was told (its own store, or a file replaced) is told
+    /// again: the words are hints, but the library must read what the arbiter decided.
+    fn rewrite_forged(&mut self, t: &Tick, out: &mut Vec<Action>) {
+        for s in t.members {
+            let Some(r) = s.turn else { continue };
+            let Some(m) = self.members.get(&s.id) else {
+                continue;
+            };
+            let written = out
+                .iter()
+                .any(|a| matches!(a, Action::Write { id, .. } if id == &s.id));
+            if !written && (r.mode != m.mode || r.epoch != m.epoch) {
+                out.push(Action::Write {
+                    id: s.id.clone(),
+                    mode: m.mode,
+                    epoch: m.epoch,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
