@@ -61,7 +61,8 @@ job() {
     "$SHIM" --root "$R" run --bundle "$b" "$1" </dev/null >"$WORK/$1.out" 2>&1 &
     eval "$1_pid=$!"
 }
-done_job() { wait "$1_pid" 2>/dev/null; "$RUNC" --root "$R" delete -f "$1" >/dev/null 2>&1; }
+# done_job NAME: waits for its container to end (NAME_pid names the shim's pid), then removes it.
+done_job() { local v=$1_pid; wait "${!v}" 2>/dev/null; "$RUNC" --root "$R" delete -f "$1" >/dev/null 2>&1; }
 rate() { field gib_per_s "$(grep RESULT "$WORK/$1.out")"; }
 # monitor [TOML...]: a monitor with the config plus these lines; its log in $WORK/mon.log.
 monitor() {
@@ -98,7 +99,7 @@ echo "RESULT no-contention ratio (with / without, summed) $(ratio "$(awk -v a="$
 check_eq "  ... their memory fits: the arbiter lets them run together (not contended)" "${contended:-0}" 0
 check_eq "  ... no turn granted" "${grants:-0}" 0
 check "  ... at the same throughput as without it (within 5%)" awk -v w="$with1" -v x="$with2" -v a="$bare1" -v b="$bare2" \
-    'BEGIN { exit !((w + x) >= 0.95 * (a + b)) }'
+    'BEGIN { exit !(w > 0 && x > 0 && a > 0 && b > 0 && (w + x) >= 0.95 * (a + b)) }'
 stop_monitor
 
 echo "== (b) turns forced: the hand-off cost and each job's throughput against its share of the time"
