@@ -49,8 +49,9 @@ struct Member {
     /// The last sign of work while holding (launches, waiting threads, NVML busy).
     worked: Option<Instant>,
     frozen: Option<Why>,
-    /// When it was told to stop using the GPU (yield, or wait from a going mode): NVML's evidence
-    /// against it counts from `settle` after.
+    /// When it was told to stop using the GPU (yield, or wait from a going mode), or when it drained
+    /// after a yield (work in flight until then was allowed): NVML's evidence against it counts from
+    /// `settle` after.
     stopped: Option<Instant>,
     /// It held the GPU and was handed past without draining: caught busy, it is revoked.
     undrained: bool,
@@ -444,6 +445,11 @@ impl Board {
                 self.tell(&h.id, TurnMode::Wait, e, now, out);
                 if let Some(m) = self.members.get_mut(&h.id) {
                     m.undrained = !drained;
+                    // Drained: what it ran until now was its own turn's work still in flight (a long
+                    // kernel drains only at the next launch), so NVML's evidence counts from here.
+                    if drained {
+                        m.stopped = Some(now);
+                    }
                 }
                 self.holder = None;
                 let back = !drained || !for_idle || self.wants(&m, now);
@@ -500,6 +506,12 @@ impl Board {
                     if drained || now.saturating_duration_since(m.told) >= self.s.grace {
                         let e = self.epoch;
                         self.tell(&id, TurnMode::Wait, e, now, out);
+                        if drained {
+                            // its work in flight until the drain was not out of turn
+                            if let Some(m) = self.members.get_mut(&id) {
+                                m.stopped = Some(now);
+                            }
+                        }
                     }
                 }
                 TurnMode::Wait => self.wall(&id, &m, seen, out),

@@ -509,3 +509,59 @@ fn a_waiting_count_whose_time_stands_still_is_no_sign() {
     g.run(100, &[holder.as_str()]);
     assert!(!g.b.contended(), "{:?}", g.b.members().collect::<Vec<_>>());
 }
+
+/// A holder whose last pass was still running when its quantum ended (a long kernel: the library drains
+/// only at its next launch) drained within the grace; NVML's first reading after the drain still averages
+/// the pass it ran before. That work was its own turn's, not out of turn: it must not be frozen.
+#[test]
+fn work_in_flight_at_a_yield_then_drained_is_not_out_of_turn() {
+    let mut g = Gpu::new(settings());
+    g.add("a", 10 * GIB);
+    g.add("b", 10 * GIB);
+    g.busy = [("a".into(), true)].into();
+    g.run(10, &["a"]);
+    // b, a cooperating library, is busy by NVML exactly while it may run
+    let b_runs = |g: &Gpu| matches!(g.mode("b"), TurnMode::Free | TurnMode::Hold);
+    g.busy.insert("b".into(), true);
+    for i in 0..40 {
+        g.work("a");
+        g.work("b");
+        g.tick(50, i % 20 == 19);
+        let r = b_runs(&g);
+        g.busy.insert("b".into(), r);
+    }
+    assert_eq!((g.b.holder(), g.mode("b")), (Some("a"), TurnMode::Wait));
+    let (mut yielded, mut drained, mut quiet) = (None, None, false);
+    for i in 0..400 {
+        let nvml = i % 20 == 19;
+        if yielded.is_none() && g.mode("a") == TurnMode::Yield {
+            yielded = Some(i);
+        }
+        match (yielded, drained) {
+            (None, _) => g.work("a"),
+            // its pass runs on for 1.5 s after the yield (within the 2 s grace), then it drains
+            (Some(y), None) if i >= y + 30 => {
+                g.work("a");
+                drained = Some(i);
+            }
+            (Some(_), None) => {}
+            (Some(_), Some(_)) => g.work("a"),
+        }
+        g.work("b");
+        g.tick(50, nvml);
+        let r = b_runs(&g);
+        g.busy.insert("b".into(), r);
+        if nvml && drained.is_some() && !quiet {
+            // the first reading after the drain covered the pass; from now on NVML sees it idle
+            quiet = true;
+            g.busy.insert("a".into(), false);
+        }
+        if drained.is_some_and(|d| i > d + 80) {
+            break;
+        }
+    }
+    assert!(drained.is_some(), "a was told to yield and drained");
+    assert!(!g.frozen.contains(&"a".to_string()), "{:?}", g.actions);
+    assert_eq!((g.b.counts.out_of_turn, g.b.counts.revocations), (0, 0));
+    assert_eq!(g.b.holder(), Some("b"));
+}
