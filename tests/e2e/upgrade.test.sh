@@ -42,7 +42,7 @@ RPMDB=$WORK/rpmdb
 rpmx() { rpm --dbpath "$RPMDB" --nodeps "$@"; }
 # rpm_installed: the installed vgpu's version-release; nothing when rpm has none.
 rpm_installed() { local v; v=$(rpm --dbpath "$RPMDB" -q --qf '%{VERSION}-%{RELEASE}' vgpu 2>/dev/null) && echo "$v"; }
-on_exit "dpkg --purge vgpu; rpmx -e vgpu; rm -f /etc/vgpu/config.toml.rpmsave; rmdir /etc/vgpu; restore_daemon"
+on_exit "dpkg --purge vgpu; rpmx -e vgpu; rm -f /etc/vgpu/config.toml.rpmsave /etc/vgpu/config.toml.rpmnew; rmdir /etc/vgpu; restore_daemon"
 
 echo "-- the new package (this build) and the old one (commit ${OLD_COMMIT:0:12})"
 bash "$REPO/packaging/build.sh" > "$WORK/built" 2> "$WORK/build.err"
@@ -220,6 +220,16 @@ check_eq "  ... to the new version" "$(rpm_installed)" "$NEW_RPMV"
 check_not "  ... without taking vgpu out of the engines (%preun on upgrade)" grep -q 'removing the vgpu runtime' "$WORK/rpm-upgrade.out"
 check "  ... daemon.json still names the shim" grep -q /usr/bin/vgpu-container-runtime "$DAEMON"
 check_eq "  ... the operator's config.toml kept (%config(noreplace))" "$(sha256sum < /etc/vgpu/config.toml)" "$conf"
+# rpm's rule for an edited %config(noreplace): when the new package's default differs from the old one's,
+# the new default lands beside it as config.toml.rpmnew (and stays after an erase, being no package's).
+kept=config.toml.rpmsave
+if git -C "$REPO" show "$OLD_COMMIT:packaging/config.toml" | cmp -s - "$REPO/packaging/config.toml"; then
+    check_not "  ... the packaged default unchanged since the old commit: no config.toml.rpmnew" test -e /etc/vgpu/config.toml.rpmnew
+else
+    check_eq "  ... the packaged default changed since the old commit: the new one beside it as config.toml.rpmnew" \
+        "$(sha256sum < /etc/vgpu/config.toml.rpmnew)" "$(sha256sum < "$REPO/packaging/config.toml")"
+    kept=$(printf 'config.toml.rpmnew\nconfig.toml.rpmsave')
+fi
 check "the container still runs" kill -0 "$RPM_PID"
 check_eq "  ... with the interposer it started with" "$(stat -c %i "/proc/$RPM_INIT/root/usr/local/vgpu/libvgpu_core.so")" "$lib_ino"
 reads_state "new, from the .rpm" "$RPM_ID" "$GIB" "1.00 GiB"
@@ -234,7 +244,7 @@ check_eq "  ... rpm knows no vgpu any more" "$(rpm_installed)" ""
 check_not "  ... the binaries are gone" test -e /usr/bin/vgpuctl -o -e /usr/bin/vgpu-hook -o -e /usr/lib/vgpu/libvgpu_core.so
 check_not "  ... the gc timer is disabled" test -L /etc/systemd/system/timers.target.wants/vgpu-gc.timer
 check_eq "  ... the operator's edited config.toml kept aside, nothing else left in /etc/vgpu" \
-    "$(ls -A /etc/vgpu 2>&1)" config.toml.rpmsave
+    "$(ls -A /etc/vgpu 2>&1)" "$kept"
 # Every file the .rpm lists and every folder above one, where vgpu's own (named for it).
 rpm_paths() { rpm -qpl "$1" 2>/dev/null | while read -r f; do while [ -n "$f" ]; do echo "$f"; f=${f%/*}; done; done | sort -u; }
 check_eq "  ... nothing else of the package left (files and folders of its own)" \
