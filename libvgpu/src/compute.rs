@@ -62,6 +62,8 @@ const MAX_NAP_NS: u64 = 2_000_000;
 const MIN_NAP_NS: u64 = 20_000;
 /// Launches in flight (recorded, not yet charged) per device and process, at most.
 const MAX_IN_FLIGHT: usize = 4096;
+/// Retired launches charged after each launch (`Share::settle_after_launch`).
+const SETTLE_PER_LAUNCH: usize = 4;
 /// The cost assumed for a launch before any was measured.
 const FIRST_ESTIMATE_NS: u64 = 1_000_000;
 
@@ -129,6 +131,9 @@ struct Share {
     costs: sample::Costs,
     /// The application synchronised since the last launch that opened a span: the next one is timed.
     synced: AtomicBool,
+    /// A synchronisation retired launches that are not charged yet (`Flights::retired`; a hint read
+    /// with one load on the launch path, set after they are queued and cleared once they are all charged).
+    retired: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -187,6 +192,7 @@ impl Share {
             trace: trace::Trace::default(),
             costs: sample::Costs::new(sample::seed()),
             synced: AtomicBool::new(true),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -194,24 +200,25 @@ impl Share {
         self.quota.ledger().compute()
     }
 
-    /// Charges every launch whose end event completed, oldest first; stops at the first still running.
-    /// The queue's lock is never held across a driver call. The queries run in relaxed capture mode: in
-    /// the default (global) mode a query while another stream of the process captures a graph would
-    /// invalidate the application's capture.
-    ///
-    /// `ended_at`: a blocking synchronisation that found the newest launch still running returned then,
-    /// so the span's work ended about then (`flight::Span::waited`); None elsewhere.
-    fn harvest(&self, ended_at: Option<u64>) {
+    /// Charges what a synchronisation retired, then every launch whose end event completed, oldest
+    /// first; stops at the first still running. The queue's lock is never held across a driver call.
+    /// The queries run in relaxed capture mode: in the default (global) mode a query while another
+    /// stream of the process captures a graph would invalidate the application's capture.
+    fn harvest(&self) {
         if FORKED.load(Ordering::Relaxed) {
             self.forget_parent();
             return;
         }
-        if lock(&self.timer.flights).queue.is_empty() {
-            return;
+        {
+            let q = lock(&self.timer.flights);
+            if q.queue.is_empty() && q.retired.is_empty() {
+                return;
+            }
         }
         let _relaxed = Relaxed::enter();
+        self.settle_retired(usize::MAX);
         loop {
-            let Some(f) = lock(&self.timer.flights).queue.pop_front() else {
+            let Some(mut f) = lock(&self.timer.flights).queue.pop_front() else {
                 return;
             };
             match event_query(f.end) {
@@ -220,23 +227,102 @@ impl Share {
                     return;
                 }
                 CUDA_SUCCESS => {
-                    let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
-                    self.charge(&f, elapsed);
-                    if let Some(ns) = self.timer.settled(&f, ended_at) {
-                        self.waited(ns);
-                    }
+                    f.closes_span = lock(&self.timer.flights).queue.is_empty();
+                    self.measured(&f);
+                }
+                _ => self.lost(&f),
+            }
+        }
+    }
+
+    /// Charges a finished launch its measured time; when it ends a span dated by a synchronisation,
+    /// also the span's wait.
+    fn measured(&self, f: &InFlight) {
+        let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
+        self.charge(f, elapsed);
+        if let Some(ns) = self.timer.settled(f) {
+            self.waited(ns);
+        }
+    }
+
+    /// A launch whose end event failed: the context is gone or broken and the launch is never
+    /// measured. It ran at most from when it was queued until now, less what earlier unmeasured
+    /// launches were charged of that.
+    fn lost(&self, f: &InFlight) {
+        let now = mono_ns();
+        let from = f
+            .queued_at
+            .max(self.unmeasured_until.fetch_max(now, Ordering::Relaxed));
+        let ns = now.saturating_sub(from).max(f.estimate);
+        self.area().settle(ns, f.estimate);
+    }
+
+    /// After a synchronisation: moves the launches it found finished to `retired`, oldest first, without
+    /// charging them (`settle_retired` does, after the next launch). `covered`: the launches the
+    /// synchronisation waited for (finished, no query needed); others are asked with `cuEventQuery`,
+    /// stopping at the first still running. `ended_at`: when the synchronisation returned, if it found
+    /// the newest launch running (it dates the span's end, `flight::Span::waited`).
+    ///
+    /// Why not charge them here: the application waits for this return, and the GPU for its next
+    /// launch. Charging a step of 24 short kernels took the library ~20 µs, ~4% of a 2048² matmul
+    /// step's GPU time lost on an H100, each step.
+    fn retire(&self, covered: &dyn Fn(&InFlight) -> bool, ended_at: Option<u64>) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
+        let mut queried = None;
+        loop {
+            let f = {
+                let mut q = lock(&self.timer.flights);
+                let Some(f) = q.queue.pop_front() else {
+                    return;
+                };
+                if covered(&f) {
+                    q.retire(f, ended_at);
+                    self.retired.store(true, Ordering::Relaxed);
+                    continue;
+                }
+                f
+            };
+            let _relaxed = queried.get_or_insert_with(Relaxed::enter);
+            let r = event_query(f.end);
+            let mut q = lock(&self.timer.flights);
+            match r {
+                CUDA_ERROR_NOT_READY => {
+                    q.queue.push_front(f);
+                    return;
+                }
+                CUDA_SUCCESS => {
+                    q.retire(f, ended_at);
+                    self.retired.store(true, Ordering::Relaxed);
                 }
                 _ => {
-                    // The context is gone or broken: the launch is never measured. It ran at most from when
-                    // it was queued until now, less what earlier unmeasured launches were charged of that.
-                    let now = mono_ns();
-                    let from = f
-                        .queued_at
-                        .max(self.unmeasured_until.fetch_max(now, Ordering::Relaxed));
-                    let ns = now.saturating_sub(from).max(f.estimate);
-                    self.area().settle(ns, f.estimate);
+                    drop(q);
+                    self.lost(&f);
                 }
             }
+        }
+    }
+
+    /// After a launch the GPU now has work: a few of the launches a synchronisation retired are
+    /// charged (`SETTLE_PER_LAUNCH`, so that the application's next launch is not kept waiting either).
+    fn settle_after_launch(&self) {
+        if !self.retired.load(Ordering::Relaxed) {
+            return;
+        }
+        let _relaxed = Relaxed::enter();
+        self.settle_retired(SETTLE_PER_LAUNCH);
+    }
+
+    /// Charges up to `most` of the launches a synchronisation retired, oldest first.
+    fn settle_retired(&self, most: usize) {
+        for _ in 0..most {
+            let Some(f) = lock(&self.timer.flights).retired.pop_front() else {
+                self.retired.store(false, Ordering::Relaxed);
+                return;
+            };
+            self.measured(&f);
         }
     }
 
@@ -294,7 +380,7 @@ impl Share {
                 event_wait(e as CUevent);
             }
         }
-        self.harvest(None);
+        self.harvest();
         if let Some(c) = ctx {
             self.timer.forget_context(c);
         }
@@ -317,7 +403,11 @@ impl Share {
     /// it is full again. Returns how long it held the thread.
     fn admit(&self) -> u64 {
         self.rate.follow(&self.quota);
-        self.harvest(None);
+        // After a synchronisation (launches retired, not charged yet) the GPU waits for this launch:
+        // what finished is charged after it (`settle_after_launch`), debited meanwhile at its estimate.
+        if !self.retired.load(Ordering::Relaxed) {
+            self.harvest();
+        }
         let area = self.area();
         let mut held = 0u64;
         loop {
@@ -334,7 +424,12 @@ impl Share {
                 -tokens
             };
             let nap = nap_for(deficit.max(0) as u64, self.rate.ppm());
-            std::thread::sleep(Duration::from_nanos(nap));
+            // The thread waits anyway: the time NVML's reading takes comes out of the nap.
+            let t0 = mono_ns();
+            self.busy.refresh(t0);
+            std::thread::sleep(Duration::from_nanos(
+                nap.saturating_sub(mono_ns().saturating_sub(t0)),
+            ));
             held += nap;
             if trace::on() {
                 self.trace.held(nap);
@@ -342,7 +437,7 @@ impl Share {
                 self.trace
                     .tick(mono_ns(), self.quota.ordinal, area.tokens(), gate);
             }
-            self.harvest(None);
+            self.harvest();
         }
         if held > 0 {
             self.area().held(held);
@@ -397,6 +492,8 @@ impl Share {
             queued_at,
             lent_end: false,
             opens_span: false,
+            closes_span: false,
+            ended_at: None,
         };
         if self.timer.end(ctx, stream, b, f) {
             self.area().debit(estimate);
@@ -461,6 +558,7 @@ pub fn throttled(
         if r == CUDA_SUCCESS {
             share.charge_untimed(ns);
         }
+        share.settle_after_launch();
         share.spent(entered, driver, held);
         return r;
     }
@@ -475,6 +573,7 @@ pub fn throttled(
     } else if let Some(b) = begun {
         share.timer.give_back(ctx, b);
     }
+    share.settle_after_launch();
     share.spent(entered, driver, held);
     r
 }
@@ -493,37 +592,79 @@ fn shares() -> impl Iterator<Item = &'static Share> {
     })
 }
 
-/// After the application synchronised (a stream, its context, an event; `r`: the driver's answer,
-/// passed through): what finished is charged now, not at the next launch (a process may never launch
-/// again).
-pub fn synchronized(running: bool, r: CUresult) -> CUresult {
+/// What a blocking synchronisation waits for (`syncing`).
+#[derive(Clone, Copy)]
+pub enum Synced {
+    /// A stream, as its entry point names it (`streams::named`).
+    Stream(CUstream),
+    /// Every stream of a context (null: the current one).
+    Context(CUcontext),
+    /// Something the share does not follow (an event).
+    Other,
+}
+
+/// A blocking synchronisation about to wait (`syncing`), for `synchronized` after it returns.
+pub struct Watch {
+    what: Synced,
+    /// It waits for the newest launch in flight, which was still running.
+    running: bool,
+}
+
+impl Watch {
+    /// A synchronisation that waits for nothing the share follows (an event).
+    pub fn other() -> Watch {
+        Watch {
+            what: Synced::Other,
+            running: false,
+        }
+    }
+}
+
+/// After the application synchronised (`w`; `r`: the driver's answer, passed through): what finished
+/// is retired now, and charged after the next launch or at the next harvest (`Share::retire`). A
+/// process that never launches again is charged at exit.
+pub fn synchronized(w: Watch, r: CUresult) -> CUresult {
     if !off() {
-        let ended_at = running.then(mono_ns);
+        let ended_at = w.running.then(mono_ns);
+        // What the synchronisation waited for is finished (when it succeeded). A default stream's
+        // handle names a different stream per thread or context: those are asked, never assumed.
+        let waited = match (r, w.what) {
+            (CUDA_SUCCESS, Synced::Stream(s)) if s as usize > crate::streams::STREAM_PER_THREAD => {
+                Some((Some(s as usize), None))
+            }
+            (CUDA_SUCCESS, Synced::Context(c)) if c.is_null() => {
+                crate::streams::context(std::ptr::null_mut())
+                    .ok()
+                    .map(|c| (None, Some(c)))
+            }
+            (CUDA_SUCCESS, Synced::Context(c)) => Some((None, Some(c as usize))),
+            _ => None,
+        };
+        let covered = |f: &InFlight| match waited {
+            Some((Some(s), _)) => f.stream == s,
+            Some((None, Some(c))) => f.ctx == c,
+            _ => false,
+        };
         for s in shares() {
-            s.harvest(ended_at);
+            s.retire(&covered, ended_at);
             s.synced.store(true, Ordering::Relaxed);
         }
     }
     r
 }
 
-/// What a blocking synchronisation waits for (`syncing`).
-pub enum Synced {
-    /// A stream, as its entry point names it (`streams::named`).
-    Stream(CUstream),
-    /// Every stream of a context (null: the current one).
-    Context(CUcontext),
-}
-
 /// Before a blocking synchronisation of `what`: whether it waits for the newest launch in flight (its
 /// stream, or its context) and that launch is still running. If so, the synchronisation returns when
 /// that launch ends, which dates the end of its span (`synchronized`). A synchronisation of another
 /// stream or context, or of an event, dates nothing: it may return long after the span ended.
-pub fn syncing(what: Synced) -> bool {
+pub fn syncing(what: Synced) -> Watch {
     if off() {
-        return false;
+        return Watch {
+            what,
+            running: false,
+        };
     }
-    shares().any(|s| {
+    let running = shares().any(|s| {
         let Some((end, stream, ctx)) = lock(&s.timer.flights).newest() else {
             return false;
         };
@@ -533,13 +674,15 @@ pub fn syncing(what: Synced) -> bool {
                 crate::streams::context(std::ptr::null_mut()) == Ok(ctx)
             }
             Synced::Context(c) => c as usize == ctx,
+            Synced::Other => false,
         };
         if !waits_for_it {
             return false;
         }
         let _relaxed = Relaxed::enter();
         event_query(end) == CUDA_ERROR_NOT_READY
-    })
+    });
+    Watch { what, running }
 }
 
 /// Context `ctx` is about to be destroyed (or a primary context reset): its launches in flight are

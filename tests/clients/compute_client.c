@@ -24,6 +24,9 @@
  *              handlers run), then the parent synchronises and exits
  *   gap        plain launches each followed by ARG us (default 3 x the kernel's time) of host work: a loop
  *              bound by its launch rate, the GPU idle when the next launch comes
+ *   syncwait   16 launches, then a wait until the GPU has run them, then cuStreamSynchronize, in a loop:
+ *              also prints "sync_us=MEAN longest_sync_us=MAX", what the synchronisations took (the GPU had
+ *              nothing left to do: the time is the library's)
  *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
  *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused) */
 #define _GNU_SOURCE
@@ -232,6 +235,22 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         *took = 0;
         TRY(r);
         return e;
+    }
+    if (!strcmp(mode, "syncwait")) {
+        double t0 = now(), total = 0, longest = 0;
+        long syncs = 0;
+        for (*launched = 0; now() - t0 < secs; syncs++) {
+            for (int i = 0; i < 16; i++, (*launched)++) TRY(launch_one("plain", ex, 0));
+            usleep((useconds_t)(16 * *unit * 1000 + 2000));
+            double s0 = now();
+            TRY(cuStreamSynchronize(stream));
+            double s = now() - s0;
+            total += s;
+            if (s > longest) longest = s;
+        }
+        *took = now() - t0;
+        printf("sync_us=%.0f longest_sync_us=%.0f\n", syncs ? total / syncs * 1e6 : 0.0, longest * 1e6);
+        return CUDA_SUCCESS;
     }
     CUcontext other = NULL;
 #if CUDA_VERSION >= 13000

@@ -36,6 +36,11 @@ pub struct InFlight {
     pub lent_end: bool,
     /// The first launch of a span: its start event is kept in the span when it is charged.
     pub opens_span: bool,
+    /// The last launch of a span (nothing of the share was in flight behind it when it was found
+    /// finished): the span ends when it is charged.
+    pub closes_span: bool,
+    /// When a blocking synchronisation that found it running returned (its span's end), if one did.
+    pub ended_at: Option<u64>,
 }
 
 // SAFETY: events are driver handles, usable from any thread.
@@ -71,10 +76,15 @@ impl Span {
     }
 }
 
-/// The launches in flight, oldest first, and the open span.
+/// The launches in flight, oldest first, the finished ones a synchronisation retired (not charged yet),
+/// and the open span.
 #[derive(Default)]
 pub struct Flights {
     pub queue: VecDeque<InFlight>,
+    /// Launches a synchronisation found finished, oldest first: charged after the application's next
+    /// launch (`compute::Share::settle_retired`), while the GPU has work, not while it waits for the
+    /// CPU. They lend no start (`plan` looks at `queue` only) and come before anything in `queue`.
+    pub retired: VecDeque<InFlight>,
     pub span: Option<Span>,
 }
 
@@ -120,6 +130,14 @@ impl Flights {
     /// The newest launch: its end event (what a synchronisation waits for last), stream and context.
     pub fn newest(&self) -> Option<(CUevent, usize, usize)> {
         self.queue.back().map(|f| (f.end, f.stream, f.ctx))
+    }
+
+    /// The oldest launch in flight is finished: it leaves the queue for `retired`, and ends its span
+    /// (dated `ended_at`) when nothing is in flight behind it.
+    pub fn retire(&mut self, mut f: InFlight, ended_at: Option<u64>) {
+        f.closes_span = self.queue.is_empty();
+        f.ended_at = ended_at.filter(|_| f.closes_span);
+        self.retired.push_back(f);
     }
 }
 
@@ -213,9 +231,9 @@ impl Timer {
     }
 
     /// A measured launch was charged: its events go back for reuse, except an end lent to the next
-    /// launch and a span's first start. When it was the last in flight the span ends; returns how long
-    /// the span's first launch waited before the GPU took it up, when `ended_at` says when it ended.
-    pub fn settled(&self, f: &InFlight, ended_at: Option<u64>) -> Option<u64> {
+    /// launch and a span's first start. When it closes its span, the span ends; returns how long the
+    /// span's first launch waited before the GPU took it up, when `f.ended_at` says when it ended.
+    pub fn settled(&self, f: &InFlight) -> Option<u64> {
         let mut waited = None;
         let mut reuse = Vec::with_capacity(3);
         let closed = {
@@ -231,14 +249,14 @@ impl Timer {
             } else {
                 reuse.push((f.ctx, f.start));
             }
-            if q.queue.is_empty() {
+            if f.closes_span {
                 q.span.take()
             } else {
                 None
             }
         };
         if let Some(span) = closed {
-            if let (Some(t), true) = (ended_at, span.ctx == f.ctx) {
+            if let (Some(t), true) = (f.ended_at, span.ctx == f.ctx) {
                 if let Some(extent) = elapsed_ns(span.start, f.end) {
                     waited = Some(span.waited(t, extent));
                 }
@@ -266,6 +284,7 @@ impl Timer {
     pub fn forget_parent(&self) {
         if let Ok(mut q) = self.flights.try_lock() {
             q.queue.clear();
+            q.retired.clear();
             q.span = None;
         }
         if let Ok(mut s) = self.spare.try_lock() {
@@ -293,6 +312,8 @@ mod tests {
             queued_at: 0,
             lent_end: false,
             opens_span: plan.opens_span,
+            closes_span: false,
+            ended_at: None,
         }
     }
 
@@ -341,6 +362,35 @@ mod tests {
         let p3 = f.plan(1, 10);
         f.queue.pop_front();
         assert!(!f.unlend(p3.chained.unwrap()));
+    }
+
+    // A synchronisation retires what it found finished; charging waits for the next launch. The retired
+    // launches must not lend a start to it (their ends are in the past: the launch would be timed from
+    // before the application queued it) and the next launch opens a span of its own, while the retired
+    // span still ends (dated) at its last launch.
+    #[test]
+    fn retired_launches_end_their_span_and_lend_nothing() {
+        let mut f = Flights::default();
+        let p1 = f.plan(1, 10);
+        f.queue.push_back(flight(100, 101, 10, p1));
+        let p2 = f.plan(1, 10);
+        f.queue.push_back(flight(0, 201, 10, p2));
+        let a = f.queue.pop_front().unwrap();
+        f.retire(a, Some(5_000));
+        let b = f.queue.pop_front().unwrap();
+        f.retire(b, Some(5_000));
+        assert!(!f.retired[0].closes_span && f.retired[0].ended_at.is_none());
+        assert!(f.retired[1].closes_span);
+        assert_eq!(f.retired[1].ended_at, Some(5_000));
+        let p3 = f.plan(1, 10);
+        assert_eq!(
+            p3,
+            Plan {
+                chained: None,
+                opens_span: true
+            }
+        );
+        assert_eq!(f.newest(), None, "nothing in flight");
     }
 
     #[test]

@@ -433,7 +433,7 @@ hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(crate
 hook!(cuCtxSynchronize() { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(std::ptr::null_mut())), interposer().after_sync(forward!("cuCtxSynchronize", fn()))) });
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
 hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(ctx)), interposer().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
-hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(false, interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(crate::compute::Watch::other(), interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
 
 #[cfg(test)]
 mod placed_tests;

@@ -262,6 +262,7 @@ fn cuEventSynchronize(e: Handle) {
 }
 
 fn cuEventQuery(e: Handle) {
+    crate::timeline::read_cost();
     let d = drv()?;
     crate::api_capture::unsafe_call()?;
     let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
@@ -269,6 +270,7 @@ fn cuEventQuery(e: Handle) {
 }
 
 fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
+    crate::timeline::read_cost();
     let d = drv()?;
     let objs = lock(&d.objs);
     let (Some(&ta), Some(&tb)) = (objs.events.get(&a), objs.events.get(&b)) else { return Err(INVALID_HANDLE) };

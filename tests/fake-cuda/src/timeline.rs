@@ -4,7 +4,8 @@
 //! passes that stamp, and their elapsed time is the difference; synchronising sleeps until the queue is
 //! drained. Unset (the default), kernels take no time and events complete at once.
 //! `FAKE_CUDA_EVENT_RECORD_US` makes each `cuEventRecord` cost its caller that much CPU time, as a real
-//! driver's record does.
+//! driver's record does; `FAKE_CUDA_EVENT_READ_US` the same for each `cuEventQuery` and
+//! `cuEventElapsedTime`.
 //!
 //! `FAKE_CUDA_BYTES_PER_US` gives memsets and copies a time too (their bytes at that rate), queued as
 //! kernels are; a launch whose block is `y` threads high takes `y` kernels' time (see `api_module`).
@@ -55,6 +56,19 @@ fn env_us(name: &str) -> u64 {
 pub fn record_cost() {
     static NS: OnceLock<u64> = OnceLock::new();
     let ns = *NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_RECORD_US"));
+    if ns > 0 {
+        let t0 = now();
+        while now() - t0 < ns {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// What reading an event (`cuEventQuery`, `cuEventElapsedTime`) costs the calling thread
+/// (FAKE_CUDA_EVENT_READ_US, microseconds), spent spinning: so a test can see how many reads a call makes.
+pub fn read_cost() {
+    static NS: OnceLock<u64> = OnceLock::new();
+    let ns = *NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_READ_US"));
     if ns > 0 {
         let t0 = now();
         while now() - t0 < ns {
