@@ -62,8 +62,10 @@ const MAX_NAP_NS: u64 = 2_000_000;
 const MIN_NAP_NS: u64 = 20_000;
 /// Launches in flight (recorded, not yet charged) per device and process, at most.
 const MAX_IN_FLIGHT: usize = 4096;
-/// Retired launches charged after each launch (`Share::settle_after_launch`).
-const SETTLE_PER_LAUNCH: usize = 4;
+/// Launches a synchronisation retired are charged by a launch (`Share::admit`) once this many of the
+/// process's launches are in flight, or once they waited `SETTLE_BY_NS`, if no synchronisation came first.
+const SETTLE_BEHIND: usize = 8;
+const SETTLE_BY_NS: u64 = 1_000_000_000;
 /// The cost assumed for a launch before any was measured.
 const FIRST_ESTIMATE_NS: u64 = 1_000_000;
 
@@ -131,9 +133,10 @@ struct Share {
     costs: sample::Costs,
     /// The application synchronised since the last launch that opened a span: the next one is timed.
     synced: AtomicBool,
-    /// A synchronisation retired launches that are not charged yet (`Flights::retired`; a hint read
-    /// with one load on the launch path, set after they are queued and cleared once they are all charged).
-    retired: AtomicBool,
+    /// When a synchronisation last retired launches that are not charged yet (`Flights::retired`,
+    /// CLOCK_MONOTONIC ns; 0: none wait). A hint read with one load on the launch path: set after they
+    /// are queued, cleared once they are all charged.
+    retired_at: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -192,7 +195,7 @@ impl Share {
             trace: trace::Trace::default(),
             costs: sample::Costs::new(sample::seed()),
             synced: AtomicBool::new(true),
-            retired: AtomicBool::new(false),
+            retired_at: AtomicU64::new(0),
         }
     }
 
@@ -216,7 +219,7 @@ impl Share {
             }
         }
         let _relaxed = Relaxed::enter();
-        self.settle_retired(usize::MAX);
+        self.settle_retired();
         loop {
             let Some(mut f) = lock(&self.timer.flights).queue.pop_front() else {
                 return;
@@ -258,14 +261,14 @@ impl Share {
     }
 
     /// After a synchronisation: moves the launches it found finished to `retired`, oldest first, without
-    /// charging them (`settle_retired` does, after the next launch). `covered`: the launches the
+    /// charging them (`settle_retired` does, at the next synchronisation before it waits). `covered`: the launches the
     /// synchronisation waited for (finished, no query needed); others are asked with `cuEventQuery`,
     /// stopping at the first still running. `ended_at`: when the synchronisation returned, if it found
     /// the newest launch running (it dates the span's end, `flight::Span::waited`).
     ///
     /// Why not charge them here: the application waits for this return, and the GPU for its next
-    /// launch. Charging a step of 24 short kernels took the library ~20 µs, ~4% of a 2048² matmul
-    /// step's GPU time lost on an H100, each step.
+    /// launch. Charging a step's launches then (24 short kernels: ~20 µs) is time the GPU idles, each
+    /// step: ~4% of a 2048² matmul step on an H100.
     fn retire(&self, covered: &dyn Fn(&InFlight) -> bool, ended_at: Option<u64>) {
         if FORKED.load(Ordering::Relaxed) {
             self.forget_parent();
@@ -280,7 +283,7 @@ impl Share {
                 };
                 if covered(&f) {
                     q.retire(f, ended_at);
-                    self.retired.store(true, Ordering::Relaxed);
+                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
                     continue;
                 }
                 f
@@ -295,7 +298,7 @@ impl Share {
                 }
                 CUDA_SUCCESS => {
                     q.retire(f, ended_at);
-                    self.retired.store(true, Ordering::Relaxed);
+                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
                 }
                 _ => {
                     drop(q);
@@ -305,21 +308,11 @@ impl Share {
         }
     }
 
-    /// After a launch the GPU now has work: a few of the launches a synchronisation retired are
-    /// charged (`SETTLE_PER_LAUNCH`, so that the application's next launch is not kept waiting either).
-    fn settle_after_launch(&self) {
-        if !self.retired.load(Ordering::Relaxed) {
-            return;
-        }
-        let _relaxed = Relaxed::enter();
-        self.settle_retired(SETTLE_PER_LAUNCH);
-    }
-
-    /// Charges up to `most` of the launches a synchronisation retired, oldest first.
-    fn settle_retired(&self, most: usize) {
-        for _ in 0..most {
+    /// Charges the launches a synchronisation retired, oldest first.
+    fn settle_retired(&self) {
+        loop {
             let Some(f) = lock(&self.timer.flights).retired.pop_front() else {
-                self.retired.store(false, Ordering::Relaxed);
+                self.retired_at.store(0, Ordering::Relaxed);
                 return;
             };
             self.measured(&f);
@@ -403,9 +396,15 @@ impl Share {
     /// it is full again. Returns how long it held the thread.
     fn admit(&self) -> u64 {
         self.rate.follow(&self.quota);
-        // After a synchronisation (launches retired, not charged yet) the GPU waits for this launch:
-        // what finished is charged after it (`settle_after_launch`), debited meanwhile at its estimate.
-        if !self.retired.load(Ordering::Relaxed) {
+        // After a synchronisation (launches retired, not charged yet) the GPU may be waiting for this
+        // launch: what finished is charged at the next synchronisation, before it waits (`syncing`),
+        // debited meanwhile at its estimate; or here once `SETTLE_BEHIND` launches are in flight (the GPU
+        // has work while the library charges), or after `SETTLE_BY_NS`.
+        let retired_at = self.retired_at.load(Ordering::Relaxed);
+        if retired_at == 0
+            || lock(&self.timer.flights).queue.len() >= SETTLE_BEHIND
+            || mono_ns().saturating_sub(retired_at) > SETTLE_BY_NS
+        {
             self.harvest();
         }
         let area = self.area();
@@ -558,7 +557,6 @@ pub fn throttled(
         if r == CUDA_SUCCESS {
             share.charge_untimed(ns);
         }
-        share.settle_after_launch();
         share.spent(entered, driver, held);
         return r;
     }
@@ -573,7 +571,6 @@ pub fn throttled(
     } else if let Some(b) = begun {
         share.timer.give_back(ctx, b);
     }
-    share.settle_after_launch();
     share.spent(entered, driver, held);
     r
 }
@@ -621,8 +618,8 @@ impl Watch {
 }
 
 /// After the application synchronised (`w`; `r`: the driver's answer, passed through): what finished
-/// is retired now, and charged after the next launch or at the next harvest (`Share::retire`). A
-/// process that never launches again is charged at exit.
+/// is retired now, and charged at the next synchronisation before it waits, or by a later launch
+/// (`Share::retire`, `Share::admit`). A process that never launches again is charged at exit.
 pub fn synchronized(w: Watch, r: CUresult) -> CUresult {
     if !off() {
         let ended_at = w.running.then(mono_ns);
@@ -663,6 +660,13 @@ pub fn syncing(what: Synced) -> Watch {
             what,
             running: false,
         };
+    }
+    // The thread is about to wait for the GPU: what the last synchronisation retired is charged now.
+    for s in shares() {
+        if s.retired_at.load(Ordering::Relaxed) != 0 {
+            let _relaxed = Relaxed::enter();
+            s.settle_retired();
+        }
     }
     let running = shares().any(|s| {
         let Some((end, stream, ctx)) = lock(&s.timer.flights).newest() else {

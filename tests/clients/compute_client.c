@@ -24,9 +24,9 @@
  *              handlers run), then the parent synchronises and exits
  *   gap        plain launches each followed by ARG us (default 3 x the kernel's time) of host work: a loop
  *              bound by its launch rate, the GPU idle when the next launch comes
- *   syncwait   16 launches, then a wait until the GPU has run them, then cuStreamSynchronize, in a loop:
- *              also prints "sync_us=MEAN longest_sync_us=MAX", what the synchronisations took (the GPU had
- *              nothing left to do: the time is the library's)
+ *   steps      16 launches, then cuStreamSynchronize, then ARG us (default 0) of sleep, in a loop: also prints
+ *              "step_us=MEDIAN", how long a step (launches and synchronisation) took: its kernels' time,
+ *              and whatever time the GPU waited for the CPU
  *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
  *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused) */
 #define _GNU_SOURCE
@@ -140,6 +140,11 @@ static CUresult launch_one(const char *mode, CUgraphExec ex, int x) {
 }
 
 /* One launch's own time, by events around it (the context current). */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static CUresult unit_ms(const char *mode, CUgraphExec ex, int x, float *ms) {
     CUevent a, b;
     TRY(cuEventCreate(&a, 0));
@@ -236,20 +241,20 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         TRY(r);
         return e;
     }
-    if (!strcmp(mode, "syncwait")) {
-        double t0 = now(), total = 0, longest = 0;
-        long syncs = 0;
-        for (*launched = 0; now() - t0 < secs; syncs++) {
-            for (int i = 0; i < 16; i++, (*launched)++) TRY(launch_one("plain", ex, 0));
-            usleep((useconds_t)(16 * *unit * 1000 + 2000));
+    if (!strcmp(mode, "steps")) {
+        static double step[100000];
+        double t0 = now();
+        long steps = 0;
+        for (*launched = 0; now() - t0 < secs && steps < 100000; steps++) {
             double s0 = now();
+            for (int i = 0; i < 16; i++, (*launched)++) TRY(launch_one("plain", ex, 0));
             TRY(cuStreamSynchronize(stream));
-            double s = now() - s0;
-            total += s;
-            if (s > longest) longest = s;
+            step[steps] = now() - s0;
+            if (arg) usleep((useconds_t)atol(arg));
         }
         *took = now() - t0;
-        printf("sync_us=%.0f longest_sync_us=%.0f\n", syncs ? total / syncs * 1e6 : 0.0, longest * 1e6);
+        qsort(step, steps, sizeof step[0], cmp_double);
+        printf("step_us=%.0f\n", steps ? step[steps / 2] * 1e6 : 0.0);
         return CUDA_SUCCESS;
     }
     CUcontext other = NULL;

@@ -6,7 +6,8 @@
 // cuLaunchKernel through cuGetProcAddress) in batches of 48 with a synchronisation after each, as the
 // precision matrix's loops run: `idle` kernels that end before the next is launched (a launch-bound loop:
 // the GPU keeps up), `queued` kernels of ~20 us (each launch queued behind the one before). One line each:
-// `RESULT what ns`. `init` only starts CUDA.
+// `RESULT what ns`. `pattern`: the share's driver calls around each launch made by hand (`pattern_loop`).
+// `init` only starts CUDA.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -66,6 +67,42 @@ static double launch_loop(cudaStream_t s, long long cycles, int batches) {
     return per[2];
 }
 
+// The share's driver calls around each launch made by hand, no library (`pattern`): after each launch an
+// event record (a queued launch's end; its start is the launch before's end), then a query of the oldest
+// end not yet seen complete and, while complete, its elapsed time from the one before; CPU ns per launch as
+// `launch_loop` counts them. Against `loop`, bare: what the driver calls cost in a loop; against the
+// library's `loop` under a share: what the library's own work costs.
+static double pattern_loop(cudaStream_t s, long long cycles, int batches) {
+    CUstream cs = (CUstream)s;
+    std::vector<CUevent> ev(49);
+    for (auto &e : ev) cuEventCreate(&e, CU_EVENT_DEFAULT);
+    std::vector<double> per;
+    float ms;
+    for (int round = 0; round < 5; round++) {
+        double spent = 0;
+        for (int b = 0; b < batches; b++) {
+            double t0 = now_ns();
+            cuEventRecord(ev[0], cs);
+            int seen = 0;
+            for (int i = 0; i < 48; i++) {
+                if (cycles) spin<<<1, 32, 0, s>>>(cycles);
+                else empty<<<1, 32, 0, s>>>();
+                cuEventRecord(ev[i + 1], cs);
+                while (seen < i + 1 && cuEventQuery(ev[seen + 1]) == CUDA_SUCCESS) {
+                    cuEventElapsedTime(&ms, ev[seen], ev[seen + 1]);
+                    seen++;
+                }
+            }
+            spent += now_ns() - t0;
+            cudaStreamSynchronize(s);
+            for (; seen < 48; seen++) cuEventElapsedTime(&ms, ev[seen], ev[seen + 1]);
+        }
+        per.push_back(spent / (48.0 * batches));
+    }
+    std::sort(per.begin(), per.end());
+    return per[2];
+}
+
 int main(int argc, char **argv) {
     bool calls = argc > 1 && !strcmp(argv[1], "calls");
     cudaStream_t s;
@@ -76,6 +113,11 @@ int main(int argc, char **argv) {
     // Warm up (module load, the library's first share, its least times).
     for (int i = 0; i < 200; i++) empty<<<1, 32, 0, s>>>();
     cudaStreamSynchronize(s);
+    if (argc > 1 && !strcmp(argv[1], "pattern")) {
+        result("pattern-idle", pattern_loop(s, 0, 200));
+        result("pattern-queued", pattern_loop(s, 40000, 100));
+        return cudaGetLastError() == cudaSuccess ? 0 : 1;
+    }
     if (!calls) {
         result("loop-idle", launch_loop(s, 0, 200));
         result("loop-queued", launch_loop(s, 40000, 100));  // ~20 us at ~2 GHz
@@ -92,9 +134,32 @@ int main(int argc, char **argv) {
                cuThreadExchangeStreamCaptureMode(&m);
            }) / 2);
     const int N = 20000;
+    float ms0;
     std::vector<CUevent> ev(N);
     for (auto &e : ev) cuEventCreate(&e, CU_EVENT_DEFAULT);
     result("cuEventRecord", per_call(N, [&](int i) { cuEventRecord(ev[i], cs); }));
+    cuStreamSynchronize(cs);
+    // Elapsed time of events that completed but were never queried (what a charge after a synchronisation
+    // reads without asking first): 5 rounds of 2,000, the median.
+    {
+        std::vector<double> r;
+        for (int round = 0; round < 5; round++) {
+            for (int k = 0; k < 2001; k++) cuEventRecord(ev[k], cs);
+            cuStreamSynchronize(cs);
+            double t0 = now_ns();
+            for (int k = 0; k < 2000; k++) cuEventElapsedTime(&ms0, ev[k], ev[k + 1]);
+            r.push_back((now_ns() - t0) / 2000);
+        }
+        std::sort(r.begin(), r.end());
+        result("cuEventElapsedTime-unqueried", r[2]);
+    }
+    // A query of an event still pending (behind a ~1 s kernel), and records behind that queued work.
+    spin<<<1, 32, 0, s>>>(2000000000LL);
+    cuEventRecord(ev[N - 1], cs);
+    result("cuEventQuery-pending", per_call(N, [&](int) { cuEventQuery(ev[N - 1]); }));
+    result("cuEventRecord-queued", per_call(N / 5, [&](int i) { cuEventRecord(ev[i], cs); }));
+    cuStreamSynchronize(cs);
+    for (int i = 0; i < N; i++) cuEventRecord(ev[i], cs);
     cuStreamSynchronize(cs);
     result("cuEventQuery-done", per_call(N, [&](int i) { cuEventQuery(ev[i]); }));
     float ms;

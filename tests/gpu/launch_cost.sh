@@ -16,6 +16,7 @@ nvcc -O2 -arch=sm_90 -o "$W/launch_cost" tests/gpu/launch_cost.cu -lcuda || exit
 res=$out/launch-cost.txt
 : >"$res"
 "$W/launch_cost" calls | sed 's/^RESULT /calls /' | tee -a "$res"
+"$W/launch_cost" pattern | sed 's/^RESULT /bare /' | tee -a "$res"
 for round in $(seq "${LAUNCH_ROUNDS:-2}"); do
     "$W/launch_cost" | sed "s/^RESULT /r$round bare /" | tee -a "$res"
     LD_PRELOAD="$lib" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/n$round" "$W/launch_cost" | sed "s/^RESULT /r$round lib-noshare /" | tee -a "$res"

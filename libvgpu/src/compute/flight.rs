@@ -81,9 +81,10 @@ impl Span {
 #[derive(Default)]
 pub struct Flights {
     pub queue: VecDeque<InFlight>,
-    /// Launches a synchronisation found finished, oldest first: charged after the application's next
-    /// launch (`compute::Share::settle_retired`), while the GPU has work, not while it waits for the
-    /// CPU. They lend no start (`plan` looks at `queue` only) and come before anything in `queue`.
+    /// Launches a synchronisation found finished, oldest first: charged at the next synchronisation
+    /// before it waits (`compute::syncing`), while the GPU runs what was queued since, not while it waits
+    /// for the CPU's next launch. They lend no start (`plan` looks at `queue` only) and are charged
+    /// before anything in `queue`.
     pub retired: VecDeque<InFlight>,
     pub span: Option<Span>,
 }
