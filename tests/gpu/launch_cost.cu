@@ -6,7 +6,7 @@
 // cuLaunchKernel through cuGetProcAddress) in batches of 48 with a synchronisation after each, as the
 // precision matrix's loops run: `idle` kernels that end before the next is launched (a launch-bound loop:
 // the GPU keeps up), `queued` kernels of ~20 us (each launch queued behind the one before). One line each:
-// `RESULT what ns`. `pattern`: the share's driver calls around each launch made by hand (`pattern_loop`).
+// `RESULT what ns`. `queued`, `idle`: one loop only. `pattern`: the share's driver calls around each launch made by hand (`pattern_loop`).
 // `init` only starts CUDA.
 #include <algorithm>
 #include <cstdio>
@@ -118,6 +118,14 @@ int main(int argc, char **argv) {
         result("pattern-queued", pattern_loop(s, 40000, 100));
         return cudaGetLastError() == cudaSuccess ? 0 : 1;
     }
+    if (argc > 1 && !strcmp(argv[1], "queued")) {
+        result("loop-queued", launch_loop(s, 40000, 100));
+        return cudaGetLastError() == cudaSuccess ? 0 : 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "idle")) {
+        result("loop-idle", launch_loop(s, 0, 200));
+        return cudaGetLastError() == cudaSuccess ? 0 : 1;
+    }
     if (!calls) {
         result("loop-idle", launch_loop(s, 0, 200));
         result("loop-queued", launch_loop(s, 40000, 100));  // ~20 us at ~2 GHz
@@ -152,6 +160,35 @@ int main(int argc, char **argv) {
         }
         std::sort(r.begin(), r.end());
         result("cuEventElapsedTime-unqueried", r[2]);
+    }
+    // The same while the stream runs a long kernel (a charge made between launches, the GPU busy).
+    {
+        std::vector<double> r;
+        for (int round = 0; round < 5; round++) {
+            for (int k = 0; k < 2001; k++) cuEventRecord(ev[k], cs);
+            cuStreamSynchronize(cs);
+            spin<<<1, 32, 0, s>>>(200000000LL);
+            double t0 = now_ns();
+            for (int k = 0; k < 2000; k++) cuEventElapsedTime(&ms0, ev[k], ev[k + 1]);
+            r.push_back((now_ns() - t0) / 2000);
+            cuStreamSynchronize(cs);
+        }
+        std::sort(r.begin(), r.end());
+        result("cuEventElapsedTime-busy-stream", r[2]);
+    }
+    // The unversioned cuEventElapsedTime (what a library resolving the name with dlsym gets; cuda.h 13
+    // maps the name to _v2), and a query and an elapsed time in relaxed capture mode (as the share reads
+    // its events), on completed events.
+    {
+        auto v1 = (CUresult(*)(float *, CUevent, CUevent))dlsym(RTLD_DEFAULT, "cuEventElapsedTime");
+        for (int k = 0; k < 2001; k++) cuEventRecord(ev[k], cs);
+        cuStreamSynchronize(cs);
+        if (v1) result("cuEventElapsedTime-v1", per_call(2000, [&](int k) { v1(&ms0, ev[k], ev[k + 1]); }));
+        CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+        cuThreadExchangeStreamCaptureMode(&m);
+        result("cuEventQuery-relaxed", per_call(2000, [&](int k) { cuEventQuery(ev[k]); }));
+        result("cuEventElapsedTime-relaxed", per_call(2000, [&](int k) { cuEventElapsedTime(&ms0, ev[k], ev[k + 1]); }));
+        cuThreadExchangeStreamCaptureMode(&m);
     }
     // A query of an event still pending (behind a ~1 s kernel), and records behind that queued work.
     spin<<<1, 32, 0, s>>>(2000000000LL);
