@@ -310,6 +310,10 @@ impl Share {
 
     /// Charges the launches a synchronisation retired, oldest first.
     fn settle_retired(&self) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
         loop {
             let Some(f) = lock(&self.timer.flights).retired.pop_front() else {
                 self.retired_at.store(0, Ordering::Relaxed);
@@ -324,6 +328,7 @@ impl Share {
     /// another thread held at the fork stays held in the child: then nothing is dropped.
     fn forget_parent(&self) {
         self.timer.forget_parent();
+        self.retired_at.store(0, Ordering::Relaxed);
     }
 
     /// Charges a measured launch (`solo`) and settles its debit.
@@ -402,6 +407,7 @@ impl Share {
         // has work while the library charges), or after `SETTLE_BY_NS`.
         let retired_at = self.retired_at.load(Ordering::Relaxed);
         if retired_at == 0
+            || FORKED.load(Ordering::Relaxed)
             || lock(&self.timer.flights).queue.len() >= SETTLE_BEHIND
             || mono_ns().saturating_sub(retired_at) > SETTLE_BY_NS
         {

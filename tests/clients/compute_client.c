@@ -22,6 +22,8 @@
  *   short      ARG launches (default 40) queued at once, then cuCtxSynchronize and exit (SECONDS unused)
  *   fork       ARG launches (default 16) queued, then a fork whose child sleeps SECONDS and exits (its exit
  *              handlers run), then the parent synchronises and exits
+ *   forksync   ARG launches (default 16) queued and synchronised, then a fork whose child synchronises the
+ *              stream too (an error in a child: its CUDA is the parent's), sleeps SECONDS and exits
  *   gap        plain launches each followed by ARG us (default 3 x the kernel's time) of host work: a loop
  *              bound by its launch rate, the GPU idle when the next launch comes
  *   steps      16 launches, then cuStreamSynchronize, then ARG us (default 0) of sleep, in a loop: also prints
@@ -223,6 +225,21 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         }
         if (child > 0) waitpid(child, NULL, 0);
         TRY(cuCtxSynchronize());
+        *took = now() - t0;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(mode, "forksync")) {
+        long n = arg ? atol(arg) : 16;
+        double t0 = now();
+        for (*launched = 0; *launched < n; (*launched)++) TRY(launch_one("plain", ex, 0));
+        TRY(cuStreamSynchronize(stream));
+        pid_t child = fork();
+        if (child == 0) {
+            cuStreamSynchronize(stream);
+            usleep((useconds_t)(secs * 1e6));
+            exit(0);
+        }
+        if (child > 0) waitpid(child, NULL, 0);
         *took = now() - t0;
         return CUDA_SUCCESS;
     }

@@ -245,6 +245,12 @@ vg "$WORK/b_fork" 10 "$CC" fork 1 16 >/dev/null
 charged=$(bucket "$WORK/b_fork" charged_ns)
 check "a fork child's exit charges nothing of its parent's launches (17 x 2 ms charged: $((charged / 1000000)) ms)" \
     awk -v c="$charged" 'BEGIN { exit !(c >= 0.9 * 34e6 && c <= 60e6) }'
+# The same after a synchronisation, whose finished launches wait uncharged for the next one: a child that
+# synchronises (an error: its CUDA is the parent's) must not charge them again.
+vg "$WORK/b_forksync" 10 "$CC" forksync 1 16 >/dev/null
+charged=$(bucket "$WORK/b_forksync" charged_ns)
+check "a fork child's synchronisation charges nothing of its parent's synchronised launches (17 x 2 ms charged: $((charged / 1000000)) ms; charged again: 51)" \
+    awk -v c="$charged" 'BEGIN { exit !(c >= 0.9 * 34e6 && c <= 1.2 * 34e6) }'
 # One cheap launch first must not make later long launches of the same function and grid cheap: the
 # cheap mode launches once at 1x, then loops at 10x the work (block 10 high: 20 ms each).
 out=$(vg "$WORK/b_cheap" 10 "$CC" cheap $((SECS + 1)) 10)
