@@ -6,8 +6,9 @@
 # MATRIX_ALONE) alone under each share, all in this one run. Each result is a throughput against the same
 # loop alone (percent); the target is each capped tenant within 5 points of its share of what the
 # unlimited pair together got, the capped pair's sum not below the unlimited pair's, and alone within 3
-# points of the share. Writes $OUT/compute-matrix.txt and, with MATRIX_TRACE=1, every process's output
-# and the library's debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py
+# points of the share. Each line also says what part of the capped pair's own sum each tenant had (a pair
+# that takes turns loses nothing to time slicing: then that part, not the first target, is its share).
+# Writes $OUT/compute-matrix.txt and, with MATRIX_TRACE=1, every process's output and the library's debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py
 # reads a pair's). Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES ("2048 4096 8192"),
 # MATRIX_MODES ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the
 # cells MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default),
@@ -57,8 +58,10 @@ for mode in ${MATRIX_MODES:-eager graph compile}; do
         for s in ${solo_shares-${MATRIX_ALONE:-}}; do
             solo="$solo ${s}%-alone $(pct "$(run "s$s-$n-$mode" "$s" --n "$n" --mode "$mode")" "$alone")"
         done
-        printf '%-6s %-7s %8s | %5s / %5s | %5s / %5s | %.1f / %.1f (capped sum %.1f, unlimited %.1f)%s [%ss]\n' "$n" "$mode" "$alone" \
+        csum=$(awk -v a="$c30" -v b="$c70" 'BEGIN { print a + b }')
+        printf '%-6s %-7s %8s | %5s / %5s | %5s / %5s | %.1f / %.1f (capped sum %.1f, unlimited %.1f; of the capped sum %.1f / %.1f)%s [%ss]\n' "$n" "$mode" "$alone" \
             "$ua" "$ub" "$c30" "$c70" "$(awk -v s="$sum" 'BEGIN { print 0.3 * s }')" "$(awk -v s="$sum" 'BEGIN { print 0.7 * s }')" \
-            "$(awk -v a="$c30" -v b="$c70" 'BEGIN { print a + b }')" "$sum" "$solo" "$(($(date +%s) - t0))" | tee -a "$res"
+            "$csum" "$sum" "$(awk -v a="$c30" -v s="$csum" 'BEGIN { print s > 0 ? 100 * a / s : 0 }')" \
+            "$(awk -v b="$c70" -v s="$csum" 'BEGIN { print s > 0 ? 100 * b / s : 0 }')" "$solo" "$(($(date +%s) - t0))" | tee -a "$res"
     done
 done
