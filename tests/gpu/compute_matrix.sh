@@ -9,10 +9,10 @@
 # points of the share. Each line also says what part of the capped pair's own sum each tenant had (a pair
 # that takes turns loses nothing to time slicing: then that part, not the first target, is its share).
 # Writes $OUT/compute-matrix.txt and, with MATRIX_TRACE=1, every process's output and the library's
-# debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py reads a pair's). Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES ("2048 4096 8192"),
-# MATRIX_MODES ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the
-# cells MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default),
-# PY (/opt/torch/.venv/bin/python3).
+# debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py reads a pair's).
+# Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES ("2048 4096 8192"), MATRIX_MODES
+# ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the cells
+# MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default), PY (/opt/torch/.venv/bin/python3).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
