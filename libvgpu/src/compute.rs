@@ -6,9 +6,11 @@
 //!
 //! Measuring: CUDA events recorded around each launch on its stream (a launch queued behind one still in
 //! flight on its stream is timed from that one's end: `flight`); their elapsed time is read later with
-//! `cuEventQuery` / `cuEventElapsedTime` once the end event completed (never a blocking sync), and
+//! `cuEventQuery` / `cuEventElapsedTime_v2` once the end event completed (never a blocking sync), and
 //! charged by `solo` (its solo time, or its part of the GPU's time when other contexts stretch it; a
-//! graph's kernels, read at instantiation by `hooks::graphs`, give its solo time). Until then the launch
+//! graph's kernels, read at instantiation by `hooks::graphs`, give its solo time): `settle`. What a
+//! blocking synchronisation found finished is retired and charged at the next one, before it waits
+//! (`sync`, the hooks' side of synchronisations and context teardown). Until then the launch
 //! is debited from the bucket at an estimate (the moving average of measured launches), settled to the
 //! measurement later, so no thread can queue unbounded work ahead of the budget and credit earned while
 //! work runs is not lost to the bucket's capacity.
@@ -50,9 +52,11 @@ use flight::{Begun, InFlight, Timer};
 mod graphs;
 mod rate;
 mod sample;
+mod settle;
+pub mod sync;
 mod trace;
 mod which;
-use events::{capturing, elapsed_ns, event_query, event_wait, Relaxed};
+use events::capturing;
 pub use graphs::graph_reparametrised;
 pub use which::off;
 use which::resolve;
@@ -203,187 +207,6 @@ impl Share {
         self.quota.ledger().compute()
     }
 
-    /// Charges what a synchronisation retired, then every launch whose end event completed, oldest
-    /// first; stops at the first still running. The queue's lock is never held across a driver call.
-    /// The queries run in relaxed capture mode: in the default (global) mode a query while another
-    /// stream of the process captures a graph would invalidate the application's capture.
-    fn harvest(&self) {
-        if FORKED.load(Ordering::Relaxed) {
-            self.forget_parent();
-            return;
-        }
-        {
-            let q = lock(&self.timer.flights);
-            if q.queue.is_empty() && q.retired.is_empty() {
-                return;
-            }
-        }
-        let _relaxed = Relaxed::enter();
-        self.settle_retired();
-        loop {
-            let Some(mut f) = lock(&self.timer.flights).queue.pop_front() else {
-                return;
-            };
-            match event_query(f.end) {
-                CUDA_ERROR_NOT_READY => {
-                    lock(&self.timer.flights).queue.push_front(f);
-                    return;
-                }
-                CUDA_SUCCESS => {
-                    f.closes_span = lock(&self.timer.flights).queue.is_empty();
-                    self.measured(&f);
-                }
-                _ => self.lost(&f),
-            }
-        }
-    }
-
-    /// Charges a finished launch its measured time; when it ends a span dated by a synchronisation,
-    /// also the span's wait.
-    fn measured(&self, f: &InFlight) {
-        let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
-        self.charge(f, elapsed);
-        if let Some(ns) = self.timer.settled(f) {
-            self.waited(ns);
-        }
-    }
-
-    /// A launch whose end event failed: the context is gone or broken and the launch is never
-    /// measured. It ran at most from when it was queued until now, less what earlier unmeasured
-    /// launches were charged of that.
-    fn lost(&self, f: &InFlight) {
-        let now = mono_ns();
-        let from = f
-            .queued_at
-            .max(self.unmeasured_until.fetch_max(now, Ordering::Relaxed));
-        let ns = now.saturating_sub(from).max(f.estimate);
-        self.area().settle(ns, f.estimate);
-    }
-
-    /// After a synchronisation: moves the launches it found finished to `retired`, oldest first, without
-    /// charging them (`settle_retired` does, at the next synchronisation before it waits). `covered`: the launches the
-    /// synchronisation waited for (finished, no query needed); others are asked with `cuEventQuery`,
-    /// stopping at the first still running. `ended_at`: when the synchronisation returned, if it found
-    /// the newest launch running (it dates the span's end, `flight::Span::waited`).
-    ///
-    /// Why not charge them here: the application waits for this return, and the GPU for its next
-    /// launch. Charging a step's launches then (24 short kernels: ~20 µs) is time the GPU idles, each
-    /// step: ~4% of a 2048² matmul step on an H100.
-    fn retire(&self, covered: &dyn Fn(&InFlight) -> bool, ended_at: Option<u64>) {
-        if FORKED.load(Ordering::Relaxed) {
-            self.forget_parent();
-            return;
-        }
-        let mut queried = None;
-        loop {
-            let f = {
-                let mut q = lock(&self.timer.flights);
-                let Some(f) = q.queue.pop_front() else {
-                    return;
-                };
-                if covered(&f) {
-                    q.retire(f, ended_at);
-                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
-                    continue;
-                }
-                f
-            };
-            let _relaxed = queried.get_or_insert_with(Relaxed::enter);
-            let r = event_query(f.end);
-            let mut q = lock(&self.timer.flights);
-            match r {
-                CUDA_ERROR_NOT_READY => {
-                    q.queue.push_front(f);
-                    return;
-                }
-                CUDA_SUCCESS => {
-                    q.retire(f, ended_at);
-                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
-                }
-                _ => {
-                    drop(q);
-                    self.lost(&f);
-                }
-            }
-        }
-    }
-
-    /// Charges the launches a synchronisation retired, oldest first.
-    fn settle_retired(&self) {
-        if FORKED.load(Ordering::Relaxed) {
-            self.forget_parent();
-            return;
-        }
-        loop {
-            let Some(f) = lock(&self.timer.flights).retired.pop_front() else {
-                self.retired_at.store(0, Ordering::Relaxed);
-                return;
-            };
-            self.measured(&f);
-        }
-    }
-
-    /// In a child after `fork`: the launches in flight and the spare events are the parent's (its
-    /// driver state is not the child's), so they are dropped uncharged; the parent charges them. A lock
-    /// another thread held at the fork stays held in the child: then nothing is dropped.
-    fn forget_parent(&self) {
-        self.timer.forget_parent();
-        self.retired_at.store(0, Ordering::Relaxed);
-    }
-
-    /// Charges a measured launch (`solo`) and settles its debit.
-    fn charge(&self, f: &InFlight, elapsed: u64) {
-        // A graph's nodes, as read at instantiation (`hooks::graphs`).
-        let graph = (f.work.1 == GRAPH_GRID)
-            .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
-            .flatten();
-        let sharers = self.busy.sharers(mono_ns());
-        let (ns, tell, read_as) = {
-            let mut book = lock(&self.solo);
-            let (ns, tell) = book.charge_telling(f.work, elapsed, graph.as_deref(), sharers);
-            (ns, tell, book.read_as())
-        };
-        if let Some(solo) = tell {
-            graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
-        }
-        let tokens = self.area().settle(ns, f.estimate);
-        if f.opens_span && f.work.1 != GRAPH_GRID {
-            self.costs.learned(f.work, ns);
-        }
-        if trace::on() {
-            self.trace.charged(elapsed, ns, sharers, read_as);
-            let gate = self.area().gate_closed();
-            self.trace.tick(mono_ns(), self.quota.ordinal, tokens, gate);
-        }
-        let e = self.estimate.load(Ordering::Relaxed);
-        self.estimate.store(averaged(e, ns), Ordering::Relaxed);
-    }
-
-    /// Waits for the launches in flight (of context `ctx`, or all) to finish and charges them: the
-    /// context is about to go, or the process to exit, and nothing would measure them later.
-    fn drain(&self, ctx: Option<usize>) {
-        if FORKED.load(Ordering::Relaxed) {
-            self.forget_parent();
-            return;
-        }
-        let ends: Vec<usize> = lock(&self.timer.flights)
-            .queue
-            .iter()
-            .filter(|f| ctx.is_none_or(|c| f.ctx == c))
-            .map(|f| f.end as usize)
-            .collect();
-        if !ends.is_empty() {
-            let _relaxed = Relaxed::enter();
-            for e in ends {
-                event_wait(e as CUevent);
-            }
-        }
-        self.harvest();
-        if let Some(c) = ctx {
-            self.timer.forget_context(c);
-        }
-    }
-
     /// The bucket's level as the library reads it: never above its capacity, whatever the ledger holds
     /// (the ledger is the tenant's memory: a stored huge count must not buy more than a full bucket).
     fn tokens(&self) -> i64 {
@@ -507,19 +330,6 @@ impl Share {
         }
     }
 
-    /// A span's first launch waited `ns` before the GPU took it up: charged its part beside busy
-    /// neighbours (`launch_charge::SoloBook::charge_wait`).
-    fn waited(&self, ns: u64) {
-        let sharers = self.busy.sharers(mono_ns());
-        let charge = lock(&self.solo).charge_wait(ns, sharers);
-        if charge > 0 {
-            self.area().charge(charge);
-            if trace::on() {
-                self.trace.charged(ns, charge, sharers, 0);
-            }
-        }
-    }
-
     /// A launch the driver took that cannot be measured (no events in its context): charged at once
     /// what measured launches cost on average, at least `FIRST_ESTIMATE_NS`, so that no launch under
     /// a share runs both undebited and unmeasured.
@@ -593,117 +403,6 @@ fn shares() -> impl Iterator<Item = &'static Share> {
         // SAFETY: every value above REFUSED is a leaked Share, never freed.
         (v > REFUSED).then(|| unsafe { &*(v as *const Share) })
     })
-}
-
-/// What a blocking synchronisation waits for (`syncing`).
-#[derive(Clone, Copy)]
-pub enum Synced {
-    /// A stream, as its entry point names it (`streams::named`).
-    Stream(CUstream),
-    /// Every stream of a context (null: the current one).
-    Context(CUcontext),
-    /// Something the share does not follow (an event).
-    Other,
-}
-
-/// A blocking synchronisation about to wait (`syncing`), for `synchronized` after it returns.
-pub struct Watch {
-    what: Synced,
-    /// It waits for the newest launch in flight, which was still running.
-    running: bool,
-}
-
-impl Watch {
-    /// A synchronisation that waits for nothing the share follows (an event).
-    pub fn other() -> Watch {
-        Watch {
-            what: Synced::Other,
-            running: false,
-        }
-    }
-}
-
-/// After the application synchronised (`w`; `r`: the driver's answer, passed through): what finished
-/// is retired now, and charged at the next synchronisation before it waits, or by a later launch
-/// (`Share::retire`, `Share::admit`). A process that never launches again is charged at exit.
-pub fn synchronized(w: Watch, r: CUresult) -> CUresult {
-    if !off() {
-        let ended_at = w.running.then(mono_ns);
-        // What the synchronisation waited for is finished (when it succeeded). A default stream's
-        // handle names a different stream per thread or context: those are asked, never assumed.
-        let waited = match (r, w.what) {
-            (CUDA_SUCCESS, Synced::Stream(s)) if s as usize > crate::streams::STREAM_PER_THREAD => {
-                Some((Some(s as usize), None))
-            }
-            (CUDA_SUCCESS, Synced::Context(c)) if c.is_null() => {
-                crate::streams::context(std::ptr::null_mut())
-                    .ok()
-                    .map(|c| (None, Some(c)))
-            }
-            (CUDA_SUCCESS, Synced::Context(c)) => Some((None, Some(c as usize))),
-            _ => None,
-        };
-        let covered = |f: &InFlight| match waited {
-            Some((Some(s), _)) => f.stream == s,
-            Some((None, Some(c))) => f.ctx == c,
-            _ => false,
-        };
-        for s in shares() {
-            s.retire(&covered, ended_at);
-            s.synced.store(true, Ordering::Relaxed);
-        }
-    }
-    r
-}
-
-/// Before a blocking synchronisation of `what`: whether it waits for the newest launch in flight (its
-/// stream, or its context) and that launch is still running. If so, the synchronisation returns when
-/// that launch ends, which dates the end of its span (`synchronized`). A synchronisation of another
-/// stream or context, or of an event, dates nothing: it may return long after the span ended.
-pub fn syncing(what: Synced) -> Watch {
-    if off() {
-        return Watch {
-            what,
-            running: false,
-        };
-    }
-    // The thread is about to wait for the GPU: what the last synchronisation retired is charged now.
-    for s in shares() {
-        if s.retired_at.load(Ordering::Relaxed) != 0 {
-            let _relaxed = Relaxed::enter();
-            s.settle_retired();
-        }
-    }
-    let running = shares().any(|s| {
-        let Some((end, stream, ctx)) = lock(&s.timer.flights).newest() else {
-            return false;
-        };
-        let waits_for_it = match what {
-            Synced::Stream(st) => st as usize == stream,
-            Synced::Context(c) if c.is_null() => {
-                crate::streams::context(std::ptr::null_mut()) == Ok(ctx)
-            }
-            Synced::Context(c) => c as usize == ctx,
-            Synced::Other => false,
-        };
-        if !waits_for_it {
-            return false;
-        }
-        let _relaxed = Relaxed::enter();
-        event_query(end) == CUDA_ERROR_NOT_READY
-    });
-    Watch { what, running }
-}
-
-/// Context `ctx` is about to be destroyed (or a primary context reset): its launches in flight are
-/// waited for and charged while their events still exist.
-pub fn context_ending(ctx: usize) {
-    if off() {
-        return;
-    }
-    for s in shares() {
-        s.drain(Some(ctx));
-    }
 }
 
 /// At exit: every launch in flight is waited for and charged (a short-lived process is otherwise

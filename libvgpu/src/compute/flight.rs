@@ -82,7 +82,7 @@ impl Span {
 pub struct Flights {
     pub queue: VecDeque<InFlight>,
     /// Launches a synchronisation found finished, oldest first: charged at the next synchronisation
-    /// before it waits (`compute::syncing`), while the GPU runs what was queued since, not while it waits
+    /// before it waits (`compute::sync::syncing`), while the GPU runs what was queued since, not while it waits
     /// for the CPU's next launch. They lend no start (`plan` looks at `queue` only) and are charged
     /// before anything in `queue`.
     pub retired: VecDeque<InFlight>,

@@ -279,13 +279,13 @@ hook!(cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, d
 });
 
 hook!(cuCtxDestroy_v2(ctx: CUcontext) {
-    crate::compute::context_ending(ctx as usize);
+    crate::compute::sync::context_ending(ctx as usize);
     let r = forward!("cuCtxDestroy_v2", fn(CUcontext), ctx);
     if r == CUDA_SUCCESS { interposer().context_gone(ctx as usize); }
     r
 });
 hook!(cuCtxDestroy(ctx: CUcontext) {
-    crate::compute::context_ending(ctx as usize);
+    crate::compute::sync::context_ending(ctx as usize);
     let r = forward!("cuCtxDestroy", fn(CUcontext), ctx);
     if r == CUDA_SUCCESS { interposer().context_gone(ctx as usize); }
     r
@@ -342,7 +342,7 @@ hook!(cuGreenCtxCreate(pg: *mut *mut c_void, desc: *mut c_void, dev: CUdevice, f
 hook!(cuGreenCtxDestroy(g: *mut c_void) {
     let ctx = if g.is_null() { 0 } else { green_ctx(g) };
     if ctx != 0 {
-        crate::compute::context_ending(ctx);
+        crate::compute::sync::context_ending(ctx);
     }
     let r = forward!("cuGreenCtxDestroy", fn(*mut c_void), g);
     if r == CUDA_SUCCESS && ctx != 0 {

@@ -426,14 +426,14 @@ hook!(cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) {
     r
 });
 
-// After a synchronisation the compute share charges what finished (`compute::synchronized`); one that
-// waited for the newest launch dates its span's end (`compute::syncing`).
-hook!(cuStreamSynchronize(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(s)), interposer().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
-hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Stream(crate::streams::named(s, true))), interposer().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
-hook!(cuCtxSynchronize() { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(std::ptr::null_mut())), interposer().after_sync(forward!("cuCtxSynchronize", fn()))) });
+// After a synchronisation the compute share retires what finished (`compute::sync::synchronized`); one that
+// waited for the newest launch dates its span's end (`compute::sync::syncing`).
+hook!(cuStreamSynchronize(s: CUstream) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Stream(s)), interposer().after_sync(forward!("cuStreamSynchronize", fn(CUstream), s))) });
+hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Stream(crate::streams::named(s, true))), interposer().after_sync(forward!("cuStreamSynchronize_ptsz", fn(CUstream), s))) });
+hook!(cuCtxSynchronize() { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Context(std::ptr::null_mut())), interposer().after_sync(forward!("cuCtxSynchronize", fn()))) });
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
-hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::synchronized(crate::compute::syncing(crate::compute::Synced::Context(ctx)), interposer().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
-hook!(cuEventSynchronize(ev: CUevent) { crate::compute::synchronized(crate::compute::Watch::other(), interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Context(ctx)), interposer().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
+hook!(cuEventSynchronize(ev: CUevent) { crate::compute::sync::synchronized(crate::compute::sync::Watch::other(), interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
 
 #[cfg(test)]
 mod placed_tests;

@@ -1,0 +1,210 @@
+//! Charging what finished: the harvest of launches whose end events completed, the launches a
+//! synchronisation retires and the next one charges (`retire`, `settle_retired`), a launch's charge by
+//! its measured time (`charge`, `launch_charge::SoloBook`), and the waits before a span's first kernel.
+//! Methods of `Share`; the queue's lock is never held across a driver call.
+
+use std::sync::atomic::Ordering;
+
+use super::events::{elapsed_ns, event_query, event_wait, Relaxed};
+use super::flight::InFlight;
+use super::{
+    averaged, graphs, lock, mono_ns, trace, Share, CUDA_ERROR_NOT_READY, FORKED, GRAPH_GRID,
+};
+use crate::ffi::*;
+use crate::records::RECORDS;
+
+impl Share {
+    /// Charges what a synchronisation retired, then every launch whose end event completed, oldest
+    /// first; stops at the first still running. The queue's lock is never held across a driver call.
+    /// The queries run in relaxed capture mode: in the default (global) mode a query while another
+    /// stream of the process captures a graph would invalidate the application's capture.
+    pub(super) fn harvest(&self) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
+        {
+            let q = lock(&self.timer.flights);
+            if q.queue.is_empty() && q.retired.is_empty() {
+                return;
+            }
+        }
+        let _relaxed = Relaxed::enter();
+        self.settle_retired();
+        loop {
+            let Some(mut f) = lock(&self.timer.flights).queue.pop_front() else {
+                return;
+            };
+            match event_query(f.end) {
+                CUDA_ERROR_NOT_READY => {
+                    lock(&self.timer.flights).queue.push_front(f);
+                    return;
+                }
+                CUDA_SUCCESS => {
+                    f.closes_span = lock(&self.timer.flights).queue.is_empty();
+                    self.measured(&f);
+                }
+                _ => self.lost(&f),
+            }
+        }
+    }
+
+    /// Charges a finished launch its measured time; when it ends a span dated by a synchronisation,
+    /// also the span's wait.
+    fn measured(&self, f: &InFlight) {
+        let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
+        self.charge(f, elapsed);
+        if let Some(ns) = self.timer.settled(f) {
+            self.waited(ns);
+        }
+    }
+
+    /// A launch whose end event failed: the context is gone or broken and the launch is never
+    /// measured. It ran at most from when it was queued until now, less what earlier unmeasured
+    /// launches were charged of that.
+    fn lost(&self, f: &InFlight) {
+        let now = mono_ns();
+        let from = f
+            .queued_at
+            .max(self.unmeasured_until.fetch_max(now, Ordering::Relaxed));
+        let ns = now.saturating_sub(from).max(f.estimate);
+        self.area().settle(ns, f.estimate);
+    }
+
+    /// After a synchronisation: moves the launches it found finished to `retired`, oldest first, without
+    /// charging them (`settle_retired` does, at the next synchronisation before it waits). `covered`: the launches the
+    /// synchronisation waited for (finished, no query needed); others are asked with `cuEventQuery`,
+    /// stopping at the first still running. `ended_at`: when the synchronisation returned, if it found
+    /// the newest launch running (it dates the span's end, `flight::Span::waited`).
+    ///
+    /// Why not charge them here: the application waits for this return, and the GPU for its next
+    /// launch. Charging a step's launches then (24 short kernels: ~20 µs) is time the GPU idles, each
+    /// step: ~4% of a 2048² matmul step on an H100.
+    pub(super) fn retire(&self, covered: &dyn Fn(&InFlight) -> bool, ended_at: Option<u64>) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
+        let mut queried = None;
+        loop {
+            let f = {
+                let mut q = lock(&self.timer.flights);
+                let Some(f) = q.queue.pop_front() else {
+                    return;
+                };
+                if covered(&f) {
+                    q.retire(f, ended_at);
+                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
+                    continue;
+                }
+                f
+            };
+            let _relaxed = queried.get_or_insert_with(Relaxed::enter);
+            let r = event_query(f.end);
+            let mut q = lock(&self.timer.flights);
+            match r {
+                CUDA_ERROR_NOT_READY => {
+                    q.queue.push_front(f);
+                    return;
+                }
+                CUDA_SUCCESS => {
+                    q.retire(f, ended_at);
+                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
+                }
+                _ => {
+                    drop(q);
+                    self.lost(&f);
+                }
+            }
+        }
+    }
+
+    /// Charges the launches a synchronisation retired, oldest first.
+    pub(super) fn settle_retired(&self) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
+        loop {
+            let Some(f) = lock(&self.timer.flights).retired.pop_front() else {
+                self.retired_at.store(0, Ordering::Relaxed);
+                return;
+            };
+            self.measured(&f);
+        }
+    }
+
+    /// In a child after `fork`: the launches in flight and the spare events are the parent's (its
+    /// driver state is not the child's), so they are dropped uncharged; the parent charges them. A lock
+    /// another thread held at the fork stays held in the child: then nothing is dropped.
+    pub(super) fn forget_parent(&self) {
+        self.timer.forget_parent();
+        self.retired_at.store(0, Ordering::Relaxed);
+    }
+
+    /// Charges a measured launch (`solo`) and settles its debit.
+    fn charge(&self, f: &InFlight, elapsed: u64) {
+        // A graph's nodes, as read at instantiation (`hooks::graphs`).
+        let graph = (f.work.1 == GRAPH_GRID)
+            .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
+            .flatten();
+        let sharers = self.busy.sharers(mono_ns());
+        let (ns, tell, read_as) = {
+            let mut book = lock(&self.solo);
+            let (ns, tell) = book.charge_telling(f.work, elapsed, graph.as_deref(), sharers);
+            (ns, tell, book.read_as())
+        };
+        if let Some(solo) = tell {
+            graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
+        }
+        let tokens = self.area().settle(ns, f.estimate);
+        if f.opens_span && f.work.1 != GRAPH_GRID {
+            self.costs.learned(f.work, ns);
+        }
+        if trace::on() {
+            self.trace.charged(elapsed, ns, sharers, read_as);
+            let gate = self.area().gate_closed();
+            self.trace.tick(mono_ns(), self.quota.ordinal, tokens, gate);
+        }
+        let e = self.estimate.load(Ordering::Relaxed);
+        self.estimate.store(averaged(e, ns), Ordering::Relaxed);
+    }
+
+    /// Waits for the launches in flight (of context `ctx`, or all) to finish and charges them: the
+    /// context is about to go, or the process to exit, and nothing would measure them later.
+    pub(super) fn drain(&self, ctx: Option<usize>) {
+        if FORKED.load(Ordering::Relaxed) {
+            self.forget_parent();
+            return;
+        }
+        let ends: Vec<usize> = lock(&self.timer.flights)
+            .queue
+            .iter()
+            .filter(|f| ctx.is_none_or(|c| f.ctx == c))
+            .map(|f| f.end as usize)
+            .collect();
+        if !ends.is_empty() {
+            let _relaxed = Relaxed::enter();
+            for e in ends {
+                event_wait(e as CUevent);
+            }
+        }
+        self.harvest();
+        if let Some(c) = ctx {
+            self.timer.forget_context(c);
+        }
+    }
+
+    /// A span's first launch waited `ns` before the GPU took it up: charged its part beside busy
+    /// neighbours (`launch_charge::SoloBook::charge_wait`).
+    fn waited(&self, ns: u64) {
+        let sharers = self.busy.sharers(mono_ns());
+        let charge = lock(&self.solo).charge_wait(ns, sharers);
+        if charge > 0 {
+            self.area().charge(charge);
+            if trace::on() {
+                self.trace.charged(ns, charge, sharers, 0);
+            }
+        }
+    }
+}
