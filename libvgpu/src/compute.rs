@@ -67,8 +67,10 @@ const MIN_NAP_NS: u64 = 20_000;
 /// Launches in flight (recorded, not yet charged) per device and process, at most.
 const MAX_IN_FLIGHT: usize = 4096;
 /// Launches a synchronisation retired are charged by a launch (`Share::admit`) once this many of the
-/// process's launches are in flight, or once they waited `SETTLE_BY_NS`, if no synchronisation came first.
+/// process's launches are in flight, `MAX_RETIRED` wait, or they waited `SETTLE_BY_NS`, if no
+/// synchronisation came first.
 const SETTLE_BEHIND: usize = 8;
+const MAX_RETIRED: usize = 64;
 const SETTLE_BY_NS: u64 = 1_000_000_000;
 /// The cost assumed for a launch before any was measured.
 const FIRST_ESTIMATE_NS: u64 = 1_000_000;
@@ -227,14 +229,24 @@ impl Share {
         // After a synchronisation (launches retired, not charged yet) the GPU may be waiting for this
         // launch: what finished is charged at the next synchronisation, before it waits (`syncing`),
         // debited meanwhile at its estimate; or here once `SETTLE_BEHIND` launches are in flight (the GPU
-        // has work while the library charges), or after `SETTLE_BY_NS`.
+        // has work while the library charges), `MAX_RETIRED` wait, or after `SETTLE_BY_NS`. Meanwhile
+        // what finished since joins them (in order, so spans end in order): what is in flight stays
+        // exact, for the next launch's timing (a launch chained on one that had already finished would
+        // be charged the time the GPU waited for the host in between).
         let retired_at = self.retired_at.load(Ordering::Relaxed);
+        let (in_flight, retired) = {
+            let q = lock(&self.timer.flights);
+            (q.queue.len(), q.retired.len())
+        };
         if retired_at == 0
             || FORKED.load(Ordering::Relaxed)
-            || lock(&self.timer.flights).queue.len() >= SETTLE_BEHIND
+            || in_flight >= SETTLE_BEHIND
+            || retired >= MAX_RETIRED
             || mono_ns().saturating_sub(retired_at) > SETTLE_BY_NS
         {
             self.harvest();
+        } else if in_flight > 0 {
+            self.retire(&|_| false, None);
         }
         let area = self.area();
         let mut held = 0u64;

@@ -269,6 +269,13 @@ check "a launch-bound loop under a 90% share keeps >= 75% of its launch rate wit
 # work (40% of the fake GPU unlimited) at 20%.
 out=$(vg "$WORK/lb2" 20 "$CC" gap $SECS 3000)
 between "  ... the same kind of loop (2 ms kernels, 3 ms host work after each) at 20% gets ~20%" "$(share "$out")" 15 25
+# ... and each launch is charged its kernel's time. After a synchronisation what it retired waits to be
+# charged; the launches that follow must still see what is in flight exactly. The library that skipped
+# harvesting then chained such launches on ones that had already finished, and charged them the host's
+# 3 ms of work in between: 2,034-2,116 us a launch.
+n=$(bucket "$WORK/lb2" launches) c=$(bucket "$WORK/lb2" charged_ns)
+check "  ... each launch charged its 2 ms kernel, not the host's time between launches ($((c / (n > 0 ? n : 1) / 1000)) us a launch)" \
+    awk -v c="$c" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 1.98e6 && c / n <= 2.012e6) }'
 # Charging a step's launches must not keep the GPU waiting for the CPU: each event read costs 200 us here
 # (FAKE_CUDA_EVENT_READ_US). Steps of 16 x 2 ms kernels and a synchronisation, 15 ms of host work between
 # steps, under 90% in a 2 s window (never held back). The library before charged a step's launches after

@@ -94,7 +94,7 @@ impl Share {
                 };
                 if covered(&f) {
                     q.retire(f, ended_at);
-                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
+                    self.mark_retired();
                     continue;
                 }
                 f
@@ -109,7 +109,7 @@ impl Share {
                 }
                 CUDA_SUCCESS => {
                     q.retire(f, ended_at);
-                    self.retired_at.store(mono_ns(), Ordering::Relaxed);
+                    self.mark_retired();
                 }
                 _ => {
                     drop(q);
@@ -117,6 +117,16 @@ impl Share {
                 }
             }
         }
+    }
+
+    /// Something waits in `retired`: since when, if nothing did before.
+    fn mark_retired(&self) {
+        let _ = self.retired_at.compare_exchange(
+            0,
+            mono_ns().max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Charges the launches a synchronisation retired, oldest first.
