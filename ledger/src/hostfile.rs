@@ -53,6 +53,26 @@ fn not_regular(mode: u32) -> Option<&'static str> {
 /// Opens `path` for reading if it is a regular file of at most `max_len` bytes, without following a link
 /// and without blocking (see the module's header). Errors are one line without the path (callers name it).
 pub fn open_regular(path: &Path, max_len: u64) -> io::Result<StateFile> {
+    let file = open_checked(path, OpenOptions::new().read(true), |meta| {
+        (meta.len() > max_len).then(|| {
+            format!(
+                "is {} bytes, more than such a file can be ({max_len})",
+                meta.len()
+            )
+        })
+    })?;
+    let len = file.metadata()?.len();
+    Ok(StateFile { file, len })
+}
+
+/// The shared part of [`open_regular`] and [`open_regular_for_update`]: `path`'s inode by name without
+/// following a link (O_PATH), refused unless it is a regular file and `refuse` finds nothing wrong with
+/// it, then opened with `how` through `/proc/self/fd` (without blocking) and checked to be the same inode.
+fn open_checked(
+    path: &Path,
+    how: &mut OpenOptions,
+    refuse: impl FnOnce(&std::fs::Metadata) -> Option<String>,
+) -> io::Result<File> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| refused("contains a NUL byte"))?;
     // SAFETY: open with a valid C string; O_PATH opens nothing but the name itself.
@@ -71,15 +91,11 @@ pub fn open_regular(path: &Path, max_len: u64) -> io::Result<StateFile> {
     if let Some(what) = not_regular(meta.mode()) {
         return Err(refused(what));
     }
-    if meta.len() > max_len {
-        return Err(refused(&format!(
-            "is {} bytes, more than such a file can be ({max_len})",
-            meta.len()
-        )));
+    if let Some(what) = refuse(&meta) {
+        return Err(refused(&what));
     }
-    // The inode checked above, opened for reading (an O_PATH descriptor cannot read).
-    let file = OpenOptions::new()
-        .read(true)
+    // The inode checked above, opened (an O_PATH descriptor can neither read nor write).
+    let file = how
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
     let again = file.metadata()?;
@@ -87,10 +103,7 @@ pub fn open_regular(path: &Path, max_len: u64) -> io::Result<StateFile> {
     {
         return Err(refused("changed while being opened"));
     }
-    Ok(StateFile {
-        file,
-        len: again.len(),
-    })
+    Ok(file)
 }
 
 impl StateFile {
@@ -147,41 +160,15 @@ impl StateFile {
 /// the tenant made in its folder to another file is refused by its link count. Errors are one line
 /// without the path (callers name it).
 pub fn open_regular_for_update(path: &Path, len: u64) -> io::Result<File> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| refused("contains a NUL byte"))?;
-    // SAFETY: open with a valid C string; O_PATH opens nothing but the name itself.
-    let raw = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` was just opened here and nothing else owns it.
-    let handle = unsafe { OwnedFd::from_raw_fd(raw) };
-    let meta = File::from(handle.try_clone()?).metadata()?;
-    if let Some(what) = not_regular(meta.mode()) {
-        return Err(refused(what));
-    }
-    if meta.len() != len || meta.nlink() != 1 {
-        return Err(refused(&format!(
-            "is {} bytes with {} links, not a file of {len} bytes with one",
-            meta.len(),
-            meta.nlink()
-        )));
-    }
-    let file = OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
-    let again = file.metadata()?;
-    if (again.dev(), again.ino()) != (meta.dev(), meta.ino()) || not_regular(again.mode()).is_some()
-    {
-        return Err(refused("changed while being opened"));
-    }
-    Ok(file)
+    open_checked(path, OpenOptions::new().write(true), |meta| {
+        (meta.len() != len || meta.nlink() != 1).then(|| {
+            format!(
+                "is {} bytes with {} links, not a file of {len} bytes with one",
+                meta.len(),
+                meta.nlink()
+            )
+        })
+    })
 }
 
 /// The whole of the regular file at `path`, at most `max_len` bytes (see [`open_regular`]).

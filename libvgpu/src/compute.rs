@@ -234,19 +234,21 @@ impl Share {
         // exact, for the next launch's timing (a launch chained on one that had already finished would
         // be charged the time the GPU waited for the host in between).
         let retired_at = self.retired_at.load(Ordering::Relaxed);
-        let (in_flight, retired) = {
-            let q = lock(&self.timer.flights);
-            (q.queue.len(), q.retired.len())
-        };
-        if retired_at == 0
-            || FORKED.load(Ordering::Relaxed)
-            || in_flight >= SETTLE_BEHIND
-            || retired >= MAX_RETIRED
-            || mono_ns().saturating_sub(retired_at) > SETTLE_BY_NS
-        {
+        if retired_at == 0 || FORKED.load(Ordering::Relaxed) {
             self.harvest();
-        } else if in_flight > 0 {
-            self.retire(&|_| false, None);
+        } else {
+            let (in_flight, retired) = {
+                let q = lock(&self.timer.flights);
+                (q.queue.len(), q.retired.len())
+            };
+            if in_flight >= SETTLE_BEHIND
+                || retired >= MAX_RETIRED
+                || mono_ns().saturating_sub(retired_at) > SETTLE_BY_NS
+            {
+                self.harvest();
+            } else if in_flight > 0 {
+                self.retire(&|_| false, None);
+            }
         }
         let area = self.area();
         let mut held = 0u64;

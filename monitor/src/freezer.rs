@@ -68,6 +68,21 @@ pub enum Freeze {
     Gone,
 }
 
+/// Freezes the cgroup `dir` for a wall (`share_run`, `turns::run`): `Some(dir)` when this monitor
+/// froze it (it then thaws it), `None` when it is gone (the container ended after NVML saw it busy), or
+/// the one line that says why it was left alone (someone else froze it) or could not be frozen.
+pub fn freeze_for_wall(dir: std::path::PathBuf) -> Result<Option<std::path::PathBuf>, String> {
+    match freeze(&dir) {
+        Ok(Freeze::Frozen) => Ok(Some(dir)),
+        Ok(Freeze::Gone) => Ok(None),
+        Ok(Freeze::AlreadyFrozen) => Err(format!(
+            "{} is frozen already (paused by someone else): left alone",
+            dir.display()
+        )),
+        Err(e) => Err(format!("cannot freeze {}: {e}", dir.display())),
+    }
+}
+
 /// Freezes `dir` unless someone else froze it; a cgroup that is gone is no error (its container ended
 /// after NVML last saw its processes busy).
 pub fn freeze(dir: &Path) -> std::io::Result<Freeze> {

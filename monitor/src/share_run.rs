@@ -104,16 +104,7 @@ impl ShareRun {
                 f.1 = f.1.max(until);
                 continue;
             }
-            let r = dir.and_then(|d| match freezer::freeze(&d) {
-                Ok(freezer::Freeze::Frozen) => Ok(Some(d)),
-                // The container ended after NVML saw it busy: nothing to hold.
-                Ok(freezer::Freeze::Gone) => Ok(None),
-                Ok(freezer::Freeze::AlreadyFrozen) => Err(format!(
-                    "{} is frozen already (paused by someone else): left alone",
-                    d.display()
-                )),
-                Err(e) => Err(format!("cannot freeze {}: {e}", d.display())),
-            });
+            let r = dir.and_then(freezer::freeze_for_wall);
             match r {
                 Ok(None) => {}
                 Ok(Some(d)) => {

@@ -347,15 +347,7 @@ impl Arbiter {
         let dir = cs
             .ok_or_else(|| "it is gone".to_string())
             .and_then(cgroup_of);
-        let r = dir.and_then(|d| match freezer::freeze(&d) {
-            Ok(freezer::Freeze::Frozen) => Ok(Some(d)),
-            Ok(freezer::Freeze::Gone) => Ok(None),
-            Ok(freezer::Freeze::AlreadyFrozen) => Err(format!(
-                "{} is frozen already (paused by someone else): left alone",
-                d.display()
-            )),
-            Err(e) => Err(format!("cannot freeze {}: {e}", d.display())),
-        });
+        let r = dir.and_then(freezer::freeze_for_wall);
         match r {
             Ok(Some(d)) => {
                 log(&format!(

@@ -55,25 +55,21 @@ fn env_us(name: &str) -> u64 {
 /// spinning, as a driver's call spends CPU time.
 pub fn record_cost() {
     static NS: OnceLock<u64> = OnceLock::new();
-    let ns = *NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_RECORD_US"));
-    if ns > 0 {
-        let t0 = now();
-        while now() - t0 < ns {
-            std::hint::spin_loop();
-        }
-    }
+    spin(*NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_RECORD_US")));
 }
 
 /// What reading an event (`cuEventQuery`, `cuEventElapsedTime`) costs the calling thread
 /// (FAKE_CUDA_EVENT_READ_US, microseconds), spent spinning: so a test can see how many reads a call makes.
 pub fn read_cost() {
     static NS: OnceLock<u64> = OnceLock::new();
-    let ns = *NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_READ_US"));
-    if ns > 0 {
-        let t0 = now();
-        while now() - t0 < ns {
-            std::hint::spin_loop();
-        }
+    spin(*NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_READ_US")));
+}
+
+/// Spends `ns` of the calling thread's CPU time.
+fn spin(ns: u64) {
+    let t0 = now();
+    while ns > 0 && now() - t0 < ns {
+        std::hint::spin_loop();
     }
 }
 
