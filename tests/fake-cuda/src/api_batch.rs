@@ -40,6 +40,7 @@ unsafe fn batch(
     fail: *mut usize,
 ) -> R {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     if count == 0 || dsts.is_null() || srcs.is_null() || sizes.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -55,13 +56,14 @@ unsafe fn batch(
         std::ptr::copy(src as *const u8, dst as *mut u8, n);
         total += n as u64;
     }
-    crate::timeline::transfer(d, total);
+    crate::timeline::transfer(d, total, since);
     Ok(())
 }
 
 /// `n` 3D copies between pointer operands (the extent's width in bytes).
 unsafe fn batch_3d(n: usize, ops: *const Batch3DOp, fail: *mut usize) -> R {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     if n == 0 || ops.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -93,7 +95,7 @@ unsafe fn batch_3d(n: usize, ops: *const Batch3DOp, fail: *mut usize) -> R {
         }
         total += (w * h * depth) as u64;
     }
-    crate::timeline::transfer(d, total);
+    crate::timeline::transfer(d, total, since);
     Ok(())
 }
 

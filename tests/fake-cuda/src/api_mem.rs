@@ -304,36 +304,40 @@ fn cuMemHostUnregister(p: *mut c_void) {
 
 fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     check_dev(d, dst, n, true)?;
     if n > 0 && src.is_null() { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(d, n as u64);
+    crate::timeline::transfer(d, n as u64, since);
     Ok(())
 }
 
 fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     check_dev(d, src, n, false)?;
     if n > 0 && dst.is_null() { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(d, n as u64);
+    crate::timeline::transfer(d, n as u64, since);
     Ok(())
 }
 
 fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     check_dev(d, src, n, false)?;
     check_dev(d, dst, n, true)?;
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(d, n as u64);
+    crate::timeline::transfer(d, n as u64, since);
     Ok(())
 }
 
 fn cuMemcpy(dst: u64, src: u64, n: usize) {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     if n > 0 && (dst == 0 || src == 0) { return Err(INVALID_VALUE); }
     std::ptr::copy(src as *const u8, dst as *mut u8, n);
-    crate::timeline::transfer(d, n as u64);
+    crate::timeline::transfer(d, n as u64, since);
     Ok(())
 }
 
@@ -344,25 +348,28 @@ fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, _s: Handle) { res(cuMemcpy
 
 fn cuMemsetD8_v2(dst: u64, v: u8, n: usize) {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     check_dev(d, dst, n, true)?;
     std::ptr::write_bytes(dst as *mut u8, v, n);
-    crate::timeline::transfer(d, n as u64);
+    crate::timeline::transfer(d, n as u64, since);
     Ok(())
 }
 
 fn cuMemsetD16_v2(dst: u64, v: u16, n: usize) {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     check_dev(d, dst, n * 2, true)?;
     std::slice::from_raw_parts_mut(dst as *mut u16, n).fill(v);
-    crate::timeline::transfer(d, (n * 2) as u64);
+    crate::timeline::transfer(d, (n * 2) as u64, since);
     Ok(())
 }
 
 fn cuMemsetD32_v2(dst: u64, v: u32, n: usize) {
     let d = drv()?;
+    let since = crate::timeline::call_start();
     check_dev(d, dst, n * 4, true)?;
     std::slice::from_raw_parts_mut(dst as *mut u32, n).fill(v);
-    crate::timeline::transfer(d, (n * 4) as u64);
+    crate::timeline::transfer(d, (n * 4) as u64, since);
     Ok(())
 }
 

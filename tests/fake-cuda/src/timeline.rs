@@ -102,12 +102,20 @@ pub fn bytes_per_us() -> u64 {
     })
 }
 
+/// When a call began: what `transfer` queues a memset's or copy's work from.
+pub fn call_start() -> u64 {
+    now()
+}
+
 /// Queues a memset or copy of `bytes` (FAKE_CUDA_BYTES_PER_US) on this process's queue, as a kernel: on
 /// the current context's device (the first device with none current), which the paging cost looks at.
-pub fn transfer(d: &Driver, bytes: u64) {
+/// The work is queued as submitted at `since`, when the call began: the host-side copy that stands for
+/// it is not the device's time, and counted in it would stretch the span of an event pair around the
+/// call (4 MiB took the loaded CI machine up to a few milliseconds).
+pub fn transfer(d: &Driver, bytes: u64, since: u64) {
     if let Some(ns) = bytes.saturating_mul(1000).checked_div(bytes_per_us()) {
         let phys = current(d).map_or(0, |(_, _, phys)| phys);
-        run_ns(&d.shared, phys, ns);
+        run_ns_at(&d.shared, phys, ns, since);
     }
 }
 
@@ -192,8 +200,12 @@ pub fn run(shared: &Shared, phys: usize, kernels: u64) -> u64 {
 /// Queues `cost` nanoseconds of work on `phys` (longer while it pages: `paging`); returns when it will be
 /// done.
 pub fn run_ns(shared: &Shared, phys: usize, cost: u64) -> u64 {
+    run_ns_at(shared, phys, cost, now())
+}
+
+/// `run_ns` for work submitted at `now` (a call's start, for a transfer).
+fn run_ns_at(shared: &Shared, phys: usize, cost: u64, now: u64) -> u64 {
     let slice = slice_ns();
-    let now = now();
     let cost = crate::paging::cost(shared, phys, cost, now);
     let mut q = queue();
     let idle = q.busy_until < now;
