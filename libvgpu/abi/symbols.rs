@@ -57,7 +57,11 @@ macro_rules! hooked_symbols {
                 cuMemcpy3D_v2_ptds cuMemcpy3DAsync_v2 cuMemcpy3DAsync_v2_ptsz cuMemcpy3DPeer
                 cuMemcpy3DPeer_ptds cuMemcpy3DPeerAsync cuMemcpy3DPeerAsync_ptsz
                 cuMemcpyBatchAsync cuMemcpyBatchAsync_ptsz cuMemcpyBatchAsync_v2 cuMemcpyBatchAsync_v2_ptsz
-                cuMemcpy3DBatchAsync cuMemcpy3DBatchAsync_ptsz cuMemcpy3DBatchAsync_v2 cuMemcpy3DBatchAsync_v2_ptsz;
+                cuMemcpy3DBatchAsync cuMemcpy3DBatchAsync_ptsz cuMemcpy3DBatchAsync_v2 cuMemcpy3DBatchAsync_v2_ptsz
+                cuMemsetD8 cuMemsetD16 cuMemsetD32 cuMemsetD2D8 cuMemsetD2D16 cuMemsetD2D32 cuMemcpyHtoD
+                cuMemcpyDtoH cuMemcpyDtoD cuMemcpyHtoDAsync cuMemcpyDtoHAsync cuMemcpyDtoDAsync cuMemcpyAtoD
+                cuMemcpyDtoA cuMemcpyHtoA cuMemcpyAtoH cuMemcpyHtoAAsync cuMemcpyAtoHAsync cuMemcpyAtoA
+                cuMemcpy2D cuMemcpy2DUnaligned cuMemcpy2DAsync cuMemcpy3D cuMemcpy3DAsync;
             Nvml:
                 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2;
         }

@@ -17,6 +17,9 @@
  *   memcpy     cuMemcpyDtoDAsync of ARG MiB (default 64) on the stream
  *   batch      cuMemcpyBatchAsync of ARG MiB (default 64) as 4 copies on the stream
  *   batch3d    cuMemcpy3DBatchAsync of ARG MiB (default 64) as 4 pointer-to-pointer copies on the stream
+ *   memset32   the unversioned 32-bit-pointer cuMemsetD8 (CUDA 2.x's, from cuGetProcAddress at version 2000)
+ *              of ARG MiB (default 64) on memory mapped below 4 GiB (cuMemAddressReserve at 1 GiB)
+ *   memcpy32   the unversioned cuMemcpyDtoD the same way
  *   cheap      one launch of the kernel at 1x, then the loop at ARGx (default 10) the work: same function
  *              and grid, longer arguments (on the fake, the block's height)
  *   short      ARG launches (default 40) queued at once, then cuCtxSynchronize and exit (SECONDS unused)
@@ -72,6 +75,9 @@ static unsigned long long cycles, cycles_x;
 static unsigned mult = 1;
 static CUdeviceptr buf_a, buf_b;
 static size_t bytes;
+/* The unversioned 32-bit-pointer entry points (memset32, memcpy32). */
+static CUresult (*memset_v1)(unsigned, unsigned char, unsigned);
+static CUresult (*memcpy_v1)(unsigned, unsigned, unsigned);
 
 #define TRY(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) return r_; } while (0)
 
@@ -104,6 +110,8 @@ static CUresult launch_one(const char *mode, CUgraphExec ex, int x) {
     if (!strcmp(mode, "graph")) return cuGraphLaunch(ex, stream);
     if (!strcmp(mode, "memset")) return cuMemsetD8Async(buf_a, 7, bytes, stream);
     if (!strcmp(mode, "memcpy")) return cuMemcpyDtoDAsync(buf_b, buf_a, bytes, stream);
+    if (!strcmp(mode, "memset32")) return memset_v1((unsigned)buf_a, 7, (unsigned)bytes);
+    if (!strcmp(mode, "memcpy32")) return memcpy_v1((unsigned)buf_b, (unsigned)buf_a, (unsigned)bytes);
     if (!strcmp(mode, "batch")) {
         size_t q = bytes / 4, sizes[4] = {q, q, q, q};
         CUdeviceptr dsts[4], srcs[4];
@@ -184,6 +192,31 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         bytes = (size_t)(arg ? atof(arg) : 64) * (1 << 20);
         TRY(cuMemAlloc(&buf_a, bytes));
         TRY(cuMemAlloc(&buf_b, bytes));
+    }
+    if (!strcmp(mode, "memset32") || !strcmp(mode, "memcpy32")) {
+        /* Device memory at 1 GiB of the address space, where 32-bit pointers reach. */
+        CUmemAllocationProp prop;
+        CUmemAccessDesc acc;
+        CUmemGenericAllocationHandle h;
+        size_t gran = 0, size;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        TRY(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        bytes = (size_t)(arg ? atof(arg) : 64) * (1 << 20);
+        size = (2 * bytes + gran - 1) / gran * gran;
+        TRY(cuMemAddressReserve(&buf_a, size, 0, (CUdeviceptr)1 << 30, 0));
+        if (buf_a + size > ((CUdeviceptr)1 << 32)) return CUDA_ERROR_NOT_SUPPORTED;
+        TRY(cuMemCreate(&h, size, &prop, 0));
+        TRY(cuMemMap(buf_a, size, 0, h, 0));
+        memset(&acc, 0, sizeof acc);
+        acc.location = prop.location;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        TRY(cuMemSetAccess(buf_a, size, &acc, 1));
+        buf_b = buf_a + bytes;
+        TRY(cuGetProcAddress("cuMemsetD8", (void **)&memset_v1, 2000, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
+        TRY(cuGetProcAddress("cuMemcpyDtoD", (void **)&memcpy_v1, 2000, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
     }
     mult = !strcmp(mode, "cheap") ? (arg ? (unsigned)atoi(arg) : 10) : 1;
     cycles_x = cycles * mult;
@@ -280,7 +313,7 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
 #else
     if (!strcmp(mode, "otherctx")) TRY(cuCtxCreate(&other, 0, dev));
 #endif
-    else if (strcmp(mode, "plain") && strcmp(mode, "memset") && strcmp(mode, "memcpy") && strncmp(mode, "batch", 5) &&
+    else if (strcmp(mode, "plain") && strncmp(mode, "memset", 6) && strncmp(mode, "memcpy", 6) && strncmp(mode, "batch", 5) &&
              strcmp(mode, "cheap"))
         TRY(cuCtxSetCurrent(NULL));
     double gap = !strcmp(mode, "gap") ? (arg ? atof(arg) / 1e6 : 3 * *unit / 1e3) : 0;

@@ -373,6 +373,11 @@ fn cuMemsetD32_v2(dst: u64, v: u32, n: usize) {
     Ok(())
 }
 
+// The unversioned 32-bit-pointer entry points (CUDA 2.x's ABI, still exported): memory placed below 4 GiB
+// (`cuMemAddressReserve` at a low address) is within their reach.
+fn cuMemsetD8(dst: c_uint, v: u8, n: c_uint) { res(cuMemsetD8_v2(dst as u64, v, n as usize)) }
+fn cuMemcpyDtoD(dst: c_uint, src: c_uint, n: c_uint) { res(cuMemcpyDtoD_v2(dst as u64, src as u64, n as usize)) }
+
 fn cuMemsetD8Async(dst: u64, v: u8, n: usize, _s: Handle) { res(cuMemsetD8_v2(dst, v, n)) }
 fn cuMemsetD32Async(dst: u64, v: u32, n: usize, _s: Handle) { res(cuMemsetD32_v2(dst, v, n)) }
 

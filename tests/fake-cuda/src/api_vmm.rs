@@ -65,11 +65,19 @@ fn cuMemRelease(h: u64) {
     Ok(())
 }
 
-fn cuMemAddressReserve(ptr: *mut u64, size: usize, align: usize, _addr: u64, _flags: u64) {
+fn cuMemAddressReserve(ptr: *mut u64, size: usize, align: usize, addr: u64, _flags: u64) {
     let d = drv()?;
     if ptr.is_null() || size == 0 || !(size as u64).is_multiple_of(VMM_GRANULARITY) { return Err(INVALID_VALUE); }
     let align = (align as u64).max(VMM_GRANULARITY);
     if !align.is_power_of_two() { return Err(INVALID_VALUE); }
+    // The requested address, as a real driver takes it: a hint, honoured when it is aligned and free
+    // (a program can so place device memory below 4 GiB, where the 32-bit entry points reach it).
+    if addr != 0 && addr.is_multiple_of(align) {
+        if let Some(start) = crate::mem::map_noreserve_at(addr, size as u64) {
+            lock(&d.objs).reservations.insert(start, size as u64);
+            return out(ptr, start);
+        }
+    }
     // Over-map, then cut to an aligned range.
     let len = size as u64 + align;
     let raw = crate::mem::map_noreserve(len).ok_or(OUT_OF_MEMORY)?;

@@ -214,6 +214,34 @@ pub fn map_noreserve(len: u64) -> Option<u64> {
     (p != libc::MAP_FAILED).then_some(p as u64)
 }
 
+/// `map_noreserve` at exactly `addr`, or None when that range is taken.
+pub fn map_noreserve_at(addr: u64, len: u64) -> Option<u64> {
+    // SAFETY: anonymous private mapping that never replaces one (MAP_FIXED_NOREPLACE); result checked.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | libc::MAP_NORESERVE
+                | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    if p as u64 != addr {
+        // An old kernel without MAP_FIXED_NOREPLACE took it as a hint and put it elsewhere.
+        // SAFETY: the mapping made just above.
+        unsafe { libc::munmap(p, len as usize) };
+        return None;
+    }
+    Some(addr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
