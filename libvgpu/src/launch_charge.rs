@@ -149,13 +149,18 @@ impl Composition {
     }
 }
 
+/// Sharers are counted in thousandths of a context: a neighbour that keeps the GPU busy only a tenth as
+/// much as this process counts a tenth (`compute::busy`).
+pub const CONTEXT: u64 = 1000;
+
 /// How many busy contexts the GPU's time is shared among, read from how stretched recent work was:
-/// `⌊Σ elapsed / Σ solo⌋`, 1 to `MAX_SHARERS` (1 when nothing was measured).
+/// `Σ elapsed / Σ solo`, in thousandths, one to `MAX_SHARERS` contexts (one when nothing was measured).
 pub fn sharers_of(stretched: u64, solo: u64) -> u64 {
     if solo == 0 {
-        return 1;
+        return CONTEXT;
     }
-    (stretched / solo).clamp(1, MAX_SHARERS)
+    (stretched as u128 * CONTEXT as u128 / solo as u128)
+        .clamp(CONTEXT as u128, (MAX_SHARERS * CONTEXT) as u128) as u64
 }
 
 /// What a launch that took `elapsed` is charged, given the least time that work was seen to take
@@ -187,22 +192,23 @@ pub struct SoloBook {
 }
 
 impl SoloBook {
-    /// Charges a launch of `work` that took `elapsed` beside one busy neighbour (`sharers` 2); `graph`:
-    /// what it runs, when it is a graph exec whose nodes were read. Returns what to charge, and learns.
+    /// Charges a launch of `work` that took `elapsed` beside one busy neighbour (`sharers` two
+    /// contexts); `graph`: what it runs, when it is a graph exec whose nodes were read. Returns what to
+    /// charge, and learns.
     #[cfg(test)]
     pub fn charge(&mut self, work: Work, elapsed: u64, graph: Option<&Composition>) -> u64 {
-        self.charge_telling(work, elapsed, graph, 2).0
+        self.charge_telling(work, elapsed, graph, 2 * CONTEXT).0
     }
 
-    /// As `charge`; `sharers`: how many busy contexts the driver says share the GPU (`compute::busy`,
-    /// this process included). Also, at a graph's first charge only, the solo time its kernels sum to
+    /// As `charge`; `sharers`: how many busy contexts the driver says share the GPU, in thousandths
+    /// (`compute::busy`, this process included). Also, at a graph's first charge only, the solo time its kernels sum to
     /// (the inner None: not known), for the log.
     ///
     /// Alone (`sharers` 1) a launch is charged what it took: nothing else held the GPU meanwhile. Beside
     /// others, its solo time or its part of the stretched time as above, with the stretch read as at
     /// most `sharers` contexts, and never less than `elapsed / sharers`: the least times are the
     /// tenant's own (one cheap launch of a kernel must not make its long launches cheap), the number of
-    /// busy neighbours is the driver's.
+    /// busy neighbours is the driver's, each weighted by how busy it is next to this process.
     pub fn charge_telling(
         &mut self,
         work: Work,
@@ -224,17 +230,17 @@ impl SoloBook {
     /// measured at a blocking synchronisation): time its work was queued with none of it running, its
     /// part of which is the tenant's beside busy neighbours and nothing alone (a launch's latency).
     pub fn charge_wait(&mut self, waited: u64, sharers: u64) -> u64 {
-        if sharers <= 1 || waited == 0 {
+        if sharers <= CONTEXT || waited == 0 {
             return 0;
         }
         self.shared(waited, 0, sharers)
     }
 
     /// The charge of `elapsed` of queued time whose own work was `solo` beside `sharers` busy contexts
-    /// (the driver's count, this process included): what it took when alone; else its part of the
-    /// time, `elapsed / s` with `s` the recent stretch `Σ elapsed / Σ solo` read as a number of contexts
-    /// (not rounded: a stretch of 1.9 is not one context) and bounded by `sharers`. So over the recent
-    /// work the charges sum to `max(Σ solo, Σ elapsed / sharers)`.
+    /// (the driver's count in thousandths, this process included): what it took when alone; else its
+    /// part of the time, `elapsed / s` with `s` the recent stretch `Σ elapsed / Σ solo` read as a number
+    /// of contexts (not rounded: a stretch of 1.9 is not one context) and bounded by `sharers`. So over
+    /// the recent work the charges sum to `max(Σ solo, Σ elapsed / sharers)`.
     fn shared(&mut self, elapsed: u64, solo: u64, sharers: u64) -> u64 {
         self.stretched = self.stretched.saturating_add(elapsed);
         self.solo = self.solo.saturating_add(solo);
@@ -242,16 +248,18 @@ impl SoloBook {
             self.stretched /= 2;
             self.solo /= 2;
         }
-        let sharers = sharers.clamp(1, MAX_SHARERS);
+        let sharers = sharers.clamp(CONTEXT, MAX_SHARERS * CONTEXT);
         self.read_as = sharers.min(sharers_of(self.stretched, self.solo));
-        if sharers == 1 {
+        if sharers == CONTEXT {
             return elapsed;
         }
         let part = (elapsed as u128 * self.solo as u128 / self.stretched.max(1) as u128) as u64;
-        part.min(elapsed).max(elapsed / sharers)
+        let bound = (elapsed as u128 * CONTEXT as u128 / sharers as u128) as u64;
+        part.min(elapsed).max(bound)
     }
 
-    /// How many busy contexts the last charge read its stretch as (1 to `MAX_SHARERS`).
+    /// How many busy contexts the last charge read its stretch as, in thousandths (one to `MAX_SHARERS`
+    /// contexts).
     pub fn read_as(&self) -> u64 {
         self.read_as
     }
@@ -453,15 +461,15 @@ mod tests {
 
     #[test]
     fn stretch_reads_as_the_number_of_busy_contexts() {
-        assert_eq!(sharers_of(0, 0), 1);
+        assert_eq!(sharers_of(0, 0), CONTEXT);
         // alone, and alone on a saturated GPU whose clock dropped (work ~15% slower than its best)
-        assert_eq!(sharers_of(100, 100), 1);
-        assert_eq!(sharers_of(115, 100), 1);
+        assert_eq!(sharers_of(100, 100), CONTEXT);
+        assert_eq!(sharers_of(115, 100), 1150);
         // two contexts, with what switching and the clock add; three
-        assert_eq!(sharers_of(200, 100), 2);
-        assert_eq!(sharers_of(250, 100), 2);
-        assert_eq!(sharers_of(310, 100), 3);
-        assert_eq!(sharers_of(u64::MAX, 1), MAX_SHARERS);
+        assert_eq!(sharers_of(200, 100), 2 * CONTEXT);
+        assert_eq!(sharers_of(250, 100), 2500);
+        assert_eq!(sharers_of(310, 100), 3100);
+        assert_eq!(sharers_of(u64::MAX, 1), MAX_SHARERS * CONTEXT);
     }
 
     // Regression (H100, 2026-11-24, two processes at 30/70 time-sliced: 30.6 / 61.7): charged its solo
@@ -535,16 +543,17 @@ mod tests {
         let k = (K.func, K.grid);
         let mut b = SoloBook::default();
         // Alone, a wait is a launch's latency: nothing.
-        assert_eq!(b.charge_wait(5 * MS, 1), 0);
+        assert_eq!(b.charge_wait(5 * MS, CONTEXT), 0);
         // Batches of 4 ms of work that each waited out a neighbour's 5 ms slice: half of the 9 ms.
         let mut charged = 0;
         for _ in 0..200 {
-            charged =
-                b.charge(k, 2 * MS, None) + b.charge(k, 2 * MS, None) + b.charge_wait(5 * MS, 2);
+            charged = b.charge(k, 2 * MS, None)
+                + b.charge(k, 2 * MS, None)
+                + b.charge_wait(5 * MS, 2 * CONTEXT);
         }
         assert!(charged.abs_diff(4_500_000) < 50_000, "{charged}");
         // Never more than the wait, never less than its part among the driver's count of sharers.
-        assert!(b.charge_wait(MS, 4) >= MS / 4 && b.charge_wait(MS, 4) <= MS);
+        assert!(b.charge_wait(MS, 4 * CONTEXT) >= MS / 4 && b.charge_wait(MS, 4 * CONTEXT) <= MS);
     }
 
     // Regression (issue 24, item 5): one short launch of a kernel, then launches of the same function
@@ -554,20 +563,24 @@ mod tests {
     fn one_cheap_launch_does_not_make_later_long_ones_cheap() {
         let k = (K.func, K.grid);
         let mut alone = SoloBook::default();
-        alone.charge_telling(k, MS, None, 1);
+        alone.charge_telling(k, MS, None, CONTEXT);
         for _ in 0..100 {
-            assert_eq!(alone.charge_telling(k, 20 * MS, None, 1).0, 20 * MS);
+            assert_eq!(alone.charge_telling(k, 20 * MS, None, CONTEXT).0, 20 * MS);
         }
         // Beside one busy neighbour the discount is at most half of what each launch took.
         let mut beside = SoloBook::default();
-        beside.charge_telling(k, MS, None, 2);
+        beside.charge_telling(k, MS, None, 2 * CONTEXT);
         for _ in 0..100 {
-            assert!(beside.charge_telling(k, 20 * MS, None, 2).0 >= 10 * MS);
+            assert!(beside.charge_telling(k, 20 * MS, None, 2 * CONTEXT).0 >= 10 * MS);
         }
         // However many neighbours the driver reports, the bound is MAX_SHARERS.
         let mut crowd = SoloBook::default();
-        crowd.charge_telling(k, MS, None, 99);
-        assert!(crowd.charge_telling(k, 20 * MS, None, 99).0 >= 20 * MS / MAX_SHARERS);
+        crowd.charge_telling(k, MS, None, 99 * CONTEXT);
+        assert!(crowd.charge_telling(k, 20 * MS, None, 99 * CONTEXT).0 >= 20 * MS / MAX_SHARERS);
+        // Neighbours a tenth as busy as this process (1.3 contexts in all) take a tenth each at most.
+        let mut idle = SoloBook::default();
+        idle.charge_telling(k, MS, None, 1300);
+        assert!(idle.charge_telling(k, 20 * MS, None, 1300).0 >= 20 * MS * 10 / 13);
     }
 
     #[test]

@@ -32,6 +32,9 @@
  *   steps      16 launches, then cuStreamSynchronize, then ARG us (default 0) of sleep, in a loop: also prints
  *              "step_us=MEDIAN", how long a step (launches and synchronisation) took: its kernels' time,
  *              and whatever time the GPU waited for the CPU
+ *   tick       one launch and a synchronisation every ARG ms (default 500) for SECONDS: a process that is
+ *              busy by NVML's per-process reading (it had SM activity in the last second) and uses
+ *              next to nothing of the GPU
  *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
  *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused) */
 #define _GNU_SOURCE
@@ -290,6 +293,16 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         *took = 0;
         TRY(r);
         return e;
+    }
+    if (!strcmp(mode, "tick")) {
+        double t0 = now();
+        for (*launched = 0; now() - t0 < secs; (*launched)++) {
+            TRY(launch_one("plain", ex, 0));
+            TRY(cuStreamSynchronize(stream));
+            usleep((useconds_t)((arg ? atof(arg) : 500) * 1000));
+        }
+        *took = now() - t0;
+        return CUDA_SUCCESS;
     }
     if (!strcmp(mode, "steps")) {
         static double step[100000];

@@ -265,6 +265,15 @@ check "a fork child's synchronisation charges nothing of its parent's synchronis
 # cheap mode launches once at 1x, then loops at 10x the work (block 10 high: 20 ms each).
 out=$(vg "$WORK/b_cheap" 10 "$CC" cheap $((SECS + 1)) 10)
 between "a cheap launch, then 10x longer ones of the same kernel and grid at 10% get ~10%" "$(share "$out" 10)" 5 16
+# ... and so beside three processes of its own container that keep NVML's per-process reading busy (one
+# 2 ms launch every 300 ms each, ~0.7% of the GPU): counted as busy neighbours, they made the library
+# read the cheap launch's floor as contention and charge each long launch a quarter of what it took
+# (35% under 10%). Each counts only as busy as it is next to the launching process.
+for i in 1 2 3; do vg "$WORK/b_cheap3" 10 "$CC" tick 6 300 >"$WORK/tick$i.out" & done
+sleep 1
+out=$(vg "$WORK/b_cheap3" 10 "$CC" cheap $((SECS + 1)) 10)
+wait
+between "  ... beside three of its own processes that are busy by NVML and use next to nothing" "$(share "$out" 10)" 5 16
 # A loop bound by its launch rate (torch.compile's on an H100 kept 84.6% of its rate under a share, where an
 # event record costs about what a launch does): 100 us kernels each followed by 300 us of host work, and
 # cuEventRecord costing its caller 100 us (FAKE_CUDA_EVENT_RECORD_US). Each launch found the GPU idle and

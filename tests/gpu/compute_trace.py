@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 
 TRACE = re.compile(r"compute trace dev \d+ t_ms (\d+) span_us (\d+) launches (\d+) elapsed_us (\d+) charged_us (\d+) "
-                   r"held_us (\d+) beside (\d+) sharers (\d+) read_as (\d+) tokens_us (-?\d+) gate (\w+)"
+                   r"held_us (\d+) beside (\d+) sharers ([\d.]+) read_as ([\d.]+) tokens_us (-?\d+) gate (\w+)"
                    r"(?: lib_us (\d+) nvml_us (\d+) untimed (\d+))?")
 
 
@@ -39,7 +39,7 @@ def traces(path):
             g = m.groups()
             rows.append(dict(t=int(g[0]), span=int(g[1]) / 1000, launches=int(g[2]), elapsed=int(g[3]) / 1000,
                              charged=int(g[4]) / 1000, held=int(g[5]) / 1000, beside=int(g[6]),
-                             sharers=int(g[7]), read_as=int(g[8]), tokens=int(g[9]) / 1000, gate=g[10],
+                             sharers=round(float(g[7]), 1), read_as=round(float(g[8]), 1), tokens=int(g[9]) / 1000, gate=g[10],
                              lib=int(g[11] or 0) / 1000, nvml=int(g[12] or 0) / 1000, untimed=int(g[13] or 0)))
     return rows
 

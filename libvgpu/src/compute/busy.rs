@@ -1,12 +1,18 @@
 //! How many contexts the GPU's time is shared among, from something the tenant does not control: the
-//! driver's own per-process utilisation samples (NVML `nvmlDeviceGetProcessUtilization`), which count a
-//! process only when its kernels ran. This process, plus every other process with SM activity in the
-//! last second, at most `launch_charge::MAX_SHARERS`; read at most every `REFRESH_NS`. Without NVML, or when it has no
-//! samples, the GPU counts as this process's alone (no discount: the charge is what the work took).
+//! driver's own per-process utilisation samples (NVML `nvmlDeviceGetProcessUtilization`) of the last
+//! second. This process counts one; every other process with SM activity counts as busy as it was next
+//! to this one (its SM utilisation over this process's, at most one), so a neighbour that kept the GPU
+//! a tenth as busy counts a tenth; at most `launch_charge::MAX_SHARERS` in all, in thousandths
+//! (`launch_charge::CONTEXT`). Read at most every `REFRESH_NS`. Without NVML, or when it has no samples,
+//! the GPU counts as this process's alone (no discount: the charge is what the work took).
 //!
 //! The share's charge uses it as a bound (`solo`): a launch beside `n` busy contexts is charged at least
 //! `elapsed / n`. A tenant's own short launches cannot lower it; only other processes' GPU work can, and
 //! that work is charged to whoever runs it (another process of the container to the same bucket).
+//! Weighted, not counted: three processes of the tenant's own that each launched one short kernel a
+//! second were three busy neighbours, and with one cheap launch first the bound let a 10% share run at
+//! 35% (fake driver); now each counts its utilisation over the launching process's (a few hundredths), and a neighbour counts fully only when it uses the GPU as
+//! much as this process, time its own bucket pays for.
 //!
 //! The NVML call takes ~1.4 ms on an H100 (driver 580), about 350 launches' worth of a launch-bound loop.
 //! So it is made where the thread waits anyway: in the share's naps (`refresh`, when the reading is
@@ -19,7 +25,7 @@ use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::ffi::*;
-use crate::launch_charge::MAX_SHARERS;
+use crate::launch_charge::{CONTEXT, MAX_SHARERS};
 use crate::real_symbols::{real, Lib};
 use crate::records::RECORDS;
 
@@ -59,7 +65,7 @@ impl Busy {
         Busy {
             uuid: uuid.to_string(),
             read_at: AtomicU64::new(0),
-            sharers: AtomicU64::new(1),
+            sharers: AtomicU64::new(CONTEXT),
             handle: AtomicUsize::new(0),
             spent: AtomicU64::new(0),
         }
@@ -82,8 +88,9 @@ impl Busy {
         }
     }
 
-    /// Busy contexts on the device, this process counted as one (1 to `MAX_SHARERS`), for a charge on
-    /// a launching thread: NVML is asked only when the reading is `STALE_NS` old (or there is none).
+    /// Busy contexts on the device in thousandths, this process counted as one (one to `MAX_SHARERS`),
+    /// for a charge on a launching thread: NVML is asked only when the reading is `STALE_NS` old (or
+    /// there is none).
     pub fn sharers(&self, now_ns: u64) -> u64 {
         self.reading(now_ns, STALE_NS)
     }
@@ -109,7 +116,7 @@ impl Busy {
         let n = self
             .handle()
             .and_then(read)
-            .map_or(1, |(busy, k)| count(&busy[..k], own_pid()));
+            .map_or(CONTEXT, |(busy, k)| count(&busy[..k], own_pid()));
         self.sharers.store(n, Ordering::Relaxed);
         self.spent
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -117,17 +124,31 @@ impl Busy {
     }
 }
 
-/// Contexts sharing the GPU from the busy PIDs NVML reported: this process and the others; when this
-/// process's NVML PID is not known, the busy ones alone (it may be among them).
-pub fn count(busy: &[u32], own: Option<u32>) -> u64 {
-    let mut pids: Vec<u32> = busy.to_vec();
-    pids.sort_unstable();
-    pids.dedup();
+/// Contexts sharing the GPU, in thousandths, from the busy processes NVML reported with their SM
+/// utilisation over the window (`(pid, sm)`, one per process): this process counts one, every other one
+/// its utilisation over this process's, at most one. When NVML has no sample of this process's work yet,
+/// the busiest other one counts one and the rest against it; when this process's NVML PID is not known,
+/// the busy ones alone, against the busiest (it may be among them).
+pub fn count(busy: &[(u32, u32)], own: Option<u32>) -> u64 {
+    let weigh = |sm: u32, against: u32| (sm as u64 * CONTEXT / against.max(1) as u64).min(CONTEXT);
     let n = match own {
-        Some(me) => 1 + pids.iter().filter(|&&p| p != me).count() as u64,
-        None => pids.len() as u64,
+        Some(me) => {
+            let others = busy.iter().filter(|&&(p, _)| p != me);
+            let against = busy
+                .iter()
+                .find(|&&(p, _)| p == me)
+                .map(|&(_, sm)| sm)
+                .filter(|&sm| sm > 0)
+                .or_else(|| others.clone().map(|&(_, sm)| sm).max())
+                .unwrap_or(1);
+            CONTEXT + others.map(|&(_, sm)| weigh(sm, against)).sum::<u64>()
+        }
+        None => {
+            let against = busy.iter().map(|&(_, sm)| sm).max().unwrap_or(1);
+            busy.iter().map(|&(_, sm)| weigh(sm, against)).sum()
+        }
     };
-    n.clamp(1, MAX_SHARERS)
+    n.clamp(CONTEXT, MAX_SHARERS * CONTEXT)
 }
 
 /// This process's PID as NVML reports it: learned from its first context (`hooks::measure`), or its own
@@ -160,9 +181,9 @@ fn handle_of(uuid: &str) -> Option<*mut c_void> {
 /// Samples read at most in one refresh.
 const MAX_SAMPLES: usize = 256;
 
-/// The PIDs with SM activity on device `dev` in the last `WINDOW_US`, and how many (None: NVML cannot
-/// say).
-fn read(dev: *mut c_void) -> Option<([u32; MAX_SAMPLES], usize)> {
+/// The processes with SM activity on device `dev` in the last `WINDOW_US`, each once with its mean SM
+/// utilisation over its samples of the window, and how many (None: NVML cannot say).
+fn read(dev: *mut c_void) -> Option<([(u32, u32); MAX_SAMPLES], usize)> {
     let util = real!(
         Lib::Nvml,
         "nvmlDeviceGetProcessUtilization",
@@ -178,18 +199,39 @@ fn read(dev: *mut c_void) -> Option<([u32; MAX_SAMPLES], usize)> {
     // SAFETY: `buf` holds `n` samples; a handle NVML gave.
     let r = unsafe { util(dev, buf.as_mut_ptr(), &mut n, since) };
     const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
-    let mut pids = [0u32; MAX_SAMPLES];
+    let mut busy = [(0u32, 0u32); MAX_SAMPLES];
     match r {
         NVML_SUCCESS => {}
-        NVML_ERROR_NOT_FOUND => return Some((pids, 0)),
+        NVML_ERROR_NOT_FOUND => return Some((busy, 0)),
         _ => return None,
     }
+    let k = mean_by_pid(&buf[..(n as usize).min(MAX_SAMPLES)], &mut busy);
+    Some((busy, k))
+}
+
+/// Each process of `samples` that had SM activity, once, with the mean of its samples' SM utilisation
+/// (idle samples included), into `out`; returns how many.
+fn mean_by_pid(samples: &[Sample], out: &mut [(u32, u32); MAX_SAMPLES]) -> usize {
+    let mut sums = [(0u32, 0u64, 0u64); MAX_SAMPLES];
     let mut k = 0;
-    for s in buf.iter().take(n as usize).filter(|s| s.sm > 0) {
-        pids[k] = s.pid;
-        k += 1;
+    for s in samples {
+        let i = match sums[..k].iter().position(|e| e.0 == s.pid) {
+            Some(i) => i,
+            None => {
+                sums[k] = (s.pid, 0, 0);
+                k += 1;
+                k - 1
+            }
+        };
+        sums[i].1 += s.sm as u64;
+        sums[i].2 += 1;
     }
-    Some((pids, k))
+    let mut busy = 0;
+    for &(pid, sum, n) in sums[..k].iter().filter(|e| e.1 > 0) {
+        out[busy] = (pid, (sum / n.max(1)) as u32);
+        busy += 1;
+    }
+    busy
 }
 
 #[cfg(test)]
@@ -232,19 +274,52 @@ mod tests {
 
     #[test]
     fn sharers_are_this_process_and_the_other_busy_ones_bounded() {
-        assert_eq!(count(&[], Some(7)), 1);
+        assert_eq!(count(&[], Some(7)), CONTEXT);
         assert_eq!(
-            count(&[7, 7], Some(7)),
-            1,
+            count(&[(7, 90)], Some(7)),
+            CONTEXT,
             "its own samples are not a neighbour"
         );
-        assert_eq!(count(&[7, 9, 9], Some(7)), 2);
-        assert_eq!(count(&[9], Some(7)), 2);
+        assert_eq!(count(&[(7, 50), (9, 50)], Some(7)), 2 * CONTEXT);
         assert_eq!(
-            count(&[9], None),
-            1,
+            count(&[(9, 40)], Some(7)),
+            2 * CONTEXT,
+            "no sample of its own yet: the busiest neighbour counts one"
+        );
+        assert_eq!(
+            count(&[(9, 40)], None),
+            CONTEXT,
             "its own PID unknown: the busy ones alone"
         );
-        assert_eq!(count(&[1, 2, 3, 4, 5, 6], Some(7)), MAX_SHARERS);
+        let six: Vec<(u32, u32)> = (1..=6).map(|p| (p, 30)).collect();
+        assert_eq!(count(&six, Some(7)), MAX_SHARERS * CONTEXT);
+    }
+
+    // Regression (fake driver: a 10% share at 35%): three processes of the tenant's own that launched a
+    // 2 ms kernel every 300 ms were three busy neighbours, so a launch was charged a quarter of what it
+    // took. A neighbour counts as busy as it is next to this process, never more than one.
+    #[test]
+    fn a_neighbour_counts_as_busy_as_it_is_next_to_this_process() {
+        assert_eq!(count(&[(7, 60), (1, 1), (2, 1), (3, 1)], Some(7)), 1048);
+        assert_eq!(count(&[(7, 60), (1, 30)], Some(7)), 1500);
+        assert_eq!(
+            count(&[(7, 30), (1, 60)], Some(7)),
+            2 * CONTEXT,
+            "busier than this process: one context"
+        );
+        assert_eq!(count(&[(7, 60), (1, 1), (2, 1), (3, 1)], None), 1048);
+        assert_eq!(count(&[(1, 50), (2, 50)], None), 2 * CONTEXT);
+    }
+
+    #[test]
+    fn samples_are_averaged_per_process_and_idle_processes_left_out() {
+        let s = |pid: u32, sm: u32| Sample {
+            pid,
+            sm,
+            ..Sample::default()
+        };
+        let mut out = [(0u32, 0u32); MAX_SAMPLES];
+        let k = mean_by_pid(&[s(7, 60), s(9, 0), s(7, 20), s(9, 0), s(3, 5)], &mut out);
+        assert_eq!(&out[..k], &[(7, 40), (3, 5)]);
     }
 }

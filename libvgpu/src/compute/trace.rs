@@ -55,12 +55,12 @@ pub(super) fn on() -> bool {
 
 impl Trace {
     /// A launch measured `elapsed`, charged `charged`, with the driver's `sharers` and the stretch read
-    /// as `read_as` contexts.
+    /// as `read_as` contexts (both in thousandths).
     pub(super) fn charged(&self, elapsed: u64, charged: u64, sharers: u64, read_as: u64) {
         self.launches.fetch_add(1, Relaxed);
         self.elapsed.fetch_add(elapsed, Relaxed);
         self.charged.fetch_add(charged, Relaxed);
-        if sharers > 1 {
+        if sharers > crate::launch_charge::CONTEXT {
             self.beside.fetch_add(1, Relaxed);
         }
         self.sharers.store(sharers, Relaxed);
@@ -113,13 +113,22 @@ impl Trace {
             self.charged.swap(0, Relaxed) / 1000,
             self.held.swap(0, Relaxed) / 1000,
             self.beside.swap(0, Relaxed),
-            self.sharers.load(Relaxed),
-            self.read_as.load(Relaxed),
+            Contexts(self.sharers.load(Relaxed)),
+            Contexts(self.read_as.load(Relaxed)),
             tokens / 1000,
             if gate { "closed" } else { "open" },
             self.lib.swap(0, Relaxed) / 1000,
             self.nvml.swap(0, Relaxed) / 1000,
             self.untimed.swap(0, Relaxed),
         ));
+    }
+}
+
+/// A count of contexts in thousandths, written as a decimal (`1.50`).
+struct Contexts(u64);
+
+impl std::fmt::Display for Contexts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:02}", self.0 / 1000, self.0 % 1000 / 10)
     }
 }
