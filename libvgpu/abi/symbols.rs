@@ -61,7 +61,8 @@ macro_rules! hooked_symbols {
                 cuMemsetD8 cuMemsetD16 cuMemsetD32 cuMemsetD2D8 cuMemsetD2D16 cuMemsetD2D32 cuMemcpyHtoD
                 cuMemcpyDtoH cuMemcpyDtoD cuMemcpyHtoDAsync cuMemcpyDtoHAsync cuMemcpyDtoDAsync cuMemcpyAtoD
                 cuMemcpyDtoA cuMemcpyHtoA cuMemcpyAtoH cuMemcpyHtoAAsync cuMemcpyAtoHAsync cuMemcpyAtoA
-                cuMemcpy2D cuMemcpy2DUnaligned cuMemcpy2DAsync cuMemcpy3D cuMemcpy3DAsync;
+                cuMemcpy2D cuMemcpy2DUnaligned cuMemcpy2DAsync cuMemcpy3D cuMemcpy3DAsync
+                cuMemBatchDecompressAsync cuMemBatchDecompressAsync_ptsz;
             Nvml:
                 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2;
         }

@@ -159,7 +159,7 @@ def render(rows):
            "| class | meaning | hooked |",
            "| --- | --- | --- |",
            "| charge | allocates, frees or moves device memory: the ledger must move with it | every name |",
-           "| launch | launches work on the GPU (the compute share; the stack the driver grows) | every name |",
+           "| launch | launches work on the GPU: kernels, graphs, memsets, copies, decompression (the compute share; the stack the driver grows) | every name |",
            "| sync | waits for the GPU: where freed stream-ordered memory is reconciled | every name |",
            "| refuse | refused under a limit (what it does cannot be charged) | every name |",
            "| query | reads state, changes nothing on the device (`cuMemGetInfo` and `cuDeviceTotalMem` are hooked to show the quota) | no |",

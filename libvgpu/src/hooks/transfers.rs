@@ -1,6 +1,6 @@
-//! Eager memsets and copies (`cuMemset*`, `cuMemcpy*`): under a compute share they are work on the GPU
-//! like kernels (a loop of large memsets kept an H100's memory system busy at 3,224 GB/s under a 10%
-//! share), so each goes through `launch::launch`: held back while the bucket is in debt, timed with
+//! Eager memsets, copies and decompression (`cuMemset*`, `cuMemcpy*`, `cuMemBatchDecompressAsync`): under
+//! a compute share they are work on the GPU like kernels (a loop of large memsets kept an H100's memory
+//! system busy at 3,224 GB/s under a 10% share), so each goes through `launch::launch`: held back while the bucket is in debt, timed with
 //! events on its stream, charged. The synchronous forms run on the legacy default stream (`_ptds`: the
 //! per-thread one). On an oversubscribed GPU they wait for the turn as kernels do (`turns`). Without a
 //! share or a turn gate, `cuGetProcAddress` hands out the driver's own functions
@@ -183,6 +183,13 @@ transfers! {
     "cuMemcpy3D" cuMemcpy3D(p: *const c_void) on NULL, false, 0;
     "cuMemcpy3DAsync" cuMemcpy3DAsync(p: *const c_void, s: CUstream) on s, false, 0;
 
+    // Hardware decompression (CUDA 12.8+): work on the GPU's copy and decompression engines, one piece
+    // of work per batch, keyed by the entry point alone.
+    "cuMemBatchDecompressAsync" cuMemBatchDecompressAsync(p: *mut c_void, n: usize, f: c_uint, e: *mut usize, s: CUstream)
+        on s, false, 0;
+    "cuMemBatchDecompressAsync_ptsz" cuMemBatchDecompressAsync_ptsz(p: *mut c_void, n: usize, f: c_uint, e: *mut usize,
+        s: CUstream) on s, true, 0;
+
     "cuMemcpyBatchAsync" cuMemcpyBatchAsync(d: *mut CUdeviceptr, src: *mut CUdeviceptr, sz: *mut usize, n: usize,
         at: *mut c_void, ai: *mut usize, na: usize, fail: *mut usize, s: CUstream) on s, false, batch_bytes(sz, n);
     "cuMemcpyBatchAsync_ptsz" cuMemcpyBatchAsync_ptsz(d: *mut CUdeviceptr, src: *mut CUdeviceptr, sz: *mut usize, n: usize,
@@ -204,5 +211,7 @@ transfers! {
 /// Every transfer hook's name, for `interpose::launch_only` (a process without a share gets the
 /// driver's own functions).
 pub(crate) fn is_transfer(name: &[u8]) -> bool {
-    name.starts_with(b"cuMemset") || name.starts_with(b"cuMemcpy")
+    name.starts_with(b"cuMemset")
+        || name.starts_with(b"cuMemcpy")
+        || name.starts_with(b"cuMemBatchDecompress")
 }
