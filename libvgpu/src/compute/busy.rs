@@ -11,8 +11,9 @@
 //! that work is charged to whoever runs it (another process of the container to the same bucket).
 //! Weighted, not counted: three processes of the tenant's own that each launched one short kernel a
 //! second were three busy neighbours, and with one cheap launch first the bound let a 10% share run at
-//! 35% (fake driver); now each counts its utilisation over the launching process's (a few hundredths), and a neighbour counts fully only when it uses the GPU as
-//! much as this process, time its own bucket pays for.
+//! 35% (fake driver). Now each counts its utilisation over the launching process's (a few hundredths),
+//! and a neighbour counts fully only when it uses the GPU as much as this process: time its own bucket
+//! pays for when it is the container's.
 //!
 //! The NVML call takes ~1.4 ms on an H100 (driver 580), about 350 launches' worth of a launch-bound loop.
 //! So it is made where the thread waits anyway: in the share's naps (`refresh`, when the reading is
@@ -205,31 +206,22 @@ fn read(dev: *mut c_void) -> Option<([(u32, u32); MAX_SAMPLES], usize)> {
         NVML_ERROR_NOT_FOUND => return Some((busy, 0)),
         _ => return None,
     }
-    let k = mean_by_pid(&buf[..(n as usize).min(MAX_SAMPLES)], &mut busy);
+    let k = mean_by_pid(&mut buf[..(n as usize).min(MAX_SAMPLES)], &mut busy);
     Some((busy, k))
 }
 
 /// Each process of `samples` that had SM activity, once, with the mean of its samples' SM utilisation
-/// (idle samples included), into `out`; returns how many.
-fn mean_by_pid(samples: &[Sample], out: &mut [(u32, u32); MAX_SAMPLES]) -> usize {
-    let mut sums = [(0u32, 0u64, 0u64); MAX_SAMPLES];
-    let mut k = 0;
-    for s in samples {
-        let i = match sums[..k].iter().position(|e| e.0 == s.pid) {
-            Some(i) => i,
-            None => {
-                sums[k] = (s.pid, 0, 0);
-                k += 1;
-                k - 1
-            }
-        };
-        sums[i].1 += s.sm as u64;
-        sums[i].2 += 1;
-    }
+/// (idle samples included), into `out`; returns how many. Sorts `samples` by PID (no allocation: this
+/// runs on the tenant's launching thread).
+fn mean_by_pid(samples: &mut [Sample], out: &mut [(u32, u32); MAX_SAMPLES]) -> usize {
+    samples.sort_unstable_by_key(|s| s.pid);
     let mut busy = 0;
-    for &(pid, sum, n) in sums[..k].iter().filter(|e| e.1 > 0) {
-        out[busy] = (pid, (sum / n.max(1)) as u32);
-        busy += 1;
+    for group in samples.chunk_by(|a, b| a.pid == b.pid) {
+        let sum: u64 = group.iter().map(|s| s.sm as u64).sum();
+        if sum > 0 && busy < out.len() {
+            out[busy] = (group[0].pid, (sum / group.len() as u64) as u32);
+            busy += 1;
+        }
     }
     busy
 }
@@ -319,7 +311,10 @@ mod tests {
             ..Sample::default()
         };
         let mut out = [(0u32, 0u32); MAX_SAMPLES];
-        let k = mean_by_pid(&[s(7, 60), s(9, 0), s(7, 20), s(9, 0), s(3, 5)], &mut out);
-        assert_eq!(&out[..k], &[(7, 40), (3, 5)]);
+        let k = mean_by_pid(
+            &mut [s(7, 60), s(9, 0), s(7, 20), s(9, 0), s(3, 5)],
+            &mut out,
+        );
+        assert_eq!(&out[..k], &[(3, 5), (7, 40)]);
     }
 }
