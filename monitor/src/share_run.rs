@@ -11,6 +11,8 @@
 //! kill itself (`Monitor::kill`).
 
 use super::freezer;
+// The monitor's one log: control characters escaped (a pod name cannot forge a line).
+use super::log;
 use super::share_wall::{Over, Runaway, Settings, Use, Wall};
 use super::state::ContainerState;
 use super::watchdog::{TrueProc, Truth};
@@ -97,10 +99,6 @@ pub struct GpuView {
     pub frozen_busy: f64,
     /// Frozen by the wall now.
     pub frozen: bool,
-}
-
-fn log(msg: &str) {
-    eprintln!("vgpuctl monitor: {msg}");
 }
 
 impl ShareRun {
