@@ -2,7 +2,8 @@
 //! the NVML-truth watchdog. A collector thread reads everything once per interval (the state root, NVML,
 //! the attribution of NVML's processes to containers) and runs the watchdog pass on that reading: it logs
 //! each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the processes that put a
-//! container over its quota, each through a pidfd and only while it is still the process attributed
+//! container over its quota, and those the share wall found running GPU work on while their container is
+//! frozen, each through a pidfd and only while it is still the process attributed
 //! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
 //! (`state::mark_live`). The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
 //! scrape costs the encoding alone and any number of scrapers add no reads
@@ -119,6 +120,7 @@ impl Monitor {
                     window: Duration::from_secs(10),
                     tolerance: 0.05,
                 },
+                policy.kill,
             ),
             last: Mutex::new(None),
             build: metrics::BuildInfo::default(),
@@ -146,13 +148,14 @@ impl Monitor {
         }));
     }
 
-    /// This monitor with the compute share's wall set to `mode`.
+    /// This monitor with the compute share's wall set to `mode` (under the kill policy it also kills
+    /// what runs on while frozen).
     pub fn with_share_wall(
         mut self,
         mode: vgpu_host::config::ShareWall,
         settings: share_wall::Settings,
     ) -> Monitor {
-        self.share = share_run::ShareRun::new(mode, settings);
+        self.share = share_run::ShareRun::new(mode, settings, self.policy.kill);
         self
     }
 
@@ -223,8 +226,36 @@ impl Monitor {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
         self.pass_on(&c.reading);
         let r = &c.reading;
-        self.share.pass(&r.containers, &r.truth, r.gpus.as_deref());
+        let victims = self.share.pass(&r.containers, &r.truth, r.gpus.as_deref());
+        self.kill_runaways(r, &victims);
         c
+    }
+
+    /// Kills, under the kill policy, the processes the share wall found busy while their container is
+    /// frozen (`share_run::Victim`), as the watchdog kills: through a pidfd, only while each is still the
+    /// process NVML listed and still the container's. Counted with the watchdog's kills.
+    fn kill_runaways(&self, r: &Reading, victims: &[share_run::Victim]) {
+        if victims.is_empty() {
+            return;
+        }
+        let mut w = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        for v in victims {
+            let (cs, pid) = (&r.containers[v.c], v.proc_.pid);
+            match self.kill(r, v.c, &v.proc_) {
+                Ok(()) => {
+                    w.kills += 1;
+                    log(&format!(
+                        "killed pid {pid} (SIGKILL) of {} on GPU {}: its work ran on while the container was frozen (the share wall)",
+                        who(cs),
+                        cs.gpus[v.g].uuid
+                    ));
+                }
+                Err(e) => {
+                    w.kill_failures += 1;
+                    log(&format!("could not kill pid {pid} of {}: {e:#}", who(cs)));
+                }
+            }
+        }
     }
 
     /// The last collection; one made now if there is none yet (the first scrape after the start).
@@ -241,12 +272,22 @@ impl Monitor {
         let share = self.share.view(&r.containers, |c, g| {
             metrics::container_labels(&r.containers[c], g)
         });
-        // The share wall's findings are the watchdog's `over_share`.
+        // The share wall's findings are the watchdog's `over_share` and `busy_while_frozen`.
         if share.events > 0 {
             view.events.push(("over_share", share.events));
         }
+        if share.runaway_events > 0 {
+            view.events
+                .push(("busy_while_frozen", share.runaway_events));
+        }
         view.open
             .extend(share.open.iter().map(|l| (l.clone(), "over_share")));
+        view.open.extend(
+            share
+                .runaway_open
+                .iter()
+                .map(|l| (l.clone(), "busy_while_frozen")),
+        );
         let turns = self.turns.as_ref().map(|a| {
             a.view(|id, uuid| {
                 let c = r.containers.iter().position(|c| c.id == id)?;

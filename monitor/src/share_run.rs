@@ -2,14 +2,20 @@
 //! a share (NVML's per-process SM utilisation of the processes the watchdog attributed to it, summed),
 //! hands the figures to the wall (`share_wall`), logs a finding once when it begins, and under the
 //! `freeze` mode freezes the container's cgroup for the time the wall says (`freezer`), thawing it when
-//! that time is up (the collector's sleep wakes for it: `sleep`). It owns what the scrape shows of the
-//! wall (`ShareView`, registered by `metrics`). Not here: the decisions (`share_wall`), the cgroup files
-//! (`freezer`), attribution (`watchdog`).
+//! that time is up (the collector's sleep wakes for it: `sleep`). It tells the wall how long each
+//! container was frozen, since a freeze cannot stop GPU work already queued: a container GPU whose work
+//! runs on while frozen is logged once (`busy_while_frozen`), and under the kill policy the processes
+//! NVML shows busy there while it is frozen are named for the monitor to kill (`Victim`: the watchdog's
+//! pidfd-checked kill). It owns what the scrape shows of the wall (`ShareView`, registered by `metrics`).
+//! Not here: the decisions (`share_wall`), the cgroup files (`freezer`), attribution (`watchdog`), the
+//! kill itself (`Monitor::kill`).
 
 use super::freezer;
-use super::share_wall::{Over, Settings, Use, Wall};
+// The monitor's one log: control characters escaped (a pod name cannot forge a line).
+use super::log;
+use super::share_wall::{Over, Runaway, Settings, Use, Wall};
 use super::state::ContainerState;
-use super::watchdog::Truth;
+use super::watchdog::{TrueProc, Truth};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -29,46 +35,84 @@ pub use crate::labels::Labels;
 /// The wall in the monitor.
 pub struct ShareRun {
     mode: ShareWall,
+    /// The monitor's kill policy: kill what runs on while frozen.
+    kill: bool,
     inner: Mutex<Inner>,
 }
 
 struct Inner {
     wall: Wall,
-    /// Containers this monitor froze: id → (cgroup directory, thaw at).
-    frozen: BTreeMap<String, (PathBuf, Instant)>,
-    /// Findings that began.
+    /// Containers this monitor froze, by id.
+    frozen: BTreeMap<String, Held>,
+    /// Seconds each container was frozen since the last pass, not yet handed to the wall.
+    frozen_secs: BTreeMap<String, f64>,
+    /// Findings that began: `over_share`, `busy_while_frozen`.
     events: u64,
+    runaway_events: u64,
     freezes: u64,
     failures: u64,
+}
+
+/// A container this monitor holds frozen.
+struct Held {
+    /// Its cgroup directory.
+    dir: PathBuf,
+    /// When to thaw it.
+    until: Instant,
+    /// Its frozen time is counted up to then (`Inner::take_frozen_secs`).
+    counted: Instant,
+}
+
+/// A process to kill under the kill policy: NVML shows it busy on GPU `g` of container `c` (indices into
+/// the collection's containers) while the container is frozen and its work runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Victim {
+    pub c: usize,
+    pub g: usize,
+    pub proc_: TrueProc,
 }
 
 /// What the scrape shows of the wall.
 #[derive(Debug, Clone, Default)]
 pub struct ShareView {
-    /// Per container GPU with a share: labels, use over the window (None: not measured yet), GPU-seconds
-    /// past the allowance, frozen by the wall.
-    pub gpus: Vec<(Labels, Option<f64>, f64, bool)>,
+    pub gpus: Vec<GpuView>,
     pub freezes: u64,
     pub failures: u64,
-    /// Findings that began, and the labels of those open.
+    /// Findings that began, and the labels of those open: `over_share`, `busy_while_frozen`.
     pub events: u64,
     pub open: Vec<Labels>,
+    pub runaway_events: u64,
+    pub runaway_open: Vec<Labels>,
     /// The wall runs (not `off`).
     pub on: bool,
 }
 
-fn log(msg: &str) {
-    eprintln!("vgpuctl monitor: {msg}");
+/// One container GPU with a share, as the scrape shows it.
+#[derive(Debug, Clone)]
+pub struct GpuView {
+    pub labels: Labels,
+    /// Use over the window (None: not measured yet).
+    pub used: Option<f64>,
+    /// GPU-seconds past the allowance, in all.
+    pub excess: f64,
+    /// GPU-seconds used past its thawed time (at least what ran while it was frozen), in all.
+    pub frozen_busy: f64,
+    /// Frozen by the wall now.
+    pub frozen: bool,
 }
 
 impl ShareRun {
-    pub fn new(mode: ShareWall, settings: Settings) -> ShareRun {
+    /// The wall in `mode`; `kill`: the monitor's kill policy.
+    pub fn new(mode: ShareWall, settings: Settings, kill: bool) -> ShareRun {
         ShareRun {
             mode,
+            kill,
             inner: Mutex::new(Inner {
                 wall: Wall::new(settings),
                 frozen: BTreeMap::new(),
+                frozen_secs: BTreeMap::new(),
                 events: 0,
+                runaway_events: 0,
                 freezes: 0,
                 failures: 0,
             }),
@@ -79,14 +123,21 @@ impl ShareRun {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One pass over a collection: measure, decide, act. Nothing while off or without NVML.
-    pub fn pass(&self, cs: &[ContainerState], truth: &Truth, gpus: Option<&[GpuReading]>) {
+    /// One pass over a collection: measure, decide, act. Nothing while off or without NVML. Returns,
+    /// under the kill policy, the processes to kill (their work runs on while their container is frozen).
+    pub fn pass(
+        &self,
+        cs: &[ContainerState],
+        truth: &Truth,
+        gpus: Option<&[GpuReading]>,
+    ) -> Vec<Victim> {
         let Some(gpus) = gpus.filter(|_| self.mode != ShareWall::Off) else {
-            return;
+            return vec![];
         };
         let now = Instant::now();
-        let uses = measure(cs, truth, gpus);
         let mut w = self.lock();
+        let frozen = w.take_frozen_secs(now);
+        let uses = measure(cs, truth, gpus, &frozen);
         let overs = w.wall.pass(now, &uses);
         for o in overs {
             let Some(c) = cs.iter().position(|c| c.id == o.container) else {
@@ -101,14 +152,19 @@ impl ShareRun {
             let until = now + o.freeze_for;
             if let Some(f) = w.frozen.get_mut(&o.container) {
                 // Frozen already for another of its GPUs: held the longer of the two.
-                f.1 = f.1.max(until);
+                f.until = f.until.max(until);
                 continue;
             }
             let r = dir.and_then(freezer::freeze_for_wall);
             match r {
                 Ok(None) => {}
                 Ok(Some(d)) => {
-                    w.frozen.insert(o.container.clone(), (d, until));
+                    let held = Held {
+                        dir: d,
+                        until,
+                        counted: now,
+                    };
+                    w.frozen.insert(o.container.clone(), held);
                     w.freezes += 1;
                 }
                 Err(e) => {
@@ -117,10 +173,48 @@ impl ShareRun {
                 }
             }
         }
+        let victims = self.runaways(&mut w, cs, truth, gpus);
         // A frozen container that is gone is forgotten (its cgroup went with it).
         w.frozen.retain(|id, _| cs.iter().any(|c| &c.id == id));
         drop(w);
         self.thaw_due(now);
+        victims
+    }
+
+    /// What this pass found running on while frozen: each finding logged when it begins; under the kill
+    /// policy, the processes NVML shows busy there while the container is frozen by this monitor now.
+    fn runaways(
+        &self,
+        w: &mut Inner,
+        cs: &[ContainerState],
+        truth: &Truth,
+        gpus: &[GpuReading],
+    ) -> Vec<Victim> {
+        let mut victims = Vec::new();
+        for r in w.wall.runaways().to_vec() {
+            let Some(c) = cs.iter().position(|c| c.id == r.container) else {
+                continue;
+            };
+            let Some(g) = cs[c].gpus.iter().position(|g| g.uuid == r.gpu) else {
+                continue;
+            };
+            // Only while frozen: a thawed container's busy processes may be doing their share's work.
+            let kill = self.kill && w.frozen.contains_key(&r.container);
+            if r.begins {
+                w.runaway_events += 1;
+                log(&describe_runaway(
+                    &cs[c],
+                    &r,
+                    kill,
+                    w.wall.settings().tolerance,
+                ));
+            }
+            if kill {
+                let busy = busy_procs(truth, gpus, c, g, &r.gpu);
+                victims.extend(busy.into_iter().map(|p| Victim { c, g, proc_: p }));
+            }
+        }
+        victims
     }
 
     /// Thaws the containers whose time is up.
@@ -129,11 +223,13 @@ impl ShareRun {
         let due: Vec<String> = w
             .frozen
             .iter()
-            .filter(|(_, f)| f.1 <= now)
+            .filter(|(_, f)| f.until <= now)
             .map(|(id, _)| id.clone())
             .collect();
         for id in due {
-            if let Some((dir, _)) = w.frozen.remove(&id) {
+            if let Some(Held { dir, counted, .. }) = w.frozen.remove(&id) {
+                let held = Instant::now().saturating_duration_since(counted);
+                *w.frozen_secs.entry(id).or_default() += held.as_secs_f64();
                 // A cgroup that is gone has nothing left to thaw.
                 if let Err(e) = freezer::set_frozen(&dir, false) {
                     if dir.exists() {
@@ -159,7 +255,7 @@ impl ShareRun {
             if now >= end {
                 return;
             }
-            let next = self.lock().frozen.values().map(|f| f.1).min();
+            let next = self.lock().frozen.values().map(|f| f.until).min();
             let wake = next.map_or(end, |t| t.min(end));
             std::thread::sleep(wake.saturating_duration_since(now));
             self.thaw_due(Instant::now());
@@ -178,6 +274,7 @@ impl ShareRun {
             freezes: w.freezes,
             failures: w.failures,
             events: w.events,
+            runaway_events: w.runaway_events,
             on: self.mode != ShareWall::Off,
             ..Default::default()
         };
@@ -193,12 +290,16 @@ impl ShareRun {
                 if w.wall.open(&cs.id, &gs.uuid, now) {
                     v.open.push(l.clone());
                 }
-                v.gpus.push((
-                    l,
-                    w.wall.used_ratio(&cs.id, &gs.uuid),
-                    w.wall.excess_total(&cs.id, &gs.uuid),
-                    w.frozen.contains_key(&cs.id),
-                ));
+                if w.wall.runaway_open(&cs.id, &gs.uuid, now) {
+                    v.runaway_open.push(l.clone());
+                }
+                v.gpus.push(GpuView {
+                    labels: l,
+                    used: w.wall.used_ratio(&cs.id, &gs.uuid),
+                    excess: w.wall.excess_total(&cs.id, &gs.uuid),
+                    frozen_busy: w.wall.frozen_busy_total(&cs.id, &gs.uuid),
+                    frozen: w.frozen.contains_key(&cs.id),
+                });
             }
         }
         v
@@ -223,18 +324,25 @@ impl ShareView {
             "GPU-seconds the container used past its share + tolerance (NVML, the share wall)",
             excess.clone(),
         );
+        let frozen_busy = Family::<Labels, Counter<f64, AtomicU64>>::default();
+        reg.register(
+            "vgpu_compute_share_frozen_busy_seconds",
+            "GPU-seconds the container used past its thawed time: work that ran on while the share wall held it frozen (NVML)",
+            frozen_busy.clone(),
+        );
         let frozen = Family::<Labels, Gauge>::default();
         reg.register(
             "vgpu_container_frozen",
             "1 while the share wall holds the container's cgroup frozen",
             frozen.clone(),
         );
-        for (l, u, e, f) in &self.gpus {
-            if let Some(u) = u {
-                used.get_or_create(l).set(*u);
+        for g in &self.gpus {
+            if let Some(u) = g.used {
+                used.get_or_create(&g.labels).set(u);
             }
-            excess.get_or_create(l).inc_by(*e);
-            frozen.get_or_create(l).set(i64::from(*f));
+            excess.get_or_create(&g.labels).inc_by(g.excess);
+            frozen_busy.get_or_create(&g.labels).inc_by(g.frozen_busy);
+            frozen.get_or_create(&g.labels).set(i64::from(g.frozen));
         }
         let freezes = Counter::<u64>::default();
         reg.register(
@@ -253,9 +361,47 @@ impl ShareView {
     }
 }
 
-/// Each container GPU with a share whose process list NVML gave: the processes' utilisation summed.
+impl Inner {
+    /// The seconds each container was frozen since the last pass, up to `now` (the count starts again).
+    fn take_frozen_secs(&mut self, now: Instant) -> BTreeMap<String, f64> {
+        let mut secs = std::mem::take(&mut self.frozen_secs);
+        for (id, f) in self.frozen.iter_mut() {
+            let held = now.saturating_duration_since(f.counted);
+            *secs.entry(id.clone()).or_default() += held.as_secs_f64();
+            f.counted = now;
+        }
+        secs
+    }
+}
+
+/// NVML's utilisation samples of GPU `uuid` (none: NVML had none).
+fn samples_of<'a>(gpus: &'a [GpuReading], uuid: &str) -> &'a [(u32, f64)] {
+    gpus.iter()
+        .find(|r| r.uuid == uuid)
+        .and_then(|r| r.process_utilization.as_deref())
+        .unwrap_or_default()
+}
+
+/// Container `c`'s processes on its GPU `g` (`uuid`) that NVML's samples show busy.
+fn busy_procs(truth: &Truth, gpus: &[GpuReading], c: usize, g: usize, uuid: &str) -> Vec<TrueProc> {
+    let samples = samples_of(gpus, uuid);
+    truth.by_gpu.get(&(c, g)).map_or(vec![], |ps| {
+        ps.iter()
+            .filter(|p| samples.iter().any(|s| s.0 == p.pid && s.1 > 0.0))
+            .copied()
+            .collect()
+    })
+}
+
+/// Each container GPU with a share whose process list NVML gave: the processes' utilisation summed, and
+/// how long the container was frozen since the last pass (`frozen`, by container id).
 /// NVML without samples for the GPU counts as idle (no evidence of use, no action).
-fn measure(cs: &[ContainerState], truth: &Truth, gpus: &[GpuReading]) -> Vec<Use> {
+fn measure(
+    cs: &[ContainerState],
+    truth: &Truth,
+    gpus: &[GpuReading],
+    frozen: &BTreeMap<String, f64>,
+) -> Vec<Use> {
     let mut out = Vec::new();
     for (c, cstate) in cs.iter().enumerate() {
         for (g, gs) in cstate.gpus.iter().enumerate() {
@@ -265,11 +411,7 @@ fn measure(cs: &[ContainerState], truth: &Truth, gpus: &[GpuReading]) -> Vec<Use
             if !truth.knows(&gs.uuid) {
                 continue;
             }
-            let samples = gpus
-                .iter()
-                .find(|r| r.uuid == gs.uuid)
-                .and_then(|r| r.process_utilization.as_deref())
-                .unwrap_or_default();
+            let samples = samples_of(gpus, &gs.uuid);
             let busy: f64 = truth.by_gpu.get(&(c, g)).map_or(0.0, |ps| {
                 ps.iter()
                     .filter_map(|p| samples.iter().find(|s| s.0 == p.pid))
@@ -284,6 +426,7 @@ fn measure(cs: &[ContainerState], truth: &Truth, gpus: &[GpuReading]) -> Vec<Use
                 share,
                 busy: busy.min(1.0),
                 burst: share * (1.0 - share) * window,
+                frozen: frozen.get(&cstate.id).copied().unwrap_or(0.0),
             });
         }
     }
@@ -314,13 +457,7 @@ fn describe(
         .iter()
         .find(|g| g.uuid == o.gpu)
         .map_or(0, |g| g.index);
-    let who = match &c.names {
-        Some(n) => format!(
-            "container {} (pod {}/{}, container {})",
-            c.id, n.namespace, n.pod, n.container
-        ),
-        None => format!("container {}", c.id),
-    };
+    let who = super::who(c);
     let action = match dir {
         None => "reporting only".to_string(),
         Some(Ok(d)) => format!(
@@ -336,6 +473,29 @@ fn describe(
         o.used,
         o.span,
         (o.share * 100.0).round(),
+        tol * 100.0
+    )
+}
+
+/// The `busy_while_frozen` finding's log line.
+fn describe_runaway(c: &ContainerState, r: &Runaway, kill: bool, tol: f64) -> String {
+    let gpu = c
+        .gpus
+        .iter()
+        .find(|g| g.uuid == r.gpu)
+        .map_or(0, |g| g.index);
+    let who = super::who(c);
+    let action = match kill {
+        true => "killing its busy processes under the kill policy",
+        false => "reporting only (no kill policy), the freezes go on",
+    };
+    format!(
+        "busy while frozen: {who} GPU {gpu} ({}): its processes used {:.2} s of GPU time in the last {:.1} s while it was frozen {:.1} s of it (NVML), share {}% + {} points: work queued on the GPU runs on through a freeze: {action}",
+        r.gpu,
+        r.used,
+        r.span,
+        r.frozen,
+        (r.share * 100.0).round(),
         tol * 100.0
     )
 }

@@ -7,8 +7,11 @@
 //! runs into debt ran past its share plus the tolerance: it is to be frozen for as long as the bucket
 //! takes to earn the debt back (at most one window at a time; a debt is remembered up to one window's
 //! earning), and the finding begins (logged once) unless one is open (it closes after a window in
-//! credit). Pure: time is passed in, nothing is read or written here. Not here: measuring
-//! (`share_pass`), the cgroup writes (`freezer`).
+//! credit). A freeze stops the container's CPU threads, not GPU work already queued: a container GPU
+//! whose processes used more GPU time over the window than its thawed time plus its allowance could
+//! explain, while frozen for half the window or more, runs work on while frozen (`Runaway`, the finding
+//! `busy_while_frozen`; `runs_on_while_frozen` is the rule). Pure: time is passed in, nothing is read or
+//! written here. Not here: measuring and acting (`share_run`), the cgroup writes (`freezer`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -34,6 +37,9 @@ pub struct Use {
     pub busy: f64,
     /// GPU-seconds the library itself lets a container run ahead of its share (its bucket's capacity).
     pub burst: f64,
+    /// Seconds since the last pass that its cgroup was held frozen by the wall (0 when never frozen, as
+    /// while reporting only).
+    pub frozen: f64,
 }
 
 /// A container GPU in debt at this pass (and not already frozen for it).
@@ -53,19 +59,56 @@ pub struct Over {
     pub begins: bool,
 }
 
+/// A container GPU whose work ran on while it was frozen, found at this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Runaway {
+    pub container: String,
+    pub gpu: String,
+    pub share: f64,
+    /// GPU-seconds its processes used over the last `span` seconds, of which it was frozen `frozen`.
+    pub used: f64,
+    pub span: f64,
+    pub frozen: f64,
+    /// A finding begins (none was open).
+    pub begins: bool,
+}
+
+/// The rule of `busy_while_frozen`: over the last `span` seconds (about a window), frozen `frozen` of
+/// them, the processes used `used` GPU-seconds. Thawed, they can have used at most `span − frozen`; the
+/// work they queued before a freeze may run on into it, up to what the wall allows (`rate × window`,
+/// `rate` = share + tolerance). More than both, while frozen half the window or more: the work runs on
+/// whatever the freezes do (a long kernel, a deep queue). The half keeps a short or first freeze, whose
+/// queue drains as it begins, from counting.
+pub fn runs_on_while_frozen(used: f64, span: f64, frozen: f64, rate: f64, window: f64) -> bool {
+    frozen >= window / 2.0 && used >= (span - frozen) + rate * window
+}
+
 /// What the wall holds of one container GPU.
 #[derive(Debug, Clone)]
 struct Track {
     /// GPU-seconds of credit (negative: debt).
     level: f64,
-    /// (when, seconds measured, GPU-seconds used) over the last window, for the report.
-    recent: VecDeque<(Instant, f64, f64)>,
+    /// Each pass over the last window: when, seconds measured, GPU-seconds used, seconds frozen.
+    recent: VecDeque<Sample>,
     /// Frozen (or, reporting only, counted as frozen) until then: no new decision before.
     paid_until: Option<Instant>,
     /// The last pass it was in debt (the finding stays open a window after).
     last_debt: Option<Instant>,
     /// GPU-seconds used past the allowance, in all.
     excess_total: f64,
+    /// The last pass its work ran on while frozen (that finding stays open a window after).
+    last_runaway: Option<Instant>,
+    /// GPU-seconds used past its thawed time (at least what ran while it was frozen), in all.
+    frozen_busy_total: f64,
+}
+
+/// One pass of a container GPU, as the window keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    secs: f64,
+    used: f64,
+    frozen: f64,
 }
 
 /// The wall's state between passes.
@@ -74,6 +117,8 @@ pub struct Wall {
     settings: Settings,
     last: Option<Instant>,
     tracks: BTreeMap<(String, String), Track>,
+    /// What the last pass found running on while frozen.
+    runaways: Vec<Runaway>,
 }
 
 impl Wall {
@@ -82,6 +127,7 @@ impl Wall {
             settings,
             last: None,
             tracks: BTreeMap::new(),
+            runaways: Vec::new(),
         }
     }
 
@@ -89,12 +135,13 @@ impl Wall {
         self.settings
     }
 
-    /// One pass at `now` with this pass's measurements: what is in debt. The first pass only starts
-    /// the clock (a utilisation is a rate over the time since the last pass). Container GPUs not measured
-    /// are forgotten.
+    /// One pass at `now` with this pass's measurements: what is in debt (what runs on while frozen:
+    /// `runaways`). The first pass only starts the clock (a utilisation is a rate over the time since the
+    /// last pass). Container GPUs not measured are forgotten.
     pub fn pass(&mut self, now: Instant, uses: &[Use]) -> Vec<Over> {
         let window = self.settings.window.as_secs_f64();
         let tol = self.settings.tolerance;
+        self.runaways.clear();
         let dt = match self.last.replace(now) {
             None => return vec![],
             Some(t) => now.saturating_duration_since(t).as_secs_f64().min(window),
@@ -116,6 +163,8 @@ impl Wall {
                         paid_until: None,
                         last_debt: None,
                         excess_total: 0.0,
+                        last_runaway: None,
+                        frozen_busy_total: 0.0,
                     },
                 );
                 continue;
@@ -124,13 +173,37 @@ impl Wall {
             let avail = t.level + rate * dt;
             t.excess_total += (gpu - avail.max(0.0)).max(0.0);
             t.level = (avail - gpu).clamp(-rate * window, cap);
-            t.recent.push_back((now, dt, gpu));
+            // Used past its thawed time: at least that much ran while it was frozen.
+            let held = u.frozen.clamp(0.0, dt);
+            t.frozen_busy_total += (gpu - (dt - held)).max(0.0);
+            t.recent.push_back(Sample {
+                at: now,
+                secs: dt,
+                used: gpu,
+                frozen: held,
+            });
             while t
                 .recent
                 .front()
-                .is_some_and(|r| now.saturating_duration_since(r.0).as_secs_f64() >= window)
+                .is_some_and(|r| now.saturating_duration_since(r.at).as_secs_f64() >= window)
             {
                 t.recent.pop_front();
+            }
+            let (used, span) = (t.used(), t.span());
+            let frozen_for: f64 = t.recent.iter().map(|r| r.frozen).sum();
+            if runs_on_while_frozen(used, span, frozen_for, rate, window) {
+                self.runaways.push(Runaway {
+                    container: u.container.clone(),
+                    gpu: u.gpu.clone(),
+                    share: u.share,
+                    used,
+                    span,
+                    frozen: frozen_for,
+                    begins: t
+                        .last_runaway
+                        .is_none_or(|d| now.saturating_duration_since(d).as_secs_f64() > window),
+                });
+                t.last_runaway = Some(now);
             }
             let frozen = t.paid_until.is_some_and(|p| p > now);
             if t.level < 0.0 && !frozen {
@@ -144,8 +217,8 @@ impl Wall {
                     container: u.container.clone(),
                     gpu: u.gpu.clone(),
                     share: u.share,
-                    used: t.recent.iter().map(|r| r.2).sum(),
-                    span: t.recent.iter().map(|r| r.1).sum(),
+                    used,
+                    span,
                     debt: -t.level,
                     freeze_for,
                     begins,
@@ -160,7 +233,7 @@ impl Wall {
         for (key, t) in std::mem::take(&mut self.tracks) {
             if t.recent
                 .back()
-                .is_some_and(|r| now.saturating_duration_since(r.0).as_secs_f64() < window)
+                .is_some_and(|r| now.saturating_duration_since(r.at).as_secs_f64() < window)
             {
                 kept.insert(key, t);
             }
@@ -172,8 +245,29 @@ impl Wall {
     /// The share of the GPU a container GPU used over the last window (None: not measured yet).
     pub fn used_ratio(&self, container: &str, gpu: &str) -> Option<f64> {
         let t = self.tracks.get(&(container.to_string(), gpu.to_string()))?;
-        let span: f64 = t.recent.iter().map(|r| r.1).sum();
-        (span > 0.0).then(|| t.recent.iter().map(|r| r.2).sum::<f64>() / span)
+        let span = t.span();
+        (span > 0.0).then(|| t.used() / span)
+    }
+
+    /// The container GPUs the last pass found running work on while frozen.
+    pub fn runaways(&self) -> &[Runaway] {
+        &self.runaways
+    }
+
+    /// GPU-seconds a container GPU used past its thawed time (at least what ran while frozen), in all.
+    pub fn frozen_busy_total(&self, container: &str, gpu: &str) -> f64 {
+        self.tracks
+            .get(&(container.to_string(), gpu.to_string()))
+            .map_or(0.0, |t| t.frozen_busy_total)
+    }
+
+    /// Whether a `busy_while_frozen` finding is open for a container GPU at `now`: its work ran on while
+    /// frozen within the last window.
+    pub fn runaway_open(&self, container: &str, gpu: &str, now: Instant) -> bool {
+        self.tracks
+            .get(&(container.to_string(), gpu.to_string()))
+            .and_then(|t| t.last_runaway)
+            .is_some_and(|d| now.saturating_duration_since(d) <= self.settings.window)
     }
 
     /// GPU-seconds a container GPU used past its allowance, in all.
@@ -189,6 +283,18 @@ impl Wall {
             .get(&(container.to_string(), gpu.to_string()))
             .and_then(|t| t.last_debt)
             .is_some_and(|d| now.saturating_duration_since(d) <= self.settings.window)
+    }
+}
+
+impl Track {
+    /// GPU-seconds used over the window.
+    fn used(&self) -> f64 {
+        self.recent.iter().map(|r| r.used).sum()
+    }
+
+    /// Seconds the window's passes measured.
+    fn span(&self) -> f64 {
+        self.recent.iter().map(|r| r.secs).sum()
     }
 }
 

@@ -84,7 +84,8 @@ struct MonitorArgs {
     /// Bytes over a quota not reported, e.g. 64Mi (default: [monitor] tolerance, else 64Mi).
     #[arg(long)]
     tolerance: Option<String>,
-    /// SIGKILL the processes that put a container over its quota (default: [monitor] kill, else off).
+    /// SIGKILL the processes that put a container over its quota, and those whose GPU work runs on while
+    /// the share wall holds their container frozen (default: [monitor] kill, else off).
     #[arg(long)]
     kill: bool,
     /// NVML library (default: [monitor] nvml_library, else the config's nvml_library).

@@ -6,7 +6,10 @@
 # runs past its share + tolerance over the window is frozen (cgroup v2 `cgroup.freeze`) for the time it ran
 # over, then thawed: a bypassing process at a 10% share is held near its share, the finding is logged once,
 # the metrics say so; a container under the library at its share is never frozen; with the wall set to
-# report only, the bypassing container is reported and never frozen.
+# report only, the bypassing container is reported and never frozen. Freezing cannot stop GPU work already
+# queued: a container whose kernel runs on through its freezes is found (`busy_while_frozen`, logged once,
+# counted) and left running by default; under `kill = true` its busy process is killed, its neighbour
+# under the library untouched.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -119,6 +122,102 @@ wait "$PR"
 sr=$(share_of "$WORK/r.out")
 check "  ... and nothing held it: ${sr}%" test "${sr:-0}" -ge 70
 check_not "  ... its cgroup was never frozen" grep -q 'frozen 1' "$WORK/r.frozen"
+
+echo "-- a kernel that runs on while its container is frozen: found (busy_while_frozen); killed only under kill = true"
+# Freezing stops the container's CPU threads, not GPU work already queued: a process that queues seconds of
+# work and waits keeps the GPU busy through every freeze. The fake's timeline is wall-clock based, so a
+# frozen process's kernel still runs (and its NVML figure says so). `short 1` times one kernel, then queues
+# one more and synchronises: 2 x 8 s of work. The shell stays a few seconds after the client (it holds no
+# GPU work), so the container's use can be read after a kill.
+kill "$rep_PID" 2>/dev/null
+# runaway ID: a bypassing container (no preload) at a 10% share whose client queues 16 s of work.
+runaway() {
+    cp -a "$ROOTFS" "$WORK/rootfs-$1"
+    new_bundle sh -c 'mv /etc /etc2 && compute_client short 1 1; echo client_rc=$?; exec sleep 4'
+    bundle_jq "$B" '.root.path = $r | .root.readonly = false' --arg r "$WORK/rootfs-$1"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=10 FAKE_CUDA_KERNEL_US=8000000
+}
+# used_while_frozen LABELS: the container's use over the window, read while it is frozen.
+used_while_frozen() {
+    for _ in $(seq 50); do
+        local t; t=$(scrape)
+        if printf '%s\n' "$t" | grep -qE "^vgpu_container_frozen\{[^}]*$1[^}]*\} 1$"; then
+            printf '%s\n' "$t" | grep -E "^vgpu_compute_share_used_ratio\{[^}]*$1" | awk '{print $NF}'
+            return
+        fi
+        sleep 0.2
+    done
+}
+# idle LABELS: NVML's SM utilisation of the container's processes reads 0 (the series is there).
+idle() { [ "$(series vgpu_container_sm_utilization_ratio "$1")" = 0.0 ]; }
+monitor_start run && pass "monitor starts (share wall: freeze, no kill)" || fail "monitor starts (no kill)"
+runaway k
+K=$ID
+shim run --bundle "$B" "$K" >"$WORK/k.out" 2>&1 &
+PK=$!
+check "the runaway container runs" wait_for 10 running "$K"
+CGK=$(cgroup_of "$K")
+watch_frozen "$CGK" "$WORK/k.frozen"
+LK="container_id=\"$K\",vdevice_index=\"0\""
+check "the wall freezes it (over_share)" \
+    wait_for 15 grep -q "over its compute share: container $K GPU 0 .*: freezing $CGK for " "$WORK/run.log"
+check "  ... its cgroup is frozen" wait_for 10 grep -q 'frozen 1' "$WORK/k.frozen"
+# A window (5 s) after the first freeze, frozen nearly throughout, its use over the window is still its
+# kernel's: near the whole GPU, far above 10% + 5 points (a bypass of short kernels is held under 40%).
+sleep 5
+used=$(used_while_frozen "$LK")
+check "  ... yet its use over the window, read while it is frozen, stays far above 15%: ${used}" \
+    awk -v u="${used:-0}" 'BEGIN { exit !(u >= 0.8) }'
+check "the monitor logs that its work runs on while it is frozen, reporting only (no kill policy)" \
+    wait_for 10 grep -q "busy while frozen: container $K GPU 0 .*: its processes used .* of GPU time in the last .* s while it was frozen .* s of it (NVML).*: reporting only" "$WORK/run.log"
+check_match "vgpu_watchdog_events_total counts one busy_while_frozen finding" \
+    'vgpu_watchdog_events_total\{finding="busy_while_frozen"\} 1' "$(scrape)"
+check_match "  ... open in vgpu_watchdog_findings" \
+    "vgpu_watchdog_findings\{[^}]*container_id=\"$K\"[^}]*finding=\"busy_while_frozen\"[^}]*\} 1" "$(scrape)"
+fb=$(series vgpu_compute_share_frozen_busy_seconds_total "$LK")
+check "vgpu_compute_share_frozen_busy_seconds_total counts its GPU time while frozen (${fb} s)" \
+    awk -v e="${fb:-0}" 'BEGIN { exit !(e > 1) }'
+wait "$PK"
+check_eq "  ... not killed: its client ran its work to the end (exit 0)" "$(field client_rc "$(cat "$WORK/k.out")")" 0
+check_eq "  ... the finding is logged once for its run" "$(grep -c "busy while frozen: container $K" "$WORK/run.log")" 1
+check_eq "  ... and nothing was killed" "$(grep -c 'killed pid' "$WORK/run.log")" 0
+kill "$run_PID"
+
+echo "-- ... with kill = true: its busy process is killed, its neighbour under the library untouched"
+monitor_start kil --kill && pass "monitor with --kill starts" || fail "monitor with --kill starts"
+runaway q
+Q=$ID
+shim run --bundle "$B" "$Q" >"$WORK/q.out" 2>&1 &
+PQ=$!
+new_bundle compute_client plain 14
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=30 FAKE_CUDA_KERNEL_US=2000
+N=$ID
+shim run --bundle "$B" "$N" >"$WORK/n.out" 2>&1 &
+PN=$!
+check "the runaway container and its neighbour run" wait_for 10 running "$Q"
+check "  ... (the neighbour too)" wait_for 10 running "$N"
+watch_frozen "$(cgroup_of "$N")" "$WORK/n.frozen"
+LQ="container_id=\"$Q\",vdevice_index=\"0\""
+check "the wall freezes it (over_share)" \
+    wait_for 15 grep -q "over its compute share: container $Q GPU 0 .*: freezing " "$WORK/kil.log"
+# Bound: within two windows (10 s) of the first freeze; it comes a window or less after it (8 s of work left).
+check "its busy process is killed within two windows of the freeze (SIGKILL, pidfd-checked)" \
+    wait_for 10 grep -q "killed pid [0-9]* (SIGKILL) of container $Q on GPU GPU-[^ ]*: its work ran on while the container was frozen" "$WORK/kil.log"
+check "  ... after the finding, which says so" \
+    grep -q "busy while frozen: container $Q GPU 0 .*: killing its busy processes under the kill policy" "$WORK/kil.log"
+# Its shell lives on (it holds no GPU work) while the neighbour runs: NVML has samples, its share is 0.0.
+check "  ... and the GPU goes idle for it: NVML's SM utilisation of its processes reads 0" wait_for 5 idle "$LQ"
+check "  ... its client died of SIGKILL (137) before its work was done" \
+    wait_for 10 grep -q '^client_rc=137$' "$WORK/q.out"
+check_match "vgpu_watchdog_kills_total counts the kill" 'vgpu_watchdog_kills_total 1' "$(scrape)"
+wait "$PQ"
+wait "$PN"
+sn=$(share_of "$WORK/n.out")
+check "the neighbour under the library at 30% ran to its end and got its share: ${sn}%" \
+    test "${sn:-0}" -ge 20 -a "${sn:-0}" -le 40
+check_not "  ... its cgroup was never frozen" grep -q 'frozen 1' "$WORK/n.frozen"
+check_eq "  ... and no line names it" "$(grep -c "container $N" "$WORK/kil.log")" 0
+check_eq "one kill in all" "$(grep -c 'killed pid' "$WORK/kil.log")" 1
 
 echo "-- bad input: one clear line"
 out=$(VGPU_CONFIG=/dev/null "$VGPUCTL" monitor --share-wall stop --once 2>&1)

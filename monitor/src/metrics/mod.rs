@@ -325,7 +325,7 @@ pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
     let kills = Counter::<u64>::default();
     reg.register(
         "vgpu_watchdog_kills",
-        "processes the watchdog killed (kill policy)",
+        "processes killed under the kill policy (the memory watchdog's and the share wall's)",
         kills.clone(),
     );
     let kill_failures = Counter::<u64>::default();

@@ -19,6 +19,7 @@ fn use_(busy: f64, share: f64) -> Use {
         share,
         busy,
         burst: share * (1.0 - share),
+        frozen: 0.0,
     }
 }
 
@@ -179,4 +180,92 @@ fn a_containers_first_measurement_only_starts_its_clock() {
         overs += w.pass(t0 + S * i, &[use_(1.0, 0.30)]).len();
     }
     assert!(overs > 0, "a bypass after its start is caught");
+}
+
+/// A bypassing process under the wall's freezes, as the monitor measures it, for `secs` passes a second
+/// apart: busy whenever thawed, when it also fills its queue to `queue` seconds of work, which runs on into
+/// a freeze until drained (infinite: one kernel longer than the run). The wall is told how long each pass
+/// it was frozen. Returns the wall and, per pass, what it found running on while frozen.
+fn queued(share: f64, secs: u32, queue: f64) -> (Wall, Vec<(u32, Runaway)>) {
+    let mut w = Wall::new(settings());
+    let t0 = Instant::now();
+    started(&mut w, t0, share);
+    // Frozen until (seconds after t0; a freeze begins at a pass), and the work left in its queue.
+    let (mut until, mut left): (f64, f64) = (0.0, queue);
+    let mut found = vec![];
+    for i in 1..=secs {
+        let (a, b) = (f64::from(i - 1), f64::from(i));
+        // Frozen from the pass's start (or not at all), thawed after.
+        let frozen = (until.min(b) - a).max(0.0);
+        let drained = left.min(frozen);
+        left -= drained;
+        if frozen < 1.0 {
+            left = queue;
+        }
+        let mut u = use_((b - a - frozen) + drained, share);
+        u.frozen = frozen;
+        for o in w.pass(t0 + S * i, &[u]) {
+            until = b + o.freeze_for.as_secs_f64();
+        }
+        found.extend(w.runaways().iter().map(|r| (i, r.clone())));
+    }
+    (w, found)
+}
+
+#[test]
+fn the_rule_of_work_running_on_while_frozen() {
+    // A 10 s window, 10% + 5 points: 1.5 s of allowance.
+    let r = |used, frozen| runs_on_while_frozen(used, 10.0, frozen, 0.15, 10.0);
+    // Busy throughout while frozen 9 s of 10: 10 >= 1 + 1.5.
+    assert!(r(10.0, 9.0));
+    // Busy thawed (1 s) and its queue 1.4 s into the freeze: within its allowance.
+    assert!(!r(2.4, 9.0));
+    assert!(r(2.5, 9.0));
+    // Frozen less than half the window: a freeze that just began, whatever its use.
+    assert!(!r(10.0, 4.9));
+    // Never frozen (reporting only, or an honest container): never.
+    assert!(!r(10.0, 0.0));
+}
+
+#[test]
+fn a_kernel_that_runs_through_the_freezes_is_found_once_and_counted() {
+    let (w, found) = queued(0.10, 60, f64::INFINITY);
+    // The first freeze comes at the second pass (a full bucket of 0.09 + 0.5 s does not cover a second
+    // at 100%); frozen half a window (5 s) later at the latest, it is found, and at every pass after.
+    let first = found.first().expect("found").0;
+    assert!(first <= 2 + 5 + 1, "found at pass {first}");
+    assert!(found.iter().all(|(i, _)| *i >= first));
+    assert_eq!(found.len() as u32, 60 - first + 1, "every pass after");
+    // The finding begins once for the run.
+    assert_eq!(found.iter().filter(|(_, r)| r.begins).count(), 1);
+    let r = &found[0].1;
+    assert!(r.used >= (r.span - r.frozen) + 1.5, "{r:?}");
+    assert!(w.runaway_open("c", "GPU-0", Instant::now() + S * 60));
+    // Nearly all of the run was frozen and busy: well over 40 GPU-seconds ran while frozen.
+    assert!(w.frozen_busy_total("c", "GPU-0") > 40.0);
+    assert!((w.used_ratio("c", "GPU-0").unwrap() - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn an_honest_queue_that_drains_into_a_freeze_is_not_found() {
+    // No queue (the bypasser above), a short one (0.2 s) and one of 0.4 s: what runs on into the freezes
+    // of a window stays within its 1.5 s allowance (the first freezes are short: up to three begin in a
+    // window, 1.2 s in all). Never found.
+    for queue in [0.0, 0.2, 0.4] {
+        let (w, found) = queued(0.10, 120, queue);
+        assert_eq!(found, vec![], "queue {queue}");
+        assert!(!w.runaway_open("c", "GPU-0", Instant::now() + S * 120));
+        // What ran while frozen is counted all the same (at most its queue per freeze).
+        assert!(w.frozen_busy_total("c", "GPU-0") <= queue * 120.0 + 1e-9);
+    }
+    // A deeper queue, 0.6 s into each of three freezes: past the allowance, found.
+    assert!(!queued(0.10, 120, 0.6).1.is_empty());
+    // Reporting only, the wall freezes nothing: a container busy throughout is never found.
+    let mut w = Wall::new(settings());
+    let t0 = Instant::now();
+    started(&mut w, t0, 0.1);
+    for i in 1..60 {
+        w.pass(t0 + S * i, &[use_(1.0, 0.1)]);
+        assert!(w.runaways().is_empty());
+    }
 }
