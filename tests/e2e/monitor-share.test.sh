@@ -47,6 +47,11 @@ bypassing() {
     bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=${3:-10} FAKE_CUDA_KERNEL_US=2000
 }
 share_of() { field share "$(cat "$1")" | cut -d. -f1; }
+# under_library SECONDS: a bundle whose process runs the compute client under the library at a 30% share.
+under_library() {
+    new_bundle compute_client plain "$1"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=30 FAKE_CUDA_KERNEL_US=2000
+}
 
 echo "-- a process that bypasses the library at a 10% share is frozen for its excess (the wall acts by default)"
 monitor_start mon && pass "monitor starts (share wall: freeze)" || fail "monitor starts"
@@ -56,8 +61,7 @@ A=$ID
 shim run --bundle "$B" "$A" >"$WORK/a.out" 2>&1 &
 PA=$!
 # Beside it, a container under the library at a 30% share: held by its own bucket, never by the wall.
-new_bundle compute_client plain $SECS
-bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=30 FAKE_CUDA_KERNEL_US=2000
+under_library $SECS
 H=$ID
 shim run --bundle "$B" "$H" >"$WORK/h.out" 2>&1 &
 PH=$!
@@ -189,8 +193,7 @@ runaway q
 Q=$ID
 shim run --bundle "$B" "$Q" >"$WORK/q.out" 2>&1 &
 PQ=$!
-new_bundle compute_client plain 14
-bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=30 FAKE_CUDA_KERNEL_US=2000
+under_library 14
 N=$ID
 shim run --bundle "$B" "$N" >"$WORK/n.out" 2>&1 &
 PN=$!
