@@ -7,8 +7,9 @@
 # library (so never yields) is handed past and frozen (revoked) within quantum + grace + NVML's
 # readings, the other runs; (d) a container that forges Hold in its own ledger while another holds is
 # frozen out of turn; (e) a monitor killed mid-turn hangs nobody (the library's 3 s bound), a clean stop
-# unmanages at once, and a restarted monitor thaws what the killed one left frozen. Status and metrics
-# show holder, queue, grants, revocations.
+# unmanages at once, and a restarted monitor thaws what the killed one left frozen; (f) a container frozen
+# out of turn whose queued kernel runs on while frozen is found (busy_while_frozen), reported only by
+# default, killed under kill = true. Status and metrics show holder, queue, grants, revocations.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -21,7 +22,7 @@ VGPUCTL=$T/release/vgpuctl
 UUID0=GPU-fa4ec0de-0000-4000-8000-000000000000
 TURN="python3 $(cd "$(dirname "$0")" && pwd)/lib/turn.py"
 t_init time-quanta
-t_require "$VGPUCTL" "$(command -v curl)" "$CLIENTS_DIR/rt_client"
+t_require "$VGPUCTL" "$(command -v curl)" "$CLIENTS_DIR/rt_client" "$CLIENTS_DIR/compute_client"
 oci_setup
 CG2=$(findmnt -n -t cgroup2 -o TARGET | head -1)
 [ -n "$CG2" ] || { echo "$SUITE: no cgroup v2 mount"; echo "0 passed, 1 failed"; exit 1; }
@@ -186,6 +187,57 @@ plain kill "$f_id" KILL 2>/dev/null
 wait "$h_pid" "$h2_pid"
 check "the others ran to their end" sh -c "grep -q 'op=launch .*rc=0' '$WORK/h.out' && grep -q 'op=launch .*rc=0' '$WORK/h2.out'"
 wait "$f_pid" 2>/dev/null
+
+echo "-- (f) work queued before the freeze runs on while frozen: found (busy_while_frozen); killed only under kill = true"
+# A freeze stops CPU threads, not GPU work already queued. Y, under the library, comes first and holds the
+# GPU (force: turns whenever two want it; 8 s quanta, so X stays frozen for seconds); X drops the preload and
+# queues one long kernel at once (fake: 15 s; `short 1` times one kernel, then queues one more). X is told to
+# yield, does not, and is frozen out of turn; its kernel runs on through the freeze (the fake's timeline is
+# wall-clock based), so NVML keeps showing it busy.
+sed 's/^quantum_seconds = 2$/quantum_seconds = 8/' "$VGPU_CONFIG" >"$WORK/config-f.toml"
+echo 'force = true' >>"$WORK/config-f.toml"
+# runs_on NAME MONITOR-ARGS...: a monitor NAME, then Y (fy) and X (fx, frozen out of turn).
+runs_on() {
+    local name=$1; shift
+    VGPU_CONFIG=$WORK/config-f.toml monitor_start "$name" "$@" && pass "a monitor starts ($name $*)" || fail "a monitor starts ($name $*)"
+    job 4 30000; start fy; loaded fy
+    cp -a "$ROOTFS" "$WORK/rootfs-$name"
+    new_bundle sh -c 'mv /etc /etc2 && compute_client short 1 1; echo client_rc=$?; exec sleep 30'
+    bundle_jq "$B" '.root.path = $r | .root.readonly = false' --arg r "$WORK/rootfs-$name"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 FAKE_CUDA_KERNEL_US=15000000
+    bundle_annotate "$B" vgpu.io/memory-limit 12Gi
+    bundle_annotate "$B" vgpu.io/memory-mode oversubscribe
+    start fx
+    check "  X, its long kernel queued, is frozen out of turn" \
+        wait_for 15 grep -q "container $fx_id used the GPU out of turn" "$WORK/$name.log"
+}
+# ends: X and Y killed, waited for.
+ends() {
+    plain kill "$fx_id" KILL 2>/dev/null; plain kill "$fy_id" KILL 2>/dev/null
+    wait "$fx_pid" "$fy_pid" 2>/dev/null
+}
+runs_on mon3
+# Found at the first reading that covers only time from the grace (1 s) on after the freeze: about 2 to 3 s
+# after it, while Y's 8 s quantum keeps X frozen.
+check "the arbiter finds X's work running on while frozen, reporting only (no kill policy)" \
+    wait_for 10 grep -q "GPU $UUID0: container $fx_id busy while frozen: NVML shows its processes using the GPU .* after it was frozen .*: reporting only" "$WORK/mon3.log"
+check "  ... and keeps it frozen" grep -q 'frozen 1' "$(cgroup_of "$fx_id")/cgroup.events"
+check_eq "vgpu_turn_busy_while_frozen_total counts it" "$(series vgpu_turn_busy_while_frozen_total "device_uuid=\"$UUID0\"")" 1
+check_eq "  ... logged once" "$(grep -c "container $fx_id busy while frozen" "$WORK/mon3.log")" 1
+check_eq "  ... nothing killed" "$(grep -c 'killed pid' "$WORK/mon3.log")" 0
+ends
+kill "$mon3_PID"; wait "$mon3_PID" 2>/dev/null
+runs_on mon4 --kill
+check "under kill = true its busy process is killed (SIGKILL, pidfd-checked)" \
+    wait_for 10 grep -q "killed pid [0-9]* (SIGKILL) of container $fx_id on GPU $UUID0: its work ran on while the container was frozen (the time-quanta arbiter)" "$WORK/mon4.log"
+check "  ... after the finding, which says so" \
+    grep -q "container $fx_id busy while frozen: .*: killing its busy processes under the kill policy" "$WORK/mon4.log"
+check "  ... its client died of SIGKILL (137) before its work was done (seen once its turn thaws it)" \
+    wait_for 15 grep -q '^client_rc=137$' "$WORK/fx.out"
+check_match "vgpu_watchdog_kills_total counts the kill" 'vgpu_watchdog_kills_total 1' "$(scrape)"
+check_eq "  ... Y is never named" "$(grep -c "container $fy_id busy while frozen" "$WORK/mon4.log")" 0
+ends
+kill "$mon4_PID"; wait "$mon4_PID" 2>/dev/null
 
 echo "-- bad settings: one clear line"
 printf '[monitor.turns]\nquantum_seconds = 0\n' >"$WORK/bad.toml"
