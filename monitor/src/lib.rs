@@ -131,8 +131,9 @@ impl Monitor {
     }
 
     /// This monitor with the time-quanta arbiter (`turns`), which `run` starts in a thread of its own.
+    /// Under the kill policy it also kills what runs on while it holds it frozen.
     pub fn with_turns(mut self, arbiter: turns::run::Arbiter) -> Monitor {
-        self.turns = Some(Arc::new(arbiter));
+        self.turns = Some(Arc::new(arbiter.with_kill(self.policy.kill)));
         self
     }
 
@@ -140,12 +141,15 @@ impl Monitor {
     pub fn turns_tick(&self) {
         let Some(a) = &self.turns else { return };
         let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        a.tick(last.as_ref().map(|c| turns::run::Collection {
+        let victims = a.tick(last.as_ref().map(|c| turns::run::Collection {
             containers: &c.reading.containers,
             gpus: c.reading.gpus.as_deref(),
             truth: &c.reading.truth,
             at: c.at,
         }));
+        if let Some(c) = &last {
+            self.kill_runaways(&c.reading, &victims, "the time-quanta arbiter");
+        }
     }
 
     /// This monitor with the compute share's wall set to `mode` (under the kill policy it also kills
@@ -227,14 +231,15 @@ impl Monitor {
         self.pass_on(&c.reading);
         let r = &c.reading;
         let victims = self.share.pass(&r.containers, &r.truth, r.gpus.as_deref());
-        self.kill_runaways(r, &victims);
+        self.kill_runaways(r, &victims, "the share wall");
         c
     }
 
-    /// Kills, under the kill policy, the processes the share wall found busy while their container is
-    /// frozen (`share_run::Victim`), as the watchdog kills: through a pidfd, only while each is still the
-    /// process NVML listed and still the container's. Counted with the watchdog's kills.
-    fn kill_runaways(&self, r: &Reading, victims: &[share_run::Victim]) {
+    /// Kills, under the kill policy, the processes the share wall or the time-quanta arbiter (`by`) found
+    /// busy while their container is frozen (`share_run::Victim`), as the watchdog kills: through a pidfd,
+    /// only while each is still the process NVML listed and still the container's. Counted with the
+    /// watchdog's kills.
+    fn kill_runaways(&self, r: &Reading, victims: &[share_run::Victim], by: &str) {
         if victims.is_empty() {
             return;
         }
@@ -245,7 +250,7 @@ impl Monitor {
                 Ok(()) => {
                     w.kills += 1;
                     log(&format!(
-                        "killed pid {pid} (SIGKILL) of {} on GPU {}: its work ran on while the container was frozen (the share wall)",
+                        "killed pid {pid} (SIGKILL) of {} on GPU {}: its work ran on while the container was frozen ({by})",
                         who(cs),
                         cs.gpus[v.g].uuid
                     ));

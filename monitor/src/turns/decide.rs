@@ -28,6 +28,11 @@
 //!   a revocation when it was the holder handed past undrained, else an out-of-turn finding. A container
 //!   that did not drain only because it launched nothing since (the library drains at a launch) is idle
 //!   by NVML and never frozen. Without NVML nothing is frozen: the turns still go round.
+//! * **Work that runs on while frozen** (`runs_on`): a freeze stops CPU threads, not GPU work already
+//!   queued. A container held frozen whose processes NVML shows busy in a reading that covers only time
+//!   from the grace (at least `settle`) after the freeze began: its work runs on while frozen
+//!   (`Action::BusyWhileFrozen`, once per freeze counted); the runner reports it, or kills under the
+//!   kill policy.
 
 pub use super::input::{Action, Counts, Figures, GpuNvml, Seen, Settings, Tick, Why, MARGIN};
 use std::collections::{BTreeMap, VecDeque};
@@ -49,6 +54,9 @@ struct Member {
     /// The last sign of work while holding (launches, waiting threads, NVML busy).
     worked: Option<Instant>,
     frozen: Option<Why>,
+    /// When the freeze began, and whether its work was found running on while frozen (`runs_on`).
+    frozen_at: Option<Instant>,
+    ran_on: bool,
     /// When it was told to stop using the GPU (yield, or wait from a going mode), or when it drained
     /// after a yield (work in flight until then was allowed): NVML's evidence against it counts from
     /// `settle` after.
@@ -225,6 +233,7 @@ impl Board {
         }
         self.run_holder(t, &mut out);
         self.run_others(t, &mut out);
+        self.runs_on(t, &mut out);
         self.rewrite_forged(t, &mut out);
         out
     }
@@ -262,6 +271,8 @@ impl Board {
                 since: None,
                 worked: None,
                 frozen: None,
+                frozen_at: None,
+                ran_on: false,
                 stopped: None,
                 undrained: false,
                 waited: Duration::ZERO,
@@ -363,10 +374,11 @@ impl Board {
         });
     }
 
-    fn freeze(&mut self, id: &str, why: Why, out: &mut Vec<Action>) {
+    fn freeze(&mut self, id: &str, why: Why, now: Instant, out: &mut Vec<Action>) {
         if let Some(m) = self.members.get_mut(id) {
             if m.frozen.is_none() {
                 m.frozen = Some(why);
+                (m.frozen_at, m.ran_on) = (Some(now), false);
                 out.push(Action::Freeze {
                     id: id.to_string(),
                     why,
@@ -514,7 +526,7 @@ impl Board {
                         }
                     }
                 }
-                TurnMode::Wait => self.wall(&id, &m, seen, out),
+                TurnMode::Wait => self.wall(t, &id, &m, seen, out),
             }
         }
     }
@@ -522,7 +534,7 @@ impl Board {
     /// A container told to stop whose processes NVML shows busy in a reading that covers only time from
     /// `settle` after it was told: frozen until its turn (revoked when it was the holder that did not
     /// drain, else out of turn).
-    fn wall(&mut self, id: &str, m: &Member, seen: Option<&Seen>, out: &mut Vec<Action>) {
+    fn wall(&mut self, t: &Tick, id: &str, m: &Member, seen: Option<&Seen>, out: &mut Vec<Action>) {
         let busy = seen.and_then(|s| s.busy) == Some(true);
         let from = m.stopped.unwrap_or(m.told);
         if !busy || m.frozen.is_some() || !self.covers(from) {
@@ -535,7 +547,7 @@ impl Board {
             self.counts.out_of_turn += 1;
             Why::OutOfTurn
         };
-        self.freeze(id, why, out);
+        self.freeze(id, why, t.now, out);
         if !self.queue.contains(&id.to_string()) {
             self.queue.push_back(id.to_string());
         }
@@ -562,6 +574,9 @@ impl Board {
         }
     }
 }
+
+mod runs_on;
+pub use runs_on::runs_on_while_frozen;
 
 #[cfg(test)]
 mod tests;

@@ -91,6 +91,14 @@ pub enum Action {
     Thaw {
         id: String,
     },
+    /// A container this arbiter holds frozen whose processes NVML still shows busy past the grace after
+    /// the freeze (`decide::runs_on`): its work runs on while frozen. `after`: how long after the freeze
+    /// the reading that shows it begins; `begins`: the first such reading of this freeze (logged, counted).
+    BusyWhileFrozen {
+        id: String,
+        after: Duration,
+        begins: bool,
+    },
 }
 
 /// What this arbiter counted on the GPU.
@@ -99,6 +107,8 @@ pub struct Counts {
     pub grants: u64,
     pub revocations: u64,
     pub out_of_turn: u64,
+    /// Freezes whose work ran on while frozen (`busy_while_frozen`).
+    pub busy_while_frozen: u64,
 }
 
 /// What the last contention verdict was made of.

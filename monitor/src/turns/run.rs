@@ -16,6 +16,7 @@ use super::record::{self, Frozen, GpuTurns, MemberTurn};
 use super::view::TurnsView;
 use crate::config::Turns;
 use crate::freezer;
+use crate::share_run::Victim;
 use crate::state::ContainerState;
 use crate::watchdog::Truth;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,6 +45,8 @@ pub struct Collection<'a> {
 /// The arbiter of every GPU of the node.
 pub struct Arbiter {
     turns: Turns,
+    /// The monitor's kill policy: kill what runs on while frozen (`ran_on`).
+    kill: bool,
     settings: decide::Settings,
     root: StateRoot,
     inner: Mutex<Inner>,
@@ -66,6 +69,8 @@ struct Inner {
     failing: BTreeSet<PathBuf>,
     failures: u64,
     stopped: bool,
+    /// Under the kill policy: the processes to kill that this tick found (`ran_on`).
+    victims: Vec<Victim>,
 }
 
 fn log(msg: &str) {
@@ -101,9 +106,16 @@ impl Arbiter {
                 force: turns.force,
             },
             turns,
+            kill: false,
             root,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// This arbiter under the monitor's kill policy (`kill`: what runs on while frozen is killed).
+    pub fn with_kill(mut self, kill: bool) -> Arbiter {
+        self.kill = kill;
+        self
     }
 
     pub fn turns(&self) -> Turns {
@@ -147,9 +159,15 @@ impl Arbiter {
         }
     }
 
-    /// One tick over the collector's last reading (none yet: nothing to do).
-    pub fn tick(&self, c: Option<Collection>) {
+    /// One tick over the collector's last reading (none yet: nothing to do). Returns, under the kill
+    /// policy, the processes to kill (their work runs on while their container is frozen: `ran_on`).
+    pub fn tick(&self, c: Option<Collection>) -> Vec<Victim> {
         let mut w = self.lock();
+        self.tick_locked(&mut w, c);
+        std::mem::take(&mut w.victims)
+    }
+
+    fn tick_locked(&self, w: &mut Inner, c: Option<Collection>) {
         let Some(c) = c.filter(|_| !w.stopped) else {
             return;
         };
@@ -160,7 +178,7 @@ impl Arbiter {
         let members = members(c.containers);
         if !self.turns.enabled {
             if fresh {
-                self.unmanage_left(&mut w, c, &members);
+                self.unmanage_left(w, c, &members);
             }
             return;
         }
@@ -184,7 +202,7 @@ impl Arbiter {
             });
             for a in actions {
                 if let Action::Thaw { id } = a {
-                    self.thaw(&mut w, &uuid, &id);
+                    self.thaw(w, &uuid, &id);
                 }
             }
             w.ledgers.remove(&uuid);
@@ -193,7 +211,7 @@ impl Arbiter {
             }
         }
         for (uuid, list) in &members {
-            self.tick_gpu(&mut w, c, uuid, list, fresh, now, now_ns);
+            self.tick_gpu(w, c, uuid, list, fresh, now, now_ns);
         }
     }
 
@@ -279,6 +297,9 @@ impl Arbiter {
                     self.freeze(w, uuid, &id, why, cs);
                 }
                 Action::Thaw { id } => self.thaw(w, uuid, &id),
+                Action::BusyWhileFrozen { id, after, begins } => {
+                    self.ran_on(w, c, uuid, list, &id, after, begins)
+                }
             }
         }
         for s in seen.iter().filter(|s| !wrote.contains(&s.id)) {
@@ -527,6 +548,7 @@ impl Arbiter {
                 b.counts.grants,
                 b.counts.revocations,
                 b.counts.out_of_turn,
+                b.counts.busy_while_frozen,
             ));
             for (id, _, frozen, waited) in b.members() {
                 if let Some((c, g)) = index(id, uuid) {
@@ -555,5 +577,6 @@ fn cgroup_of(c: &ContainerState) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("its recorded cgroup {recorded:?} is not one to freeze"))
 }
 
+mod ran_on;
 #[cfg(test)]
 mod tests;

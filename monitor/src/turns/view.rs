@@ -1,5 +1,6 @@
 //! What the scrape shows of the time-quanta arbiter (`Arbiter::view`), registered as the `vgpu_turn_*`
-//! series: per GPU whether it is contended, its queue, grants, revocations and out-of-turn findings; per
+//! series: per GPU whether it is contended, its queue, grants, revocations, out-of-turn findings and
+//! freezes whose work ran on (`busy_while_frozen`); per
 //! oversubscribe container GPU whether it holds the GPU, the time it waited for its turn (as the arbiter
 //! measured it) and whether the arbiter holds it frozen. Not here: the decisions (`decide`), the thread
 //! (`run`).
@@ -17,8 +18,8 @@ pub struct TurnsView {
     /// The arbiter runs (`[monitor.turns] enabled`).
     pub on: bool,
     /// Per GPU with oversubscribe containers: (UUID, contended, queue length, grants, revocations, out of
-    /// turn).
-    pub gpus: Vec<(String, bool, usize, u64, u64, u64)>,
+    /// turn, busy while frozen).
+    pub gpus: Vec<(String, bool, usize, u64, u64, u64, u64)>,
     /// Per member: (container index, its GPU's index in it, holds the GPU, seconds waited, frozen by the
     /// arbiter), indices into the scrape's reading.
     pub members: Vec<(usize, usize, bool, f64, bool)>,
@@ -68,13 +69,19 @@ impl TurnsView {
             "vgpu_turn_out_of_turn",
             "containers frozen for using the GPU while told to wait (NVML)",
         );
-        for (uuid, c, q, g, r, o) in &self.gpus {
+        let ran_on = count(
+            reg,
+            "vgpu_turn_busy_while_frozen",
+            "freezes of the arbiter whose container's work ran on while frozen (NVML busy past the grace)",
+        );
+        for (uuid, c, q, g, r, o, f) in &self.gpus {
             let l = gpu(uuid);
             contended.get_or_create(&l).set(i64::from(*c));
             queue.get_or_create(&l).set(*q as i64);
             grants.get_or_create(&l).inc_by(*g);
             revocations.get_or_create(&l).inc_by(*r);
             out_of_turn.get_or_create(&l).inc_by(*o);
+            ran_on.get_or_create(&l).inc_by(*f);
         }
         let holder = int(
             reg,

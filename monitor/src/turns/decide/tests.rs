@@ -3,6 +3,8 @@
 use super::*;
 use vgpu_ledger::region::TurnSnapshot;
 
+mod runs_on;
+
 const GIB: u64 = 1 << 30;
 
 fn settings() -> Settings {
@@ -106,6 +108,7 @@ impl Gpu {
                 }
                 Action::Freeze { id, .. } => self.frozen.push(id.clone()),
                 Action::Thaw { id } => self.frozen.retain(|f| f != id),
+                Action::BusyWhileFrozen { .. } => {}
             }
         }
         self.actions.extend(a.iter().cloned());
