@@ -2,8 +2,8 @@
 //! the NVML-truth watchdog. A collector thread reads everything once per interval (the state root, NVML,
 //! the attribution of NVML's processes to containers) and runs the watchdog pass on that reading: it logs
 //! each finding once when it begins (stderr) and, under the kill policy, SIGKILLs the processes that put a
-//! container over its quota, and those the share wall found running GPU work on while their container is
-//! frozen, each through a pidfd and only while it is still the process attributed
+//! container over its quota, and those the share wall or the time-quanta arbiter found running GPU work on
+//! while their container is frozen, each through a pidfd and only while it is still the process attributed
 //! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
 //! (`state::mark_live`). The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
 //! scrape costs the encoding alone and any number of scrapers add no reads

@@ -85,7 +85,8 @@ struct MonitorArgs {
     #[arg(long)]
     tolerance: Option<String>,
     /// SIGKILL the processes that put a container over its quota, and those whose GPU work runs on while
-    /// the share wall holds their container frozen (default: [monitor] kill, else off).
+    /// the share wall or the time-quanta arbiter holds their container frozen (default: [monitor] kill,
+    /// else off).
     #[arg(long)]
     kill: bool,
     /// NVML library (default: [monitor] nvml_library, else the config's nvml_library).

@@ -325,7 +325,7 @@ pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
     let kills = Counter::<u64>::default();
     reg.register(
         "vgpu_watchdog_kills",
-        "processes killed under the kill policy (the memory watchdog's and the share wall's)",
+        "processes killed under the kill policy (the memory watchdog's, the share wall's and the time-quanta arbiter's)",
         kills.clone(),
     );
     let kill_failures = Counter::<u64>::default();
