@@ -575,8 +575,7 @@ impl Board {
     }
 }
 
-mod runs_on;
-pub use runs_on::runs_on_while_frozen;
+pub mod runs_on;
 
 #[cfg(test)]
 mod tests;

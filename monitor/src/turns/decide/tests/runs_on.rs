@@ -2,6 +2,7 @@
 //! the freeze, once per freeze; a queue that drains within the grace is never found.
 
 use super::*;
+use crate::turns::decide::runs_on::runs_on_while_frozen;
 
 /// x bypasses the library (no ledger words) and is busy by NVML; a holds the GPU first: x is frozen out of
 /// turn. Returns the GPU just after the freeze.
