@@ -445,6 +445,16 @@ fn cgroup_of(cs: &[ContainerState], c: usize) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("its recorded cgroup {recorded:?} is not one to freeze"))
 }
 
+/// "container ID (pod …) GPU INDEX (UUID)": where a finding is.
+fn at(c: &ContainerState, uuid: &str) -> String {
+    let index = c
+        .gpus
+        .iter()
+        .find(|g| g.uuid == uuid)
+        .map_or(0, |g| g.index);
+    format!("{} GPU {index} ({uuid})", super::who(c))
+}
+
 /// The finding's log line.
 fn describe(
     c: &ContainerState,
@@ -452,12 +462,7 @@ fn describe(
     dir: &Option<Result<PathBuf, String>>,
     tol: f64,
 ) -> String {
-    let gpu = c
-        .gpus
-        .iter()
-        .find(|g| g.uuid == o.gpu)
-        .map_or(0, |g| g.index);
-    let who = super::who(c);
+    let at = at(c, &o.gpu);
     let action = match dir {
         None => "reporting only".to_string(),
         Some(Ok(d)) => format!(
@@ -468,8 +473,7 @@ fn describe(
         Some(Err(e)) => format!("cannot freeze it: {e}"),
     };
     format!(
-        "over its compute share: {who} GPU {gpu} ({}): its processes used {:.2} s of GPU time in the last {:.1} s (NVML), share {}% + {} points: {action}",
-        o.gpu,
+        "over its compute share: {at}: its processes used {:.2} s of GPU time in the last {:.1} s (NVML), share {}% + {} points: {action}",
         o.used,
         o.span,
         (o.share * 100.0).round(),
@@ -479,19 +483,13 @@ fn describe(
 
 /// The `busy_while_frozen` finding's log line.
 fn describe_runaway(c: &ContainerState, r: &Runaway, kill: bool, tol: f64) -> String {
-    let gpu = c
-        .gpus
-        .iter()
-        .find(|g| g.uuid == r.gpu)
-        .map_or(0, |g| g.index);
-    let who = super::who(c);
+    let at = at(c, &r.gpu);
     let action = match kill {
         true => "killing its busy processes under the kill policy",
         false => "reporting only (no kill policy), the freezes go on",
     };
     format!(
-        "busy while frozen: {who} GPU {gpu} ({}): its processes used {:.2} s of GPU time in the last {:.1} s while it was frozen {:.1} s of it (NVML), share {}% + {} points: work queued on the GPU runs on through a freeze: {action}",
-        r.gpu,
+        "busy while frozen: {at}: its processes used {:.2} s of GPU time in the last {:.1} s while it was frozen {:.1} s of it (NVML), share {}% + {} points: work queued on the GPU runs on through a freeze: {action}",
         r.used,
         r.span,
         r.frozen,
