@@ -244,9 +244,14 @@ impl Wall {
 
     /// The share of the GPU a container GPU used over the last window (None: not measured yet).
     pub fn used_ratio(&self, container: &str, gpu: &str) -> Option<f64> {
-        let t = self.tracks.get(&(container.to_string(), gpu.to_string()))?;
+        let t = self.track(container, gpu)?;
         let span = t.span();
         (span > 0.0).then(|| t.used() / span)
+    }
+
+    /// What the wall holds of a container GPU.
+    fn track(&self, container: &str, gpu: &str) -> Option<&Track> {
+        self.tracks.get(&(container.to_string(), gpu.to_string()))
     }
 
     /// The container GPUs the last pass found running work on while frozen.
@@ -256,31 +261,26 @@ impl Wall {
 
     /// GPU-seconds a container GPU used past its thawed time (at least what ran while frozen), in all.
     pub fn frozen_busy_total(&self, container: &str, gpu: &str) -> f64 {
-        self.tracks
-            .get(&(container.to_string(), gpu.to_string()))
+        self.track(container, gpu)
             .map_or(0.0, |t| t.frozen_busy_total)
     }
 
     /// Whether a `busy_while_frozen` finding is open for a container GPU at `now`: its work ran on while
     /// frozen within the last window.
     pub fn runaway_open(&self, container: &str, gpu: &str, now: Instant) -> bool {
-        self.tracks
-            .get(&(container.to_string(), gpu.to_string()))
+        self.track(container, gpu)
             .and_then(|t| t.last_runaway)
             .is_some_and(|d| now.saturating_duration_since(d) <= self.settings.window)
     }
 
     /// GPU-seconds a container GPU used past its allowance, in all.
     pub fn excess_total(&self, container: &str, gpu: &str) -> f64 {
-        self.tracks
-            .get(&(container.to_string(), gpu.to_string()))
-            .map_or(0.0, |t| t.excess_total)
+        self.track(container, gpu).map_or(0.0, |t| t.excess_total)
     }
 
     /// Whether a finding is open for a container GPU at `now`: in debt within the last window.
     pub fn open(&self, container: &str, gpu: &str, now: Instant) -> bool {
-        self.tracks
-            .get(&(container.to_string(), gpu.to_string()))
+        self.track(container, gpu)
             .and_then(|t| t.last_debt)
             .is_some_and(|d| now.saturating_duration_since(d) <= self.settings.window)
     }
