@@ -222,7 +222,10 @@ runs_on mon3
 check "the arbiter finds X's work running on while frozen, reporting only (no kill policy)" \
     wait_for 10 grep -q "GPU $UUID0: container $fx_id busy while frozen: NVML shows its processes using the GPU .* after it was frozen .*: reporting only" "$WORK/mon3.log"
 check "  ... and keeps it frozen" grep -q 'frozen 1' "$(cgroup_of "$fx_id")/cgroup.events"
-check_eq "vgpu_turn_busy_while_frozen_total counts it" "$(series vgpu_turn_busy_while_frozen_total "device_uuid=\"$UUID0\"")" 1
+# The scrape shows a count from the collection after the one that logged it: waited for, not read once.
+frozen_busy_counted() { [ "$(series vgpu_turn_busy_while_frozen_total "device_uuid=\"$UUID0\"")" = "$1" ]; }
+kills_counted() { scrape | grep -q "^vgpu_watchdog_kills_total $1\$"; }
+check "vgpu_turn_busy_while_frozen_total counts it" wait_for 10 frozen_busy_counted 1
 check_eq "  ... logged once" "$(grep -c "container $fx_id busy while frozen" "$WORK/mon3.log")" 1
 check_eq "  ... nothing killed" "$(grep -c 'killed pid' "$WORK/mon3.log")" 0
 ends
@@ -234,7 +237,7 @@ check "  ... after the finding, which says so" \
     grep -q "container $fx_id busy while frozen: .*: killing its busy processes under the kill policy" "$WORK/mon4.log"
 check "  ... its client died of SIGKILL (137) before its work was done (seen once its turn thaws it)" \
     wait_for 15 grep -q '^client_rc=137$' "$WORK/fx.out"
-check_match "vgpu_watchdog_kills_total counts the kill" 'vgpu_watchdog_kills_total 1' "$(scrape)"
+check "vgpu_watchdog_kills_total counts the kill" wait_for 10 kills_counted 1
 check_eq "  ... Y is never named" "$(grep -c "container $fy_id busy while frozen" "$WORK/mon4.log")" 0
 ends
 kill "$mon4_PID"; wait "$mon4_PID" 2>/dev/null
