@@ -48,7 +48,7 @@ mod clock;
 pub use clock::mono_ns;
 mod events;
 mod flight;
-use flight::{Begun, InFlight, Timer};
+use flight::{Begun, Grouping, InFlight, Timer};
 mod graphs;
 mod rate;
 mod sample;
@@ -72,6 +72,8 @@ const MAX_IN_FLIGHT: usize = 4096;
 const SETTLE_BEHIND: usize = 8;
 const MAX_RETIRED: usize = 64;
 const SETTLE_BY_NS: u64 = 1_000_000_000;
+/// One launch in this many that could join a group is timed alone (`Share::groupable`).
+const REFRESH_EVERY: u64 = 16;
 /// The cost assumed for a launch before any was measured.
 const FIRST_ESTIMATE_NS: u64 = 1_000_000;
 
@@ -139,6 +141,8 @@ struct Share {
     costs: sample::Costs,
     /// The application synchronised since the last launch that opened a span: the next one is timed.
     synced: AtomicBool,
+    /// Launches that could have been grouped, counted (`groupable`).
+    grouped: AtomicU64,
     /// When a synchronisation last retired launches that are not charged yet (`Flights::retired`,
     /// CLOCK_MONOTONIC ns; 0: none wait). A hint read with one load on the launch path: set after they
     /// are queued, cleared once they are all charged.
@@ -201,6 +205,7 @@ impl Share {
             trace: trace::Trace::default(),
             costs: sample::Costs::new(sample::seed()),
             synced: AtomicBool::new(true),
+            grouped: AtomicU64::new(0),
             retired_at: AtomicU64::new(0),
         }
     }
@@ -266,6 +271,8 @@ impl Share {
                 -tokens
             };
             let nap = nap_for(deficit.max(0) as u64, self.rate.ppm());
+            // The GPU runs what is queued while the thread sleeps: open groups end now, not after.
+            self.timer.close_open(None);
             // The thread waits anyway: the time NVML's reading takes comes out of the nap.
             let t0 = mono_ns();
             self.busy.refresh(t0);
@@ -322,26 +329,37 @@ impl Share {
 
     /// Records the end event after a launch the driver took; the launch is now in flight. When the end
     /// cannot be recorded the launch is charged unmeasured.
-    fn end(&self, ctx: usize, stream: CUstream, b: Begun, work: Work, queued_at: u64) {
+    fn end(&self, ctx: usize, stream: CUstream, b: Begun, work: Work, queued_at: u64, floor: u64) {
         let estimate = self.estimate.load(Ordering::Relaxed);
-        let f = InFlight {
-            start: b.start,
-            end: b.start,
-            ctx,
-            stream: stream as usize,
-            estimate,
-            work,
-            queued_at,
-            lent_end: false,
-            opens_span: false,
-            closes_span: false,
-            ended_at: None,
+        let joined = match b.plan.grouping {
+            Grouping::Joins => self.timer.joined(b.end, Some((work, floor, estimate))),
+            _ => {
+                let mut f = InFlight::new(ctx, stream as usize, estimate, work, queued_at);
+                f.floors = floor;
+                self.timer.end(ctx, stream, b, f)
+            }
         };
-        if self.timer.end(ctx, stream, b, f) {
+        if joined {
             self.area().debit(estimate);
         } else {
             self.unmeasured();
         }
+    }
+
+    /// The floor of `work` when its launch may be timed in a group (`flight`): a kernel or copy measured
+    /// before, short enough; one such launch in `REFRESH_EVERY` is timed alone all the same, so that the
+    /// floors of work only ever grouped with other work stay current.
+    fn groupable(&self, work: Work) -> Option<u64> {
+        if work.1 == GRAPH_GRID
+            || self
+                .grouped
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(REFRESH_EVERY)
+        {
+            return None;
+        }
+        let floor = lock(&self.solo).floor(work)?;
+        (floor < flight::GROUP_FLOORS_NS).then_some(floor)
     }
 
     /// A launch the driver took that cannot be measured (no events in its context): charged at once
@@ -390,12 +408,13 @@ pub fn throttled(
         share.spent(entered, driver, held);
         return r;
     }
-    let begun = share.timer.begin(ctx, stream);
+    let floor = share.groupable(work);
+    let begun = share.timer.begin(ctx, stream, floor);
     let queued_at = mono_ns();
     let (r, driver) = trace::timed(entered, launch);
     if r == CUDA_SUCCESS {
         match begun {
-            Some(b) => share.end(ctx, stream, b, work, queued_at),
+            Some(b) => share.end(ctx, stream, b, work, queued_at, floor.unwrap_or(0)),
             None => share.unmeasured(),
         }
     } else if let Some(b) = begun {

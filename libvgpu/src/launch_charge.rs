@@ -226,6 +226,35 @@ impl SoloBook {
         (self.shared(elapsed, solo_charge, sharers), tell)
     }
 
+    /// Charges a group of `members` launches timed together (`compute::flight`: launches queued behind
+    /// unfinished work on their stream, one end event for the group) that took `elapsed` in all, beside
+    /// `sharers` busy contexts. `work`: what every member ran, or None when they ran different work,
+    /// whose floors summed to `floors` when they joined. Alone, what they took. Beside others, as
+    /// `charge_telling` for the whole: a group of one work is `members` launches of `elapsed / members`
+    /// each (and teaches that work's floor); a mixed one is charged at most its members' floors × 9/8,
+    /// and teaches nothing (its members' own times are not known). Never less than `elapsed / sharers`.
+    pub fn charge_group(
+        &mut self,
+        work: Option<Work>,
+        members: u64,
+        elapsed: u64,
+        floors: u64,
+        sharers: u64,
+    ) -> u64 {
+        let members = members.max(1);
+        let solo_charge = match work {
+            Some(w) => {
+                let each = elapsed / members;
+                let floor = self.floors.entry(w).or_insert(each);
+                let (own, next) = charged(each, *floor);
+                *floor = next;
+                own.saturating_mul(members)
+            }
+            None => elapsed.min(floors.saturating_add(floors / 8)),
+        };
+        self.shared(elapsed, solo_charge, sharers)
+    }
+
     /// What the time a span's first launch waited before the GPU took it up is charged (`compute`:
     /// measured at a blocking synchronisation): time its work was queued with none of it running, its
     /// part of which is the tenant's beside busy neighbours and nothing alone (a launch's latency).
@@ -271,7 +300,7 @@ impl SoloBook {
         self.told.remove(&work);
     }
 
-    #[cfg(test)]
+    /// The least time `work` was seen to take, if it was ever measured.
     pub fn floor(&self, work: Work) -> Option<u64> {
         self.floors.get(&work).copied()
     }
@@ -590,5 +619,33 @@ mod tests {
         // The exec is destroyed and its handle comes back for a graph eight times longer.
         b.forget(GRAPH);
         assert_eq!(b.charge(GRAPH, 16 * MS, None), 16 * MS);
+    }
+
+    #[test]
+    fn a_group_is_charged_as_its_members_would_be() {
+        let w = (0x100, [1, 1, 1]);
+        let v = (0x200, [1, 1, 1]);
+        // Alone: what the group took, one work or mixed.
+        let mut b = SoloBook::default();
+        assert_eq!(b.charge_group(Some(w), 8, 8 * MS, 0, CONTEXT), 8 * MS);
+        assert_eq!(b.charge_group(None, 8, 8 * MS, MS, CONTEXT), 8 * MS);
+        // A group of one work teaches its floor from the members' mean.
+        assert_eq!(b.floor(w), Some(MS));
+        // Beside a neighbour that doubles it: its part of the stretched time (the recent solo / elapsed
+        // ratio, 10/17 here), at least half, not the 16 ms it took.
+        let mut s = SoloBook::default();
+        s.charge_telling(w, MS, None, 2 * CONTEXT);
+        let c = s.charge_group(Some(w), 8, 16 * MS, 0, 2 * CONTEXT);
+        assert!((8 * MS..=10 * MS).contains(&c), "{c}");
+        // Mixed: at most the members' floors x 9/8, never under elapsed / sharers.
+        let mut m = SoloBook::default();
+        m.charge_telling(w, MS, None, 2 * CONTEXT);
+        m.charge_telling(v, MS, None, 2 * CONTEXT);
+        let c = m.charge_group(None, 4, 8 * MS, 4 * MS, 2 * CONTEXT);
+        assert!((4 * MS..=6 * MS).contains(&c), "{c}");
+        // Cheap floors (one cheap launch first) buy nothing past the neighbour bound.
+        let c = m.charge_group(None, 4, 80 * MS, 4 * MS, 2 * CONTEXT);
+        assert!(c >= 40 * MS, "{c}");
+        assert_eq!(m.floor(v), Some(MS), "a mixed group teaches no floor");
     }
 }

@@ -309,6 +309,21 @@ check "a step of 16 x 2 ms launches and a synchronisation under a share takes it
 charged=$(bucket "$WORK/sw" charged_ns) n=$(field launched "$out")
 check "  ... and every launch is still charged its 2 ms ($((charged / 1000000)) ms for $n launches)" \
     awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c >= 0.95 * n * 2e6 && c <= 1.1 * n * 2e6) }'
+# Deep queues are timed in groups: an event recorded behind queued work costs the GPU time (an H100 kept
+# 87% of a 2048² matmul loop with one after each matmul). Here each costs 40 us of the fake GPU's time
+# (FAKE_CUDA_EVENT_GPU_US) between 200 us kernels, steps of 16 and a synchronisation, at 90% in a 2 s
+# window (never held back). The library that recorded an end after every launch made a step 16 x 40 us
+# longer (bare + ~640 us) and charged each launch its event too (240 us). One end per group of launches:
+# bare + ~240 us.
+ev=(FAKE_CUDA_KERNEL_US=200 FAKE_CUDA_EVENT_GPU_US=40 VGPU_COMPUTE_WINDOW=2s)
+bare_us=$(field step_us "$(export "${ev[@]}"; vg "$WORK/ev0" "" "$CC" steps $SECS 2000)")
+out=$(export "${ev[@]}"; vg "$WORK/ev1" 90 "$CC" steps $SECS 2000)
+us=$(field step_us "$out")
+check "a step of 16 x 200 us launches queued deep, 40 us a timing event: under a share it takes at most 450 us more than without one (${us:-?} us; without: ${bare_us:-?})" \
+    awk -v u="${us:--1}" -v b="${bare_us:--1}" 'BEGIN { exit !(u > 0 && b > 0 && u <= b + 450) }'
+charged=$(bucket "$WORK/ev1" charged_ns) n=$(bucket "$WORK/ev1" launches)
+check "  ... each launch charged its 200 us and few events' time ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n; an end after each: 240)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 198e3 && c / n <= 225e3) }'
 
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)

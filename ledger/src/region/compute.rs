@@ -141,9 +141,14 @@ impl ComputeArea {
     /// Charges what a launch took, `debit`ed `estimate_ns` when queued: the bucket gets the difference.
     /// Returns the tokens after.
     pub fn settle(&self, gpu_ns: u64, estimate_ns: u64) -> i64 {
+        self.settle_launches(gpu_ns, estimate_ns, 1)
+    }
+
+    /// `settle` for `launches` launches timed together (debited `estimate_ns` in all).
+    pub fn settle_launches(&self, gpu_ns: u64, estimate_ns: u64, launches: u64) -> i64 {
         let ns = (gpu_ns.min(i64::MAX as u64) as i64) - (estimate_ns.min(i64::MAX as u64) as i64);
         self.charged_ns.fetch_add(gpu_ns, SeqCst);
-        self.launches.fetch_add(1, SeqCst);
+        self.launches.fetch_add(launches, SeqCst);
         self.tokens.fetch_sub(ns, SeqCst).saturating_sub(ns)
     }
 

@@ -10,6 +10,19 @@
 //! *span*; the span's first start event is kept until the span ends, so that a blocking synchronisation
 //! that finds the span's work still running can tell how long its first launch waited before the GPU
 //! took it up (`Span::waited`) — the wait a tenant that synchronises after every batch meets each time.
+//!
+//! Deep queues are timed in groups. A timing event between two kernels costs the GPU itself time (an
+//! H100 kept 87% of a 2048² matmul loop's rate with one after every matmul, 99% with one after every
+//! fourth: `tests/gpu/event_cost.py`). So a launch queued behind unfinished work of its stream, whose work
+//! was measured before and is short (`GROUP_FLOORS_NS`), opens a *group* instead of recording its end:
+//! the next such launches join it with no event at all, and one end event after the group's last member
+//! closes it. The group's interval is charged as a whole (`launch_charge::SoloBook::charge_group`).
+//! A group is joined only while the launch before it on its stream is known unfinished (the harvest
+//! found it so just before): then none of its members has started, the GPU cannot idle between them,
+//! and the interval is all their work. A group is closed (its end recorded) once it has `GROUP_MAX`
+//! members or its floors reach `GROUP_FLOORS_NS`, by the next launch on its stream that does not join,
+//! when the harvest reaches it, before the thread naps, and before any synchronisation or query of a
+//! stream or event, so that its end is recorded while its work still runs.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -21,6 +34,43 @@ use crate::launch_charge::Work;
 /// How many of the newest launches in flight are looked through for the previous one on a stream (a
 /// launch on a stream with nothing that recent in flight gets its own start event).
 const CHAIN_LOOKBACK: usize = 64;
+
+/// Members of a group at most.
+pub const GROUP_MAX: u32 = 8;
+/// A group's members' floors sum to less than this. Longer work is timed launch by launch: an event costs
+/// it little (a few microseconds of GPU time against a millisecond), and it is measured sooner.
+pub const GROUP_FLOORS_NS: u64 = 1_000_000;
+
+/// A group opens only behind this many unfinished launches of its stream besides the one before it. In a
+/// queue the GPU keeps up with (a loop bound by its launch rate), a group would soon reach the front, its
+/// end would be recorded there all the same, and the launches after it would find the queue never empty
+/// and lose the cheap untimed path (`sample`): on an H100 a 2048² `torch.compile` loop kept 70% of its
+/// rate under 99% with groups from the first unfinished launch, 82% without groups.
+const OPEN_DEPTH: usize = 2;
+
+/// Whether a launch's (or group's) end event is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Recorded after the launch: it can be queried.
+    Recorded,
+    /// A group still taking members: nothing recorded yet (a query would say complete).
+    Open,
+    /// A thread is recording it.
+    Closing,
+    /// Recording it failed: the group is never measured (charged as lost).
+    Failed,
+}
+
+/// How a launch is timed with respect to groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// Its own end event, recorded after it.
+    Alone,
+    /// It opens a group: its end event is recorded when the group closes.
+    Opens,
+    /// It joins the open group whose end event `Plan::chained` names: no event of its own.
+    Joins,
+}
 
 /// A launch recorded between two events, not yet charged.
 pub struct InFlight {
@@ -41,6 +91,43 @@ pub struct InFlight {
     pub closes_span: bool,
     /// When a blocking synchronisation that found it running returned (its span's end), if one did.
     pub ended_at: Option<u64>,
+    /// How many launches it stands for (a group's members; 1 for a launch timed alone).
+    pub members: u32,
+    /// The members' floors, summed as they joined (a group of different work is charged by them).
+    pub floors: u64,
+    /// The members ran different work (`work` is the first member's).
+    pub mixed: bool,
+    /// Whether its end is recorded (`End`).
+    pub state: End,
+    /// Launches planned into the group whose launch has not returned yet.
+    pub joining: u32,
+    /// Something asked to close the group while launches were joining: the last of them closes it.
+    pub close_asked: bool,
+}
+
+impl InFlight {
+    /// A launch (or a group's first member) of `work`, its events filled in by `Timer::end`.
+    pub fn new(ctx: usize, stream: usize, estimate: u64, work: Work, queued_at: u64) -> InFlight {
+        InFlight {
+            start: std::ptr::null_mut(),
+            end: std::ptr::null_mut(),
+            ctx,
+            stream,
+            estimate,
+            work,
+            queued_at,
+            lent_end: false,
+            opens_span: false,
+            closes_span: false,
+            ended_at: None,
+            members: 1,
+            floors: 0,
+            mixed: false,
+            state: End::Recorded,
+            joining: 0,
+            close_asked: false,
+        }
+    }
 }
 
 // SAFETY: events are driver handles, usable from any thread.
@@ -53,6 +140,21 @@ pub struct Plan {
     pub chained: Option<CUevent>,
     /// Nothing of this share is in flight: the launch starts a span.
     pub opens_span: bool,
+    pub grouping: Grouping,
+    /// `chained` is an open group's end, which this launch records before it is queued (the group
+    /// closes, `Closing` until then).
+    pub close_first: bool,
+}
+
+impl Plan {
+    fn alone(opens_span: bool) -> Plan {
+        Plan {
+            chained: None,
+            opens_span,
+            grouping: Grouping::Alone,
+            close_first: false,
+        }
+    }
 }
 
 /// The first launch of the work in flight since the share was last idle.
@@ -87,6 +189,11 @@ pub struct Flights {
     /// before anything in `queue`.
     pub retired: VecDeque<InFlight>,
     pub span: Option<Span>,
+    /// The end event of the queue's oldest launch when the harvest last found it still running: what
+    /// proves a queue deep (`plan`). Cleared whenever the oldest leaves the queue.
+    pending: Option<usize>,
+    /// Groups open (their end not recorded).
+    open: usize,
 }
 
 // SAFETY: see InFlight and Span.
@@ -94,26 +201,118 @@ unsafe impl Send for Flights {}
 
 impl Flights {
     /// How the next launch on `stream` of context `ctx` is timed; a chained start is lent at once (the
-    /// previous launch's end is then kept for it when that launch is charged).
-    pub fn plan(&mut self, ctx: usize, stream: usize) -> Plan {
-        let opens_span = self.queue.is_empty();
-        let prev = self
-            .queue
-            .iter_mut()
+    /// previous launch's end is then kept for it when that launch is charged). `floor`: the least time
+    /// its work took, when it may be timed in a group (`Share::groupable`).
+    pub fn plan(&mut self, ctx: usize, stream: usize, floor: Option<u64>) -> Plan {
+        let mut plan = Plan::alone(self.queue.is_empty());
+        // The queue's oldest launch, found running just now, is of this stream: every later launch of
+        // the stream is unfinished too (a stream runs in order).
+        let deep_from = match (self.pending, self.queue.front()) {
+            (Some(e), Some(f)) => f.end as usize == e && f.stream == stream && f.ctx == ctx,
+            _ => false,
+        };
+        let len = self.queue.len();
+        let Some(i) = (0..len)
             .rev()
             .take(CHAIN_LOOKBACK)
-            .find(|f| f.stream == stream && f.ctx == ctx);
-        let chained = match prev {
-            Some(p) if !p.lent_end => {
-                p.lent_end = true;
-                Some(p.end)
-            }
-            _ => None,
+            .find(|&i| self.queue[i].stream == stream && self.queue[i].ctx == ctx)
+        else {
+            return plan;
         };
-        Plan {
-            chained,
-            opens_span,
+        let p = &mut self.queue[i];
+        match p.state {
+            End::Recorded if !p.lent_end => {
+                p.lent_end = true;
+                plan.chained = Some(p.end);
+                if floor.is_some() && deep_from && i >= OPEN_DEPTH {
+                    plan.grouping = Grouping::Opens;
+                }
+            }
+            End::Open => {
+                // None of the group's members has started: a launch of the stream before it is unfinished.
+                let waiting = deep_from && i > 0;
+                if let Some(fl) = floor {
+                    if waiting
+                        && !p.close_asked
+                        && p.members + p.joining < GROUP_MAX
+                        && p.floors.saturating_add(fl) < GROUP_FLOORS_NS
+                    {
+                        p.joining += 1;
+                        plan.chained = Some(p.end);
+                        plan.grouping = Grouping::Joins;
+                        return plan;
+                    }
+                }
+                if p.joining > 0 {
+                    // Another thread's launch is joining: it closes the group; this one starts anew.
+                    p.close_asked = true;
+                    return plan;
+                }
+                p.state = End::Closing;
+                p.lent_end = true;
+                plan.chained = Some(p.end);
+                plan.close_first = true;
+                if floor.is_some() && waiting && i >= OPEN_DEPTH {
+                    plan.grouping = Grouping::Opens;
+                }
+                self.open -= 1;
+            }
+            _ => {}
         }
+        plan
+    }
+
+    /// The oldest launch in flight leaves the queue (to be charged or retired).
+    pub fn pop_front(&mut self) -> Option<InFlight> {
+        self.pending = None;
+        self.queue.pop_front()
+    }
+
+    /// The oldest launch goes back to the front of the queue: still running (`running`: a query said so,
+    /// which proves the queue deep behind it) or its end not recorded yet.
+    pub fn push_front(&mut self, f: InFlight, running: bool) {
+        self.pending = running.then_some(f.end as usize);
+        self.queue.push_front(f);
+    }
+
+    /// The launch in flight whose end event is `end`.
+    fn by_end(&mut self, end: CUevent) -> Option<&mut InFlight> {
+        self.queue.iter_mut().rev().find(|f| f.end == end)
+    }
+
+    /// Open groups (of context `ctx`, or all) to close: each is `Closing` on return, for the caller to
+    /// record its end; one that launches are joining is left to the last of them (`close_asked`).
+    fn closing(&mut self, ctx: Option<usize>, front_only: bool) -> Vec<(CUevent, usize)> {
+        let mut out = Vec::new();
+        let n = if front_only { 1 } else { self.queue.len() };
+        for f in self.queue.iter_mut().take(n) {
+            if f.state != End::Open || ctx.is_some_and(|c| c != f.ctx) {
+                continue;
+            }
+            if f.joining > 0 {
+                f.close_asked = true;
+            } else {
+                f.state = End::Closing;
+                out.push((f.end, f.stream));
+            }
+        }
+        self.open -= out.len();
+        out
+    }
+
+    /// A group's end was recorded (`ok`) or could not be.
+    fn closed(&mut self, end: CUevent, ok: bool) {
+        if let Some(f) = self.by_end(end) {
+            f.state = if ok { End::Recorded } else { End::Failed };
+            if !ok {
+                f.lent_end = false;
+            }
+        }
+    }
+
+    /// Whether a group is open.
+    pub fn any_open(&self) -> bool {
+        self.open > 0
     }
 
     /// A launch planned chained on `start` was not queued: its lender keeps its end again. False when
@@ -133,8 +332,8 @@ impl Flights {
         self.queue.back().map(|f| (f.end, f.stream, f.ctx))
     }
 
-    /// The oldest launch in flight is finished: it leaves the queue for `retired`, and ends its span
-    /// (dated `ended_at`) when nothing is in flight behind it.
+    /// The oldest launch in flight is finished (it left the queue by `pop_front`): it goes to `retired`,
+    /// and ends its span (dated `ended_at`) when nothing is in flight behind it.
     pub fn retire(&mut self, mut f: InFlight, ended_at: Option<u64>) {
         f.closes_span = self.queue.is_empty();
         f.ended_at = ended_at.filter(|_| f.closes_span);
@@ -177,10 +376,26 @@ impl Timer {
     }
 
     /// Gets a launch's events and records its start, unless it is timed from the end of the launch before
-    /// it on its stream, still in flight (`flight`); None when events cannot be had (the launch then goes
-    /// unmeasured).
-    pub fn begin(&self, ctx: usize, stream: CUstream) -> Option<Begun> {
-        let plan = lock(&self.flights).plan(ctx, stream as usize);
+    /// it on its stream, still in flight, or joins an open group there (`Flights::plan`; `floor` as
+    /// there); None when events cannot be had (the launch then goes unmeasured).
+    pub fn begin(&self, ctx: usize, stream: CUstream, floor: Option<u64>) -> Option<Begun> {
+        let mut plan = lock(&self.flights).plan(ctx, stream as usize, floor);
+        if plan.grouping == Grouping::Joins {
+            let g = plan.chained.unwrap_or(std::ptr::null_mut());
+            return Some(Begun {
+                start: g,
+                end: g,
+                plan,
+            });
+        }
+        if let (true, Some(g)) = (plan.close_first, plan.chained) {
+            // The group before this launch closes: its end, recorded now, is this launch's start.
+            let ok = event_record(g, stream) == CUDA_SUCCESS;
+            lock(&self.flights).closed(g, ok);
+            if !ok {
+                plan = Plan::alone(plan.opens_span);
+            }
+        }
         let start = match plan.chained {
             Some(start) => Some(start),
             None => self.event(ctx),
@@ -201,9 +416,76 @@ impl Timer {
     }
 
     /// The events of a launch that was not queued, or whose end could not be recorded: a chained start
-    /// goes back to the launch that lent it (or, charged meanwhile, to the spare ones).
+    /// goes back to the launch that lent it (or, charged meanwhile, to the spare ones). A launch that
+    /// was to join a group leaves it.
     pub fn give_back(&self, ctx: usize, b: Begun) {
+        if b.plan.grouping == Grouping::Joins {
+            self.joined(b.end, None);
+            return;
+        }
         self.unplanned(ctx, b.plan, Some(b.start), Some(b.end));
+    }
+
+    /// A launch planned into the group ending at `end` returned: `Some((work, floor, estimate))` when
+    /// the driver took it (it becomes a member), None when not. Closes the group when it is full or
+    /// was asked to close. False when the group was not found open (the launch is then not measured).
+    pub fn joined(&self, end: CUevent, member: Option<(Work, u64, u64)>) -> bool {
+        let (found, close) = {
+            let mut q = lock(&self.flights);
+            let Some(g) = q.by_end(end) else {
+                return false;
+            };
+            if g.state != End::Open {
+                return false;
+            }
+            g.joining = g.joining.saturating_sub(1);
+            if let Some((work, floor, estimate)) = member {
+                g.members += 1;
+                g.floors = g.floors.saturating_add(floor);
+                g.mixed |= work != g.work;
+                g.estimate = g.estimate.saturating_add(estimate);
+            }
+            let full = g.members >= GROUP_MAX || g.floors >= GROUP_FLOORS_NS;
+            let close = g.joining == 0 && (full || g.close_asked);
+            let stream = g.stream;
+            if close {
+                g.state = End::Closing;
+                q.open -= 1;
+            }
+            (true, close.then_some(stream))
+        };
+        if let Some(stream) = close {
+            self.record_closing(&[(end, stream)]);
+        }
+        found
+    }
+
+    /// Records the ends of groups made `Closing`.
+    fn record_closing(&self, groups: &[(CUevent, usize)]) {
+        for &(end, stream) in groups {
+            let ok = event_record(end, stream as CUstream) == CUDA_SUCCESS;
+            lock(&self.flights).closed(end, ok);
+        }
+    }
+
+    /// Closes the open groups (of context `ctx`, or all): their work is queued, and the thread is about
+    /// to wait, or the application to ask what finished. Cheap when none is open.
+    pub fn close_open(&self, ctx: Option<usize>) {
+        let groups = {
+            let mut q = lock(&self.flights);
+            if !q.any_open() {
+                return;
+            }
+            q.closing(ctx, false)
+        };
+        self.record_closing(&groups);
+    }
+
+    /// Closes the oldest launch in flight if it is an open group (the harvest reached it: the work before
+    /// it is finished, so its members run now).
+    pub fn close_front(&self) {
+        let groups = lock(&self.flights).closing(None, true);
+        self.record_closing(&groups);
     }
 
     fn unplanned(&self, ctx: usize, plan: Plan, start: Option<CUevent>, end: Option<CUevent>) {
@@ -220,14 +502,20 @@ impl Timer {
     /// Records the end event after a launch the driver took and puts the launch in flight; false (its
     /// events given back) when the end cannot be recorded.
     pub fn end(&self, ctx: usize, stream: CUstream, b: Begun, mut f: InFlight) -> bool {
-        if event_record(b.end, stream) != CUDA_SUCCESS {
+        let opens = b.plan.grouping == Grouping::Opens;
+        if !opens && event_record(b.end, stream) != CUDA_SUCCESS {
             self.give_back(ctx, b);
             return false;
         }
         f.start = b.start;
         f.end = b.end;
         f.opens_span = b.plan.opens_span;
-        lock(&self.flights).queue.push_back(f);
+        let mut q = lock(&self.flights);
+        if opens {
+            f.state = End::Open;
+            q.open += 1;
+        }
+        q.queue.push_back(f);
         true
     }
 
@@ -287,6 +575,8 @@ impl Timer {
             q.queue.clear();
             q.retired.clear();
             q.span = None;
+            q.pending = None;
+            q.open = 0;
         }
         if let Ok(mut s) = self.spare.try_lock() {
             s.clear();
@@ -303,64 +593,44 @@ mod tests {
     }
 
     fn flight(start: usize, end: usize, stream: usize, plan: Plan) -> InFlight {
-        InFlight {
-            start: plan.chained.unwrap_or(ev(start)),
-            end: ev(end),
-            ctx: 1,
-            stream,
-            estimate: 0,
-            work: (0, [1, 1, 1]),
-            queued_at: 0,
-            lent_end: false,
-            opens_span: plan.opens_span,
-            closes_span: false,
-            ended_at: None,
-        }
+        let mut f = InFlight::new(1, stream, 0, (0, [1, 1, 1]), 0);
+        f.start = plan.chained.unwrap_or(ev(start));
+        f.end = ev(end);
+        f.opens_span = plan.opens_span;
+        f
     }
 
     #[test]
     fn a_launch_behind_one_in_flight_on_its_stream_is_timed_from_its_end() {
         let mut f = Flights::default();
-        let p1 = f.plan(1, 10);
-        assert_eq!(
-            p1,
-            Plan {
-                chained: None,
-                opens_span: true
-            }
-        );
+        let p1 = f.plan(1, 10, None);
+        assert_eq!(p1, Plan::alone(true));
         f.queue.push_back(flight(100, 101, 10, p1));
         // Another stream: its own start, no span (work is in flight).
-        let p2 = f.plan(1, 20);
-        assert_eq!(
-            p2,
-            Plan {
-                chained: None,
-                opens_span: false
-            }
-        );
+        let p2 = f.plan(1, 20, None);
+        assert_eq!(p2, Plan::alone(false));
         f.queue.push_back(flight(200, 201, 20, p2));
         // The same stream again: from the first launch's end, which is now lent.
-        let p3 = f.plan(1, 10);
+        let p3 = f.plan(1, 10, None);
         assert_eq!(p3.chained, Some(ev(101)));
         assert!(f.queue[0].lent_end && !f.queue[1].lent_end);
         f.queue.push_back(flight(0, 301, 10, p3));
         assert_eq!(f.queue[2].start, ev(101));
         // The same stream of another context is another stream.
-        assert_eq!(f.plan(2, 10).chained, None);
+        assert_eq!(f.plan(2, 10, None).chained, None);
         assert_eq!(f.newest(), Some((ev(301), 10, 1)));
     }
 
     #[test]
     fn a_chained_launch_that_was_not_queued_gives_the_end_back() {
         let mut f = Flights::default();
-        let p1 = f.plan(1, 10);
+        let p1 = f.plan(1, 10, None);
         f.queue.push_back(flight(100, 101, 10, p1));
-        let p2 = f.plan(1, 10);
+        let p2 = f.plan(1, 10, None);
         assert!(f.unlend(p2.chained.unwrap()));
         assert!(!f.queue[0].lent_end);
         // Lent again, then the lender is charged before the launch fails: the launch owns the event.
-        let p3 = f.plan(1, 10);
+        let p3 = f.plan(1, 10, None);
         f.queue.pop_front();
         assert!(!f.unlend(p3.chained.unwrap()));
     }
@@ -372,9 +642,9 @@ mod tests {
     #[test]
     fn retired_launches_end_their_span_and_lend_nothing() {
         let mut f = Flights::default();
-        let p1 = f.plan(1, 10);
+        let p1 = f.plan(1, 10, None);
         f.queue.push_back(flight(100, 101, 10, p1));
-        let p2 = f.plan(1, 10);
+        let p2 = f.plan(1, 10, None);
         f.queue.push_back(flight(0, 201, 10, p2));
         let a = f.queue.pop_front().unwrap();
         f.retire(a, Some(5_000));
@@ -383,14 +653,8 @@ mod tests {
         assert!(!f.retired[0].closes_span && f.retired[0].ended_at.is_none());
         assert!(f.retired[1].closes_span);
         assert_eq!(f.retired[1].ended_at, Some(5_000));
-        let p3 = f.plan(1, 10);
-        assert_eq!(
-            p3,
-            Plan {
-                chained: None,
-                opens_span: true
-            }
-        );
+        let p3 = f.plan(1, 10, None);
+        assert_eq!(p3, Plan::alone(true));
         assert_eq!(f.newest(), None, "nothing in flight");
     }
 
@@ -404,5 +668,150 @@ mod tests {
         // Queued at 1,000; the work's 600 ns ended at 2,000: it waited 400 ns first.
         assert_eq!(s.waited(2_000, 600), 400);
         assert_eq!(s.waited(1_500, 600), 0);
+    }
+
+    /// Pushes a launch planned by `p` as `Timer::end` would (a group's opener stays open).
+    fn push(f: &mut Flights, end: usize, p: Plan, floor: u64) {
+        push_on(f, 10, end, p, floor)
+    }
+
+    fn push_on(f: &mut Flights, stream: usize, end: usize, p: Plan, floor: u64) {
+        let mut l = flight(end + 1000, end, stream, p);
+        l.floors = floor;
+        if p.grouping == Grouping::Opens {
+            l.state = End::Open;
+            f.open += 1;
+        }
+        f.queue.push_back(l);
+    }
+
+    // A deep queue (the oldest launch found running, of the same stream): short work measured before
+    // opens a group, and the next launches join it without events until it is full.
+    #[test]
+    fn launches_behind_unfinished_work_of_their_stream_are_timed_in_groups() {
+        let mut f = Flights::default();
+        let p = f.plan(1, 10, Some(100));
+        assert_eq!(
+            p.grouping,
+            Grouping::Alone,
+            "nothing in flight: timed alone"
+        );
+        push(&mut f, 1, p, 100);
+        // Not known running yet: chained, alone.
+        let p = f.plan(1, 10, Some(100));
+        assert_eq!((p.chained, p.grouping), (Some(ev(1)), Grouping::Alone));
+        push(&mut f, 2, p, 100);
+        // The harvest found the oldest running: with one more unfinished launch behind it, the next
+        // launch opens a group.
+        let oldest = f.pop_front().unwrap();
+        f.push_front(oldest, true);
+        let p = f.plan(1, 10, Some(100));
+        assert_eq!(
+            (p.chained, p.grouping),
+            (Some(ev(2)), Grouping::Alone),
+            "too shallow yet"
+        );
+        push(&mut f, 30, p, 100);
+        let p = f.plan(1, 10, Some(100));
+        assert_eq!((p.chained, p.grouping), (Some(ev(30)), Grouping::Opens));
+        push(&mut f, 3, p, 100);
+        assert!(f.any_open());
+        // Seven more join it (eight members at most), with no event of their own.
+        for _ in 0..GROUP_MAX - 1 {
+            let p = f.plan(1, 10, Some(100));
+            assert_eq!((p.chained, p.grouping), (Some(ev(3)), Grouping::Joins));
+            let g = f.by_end(ev(3)).unwrap();
+            g.joining -= 1;
+            g.members += 1;
+        }
+        // Full: the next launch closes it (records its end first) and starts from that end.
+        let p = f.plan(1, 10, Some(100));
+        assert_eq!(p.grouping, Grouping::Opens);
+        assert!(p.close_first && p.chained == Some(ev(3)));
+        assert_eq!(f.by_end(ev(3)).unwrap().state, End::Closing);
+        assert!(!f.any_open());
+        f.closed(ev(3), true);
+        assert_eq!(f.by_end(ev(3)).unwrap().state, End::Recorded);
+    }
+
+    // Work not measured before, long work, another stream's unfinished launch in front, or a group that
+    // reached the front (its members may run already): no group forms or grows.
+    #[test]
+    fn no_group_where_its_interval_could_hold_idle_time_or_unknown_work() {
+        let mut f = deep();
+        assert_eq!(
+            f.plan(1, 10, None).grouping,
+            Grouping::Alone,
+            "unmeasured work"
+        );
+        let mut g = Flights::default();
+        let p = g.plan(1, 20, None);
+        push_on(&mut g, 20, 1, p, 0);
+        let oldest = g.pop_front().unwrap();
+        g.push_front(oldest, true);
+        for e in [2, 3] {
+            let p = g.plan(1, 10, Some(100));
+            assert_eq!(
+                p.grouping,
+                Grouping::Alone,
+                "the oldest running is another stream's"
+            );
+            push(&mut g, e, p, 100);
+        }
+        // A group of floors that reach GROUP_FLOORS_NS takes no more.
+        let mut h = deep();
+        let p = h.plan(1, 10, Some(GROUP_FLOORS_NS - 1));
+        assert_eq!(p.grouping, Grouping::Opens);
+        push(&mut h, 3, p, GROUP_FLOORS_NS - 1);
+        let p = h.plan(1, 10, Some(1));
+        assert_eq!(
+            p.grouping,
+            Grouping::Opens,
+            "closed, and the next group opened"
+        );
+        assert!(p.close_first);
+        // A group at the front: what ran before it finished, so no launch joins it.
+        let mut k = deep();
+        let p = k.plan(1, 10, Some(100));
+        push(&mut k, 3, p, 100);
+        k.pop_front();
+        k.pop_front();
+        k.pop_front();
+        let g = k.pop_front().unwrap();
+        k.push_front(g, false);
+        let p = k.plan(1, 10, Some(100));
+        assert!(p.close_first && p.grouping == Grouping::Alone);
+    }
+
+    /// Three launches of stream 10 in flight (ends 1, 2, 20), the oldest found running: the next launch
+    /// of short, measured work opens a group.
+    fn deep() -> Flights {
+        let mut f = Flights::default();
+        let p = f.plan(1, 10, Some(100));
+        push(&mut f, 1, p, 100);
+        let oldest = f.pop_front().unwrap();
+        f.push_front(oldest, true);
+        for e in [2, 20] {
+            let p = f.plan(1, 10, Some(100));
+            assert_eq!(p.grouping, Grouping::Alone, "too shallow yet");
+            push(&mut f, e, p, 100);
+        }
+        f
+    }
+
+    // A launch joining while another thread wants the group closed: the joiner closes it once its
+    // launch is queued; the other starts from an event of its own.
+    #[test]
+    fn a_group_being_joined_is_closed_by_its_last_joiner() {
+        let mut f = deep();
+        let p = f.plan(1, 10, Some(100));
+        assert_eq!(p.grouping, Grouping::Opens);
+        push(&mut f, 3, p, 100);
+        assert_eq!(f.plan(1, 10, Some(100)).grouping, Grouping::Joins);
+        assert!(f.closing(None, false).is_empty(), "a joiner is in flight");
+        assert!(f.by_end(ev(3)).unwrap().close_asked);
+        let p = f.plan(1, 10, Some(100));
+        assert_eq!((p.chained, p.grouping), (None, Grouping::Alone));
+        assert_eq!(f.by_end(ev(3)).unwrap().state, End::Open);
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use super::events::{elapsed_ns, event_query, event_wait, Relaxed};
-use super::flight::InFlight;
+use super::flight::{End, InFlight};
 use super::{
     averaged, graphs, lock, mono_ns, trace, Share, CUDA_ERROR_NOT_READY, FORKED, GRAPH_GRID,
 };
@@ -32,12 +32,26 @@ impl Share {
         let _relaxed = Relaxed::enter();
         self.settle_retired();
         loop {
-            let Some(mut f) = lock(&self.timer.flights).queue.pop_front() else {
+            let Some(mut f) = lock(&self.timer.flights).pop_front() else {
                 return;
             };
+            match f.state {
+                End::Recorded => {}
+                End::Failed => {
+                    self.lost(&f);
+                    continue;
+                }
+                // A group reached the front: what was queued before it finished, so its members run
+                // now. Its end is recorded now, while they do.
+                End::Open | End::Closing => {
+                    lock(&self.timer.flights).push_front(f, false);
+                    self.timer.close_front();
+                    return;
+                }
+            }
             match event_query(f.end) {
                 CUDA_ERROR_NOT_READY => {
-                    lock(&self.timer.flights).queue.push_front(f);
+                    lock(&self.timer.flights).push_front(f, true);
                     return;
                 }
                 CUDA_SUCCESS => {
@@ -89,9 +103,22 @@ impl Share {
         loop {
             let f = {
                 let mut q = lock(&self.timer.flights);
-                let Some(f) = q.queue.pop_front() else {
+                let Some(f) = q.pop_front() else {
                     return;
                 };
+                match f.state {
+                    End::Recorded => {}
+                    End::Failed => {
+                        drop(q);
+                        self.lost(&f);
+                        continue;
+                    }
+                    // Not recorded yet: the next harvest closes it.
+                    End::Open | End::Closing => {
+                        q.push_front(f, false);
+                        return;
+                    }
+                }
                 if covered(&f) {
                     q.retire(f, ended_at);
                     self.mark_retired();
@@ -104,7 +131,7 @@ impl Share {
             let mut q = lock(&self.timer.flights);
             match r {
                 CUDA_ERROR_NOT_READY => {
-                    q.queue.push_front(f);
+                    q.push_front(f, true);
                     return;
                 }
                 CUDA_SUCCESS => {
@@ -159,25 +186,33 @@ impl Share {
             .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
             .flatten();
         let sharers = self.busy.sharers(mono_ns());
+        let members = u64::from(f.members.max(1));
         let (ns, tell, read_as) = {
             let mut book = lock(&self.solo);
-            let (ns, tell) = book.charge_telling(f.work, elapsed, graph.as_deref(), sharers);
+            let (ns, tell) = if members > 1 {
+                let work = (!f.mixed).then_some(f.work);
+                let ns = book.charge_group(work, members, elapsed, f.floors, sharers);
+                (ns, None)
+            } else {
+                book.charge_telling(f.work, elapsed, graph.as_deref(), sharers)
+            };
             (ns, tell, book.read_as())
         };
         if let Some(solo) = tell {
             graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
         }
-        let tokens = self.area().settle(ns, f.estimate);
-        if f.opens_span && f.work.1 != GRAPH_GRID {
+        let tokens = self.area().settle_launches(ns, f.estimate, members);
+        if f.opens_span && f.work.1 != GRAPH_GRID && members == 1 {
             self.costs.learned(f.work, ns);
         }
         if trace::on() {
-            self.trace.charged(elapsed, ns, sharers, read_as);
+            self.trace.charged(elapsed, ns, sharers, read_as, members);
             let gate = self.area().gate_closed();
             self.trace.tick(mono_ns(), self.quota.ordinal, tokens, gate);
         }
         let e = self.estimate.load(Ordering::Relaxed);
-        self.estimate.store(averaged(e, ns), Ordering::Relaxed);
+        self.estimate
+            .store(averaged(e, ns / members), Ordering::Relaxed);
     }
 
     /// Waits for the launches in flight (of context `ctx`, or all) to finish and charges them: the
@@ -187,10 +222,11 @@ impl Share {
             self.forget_parent();
             return;
         }
+        self.timer.close_open(ctx);
         let ends: Vec<usize> = lock(&self.timer.flights)
             .queue
             .iter()
-            .filter(|f| ctx.is_none_or(|c| f.ctx == c))
+            .filter(|f| ctx.is_none_or(|c| f.ctx == c) && f.state == End::Recorded)
             .map(|f| f.end as usize)
             .collect();
         if !ends.is_empty() {
@@ -213,7 +249,7 @@ impl Share {
         if charge > 0 {
             self.area().charge(charge);
             if trace::on() {
-                self.trace.charged(ns, charge, sharers, 0);
+                self.trace.charged(ns, charge, sharers, 0, 1);
             }
         }
     }

@@ -82,8 +82,10 @@ pub fn syncing(what: Synced) -> Watch {
             running: false,
         };
     }
-    // The thread is about to wait for the GPU: what the last synchronisation retired is charged now.
+    // The thread is about to wait for the GPU: open groups end now, while their work runs, and what
+    // the last synchronisation retired is charged.
     for s in shares() {
+        s.timer.close_open(None);
         if s.retired_at.load(Ordering::Relaxed) != 0 {
             let _relaxed = Relaxed::enter();
             s.settle_retired();
@@ -108,6 +110,18 @@ pub fn syncing(what: Synced) -> Watch {
         event_query(end) == CUDA_ERROR_NOT_READY
     });
     Watch { what, running }
+}
+
+/// The application asks whether a stream's or an event's work finished (`cuStreamQuery`,
+/// `cuEventQuery`): it may be polling for the end of what it queued, and its next launch may come long
+/// after, so open groups end now, while their work runs (`flight`). One lock per share when none is open.
+pub fn polling() {
+    if off() {
+        return;
+    }
+    for s in shares() {
+        s.timer.close_open(None);
+    }
 }
 
 /// Context `ctx` is about to be destroyed (or a primary context reset): its launches in flight are

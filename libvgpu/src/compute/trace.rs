@@ -54,10 +54,17 @@ pub(super) fn on() -> bool {
 }
 
 impl Trace {
-    /// A launch measured `elapsed`, charged `charged`, with the driver's `sharers` and the stretch read
+    /// `launches` launches (a group's members, or one) measured `elapsed`, charged `charged`, with the driver's `sharers` and the stretch read
     /// as `read_as` contexts (both in thousandths).
-    pub(super) fn charged(&self, elapsed: u64, charged: u64, sharers: u64, read_as: u64) {
-        self.launches.fetch_add(1, Relaxed);
+    pub(super) fn charged(
+        &self,
+        elapsed: u64,
+        charged: u64,
+        sharers: u64,
+        read_as: u64,
+        launches: u64,
+    ) {
+        self.launches.fetch_add(launches, Relaxed);
         self.elapsed.fetch_add(elapsed, Relaxed);
         self.charged.fetch_add(charged, Relaxed);
         if sharers > crate::launch_charge::CONTEXT {

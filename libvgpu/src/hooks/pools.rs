@@ -433,7 +433,12 @@ hook!(cuStreamSynchronize_ptsz(s: CUstream) { crate::compute::sync::synchronized
 hook!(cuCtxSynchronize() { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Context(std::ptr::null_mut())), interposer().after_sync(forward!("cuCtxSynchronize", fn()))) });
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
 hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Context(ctx)), interposer().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
-hook!(cuEventSynchronize(ev: CUevent) { crate::compute::sync::synchronized(crate::compute::sync::Watch::other(), interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+hook!(cuEventSynchronize(ev: CUevent) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Other), interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+// A query may be how the application waits (polling): the compute share's open groups end first
+// (`compute::sync::polling`).
+hook!(cuStreamQuery(s: CUstream) { crate::compute::sync::polling(); forward!("cuStreamQuery", fn(CUstream), s) });
+hook!(cuStreamQuery_ptsz(s: CUstream) { crate::compute::sync::polling(); forward!("cuStreamQuery_ptsz", fn(CUstream), s) });
+hook!(cuEventQuery(ev: CUevent) { crate::compute::sync::polling(); forward!("cuEventQuery", fn(CUevent), ev) });
 
 #[cfg(test)]
 mod placed_tests;

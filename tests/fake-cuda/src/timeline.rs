@@ -5,7 +5,9 @@
 //! drained. Unset (the default), kernels take no time and events complete at once.
 //! `FAKE_CUDA_EVENT_RECORD_US` makes each `cuEventRecord` cost its caller that much CPU time, as a real
 //! driver's record does; `FAKE_CUDA_EVENT_READ_US` the same for each `cuEventQuery` and
-//! `cuEventElapsedTime`.
+//! `cuEventElapsedTime`. `FAKE_CUDA_EVENT_GPU_US` makes an event recorded behind queued work cost the
+//! GPU that much time before the work queued after it (an H100 kept 87% of a loop of 2048² matmuls
+//! with a timing event after each).
 //!
 //! `FAKE_CUDA_BYTES_PER_US` gives memsets and copies a time too (their bytes at that rate), queued as
 //! kernels are; a launch whose block is `y` threads high takes `y` kernels' time (see `api_module`).
@@ -251,8 +253,14 @@ fn run_ns_at(shared: &Shared, phys: usize, cost: u64, now: u64) -> u64 {
 /// The stamp an event recorded now gets: when the work queued before it is done (with
 /// `FAKE_CUDA_SLICE_BETWEEN`, after another event or on an idle queue: a ticket for the next work's start).
 pub fn stamp() -> u64 {
+    static GPU_NS: OnceLock<u64> = OnceLock::new();
+    let gpu_ns = *GPU_NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_GPU_US"));
     let now = now();
     let mut q = queue();
+    if gpu_ns > 0 && q.busy_until > now {
+        // Behind queued work: the event takes the GPU's time before what comes after it.
+        q.busy_until += gpu_ns;
+    }
     if !between() || (q.after_work && q.busy_until >= now) {
         q.after_work = false;
         return q.busy_until.max(now);
