@@ -32,6 +32,8 @@
  *   steps      16 launches, then cuStreamSynchronize, then ARG us (default 0) of sleep, in a loop: also prints
  *              "step_us=MEDIAN", how long a step (launches and synchronisation) took: its kernels' time,
  *              and whatever time the GPU waited for the CPU
+ *   poll       as steps, but waits for each step by polling cuStreamQuery (no synchronisation), then
+ *              sleeps ARG us: an application that polls and launches again long after
  *   tick       one launch and a synchronisation every ARG ms (default 500) for SECONDS: a process that is
  *              busy by NVML's per-process reading (it had SM activity in the last second) and uses
  *              next to nothing of the GPU
@@ -304,14 +306,20 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         *took = now() - t0;
         return CUDA_SUCCESS;
     }
-    if (!strcmp(mode, "steps")) {
+    if (!strcmp(mode, "steps") || !strcmp(mode, "poll")) {
         static double step[100000];
         double t0 = now();
         long steps = 0;
         for (*launched = 0; now() - t0 < secs && steps < 100000; steps++) {
             double s0 = now();
             for (int i = 0; i < 16; i++, (*launched)++) TRY(launch_one("plain", ex, 0));
-            TRY(cuStreamSynchronize(stream));
+            if (mode[0] == 'p') {
+                CUresult q;
+                while ((q = cuStreamQuery(stream)) == CUDA_ERROR_NOT_READY) usleep(50);
+                TRY(q);
+            } else {
+                TRY(cuStreamSynchronize(stream));
+            }
             step[steps] = now() - s0;
             if (arg) usleep((useconds_t)atol(arg));
         }

@@ -324,6 +324,13 @@ check "a step of 16 x 200 us launches queued deep, 40 us a timing event: under a
 charged=$(bucket "$WORK/ev1" charged_ns) n=$(bucket "$WORK/ev1" launches)
 check "  ... each launch charged its 200 us and few events' time ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n; an end after each: 240)" \
     awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 198e3 && c / n <= 225e3) }'
+# ... and an application that waits by polling (cuStreamQuery, no synchronisation) and launches again 3 ms
+# later: its last group is closed at the first query, while its work runs. Left open, the group's
+# interval took in the 3 ms the GPU then waited for the next step (without the query hook: 409 us a launch; with it ~224).
+out=$(export "${ev[@]}"; vg "$WORK/ev2" 90 "$CC" poll $SECS 3000)
+charged=$(bucket "$WORK/ev2" charged_ns) n=$(bucket "$WORK/ev2" launches)
+check "  ... a step waited for by polling, then 3 ms of host time: each launch still charged its 200 us ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 198e3 && c / n <= 250e3) }'
 
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)

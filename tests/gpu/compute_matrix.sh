@@ -68,7 +68,7 @@ for mode in ${MATRIX_MODES:-eager graph compile}; do
             print m == "" ? "met" : "MISS:" m }')
         printf '%-6s %-7s %8s | %5s / %5s | %5s / %5s | %.1f / %.1f (capped sum %.1f, unlimited %.1f; of the capped sum %.1f / %.1f)%s [%ss] %s\n' "$n" "$mode" "$alone" \
             "$ua" "$ub" "$c30" "$c70" "$(awk -v s="$sum" -v c="$csum" 'BEGIN { print 0.3 * (s > c ? s : c) }')" "$(awk -v s="$sum" -v c="$csum" 'BEGIN { print 0.7 * (s > c ? s : c) }')" \
-            "$csum" "$sum" "$(awk -v a="$c30" -v s="$csum" 'BEGIN { print s > 0 ? 100 * a / s : 0 }')" \
-            "$(awk -v b="$c70" -v s="$csum" 'BEGIN { print s > 0 ? 100 * b / s : 0 }')" "$solo" "$(($(date +%s) - t0))" "$verdict" | tee -a "$res"
+            "$csum" "$sum" "$(awk -v a="$c30" -v s="$csum" 'BEGIN { print (s > 0 ? 100 * a / s : 0) }')" \
+            "$(awk -v b="$c70" -v s="$csum" 'BEGIN { print (s > 0 ? 100 * b / s : 0) }')" "$solo" "$(($(date +%s) - t0))" "$verdict" | tee -a "$res"
     done
 done

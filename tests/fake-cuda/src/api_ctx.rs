@@ -216,7 +216,9 @@ fn cuStreamSynchronize(s: Handle) {
 
 fn cuStreamQuery(s: Handle) {
     let d = drv()?;
-    stream_phys(d, &lock(&d.objs), s).map(|_| ())
+    stream_phys(d, &lock(&d.objs), s)?;
+    // One queue per process: a stream's work is done when the process's is.
+    if crate::timeline::drained() { Ok(()) } else { Err(NOT_READY) }
 }
 
 fn cuEventCreate(pe: *mut Handle, _flags: c_uint) {

@@ -283,6 +283,12 @@ pub fn wait_for(stamp: u64) {
     }
 }
 
+/// Whether everything queued is done (`cuStreamQuery`).
+pub fn drained() -> bool {
+    let until = queue().busy_until;
+    now() >= until
+}
+
 /// Sleeps until everything queued is done.
 pub fn drain() {
     wait_for(queue().busy_until);
