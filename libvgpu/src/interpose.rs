@@ -161,8 +161,8 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
 }
 
 /// The hooks that only serve the compute share and the turn gate (kernel launches, eager memsets and
-/// copies, graph exec updates; graph launches also keep the memory quota's books, so they are not among
-/// them).
+/// copies, graph exec updates, the stream and event queries that close the share's open groups; graph
+/// launches also keep the memory quota's books, so they are not among them).
 fn launch_only(hook: usize) -> bool {
     use crate::hooks::*;
     let transfer = || {
@@ -180,6 +180,9 @@ fn launch_only(hook: usize) -> bool {
             cuGraphExecKernelNodeSetParams_v2 as *const () as usize,
             cuGraphExecNodeSetParams as *const () as usize,
             cuGraphExecChildGraphNodeSetParams as *const () as usize,
+            cuStreamQuery as *const () as usize,
+            cuStreamQuery_ptsz as *const () as usize,
+            cuEventQuery as *const () as usize,
         ]
         .contains(&hook)
 }
@@ -301,5 +304,21 @@ mod tests {
             vgpu_dlsym_route(libc::RTLD_DEFAULT, c"cuNoSuchFunction".as_ptr()).hook,
             0
         );
+    }
+
+    // The stream and event queries serve only the compute share (they close its open groups): a process
+    // without a share or turns gets the driver's own, as it does the launches; the synchronisations keep
+    // the memory quota's books and stay hooked.
+    #[test]
+    fn the_queries_are_the_driver_s_own_without_a_share() {
+        use crate::hooks::*;
+        for hook in [
+            cuStreamQuery as *const () as usize,
+            cuStreamQuery_ptsz as *const () as usize,
+            cuEventQuery as *const () as usize,
+        ] {
+            assert!(launch_only(hook));
+        }
+        assert!(!launch_only(cuStreamSynchronize as *const () as usize));
     }
 }
