@@ -231,6 +231,8 @@ check "  ... and keeps it frozen" grep -q 'frozen 1' "$(cgroup_of "$fx_id")/cgro
 frozen_busy_counted() { [ "$(series vgpu_turn_busy_while_frozen_total "device_uuid=\"$UUID0\"")" = "$1" ]; }
 kills_counted() { scrape | grep -q "^vgpu_watchdog_kills_total $1\$"; }
 check "vgpu_turn_busy_while_frozen_total counts it" wait_for 10 frozen_busy_counted 1
+ran_frozen_shown() { [ "$(status_json | jq --arg u "$UUID0" '[.turns[] | select(.uuid == $u) | .busy_while_frozen][0]')" = "$1" ]; }
+check "  ... and vgpuctl status shows it (busy_while_frozen in --json, RAN FROZEN in the table)" wait_for 10 ran_frozen_shown 1
 check_eq "  ... logged once" "$(grep -c "container $fx_id busy while frozen" "$WORK/mon3.log")" 1
 check_eq "  ... nothing killed" "$(grep -c 'killed pid' "$WORK/mon3.log")" 0
 ends

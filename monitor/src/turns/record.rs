@@ -39,6 +39,10 @@ pub struct GpuTurns {
     pub revocations: u64,
     /// Containers frozen for using the GPU out of turn.
     pub out_of_turn: u64,
+    /// Freezes whose container's work ran on while frozen (`busy_while_frozen`). Absent in a file an
+    /// older monitor wrote.
+    #[serde(default)]
+    pub busy_while_frozen: u64,
     pub members: Vec<MemberTurn>,
 }
 
@@ -146,6 +150,7 @@ mod tests {
             holder: Some("a".into()),
             queue: vec!["b".into()],
             grants: 3,
+            busy_while_frozen: 1,
             members: vec![MemberTurn {
                 id: "b".into(),
                 mode: mode_name(TurnMode::Wait).into(),
@@ -177,6 +182,15 @@ mod tests {
         assert_eq!(all[1], g);
         remove_gpu(&root, "GPU-0");
         assert_eq!(read_gpus(&root).len(), 1);
+        // A file an older monitor wrote (no busy_while_frozen) still reads, the count 0.
+        let old = r#"{"uuid":"GPU-2","contended":false,"holder":null,"held_since_unix_ms":null,"queue":[],"epoch":0,"grants":1,"revocations":0,"out_of_turn":0,"members":[]}"#;
+        std::fs::write(gpu_file(&root, "GPU-2").unwrap(), old).unwrap();
+        let two = read_gpus(&root)
+            .into_iter()
+            .find(|g| g.uuid == "GPU-2")
+            .unwrap();
+        assert_eq!((two.grants, two.busy_while_frozen), (1, 0));
+        remove_gpu(&root, "GPU-2");
 
         let f = vec![Frozen {
             container: "a".into(),

@@ -452,6 +452,7 @@ impl Arbiter {
             grants: b.counts.grants,
             revocations: b.counts.revocations,
             out_of_turn: b.counts.out_of_turn,
+            busy_while_frozen: b.counts.busy_while_frozen,
             members: b
                 .members()
                 .map(|(id, mode, frozen, waited)| MemberTurn {

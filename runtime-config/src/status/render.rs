@@ -230,6 +230,7 @@ fn turns(s: &Status, out: &mut dyn Write) -> Result<()> {
         "GRANTS",
         "REVOCATIONS",
         "OUT OF TURN",
+        "RAN FROZEN",
     ]);
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -263,6 +264,7 @@ fn turns(s: &Status, out: &mut dyn Write) -> Result<()> {
                 g.grants.to_string(),
                 g.revocations.to_string(),
                 g.out_of_turn.to_string(),
+                g.busy_while_frozen.to_string(),
             ],
         );
     }

@@ -123,6 +123,7 @@ fn shows_the_turns_of_each_oversubscribed_gpu() {
             queue: vec!["bbbbbbbbbbbbbbbb".into()],
             grants: 7,
             revocations: 1,
+            busy_while_frozen: 2,
             ..Default::default()
         },
     )
@@ -132,6 +133,7 @@ fn shows_the_turns_of_each_oversubscribed_gpu() {
     assert_eq!(j["turns"][0]["holder"], "aaaaaaaaaaaaaaaa");
     assert_eq!(j["turns"][0]["queue"][0], "bbbbbbbbbbbbbbbb");
     assert_eq!(j["turns"][0]["revocations"], 1);
+    assert_eq!(j["turns"][0]["busy_while_frozen"], 2);
     let mut out = Vec::new();
     print_table(&s, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
@@ -142,7 +144,7 @@ fn shows_the_turns_of_each_oversubscribed_gpu() {
     let cells: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(cells[3], "aaaaaaaaaaaa", "{line}");
     assert!(
-        line.contains("bbbbbbbbbbbb") && cells.ends_with(&["7", "1", "0"]),
+        line.contains("bbbbbbbbbbbb") && cells.ends_with(&["7", "1", "0", "2"]),
         "{line}"
     );
 }
