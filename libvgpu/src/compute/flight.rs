@@ -25,6 +25,7 @@
 //! stream or event, so that its end is recorded while its work still runs.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::events::{elapsed_ns, event_create, event_record};
@@ -354,6 +355,10 @@ pub struct Timer {
     pub flights: Mutex<Flights>,
     /// Events whose launch was charged, for reuse, by context.
     spare: Mutex<Vec<(usize, usize)>>,
+    /// A group may be open: set under the queue's lock when one opens, cleared under it when
+    /// `close_open` finds none; read without the lock, so that a query hook (`sync::polling`) costs one
+    /// load when no group is open.
+    maybe_open: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -471,9 +476,13 @@ impl Timer {
     /// Closes the open groups (of context `ctx`, or all): their work is queued, and the thread is about
     /// to wait, or the application to ask what finished. Cheap when none is open.
     pub fn close_open(&self, ctx: Option<usize>) {
+        if !self.maybe_open.load(Ordering::Relaxed) {
+            return;
+        }
         let groups = {
             let mut q = lock(&self.flights);
             if !q.any_open() {
+                self.maybe_open.store(false, Ordering::Relaxed);
                 return;
             }
             q.closing(ctx, false)
@@ -514,6 +523,7 @@ impl Timer {
         if opens {
             f.state = End::Open;
             q.open += 1;
+            self.maybe_open.store(true, Ordering::Relaxed);
         }
         q.queue.push_back(f);
         true

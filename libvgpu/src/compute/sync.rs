@@ -28,16 +28,6 @@ pub struct Watch {
     running: bool,
 }
 
-impl Watch {
-    /// A synchronisation that waits for nothing the share follows (an event).
-    pub fn other() -> Watch {
-        Watch {
-            what: Synced::Other,
-            running: false,
-        }
-    }
-}
-
 /// After the application synchronised (`w`; `r`: the driver's answer, passed through): what finished
 /// is retired now, and charged at the next synchronisation before it waits, or by a later launch
 /// (`Share::retire`, `Share::admit`). A process that never launches again is charged at exit.
@@ -114,7 +104,8 @@ pub fn syncing(what: Synced) -> Watch {
 
 /// The application asks whether a stream's or an event's work finished (`cuStreamQuery`,
 /// `cuEventQuery`): it may be polling for the end of what it queued, and its next launch may come long
-/// after, so open groups end now, while their work runs (`flight`). One lock per share when none is open.
+/// after, so open groups end now, while their work runs (`flight`). One atomic load per share when none
+/// is open.
 pub fn polling() {
     if off() {
         return;

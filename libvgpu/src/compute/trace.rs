@@ -54,8 +54,8 @@ pub(super) fn on() -> bool {
 }
 
 impl Trace {
-    /// `launches` launches (a group's members, or one) measured `elapsed`, charged `charged`, with the driver's `sharers` and the stretch read
-    /// as `read_as` contexts (both in thousandths).
+    /// `launches` launches (a group's members, or one) measured `elapsed`, charged `charged`, with the
+    /// driver's `sharers` and the stretch read as `read_as` contexts (both in thousandths).
     pub(super) fn charged(
         &self,
         elapsed: u64,
