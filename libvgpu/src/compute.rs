@@ -49,6 +49,7 @@ pub use clock::mono_ns;
 mod events;
 mod flight;
 use flight::{Begun, Grouping, InFlight, Timer};
+use sample::Position;
 mod graphs;
 mod rate;
 mod sample;
@@ -294,18 +295,30 @@ impl Share {
         held
     }
 
-    /// Whether a launch of `work` goes untimed (`sample`: nothing of the share in flight, a kernel or
-    /// copy already timed often enough, not drawn), and then its charge. The first launch after a
-    /// synchronisation is always timed: it opens the span whose wait the next synchronisation dates
-    /// (`flight::Span`), as a tenant that synchronises after every batch needs.
-    fn untimed(&self, work: Work) -> Option<u64> {
-        if work.1 == GRAPH_GRID
-            || !lock(&self.timer.flights).queue.is_empty()
-            || self.synced.swap(false, Ordering::Relaxed)
-        {
-            return None;
+    /// Whether a launch of `work` on `stream` of context `ctx` goes untimed (`sample`: a sampling position,
+    /// a kernel or copy already timed often enough, not drawn): Ok with its charge. Err with the position
+    /// when it was drawn to be timed there (what it is charged teaches the average), Err(None) when it
+    /// is timed whatever the draw. The first launch after a synchronisation with nothing in flight is
+    /// always timed: it opens the span whose wait the next synchronisation dates (`flight::Span`), as a
+    /// tenant that synchronises after every batch needs.
+    fn untimed(&self, ctx: usize, stream: CUstream, work: Work) -> Result<u64, Option<Position>> {
+        if work.1 == GRAPH_GRID {
+            return Err(None);
         }
-        self.costs.untimed(work)
+        let mut q = lock(&self.timer.flights);
+        let Some(at) = q.position(ctx, stream as usize) else {
+            return Err(None);
+        };
+        if q.queue.is_empty() && self.synced.swap(false, Ordering::Relaxed) {
+            return Err(None);
+        }
+        match self.costs.untimed(work, at) {
+            Some(ns) => {
+                q.skipped(ctx, stream as usize);
+                Ok(ns)
+            }
+            None => Err(Some(at)),
+        }
     }
 
     /// The debug trace's account of a launch taken up at `entered` (`trace::Trace::spent`).
@@ -329,13 +342,24 @@ impl Share {
 
     /// Records the end event after a launch the driver took; the launch is now in flight. When the end
     /// cannot be recorded the launch is charged unmeasured.
-    fn end(&self, ctx: usize, stream: CUstream, b: Begun, work: Work, queued_at: u64, floor: u64) {
+    #[allow(clippy::too_many_arguments)]
+    fn end(
+        &self,
+        ctx: usize,
+        stream: CUstream,
+        b: Begun,
+        work: Work,
+        queued_at: u64,
+        floor: u64,
+        drawn: Option<Position>,
+    ) {
         let estimate = self.estimate.load(Ordering::Relaxed);
         let joined = match b.plan.grouping {
             Grouping::Joins => self.timer.joined(b.end, Some((work, floor, estimate))),
             _ => {
                 let mut f = InFlight::new(ctx, stream as usize, estimate, work, queued_at);
                 f.floors = floor;
+                f.drawn = drawn;
                 self.timer.end(ctx, stream, b, f)
             }
         };
@@ -400,21 +424,24 @@ pub fn throttled(
     }
     let entered = trace::on().then(mono_ns);
     let held = share.admit();
-    if let Some(ns) = share.untimed(work) {
-        let (r, driver) = trace::timed(entered, launch);
-        if r == CUDA_SUCCESS {
-            share.charge_untimed(ns);
+    let drawn = match share.untimed(ctx, stream, work) {
+        Ok(ns) => {
+            let (r, driver) = trace::timed(entered, launch);
+            if r == CUDA_SUCCESS {
+                share.charge_untimed(ns);
+            }
+            share.spent(entered, driver, held);
+            return r;
         }
-        share.spent(entered, driver, held);
-        return r;
-    }
+        Err(drawn) => drawn,
+    };
     let floor = share.groupable(work);
     let begun = share.timer.begin(ctx, stream, floor);
     let queued_at = mono_ns();
     let (r, driver) = trace::timed(entered, launch);
     if r == CUDA_SUCCESS {
         match begun {
-            Some(b) => share.end(ctx, stream, b, work, queued_at, floor.unwrap_or(0)),
+            Some(b) => share.end(ctx, stream, b, work, queued_at, floor.unwrap_or(0), drawn),
             None => share.unmeasured(),
         }
     } else if let Some(b) = begun {

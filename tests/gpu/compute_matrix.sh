@@ -13,7 +13,9 @@
 # debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py reads a pair's).
 # Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES ("2048 4096 8192"), MATRIX_MODES
 # ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the cells
-# MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default), PY (/opt/torch/.venv/bin/python3).
+# MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default), PY (/opt/torch/.venv/bin/python3),
+# MATRIX_CPUS ("A B": each process pinned with taskset, the alone runs and a pair's first tenant to CPU A,
+# the second to B; a loop bound by its launch rate changes speed by a third when the scheduler moves it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
@@ -27,15 +29,21 @@ export TORCHINDUCTOR_CACHE_DIR=$W/inductor
 res=$out/compute-matrix.txt
 logs=$out/matrix-logs
 [ "${MATRIX_TRACE:-0}" = 1 ] && mkdir -p "$logs"
-# run NAME SM ARGS...: SM "none" without the library; prints matmuls per second.
+read -r cpu_a cpu_b <<<"${MATRIX_CPUS:-}"
+# pin A|B: the taskset prefix of a process (none without MATRIX_CPUS).
+pin() { local c; [ "$1" = A ] && c=$cpu_a || c=$cpu_b; [ -n "$c" ] && echo "taskset -c $c"; }
+# run NAME SM ARGS...: SM "none" without the library; prints matmuls per second. The first tenant of a
+# pair (names ua-, c30-) and the alone runs on CPU A, the second on B (MATRIX_CPUS).
 run() {
-    local name=$1 sm=$2; shift 2
+    local name=$1 sm=$2 side=A; shift 2
+    case $name in ub-* | c70-*) side=B ;; esac
+    local py="$(pin $side) $py"
     if [ "$sm" = none ]; then
-        "$py" tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
+        $py tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
     else
         LD_PRELOAD="$lib" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$name" CUDA_DEVICE_SM_LIMIT="$sm" \
             LIBCUDA_LOG_LEVEL=$([ "${MATRIX_TRACE:-0}" = 1 ] && echo 3 || echo 1) \
-            "$py" tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
+            $py tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
     fi
     [ -d "$logs" ] && cp "$W/$name.out" "$W/$name.err" "$logs/"
     grep '^RESULT' "$W/$name.out" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()[7:])["per_s"])' 2>/dev/null \

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::events::{elapsed_ns, event_create, event_record};
+use super::sample::Position;
 use crate::ffi::*;
 use crate::launch_charge::Work;
 
@@ -48,6 +49,11 @@ pub const GROUP_FLOORS_NS: u64 = 1_000_000;
 /// and lose the cheap untimed path (`sample`): on an H100 a 2048² `torch.compile` loop kept 70% of its
 /// rate under 99% with groups from the first unfinished launch, 82% without groups.
 const OPEN_DEPTH: usize = 2;
+
+/// A launch queued behind this many launches of the share (timed or not) since the oldest in flight is
+/// in a deep queue: it is timed (chained, then in groups), not sampled (`sample`). Entries of the queue
+/// alone cannot tell: after untimed launches the queue holds few entries however deep it is.
+const SAMPLE_DEPTH: u64 = 3;
 
 /// Whether a launch's (or group's) end event is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +110,13 @@ pub struct InFlight {
     pub joining: u32,
     /// Something asked to close the group while launches were joining: the last of them closes it.
     pub close_asked: bool,
+    /// An untimed launch of its stream came after it (`sample`): its end is no later launch's start.
+    pub skipped: bool,
+    /// The share's launch count when it was queued (`Flights::launches`).
+    pub seq: u64,
+    /// It was in a sampling position and drawn to be timed (or its work was not known enough yet): what
+    /// it is charged teaches that position's average (`sample::Costs`).
+    pub drawn: Option<Position>,
 }
 
 impl InFlight {
@@ -127,6 +140,9 @@ impl InFlight {
             state: End::Recorded,
             joining: 0,
             close_asked: false,
+            skipped: false,
+            seq: 0,
+            drawn: None,
         }
     }
 }
@@ -195,6 +211,8 @@ pub struct Flights {
     pending: Option<usize>,
     /// Groups open (their end not recorded).
     open: usize,
+    /// Launches planned so far, timed or not: how deep the queue is behind its oldest launch.
+    pub launches: u64,
 }
 
 // SAFETY: see InFlight and Span.
@@ -205,6 +223,7 @@ impl Flights {
     /// previous launch's end is then kept for it when that launch is charged). `floor`: the least time
     /// its work took, when it may be timed in a group (`Share::groupable`).
     pub fn plan(&mut self, ctx: usize, stream: usize, floor: Option<u64>) -> Plan {
+        self.launches += 1;
         let mut plan = Plan::alone(self.queue.is_empty());
         // The queue's oldest launch, found running just now, is of this stream: every later launch of
         // the stream is unfinished too (a stream runs in order).
@@ -212,17 +231,12 @@ impl Flights {
             (Some(e), Some(f)) => f.end as usize == e && f.stream == stream && f.ctx == ctx,
             _ => false,
         };
-        let len = self.queue.len();
-        let Some(i) = (0..len)
-            .rev()
-            .take(CHAIN_LOOKBACK)
-            .find(|&i| self.queue[i].stream == stream && self.queue[i].ctx == ctx)
-        else {
+        let Some(i) = self.newest_of(ctx, stream) else {
             return plan;
         };
         let p = &mut self.queue[i];
         match p.state {
-            End::Recorded if !p.lent_end => {
+            End::Recorded if !p.lent_end && !p.skipped => {
                 p.lent_end = true;
                 plan.chained = Some(p.end);
                 if floor.is_some() && deep_from && i >= OPEN_DEPTH {
@@ -261,6 +275,41 @@ impl Flights {
             _ => {}
         }
         plan
+    }
+
+    /// Whether a launch on `stream` of context `ctx` is in a sampling position (`sample::Position`), and
+    /// which: nothing of its stream in flight, or a shallow queue: fewer than `SAMPLE_DEPTH` launches
+    /// queued since the oldest in flight, and its stream's newest launch in flight among the first
+    /// `OPEN_DEPTH`, its end recorded and not lent (a group forming, or a launch being chained on it, is
+    /// timed on). Deeper queues are timed.
+    pub fn position(&self, ctx: usize, stream: usize) -> Option<Position> {
+        match self.newest_of(ctx, stream) {
+            None => Some(Position::Idle),
+            Some(i) if i < OPEN_DEPTH => {
+                let p = &self.queue[i];
+                let depth = self.launches.saturating_sub(self.queue[0].seq);
+                (depth < SAMPLE_DEPTH && p.state == End::Recorded && !p.lent_end)
+                    .then_some(Position::Behind)
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// An untimed launch on `stream` of context `ctx` is about to be queued: its stream's newest launch
+    /// in flight lends no start from now on.
+    pub fn skipped(&mut self, ctx: usize, stream: usize) {
+        self.launches += 1;
+        if let Some(i) = self.newest_of(ctx, stream) {
+            self.queue[i].skipped = true;
+        }
+    }
+
+    /// The index of the newest launch in flight on `stream` of context `ctx` (within `CHAIN_LOOKBACK`).
+    fn newest_of(&self, ctx: usize, stream: usize) -> Option<usize> {
+        (0..self.queue.len())
+            .rev()
+            .take(CHAIN_LOOKBACK)
+            .find(|&i| self.queue[i].stream == stream && self.queue[i].ctx == ctx)
     }
 
     /// The oldest launch in flight leaves the queue (to be charged or retired).
@@ -525,6 +574,7 @@ impl Timer {
             q.open += 1;
             self.maybe_open.store(true, Ordering::Relaxed);
         }
+        f.seq = q.launches;
         q.queue.push_back(f);
         true
     }

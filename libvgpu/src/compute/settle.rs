@@ -202,8 +202,8 @@ impl Share {
             graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
         }
         let tokens = self.area().settle_launches(ns, f.estimate, members);
-        if f.opens_span && f.work.1 != GRAPH_GRID && members == 1 {
-            self.costs.learned(f.work, ns);
+        if let (Some(at), 1) = (f.drawn, members) {
+            self.costs.learned(f.work, at, ns);
         }
         if trace::on() {
             self.trace.charged(elapsed, ns, sharers, read_as, members);

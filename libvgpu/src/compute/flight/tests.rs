@@ -7,6 +7,7 @@ fn ev(n: usize) -> CUevent {
 
 fn flight(start: usize, end: usize, stream: usize, plan: Plan) -> InFlight {
     let mut f = InFlight::new(1, stream, 0, (0, [1, 1, 1]), 0);
+    f.seq = 0;
     f.start = plan.chained.unwrap_or(ev(start));
     f.end = ev(end);
     f.opens_span = plan.opens_span;
@@ -226,4 +227,63 @@ fn a_group_being_joined_is_closed_by_its_last_joiner() {
     let p = f.plan(1, 10, Some(100));
     assert_eq!((p.chained, p.grouping), (None, Grouping::Alone));
     assert_eq!(f.by_end(ev(3)).unwrap().state, End::Open);
+}
+
+// In a queue the GPU keeps up with (a loop bound by its launch rate), a launch finds at most its stream's
+// one launch in flight, at the front: it may go untimed (`sample`), as a launch with nothing in flight
+// may. After an untimed launch the one in flight lends no start: a launch timed from its end would be
+// timed over the untimed one's work too (charged twice).
+#[test]
+fn a_launch_behind_its_stream_s_front_launch_may_go_untimed_and_then_nothing_chains_over_it() {
+    let mut f = Flights::default();
+    assert_eq!(f.position(1, 10), Some(Position::Idle));
+    let p1 = f.plan(1, 10, None);
+    f.queue.push_back(flight(100, 101, 10, p1));
+    assert_eq!(f.position(1, 10), Some(Position::Behind));
+    // A stream with nothing of its own in flight.
+    assert_eq!(f.position(1, 20), Some(Position::Idle));
+    assert_eq!(f.position(2, 10), Some(Position::Idle));
+    f.skipped(1, 10);
+    let p2 = f.plan(1, 10, None);
+    assert_eq!(p2, Plan::alone(false), "its own start: not chained over the untimed launch");
+    assert!(!f.queue[0].lent_end);
+    f.queue.push_back(flight(200, 201, 10, p2));
+    // Two of the stream in flight: a queue that deepens is timed (chained, then in groups).
+    assert_eq!(f.position(1, 10), None);
+    let p3 = f.plan(1, 10, None);
+    assert_eq!(p3.chained, Some(ev(201)));
+}
+
+// A launch planned chained on the front (its end lent, the launch not queued yet), or a group forming at
+// the front, is no place to sample: the next launch is timed.
+#[test]
+fn a_front_lent_or_open_is_no_sampling_position() {
+    let mut f = Flights::default();
+    let p1 = f.plan(1, 10, None);
+    f.queue.push_back(flight(100, 101, 10, p1));
+    let _lent = f.plan(1, 10, None);
+    assert_eq!(f.position(1, 10), None);
+    let mut g = Flights::default();
+    let p = g.plan(1, 10, None);
+    g.queue.push_back(flight(100, 101, 10, p));
+    g.queue[0].state = End::Open;
+    assert_eq!(g.position(1, 10), None);
+}
+
+// A deep queue holds few entries once launches go untimed: its depth is counted in launches. Behind
+// SAMPLE_DEPTH launches since the oldest in flight a launch is timed, so that the queue's timing turns
+// to groups (one event for up to eight launches), not to sampled launches of two events each.
+#[test]
+fn a_queue_deep_in_launches_is_no_sampling_position_however_few_its_entries() {
+    let mut f = Flights::default();
+    let p1 = f.plan(1, 10, None);
+    let mut a = flight(100, 101, 10, p1);
+    a.seq = f.launches;
+    f.queue.push_back(a);
+    for _ in 0..SAMPLE_DEPTH {
+        assert_eq!(f.position(1, 10), Some(Position::Behind));
+        f.skipped(1, 10);
+    }
+    assert_eq!(f.position(1, 10), None, "{SAMPLE_DEPTH} launches behind the oldest");
+    assert_eq!(f.position(1, 20), Some(Position::Idle), "another stream, nothing of its own");
 }
