@@ -140,6 +140,10 @@ struct Share {
     trace: trace::Trace,
     /// What timed launches of each work were charged, for the untimed ones (`sample`).
     costs: sample::Costs,
+    /// What a timing event costs the GPU, which untimed launches do not (`sample::EventCost`).
+    event_cost: sample::EventCost,
+    /// Timed launches queued behind work, counted (one in `sample::PROBE_EVERY` is probed).
+    probes: AtomicU64,
     /// The application synchronised since the last launch that opened a span: the next one is timed.
     synced: AtomicBool,
     /// Launches that could have been grouped, counted (`groupable`).
@@ -205,6 +209,8 @@ impl Share {
             solo: Mutex::new(SoloBook::default()),
             trace: trace::Trace::default(),
             costs: sample::Costs::new(sample::seed()),
+            event_cost: sample::EventCost::default(),
+            probes: AtomicU64::new(0),
             synced: AtomicBool::new(true),
             grouped: AtomicU64::new(0),
             retired_at: AtomicU64::new(0),
@@ -315,7 +321,7 @@ impl Share {
         match self.costs.untimed(work, at) {
             Some(ns) => {
                 q.skipped(ctx, stream as usize);
-                Ok(ns)
+                Ok(self.event_cost.untimed_charge(ns))
             }
             None => Err(Some(at)),
         }
@@ -356,11 +362,17 @@ impl Share {
         let estimate = self.estimate.load(Ordering::Relaxed);
         let joined = match b.plan.grouping {
             Grouping::Joins => self.timer.joined(b.end, Some((work, floor, estimate))),
-            _ => {
+            grouping => {
                 let mut f = InFlight::new(ctx, stream as usize, estimate, work, queued_at);
                 f.floors = floor;
                 f.drawn = drawn;
-                self.timer.end(ctx, stream, b, f)
+                let probe = !b.plan.opens_span
+                    && grouping == Grouping::Alone
+                    && self
+                        .probes
+                        .fetch_add(1, Ordering::Relaxed)
+                        .is_multiple_of(sample::PROBE_EVERY);
+                self.timer.end(ctx, stream, b, f, probe)
             }
         };
         if joined {

@@ -112,6 +112,8 @@ pub struct InFlight {
     pub close_asked: bool,
     /// An untimed launch of its stream came after it (`sample`): its end is no later launch's start.
     pub skipped: bool,
+    /// An event recorded right after its end (`sample::EventCost`), or null.
+    pub probe: CUevent,
     /// The share's launch count when it was queued (`Flights::launches`).
     pub seq: u64,
     /// It was in a sampling position and drawn to be timed (or its work was not known enough yet): what
@@ -141,6 +143,7 @@ impl InFlight {
             joining: 0,
             close_asked: false,
             skipped: false,
+            probe: std::ptr::null_mut(),
             seq: 0,
             drawn: None,
         }
@@ -558,12 +561,29 @@ impl Timer {
     }
 
     /// Records the end event after a launch the driver took and puts the launch in flight; false (its
-    /// events given back) when the end cannot be recorded.
-    pub fn end(&self, ctx: usize, stream: CUstream, b: Begun, mut f: InFlight) -> bool {
+    /// events given back) when the end cannot be recorded. `probe`: a second event is recorded right
+    /// after the end (`sample::EventCost`).
+    pub fn end(
+        &self,
+        ctx: usize,
+        stream: CUstream,
+        b: Begun,
+        mut f: InFlight,
+        probe: bool,
+    ) -> bool {
         let opens = b.plan.grouping == Grouping::Opens;
         if !opens && event_record(b.end, stream) != CUDA_SUCCESS {
             self.give_back(ctx, b);
             return false;
+        }
+        if probe && !opens {
+            if let Some(e) = self.event(ctx) {
+                if event_record(e, stream) == CUDA_SUCCESS {
+                    f.probe = e;
+                } else {
+                    lock(&self.spare).push((ctx, e as usize));
+                }
+            }
         }
         f.start = b.start;
         f.end = b.end;
@@ -614,6 +634,9 @@ impl Timer {
         }
         if !f.lent_end {
             reuse.push((f.ctx, f.end));
+        }
+        if !f.probe.is_null() {
+            reuse.push((f.ctx, f.probe));
         }
         lock(&self.spare).extend(reuse.into_iter().map(|(c, e)| (c, e as usize)));
         waited

@@ -67,6 +67,11 @@ impl Share {
     /// also the span's wait.
     fn measured(&self, f: &InFlight) {
         let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
+        if !f.probe.is_null() {
+            if let Some(ns) = elapsed_ns(f.end, f.probe) {
+                self.event_cost.observed(ns);
+            }
+        }
         self.charge(f, elapsed);
         if let Some(ns) = self.timer.settled(f) {
             self.waited(ns);

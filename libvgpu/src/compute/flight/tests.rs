@@ -245,7 +245,11 @@ fn a_launch_behind_its_stream_s_front_launch_may_go_untimed_and_then_nothing_cha
     assert_eq!(f.position(2, 10), Some(Position::Idle));
     f.skipped(1, 10);
     let p2 = f.plan(1, 10, None);
-    assert_eq!(p2, Plan::alone(false), "its own start: not chained over the untimed launch");
+    assert_eq!(
+        p2,
+        Plan::alone(false),
+        "its own start: not chained over the untimed launch"
+    );
     assert!(!f.queue[0].lent_end);
     f.queue.push_back(flight(200, 201, 10, p2));
     // Two of the stream in flight: a queue that deepens is timed (chained, then in groups).
@@ -284,6 +288,14 @@ fn a_queue_deep_in_launches_is_no_sampling_position_however_few_its_entries() {
         assert_eq!(f.position(1, 10), Some(Position::Behind));
         f.skipped(1, 10);
     }
-    assert_eq!(f.position(1, 10), None, "{SAMPLE_DEPTH} launches behind the oldest");
-    assert_eq!(f.position(1, 20), Some(Position::Idle), "another stream, nothing of its own");
+    assert_eq!(
+        f.position(1, 10),
+        None,
+        "{SAMPLE_DEPTH} launches behind the oldest"
+    );
+    assert_eq!(
+        f.position(1, 20),
+        Some(Position::Idle),
+        "another stream, nothing of its own"
+    );
 }
