@@ -1,5 +1,5 @@
 //! The launches of one device's share in flight (recorded, not yet charged), and which events time them.
-//! Pure bookkeeping: the driver calls are `compute`'s.
+//! Pure bookkeeping: the driver calls (events made, recorded, given back) are `compute::timer`'s.
 //!
 //! Each launch's elapsed time is meant to be the time its work waited in the GPU's queue, not only the
 //! time its own kernels ran: on a GPU time-sliced between contexts, another context's slices fall between
@@ -25,10 +25,7 @@
 //! stream or event, so that its end is recorded while its work still runs.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
-use super::events::{elapsed_ns, event_create, event_record};
 use super::sample::Position;
 use crate::ffi::*;
 use crate::launch_charge::Work;
@@ -167,7 +164,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    fn alone(opens_span: bool) -> Plan {
+    pub(super) fn alone(opens_span: bool) -> Plan {
         Plan {
             chained: None,
             opens_span,
@@ -211,9 +208,9 @@ pub struct Flights {
     pub span: Option<Span>,
     /// The end event of the queue's oldest launch when the harvest last found it still running: what
     /// proves a queue deep (`plan`). Cleared whenever the oldest leaves the queue.
-    pending: Option<usize>,
+    pub(super) pending: Option<usize>,
     /// Groups open (their end not recorded).
-    open: usize,
+    pub(super) open: usize,
     /// Launches planned so far, timed or not: how deep the queue is behind its oldest launch.
     pub launches: u64,
 }
@@ -329,13 +326,17 @@ impl Flights {
     }
 
     /// The launch in flight whose end event is `end`.
-    fn by_end(&mut self, end: CUevent) -> Option<&mut InFlight> {
+    pub(super) fn by_end(&mut self, end: CUevent) -> Option<&mut InFlight> {
         self.queue.iter_mut().rev().find(|f| f.end == end)
     }
 
     /// Open groups (of context `ctx`, or all) to close: each is `Closing` on return, for the caller to
     /// record its end; one that launches are joining is left to the last of them (`close_asked`).
-    fn closing(&mut self, ctx: Option<usize>, front_only: bool) -> Vec<(CUevent, usize)> {
+    pub(super) fn closing(
+        &mut self,
+        ctx: Option<usize>,
+        front_only: bool,
+    ) -> Vec<(CUevent, usize)> {
         let mut out = Vec::new();
         let n = if front_only { 1 } else { self.queue.len() };
         for f in self.queue.iter_mut().take(n) {
@@ -354,7 +355,7 @@ impl Flights {
     }
 
     /// A group's end was recorded (`ok`) or could not be.
-    fn closed(&mut self, end: CUevent, ok: bool) {
+    pub(super) fn closed(&mut self, end: CUevent, ok: bool) {
         if let Some(f) = self.by_end(end) {
             f.state = if ok { End::Recorded } else { End::Failed };
             if !ok {
@@ -391,279 +392,6 @@ impl Flights {
         f.closes_span = self.queue.is_empty();
         f.ended_at = ended_at.filter(|_| f.closes_span);
         self.retired.push_back(f);
-    }
-}
-
-/// A launch's events between `Timer::begin` and `Timer::end`.
-pub struct Begun {
-    pub start: CUevent,
-    pub end: CUevent,
-    pub plan: Plan,
-}
-
-/// The launches of one device's share in flight and the events that time them (the driver calls).
-#[derive(Default)]
-pub struct Timer {
-    pub flights: Mutex<Flights>,
-    /// Events whose launch was charged, for reuse, by context.
-    spare: Mutex<Vec<(usize, usize)>>,
-    /// A group may be open: set under the queue's lock when one opens, cleared under it when
-    /// `close_open` finds none; read without the lock, so that a query hook (`sync::polling`) costs one
-    /// load when no group is open.
-    maybe_open: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Timer {
-    /// An event of context `ctx`: a spare one, else one made with `ctx` current (events and the stream
-    /// they are recorded on must be of one context, whatever context the launching thread has current).
-    fn event(&self, ctx: usize) -> Option<CUevent> {
-        {
-            let mut spare = lock(&self.spare);
-            if let Some(i) = spare.iter().position(|&(c, _)| c == ctx) {
-                return Some(spare.swap_remove(i).1 as CUevent);
-            }
-        }
-        let mut e: CUevent = std::ptr::null_mut();
-        let r = crate::streams::in_context(ctx, || event_create(&mut e));
-        (r == Ok(CUDA_SUCCESS)).then_some(e)
-    }
-
-    /// Gets a launch's events and records its start, unless it is timed from the end of the launch before
-    /// it on its stream, still in flight, or joins an open group there (`Flights::plan`; `floor` as
-    /// there); None when events cannot be had (the launch then goes unmeasured).
-    pub fn begin(&self, ctx: usize, stream: CUstream, floor: Option<u64>) -> Option<Begun> {
-        let mut plan = lock(&self.flights).plan(ctx, stream as usize, floor);
-        if plan.grouping == Grouping::Joins {
-            let g = plan.chained.unwrap_or(std::ptr::null_mut());
-            return Some(Begun {
-                start: g,
-                end: g,
-                plan,
-            });
-        }
-        if let (true, Some(g)) = (plan.close_first, plan.chained) {
-            // The group before this launch closes: its end, recorded now, is this launch's start.
-            let ok = event_record(g, stream) == CUDA_SUCCESS;
-            lock(&self.flights).closed(g, ok);
-            if !ok {
-                plan = Plan::alone(plan.opens_span);
-            }
-        }
-        let start = match plan.chained {
-            Some(start) => Some(start),
-            None => self.event(ctx),
-        };
-        let Some(start) = start else {
-            self.unplanned(ctx, plan, None, None);
-            return None;
-        };
-        let Some(end) = self.event(ctx) else {
-            self.unplanned(ctx, plan, Some(start), None);
-            return None;
-        };
-        if plan.chained.is_none() && event_record(start, stream) != CUDA_SUCCESS {
-            self.unplanned(ctx, plan, Some(start), Some(end));
-            return None;
-        }
-        Some(Begun { start, end, plan })
-    }
-
-    /// The events of a launch that was not queued, or whose end could not be recorded: a chained start
-    /// goes back to the launch that lent it (or, charged meanwhile, to the spare ones). A launch that
-    /// was to join a group leaves it.
-    pub fn give_back(&self, ctx: usize, b: Begun) {
-        if b.plan.grouping == Grouping::Joins {
-            self.joined(b.end, None);
-            return;
-        }
-        self.unplanned(ctx, b.plan, Some(b.start), Some(b.end));
-    }
-
-    /// A launch planned into the group ending at `end` returned: `Some((work, floor, estimate))` when
-    /// the driver took it (it becomes a member), None when not. Closes the group when it is full or
-    /// was asked to close. False when the group was not found open (the launch is then not measured).
-    pub fn joined(&self, end: CUevent, member: Option<(Work, u64, u64)>) -> bool {
-        let (found, close) = {
-            let mut q = lock(&self.flights);
-            let Some(g) = q.by_end(end) else {
-                return false;
-            };
-            if g.state != End::Open {
-                return false;
-            }
-            g.joining = g.joining.saturating_sub(1);
-            if let Some((work, floor, estimate)) = member {
-                g.members += 1;
-                g.floors = g.floors.saturating_add(floor);
-                g.mixed |= work != g.work;
-                g.estimate = g.estimate.saturating_add(estimate);
-            }
-            let full = g.members >= GROUP_MAX || g.floors >= GROUP_FLOORS_NS;
-            let close = g.joining == 0 && (full || g.close_asked);
-            let stream = g.stream;
-            if close {
-                g.state = End::Closing;
-                q.open = q.open.saturating_sub(1);
-            }
-            (true, close.then_some(stream))
-        };
-        if let Some(stream) = close {
-            self.record_closing(&[(end, stream)]);
-        }
-        found
-    }
-
-    /// Records the ends of groups made `Closing`.
-    fn record_closing(&self, groups: &[(CUevent, usize)]) {
-        for &(end, stream) in groups {
-            let ok = event_record(end, stream as CUstream) == CUDA_SUCCESS;
-            lock(&self.flights).closed(end, ok);
-        }
-    }
-
-    /// Closes the open groups (of context `ctx`, or all): their work is queued, and the thread is about
-    /// to wait, or the application to ask what finished. Cheap when none is open.
-    pub fn close_open(&self, ctx: Option<usize>) {
-        if !self.maybe_open.load(Ordering::Relaxed) {
-            return;
-        }
-        let groups = {
-            let mut q = lock(&self.flights);
-            if !q.any_open() {
-                self.maybe_open.store(false, Ordering::Relaxed);
-                return;
-            }
-            q.closing(ctx, false)
-        };
-        self.record_closing(&groups);
-    }
-
-    /// Closes the oldest launch in flight if it is an open group (the harvest reached it: the work before
-    /// it is finished, so its members run now).
-    pub fn close_front(&self) {
-        let groups = lock(&self.flights).closing(None, true);
-        self.record_closing(&groups);
-    }
-
-    fn unplanned(&self, ctx: usize, plan: Plan, start: Option<CUevent>, end: Option<CUevent>) {
-        let own_start = match plan.chained {
-            Some(lent) => !lock(&self.flights).unlend(lent),
-            None => true,
-        };
-        let mut spare = lock(&self.spare);
-        for e in [start.filter(|_| own_start), end].into_iter().flatten() {
-            spare.push((ctx, e as usize));
-        }
-    }
-
-    /// Records the end event after a launch the driver took and puts the launch in flight; false (its
-    /// events given back) when the end cannot be recorded. `probe`: a second event is recorded right
-    /// after the end (`sample::EventCost`).
-    pub fn end(
-        &self,
-        ctx: usize,
-        stream: CUstream,
-        b: Begun,
-        mut f: InFlight,
-        probe: bool,
-    ) -> bool {
-        let opens = b.plan.grouping == Grouping::Opens;
-        if !opens && event_record(b.end, stream) != CUDA_SUCCESS {
-            self.give_back(ctx, b);
-            return false;
-        }
-        if probe && !opens {
-            if let Some(e) = self.event(ctx) {
-                if event_record(e, stream) == CUDA_SUCCESS {
-                    f.probe = e;
-                } else {
-                    lock(&self.spare).push((ctx, e as usize));
-                }
-            }
-        }
-        f.start = b.start;
-        f.end = b.end;
-        f.opens_span = b.plan.opens_span;
-        let mut q = lock(&self.flights);
-        if opens {
-            f.state = End::Open;
-            q.open += 1;
-            self.maybe_open.store(true, Ordering::Relaxed);
-        }
-        f.seq = q.launches;
-        q.queue.push_back(f);
-        true
-    }
-
-    /// A measured launch was charged: its events go back for reuse, except an end lent to the next
-    /// launch and a span's first start. When it closes its span, the span ends; returns how long the
-    /// span's first launch waited before the GPU took it up, when `f.ended_at` says when it ended.
-    pub fn settled(&self, f: &InFlight) -> Option<u64> {
-        let mut waited = None;
-        let mut reuse = Vec::with_capacity(3);
-        let closed = {
-            let mut q = lock(&self.flights);
-            if f.opens_span {
-                if let Some(old) = q.span.replace(Span {
-                    start: f.start,
-                    ctx: f.ctx,
-                    queued_at: f.queued_at,
-                }) {
-                    reuse.push((old.ctx, old.start));
-                }
-            } else {
-                reuse.push((f.ctx, f.start));
-            }
-            if f.closes_span {
-                q.span.take()
-            } else {
-                None
-            }
-        };
-        if let Some(span) = closed {
-            if let (Some(t), true) = (f.ended_at, span.ctx == f.ctx) {
-                if let Some(extent) = elapsed_ns(span.start, f.end) {
-                    waited = Some(span.waited(t, extent));
-                }
-            }
-            reuse.push((span.ctx, span.start));
-        }
-        if !f.lent_end {
-            reuse.push((f.ctx, f.end));
-        }
-        if !f.probe.is_null() {
-            reuse.push((f.ctx, f.probe));
-        }
-        lock(&self.spare).extend(reuse.into_iter().map(|(c, e)| (c, e as usize)));
-        waited
-    }
-
-    /// Context `c` is gone: its spare events and its span's start died with it.
-    pub fn forget_context(&self, c: usize) {
-        lock(&self.spare).retain(|&(owner, _)| owner != c);
-        let mut q = lock(&self.flights);
-        if q.span.as_ref().is_some_and(|s| s.ctx == c) {
-            q.span = None;
-        }
-    }
-
-    /// In a child after `fork`: what is in flight and the spare events are the parent's. A lock another
-    /// thread held at the fork stays held in the child: then nothing is dropped.
-    pub fn forget_parent(&self) {
-        if let Ok(mut q) = self.flights.try_lock() {
-            q.queue.clear();
-            q.retired.clear();
-            q.span = None;
-            q.pending = None;
-            q.open = 0;
-        }
-        if let Ok(mut s) = self.spare.try_lock() {
-            s.clear();
-        }
     }
 }
 
