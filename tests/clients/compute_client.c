@@ -33,6 +33,9 @@
  *              and a short one, each followed by ARG us of host work: a loop the GPU keeps nearly up with,
  *              each launch finding at most the one before it still running (torch.compile's matmul and
  *              the Triton kernel after it)
+ *   firstcheap as gap, but after each synchronisation (every 16 launches) the first launch is short (the
+ *              kernel at 1x) and the other 15 long (30x the work: same function and grid, on the fake the
+ *              block's height): a program that makes the launches the share always times cheap
  *   steps      16 launches, then cuStreamSynchronize, then ARG us (default 0) of sleep, in a loop: also prints
  *              "step_us=MEDIAN", how long a step (launches and synchronisation) took: its kernels' time,
  *              and whatever time the GPU waited for the CPU
@@ -227,7 +230,7 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         TRY(cuGetProcAddress("cuMemsetD8", (void **)&memset_v1, 2000, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
         TRY(cuGetProcAddress("cuMemcpyDtoD", (void **)&memcpy_v1, 2000, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
     }
-    mult = !strcmp(mode, "cheap") ? (arg ? (unsigned)atoi(arg) : 10) : !strcmp(mode, "pairs") ? 7 : 1;
+    mult = !strcmp(mode, "cheap") ? (arg ? (unsigned)atoi(arg) : 10) : !strcmp(mode, "pairs") ? 7 : !strcmp(mode, "firstcheap") ? 30 : 1;
     cycles_x = cycles * mult;
     CUgraphExec ex = NULL;
     if (!strcmp(mode, "graph")) {
@@ -341,11 +344,11 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
     else if (strcmp(mode, "plain") && strncmp(mode, "memset", 6) && strncmp(mode, "memcpy", 6) && strncmp(mode, "batch", 5) &&
              strcmp(mode, "cheap"))
         TRY(cuCtxSetCurrent(NULL));
-    int pairs = !strcmp(mode, "pairs");
-    double gap = !strcmp(mode, "gap") || pairs ? (arg ? atof(arg) / 1e6 : 3 * *unit / 1e3) : 0;
+    int pairs = !strcmp(mode, "pairs"), firstcheap = !strcmp(mode, "firstcheap");
+    double gap = !strcmp(mode, "gap") || pairs || firstcheap ? (arg ? atof(arg) / 1e6 : 3 * *unit / 1e3) : 0;
     double t0 = now();
     for (*launched = 0; now() - t0 < secs;) {
-        TRY(launch_one(mode, ex, pairs ? *launched % 2 == 0 : x));
+        TRY(launch_one(mode, ex, pairs ? *launched % 2 == 0 : firstcheap ? *launched % 16 != 0 : x));
         for (double g0 = now(); gap > 0 && now() - g0 < gap;) {
         }
         if (++*launched % 16 == 0) TRY(cuStreamSynchronize(stream));

@@ -265,6 +265,14 @@ check "a fork child's synchronisation charges nothing of its parent's synchronis
 # cheap mode launches once at 1x, then loops at 10x the work (block 10 high: 20 ms each).
 out=$(vg "$WORK/b_cheap" 10 "$CC" cheap $((SECS + 1)) 10)
 between "a cheap launch, then 10x longer ones of the same kernel and grid at 10% get ~10%" "$(share "$out" 10)" 5 16
+# The launches the share always times (the first after a synchronisation) made cheap, the others dear: steps
+# of one 50 us launch and fifteen 1.5 ms ones of the same kernel and grid, each followed by 2 ms of host work
+# (the GPU idle at each launch, so most go untimed), at 10%. The untimed ones were charged an average the
+# cheap first launches taught too: 11.7-12.2%. Only launches that went through the draw teach it now.
+fc=$(FAKE_CUDA_KERNEL_US=50 vg "$WORK/b_firstcheap" 10 "$CC" firstcheap $((SECS + 1)) 2000)
+fcs=$(awk -v l="$(field launched "$fc")" -v s="$(field seconds "$fc")" 'BEGIN { if (s > 0) printf "%.1f", l * (15 * 30 + 1) / 16 * 50 / 1e4 / s; else print -1 }')
+check "cheap launches after each synchronisation, dear ones between, at 10% get at most 11% (${fcs}%)" \
+    awk -v p="$fcs" 'BEGIN { exit !(p > 5 && p <= 11) }'
 # ... and so beside three processes of its own container that keep NVML's per-process reading busy (one
 # 2 ms launch every 300 ms each, ~0.7% of the GPU): counted as busy neighbours, they made the library
 # read the cheap launch's floor as contention and charge each long launch a quarter of what it took

@@ -14,6 +14,14 @@ fn flight(start: usize, end: usize, stream: usize, plan: Plan) -> InFlight {
     f
 }
 
+/// One launch in flight on stream 10 of context 1 (start 100, end 101), planned as a first launch is.
+fn one_in_flight() -> Flights {
+    let mut f = Flights::default();
+    let p = f.plan(1, 10, None);
+    f.queue.push_back(flight(100, 101, 10, p));
+    f
+}
+
 #[test]
 fn a_launch_behind_one_in_flight_on_its_stream_is_timed_from_its_end() {
     let mut f = Flights::default();
@@ -37,9 +45,7 @@ fn a_launch_behind_one_in_flight_on_its_stream_is_timed_from_its_end() {
 
 #[test]
 fn a_chained_launch_that_was_not_queued_gives_the_end_back() {
-    let mut f = Flights::default();
-    let p1 = f.plan(1, 10, None);
-    f.queue.push_back(flight(100, 101, 10, p1));
+    let mut f = one_in_flight();
     let p2 = f.plan(1, 10, None);
     assert!(f.unlend(p2.chained.unwrap()));
     assert!(!f.queue[0].lent_end);
@@ -55,9 +61,7 @@ fn a_chained_launch_that_was_not_queued_gives_the_end_back() {
 // span still ends (dated) at its last launch.
 #[test]
 fn retired_launches_end_their_span_and_lend_nothing() {
-    let mut f = Flights::default();
-    let p1 = f.plan(1, 10, None);
-    f.queue.push_back(flight(100, 101, 10, p1));
+    let mut f = one_in_flight();
     let p2 = f.plan(1, 10, None);
     f.queue.push_back(flight(0, 201, 10, p2));
     let a = f.queue.pop_front().unwrap();
@@ -262,9 +266,7 @@ fn a_launch_behind_its_stream_s_front_launch_may_go_untimed_and_then_nothing_cha
 // the front, is no place to sample: the next launch is timed.
 #[test]
 fn a_front_lent_or_open_is_no_sampling_position() {
-    let mut f = Flights::default();
-    let p1 = f.plan(1, 10, None);
-    f.queue.push_back(flight(100, 101, 10, p1));
+    let mut f = one_in_flight();
     let _lent = f.plan(1, 10, None);
     assert_eq!(f.position(1, 10), None);
     let mut g = Flights::default();
