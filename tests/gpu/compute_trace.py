@@ -9,7 +9,8 @@ the driver's launch left out) and how many launches went untimed.
 LOGS is the matrix's `matrix-logs/` (MATRIX_TRACE=1), CELL e.g. `2048-eager`: reads `c30-CELL.{out,err}` and
 `c70-CELL.{out,err}` (the library's `compute trace` lines, the workload's ticks) and `alone-CELL.out` (the
 throughput alone). For the measured seconds it prints, per tenant, its GPU time as the library measured and
-charged it (per wall second), how long it was held back, what the driver said about sharers; then how the
+charged it (per wall second), how long it was held back, what the driver said about sharers, the bucket's
+level where the measurement starts and ends (what it drew down is charged beyond the share); then how the
 time divides between both running, one alone and neither, and in each case each tenant's throughput
 (against the loop alone) and charge per elapsed time. `--timeline` prints every bin.
 """
@@ -105,6 +106,12 @@ def main():
               f"launches {sum(r['launches'] for r in rs)}; sharers {dict(sorted(sh.items()))}; read as {dict(sorted(ra.items()))}")
         n_l = max(sum(r["launches"] for r in rs), 1)
         lib, nvml, unt = (sum(r.get(k, 0) for r in rs) for k in ("lib", "nvml", "untimed"))
+        # The bucket's level where the measurement starts and ends: with a pacing window, what it drew
+        # down in between is charged on top of the share's refill (a phase effect of a short measurement).
+        if rs:
+            t_a, t_b = rs[0]["tokens"], rs[-1]["tokens"]
+            print(f"       bucket {t_a:.0f} ms at the start, {t_b:.0f} ms at the end: {(t_a - t_b) / span:+.3f} s per wall "
+                  f"second charged beyond the refill")
         print(f"       the library's CPU time: {1e3 * lib / n_l:.2f} us a launch ({lib / span:.3f} s per wall second), "
               f"NVML's refresh {nvml:.1f} ms in all; untimed {100 * unt / n_l:.0f}% of launches")
     # A tenant runs in a bin when it was held back less than half of it.
