@@ -287,6 +287,13 @@ impl SoloBook {
         part.min(elapsed).max(bound)
     }
 
+    /// How stretched this process's recent work is, read as a number of contexts in thousandths
+    /// (`sharers_of` of the decayed sums; one when nothing was measured): what the next charge reads it as
+    /// before the driver's bound.
+    pub fn stretch(&self) -> u64 {
+        sharers_of(self.stretched, self.solo)
+    }
+
     /// How many busy contexts the last charge read its stretch as, in thousandths (one to `MAX_SHARERS`
     /// contexts).
     pub fn read_as(&self) -> u64 {

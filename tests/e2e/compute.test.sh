@@ -193,6 +193,35 @@ wait $n
 between "contexts switched between kernels: a 30% tenant beside a busy neighbour gets 30% of what two unlimited loops get together ($pair%)" \
     "$(share "$out")" $(( pair * 3 / 10 - 5 )) $(( pair * 3 / 10 + 5 ))
 
+# A tenant that never waits for its bucket read NVML's count of busy contexts once a second: read while its
+# neighbour was idle, "alone" stayed for up to a second after the neighbour ran again, and each of its
+# time-sliced launches was charged all it took (H200, 4096² eager at 30 / 70: the 70% tenant read one
+# context while both ran, ran dry, and was held while the 30% tenant ran alone; capped sum 90.9 against
+# 93.2). Its own work reading as stretched now makes it ask again after 100 ms. Here steps of 16 x 2 ms
+# kernels, each followed by 100 ms of sleep, at 90% in a 5 s window (a bucket no step empties: never held,
+# so it never naps, where a waiting thread asks NVML every 100 ms anyway), read NVML alone; then a
+# neighbour starts looping kernels (5 ms slices, 1.5 ms lost per switch). From 300 ms to 800 ms after the
+# steps slow down, their charges must read two contexts (the library before: 33-68%, one context until a
+# second after its first reading).
+slice_env=(FAKE_CUDA_TIMESLICE_US=5000 FAKE_CUDA_SWITCH_US=1500)
+env "${slice_env[@]}" VGPU_COMPUTE_WINDOW=5s LIBCUDA_LOG_LEVEL=3 LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$WORK/stale \
+    CUDA_DEVICE_SM_LIMIT=90 "$CLIENTS_DIR/compute_client" steps 3 100000 >"$WORK/stale.out" 2>"$WORK/stale.err" &
+st=$!
+for _ in $(seq 100); do grep -q 'compute trace' "$WORK/stale.err" 2>/dev/null && break; sleep 0.05; done
+env "${slice_env[@]}" "$RT" module work 2 >"$WORK/stale-neighbour.out" 2>&1 &
+sn=$!
+wait $st $sn
+# From the first of its trace's 50 ms lines whose launches took over 3 ms each (2 ms alone): the
+# neighbour runs. (The neighbour's start on a loaded machine is not when the test starts it.)
+fresh=$(awk '/compute trace/ {
+    for (i = 1; i <= NF; i++) { if ($i == "t_ms") t = $(i + 1); if ($i == "sharers") s = $(i + 1)
+                                if ($i == "launches") n = $(i + 1); if ($i == "elapsed_us") e = $(i + 1) }
+    if (!t0 && n > 0 && e / n > 3000) t0 = t
+    if (t0 && t >= t0 + 300 && t < t0 + 800) { all += n; if (s >= 1.9) two += n } }
+    END { if (all > 0) printf "%d", 100 * two / all; else print -1 }' "$WORK/stale.err")
+check "a tenant never held reads a neighbour that started after its NVML reading within 300 ms (${fresh}% of its launches from 300 to 800 ms after read two contexts)" \
+    test "$fresh" -ge 80
+
 # --- every way work reaches the GPU is held to the share (issue 24) ---------------------------------------
 # compute_client launches a 2 ms kernel in a loop, each mode another way (tests/clients/compute_client.c).
 # The launch's device and context are its stream's: with no context current (a CUkernel, cuLaunchKernelEx,

@@ -33,6 +33,9 @@ use crate::records::RECORDS;
 const REFRESH_NS: u64 = 100_000_000;
 /// How old a reading may be before a launching thread asks NVML again.
 const STALE_NS: u64 = 1_000_000_000;
+/// How old a reading may be before a launching thread asks NVML again when its own work reads as more
+/// stretched than the reading says (`sharers_beside`): at first; doubled while asking changes nothing.
+const CONTRADICTED_NS: u64 = 100_000_000;
 /// How far back a sample counts.
 const WINDOW_US: u64 = 1_000_000;
 
@@ -58,6 +61,8 @@ pub struct Busy {
     handle: AtomicUsize,
     /// Time spent in refreshes since the trace last read it (ns).
     spent: AtomicU64,
+    /// How old a reading the stretch contradicts may be (`CONTRADICTED_NS` to `STALE_NS`).
+    contradicted_age: AtomicU64,
 }
 
 impl Busy {
@@ -68,6 +73,7 @@ impl Busy {
             sharers: AtomicU64::new(CONTEXT),
             handle: AtomicUsize::new(0),
             spent: AtomicU64::new(0),
+            contradicted_age: AtomicU64::new(CONTRADICTED_NS),
         }
     }
 
@@ -91,18 +97,36 @@ impl Busy {
     /// Busy contexts on the device in thousandths, this process counted as one (one to `MAX_SHARERS`),
     /// for a charge on a launching thread: NVML is asked only when the reading is `STALE_NS` old (or
     /// there is none).
+    #[cfg(test)]
     pub fn sharers(&self, now_ns: u64) -> u64 {
-        self.reading(now_ns, STALE_NS)
+        self.reading(now_ns, STALE_NS, false)
+    }
+
+    /// As `sharers`, for a charge whose own recent work reads as stretched by `stretch` contexts
+    /// (`launch_charge::SoloBook::stretch`): when that is half a context or more above the reading, the
+    /// reading may be stale (a neighbour that waited for its bucket when NVML was asked runs again: a
+    /// tenant that never waits itself kept "alone" for up to a second and paid all of its time-sliced
+    /// work), and NVML is asked once it is `CONTRADICTED_NS` old, twice as long after each ask that
+    /// changed nothing (a tenant whose own streams stretch each other, alone on the GPU, comes back to
+    /// one ask a second). The reading stays the bound: the stretch only makes it fresher.
+    pub fn sharers_beside(&self, now_ns: u64, stretch: u64) -> u64 {
+        let last = self.sharers.load(Ordering::Relaxed);
+        if stretch >= last + CONTEXT / 2 {
+            let age = self.contradicted_age.load(Ordering::Relaxed);
+            return self.reading(now_ns, age, true);
+        }
+        self.reading(now_ns, STALE_NS, false)
     }
 
     /// A thread about to sleep for the bucket asks NVML when the reading is `REFRESH_NS` old.
     pub fn refresh(&self, now_ns: u64) {
-        self.reading(now_ns, REFRESH_NS);
+        self.reading(now_ns, REFRESH_NS, false);
     }
 
     /// The reading, refreshed first when it is older than `max_age` ns (one thread refreshes; the
-    /// others keep the last reading meanwhile).
-    fn reading(&self, now_ns: u64, max_age: u64) -> u64 {
+    /// others keep the last reading meanwhile). `contradicted`: asked because the stretch contradicts
+    /// the reading (`sharers_beside`).
+    fn reading(&self, now_ns: u64, max_age: u64, contradicted: bool) -> u64 {
         let at = self.read_at.load(Ordering::Relaxed);
         if (at != 0 && now_ns.saturating_sub(at) < max_age)
             || self
@@ -117,7 +141,15 @@ impl Busy {
             .handle()
             .and_then(read)
             .map_or(CONTEXT, |(busy, k)| count(&busy[..k], own_pid()));
-        self.sharers.store(n, Ordering::Relaxed);
+        let before = self.sharers.swap(n, Ordering::Relaxed);
+        if before != n {
+            self.contradicted_age
+                .store(CONTRADICTED_NS, Ordering::Relaxed);
+        } else if contradicted {
+            let age = self.contradicted_age.load(Ordering::Relaxed);
+            self.contradicted_age
+                .store((2 * age).min(STALE_NS), Ordering::Relaxed);
+        }
         self.spent
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         n
@@ -263,6 +295,53 @@ mod tests {
             b.read_at.load(Ordering::Relaxed),
             t + 1_300_000_000,
             "a second old: a charge reads"
+        );
+    }
+
+    // Regression (H200, 4096² eager, 30 / 70): the 70% tenant, never held, kept a reading of one context
+    // taken while its neighbour waited for its bucket for up to a second after the neighbour ran again:
+    // it paid all of its time-sliced launches' elapsed time (0.80 ms charged per 100 ms beside 0.45
+    // done), ran dry and was held while the 30% tenant ran alone. When its own work reads as stretched
+    // by more contexts than the reading says, a charge asks again after 100 ms; while the reading does
+    // not change, after twice as long each time, up to the second.
+    #[test]
+    fn a_reading_its_own_stretch_contradicts_is_asked_again_sooner() {
+        let b = Busy::new("GPU-none");
+        let t = 5_000_000_000;
+        let at = |b: &Busy| b.read_at.load(Ordering::Relaxed);
+        b.sharers_beside(t, CONTEXT);
+        assert_eq!(at(&b), t);
+        b.sharers_beside(t + 150_000_000, CONTEXT);
+        assert_eq!(at(&b), t, "a stretch that agrees: the reading is kept");
+        b.sharers_beside(t + 150_000_000, 1400);
+        assert_eq!(at(&b), t, "a stretch under half a context more: kept");
+        b.sharers_beside(t + 150_000_000, 2 * CONTEXT);
+        assert_eq!(at(&b), t + 150_000_000, "stretched by two: asked again");
+        // NVML still says one (no NVML here): the next asks wait 200, then 400, 800, 1000 ms.
+        let mut now = t + 150_000_000;
+        for wait in [
+            200_000_000,
+            400_000_000,
+            800_000_000,
+            1_000_000_000,
+            1_000_000_000,
+        ] {
+            b.sharers_beside(now + wait - 1, 2 * CONTEXT);
+            assert_eq!(at(&b), now, "not before {wait} ns");
+            b.sharers_beside(now + wait, 2 * CONTEXT);
+            assert_eq!(at(&b), now + wait, "after {wait} ns");
+            now += wait;
+        }
+        // A reading that changed brings the next ask back to 100 ms.
+        b.sharers.store(2 * CONTEXT, Ordering::Relaxed);
+        b.sharers_beside(now + 1_000_000_000, 3 * CONTEXT);
+        now += 1_000_000_000;
+        assert_eq!(at(&b), now);
+        b.sharers_beside(now + 100_000_000, 3 * CONTEXT);
+        assert_eq!(
+            at(&b),
+            now + 100_000_000,
+            "the reading changed (2 to 1): 100 ms again"
         );
     }
 

@@ -190,8 +190,10 @@ impl Share {
         let graph = (f.work.1 == GRAPH_GRID)
             .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
             .flatten();
-        let sharers = self.busy.sharers(mono_ns());
         let members = u64::from(f.members.max(1));
+        // NVML may be asked (~1.4 ms): not under the book's lock.
+        let stretch = lock(&self.solo).stretch();
+        let sharers = self.busy.sharers_beside(mono_ns(), stretch);
         let (ns, tell, read_as) = {
             let mut book = lock(&self.solo);
             let (ns, tell) = if members > 1 {
@@ -249,7 +251,8 @@ impl Share {
     /// A span's first launch waited `ns` before the GPU took it up: charged its part beside busy
     /// neighbours (`launch_charge::SoloBook::charge_wait`).
     fn waited(&self, ns: u64) {
-        let sharers = self.busy.sharers(mono_ns());
+        let stretch = lock(&self.solo).stretch();
+        let sharers = self.busy.sharers_beside(mono_ns(), stretch);
         let charge = lock(&self.solo).charge_wait(ns, sharers);
         if charge > 0 {
             self.area().charge(charge);

@@ -192,6 +192,26 @@ fn stretch_reads_as_the_number_of_busy_contexts() {
     assert_eq!(sharers_of(u64::MAX, 1), MAX_SHARERS * CONTEXT);
 }
 
+// What `compute::busy` is told before a charge: the book's recent stretch, whatever the driver said.
+#[test]
+fn the_book_tells_its_recent_stretch_before_any_bound() {
+    let mut b = SoloBook::default();
+    assert_eq!(b.stretch(), CONTEXT, "nothing measured: alone");
+    let w = (K.func, K.grid);
+    b.charge_telling(w, MS, None, CONTEXT);
+    for _ in 0..20 {
+        // time-sliced beside one neighbour while the driver's reading still says alone
+        b.charge_telling(w, 2 * MS, None, CONTEXT);
+    }
+    // twice the floor against 9/8 of it: 1.78 contexts, half a context above the reading
+    assert!(b.stretch() >= 1700, "stretch {}", b.stretch());
+    assert_eq!(
+        b.read_as(),
+        CONTEXT,
+        "the reading bounds the charge, not the stretch"
+    );
+}
+
 // Regression (H100, 2026-11-24, two processes at 30/70 time-sliced: 30.6 / 61.7): charged its solo
 // time, the 30% tenant left the ~10% the GPU loses switching to its neighbour. Beside one busy
 // neighbour it now pays half the time its work held the GPU's queue.
