@@ -11,7 +11,8 @@
 # missed) and also says what part of the capped pair's own sum each tenant had.
 # Writes $OUT/compute-matrix.txt and, with MATRIX_TRACE=1, every process's output and the library's
 # debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py reads a pair's).
-# Environment: VGPU_LIB, OUT, MATRIX_SECONDS (5), MATRIX_SIZES ("2048 4096 8192"), MATRIX_MODES
+# Environment: VGPU_LIB, OUT, MATRIX_SECONDS (10: a 30% share's bucket, 0.21 s full, moves a
+# cell's GPU time by up to 0.21 s, ±4 points in 5 s; docs/libvgpu.md, "Precision"), MATRIX_SIZES ("2048 4096 8192"), MATRIX_MODES
 # ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the cells
 # MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default), PY (/opt/torch/.venv/bin/python3),
 # MATRIX_CPUS ("A B": each process pinned with taskset, the alone runs and a pair's first tenant to CPU A,
@@ -23,7 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
 out=$(realpath -m "${OUT:-target/gpu-results}")
-secs=${MATRIX_SECONDS:-5}
+secs=${MATRIX_SECONDS:-10}
 py=${PY:-/opt/torch/.venv/bin/python3}
 mkdir -p "$out"
 W=$(mktemp -d /tmp/vgpu-matrix.XXXXXX)
