@@ -4,7 +4,8 @@
     compute_trace.py LOGS CELL [--bin-ms 100] [--timeline]
 
 It also prints each tenant's `lib_us` (the library's CPU time per launch, its own part of the hook: naps and
-the driver's launch left out) and how many launches went untimed.
+the driver's launch left out), how many launches went untimed, and the event calls a launch cost (records,
+queries and how many said not ready, elapsed-time reads).
 
 LOGS is the matrix's `matrix-logs/` (MATRIX_TRACE=1), CELL e.g. `2048-eager`: reads `c30-CELL.{out,err}` and
 `c70-CELL.{out,err}` (the library's `compute trace` lines, the workload's ticks) and `alone-CELL.out` (the
@@ -22,7 +23,8 @@ from collections import Counter
 
 TRACE = re.compile(r"compute trace dev \d+ t_ms (\d+) span_us (\d+) launches (\d+) elapsed_us (\d+) charged_us (\d+) "
                    r"held_us (\d+) beside (\d+) sharers ([\d.]+) read_as ([\d.]+) tokens_us (-?\d+) gate (\w+)"
-                   r"(?: lib_us (\d+) nvml_us (\d+) untimed (\d+))?")
+                   r"(?: lib_us (\d+) nvml_us (\d+) untimed (\d+))?"
+                   r"(?: records (\d+) queries (\d+) not_ready (\d+) reads (\d+))?")
 
 
 def result(path):
@@ -41,7 +43,9 @@ def traces(path):
             rows.append(dict(t=int(g[0]), span=int(g[1]) / 1000, launches=int(g[2]), elapsed=int(g[3]) / 1000,
                              charged=int(g[4]) / 1000, held=int(g[5]) / 1000, beside=int(g[6]),
                              sharers=round(float(g[7]), 1), read_as=round(float(g[8]), 1), tokens=int(g[9]) / 1000, gate=g[10],
-                             lib=int(g[11] or 0) / 1000, nvml=int(g[12] or 0) / 1000, untimed=int(g[13] or 0)))
+                             lib=int(g[11] or 0) / 1000, nvml=int(g[12] or 0) / 1000, untimed=int(g[13] or 0),
+                             records=int(g[14] or 0), queries=int(g[15] or 0), not_ready=int(g[16] or 0),
+                             reads=int(g[17] or 0)))
     return rows
 
 
@@ -112,8 +116,10 @@ def main():
             t_a, t_b = rs[0]["tokens"], rs[-1]["tokens"]
             print(f"       bucket {t_a:.0f} ms at the start, {t_b:.0f} ms at the end: {(t_a - t_b) / span:+.3f} s per wall "
                   f"second charged beyond the refill")
+        rec, qu, nr, rd = (sum(r.get(k, 0) for r in rs) for k in ("records", "queries", "not_ready", "reads"))
         print(f"       the library's CPU time: {1e3 * lib / n_l:.2f} us a launch ({lib / span:.3f} s per wall second), "
-              f"NVML's refresh {nvml:.1f} ms in all; untimed {100 * unt / n_l:.0f}% of launches")
+              f"NVML's refresh {nvml:.1f} ms in all; untimed {100 * unt / n_l:.0f}% of launches; a launch's event "
+              f"calls: {rec / n_l:.2f} records, {qu / n_l:.2f} queries ({nr / n_l:.2f} not ready), {rd / n_l:.2f} reads")
     # A tenant runs in a bin when it was held back less than half of it.
     kinds = Counter()
     sums = {}

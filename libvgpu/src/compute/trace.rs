@@ -7,11 +7,13 @@
 //! It also says where a launch's time goes on the CPU: `lib_us`, the time the library spent around the
 //! interval's launches (its share of the hook, naps and the driver's launch itself left out), `nvml_us` the
 //! part of it NVML's utilisation refresh took, and `untimed` how many launches went without events
-//! (`sample`).
+//! (`sample`); `records`, `queries` (`not_ready` of them) and `reads`: the event calls the process's
+//! shares made (`events`; all devices, counted since the last line of any device).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::clock::mono_ns;
+use super::events;
 use crate::ffi::CUresult;
 use crate::log;
 
@@ -112,7 +114,7 @@ impl Trace {
             return;
         }
         log::debug(format_args!(
-            "compute trace dev {dev} t_ms {} span_us {} launches {} elapsed_us {} charged_us {} held_us {} beside {} sharers {} read_as {} tokens_us {} gate {} lib_us {} nvml_us {} untimed {}",
+            "compute trace dev {dev} t_ms {} span_us {} launches {} elapsed_us {} charged_us {} held_us {} beside {} sharers {} read_as {} tokens_us {} gate {} lib_us {} nvml_us {} untimed {} records {} queries {} not_ready {} reads {}",
             now / 1_000_000,
             (now - since) / 1000,
             self.launches.swap(0, Relaxed),
@@ -127,6 +129,10 @@ impl Trace {
             self.lib.swap(0, Relaxed) / 1000,
             self.nvml.swap(0, Relaxed) / 1000,
             self.untimed.swap(0, Relaxed),
+            events::RECORDS.swap(0, Relaxed),
+            events::QUERIES.swap(0, Relaxed),
+            events::NOT_READY.swap(0, Relaxed),
+            events::READS.swap(0, Relaxed),
         ));
     }
 }
