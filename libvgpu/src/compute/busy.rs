@@ -300,8 +300,8 @@ mod tests {
 
     // Regression (H200, 4096² eager, 30 / 70): the 70% tenant, never held, kept a reading of one context
     // taken while its neighbour waited for its bucket for up to a second after the neighbour ran again:
-    // it paid all of its time-sliced launches' elapsed time (0.80 ms charged per 100 ms beside 0.45
-    // done), ran dry and was held while the 30% tenant ran alone. When its own work reads as stretched
+    // it paid all of its time-sliced launches' elapsed time (80 ms charged per 100 ms while it ran at 45%
+    // of its rate alone), ran dry and was held while the 30% tenant ran alone. When its own work reads as stretched
     // by more contexts than the reading says, a charge asks again after 100 ms; while the reading does
     // not change, after twice as long each time, up to the second.
     #[test]
