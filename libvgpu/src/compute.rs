@@ -59,7 +59,7 @@ pub mod sync;
 mod timer;
 mod trace;
 mod which;
-use events::capturing;
+use events::{capturing, CUDA_ERROR_NOT_READY};
 pub use graphs::graph_reparametrised;
 pub use which::off;
 use which::resolve;
@@ -80,7 +80,6 @@ const REFRESH_EVERY: u64 = 16;
 /// The cost assumed for a launch before any was measured.
 const FIRST_ESTIMATE_NS: u64 = 1_000_000;
 
-const CUDA_ERROR_NOT_READY: CUresult = 600;
 const CUDA_ERROR_NOT_PERMITTED: CUresult = 800;
 
 // Per CUDA ordinal: 0 unknown, 1 not throttled, 2 refused, else a leaked `Share` (never freed).

@@ -2,27 +2,13 @@
 //! capturing a graph, and the thread's capture mode around the queries (`streams::Relaxed`). Each goes to the driver's own
 //! function, never back into the hooks.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed as Rx};
-
+use super::trace::{count, NOT_READY, QUERIES, READS, RECORDS};
 use crate::ffi::*;
 use crate::real_symbols::{real, Lib};
 
 pub(super) use crate::streams::Relaxed;
 
-/// The driver calls of this process's shares since the debug trace last read them (counted only with the
-/// trace on): event records, queries and how many of them said not ready, elapsed-time reads. On an H100 a
-/// record costs its caller ~1.3 µs, a query ~0.3, a read ~0.1 (`tests/gpu/launch_cost.cu`): with the
-/// trace's `lib_us` they say where a launch's time goes.
-pub(super) static RECORDS: AtomicU64 = AtomicU64::new(0);
-pub(super) static QUERIES: AtomicU64 = AtomicU64::new(0);
-pub(super) static NOT_READY: AtomicU64 = AtomicU64::new(0);
-pub(super) static READS: AtomicU64 = AtomicU64::new(0);
-
-fn count(c: &AtomicU64) {
-    if super::trace::on() {
-        c.fetch_add(1, Rx);
-    }
-}
+pub(super) const CUDA_ERROR_NOT_READY: CUresult = 600;
 
 const CU_EVENT_DEFAULT: u32 = 0;
 
@@ -91,7 +77,7 @@ pub(super) fn event_query(e: CUevent) -> CUresult {
         Some(f) => unsafe { f(e) },
         None => CUDA_ERROR_NOT_FOUND,
     };
-    if r == super::CUDA_ERROR_NOT_READY {
+    if r == CUDA_ERROR_NOT_READY {
         count(&NOT_READY);
     }
     r
