@@ -221,6 +221,14 @@ fresh=$(awk '/compute trace/ {
     END { if (all > 0) printf "%d", 100 * two / all; else print -1 }' "$WORK/stale.err")
 check "a tenant never held reads a neighbour that started after its NVML reading within 300 ms (${fresh}% of its launches from 300 to 800 ms after read two contexts)" \
     test "$fresh" -ge 80
+# The trace also counts the event calls each interval made (where a launch's CPU time goes on a GPU).
+read -r rec qu nr rd < <(awk '/compute trace/ { for (i = 1; i <= NF; i++) {
+    if ($i == "records") r += $(i + 1); if ($i == "queries") q += $(i + 1)
+    if ($i == "not_ready") n += $(i + 1); if ($i == "reads") e += $(i + 1) } }
+    END { print r + 0, q + 0, n + 0, e + 0 }' "$WORK/stale.err")
+n_st=$(field launched "$(cat "$WORK/stale.out")")
+check "  ... its trace counts the event calls: $rec records, $qu queries ($nr not ready), $rd reads for ${n_st:-?} launches" \
+    awk -v r="$rec" -v q="$qu" -v n="$nr" -v e="$rd" -v l="${n_st:-0}" 'BEGIN { exit !(r > 0 && r <= 3 * l && q > 0 && n <= q && e > 0 && e <= 2 * l) }'
 
 # --- every way work reaches the GPU is held to the share (issue 24) ---------------------------------------
 # compute_client launches a 2 ms kernel in a loop, each mode another way (tests/clients/compute_client.c).

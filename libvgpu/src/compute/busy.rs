@@ -95,15 +95,9 @@ impl Busy {
     }
 
     /// Busy contexts on the device in thousandths, this process counted as one (one to `MAX_SHARERS`),
-    /// for a charge on a launching thread: NVML is asked only when the reading is `STALE_NS` old (or
-    /// there is none).
-    #[cfg(test)]
-    pub fn sharers(&self, now_ns: u64) -> u64 {
-        self.reading(now_ns, STALE_NS, false)
-    }
-
-    /// As `sharers`, for a charge whose own recent work reads as stretched by `stretch` contexts
-    /// (`launch_charge::SoloBook::stretch`): when that is half a context or more above the reading, the
+    /// for a charge on a launching thread whose own recent work reads as stretched by `stretch` contexts
+    /// (`launch_charge::SoloBook::stretch`). NVML is asked when the reading is `STALE_NS` old (or there
+    /// is none); when the stretch is half a context or more above the reading, the
     /// reading may be stale (a neighbour that waited for its bucket when NVML was asked runs again: a
     /// tenant that never waits itself kept "alone" for up to a second and paid all of its time-sliced
     /// work), and NVML is asked once it is `CONTRADICTED_NS` old, twice as long after each ask that
@@ -270,13 +264,13 @@ mod tests {
     fn a_launching_thread_asks_nvml_once_a_second_a_napping_one_more_often() {
         let b = Busy::new("GPU-none");
         let t = 5_000_000_000;
-        b.sharers(t);
+        b.sharers_beside(t, CONTEXT);
         assert_eq!(
             b.read_at.load(Ordering::Relaxed),
             t,
             "the first charge reads"
         );
-        b.sharers(t + 200_000_000);
+        b.sharers_beside(t + 200_000_000, CONTEXT);
         assert_eq!(
             b.read_at.load(Ordering::Relaxed),
             t,
@@ -290,7 +284,7 @@ mod tests {
         );
         b.refresh(t + 250_000_000);
         assert_eq!(b.read_at.load(Ordering::Relaxed), t + 200_000_000);
-        b.sharers(t + 1_300_000_000);
+        b.sharers_beside(t + 1_300_000_000, CONTEXT);
         assert_eq!(
             b.read_at.load(Ordering::Relaxed),
             t + 1_300_000_000,

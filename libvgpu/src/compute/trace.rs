@@ -2,7 +2,7 @@
 //! `EVERY_NS` saying what was measured, charged and held back in that interval, how many contexts the
 //! charges read the GPU as shared among, and the bucket. It is how a pair that misses its shares on a
 //! real GPU is taken apart (`tests/gpu/compute_trace.py` lines up two tenants' traces); below debug
-//! level nothing is summed (one atomic load per launch).
+//! level nothing is summed (one atomic load per launch and per event call).
 //!
 //! It also says where a launch's time goes on the CPU: `lib_us`, the time the library spent around the
 //! interval's launches (its share of the hook, naps and the driver's launch itself left out), `nvml_us` the
