@@ -22,9 +22,9 @@
 //! waits out the rest of each window, in bursts long enough for the GPU's clock to settle where it is
 //! when the GPU is saturated (docs/libvgpu.md, "Pacing window").
 //!
-//! Launches queued with nothing in flight, of work already measured, are timed one time in four at random
-//! and otherwise charged the average of that work's timed launches (`sample`): the GPU keeps up with such
-//! a loop, and each timed launch of it costs two event records.
+//! Launches of work already measured, queued with nothing in flight, behind a shallow queue or deeper where
+//! no group takes them, are timed one time in eight at random and otherwise charged the average of that
+//! work's timed launches in that position (`sample`): each timed launch costs one or two event records.
 //!
 //! Unlimited processes never get here: `off()` is one atomic load, then the launch is forwarded.
 
@@ -308,12 +308,18 @@ impl Share {
     /// is timed whatever the draw. The first launch after a synchronisation with nothing in flight is
     /// always timed: it opens the span whose wait the next synchronisation dates (`flight::Span`), as a
     /// tenant that synchronises after every batch needs.
-    fn untimed(&self, ctx: usize, stream: CUstream, work: Work) -> Result<u64, Option<Position>> {
+    fn untimed(
+        &self,
+        ctx: usize,
+        stream: CUstream,
+        work: Work,
+        groupable: bool,
+    ) -> Result<u64, Option<Position>> {
         if work.1 == GRAPH_GRID {
             return Err(None);
         }
         let mut q = lock(&self.timer.flights);
-        let Some(at) = q.position(ctx, stream as usize) else {
+        let Some(at) = q.position(ctx, stream as usize, groupable) else {
             return Err(None);
         };
         if q.queue.is_empty() && self.synced.swap(false, Ordering::Relaxed) {
@@ -437,7 +443,8 @@ pub fn throttled(
     }
     let entered = trace::on().then(mono_ns);
     let held = share.admit();
-    let drawn = match share.untimed(ctx, stream, work) {
+    let floor = share.groupable(work);
+    let drawn = match share.untimed(ctx, stream, work, floor.is_some()) {
         Ok(ns) => {
             let (r, driver) = trace::timed(entered, launch);
             if r == CUDA_SUCCESS {
@@ -448,7 +455,6 @@ pub fn throttled(
         }
         Err(drawn) => drawn,
     };
-    let floor = share.groupable(work);
     let begun = share.timer.begin(ctx, stream, floor);
     let queued_at = mono_ns();
     let (r, driver) = trace::timed(entered, launch);

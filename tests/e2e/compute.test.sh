@@ -323,7 +323,7 @@ between "  ... beside three of its own processes that are busy by NVML and use n
 # A loop bound by its launch rate (torch.compile's on an H100 kept 84.6% of its rate under a share, where an
 # event record costs about what a launch does): 100 us kernels each followed by 300 us of host work, and
 # cuEventRecord costing its caller 100 us (FAKE_CUDA_EVENT_RECORD_US). Each launch found the GPU idle and
-# took two records of its own; now one in four such launches is timed, the others charged what the timed
+# took two records of its own; now one in eight such launches is timed, the others charged what the timed
 # ones cost (the library before: 60-63% of the rate the same loop has under the library without a share).
 lb=(FAKE_CUDA_KERNEL_US=100 FAKE_CUDA_EVENT_RECORD_US=100)
 n0=$(field launched "$(export "${lb[@]}"; vg "$WORK/lb0" "" "$CC" gap $SECS 300)")
@@ -380,7 +380,7 @@ check "  ... a step waited for by polling, then 3 ms of host time: each launch s
 # launch finds at most the one before it still running): pairs of 140 us and 20 us launches, 70 us of host
 # time after each, 15 us a timing event, at 90% in a 2 s window. Such launches were all timed, each with an
 # end event (0-1% of them untimed): an H100 ran a 2048² torch.compile loop at 93-95% of its bare rate under
-# 99%. Now they are sampled as launches with nothing in flight are (one in four timed), and an untimed one
+# 99%. Now they are sampled as launches with nothing in flight are (one in eight timed), and an untimed one
 # is charged its work's timed average less one event's cost, which it does not have (probed): sampled
 # without that, each launch was charged 94-95 us where the GPU spent ~87, and the loop was held back.
 pq=(FAKE_CUDA_KERNEL_US=20 FAKE_CUDA_EVENT_GPU_US=15 FAKE_CUDA_EVENT_RECORD_US=5 VGPU_COMPUTE_WINDOW=2s)
@@ -395,6 +395,18 @@ check "  ... each charged its kernels' mean (80 us) and about the events it cost
     awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 78e3 && c / n <= 91e3) }'
 check "  ... and the loop keeps >= 84% of its rate without a share ($n1 / $n0 launches)" \
     awk -v a="$n1" -v b="$n0" 'BEGIN { exit !(b > 0 && a >= 0.84 * b) }'
+# ... and the same launches with 30 us of host time after each: the queue deepens a few launches, where
+# groups seldom form, and each launch there was timed from the one before it, one record each (the library
+# before: 23% untimed, 0.59 records a launch; an H200 ran a 2048² torch.compile loop, whose queue does
+# this, at 92.6-100.1% of its bare rate under 99%). Now such launches are sampled too, in their own
+# position, and still charged their kernels' mean and about the events they cost.
+out=$(export "${pq[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pq2" 90 "$CC" pairs $SECS 30)
+untimed=$(printf '%s\n' "$out" | awk '/compute trace/ { for (i = 1; i < NF; i++) { if ($i == "launches") l += $(i + 1); if ($i == "untimed") u += $(i + 1) } }
+    END { printf "%d", (l > 0 ? 100 * u / l : -1) }')
+between "the same launches queued a few deep (30 us of host time after each) at 90%: most go untimed" "$untimed" 60 100
+charged=$(bucket "$WORK/pq2" charged_ns) n=$(bucket "$WORK/pq2" launches)
+check "  ... each charged its kernels' mean (80 us) and about the events it cost: at most 91 us ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 78e3 && c / n <= 91e3) }'
 
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)

@@ -11,7 +11,8 @@
 //! that finds the span's work still running can tell how long its first launch waited before the GPU
 //! took it up (`Span::waited`) — the wait a tenant that synchronises after every batch meets each time.
 //!
-//! Deep queues are timed in groups. A timing event between two kernels costs the GPU itself time (an
+//! Deep queues are timed in groups where groups form (elsewhere in a deep queue a launch is sampled,
+//! `sample`). A timing event between two kernels costs the GPU itself time (an
 //! H100 kept 87% of a 2048² matmul loop's rate with one after every matmul, 99% with one after every
 //! fourth: `tests/gpu/event_cost.py`). So a launch queued behind unfinished work of its stream, whose work
 //! was measured before and is short (`GROUP_FLOORS_NS`), opens a *group* instead of recording its end:
@@ -48,8 +49,9 @@ pub const GROUP_FLOORS_NS: u64 = 1_000_000;
 const OPEN_DEPTH: usize = 2;
 
 /// A launch queued behind this many launches of the share (timed or not) since the oldest in flight is
-/// in a deep queue: it is timed (chained, then in groups), not sampled (`sample`). Entries of the queue
-/// alone cannot tell: after untimed launches the queue holds few entries however deep it is.
+/// in a deep queue: it is timed in a group where it would join or open one, else sampled in its own
+/// position (`sample::Position::Deep`, not `Behind`, whose launches the GPU reaches at once). Entries of
+/// the queue alone cannot tell: after untimed launches the queue holds few entries however deep it is.
 const SAMPLE_DEPTH: u64 = 3;
 
 /// Whether a launch's (or group's) end event is recorded.
@@ -225,12 +227,7 @@ impl Flights {
     pub fn plan(&mut self, ctx: usize, stream: usize, floor: Option<u64>) -> Plan {
         self.launches += 1;
         let mut plan = Plan::alone(self.queue.is_empty());
-        // The queue's oldest launch, found running just now, is of this stream: every later launch of
-        // the stream is unfinished too (a stream runs in order).
-        let deep_from = match (self.pending, self.queue.front()) {
-            (Some(e), Some(f)) => f.end as usize == e && f.stream == stream && f.ctx == ctx,
-            _ => false,
-        };
+        let deep_from = self.deep_from(ctx, stream);
         let Some(i) = self.newest_of(ctx, stream) else {
             return plan;
         };
@@ -278,20 +275,36 @@ impl Flights {
     }
 
     /// Whether a launch on `stream` of context `ctx` is in a sampling position (`sample::Position`), and
-    /// which: nothing of its stream in flight, or a shallow queue: fewer than `SAMPLE_DEPTH` launches
+    /// which: nothing of its stream in flight; a shallow queue (fewer than `SAMPLE_DEPTH` launches
     /// queued since the oldest in flight, and its stream's newest launch in flight among the first
-    /// `OPEN_DEPTH`, its end recorded and not lent (a group forming, or a launch being chained on it, is
-    /// timed on). Deeper queues are timed.
-    pub fn position(&self, ctx: usize, stream: usize) -> Option<Position> {
-        match self.newest_of(ctx, stream) {
-            None => Some(Position::Idle),
-            Some(i) if i < OPEN_DEPTH => {
-                let p = &self.queue[i];
-                let depth = self.launches.saturating_sub(self.queue[0].seq);
-                (depth < SAMPLE_DEPTH && p.state == End::Recorded && !p.lent_end)
-                    .then_some(Position::Behind)
-            }
-            Some(_) => None,
+    /// `OPEN_DEPTH`, its end recorded and not lent); or a deeper queue where the launch would be timed on
+    /// its own. None where it is timed in a group: `groupable` (its floor is known and short, as for
+    /// `plan`) and it would join its stream's open group or open one (`plan`'s conditions), and where a
+    /// launch being chained on its stream's newest (its end lent) or a group closing there is timed on.
+    pub fn position(&self, ctx: usize, stream: usize, groupable: bool) -> Option<Position> {
+        let Some(i) = self.newest_of(ctx, stream) else {
+            return Some(Position::Idle);
+        };
+        let p = &self.queue[i];
+        let depth = self.launches.saturating_sub(self.queue[0].seq);
+        if i < OPEN_DEPTH && depth < SAMPLE_DEPTH {
+            return (p.state == End::Recorded && !p.lent_end).then_some(Position::Behind);
+        }
+        let groups = groupable && self.deep_from(ctx, stream);
+        match p.state {
+            End::Open | End::Closing => None,
+            End::Recorded if p.lent_end => None,
+            End::Recorded if groups && !p.skipped && i >= OPEN_DEPTH => None,
+            _ => Some(Position::Deep),
+        }
+    }
+
+    /// Whether the queue's oldest launch, found running just now, is of this stream: then every later
+    /// launch of the stream is unfinished too (a stream runs in order).
+    fn deep_from(&self, ctx: usize, stream: usize) -> bool {
+        match (self.pending, self.queue.front()) {
+            (Some(e), Some(f)) => f.end as usize == e && f.stream == stream && f.ctx == ctx,
+            _ => false,
         }
     }
 
