@@ -88,7 +88,7 @@ def per_call_table(rows):
         free = rounds_of(rows, bench, "vgpu-over-free", "ns_median")
         notes.append(f"- {bench}: bare rounds {spread(bare)}; with libvgpu {spread(vgpu)}"
                      + (f"; no quota {spread(nolim)}" if nolim else "")
-                     + (f"; under a 50% compute share (two events per launch) {spread(sm)}" if sm else "")
+                     + (f"; under a 50% compute share (nothing in flight: one launch in eight timed, two events) {spread(sm)}" if sm else "")
                      + (f"; oversubscribed, turn gate with no arbiter {spread(over)}" if over else "")
                      + (f"; oversubscribed, the arbiter's Free {spread(free)}" if free else "")
                      + " (ns, median of each run)")

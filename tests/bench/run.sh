@@ -77,8 +77,8 @@ vgpu_env=(env "${common_env[@]}" LD_PRELOAD="$libvgpu" CUDA_DEVICE_MEMORY_LIMIT=
           CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger")
 nolimit_env=(env -u CUDA_DEVICE_MEMORY_LIMIT "${common_env[@]}" LD_PRELOAD="$libvgpu"
              CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger-nolimit")
-# The launch under a compute share (the throttled path: two events recorded per launch; the fake's kernels
-# take no time, so nothing is held back).
+# The launch under a compute share (the throttled path: the fake's kernels take no time, so every launch
+# finds nothing in flight, one in eight is timed with two events, and nothing is held back).
 sm_env=(env "${vgpu_env[@]:1}" CUDA_DEVICE_SM_LIMIT=50)
 # The launch on an oversubscribed GPU (the time-quanta turn gate, issue 29): with no arbiter (the ledger's
 # turn Unmanaged), and with the arbiter's Free written into the ledger (tests/e2e/lib/turn.py): one load of
