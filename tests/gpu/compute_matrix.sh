@@ -19,15 +19,19 @@
 # the second to B; a loop bound by its launch rate changes speed by a third when the scheduler moves it),
 # MATRIX_ALONE_TWICE=1 (the loop alone is run again after the pairs and the faster of the two runs is the
 # baseline: on an H200 one pinned 2048² torch.compile baseline ran at 22,916/s where the calls before it
-# ran ~29,000, and every percentage of its cell is of it).
+# ran ~29,000, and every percentage of its cell is of it), MATRIX_REPEAT (1: how many times the unlimited
+# and the capped pair run, alternately; a cell is judged on their means, each repeat's line printed too:
+# a 10 s cell's capped sum moved by ±1.5 points between runs on an H200, more than some cells' margin).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
 out=$(realpath -m "${OUT:-target/gpu-results}")
 secs=${MATRIX_SECONDS:-10}
+reps=${MATRIX_REPEAT:-1}
 py=${PY:-/opt/torch/.venv/bin/python3}
 mkdir -p "$out"
 W=$(mktemp -d /tmp/vgpu-matrix.XXXXXX)
+export W
 trap 'rm -rf "$W"' EXIT
 export TORCHINDUCTOR_CACHE_DIR=$W/inductor
 res=$out/compute-matrix.txt
@@ -59,14 +63,29 @@ for mode in ${MATRIX_MODES:-eager graph compile}; do
     for n in ${MATRIX_SIZES:-2048 4096 8192}; do
         t0=$(date +%s)
         alone=$(run "alone-$n-$mode" none --n "$n" --mode "$mode")
-        run "ua-$n-$mode" none --n "$n" --mode "$mode" --barrier "$W/b-u-$n-$mode" >"$W/ua" &
-        run "ub-$n-$mode" none --n "$n" --mode "$mode" --barrier "$W/b-u-$n-$mode" >"$W/ub"; wait
-        run "c30-$n-$mode" 30 --n "$n" --mode "$mode" --barrier "$W/b-c-$n-$mode" >"$W/c30" &
-        run "c70-$n-$mode" 70 --n "$n" --mode "$mode" --barrier "$W/b-c-$n-$mode" >"$W/c70"; wait
+        # The pairs, MATRIX_REPEAT times alternately (unlimited, capped, unlimited, ...): each rate is their
+        # mean; the logs of repeat K > 1 are named ...-rK.
+        : >"$W/reps"
+        for k in $(seq "$reps"); do
+            sfx=; [ "$k" -gt 1 ] && sfx=-r$k
+            run "ua-$n-$mode$sfx" none --n "$n" --mode "$mode" --barrier "$W/b-u-$n-$mode$sfx" >"$W/ua" &
+            run "ub-$n-$mode$sfx" none --n "$n" --mode "$mode" --barrier "$W/b-u-$n-$mode$sfx" >"$W/ub"; wait
+            run "c30-$n-$mode$sfx" 30 --n "$n" --mode "$mode" --barrier "$W/b-c-$n-$mode$sfx" >"$W/c30" &
+            run "c70-$n-$mode$sfx" 70 --n "$n" --mode "$mode" --barrier "$W/b-c-$n-$mode$sfx" >"$W/c70"; wait
+            echo "$(cat "$W/ua") $(cat "$W/ub") $(cat "$W/c30") $(cat "$W/c70")" >>"$W/reps"
+        done
+        awk '{ for (i = 1; i <= 4; i++) t[i] += $i; n++ } END { for (i = 1; i <= 4; i++) print t[i] / n > (ENVIRON["W"] "/" (i == 1 ? "ua" : i == 2 ? "ub" : i == 3 ? "c30" : "c70")) }' "$W/reps"
         if [ "${MATRIX_ALONE_TWICE:-0}" = 1 ]; then
             again=$(run "again-$n-$mode" none --n "$n" --mode "$mode")
             echo "alone $n $mode: $alone and, after the pairs, $again matmuls/s" >>"$res"
             alone=$(awk -v a="$alone" -v b="$again" 'BEGIN { print (b > a ? b : a) }')
+        fi
+        if [ "$reps" -gt 1 ]; then
+            k=0
+            while read -r a b c d; do
+                k=$((k + 1))
+                echo "repeat $k of $n $mode: unlimited $(pct "$a" "$alone") / $(pct "$b" "$alone"), capped $(pct "$c" "$alone") / $(pct "$d" "$alone"), sums $(awk -v a="$(pct "$a" "$alone")" -v b="$(pct "$b" "$alone")" 'BEGIN { print a + b }') / $(awk -v c="$(pct "$c" "$alone")" -v d="$(pct "$d" "$alone")" 'BEGIN { print c + d }') (unlimited / capped)" >>"$res"
+            done <"$W/reps"
         fi
         ua=$(pct "$(cat "$W/ua")" "$alone"); ub=$(pct "$(cat "$W/ub")" "$alone")
         c30=$(pct "$(cat "$W/c30")" "$alone"); c70=$(pct "$(cat "$W/c70")" "$alone")
