@@ -384,15 +384,23 @@ check "  ... a step waited for by polling, then 3 ms of host time: each launch s
 # is charged its work's timed average less one event's cost, which it does not have (probed): sampled
 # without that, each launch was charged 94-95 us where the GPU spent ~87, and the loop was held back.
 pq=(FAKE_CUDA_KERNEL_US=20 FAKE_CUDA_EVENT_GPU_US=15 FAKE_CUDA_EVENT_RECORD_US=5 VGPU_COMPUTE_WINDOW=2s)
+# untimed_pct OUTPUT: percent of the launches the debug trace lines of OUTPUT say went untimed.
+untimed_pct() {
+    printf '%s\n' "$1" | awk '/compute trace/ { for (i = 1; i < NF; i++) { if ($i == "launches") l += $(i + 1); if ($i == "untimed") u += $(i + 1) } }
+        END { printf "%d", (l > 0 ? 100 * u / l : -1) }'
+}
+# charged_pairs PREFIX: the pairs loop of ledger PREFIX was charged its kernels' mean and about its events.
+charged_pairs() {
+    local charged n
+    charged=$(bucket "$1" charged_ns) n=$(bucket "$1" launches)
+    check "  ... each charged its kernels' mean (80 us) and about the events it cost: at most 91 us ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
+        awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 78e3 && c / n <= 91e3) }'
+}
 n0=$(field launched "$(export "${pq[@]}"; vg "$WORK/pq0" "" "$CC" pairs $SECS 70)")
 out=$(export "${pq[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pq1" 90 "$CC" pairs $SECS 70)
 n1=$(field launched "$out")
-untimed=$(printf '%s\n' "$out" | awk '/compute trace/ { for (i = 1; i < NF; i++) { if ($i == "launches") l += $(i + 1); if ($i == "untimed") u += $(i + 1) } }
-    END { printf "%d", (l > 0 ? 100 * u / l : -1) }')
-between "a shallow queue of alternating 140 / 20 us launches at 90%: most launches go untimed" "$untimed" 50 100
-charged=$(bucket "$WORK/pq1" charged_ns) n=$(bucket "$WORK/pq1" launches)
-check "  ... each charged its kernels' mean (80 us) and about the events it cost: at most 91 us ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
-    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 78e3 && c / n <= 91e3) }'
+between "a shallow queue of alternating 140 / 20 us launches at 90%: most launches go untimed" "$(untimed_pct "$out")" 50 100
+charged_pairs "$WORK/pq1"
 check "  ... and the loop keeps >= 84% of its rate without a share ($n1 / $n0 launches)" \
     awk -v a="$n1" -v b="$n0" 'BEGIN { exit !(b > 0 && a >= 0.84 * b) }'
 # ... and the same launches with 30 us of host time after each: the queue deepens a few launches, where
@@ -401,12 +409,8 @@ check "  ... and the loop keeps >= 84% of its rate without a share ($n1 / $n0 la
 # this, at 92.6-100.1% of its bare rate under 99%). Now such launches are sampled too, in their own
 # position, and still charged their kernels' mean and about the events they cost.
 out=$(export "${pq[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pq2" 90 "$CC" pairs $SECS 30)
-untimed=$(printf '%s\n' "$out" | awk '/compute trace/ { for (i = 1; i < NF; i++) { if ($i == "launches") l += $(i + 1); if ($i == "untimed") u += $(i + 1) } }
-    END { printf "%d", (l > 0 ? 100 * u / l : -1) }')
-between "the same launches queued a few deep (30 us of host time after each) at 90%: most go untimed" "$untimed" 60 100
-charged=$(bucket "$WORK/pq2" charged_ns) n=$(bucket "$WORK/pq2" launches)
-check "  ... each charged its kernels' mean (80 us) and about the events it cost: at most 91 us ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
-    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 78e3 && c / n <= 91e3) }'
+between "the same launches queued a few deep (30 us of host time after each) at 90%: most go untimed" "$(untimed_pct "$out")" 60 100
+charged_pairs "$WORK/pq2"
 
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)
