@@ -390,8 +390,9 @@ impl Share {
     }
 
     /// The floor of `work` when its launch may be timed in a group (`flight`): a kernel or copy measured
-    /// before, short enough; one such launch in `REFRESH_EVERY` is timed alone all the same, so that the
-    /// floors of work only ever grouped with other work stay current.
+    /// before, short enough; one such launch in `REFRESH_EVERY` is not grouped all the same (timed alone,
+    /// or sampled deep in a queue), so that the floors of work only ever grouped with other work stay
+    /// current. Asked before the sampling draw: deep in a queue, a launch that would group is timed.
     fn groupable(&self, work: Work) -> Option<u64> {
         if work.1 == GRAPH_GRID
             || self
