@@ -307,13 +307,15 @@ impl Share {
     /// when it was drawn to be timed there (what it is charged teaches the average), Err(None) when it
     /// is timed whatever the draw. The first launch after a synchronisation with nothing in flight is
     /// always timed: it opens the span whose wait the next synchronisation dates (`flight::Span`), as a
-    /// tenant that synchronises after every batch needs.
+    /// tenant that synchronises after every batch needs. `groupable` says whether the launch's work may be
+    /// timed in a group (`groupable`); it is asked only deep in a queue, where a group may take the
+    /// launch, under the queue's lock (the queue's lock is taken before the solo book's, never after).
     fn untimed(
         &self,
         ctx: usize,
         stream: CUstream,
         work: Work,
-        groupable: bool,
+        groupable: impl FnOnce() -> bool,
     ) -> Result<u64, Option<Position>> {
         if work.1 == GRAPH_GRID {
             return Err(None);
@@ -392,7 +394,7 @@ impl Share {
     /// The floor of `work` when its launch may be timed in a group (`flight`): a kernel or copy measured
     /// before, short enough; one such launch in `REFRESH_EVERY` is not grouped all the same (timed alone,
     /// or sampled deep in a queue), so that the floors of work only ever grouped with other work stay
-    /// current. Asked before the sampling draw: deep in a queue, a launch that would group is timed.
+    /// current. Deep in a queue it is asked before the sampling draw: a launch that would group is timed.
     fn groupable(&self, work: Work) -> Option<u64> {
         if work.1 == GRAPH_GRID
             || self
@@ -444,8 +446,10 @@ pub fn throttled(
     }
     let entered = trace::on().then(mono_ns);
     let held = share.admit();
-    let floor = share.groupable(work);
-    let drawn = match share.untimed(ctx, stream, work, floor.is_some()) {
+    // The floor is asked once: for the draw deep in a queue, or for the timing (it counts the refresh).
+    let floor = std::cell::OnceCell::new();
+    let floor_of = || *floor.get_or_init(|| share.groupable(work));
+    let drawn = match share.untimed(ctx, stream, work, || floor_of().is_some()) {
         Ok(ns) => {
             let (r, driver) = trace::timed(entered, launch);
             if r == CUDA_SUCCESS {
@@ -456,6 +460,7 @@ pub fn throttled(
         }
         Err(drawn) => drawn,
     };
+    let floor = floor_of();
     let begun = share.timer.begin(ctx, stream, floor);
     let queued_at = mono_ns();
     let (r, driver) = trace::timed(entered, launch);

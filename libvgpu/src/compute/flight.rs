@@ -278,10 +278,16 @@ impl Flights {
     /// which: nothing of its stream in flight; a shallow queue (fewer than `SAMPLE_DEPTH` launches
     /// queued since the oldest in flight, and its stream's newest launch in flight among the first
     /// `OPEN_DEPTH`, its end recorded and not lent); or a deeper queue where the launch would be timed on
-    /// its own. None where it is timed in a group: `groupable` (its floor is known and short, as for
-    /// `plan`) and it would join its stream's open group or open one (`plan`'s conditions), and where a
-    /// launch being chained on its stream's newest (its end lent) or a group closing there is timed on.
-    pub fn position(&self, ctx: usize, stream: usize, groupable: bool) -> Option<Position> {
+    /// its own. None where it is timed in a group: it would join its stream's open group or open one
+    /// (`plan`'s conditions, `groupable` the last of them: its floor is known and short, asked only
+    /// there), and where a launch being chained on its stream's newest (its end lent) or a group closing
+    /// there is timed on.
+    pub fn position(
+        &self,
+        ctx: usize,
+        stream: usize,
+        groupable: impl FnOnce() -> bool,
+    ) -> Option<Position> {
         let Some(i) = self.newest_of(ctx, stream) else {
             return Some(Position::Idle);
         };
@@ -290,11 +296,14 @@ impl Flights {
         if i < OPEN_DEPTH && depth < SAMPLE_DEPTH {
             return (p.state == End::Recorded && !p.lent_end).then_some(Position::Behind);
         }
-        let groups = groupable && self.deep_from(ctx, stream);
         match p.state {
             End::Open | End::Closing => None,
             End::Recorded if p.lent_end => None,
-            End::Recorded if groups && !p.skipped && i >= OPEN_DEPTH => None,
+            End::Recorded
+                if !p.skipped && i >= OPEN_DEPTH && self.deep_from(ctx, stream) && groupable() =>
+            {
+                None
+            }
             _ => Some(Position::Deep),
         }
     }

@@ -240,13 +240,15 @@ fn a_group_being_joined_is_closed_by_its_last_joiner() {
 #[test]
 fn a_launch_behind_its_stream_s_front_launch_may_go_untimed_and_then_nothing_chains_over_it() {
     let mut f = Flights::default();
-    assert_eq!(f.position(1, 10, false), Some(Position::Idle));
+    // Whether the work may group is asked only deep in a queue (it takes the solo book's lock).
+    let unasked = || -> bool { panic!("asked whether the work groups") };
+    assert_eq!(f.position(1, 10, unasked), Some(Position::Idle));
     let p1 = f.plan(1, 10, None);
     f.queue.push_back(flight(100, 101, 10, p1));
-    assert_eq!(f.position(1, 10, false), Some(Position::Behind));
+    assert_eq!(f.position(1, 10, unasked), Some(Position::Behind));
     // A stream with nothing of its own in flight.
-    assert_eq!(f.position(1, 20, false), Some(Position::Idle));
-    assert_eq!(f.position(2, 10, false), Some(Position::Idle));
+    assert_eq!(f.position(1, 20, || false), Some(Position::Idle));
+    assert_eq!(f.position(2, 10, || false), Some(Position::Idle));
     f.skipped(1, 10);
     let p2 = f.plan(1, 10, None);
     assert_eq!(
@@ -258,7 +260,7 @@ fn a_launch_behind_its_stream_s_front_launch_may_go_untimed_and_then_nothing_cha
     f.queue.push_back(flight(200, 201, 10, p2));
     // Two of the stream in flight: a deeper queue, where the launch would be timed on its own, samples
     // too (`Position::Deep`); a launch drawn to be timed there is chained.
-    assert_eq!(f.position(1, 10, false), Some(Position::Deep));
+    assert_eq!(f.position(1, 10, || false), Some(Position::Deep));
     let p3 = f.plan(1, 10, None);
     assert_eq!(p3.chained, Some(ev(201)));
 }
@@ -269,12 +271,12 @@ fn a_launch_behind_its_stream_s_front_launch_may_go_untimed_and_then_nothing_cha
 fn a_front_lent_or_open_is_no_sampling_position() {
     let mut f = one_in_flight();
     let _lent = f.plan(1, 10, None);
-    assert_eq!(f.position(1, 10, false), None);
+    assert_eq!(f.position(1, 10, || false), None);
     let mut g = Flights::default();
     let p = g.plan(1, 10, None);
     g.queue.push_back(flight(100, 101, 10, p));
     g.queue[0].state = End::Open;
-    assert_eq!(g.position(1, 10, false), None);
+    assert_eq!(g.position(1, 10, || false), None);
 }
 
 // A deep queue holds few entries once launches go untimed: its depth is counted in launches. Behind
@@ -288,16 +290,16 @@ fn a_queue_deep_in_launches_is_the_deep_position_however_few_its_entries() {
     a.seq = f.launches;
     f.queue.push_back(a);
     for _ in 0..SAMPLE_DEPTH {
-        assert_eq!(f.position(1, 10, false), Some(Position::Behind));
+        assert_eq!(f.position(1, 10, || false), Some(Position::Behind));
         f.skipped(1, 10);
     }
     assert_eq!(
-        f.position(1, 10, false),
+        f.position(1, 10, || false),
         Some(Position::Deep),
         "{SAMPLE_DEPTH} launches behind the oldest"
     );
     assert_eq!(
-        f.position(1, 20, false),
+        f.position(1, 20, || false),
         Some(Position::Idle),
         "another stream, nothing of its own"
     );
@@ -310,19 +312,23 @@ fn a_queue_deep_in_launches_is_the_deep_position_however_few_its_entries() {
 #[test]
 fn a_launch_that_would_group_is_no_sampling_position_and_one_that_would_not_is() {
     let mut f = deep();
-    assert_eq!(f.position(1, 10, true), None, "it would open a group");
+    assert_eq!(f.position(1, 10, || true), None, "it would open a group");
     assert_eq!(
-        f.position(1, 10, false),
+        f.position(1, 10, || false),
         Some(Position::Deep),
         "work that does not group"
     );
     let p = f.plan(1, 10, Some(100));
     assert_eq!(p.grouping, Grouping::Opens);
     push(&mut f, 3, p, 100);
-    assert_eq!(f.position(1, 10, true), None, "it would join the group");
-    assert_eq!(f.position(1, 10, false), None, "it closes the group");
+    assert_eq!(f.position(1, 10, || true), None, "it would join the group");
+    assert_eq!(f.position(1, 10, || false), None, "it closes the group");
     // Once an untimed launch came after the newest, nothing chains on it: no group opens there.
     let mut g = deep();
     g.skipped(1, 10);
-    assert_eq!(g.position(1, 10, true), Some(Position::Deep));
+    assert_eq!(
+        g.position(1, 10, || panic!("no group can open: not asked")),
+        Some(Position::Deep)
+    );
+    assert_eq!(g.position(1, 10, || true), Some(Position::Deep));
 }
