@@ -82,7 +82,8 @@ def main():
     ap.add_argument("--bin-ms", type=float, default=100)
     ap.add_argument("--timeline", action="store_true")
     a = ap.parse_args()
-    alone = result(f"{a.logs}/alone-{a.cell}.out")
+    # A repeated pair's cell is named CELL-rK (compute_matrix.sh, MATRIX_REPEAT); its loop alone ran once.
+    alone = result(f"{a.logs}/alone-{re.sub(r'-r[0-9]+$', '', a.cell)}.out")
     alone_per_ms = alone["per_s"] / 1000
     ten = {}
     for s in ("30", "70"):
