@@ -15,7 +15,7 @@ LIBVGPU_DIR := vgpu$(if $(filter-out x86_64,$(VGPU_ARCH)),-$(VGPU_ARCH))
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 export CARGO_TARGET_DIR := $(TARGET)
 
-.PHONY: all deps build-deps build libvgpu fake clients lint surface test unit e2e demo bench gpu-bundle package package-arm64 installer-image clean
+.PHONY: all deps build-deps build libvgpu fake clients lint surface test unit e2e demo bench soak gpu-bundle package package-arm64 installer-image clean
 
 all: build
 
@@ -83,6 +83,12 @@ bench: build deps
 	@bash tests/bench/container-start.sh
 	@bash tests/bench/monitor.sh
 	@bash tests/bench/unified.sh
+
+# The soak (issue 47, docs/soak.md): tests/soak/soak.c's seeded mix of contexts, resets, fork, threads, streams,
+# events, graphs, pools and VMM, SOAK_RUNS times (1000) on the fake driver under the library in the quota,
+# share, spill and oversubscribe modes; `make test` runs a short pass (tests/e2e/soak.test.sh).
+soak: build deps
+	@SOAK_RUNS=$${SOAK_RUNS:-1000} bash tests/soak/run.sh
 
 # The .deb and the .rpm in target/package/ (docs/install.md): host binaries for glibc 2.28, the interposer for 2.17,
 # vgpuctl's completions and the man pages of the three binaries generated from their CLIs.
