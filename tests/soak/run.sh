@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
-# The soak on the fake driver (issue 47; docs/soak.md): tests/soak/soak.c, a seeded random mix of contexts
-# created, reset and destroyed, primary retains and releases, fork, threads, streams, events, graphs, pools,
-# VMM, allocations and launches, run SOAK_RUNS times under libvgpu.so across the modes, SOAK_PAR runs at a
-# time per mode sharing one ledger and one fake GPU. A run fails when it exits non-zero (a CUDA error, a
-# charge its own slot kept, a fork child that died), is killed by a signal (a crash: its core's backtrace is
-# kept), or outlives SOAK_TIMEOUT (a hang). After each mode, once every process has exited, its ledger must
-# hold nothing (tests/soak/ledger.py). Prints a table and the closing line "soak: N passed, N failed".
+# The soak (issue 47; docs/soak.md): tests/soak/soak.c, a seeded random mix of contexts created, reset and
+# destroyed, primary retains and releases, fork, threads, streams, events, graphs, pools, VMM, allocations and
+# launches, run SOAK_RUNS times under libvgpu.so across the modes, SOAK_PAR runs at a time per mode sharing
+# one ledger (and, on the fake driver, one fake GPU). A run fails when it exits non-zero (a CUDA error, a
+# charge its own slot kept with nothing held, a fork child that died), is killed by a signal (a crash: its
+# core's backtrace is kept when gdb is there), or outlives SOAK_TIMEOUT (a hang). After each mode, once every
+# process has exited, its ledger must hold nothing (tests/soak/ledger.py). Prints a table and the closing
+# line "soak: N passed, N failed" (runs, and a mode whose ledger kept a charge counts as one failure more).
 #
 #   bash tests/soak/run.sh                      SOAK_RUNS runs (default 1000), spread evenly over the modes
-#   bash tests/soak/run.sh replay MODE SEED     one run of SEED in MODE, alone, its output on the terminal
+#   bash tests/soak/run.sh replay MODE SEED     one run of SEED in MODE, alone, each step on stderr
 #
-# Environment: SOAK_RUNS (1000), SOAK_MODES ("quota share spill oversub"), SOAK_PAR (4 runs at a time),
-# SOAK_STEPS (100 steps a run), SOAK_SEED0 (first seed, 1: run i of the whole soak has seed SOAK_SEED0+i),
-# SOAK_TIMEOUT (60 s a run), SOAK_KERNEL_US (fake kernel time, 200), OUT (results: summary.tsv, failures/,
-# default target/soak/results), KEEP_WORK=1 (keep the per-run folders of passing runs too).
+# Environment: SOAK_RUNS (1000), SOAK_MODES ("quota share spill oversub"; also "bare": no library, the
+# program alone), SOAK_PAR (4 runs at a time), SOAK_STEPS (100 steps a run), SOAK_SEED0 (first seed, 1: run i
+# of the whole soak has seed SOAK_SEED0+i), SOAK_TIMEOUT (60 s a run), SOAK_QUOTA (1g; real driver 4g),
+# SOAK_SHARE (50), SOAK_SPILL (2g), SOAK_KERNEL_US (the fake's kernel time, 200; on a GPU soak.c's spin, 50),
+# OUT (results: summary.tsv, lib-lines.txt, failures/; default target/soak/results), KEEP_WORK=1 (keep the
+# per-run folders of passing runs too), VGPU_LIB (the interposer, default target/vgpu/libvgpu.so).
+# SOAK_DRIVER=real: the machine's own driver instead of the fake (tests/gpu/soak.sh): soak.c built with nvcc
+# (else gcc) against CUDA_HOME (/usr/local/cuda).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 T=$(realpath -m "${CARGO_TARGET_DIR:-$ROOT/target}")
-LIB=$T/vgpu/libvgpu.so
+DRIVER=${SOAK_DRIVER:-fake}
+LIB=$(realpath -m "${VGPU_LIB:-$T/vgpu/libvgpu.so}")
 FAKE=$T/fake
-BIN_DIR=$T/soak
+BIN_DIR=$T/soak$([ "$DRIVER" = real ] && echo -gpu)
 BIN=$BIN_DIR/soak
 RUNS=${SOAK_RUNS:-1000}
 MODES=(${SOAK_MODES:-quota share spill oversub})
@@ -28,30 +34,50 @@ PAR=${SOAK_PAR:-4}
 STEPS=${SOAK_STEPS:-100}
 SEED0=${SOAK_SEED0:-1}
 TO=${SOAK_TIMEOUT:-60}
+QUOTA=${SOAK_QUOTA:-$([ "$DRIVER" = real ] && echo 4g || echo 1g)}
+SHARE=${SOAK_SHARE:-50}
+SPILL=${SOAK_SPILL:-2g}
 OUT=$(realpath -m "${OUT:-$T/soak/results}")
 
-for f in "$LIB" "$(dirname "$LIB")/libvgpu_core.so" "$FAKE/libcuda.so.1" "$FAKE/libnvidia-ml.so.1"; do
+need=("$LIB" "$(dirname "$LIB")/libvgpu_core.so")
+[ "$DRIVER" = fake ] && need+=("$FAKE/libcuda.so.1" "$FAKE/libnvidia-ml.so.1")
+for f in "${need[@]}"; do
     [ -e "$f" ] || { echo "soak: $f missing (run make build)"; echo "soak: 0 passed, 1 failed"; exit 1; }
 done
 mkdir -p "$BIN_DIR"
-gcc -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-deprecated-declarations -std=gnu11 -I"$ROOT/.deps/cuda/include" \
-    tests/soak/soak.c -o "$BIN" -L"$FAKE" -lcuda -ldl -lpthread || { echo "soak: 0 passed, 1 failed"; exit 1; }
+cflags=(-O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-deprecated-declarations -std=gnu11)
+if [ "$DRIVER" = fake ]; then
+    gcc "${cflags[@]}" -I"$ROOT/.deps/cuda/include" tests/soak/soak.c -o "$BIN" -L"$FAKE" -lcuda -ldl -lpthread
+else
+    cuda_home=${CUDA_HOME:-/usr/local/cuda}
+    nvcc=$(command -v nvcc || echo "$cuda_home/bin/nvcc")
+    if ! { [ -x "$nvcc" ] && "$nvcc" -O2 -g -o "$BIN" tests/soak/soak.c -lcuda -ldl -lpthread; }; then
+        echo "soak: nvcc unavailable or failed; building with gcc" >&2
+        gcc "${cflags[@]}" -I"$cuda_home/include" tests/soak/soak.c -o "$BIN" -L"$cuda_home/lib64/stubs" \
+            -L"$cuda_home/lib64" -lcuda -ldl -lpthread
+    fi
+fi
+[ -x "$BIN" ] || { echo "soak: could not build tests/soak/soak.c"; echo "soak: 0 passed, 1 failed"; exit 1; }
 
 # mode_env MODE: the library's settings of a mode (environment mode: quota, share, memory mode).
 mode_env() {
     case $1 in
-        quota) echo "CUDA_DEVICE_MEMORY_LIMIT=1g" ;;
-        share) echo "CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_SM_LIMIT=50" ;;
-        spill) echo "CUDA_DEVICE_MEMORY_LIMIT=1g VGPU_MEMORY_MODE=spill VGPU_MEMORY_SPILL=2g" ;;
-        oversub) echo "CUDA_DEVICE_MEMORY_LIMIT=1g VGPU_MEMORY_MODE=oversubscribe VGPU_MEMORY_RESERVE=256m" ;;
-        *) echo "soak: unknown mode $1 (quota, share, spill, oversub)" >&2; return 1 ;;
+        bare) echo "SOAK_LEAK_CHECK=0" ;;
+        quota) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA" ;;
+        share) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA CUDA_DEVICE_SM_LIMIT=$SHARE" ;;
+        spill) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA VGPU_MEMORY_MODE=spill VGPU_MEMORY_SPILL=$SPILL" ;;
+        oversub) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA VGPU_MEMORY_MODE=oversubscribe VGPU_MEMORY_RESERVE=256m" ;;
+        *) echo "soak: unknown mode $1 (quota, share, spill, oversub, bare)" >&2; return 1 ;;
     esac
 }
 
-# run_env MODE DIR: the whole environment of a run of MODE whose fake GPU and ledger live under DIR.
+# run_env MODE DIR: the whole environment of a run of MODE whose ledger (and fake GPU) live under DIR.
 run_env() {
-    echo "LD_PRELOAD=$LIB LD_LIBRARY_PATH=$FAKE FAKE_CUDA_STATE_DIR=$2/fake FAKE_CUDA_DEVICES=1"
-    echo "FAKE_CUDA_CONTEXT_BYTES=64m FAKE_CUDA_KERNEL_US=${SOAK_KERNEL_US:-200}"
+    [ "$1" = bare ] || echo "LD_PRELOAD=$LIB"
+    if [ "$DRIVER" = fake ]; then
+        echo "LD_LIBRARY_PATH=$FAKE FAKE_CUDA_STATE_DIR=$2/fake FAKE_CUDA_DEVICES=1"
+        echo "FAKE_CUDA_CONTEXT_BYTES=64m FAKE_CUDA_KERNEL_US=${SOAK_KERNEL_US:-200}"
+    fi
     echo "CUDA_DEVICE_MEMORY_SHARED_CACHE=$2/ledger/cache SOAK_STEPS=$STEPS"
     mode_env "$1"
 }
@@ -64,11 +90,13 @@ if [ "${1:-}" = replay ]; then
     # shellcheck disable=SC2046
     env $(run_env "$mode" "$D") SOAK_VERBOSE="${SOAK_VERBOSE:-1}" "$BIN" "$seed"
     rc=$?
-    python3 tests/soak/ledger.py "$D"/ledger/cache.*
+    ls "$D"/ledger/cache.* >/dev/null 2>&1 && python3 tests/soak/ledger.py "$D"/ledger/cache.*
     echo "soak replay: exit $rc (folder $D)"
     exit $rc
 fi
 
+replay="bash tests/soak/run.sh replay"
+[ "$DRIVER" = real ] && replay="SOAK_DRIVER=real bash tests/soak/run.sh replay"
 W=$(mktemp -d /tmp/vgpu-soak.XXXXXX)
 [ "${KEEP_WORK:-0}" = 1 ] || trap 'rm -rf "$W"' EXIT
 mkdir -p "$OUT/failures"
@@ -148,7 +176,7 @@ for mode in "${MODES[@]}"; do
             gdb -batch -ex "info signals SIGBUS" -ex bt -ex "thread apply all bt" "$BIN" "$c" >"$f/$(basename "$c").bt" 2>&1
             sig="$sig, core $(basename "$c")"
         done
-        echo "$kind mode=$mode seed=$seed exit=$rc$sig (${s}s); replay: bash tests/soak/run.sh replay $mode $seed" | tee "$f/what"
+        echo "$kind mode=$mode seed=$seed exit=$rc$sig (${s}s); replay: $replay $mode $seed" | tee "$f/what"
         tail -5 "$r/err" | sed 's/^/    | /'
         for c in "$f"/*.bt; do [ -e "$c" ] && grep -m6 '^#' "$c" | sed 's/^/    bt | /'; done
         failures+=("$kind $mode seed=$seed exit=$rc$sig")
