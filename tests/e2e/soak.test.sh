@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The soak's short pass (issue 47; the full one is `make soak`, docs/soak.md): tests/soak/run.sh with
-# SOAK_E2E_RUNS runs (60: 15 per mode, 4 at a time) of tests/soak/soak.c's seeded mix under libvgpu.so on the
-# fake driver, in the quota, share, spill and oversubscribe modes. Per mode: no crash, no hang, no CUDA error,
-# no charge a process kept with nothing held, nothing left in the ledger once every process exited. A failing
-# run's seed is printed with the command that replays it.
+# SOAK_E2E_RUNS runs (75: 15 per mode, 4 at a time) of tests/soak/soak.c's seeded mix under libvgpu.so on the
+# fake driver, in the quota, share, spill, oversubscribe and tight modes. Per mode: no crash, no hang, no CUDA
+# error, no charge a process kept with nothing held, nothing left in the ledger once every process exited. A
+# failing run's seed is printed with the command that replays it.
 . "$(dirname "$0")/lib/common.sh"
 t_init soak
 t_require "$LIBVGPU" "$T/vgpu/libvgpu_core.so" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1"
 
-out=$(SOAK_RUNS=${SOAK_E2E_RUNS:-60} OUT=$WORK/results bash "$REPO/tests/soak/run.sh" 2>&1)
+out=$(SOAK_RUNS=${SOAK_E2E_RUNS:-75} OUT=$WORK/results bash "$REPO/tests/soak/run.sh" 2>&1)
 rc=$?
 # the table, the failures (seed, signal, stderr, backtrace) and the closing line
 printf '%s\n' "$out" | grep -v '^  ledger \|^== ' | sed 's/^/  | /'

@@ -11,12 +11,14 @@
 #   bash tests/soak/run.sh                      SOAK_RUNS runs (default 1000), spread evenly over the modes
 #   bash tests/soak/run.sh replay MODE SEED     one run of SEED in MODE, alone, each step on stderr
 #
-# Environment: SOAK_RUNS (1000), SOAK_MODES ("quota share spill oversub"; also "bare": no library, the
-# program alone), SOAK_PAR (4 runs at a time), SOAK_STEPS (100 steps a run), SOAK_SEED0 (first seed, 1: run i
-# of the whole soak has seed SOAK_SEED0+i), SOAK_TIMEOUT (60 s a run), SOAK_QUOTA (1g; real driver 4g),
-# SOAK_SHARE (50), SOAK_SPILL (2g), SOAK_KERNEL_US (the fake's kernel time, 200; on a GPU soak.c's spin, 50),
-# OUT (results: summary.tsv, lib-lines.txt, failures/; default target/soak/results), KEEP_WORK=1 (keep the
-# per-run folders of passing runs too), VGPU_LIB (the interposer, default target/vgpu/libvgpu.so).
+# Environment: SOAK_RUNS (1000), SOAK_MODES ("quota share spill oversub tight"; tight: a quota the four
+# processes fill, so that every kind of allocation, contexts and modules included, meets out-of-memory;
+# also "bare": no library, the program alone), SOAK_PAR (4 runs at a time), SOAK_STEPS (100 steps a run),
+# SOAK_SEED0 (first seed, 1: run i of the whole soak has seed SOAK_SEED0+i), SOAK_TIMEOUT (60 s a run),
+# SOAK_QUOTA (1g; real driver 4g), SOAK_SHARE (50), SOAK_SPILL (2g), SOAK_TIGHT (512m; real driver 3g),
+# SOAK_KERNEL_US (the fake's kernel time, 200; on a GPU soak.c's spin, 50), OUT (results: summary.tsv,
+# lib-lines.txt, failures/; default target/soak/results), KEEP_WORK=1 (keep the per-run folders of passing
+# runs too), VGPU_LIB (the interposer, default target/vgpu/libvgpu.so).
 # SOAK_DRIVER=real: the machine's own driver instead of the fake (tests/gpu/soak.sh): soak.c built with nvcc
 # (else gcc) against CUDA_HOME (/usr/local/cuda).
 set -uo pipefail
@@ -29,7 +31,7 @@ FAKE=$T/fake
 BIN_DIR=$T/soak$([ "$DRIVER" = real ] && echo -gpu)
 BIN=$BIN_DIR/soak
 RUNS=${SOAK_RUNS:-1000}
-MODES=(${SOAK_MODES:-quota share spill oversub})
+MODES=(${SOAK_MODES:-quota share spill oversub tight})
 PAR=${SOAK_PAR:-4}
 STEPS=${SOAK_STEPS:-100}
 SEED0=${SOAK_SEED0:-1}
@@ -37,6 +39,7 @@ TO=${SOAK_TIMEOUT:-60}
 QUOTA=${SOAK_QUOTA:-$([ "$DRIVER" = real ] && echo 4g || echo 1g)}
 SHARE=${SOAK_SHARE:-50}
 SPILL=${SOAK_SPILL:-2g}
+TIGHT=${SOAK_TIGHT:-$([ "$DRIVER" = real ] && echo 3g || echo 512m)}
 OUT=$(realpath -m "${OUT:-$T/soak/results}")
 
 need=("$LIB" "$(dirname "$LIB")/libvgpu_core.so")
@@ -64,10 +67,11 @@ mode_env() {
     case $1 in
         bare) echo "SOAK_LEAK_CHECK=0" ;;
         quota) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA" ;;
+        tight) echo "CUDA_DEVICE_MEMORY_LIMIT=$TIGHT" ;;
         share) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA CUDA_DEVICE_SM_LIMIT=$SHARE" ;;
         spill) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA VGPU_MEMORY_MODE=spill VGPU_MEMORY_SPILL=$SPILL" ;;
         oversub) echo "CUDA_DEVICE_MEMORY_LIMIT=$QUOTA VGPU_MEMORY_MODE=oversubscribe VGPU_MEMORY_RESERVE=256m" ;;
-        *) echo "soak: unknown mode $1 (quota, share, spill, oversub, bare)" >&2; return 1 ;;
+        *) echo "soak: unknown mode $1 (quota, share, spill, oversub, tight, bare)" >&2; return 1 ;;
     esac
 }
 
