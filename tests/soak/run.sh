@@ -5,8 +5,10 @@
 # one ledger (and, on the fake driver, one fake GPU). A run fails when it exits non-zero (a CUDA error, a
 # charge its own slot kept with nothing held, a fork child that died), is killed by a signal (a crash: its
 # core's backtrace is kept when gdb is there), or outlives SOAK_TIMEOUT (a hang). After each mode, once every
-# process has exited, its ledger must hold nothing (tests/soak/ledger.py). Prints a table and the closing
-# line "soak: N passed, N failed" (runs, and a mode whose ledger kept a charge counts as one failure more).
+# process has exited, its ledger must hold nothing (tests/soak/ledger.py); and a process started every 20 ms
+# meanwhile to read NVML's memory figures through the library (nvidia-smi's part) must never fail. Prints a
+# table and the closing line "soak: N passed, N failed" (runs; a mode whose ledger kept a charge, or whose
+# watcher failed, counts as one failure more).
 #
 #   bash tests/soak/run.sh                      SOAK_RUNS runs (default 1000), spread evenly over the modes
 #   bash tests/soak/run.sh replay MODE SEED     one run of SEED in MODE, alone, each step on stderr
@@ -105,7 +107,7 @@ W=$(mktemp -d /tmp/vgpu-soak.XXXXXX)
 [ "${KEEP_WORK:-0}" = 1 ] || trap 'rm -rf "$W"' EXIT
 mkdir -p "$OUT/failures"
 rm -rf "$OUT/failures"/* "$OUT/summary.tsv" "$OUT/lib-lines.txt"
-printf 'mode\truns\tpassed\tfailed\tcrashes\thangs\terrors\tleaks\tleft_behind\tlib_errors\tlib_warns\toom\twall_s\tmax_run_s\n' >"$OUT/summary.tsv"
+printf 'mode\truns\tpassed\tfailed\tcrashes\thangs\terrors\tleaks\tleft_behind\tlib_errors\tlib_warns\toom\twall_s\tmax_run_s\twatcher_runs/failed\n' >"$OUT/summary.tsv"
 ulimit -c unlimited 2>/dev/null || true
 
 ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -123,6 +125,27 @@ one() {
     echo $(($(ms) - t0)) >"$r/ms"
 }
 
+# The watcher: what `nvidia-smi` in the container does while the programs run, a process that starts, reads
+# NVML's memory figures (the ledger, under the library) and exits, every 20 ms through a mode. A crash
+# (a signal: a SIGBUS is a mapping read past its file's end), a hang or an error there fails the mode.
+WATCHER=()
+if [ "$DRIVER" = fake ] && [ -x "$T/clients/nvml_client" ]; then WATCHER=("$T/clients/nvml_client")
+elif [ "$DRIVER" = real ] && command -v nvidia-smi >/dev/null; then WATCHER=(nvidia-smi --query-gpu=memory.used,memory.total --format=csv)
+fi
+watch() {
+    local mode=$1 dir=$2 n=0 bad=0 rc
+    mkdir -p "$dir/watch"
+    while [ ! -e "$dir/watch/stop" ]; do
+        # shellcheck disable=SC2046
+        (cd "$dir/watch" && ulimit -c unlimited && exec env $(run_env "$mode" "$dir") timeout -k 5 20 "${WATCHER[@]}" >/dev/null 2>>"$dir/watch/err")
+        rc=$?
+        n=$((n + 1))
+        if ((rc != 0)); then bad=$((bad + 1)); echo "exit $rc" >>"$dir/watch/bad"; fi
+        sleep 0.02
+    done
+    echo "$n $bad" >"$dir/watch/count"
+}
+
 total_pass=0; total_fail=0; failures=()
 per_mode=$(( (RUNS + ${#MODES[@]} - 1) / ${#MODES[@]} ))
 idx=0
@@ -134,6 +157,8 @@ for mode in "${MODES[@]}"; do
     ((n <= 0)) && continue
     echo "== $mode: $n runs, $PAR at a time ($(mode_env "$mode"))"
     t0=$(ms)
+    wpid=
+    if ((${#WATCHER[@]})); then watch "$mode" "$D" & wpid=$!; disown "$wpid"; fi
     seeds=()
     for ((i = 0; i < n; i++)); do
         seed=$((SEED0 + idx + i))
@@ -144,6 +169,13 @@ for mode in "${MODES[@]}"; do
     wait
     idx=$((idx + n))
     wall=$(($(ms) - t0))
+    watched=-
+    if [ -n "$wpid" ]; then
+        touch "$D/watch/stop"
+        while kill -0 "$wpid" 2>/dev/null; do sleep 0.05; done
+        read -r wn wbad <"$D/watch/count"
+        watched="$wn/$wbad"
+    fi
     pass=0 crash=0 hang=0 err=0 leak=0 liberr=0 libwarn=0 oom=0 maxs=0
     for seed in "${seeds[@]}"; do
         r=$D/runs/$seed
@@ -186,6 +218,18 @@ for mode in "${MODES[@]}"; do
         failures+=("$kind $mode seed=$seed exit=$rc$sig")
     done
     fail=$((n - pass))
+    if [ -n "$wpid" ] && ((wbad > 0)); then
+        fail=$((fail + 1))
+        f=$OUT/failures/$mode-watcher
+        mkdir -p "$f"
+        cp "$D/watch/bad" "$D/watch/err" "$f/" 2>/dev/null
+        for c in "$D"/watch/core*; do
+            [ -e "$c" ] && gdb -batch -ex bt -ex "thread apply all bt" "${WATCHER[0]}" "$c" >"$f/$(basename "$c").bt" 2>&1
+        done
+        echo "watcher mode=$mode: $wbad of $wn reads of NVML's figures failed ($(sort "$D/watch/bad" | uniq -c | tr -s ' ' | tr '\n' ';'))" | tee "$f/what"
+        tail -3 "$D/watch/err" | sed 's/^/    | /'
+        failures+=("watcher $mode: $wbad of $wn failed")
+    fi
     # After every process of the mode has exited: nothing left in its ledger.
     left="0"
     if ls "$D"/ledger/cache.* >/dev/null 2>&1; then
@@ -203,8 +247,8 @@ for mode in "${MODES[@]}"; do
     fi
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
     [ -s "$D/lines" ] && sort "$D/lines" | uniq -c | sort -rn >>"$OUT/lib-lines.txt"
-    printf '%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n' "$mode" "$n" "$pass" "$((n - pass))" "$crash" "$hang" \
-        "$err" "$leak" "$left" "$liberr" "$libwarn" "$oom" "$(secs "$wall")" "$(secs "$maxs")" >>"$OUT/summary.tsv"
+    printf '%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n' "$mode" "$n" "$pass" "$((n - pass))" "$crash" "$hang" \
+        "$err" "$leak" "$left" "$liberr" "$libwarn" "$oom" "$(secs "$wall")" "$(secs "$maxs")" "$watched" >>"$OUT/summary.tsv"
 done
 
 echo
