@@ -52,10 +52,13 @@ use flight::{Grouping, InFlight};
 use sample::Position;
 use timer::{Begun, Timer};
 mod graphs;
+mod quiet;
 mod rate;
 mod sample;
 mod settle;
+use quiet::{forked_child, FORKED};
 pub mod sync;
+pub mod teardown;
 mod timer;
 mod trace;
 mod which;
@@ -502,12 +505,6 @@ extern "C" fn at_exit() {
 }
 
 static AT_EXIT: Once = Once::new();
-/// Set in a child after `fork`: what is in flight is the parent's (`Share::forget_parent`).
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-unsafe extern "C" fn forked_child() {
-    FORKED.store(true, Ordering::Relaxed);
-}
 
 extern "C" {
     fn pthread_atfork(

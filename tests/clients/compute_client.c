@@ -45,7 +45,13 @@
  *              busy by NVML's per-process reading (it had SM activity in the last second) and uses
  *              next to nothing of the GPU
  *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
- *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused) */
+ *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused)
+ *   reset      ARG phases (default 4) of SECONDS / ARG each, launching in batches of 16 synchronised; each
+ *              phase ends with its context torn down, leaving launches in flight: the even ones run in
+ *              the primary context and end with cuDevicePrimaryCtxReset (what cudaDeviceReset does;
+ *              the primary context is then retained again), the odd ones in a context of cuCtxCreate
+ *              that cuCtxDestroy ends. Also prints "phase_ms=A,B,..." (the wall time of each phase's
+ *              first 64 launches, synchronised: the cost of a launch after a reset against before) */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <stdio.h>
@@ -333,6 +339,52 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         *took = now() - t0;
         qsort(step, steps, sizeof step[0], cmp_double);
         printf("step_us=%.0f\n", steps ? step[steps / 2] * 1e6 : 0.0);
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(mode, "reset")) {
+        long phases = arg ? atol(arg) : 4;
+        double t0 = now();
+        *launched = 0;
+        printf("phase_ms=");
+        for (long p = 0; p < phases; p++) {
+            CUcontext own = NULL;
+            if (p % 2) {
+#if CUDA_VERSION >= 13000
+                TRY(cuCtxCreate(&own, NULL, 0, dev));
+#else
+                TRY(cuCtxCreate(&own, 0, dev));
+#endif
+            } else if (p > 0) {
+                TRY(cuDevicePrimaryCtxRetain(&ctx, dev));
+                TRY(cuCtxSetCurrent(ctx));
+            }
+            if (p > 0) {
+                /* The module and stream died with the context: made again in this phase's. */
+                TRY(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+                TRY(cuModuleLoadData(&mod, ptx));
+                TRY(cuModuleGetFunction(&fn, mod, "vgpu_spin"));
+            }
+            double p0 = now();
+            for (long i = 0; i < 64; i++, (*launched)++) {
+                TRY(launch_one("plain", ex, 0));
+                if (i % 16 == 15) TRY(cuStreamSynchronize(stream));
+            }
+            printf("%s%.1f", p ? "," : "", (now() - p0) * 1e3);
+            while (now() - t0 < secs * (p + 1) / phases) {
+                for (int i = 0; i < 16; i++, (*launched)++) TRY(launch_one("plain", ex, 0));
+                TRY(cuStreamSynchronize(stream));
+            }
+            /* Launches left in flight when the context goes. */
+            for (int i = 0; i < 4; i++, (*launched)++) TRY(launch_one("plain", ex, 0));
+            if (own) {
+                TRY(cuCtxDestroy(own));
+                TRY(cuCtxSetCurrent(NULL));
+            } else {
+                TRY(cuDevicePrimaryCtxReset(dev));
+            }
+        }
+        printf("\n");
+        *took = now() - t0;
         return CUDA_SUCCESS;
     }
     CUcontext other = NULL;

@@ -298,6 +298,25 @@ vg "$WORK/b_forksync" 10 "$CC" forksync 1 16 >/dev/null
 charged=$(bucket "$WORK/b_forksync" charged_ns)
 check "a fork child's synchronisation charges nothing of its parent's synchronised launches (17 x 2 ms charged: $((charged / 1000000)) ms; charged again: 51)" \
     awk -v c="$charged" 'BEGIN { exit !(c >= 0.9 * 34e6 && c <= 1.2 * 34e6) }'
+# A program that tears its contexts down between phases (issue 47): cuDevicePrimaryCtxReset, what
+# cudaDeviceReset does, and cuCtxDestroy, each with launches in flight. The reset left the share's events of
+# the old primary context in its pool, keyed by a handle the new primary context has again: every later
+# launch recorded a dead event, failed and was charged 1 ms unmeasured (an H200 loop of 100 short kernels
+# ran 150x slower than bare), and on a GPU the driver crashed on the freed events (8 of 21 runs). The fake
+# gives the primary context its handle back and aborts on a dead event (FAKE_CUDA_DEAD_HANDLES=abort).
+# 200 us kernels at 50%, four phases: each launch is charged its kernel and the loop keeps its share.
+out=$(FAKE_CUDA_DEAD_HANDLES=abort FAKE_CUDA_KERNEL_US=200 vg "$WORK/b_reset" 50 "$CC" reset 3 4)
+check_match "a program that resets its device and destroys contexts under a share runs to the end" 'rc=0 ' "$out"
+charged=$(bucket "$WORK/b_reset" charged_ns) n=$(bucket "$WORK/b_reset" launches)
+check "  ... each launch charged its 200 us kernel, not 1 ms unmeasured ($(( charged / (n > 0 ? n : 1) / 1000 )) us for each of $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 100 && c >= n * 200e3 * 0.95 && c <= n * 200e3 * 1.1) }'
+between "  ... and keeps its 50% share" "$(FAKE_CUDA_KERNEL_US=200 share "$out")" 38 62
+# Under 99% (held back only if charged more than its kernels), the first 64 launches of each phase take
+# as long after a teardown as before the first (the old library's 1 ms charges: ~5x as long).
+out=$(FAKE_CUDA_DEAD_HANDLES=abort FAKE_CUDA_KERNEL_US=200 vg "$WORK/b_reset99" 99 "$CC" reset 2 4)
+phases=$(sed -n 's/^phase_ms=//p' <<<"$out")
+check "  ... under 99% its first 64 launches after each teardown take as long as before the first ($phases ms)" \
+    awk -v p="$phases" 'BEGIN { n = split(p, a, ","); if (n < 4) exit 1; for (i = 2; i <= n; i++) if (a[i] > 1.5 * a[1] + 5) exit 1 }'
 # One cheap launch first must not make later long launches of the same function and grid cheap: the
 # cheap mode launches once at 1x, then loops at 10x the work (block 10 high: 20 ms each).
 out=$(vg "$WORK/b_cheap" 10 "$CC" cheap $((SECS + 1)) 10)

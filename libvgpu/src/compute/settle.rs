@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::events::{elapsed_ns, event_query, event_wait, Relaxed};
 use super::flight::{End, InFlight};
+use super::quiet::quiet;
 use super::{
     averaged, graphs, lock, mono_ns, trace, Share, CUDA_ERROR_NOT_READY, FORKED, GRAPH_GRID,
 };
@@ -29,6 +30,7 @@ impl Share {
                 return;
             }
         }
+        let _quiet = quiet();
         let _relaxed = Relaxed::enter();
         self.settle_retired();
         loop {
@@ -104,6 +106,7 @@ impl Share {
             self.forget_parent();
             return;
         }
+        let _quiet = quiet();
         let mut queried = None;
         loop {
             let f = {
@@ -167,6 +170,7 @@ impl Share {
             self.forget_parent();
             return;
         }
+        let _quiet = quiet();
         loop {
             let Some(f) = lock(&self.timer.flights).retired.pop_front() else {
                 self.retired_at.store(0, Ordering::Relaxed);
@@ -229,6 +233,7 @@ impl Share {
             self.forget_parent();
             return;
         }
+        let _quiet = quiet();
         self.timer.close_open(ctx);
         let ends: Vec<usize> = lock(&self.timer.flights)
             .queue

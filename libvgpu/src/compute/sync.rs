@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 
 use super::events::{event_query, Relaxed};
-use super::flight::InFlight;
+use super::flight::{End, InFlight};
+use super::quiet::quiet;
 use super::{lock, mono_ns, off, shares, CUDA_ERROR_NOT_READY};
 use crate::ffi::*;
 
@@ -96,6 +97,18 @@ pub fn syncing(what: Synced) -> Watch {
         if !waits_for_it {
             return false;
         }
+        // Its context may be torn down by another thread meanwhile: asked in a Quiet section, and only
+        // while the launch is still in flight with its end recorded (`teardown`).
+        let _quiet = quiet();
+        let q = lock(&s.timer.flights);
+        if !q
+            .queue
+            .back()
+            .is_some_and(|f| f.end == end && f.state == End::Recorded)
+        {
+            return false;
+        }
+        drop(q);
         let _relaxed = Relaxed::enter();
         event_query(end) == CUDA_ERROR_NOT_READY
     });

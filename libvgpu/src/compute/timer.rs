@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::events::{elapsed_ns, event_create, event_record};
 use super::flight::{End, Flights, Grouping, InFlight, Plan, Span, GROUP_FLOORS_NS, GROUP_MAX};
+use super::quiet::quiet;
 use crate::ffi::*;
 use crate::launch_charge::Work;
 
@@ -133,8 +134,9 @@ impl Timer {
         found
     }
 
-    /// Records the ends of groups made `Closing`.
+    /// Records the ends of groups made `Closing` (of any context: no teardown meanwhile).
     fn record_closing(&self, groups: &[(CUevent, usize)]) {
+        let _quiet = (!groups.is_empty()).then(quiet);
         for &(end, stream) in groups {
             let ok = event_record(end, stream as CUstream) == CUDA_SUCCESS;
             lock(&self.flights).closed(end, ok);

@@ -17,6 +17,7 @@ use vgpu_ledger::Kind;
 
 use super::common::{hook, interposer, Interposer, Target};
 use super::measure::{estimate, Probe};
+use crate::compute::teardown;
 use crate::driver::Driver;
 use crate::error::Error;
 use crate::ffi::*;
@@ -278,33 +279,56 @@ hook!(cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, d
     interposer().ctx_create(pctx, dev, || forward!("cuCtxCreate_v4", fn(*mut CUcontext, *mut c_void, c_uint, CUdevice), pctx, params, flags, dev))
 });
 
-hook!(cuCtxDestroy_v2(ctx: CUcontext) {
-    crate::compute::sync::context_ending(ctx as usize);
-    let r = forward!("cuCtxDestroy_v2", fn(CUcontext), ctx);
-    if r == CUDA_SUCCESS { interposer().context_gone(ctx as usize); }
+/// Destroys context `ctx` by `destroy`: the compute share's launches in it charged first and its
+/// events forgotten with it (`compute::teardown`), then what was recorded in it given back.
+fn ctx_destroy(ctx: CUcontext, destroy: impl FnOnce() -> CUresult) -> CUresult {
+    let t = teardown::begin(ctx as usize);
+    let r = destroy();
+    t.end(r == CUDA_SUCCESS);
+    if r == CUDA_SUCCESS {
+        interposer().context_gone(ctx as usize);
+    }
     r
+}
+
+/// A primary context's release or reset by `call`: when it destroys the context (a reset of an active
+/// one, the last release), the compute share's launches in it are charged first and its events
+/// forgotten with it; the handle comes back for the next primary context of the device, so nothing
+/// of the old one may be taken for the new one's (`compute::teardown`).
+fn primary_teardown(dev: CUdevice, call: impl FnOnce() -> CUresult, reset: bool) -> CUresult {
+    let i = interposer();
+    let ctx = if crate::compute::off() || !i.drv.primary_active(dev) {
+        0
+    } else {
+        i.drv.primary_handle(dev).unwrap_or(0)
+    };
+    let t = teardown::begin(ctx);
+    let r = i.primary_release(dev, call, reset);
+    t.end(r == CUDA_SUCCESS && ctx != 0 && (reset || !i.drv.primary_active(dev)));
+    r
+}
+
+hook!(cuCtxDestroy_v2(ctx: CUcontext) {
+    ctx_destroy(ctx, || forward!("cuCtxDestroy_v2", fn(CUcontext), ctx))
 });
 hook!(cuCtxDestroy(ctx: CUcontext) {
-    crate::compute::sync::context_ending(ctx as usize);
-    let r = forward!("cuCtxDestroy", fn(CUcontext), ctx);
-    if r == CUDA_SUCCESS { interposer().context_gone(ctx as usize); }
-    r
+    ctx_destroy(ctx, || forward!("cuCtxDestroy", fn(CUcontext), ctx))
 });
 
 hook!(cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
     interposer().primary_retain(pctx, dev, || forward!("cuDevicePrimaryCtxRetain", fn(*mut CUcontext, CUdevice), pctx, dev))
 });
 hook!(cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
-    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxRelease_v2", fn(CUdevice), dev), false)
+    primary_teardown(dev, || forward!("cuDevicePrimaryCtxRelease_v2", fn(CUdevice), dev), false)
 });
 hook!(cuDevicePrimaryCtxRelease(dev: CUdevice) {
-    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxRelease", fn(CUdevice), dev), false)
+    primary_teardown(dev, || forward!("cuDevicePrimaryCtxRelease", fn(CUdevice), dev), false)
 });
 hook!(cuDevicePrimaryCtxReset_v2(dev: CUdevice) {
-    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxReset_v2", fn(CUdevice), dev), true)
+    primary_teardown(dev, || forward!("cuDevicePrimaryCtxReset_v2", fn(CUdevice), dev), true)
 });
 hook!(cuDevicePrimaryCtxReset(dev: CUdevice) {
-    interposer().primary_release(dev, || forward!("cuDevicePrimaryCtxReset", fn(CUdevice), dev), true)
+    primary_teardown(dev, || forward!("cuDevicePrimaryCtxReset", fn(CUdevice), dev), true)
 });
 
 /// The `CUcontext` of green context `green` (`cuCtxFromGreenCtx`; 0 when the driver gives none): what
@@ -341,10 +365,9 @@ hook!(cuGreenCtxCreate(pg: *mut *mut c_void, desc: *mut c_void, dev: CUdevice, f
 });
 hook!(cuGreenCtxDestroy(g: *mut c_void) {
     let ctx = if g.is_null() { 0 } else { green_ctx(g) };
-    if ctx != 0 {
-        crate::compute::sync::context_ending(ctx);
-    }
+    let t = teardown::begin(ctx);
     let r = forward!("cuGreenCtxDestroy", fn(*mut c_void), g);
+    t.end(r == CUDA_SUCCESS);
     if r == CUDA_SUCCESS && ctx != 0 {
         interposer().context_gone(ctx);
     }

@@ -137,12 +137,13 @@ fn cuDevicePrimaryCtxRetain(pctx: *mut Handle, dev: CUdevice) {
     d.phys(dev)?;
     let mut objs = lock(&d.objs);
     let p = &objs.primary[dev as usize];
-    let (mut h, flags) = (p.handle, p.flags);
+    let (mut h, flags, last) = (p.handle, p.flags, p.last);
     if h == 0 {
-        h = d.create_ctx(&mut objs, dev, flags, true)?;
+        h = d.create_ctx_as(&mut objs, dev, flags, true, d.ctx_bytes, last)?;
     }
     let p = &mut objs.primary[dev as usize];
     p.handle = h;
+    p.last = h;
     p.refs += 1;
     out(pctx, h)
 }
@@ -235,6 +236,7 @@ fn cuEventCreate(pe: *mut Handle, _flags: c_uint) {
 fn cuEventDestroy_v2(e: Handle) {
     let d = drv()?;
     let mut objs = lock(&d.objs);
+    dead_event(&objs, e)?;
     objs.event_ctx.remove(&e);
     objs.events.remove(&e).map(|_| ()).ok_or(INVALID_HANDLE)
 }
@@ -245,6 +247,7 @@ fn cuEventRecord(e: Handle, s: Handle) {
     crate::timeline::record_cost();
     let d = drv()?;
     let mut objs = lock(&d.objs);
+    dead_event(&objs, e)?;
     stream_phys(d, &objs, s)?;
     // As the driver: the event and the stream must be of one context.
     let home = stream_ctx(&objs, s)?;
@@ -258,6 +261,7 @@ fn cuEventRecord(e: Handle, s: Handle) {
 fn cuEventSynchronize(e: Handle) {
     let d = drv()?;
     crate::api_capture::unsafe_call()?;
+    dead_event(&lock(&d.objs), e)?;
     let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
     crate::timeline::wait_for(crate::timeline::resolve(stamp));
     Ok(())
@@ -267,6 +271,7 @@ fn cuEventQuery(e: Handle) {
     crate::timeline::read_cost();
     let d = drv()?;
     crate::api_capture::unsafe_call()?;
+    dead_event(&lock(&d.objs), e)?;
     let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
     if crate::timeline::done(crate::timeline::resolve(stamp)) { Ok(()) } else { Err(NOT_READY) }
 }
@@ -275,6 +280,8 @@ fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
     crate::timeline::read_cost();
     let d = drv()?;
     let objs = lock(&d.objs);
+    dead_event(&objs, a)?;
+    dead_event(&objs, b)?;
     let (Some(&ta), Some(&tb)) = (objs.events.get(&a), objs.events.get(&b)) else { return Err(INVALID_HANDLE) };
     // As the driver: both must have been recorded, and be complete.
     if ta == 0 || tb == 0 { return Err(INVALID_HANDLE); }

@@ -36,6 +36,10 @@ pub const RESIDENT_THREADS: u64 = 132 * 2048;
 #[derive(Default)]
 pub struct Primary {
     pub handle: Handle,
+    /// The handle the device's primary context had last: a new one (after a reset or the last
+    /// release) gets it again, as the real driver's primary context keeps its `CUcontext` (a stale handle
+    /// kept across a reset names the new context, so what was made in the old one must be known dead).
+    pub last: Handle,
     pub refs: u32,
     pub flags: u32,
 }
@@ -128,6 +132,9 @@ pub struct Objs {
     pub events: HashMap<Handle, u64>,
     /// The context each event was made in.
     pub event_ctx: HashMap<Handle, Handle>,
+    /// Events that died with their context (`destroy_ctx`): using one is what crashes the real driver
+    /// (`dead_event`).
+    pub dead_events: std::collections::HashSet<Handle>,
     pub pools: HashMap<Handle, Pool>,
     /// Pools destroyed while allocations from them were live: the driver keeps their memory until the
     /// last of those allocations is freed (cuMemPoolDestroy's documented behaviour).
@@ -170,6 +177,20 @@ static ATFORK: Once = Once::new();
 static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x5eed_0000);
 /// Bumped when a context dies, so threads revalidate their cached current context.
 static CTX_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// A call names event `e` that died with its context: INVALID_HANDLE here, where the real driver reads
+/// freed memory (a SIGSEGV inside libcuda, at random). `FAKE_CUDA_DEAD_HANDLES=abort` makes the fake
+/// die as the driver may, at once and always, so a test sees every such use.
+pub fn dead_event(objs: &Objs, e: Handle) -> R {
+    if !objs.dead_events.contains(&e) {
+        return Ok(());
+    }
+    if std::env::var_os("FAKE_CUDA_DEAD_HANDLES").is_some_and(|v| v == "abort") {
+        eprintln!("fake-cuda: event {e:#x} used after its context was destroyed (the real driver may crash here)");
+        std::process::abort();
+    }
+    Err(INVALID_HANDLE)
+}
 
 pub fn new_handle() -> Handle {
     NEXT_HANDLE.fetch_add(0x40, Relaxed)
@@ -302,9 +323,22 @@ impl Driver {
         primary: bool,
         own_bytes: u64,
     ) -> Result<Handle, CUresult> {
+        self.create_ctx_as(objs, dev, flags, primary, own_bytes, 0)
+    }
+
+    /// The same under handle `reuse` (a primary context made again), or a new one when 0.
+    pub fn create_ctx_as(
+        &self,
+        objs: &mut Objs,
+        dev: CUdevice,
+        flags: u32,
+        primary: bool,
+        own_bytes: u64,
+        reuse: Handle,
+    ) -> Result<Handle, CUresult> {
         let phys = self.phys(dev)?;
         self.charge(phys, own_bytes)?;
-        let h = new_handle();
+        let h = if reuse != 0 { reuse } else { new_handle() };
         objs.ctxs.insert(
             h,
             Ctx {
@@ -324,6 +358,19 @@ impl Driver {
     pub fn destroy_ctx(&self, objs: &mut Objs, h: Handle) -> R {
         let ctx = objs.ctxs.remove(&h).ok_or(INVALID_CONTEXT)?;
         CTX_EPOCH.fetch_add(1, AcqRel);
+        // As the real driver: the context's events and streams go with it.
+        let dead: Vec<Handle> = objs
+            .event_ctx
+            .iter()
+            .filter(|(_, &c)| c == h)
+            .map(|(&e, _)| e)
+            .collect();
+        for e in dead {
+            objs.event_ctx.remove(&e);
+            objs.events.remove(&e);
+            objs.dead_events.insert(e);
+        }
+        objs.streams.retain(|_, s| s.ctx != h);
         self.refund(ctx.phys, ctx.own_bytes + ctx.limit_bytes);
         let mods: Vec<Handle> = objs
             .modules
