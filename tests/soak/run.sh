@@ -82,7 +82,9 @@ run_env() {
     [ "$1" = bare ] || echo "LD_PRELOAD=$LIB"
     if [ "$DRIVER" = fake ]; then
         echo "LD_LIBRARY_PATH=$FAKE FAKE_CUDA_STATE_DIR=$2/fake FAKE_CUDA_DEVICES=1"
-        echo "FAKE_CUDA_CONTEXT_BYTES=64m FAKE_CUDA_KERNEL_US=${SOAK_KERNEL_US:-200}"
+        # An event used after its context died aborts the process, where the real driver reads freed memory
+        # (tests/fake-driver.md): every such use is a crash here, never a silent error.
+        echo "FAKE_CUDA_CONTEXT_BYTES=64m FAKE_CUDA_KERNEL_US=${SOAK_KERNEL_US:-200} FAKE_CUDA_DEAD_HANDLES=abort"
     fi
     echo "CUDA_DEVICE_MEMORY_SHARED_CACHE=$2/ledger/cache SOAK_STEPS=$STEPS"
     mode_env "$1"
