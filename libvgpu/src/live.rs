@@ -1,10 +1,13 @@
 //! Live limits: the limits file's entry for a ledger as the host's `vgpuctl update` last wrote it. The
 //! protocol (the ledger's generation word around an in-place rewrite of the mounted file) is
-//! `vgpu_ledger::live`'s; here only the library's side of reading it. Who follows it: `quota` (the
+//! `vgpu_ledger::live`'s; here only the library's side of reading it, and the watch of the read-only
+//! file itself (`FileWatch`), which no tenant can hide an update from. Who follows it: `quota` (the
 //! memory quota, on each allocation and memory query) and `compute` (the share's rate and window, on each
 //! launch).
 
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 use vgpu_ledger::live::read_stable;
 use vgpu_ledger::{DeviceLimit, Ledger, Limits};
@@ -50,4 +53,116 @@ pub fn entry_unbracketed(file: &Path, ledger_path: &Path) -> Option<DeviceLimit>
             None
         }
     }
+}
+
+/// How often the mounted limits file itself is looked at, whatever the ledger's generation word says.
+/// The word is in the tenant's ledger: a tenant that writes back the value its processes applied hides
+/// every update behind it (issue 48: a shrink from 1 GiB to 512 MiB stayed 1 GiB, and 300 MiB more was
+/// granted). The file is read-only in the container; its change time and size are the host's alone.
+pub const FILE_CHECK_MS: u64 = 1000;
+/// A file changed less than this long ago may still be being written by the host (an update takes
+/// milliseconds): it is looked at again this long after, not read now.
+const SETTLE_NS: u64 = 100_000_000;
+
+/// One quota's watch of its limits file: when to look next and the file as last applied.
+pub struct FileWatch {
+    /// `coarse_ms()` at which the file is looked at next; `u64::MAX`: never (nothing to follow).
+    due: AtomicU64,
+    /// The file as last applied (`stamp`; 0: not read since the process loaded it).
+    seen: AtomicU64,
+}
+
+impl FileWatch {
+    pub const fn off() -> FileWatch {
+        FileWatch {
+            due: AtomicU64::new(u64::MAX),
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts watching: the first look is at the next call.
+    pub fn start(&self) {
+        self.due.store(0, Relaxed);
+    }
+
+    /// Whether the file is to be looked at now: one coarse clock read.
+    #[inline]
+    pub fn due(&self) -> bool {
+        let due = self.due.load(Relaxed);
+        due != u64::MAX && coarse_ms() >= due
+    }
+
+    /// The entry of the limits file at `file` for `ledger_path` when the file changed since it was last
+    /// applied and is whole: not changed within `SETTLE_NS`, and the same before and after it was read.
+    /// None otherwise (looked at again in `FILE_CHECK_MS`, or sooner while it settles).
+    #[cold]
+    pub fn changed(&self, file: &Path, ledger_path: &Path) -> Option<DeviceLimit> {
+        let now = coarse_ms();
+        self.due.store(now + FILE_CHECK_MS, Relaxed);
+        let (before, age_ns) = stamp(file)?;
+        if before == self.seen.load(Relaxed) {
+            return None;
+        }
+        let soon = now + SETTLE_NS / 1_000_000;
+        if age_ns < SETTLE_NS {
+            self.due.store(soon, Relaxed);
+            return None;
+        }
+        let d = entry_unbracketed(file, ledger_path);
+        if stamp(file).map(|s| s.0) != Some(before) {
+            self.due.store(soon, Relaxed);
+            return None;
+        }
+        self.seen.store(before, Relaxed);
+        d
+    }
+
+    /// An update was applied through the generation word: the file as it is now is the applied one.
+    pub fn applied(&self, file: &Path) {
+        if let Some((s, _)) = stamp(file) {
+            self.seen.store(s, Relaxed);
+        }
+    }
+}
+
+/// The file's identity and change as the host left it (inode, size, modification and change times,
+/// hashed), and how long ago it last changed (ns). None when it cannot be asked.
+fn stamp(file: &Path) -> Option<(u64, u64)> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        m.ino(),
+        m.dev(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    )
+        .hash(&mut h);
+    let changed_ns = (m.ctime().max(m.mtime()) as i128) * 1_000_000_000
+        + i128::from(if m.ctime() >= m.mtime() {
+            m.ctime_nsec()
+        } else {
+            m.mtime_nsec()
+        });
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let age = u64::try_from(now_ns - changed_ns).unwrap_or(0);
+    Some((h.finish().max(1), age))
+}
+
+/// Milliseconds of CLOCK_MONOTONIC_COARSE (a few ns to read; ticks of a few ms are enough for a watch
+/// of once a second).
+fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC_COARSE exists on Linux since 2.6.32.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }

@@ -39,6 +39,8 @@ pub struct DeviceQuota {
     applied: AtomicU64,
     /// `millis()` + 1 when the generation was first seen odd since the last applied (0: not seen odd).
     odd_since: AtomicU64,
+    /// The limits file itself, looked at once a second whatever the generation says (`live::FileWatch`).
+    watch: crate::live::FileWatch,
     /// Plain, spill or oversubscribe (`hooks::memory`); plain until the configuration says otherwise.
     pub memory: MemoryMode,
     ledger_path: PathBuf,
@@ -103,6 +105,7 @@ impl DeviceQuota {
             follows: OnceLock::new(),
             applied: AtomicU64::new(0),
             odd_since: AtomicU64::new(0),
+            watch: crate::live::FileWatch::off(),
             memory: MemoryMode::Plain,
             ledger_path: path.to_path_buf(),
             ledger,
@@ -113,7 +116,9 @@ impl DeviceQuota {
 
     /// Follows the host's updates of the limits file at `file` (`vgpu_ledger::live`).
     pub fn follow(&self, file: &Path) {
-        let _ = self.follows.set(file.to_path_buf());
+        if self.follows.set(file.to_path_buf()).is_ok() {
+            self.watch.start();
+        }
     }
 
     /// The limit now: the one last applied, after applying an update the host made since (one load of the
@@ -135,14 +140,36 @@ impl DeviceQuota {
     }
 
     /// The limits file's entry for this ledger when the host updated it since this quota last looked:
-    /// Some once per update (per thread that races to it), None otherwise, at the cost of one load.
+    /// Some once per update (per thread that races to it), None otherwise, at the cost of one load and
+    /// a coarse clock read. The generation word says at once; the file itself is looked at once a second
+    /// all the same (`live::FileWatch`), since the word is the tenant's to write.
     #[inline]
     pub fn updated_entry(&self) -> Option<DeviceLimit> {
         let g = self.ledger.limits_generation();
-        if g == self.applied.load(Relaxed) {
-            return None;
+        if g != self.applied.load(Relaxed) {
+            if let Some(d) = self.updated_entry_slow(g) {
+                return Some(d);
+            }
         }
-        self.updated_entry_slow(g)
+        if self.watch.due() {
+            return self.file_changed(g);
+        }
+        None
+    }
+
+    /// The watch found the file changed while the generation word did not move (a tenant that wrote
+    /// back what it applied, or an update whose word is not there yet): applied from the file.
+    #[cold]
+    fn file_changed(&self, g: u64) -> Option<DeviceLimit> {
+        let file = self.follows.get()?;
+        let d = self.watch.changed(file, &self.ledger_path)?;
+        self.applied.store(g, Relaxed);
+        self.odd_since.store(0, Relaxed);
+        log::debug(format_args!(
+            "device {} ({}): the limits file changed (generation {g} unchanged): read it",
+            self.ordinal, self.uuid
+        ));
+        Some(d)
     }
 
     #[cold]
@@ -158,6 +185,7 @@ impl DeviceQuota {
         self.odd_since.store(0, Relaxed);
         let (read_at, d) = crate::live::entry(file, &self.ledger, &self.ledger_path)?;
         self.applied.store(read_at, Relaxed);
+        self.watch.applied(file);
         Some(d)
     }
 
@@ -175,6 +203,7 @@ impl DeviceQuota {
         let d = crate::live::entry_unbracketed(file, &self.ledger_path)?;
         self.odd_since.store(0, Relaxed);
         self.applied.store(g, Relaxed);
+        self.watch.applied(file);
         log::debug(format_args!(
             "device {} ({}): limits generation odd for {} ms or more: read the limits file without it",
             self.ordinal,

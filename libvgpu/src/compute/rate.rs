@@ -50,8 +50,10 @@ impl Rate {
         };
         let window_ms = d.settings.compute_window_ms.unwrap_or(DEFAULT_WINDOW_MS);
         let (ppm, cap) = figures(pct, window_ms);
-        self.ppm.store(ppm, Relaxed);
-        self.cap.store(cap, Relaxed);
+        let old = self.ppm.swap(ppm, Relaxed);
+        if self.cap.swap(cap, Relaxed) == cap && old == ppm {
+            return; // the file was read again unchanged (`live::FileWatch`)
+        }
         log::info(format_args!(
             "device {} ({}): compute share updated by the host to {pct}%, window {window_ms} ms",
             bucket.ordinal, bucket.uuid

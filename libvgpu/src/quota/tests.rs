@@ -222,14 +222,13 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
 // processes never read a shrink (the pending-shrink hole's library side). Nothing is read while a host
 // could still be writing; once it has been odd for ODD_BOUND, the file as it is. A file that does not
 // parse then is not applied (looked at again). Failed before: the odd word kept the old quota for good.
-#[test]
-fn a_generation_left_odd_is_read_through_after_a_bound() {
+/// A container's limits file (1 GiB on one GPU) with its mounted copy, and a quota following it.
+fn followed_quota(dir: &Path) -> (vgpu_ledger::limits::Limits, std::path::PathBuf, DeviceQuota) {
     use vgpu_ledger::layout;
     use vgpu_ledger::limits::{DeviceLimit, Limits};
     const MIB: u64 = 1 << 20;
-    let dir = tempfile::tempdir().unwrap();
     let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
-    let mut limits = Limits {
+    let limits = Limits {
         version: 1,
         container_id: "c1".into(),
         pid_ns: None,
@@ -252,14 +251,46 @@ fn a_generation_left_odd_is_read_through_after_a_bound() {
             held_at_shrink: None,
         }],
     };
-    std::fs::create_dir(dir.path().join("ledgers")).unwrap();
-    let host = dir.path().join(layout::LIMITS_FILE_NAME);
-    let file = dir.path().join(layout::MOUNTED_LIMITS_FILE_NAME);
+    std::fs::create_dir(dir.join("ledgers")).unwrap();
+    let host = dir.join(layout::LIMITS_FILE_NAME);
+    let file = dir.join(layout::MOUNTED_LIMITS_FILE_NAME);
     limits.write_atomic(&host).unwrap();
     std::fs::hard_link(&host, &file).unwrap();
     let ledger = limits.ledger_path(&file, &limits.devices[0]);
     let q = DeviceQuota::open(0, uuid, 1024 * MIB, &ledger).unwrap();
     q.follow(&file);
+    (limits, file, q)
+}
+
+#[test]
+fn a_generation_written_back_hides_no_update_past_a_second() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut limits, _file, q) = followed_quota(dir.path());
+    assert!(q.charge(Kind::Data, 600 * MIB));
+    // The host shrinks to 512 MiB; before the process looks, the tenant writes back the generation its
+    // processes applied (0: the file as loaded), as a thread that watches the word can.
+    limits.updates += 1;
+    limits.devices[0].settings.memory_limit = Some(512 * MIB);
+    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    q.ledger().set_limits_generation(0);
+    std::thread::sleep(Duration::from_millis(crate::live::FILE_CHECK_MS + 50));
+    assert_eq!(q.limit(), 512 * MIB, "the file itself, within a second");
+    assert!(!q.charge(Kind::Data, 64 * MIB), "below use: refused");
+    // Read once for that change: the next update is seen again the same way.
+    limits.updates += 1;
+    limits.devices[0].settings.memory_limit = Some(2048 * MIB);
+    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    q.ledger().set_limits_generation(0);
+    std::thread::sleep(Duration::from_millis(crate::live::FILE_CHECK_MS + 50));
+    assert_eq!(q.limit(), 2048 * MIB);
+}
+
+#[test]
+fn a_generation_left_odd_is_read_through_after_a_bound() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut limits, file, q) = followed_quota(dir.path());
     assert!(q.charge(Kind::Data, 600 * MIB));
     // The host shrinks to 512 MiB; before the process looks, the tenant makes the word odd.
     limits.updates += 1;
