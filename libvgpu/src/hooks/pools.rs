@@ -52,13 +52,24 @@ impl<D: Driver> Interposer<'_, D> {
         });
     }
 
-    /// Reconciles every pool if a stream-ordered free happened since the last time.
+    /// Reconciles every pool if a stream-ordered free happened since the last time. The flag stays set
+    /// while a pool still reserves more than its live allocations: a free may still be pending on its
+    /// stream (the driver shrinks the reservation when the stream reaches it), so a `cuMemGetInfo` before
+    /// that must not clear it for the synchronisation after (which once left a freed 32 MiB chunk
+    /// charged for good).
     pub(crate) fn reconcile_dirty_pools(&self) {
         // A plain load first: cuMemGetInfo and synchronisations call this often, a write would bounce the line.
         let dirty = &self.rec.pools_dirty;
         if dirty.load(Ordering::Relaxed) && dirty.swap(false, Ordering::AcqRel) {
+            let mut holding = false;
             for pool in self.rec.pools.keys() {
                 self.reconcile_pool(pool);
+                holding |= self.rec.pools.with(pool, |p| {
+                    p.is_some_and(|p| p.device_memory && p.charged > p.outstanding)
+                });
+            }
+            if holding {
+                dirty.store(true, Ordering::Release);
             }
         }
     }
