@@ -85,6 +85,8 @@ run_env() {
         # An event used after its context died aborts the process, where the real driver reads freed memory
         # (tests/fake-driver.md): every such use is a crash here, never a silent error.
         echo "FAKE_CUDA_CONTEXT_BYTES=64m FAKE_CUDA_KERNEL_US=${SOAK_KERNEL_US:-200} FAKE_CUDA_DEAD_HANDLES=abort"
+        # The share's processes take turns on the fake GPU in time slices (2 ms), as on a real one.
+        [ "$1" = share ] && echo "FAKE_CUDA_TIMESLICE_US=${SOAK_TIMESLICE_US:-2000}"
     fi
     echo "CUDA_DEVICE_MEMORY_SHARED_CACHE=$2/ledger/cache SOAK_STEPS=$STEPS"
     mode_env "$1"
