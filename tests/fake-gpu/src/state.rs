@@ -178,11 +178,18 @@ impl Shared {
                 return Err(format!("cannot stat {path}"));
             }
             let fresh = st.st_size == 0;
-            if fresh && libc::ftruncate(fd, len as libc::off_t) != 0 {
-                return Err(format!(
-                    "cannot size {path}: {}",
-                    std::io::Error::last_os_error()
-                ));
+            // Allocated for real, not sparse (as the ledgers are): a sparse file on a file system that
+            // cannot back its pages (a full or small tmpfs) killed a process with SIGBUS at its first
+            // touch of one, far from the cause; now creating fails with one line.
+            if fresh {
+                let e = libc::posix_fallocate(fd, 0, len as libc::off_t);
+                if e != 0 {
+                    libc::ftruncate(fd, 0);
+                    return Err(format!(
+                        "cannot allocate {path} ({len} bytes): {}",
+                        std::io::Error::from_raw_os_error(e)
+                    ));
+                }
             } else if !fresh && st.st_size as usize != len {
                 return Err(format!(
                     "{path}: size {} is not {len}: not a fake-cuda state file",
