@@ -87,6 +87,8 @@ run_env() {
         echo "FAKE_CUDA_CONTEXT_BYTES=64m FAKE_CUDA_KERNEL_US=${SOAK_KERNEL_US:-200} FAKE_CUDA_DEAD_HANDLES=abort"
         # The share's processes take turns on the fake GPU in time slices (2 ms), as on a real one.
         [ "$1" = share ] && echo "FAKE_CUDA_TIMESLICE_US=${SOAK_TIMESLICE_US:-2000}"
+    else
+        echo "SOAK_REAL_DRIVER=1"
     fi
     echo "CUDA_DEVICE_MEMORY_SHARED_CACHE=$2/ledger/cache SOAK_STEPS=$STEPS"
     mode_env "$1"
@@ -256,7 +258,7 @@ for mode in "${MODES[@]}"; do
 done
 
 echo
-column -t -s $'\t' "$OUT/summary.tsv"
+{ column -t -s $'\t' "$OUT/summary.tsv" 2>/dev/null || cat "$OUT/summary.tsv"; }
 if [ -s "$OUT/lib-lines.txt" ]; then
     echo "the library's lines on stderr (count, mode, level, text with numbers as N; all in lib-lines.txt):"
     head -12 "$OUT/lib-lines.txt" | cut -c1-220
