@@ -21,7 +21,7 @@ macro_rules! hooked_symbols {
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
                 cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
                 cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuCtxSynchronize_v2 cuEventSynchronize
-                cuStreamQuery cuStreamQuery_ptsz cuEventQuery
+                cuStreamQuery cuStreamQuery_ptsz cuEventQuery cuStreamDestroy cuStreamDestroy_v2
                 cuMemCreate cuMemRelease cuMemRetainAllocationHandle cuMemMap cuMemUnmap
                 cuMemExportToShareableHandle cuMemImportFromShareableHandle
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags

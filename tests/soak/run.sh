@@ -79,7 +79,8 @@ mode_env() {
 
 # run_env MODE DIR: the whole environment of a run of MODE whose ledger (and fake GPU) live under DIR.
 run_env() {
-    [ "$1" = bare ] || echo "LD_PRELOAD=$LIB"
+    # SOAK_PRELOAD_EXTRA: one more object preloaded after the library (tests/gpu/segv_trace.c's backtraces).
+    [ "$1" = bare ] || echo "LD_PRELOAD=$LIB${SOAK_PRELOAD_EXTRA:+:$SOAK_PRELOAD_EXTRA}"
     if [ "$DRIVER" = fake ]; then
         echo "LD_LIBRARY_PATH=$FAKE FAKE_CUDA_STATE_DIR=$2/fake FAKE_CUDA_DEVICES=1"
         # An event used after its context died aborts the process, where the real driver reads freed memory

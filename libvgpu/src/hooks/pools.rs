@@ -1,5 +1,6 @@
 //! Stream-ordered allocations and memory pools: `cuMemAllocAsync*`, `cuMemAllocFromPoolAsync*`,
-//! `cuMemFreeAsync*`, pool create/destroy/trim, and the synchronisations after which pools are reconciled.
+//! `cuMemFreeAsync*`, pool create/destroy/trim, and the synchronisations after which pools are reconciled
+//! (with the stream and event queries and stream destroys, where the compute share's open groups end).
 //! Graph memory (also stream-ordered when captured) lives in `graphs`.
 //!
 //! Scheme: per pool we keep `charged` = max(reservation, live allocations), never below what the driver
@@ -450,6 +451,9 @@ hook!(cuEventSynchronize(ev: CUevent) { crate::compute::sync::synchronized(crate
 hook!(cuStreamQuery(s: CUstream) { crate::compute::sync::polling(); forward!("cuStreamQuery", fn(CUstream), s) });
 hook!(cuStreamQuery_ptsz(s: CUstream) { crate::compute::sync::polling(); forward!("cuStreamQuery_ptsz", fn(CUstream), s) });
 hook!(cuEventQuery(ev: CUevent) { crate::compute::sync::polling(); forward!("cuEventQuery", fn(CUevent), ev) });
+// A stream about to go: the compute share's open groups end while it lives (`compute::sync::stream_ending`).
+hook!(cuStreamDestroy(s: CUstream) { crate::compute::sync::stream_ending(); forward!("cuStreamDestroy", fn(CUstream), s) });
+hook!(cuStreamDestroy_v2(s: CUstream) { crate::compute::sync::stream_ending(); forward!("cuStreamDestroy_v2", fn(CUstream), s) });
 
 #[cfg(test)]
 mod placed_tests;

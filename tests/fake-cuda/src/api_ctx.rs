@@ -202,7 +202,11 @@ fn cuStreamCreateWithPriority(ps: *mut Handle, flags: c_uint, _prio: c_int) { cu
 
 fn cuStreamDestroy_v2(s: Handle) {
     let d = drv()?;
-    lock(&d.objs).streams.remove(&s).map(|_| ()).ok_or(INVALID_HANDLE)
+    let mut objs = lock(&d.objs);
+    stream_phys(d, &objs, s)?;
+    objs.streams.remove(&s).ok_or(INVALID_HANDLE)?;
+    objs.dead_streams.insert(s);
+    Ok(())
 }
 
 fn cuStreamSynchronize(s: Handle) {

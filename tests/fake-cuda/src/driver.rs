@@ -135,6 +135,8 @@ pub struct Objs {
     /// Events that died with their context (`destroy_ctx`): using one is what crashes the real driver
     /// (`dead_event`).
     pub dead_events: std::collections::HashSet<Handle>,
+    /// Streams destroyed (`cuStreamDestroy`, or with their context): likewise (`stream_phys`).
+    pub dead_streams: std::collections::HashSet<Handle>,
     pub pools: HashMap<Handle, Pool>,
     /// Pools destroyed while allocations from them were live: the driver keeps their memory until the
     /// last of those allocations is freed (cuMemPoolDestroy's documented behaviour).
@@ -185,8 +187,14 @@ pub fn dead_event(objs: &Objs, e: Handle) -> R {
     if !objs.dead_events.contains(&e) {
         return Ok(());
     }
+    dead_handle("event", e, "its context was destroyed")
+}
+
+/// A call named a handle the driver freed: INVALID_HANDLE, or with `FAKE_CUDA_DEAD_HANDLES=abort` one line
+/// and an abort, as the real driver may crash reading freed memory.
+fn dead_handle(what: &str, h: Handle, since: &str) -> R {
     if std::env::var_os("FAKE_CUDA_DEAD_HANDLES").is_some_and(|v| v == "abort") {
-        eprintln!("fake-cuda: event {e:#x} used after its context was destroyed (the real driver may crash here)");
+        eprintln!("fake-cuda: {what} {h:#x} used after {since} (the real driver may crash here)");
         std::process::abort();
     }
     Err(INVALID_HANDLE)
@@ -370,7 +378,16 @@ impl Driver {
             objs.events.remove(&e);
             objs.dead_events.insert(e);
         }
-        objs.streams.retain(|_, s| s.ctx != h);
+        let streams: Vec<Handle> = objs
+            .streams
+            .iter()
+            .filter(|(_, s)| s.ctx == h)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in streams {
+            objs.streams.remove(&k);
+            objs.dead_streams.insert(k);
+        }
         self.refund(ctx.phys, ctx.own_bytes + ctx.limit_bytes);
         let mods: Vec<Handle> = objs
             .modules
@@ -457,6 +474,8 @@ pub fn current(d: &Driver) -> Result<(Handle, usize, usize), CUresult> {
 pub fn stream_phys(d: &Driver, objs: &Objs, stream: Handle) -> Result<usize, CUresult> {
     if stream <= 2 {
         drop_guard_current(d, objs)
+    } else if objs.dead_streams.contains(&stream) {
+        dead_handle("stream", stream, "it was destroyed").map(|_| 0)
     } else {
         objs.streams
             .get(&stream)
