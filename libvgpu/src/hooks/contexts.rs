@@ -182,14 +182,36 @@ impl<D: Driver> Interposer<'_, D> {
     pub(crate) fn context_gone(&self, ctx: usize) {
         records::context_gone();
         self.limits_gone(ctx);
-        if let Some(rec) = self.rec.contexts.remove(ctx as u64) {
+        let dev = self.rec.contexts.remove(ctx as u64).map(|rec| {
             self.release(&rec);
-        }
+            rec.dev
+        });
         for t in [&self.rec.allocs, &self.rec.arrays, &self.rec.modules] {
             for (_, rec) in t.drain_where(|r| r.ctx == ctx) {
                 self.release(&rec);
             }
         }
+        if let Some(dev) = dev.filter(|&d| !self.rec.contexts.any(|r| r.dev == d)) {
+            self.last_context_gone(dev);
+        }
+    }
+
+    /// The process's last context of `dev` went, and with it what the driver held for the process there
+    /// that no hook saw: the truth-up's charge (`truth`) goes back, and the graph reservation is read
+    /// again. Nothing else would look before the next synchronisation with a context current, and a
+    /// process that had released its contexts kept up to a context's worth charged until it exited (the
+    /// soak on an H200: 545 MiB of module memory and 32 MiB of graph memory with the driver holding
+    /// nothing). A truth-up that still finds memory in NVML's figure charges it again.
+    fn last_context_gone(&self, dev: CUdevice) {
+        let Some(q) = self.quota_of(dev) else { return };
+        let was = self
+            .rec
+            .truth_charged
+            .update(dev as u64, || 0, std::mem::take);
+        if was > 0 {
+            q.refund(Kind::Module, was);
+        }
+        self.reconcile_graph(dev, q);
     }
 
     /// cuDevicePrimaryCtxRetain: the first retain of an inactive primary context creates it (measured).

@@ -75,6 +75,11 @@ impl<V> Table<V> {
         out
     }
 
+    /// Whether any entry matches `pred`.
+    pub fn any(&self, mut pred: impl FnMut(&V) -> bool) -> bool {
+        self.shards.iter().any(|s| s.lock().values().any(&mut pred))
+    }
+
     /// Keys of all entries (a snapshot).
     pub fn keys(&self) -> Vec<u64> {
         self.shards

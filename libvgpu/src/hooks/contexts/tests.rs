@@ -324,3 +324,28 @@ fn a_green_context_that_does_not_fit_is_destroyed_and_refused() {
     assert!(w.fake.called("ctx_destroy 0xe6"));
     assert_eq!(w.used(), 0);
 }
+
+// Regression (issue 47's soak on an H200): the truth-up's charge of memory no hook saw stayed after the
+// process's last context went (545 MiB with the driver holding nothing), until the process exited.
+#[test]
+fn the_last_context_of_a_device_takes_the_truth_ups_charge_with_it() {
+    let w = World::new(8 << 30);
+    w.fake.nvml.set(true);
+    w.fake.per_process.set(true);
+    w.fake.same_pid_ns.set(true);
+    assert_eq!(create(&w, 0xd1, 300 << 20), CUDA_SUCCESS);
+    assert_eq!(create(&w, 0xd2, 300 << 20), CUDA_SUCCESS);
+    // NVML shows 200 MiB more than the slot holds (code loaded lazily): charged as module memory.
+    w.fake.own_used.set((600 + 200) << 20);
+    w.interposer().truth_up();
+    assert_eq!(w.usage(Kind::Module), 200 << 20);
+    w.interposer().context_gone(0xd1);
+    assert_eq!(
+        w.usage(Kind::Module),
+        200 << 20,
+        "another context of the device lives: kept"
+    );
+    w.interposer().context_gone(0xd2);
+    assert_eq!(w.usage(Kind::Module), 0, "the last one went: given back");
+    assert_eq!(w.used(), 0);
+}
