@@ -9,8 +9,11 @@
 //!   always through the safe host-file reader.
 //! * [`procs`]: a host process as `/proc` shows it (its innermost PID, namespace and cgroup), for the
 //!   attribution of NVML's processes to containers.
+//! * [`cdi`]: vgpu's devices as a Container Device Interface spec (`vgpuctl cdi generate`, the DRA driver's
+//!   per-claim specs).
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 
+pub mod cdi;
 pub mod config;
 pub mod inventory;
 pub mod nvml;

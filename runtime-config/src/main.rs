@@ -1,5 +1,5 @@
 //! vgpuctl's command line: the subcommands (runtime, cdi, doctor, status, update, gc, monitor, generate-docs),
-//! each handed to the library module that owns it (`engines::cli`, `cdi`, `doctor`, `status`, `update`,
+//! each handed to the library module that owns it (`engines::cli`, `vgpu_host::cdi`, `doctor`, `status`, `update`,
 //! `vgpu_oci::gc`, `monitor`, `clidocs`).
 
 use anyhow::Result;
@@ -62,7 +62,7 @@ enum CdiCmd {
     /// generate`). Run it again when the GPUs change.
     Generate {
         /// Where to write it; `.json` writes JSON, anything else YAML; `-` prints it.
-        #[arg(long, value_name = "PATH", default_value = vgpuctl::cdi::DEFAULT_OUTPUT)]
+        #[arg(long, value_name = "PATH", default_value = vgpu_host::cdi::DEFAULT_OUTPUT)]
         output: PathBuf,
         /// NVML library listing the GPUs (default: the config's nvml_library).
         #[arg(long)]
@@ -219,7 +219,7 @@ fn cdi_generate(
     hook_path: Option<PathBuf>,
     out: &mut dyn Write,
 ) -> Result<()> {
-    use vgpuctl::cdi;
+    use vgpu_host::cdi;
     let cfg = vgpu_oci::config::Config::load()?;
     let lib = nvml_library.unwrap_or_else(|| cfg.nvml_library.clone());
     let gpus = vgpu_host::nvml::open(&lib)?.devices()?;

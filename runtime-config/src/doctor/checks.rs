@@ -4,9 +4,9 @@
 
 use super::host::Host;
 use super::report::{Report, Verdict};
-use crate::cdi;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use vgpu_host::cdi;
 use vgpu_host::config::Config;
 use vgpu_host::nvml::{HostGpu, Nvml};
 use vgpu_ledger::{format_bytes, keys, layout};

@@ -1,4 +1,4 @@
-//! `vgpuctl cdi generate`: vgpu's GPUs as a Container Device Interface spec (default `/etc/cdi/vgpu.yaml`),
+//! vgpu's GPUs as a Container Device Interface spec (`vgpuctl cdi generate`: default `/etc/cdi/vgpu.yaml`),
 //! so that an engine with CDI (Podman, Docker 25+ and containerd or CRI-O with CDI enabled) gives a container
 //! its quota from `--device vgpu.io/gpu=<index|uuid|all>` and the `vgpu.io/memory-limit` annotation alone:
 //! no runtime shim, no hooks.d file. Not here: the quota itself (the hook's, `vgpu_oci`), NVIDIA's GPU and
@@ -27,9 +27,9 @@ pub mod spec;
 #[cfg(test)]
 mod tests;
 
+use crate::nvml::HostGpu;
 use spec::{ContainerEdits, Device, DeviceNode, Hook, Spec, SpecError};
 use std::path::{Path, PathBuf};
-use vgpu_host::nvml::HostGpu;
 use vgpu_ledger::keys;
 
 /// Where `vgpuctl cdi generate` writes by default (`/etc/cdi`, read by every engine with CDI).
