@@ -11,11 +11,18 @@
 //!   attribution of NVML's processes to containers.
 //! * [`cdi`]: vgpu's devices as a Container Device Interface spec (`vgpuctl cdi generate`, the DRA driver's
 //!   per-claim specs).
+//! * [`usage`]: each container's quotas and its ledgers' figures, from the inventory, and which are live.
+//! * [`attribution`]: which container each GPU process NVML lists belongs to, and what each truly holds.
+//! * [`held`]: what a container holds by NVML now (`vgpuctl update`'s shrink), attributed as the watchdog
+//!   attributes.
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 
+pub mod attribution;
 pub mod cdi;
 pub mod config;
+pub mod held;
 pub mod inventory;
 pub mod nvml;
 pub mod printable;
 pub mod procs;
+pub mod usage;

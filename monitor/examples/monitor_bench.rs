@@ -113,7 +113,7 @@ fn main() {
     {
         use vgpu_host::nvml::{Library, Nvml};
         use vgpu_host::procs;
-        use vgpu_monitor::{state, watchdog};
+        use vgpu_host::{attribution, usage};
         let part = |name: &str, f: &mut dyn FnMut()| {
             let t = Instant::now();
             for _ in 0..5 {
@@ -125,12 +125,12 @@ fn main() {
             );
         };
         let nv = Library::load(nvml).unwrap();
-        let cs = state::read(&root).unwrap();
+        let cs = usage::read(&root).unwrap();
         let rs = nv.readings().unwrap();
-        part("ledgers (state::read)", &mut || drop(state::read(&root)));
+        part("ledgers (usage::read)", &mut || drop(usage::read(&root)));
         part("NVML (the fake's, all GPUs)", &mut || drop(nv.readings()));
         part("attribution (/proc)", &mut || {
-            drop(watchdog::attribute(
+            drop(attribution::attribute(
                 &cs,
                 &rs,
                 procs::inspect,

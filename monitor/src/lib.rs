@@ -5,28 +5,27 @@
 //! container over its quota, and those the share wall or the time-quanta arbiter found running GPU work on
 //! while their container is frozen, each through a pidfd and only while it is still the process attributed
 //! (`vgpu_host::procs::kill_checked`). Containers whose recorded init is gone name no process
-//! (`state::mark_live`). The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
+//! (`vgpu_host::usage::mark_live`). The HTTP server (`http`) answers `GET /metrics` from the last reading, so a
 //! scrape costs the encoding alone and any number of scrapers add no reads
 //! (`vgpu_monitor_reading_age_seconds` says how old it is). Takes no lock on a ledger, and writes to the
 //! state root only as the time-quanta arbiter (`turns`: the turn words of oversubscribed ledgers, its
-//! host-only files under `<root>/turns/`). /proc is read through `vgpu_host::procs`. Modules: `state` (the state root's
-//! figures, from `vgpu_host::inventory`), `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
+//! host-only files under `<root>/turns/`). /proc is read through `vgpu_host::procs`. The state root's figures, which process is whose
+//! and what a container holds are the host tools' (`vgpu_host::usage`, `attribution`, `held`). Modules: `watchdog` (decisions), `metrics` (the text), `labels` (label values, escaped), `http` (the
 //! server), `docker` (the names Docker gave its containers, asked of dockerd), `config` (its settings), the compute share's host wall (`share_wall` its decisions,
-//! `share_run` its passes, `freezer` the cgroup writes), `held` (what a container holds by NVML, for
-//! `vgpuctl update`'s shrink), the time-quanta arbiter of oversubscribed GPUs (`turns`, a thread of its own);
+//! `share_run` its passes, `freezer` the cgroup writes), the time-quanta arbiter of oversubscribed GPUs (`turns`, a thread of its own);
 //! NVML is the host tools' one binding,
 //! `vgpu_host::nvml`.
 
 pub mod config;
 pub mod docker;
 pub mod freezer;
-pub mod held;
+
 pub mod http;
 pub mod labels;
 pub mod metrics;
 pub mod share_run;
 pub mod share_wall;
-pub mod state;
+
 pub mod turns;
 pub mod watchdog;
 
@@ -35,11 +34,13 @@ use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vgpu_host::attribution::{self, Truth};
 use vgpu_host::nvml::{GpuReading, Nvml};
 use vgpu_host::procs;
+use vgpu_host::usage;
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::layout::StateRoot;
-use watchdog::{Finding, Policy, Truth};
+use watchdog::{Finding, Policy};
 
 /// A running monitor: what it reads and what its watchdog has seen.
 pub struct Monitor {
@@ -82,7 +83,7 @@ struct Watch {
 
 /// One reading of everything: the state root, NVML and the attribution of NVML's processes.
 pub struct Reading {
-    pub containers: Vec<state::ContainerState>,
+    pub containers: Vec<usage::ContainerState>,
     pub gpus: Option<Vec<GpuReading>>,
     pub truth: Truth,
     pub state_error: Option<String>,
@@ -180,11 +181,11 @@ impl Monitor {
 
     /// Reads the state root and NVML now.
     pub fn read(&self) -> Reading {
-        let (mut containers, state_error) = match state::read(&self.root) {
+        let (mut containers, state_error) = match usage::read(&self.root) {
             Ok(c) => (c, None),
             Err(e) => (vec![], Some(e.to_string())),
         };
-        state::mark_live(&mut containers, procs::init_alive);
+        usage::mark_live(&mut containers, procs::init_alive);
         let unnamed: Vec<String> = containers
             .iter()
             .filter(|c| c.names.is_none())
@@ -202,7 +203,7 @@ impl Monitor {
             }
         }
         let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
-        let truth = watchdog::attribute(
+        let truth = attribution::attribute(
             &containers,
             gpus.as_deref().unwrap_or_default(),
             procs::inspect,
@@ -396,7 +397,12 @@ impl Monitor {
     /// SIGKILLs `p`, attributed to container `c`, if it is still that process and still the container's,
     /// through a pidfd (`procs::kill_checked`): the same start time, the container's as `/proc` shows it
     /// now, and the container's init still alive. A PID reused since NVML listed it is left alone.
-    fn kill(&self, r: &Reading, c: usize, p: &watchdog::TrueProc) -> Result<(), procs::KillError> {
+    fn kill(
+        &self,
+        r: &Reading,
+        c: usize,
+        p: &attribution::TrueProc,
+    ) -> Result<(), procs::KillError> {
         let seen = procs::HostProc {
             pid: p.pid,
             start_time: p.start_time,
@@ -406,7 +412,7 @@ impl Monitor {
             if !r.containers[c].init_alive(procs::init_alive) {
                 return Err("the container's init process is gone");
             }
-            match watchdog::owner_of(&r.containers, now, procs::own_ns()) == Some(c) {
+            match attribution::owner_of(&r.containers, now, procs::own_ns()) == Some(c) {
                 true => Ok(()),
                 false => Err("the process no longer belongs to the container"),
             }
@@ -416,7 +422,7 @@ impl Monitor {
 }
 
 /// "container ID (pod NS/POD, container NAME)".
-fn who(c: &state::ContainerState) -> String {
+fn who(c: &usage::ContainerState) -> String {
     match &c.names {
         Some(n) => format!(
             "container {} (pod {}/{}, container {})",

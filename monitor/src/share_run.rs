@@ -14,8 +14,6 @@ use super::freezer;
 // The monitor's one log: control characters escaped (a pod name cannot forge a line).
 use super::log;
 use super::share_wall::{Over, Runaway, Settings, Use, Wall};
-use super::state::ContainerState;
-use super::watchdog::{TrueProc, Truth};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -25,8 +23,10 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use vgpu_host::attribution::{TrueProc, Truth};
 use vgpu_host::config::ShareWall;
 use vgpu_host::nvml::GpuReading;
+use vgpu_host::usage::ContainerState;
 use vgpu_ledger::envcompute::DEFAULT_WINDOW_MS;
 
 /// Label pairs of one series (their values escaped when encoded).

@@ -3,8 +3,6 @@
 //! the collector's last reading of the state root and NVML; the watchdog's counters and open findings come
 //! from its passes. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
 
-use super::state::ContainerState;
-use super::watchdog::Truth;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -12,7 +10,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+use vgpu_host::attribution::Truth;
 use vgpu_host::nvml::GpuReading;
+use vgpu_host::usage::ContainerState;
 use vgpu_ledger::Kind;
 
 pub use crate::labels::{Labels, Value};

@@ -486,7 +486,7 @@ fn a_gpu_without_a_ledger_yet_shows_its_quota_and_no_usage() {
         (Some(1 << 30), 0, None)
     );
     assert!(g.processes.is_empty());
-    let m = vgpu_monitor::state::read(&root).unwrap();
+    let m = vgpu_host::usage::read(&root).unwrap();
     assert_eq!((m[0].gpus[0].limit, m[0].gpus[0].total), (Some(1 << 30), 0));
     assert_eq!(m[0].gpus[0].error, None);
 }

@@ -23,11 +23,11 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use vgpu_host::held::HeldError;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
 use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
 use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::{format_bytes, hostfile, live, Limits};
-use vgpu_monitor::held::HeldError;
 use vgpu_oci::admission::{self, Policy};
 
 use crate::update::change::{apply, plan_of, Change, Request, UpdateError};
@@ -110,7 +110,7 @@ pub trait Host {
     /// Every GPU of the host.
     fn gpus(&self) -> Result<Vec<HostGpu>, NvmlError>;
     /// Bytes container `id`'s processes hold now by GPU UUID, by NVML, attributed as the watchdog
-    /// attributes them (`vgpu_monitor::held::held_by`); a GPU whose processes NVML could not list is
+    /// attributes them (`vgpu_host::held::held_by`); a GPU whose processes NVML could not list is
     /// absent.
     fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError>;
 }
@@ -146,7 +146,7 @@ impl Host for NvmlHost {
     }
 
     fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError> {
-        vgpu_monitor::held::held_by(root, id, self.nvml()?)
+        vgpu_host::held::held_by(root, id, self.nvml()?)
     }
 }
 
