@@ -20,9 +20,6 @@
 //!
 //! The formats are described in docs/architecture.md.
 
-// `x.is_multiple_of(y)` needs Rust 1.87; the workspace supports 1.80.
-#![allow(clippy::manual_is_multiple_of)]
-
 pub mod atomic;
 pub mod envcompute;
 pub mod envlimits;

@@ -271,7 +271,7 @@ fn lock(root: &StateRoot) -> Result<Flock<File>, AdmissionError> {
         .write(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
         .open(&path)
         .map_err(|err| AdmissionError::Io {
             what: format!("admission lock {}", path.display()),

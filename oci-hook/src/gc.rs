@@ -16,6 +16,7 @@
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
 use crate::provision;
+use nix::errno::Errno;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
@@ -81,14 +82,16 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> io::Result<GcR
                 let removed = if o.marked {
                     provision::remove_marked(&o.path).map_err(GcError::from)
                 } else {
-                    fs::remove_dir(&o.path).map_err(|err| match err.raw_os_error() {
-                        Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => GcError::NotOurs {
-                            path: o.path.clone(),
-                        },
-                        _ => GcError::Io {
-                            path: o.path.clone(),
-                            err,
-                        },
+                    fs::remove_dir(&o.path).map_err(|err| {
+                        match err.raw_os_error().map(Errno::from_raw) {
+                            Some(Errno::ENOTEMPTY) | Some(Errno::EEXIST) => GcError::NotOurs {
+                                path: o.path.clone(),
+                            },
+                            _ => GcError::Io {
+                                path: o.path.clone(),
+                                err,
+                            },
+                        }
                     })
                 };
                 match removed {

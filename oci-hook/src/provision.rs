@@ -328,7 +328,9 @@ fn no_space(e: ProvisionError, root: &StateRoot, id: &str, plan: &Plan) -> Provi
     let full = e
         .io_error()
         .and_then(|io| io.raw_os_error())
-        .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT);
+        .is_some_and(|n| {
+            n == nix::errno::Errno::ENOSPC as i32 || n == nix::errno::Errno::EDQUOT as i32
+        });
     if !full {
         return e;
     }

@@ -359,7 +359,7 @@ fn main() {
                 || c.downcast_ref::<vgpuctl::engines::error::EngineError>()
                     .is_some_and(|e| e.is_broken_pipe())
         }) {
-            std::process::exit(128 + libc::SIGPIPE);
+            std::process::exit(128 + nix::sys::signal::Signal::SIGPIPE as i32);
         }
         eprintln!("vgpuctl: error: {e:#}");
         std::process::exit(1);
