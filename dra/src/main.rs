@@ -60,7 +60,7 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let cfg = vgpu_oci::config::Config::load()?;
+    let cfg = vgpu_host::config::Config::load()?;
     let lib = match (&cli.nvml_library, &cli.driver_root) {
         (Some(l), _) => l.clone(),
         (None, Some(root)) => driver_root::nvml_library(root)?

@@ -15,14 +15,20 @@
 //! * [`attribution`]: which container each GPU process NVML lists belongs to, and what each truly holds.
 //! * [`held`]: what a container holds by NVML now (`vgpuctl update`'s shrink), attributed as the watchdog
 //!   attributes.
+//! * [`creator`]: the process that provisions a container's state, told apart from a later one with its PID.
+//! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
+//! * [`version`]: the version and commit every host binary prints.
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 
 pub mod attribution;
 pub mod cdi;
 pub mod config;
+pub mod creator;
 pub mod held;
 pub mod inventory;
+pub mod logging;
 pub mod nvml;
 pub mod printable;
 pub mod procs;
 pub mod usage;
+pub mod version;

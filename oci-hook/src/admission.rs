@@ -8,15 +8,15 @@
 //! containers created at once cannot both take the last room; the lock is held only from the decision to
 //! the folder's rename into place, never across the container's life.
 
-use crate::config::Config;
-use crate::host_gpus::{HostGpu, NvmlError};
 use crate::plan::Plan;
 use crate::provision::ProvisionError;
 use nix::fcntl::{Flock, FlockArg};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
+use vgpu_host::config::Config;
 use vgpu_host::inventory;
+use vgpu_host::nvml::{HostGpu, NvmlError};
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::layout::StateRoot;
 

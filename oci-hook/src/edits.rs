@@ -5,10 +5,10 @@
 //! `precreate`), as bind mounts made in the container's namespace (the hook on the hooks.d path, through
 //! `crate::mountns`), or stripped from a spec edited before ([`ContainerEdits::strip_from_spec`]).
 
-use crate::config::Config;
 use crate::plan::Plan;
 use crate::spec::{Spec, SpecError};
 use std::path::{Path, PathBuf};
+use vgpu_host::config::Config;
 use vgpu_ledger::envlimits;
 use vgpu_ledger::keys;
 use vgpu_ledger::layout::{self, LayoutError, StateRoot};

@@ -127,7 +127,7 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
     let container_gone = match (limits.init_pid, limits.pid_ns) {
         (Some(pid), Some(ns)) => !procs::init_alive(pid, ns, limits.init_start_time),
         // No owner, and the create that made it was killed (`crate::abandoned`).
-        _ if crate::creator::is_abandoned(limits) => true,
+        _ if vgpu_host::creator::is_abandoned(limits) => true,
         // No owner yet: only old ones are garbage.
         _ => age > pending_grace,
     };

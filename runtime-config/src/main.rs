@@ -10,7 +10,7 @@ use vgpu_ledger::layout::StateRoot;
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
 #[derive(Parser)]
-#[command(version = vgpu_oci::version::LONG)]
+#[command(version = vgpu_host::version::LONG)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -123,7 +123,9 @@ impl RootArgs {
     fn root(&self) -> Result<StateRoot> {
         match &self.state_root {
             Some(r) => Ok(StateRoot::new(r.clone())),
-            None => Ok(StateRoot::new(vgpu_oci::config::Config::load()?.state_root)),
+            None => Ok(StateRoot::new(
+                vgpu_host::config::Config::load()?.state_root,
+            )),
         }
     }
 }
@@ -140,7 +142,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Status { json, root } => {
             // The GPUs' memory and addressing mode for the per-GPU totals, when NVML is there (status
             // works without it).
-            let nvml = vgpu_oci::config::Config::load()
+            let nvml = vgpu_host::config::Config::load()
                 .ok()
                 .and_then(|c| vgpu_host::nvml::open(&c.nvml_library).ok());
             let gpus = nvml
@@ -179,7 +181,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Monitor(a) => monitor(a, &mut out),
         Cmd::Gc { root } => {
             // The grace for state without an owner comes from the config, like the hooks' own collection.
-            let cfg = vgpu_oci::config::Config::load()?;
+            let cfg = vgpu_host::config::Config::load()?;
             let grace = std::time::Duration::from_secs(cfg.gc_pending_grace_seconds);
             let root = root
                 .state_root
@@ -220,7 +222,7 @@ fn cdi_generate(
     out: &mut dyn Write,
 ) -> Result<()> {
     use vgpu_host::cdi;
-    let cfg = vgpu_oci::config::Config::load()?;
+    let cfg = vgpu_host::config::Config::load()?;
     let lib = nvml_library.unwrap_or_else(|| cfg.nvml_library.clone());
     let gpus = vgpu_host::nvml::open(&lib)?.devices()?;
     let hook_path = hook_path.unwrap_or_else(|| cfg.hook_path.clone());
@@ -251,7 +253,7 @@ fn cdi_generate(
 
 fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     use vgpu_monitor::{config, watchdog::Policy, Monitor};
-    let cfg = vgpu_oci::config::Config::load()?;
+    let cfg = vgpu_host::config::Config::load()?;
     let flags = config::Flags {
         listen: a.listen,
         interval_seconds: a.interval,
@@ -289,7 +291,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     ));
     m.set_build(vgpu_monitor::metrics::BuildInfo {
         version: env!("CARGO_PKG_VERSION"),
-        commit: vgpu_oci::version::COMMIT,
+        commit: vgpu_host::version::COMMIT,
     });
     let m = std::sync::Arc::new(m);
     if a.once {
@@ -342,11 +344,11 @@ fn main() {
     let cli = Cli::parse();
     // Logs (from the vgpu config's log_level and log_file; stderr by default). A config that cannot be
     // loaded is reported by the command that needs it, not here.
-    match vgpu_oci::config::Config::load() {
-        Ok(cfg) => vgpu_oci::logging::init("vgpuctl", &cfg),
-        Err(_) => vgpu_oci::logging::init_with(
+    match vgpu_host::config::Config::load() {
+        Ok(cfg) => vgpu_host::logging::init("vgpuctl", &cfg),
+        Err(_) => vgpu_host::logging::init_with(
             "vgpuctl",
-            vgpu_oci::config::LogLevel::Error,
+            vgpu_host::config::LogLevel::Error,
             Default::default(),
         ),
     }

@@ -7,7 +7,7 @@
 //! change (`change`).
 //!
 //! A shrink records what the container holds on each GPU it lowers, measured by the host from NVML
-//! (`vgpu_monitor::held`, the watchdog's own attribution; never the tenant-writable ledger), as
+//! (`vgpu_host::held`, the watchdog's own attribution; never the tenant-writable ledger), as
 //! `held_at_shrink`: the watchdog tolerates a pending shrink only up to that, so a tenant that hides the
 //! shrink from its own processes (an odd generation word) cannot keep its old quota. The figure is taken
 //! under the locks, just before the files are written. Where NVML cannot list the GPU's processes the
@@ -39,7 +39,7 @@ pub enum RunError {
     #[error(transparent)]
     Refused(#[from] UpdateError),
     #[error(transparent)]
-    Config(#[from] vgpu_oci::config::ConfigError),
+    Config(#[from] vgpu_host::config::ConfigError),
     #[error(transparent)]
     Layout(#[from] vgpu_ledger::layout::LayoutError),
     #[error(transparent)]
@@ -174,7 +174,7 @@ pub struct OverQuota {
 impl UpdateArgs {
     /// Runs the update and prints what changed.
     pub fn run(&self, out: &mut dyn Write) -> Result<()> {
-        let cfg = vgpu_oci::config::Config::load()?;
+        let cfg = vgpu_host::config::Config::load()?;
         let root = StateRoot::new(self.state_root.clone().unwrap_or(cfg.state_root.clone()));
         let req = Request::parse(
             self.gpu,
