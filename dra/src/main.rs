@@ -78,7 +78,7 @@ fn main() -> Result<()> {
     let hooks = Hooks {
         hook_path: cfg.hook_path.clone(),
         hook_stage: cfg.hook_stage.as_str().to_string(),
-        hook_env: vgpu_oci::edits::hook_env(),
+        hook_env: vgpu_host::config::Config::hook_env(),
     };
     let plugin = Plugin::new(
         cli.driver_name.clone(),

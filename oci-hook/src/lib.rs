@@ -38,5 +38,3 @@ pub mod spec;
 #[cfg(test)]
 mod testing;
 pub mod unknown_keys;
-
-pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

@@ -230,7 +230,7 @@ fn cdi_generate(
         gpus: &gpus,
         hook_path: &hook_path,
         hook_stage: cfg.hook_stage.as_str(),
-        hook_env: vgpu_oci::edits::hook_env(),
+        hook_env: vgpu_host::config::Config::hook_env(),
     })?;
     if output == std::path::Path::new("-") {
         out.write_all(cdi::render(&spec, cdi::Format::Yaml)?.as_bytes())?;

@@ -64,7 +64,7 @@ pub struct Inputs<'a> {
     pub hook_path: &'a Path,
     /// The provisioning stage (the config's `hook_stage`: `createRuntime`, or `prestart` for old runtimes).
     pub hook_stage: &'a str,
-    /// The hooks' whole environment (`vgpu_oci::edits::hook_env`).
+    /// The hooks' whole environment (`config::Config::hook_env`).
     pub hook_env: Vec<String>,
 }
 

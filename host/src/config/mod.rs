@@ -435,6 +435,15 @@ impl Config {
         self.monitor.as_ref().map_err(Clone::clone)
     }
 
+    /// The explicit env of every hook vgpu installs (the shim's spec edit, hooks.d's, the CDI specs):
+    /// nothing from the container (an image's `LD_PRELOAD` must never reach a process with host
+    /// privileges), the fixed `PATH` and the configuration file when it is not the default.
+    pub fn hook_env() -> Vec<String> {
+        let mut env = vec![vgpu_ledger::keys::host::HOOK_PATH_ENV.to_string()];
+        env.extend(Config::env_for_hooks());
+        env
+    }
+
     /// The configuration file to hand to hooks through their explicit env (only when it is not the default).
     pub fn env_for_hooks() -> Option<String> {
         let p = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty())?;
