@@ -11,7 +11,6 @@ use crate::allocation::{self, Allocated};
 use std::path::{Path, PathBuf};
 use vgpu_host::cdi::spec::{ContainerEdits, Device, Spec};
 use vgpu_host::cdi::{self, CdiError};
-use vgpu_ledger::keys;
 
 /// How the hooks run (`vgpuctl cdi generate`'s inputs).
 #[derive(Debug, Clone)]
@@ -37,13 +36,17 @@ pub fn build(
     let mut env = hooks.hook_env.clone();
     env.push(format!(
         "{}={}",
-        keys::host::CLAIM_QUOTA_VAR,
+        vgpu_host::keys::host::CLAIM_QUOTA_VAR,
         allocation::quota(devices)
     ));
-    env.push(format!("{}={}", keys::host::CLAIM_PODS_VAR, pods.join(",")));
+    env.push(format!(
+        "{}={}",
+        vgpu_host::keys::host::CLAIM_PODS_VAR,
+        pods.join(",")
+    ));
     let spec = Spec {
         cdi_version: cdi::spec::VERSION.to_string(),
-        kind: keys::cdi::CLAIM_KIND.to_string(),
+        kind: vgpu_host::keys::cdi::CLAIM_KIND.to_string(),
         devices: devices
             .iter()
             .map(|d| Device {

@@ -7,9 +7,9 @@
 
 use crate::nvml::{GpuReading, Nvml, NvmlError};
 use crate::procs::{self, HostProc};
+use crate::state_root::StateRoot;
 use crate::{attribution, usage};
 use std::collections::BTreeMap;
-use vgpu_ledger::layout::StateRoot;
 
 /// Why what a container holds could not be measured.
 #[derive(Debug, thiserror::Error)]

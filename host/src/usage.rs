@@ -6,7 +6,7 @@
 //! Not here: NVML, which process is whose (`attribution`), the monitor's metrics and decisions.
 
 use crate::inventory::{self, LedgerRead};
-use vgpu_ledger::layout::StateRoot;
+use crate::state_root::StateRoot;
 use vgpu_ledger::region::KINDS;
 use vgpu_ledger::KubeNames;
 
@@ -168,8 +168,8 @@ mod tests {
         let root = StateRoot::new(d.path().to_path_buf());
         let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
         std::fs::create_dir_all(root.ledgers_dir("c1").unwrap()).unwrap();
-        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
-        vgpu_ledger::walk::mark(&root.container_dir("c1").unwrap()).unwrap();
+        crate::walk::mark(&root.containers_dir()).unwrap();
+        crate::walk::mark(&root.container_dir("c1").unwrap()).unwrap();
         let limits = Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: "c1".into(),

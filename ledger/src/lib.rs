@@ -7,7 +7,6 @@
 //! * [`live`]: live updates of a running container's limits (`vgpuctl update`): the host's write, the
 //!   library's read.
 //! * [`layout`]: where the state lives on the host and inside the container.
-//! * [`walk`]: the walk over the state root's container folders.
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `GPU_CORE_UTILIZATION_POLICY`).
 //! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
@@ -32,7 +31,6 @@ pub mod memmode;
 pub mod quantity;
 pub mod region;
 pub mod settings;
-pub mod walk;
 
 pub use limits::{Creator, DeviceLimit, KubeNames, Limits, LimitsError, LIMITS_VERSION};
 pub use memmode::MemoryMode;

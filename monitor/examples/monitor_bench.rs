@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{DeviceLimit, GpuSettings, Kind, Ledger, Limits};
 use vgpu_monitor::{watchdog::Policy, Monitor};
 
@@ -68,8 +68,8 @@ fn main() {
         let uuid = format!("GPU-fa4ec0de-0000-4000-8000-{:012x}", i % gpus);
         std::fs::create_dir_all(root.ledgers_dir(&id).unwrap()).unwrap();
         // marked as the hook marks what it makes (the monitor reads nothing unmarked)
-        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
-        vgpu_ledger::walk::mark(&root.container_dir(&id).unwrap()).unwrap();
+        vgpu_host::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_host::walk::mark(&root.container_dir(&id).unwrap()).unwrap();
         Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: id.clone(),

@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 use vgpu_host::attribution::{self, Truth};
 use vgpu_host::nvml::{GpuReading, Nvml};
 use vgpu_host::procs;
+use vgpu_host::state_root::StateRoot;
 use vgpu_host::usage;
 use vgpu_ledger::format_bytes;
-use vgpu_ledger::layout::StateRoot;
 use watchdog::{Finding, Policy};
 
 /// A running monitor: what it reads and what its watchdog has seen.

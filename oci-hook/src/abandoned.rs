@@ -15,8 +15,8 @@ use crate::provision;
 use crate::provision::ProvisionError;
 use vgpu_host::creator::is_abandoned;
 use vgpu_host::inventory::Container;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::hostfile;
-use vgpu_ledger::layout::StateRoot;
 
 /// [`is_abandoned`](vgpu_host::creator::is_abandoned), for a container as the state root's reader gives it, and no process holds a slot of
 /// its ledgers (none can, without an owner; checked all the same, as the collector does).

@@ -17,8 +17,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use vgpu_host::config::Config;
 use vgpu_host::inventory;
 use vgpu_host::nvml::{HostGpu, NvmlError};
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::format_bytes;
-use vgpu_ledger::layout::StateRoot;
 
 /// Name of the lock file in the state root.
 pub const LOCK_FILE_NAME: &str = "admission.lock";

@@ -7,7 +7,7 @@
 use crate::args::{CREATE_VALUE_FLAGS, GLOBAL_VALUE_FLAGS};
 use clap::{Arg, ArgAction, Command, CommandFactory, Parser};
 use vgpu_host::config::{CONFIG_ENV, DEFAULT_CONFIG_PATH};
-use vgpu_ledger::keys::host::{HOOK_BIN, RUNTIME_BIN};
+use vgpu_host::keys::host::{HOOK_BIN, RUNTIME_BIN};
 
 /// vgpu OCI hook: provisions and removes a container's GPU memory quota state.
 #[derive(Parser)]

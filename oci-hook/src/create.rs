@@ -16,7 +16,8 @@ use crate::spec::Spec;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use vgpu_host::config::Config;
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_host::state_root::StateRoot;
+use vgpu_ledger::layout;
 
 /// Plans the quota of a spec's facts; NVML (config key `nvml_library`) is loaded only when a quota is
 /// asked for, so a node without a driver runs other containers unaffected. `None`: no quota.

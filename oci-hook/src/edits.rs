@@ -9,9 +9,10 @@ use crate::plan::Plan;
 use crate::spec::{Spec, SpecError};
 use std::path::{Path, PathBuf};
 use vgpu_host::config::Config;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::envlimits;
 use vgpu_ledger::keys;
-use vgpu_ledger::layout::{self, LayoutError, StateRoot};
+use vgpu_ledger::layout::{self, LayoutError};
 
 /// Why the edits cannot be made. `Display` is one line naming the path or the field.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +36,7 @@ type Result<T, E = EditError> = std::result::Result<T, E>;
 pub const MARKER_ANNOTATION: &str = keys::annotation::PROVISIONED_BY;
 
 /// `args[0]` of every hook we install: how a re-edit finds them again.
-pub const HOOK_ARG0: &str = keys::host::HOOK_BIN;
+pub const HOOK_ARG0: &str = vgpu_host::keys::host::HOOK_BIN;
 
 /// Every fixed destination vgpu ever mounts at (the engine's only when the build has one), and the ledger
 /// folder earlier versions mounted whole: with each GPU's ledger file (see [`is_our_destination`]), what a
@@ -161,7 +162,7 @@ impl ContainerEdits {
             hooks: vec![hook(cfg.hook_stage.as_str()), hook("poststop")],
             annotations: vec![(
                 MARKER_ANNOTATION.to_string(),
-                keys::host::RUNTIME_BIN.to_string(),
+                vgpu_host::keys::host::RUNTIME_BIN.to_string(),
             )],
         })
     }

@@ -23,7 +23,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 use vgpu_host::inventory::{self, Container, Entry};
 use vgpu_host::procs;
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_host::state_root::StateRoot;
+use vgpu_ledger::layout;
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
@@ -294,7 +295,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         fs::create_dir_all(root.containers_dir()).unwrap();
-        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_host::walk::mark(&root.containers_dir()).unwrap();
         let stray = root.containers_dir().join("stray-file");
         fs::write(&stray, "x").unwrap();
         let r = collect_with(&root, Duration::ZERO).unwrap();

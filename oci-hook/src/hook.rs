@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vgpu_host::config::Config;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 
 /// An OCI state on stdin that cannot be read. `Display` is one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,7 +85,7 @@ pub const STAGES: &[&str] = &["createRuntime", "prestart", "precreate", "poststo
 /// Runs stage `stage` with the given stdin/stdout.
 pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let cfg = Config::load()?;
-    vgpu_host::logging::init(vgpu_ledger::keys::host::HOOK_BIN, &cfg);
+    vgpu_host::logging::init(vgpu_host::keys::host::HOOK_BIN, &cfg);
     let root = StateRoot::new(cfg.state_root.clone());
     let mut text = String::new();
     input

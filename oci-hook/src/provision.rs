@@ -17,11 +17,12 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use vgpu_host::procs;
+use vgpu_host::state_root::StateRoot;
+use vgpu_host::walk;
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::hostfile;
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_ledger::layout;
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
-use vgpu_ledger::walk;
 
 mod error;
 pub use error::{AlreadyExists, ProvisionError};

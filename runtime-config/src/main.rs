@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
 #[derive(Parser)]
@@ -244,8 +244,8 @@ fn cdi_generate(
         spec.device_names().join(", "),
         gpus.len(),
         if gpus.len() == 1 { "" } else { "s" },
-        vgpu_ledger::keys::cdi::NVIDIA_KIND,
-        vgpu_ledger::keys::cdi::KIND,
+        vgpu_host::keys::cdi::NVIDIA_KIND,
+        vgpu_host::keys::cdi::KIND,
         vgpu_ledger::keys::annotation::MEMORY_LIMIT,
     )?;
     Ok(())

@@ -30,7 +30,6 @@ mod tests;
 use crate::nvml::HostGpu;
 use spec::{ContainerEdits, Device, DeviceNode, Hook, Spec, SpecError};
 use std::path::{Path, PathBuf};
-use vgpu_ledger::keys;
 
 /// Where `vgpuctl cdi generate` writes by default (`/etc/cdi`, read by every engine with CDI).
 pub const DEFAULT_OUTPUT: &str = "/etc/cdi/vgpu.yaml";
@@ -89,7 +88,7 @@ pub fn build(i: &Inputs) -> Result<Spec, CdiError> {
     let hook = |stage: &str| hook(stage, i.hook_path, i.hook_env.clone());
     let spec = Spec {
         cdi_version: spec::VERSION.to_string(),
-        kind: keys::cdi::KIND.to_string(),
+        kind: crate::keys::cdi::KIND.to_string(),
         devices,
         container_edits: ContainerEdits {
             hooks: vec![hook(i.hook_stage), hook("poststop")],
@@ -118,7 +117,7 @@ pub fn hook(stage: &str, hook_path: &Path, env: Vec<String>) -> Hook {
     Hook {
         hook_name: stage.to_string(),
         path: hook_path.to_string_lossy().into_owned(),
-        args: vec![keys::host::HOOK_BIN.to_string(), stage.to_string()],
+        args: vec![crate::keys::host::HOOK_BIN.to_string(), stage.to_string()],
         env,
     }
 }

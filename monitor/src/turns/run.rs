@@ -23,8 +23,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vgpu_host::attribution::Truth;
 use vgpu_host::nvml::GpuReading;
+use vgpu_host::state_root::StateRoot;
 use vgpu_host::usage::ContainerState;
-use vgpu_ledger::layout::StateRoot;
 use vgpu_ledger::region::{self, TurnMode, FILE_SIZE};
 use vgpu_ledger::Snapshot;
 

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use vgpu_host::held::HeldError;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
 use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{format_bytes, hostfile, live, Limits};
 use vgpu_oci::admission::{self, Policy};
 
@@ -205,7 +205,7 @@ pub fn update(
     host: &dyn Host,
 ) -> Result<Outcome> {
     let path = root.limits_path(id)?;
-    if !vgpu_ledger::walk::is_marked(&root.container_dir(id)?) {
+    if !vgpu_host::walk::is_marked(&root.container_dir(id)?) {
         return Err(RunError::NotProvisioned {
             id: id.to_string(),
             root: root.root().display().to_string(),
