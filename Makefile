@@ -63,9 +63,11 @@ unit: build deps
 e2e: build deps
 	@bash tests/e2e/run-all.sh
 
-# The lint gate first: formatting and clippy (warnings are errors) on every crate, the preload front too;
-# the layout rules (tests/layout) run with the unit tests.
+# The lint gate first: formatting and clippy (warnings are errors) on every crate, the preload front too, and
+# no dependency a crate does not use (cargo machete, over both workspaces); the layout rules (tests/layout)
+# run with the unit tests.
 lint: build-deps
+	$(CARGO) machete
 	$(CARGO) fmt --all --check
 	$(CARGO) fmt --manifest-path libvgpu/preload/Cargo.toml --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings

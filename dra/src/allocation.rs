@@ -6,8 +6,9 @@
 
 use crate::slice;
 use k8s_openapi::api::resource::v1::ResourceClaim;
+use vgpu_host::keys::dra;
 use vgpu_host::nvml::HostGpu;
-use vgpu_ledger::keys::{self, annotation, dra};
+use vgpu_ledger::keys::{self, annotation};
 
 /// One device of the claim on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]

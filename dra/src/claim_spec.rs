@@ -5,13 +5,12 @@
 //! setting of the container's; beside it the uids of the pods the claim is reserved for
 //! (`VGPU_CLAIM_PODS`), the only pods whose containers the hook lets use it (the device names carry the
 //! claim's uid, which a tenant able to write CDI annotations could name from another pod). The kubelet hands the device names to the runtime, whose CDI support
-//! applies the edits. Not here: the spec's types and checks (`vgpuctl::cdi`).
+//! applies the edits. Not here: the spec's types and checks (`vgpu_host::cdi`).
 
 use crate::allocation::{self, Allocated};
 use std::path::{Path, PathBuf};
-use vgpu_ledger::keys;
-use vgpuctl::cdi::spec::{ContainerEdits, Device, Spec};
-use vgpuctl::cdi::{self, CdiError};
+use vgpu_host::cdi::spec::{ContainerEdits, Device, Spec};
+use vgpu_host::cdi::{self, CdiError};
 
 /// How the hooks run (`vgpuctl cdi generate`'s inputs).
 #[derive(Debug, Clone)]
@@ -37,13 +36,17 @@ pub fn build(
     let mut env = hooks.hook_env.clone();
     env.push(format!(
         "{}={}",
-        keys::host::CLAIM_QUOTA_VAR,
+        vgpu_host::keys::host::CLAIM_QUOTA_VAR,
         allocation::quota(devices)
     ));
-    env.push(format!("{}={}", keys::host::CLAIM_PODS_VAR, pods.join(",")));
+    env.push(format!(
+        "{}={}",
+        vgpu_host::keys::host::CLAIM_PODS_VAR,
+        pods.join(",")
+    ));
     let spec = Spec {
         cdi_version: cdi::spec::VERSION.to_string(),
-        kind: keys::cdi::CLAIM_KIND.to_string(),
+        kind: vgpu_host::keys::cdi::CLAIM_KIND.to_string(),
         devices: devices
             .iter()
             .map(|d| Device {

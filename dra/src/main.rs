@@ -17,8 +17,8 @@ use vgpu_dra::proto::dra_v1::dra_plugin_server::DraPluginServer;
 use vgpu_dra::proto::registration::registration_server::RegistrationServer;
 use vgpu_dra::publisher::Publisher;
 use vgpu_dra::{apiserver, driver_root, slice};
+use vgpu_host::keys::dra;
 use vgpu_host::nvml::Nvml;
-use vgpu_ledger::keys::dra;
 
 #[derive(Parser)]
 #[command(
@@ -60,7 +60,7 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let cfg = vgpu_oci::config::Config::load()?;
+    let cfg = vgpu_host::config::Config::load()?;
     let lib = match (&cli.nvml_library, &cli.driver_root) {
         (Some(l), _) => l.clone(),
         (None, Some(root)) => driver_root::nvml_library(root)?
@@ -78,7 +78,7 @@ fn main() -> Result<()> {
     let hooks = Hooks {
         hook_path: cfg.hook_path.clone(),
         hook_stage: cfg.hook_stage.as_str().to_string(),
-        hook_env: vgpu_oci::edits::hook_env(),
+        hook_env: vgpu_host::config::Config::hook_env(),
     };
     let plugin = Plugin::new(
         cli.driver_name.clone(),

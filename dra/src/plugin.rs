@@ -10,8 +10,8 @@ use crate::claim_spec::{self, Hooks};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use vgpu_host::cdi::CdiError;
 use vgpu_host::nvml::HostGpu;
-use vgpuctl::cdi::CdiError;
 
 /// This node's driver.
 pub struct Plugin {

@@ -15,8 +15,8 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
+use vgpu_host::keys::dra;
 use vgpu_host::nvml::HostGpu;
-use vgpu_ledger::keys::dra;
 
 /// The device name of the GPU at NVML index `index`.
 pub fn device_name(index: u32) -> String {

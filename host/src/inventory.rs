@@ -15,11 +15,12 @@
 //! read, so a ledger removed between the two is not reported as unreadable. Anything else that is not a
 //! ledger (a FIFO, a link, a foreign file) is [`LedgerRead::Unreadable`], with why.
 
+use crate::state_root::StateRoot;
+use crate::walk::{ContainerDir, OtherEntry, StateEntry};
 use std::io;
 use std::path::Path;
 use vgpu_ledger::hostfile;
-use vgpu_ledger::layout::{StateRoot, LEDGER_EXTENSION};
-use vgpu_ledger::walk::{ContainerDir, OtherEntry, StateEntry};
+use vgpu_ledger::layout::LEDGER_EXTENSION;
 use vgpu_ledger::{DeviceLimit, LedgerError, Limits, LimitsError, Snapshot};
 
 /// One entry of `<root>/containers/`.
@@ -154,8 +155,8 @@ mod tests {
     /// A container folder as the hook makes it, its limits file naming one GPU; no ledger yet.
     fn provision(root: &StateRoot, id: &str) -> std::path::PathBuf {
         std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
-        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
-        vgpu_ledger::walk::mark(&root.container_dir(id).unwrap()).unwrap();
+        crate::walk::mark(&root.containers_dir()).unwrap();
+        crate::walk::mark(&root.container_dir(id).unwrap()).unwrap();
         Limits {
             version: LIMITS_VERSION,
             container_id: id.into(),

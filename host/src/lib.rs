@@ -5,14 +5,38 @@
 //! * [`config`]: `/etc/vgpu/config.toml`, the whole file (its `[monitor]` table too), parsed once into
 //!   typed values.
 //! * [`nvml`]: the one NVML binding of the host tools, behind the [`nvml::Nvml`] trait, with a fake.
+//! * [`state_root`]: the state root on the host and each container's paths under it.
+//! * [`walk`]: the walk over the state root's container folders (markers, leftovers, what is not ours).
 //! * [`inventory`]: the one reader of the state root: containers, their limits, ledgers and owners,
 //!   always through the safe host-file reader.
 //! * [`procs`]: a host process as `/proc` shows it (its innermost PID, namespace and cgroup), for the
 //!   attribution of NVML's processes to containers.
+//! * [`cdi`]: vgpu's devices as a Container Device Interface spec (`vgpuctl cdi generate`, the DRA driver's
+//!   per-claim specs).
+//! * [`usage`]: each container's quotas and its ledgers' figures, from the inventory, and which are live.
+//! * [`attribution`]: which container each GPU process NVML lists belongs to, and what each truly holds.
+//! * [`held`]: what a container holds by NVML now (`vgpuctl update`'s shrink), attributed as the watchdog
+//!   attributes.
+//! * [`creator`]: the process that provisions a container's state, told apart from a later one with its PID.
+//! * [`memory_limit`]: a memory quota given as a quantity (the config file, the annotations, `vgpuctl update`).
+//! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
+//! * [`version`]: the version and commit every host binary prints.
+//! * [`keys`]: the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's).
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 
+pub mod attribution;
+pub mod cdi;
 pub mod config;
+pub mod creator;
+pub mod held;
 pub mod inventory;
+pub mod keys;
+pub mod logging;
+pub mod memory_limit;
 pub mod nvml;
 pub mod printable;
 pub mod procs;
+pub mod state_root;
+pub mod usage;
+pub mod version;
+pub mod walk;

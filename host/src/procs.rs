@@ -2,7 +2,7 @@
 //! inode, its PID inside that namespace (the last `NSpid` entry), its start time and its cgroup, from
 //! `/proc/<pid>`; whether a container's recorded init process still lives ([`init_alive`]); and killing a
 //! process only if it is still the one that was looked at ([`kill_checked`], through a pidfd). Not here:
-//! deciding which container a process is (`vgpu_monitor::watchdog::owner_of`).
+//! deciding which container a process is (`attribution::owner_of`).
 //!
 //! A PID alone names no process for long: PIDs are reused, and so are namespace inodes once their
 //! namespace is gone. A process is the pair (PID, start time): the start time (clock ticks after boot,
@@ -81,15 +81,25 @@ pub fn inner_pid(status: &str) -> Option<u32> {
 
 /// When host PID `pid` started (clock ticks after boot); `None` when it is gone.
 pub fn start_time(pid: u32) -> Option<u64> {
-    parse_start_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    stat(pid).map(|(_, start)| start)
 }
 
-/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may hold
-/// spaces and parentheses itself: fields are counted after its last `)`.
-pub fn parse_start_time(stat: &str) -> Option<u64> {
+/// Host PID `pid`'s state letter and start time (`/proc/<pid>/stat`, see [`parse_stat`]); `None` when
+/// it is gone.
+pub fn stat(pid: u32) -> Option<(char, u64)> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The state letter (field 3) and the start time (field 22) of a `/proc/<pid>/stat` line. The command
+/// name (field 2) is in parentheses and may hold spaces and parentheses itself: fields are counted after
+/// its last `)`.
+pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
     let (_, rest) = stat.rsplit_once(')')?;
-    // After the name: field 3 (state) is the first; 22 is the 20th.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Fields 4..=21 come between the state and the start time.
+    let start_time = fields.nth(18)?.parse().ok()?;
+    Some((state, start_time))
 }
 
 /// The cgroup v2 path of a `/proc/<pid>/cgroup` text: the path of its `0::` line (the unified hierarchy,
@@ -199,8 +209,9 @@ mod tests {
         assert!(me.ns > 0 && me.start_time > 0);
         // A command name with spaces and parentheses does not shift the fields.
         let stat = "42 (a) b (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10";
-        assert_eq!(parse_start_time(stat), Some(777));
-        assert_eq!(parse_start_time("42 (x) S 1"), None);
+        assert_eq!(parse_stat(stat), Some(('S', 777)));
+        assert_eq!(parse_stat("42 (x) S 1"), None);
+        assert_eq!(parse_stat("garbage"), None);
         let hybrid = "4:memory:/process_api/x\n1:cpu:/c\n0::/kubepods/pod1/crio-3f2a\n";
         assert_eq!(unified_path(hybrid), Some("/kubepods/pod1/crio-3f2a"));
         assert_eq!(unified_path("4:memory:/c\n"), None);

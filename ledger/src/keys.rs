@@ -1,8 +1,10 @@
-//! The registry of names: every annotation and environment variable vgpu reads or writes, with the forms a
-//! per-GPU setting takes; the `vgpu.io/` prefix as each engine wants it; the Kubernetes annotations read;
-//! the binaries' names and the hooks' `PATH`. Every other module takes a name from here instead of writing
-//! it again: the hook's key check and its parsers, this crate's grammars (`envlimits`, `envcompute`,
-//! `memmode`), vgpuctl's engine configurations. Not here: what a value means (each grammar's own module).
+//! The registry of the names a container carries: every annotation and environment variable vgpu reads or
+//! writes, with the forms a per-GPU setting takes; the `vgpu.io/` prefix as each engine wants it; the
+//! Kubernetes annotations read (the limits file records the names). The hook's key check and its parsers,
+//! this crate's grammars (`envlimits`, `envcompute`, `memmode`) and vgpuctl's engine configurations take
+//! their names from here; the library reads most of its variables through those grammars, but spells some
+//! of its own out in its config module. Not here: what a value means (each grammar's own module), the names
+//! only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's: `vgpu_host::keys`).
 //!
 //! Adding a setting is one entry in [`ANNOTATIONS`] or [`ENV`] (plus its constant) and its parser; the key
 //! check ([`annotation`], [`env_var`]) and the list of keys in its messages follow from the tables.
@@ -62,48 +64,6 @@ pub mod env {
     pub const LOG_LEVEL: &str = "LIBCUDA_LOG_LEVEL";
     /// NVIDIA's device list, read to find the container's GPUs (never written).
     pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
-}
-
-/// Names of the host side: binaries, the hooks' environment, the config's variable.
-pub mod host {
-    /// The OCI hook; also `args[0]` of every hook vgpu adds to a spec (how a re-edit finds them).
-    pub const HOOK_BIN: &str = "vgpu-hook";
-    /// The runtime shim; also the value of [`super::annotation::PROVISIONED_BY`].
-    pub const RUNTIME_BIN: &str = "vgpu-container-runtime";
-    /// The admin tool.
-    pub const CTL_BIN: &str = "vgpuctl";
-    /// The whole environment every hook vgpu installs starts from: nothing from the container (an image's
-    /// `LD_PRELOAD` must never reach a process with host privileges).
-    pub const HOOK_PATH_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
-    /// Names the vgpu config file of the hook and the shim.
-    pub const CONFIG_VAR: &str = "VGPU_CONFIG";
-    /// The quota a Kubernetes DRA claim fixes, in the environment vgpu-dra-plugin's CDI spec gives the
-    /// hook (never the container's): `vgpu.io/memory-limit=8Gi,vgpu.io/compute-limit=30`.
-    pub const CLAIM_QUOTA_VAR: &str = "VGPU_CLAIM_QUOTA";
-    /// The pods a DRA claim is reserved for (its `status.reservedFor`), in the same environment: their
-    /// uids, comma-separated. The hook refuses the claim's devices to a container of any other pod.
-    pub const CLAIM_PODS_VAR: &str = "VGPU_CLAIM_PODS";
-}
-
-/// Container Device Interface names: the kind of vgpu's devices (`vgpuctl cdi generate`) and NVIDIA's, whose
-/// spec (`nvidia-ctk cdi generate`) gives the container its GPU and driver beside vgpu's.
-pub mod cdi {
-    /// vgpu's CDI kind: `--device vgpu.io/gpu=<index|uuid|all>`.
-    pub const KIND: &str = "vgpu.io/gpu";
-    /// NVIDIA's CDI kind.
-    pub const NVIDIA_KIND: &str = "nvidia.com/gpu";
-    /// The kind of the per-claim specs vgpu-dra-plugin writes: `vgpu.io/claim=<claim uid>-gpu-<index>`.
-    pub const CLAIM_KIND: &str = "vgpu.io/claim";
-}
-
-/// Kubernetes Dynamic Resource Allocation: vgpu-dra-plugin's driver and its devices' capacities.
-pub mod dra {
-    /// The driver name (DeviceClass selectors, ResourceSlices, the kubelet plugin's name).
-    pub const DRIVER: &str = "gpu.vgpu.io";
-    /// A GPU's memory, bytes, as consumable capacity.
-    pub const MEMORY: &str = "memory";
-    /// A GPU's compute, percent (100 a GPU), as consumable capacity.
-    pub const COMPUTE: &str = "compute";
 }
 
 /// The annotations CRI runtimes write into a Kubernetes container's spec, as vgpu reads them.

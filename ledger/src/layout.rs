@@ -1,5 +1,6 @@
 //! Where vgpu's per-container state lives, on the host and inside the container (docs/architecture.md,
-//! "State on the host"): every path both sides agree on. Not here: the walk over the state root (`walk`).
+//! "State on the host"): every path both sides agree on. Not here: the state root's own paths and its walk
+//! (`vgpu_host::state_root`, `vgpu_host::walk`), which only the host tools use.
 
 use std::path::{Path, PathBuf};
 
@@ -121,85 +122,12 @@ pub fn container_ledger_path(uuid: &str) -> Result<PathBuf, LayoutError> {
     Ok(Path::new(CONTAINER_STATE_DIR).join(relative_ledger_path(uuid)?))
 }
 
-/// The state root on the host (`state_root` of /etc/vgpu/config.toml, default /run/vgpu).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateRoot {
-    root: PathBuf,
-}
-
-impl StateRoot {
-    pub fn new(root: PathBuf) -> Self {
-        StateRoot { root }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// `<root>/containers`
-    pub fn containers_dir(&self) -> PathBuf {
-        self.root.join("containers")
-    }
-
-    /// `<root>/containers/<id>`; refuses ids that are not a single safe path component.
-    pub fn container_dir(&self, id: &str) -> Result<PathBuf, LayoutError> {
-        check_container_id(id)?;
-        Ok(self.containers_dir().join(id))
-    }
-
-    /// `<root>/containers/<id>/limits.json`
-    pub fn limits_path(&self, id: &str) -> Result<PathBuf, LayoutError> {
-        Ok(self.container_dir(id)?.join(LIMITS_FILE_NAME))
-    }
-
-    /// `<root>/containers/<id>/ledgers`
-    pub fn ledgers_dir(&self, id: &str) -> Result<PathBuf, LayoutError> {
-        Ok(self.container_dir(id)?.join(LEDGERS_DIR_NAME))
-    }
-
-    /// `<root>/containers/<id>/ledgers/<uuid>.ledger`
-    pub fn ledger_path(&self, id: &str, uuid: &str) -> Result<PathBuf, LayoutError> {
-        Ok(self.container_dir(id)?.join(relative_ledger_path(uuid)?))
-    }
-
-    /// `<root>/containers/<id>/ld.so.preload`
-    pub fn preload_path(&self, id: &str) -> Result<PathBuf, LayoutError> {
-        Ok(self.container_dir(id)?.join(PRELOAD_FILE_NAME))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn root() -> StateRoot {
-        StateRoot::new(PathBuf::from("/run/vgpu"))
-    }
-
     #[test]
     fn paths() {
-        let r = root();
-        assert_eq!(r.containers_dir(), Path::new("/run/vgpu/containers"));
-        assert_eq!(
-            r.container_dir("abc").unwrap(),
-            Path::new("/run/vgpu/containers/abc")
-        );
-        assert_eq!(
-            r.limits_path("abc").unwrap(),
-            Path::new("/run/vgpu/containers/abc/limits.json")
-        );
-        assert_eq!(
-            r.ledgers_dir("abc").unwrap(),
-            Path::new("/run/vgpu/containers/abc/ledgers")
-        );
-        assert_eq!(
-            r.ledger_path("abc", "GPU-1234").unwrap(),
-            Path::new("/run/vgpu/containers/abc/ledgers/GPU-1234.ledger")
-        );
-        assert_eq!(
-            r.preload_path("abc").unwrap(),
-            Path::new("/run/vgpu/containers/abc/ld.so.preload")
-        );
         assert_eq!(
             relative_ledger_path("GPU-1").unwrap(),
             Path::new("ledgers/GPU-1.ledger")
@@ -230,17 +158,15 @@ mod tests {
 
     #[test]
     fn accepts_engine_ids() {
-        let r = root();
         let docker = "3f2a9c0d1e2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
-        assert!(r.container_dir(docker).is_ok());
-        assert!(r.container_dir("k8s_app_pod-1_default_0a1b").is_ok());
-        assert!(r.container_dir("my.container-1").is_ok());
-        assert!(r.container_dir(&"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(check_container_id(docker).is_ok());
+        assert!(check_container_id("k8s_app_pod-1_default_0a1b").is_ok());
+        assert!(check_container_id("my.container-1").is_ok());
+        assert!(check_container_id(&"x".repeat(MAX_NAME_LEN)).is_ok());
     }
 
     #[test]
     fn rejects_unsafe_ids() {
-        let r = root();
         for (id, problem) in [
             ("", "empty"),
             ("a/b", "contains '/'"),
@@ -251,23 +177,22 @@ mod tests {
             (".hidden", "starts with '.'"),
             ("a\0b", "NUL"),
         ] {
-            let err = r.container_dir(id).unwrap_err().to_string();
+            let err = check_container_id(id).unwrap_err().to_string();
             assert!(
                 err.contains("invalid container id") && err.contains(problem),
                 "{id:?}: {err}"
             );
         }
         for long in [MAX_NAME_LEN + 1, 256, 300] {
-            let err = r.container_dir(&"x".repeat(long)).unwrap_err().to_string();
+            let err = check_container_id(&"x".repeat(long))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("longer than 200 bytes"), "{err}");
             assert!(err.len() < 200, "the message shows a shortened id: {err}");
         }
-        assert!(r
-            .ledger_path("ok", "../x")
+        assert!(relative_ledger_path("../x")
             .unwrap_err()
             .to_string()
             .contains("invalid GPU uuid"));
-        assert!(r.limits_path("a/b").is_err());
-        assert!(r.preload_path("..").is_err());
     }
 }

@@ -7,7 +7,6 @@
 //! * [`live`]: live updates of a running container's limits (`vgpuctl update`): the host's write, the
 //!   library's read.
 //! * [`layout`]: where the state lives on the host and inside the container.
-//! * [`walk`]: the walk over the state root's container folders.
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `GPU_CORE_UTILIZATION_POLICY`).
 //! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
@@ -19,9 +18,6 @@
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking).
 //!
 //! The formats are described in docs/architecture.md.
-
-// `x.is_multiple_of(y)` needs Rust 1.87; the workspace supports 1.80.
-#![allow(clippy::manual_is_multiple_of)]
 
 pub mod atomic;
 pub mod envcompute;
@@ -35,7 +31,6 @@ pub mod memmode;
 pub mod quantity;
 pub mod region;
 pub mod settings;
-pub mod walk;
 
 pub use limits::{Creator, DeviceLimit, KubeNames, Limits, LimitsError, LIMITS_VERSION};
 pub use memmode::MemoryMode;

@@ -8,8 +8,6 @@
 //! It fails if the total is ever seen above the limit, if a refusal was not justified, if anything hangs
 //! (every wait has a deadline), or if after the last reclaim the ledger's total or any slot is not exactly 0.
 
-#![allow(clippy::manual_is_multiple_of)]
-
 use memmap2::MmapMut;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -108,7 +106,7 @@ fn worker() -> ! {
                 }
             }
         }
-        if !held.is_empty() && (held.len() > 6 || rng.next() % 2 == 0) {
+        if !held.is_empty() && (held.len() > 6 || rng.next().is_multiple_of(2)) {
             let (kind, bytes) = held.swap_remove(rng.next() as usize % held.len());
             ledger.refund(&slot, kind, bytes);
         }

@@ -1,8 +1,10 @@
 // The one list of every entry point libvgpu hooks, `dlsym` aside. Included (`include!`) by both the engine
 // (`libvgpu/src/interpose.rs`: name -> hook table) and the preload front (`libvgpu/preload/src/lib.rs`: one
 // trampoline per name). Adding a hook: write it in its family module under `libvgpu/src/hooks/` and add
-// its name here; nothing else. `tests/e2e/libvgpu-preload.test.sh` checks both libraries export exactly
-// this list.
+// its name here (both tables follow from this list); then give it its class in `classes.txt` if no rule
+// covers it, drop its `gap` line there if it was a known gap, and run `make surface`
+// (docs/architecture.md, "Adding a hook"). `tests/e2e/libvgpu-preload.test.sh` checks both libraries
+// export exactly this list.
 //
 // `hooked_symbols!(callback)` expands to `callback! { Cuda: names...; Nvml: names...; }`.
 macro_rules! hooked_symbols {

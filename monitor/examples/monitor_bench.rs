@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{DeviceLimit, GpuSettings, Kind, Ledger, Limits};
 use vgpu_monitor::{watchdog::Policy, Monitor};
 
@@ -68,8 +68,8 @@ fn main() {
         let uuid = format!("GPU-fa4ec0de-0000-4000-8000-{:012x}", i % gpus);
         std::fs::create_dir_all(root.ledgers_dir(&id).unwrap()).unwrap();
         // marked as the hook marks what it makes (the monitor reads nothing unmarked)
-        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
-        vgpu_ledger::walk::mark(&root.container_dir(&id).unwrap()).unwrap();
+        vgpu_host::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_host::walk::mark(&root.container_dir(&id).unwrap()).unwrap();
         Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: id.clone(),
@@ -113,7 +113,7 @@ fn main() {
     {
         use vgpu_host::nvml::{Library, Nvml};
         use vgpu_host::procs;
-        use vgpu_monitor::{state, watchdog};
+        use vgpu_host::{attribution, usage};
         let part = |name: &str, f: &mut dyn FnMut()| {
             let t = Instant::now();
             for _ in 0..5 {
@@ -125,12 +125,12 @@ fn main() {
             );
         };
         let nv = Library::load(nvml).unwrap();
-        let cs = state::read(&root).unwrap();
+        let cs = usage::read(&root).unwrap();
         let rs = nv.readings().unwrap();
-        part("ledgers (state::read)", &mut || drop(state::read(&root)));
+        part("ledgers (usage::read)", &mut || drop(usage::read(&root)));
         part("NVML (the fake's, all GPUs)", &mut || drop(nv.readings()));
         part("attribution (/proc)", &mut || {
-            drop(watchdog::attribute(
+            drop(attribution::attribute(
                 &cs,
                 &rs,
                 procs::inspect,

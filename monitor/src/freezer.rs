@@ -1,15 +1,17 @@
-//! The share wall's hand on a container: its cgroup v2 directory and the writes to its `cgroup.freeze`
-//! (1 freezes every process of the cgroup and its descendants, 0 thaws them; the kernel's freezer, which
-//! nothing inside the container can undo). The directory is the container's cgroup v2 path the hook
+//! The share wall's and the time-quanta arbiter's hand on a container: its cgroup v2 directory
+//! (`cgroup_of`, written once for both) and the writes to its `cgroup.freeze` (1 freezes every process of
+//! the cgroup and its descendants, 0 thaws them; the kernel's freezer, which nothing inside the container
+//! can undo). The directory is the container's cgroup v2 path the hook
 //! recorded at creation (`vgpu_ledger::Limits::cgroup`, the `0::` line of its init process's
 //! `/proc/<pid>/cgroup`, which the hook never records as the root, its own cgroup or one above it),
 //! under the host's cgroup v2 mount (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a hybrid host). A
 //! container with no recorded cgroup is never frozen (reported only). Not here: when to freeze
-//! (`share_wall`), which process is whose (`watchdog::owner_of`).
+//! (`share_wall`), which process is whose (`vgpu_host::attribution::owner_of`).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use vgpu_host::usage::ContainerState;
 
 /// Where the cgroup v2 hierarchy is mounted, from a `/proc/self/mountinfo` text (the first `cgroup2`
 /// mount of the hierarchy's root).
@@ -109,6 +111,18 @@ pub fn is_frozen(dir: &Path) -> std::io::Result<bool> {
         .take(16)
         .read_to_string(&mut s)?;
     Ok(s.trim() == "1")
+}
+
+/// A container's cgroup directory: the cgroup v2 path recorded at its creation, under the host's mount (a
+/// container without one is reported, never frozen: nothing else is known to hold only its processes).
+pub fn cgroup_of(c: &ContainerState) -> Result<PathBuf, String> {
+    let mount = host_v2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
+    let recorded = c
+        .cgroup
+        .as_deref()
+        .ok_or("no cgroup of its own was recorded at its creation")?;
+    of_container(recorded, &mount)
+        .ok_or_else(|| format!("its recorded cgroup {recorded:?} is not one to freeze"))
 }
 
 #[cfg(test)]

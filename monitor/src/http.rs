@@ -12,7 +12,8 @@
 //! header deadline built in; on a current-thread runtime it adds no thread to the monitor, and with only
 //! its `http1` and `server` features it adds little to vgpuctl. axum's router is not needed for three paths.
 
-use crate::{log, Monitor};
+use crate::collector::Monitor;
+use crate::stderr::log;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};

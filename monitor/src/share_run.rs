@@ -6,27 +6,22 @@
 //! container was frozen, since a freeze cannot stop GPU work already queued: a container GPU whose work
 //! runs on while frozen is logged once (`busy_while_frozen`), and under the kill policy the processes
 //! NVML shows busy there while it is frozen are named for the monitor to kill (`Victim`: the watchdog's
-//! pidfd-checked kill). It owns what the scrape shows of the wall (`ShareView`, registered by `metrics`).
+//! pidfd-checked kill). It owns what the scrape shows of the wall (`ShareView`, registered by `metrics::share`).
 //! Not here: the decisions (`share_wall`), the cgroup files (`freezer`), attribution (`watchdog`), the
 //! kill itself (`Monitor::kill`).
 
-use super::freezer;
+use crate::freezer;
 // The monitor's one log: control characters escaped (a pod name cannot forge a line).
-use super::log;
-use super::share_wall::{Over, Runaway, Settings, Use, Wall};
-use super::state::ContainerState;
-use super::watchdog::{TrueProc, Truth};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use crate::share_wall::{Over, Runaway, Settings, Use, Wall};
+use crate::stderr::{log, who};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use vgpu_host::attribution::{TrueProc, Truth};
 use vgpu_host::config::ShareWall;
 use vgpu_host::nvml::GpuReading;
+use vgpu_host::usage::ContainerState;
 use vgpu_ledger::envcompute::DEFAULT_WINDOW_MS;
 
 /// Label pairs of one series (their values escaped when encoded).
@@ -143,7 +138,7 @@ impl ShareRun {
             let Some(c) = cs.iter().position(|c| c.id == o.container) else {
                 continue;
             };
-            let dir = (self.mode == ShareWall::Freeze).then(|| cgroup_of(cs, c));
+            let dir = (self.mode == ShareWall::Freeze).then(|| freezer::cgroup_of(&cs[c]));
             if o.begins {
                 w.events += 1;
                 log(&describe(&cs[c], &o, &dir, w.wall.settings().tolerance));
@@ -306,61 +301,6 @@ impl ShareRun {
     }
 }
 
-impl ShareView {
-    /// Registers the wall's series.
-    pub fn register(&self, reg: &mut Registry) {
-        if !self.on {
-            return;
-        }
-        let used = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-        reg.register(
-            "vgpu_compute_share_used_ratio",
-            "share of the GPU's time the container's processes used over the share wall's window (NVML)",
-            used.clone(),
-        );
-        let excess = Family::<Labels, Counter<f64, AtomicU64>>::default();
-        reg.register(
-            "vgpu_compute_share_excess_seconds",
-            "GPU-seconds the container used past its share + tolerance (NVML, the share wall)",
-            excess.clone(),
-        );
-        let frozen_busy = Family::<Labels, Counter<f64, AtomicU64>>::default();
-        reg.register(
-            "vgpu_compute_share_frozen_busy_seconds",
-            "GPU-seconds the container used past its thawed time: work that ran on while the share wall held it frozen (NVML)",
-            frozen_busy.clone(),
-        );
-        let frozen = Family::<Labels, Gauge>::default();
-        reg.register(
-            "vgpu_container_frozen",
-            "1 while the share wall holds the container's cgroup frozen",
-            frozen.clone(),
-        );
-        for g in &self.gpus {
-            if let Some(u) = g.used {
-                used.get_or_create(&g.labels).set(u);
-            }
-            excess.get_or_create(&g.labels).inc_by(g.excess);
-            frozen_busy.get_or_create(&g.labels).inc_by(g.frozen_busy);
-            frozen.get_or_create(&g.labels).set(i64::from(g.frozen));
-        }
-        let freezes = Counter::<u64>::default();
-        reg.register(
-            "vgpu_compute_share_freezes",
-            "cgroup freezes by the share wall",
-            freezes.clone(),
-        );
-        freezes.inc_by(self.freezes);
-        let failures = Counter::<u64>::default();
-        reg.register(
-            "vgpu_compute_share_freeze_failures",
-            "freezes and thaws the share wall could not do",
-            failures.clone(),
-        );
-        failures.inc_by(self.failures);
-    }
-}
-
 impl Inner {
     /// The seconds each container was frozen since the last pass, up to `now` (the count starts again).
     fn take_frozen_secs(&mut self, now: Instant) -> BTreeMap<String, f64> {
@@ -433,18 +373,6 @@ fn measure(
     out
 }
 
-/// Container `c`'s cgroup directory: the cgroup v2 path recorded at its creation (a container without
-/// one is reported, never frozen: nothing else is known to hold only its processes).
-fn cgroup_of(cs: &[ContainerState], c: usize) -> Result<PathBuf, String> {
-    let mount = freezer::host_v2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
-    let recorded = cs[c]
-        .cgroup
-        .as_deref()
-        .ok_or("no cgroup of its own was recorded at its creation")?;
-    freezer::of_container(recorded, &mount)
-        .ok_or_else(|| format!("its recorded cgroup {recorded:?} is not one to freeze"))
-}
-
 /// "container ID (pod …) GPU INDEX (UUID)": where a finding is.
 fn at(c: &ContainerState, uuid: &str) -> String {
     let index = c
@@ -452,7 +380,7 @@ fn at(c: &ContainerState, uuid: &str) -> String {
         .iter()
         .find(|g| g.uuid == uuid)
         .map_or(0, |g| g.index);
-    format!("{} GPU {index} ({uuid})", super::who(c))
+    format!("{} GPU {index} ({uuid})", who(c))
 }
 
 /// The finding's log line.

@@ -1,5 +1,5 @@
-//! The NVML-truth watchdog's logic: which container each GPU process NVML lists belongs to (`attribute`),
-//! and what is wrong (`decide`): a container whose processes truly hold more than its quota plus a
+//! The NVML-truth watchdog's logic: what is wrong (`decide`), over NVML's processes attributed to containers
+//! (`vgpu_host::attribution`): a container whose processes truly hold more than its quota plus a
 //! tolerance on a GPU, a ledger whose total is below what its own processes truly hold, or a ledger whose
 //! total disagrees with the sum of its slots. Under the kill policy it names the processes to kill: those
 //! without a ledger slot (they bypass the library) first, largest first, then the others, only as many as
@@ -7,118 +7,12 @@
 //! A quota `vgpuctl update` lowered below what the container held is a *pending shrink*: what it held then
 //! (measured by the host from NVML at the shrink) is tolerated, never more, and the tolerance follows the
 //! container's truth down between passes (`Shrinks`, the pass state the monitor keeps).
-//! Not here: reading the state, NVML or /proc (`state`, `nvml`, `procs`), logging and counting (`mod`).
+//! Not here: reading the state, NVML or /proc (`vgpu_host::usage`, `nvml`, `procs`), which process is whose
+//! (`vgpu_host::attribution`), logging and counting (the monitor's loop).
 
-use super::state::{ContainerState, GpuState};
 use std::collections::BTreeMap;
-use vgpu_host::nvml::GpuReading;
-use vgpu_host::procs::{cgroup_within, HostProc};
-
-/// A GPU process attributed to a container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TrueProc {
-    /// Host PID.
-    pub pid: u32,
-    /// When it started (with the PID, its identity: a kill signals only this process).
-    pub start_time: u64,
-    pub used: u64,
-    /// It owns a live slot of the container's ledger on that GPU (it runs under the library).
-    pub tracked: bool,
-}
-
-/// NVML's processes by (container, GPU) index into the states read; processes of no known container are
-/// counted apart.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Truth {
-    pub by_gpu: BTreeMap<(usize, usize), Vec<TrueProc>>,
-    /// NVML listed each GPU's processes (else no truth to compare for it).
-    pub listed: Vec<String>,
-    pub unattributed: usize,
-}
-
-impl Truth {
-    /// The bytes a container's processes truly hold on one of its GPUs.
-    pub fn used(&self, c: usize, g: usize) -> u64 {
-        self.by_gpu
-            .get(&(c, g))
-            .map_or(0, |ps| ps.iter().map(|p| p.used).sum())
-    }
-
-    /// True when NVML's process list for `uuid` was read.
-    pub fn knows(&self, uuid: &str) -> bool {
-        self.listed.iter().any(|u| u == uuid)
-    }
-}
-
-/// The container a host process belongs to, among the live ones (`ContainerState::live`: a container
-/// whose init is gone names nothing, its namespace inode may be another's now):
-/// 1. the one whose cgroup, recorded at creation, holds the process's cgroup (equal to it or above it; the
-///    deepest when nested): exact paths, whatever the engine's naming (`crio-<id>`, `libpod-<id>`,
-///    `docker-<id>.scope`, ...), and right for containers sharing a PID namespace (a pod) or running
-///    with the host's PIDs;
-/// 2. else, among those without a recorded cgroup (state written before it was recorded, or a runtime
-///    that gave the container no cgroup of its own), the only one whose PID namespace it lives in. The
-///    host's own PID namespace (`host_ns`) names no container: every host process lives there.
-///
-/// A container with a recorded cgroup is never given a process outside it: a pod's sidecar sharing its
-/// PID namespace is not its process.
-pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Option<usize> {
-    let live = || (0..containers.len()).filter(|&i| containers[i].live);
-    if let Some(cg) = p.unified_cgroup() {
-        let by_cgroup = live()
-            .filter_map(|i| Some((i, containers[i].cgroup.as_deref()?)))
-            .filter(|(_, base)| cgroup_within(&cg, base))
-            .max_by_key(|(_, base)| base.len());
-        if let Some((i, _)) = by_cgroup {
-            return Some(i);
-        }
-    }
-    let by_ns: Vec<usize> = live()
-        .filter(|&i| containers[i].cgroup.is_none())
-        .filter(|&i| p.ns != host_ns && containers[i].pid_ns == Some(p.ns))
-        .collect();
-    match by_ns[..] {
-        [one] => Some(one),
-        _ => None,
-    }
-}
-
-/// Attributes every process NVML lists to a container's GPU. `inspect` reads a host PID's `/proc`;
-/// `host_ns` is the monitor's own PID namespace.
-pub fn attribute(
-    containers: &[ContainerState],
-    readings: &[GpuReading],
-    inspect: impl Fn(u32) -> Option<HostProc>,
-    host_ns: u64,
-) -> Truth {
-    let mut t = Truth::default();
-    let mut seen: BTreeMap<u32, Option<HostProc>> = BTreeMap::new();
-    for r in readings {
-        let Some(procs) = &r.processes else { continue };
-        t.listed.push(r.uuid.clone());
-        for &(pid, used) in procs {
-            let hp = seen.entry(pid).or_insert_with(|| inspect(pid));
-            let place = hp.as_ref().and_then(|hp| {
-                let c = owner_of(containers, hp, host_ns)?;
-                let g = containers[c].gpus.iter().position(|g| g.uuid == r.uuid)?;
-                let tracked = containers[c].gpus[g]
-                    .owners
-                    .contains(&(hp.inner_pid, hp.ns));
-                Some((c, g, tracked))
-            });
-            match place {
-                Some((c, g, tracked)) => t.by_gpu.entry((c, g)).or_default().push(TrueProc {
-                    pid,
-                    start_time: hp.as_ref().map_or(0, |hp| hp.start_time),
-                    used,
-                    tracked,
-                }),
-                None => t.unattributed += 1,
-            }
-        }
-    }
-    t
-}
+use vgpu_host::attribution::{TrueProc, Truth};
+use vgpu_host::usage::{ContainerState, GpuState};
 
 /// The watchdog's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

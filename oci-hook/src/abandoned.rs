@@ -11,14 +11,14 @@
 //! over: while it lives the create may still finish. On the hooks.d path the owner is known at
 //! provisioning, so the creator never decides anything there.
 
-use crate::creator::is_abandoned;
 use crate::provision;
 use crate::provision::ProvisionError;
+use vgpu_host::creator::is_abandoned;
 use vgpu_host::inventory::Container;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::hostfile;
-use vgpu_ledger::layout::StateRoot;
 
-/// [`is_abandoned`](crate::creator::is_abandoned), for a container as the state root's reader gives it, and no process holds a slot of
+/// [`is_abandoned`](vgpu_host::creator::is_abandoned), for a container as the state root's reader gives it, and no process holds a slot of
 /// its ledgers (none can, without an owner; checked all the same, as the collector does).
 pub fn container_abandoned(c: &Container) -> bool {
     c.limits.as_ref().is_ok_and(is_abandoned) && c.any_slot_alive().is_ok_and(|alive| !alive)

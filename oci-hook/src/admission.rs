@@ -8,17 +8,17 @@
 //! containers created at once cannot both take the last room; the lock is held only from the decision to
 //! the folder's rename into place, never across the container's life.
 
-use crate::config::Config;
-use crate::host_gpus::{HostGpu, NvmlError};
 use crate::plan::Plan;
 use crate::provision::ProvisionError;
 use nix::fcntl::{Flock, FlockArg};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
+use vgpu_host::config::Config;
 use vgpu_host::inventory;
+use vgpu_host::nvml::{HostGpu, NvmlError};
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::format_bytes;
-use vgpu_ledger::layout::StateRoot;
 
 /// Name of the lock file in the state root.
 pub const LOCK_FILE_NAME: &str = "admission.lock";
@@ -271,7 +271,7 @@ fn lock(root: &StateRoot) -> Result<Flock<File>, AdmissionError> {
         .write(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
         .open(&path)
         .map_err(|err| AdmissionError::Io {
             what: format!("admission lock {}", path.display()),

@@ -16,7 +16,7 @@
 //! (its uid is in the name) and get that claim's quota a second time.
 
 use crate::request::SpecFacts;
-use vgpu_ledger::keys::{self, annotation, env, kube};
+use vgpu_ledger::keys::{annotation, env, kube};
 
 /// A claim's quota settings, as annotation key/value pairs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,17 +29,17 @@ pub struct ClaimQuota {
 /// A `VGPU_CLAIM_QUOTA` that cannot be read. `Display` is one line naming it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClaimQuotaError {
-    #[error("{var}={value:?}: {entry:?} is not KEY=VALUE", var = keys::host::CLAIM_QUOTA_VAR)]
+    #[error("{var}={value:?}: {entry:?} is not KEY=VALUE", var = vgpu_host::keys::host::CLAIM_QUOTA_VAR)]
     Malformed { value: String, entry: String },
-    #[error("{var}: {key:?} is not a quota setting (vgpu.io/memory-limit or vgpu.io/compute-limit, or their .<i> forms)", var = keys::host::CLAIM_QUOTA_VAR)]
+    #[error("{var}: {key:?} is not a quota setting (vgpu.io/memory-limit or vgpu.io/compute-limit, or their .<i> forms)", var = vgpu_host::keys::host::CLAIM_QUOTA_VAR)]
     NotQuota { key: String },
-    #[error("{var} is set but empty", var = keys::host::CLAIM_QUOTA_VAR)]
+    #[error("{var} is set but empty", var = vgpu_host::keys::host::CLAIM_QUOTA_VAR)]
     Empty,
     /// The shim provisioned the container from its own settings before this hook saw the claim.
     #[error("container {id} has a DRA claim's quota but ran under vgpu's runtime handler, which planned from its own annotations: run a claim's pod with the default handler")]
     UnderShim { id: String },
     /// The claim's spec names no pod (one vgpu-dra-plugin wrote before claims were bound to their pods).
-    #[error("{quota} is set without {pods}: the DRA claim's CDI spec names no pod it is for (unprepare and prepare the claim again)", quota = keys::host::CLAIM_QUOTA_VAR, pods = keys::host::CLAIM_PODS_VAR)]
+    #[error("{quota} is set without {pods}: the DRA claim's CDI spec names no pod it is for (unprepare and prepare the claim again)", quota = vgpu_host::keys::host::CLAIM_QUOTA_VAR, pods = vgpu_host::keys::host::CLAIM_PODS_VAR)]
     Unbound,
     /// The container's spec carries no pod uid from a CRI runtime.
     #[error("container {id} uses a DRA claim's device but names no pod ({keys}): a claim's devices are for the pods it is reserved for", keys = kube::POD_UID_KEYS.join(" or "))]
@@ -112,8 +112,12 @@ impl ClaimQuota {
     /// The claim of the hook's own environment, if its CDI spec gave one, with the pods it is for.
     pub fn from_env() -> Result<Option<ClaimQuota>, ClaimQuotaError> {
         ClaimQuota::from_vars(
-            std::env::var(keys::host::CLAIM_QUOTA_VAR).ok().as_deref(),
-            std::env::var(keys::host::CLAIM_PODS_VAR).ok().as_deref(),
+            std::env::var(vgpu_host::keys::host::CLAIM_QUOTA_VAR)
+                .ok()
+                .as_deref(),
+            std::env::var(vgpu_host::keys::host::CLAIM_PODS_VAR)
+                .ok()
+                .as_deref(),
         )
     }
 

@@ -5,13 +5,13 @@
 //! what the shim does.
 
 use crate::args::{CREATE_VALUE_FLAGS, GLOBAL_VALUE_FLAGS};
-use crate::config::{CONFIG_ENV, DEFAULT_CONFIG_PATH};
 use clap::{Arg, ArgAction, Command, CommandFactory, Parser};
-use vgpu_ledger::keys::host::{HOOK_BIN, RUNTIME_BIN};
+use vgpu_host::config::{CONFIG_ENV, DEFAULT_CONFIG_PATH};
+use vgpu_host::keys::host::{HOOK_BIN, RUNTIME_BIN};
 
 /// vgpu OCI hook: provisions and removes a container's GPU memory quota state.
 #[derive(Parser)]
-#[command(name = HOOK_BIN, version = crate::version::LONG, long_about = HOOK_LONG_ABOUT,
+#[command(name = HOOK_BIN, version = vgpu_host::version::LONG, long_about = HOOK_LONG_ABOUT,
           after_long_help = hook_after_help())]
 pub struct HookCli {
     /// The OCI hook stage: createRuntime, prestart, precreate or poststop.
@@ -57,7 +57,7 @@ pub fn shim_command() -> Command {
             .join(", ")
     };
     Command::new(RUNTIME_BIN)
-        .version(crate::version::LONG)
+        .version(vgpu_host::version::LONG)
         .about("OCI runtime shim: gives a container its GPU memory quota, then runs the lower runtime")
         .long_about(format!(
             "OCI runtime shim for Docker (--runtime=vgpu), containerd and CRI-O (the vgpu runtime handler \

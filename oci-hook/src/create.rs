@@ -7,9 +7,7 @@
 //! whose `Display` is the whole line, so it reads the same through `anyhow`.
 
 use crate::admission::{self, Policy};
-use crate::config::Config;
 use crate::edits::{self, ContainerEdits};
-use crate::host_gpus;
 use crate::plan::{self, Plan};
 use crate::provision::{self, Owner, Provisioned};
 use crate::request::SpecFacts;
@@ -17,13 +15,15 @@ use crate::rootfs::Rootfs;
 use crate::spec::Spec;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_host::config::Config;
+use vgpu_host::state_root::StateRoot;
+use vgpu_ledger::layout;
 
 /// Plans the quota of a spec's facts; NVML (config key `nvml_library`) is loaded only when a quota is
 /// asked for, so a node without a driver runs other containers unaffected. `None`: no quota.
 pub fn plan(facts: &SpecFacts, cfg: &Config) -> Result<Option<Plan>> {
     Ok(plan::plan_with(facts, cfg.unquoted(), || {
-        host_gpus::list_gpus(&cfg.nvml_library)
+        vgpu_host::nvml::open(&cfg.nvml_library).and_then(|n| n.devices())
     })?)
 }
 
@@ -124,7 +124,7 @@ impl<'a> Create<'a> {
     pub fn provision(&self, owner: Owner, image: &Image) -> Result<Provisioned, CreateError> {
         let _admitted =
             admission::admit(self.root, Policy::of(self.cfg), self.id, &self.plan, || {
-                host_gpus::list_gpus(&self.cfg.nvml_library)
+                vgpu_host::nvml::open(&self.cfg.nvml_library).and_then(|n| n.devices())
             })?;
         Ok(provision::provision(
             self.root,

@@ -1,7 +1,7 @@
 //! The driver's own wall: where the driver enforces a per-cgroup GPU memory limit itself (NVML r615+,
 //! `nvmlDeviceSetMemoryLimits_v1`), the container's quota is set as its cgroup's limit too (config key
 //! `driver_memory_limit`), so a process that escapes the interposer (its own loader, a static binary) still
-//! meets a wall at allocation. Not here: the NVML call itself (`crate::host_gpus`).
+//! meets a wall at allocation. Not here: the NVML call itself (`vgpu_host::nvml`).
 //!
 //! Unverified on hardware: the GPUs this project is tested on run driver 580, which has no such call; there
 //! the hook says so once (at `info`) and the container runs with the interposer's quota alone.
@@ -9,11 +9,11 @@
 //! `/proc/<pid>/cgroup` is read by hand (three colon-separated fields a line), not through `procfs`: one
 //! small file, read once per container, where the crate would bring its parser for all of `/proc`.
 
-use crate::config::Config;
-use crate::host_gpus::NvmlError;
-use crate::host_gpus::{self, Nvml};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use vgpu_host::config::Config;
+use vgpu_host::nvml::NvmlError;
+use vgpu_host::nvml::{self, Nvml};
 use vgpu_ledger::Limits;
 
 /// Why the container's quotas could not be set as its cgroup's limits. `Display` is one line.
@@ -62,7 +62,7 @@ pub fn apply(cfg: &Config, pid: u32, limits: &Limits) -> Result<()> {
         return Ok(());
     }
     let cgroup = cgroup_of(pid)?;
-    let nvml = host_gpus::open(&cfg.nvml_library).map_err(|err| DriverLimitError::Nvml {
+    let nvml = nvml::open(&cfg.nvml_library).map_err(|err| DriverLimitError::Nvml {
         cgroup: cgroup.clone(),
         err,
     })?;
@@ -134,15 +134,15 @@ mod tests {
         }))
         .unwrap();
         let cg = Path::new("/sys/fs/cgroup/x.scope");
-        let old = host_gpus::Fake::gpus(2, 16 << 30);
+        let old = nvml::Fake::gpus(2, 16 << 30);
         apply_with(&old, cg, &limits).unwrap();
         assert!(
             old.limits_set.lock().unwrap().is_empty(),
             "no call: nothing set, no error"
         );
-        let new = host_gpus::Fake {
+        let new = nvml::Fake {
             memory_limits: true,
-            ..host_gpus::Fake::gpus(2, 16 << 30)
+            ..nvml::Fake::gpus(2, 16 << 30)
         };
         apply_with(&new, cg, &limits).unwrap();
         assert_eq!(

@@ -5,13 +5,14 @@
 //! `precreate`), as bind mounts made in the container's namespace (the hook on the hooks.d path, through
 //! `crate::mountns`), or stripped from a spec edited before ([`ContainerEdits::strip_from_spec`]).
 
-use crate::config::Config;
 use crate::plan::Plan;
 use crate::spec::{Spec, SpecError};
 use std::path::{Path, PathBuf};
+use vgpu_host::config::Config;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::envlimits;
 use vgpu_ledger::keys;
-use vgpu_ledger::layout::{self, LayoutError, StateRoot};
+use vgpu_ledger::layout::{self, LayoutError};
 
 /// Why the edits cannot be made. `Display` is one line naming the path or the field.
 #[derive(Debug, thiserror::Error)]
@@ -34,12 +35,8 @@ type Result<T, E = EditError> = std::result::Result<T, E>;
 /// by the runtime, not by the hook.
 pub const MARKER_ANNOTATION: &str = keys::annotation::PROVISIONED_BY;
 
-/// The minimal environment every hook we install runs with: nothing from the container (an image's
-/// `LD_PRELOAD` must never reach a process with host privileges).
-pub const HOOK_PATH_ENV: &str = keys::host::HOOK_PATH_ENV;
-
 /// `args[0]` of every hook we install: how a re-edit finds them again.
-pub const HOOK_ARG0: &str = keys::host::HOOK_BIN;
+pub const HOOK_ARG0: &str = vgpu_host::keys::host::HOOK_BIN;
 
 /// Every fixed destination vgpu ever mounts at (the engine's only when the build has one), and the ledger
 /// folder earlier versions mounted whole: with each GPU's ledger file (see [`is_our_destination`]), what a
@@ -152,7 +149,7 @@ impl ContainerEdits {
             true,
             true,
         ));
-        let env = hook_env();
+        let env = Config::hook_env();
         let hook = |stage: &'static str| Hook {
             stage,
             path: cfg.hook_path.clone(),
@@ -165,7 +162,7 @@ impl ContainerEdits {
             hooks: vec![hook(cfg.hook_stage.as_str()), hook("poststop")],
             annotations: vec![(
                 MARKER_ANNOTATION.to_string(),
-                keys::host::RUNTIME_BIN.to_string(),
+                vgpu_host::keys::host::RUNTIME_BIN.to_string(),
             )],
         })
     }
@@ -231,13 +228,6 @@ impl ContainerEdits {
             }
         }
     }
-}
-
-/// The explicit env of every hook we install: nothing from the container.
-pub fn hook_env() -> Vec<String> {
-    let mut env = vec![HOOK_PATH_ENV.to_string()];
-    env.extend(Config::env_for_hooks());
-    env
 }
 
 /// True when the spec (or the state's annotations) say the shim already provisioned and mounted.
@@ -439,7 +429,10 @@ mod tests {
             .apply_to_spec(&mut spec)
             .unwrap();
         let lib = d.path().display();
-        let hook_env: Vec<String> = hook_env().iter().map(|e| format!("{e:?}")).collect();
+        let hook_env: Vec<String> = Config::hook_env()
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect();
         let hook_env = hook_env.join(",");
         let want = format!(
             r#"{{"ociVersion":"1.0.2","process":{{"env":["PATH=/bin","CUDA_DEVICE_MEMORY_LIMIT_0=1073741824","CUDA_DEVICE_MEMORY_LIMIT_2=536870912","VGPU_LIMITS_FILE=/run/vgpu/limits.json"]}},"annotations":{{"a":"b","vgpu.io/provisioned-by":"vgpu-container-runtime"}},"mounts":[{{"destination":"/run/vgpu/limits.json","type":"bind","source":"/s/containers/c1/limits.json","options":["rbind","ro","nosuid","nodev","noexec"]}},{{"destination":"/run/vgpu/ledgers/GPU-0.ledger","type":"bind","source":"/s/containers/c1/ledgers/GPU-0.ledger","options":["rbind","rw","nosuid","nodev","noexec"]}},{{"destination":"/run/vgpu/ledgers/GPU-2.ledger","type":"bind","source":"/s/containers/c1/ledgers/GPU-2.ledger","options":["rbind","rw","nosuid","nodev","noexec"]}},{{"destination":"/usr/local/vgpu/libvgpu.so","type":"bind","source":"{lib}/libvgpu.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/usr/local/vgpu/libvgpu_core.so","type":"bind","source":"{lib}/libvgpu_core.so","options":["rbind","ro","nosuid","nodev"]}},{{"destination":"/etc/ld.so.preload","type":"bind","source":"/s/containers/c1/ld.so.preload","options":["rbind","ro","nosuid","nodev","noexec"]}}],"hooks":{{"createRuntime":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","createRuntime"],"env":[{hook_env}]}}],"poststop":[{{"path":"/usr/bin/vgpu-hook","args":["vgpu-hook","poststop"],"env":[{hook_env}]}}]}}}}"#

@@ -16,13 +16,15 @@
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
 use crate::provision;
+use nix::errno::Errno;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 use vgpu_host::inventory::{self, Container, Entry};
 use vgpu_host::procs;
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_host::state_root::StateRoot;
+use vgpu_ledger::layout;
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
@@ -81,14 +83,16 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> io::Result<GcR
                 let removed = if o.marked {
                     provision::remove_marked(&o.path).map_err(GcError::from)
                 } else {
-                    fs::remove_dir(&o.path).map_err(|err| match err.raw_os_error() {
-                        Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => GcError::NotOurs {
-                            path: o.path.clone(),
-                        },
-                        _ => GcError::Io {
-                            path: o.path.clone(),
-                            err,
-                        },
+                    fs::remove_dir(&o.path).map_err(|err| {
+                        match err.raw_os_error().map(Errno::from_raw) {
+                            Some(Errno::ENOTEMPTY) | Some(Errno::EEXIST) => GcError::NotOurs {
+                                path: o.path.clone(),
+                            },
+                            _ => GcError::Io {
+                                path: o.path.clone(),
+                                err,
+                            },
+                        }
                     })
                 };
                 match removed {
@@ -124,7 +128,7 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
     let container_gone = match (limits.init_pid, limits.pid_ns) {
         (Some(pid), Some(ns)) => !procs::init_alive(pid, ns, limits.init_start_time),
         // No owner, and the create that made it was killed (`crate::abandoned`).
-        _ if crate::creator::is_abandoned(limits) => true,
+        _ if vgpu_host::creator::is_abandoned(limits) => true,
         // No owner yet: only old ones are garbage.
         _ => age > pending_grace,
     };
@@ -291,7 +295,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         fs::create_dir_all(root.containers_dir()).unwrap();
-        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
+        vgpu_host::walk::mark(&root.containers_dir()).unwrap();
         let stray = root.containers_dir().join("stray-file");
         fs::write(&stray, "x").unwrap();
         let r = collect_with(&root, Duration::ZERO).unwrap();

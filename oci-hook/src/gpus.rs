@@ -1,5 +1,5 @@
 //! Which GPUs a container gets, read from its spec, and their resolution to host GPUs.
-//! Not here: the quota on them (`crate::memory_request`, `crate::plan`) or asking NVML (`crate::host_gpus`).
+//! Not here: the quota on them (`crate::memory_request`, `crate::plan`) or asking NVML (`vgpu_host::nvml`).
 //!
 //! The devices the container is given are the truth, in this order: `/dev/nvidiaN` nodes in `linux.devices`
 //! (N is the NVML minor number; CDI edits an engine applied put them there), else CDI device names
@@ -13,7 +13,7 @@
 //! unwatched on GPU 1). The order of the deciding list is the container's GPU order, which
 //! `vgpu.io/memory-limit.<i>` refers to.
 
-use crate::host_gpus::HostGpu;
+use vgpu_host::nvml::HostGpu;
 use vgpu_ledger::keys;
 
 /// One GPU named by the spec.

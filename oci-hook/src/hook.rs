@@ -10,7 +10,6 @@
 //! Every stage is idempotent, and every run also collects garbage left by containers that are gone.
 
 use crate::claim_quota::{self, ClaimQuota};
-use crate::config::Config;
 use crate::create::{self, Create, CreateError};
 use crate::edits::{self, ContainerEdits};
 use crate::gc;
@@ -23,7 +22,8 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::config::Config;
+use vgpu_host::state_root::StateRoot;
 
 /// An OCI state on stdin that cannot be read. `Display` is one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,7 +85,7 @@ pub const STAGES: &[&str] = &["createRuntime", "prestart", "precreate", "poststo
 /// Runs stage `stage` with the given stdin/stdout.
 pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<()> {
     let cfg = Config::load()?;
-    crate::logging::init(vgpu_ledger::keys::host::HOOK_BIN, &cfg);
+    vgpu_host::logging::init(vgpu_host::keys::host::HOOK_BIN, &cfg);
     let root = StateRoot::new(cfg.state_root.clone());
     let mut text = String::new();
     input

@@ -6,7 +6,7 @@
 //! quota in its place: [`claim_quota`];
 //! keys checked by [`unknown_keys`], per-GPU forms by [`pod_keys`], values by [`memory_request`] and
 //! [`compute_request`]), its quota decided ([`plan`], the container's GPUs from [`gpus`], the host's from
-//! [`nvml`]), the edits it gets computed once as a value
+//! `vgpu_host::nvml`), the edits it gets computed once as a value
 //! ([`edits::ContainerEdits`]), the per-container state provisioned on the host ([`provision`]). The shim
 //! ([`shim`]; its command line: [`args`]; the runtime under it: [`lower`]) applies the edits to the spec before
 //! the lower runtime sees it ([`spec`]); on the hooks.d path, where no shim ran, the hook ([`hook`]) makes the
@@ -19,17 +19,12 @@ pub mod args;
 pub mod claim_quota;
 pub mod cli;
 pub mod compute_request;
-pub mod config;
 pub mod create;
-pub mod creator;
 pub mod driverlimit;
 pub mod edits;
 pub mod gc;
 pub mod gpus;
 pub mod hook;
-pub mod host_gpus;
-pub mod ledgers;
-pub mod logging;
 pub mod lower;
 pub mod memory_request;
 pub mod mountns;
@@ -43,6 +38,3 @@ pub mod spec;
 #[cfg(test)]
 mod testing;
 pub mod unknown_keys;
-pub mod version;
-
-pub use edits::{HOOK_PATH_ENV, MARKER_ANNOTATION};

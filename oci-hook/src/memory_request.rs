@@ -10,6 +10,7 @@
 //! `0` is an error (a quota of nothing is a mistake).
 
 use std::collections::BTreeMap;
+use vgpu_host::memory_limit;
 use vgpu_ledger::envlimits::{EnvLimit, EnvLimitError, EnvLimits};
 use vgpu_ledger::keys;
 
@@ -45,9 +46,9 @@ pub enum MemoryRequestError {
     #[error(transparent)]
     Key(#[from] KeyFormError),
     /// Not a quantity, `0`, or below `vgpu_ledger::MIN_QUOTA`: the one rule of a memory quantity, shared
-    /// with the config file's keys (`vgpu_host::config::parse_limit`).
+    /// with the config file's keys (`vgpu_host::memory_limit`).
     #[error(transparent)]
-    Limit(#[from] vgpu_host::config::LimitError),
+    Limit(#[from] vgpu_host::memory_limit::LimitError),
     /// A malformed limit variable.
     #[error("env {0}")]
     Env(EnvLimitError),
@@ -82,13 +83,6 @@ impl MemoryRequest {
             .find(|(_, r)| r.bytes > 0)
             .map(|(&i, r)| (i, r))
     }
-}
-
-/// Parses an annotation's (or a config key's) quantity through the ledger crate's parser, and refuses zero
-/// (a quota of nothing is a mistake; no quota is written by leaving the annotation out) and anything below
-/// `vgpu_ledger::MIN_QUOTA` (no CUDA context fits in less).
-pub fn parse_limit(value: &str, setting: &str) -> Result<u64, MemoryRequestError> {
-    Ok(vgpu_host::config::parse_limit(value, setting)?)
 }
 
 /// Reads the quota from the annotations deciding the container `member` (winning) or the spec's env.
@@ -128,7 +122,7 @@ fn from_annotations(
     };
     for k in keys {
         let source = format!("annotation {}", k.key);
-        let bytes = parse_limit(k.value, &source)?;
+        let bytes = memory_limit::parse(k.value, &source)?;
         let r = Requested { bytes, source };
         match k.gpu {
             None => q.all = Some(r),
@@ -198,7 +192,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_naming_the_setting() {
-        use vgpu_host::config::LimitError as L;
+        use vgpu_host::memory_limit::LimitError as L;
         use MemoryRequestError as E;
         let setting = |e: &E| match e {
             E::Limit(L::Quantity { setting, .. } | L::Zero { setting, .. }) => setting.clone(),

@@ -78,8 +78,9 @@ pub fn bind_into(pid: u32, rootfs: &Path, binds: &[Mount]) -> Result<()> {
                     1
                 }
             };
-            // SAFETY: leave without running the parent's atexit handlers or destructors twice.
-            unsafe { libc::_exit(code) }
+            // SAFETY: leave without running the parent's atexit handlers or destructors twice (nix has no
+            // `_exit`; its re-export of libc does).
+            unsafe { nix::libc::_exit(code) }
         }
         ForkResult::Parent { child } => {
             drop(wr);

@@ -1,13 +1,13 @@
 //! Deciding a container's quota: its request (`crate::request`, read once from the spec) checked against
 //! the GPUs it gets (`crate::gpus`) and the node's policy for GPU containers without a quota. Not here:
-//! asking NVML (`crate::host_gpus`, through `crate::create`), acting on the plan.
+//! asking NVML (`vgpu_host::nvml`, through `crate::create`), acting on the plan.
 //!
 //! Every check happens here, before anything is written anywhere.
 
 use crate::gpus;
-use crate::host_gpus::{HostGpu, NvmlError};
 use crate::memory_request;
 use crate::request::{Request, RequestError, SpecFacts};
+use vgpu_host::nvml::{HostGpu, NvmlError};
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::keys;
 use vgpu_ledger::{GpuSettings, MemoryMode};
@@ -43,7 +43,7 @@ impl Plan {
     }
 }
 
-pub use crate::config::Unquoted;
+pub use vgpu_host::config::Unquoted;
 
 /// Why a container's quota cannot be planned. `Display` is one line naming the setting.
 #[derive(Debug, thiserror::Error)]

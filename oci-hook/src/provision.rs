@@ -17,11 +17,12 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use vgpu_host::procs;
+use vgpu_host::state_root::StateRoot;
+use vgpu_host::walk;
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::hostfile;
-use vgpu_ledger::layout::{self, StateRoot};
+use vgpu_ledger::layout;
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
-use vgpu_ledger::walk;
 
 mod error;
 pub use error::{AlreadyExists, ProvisionError};
@@ -216,7 +217,7 @@ pub fn provision(
     let dir = root.container_dir(id)?;
     let mut limits = limits_for(id, plan, &owner)?;
     // Who provisions: state without an owner whose creator is gone is collected (`crate::abandoned`, `crate::creator`).
-    limits.creator = crate::creator::current();
+    limits.creator = vgpu_host::creator::current();
     let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
     match fs::symlink_metadata(&dir) {
         Ok(_) if !walk::is_marked(&dir) => return Err(ProvisionError::NotOurs { dir }),
@@ -328,7 +329,9 @@ fn no_space(e: ProvisionError, root: &StateRoot, id: &str, plan: &Plan) -> Provi
     let full = e
         .io_error()
         .and_then(|io| io.raw_os_error())
-        .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT);
+        .is_some_and(|n| {
+            n == nix::errno::Errno::ENOSPC as i32 || n == nix::errno::Errno::EDQUOT as i32
+        });
     if !full {
         return e;
     }
@@ -351,12 +354,15 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
         let p = dir.join(layout::relative_ledger_path(&g.uuid)?);
         // A GPU with a compute share alone still needs its ledger (the share's bucket lives there); its
         // informational limit is "unlimited".
-        crate::ledgers::create(&p, &g.uuid, g.settings.memory_limit.unwrap_or(u64::MAX)).map_err(
-            |err| ProvisionError::Ledger {
-                path: p.clone(),
-                err,
-            },
-        )?;
+        vgpu_ledger::Ledger::open_or_create(
+            &p,
+            &g.uuid,
+            g.settings.memory_limit.unwrap_or(u64::MAX),
+        )
+        .map_err(|err| ProvisionError::Ledger {
+            path: p.clone(),
+            err,
+        })?;
         // Every user of the container (any uid, any user namespace) charges it.
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666))?;
     }

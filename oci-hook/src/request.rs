@@ -178,7 +178,7 @@ mod tests {
         assert!(matches!(
             read(&[("vgpu.io/memory-limit", "0")], &[]),
             Err(RequestError::Memory(MemoryRequestError::Limit(
-                vgpu_host::config::LimitError::Zero { .. }
+                vgpu_host::memory_limit::LimitError::Zero { .. }
             )))
         ));
         assert!(matches!(

@@ -339,7 +339,7 @@ mod tests {
         // Release the writer thread.
         let _reader = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
             .open(&fifo)
             .unwrap();
         assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(5)), Ok(true));

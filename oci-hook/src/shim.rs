@@ -6,7 +6,6 @@
 //! `config.json` untouched, byte for byte.
 
 use crate::args::{parse_args, Invocation};
-use crate::config::Config;
 use crate::create::{self, Create};
 use crate::edits::{self, ContainerEdits};
 use crate::lower;
@@ -18,9 +17,10 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
+use vgpu_host::config::Config;
+use vgpu_host::keys::host::RUNTIME_BIN;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
-use vgpu_ledger::keys::host::RUNTIME_BIN;
-use vgpu_ledger::layout::StateRoot;
 
 /// Writes one error line to stderr and, when the engine gave `--log`, to that file in its format (Docker
 /// and containerd read the runtime's last error from there).
@@ -85,7 +85,10 @@ fn version(args: &[OsString]) -> ! {
             1
         }
     };
-    println!("{RUNTIME_BIN} {} over {lower_name}", crate::version::LONG);
+    println!(
+        "{RUNTIME_BIN} {} over {lower_name}",
+        vgpu_host::version::LONG
+    );
     std::process::exit(code);
 }
 
@@ -130,7 +133,7 @@ fn delete_ownerless(cfg: &Config, id: &str) {
 /// `create` and `run`: the quota provisioned and the spec edited, then the lower runtime.
 fn create(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Infallible> {
     let cfg = Config::load()?;
-    crate::logging::init(RUNTIME_BIN, &cfg);
+    vgpu_host::logging::init(RUNTIME_BIN, &cfg);
     tracing::debug!(id = %inv.id.as_deref().unwrap_or(""), lower = %cfg.lower_runtime, "create");
     let lower_name = cfg.lower_runtime.clone();
     let provisioned = prepare_create(inv, &cfg)?;

@@ -1,7 +1,7 @@
 //! `--version` of the hook and the shim, as run from the command line.
 use std::process::Command;
 
-const LONG: &str = vgpu_oci::version::LONG;
+const LONG: &str = vgpu_host::version::LONG;
 
 #[test]
 fn the_hook_prints_its_version_and_commit() {

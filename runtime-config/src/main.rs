@@ -1,16 +1,16 @@
 //! vgpuctl's command line: the subcommands (runtime, cdi, doctor, status, update, gc, monitor, generate-docs),
-//! each handed to the library module that owns it (`engines::cli`, `cdi`, `doctor`, `status`, `update`,
+//! each handed to the library module that owns it (`engines::cli`, `vgpu_host::cdi`, `doctor`, `status`, `update`,
 //! `vgpu_oci::gc`, `monitor`, `clidocs`).
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 
 /// vgpuctl: configure container engines for vgpu and show GPU memory usage.
 #[derive(Parser)]
-#[command(version = vgpu_oci::version::LONG)]
+#[command(version = vgpu_host::version::LONG)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -62,7 +62,7 @@ enum CdiCmd {
     /// generate`). Run it again when the GPUs change.
     Generate {
         /// Where to write it; `.json` writes JSON, anything else YAML; `-` prints it.
-        #[arg(long, value_name = "PATH", default_value = vgpuctl::cdi::DEFAULT_OUTPUT)]
+        #[arg(long, value_name = "PATH", default_value = vgpu_host::cdi::DEFAULT_OUTPUT)]
         output: PathBuf,
         /// NVML library listing the GPUs (default: the config's nvml_library).
         #[arg(long)]
@@ -123,7 +123,9 @@ impl RootArgs {
     fn root(&self) -> Result<StateRoot> {
         match &self.state_root {
             Some(r) => Ok(StateRoot::new(r.clone())),
-            None => Ok(StateRoot::new(vgpu_oci::config::Config::load()?.state_root)),
+            None => Ok(StateRoot::new(
+                vgpu_host::config::Config::load()?.state_root,
+            )),
         }
     }
 }
@@ -140,7 +142,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Status { json, root } => {
             // The GPUs' memory and addressing mode for the per-GPU totals, when NVML is there (status
             // works without it).
-            let nvml = vgpu_oci::config::Config::load()
+            let nvml = vgpu_host::config::Config::load()
                 .ok()
                 .and_then(|c| vgpu_host::nvml::open(&c.nvml_library).ok());
             let gpus = nvml
@@ -179,7 +181,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Monitor(a) => monitor(a, &mut out),
         Cmd::Gc { root } => {
             // The grace for state without an owner comes from the config, like the hooks' own collection.
-            let cfg = vgpu_oci::config::Config::load()?;
+            let cfg = vgpu_host::config::Config::load()?;
             let grace = std::time::Duration::from_secs(cfg.gc_pending_grace_seconds);
             let root = root
                 .state_root
@@ -219,8 +221,8 @@ fn cdi_generate(
     hook_path: Option<PathBuf>,
     out: &mut dyn Write,
 ) -> Result<()> {
-    use vgpuctl::cdi;
-    let cfg = vgpu_oci::config::Config::load()?;
+    use vgpu_host::cdi;
+    let cfg = vgpu_host::config::Config::load()?;
     let lib = nvml_library.unwrap_or_else(|| cfg.nvml_library.clone());
     let gpus = vgpu_host::nvml::open(&lib)?.devices()?;
     let hook_path = hook_path.unwrap_or_else(|| cfg.hook_path.clone());
@@ -228,7 +230,7 @@ fn cdi_generate(
         gpus: &gpus,
         hook_path: &hook_path,
         hook_stage: cfg.hook_stage.as_str(),
-        hook_env: vgpu_oci::edits::hook_env(),
+        hook_env: vgpu_host::config::Config::hook_env(),
     })?;
     if output == std::path::Path::new("-") {
         out.write_all(cdi::render(&spec, cdi::Format::Yaml)?.as_bytes())?;
@@ -242,8 +244,8 @@ fn cdi_generate(
         spec.device_names().join(", "),
         gpus.len(),
         if gpus.len() == 1 { "" } else { "s" },
-        vgpu_ledger::keys::cdi::NVIDIA_KIND,
-        vgpu_ledger::keys::cdi::KIND,
+        vgpu_host::keys::cdi::NVIDIA_KIND,
+        vgpu_host::keys::cdi::KIND,
         vgpu_ledger::keys::annotation::MEMORY_LIMIT,
     )?;
     Ok(())
@@ -251,7 +253,7 @@ fn cdi_generate(
 
 fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     use vgpu_monitor::{config, watchdog::Policy, Monitor};
-    let cfg = vgpu_oci::config::Config::load()?;
+    let cfg = vgpu_host::config::Config::load()?;
     let flags = config::Flags {
         listen: a.listen,
         interval_seconds: a.interval,
@@ -289,7 +291,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     ));
     m.set_build(vgpu_monitor::metrics::BuildInfo {
         version: env!("CARGO_PKG_VERSION"),
-        commit: vgpu_oci::version::COMMIT,
+        commit: vgpu_host::version::COMMIT,
     });
     let m = std::sync::Arc::new(m);
     if a.once {
@@ -342,11 +344,11 @@ fn main() {
     let cli = Cli::parse();
     // Logs (from the vgpu config's log_level and log_file; stderr by default). A config that cannot be
     // loaded is reported by the command that needs it, not here.
-    match vgpu_oci::config::Config::load() {
-        Ok(cfg) => vgpu_oci::logging::init("vgpuctl", &cfg),
-        Err(_) => vgpu_oci::logging::init_with(
+    match vgpu_host::config::Config::load() {
+        Ok(cfg) => vgpu_host::logging::init("vgpuctl", &cfg),
+        Err(_) => vgpu_host::logging::init_with(
             "vgpuctl",
-            vgpu_oci::config::LogLevel::Error,
+            vgpu_host::config::LogLevel::Error,
             Default::default(),
         ),
     }
@@ -359,7 +361,7 @@ fn main() {
                 || c.downcast_ref::<vgpuctl::engines::error::EngineError>()
                     .is_some_and(|e| e.is_broken_pipe())
         }) {
-            std::process::exit(128 + libc::SIGPIPE);
+            std::process::exit(128 + nix::sys::signal::Signal::SIGPIPE as i32);
         }
         eprintln!("vgpuctl: error: {e:#}");
         std::process::exit(1);

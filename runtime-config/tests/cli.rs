@@ -210,7 +210,7 @@ fn version_names_the_commit() {
     assert!(out.status.success());
     assert_eq!(
         text(&out.stdout),
-        format!("vgpuctl {}\n", vgpu_oci::version::LONG)
+        format!("vgpuctl {}\n", vgpu_host::version::LONG)
     );
     assert!(text(&out.stdout).contains("(commit "));
 }

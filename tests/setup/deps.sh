@@ -56,6 +56,11 @@ if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/
     echo "deps: installing ziglang and cargo-zigbuild"
     python3 -m pip install -q ziglang cargo-zigbuild
 fi
+# cargo machete: the lint gate's check that no crate lists a dependency it does not use (`make lint`).
+if ! command -v cargo-machete >/dev/null; then
+    echo "deps: installing cargo-machete"
+    cargo install -q cargo-machete --locked
+fi
 rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-gnu || true
 
 # C test clients (tests/clients/build.sh): the C library's headers (only recommended by gcc, so not

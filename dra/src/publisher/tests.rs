@@ -3,7 +3,7 @@
 
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use vgpu_ledger::keys::dra;
+use vgpu_host::keys::dra;
 
 fn gpu(index: u32, total_memory: u64) -> HostGpu {
     HostGpu {

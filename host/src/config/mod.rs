@@ -20,9 +20,10 @@ pub use monitor::{
 };
 pub use turns::{TurnsConfig, TurnsConfigError};
 
+use crate::memory_limit::{self, LimitError};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use vgpu_ledger::quantity::{check_min_quota, parse_quantity, BelowFloor, QuantityError};
+use vgpu_ledger::quantity::{parse_quantity, QuantityError};
 
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/vgpu/config.toml";
@@ -71,26 +72,6 @@ pub enum InvalidValue {
     Limit(#[from] LimitError),
     #[error("log_level must be error, warn, info or debug, got {value:?}")]
     LogLevel { value: String },
-}
-
-/// A memory quota given as a quantity that is not one ([`parse_limit`]). `Display` is one line naming
-/// where it came from (`setting`) and the value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LimitError {
-    #[error("{setting}={value:?}: {err}")]
-    Quantity {
-        setting: String,
-        value: String,
-        err: QuantityError,
-    },
-    #[error("{setting}={value:?}: a memory limit must be greater than zero")]
-    Zero { setting: String, value: String },
-    #[error("{setting}={value:?}: {err}")]
-    BelowFloor {
-        setting: String,
-        value: String,
-        err: BelowFloor,
-    },
 }
 
 /// The hook stage the shim installs for provisioning.
@@ -247,29 +228,6 @@ struct Raw {
     monitor: Option<toml::Table>,
 }
 
-/// A memory quota given as a quantity: greater than zero and at least the smallest quota. `source` names
-/// where it came from in the message (`default_memory_limit="1"`: ...).
-pub fn parse_limit(value: &str, source: &str) -> Result<u64, LimitError> {
-    let (setting, value) = (source.to_string(), value.to_string());
-    let bytes = match parse_quantity(value.trim()) {
-        Ok(0) => return Err(LimitError::Zero { setting, value }),
-        Ok(b) => b,
-        Err(err) => {
-            return Err(LimitError::Quantity {
-                setting,
-                value,
-                err,
-            })
-        }
-    };
-    check_min_quota(bytes).map_err(|err| LimitError::BelowFloor {
-        setting,
-        value,
-        err,
-    })?;
-    Ok(bytes)
-}
-
 impl Config {
     /// Loads the configuration named by `VGPU_CONFIG`, or the default file, or the defaults.
     pub fn load() -> Result<Config, ConfigError> {
@@ -378,9 +336,9 @@ impl Config {
             })?,
         };
         let default_memory_limit = match raw.default_memory_limit.as_deref() {
-            Some(l) if !l.trim().is_empty() => {
-                Some(parse_limit(l, "default_memory_limit").map_err(|e| invalid(e.into()))?)
-            }
+            Some(l) if !l.trim().is_empty() => Some(
+                memory_limit::parse(l, "default_memory_limit").map_err(|e| invalid(e.into()))?,
+            ),
             _ => None,
         };
         let log_level = match raw.log_level.as_deref() {
@@ -433,6 +391,15 @@ impl Config {
     /// The `[monitor]` table, or the one-line error that makes it unusable.
     pub fn monitor(&self) -> Result<&MonitorConfig, ConfigError> {
         self.monitor.as_ref().map_err(Clone::clone)
+    }
+
+    /// The explicit env of every hook vgpu installs (the shim's spec edit, hooks.d's, the CDI specs):
+    /// nothing from the container (an image's `LD_PRELOAD` must never reach a process with host
+    /// privileges), the fixed `PATH` and the configuration file when it is not the default.
+    pub fn hook_env() -> Vec<String> {
+        let mut env = vec![crate::keys::host::HOOK_PATH_ENV.to_string()];
+        env.extend(Config::env_for_hooks());
+        env
     }
 
     /// The configuration file to hand to hooks through their explicit env (only when it is not the default).

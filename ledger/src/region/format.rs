@@ -97,9 +97,9 @@ pub const SPILL_WORD_OFFSET: usize = SPILL_AREA.0;
 /// Offset inside a slot of its spill counter pair `(spilled, applied_seq)`, inside `SlotRecord::spill`.
 pub const SPILL_PAIR_OFFSET: usize = offset_of!(SlotRecord, spill) + 8;
 const _: () = assert!(
-    SPILL_WORD_OFFSET % 16 == 0
+    SPILL_WORD_OFFSET.is_multiple_of(16)
         && SPILL_WORD_OFFSET + 16 <= SPILL_AREA.0 + SPILL_AREA.1
-        && SPILL_PAIR_OFFSET % 16 == 0
+        && SPILL_PAIR_OFFSET.is_multiple_of(16)
         && SPILL_PAIR_OFFSET + 16 <= offset_of!(SlotRecord, spill) + 40
 );
 /// Header bytes of the compute share's shared state.
@@ -107,12 +107,12 @@ pub const COMPUTE_AREA: (usize, usize) = (192, 64);
 const _: () = assert!(
     MONITOR_AREA.0 + MONITOR_AREA.1 == GENERATION_AREA.0
         && GENERATION_AREA.0 + GENERATION_AREA.1 == SPILL_AREA.0
-        && GENERATION_AREA.0 % 8 == 0
+        && GENERATION_AREA.0.is_multiple_of(8)
         && SPILL_AREA.0 + SPILL_AREA.1 == COMPUTE_AREA.0
         && COMPUTE_AREA.0 + COMPUTE_AREA.1 == HEADER_SIZE
-        && MONITOR_AREA.0 % 8 == 0
-        && SPILL_AREA.0 % 8 == 0
-        && COMPUTE_AREA.0 % 64 == 0
+        && MONITOR_AREA.0.is_multiple_of(8)
+        && SPILL_AREA.0.is_multiple_of(8)
+        && COMPUTE_AREA.0.is_multiple_of(64)
 );
 
 const _: () = {
@@ -222,8 +222,8 @@ const _: () = {
     assert!(size_of::<CommitArea>() == 128);
     assert!(offset_of!(CommitArea, word) == 0);
     assert!(offset_of!(CommitArea, _turn) == TURN_AREA.0 - COMMIT_OFFSET);
-    assert!(TURN_AREA.0 % 64 == 0 && TURN_AREA.0 + TURN_AREA.1 == SLOTS_OFFSET);
-    assert!(COMMIT_OFFSET % align_of::<CommitArea>() == 0);
+    assert!(TURN_AREA.0.is_multiple_of(64) && TURN_AREA.0 + TURN_AREA.1 == SLOTS_OFFSET);
+    assert!(COMMIT_OFFSET.is_multiple_of(align_of::<CommitArea>()));
     assert!(COMMIT_OFFSET + size_of::<CommitArea>() == SLOTS_OFFSET);
 };
 
@@ -279,7 +279,7 @@ const _: () = {
     assert!(offset_of!(SlotRecord, spill) == 24);
     assert!(offset_of!(SlotRecord, compute) == 192);
     assert!(size_of::<Pair>() == 16);
-    assert!(SLOTS_OFFSET % align_of::<SlotRecord>() == 0);
+    assert!(SLOTS_OFFSET.is_multiple_of(align_of::<SlotRecord>()));
 };
 
 // ---- the commit word ----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 use vgpu_host::nvml::Fake;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 
 fn start(limits: Limits) -> (SocketAddr, tempfile::TempDir) {
     let d = tempfile::tempdir().unwrap();

@@ -1,10 +1,10 @@
 //! One scrape's text: the HAMi-compatible series (`hami_*`, so existing dashboards work) and ours
 //! (`vgpu_*`), encoded with `prometheus-client` in the OpenMetrics text format. Built at each scrape from
 //! the collector's last reading of the state root and NVML; the watchdog's counters and open findings come
-//! from its passes. Not here: reading anything (`state`, `nvml`), deciding (`watchdog`), HTTP (`mod`).
+//! from its passes. Every family is registered in this room: the compute share wall's in `share`, the
+//! time-quanta arbiter's in `turns`. Not here: reading anything (`vgpu_host::usage`, `nvml`), deciding
+//! (`watchdog`), HTTP (`http`).
 
-use super::state::ContainerState;
-use super::watchdog::Truth;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -12,10 +12,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+use vgpu_host::attribution::Truth;
 use vgpu_host::nvml::GpuReading;
+use vgpu_host::usage::ContainerState;
 use vgpu_ledger::Kind;
 
 pub use crate::labels::{Labels, Value};
+
+pub mod share;
+pub mod turns;
+
 type IntFamily = Family<Labels, Gauge>;
 type RatioFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 type SecondsFamily = Family<Labels, Counter<f64, AtomicU64>>;
@@ -476,7 +482,7 @@ pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
         );
         took.set(c.took.as_secs_f64());
     }
-    s.share.register(&mut reg);
+    share::register(s.share, &mut reg);
     more(&mut reg);
     kills.inc_by(s.watchdog.kills);
     kill_failures.inc_by(s.watchdog.kill_failures);

@@ -2,8 +2,8 @@
 //! their quotes.
 
 use super::*;
-use crate::state::GpuState;
-use crate::watchdog::TrueProc;
+use vgpu_host::attribution::TrueProc;
+use vgpu_host::usage::GpuState;
 
 #[test]
 fn renders_hami_and_vgpu_series_with_labels() {

@@ -3,11 +3,11 @@
 //! collection of the monitor becomes that (`members`, `others`, `busy`). Not here: the decisions
 //! (`decide`), the reads and writes (`run`).
 
-use crate::state::ContainerState;
-use crate::watchdog::Truth;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
+use vgpu_host::attribution::Truth;
 use vgpu_host::nvml::GpuReading;
+use vgpu_host::usage::ContainerState;
 use vgpu_ledger::region::{TurnMode, TurnSnapshot};
 
 /// NVML's device used memory within this share of the total is memory pressure (5%).

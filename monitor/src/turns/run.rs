@@ -17,14 +17,14 @@ use super::view::TurnsView;
 use crate::config::Turns;
 use crate::freezer;
 use crate::share_run::Victim;
-use crate::state::ContainerState;
-use crate::watchdog::Truth;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use vgpu_host::attribution::Truth;
 use vgpu_host::nvml::GpuReading;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
+use vgpu_host::usage::ContainerState;
 use vgpu_ledger::region::{self, TurnMode, FILE_SIZE};
 use vgpu_ledger::Snapshot;
 
@@ -74,10 +74,7 @@ struct Inner {
 }
 
 fn log(msg: &str) {
-    eprintln!(
-        "vgpuctl monitor: turns: {}",
-        vgpu_host::printable::printable(msg)
-    );
+    crate::stderr::log(&format!("turns: {msg}"));
 }
 
 fn monotonic_ns() -> u64 {
@@ -367,7 +364,7 @@ impl Arbiter {
         }
         let dir = cs
             .ok_or_else(|| "it is gone".to_string())
-            .and_then(cgroup_of);
+            .and_then(freezer::cgroup_of);
         let r = dir.and_then(freezer::freeze_for_wall);
         match r {
             Ok(Some(d)) => {
@@ -565,17 +562,6 @@ impl Arbiter {
         }
         v
     }
-}
-
-/// A container's cgroup directory (its recorded cgroup v2 path under the host's mount).
-fn cgroup_of(c: &ContainerState) -> Result<PathBuf, String> {
-    let mount = freezer::host_v2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
-    let recorded = c
-        .cgroup
-        .as_deref()
-        .ok_or("no cgroup of its own was recorded at its creation")?;
-    freezer::of_container(recorded, &mount)
-        .ok_or_else(|| format!("its recorded cgroup {recorded:?} is not one to freeze"))
 }
 
 mod ran_on;

@@ -1,16 +1,9 @@
 //! What the scrape shows of the time-quanta arbiter (`Arbiter::view`), registered as the `vgpu_turn_*`
-//! series: per GPU whether it is contended, its queue, grants, revocations, out-of-turn findings and
-//! freezes whose work ran on (`busy_while_frozen`); per
-//! oversubscribe container GPU whether it holds the GPU, the time it waited for its turn (as the arbiter
-//! measured it) and whether the arbiter holds it frozen. Not here: the decisions (`decide`), the thread
-//! (`run`).
-
-use crate::labels::Labels;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+//! series by `metrics::turns`: per GPU whether it is contended, its queue, grants, revocations, out-of-turn
+//! findings and freezes whose work ran on (`busy_while_frozen`); per oversubscribe container GPU whether it
+//! holds the GPU, the time it waited for its turn (as the arbiter measured it) and whether the arbiter holds
+//! it frozen. Not here: the decisions (`decide`), the thread
+//! (`run`), the series themselves (`metrics::turns`).
 
 /// The arbiter's figures at a scrape.
 #[derive(Debug, Clone, Default)]
@@ -25,92 +18,4 @@ pub struct TurnsView {
     pub members: Vec<(usize, usize, bool, f64, bool)>,
     /// Writes, freezes and thaws it could not make.
     pub failures: u64,
-}
-
-impl TurnsView {
-    /// Registers the series; `gpu` gives a GPU's labels, `member` a container GPU's.
-    pub fn register(
-        &self,
-        reg: &mut Registry,
-        gpu: impl Fn(&str) -> Labels,
-        member: impl Fn(usize, usize) -> Labels,
-    ) {
-        if !self.on {
-            return;
-        }
-        let int = |reg: &mut Registry, name: &str, help: &str| {
-            let f = Family::<Labels, Gauge>::default();
-            reg.register(name, help, f.clone());
-            f
-        };
-        let count = |reg: &mut Registry, name: &str, help: &str| {
-            let f = Family::<Labels, Counter>::default();
-            reg.register(name, help, f.clone());
-            f
-        };
-        let contended = int(
-            reg,
-            "vgpu_turn_contended",
-            "1 while the GPU's oversubscribed containers take turns (two or more want it and memory is short)",
-        );
-        let queue = int(
-            reg,
-            "vgpu_turn_queue_length",
-            "oversubscribed containers waiting for their turn on the GPU",
-        );
-        let grants = count(reg, "vgpu_turn_grants", "turns granted on the GPU");
-        let revocations = count(
-            reg,
-            "vgpu_turn_revocations",
-            "holders frozen for not giving the GPU back within the grace after their quantum",
-        );
-        let out_of_turn = count(
-            reg,
-            "vgpu_turn_out_of_turn",
-            "containers frozen for using the GPU while told to wait (NVML)",
-        );
-        let ran_on = count(
-            reg,
-            "vgpu_turn_busy_while_frozen",
-            "freezes of the arbiter whose container's work ran on while frozen (NVML busy past the grace)",
-        );
-        for (uuid, c, q, g, r, o, f) in &self.gpus {
-            let l = gpu(uuid);
-            contended.get_or_create(&l).set(i64::from(*c));
-            queue.get_or_create(&l).set(*q as i64);
-            grants.get_or_create(&l).inc_by(*g);
-            revocations.get_or_create(&l).inc_by(*r);
-            out_of_turn.get_or_create(&l).inc_by(*o);
-            ran_on.get_or_create(&l).inc_by(*f);
-        }
-        let holder = int(
-            reg,
-            "vgpu_turn_holder",
-            "1 while the container holds the oversubscribed GPU's turn",
-        );
-        let frozen = int(
-            reg,
-            "vgpu_turn_frozen",
-            "1 while the time-quanta arbiter holds the container's cgroup frozen",
-        );
-        let waited = Family::<Labels, Counter<f64, AtomicU64>>::default();
-        reg.register(
-            "vgpu_turn_wait_seconds",
-            "time the container wanted the GPU and waited for its turn, as the arbiter measured it",
-            waited.clone(),
-        );
-        for (c, g, h, w, f) in &self.members {
-            let l = member(*c, *g);
-            holder.get_or_create(&l).set(i64::from(*h));
-            frozen.get_or_create(&l).set(i64::from(*f));
-            waited.get_or_create(&l).inc_by(*w);
-        }
-        let failures = Counter::<u64>::default();
-        reg.register(
-            "vgpu_turn_failures",
-            "turn writes, freezes and thaws the arbiter could not make",
-            failures.clone(),
-        );
-        failures.inc_by(self.failures);
-    }
 }

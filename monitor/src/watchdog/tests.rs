@@ -1,6 +1,10 @@
-//! Unit tests of the watchdog: attribution by cgroup and PID namespace, findings, kills, pending shrinks.
-use super::super::state::GpuState;
+//! Unit tests of the watchdog: findings, kills, pending shrinks, on processes attributed by cgroup and PID
+//! namespace (`vgpu_host::attribution`, whose cases are here beside the decisions they feed).
 use super::*;
+use vgpu_host::attribution::attribute;
+use vgpu_host::nvml::GpuReading;
+use vgpu_host::procs::HostProc;
+use vgpu_host::usage::GpuState;
 
 const MIB: u64 = 1 << 20;
 const U0: &str = "GPU-0";
@@ -160,7 +164,7 @@ fn state_marks_a_container_live_only_with_its_init_as_recorded() {
     ];
     cs[0].init_pid = Some(10);
     cs[0].init_start_time = Some(77);
-    super::super::state::mark_live(&mut cs, |pid, ns, start| {
+    vgpu_host::usage::mark_live(&mut cs, |pid, ns, start| {
         (pid, ns, start) == (10, 1, Some(77))
     });
     assert!(cs[0].live);

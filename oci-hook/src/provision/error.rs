@@ -38,7 +38,7 @@ pub enum ProvisionError {
     #[error("{} was not made by vgpu (no {MARKER_FILE_NAME} marker in it): left alone", dir.display())]
     Unmarked { dir: PathBuf },
     /// `<root>/containers/` holds something and no marker.
-    #[error("{}", vgpu_ledger::walk::not_ours_message(dir))]
+    #[error("{}", vgpu_host::walk::not_ours_message(dir))]
     ForeignRoot { dir: PathBuf },
     /// The state root's file system is full (ENOSPC, EDQUOT).
     #[error(

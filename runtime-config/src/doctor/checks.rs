@@ -4,12 +4,12 @@
 
 use super::host::Host;
 use super::report::{Report, Verdict};
-use crate::cdi;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use vgpu_host::cdi;
 use vgpu_host::config::Config;
 use vgpu_host::nvml::{HostGpu, Nvml};
-use vgpu_ledger::{format_bytes, keys, layout};
+use vgpu_ledger::{format_bytes, layout};
 
 /// NVIDIA's runtime, as its toolkit installs it.
 pub const NVIDIA_RUNTIME: &str = "nvidia-container-runtime";
@@ -160,7 +160,7 @@ fn addressing(nvml: &dyn Nvml, gpus: &[HostGpu], r: &mut Report) {
 /// (`--device nvidia.com/gpu=…`). vgpu gives quotas; the GPU and its driver come from one of these.
 pub fn nvidia(h: &Host, cfg: &Config, r: &mut Report) {
     let runtime = find_program(NVIDIA_RUNTIME, &h.program_dirs);
-    let specs = specs_of_kind(&h.cdi_dirs, keys::cdi::NVIDIA_KIND);
+    let specs = specs_of_kind(&h.cdi_dirs, vgpu_host::keys::cdi::NVIDIA_KIND);
     let lower = Path::new(&cfg.lower_runtime)
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with(NVIDIA_RUNTIME));
@@ -182,7 +182,7 @@ pub fn nvidia(h: &Host, cfg: &Config, r: &mut Report) {
     let spec_text = match specs.as_slice() {
         [] => format!(
             "no CDI spec (--device {}=… needs `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)",
-            keys::cdi::NVIDIA_KIND
+            vgpu_host::keys::cdi::NVIDIA_KIND
         ),
         s => format!(
             "CDI spec {}",
@@ -200,7 +200,7 @@ pub fn nvidia(h: &Host, cfg: &Config, r: &mut Report) {
 /// vgpu's own CDI spec, when there is one: it loads, its hooks' program is there, its devices are NVML's
 /// GPUs.
 pub fn vgpu_cdi(h: &Host, gpus: Option<&[HostGpu]>, r: &mut Report) {
-    let specs = specs_of_kind(&h.cdi_dirs, keys::cdi::KIND);
+    let specs = specs_of_kind(&h.cdi_dirs, vgpu_host::keys::cdi::KIND);
     let path = match specs.as_slice() {
         [] => {
             r.push(
@@ -208,7 +208,7 @@ pub fn vgpu_cdi(h: &Host, gpus: Option<&[HostGpu]>, r: &mut Report) {
                 "cdi",
                 format!(
                     "no vgpu CDI spec (`vgpuctl cdi generate` writes one, for --device {}=…)",
-                    keys::cdi::KIND
+                    vgpu_host::keys::cdi::KIND
                 ),
             );
             return;
@@ -222,7 +222,7 @@ pub fn vgpu_cdi(h: &Host, gpus: Option<&[HostGpu]>, r: &mut Report) {
                 format!(
                     "{} specs of kind {}: {} (keep one)",
                     more.len(),
-                    keys::cdi::KIND,
+                    vgpu_host::keys::cdi::KIND,
                     list.join(", ")
                 ),
             );
@@ -304,7 +304,7 @@ pub fn state_root(cfg: &Config, r: &mut Report) {
             );
             return;
         }
-        let containers = layout::StateRoot::new(root.clone()).containers_dir();
+        let containers = vgpu_host::state_root::StateRoot::new(root.clone()).containers_dir();
         if containers.is_dir() && !containers.join(layout::MARKER_FILE_NAME).exists() {
             r.push(
                 Verdict::Fail,

@@ -125,7 +125,10 @@ impl DoctorArgs {
             files: &Disk,
             record: record::default_path(),
             program_dirs,
-            cdi_dirs: crate::cdi::SPEC_DIRS.iter().map(PathBuf::from).collect(),
+            cdi_dirs: vgpu_host::cdi::SPEC_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
         };
         Ok(run(&host))
     }

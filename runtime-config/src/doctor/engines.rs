@@ -10,7 +10,6 @@ use crate::engines::error::EngineError;
 use crate::engines::ownership::Ownership;
 use clap::ArgMatches;
 use std::path::{Path, PathBuf};
-use vgpu_ledger::keys;
 
 /// The program that says an engine is installed when its files are not there yet.
 fn program(engine: &str) -> &str {
@@ -79,7 +78,7 @@ pub fn check(h: &Host, r: &mut Report) {
         install: &install,
         force: false,
     };
-    let vgpu_cdi = !checks::specs_of_kind(&h.cdi_dirs, keys::cdi::KIND).is_empty();
+    let vgpu_cdi = !checks::specs_of_kind(&h.cdi_dirs, vgpu_host::keys::cdi::KIND).is_empty();
     for (e, m) in &h.engines {
         let name = e.name();
         let given = where_(*e, m) != Path::new(e.default_paths()[0]);
@@ -109,7 +108,7 @@ pub fn check(h: &Host, r: &mut Report) {
                         format!(
                             "{name}: no hooks in {}; vgpu's CDI spec serves --device {}=…",
                             at.display(),
-                            keys::cdi::KIND
+                            vgpu_host::keys::cdi::KIND
                         ),
                     );
                 } else {

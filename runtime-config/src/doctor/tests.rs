@@ -340,7 +340,7 @@ fn engines_by_their_own_ownership() {
 fn vgpu_spec(s: &Scene, gpus: &Fake) -> PathBuf {
     let g = gpus.devices().unwrap();
     let hook = s.p("bin/vgpu-hook");
-    let spec = crate::cdi::build(&crate::cdi::Inputs {
+    let spec = vgpu_host::cdi::build(&vgpu_host::cdi::Inputs {
         gpus: &g,
         hook_path: &hook,
         hook_stage: "createRuntime",
@@ -348,9 +348,9 @@ fn vgpu_spec(s: &Scene, gpus: &Fake) -> PathBuf {
     })
     .unwrap();
     let p = s.p("cdi/vgpu.yaml");
-    crate::cdi::write(
+    vgpu_host::cdi::write(
         &p,
-        &crate::cdi::render(&spec, crate::cdi::Format::Yaml).unwrap(),
+        &vgpu_host::cdi::render(&spec, vgpu_host::cdi::Format::Yaml).unwrap(),
     )
     .unwrap();
     p

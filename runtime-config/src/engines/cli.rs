@@ -183,7 +183,7 @@ impl RuntimeCmd {
             {
                 install
                     .hook_env
-                    .extend(vgpu_oci::config::Config::env_for_hooks());
+                    .extend(vgpu_host::config::Config::env_for_hooks());
             }
         }
         let record = record::default_path();

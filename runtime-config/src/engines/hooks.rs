@@ -3,7 +3,7 @@
 //! One file per stage, because the hook learns its stage from its arguments.
 use super::error::{EngineError, Result};
 use serde_json::json;
-use vgpu_ledger::keys::host::HOOK_BIN;
+use vgpu_host::keys::host::HOOK_BIN;
 use vgpu_ledger::keys::ANNOTATION_PREFIX;
 
 /// Podman's and CRI-O's default (vendor) hooks directory; `/etc/containers/oci/hooks.d` takes precedence
@@ -21,7 +21,7 @@ pub const STAGES: &[&str] = &["createRuntime", "poststop"];
 
 /// The only environment the hook gets (never the container's: an image's `LD_PRELOAD` must not reach a
 /// process running with host privileges).
-pub const BASE_ENV: &str = vgpu_ledger::keys::host::HOOK_PATH_ENV;
+pub const BASE_ENV: &str = vgpu_host::keys::host::HOOK_PATH_ENV;
 
 fn file_name(stage: &str) -> String {
     format!("vgpu-{}.json", stage.to_ascii_lowercase())

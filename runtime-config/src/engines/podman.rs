@@ -44,9 +44,9 @@ impl ContainerEngine for Podman {
     fn configure(&self, t: &Target, _o: &NoOptions, cx: &Context) -> Result<Vec<Change>> {
         let hook_path = &cx.install.hook_path;
         // Hook files are recognised as vgpu's by the program's name.
-        if Path::new(hook_path).file_name() != Some(vgpu_ledger::keys::host::HOOK_BIN.as_ref()) {
+        if Path::new(hook_path).file_name() != Some(vgpu_host::keys::host::HOOK_BIN.as_ref()) {
             return Err(EngineError::HookPathName {
-                hook: vgpu_ledger::keys::host::HOOK_BIN,
+                hook: vgpu_host::keys::host::HOOK_BIN,
                 given: hook_path.to_string(),
             });
         }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// The file name of the shim; a runtime entry whose binary has this name is vgpu's, whatever folder it is in
 /// (an operator may install it elsewhere, and unconfigure is not told where).
-pub const SHIM_NAME: &str = vgpu_ledger::keys::host::RUNTIME_BIN;
+pub const SHIM_NAME: &str = vgpu_host::keys::host::RUNTIME_BIN;
 
 /// Whether `binary` (a path from an engine's config) is the vgpu shim.
 pub fn is_shim(binary: &str) -> bool {

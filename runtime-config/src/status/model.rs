@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Result;
 use vgpu_host::inventory::{self, Entry, LedgerRead};
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{Kind, KubeNames};
 
 use vgpu_host::nvml::AddressingMode;

@@ -2,7 +2,7 @@
 
 use super::*;
 use vgpu_host::nvml::AddressingMode;
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger};
 use vgpu_ledger::{Kind, KubeNames, Limits};
 
@@ -20,8 +20,8 @@ fn provision_in(
     let limits_path = root.limits_path(id).unwrap();
     std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
     // As the hook makes them: both folders marked.
-    vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
-    vgpu_ledger::walk::mark(&root.container_dir(id).unwrap()).unwrap();
+    vgpu_host::walk::mark(&root.containers_dir()).unwrap();
+    vgpu_host::walk::mark(&root.container_dir(id).unwrap()).unwrap();
     let limits = Limits {
         version: vgpu_ledger::LIMITS_VERSION,
         container_id: id.into(),
@@ -195,7 +195,7 @@ fn shows_quota_usage_by_kind_and_processes_without_changing_anything() {
         .unwrap();
     // A container whose limits file is broken is reported, not fatal.
     std::fs::create_dir_all(root.container_dir("c2").unwrap()).unwrap();
-    vgpu_ledger::walk::mark(&root.container_dir("c2").unwrap()).unwrap();
+    vgpu_host::walk::mark(&root.container_dir("c2").unwrap()).unwrap();
     std::fs::write(root.limits_path("c2").unwrap(), "{").unwrap();
     // In-progress provisions are not containers.
     std::fs::create_dir_all(root.containers_dir().join(".tmp-x")).unwrap();
@@ -486,7 +486,7 @@ fn a_gpu_without_a_ledger_yet_shows_its_quota_and_no_usage() {
         (Some(1 << 30), 0, None)
     );
     assert!(g.processes.is_empty());
-    let m = vgpu_monitor::state::read(&root).unwrap();
+    let m = vgpu_host::usage::read(&root).unwrap();
     assert_eq!((m[0].gpus[0].limit, m[0].gpus[0].total), (Some(1 << 30), 0));
     assert_eq!(m[0].gpus[0].error, None);
 }

@@ -68,7 +68,7 @@ impl Request {
             return Err(UpdateError::NothingAsked);
         }
         let memory_limit = memory
-            .map(|v| vgpu_oci::memory_request::parse_limit(v, "--memory-limit"))
+            .map(|v| vgpu_host::memory_limit::parse(v, "--memory-limit"))
             .transpose()
             .map_err(|e| UpdateError::Value(e.to_string()))?;
         let compute_limit = match compute {

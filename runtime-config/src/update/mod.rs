@@ -7,7 +7,7 @@
 //! change (`change`).
 //!
 //! A shrink records what the container holds on each GPU it lowers, measured by the host from NVML
-//! (`vgpu_monitor::held`, the watchdog's own attribution; never the tenant-writable ledger), as
+//! (`vgpu_host::held`, the watchdog's own attribution; never the tenant-writable ledger), as
 //! `held_at_shrink`: the watchdog tolerates a pending shrink only up to that, so a tenant that hides the
 //! shrink from its own processes (an odd generation word) cannot keep its old quota. The figure is taken
 //! under the locks, just before the files are written. Where NVML cannot list the GPU's processes the
@@ -23,11 +23,11 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use vgpu_host::held::HeldError;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
 use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
-use vgpu_ledger::layout::StateRoot;
+use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{format_bytes, hostfile, live, Limits};
-use vgpu_monitor::held::HeldError;
 use vgpu_oci::admission::{self, Policy};
 
 use crate::update::change::{apply, plan_of, Change, Request, UpdateError};
@@ -39,7 +39,7 @@ pub enum RunError {
     #[error(transparent)]
     Refused(#[from] UpdateError),
     #[error(transparent)]
-    Config(#[from] vgpu_oci::config::ConfigError),
+    Config(#[from] vgpu_host::config::ConfigError),
     #[error(transparent)]
     Layout(#[from] vgpu_ledger::layout::LayoutError),
     #[error(transparent)]
@@ -110,7 +110,7 @@ pub trait Host {
     /// Every GPU of the host.
     fn gpus(&self) -> Result<Vec<HostGpu>, NvmlError>;
     /// Bytes container `id`'s processes hold now by GPU UUID, by NVML, attributed as the watchdog
-    /// attributes them (`vgpu_monitor::held::held_by`); a GPU whose processes NVML could not list is
+    /// attributes them (`vgpu_host::held::held_by`); a GPU whose processes NVML could not list is
     /// absent.
     fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError>;
 }
@@ -146,7 +146,7 @@ impl Host for NvmlHost {
     }
 
     fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError> {
-        vgpu_monitor::held::held_by(root, id, self.nvml()?)
+        vgpu_host::held::held_by(root, id, self.nvml()?)
     }
 }
 
@@ -174,7 +174,7 @@ pub struct OverQuota {
 impl UpdateArgs {
     /// Runs the update and prints what changed.
     pub fn run(&self, out: &mut dyn Write) -> Result<()> {
-        let cfg = vgpu_oci::config::Config::load()?;
+        let cfg = vgpu_host::config::Config::load()?;
         let root = StateRoot::new(self.state_root.clone().unwrap_or(cfg.state_root.clone()));
         let req = Request::parse(
             self.gpu,
@@ -205,7 +205,7 @@ pub fn update(
     host: &dyn Host,
 ) -> Result<Outcome> {
     let path = root.limits_path(id)?;
-    if !vgpu_ledger::walk::is_marked(&root.container_dir(id)?) {
+    if !vgpu_host::walk::is_marked(&root.container_dir(id)?) {
         return Err(RunError::NotProvisioned {
             id: id.to_string(),
             root: root.root().display().to_string(),

@@ -2,9 +2,9 @@
 //! lock (the sum exact with updates racing), the host's and the container's files.
 use super::change::UpdateError;
 use super::*;
+use vgpu_host::held::HeldError;
 use vgpu_host::nvml::HostGpu;
 use vgpu_ledger::GpuSettings;
-use vgpu_monitor::held::HeldError;
 use vgpu_oci::plan::{Plan, PlannedGpu};
 use vgpu_oci::provision::{provision, record_owner, Owner};
 

@@ -299,7 +299,7 @@ impl Shared {
             }
             slot.busy_until.store(0, Relaxed);
             slot.busy_ns.store(0, Relaxed);
-            slot.claimed_at.store(crate::monotonic_ns(), Relaxed);
+            slot.claimed_at.store(crate::clock::monotonic_ns(), Relaxed);
             slot.state.store(LIVE, Release);
             self.slot = Some(i);
             return Ok(i);

@@ -62,8 +62,8 @@ fn paths_resolve_to_the_longest_module() {
     );
     assert_eq!(
         got,
-        set(&["a::b", "a::c"]),
-        "use groups, nested; the root and the file itself left out"
+        set(&["", "a::b", "a::c"]),
+        "use groups, nested; an item named through the root is an edge to the root; the file itself left out"
     );
     let got = imports("use super::super::d::X;", &m("a::b"), &mods);
     assert_eq!(got, set(&["d"]));
@@ -114,4 +114,30 @@ fn test_files_are_named_or_placed_as_tests() {
     assert!(is_test_file(src, Path::new("/x/src/a/tests.rs")));
     assert!(is_test_file(src, Path::new("/x/src/a/tests/big.rs")));
     assert!(!is_test_file(src, Path::new("/x/src/a/contests.rs")));
+}
+
+#[test]
+fn a_module_naming_an_item_through_its_facade_root_is_a_circle() {
+    let mods = set(&["", "collector", "http"]);
+    let root = imports(
+        "mod collector;\npub mod http;\n#[cfg(test)]\nmod tests;\npub use collector::Monitor;",
+        &m(""),
+        &mods,
+    );
+    assert_eq!(
+        root,
+        set(&["collector", "http"]),
+        "the root names what it declares"
+    );
+    let bad = imports("use crate::Monitor;", &m("http"), &mods);
+    let good = imports("use crate::collector::Monitor;", &m("http"), &mods);
+    let edges = |http: BTreeSet<ModPath>| {
+        BTreeMap::from([
+            (m(""), root.clone()),
+            (m("collector"), BTreeSet::new()),
+            (m("http"), http),
+        ])
+    };
+    assert_eq!(circles(&edges(bad)), vec![vec![m(""), m("http")]]);
+    assert!(circles(&edges(good)).is_empty());
 }

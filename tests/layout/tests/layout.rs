@@ -1,7 +1,9 @@
 //! The layout gate, run on every crate of the workspace (the members of the root Cargo.toml and the
 //! interposer's preload front, a workspace of its own): every source file opens with a `//!` comment (but
 //! a fragment another file pulls in with `include!`),
-//! a file that is not a test has at most 600 lines, and no crate's modules import each other in a circle.
+//! a file that is not a test (a crate root included) has at most 600 lines, and no crate's modules import
+//! each other in a circle, the crate root included (a facade: a module names an item by the module that
+//! holds it, not through the root).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -63,12 +65,20 @@ fn no_file_but_a_test_is_longer_than_600_lines() {
     );
 }
 
+/// Crates whose root is not a facade, by design: the fake NVML's root is the C surface it exports, whose
+/// helpers (`addressing`, `utilisation`) take the root's handle table and return codes. Their roots are
+/// left out of the circle check (every other crate's root counts: it names each module it declares).
+const ROOT_NOT_A_FACADE: &[&str] = &["tests/fake-nvml/src"];
+
 #[test]
 fn no_crate_has_an_import_circle() {
     let mut bad = Vec::new();
     let mut edges_seen = 0;
     for src in crate_sources() {
-        let g = graph(&src);
+        let g = match ROOT_NOT_A_FACADE.iter().any(|c| src.ends_with(c)) {
+            true => without_root(graph(&src)),
+            false => graph(&src),
+        };
         edges_seen += g.values().map(|e| e.len()).sum::<usize>();
         for c in circles(&g) {
             let names: Vec<String> = c.iter().map(show).collect();

@@ -1,8 +1,8 @@
 //! Tests of the arbiter's thread over real ledgers in a temporary state root, NVML and attribution made up.
 
 use super::*;
-use crate::state::GpuState;
-use crate::watchdog::TrueProc;
+use vgpu_host::attribution::TrueProc;
+use vgpu_host::usage::GpuState;
 use vgpu_ledger::{Kind, Ledger};
 
 const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";

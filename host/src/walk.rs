@@ -13,9 +13,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::layout::{
-    check_container_id, StateRoot, LEDGERS_DIR_NAME, LIMITS_FILE_NAME, MARKER_CONTENT,
-    MARKER_FILE_NAME,
+use crate::state_root::StateRoot;
+use vgpu_ledger::layout::{
+    check_container_id, LEDGERS_DIR_NAME, LIMITS_FILE_NAME, MARKER_CONTENT, MARKER_FILE_NAME,
 };
 
 /// A container's state folder.
@@ -56,7 +56,7 @@ pub fn mark(dir: &Path) -> io::Result<()> {
         .write(true)
         .create(true)
         .truncate(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .mode(0o644)
         .open(dir.join(MARKER_FILE_NAME))?;
     f.write_all(MARKER_CONTENT.as_bytes())

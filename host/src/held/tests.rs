@@ -10,8 +10,8 @@ const MIB: u64 = 1 << 20;
 /// Container `id` (PID namespace `ns`, init PID 1 there) with a 1 GiB quota on U0 and U1.
 fn container(root: &StateRoot, id: &str, ns: u64) {
     std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
-    vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
-    vgpu_ledger::walk::mark(&root.container_dir(id).unwrap()).unwrap();
+    crate::walk::mark(&root.containers_dir()).unwrap();
+    crate::walk::mark(&root.container_dir(id).unwrap()).unwrap();
     let device = |index, uuid: &str| DeviceLimit {
         index,
         uuid: uuid.into(),

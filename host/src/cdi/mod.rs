@@ -1,4 +1,4 @@
-//! `vgpuctl cdi generate`: vgpu's GPUs as a Container Device Interface spec (default `/etc/cdi/vgpu.yaml`),
+//! vgpu's GPUs as a Container Device Interface spec (`vgpuctl cdi generate`: default `/etc/cdi/vgpu.yaml`),
 //! so that an engine with CDI (Podman, Docker 25+ and containerd or CRI-O with CDI enabled) gives a container
 //! its quota from `--device vgpu.io/gpu=<index|uuid|all>` and the `vgpu.io/memory-limit` annotation alone:
 //! no runtime shim, no hooks.d file. Not here: the quota itself (the hook's, `vgpu_oci`), NVIDIA's GPU and
@@ -27,10 +27,9 @@ pub mod spec;
 #[cfg(test)]
 mod tests;
 
+use crate::nvml::HostGpu;
 use spec::{ContainerEdits, Device, DeviceNode, Hook, Spec, SpecError};
 use std::path::{Path, PathBuf};
-use vgpu_host::nvml::HostGpu;
-use vgpu_ledger::keys;
 
 /// Where `vgpuctl cdi generate` writes by default (`/etc/cdi`, read by every engine with CDI).
 pub const DEFAULT_OUTPUT: &str = "/etc/cdi/vgpu.yaml";
@@ -64,7 +63,7 @@ pub struct Inputs<'a> {
     pub hook_path: &'a Path,
     /// The provisioning stage (the config's `hook_stage`: `createRuntime`, or `prestart` for old runtimes).
     pub hook_stage: &'a str,
-    /// The hooks' whole environment (`vgpu_oci::edits::hook_env`).
+    /// The hooks' whole environment (`config::Config::hook_env`).
     pub hook_env: Vec<String>,
 }
 
@@ -89,7 +88,7 @@ pub fn build(i: &Inputs) -> Result<Spec, CdiError> {
     let hook = |stage: &str| hook(stage, i.hook_path, i.hook_env.clone());
     let spec = Spec {
         cdi_version: spec::VERSION.to_string(),
-        kind: keys::cdi::KIND.to_string(),
+        kind: crate::keys::cdi::KIND.to_string(),
         devices,
         container_edits: ContainerEdits {
             hooks: vec![hook(i.hook_stage), hook("poststop")],
@@ -118,7 +117,7 @@ pub fn hook(stage: &str, hook_path: &Path, env: Vec<String>) -> Hook {
     Hook {
         hook_name: stage.to_string(),
         path: hook_path.to_string_lossy().into_owned(),
-        args: vec![keys::host::HOOK_BIN.to_string(), stage.to_string()],
+        args: vec![crate::keys::host::HOOK_BIN.to_string(), stage.to_string()],
         env,
     }
 }

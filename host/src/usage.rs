@@ -1,12 +1,12 @@
-//! The monitor's figures of the state root: every container's limits (with the Kubernetes names and PID
-//! namespace the hook recorded) and, per GPU, its ledger's total, the sum of its slots, usage by kind and
-//! the live slots' owners. Read through the host tools' one reader of the state root
-//! (`vgpu_host::inventory`: no link followed, never blocking, nothing mapped, no lock taken; a missing
-//! ledger is no usage, not an error), so the monitor sees what `vgpuctl status`, admission and the garbage
-//! collector see. Not here: NVML, metrics, the watchdog's decisions.
+//! The state root's figures, as the monitor and `vgpuctl update` read them: every container's limits (with
+//! the Kubernetes names and PID namespace the hook recorded) and, per GPU, its ledger's total, the sum of
+//! its slots, usage by kind and the live slots' owners. Read through the host tools' one reader of the state
+//! root (`inventory`: no link followed, never blocking, nothing mapped, no lock taken; a missing ledger is no
+//! usage, not an error), so the monitor sees what `vgpuctl status`, admission and the garbage collector see.
+//! Not here: NVML, which process is whose (`attribution`), the monitor's metrics and decisions.
 
-use vgpu_host::inventory::{self, LedgerRead};
-use vgpu_ledger::layout::StateRoot;
+use crate::inventory::{self, LedgerRead};
+use crate::state_root::StateRoot;
 use vgpu_ledger::region::KINDS;
 use vgpu_ledger::KubeNames;
 
@@ -15,7 +15,8 @@ use vgpu_ledger::KubeNames;
 pub struct ContainerState {
     pub id: String,
     pub names: Option<KubeNames>,
-    /// The name Docker gave it, when it has no Kubernetes names and dockerd knows it (`docker::Cache`).
+    /// The name Docker gave it, when it has no Kubernetes names and dockerd knows it (the monitor's
+    /// `docker::Cache`).
     pub docker_name: Option<String>,
     /// PID namespace inode of the container as the host sees it (none until the hook recorded it).
     pub pid_ns: Option<u64>,
@@ -53,7 +54,7 @@ pub struct GpuState {
     pub shrunk_from: Option<u64>,
     /// What the container held on the GPU at that shrink, as `vgpuctl update` measured it from NVML
     /// (limits.json's `held_at_shrink`; none in files from before it existed): the watchdog's starting
-    /// tolerance for the pending shrink (`watchdog::Shrinks`).
+    /// tolerance for the pending shrink (the monitor's `watchdog::Shrinks`).
     pub held_at_shrink: Option<u64>,
     /// Its quota's memory mode is `oversubscribe` (limits.json): the time-quanta arbiter takes it in.
     pub oversubscribe: bool,
@@ -167,8 +168,8 @@ mod tests {
         let root = StateRoot::new(d.path().to_path_buf());
         let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
         std::fs::create_dir_all(root.ledgers_dir("c1").unwrap()).unwrap();
-        vgpu_ledger::walk::mark(&root.containers_dir()).unwrap();
-        vgpu_ledger::walk::mark(&root.container_dir("c1").unwrap()).unwrap();
+        crate::walk::mark(&root.containers_dir()).unwrap();
+        crate::walk::mark(&root.container_dir("c1").unwrap()).unwrap();
         let limits = Limits {
             version: vgpu_ledger::LIMITS_VERSION,
             container_id: "c1".into(),

@@ -1,16 +1,15 @@
 //! What a container's processes truly hold on each of its GPUs now, by NVML, attributed exactly as the
-//! watchdog attributes them (`watchdog::attribute` over every container of the state root, the live ones
+//! monitor's watchdog attributes them (`attribution::attribute` over every container of the state root, the live ones
 //! naming processes): `vgpuctl update` records it when it lowers a quota below that (limits.json's
 //! `held_at_shrink`), the figure the watchdog then tolerates a pending shrink up to. Never from the
-//! ledger, which the tenant can write. Not here: the decision (`watchdog`), NVML itself
-//! (`vgpu_host::nvml`).
+//! ledger, which the tenant can write. Not here: the decision (the monitor's `watchdog`), NVML itself
+//! (`nvml`).
 
+use crate::nvml::{GpuReading, Nvml, NvmlError};
+use crate::procs::{self, HostProc};
+use crate::state_root::StateRoot;
+use crate::{attribution, usage};
 use std::collections::BTreeMap;
-use vgpu_host::nvml::{GpuReading, Nvml, NvmlError};
-use vgpu_host::procs::{self, HostProc};
-use vgpu_ledger::layout::StateRoot;
-
-use super::{state, watchdog};
 
 /// Why what a container holds could not be measured.
 #[derive(Debug, thiserror::Error)]
@@ -50,9 +49,9 @@ fn held_with(
     inspect: impl Fn(u32) -> Option<HostProc>,
     host_ns: u64,
 ) -> Result<BTreeMap<String, u64>, HeldError> {
-    let mut containers = state::read(root)?;
-    state::mark_live(&mut containers, alive);
-    let truth = watchdog::attribute(&containers, readings, inspect, host_ns);
+    let mut containers = usage::read(root)?;
+    usage::mark_live(&mut containers, alive);
+    let truth = attribution::attribute(&containers, readings, inspect, host_ns);
     let Some(c) = containers.iter().position(|cs| cs.id == id) else {
         return Ok(BTreeMap::new());
     };

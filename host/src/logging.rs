@@ -5,7 +5,7 @@
 //! User-facing one-line errors are not logs and are printed as before. The writer is the blocking one:
 //! the hook and the shim live for a moment, and a background writer thread would lose their last lines.
 //! Every record is written through [`Printable`]: a record is one line whatever a tenant put in the names
-//! and paths it carries (control characters escaped by `vgpu_host::printable`).
+//! and paths it carries (control characters escaped by `crate::printable`).
 use crate::config::{Config, LogLevel, LogRotation};
 use std::io::Write;
 use std::path::Path;
@@ -90,7 +90,7 @@ impl<W: Write> Write for PrintableWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let text = String::from_utf8_lossy(buf);
         self.0
-            .write_all(vgpu_host::printable::printable_line(&text).as_bytes())?;
+            .write_all(crate::printable::printable_line(&text).as_bytes())?;
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -27,7 +27,7 @@ fn inputs(g: &[HostGpu]) -> Inputs<'_> {
 fn every_gpu_by_index_and_uuid_and_all() {
     let g = gpus(2);
     let s = build(&inputs(&g)).unwrap();
-    assert_eq!(s.kind, keys::cdi::KIND);
+    assert_eq!(s.kind, crate::keys::cdi::KIND);
     assert_eq!(s.cdi_version, "0.5.0");
     let names: Vec<&str> = s.devices.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(
@@ -40,7 +40,7 @@ fn every_gpu_by_index_and_uuid_and_all() {
             "all"
         ]
     );
-    assert_eq!(s.device_names()[0], format!("{}=0", keys::cdi::KIND));
+    assert_eq!(s.device_names()[0], format!("{}=0", crate::keys::cdi::KIND));
     // Each device is its GPU's node, by NVML's minor (not its index), with type and numbers given.
     let nodes = |name: &str| -> Vec<DeviceNode> {
         s.devices
@@ -141,7 +141,7 @@ fn yaml_and_json_read_back_as_written() {
     assert_eq!(parse(&yaml).unwrap(), s);
     let json = render(&s, Format::Json).unwrap();
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(v["kind"], keys::cdi::KIND);
+    assert_eq!(v["kind"], crate::keys::cdi::KIND);
     assert_eq!(
         v["devices"][0]["containerEdits"]["deviceNodes"][0]["type"],
         "c"
