@@ -1,6 +1,6 @@
 //! The process that provisions a container's state, told apart from a later process with its PID: its PID
 //! and start time (field 22 of `/proc/<pid>/stat`), recorded in `limits.json` (`creator`). Not here: what
-//! is done with state whose creator is gone (`vgpu_oci::abandoned`, `vgpu_oci::gc`).
+//! is done with state whose creator is gone (`abandoned`, `gc`).
 //!
 //! Its `/proc/<pid>/stat` line is read by `procs` (the one reader of `/proc`).
 

@@ -17,6 +17,8 @@
 //! * [`attribution`]: which container each GPU process NVML lists belongs to, and what each truly holds.
 //! * [`held`]: what a container holds by NVML now (`vgpuctl update`'s shrink), attributed as the watchdog
 //!   attributes.
+//! * [`removal`]: removing a container's state folder, only one vgpu made.
+//! * [`gc`], [`abandoned`]: the garbage collector (every hook, `vgpuctl gc`) and state whose create was killed.
 //! * [`creator`]: the process that provisions a container's state, told apart from a later one with its PID.
 //! * [`memory_limit`]: a memory quota given as a quantity (the config file, the annotations, `vgpuctl update`).
 //! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
@@ -24,10 +26,12 @@
 //! * [`keys`]: the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's).
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 
+pub mod abandoned;
 pub mod attribution;
 pub mod cdi;
 pub mod config;
 pub mod creator;
+pub mod gc;
 pub mod held;
 pub mod inventory;
 pub mod keys;
@@ -36,6 +40,7 @@ pub mod memory_limit;
 pub mod nvml;
 pub mod printable;
 pub mod procs;
+pub mod removal;
 pub mod state_root;
 pub mod usage;
 pub mod version;

@@ -159,10 +159,10 @@ pub fn committed(
         what: format!("admission: {}", root.root().display()),
         err,
     })?;
-    // State left by a killed create holds no room (`crate::abandoned`).
+    // State left by a killed create holds no room (`vgpu_host::abandoned`).
     for c in containers
         .into_iter()
-        .filter(|c| c.id() != except && !crate::abandoned::container_abandoned(c))
+        .filter(|c| c.id() != except && !vgpu_host::abandoned::container_abandoned(c))
     {
         match &c.limits {
             Ok(l) => {
@@ -243,7 +243,7 @@ pub fn admit(
     // A state root that is not vgpu's gets nothing written into it, the lock file neither.
     crate::provision::containers_dir(root)?;
     let lock = lock(root)?;
-    let collected = crate::abandoned::collect(root);
+    let collected = vgpu_host::abandoned::collect(root);
     if !collected.is_empty() {
         tracing::info!(removed = %collected.join(", "), "admission: collected state of killed creates");
     }

@@ -12,7 +12,6 @@
 use crate::claim_quota::{self, ClaimQuota};
 use crate::create::{self, Create, CreateError};
 use crate::edits::{self, ContainerEdits};
-use crate::gc;
 use crate::mountns;
 use crate::provision::{self, Owner, ProvisionError};
 use crate::request::SpecFacts;
@@ -23,6 +22,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vgpu_host::config::Config;
+use vgpu_host::gc;
 use vgpu_host::state_root::StateRoot;
 
 /// An OCI state on stdin that cannot be read. `Display` is one line.
@@ -93,7 +93,7 @@ pub fn run(stage: &str, input: &mut dyn Read, output: &mut dyn Write) -> Result<
         .context("cannot read stdin")?;
     let result = match stage {
         "createRuntime" | "prestart" => provision_stage(&cfg, &root, &State::parse(&text)?),
-        "poststop" => provision::remove(&root, &State::parse(&text)?.id)
+        "poststop" => vgpu_host::removal::remove(&root, &State::parse(&text)?.id)
             .map(|_| ())
             .map_err(Into::into),
         "precreate" => precreate(&cfg, &text, output),

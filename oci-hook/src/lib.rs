@@ -10,10 +10,10 @@
 //! ([`edits::ContainerEdits`]), the per-container state provisioned on the host ([`provision`]). The shim
 //! ([`shim`]; its command line: [`args`]; the runtime under it: [`lower`]) applies the edits to the spec before
 //! the lower runtime sees it ([`spec`]); on the hooks.d path, where no shim ran, the hook ([`hook`]) makes the
-//! same mounts in the container's namespace itself ([`mountns`], inside the rootfs: [`rootfs`]). [`gc`]
-//! removes state whose container is gone, and [`abandoned`] state whose create was killed. See docs/oci.md.
+//! same mounts in the container's namespace itself ([`mountns`], inside the rootfs: [`rootfs`]). The garbage
+//! collector the hook runs after each stage, and the removal of state whose create was killed, are the host
+//! tools' (`vgpu_host::gc`, `vgpu_host::abandoned`). See docs/oci.md.
 
-pub mod abandoned;
 pub mod admission;
 pub mod args;
 pub mod claim_quota;
@@ -22,7 +22,6 @@ pub mod compute_request;
 pub mod create;
 pub mod driverlimit;
 pub mod edits;
-pub mod gc;
 pub mod gpus;
 pub mod hook;
 pub mod lower;

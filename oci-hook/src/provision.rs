@@ -1,5 +1,5 @@
 //! The per-container state on the host: `<root>/containers/<id>/{limits.json, ledgers/, ld.so.preload}`
-//! made, recorded, removed. Not here: its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
+//! made and recorded. Not here: removing it (`vgpu_host::removal`), its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
 //!
 //! The state is built in a hidden temporary folder and renamed into place, so a failure at any step leaves
 //! nothing behind, and a reader never sees a half-made container folder. The rename never replaces a
@@ -17,6 +17,7 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use vgpu_host::procs;
+use vgpu_host::removal;
 use vgpu_host::state_root::StateRoot;
 use vgpu_host::walk;
 use vgpu_ledger::atomic::{write_atomic, WriteOptions};
@@ -155,7 +156,7 @@ impl Provisioned {
         if !holds_token(&self.dir, &self.token) {
             return Ok(false);
         }
-        let aside = aside_path(&self.dir)?;
+        let aside = removal::aside_path(&self.dir)?;
         match fs::rename(&self.dir, &aside) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -181,7 +182,7 @@ impl Provisioned {
             })?;
             return Ok(false);
         }
-        remove_marked(&aside)?;
+        removal::remove_marked(&aside)?;
         Ok(true)
     }
 
@@ -216,7 +217,7 @@ pub fn provision(
 ) -> Result<Provisioned> {
     let dir = root.container_dir(id)?;
     let mut limits = limits_for(id, plan, &owner)?;
-    // Who provisions: state without an owner whose creator is gone is collected (`crate::abandoned`, `crate::creator`).
+    // Who provisions: state without an owner whose creator is gone is collected (`vgpu_host::abandoned`, `vgpu_host::creator`).
     limits.creator = vgpu_host::creator::current();
     let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
     match fs::symlink_metadata(&dir) {
@@ -425,83 +426,6 @@ pub fn owned_by(root: &StateRoot, id: &str, owner: &Owner) -> bool {
         return false;
     };
     hostfile::load_limits(&p).is_ok_and(|l| owner.recorded_in(&l))
-}
-
-/// Removes the container's state; a missing folder is fine (poststop twice, or without a prestart).
-pub fn remove(root: &StateRoot, id: &str) -> Result<bool> {
-    let dir = root.container_dir(id)?;
-    remove_dir(&dir)
-}
-
-/// Where a folder is renamed to before it is deleted: `.rm-<name>-<pid>` beside it.
-fn aside_path(dir: &Path) -> Result<PathBuf> {
-    let missing = |what| ProvisionError::NotAFolderPath {
-        path: dir.to_path_buf(),
-        what,
-    };
-    let parent = dir.parent().ok_or_else(|| missing("parent"))?;
-    let name = dir
-        .file_name()
-        .ok_or_else(|| missing("name"))?
-        .to_string_lossy();
-    Ok(parent.join(format!(".rm-{name}-{}", std::process::id())))
-}
-
-/// Removes a state folder: renamed aside first so no reader sees it half-deleted. A folder vgpu did not
-/// make (no marker) is an error and is left alone.
-pub fn remove_dir(dir: &Path) -> Result<bool> {
-    match fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => {
-            return Err(ProvisionError::io(
-                format!("cannot remove {}", dir.display()),
-                e,
-            ))
-        }
-        Ok(_) if !walk::is_marked(dir) => {
-            return Err(ProvisionError::Unmarked {
-                dir: dir.to_path_buf(),
-            })
-        }
-        Ok(_) => {}
-    }
-    let aside = aside_path(dir)?;
-    match fs::rename(dir, &aside) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => {
-            return Err(ProvisionError::io(
-                format!("cannot remove {}", dir.display()),
-                e,
-            ))
-        }
-    }
-    remove_marked(&aside)?;
-    Ok(true)
-}
-
-/// Deletes a folder vgpu made: everything in it but the marker (links unfollowed), then the marker, then the
-/// folder, so that an interrupted removal leaves a folder still marked, or an empty one.
-pub fn remove_marked(dir: &Path) -> Result<()> {
-    let cannot = |e| ProvisionError::io(format!("cannot remove {}", dir.display()), e);
-    for entry in fs::read_dir(dir).map_err(cannot)? {
-        let entry = entry.map_err(cannot)?;
-        if entry.file_name() == layout::MARKER_FILE_NAME {
-            continue;
-        }
-        let p = entry.path();
-        if entry.file_type().map_err(cannot)?.is_dir() {
-            fs::remove_dir_all(&p)
-        } else {
-            fs::remove_file(&p)
-        }
-        .map_err(|e| ProvisionError::io(format!("cannot remove {}", p.display()), e))?;
-    }
-    match fs::remove_file(dir.join(layout::MARKER_FILE_NAME)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(cannot(e)),
-        _ => {}
-    }
-    fs::remove_dir(dir).map_err(cannot)
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ fn pass_through(inv: &Invocation, args: &[OsString]) -> Result<std::convert::Inf
 /// with it; a live container's state is its poststop's. Never fails the delete: one line on error.
 fn delete_ownerless(cfg: &Config, id: &str) {
     let root = StateRoot::new(cfg.state_root.clone());
-    if let Err(e) = crate::abandoned::remove_ownerless(&root, id) {
+    if let Err(e) = vgpu_host::abandoned::remove_ownerless(&root, id) {
         eprintln!("vgpu: delete {id}: {e:#}");
     }
 }

@@ -1,6 +1,6 @@
 //! vgpuctl's command line: the subcommands (runtime, cdi, doctor, status, update, gc, monitor, generate-docs),
 //! each handed to the library module that owns it (`engines::cli`, `vgpu_host::cdi`, `doctor`, `status`, `update`,
-//! `vgpu_oci::gc`, `monitor`, `clidocs`).
+//! `vgpu_host::gc`, `monitor`, `clidocs`).
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -188,7 +188,7 @@ fn run(cli: Cli) -> Result<()> {
                 .clone()
                 .map(StateRoot::new)
                 .unwrap_or_else(|| StateRoot::new(cfg.state_root));
-            let report = vgpu_oci::gc::collect_with(&root, grace)?;
+            let report = vgpu_host::gc::collect_with(&root, grace)?;
             for id in &report.removed {
                 writeln!(out, "removed {id}")?;
             }

@@ -192,6 +192,21 @@ between "  ... the bucket was charged at about 30% before" "$r1" 20 40
 between "  ... and at about 60% after" "$r2" 45 75
 gone "$CID"
 
+echo "-- a container that has exited (not yet deleted) is not updated"
+# Its limits.json names an init that no longer runs: an update once landed (1 GiB -> 15 GiB) and
+# admission then refused others for a quota nobody used (issue 44).
+new_bundle sleep 0
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+EXITED=$ID
+check "a container whose process exits at once is created and started" eval 'create_quiet && shim start "$EXITED"'
+wait_for 10 eval '! running "$EXITED"' || fail "the container's process exited" "$(plain state "$EXITED" 2>&1)"
+out=$(update "$EXITED" --memory-limit 15Gi 2>&1); rc=$?
+check "vgpuctl update of the exited container is refused (exit $rc)" test "$rc" -ne 0
+check_match "  ... saying it has exited" "^vgpuctl: .*container $EXITED has exited" "$out"
+check_eq "  ... in one line" "$(printf '%s\n' "$out" | wc -l)" 1
+check_eq "  ... and limits.json records no update" "$(jq -r .updates "$STATE/containers/$EXITED/limits.json")" 0
+gone "$EXITED"
+
 echo "-- bad input is one line, nothing changed"
 sleeper upd-c 1G
 bad() {

@@ -1,8 +1,10 @@
-//! Why the per-container state could not be made, recorded or removed (`crate::provision`). Each `Display`
+//! Why the per-container state could not be made, recorded or removed (`crate::provision`, removal:
+//! `vgpu_host::removal`). Each `Display`
 //! is the one line the shim or the hook prints; a cause already in the line is not also its `source()`.
 
 use std::io;
 use std::path::PathBuf;
+use vgpu_host::removal::RemoveError;
 use vgpu_ledger::layout::{LayoutError, MARKER_FILE_NAME};
 use vgpu_ledger::limits::LimitsError;
 use vgpu_ledger::LedgerError;
@@ -72,9 +74,9 @@ pub enum ProvisionError {
         what: String,
         err: nix::errno::Errno,
     },
-    /// A path without a parent or a name, where a state folder was expected.
-    #[error("{} has no {what}", path.display())]
-    NotAFolderPath { path: PathBuf, what: &'static str },
+    /// The state folder could not be removed (`vgpu_host::removal`).
+    #[error(transparent)]
+    Remove(#[from] RemoveError),
 }
 
 /// A ledger's I/O error is shown as the system's reason alone (the line names the ledger already).
@@ -97,7 +99,9 @@ impl ProvisionError {
     /// The I/O error under this one, if any (the provisioner tells a full file system by it).
     pub fn io_error(&self) -> Option<&io::Error> {
         match self {
-            ProvisionError::Io { err, .. } | ProvisionError::BareIo(err) => Some(err),
+            ProvisionError::Io { err, .. }
+            | ProvisionError::BareIo(err)
+            | ProvisionError::Remove(RemoveError::Io { err, .. }) => Some(err),
             ProvisionError::Ledger {
                 err: LedgerError::Io { source, .. },
                 ..

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::plan::PlannedGpu;
+use vgpu_host::removal::{remove, RemoveError};
 use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::GpuSettings;
 
@@ -231,7 +232,7 @@ fn folders_are_marked_and_one_vgpu_did_not_make_is_never_replaced_or_removed() {
     );
     assert!(!e.contains('\n'));
     let e = remove(&root, "c2").unwrap_err();
-    assert!(matches!(e, ProvisionError::Unmarked { .. }), "{e}");
+    assert!(matches!(e, RemoveError::Unmarked { .. }), "{e}");
     let me = Owner::of_pid(std::process::id()).unwrap();
     assert!(matches!(
         record_owner(&root, "c2", me),

@@ -1,7 +1,7 @@
 //! `vgpuctl status`: quota, usage by kind and processes per container and GPU, and per GPU what the
 //! quotas commit against what it has, read from the state root; read-only (see `model`). Split in two: the
 //! model ([`model::collect`], also `--json`'s shape) and its rendering as a table ([`render::print_table`]).
-//! Not here: reading the state root (`vgpu_host::inventory`), the garbage collector (`vgpu_oci::gc`).
+//! Not here: reading the state root (`vgpu_host::inventory`), the garbage collector (`vgpu_host::gc`).
 
 pub mod model;
 pub mod render;

@@ -54,6 +54,10 @@ pub enum RunError {
         "container {id} is not running yet (its owner is not recorded): update it once it started"
     )]
     NotRunning { id: String },
+    #[error(
+        "container {id} has exited (its init process no longer runs): not updated, its quota goes when it is deleted"
+    )]
+    Exited { id: String },
     #[error("container {id}: cannot lock its state folder: {why}")]
     Lock { id: String, why: std::io::Error },
     #[error("container {id}: cannot write its limits: {why}")]
@@ -113,6 +117,10 @@ pub trait Host {
     /// attributes them (`vgpu_host::held::held_by`); a GPU whose processes NVML could not list is
     /// absent.
     fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError>;
+    /// Whether the container's recorded init still runs: host PID `pid` in PID namespace `ns`, started at
+    /// `start` when recorded (`vgpu_host::procs::init_alive`, what the garbage collector and the monitor
+    /// ask).
+    fn init_alive(&self, pid: u32, ns: u64, start: Option<u64>) -> bool;
 }
 
 /// The host through its NVML library (a soname or a path), loaded at the first question, once.
@@ -147,6 +155,10 @@ impl Host for NvmlHost {
 
     fn held(&self, root: &StateRoot, id: &str) -> Result<BTreeMap<String, u64>, HeldError> {
         vgpu_host::held::held_by(root, id, self.nvml()?)
+    }
+
+    fn init_alive(&self, pid: u32, ns: u64, start: Option<u64>) -> bool {
+        vgpu_host::procs::init_alive(pid, ns, start)
     }
 }
 
@@ -229,6 +241,16 @@ pub fn update(
         let before = hostfile::load_limits(&path)?;
         if before.init_pid.is_none() {
             return Err(RunError::NotRunning { id: id.to_string() });
+        }
+        // An exited container (not yet deleted) holds its quota against the GPU until it is: an update
+        // that grew it would make admission refuse others for a quota nobody uses. Asked under the
+        // container's folder lock, as the garbage collector and the monitor ask it.
+        let alive = match (before.init_pid, before.pid_ns) {
+            (Some(pid), Some(ns)) => host.init_alive(pid, ns, before.init_start_time),
+            _ => false,
+        };
+        if !alive {
+            return Err(RunError::Exited { id: id.to_string() });
         }
         // A container of a package before live updates cannot follow: refused before anything is written.
         live::check_publishable(&root.container_dir(id)?).map_err(|why| RunError::Publish {

@@ -29,6 +29,8 @@ fn gpus() -> Result<Vec<HostGpu>, vgpu_host::nvml::NvmlError> {
 struct TestHost {
     held: Option<u64>,
     fail: bool,
+    /// The container's recorded init no longer runs.
+    exited: bool,
 }
 
 impl Host for TestHost {
@@ -45,6 +47,10 @@ impl Host for TestHost {
         }
         Ok(self.held.iter().map(|&b| (UUID.to_string(), b)).collect())
     }
+
+    fn init_alive(&self, _: u32, _: u64, _: Option<u64>) -> bool {
+        !self.exited
+    }
 }
 
 /// Holding `bytes` on the GPU by NVML.
@@ -52,6 +58,7 @@ const fn holding(bytes: u64) -> TestHost {
     TestHost {
         held: Some(bytes),
         fail: false,
+        exited: false,
     }
 }
 
@@ -278,6 +285,7 @@ fn a_shrink_records_what_nvml_shows_the_container_holding_not_its_ledger() {
     let silent = TestHost {
         held: None,
         fail: false,
+        exited: false,
     };
     update(&root, STRICT, "c1", &req(Some("2Gi"), None, None), &silent).unwrap();
     assert_eq!(
@@ -323,10 +331,12 @@ fn a_shrink_nvml_cannot_measure_is_refused_with_nothing_changed() {
         TestHost {
             held: None,
             fail: false,
+            exited: false,
         },
         TestHost {
             held: Some(0),
             fail: true,
+            exited: false,
         },
     ] {
         let e = update(&root, STRICT, "c1", &req(Some("1Gi"), None, None), &host).unwrap_err();
@@ -341,6 +351,7 @@ fn a_shrink_nvml_cannot_measure_is_refused_with_nothing_changed() {
     let silent = TestHost {
         held: None,
         fail: true,
+        exited: false,
     };
     update(
         &root,
@@ -442,4 +453,26 @@ fn a_container_created_before_live_updates_is_refused_with_its_limits_never_rewr
     // Not written and put back (a window in which the host's file said 2 GiB): never written at all.
     assert_eq!(path.metadata().unwrap().ino(), ino);
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+// Regression (issue 44): an update of a container that had exited (not yet deleted) landed, 1 GiB -> 15
+// GiB, and admission then refused another container for a quota nobody used. Only a recorded init was
+// checked; now that it still runs, under the container's lock.
+#[test]
+fn an_exited_container_is_not_updated_and_nothing_is_written() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().to_path_buf());
+    running(&root, "c1", GIB, true);
+    let file = root.container_dir("c1").unwrap().join("limits.json");
+    let before = std::fs::read(&file).unwrap();
+    let gone = TestHost {
+        held: Some(0),
+        fail: false,
+        exited: true,
+    };
+    let e = update(&root, STRICT, "c1", &req(Some("15Gi"), None, None), &gone).unwrap_err();
+    assert!(matches!(&e, RunError::Exited { id } if id == "c1"), "{e}");
+    assert!(!e.to_string().contains('\n'), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), before, "nothing written");
+    update(&root, STRICT, "c1", &req(Some("15Gi"), None, None), &IDLE).unwrap();
 }

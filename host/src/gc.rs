@@ -1,29 +1,29 @@
 //! Garbage collection of state whose poststop never came; run by every hook and by `vgpuctl gc`. Not here:
-//! reading the state root (`vgpu_host::inventory`, the host tools' one reader), removing a folder
-//! (`crate::provision::remove_dir`).
+//! reading the state root (`inventory`, the host tools' one reader), removing a folder
+//! (`removal`).
 //!
 //! Its poststop may never come after an engine crash, CRI-O removing late, or a lower runtime that failed
 //! after the shim provisioned.
 //! A container folder is garbage when its container is gone — its init process is dead, or that pid now
-//! belongs to another PID namespace or to a process started at another time (`vgpu_host::procs::init_alive`)
+//! belongs to another PID namespace or to a process started at another time (`procs::init_alive`)
 //! — and no process still holds a slot of any of its ledgers (the OFD-lock test is read-only and needs no
 //! PIDs). A folder whose limits file cannot be read (too large, not a regular file, not JSON) is kept and
 //! reported: whose it is cannot be told, and its container may be running. State provisioned by the shim
 //! whose hook never recorded an owner is garbage once it is older than `gc_pending_grace_seconds`, or at
-//! once when the process that provisioned it is gone (`crate::abandoned`).
+//! once when the process that provisioned it is gone (`abandoned`).
 //! Only folders holding vgpu's marker (`layout::MARKER_FILE_NAME`) are ever removed; anything else under the
 //! state root is reported and left alone, and a `containers/` folder without the marker is not walked at all.
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
-use crate::provision;
+use crate::inventory::{self, Container, Entry};
+use crate::procs;
+use crate::removal::{self, RemoveError};
+use crate::state_root::StateRoot;
 use nix::errno::Errno;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
-use vgpu_host::inventory::{self, Container, Entry};
-use vgpu_host::procs;
-use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::layout;
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
@@ -55,7 +55,7 @@ pub enum GcError {
     #[error(transparent)]
     Slots(io::Error),
     #[error(transparent)]
-    Remove(#[from] provision::ProvisionError),
+    Remove(#[from] RemoveError),
 }
 
 /// Collects with the default grace for owner-less state.
@@ -81,7 +81,7 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> io::Result<GcR
             // short before its marker was written is empty, and removing an empty folder loses nothing.
             Entry::Leftover(o) if age(o.modified) > pending_grace => {
                 let removed = if o.marked {
-                    provision::remove_marked(&o.path).map_err(GcError::from)
+                    removal::remove_marked(&o.path).map_err(GcError::from)
                 } else {
                     fs::remove_dir(&o.path).map_err(|err| {
                         match err.raw_os_error().map(Errno::from_raw) {
@@ -106,7 +106,7 @@ pub fn collect_with(root: &StateRoot, pending_grace: Duration) -> io::Result<GcR
                 entry.path.display()
             )),
             Entry::Container(c) => match is_garbage(&c, age(c.dir.modified), pending_grace) {
-                Ok(true) => match provision::remove_dir(&c.dir.dir) {
+                Ok(true) => match removal::remove_dir(&c.dir.dir) {
                     Ok(_) => report.removed.push(c.dir.id),
                     Err(e) => report.errors.push(e.to_string()),
                 },
@@ -127,8 +127,8 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
     };
     let container_gone = match (limits.init_pid, limits.pid_ns) {
         (Some(pid), Some(ns)) => !procs::init_alive(pid, ns, limits.init_start_time),
-        // No owner, and the create that made it was killed (`crate::abandoned`).
-        _ if vgpu_host::creator::is_abandoned(limits) => true,
+        // No owner, and the create that made it was killed (`abandoned`).
+        _ if crate::creator::is_abandoned(limits) => true,
         // No owner yet: only old ones are garbage.
         _ => age > pending_grace,
     };
@@ -138,24 +138,75 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Plan, PlannedGpu};
-    use crate::provision::{provision, record_owner, Owner};
     use std::os::unix::fs::FileTypeExt;
     use std::path::Path;
-    use vgpu_ledger::GpuSettings;
+    use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger, Limits, LIMITS_VERSION};
 
-    fn plan() -> Plan {
-        Plan {
-            kubernetes: None,
-            gpus: vec![PlannedGpu {
+    /// The owner provisioning records: the container's init process as the host sees it.
+    #[derive(Debug, Clone, Copy, Default)]
+    struct Owner {
+        init_pid: u32,
+        pid_ns: u64,
+        start_time: u64,
+    }
+
+    impl Owner {
+        fn of_pid(pid: u32) -> Option<Owner> {
+            let p = procs::inspect(pid)?;
+            Some(Owner {
+                init_pid: pid,
+                pid_ns: p.ns,
+                start_time: p.start_time,
+            })
+        }
+    }
+
+    /// A container's state as provisioning leaves it (`vgpu_oci::provision`): marked folders, a 1 GiB quota
+    /// on GPU-1 with its ledger, this process as its creator and the owner when it is known.
+    fn provision(root: &StateRoot, id: &str, owner: Owner) {
+        fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
+        crate::walk::mark(&root.containers_dir()).unwrap();
+        crate::walk::mark(&root.container_dir(id).unwrap()).unwrap();
+        let ledger = root.ledger_path(id, "GPU-1").unwrap();
+        Ledger::open_or_create(&ledger, "GPU-1", 1 << 30).unwrap();
+        let limits = Limits {
+            version: LIMITS_VERSION,
+            container_id: id.into(),
+            pid_ns: None,
+            init_pid: None,
+            init_start_time: None,
+            cgroup: None,
+            creator: crate::creator::current(),
+            devices: vec![DeviceLimit {
                 index: 0,
                 uuid: "GPU-1".into(),
                 settings: GpuSettings {
                     memory_limit: Some(1 << 30),
                     ..Default::default()
                 },
+                ledger: layout::relative_ledger_path("GPU-1").unwrap(),
+                shrunk_from: None,
+                held_at_shrink: None,
             }],
+            kubernetes: None,
+            updates: 0,
+            updated_at: None,
+        };
+        limits.write_atomic(&root.limits_path(id).unwrap()).unwrap();
+        record_owner(root, id, owner);
+    }
+
+    /// Records `owner` in container `id`'s limits (nothing when unknown), as the hook does.
+    fn record_owner(root: &StateRoot, id: &str, owner: Owner) {
+        if owner.init_pid == 0 {
+            return;
         }
+        let path = root.limits_path(id).unwrap();
+        let mut limits = vgpu_ledger::hostfile::load_limits(&path).unwrap();
+        limits.init_pid = Some(owner.init_pid);
+        limits.pid_ns = Some(owner.pid_ns);
+        limits.init_start_time = Some(owner.start_time);
+        limits.write_atomic(&path).unwrap();
     }
 
     #[test]
@@ -163,14 +214,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         // Alive: owned by this test process.
-        provision(
-            &root,
-            "alive",
-            &plan(),
-            Owner::of_pid(std::process::id()).unwrap(),
-            None,
-        )
-        .unwrap();
+        provision(&root, "alive", Owner::of_pid(std::process::id()).unwrap());
         // Dead: a child that has exited and been reaped.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
@@ -180,23 +224,20 @@ mod tests {
             ..Default::default()
         });
         child.wait().unwrap();
-        provision(&root, "dead", &plan(), Owner::default(), None).unwrap();
-        record_owner(&root, "dead", owner).unwrap();
+        provision(&root, "dead", Owner::default());
+        record_owner(&root, "dead", owner);
         // Reused pid: this process, but recorded with another namespace inode.
         provision(
             &root,
             "reused",
-            &plan(),
             Owner {
                 init_pid: std::process::id(),
                 pid_ns: 1,
                 ..Default::default()
             },
-            None,
-        )
-        .unwrap();
+        );
         // Pending (the shim provisioned, no hook yet): kept while fresh.
-        provision(&root, "pending", &plan(), Owner::default(), None).unwrap();
+        provision(&root, "pending", Owner::default());
         let r = collect_with(&root, Duration::from_secs(60)).unwrap();
         let mut removed = r.removed.clone();
         removed.sort();
@@ -223,7 +264,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         for id in ["big", "fifo", "garbled"] {
-            provision(&root, id, &plan(), Owner::default(), None).unwrap();
+            provision(&root, id, Owner::default());
         }
         let path = |id| root.limits_path(id).unwrap();
         let big = vgpu_ledger::hostfile::MAX_LIMITS_FILE as usize + 1;
@@ -257,7 +298,7 @@ mod tests {
     fn state_of_a_newer_format_version_is_kept_and_reported() {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
-        provision(&root, "newer", &plan(), Owner::default(), None).unwrap();
+        provision(&root, "newer", Owner::default());
         let path = root.limits_path("newer").unwrap();
         let text = fs::read_to_string(&path).unwrap();
         assert!(text.contains("\"version\": 1"), "{text}");
@@ -267,7 +308,7 @@ mod tests {
         assert_eq!(r.errors.len(), 1, "{r:?}");
         assert!(r.errors[0].contains("format version 2"), "{r:?}");
         assert!(root.container_dir("newer").unwrap().is_dir());
-        assert!(provision::remove(&root, "newer").unwrap());
+        assert!(removal::remove(&root, "newer").unwrap());
         assert!(!root.container_dir("newer").unwrap().exists());
     }
 
@@ -279,10 +320,10 @@ mod tests {
         let me = Owner::of_pid(std::process::id()).unwrap();
         let other = Owner {
             start_time: me.start_time + 1,
-            ..me.clone()
+            ..me
         };
-        provision(&root, "mine", &plan(), me.clone(), None).unwrap();
-        provision(&root, "restarted", &plan(), other, None).unwrap();
+        provision(&root, "mine", me);
+        provision(&root, "restarted", other);
         let r = collect_with(&root, Duration::from_secs(60)).unwrap();
         assert_eq!(
             (r.removed, r.kept),
@@ -295,7 +336,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().to_path_buf());
         fs::create_dir_all(root.containers_dir()).unwrap();
-        vgpu_host::walk::mark(&root.containers_dir()).unwrap();
+        crate::walk::mark(&root.containers_dir()).unwrap();
         let stray = root.containers_dir().join("stray-file");
         fs::write(&stray, "x").unwrap();
         let r = collect_with(&root, Duration::ZERO).unwrap();
@@ -323,7 +364,7 @@ mod tests {
 
         // vgpu's own state root, holding folders vgpu did not make.
         let root = StateRoot::new(d.path().join("state"));
-        provision(&root, "ours", &plan(), Owner::default(), None).unwrap();
+        provision(&root, "ours", Owner::default());
         let c = root.containers_dir();
         for name in ["c1/keep", ".tmp-x-1/keep", ".tmp-y-2"] {
             fs::create_dir_all(c.join(name)).unwrap();
@@ -349,7 +390,7 @@ mod tests {
     fn a_gone_tenants_fifos_and_links_neither_block_nor_trick_the_collector() {
         let d = tempfile::tempdir().unwrap();
         let root = StateRoot::new(d.path().join("state"));
-        provision(&root, "gone", &plan(), Owner::default(), None).unwrap();
+        provision(&root, "gone", Owner::default());
         let ledgers = root.ledgers_dir("gone").unwrap();
         let ledger = root.ledger_path("gone", "GPU-1").unwrap();
         let fifo = |p: &Path| {

@@ -4,21 +4,20 @@
 //! counted for `gc_pending_grace_seconds`. The state records its creator (PID and start time, so a reused
 //! PID is told apart) at provisioning; state with no owner whose creator is gone is abandoned, and admission,
 //! the garbage collector and a passed-through `delete` of its id remove it. Not here: provisioning
-//! (`crate::provision`), the collector's other rules (`crate::gc`), telling the creator gone
-//! (`crate::creator`).
+//! (`vgpu_oci::provision`), the collector's other rules (`gc`), telling the creator gone (`creator`),
+//! removing a folder (`removal`).
 //!
 //! The creator of the shim path is the shim, which stays the lower runtime's parent until the create is
 //! over: while it lives the create may still finish. On the hooks.d path the owner is known at
 //! provisioning, so the creator never decides anything there.
 
-use crate::provision;
-use crate::provision::ProvisionError;
-use vgpu_host::creator::is_abandoned;
-use vgpu_host::inventory::Container;
-use vgpu_host::state_root::StateRoot;
+use crate::creator::is_abandoned;
+use crate::inventory::Container;
+use crate::removal::{self, RemoveError};
+use crate::state_root::StateRoot;
 use vgpu_ledger::hostfile;
 
-/// [`is_abandoned`](vgpu_host::creator::is_abandoned), for a container as the state root's reader gives it, and no process holds a slot of
+/// [`is_abandoned`](crate::creator::is_abandoned), for a container as the state root's reader gives it, and no process holds a slot of
 /// its ledgers (none can, without an owner; checked all the same, as the collector does).
 pub fn container_abandoned(c: &Container) -> bool {
     c.limits.as_ref().is_ok_and(is_abandoned) && c.any_slot_alive().is_ok_and(|alive| !alive)
@@ -27,12 +26,12 @@ pub fn container_abandoned(c: &Container) -> bool {
 /// Removes every abandoned container's state under `root` (admission, under its lock: such state must not
 /// hold room); returns the ids removed. Errors are logged, never fatal.
 pub fn collect(root: &StateRoot) -> Vec<String> {
-    let Ok(containers) = vgpu_host::inventory::containers(root) else {
+    let Ok(containers) = crate::inventory::containers(root) else {
         return vec![];
     };
     let mut removed = Vec::new();
     for c in containers.iter().filter(|c| container_abandoned(c)) {
-        match provision::remove_dir(&c.dir.dir) {
+        match removal::remove_dir(&c.dir.dir) {
             Ok(true) => removed.push(c.dir.id.clone()),
             Ok(false) => {}
             Err(e) => tracing::warn!("state left by a killed create: {e}"),
@@ -44,13 +43,13 @@ pub fn collect(root: &StateRoot) -> Vec<String> {
 /// `delete` of `id` passed through to the lower runtime: an engine gives up on a container whose create
 /// never finished. Its state without an owner goes; state with an owner is the container's poststop's.
 /// Ok(true) when removed.
-pub fn remove_ownerless(root: &StateRoot, id: &str) -> Result<bool, ProvisionError> {
+pub fn remove_ownerless(root: &StateRoot, id: &str) -> Result<bool, RemoveError> {
     let dir = root.container_dir(id)?;
     if !dir.is_dir() {
         return Ok(false);
     }
     match hostfile::load_limits(&root.limits_path(id)?) {
-        Ok(l) if l.init_pid.is_none() => provision::remove_dir(&dir),
+        Ok(l) if l.init_pid.is_none() => removal::remove_dir(&dir),
         _ => Ok(false),
     }
 }
