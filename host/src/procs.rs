@@ -124,6 +124,8 @@ pub fn cgroup_within(path: &str, base: &str) -> bool {
 /// True when a container's recorded init process still lives: host PID `pid` runs in PID namespace `ns`
 /// and, when recorded (`start`; state written before it was recorded has none), started at that time. A
 /// namespace whose recorded init is gone names nothing: the kernel reuses its inode for a new namespace.
+/// An init that exited and was not reaped yet (a zombie: its namespace and start time still read as
+/// before) has exited: `vgpuctl update` once updated such a container.
 pub fn init_alive(pid: u32, ns: u64, start: Option<u64>) -> bool {
     let Ok(m) = std::fs::metadata(format!("/proc/{pid}/ns/pid")) else {
         return false;
@@ -131,9 +133,9 @@ pub fn init_alive(pid: u32, ns: u64, start: Option<u64>) -> bool {
     if std::os::unix::fs::MetadataExt::ino(&m) != ns {
         return false;
     }
-    match start {
-        None => true,
-        Some(s) => start_time(pid) == Some(s),
+    match stat(pid) {
+        Some((state, started)) => !matches!(state, 'Z' | 'X') && start.is_none_or(|s| s == started),
+        None => false,
     }
 }
 
@@ -273,5 +275,29 @@ mod tests {
             kill_checked(&seen, |_| Ok(())),
             Err(KillError::Gone | KillError::Reused { .. })
         ));
+    }
+
+    #[test]
+    fn an_init_that_exited_unreaped_is_not_alive() {
+        use std::os::unix::fs::MetadataExt;
+        let ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+        let child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = start_time(pid);
+        assert!(init_alive(pid, ns, start), "running");
+        // Exited, not reaped: a zombie keeps its namespace and start time.
+        for _ in 0..100 {
+            if stat(pid).is_some_and(|(s, _)| s == 'Z') {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(stat(pid).map(|(s, _)| s), Some('Z'));
+        assert!(!init_alive(pid, ns, start), "a zombie has exited");
+        let mut child = child;
+        child.wait().unwrap();
     }
 }

@@ -204,7 +204,7 @@ out=$(update "$EXITED" --memory-limit 15Gi 2>&1); rc=$?
 check "vgpuctl update of the exited container is refused (exit $rc)" test "$rc" -ne 0
 check_match "  ... saying it has exited" "^vgpuctl: .*container $EXITED has exited" "$out"
 check_eq "  ... in one line" "$(printf '%s\n' "$out" | wc -l)" 1
-check_eq "  ... and limits.json records no update" "$(jq -r .updates "$STATE/containers/$EXITED/limits.json")" 0
+check_eq "  ... and limits.json records no update" "$(jq -r ".updates // 0" "$STATE/containers/$EXITED/limits.json")" 0
 gone "$EXITED"
 
 echo "-- bad input is one line, nothing changed"
