@@ -80,9 +80,14 @@ impl FileWatch {
         }
     }
 
-    /// Starts watching: the first look is at the next call.
-    pub fn start(&self) {
-        self.due.store(0, Relaxed);
+    /// Starts watching `file` as it is now (the file the process loaded at start): the first look is
+    /// `FILE_CHECK_MS` later, and reads the file only if it changed. (Reading it at the first call put a
+    /// file read and a parse inside a program's first launch.)
+    pub fn start(&self, file: &Path) {
+        if let Some((s, _)) = stamp(file) {
+            self.seen.store(s, Relaxed);
+        }
+        self.due.store(coarse_ms() + FILE_CHECK_MS, Relaxed);
     }
 
     /// Whether the file is to be looked at now: one coarse clock read.

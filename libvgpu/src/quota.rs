@@ -117,7 +117,7 @@ impl DeviceQuota {
     /// Follows the host's updates of the limits file at `file` (`vgpu_ledger::live`).
     pub fn follow(&self, file: &Path) {
         if self.follows.set(file.to_path_buf()).is_ok() {
-            self.watch.start();
+            self.watch.start(file);
         }
     }
 

@@ -46,7 +46,15 @@ bypassing() {
     bundle_jq "$B" '.root.path = $r | .root.readonly = false' --arg r "$WORK/rootfs-$1"
     bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_LIMIT=${3:-10} FAKE_CUDA_KERNEL_US=2000
 }
-share_of() { field share "$(cat "$1")" | cut -d. -f1; }
+# share_of OUT: percent of its wall time the client's launches kept the fake GPU busy, from its launch count
+# and the kernels' 2 ms (FAKE_CUDA_KERNEL_US above), not its own `unit_ms`: that one timed launch is its
+# first, which also carries the library's set-up on the host (ledger, NVML), and read 2.4-3.3 ms on a loaded
+# machine, putting a 30% neighbour at 40-55%.
+share_of() {
+    local l s
+    l=$(field launched "$(cat "$1")"); s=$(field seconds "$(cat "$1")")
+    awk -v l="${l:-0}" -v s="${s:-0}" 'BEGIN { if (s > 0) printf "%d", l * 2 / s / 10; else print 0 }'
+}
 # under_library SECONDS: a bundle whose process runs the compute client under the library at a 30% share.
 under_library() {
     new_bundle compute_client plain "$1"
