@@ -369,25 +369,19 @@ impl Driver {
         // As the real driver: the context's events and streams go with it.
         let dead: Vec<Handle> = objs
             .event_ctx
-            .iter()
-            .filter(|(_, &c)| c == h)
-            .map(|(&e, _)| e)
+            .extract_if(|_, c| *c == h)
+            .map(|(e, _)| e)
             .collect();
         for e in dead {
-            objs.event_ctx.remove(&e);
             objs.events.remove(&e);
             objs.dead_events.insert(e);
         }
         let streams: Vec<Handle> = objs
             .streams
-            .iter()
-            .filter(|(_, s)| s.ctx == h)
-            .map(|(&k, _)| k)
+            .extract_if(|_, s| s.ctx == h)
+            .map(|(k, _)| k)
             .collect();
-        for k in streams {
-            objs.streams.remove(&k);
-            objs.dead_streams.insert(k);
-        }
+        objs.dead_streams.extend(streams);
         self.refund(ctx.phys, ctx.own_bytes + ctx.limit_bytes);
         let mods: Vec<Handle> = objs
             .modules
