@@ -61,23 +61,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *ptx =
-    ".version 7.0\n"
-    ".target sm_70\n"
-    ".address_size 64\n"
-    ".visible .entry vgpu_spin(.param .u64 cycles)\n"
-    "{\n"
-    "\t.reg .pred %p;\n"
-    "\t.reg .b64 %rd<5>;\n"
-    "\tld.param.u64 %rd1, [cycles];\n"
-    "\tmov.u64 %rd2, %clock64;\n"
-    "LOOP:\n"
-    "\tmov.u64 %rd3, %clock64;\n"
-    "\tsub.s64 %rd4, %rd3, %rd2;\n"
-    "\tsetp.lt.u64 %p, %rd4, %rd1;\n"
-    "\t@%p bra LOOP;\n"
-    "\tret;\n"
-    "}\n";
+#include "spin_ptx.h"
 
 static double now(void) {
     struct timespec t;
