@@ -24,6 +24,8 @@ macro_rules! hooked_symbols {
                 cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
                 cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuCtxSynchronize_v2 cuEventSynchronize
                 cuStreamQuery cuStreamQuery_ptsz cuEventQuery cuStreamDestroy cuStreamDestroy_v2
+                cuStreamBeginCapture cuStreamBeginCapture_ptsz cuStreamBeginCapture_v2 cuStreamBeginCapture_v2_ptsz
+                cuStreamBeginCaptureToGraph cuStreamBeginCaptureToGraph_ptsz cuStreamWaitEvent cuStreamWaitEvent_ptsz
                 cuMemCreate cuMemRelease cuMemRetainAllocationHandle cuMemMap cuMemUnmap
                 cuMemExportToShareableHandle cuMemImportFromShareableHandle
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags

@@ -161,7 +161,8 @@ extern "C" fn dlsym_route(handle: *mut c_void, name: *const c_char) -> Route {
 }
 
 /// The hooks that only serve the compute share and the turn gate (kernel launches, eager memsets and
-/// copies, graph exec updates, the stream and event queries that close the share's open groups; graph
+/// copies, graph exec updates, the stream and event queries, capture beginnings and stream waits that close
+/// the share's open groups; graph
 /// launches also keep the memory quota's books, so they are not among them).
 fn launch_only(hook: usize) -> bool {
     use crate::hooks::*;
@@ -183,6 +184,14 @@ fn launch_only(hook: usize) -> bool {
             cuStreamQuery as *const () as usize,
             cuStreamQuery_ptsz as *const () as usize,
             cuEventQuery as *const () as usize,
+            cuStreamBeginCapture as *const () as usize,
+            cuStreamBeginCapture_ptsz as *const () as usize,
+            cuStreamBeginCapture_v2 as *const () as usize,
+            cuStreamBeginCapture_v2_ptsz as *const () as usize,
+            cuStreamBeginCaptureToGraph as *const () as usize,
+            cuStreamBeginCaptureToGraph_ptsz as *const () as usize,
+            cuStreamWaitEvent as *const () as usize,
+            cuStreamWaitEvent_ptsz as *const () as usize,
         ]
         .contains(&hook)
 }

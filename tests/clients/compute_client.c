@@ -46,6 +46,11 @@
  *              next to nothing of the GPU
  *   capture    a launch on stream B, then a global-mode capture of stream A with a launch, a launch on B
  *              meanwhile, and the end of the capture: rc is the capture's (SECONDS unused)
+ *   capgroup   8 launches queued on the stream (the share groups those deep in the queue under one end event),
+ *              then a relaxed-mode capture of the stream begun, a second stream queried (the share's query
+ *              hook closes open groups) and the capture ended (its graph dropped), in a loop, synchronised
+ *              every 32 launches: a tenant that makes the share record a group's end into its capture,
+ *              where the end is never timed
  *   reset      ARG phases (default 4) of SECONDS / ARG each, launching in batches of 16 synchronised; each
  *              phase ends with its context torn down, leaving launches in flight: the even ones run in
  *              the primary context and end with cuDevicePrimaryCtxReset (what cudaDeviceReset does;
@@ -292,6 +297,30 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         *took = 0;
         TRY(r);
         return e;
+    }
+    if (!strcmp(mode, "capgroup")) {
+        CUstream b;
+        TRY(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+        /* Launches the share measured first: its estimate of one launch is then the kernel's time. */
+        for (int i = 0; i < 256; i++) {
+            TRY(launch_one("plain", ex, 0));
+            if (i % 4 == 3) TRY(cuStreamSynchronize(stream));
+        }
+        double t0 = now();
+        for (*launched = 0; now() - t0 < secs;) {
+            for (int i = 0; i < 8; i++, (*launched)++) TRY(launch_one("plain", ex, 0));
+            CUgraph g;
+            TRY(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+            CUresult q = cuStreamQuery(b);
+            CUresult e = cuStreamEndCapture(stream, &g);
+            if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY) return q;
+            TRY(e);
+            TRY(cuGraphDestroy(g));
+            if (*launched % 32 == 0) TRY(cuStreamSynchronize(stream));
+        }
+        TRY(cuStreamSynchronize(stream));
+        *took = now() - t0;
+        return CUDA_SUCCESS;
     }
     if (!strcmp(mode, "tick")) {
         double t0 = now();

@@ -264,6 +264,17 @@ between "  ... and without a share run unthrottled" "$(share "$out" 1.048576)" 7
 # its event queries must not invalidate the capture (it did: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
 out=$(vg "$WORK/b_cap" 10 "$CC" capture 0)
 check_match "a global-mode capture beside timed launches on another stream still ends (the bare client: rc=0)" 'rc=0 ' "$out"
+# A tenant that begins a capture on the stream of an open group (launches deep in its queue, timed by one end
+# event) and then queries another stream: the query closed the group by recording its end into the capture,
+# where it is a node of the tenant's graph and never timed. Its interval was read from stale stamps: 432 ms
+# for 200 us of work on the fake (0.2% under 10%); a GPU probe got 23.6% under 10% (issue 41). Capture
+# beginnings and stream waits now close groups first: each launch charged its 200 us, and the loop ~10%.
+out=$(FAKE_CUDA_KERNEL_US=200 vg "$WORK/b_capgroup" 10 "$CC" capgroup $SECS)
+check_match "a tenant that begins a capture on a stream with an open group runs to the end" 'rc=0 ' "$out"
+charged=$(bucket "$WORK/b_capgroup" charged_ns) n=$(bucket "$WORK/b_capgroup" launches)
+check "  ... each launch charged its 200 us kernel ($(( charged / (n > 0 ? n : 1) / 1000 )) us for each of $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 200 && c >= n * 200e3 * 0.95 && c <= n * 200e3 * 1.1) }'
+between "  ... and gets ~10%" "$(FAKE_CUDA_KERNEL_US=200 share "$out")" 5 16
 # The bucket is the container's memory: one store of a huge token count must not lift the share.
 vg "$WORK/b_fill" 10 "$CC" plain 0.05 >/dev/null
 python3 -c 'import glob,struct,sys

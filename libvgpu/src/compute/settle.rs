@@ -68,7 +68,17 @@ impl Share {
     /// Charges a finished launch its measured time; when it ends a span dated by a synchronisation,
     /// also the span's wait.
     fn measured(&self, f: &InFlight) {
-        let elapsed = elapsed_ns(f.start, f.end).unwrap_or(f.estimate);
+        // Events that completed yet give no interval (an end the driver took into a capture) were never
+        // timed: charged as lost (the wall time since queued), never at the estimate, which the tenant's
+        // earlier launches shaped.
+        let Some(elapsed) = elapsed_ns(f.start, f.end) else {
+            crate::log::debug(format_args!(
+                "compute share: a launch's events completed but give no interval: charged as lost"
+            ));
+            self.lost(f);
+            self.timer.settled(f);
+            return;
+        };
         if !f.probe.is_null() {
             if let Some(ns) = elapsed_ns(f.end, f.probe) {
                 self.event_cost.observed(ns);

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::events::{elapsed_ns, event_create, event_record};
+use super::events::{capturing, elapsed_ns, event_create, event_record};
 use super::flight::{End, Flights, Grouping, InFlight, Plan, Span, GROUP_FLOORS_NS, GROUP_MAX};
 use super::quiet::quiet;
 use crate::ffi::*;
@@ -134,11 +134,15 @@ impl Timer {
         found
     }
 
-    /// Records the ends of groups made `Closing` (of any context: no teardown meanwhile).
+    /// Records the ends of groups made `Closing` (of any context: no teardown meanwhile). Never into a
+    /// capture (a capture beginning closes groups first, `sync::capture_beginning`, but another thread may
+    /// have begun one since): an end recorded there is a node of the application's graph, never timed; the
+    /// group is then charged as a launch whose end failed (`Share::lost`: the wall time since it was queued).
     fn record_closing(&self, groups: &[(CUevent, usize)]) {
         let _quiet = (!groups.is_empty()).then(quiet);
         for &(end, stream) in groups {
-            let ok = event_record(end, stream as CUstream) == CUDA_SUCCESS;
+            let stream = stream as CUstream;
+            let ok = !capturing(stream) && event_record(end, stream) == CUDA_SUCCESS;
             lock(&self.flights).closed(end, ok);
         }
     }

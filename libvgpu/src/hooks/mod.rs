@@ -20,6 +20,7 @@ mod nvml;
 mod placement;
 mod pools;
 mod stack;
+mod streams;
 #[cfg(test)]
 pub(crate) mod testing;
 mod transfers;
@@ -39,5 +40,6 @@ pub use modules::*;
 pub use nvml::*;
 pub use placement::*;
 pub use pools::*;
+pub use streams::*;
 pub use transfers::*;
 pub use vmm::*;

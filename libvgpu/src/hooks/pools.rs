@@ -1,6 +1,6 @@
 //! Stream-ordered allocations and memory pools: `cuMemAllocAsync*`, `cuMemAllocFromPoolAsync*`,
 //! `cuMemFreeAsync*`, pool create/destroy/trim, and the synchronisations after which pools are reconciled
-//! (with the stream and event queries and stream destroys, where the compute share's open groups end).
+//! (the stream and event calls where only the compute share acts are `streams`').
 //! Graph memory (also stream-ordered when captured) lives in `graphs`.
 //!
 //! Scheme: per pool we keep `charged` = max(reservation, live allocations), never below what the driver
@@ -446,14 +446,6 @@ hook!(cuCtxSynchronize() { crate::compute::sync::synchronized(crate::compute::sy
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
 hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Context(ctx)), interposer().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
 hook!(cuEventSynchronize(ev: CUevent) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Other), interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
-// A query may be how the application waits (polling): the compute share's open groups end first
-// (`compute::sync::polling`).
-hook!(cuStreamQuery(s: CUstream) { crate::compute::sync::polling(); forward!("cuStreamQuery", fn(CUstream), s) });
-hook!(cuStreamQuery_ptsz(s: CUstream) { crate::compute::sync::polling(); forward!("cuStreamQuery_ptsz", fn(CUstream), s) });
-hook!(cuEventQuery(ev: CUevent) { crate::compute::sync::polling(); forward!("cuEventQuery", fn(CUevent), ev) });
-// A stream about to go: the compute share's open groups end while it lives (`compute::sync::stream_ending`).
-hook!(cuStreamDestroy(s: CUstream) { crate::compute::sync::stream_ending(); forward!("cuStreamDestroy", fn(CUstream), s) });
-hook!(cuStreamDestroy_v2(s: CUstream) { crate::compute::sync::stream_ending(); forward!("cuStreamDestroy_v2", fn(CUstream), s) });
 
 #[cfg(test)]
 mod placed_tests;
