@@ -260,7 +260,7 @@ pub fn check_library(cfg: &Config) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::PlannedGpu;
+    use vgpu_host::request::GpuRequest;
     use vgpu_ledger::GpuSettings;
 
     #[test]
@@ -269,7 +269,7 @@ mod tests {
             gpus: uuids
                 .iter()
                 .enumerate()
-                .map(|(i, u)| PlannedGpu {
+                .map(|(i, u)| GpuRequest {
                     index: i,
                     uuid: u.to_string(),
                     settings: GpuSettings {
@@ -343,7 +343,7 @@ mod tests {
         .unwrap();
         let plan = Plan {
             kubernetes: None,
-            gpus: vec![PlannedGpu {
+            gpus: vec![GpuRequest {
                 index: 0,
                 uuid: "GPU-1".into(),
                 settings: GpuSettings {
@@ -401,7 +401,7 @@ mod tests {
         let plan = Plan {
             kubernetes: None,
             gpus: vec![
-                PlannedGpu {
+                GpuRequest {
                     index: 0,
                     uuid: "GPU-0".into(),
                     settings: GpuSettings {
@@ -409,7 +409,7 @@ mod tests {
                         ..Default::default()
                     },
                 },
-                PlannedGpu {
+                GpuRequest {
                     index: 2,
                     uuid: "GPU-2".into(),
                     settings: GpuSettings {
@@ -459,7 +459,7 @@ mod tests {
     fn the_mounts_are_the_same_whichever_way_they_are_applied() {
         let plan = Plan {
             kubernetes: None,
-            gpus: vec![PlannedGpu {
+            gpus: vec![GpuRequest {
                 index: 0,
                 uuid: "GPU-1".into(),
                 settings: GpuSettings {
