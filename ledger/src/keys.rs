@@ -54,6 +54,9 @@ pub mod env {
     pub const CORE_POLICY: &str = "GPU_CORE_UTILIZATION_POLICY";
     /// The compute shares' pacing window.
     pub const COMPUTE_WINDOW: &str = "VGPU_COMPUTE_WINDOW";
+    /// The session's private folder (not vgpu's; the environment mode's default ledgers lie in its
+    /// `vgpu/` folder).
+    pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
     /// The limits file the library reads (set by the hook to the mounted one).
     pub const LIMITS_FILE: &str = "VGPU_LIMITS_FILE";
     /// Unified-memory mode, spill budget and reserve (the annotations' equivalents).
