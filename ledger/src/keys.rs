@@ -2,8 +2,8 @@
 //! writes, with the forms a per-GPU setting takes; the `vgpu.io/` prefix as each engine wants it; the
 //! Kubernetes annotations read (the limits file records the names). The hook's key check and its parsers,
 //! this crate's grammars (`envlimits`, `envcompute`, `memmode`) and vgpuctl's engine configurations take
-//! their names from here; the library reads most of its variables through those grammars, but spells some
-//! of its own out in its config module. Not here: what a value means (each grammar's own module), the names
+//! their names from here, and so does the library's settings loader (its `config::env` names every variable
+//! it reads from [`env`]). Not here: what a value means (each grammar's own module), the names
 //! only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's: `vgpu_host::keys`).
 //!
 //! Adding a setting is one entry in [`ANNOTATIONS`] or [`ENV`] (plus its constant) and its parser; the key
