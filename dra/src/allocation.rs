@@ -9,6 +9,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use vgpu_host::keys::dra;
 use vgpu_host::nvml::HostGpu;
 use vgpu_ledger::keys::{self, annotation};
+use vgpu_ledger::GpuSettings;
 
 /// One device of the claim on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,11 +19,11 @@ pub struct Allocated {
     /// The device (`gpu-<index>`) and its GPU.
     pub device: String,
     pub gpu: HostGpu,
-    /// Bytes of the GPU's memory the claim consumed (the whole GPU when the allocation names none: a
-    /// cluster without consumable capacity allocates whole devices).
-    pub memory: u64,
-    /// Percent of the GPU's time; None: no share (0, none named, or all of it).
-    pub compute: Option<u32>,
+    /// What the claim consumed of the GPU, as the GPU's settings (the host tools' one per-GPU shape of a
+    /// memory quota and a compute share): `memory_limit`, the bytes of its memory (the whole GPU when the
+    /// allocation names none: a cluster without consumable capacity allocates whole devices), always set;
+    /// `compute_limit`, the percent of its time (none: 0, none named, or all of it).
+    pub settings: GpuSettings,
 }
 
 /// Why a claim cannot be prepared here. `Display` is one line naming the claim's field.
@@ -137,8 +138,11 @@ pub fn read(
             request: r.request.clone(),
             device: r.device.clone(),
             gpu: gpu.clone(),
-            memory,
-            compute,
+            settings: GpuSettings {
+                memory_limit: Some(memory),
+                compute_limit: compute,
+                ..Default::default()
+            },
         });
     }
     if out.is_empty() {
@@ -181,9 +185,7 @@ pub fn consumers(claim: &ResourceClaim) -> Result<Vec<String>, AllocationError> 
 /// the devices agree, else one per GPU in the devices' order (the order of the CDI devices prepare
 /// returns, which is the container's GPU order).
 pub fn quota(devices: &[Allocated]) -> String {
-    let same = devices
-        .windows(2)
-        .all(|w| (w[0].memory, w[0].compute) == (w[1].memory, w[1].compute));
+    let same = devices.windows(2).all(|w| w[0].settings == w[1].settings);
     let mut out = Vec::new();
     for (i, d) in devices.iter().enumerate() {
         let key = |base: &str| {
@@ -193,8 +195,10 @@ pub fn quota(devices: &[Allocated]) -> String {
                 keys::per_gpu_annotation(base, i as u32)
             }
         };
-        out.push(format!("{}={}", key(annotation::MEMORY_LIMIT), d.memory));
-        if let Some(p) = d.compute {
+        if let Some(bytes) = d.settings.memory_limit {
+            out.push(format!("{}={bytes}", key(annotation::MEMORY_LIMIT)));
+        }
+        if let Some(p) = d.settings.compute_limit {
             out.push(format!("{}={p}", key(annotation::COMPUTE_LIMIT)));
         }
         if same {

@@ -80,6 +80,7 @@ pub fn write(cdi_dir: &Path, uid: &str, spec: &Spec) -> Result<PathBuf, CdiError
 mod tests {
     use super::*;
     use vgpu_host::nvml::HostGpu;
+    use vgpu_ledger::GpuSettings;
 
     #[test]
     fn a_claims_spec_carries_its_quota_and_pods_in_the_hooks_env_only() {
@@ -93,8 +94,11 @@ mod tests {
             request: "gpu".into(),
             device: "gpu-1".into(),
             gpu,
-            memory: 8 << 30,
-            compute: Some(30),
+            settings: GpuSettings {
+                memory_limit: Some(8 << 30),
+                compute_limit: Some(30),
+                ..Default::default()
+            },
         };
         let hooks = Hooks {
             hook_path: "/usr/bin/vgpu-hook".into(),
@@ -137,8 +141,10 @@ mod tests {
                 total_memory: 1 << 30,
                 minor: None,
             },
-            memory: 1 << 30,
-            compute: None,
+            settings: GpuSettings {
+                memory_limit: Some(1 << 30),
+                ..Default::default()
+            },
         }]
     }
 }

@@ -1,6 +1,6 @@
-//! vgpu's host side, the rooms the runtime shim, the hook and vgpuctl share. Not here: anything the
-//! interposer links (that is `vgpu_ledger`, kept lean), a tool's own decisions (planning, admission, gc:
-//! `vgpu_oci`; status: `vgpuctl`; the monitor: `vgpu_monitor`).
+//! vgpu's host side, the rooms the runtime shim, the hook, vgpuctl, the monitor and the DRA driver share.
+//! Not here: anything the interposer links (that is `vgpu_ledger`, kept lean), a tool's own decisions
+//! (reading a spec and planning its quota: `vgpu_oci`; status: `vgpuctl`; the monitor: `vgpu_monitor`).
 //!
 //! * [`config`]: `/etc/vgpu/config.toml`, the whole file (its `[monitor]` table too), parsed once into
 //!   typed values.
@@ -21,16 +21,22 @@
 //! * [`gc`], [`abandoned`]: the garbage collector (every hook, `vgpuctl gc`) and state whose create was killed.
 //! * [`creator`]: the process that provisions a container's state, told apart from a later one with its PID.
 //! * [`memory_limit`]: a memory quota given as a quantity (the config file, the annotations, `vgpuctl update`).
+//! * [`request`]: one GPU of a container with what it asks there, memory quota and compute share together.
+//! * [`admission`]: the node's committed quotas against each GPU, under the node lock (the shim's and the
+//!   hook's creates, `vgpuctl update`).
+//! * [`driverlimit`]: a container's quotas set as its cgroup's limits in the driver (NVML r615+).
 //! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
 //! * [`version`]: the version and commit every host binary prints.
 //! * [`keys`]: the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's).
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 
 pub mod abandoned;
+pub mod admission;
 pub mod attribution;
 pub mod cdi;
 pub mod config;
 pub mod creator;
+pub mod driverlimit;
 pub mod gc;
 pub mod held;
 pub mod inventory;
@@ -41,6 +47,7 @@ pub mod nvml;
 pub mod printable;
 pub mod procs;
 pub mod removal;
+pub mod request;
 pub mod state_root;
 pub mod usage;
 pub mod version;

@@ -9,7 +9,7 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -77,7 +77,51 @@ pub enum StateEntry {
     },
 }
 
+/// Why `<root>/containers/` cannot be made ready for a new container ([`StateRoot::prepare_containers`]).
+/// `Display` is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// A file system operation failed; `what` says which ("cannot create /x").
+    #[error("{what}: {err}")]
+    Io { what: String, err: io::Error },
+    /// `<root>/containers/` holds something and no marker.
+    #[error("{}", not_ours_message(dir))]
+    NotOurs { dir: PathBuf },
+}
+
 impl StateRoot {
+    /// `<root>/containers/`, made (and marked) if missing, adopted (marked) if empty; one that holds
+    /// anything but no marker is someone else's folder and is refused. Provisioning and admission call it
+    /// before they write anything under the state root.
+    pub fn prepare_containers(&self) -> Result<PathBuf, PrepareError> {
+        let io = |what: String, err| PrepareError::Io { what, err };
+        let containers = self.containers_dir();
+        for d in [self.root(), containers.as_path()] {
+            match fs::DirBuilder::new().mode(0o711).create(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io(format!("cannot create {}", d.display()), e)),
+            }
+        }
+        if !is_marked(&containers) {
+            let empty = fs::read_dir(&containers)
+                .map_err(|e| io(format!("cannot list {}", containers.display()), e))?
+                .next()
+                .is_none();
+            // Asked again: another provision may have marked it and put its folder in since.
+            if !empty && !is_marked(&containers) {
+                return Err(PrepareError::NotOurs { dir: containers });
+            }
+            mark(&containers).map_err(|e| {
+                io(
+                    format!("cannot write the marker in {}", containers.display()),
+                    e,
+                )
+            })?;
+        }
+        Ok(containers)
+    }
+
     /// Every entry of `<root>/containers/` but the marker, sorted by name. A missing folder has none
     /// (nothing was ever provisioned), and so has an empty one; one that holds anything but no marker is not
     /// vgpu's (the state root names someone else's folder): an error, and nothing in it is looked at. Any

@@ -2,8 +2,8 @@
 //! writes, with the forms a per-GPU setting takes; the `vgpu.io/` prefix as each engine wants it; the
 //! Kubernetes annotations read (the limits file records the names). The hook's key check and its parsers,
 //! this crate's grammars (`envlimits`, `envcompute`, `memmode`) and vgpuctl's engine configurations take
-//! their names from here; the library reads most of its variables through those grammars, but spells some
-//! of its own out in its config module. Not here: what a value means (each grammar's own module), the names
+//! their names from here, and so does the library's settings loader (its `config::env` names every variable
+//! it reads from [`env`]). Not here: what a value means (each grammar's own module), the names
 //! only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's: `vgpu_host::keys`).
 //!
 //! Adding a setting is one entry in [`ANNOTATIONS`] or [`ENV`] (plus its constant) and its parser; the key
@@ -54,6 +54,9 @@ pub mod env {
     pub const CORE_POLICY: &str = "GPU_CORE_UTILIZATION_POLICY";
     /// The compute shares' pacing window.
     pub const COMPUTE_WINDOW: &str = "VGPU_COMPUTE_WINDOW";
+    /// The session's private folder (not vgpu's; the environment mode's default ledgers lie in its
+    /// `vgpu/` folder).
+    pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
     /// The limits file the library reads (set by the hook to the mounted one).
     pub const LIMITS_FILE: &str = "VGPU_LIMITS_FILE";
     /// Unified-memory mode, spill budget and reserve (the annotations' equivalents).

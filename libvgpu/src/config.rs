@@ -1,32 +1,48 @@
-//! Where the limits come from: the container's limits file (written by vgpu-hook, mounted read-only),
-//! which inside a container is the only source, or outside one a file named by VGPU_LIMITS_FILE, or the
-//! HAMi-core-compatible environment. Parsing is pure so it is unit-tested without a driver. Not
-//! here: the environment's grammar (`vgpu_ledger::envlimits`, shared with the hook) or the files' format.
+//! The library's one settings model: where the limits come from and what each GPU gets. The container's
+//! limits file (written by vgpu-hook, mounted read-only) is inside a container the only source; outside
+//! one a file named by VGPU_LIMITS_FILE, or the HAMi-core-compatible environment. Loaded once
+//! (`settings`), read by the memory side (`lookup`: `devices`) and the compute share (`share`:
+//! `compute::which`) alike; each GPU's limits are one `vgpu_ledger::GpuSettings`, whichever the source.
+//! Parsing is pure so it is unit-tested without a driver. Not here: the environment's grammars
+//! (`vgpu_ledger::envlimits`, `envcompute`, `memmode`, shared with the hook), which variables are read
+//! (`config::env`), the files' format.
 
-use crate::error::Error;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use vgpu_ledger::envcompute;
-use vgpu_ledger::envlimits::{self, EnvLimits};
+use vgpu_ledger::envcompute::{self, EnvCompute};
+use vgpu_ledger::envlimits::EnvLimits;
 use vgpu_ledger::limits::Limits;
-use vgpu_ledger::memmode::{self, ModeSettings};
-use vgpu_ledger::MemoryMode;
+use vgpu_ledger::memmode::ModeSettings;
+use vgpu_ledger::{GpuSettings, MemoryMode};
 
-pub const ENV_LIMIT: &str = envlimits::LIMIT_VAR;
-pub const ENV_CACHE: &str = vgpu_ledger::keys::env::SHARED_CACHE;
-pub const ENV_LIMITS_FILE: &str = envlimits::LIMITS_FILE_VAR;
-/// The environment mode's ledgers without CUDA_DEVICE_MEMORY_SHARED_CACHE: `<user folder>/cudevshr.cache.<uuid>`.
-pub const CACHE_NAME: &str = "cudevshr.cache";
-const ENV_XDG: &str = "XDG_RUNTIME_DIR";
+pub mod env;
+mod error;
+pub use error::{ConfigError, Unplaced};
 
-/// The limit and ledger of one GPU.
+/// One GPU's settings and its ledger: what a memory quota or a compute share on it is enforced with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceSpec {
-    pub limit: u64,
+    /// The GPU's limits, as the limits file holds them (the environment's made into the same shape).
+    pub settings: GpuSettings,
     pub ledger: PathBuf,
-    /// Plain, spill or oversubscribe (`vgpu_ledger::memmode`).
-    pub memory: MemoryMode,
+}
+
+impl DeviceSpec {
+    /// The memory quota in bytes (`lookup` gives a spec only for a GPU with one).
+    pub fn limit(&self) -> u64 {
+        self.settings.memory_limit.unwrap_or(u64::MAX)
+    }
+
+    /// The compute share (percent) and its pacing window (ms); None: no share (or the policy `disable`).
+    pub fn share(&self) -> Option<(u32, u32)> {
+        Some((
+            self.settings.compute_share()?,
+            self.settings
+                .compute_window_ms
+                .unwrap_or(envcompute::DEFAULT_WINDOW_MS),
+        ))
+    }
 }
 
 #[derive(Debug)]
@@ -40,17 +56,53 @@ pub enum Config {
         limits: Limits,
         mounted: bool,
     },
-    /// Environment variables. `dir`: the per-user folder the default `prefix` lies in (made and checked
-    /// when a ledger is opened); None when CUDA_DEVICE_MEMORY_SHARED_CACHE gave the prefix.
+    /// Environment variables: memory limits, compute shares, or both. `dir`: the per-user folder the
+    /// default `prefix` lies in (made and checked when a ledger is opened); None when
+    /// CUDA_DEVICE_MEMORY_SHARED_CACHE gave the prefix.
     Env {
-        global: u64,
-        per_index: BTreeMap<u32, u64>,
+        /// None: no memory limit (the unified-memory settings then are not read).
+        memory: Option<EnvMemory>,
+        /// None: no GPU has a share.
+        compute: Option<EnvShares>,
         prefix: String,
         dir: Option<PathBuf>,
-        /// VGPU_MEMORY_MODE / VGPU_MEMORY_SPILL / VGPU_MEMORY_RESERVE / CUDA_OVERSUBSCRIBE: every GPU
-        /// with a limit.
-        memory: MemoryMode,
     },
+}
+
+/// The environment's memory limits.
+#[derive(Debug)]
+pub struct EnvMemory {
+    /// `CUDA_DEVICE_MEMORY_LIMIT`; 0: none.
+    pub global: u64,
+    /// `CUDA_DEVICE_MEMORY_LIMIT_<i>` by NVML index; 0: none on that GPU.
+    pub per_index: BTreeMap<u32, u64>,
+    /// VGPU_MEMORY_MODE / VGPU_MEMORY_SPILL / VGPU_MEMORY_RESERVE / CUDA_OVERSUBSCRIBE: every GPU with a
+    /// limit.
+    pub mode: MemoryMode,
+}
+
+/// The environment's compute shares.
+#[derive(Debug)]
+pub struct EnvShares {
+    /// `CUDA_DEVICE_SM_LIMIT[_<i>]` and the policy.
+    pub shares: EnvCompute,
+    /// `VGPU_COMPUTE_WINDOW` in ms, or the default.
+    pub window_ms: u32,
+}
+
+impl EnvMemory {
+    /// The limit of `gpu` (0: none): its index's, else the global one. `CUDA_DEVICE_MEMORY_LIMIT_<i>` is
+    /// GPU `i` in NVML's order (HAMi-core's reading), so it follows the GPU whatever CUDA_VISIBLE_DEVICES
+    /// does.
+    fn limit_for(&self, gpu: Gpu<'_>) -> Result<u64, Unplaced> {
+        match gpu.index.and_then(|i| self.per_index.get(&i)) {
+            Some(&l) => Ok(l),
+            None if gpu.index.is_none() && !self.per_index.is_empty() => Err(Unplaced::NoIndex {
+                uuid: gpu.uuid.to_string(),
+            }),
+            None => Ok(self.global),
+        }
+    }
 }
 
 /// How the ledgers of a configuration are opened (`quota`).
@@ -78,48 +130,27 @@ pub struct Gpu<'a> {
     pub index: Option<u32>,
 }
 
-/// The quota of one GPU.
+/// The memory quota of one GPU.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
     Limit(DeviceSpec),
     NoLimit,
-    /// A limit applies to the process but cannot be placed on this GPU: CUDA is refused on it (the reason
-    /// is one line for the log).
-    Refuse(String),
-}
-
-/// The environment mode's pacing window (`VGPU_COMPUTE_WINDOW`, ms): the default when unset or empty; a
-/// malformed value is an error of one line naming the variable.
-pub fn env_window_ms(env: &[(String, String)]) -> Result<u32, envcompute::WindowError> {
-    match env.iter().rev().find(|(k, _)| k == envcompute::WINDOW_VAR) {
-        Some((k, v)) if !v.trim().is_empty() => envcompute::parse_window(v, k),
-        _ => Ok(envcompute::DEFAULT_WINDOW_MS),
-    }
+    /// A limit applies to the process but cannot be placed on this GPU: CUDA is refused on it.
+    Refuse(Unplaced),
 }
 
 impl Config {
     /// Reads the process environment and, when present, the limits file.
-    pub fn load() -> Result<Config, Error> {
-        let env: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .filter(|(k, _)| {
-                k.starts_with("CUDA_DEVICE_MEMORY_")
-                    || k.starts_with(envcompute::SM_LIMIT_VAR)
-                    || k == envcompute::POLICY_VAR
-                    || k == envcompute::WINDOW_VAR
-                    || k.starts_with("VGPU_MEMORY_")
-                    || k == memmode::OVERSUBSCRIBE_VAR
-                    || k == ENV_LIMITS_FILE
-                    || k == ENV_XDG
-            })
-            .collect();
-        Self::from_env(&env, Path::new(vgpu_ledger::layout::CONTAINER_LIMITS_PATH))
+    pub fn load() -> Result<Config, ConfigError> {
+        Self::from_env(
+            &env::vars(),
+            Path::new(vgpu_ledger::layout::CONTAINER_LIMITS_PATH),
+        )
     }
 
-    /// `env`: the relevant variables; `mounted`: where a container's limits file is mounted
-    /// (`vgpu_ledger::layout::CONTAINER_LIMITS_PATH`).
-    pub fn from_env(env: &[(String, String)], mounted: &Path) -> Result<Config, Error> {
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    /// `env`: the relevant variables ([`env::read_by_config`]); `mounted`: where a container's limits
+    /// file is mounted (`vgpu_ledger::layout::CONTAINER_LIMITS_PATH`).
+    pub fn from_env(vars: &[(String, String)], mounted: &Path) -> Result<Config, ConfigError> {
         // Inside a container (its limits file is mounted) that file is the only source: any user of the
         // container could copy it with a bigger number and name the copy in VGPU_LIMITS_FILE, or set
         // CUDA_DEVICE_MEMORY_LIMIT. The variable is for tests and the standalone mode; a file it names must
@@ -129,123 +160,126 @@ impl Config {
         let file = if in_container {
             Some((mounted.to_path_buf(), true))
         } else {
-            match get(ENV_LIMITS_FILE) {
+            match env::get(vars, vgpu_ledger::keys::env::LIMITS_FILE) {
                 Some(p) if !p.is_empty() => Some((PathBuf::from(p), false)),
                 _ => None,
             }
         };
         if let Some((path, mounted)) = file {
-            let limits = Limits::load(&path)
-                .map_err(|e| Error::Config(format!("limits file {}: {e}", path.display())))?;
-            return Ok(Config::File {
-                path,
-                limits,
-                mounted,
-            });
+            return match Limits::load(&path) {
+                Ok(limits) => Ok(Config::File {
+                    path,
+                    limits,
+                    mounted,
+                }),
+                Err(err) => Err(ConfigError::LimitsFile { path, err }),
+            };
         }
-        // The grammar is the hook's too (vgpu_ledger::envlimits): 0 or empty is no limit for those GPUs.
-        let limits = EnvLimits::parse(env).map_err(|e| Error::Config(e.to_string()))?;
-        // The compute share's variables are read by `compute`; a malformed one refuses CUDA like a
-        // malformed memory limit.
-        envcompute::EnvCompute::parse(env).map_err(|e| Error::Config(e.to_string()))?;
-        env_window_ms(env).map_err(|e| Error::Config(e.to_string()))?;
-        if limits.is_unlimited() {
+        // The grammars are the hook's too (vgpu_ledger::envlimits, envcompute): 0 or empty is no limit for
+        // those GPUs. A malformed share or window refuses CUDA like a malformed memory limit.
+        let limits = EnvLimits::parse(vars).map_err(ConfigError::Memory)?;
+        let shares = EnvCompute::parse(vars).map_err(ConfigError::Compute)?;
+        let window_ms = env::window_ms(vars).map_err(ConfigError::Window)?;
+        let memory = match limits.is_unlimited() {
+            true => None,
+            false => Some(EnvMemory {
+                global: limits.global.as_ref().map_or(0, |l| l.bytes),
+                per_index: limits
+                    .per_index
+                    .iter()
+                    .map(|(&i, l)| (i, l.bytes))
+                    .collect(),
+                mode: ModeSettings::from_env(vars)
+                    .parse()
+                    .map_err(ConfigError::Mode)?,
+            }),
+        };
+        let compute = (!shares.is_unlimited()).then_some(EnvShares { shares, window_ms });
+        if memory.is_none() && compute.is_none() {
             return Ok(Config::Unlimited);
         }
-        let memory = ModeSettings::from_env(env)
-            .parse()
-            .map_err(|e| Error::Config(e.to_string()))?;
-        let global = limits.global.as_ref().map_or(0, |l| l.bytes);
-        let per_index: BTreeMap<u32, u64> = limits
-            .per_index
-            .iter()
-            .map(|(&i, l)| (i, l.bytes))
-            .collect();
-        let (prefix, dir) = env_prefix(env);
+        let (prefix, dir) = env::ledger_prefix(vars);
         Ok(Config::Env {
-            global,
-            per_index,
+            memory,
+            compute,
             prefix,
             dir,
-            memory,
         })
     }
 
+    /// True when no memory limit applies anywhere (the memory hooks then only forward); the
+    /// environment's compute shares may still apply ([`Config::has_shares`]).
     pub fn is_unlimited(&self) -> bool {
-        matches!(self, Config::Unlimited)
+        matches!(self, Config::Unlimited | Config::Env { memory: None, .. })
     }
 
-    /// The quota of a GPU. The limits file knows GPUs by UUID (a MIG instance gets its GPU's quota);
-    /// a GPU it does not list is refused, never unlimited. The environment's `CUDA_DEVICE_MEMORY_LIMIT_<i>`
-    /// is GPU `i` in NVML's order (HAMi-core's reading), so it follows the GPU whatever
-    /// CUDA_VISIBLE_DEVICES does; each GPU or MIG instance has its own ledger `<prefix>.<uuid>`.
+    /// The memory quota of a GPU. The limits file knows GPUs by UUID (a MIG instance gets its GPU's
+    /// quota); a GPU it does not list is refused, never unlimited. The environment's limits are by NVML
+    /// index; each GPU or MIG instance has its own ledger `<prefix>.<uuid>`.
     pub fn lookup(&self, gpu: Gpu<'_>) -> Lookup {
         match self {
-            Config::Unlimited => Lookup::NoLimit,
-            Config::File { path, limits, .. } => {
-                match file_device(limits, gpu) {
-                    // Listed for its compute share alone: no memory quota on it.
-                    Some(d) if d.settings.memory_limit.is_none() => Lookup::NoLimit,
-                    Some(d) => Lookup::Limit(DeviceSpec {
-                        limit: d.settings.memory_limit.unwrap_or(u64::MAX),
-                        ledger: limits.ledger_path(path, d),
-                        memory: d.settings.memory,
-                    }),
-                    None => Lookup::Refuse(format!(
-                        "{}{} is not in the limits file {}",
-                        gpu.uuid,
-                        gpu.parent
-                            .map(|p| format!(" (MIG of {p})"))
-                            .unwrap_or_default(),
-                        path.display()
-                    )),
-                }
-            }
+            Config::Unlimited | Config::Env { memory: None, .. } => Lookup::NoLimit,
+            Config::File { path, limits, .. } => match file_device(limits, gpu) {
+                // Listed for its compute share alone: no memory quota on it.
+                Some(d) if d.settings.memory_limit.is_none() => Lookup::NoLimit,
+                Some(d) => Lookup::Limit(DeviceSpec {
+                    settings: d.settings,
+                    ledger: limits.ledger_path(path, d),
+                }),
+                None => Lookup::Refuse(Unplaced::NotInFile {
+                    uuid: gpu.uuid.to_string(),
+                    parent: gpu.parent.map(str::to_string),
+                    path: path.clone(),
+                }),
+            },
             Config::Env {
-                global,
-                per_index,
+                memory: Some(memory),
+                compute,
                 prefix,
-                memory,
                 ..
-            } => {
-                let limit = match gpu.index.and_then(|i| per_index.get(&i)) {
-                    Some(&l) => l,
-                    None if gpu.index.is_none() && !per_index.is_empty() => {
-                        return Lookup::Refuse(format!(
-                            "{}: NVML cannot tell its index, which CUDA_DEVICE_MEMORY_LIMIT_<i> needs",
-                            gpu.uuid
-                        ))
-                    }
-                    None => *global,
-                };
-                if limit == 0 {
-                    return Lookup::NoLimit;
-                }
-                Lookup::Limit(DeviceSpec {
-                    limit,
-                    ledger: env_ledger_path(prefix, gpu.uuid),
-                    memory: *memory,
-                })
-            }
+            } => match memory.limit_for(gpu) {
+                Err(why) => Lookup::Refuse(why),
+                Ok(0) => Lookup::NoLimit,
+                Ok(limit) => Lookup::Limit(DeviceSpec {
+                    settings: env_settings(Some(limit), memory.mode, compute.as_ref(), gpu),
+                    ledger: env::ledger_path(prefix, gpu.uuid),
+                }),
+            },
         }
     }
 
-    /// The compute share of a GPU listed in the limits file, its ledger (where the share's bucket is) and
-    /// its pacing window (ms): None without a limits file, for a GPU without a share (or with the policy
-    /// `disable`), and for a GPU the file does not list (CUDA is refused on it by the memory side). The
-    /// environment's shares are `compute`'s.
-    pub fn file_share(&self, gpu: Gpu<'_>) -> Option<(u32, PathBuf, u32)> {
-        let Config::File { path, limits, .. } = self else {
-            return None;
+    /// The compute share of a GPU: its settings and ledger (where the share's bucket is), for a GPU with
+    /// a share ([`DeviceSpec::share`]). None for a GPU without one (or under the policy `disable`), and
+    /// for a GPU the limits file does not list (CUDA is refused on it by the memory side). Inside a
+    /// container the shares are the limits file's alone.
+    pub fn share(&self, gpu: Gpu<'_>) -> Option<DeviceSpec> {
+        let spec = match self {
+            Config::Unlimited | Config::Env { compute: None, .. } => return None,
+            Config::File { path, limits, .. } => {
+                let d = file_device(limits, gpu)?;
+                DeviceSpec {
+                    settings: d.settings,
+                    ledger: limits.ledger_path(path, d),
+                }
+            }
+            Config::Env {
+                memory,
+                compute: compute @ Some(_),
+                prefix,
+                ..
+            } => {
+                let limit = memory
+                    .as_ref()
+                    .and_then(|m| m.limit_for(gpu).ok())
+                    .filter(|&l| l > 0);
+                let mode = memory.as_ref().map(|m| m.mode).unwrap_or_default();
+                DeviceSpec {
+                    settings: env_settings(limit, mode, compute.as_ref(), gpu),
+                    ledger: env::ledger_path(prefix, gpu.uuid),
+                }
+            }
         };
-        let d = file_device(limits, gpu)?;
-        Some((
-            d.settings.compute_share()?,
-            limits.ledger_path(path, d),
-            d.settings
-                .compute_window_ms
-                .unwrap_or(envcompute::DEFAULT_WINDOW_MS),
-        ))
+        spec.share().is_some().then_some(spec)
     }
 
     /// The limits file, when the configuration is one: what `vgpuctl update` rewrites (`live`).
@@ -256,9 +290,16 @@ impl Config {
         }
     }
 
-    /// Whether any GPU of the limits file has a compute share.
-    pub fn file_has_shares(&self) -> bool {
-        matches!(self, Config::File { limits, .. } if limits.devices.iter().any(|d| d.settings.compute_share().is_some()))
+    /// Whether any GPU has a compute share.
+    pub fn has_shares(&self) -> bool {
+        match self {
+            Config::Unlimited => false,
+            Config::File { limits, .. } => limits
+                .devices
+                .iter()
+                .any(|d| d.settings.compute_share().is_some()),
+            Config::Env { compute, .. } => compute.is_some(),
+        }
     }
 
     /// Whether any GPU with a memory limit is in oversubscribe mode: its launches then wait for their
@@ -271,7 +312,7 @@ impl Config {
                 .devices
                 .iter()
                 .any(|d| d.settings.memory_limit.is_some() && over(&d.settings.memory)),
-            Config::Env { memory, .. } => over(memory),
+            Config::Env { memory, .. } => memory.as_ref().is_some_and(|m| over(&m.mode)),
         }
     }
 
@@ -287,48 +328,29 @@ impl Config {
     }
 }
 
+/// One GPU's settings from the environment: its memory limit and mode, and its share with the policy and
+/// window where it has one.
+fn env_settings(
+    memory_limit: Option<u64>,
+    memory: MemoryMode,
+    compute: Option<&EnvShares>,
+    gpu: Gpu<'_>,
+) -> GpuSettings {
+    let share = compute.and_then(|c| Some((c.shares.share_for(gpu.index)?, c)));
+    GpuSettings {
+        memory_limit,
+        memory,
+        compute_limit: share.map(|(pct, _)| pct),
+        compute_policy: share.map(|(_, c)| c.shares.policy).unwrap_or_default(),
+        compute_window_ms: share.map(|(_, c)| c.window_ms),
+    }
+}
+
 /// A GPU's entry of a limits file, by its UUID or, for a MIG instance, its GPU's.
 fn file_device<'l>(limits: &'l Limits, gpu: Gpu<'_>) -> Option<&'l vgpu_ledger::DeviceLimit> {
     limits
         .device_by_uuid(gpu.uuid)
         .or_else(|| gpu.parent.and_then(|p| limits.device_by_uuid(p)))
-}
-
-/// The environment mode's ledger prefix and, without CUDA_DEVICE_MEMORY_SHARED_CACHE, the per-user folder
-/// it lies in. Never a folder every user shares: one user could truncate another's ledger (SIGBUS) or
-/// share its quota.
-pub fn env_prefix(env: &[(String, String)]) -> (String, Option<PathBuf>) {
-    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    match get(ENV_CACHE) {
-        Some(p) if !p.is_empty() => (p.to_string(), None),
-        _ => {
-            let dir = user_dir(get(ENV_XDG));
-            let prefix = dir.join(CACHE_NAME).to_string_lossy().into_owned();
-            (prefix, Some(dir))
-        }
-    }
-}
-
-/// The ledger of GPU `uuid` when configured by the environment: `<prefix>.<uuid>`.
-pub fn env_ledger_path(prefix: &str, uuid: &str) -> PathBuf {
-    PathBuf::from(format!("{prefix}.{uuid}"))
-}
-
-/// The folder of this user's default ledgers: `$XDG_RUNTIME_DIR/vgpu` when that variable names a folder
-/// of this (effective) user's, not through a symbolic link (the session's private folder), else
-/// `/tmp/vgpu-<uid>`. Made and checked (0700, this user's, not a link) by `quota` before use.
-pub fn user_dir(xdg: Option<&str>) -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    let ours = |p: &str| {
-        p.starts_with('/')
-            && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == me)
-    };
-    match xdg {
-        Some(x) if ours(x) => Path::new(x).join("vgpu"),
-        _ => PathBuf::from(format!("/tmp/vgpu-{me}")),
-    }
 }
 
 #[cfg(test)]

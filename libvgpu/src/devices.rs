@@ -148,17 +148,17 @@ fn resolve(cfg: &Config, dev: CUdevice) -> Result<Option<DeviceQuota>, Error> {
         }
         Lookup::Limit(s) => s,
     };
-    match DeviceQuota::open_unattached(dev, uuid, spec.limit, &spec.ledger, cfg.ledger_mode()) {
+    match DeviceQuota::open_unattached(dev, uuid, spec.limit(), &spec.ledger, cfg.ledger_mode()) {
         Ok(mut q) => {
-            q.memory = spec.memory;
+            q.memory = spec.settings.memory;
             if let Some(file) = cfg.limits_file() {
                 q.follow(file);
             }
             log::info(format_args!(
                 "device {dev} ({uuid}): limit {} bytes, ledger {}, memory mode {}",
-                spec.limit,
+                spec.limit(),
                 spec.ledger.display(),
-                spec.memory
+                spec.settings.memory
             ));
             Ok(Some(q))
         }
@@ -226,10 +226,10 @@ pub fn view_of(id: &Identity, config: ConfigFn) -> Result<Option<UuidView>, Erro
                 Some(file) => (
                     crate::live::entry(file, &l, &spec.ledger)
                         .and_then(|(_, d)| d.settings.memory_limit)
-                        .unwrap_or(spec.limit),
+                        .unwrap_or(spec.limit()),
                     l.used(),
                 ),
-                None => (spec.limit, l.used()),
+                None => (spec.limit(), l.used()),
             },
             Err(e) => {
                 log::error(format_args!("ledger {}: {e}", spec.ledger.display()));
@@ -237,7 +237,7 @@ pub fn view_of(id: &Identity, config: ConfigFn) -> Result<Option<UuidView>, Erro
             }
         }
     } else {
-        (spec.limit, 0)
+        (spec.limit(), 0)
     };
     Ok(Some(UuidView { limit, used }))
 }

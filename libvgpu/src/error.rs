@@ -10,8 +10,6 @@ use crate::ffi::{
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
-    /// The limits file or the limit environment cannot be read (the message says why).
-    Config(String),
     /// CUDA is refused in this process: its configuration could not be read (logged once, when loaded).
     Refused,
     /// A limit applies to a device but cannot be enforced there (its UUID or its ledger is unusable).
@@ -30,11 +28,9 @@ impl Error {
     pub fn cuda(&self) -> CUresult {
         match self {
             Error::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
-            Error::Config(_)
-            | Error::Refused
-            | Error::Unenforceable
-            | Error::Ledger(_)
-            | Error::NoUuid => CUDA_ERROR_NOT_INITIALIZED,
+            Error::Refused | Error::Unenforceable | Error::Ledger(_) | Error::NoUuid => {
+                CUDA_ERROR_NOT_INITIALIZED
+            }
         }
     }
 
@@ -47,7 +43,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Config(m) | Error::Ledger(m) => f.write_str(m),
+            Error::Ledger(m) => f.write_str(m),
             Error::Refused => f.write_str("CUDA is refused in this process"),
             Error::Unenforceable => f.write_str("a limit applies but cannot be enforced"),
             Error::NoUuid => f.write_str("the driver gives no UUID for the device"),
@@ -64,7 +60,6 @@ mod tests {
     fn codes_at_the_edge() {
         assert_eq!(Error::OutOfMemory.cuda(), CUDA_ERROR_OUT_OF_MEMORY);
         assert_eq!(Error::Unenforceable.cuda(), CUDA_ERROR_NOT_INITIALIZED);
-        assert_eq!(Error::Config("x".into()).cuda(), CUDA_ERROR_NOT_INITIALIZED);
         assert_eq!(Error::Refused.cuda(), CUDA_ERROR_NOT_INITIALIZED);
         assert_eq!(Error::Unenforceable.nvml(), NVML_ERROR_UNKNOWN);
         assert_eq!(

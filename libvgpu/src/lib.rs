@@ -11,10 +11,12 @@
 //!   and process life), `devices` (which quota governs a device), `quota` (one GPU's ledger and slot),
 //!   `records` (what this process charged), `identity` (a device's UUID, MIG parent and NVML index),
 //!   `userfiles` (the environment mode's per-user folder and which of its files may be used);
-//! - leaves: `config` (parsing), `virt` (arithmetic of the view), `solo` (what a launch is charged under
+//! - leaves: `config` (the one settings model: the limits file or the environment, each GPU's
+//!   `GpuSettings`), `clock` (CLOCK_MONOTONIC), `virt` (arithmetic of the view), `solo` (what a launch is charged under
 //!   a compute share), `real` (the real symbols), `error`,
 //!   `guard` (panics and exit), `log`, `ffi`.
 
+mod clock;
 pub mod compute;
 pub mod config;
 mod devices;

@@ -66,7 +66,7 @@ const SETTLE_NS: u64 = 100_000_000;
 
 /// One quota's watch of its limits file: when to look next and the file as last applied.
 pub struct FileWatch {
-    /// `coarse_ms()` at which the file is looked at next; `u64::MAX`: never (nothing to follow).
+    /// `clock::coarse_ms()` at which the file is looked at next; `u64::MAX`: never (nothing to follow).
     due: AtomicU64,
     /// The file as last applied (`stamp`; 0: not read since the process loaded it).
     seen: AtomicU64,
@@ -87,14 +87,15 @@ impl FileWatch {
         if let Some((s, _)) = stamp(file) {
             self.seen.store(s, Relaxed);
         }
-        self.due.store(coarse_ms() + FILE_CHECK_MS, Relaxed);
+        self.due
+            .store(crate::clock::coarse_ms() + FILE_CHECK_MS, Relaxed);
     }
 
     /// Whether the file is to be looked at now: one coarse clock read.
     #[inline]
     pub fn due(&self) -> bool {
         let due = self.due.load(Relaxed);
-        due != u64::MAX && coarse_ms() >= due
+        due != u64::MAX && crate::clock::coarse_ms() >= due
     }
 
     /// The entry of the limits file at `file` for `ledger_path` when the file changed since it was last
@@ -102,7 +103,7 @@ impl FileWatch {
     /// None otherwise (looked at again in `FILE_CHECK_MS`, or sooner while it settles).
     #[cold]
     pub fn changed(&self, file: &Path, ledger_path: &Path) -> Option<DeviceLimit> {
-        let now = coarse_ms();
+        let now = crate::clock::coarse_ms();
         self.due.store(now + FILE_CHECK_MS, Relaxed);
         let (before, age_ns) = stamp(file)?;
         if before == self.seen.load(Relaxed) {
@@ -158,16 +159,4 @@ fn stamp(file: &Path) -> Option<(u64, u64)> {
         .map_or(0, |d| d.as_nanos() as i128);
     let age = u64::try_from(now_ns - changed_ns).unwrap_or(0);
     Some((h.finish().max(1), age))
-}
-
-/// Milliseconds of CLOCK_MONOTONIC_COARSE (a few ns to read; ticks of a few ms are enough for a watch
-/// of once a second).
-fn coarse_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC_COARSE exists on Linux since 2.6.32.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }

@@ -490,15 +490,7 @@ fn provisioned(path: &Path) -> Result<(), String> {
 /// Milliseconds since the first call (a monotonic clock for backoffs).
 pub(crate) fn millis() -> u64 {
     static EPOCH: AtomicU64 = AtomicU64::new(0);
-    let now = {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-    };
+    let now = crate::clock::mono_ns() / 1_000_000;
     let e = EPOCH.load(Ordering::Relaxed);
     if e == 0 {
         let _ = EPOCH.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);

@@ -1,13 +1,14 @@
 //! The process's configuration, loaded once on first use (never in a constructor), and the start of
-//! process-life handling when a limit applies. Parsing lives in `config`; quotas in `devices`.
+//! process-life handling when a memory limit applies. The model and its parsing live in `config`; quotas
+//! in `devices`; which devices have a compute share in `compute::which`.
 
 use std::sync::OnceLock;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::error::Error;
 use crate::{lifecycle, log};
 
-static CONFIG: OnceLock<Result<Config, Error>> = OnceLock::new();
+static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
 
 /// The configuration; an error is logged once and makes CUDA refuse to start in this process.
 ///
@@ -24,20 +25,25 @@ pub fn config() -> Result<&'static Config, Error> {
 }
 
 #[cold]
-fn publish(c: Result<Config, Error>) -> &'static Result<Config, Error> {
-    // `set` only moves the value in under the cell's lock: nothing runs under it.
-    if CONFIG.set(c).is_ok() {
-        match CONFIG.get() {
-            Some(Err(e)) => log::error(format_args!("{e}; CUDA is refused in this process")),
-            Some(Ok(c)) if !c.is_unlimited() => {
+fn publish(c: Result<Config, ConfigError>) -> &'static Result<Config, ConfigError> {
+    // The closure only moves the value in under the cell's lock: nothing runs under it. A thread that
+    // lost the race drops its copy and gets the published one.
+    let mut ours = false;
+    let published = CONFIG.get_or_init(|| {
+        ours = true;
+        c
+    });
+    if ours {
+        match published {
+            Err(e) => log::error(format_args!("{e}; CUDA is refused in this process")),
+            Ok(c) if !c.is_unlimited() => {
                 lifecycle::register();
                 log::info(format_args!("configuration: {c:?}"));
             }
             _ => {}
         }
     }
-    // Set above by us or by another thread: the fallback never runs.
-    CONFIG.get_or_init(|| Err(Error::Refused))
+    published
 }
 
 /// True when no quota applies anywhere (the hooks then only forward).

@@ -25,7 +25,7 @@ pub(crate) fn trusted(path: &Path, may_be_missing: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The environment mode's per-user folder (`config::user_dir`): made if missing (0700); used only when it
+/// The environment mode's per-user folder (`config::env::user_dir`): made if missing (0700); used only when it
 /// is a folder, not a symbolic link, of this (effective) user's, with mode 0700 — so no other user can
 /// reach the ledgers in it. Anything else is refused rather than repaired.
 pub(crate) fn private_dir(dir: &Path) -> Result<(), String> {

@@ -6,7 +6,6 @@
 //! enum (`PlanError`, `AdmissionError`, `ProvisionError`, `RootfsError`, `EditError`, `SpecError`, ...),
 //! whose `Display` is the whole line, so it reads the same through `anyhow`.
 
-use crate::admission::{self, Policy};
 use crate::edits::{self, ContainerEdits};
 use crate::plan::{self, Plan};
 use crate::provision::{self, Owner, Provisioned};
@@ -15,6 +14,7 @@ use crate::rootfs::Rootfs;
 use crate::spec::Spec;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
+use vgpu_host::admission::{self, Policy};
 use vgpu_host::config::Config;
 use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::layout;
@@ -118,14 +118,17 @@ impl<'a> Create<'a> {
         Ok(e)
     }
 
-    /// Admits the quota (the node's GPUs are not overcommitted: `crate::admission`) and provisions
+    /// Admits the quota (the node's GPUs are not overcommitted: `vgpu_host::admission`) and provisions
     /// `<root>/containers/<id>/`, never over a folder that is there ([`provision::AlreadyExists`]);
     /// returns the folder this call made.
     pub fn provision(&self, owner: Owner, image: &Image) -> Result<Provisioned, CreateError> {
-        let _admitted =
-            admission::admit(self.root, Policy::of(self.cfg), self.id, &self.plan, || {
-                vgpu_host::nvml::open(&self.cfg.nvml_library).and_then(|n| n.devices())
-            })?;
+        let _admitted = admission::admit(
+            self.root,
+            Policy::of(self.cfg),
+            self.id,
+            &self.plan.gpus,
+            || vgpu_host::nvml::open(&self.cfg.nvml_library).and_then(|n| n.devices()),
+        )?;
         Ok(provision::provision(
             self.root,
             self.id,

@@ -175,14 +175,14 @@ fn provision_stage(cfg: &Config, root: &StateRoot, st: &State) -> Result<()> {
     Ok(())
 }
 
-/// The quotas as the container cgroup's limits in the driver too, when asked for (`crate::driverlimit`).
+/// The quotas as the container cgroup's limits in the driver too, when asked for (`vgpu_host::driverlimit`).
 fn driver_limit(cfg: &Config, root: &StateRoot, id: &str, pid: u32) -> Result<()> {
     if !cfg.driver_memory_limit {
         return Ok(());
     }
     let limits = vgpu_ledger::hostfile::load_limits(&root.limits_path(id)?)
         .map_err(|e| anyhow!("container {id}: {e}"))?;
-    Ok(crate::driverlimit::apply(cfg, pid, &limits)?)
+    Ok(vgpu_host::driverlimit::apply(cfg, pid, &limits)?)
 }
 
 fn precreate(cfg: &Config, text: &str, output: &mut dyn Write) -> Result<()> {

@@ -14,13 +14,11 @@
 //! collector the hook runs after each stage, and the removal of state whose create was killed, are the host
 //! tools' (`vgpu_host::gc`, `vgpu_host::abandoned`). See docs/oci.md.
 
-pub mod admission;
 pub mod args;
 pub mod claim_quota;
 pub mod cli;
 pub mod compute_request;
 pub mod create;
-pub mod driverlimit;
 pub mod edits;
 pub mod gpus;
 pub mod hook;

@@ -8,25 +8,18 @@ use crate::gpus;
 use crate::memory_request;
 use crate::request::{Request, RequestError, SpecFacts};
 use vgpu_host::nvml::{HostGpu, NvmlError};
+use vgpu_host::request::GpuRequest;
 use vgpu_ledger::format_bytes;
 use vgpu_ledger::keys;
 use vgpu_ledger::{GpuSettings, MemoryMode};
 
-/// One limited GPU of the container: a memory quota, a compute share, or both.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedGpu {
-    /// The container's GPU index.
-    pub index: usize,
-    pub uuid: String,
-    /// What the GPU gets, as its limits.json entry holds it (`vgpu_ledger::settings`): the request's
-    /// values for this GPU, the node's default quota, each container-wide value where it applies.
-    pub settings: GpuSettings,
-}
-
 /// A validated quota.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    pub gpus: Vec<PlannedGpu>,
+    /// The container's limited GPUs, each with what it gets there (a memory quota, a compute share, or
+    /// both): the request's values for the GPU, the node's default quota, each container-wide value where
+    /// it applies.
+    pub gpus: Vec<GpuRequest>,
     /// The Kubernetes names from the annotations, recorded for the monitor.
     pub kubernetes: Option<vgpu_ledger::KubeNames>,
 }
@@ -201,7 +194,7 @@ pub fn plan_with(
                 total: g.total_memory,
             });
         }
-        out.push(PlannedGpu {
+        out.push(GpuRequest {
             index: i,
             uuid: g.uuid.clone(),
             settings,

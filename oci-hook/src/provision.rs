@@ -1,5 +1,5 @@
 //! The per-container state on the host: `<root>/containers/<id>/{limits.json, ledgers/, ld.so.preload}`
-//! made and recorded. Not here: removing it (`vgpu_host::removal`), its paths (`vgpu_ledger::layout`), its walk (`vgpu_ledger::walk`).
+//! made and recorded. Not here: removing it (`vgpu_host::removal`), its paths (`vgpu_ledger::layout`), its walk (`vgpu_host::walk`).
 //!
 //! The state is built in a hidden temporary folder and renamed into place, so a failure at any step leaves
 //! nothing behind, and a reader never sees a half-made container folder. The rename never replaces a
@@ -219,7 +219,9 @@ pub fn provision(
     let mut limits = limits_for(id, plan, &owner)?;
     // Who provisions: state without an owner whose creator is gone is collected (`vgpu_host::abandoned`, `vgpu_host::creator`).
     limits.creator = vgpu_host::creator::current();
-    let containers = containers_dir(root).map_err(|e| no_space(e, root, id, plan))?;
+    let containers = root
+        .prepare_containers()
+        .map_err(|e| no_space(e.into(), root, id, plan))?;
     match fs::symlink_metadata(&dir) {
         Ok(_) if !walk::is_marked(&dir) => return Err(ProvisionError::NotOurs { dir }),
         Ok(_) => {
@@ -283,41 +285,6 @@ pub fn provision(
         }
     }
     Ok(Provisioned { dir, token })
-}
-
-/// `<root>/containers/`, made (and marked) if missing, adopted (marked) if empty; one that holds anything
-/// but no marker is someone else's folder and is refused.
-pub(crate) fn containers_dir(root: &StateRoot) -> Result<PathBuf> {
-    let containers = root.containers_dir();
-    for d in [root.root(), containers.as_path()] {
-        match fs::DirBuilder::new().mode(0o711).create(d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(ProvisionError::io(
-                    format!("cannot create {}", d.display()),
-                    e,
-                ))
-            }
-        }
-    }
-    if !walk::is_marked(&containers) {
-        let empty = fs::read_dir(&containers)
-            .map_err(|e| ProvisionError::io(format!("cannot list {}", containers.display()), e))?
-            .next()
-            .is_none();
-        // Asked again: another provision may have marked it and put its folder in since.
-        if !empty && !walk::is_marked(&containers) {
-            return Err(ProvisionError::ForeignRoot { dir: containers });
-        }
-        walk::mark(&containers).map_err(|e| {
-            ProvisionError::io(
-                format!("cannot write the marker in {}", containers.display()),
-                e,
-            )
-        })?;
-    }
-    Ok(containers)
 }
 
 /// Bytes the state of `plan` takes on the state root's file system, ledgers allocated up front.

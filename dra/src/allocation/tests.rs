@@ -49,7 +49,10 @@ fn the_recorded_claim_is_8gi_and_30_percent_of_gpu_0() {
         (d[0].request.as_str(), d[0].device.as_str(), d[0].gpu.index),
         ("gpu", "gpu-0", 0)
     );
-    assert_eq!((d[0].memory, d[0].compute), (8 << 30, Some(30)));
+    assert_eq!(
+        (d[0].settings.memory_limit, d[0].settings.compute_limit),
+        (Some(8 << 30), Some(30))
+    );
     assert_eq!(
         quota(&d),
         "vgpu.io/memory-limit=8589934592,vgpu.io/compute-limit=30"
@@ -75,14 +78,17 @@ fn whole_devices_and_shares_of_none_or_all() {
     let mut c = recorded_claim();
     results(&mut c)[0].consumed_capacity = None;
     let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
-    assert_eq!((d[0].memory, d[0].compute), (16 << 30, None));
+    assert_eq!(
+        (d[0].settings.memory_limit, d[0].settings.compute_limit),
+        (Some(16 << 30), None)
+    );
     for all_or_none in ["0", "100"] {
         results(&mut c)[0].consumed_capacity = Some(BTreeMap::from([(
             "compute".into(),
             Quantity(all_or_none.into()),
         )]));
         let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
-        assert_eq!(d[0].compute, None);
+        assert_eq!(d[0].settings.compute_limit, None);
     }
 }
 

@@ -21,7 +21,7 @@ fn gpu(uuid: &str, index: Option<u32>) -> Gpu<'_> {
 
 fn limit(c: &Config, g: Gpu<'_>) -> Option<u64> {
     match c.lookup(g) {
-        Lookup::Limit(s) => Some(s.limit),
+        Lookup::Limit(s) => Some(s.limit()),
         _ => None,
     }
 }
@@ -41,6 +41,8 @@ fn limits_file_refuses_unlisted_gpus_and_gives_mig_its_gpus_quota() {
     let Lookup::Refuse(why) = c.lookup(gpu("GPU-b", Some(0))) else {
         panic!("an unlisted GPU must be refused")
     };
+    assert!(matches!(&why, Unplaced::NotInFile { uuid, .. } if uuid == "GPU-b"));
+    let why = why.to_string();
     assert!(
         why.contains("GPU-b") && why.contains("limits.json"),
         "{why}"
@@ -86,7 +88,7 @@ fn inside_a_container_the_mounted_limits_file_is_the_only_source() {
     let Lookup::Limit(s) = c.lookup(gpu("GPU-a", Some(0))) else {
         panic!("the mounted file's GPU has a limit")
     };
-    assert_eq!(s.limit, 4096);
+    assert_eq!(s.limit(), 4096);
     assert_eq!(s.ledger, dir.path().join("ledgers/GPU-a.ledger"));
     assert_eq!(c.ledger_mode(), LedgerMode::Provisioned, "never created");
     let named = Config::from_env(&env, Path::new(NOFILE)).unwrap();
@@ -118,31 +120,29 @@ fn compute_shares_come_from_the_mounted_limits_file_alone() {
         ("VGPU_COMPUTE_WINDOW", "5s"),
     ]);
     let c = Config::from_env(&env, &mounted).unwrap();
-    assert!(c.file_has_shares());
+    assert!(c.has_shares());
     // GPU-a: a share alone, no memory quota.
     assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
+    let share = |g| c.share(g).map(|s| (s.share().unwrap(), s.ledger));
     assert_eq!(
-        c.file_share(gpu("GPU-a", Some(0))),
-        Some((30, dir.path().join("ledgers/GPU-a.ledger"), 1000)),
+        share(gpu("GPU-a", Some(0))),
+        Some(((30, 1000), dir.path().join("ledgers/GPU-a.ledger"))),
         "no window in the file: the default, not the tenant's variable"
     );
     assert_eq!(limit(&c, gpu("GPU-b", None)), Some(4096));
-    assert_eq!(
-        c.file_share(gpu("GPU-b", None)).map(|s| (s.0, s.2)),
-        Some((70, 250))
-    );
+    assert_eq!(share(gpu("GPU-b", None)).map(|s| s.0), Some((70, 250)));
     let mig = Gpu {
         uuid: "MIG-x",
         parent: Some("GPU-b"),
         index: Some(1),
     };
-    assert_eq!(c.file_share(mig).map(|s| s.0), Some(70));
-    assert_eq!(c.file_share(gpu("GPU-c", Some(2))), None);
-    assert_eq!(c.file_share(gpu("GPU-z", Some(3))), None);
-    // No limits file: the environment's shares are not the file's.
+    assert_eq!(share(mig).map(|s| s.0 .0), Some(70));
+    assert_eq!(share(gpu("GPU-c", Some(2))), None);
+    assert_eq!(share(gpu("GPU-z", Some(3))), None);
+    // No limits file: the environment's shares (here none: 0 is no share).
     let c = Config::from_env(&env[..1], Path::new(NOFILE)).unwrap();
-    assert!(!c.file_has_shares());
-    assert_eq!(c.file_share(gpu("GPU-a", Some(0))), None);
+    assert!(!c.has_shares());
+    assert_eq!(c.share(gpu("GPU-a", Some(0))), None);
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn global_and_per_index_limits() {
     let Lookup::Limit(d0) = c.lookup(gpu("GPU-a", Some(0))) else {
         panic!()
     };
-    assert_eq!(d0.limit, 1 << 30);
+    assert_eq!(d0.limit(), 1 << 30);
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     assert_eq!(
@@ -179,7 +179,19 @@ fn global_and_per_index_limits() {
         PathBuf::from(format!("/tmp/vgpu-{me}/cudevshr.cache.GPU-a"))
     );
     assert_eq!(limit(&c, gpu("GPU-b", Some(1))), Some(512 << 20));
-    assert!(matches!(c.lookup(gpu("GPU-b", None)), Lookup::Refuse(m) if m.contains("index")));
+    let Lookup::Refuse(why) = c.lookup(gpu("GPU-b", None)) else {
+        panic!("per-index limits need the GPU's index")
+    };
+    assert_eq!(
+        why,
+        Unplaced::NoIndex {
+            uuid: "GPU-b".into()
+        }
+    );
+    assert!(
+        why.to_string().contains("CUDA_DEVICE_MEMORY_LIMIT_<i>"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -235,9 +247,11 @@ fn shared_cache_prefix() {
     assert_eq!(
         c.lookup(gpu("GPU-1", None)),
         Lookup::Limit(DeviceSpec {
-            limit: 256 << 20,
+            settings: GpuSettings {
+                memory_limit: Some(256 << 20),
+                ..Default::default()
+            },
             ledger: "/x/q.GPU-1".into(),
-            memory: MemoryMode::Plain,
         })
     );
 }
@@ -341,7 +355,7 @@ fn memory_modes_from_the_environment_apply_to_every_limited_gpu() {
     .unwrap();
     match c.lookup(gpu("GPU-1", Some(0))) {
         Lookup::Limit(s) => assert_eq!(
-            s.memory,
+            s.settings.memory,
             MemoryMode::Spill {
                 spill_limit: 8 << 30
             }
@@ -360,7 +374,10 @@ fn memory_modes_from_the_environment_apply_to_every_limited_gpu() {
     assert!(matches!(
         c.lookup(gpu("GPU-1", Some(0))),
         Lookup::Limit(DeviceSpec {
-            memory: MemoryMode::Oversubscribe { .. },
+            settings: GpuSettings {
+                memory: MemoryMode::Oversubscribe { .. },
+                ..
+            },
             ..
         })
     ));
@@ -379,13 +396,13 @@ fn memory_modes_from_the_environment_apply_to_every_limited_gpu() {
 
 #[test]
 fn the_environment_window_is_checked_with_the_configuration() {
-    assert_eq!(env_window_ms(&env(&[])), Ok(1000));
+    assert_eq!(env::window_ms(&env(&[])), Ok(1000));
     assert_eq!(
-        env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", " ")])),
+        env::window_ms(&env(&[("VGPU_COMPUTE_WINDOW", " ")])),
         Ok(1000)
     );
     assert_eq!(
-        env_window_ms(&env(&[("VGPU_COMPUTE_WINDOW", "250ms")])),
+        env::window_ms(&env(&[("VGPU_COMPUTE_WINDOW", "250ms")])),
         Ok(250)
     );
     let e = Config::from_env(
@@ -431,4 +448,51 @@ fn the_turn_gate_applies_where_a_limited_gpu_is_oversubscribed() {
         !from_env(&[("CUDA_OVERSUBSCRIBE", "true")]).any_oversubscribed(),
         "no limit: unlimited"
     );
+}
+
+// The environment's compute shares come from the one loader (they were read a second time by the
+// compute share, apart from the memory limits): a share alone leaves the memory hooks forwarding.
+#[test]
+fn the_environments_shares_are_the_same_configurations() {
+    let vars = env(&[
+        ("CUDA_DEVICE_SM_LIMIT", "30"),
+        ("CUDA_DEVICE_SM_LIMIT_1", "100"),
+        ("VGPU_COMPUTE_WINDOW", "250ms"),
+        ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/x/q"),
+        // not read without a memory limit, as before
+        ("VGPU_MEMORY_MODE", "swap"),
+    ]);
+    let c = Config::from_env(&vars, Path::new(NOFILE)).unwrap();
+    assert!(c.is_unlimited() && c.has_shares() && !c.any_oversubscribed());
+    assert_eq!(c.lookup(gpu("GPU-a", Some(0))), Lookup::NoLimit);
+    let s = c.share(gpu("GPU-a", Some(0))).unwrap();
+    assert_eq!(
+        (s.share(), s.ledger, s.settings.memory_limit),
+        (Some((30, 250)), PathBuf::from("/x/q.GPU-a"), None)
+    );
+    assert_eq!(c.share(gpu("GPU-b", Some(1))), None, "100 is no share");
+    assert_eq!(c.ledger_mode(), LedgerMode::Env { dir: None });
+    // With a memory limit, one GPU's settings carry both.
+    let mut vars = vars[..4].to_vec();
+    vars.push(("CUDA_DEVICE_MEMORY_LIMIT".into(), "1g".into()));
+    let c = Config::from_env(&vars, Path::new(NOFILE)).unwrap();
+    let Lookup::Limit(m) = c.lookup(gpu("GPU-a", Some(0))) else {
+        panic!()
+    };
+    assert_eq!(m, c.share(gpu("GPU-a", Some(0))).unwrap());
+    assert_eq!((m.limit(), m.share()), (1 << 30, Some((30, 250))));
+    // Disabled: no share anywhere, and nothing else set is no limit at all.
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    assert!(matches!(c, Config::Unlimited));
+    // A malformed share is the loader's typed error.
+    let e =
+        Config::from_env(&env(&[("CUDA_DEVICE_SM_LIMIT", "x")]), Path::new(NOFILE)).unwrap_err();
+    assert!(matches!(e, ConfigError::Compute(_)), "{e:?}");
 }

@@ -409,7 +409,7 @@ fn per_gpu_and_all() {
     // The annotation wins, so only GPU 1 of the container (host GPU 0) is limited.
     assert_eq!(
         p.gpus,
-        vec![PlannedGpu {
+        vec![GpuRequest {
             index: 1,
             uuid: "GPU-0".into(),
             settings: GpuSettings {
@@ -463,7 +463,7 @@ fn env_zero_is_no_quota_and_never_touches_nvml() {
     .unwrap();
     assert_eq!(
         p.gpus,
-        vec![PlannedGpu {
+        vec![GpuRequest {
             index: 1,
             uuid: "GPU-1".into(),
             settings: GpuSettings {
@@ -484,7 +484,7 @@ fn env_zero_is_no_quota_and_never_touches_nvml() {
     .unwrap();
     assert_eq!(
         p.gpus,
-        vec![PlannedGpu {
+        vec![GpuRequest {
             index: 0,
             uuid: "GPU-0".into(),
             settings: GpuSettings {

@@ -5,6 +5,7 @@
 use std::io;
 use std::path::PathBuf;
 use vgpu_host::removal::RemoveError;
+use vgpu_host::walk::PrepareError;
 use vgpu_ledger::layout::{LayoutError, MARKER_FILE_NAME};
 use vgpu_ledger::limits::LimitsError;
 use vgpu_ledger::LedgerError;
@@ -84,6 +85,15 @@ fn ledger_cause(err: &LedgerError) -> String {
     match err {
         LedgerError::Io { source, .. } => source.to_string(),
         e => e.to_string(),
+    }
+}
+
+impl From<PrepareError> for ProvisionError {
+    fn from(e: PrepareError) -> ProvisionError {
+        match e {
+            PrepareError::Io { what, err } => ProvisionError::Io { what, err },
+            PrepareError::NotOurs { dir } => ProvisionError::ForeignRoot { dir },
+        }
     }
 }
 

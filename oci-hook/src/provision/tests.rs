@@ -2,8 +2,8 @@
 //! owned, removed.
 
 use super::*;
-use crate::plan::PlannedGpu;
 use vgpu_host::removal::{remove, RemoveError};
+use vgpu_host::request::GpuRequest;
 use vgpu_ledger::envcompute::Policy;
 use vgpu_ledger::GpuSettings;
 
@@ -18,7 +18,7 @@ fn entries(root: &StateRoot) -> usize {
 fn plan(limit: u64) -> Plan {
     Plan {
         kubernetes: None,
-        gpus: vec![PlannedGpu {
+        gpus: vec![GpuRequest {
             index: 0,
             uuid: "GPU-fa4ec0de-0000-4000-8000-000000000000".into(),
             settings: GpuSettings {
@@ -64,7 +64,7 @@ fn the_compute_window_is_written_beside_each_share_and_absent_otherwise() {
     let mut p = plan(1 << 30);
     p.gpus[0].settings.compute_limit = Some(30);
     p.gpus[0].settings.compute_window_ms = Some(250);
-    p.gpus.push(PlannedGpu {
+    p.gpus.push(GpuRequest {
         index: 1,
         uuid: "GPU-fa4ec0de-0000-4000-8000-000000000001".into(),
         settings: GpuSettings {

@@ -1,12 +1,12 @@
 //! What `vgpuctl update` asks and what it changes: the options read with the annotations' grammar and
-//! one-line errors, the request applied to a container's limits (pure: no file, no lock), the plan
-//! admission checks. Not here: the lock, the files (`update::apply`).
+//! one-line errors, the request applied to a container's limits (pure: no file, no lock). What admission
+//! checks is the changed limits' GPUs (`vgpu_host::request::GpuRequest::of_limits`). Not here: the lock,
+//! the files (`update::apply`).
 
 use serde::Serialize;
 use vgpu_ledger::envcompute::{parse_annotation_percent, parse_window};
 use vgpu_ledger::limits::{DeviceLimit, Limits};
 use vgpu_ledger::GpuSettings;
-use vgpu_oci::plan::{Plan, PlannedGpu};
 
 /// Why an update is refused. Each is one line; nothing was changed.
 #[derive(Debug, thiserror::Error)]
@@ -207,21 +207,5 @@ fn change(d: &DeviceLimit, setting: &'static str, from: Option<u64>, to: u64) ->
         setting,
         from,
         to,
-    }
-}
-
-/// What admission checks for the container's limits: its GPUs with their settings as they are.
-pub fn plan_of(limits: &Limits) -> Plan {
-    Plan {
-        gpus: limits
-            .devices
-            .iter()
-            .map(|d| PlannedGpu {
-                index: d.index as usize,
-                uuid: d.uuid.clone(),
-                settings: d.settings,
-            })
-            .collect(),
-        kubernetes: limits.kubernetes.clone(),
     }
 }

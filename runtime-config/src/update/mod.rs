@@ -23,14 +23,15 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use vgpu_host::admission::{self, Policy};
 use vgpu_host::held::HeldError;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
 use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
+use vgpu_host::request::GpuRequest;
 use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{format_bytes, hostfile, live, Limits};
-use vgpu_oci::admission::{self, Policy};
 
-use crate::update::change::{apply, plan_of, Change, Request, UpdateError};
+use crate::update::change::{apply, Change, Request, UpdateError};
 
 /// Why `vgpuctl update` failed: a refusal of the change (`UpdateError`), or what it read, admitted or wrote.
 /// Each is one line naming the container or the file; a cause already in the line is not also a `source`.
@@ -259,7 +260,9 @@ pub fn update(
         })?;
         let total = |uuid: &str| gpus.iter().find(|g| g.uuid == uuid).map(|g| g.total_memory);
         let (mut after, changes) = apply(&before, req, total)?;
-        let _lock = admission::admit(root, policy, id, &plan_of(&after), || Ok(gpus.clone()))?;
+        let _lock = admission::admit(root, policy, id, &GpuRequest::of_limits(&after), || {
+            Ok(gpus.clone())
+        })?;
         // Under the lock: another update may have come first; start again from what it wrote.
         if hostfile::load_limits(&path)? != before {
             continue;

@@ -4,8 +4,9 @@ use super::change::UpdateError;
 use super::*;
 use vgpu_host::held::HeldError;
 use vgpu_host::nvml::HostGpu;
+use vgpu_host::request::GpuRequest;
 use vgpu_ledger::GpuSettings;
-use vgpu_oci::plan::{Plan, PlannedGpu};
+use vgpu_oci::plan::Plan;
 use vgpu_oci::provision::{provision, record_owner, Owner};
 
 const GIB: u64 = 1 << 30;
@@ -68,7 +69,7 @@ const IDLE: TestHost = holding(0);
 /// A running container `id` with `memory` (and a 30% share when `share`) on the one GPU.
 fn running(root: &StateRoot, id: &str, memory: u64, share: bool) {
     let plan = Plan {
-        gpus: vec![PlannedGpu {
+        gpus: vec![GpuRequest {
             index: 0,
             uuid: UUID.into(),
             settings: GpuSettings {

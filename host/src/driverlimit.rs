@@ -1,7 +1,8 @@
 //! The driver's own wall: where the driver enforces a per-cgroup GPU memory limit itself (NVML r615+,
 //! `nvmlDeviceSetMemoryLimits_v1`), the container's quota is set as its cgroup's limit too (config key
 //! `driver_memory_limit`), so a process that escapes the interposer (its own loader, a static binary) still
-//! meets a wall at allocation. Not here: the NVML call itself (`vgpu_host::nvml`).
+//! meets a wall at allocation. The hook sets it at `createRuntime`. Not here: the NVML call itself
+//! (`crate::nvml`).
 //!
 //! Unverified on hardware: the GPUs this project is tested on run driver 580, which has no such call; there
 //! the hook says so once (at `info`) and the container runs with the interposer's quota alone.
@@ -9,11 +10,10 @@
 //! `/proc/<pid>/cgroup` is read by hand (three colon-separated fields a line), not through `procfs`: one
 //! small file, read once per container, where the crate would bring its parser for all of `/proc`.
 
+use crate::config::Config;
+use crate::nvml::{self, Nvml, NvmlError};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
-use vgpu_host::config::Config;
-use vgpu_host::nvml::NvmlError;
-use vgpu_host::nvml::{self, Nvml};
 use vgpu_ledger::Limits;
 
 /// Why the container's quotas could not be set as its cgroup's limits. `Display` is one line.

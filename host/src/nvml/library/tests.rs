@@ -1,0 +1,71 @@
+//! Unit tests of `nvml/library`: the binding's conversions, without a driver.
+
+use super::*;
+
+fn sample(pid: u32, time_stamp: u64, sm: u32) -> UtilSample {
+    UtilSample {
+        pid,
+        time_stamp,
+        sm,
+        ..Default::default()
+    }
+}
+
+/// Regression: the newest buffered sample of each process was taken, asked from timestamp 0, so a
+/// process that had stopped (or been frozen) still read as busy for as long as NVML kept its last
+/// busy sample. Samples at or before the last reading are no figure for this one; the rest average.
+#[test]
+fn utilisation_is_the_mean_of_the_samples_since_the_last_reading() {
+    let buf = [
+        sample(7, 100, 100),
+        sample(7, 200, 100),
+        sample(7, 300, 0),
+        sample(7, 400, 0),
+        sample(9, 150, 80),
+    ];
+    let (f, newest) = mean_per_pid(&buf, 200);
+    assert_eq!(
+        f,
+        vec![(7, 0.0)],
+        "pid 9's sample and pid 7's first two are older than the last reading"
+    );
+    assert_eq!(newest, 400);
+    let (f, newest) = mean_per_pid(&buf, 0);
+    assert_eq!(
+        f,
+        vec![(7, 0.5), (9, 0.8)],
+        "a first reading takes every sample NVML keeps"
+    );
+    assert_eq!(newest, 400);
+    assert_eq!(mean_per_pid(&[], 400), (vec![], 400));
+}
+
+#[test]
+fn a_library_that_is_not_there_is_one_line_naming_it() {
+    let e = Library::load("/nonexistent/libnvidia-ml.so.1")
+        .err()
+        .unwrap();
+    assert!(matches!(e, NvmlError::Load { .. }), "{e:?}");
+    let s = e.to_string();
+    assert!(
+        s.starts_with("cannot load NVML (/nonexistent/libnvidia-ml.so.1): "),
+        "{s}"
+    );
+    assert!(!s.contains('\n'));
+}
+
+#[test]
+fn a_library_without_nvml_is_a_missing_symbol() {
+    // libc is loadable and has none of NVML's symbols.
+    let e = Library::load("libc.so.6").err().unwrap();
+    assert!(
+        matches!(
+            e,
+            NvmlError::MissingSymbol {
+                symbol: "nvmlInit_v2",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
