@@ -1,7 +1,7 @@
-//! The library's clock outside the compute share: CLOCK_MONOTONIC, read once per call through one
+//! The library's clock: CLOCK_MONOTONIC, read once per call through one
 //! `clock_gettime` (the quota's backoffs), and its coarse variant (a few ns to read; ticks of a few ms are
-//! enough for the limits file's watch of once a second). A leaf. The compute share's own reading of
-//! CLOCK_MONOTONIC (`compute::mono_ns`) is the same clock.
+//! enough for the limits file's watch of once a second). A leaf; the compute share reads it too (its
+//! bucket's refill times are compared across a container's processes: the same clock in every one).
 
 /// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine.
 pub fn mono_ns() -> u64 {

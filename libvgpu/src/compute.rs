@@ -44,8 +44,7 @@ use crate::quota::DeviceQuota;
 use crate::records::RECORDS;
 
 mod busy;
-mod clock;
-pub use clock::mono_ns;
+pub use crate::clock::mono_ns;
 mod events;
 mod flight;
 use flight::{Grouping, InFlight};
@@ -56,7 +55,8 @@ mod quiet;
 mod rate;
 mod sample;
 mod settle;
-use quiet::{forked_child, FORKED};
+pub(crate) use quiet::forked_child;
+use quiet::FORKED;
 pub mod sync;
 pub mod teardown;
 mod timer;
@@ -506,20 +506,15 @@ extern "C" fn at_exit() {
 
 static AT_EXIT: Once = Once::new();
 
-extern "C" {
-    fn pthread_atfork(
-        prepare: Option<unsafe extern "C" fn()>,
-        parent: Option<unsafe extern "C" fn()>,
-        child: Option<unsafe extern "C" fn()>,
-    ) -> libc::c_int;
-}
-
+/// Registered with the first share: the exit handler here (after the CUDA runtime registered its own,
+/// so that it runs first), the fork handlers with the library's (`lifecycle`: its child handler tells
+/// the share it forked, `quiet::forked_child`).
 fn register_exit() {
+    crate::lifecycle::register();
     AT_EXIT.call_once(|| {
-        // SAFETY: plain extern "C" functions that live as long as the process (never unloaded).
+        // SAFETY: a plain extern "C" function that lives as long as the process (never unloaded).
         unsafe {
             libc::atexit(at_exit);
-            pthread_atfork(None, None, Some(forked_child));
         }
     });
 }

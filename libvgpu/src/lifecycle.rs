@@ -1,5 +1,6 @@
 //! Process life: fork and exit handlers, registered when a limit is first found (never at load time).
-//! The fork child drops the parent's records and slots; exit gives this process's slots back.
+//! The fork child drops the parent's records and slots and tells the compute share it forked; exit gives
+//! this process's slots back. (The compute share registers its own exit handler, later: `compute`.)
 
 use std::panic::catch_unwind;
 use std::sync::Once;
@@ -48,6 +49,7 @@ unsafe extern "C" fn child() {
         records::RECORDS.unlock_all();
         records::RECORDS.clear_after_fork();
         devices::child_after_fork();
+        crate::compute::forked_child();
     });
 }
 

@@ -10,8 +10,8 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// Set in a child after `fork`: what is in flight is the parent's (`Share::forget_parent`).
 pub(super) static FORKED: AtomicBool = AtomicBool::new(false);
 
-/// The child's side of `pthread_atfork`.
-pub(super) unsafe extern "C" fn forked_child() {
+/// In the child of a fork (`lifecycle`'s handler): what is in flight and the spare events are the parent's.
+pub(crate) fn forked_child() {
     FORKED.store(true, Ordering::Relaxed);
 }
 

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::clock::mono_ns;
+use crate::clock::mono_ns;
 use crate::ffi::CUresult;
 use crate::log;
 
