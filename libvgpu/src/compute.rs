@@ -61,11 +61,12 @@ pub mod sync;
 pub mod teardown;
 mod timer;
 mod trace;
+mod truth;
 mod which;
 use events::{capturing, CUDA_ERROR_NOT_READY};
 pub use graphs::graph_reparametrised;
-pub use which::off;
 use which::resolve;
+pub use which::{off, shared_uuid};
 
 /// Longest single sleep while in debt; finished launches are charged between naps.
 const MAX_NAP_NS: u64 = 2_000_000;
@@ -266,6 +267,7 @@ impl Share {
                 self.retire(&|_| false, None);
             }
         }
+        self.floor();
         let area = self.area();
         let mut held = 0u64;
         loop {
@@ -298,11 +300,39 @@ impl Share {
                     .tick(mono_ns(), self.quota.ordinal, area.tokens(), gate);
             }
             self.harvest();
+            self.floor();
         }
         if held > 0 {
             self.area().held(held);
         }
         held
+    }
+
+    /// After a reading of NVML: what this process used by the driver's figure and was not charged
+    /// (`truth`) is charged now. The launches in flight count as charged (their estimates are debited).
+    fn floor(&self) {
+        if !self.busy.truth.has_news() {
+            return;
+        }
+        let in_flight = {
+            let q = lock(&self.timer.flights);
+            q.queue
+                .iter()
+                .chain(q.retired.iter())
+                .map(|f| f.estimate)
+                .sum()
+        };
+        let short = self.busy.truth.floor(in_flight);
+        if short > 0 {
+            self.area().charge(short);
+            if trace::on() {
+                log::debug(format_args!(
+                    "compute share: device {}: charged {} us the driver saw used and the events did not",
+                    self.quota.ordinal,
+                    short / 1000
+                ));
+            }
+        }
     }
 
     /// Whether a launch of `work` on `stream` of context `ctx` goes untimed (`sample`: a sampling position,
@@ -351,6 +381,7 @@ impl Share {
     fn charge_untimed(&self, ns: u64) {
         self.area().debit(ns);
         let tokens = self.area().settle(ns, ns);
+        self.busy.truth.booked(ns);
         if trace::on() {
             self.trace.untimed(ns);
             let gate = self.area().gate_closed();
@@ -418,6 +449,7 @@ impl Share {
         let ns = self.estimate.load(Ordering::Relaxed).max(FIRST_ESTIMATE_NS);
         self.area().debit(ns);
         self.area().settle(ns, ns);
+        self.busy.truth.booked(ns);
         static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if !TOLD.swap(true, Ordering::Relaxed) {
             log::info(format_args!(

@@ -18,7 +18,7 @@ set -uo pipefail
 RUNTIME=runc
 t_init compute
 t_require "$LIBVGPU" "$CLIENTS_DIR/rt_client" "$CLIENTS_DIR/linked_client" "$CLIENTS_DIR/compute_client" "$FAKE_DIR/libcuda.so.1"
-export LD_LIBRARY_PATH=$FAKE_DIR FAKE_CUDA_STATE_DIR=$WORK/fake FAKE_CUDA_CONTEXT_BYTES=0
+export LD_LIBRARY_PATH=$FAKE_DIR FAKE_CUDA_STATE_DIR=$WORK/fake FAKE_CUDA_CONTEXT_BYTES=64m
 export FAKE_CUDA_KERNEL_US=2000
 mkdir -p "$FAKE_CUDA_STATE_DIR"
 RT=$CLIENTS_DIR/rt_client LN=$CLIENTS_DIR/linked_client
@@ -275,6 +275,17 @@ charged=$(bucket "$WORK/b_capgroup" charged_ns) n=$(bucket "$WORK/b_capgroup" la
 check "  ... each launch charged its 200 us kernel ($(( charged / (n > 0 ? n : 1) / 1000 )) us for each of $n)" \
     awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 200 && c >= n * 200e3 * 0.95 && c <= n * 200e3 * 1.1) }'
 between "  ... and gets ~10%" "$(FAKE_CUDA_KERNEL_US=200 share "$out")" 5 16
+# Whatever way a tenant finds to make its launches read short (which launch is timed is learned from the
+# host time of its own calls; a kernel whose work is fixed after its launch returned runs short when timed
+# and long when not: a GPU probe got 94% under 10%), the driver's own figure of the process's SM time
+# (NVML's per-process utilisation) is a floor under its charge (compute/truth.rs). Here every interval
+# reads a quarter of the work (FAKE_CUDA_ELAPSED_SCALE): the library before charged a quarter and the loop
+# got 40% under 10%. The process's PID in NVML's list is learned around its first context (64 MiB here).
+out=$(FAKE_CUDA_CONTEXT_BYTES=64m FAKE_CUDA_ELAPSED_SCALE=0.25 vg "$WORK/b_floor" 10 "$CC" plain $((SECS + 1)))
+between "launches whose events read a quarter of their work at 10% get ~10% (the driver's figure is the floor)" "$(share "$out")" 5 14
+charged=$(bucket "$WORK/b_floor" charged_ns) n=$(field launched "$out")
+check "  ... and are charged at least their kernels' time less the floor's slack ($((charged / 1000000)) ms for $n x 2 ms)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c >= 0.9 * n * 2e6) }'
 # The bucket is the container's memory: one store of a huge token count must not lift the share.
 vg "$WORK/b_fill" 10 "$CC" plain 0.05 >/dev/null
 python3 -c 'import glob,struct,sys

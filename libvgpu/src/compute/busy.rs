@@ -24,6 +24,7 @@
 use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use super::truth::Truth;
 use crate::ffi::*;
 use crate::launch_charge::{CONTEXT, MAX_SHARERS};
 use crate::real_symbols::{real, Lib};
@@ -63,6 +64,8 @@ pub struct Busy {
     spent: AtomicU64,
     /// How old a reading the stretch contradicts may be (`CONTRADICTED_NS` to `STALE_NS`).
     contradicted_age: AtomicU64,
+    /// This process's own samples, integrated into the floor under its charge (`truth`).
+    pub truth: Truth,
 }
 
 impl Busy {
@@ -74,6 +77,7 @@ impl Busy {
             handle: AtomicUsize::new(0),
             spent: AtomicU64::new(0),
             contradicted_age: AtomicU64::new(CONTRADICTED_NS),
+            truth: Truth::default(),
         }
     }
 
@@ -109,7 +113,13 @@ impl Busy {
             let age = self.contradicted_age.load(Ordering::Relaxed);
             return self.reading(now_ns, age, true);
         }
-        self.reading(now_ns, STALE_NS, false)
+        // A process whose charge fell short of the driver's figure is read as often as a napping one.
+        let age = if self.truth.suspect() {
+            REFRESH_NS
+        } else {
+            STALE_NS
+        };
+        self.reading(now_ns, age, false)
     }
 
     /// A thread about to sleep for the bucket asks NVML when the reading is `REFRESH_NS` old.
@@ -133,7 +143,7 @@ impl Busy {
         let t0 = std::time::Instant::now();
         let n = self
             .handle()
-            .and_then(read)
+            .and_then(|dev| read(dev, &self.truth))
             .map_or(CONTEXT, |(busy, k)| count(&busy[..k], own_pid()));
         let before = self.sharers.swap(n, Ordering::Relaxed);
         if before != n {
@@ -211,18 +221,20 @@ fn handle_of(uuid: &str) -> Option<*mut c_void> {
 const MAX_SAMPLES: usize = 256;
 
 /// The processes with SM activity on device `dev` in the last `WINDOW_US`, each once with its mean SM
-/// utilisation over its samples of the window, and how many (None: NVML cannot say).
-fn read(dev: *mut c_void) -> Option<([(u32, u32); MAX_SAMPLES], usize)> {
+/// utilisation over its samples of the window, and how many (None: NVML cannot say). The samples since
+/// the floor's last reading (`truth`), when older, are asked too: they go to the floor.
+fn read(dev: *mut c_void, truth: &Truth) -> Option<([(u32, u32); MAX_SAMPLES], usize)> {
     let util = real!(
         Lib::Nvml,
         "nvmlDeviceGetProcessUtilization",
         unsafe extern "C" fn(*mut c_void, *mut Sample, *mut c_uint, u64) -> nvmlReturn_t
     )?;
-    let since = std::time::SystemTime::now()
+    let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?
-        .as_micros() as u64
-        - WINDOW_US;
+        .as_micros() as u64;
+    let window = now_us - WINDOW_US;
+    let since = truth.since().map_or(window, |t| t.min(window));
     let mut buf = [Sample::default(); MAX_SAMPLES];
     let mut n = buf.len() as c_uint;
     // SAFETY: `buf` holds `n` samples; a handle NVML gave.
@@ -234,8 +246,30 @@ fn read(dev: *mut c_void) -> Option<([(u32, u32); MAX_SAMPLES], usize)> {
         NVML_ERROR_NOT_FOUND => return Some((busy, 0)),
         _ => return None,
     }
-    let k = mean_by_pid(&mut buf[..(n as usize).min(MAX_SAMPLES)], &mut busy);
+    let got = &mut buf[..(n as usize).min(MAX_SAMPLES)];
+    if let Some(me) = own_pid() {
+        let mut own = [(0u32, 0u64, 0u32); MAX_SAMPLES];
+        for (o, s) in own.iter_mut().zip(got.iter()) {
+            *o = (s.pid, s.time_stamp, s.sm);
+        }
+        truth.observe(&own[..got.len()], me, now_us);
+    }
+    // The count is the last second's: older samples were asked for the floor only.
+    let recent = partition_recent(got, window);
+    let k = mean_by_pid(&mut got[..recent], &mut busy);
     Some((busy, k))
+}
+
+/// Moves the samples newer than `since` (µs) to the front of `samples`; returns how many.
+fn partition_recent(samples: &mut [Sample], since: u64) -> usize {
+    let mut k = 0;
+    for i in 0..samples.len() {
+        if samples[i].time_stamp >= since {
+            samples.swap(i, k);
+            k += 1;
+        }
+    }
+    k
 }
 
 /// Each process of `samples` that had SM activity, once, with the mean of its samples' SM utilisation

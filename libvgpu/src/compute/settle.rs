@@ -100,6 +100,7 @@ impl Share {
             .max(self.unmeasured_until.fetch_max(now, Ordering::Relaxed));
         let ns = now.saturating_sub(from).max(f.estimate);
         self.area().settle(ns, f.estimate);
+        self.busy.truth.booked(ns);
     }
 
     /// After a synchronisation: moves the launches it found finished to `retired`, oldest first, without
@@ -195,6 +196,7 @@ impl Share {
     /// another thread held at the fork stays held in the child: then nothing is dropped.
     pub(super) fn forget_parent(&self) {
         self.timer.forget_parent();
+        self.busy.truth.forget_parent();
         self.retired_at.store(0, Ordering::Relaxed);
     }
 
@@ -223,6 +225,7 @@ impl Share {
             graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
         }
         let tokens = self.area().settle_launches(ns, f.estimate, members);
+        self.busy.truth.booked(ns);
         if let (Some(at), 1) = (f.drawn, members) {
             self.costs.learned(f.work, at, ns);
         }
@@ -271,6 +274,7 @@ impl Share {
         let charge = lock(&self.solo).charge_wait(ns, sharers);
         if charge > 0 {
             self.area().charge(charge);
+            self.busy.truth.booked(charge);
             if trace::on() {
                 self.trace.charged(ns, charge, sharers, 0, 1);
             }

@@ -77,6 +77,7 @@ impl Share {
         };
         for f in &retired {
             self.area().settle(f.estimate, f.estimate);
+            self.busy.truth.booked(f.estimate);
         }
         self.timer.forget_context(ctx);
     }

@@ -56,6 +56,15 @@ fn publish(s: u8) -> u8 {
     s
 }
 
+/// The UUID of device `dev` when a share applies to it (None without one): asked where no share is made
+/// yet (a context's creation learns this process's PID in NVML's lists for the share's floor).
+pub fn shared_uuid(dev: CUdevice) -> Option<String> {
+    let cfg = settings::config().ok().filter(|c| c.has_shares())?;
+    let id = identity::of_cuda_device(dev)?;
+    cfg.share(id.gpu())?.share()?;
+    Some(id.uuid)
+}
+
 /// The share of device `dev`: its bucket's quota (the container's ledger), percent and window; None when
 /// the device has no share; Err (logged) when it has one that cannot be enforced.
 pub fn resolve(dev: CUdevice) -> Result<Option<(DeviceQuota, u32, u32)>, Error> {

@@ -16,7 +16,7 @@ use std::ffi::{c_uint, c_void};
 use vgpu_ledger::Kind;
 
 use super::common::{hook, interposer, Interposer, Target};
-use super::measure::{estimate, Probe};
+use super::measure::{estimate, Probe, Reading};
 use crate::compute::teardown;
 use crate::driver::Driver;
 use crate::error::Error;
@@ -96,6 +96,31 @@ impl<D: Driver> Interposer<'_, D> {
         (r, cost)
     }
 
+    /// A context on a GPU that no memory quota measures: where a compute share applies and this
+    /// process's PID in NVML's lists is not known yet, it is learned around the creation (`discover`),
+    /// for the share's floor (`compute::truth`, which reads NVML's figure of this PID).
+    fn learn_pid_around(
+        &self,
+        out: *mut c_void,
+        dev: CUdevice,
+        create: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        if out.is_null() || self.drv.unlimited() || exiting() || self.nvml_pid().is_some() {
+            return create();
+        }
+        let Some(uuid) = crate::compute::shared_uuid(dev) else {
+            return create();
+        };
+        let before = self.drv.device_processes(&uuid);
+        let r = create();
+        if r == CUDA_SUCCESS && before.is_some() {
+            let after = self.drv.device_processes(&uuid);
+            let (mut b, mut a) = (Reading::default(), Reading::default());
+            self.discover((&mut b, &before), (&mut a, &after));
+        }
+        r
+    }
+
     /// Where to read the device's free memory before a context is created without NVML: a context of
     /// `dev` that exists now (the current one, or the active primary context).
     fn ctx_probe(&self, dev: CUdevice) -> Probe {
@@ -160,7 +185,7 @@ impl<D: Driver> Interposer<'_, D> {
     ) -> CUresult {
         let q = match self.ctx_quota(out, dev) {
             Ok(q) => q,
-            Err(None) => return create(),
+            Err(None) => return self.learn_pid_around(out, dev, create),
             Err(Some(e)) => return e.cuda(),
         };
         let (r, cost) = self.measure_ctx(dev, Some(q), kind, create, &new_ctx);

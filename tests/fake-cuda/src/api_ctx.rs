@@ -291,7 +291,10 @@ fn cuEventElapsedTime(ms: *mut f32, a: Handle, b: Handle) {
     if ta == 0 || tb == 0 { return Err(INVALID_HANDLE); }
     let (ta, tb) = (crate::timeline::resolve(ta), crate::timeline::resolve(tb));
     if !crate::timeline::done(ta) || !crate::timeline::done(tb) { return Err(NOT_READY); }
-    out(ms, (tb as f64 - ta as f64) as f32 / 1e6)
+    // FAKE_CUDA_ELAPSED_SCALE: intervals read as this fraction of what the work took, as they do for a
+    // tenant that makes its timed launches short and the others long (a test of what holds without them).
+    let scale = std::env::var("FAKE_CUDA_ELAPSED_SCALE").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(1.0);
+    out(ms, ((tb as f64 - ta as f64) * scale) as f32 / 1e6)
 }
 
 fn cuCtxGetLimit(v: *mut usize, limit: c_int) {
