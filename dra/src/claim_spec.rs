@@ -91,6 +91,7 @@ mod tests {
         };
         let d = Allocated {
             request: "gpu".into(),
+            more_requests: vec![],
             device: "gpu-1".into(),
             gpu,
             memory: 8 << 30,
@@ -130,6 +131,7 @@ mod tests {
     fn s_devices() -> Vec<Allocated> {
         vec![Allocated {
             request: "gpu".into(),
+            more_requests: vec![],
             device: "gpu-0".into(),
             gpu: HostGpu {
                 index: 0,
