@@ -156,4 +156,24 @@ impl Shared {
             .fold(0u64, u64::saturating_add);
         self.used(dev).saturating_add(paged_in).min(self.total(dev))
     }
+
+    /// Each live process's managed pages on `dev` that its work pulled in from the host (its managed bytes
+    /// not charged at allocation) when it was active since `since` (work queued or finished after it),
+    /// else 0, at most the device: (PID as the process sees it, its PID namespace inode or 0, bytes). What
+    /// the fake NVML adds to a process's memory in its process list, as `resident_used` adds them to the
+    /// device's.
+    pub fn paged_in(&self, dev: usize, since: u64) -> Vec<(u32, u64, u64)> {
+        (0..SLOTS)
+            .map(|i| &self.layout().slots[i])
+            .filter(|s| s.state.load(Acquire) == LIVE && s.busy_until.load(Relaxed) > since)
+            .map(|s| {
+                let bytes = s.managed[dev]
+                    .load(Relaxed)
+                    .saturating_sub(s.managed_resident[dev].load(Relaxed))
+                    .min(self.total(dev));
+                (s.pid.load(Relaxed), s.pid_ns.load(Relaxed), bytes)
+            })
+            .filter(|p| p.2 > 0)
+            .collect()
+    }
 }
