@@ -231,23 +231,8 @@ fn fill_str<const N: usize>(s: &str) -> [c_char; N] {
 /// process list shows what is resident (the monitor's tests set it; the library's truth-up never sees it).
 fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
     let pages = std::env::var("FAKE_NVML_PROCESS_MANAGED_PAGES").is_ok_and(|v| v.trim() == "1");
-    let procs: Vec<(u32, u64, u64)> = with(|s, _| {
-        let since = fake_gpu::monotonic_ns().saturating_sub(fake_gpu::config::paging_window_ns());
-        let paged = if pages { s.paged_in(i, since) } else { vec![] };
-        Ok(s.snapshot()
-            .processes
-            .into_iter()
-            .map(|p| {
-                let extra = paged
-                    .iter()
-                    .filter(|q| (q.0, q.1) == (p.0, p.1))
-                    .map(|q| q.2)
-                    .sum::<u64>();
-                (p.0, p.1, p.2[i].saturating_add(extra))
-            })
-            .filter(|p| p.2 > 0)
-            .collect())
-    })?;
+    let since = fake_gpu::monotonic_ns().saturating_sub(fake_gpu::config::paging_window_ns());
+    let procs = with(|s, _| Ok(s.processes_on(i, pages.then_some(since))))?;
     Ok(host_pids(procs))
 }
 

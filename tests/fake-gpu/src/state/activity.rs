@@ -176,4 +176,24 @@ impl Shared {
             .filter(|p| p.2 > 0)
             .collect()
     }
+
+    /// The live processes holding memory on `dev` (after reclaiming dead ones): (PID as the process sees
+    /// it, its PID namespace inode or 0, bytes), the bytes charged to the device for it, plus, with
+    /// `pages_since`, the managed pages its work pulled in when it was active since then (`paged_in`).
+    pub fn processes_on(&self, dev: usize, pages_since: Option<u64>) -> Vec<(u32, u64, u64)> {
+        let paged = pages_since.map_or(vec![], |since| self.paged_in(dev, since));
+        self.snapshot()
+            .processes
+            .into_iter()
+            .map(|p| {
+                let extra: u64 = paged
+                    .iter()
+                    .filter(|q| (q.0, q.1) == (p.0, p.1))
+                    .map(|q| q.2)
+                    .sum();
+                (p.0, p.1, p.2[dev].saturating_add(extra))
+            })
+            .filter(|p| p.2 > 0)
+            .collect()
+    }
 }
