@@ -365,7 +365,9 @@ impl Board {
             if m.frozen.take().is_some() {
                 out.push(Action::Thaw { id: id.clone() });
             }
-            m.worked = Some(t.now);
+            // Granted, it wants the GPU for `linger` on the arbiter's word (it was gated: NVML could not
+            // see it want it); then by NVML alone.
+            (m.worked, m.active) = (Some(t.now), Some(t.now));
             (m.stopped, m.undrained, m.owed) = (None, false, false);
         }
         self.tell(&id, TurnMode::Hold, epoch, t.now, out);
