@@ -1,7 +1,9 @@
 //! What the scheduler gave a claim on this node, read from the claim's `status.allocation`: per device of
 //! this driver, the GPU and the memory and compute it consumed, and from that the quota the claim fixes
 //! (the hook's `VGPU_CLAIM_QUOTA`, in the quota annotations' grammar); and from `status.reservedFor` the
-//! pods the claim is for (the hook's `VGPU_CLAIM_PODS`). Not here: fetching the claim
+//! pods the claim is for (the hook's `VGPU_CLAIM_PODS`). Several requests the scheduler put on one GPU
+//! (a device with `allowMultipleAllocations`) are one device of the claim, their capacity summed: a GPU
+//! is one device in the container and one quota (`merge`). Not here: fetching the claim
 //! (`crate::apiserver`) or the CDI spec that carries the quota (`crate::claim_spec`).
 
 use crate::slice;
@@ -14,8 +16,9 @@ use vgpu_ledger::GpuSettings;
 /// One device of the claim on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocated {
-    /// The claim's request the device answers.
+    /// The claim's request the device answers, and its other requests the scheduler put on the same GPU.
     pub request: String,
+    pub more_requests: Vec<String>,
     /// The device (`gpu-<index>`) and its GPU.
     pub device: String,
     pub gpu: HostGpu,
@@ -136,6 +139,7 @@ pub fn read(
         };
         out.push(Allocated {
             request: r.request.clone(),
+            more_requests: vec![],
             device: r.device.clone(),
             gpu: gpu.clone(),
             settings: GpuSettings {
@@ -150,6 +154,35 @@ pub fn read(
             claim: name,
             driver: driver.to_string(),
         });
+    }
+    merge(&name, out)
+}
+
+/// One device per GPU, in the order of their first request: the requests on one GPU answered together,
+/// their memory summed (at most the GPU's), their compute summed (no share when one has none, or when the
+/// sum is the whole GPU's time).
+fn merge(claim: &str, devices: Vec<Allocated>) -> Result<Vec<Allocated>, AllocationError> {
+    let mut out: Vec<Allocated> = Vec::new();
+    for d in devices {
+        let Some(o) = out.iter_mut().find(|o| o.device == d.device) else {
+            out.push(d);
+            continue;
+        };
+        o.more_requests.push(d.request);
+        o.memory = o.memory.saturating_add(d.memory);
+        if o.memory > o.gpu.total_memory {
+            return Err(AllocationError::Capacity {
+                claim: claim.to_string(),
+                device: o.device.clone(),
+                capacity: dra::MEMORY,
+                value: o.memory.to_string(),
+                why: "its requests together consume more than the GPU has".into(),
+            });
+        }
+        o.compute = match (o.compute, d.compute) {
+            (Some(a), Some(b)) if a + b < 100 => Some(a + b),
+            _ => None,
+        };
     }
     Ok(out)
 }

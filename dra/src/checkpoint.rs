@@ -14,6 +14,9 @@ pub const VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreparedDevice {
     pub request: String,
+    /// The claim's other requests the same GPU answers (several requests on one GPU: one device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_requests: Vec<String>,
     pub pool: String,
     pub device: String,
     pub cdi_device_ids: Vec<String>,
@@ -127,6 +130,7 @@ mod tests {
                 pods: vec!["pod-1".into()],
                 devices: vec![PreparedDevice {
                     request: "gpu".into(),
+                    more_requests: vec![],
                     pool: "node".into(),
                     device: "gpu-0".into(),
                     cdi_device_ids: vec!["vgpu.io/claim=uid-1-gpu-0".into()],

@@ -92,6 +92,7 @@ mod tests {
         };
         let d = Allocated {
             request: "gpu".into(),
+            more_requests: vec![],
             device: "gpu-1".into(),
             gpu,
             settings: GpuSettings {
@@ -134,6 +135,7 @@ mod tests {
     fn s_devices() -> Vec<Allocated> {
         vec![Allocated {
             request: "gpu".into(),
+            more_requests: vec![],
             device: "gpu-0".into(),
             gpu: HostGpu {
                 index: 0,

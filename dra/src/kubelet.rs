@@ -126,7 +126,7 @@ impl DraService {
             .devices
             .into_iter()
             .map(|d| Device {
-                request_names: vec![d.request],
+                request_names: std::iter::once(d.request).chain(d.more_requests).collect(),
                 pool_name: d.pool,
                 device_name: d.device,
                 cdi_device_ids: d.cdi_device_ids,

@@ -1,8 +1,10 @@
 //! Preparing and unpreparing claims on this node: a claim's allocation (`crate::allocation`) becomes its
 //! CDI spec (`crate::claim_spec`) and a checkpoint entry (`crate::checkpoint`), in that order, so that a
 //! claim in the checkpoint always has its spec; unprepare removes the spec, then the entry. Both are
-//! idempotent, as the kubelet may call them again for the same claim (after its restart or ours). Not
-//! here: the gRPC services (`crate::kubelet`), fetching the claim (`crate::apiserver`).
+//! idempotent, as the kubelet may call them again for the same claim (after its restart or ours). A plugin
+//! killed between the spec and the checkpoint (SIGKILL, a node's power) leaves a spec of a claim it never
+//! recorded, which no unprepare would name: at its start the plugin removes every claim spec of its CDI
+//! folder whose claim its checkpoint does not hold (`sweep_orphans`). Not here: the gRPC services (`crate::kubelet`), fetching the claim (`crate::apiserver`).
 
 use crate::allocation::{self, AllocationError};
 use crate::checkpoint::{Checkpoint, CheckpointError, PreparedClaim, PreparedDevice};
@@ -60,7 +62,17 @@ impl Plugin {
         hooks: Hooks,
         checkpoint_path: PathBuf,
     ) -> Result<Plugin, CheckpointError> {
-        let state = Mutex::new(Checkpoint::load(&checkpoint_path)?);
+        let checkpoint = Checkpoint::load(&checkpoint_path)?;
+        for (path, e) in sweep_orphans(&cdi_dir, &checkpoint) {
+            match e {
+                None => eprintln!(
+                    "vgpu-dra-plugin: removed {}: the spec of a claim the checkpoint does not hold (a prepare killed before it was recorded)",
+                    path.display()
+                ),
+                Some(e) => eprintln!("vgpu-dra-plugin: cannot remove {}: {e}", path.display()),
+            }
+        }
+        let state = Mutex::new(checkpoint);
         Ok(Plugin {
             driver,
             node,
@@ -124,6 +136,7 @@ impl Plugin {
                 .zip(ids)
                 .map(|(d, id)| PreparedDevice {
                     request: d.request.clone(),
+                    more_requests: d.more_requests.clone(),
                     pool: self.node.clone(),
                     device: d.device.clone(),
                     cdi_device_ids: vec![id],
@@ -162,6 +175,38 @@ impl Plugin {
         }
         Ok(())
     }
+}
+
+/// Removes the claim specs (`vgpu.io-claim_<uid>.json`, `claim_spec::path`) of `cdi_dir` whose claim the
+/// checkpoint does not hold; what it removed, or could not (with why). A folder that cannot be read has
+/// nothing to sweep (the plugin writes it at its first prepare).
+pub fn sweep_orphans(
+    cdi_dir: &std::path::Path,
+    checkpoint: &Checkpoint,
+) -> Vec<(PathBuf, Option<std::io::Error>)> {
+    let Ok(entries) = std::fs::read_dir(cdi_dir) else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(uid) = name
+            .strip_prefix("vgpu.io-claim_")
+            .and_then(|n| n.strip_suffix(".json"))
+        else {
+            continue;
+        };
+        let path = claim_spec::path(cdi_dir, uid);
+        if checkpoint.claims.contains_key(uid) || path != e.path() {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => out.push((path, None)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => out.push((path, Some(e))),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

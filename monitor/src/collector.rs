@@ -155,6 +155,11 @@ impl Monitor {
             Err(e) => (vec![], Some(e.to_string())),
         };
         usage::mark_live(&mut containers, procs::init_alive);
+        for line in
+            crate::older::record_missing(&self.root, &mut containers, &crate::older::Host::real())
+        {
+            log(&line);
+        }
         let unnamed: Vec<String> = containers
             .iter()
             .filter(|c| c.names.is_none())

@@ -4,7 +4,11 @@
 //! Each connection has a whole-request deadline (headers and answer; one request per connection), hyper
 //! caps the header bytes and count and closes a client that has not sent its headers in time, and
 //! connections are capped in all and per peer address, so one tenant cannot take every slot from the node's
-//! Prometheus. Over a cap, a connection is closed at once.
+//! Prometheus. Over the per-peer cap a connection is closed at once. With every slot taken, a newcomer
+//! takes the slot of the oldest connection that has not sent its request yet, of a peer that holds at
+//! least as many connections as the newcomer's peer then would (`Slots::take`): no set of peers can keep a
+//! scraper out by holding idle connections (issue 44: 16 addresses × 16 idle connections filled the 256),
+//! and a peer can only ever push out peers holding as many as it does.
 //!
 //! Why hyper rather than tiny_http: tiny_http has no header-size cap and no deadline on a whole request
 //! (its timeouts are per read, the hole a one-byte-every-3-s client used), and it spends a thread per
@@ -21,12 +25,13 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::io::Result;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::task::AbortHandle;
 
 /// What one client may take of the server.
 #[derive(Debug, Clone, Copy)]
@@ -94,11 +99,12 @@ async fn accept_loop(
             drop(stream);
             continue;
         };
-        let m = monitor.clone();
-        tokio::spawn(async move {
+        let (m, id, busy) = (monitor.clone(), slot.id, slots.clone());
+        let task = tokio::spawn(async move {
             let _slot = slot;
             let service = service_fn(move |req| {
                 let m = m.clone();
+                busy.busy(id);
                 async move { Ok::<_, Infallible>(answer(&m, &req, stale_after)) }
             });
             let conn = http1::Builder::new()
@@ -111,6 +117,7 @@ async fn accept_loop(
             // Past the deadline the connection is dropped, whatever it was doing.
             let _ = tokio::time::timeout(limits.deadline, conn).await;
         });
+        slots.started(id, task.abort_handle());
     }
 }
 
@@ -118,12 +125,44 @@ async fn accept_loop(
 #[derive(Clone)]
 struct Slots {
     limits: Limits,
-    open: Arc<Mutex<(usize, HashMap<IpAddr, usize>)>>,
+    open: Arc<Mutex<Table>>,
+}
+
+#[derive(Default)]
+struct Table {
+    next: u64,
+    conns: BTreeMap<u64, Conn>,
+    by_peer: HashMap<IpAddr, usize>,
+}
+
+/// One open connection: its peer, whether its request came (then it is answered, never pushed out), and
+/// its task (none until spawned).
+struct Conn {
+    peer: IpAddr,
+    asked: bool,
+    task: Option<AbortHandle>,
 }
 
 struct Slot {
     slots: Slots,
-    peer: IpAddr,
+    id: u64,
+}
+
+impl Table {
+    fn count(&self, peer: &IpAddr) -> usize {
+        self.by_peer.get(peer).copied().unwrap_or(0)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Conn> {
+        let c = self.conns.remove(&id)?;
+        if let Some(n) = self.by_peer.get_mut(&c.peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_peer.remove(&c.peer);
+            }
+        }
+        Some(c)
+    }
 }
 
 impl Slots {
@@ -134,37 +173,64 @@ impl Slots {
         }
     }
 
-    /// A slot for a connection from `peer`, or none when a cap is reached.
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for a connection from `peer`, or none when the peer has its cap, or every slot is taken and
+    /// no connection may be pushed out for it: the oldest that has not sent its request, of a peer holding
+    /// at least as many connections as `peer` will (ids grow with time: the smallest is the oldest).
     fn take(&self, peer: IpAddr) -> Option<Slot> {
-        let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let (all, by_peer) = &mut *g;
-        let mine = by_peer.entry(peer).or_default();
-        if *all >= self.limits.connections || *mine >= self.limits.per_peer {
-            if *mine == 0 {
-                by_peer.remove(&peer);
-            }
+        let mut t = self.table();
+        let mine = t.count(&peer) + 1;
+        if mine > self.limits.per_peer {
             return None;
         }
-        *mine += 1;
-        *all += 1;
+        if t.conns.len() >= self.limits.connections {
+            let victim = t
+                .conns
+                .iter()
+                .find(|(_, c)| !c.asked && t.count(&c.peer) >= mine)
+                .map(|(id, _)| *id)?;
+            if let Some(task) = t.remove(victim).and_then(|c| c.task) {
+                task.abort();
+            }
+        }
+        let id = t.next;
+        t.next += 1;
+        t.conns.insert(
+            id,
+            Conn {
+                peer,
+                asked: false,
+                task: None,
+            },
+        );
+        *t.by_peer.entry(peer).or_default() += 1;
         Some(Slot {
             slots: self.clone(),
-            peer,
+            id,
         })
+    }
+
+    /// The connection's task runs (it can be pushed out).
+    fn started(&self, id: u64, task: AbortHandle) {
+        if let Some(c) = self.table().conns.get_mut(&id) {
+            c.task = Some(task);
+        }
+    }
+
+    /// The connection's request came: it is answered, never pushed out.
+    fn busy(&self, id: u64) {
+        if let Some(c) = self.table().conns.get_mut(&id) {
+            c.asked = true;
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut g = self.slots.open.lock().unwrap_or_else(|e| e.into_inner());
-        let (all, by_peer) = &mut *g;
-        *all -= 1;
-        if let Some(n) = by_peer.get_mut(&self.peer) {
-            *n -= 1;
-            if *n == 0 {
-                by_peer.remove(&self.peer);
-            }
-        }
+        self.slots.table().remove(self.id);
     }
 }
 

@@ -11,12 +11,15 @@
 //!   wall (`share_wall` its decisions, `share_run` its passes, `freezer` the cgroup writes), the
 //!   time-quanta arbiter of oversubscribed GPUs (`turns`, a thread of its own);
 //! * what is shown: `metrics` (every family registered and encoded), `labels` (label values, escaped),
-//!   `docker` (the names Docker gave its containers), `stderr` (the log lines); `config` its settings.
+//!   `docker` (the names Docker gave its containers), `stderr` (the log lines); `config` its settings;
+//! * `older`: the cgroup of a container whose state an older release wrote without one, found from its
+//!   recorded init and recorded, so the walls can freeze it.
 //!
 //! Kills go through a pidfd and only while the process is still the one attributed
 //! (`vgpu_host::procs::kill_checked`); containers whose recorded init is gone name no process. Takes no lock
 //! on a ledger, and writes to the state root only as the time-quanta arbiter (the turn words of
-//! oversubscribed ledgers, its host-only files under `<root>/turns/`). NVML and `/proc` are the host tools'
+//! oversubscribed ledgers, its host-only files under `<root>/turns/`), as the walls' record of what they
+//! froze, and to add a missing cgroup to a limits file (`older`). NVML and `/proc` are the host tools'
 //! (`vgpu_host::nvml`, `vgpu_host::procs`).
 
 mod collector;
@@ -27,6 +30,7 @@ pub mod http;
 mod kill;
 pub mod labels;
 pub mod metrics;
+pub mod older;
 mod serve;
 pub mod share_run;
 pub mod share_wall;

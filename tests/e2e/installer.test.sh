@@ -33,6 +33,10 @@ check_eq "  ... the chart's version is the workspace's" "$(sed -n 's/^version: /
 check_eq "  ... gc runs with all capabilities dropped but SYS_CHROOT and SYS_PTRACE" \
     "$(cfield "$POD[\"containers\"][0][\"securityContext\"]")" \
     "{'allowPrivilegeEscalation': False, 'capabilities': {'drop': ['ALL'], 'add': ['SYS_CHROOT', 'SYS_PTRACE']}}"
+# Issue 44: the monitor had no liveness probe; a stuck collector was never restarted.
+check_eq "  ... the monitor is restarted when /healthz fails (a stuck collector)" \
+    "$(cfield "[c.get('livenessProbe', {}).get('httpGet') for c in $POD['containers'] if c['name'] == 'monitor']")" \
+    "[{'path': '/healthz', 'port': 9394}]"
 check_eq "  ... scrape annotations on the monitor's port" \
     "$(cfield "d['DaemonSet']['spec']['template']['metadata']['annotations']['prometheus.io/port']")" 9394
 check "values: crio, set-as-default, a required 4Gi default quota, port 9500, a ServiceMonitor" \
@@ -59,8 +63,12 @@ check "the example pod (docs/examples) validates" kubernetes-validate --strict -
 render_dra() { "$RENDER" "$CHART" --set dra.enabled=true > "$WORK/chart.yaml" 2> "$WORK/chart.err" &&
     kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
-check_eq "  ... the DeviceClass, the driver's RBAC and its DaemonSet beside the node's" "$(kinds)" \
-    "DaemonSet DeviceClass ServiceAccount ClusterRole ClusterRoleBinding DaemonSet RuntimeClass"
+check_eq "  ... the DeviceClass, the driver's RBAC, its node policy and its DaemonSet beside the node's" "$(kinds)" \
+    "DaemonSet DeviceClass ServiceAccount ClusterRole ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding ClusterRoleBinding DaemonSet RuntimeClass"
+# Issue 44: the ClusterRole let the driver create, update and delete every ResourceSlice in the cluster.
+check_eq "  ... a policy holds the driver's service account to its own node's ResourceSlices (issue 44)" \
+    "$(cfield "(d['ValidatingAdmissionPolicy']['spec']['matchConstraints']['resourceRules'][0]['resources'], d['ValidatingAdmissionPolicy']['spec']['matchConditions'][0]['expression'].strip(), [v['expression'] for v in d['ValidatingAdmissionPolicy']['spec']['validations']], d['ValidatingAdmissionPolicyBinding']['spec'])")" \
+    "(['resourceslices'], 'request.userInfo.username == \"system:serviceaccount:kube-system:vgpu-dra\"', [\"variables.userNode != ''\", 'variables.userNode == variables.objectNode'], {'policyName': 'vgpu-dra-own-node-slices', 'validationActions': ['Deny']})"
 check_eq "  ... the driver may read its Node, manage ResourceSlices and read ResourceClaims, nothing else" \
     "$(cfield "[(r['resources'], r['verbs']) for r in d['ClusterRole']['rules']]")" \
     "[(['nodes'], ['get']), (['resourceslices'], ['get', 'list', 'create', 'update', 'patch', 'delete']), (['resourceclaims'], ['get'])]"

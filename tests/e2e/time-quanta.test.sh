@@ -9,7 +9,11 @@
 # frozen out of turn; (e) a monitor killed mid-turn hangs nobody (the library's 3 s bound), a clean stop
 # unmanages at once, and a restarted monitor thaws what the killed one left frozen; (f) a container frozen
 # out of turn whose queued kernel runs on while frozen is found (busy_while_frozen), reported only by
-# default, killed under kill = true. Status and metrics show holder, queue, grants, revocations.
+# default, killed under kill = true; (g) a container that runs no CUDA and forges its ledger (a 12 GiB
+# total, moving `launches` and waiting words) gets its honest neighbour neither turns nor freezes (issue 44:
+# the arbiter decides from NVML, not from the words). Status and metrics show holder, queue, grants,
+# revocations. The monitor's fake NVML lists a process's resident managed pages
+# (FAKE_NVML_PROCESS_MANAGED_PAGES, tests/fake-driver.md): the arbiter measures memory by NVML.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -24,6 +28,7 @@ TURN="python3 $(cd "$(dirname "$0")" && pwd)/lib/turn.py"
 t_init time-quanta
 t_require "$VGPUCTL" "$(command -v curl)" "$CLIENTS_DIR/rt_client" "$CLIENTS_DIR/compute_client"
 oci_setup
+export FAKE_NVML_PROCESS_MANAGED_PAGES=1
 CG2=$(findmnt -n -t cgroup2 -o TARGET | head -1)
 [ -n "$CG2" ] || { echo "$SUITE: no cgroup v2 mount"; echo "0 passed, 1 failed"; exit 1; }
 # Short turns so a run of a few seconds shows several; the share wall off (no share is set anyway).
@@ -113,6 +118,36 @@ done
 echo "  (side by side: ${fit} ms for two jobs of 2 s, container starts included)"
 check_eq "  ... no turn was granted" "$(series vgpu_turn_grants_total "device_uuid=\"$UUID0\"")" "$g0"
 check_eq "  ... not contended" "$(series vgpu_turn_contended "device_uuid=\"$UUID0\"")" 0
+
+echo "-- (g) a forged ledger beside an honest job: no turns, no freeze, full speed"
+# The forger runs no CUDA: it writes 12 GiB into its ledger's total (the commit word's low 46 bits, byte
+# 256) and keeps moving its launches (byte 344), waiting (336) and waited_ns (360) words. The old arbiter
+# read 12 + 5 GiB charged on the 16 GiB GPU, the forger "wanting" and "working": it took turns and froze
+# or slowed the honest job (issue 44: 3.1 s to 9.1 s).
+g0=$(series vgpu_turn_grants_total "device_uuid=\"$UUID0\"")
+froze0=$(grep -c 'froze' "$WORK/mon.log"); contended0=$(grep -c "GPU $UUID0: contended" "$WORK/mon.log")
+L=/run/vgpu/ledgers/$UUID0.ledger
+new_bundle sh -c "printf '\\000\\000\\000\\000\\003\\000\\000\\000' | dd of=$L bs=1 seek=256 conv=notrunc 2>/dev/null
+    printf '\\001' | dd of=$L bs=1 seek=336 conv=notrunc 2>/dev/null; i=0
+    while :; do i=\$(((i + 1) % 200)); b=\$(printf '\\\\%03o' \$((i + 1)))
+        printf \"\$b\" | dd of=$L bs=1 seek=344 conv=notrunc 2>/dev/null
+        printf \"\$b\" | dd of=$L bs=1 seek=361 conv=notrunc 2>/dev/null; sleep 0.05; done"
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0
+bundle_annotate "$B" vgpu.io/memory-limit 12Gi
+bundle_annotate "$B" vgpu.io/memory-mode oversubscribe
+start forger
+check "the forger runs" wait_for 10 running "$forger_id"
+forged_total() { [ "$("$VGPUCTL" status --json --state-root "$STATE" | jq --arg id "$forger_id" '[.containers[] | select(.id == $id) | .gpus[0].used][0]')" = $((12 << 30)) ]; }
+check "  ... its ledger says 12 GiB" wait_for 10 forged_total
+sleep 2
+job 5 3000; start hj
+wait "$hj_pid"
+per=$(field ns_per_launch "$(cat "$WORK/hj.out")")
+check "the honest job ran at full speed beside the forger (${per} ns per 1 ms kernel)" test "${per:-9999999}" -lt 1500000
+check_eq "  ... no turn was granted" "$(series vgpu_turn_grants_total "device_uuid=\"$UUID0\"")" "$g0"
+check_eq "  ... nobody was frozen" "$(grep -c 'froze' "$WORK/mon.log")" "$froze0"
+check_eq "  ... never contended" "$(grep -c "GPU $UUID0: contended" "$WORK/mon.log")" "$contended0"
+plain kill "$forger_id" KILL 2>/dev/null; wait "$forger_pid" 2>/dev/null
 
 echo "-- (c) a holder that bypasses the library never yields: handed past and frozen (revoked)"
 # X drops the preload (no /etc/ld.so.preload): its launches never wait, its ledger says nothing; NVML sees it.

@@ -141,3 +141,38 @@ fn the_claims_consumers_are_the_pods_it_is_reserved_for() {
     c.status.as_mut().unwrap().reserved_for = None;
     assert!(matches!(consumers(&c), Err(AllocationError::NoPod { .. })));
 }
+
+/// Issue 44: two requests the scheduler put on one GPU (a device with `allowMultipleAllocations`) were two
+/// devices of one name, and the spec was refused ("CDI device ... appears twice"): the pod never started.
+/// Now one device answers both, their memory and compute summed.
+#[test]
+fn two_requests_on_one_gpu_are_one_device_with_their_capacity_summed() {
+    let mut c = recorded_claim();
+    let mut second = results(&mut c)[0].clone();
+    second.request = "gpu-b".into();
+    second.consumed_capacity = Some(BTreeMap::from([
+        ("memory".into(), Quantity("4Gi".into())),
+        ("compute".into(), Quantity("20".into())),
+    ]));
+    results(&mut c).push(second);
+    let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(
+        (d[0].request.as_str(), d[0].more_requests.as_slice()),
+        ("gpu", &["gpu-b".to_string()][..])
+    );
+    assert_eq!((d[0].memory, d[0].compute), (12 << 30, Some(50)));
+    assert_eq!(
+        quota(&d),
+        "vgpu.io/memory-limit=12884901888,vgpu.io/compute-limit=50"
+    );
+    // Together past the GPU: refused with one line naming the device.
+    let mut third = results(&mut c)[0].clone();
+    third.request = "gpu-c".into();
+    results(&mut c).push(third);
+    let e = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "claim team-a/trainer-gpu-x7k2p: device gpu-0 consumed memory=\"21474836480\": its requests together consume more than the GPU has"
+    );
+}

@@ -107,3 +107,44 @@ fn the_claims_spec_names_the_pods_it_is_reserved_for() {
     ));
     assert!(!dir.path().join("cdi").exists());
 }
+
+/// Issue 44: a plugin killed between writing a claim's spec and recording it left the spec in the CDI
+/// folder for good (unprepare of a claim it does not know removes nothing). The next start removes it,
+/// and keeps the specs of recorded claims and every file that is not a claim spec.
+#[test]
+fn a_spec_left_by_a_prepare_killed_before_its_checkpoint_is_removed_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(dir.path());
+    let kept = p.prepare(UID, &claim()).unwrap().spec;
+    drop(p);
+    let cdi = dir.path().join("cdi");
+    let orphan = cdi.join("vgpu.io-claim_0b7e3d52-1111-4a2b-8c3d-9e8f7a6b5c4d.json");
+    std::fs::copy(&kept, &orphan).unwrap();
+    let other = cdi.join("nvidia.yaml");
+    std::fs::write(&other, "cdiVersion: 0.6.0\n").unwrap();
+    let p = plugin(dir.path());
+    assert!(!orphan.exists(), "the orphaned spec is removed");
+    assert!(kept.is_file() && other.is_file());
+    assert!(p.prepared(UID).is_some());
+}
+
+#[test]
+fn two_requests_on_one_gpu_prepare_one_cdi_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(dir.path());
+    let mut c = claim();
+    let results = c
+        .status
+        .as_mut()
+        .and_then(|s| s.allocation.as_mut())
+        .and_then(|a| a.devices.as_mut())
+        .and_then(|d| d.results.as_mut())
+        .unwrap();
+    let mut second = results[0].clone();
+    second.request = "gpu-b".into();
+    results.push(second);
+    let prepared = p.prepare(UID, &c).unwrap();
+    assert_eq!(prepared.devices.len(), 1);
+    assert_eq!(prepared.devices[0].more_requests, ["gpu-b"]);
+    assert!(prepared.spec.is_file());
+}

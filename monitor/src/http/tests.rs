@@ -118,3 +118,46 @@ fn deadlines_and_caps() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(get(addr, "/healthz").0, "HTTP/1.1 200 OK");
 }
+
+/// Issue 44: 16 loopback addresses × 16 idle connections filled the 256 slots (each address at its
+/// per-peer cap), and every scrape was closed at once. Now a scrape from another address pushes out the
+/// oldest idle connection of a peer that holds more than it, and is answered.
+#[test]
+fn many_peers_holding_idle_connections_do_not_starve_a_scrape() {
+    let (addr, _d) = start(LIMITS);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let mut idle = vec![];
+    for a in 2..18u8 {
+        for _ in 0..16 {
+            let s = rt.block_on(async {
+                let sock = tokio::net::TcpSocket::new_v4().unwrap();
+                sock.bind(SocketAddr::from(([127, 0, 0, a], 0))).unwrap();
+                sock.connect(addr).await.unwrap().into_std().unwrap()
+            });
+            idle.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..3 {
+        let t = Instant::now();
+        let (status, body) = get(addr, "/metrics");
+        assert_eq!(status, "HTTP/1.1 200 OK", "after {:?}", t.elapsed());
+        assert!(body.ends_with("# EOF\n"));
+    }
+    // A peer at its cap pushes no one out: its 17th is closed at once (127.0.0.17's are the newest, none
+    // pushed out by the scrapes).
+    let rt2 = rt.block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind(SocketAddr::from(([127, 0, 0, 17], 0))).unwrap();
+        sock.connect(addr).await.unwrap().into_std().unwrap()
+    });
+    let mut s = rt2;
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.is_empty(), "{out}");
+}

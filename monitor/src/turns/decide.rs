@@ -1,33 +1,40 @@
 //! The arbiter's decisions for one GPU (issue 29, time quanta): a state machine over what each tick sees
-//! of the GPU's oversubscribe containers (their ledgers' turn words and charges; NVML at each collection),
-//! answering with the turn words to write and the cgroups to freeze or thaw. Pure: time is passed in,
-//! nothing is read or written here. Not here: reading and writing (`run`), the cgroup files (`freezer`),
-//! what the status file holds (`record`).
+//! of the GPU's oversubscribe containers (NVML at each collection: which of them used the GPU and what
+//! their processes hold; their ledgers' turn words), answering with the turn words to write and the
+//! cgroups to freeze or thaw. Pure: time is passed in, nothing is read or written here. Not here: reading
+//! and writing (`run`), the cgroup files (`freezer`), what the status file holds (`record`).
 //!
-//! * **Wanting the GPU** (any of, within `linger`): threads of the container wait for the turn
-//!   (`waiting > 0` while `waited_ns` moves), its launches moved while holding, or NVML saw its processes use the GPU; a
-//!   container this arbiter froze still wants it (it is owed its turn).
-//! * **Contention** (serialise only when it helps): two or more want the GPU AND memory is short: the sum
-//!   of their charges (ledger `used`, clamped to their quota) passes the GPU's memory less what the other
-//!   processes on it hold, or (the truth no tenant can forge) NVML's device used memory is within
-//!   `MARGIN` of the total (left again below twice the margin, so the verdict does not flap; while they
-//!   take turns only the holder runs and the others' pages may leave the device, so what the device
-//!   holds plus what those waiting charged is what is compared, and turns end only once memory was not
-//!   short for a whole turn, `quantum + grace`). `force` takes turns whenever two want it (a measurement knob). Not contended: every container `Free`, and
-//!   what this arbiter froze thawed.
+//! **Whose word counts** (issue 44): whatever can freeze, slow or hand the GPU away from a container is
+//! decided from what the host measures (NVML's per-process utilisation and memory, attributed by cgroup)
+//! and what the arbiter itself told; a container's own turn words may only cost that container (`signs`).
+//!
+//! * **Wanting the GPU** (`signs`): NVML saw its processes use the GPU within `linger`; or it is owed a
+//!   turn: it wanted the GPU when the turns began or was handed past still wanting it (in the queue), or
+//!   this arbiter froze it. Told to wait and not queued, its own waiting threads (the library's words)
+//!   queue it again, but a turn granted on its words in which NVML never saw it work ends its hearing:
+//!   its words are not heard again until the turns end (a forger loses its own turns, no one else's).
+//! * **Contention** (serialise only when it helps, `signs::pressure`): two or more want the GPU AND memory
+//!   is short by NVML: what their processes need (each one's most in its spell of wanting, as NVML listed
+//!   it) with what other processes hold, or the device's used memory, is within `MARGIN` of the total
+//!   (left again below twice the margin, so the verdict does not flap; turns end only once memory was not
+//!   short for a whole turn, `quantum + grace`) AND taking turns frees something: what all but the largest
+//!   need is at least `MARGIN` of the device (a container that holds next to nothing gains nothing by
+//!   making a neighbour wait). `force` takes turns whenever two want it (a measurement knob). Not
+//!   contended: every container `Free`, and what this arbiter froze thawed.
 //! * **Turns** in arrival order (the order they began wanting): the holder `Hold`; every other told to
 //!   `Yield` when it was running, then `Wait` once drained (or after `grace`). The holder keeps the GPU
-//!   for `quantum`, or less when idle (no launch, no waiting thread, NVML not busy for `idle`) and
-//!   someone waits; then it is told `Yield`, and the next gets `Hold` when it drained
-//!   (`drained == epoch`), when NVML shows it idle since, or after `grace` whatever it did: no grant is
-//!   ever lost. It goes to the back of the queue if it still wants the GPU.
+//!   for `quantum`, or less when idle (NVML showed it idle in a reading from after its grant, and not
+//!   busy for `idle`) and someone waits; then it is told `Yield`, and the next gets `Hold` when it drained
+//!   (`drained == epoch`: its own word, which can only shorten its own turn), when NVML shows it idle
+//!   since, or after `grace` whatever it did: no grant is ever lost. It goes to the back of the queue if
+//!   it still wants the GPU.
 //! * **Revocation and the wall**: the turn words are the tenant's to write, so each is a hint. A
 //!   container told to stop (yield or wait) whose processes NVML shows busy, in a reading that covers
 //!   only time from `settle` after it was told (NVML's sample tail), is using the GPU out of turn (it
-//!   forged its mode, dropped the preload, or never drained): its cgroup is frozen until its turn comes,
-//!   a revocation when it was the holder handed past undrained, else an out-of-turn finding. A container
-//!   that did not drain only because it launched nothing since (the library drains at a launch) is idle
-//!   by NVML and never frozen. Without NVML nothing is frozen: the turns still go round.
+//!   forged its mode or its drain, dropped the preload, or never drained): its cgroup is frozen until its
+//!   turn comes, a revocation when it was the holder handed past undrained, else an out-of-turn finding.
+//!   A container that did not drain only because it launched nothing since (the library drains at a
+//!   launch) is idle by NVML and never frozen. Without NVML nothing is frozen and no turns are taken.
 //! * **Work that runs on while frozen** (`runs_on`): a freeze stops CPU threads, not GPU work already
 //!   queued. A container held frozen whose processes NVML shows busy in a reading that covers only time
 //!   from the grace (at least `settle`) after the freeze began: its work runs on while frozen
@@ -45,14 +52,24 @@ struct Member {
     mode: TurnMode,
     epoch: u64,
     told: Instant,
-    /// Its last `launches` and `waited_ns` words (None: none read yet).
-    launches: Option<u64>,
+    /// Its last `waited_ns` word (None: none read yet): its waiting threads' time (`signs`).
     waited_ns: Option<u64>,
-    /// The last sign it wants the GPU, and since when it has wanted it (arrival order).
+    /// The last sign it wants the GPU (NVML saw it busy), and since when it has wanted it (arrival order).
     active: Option<Instant>,
     since: Option<Instant>,
-    /// The last sign of work while holding (launches, waiting threads, NVML busy).
+    /// The last NVML reading that showed it working (or its grant), and whether the last reading showed
+    /// it idle.
     worked: Option<Instant>,
+    quiet: bool,
+    /// NVML: what its processes hold now, and the most they held in its spell of wanting the GPU.
+    held: u64,
+    peak: u64,
+    /// It is owed a turn (in the queue: it wanted the GPU when told to stop, or was handed past still
+    /// wanting it); its place came from its own waiting words (`on_words`), and such a turn idle by
+    /// NVML made its words unheard until the turns end (`deaf`).
+    owed: bool,
+    on_words: bool,
+    deaf: bool,
     frozen: Option<Why>,
     /// When the freeze began, and whether its work was found running on while frozen (`runs_on`).
     frozen_at: Option<Instant>,
@@ -65,6 +82,13 @@ struct Member {
     undrained: bool,
     /// Time it waited for the turn while wanting it, as this arbiter saw.
     waited: Duration,
+}
+
+impl Member {
+    /// What it needs on the device by NVML: the most its processes held in this spell of wanting it.
+    fn need(&self) -> u64 {
+        self.peak.max(self.held)
+    }
 }
 
 /// The holder and its quantum.
@@ -160,12 +184,6 @@ impl Board {
         self.epoch
     }
 
-    fn wants(&self, m: &Member, now: Instant) -> bool {
-        m.frozen.is_some()
-            || m.active
-                .is_some_and(|a| now.saturating_duration_since(a) < self.s.linger)
-    }
-
     /// One tick: what to write, freeze and thaw.
     pub fn tick(&mut self, t: &Tick) -> Vec<Action> {
         let mut out = Vec::new();
@@ -185,15 +203,22 @@ impl Board {
             .filter(|(_, m)| self.wants(m, now))
             .map(|(id, _)| id.clone())
             .collect();
-        let charged = |holder: bool| {
-            t.members
+        let need = |holder: bool| {
+            self.members
                 .iter()
-                .filter(|s| wanting.contains(&s.id))
-                .filter(|s| holder || self.holder() != Some(s.id.as_str()))
-                .map(|s| s.charged)
+                .filter(|(id, _)| wanting.contains(id))
+                .filter(|(id, _)| holder || self.holder() != Some(id.as_str()))
+                .map(|(_, m)| m.need())
                 .fold(0, u64::saturating_add)
         };
-        let (all, waiting) = (charged(true), charged(false));
+        let (all, waiting) = (need(true), need(false));
+        let largest = self
+            .members
+            .iter()
+            .filter(|(id, _)| wanting.contains(id))
+            .map(|(_, m)| m.need())
+            .max()
+            .unwrap_or(0);
         let n = self.nvml.unwrap_or(GpuNvml {
             at: now,
             since: None,
@@ -203,13 +228,13 @@ impl Board {
         });
         self.why = Figures {
             wanting: wanting.len(),
-            charged: all,
+            need: all,
             waiting,
             used: n.used,
             total: n.total,
             others: n.others,
         };
-        let pressed = self.s.force || self.pressure(all, waiting);
+        let pressed = self.s.force || self.pressure(all, largest);
         // Turns hide the pressure they relieve (only the holder's pages are busy): taking turns ends only
         // once they would have fit for a whole turn (`quantum + grace`), or fewer than two want the GPU.
         let fits_since = match pressed {
@@ -258,69 +283,6 @@ impl Board {
         }
     }
 
-    /// Records each member's signs of wanting the GPU and of working.
-    fn note_signs(&mut self, t: &Tick) {
-        for s in t.members {
-            let m = self.members.entry(s.id.clone()).or_insert(Member {
-                mode: TurnMode::Unmanaged,
-                epoch: 0,
-                told: t.now,
-                launches: None,
-                waited_ns: None,
-                active: None,
-                since: None,
-                worked: None,
-                frozen: None,
-                frozen_at: None,
-                ran_on: false,
-                stopped: None,
-                undrained: false,
-                waited: Duration::ZERO,
-            });
-            let turn = s.turn.unwrap_or_default();
-            let moved = s.turn.is_some() && m.launches.is_some_and(|l| l != turn.launches);
-            // A waiting thread adds to `waited_ns` as it waits: a count whose time stands still was left
-            // by a thread killed while waiting, and is no sign.
-            let waits = turn.waiting > 0 && m.waited_ns != Some(turn.waited_ns);
-            if s.turn.is_some() {
-                m.launches = Some(turn.launches);
-                m.waited_ns = Some(turn.waited_ns);
-            }
-            if waits || moved || s.busy == Some(true) {
-                m.active = Some(t.now);
-                m.worked = Some(t.now);
-            }
-        }
-        let now = t.now;
-        let linger = self.s.linger;
-        for m in self.members.values_mut() {
-            let wants = m.frozen.is_some()
-                || m.active
-                    .is_some_and(|a| now.saturating_duration_since(a) < linger);
-            match (wants, m.since) {
-                (true, None) => m.since = Some(now),
-                (false, Some(_)) => m.since = None,
-                _ => {}
-            }
-        }
-    }
-
-    /// Memory is short for the containers that want the GPU (see the module's header): `charged` is
-    /// their charges, `waiting` those of the ones that do not hold it.
-    fn pressure(&self, charged: u64, waiting: u64) -> bool {
-        let Some(n) = self.nvml else { return false };
-        let left = n.total.saturating_sub(n.others);
-        let margin = if self.contended { 2.0 * MARGIN } else { MARGIN };
-        let high = n.total as f64 * (1.0 - margin);
-        // Taking turns hides the pressure (only the holder runs, the others' pages may leave the device):
-        // while contended, what the device holds now plus what the waiting ones charged is the test.
-        let together = match self.contended {
-            true => n.used.saturating_add(waiting),
-            false => n.used,
-        };
-        charged > left || together as f64 >= high
-    }
-
     /// Not contended: every member `Free`, the holder and queue dropped, what this arbiter froze thawed.
     fn free_all(&mut self, t: &Tick, out: &mut Vec<Action>) {
         self.contended = false;
@@ -330,6 +292,7 @@ impl Board {
         let epoch = self.epoch;
         for (id, m) in &mut self.members {
             (m.stopped, m.undrained) = (None, false);
+            (m.owed, m.on_words, m.deaf) = (false, false, false);
             if m.frozen.take().is_some() {
                 out.push(Action::Thaw { id: id.clone() });
             }
@@ -358,7 +321,12 @@ impl Board {
             .filter_map(|id| Some((self.members.get(id)?.since?, id.clone())))
             .collect();
         new.sort();
-        self.queue.extend(new.into_iter().map(|(_, id)| id));
+        for (_, id) in new {
+            if let Some(m) = self.members.get_mut(&id) {
+                m.owed = true;
+            }
+            self.queue.push_back(id);
+        }
     }
 
     fn tell(&mut self, id: &str, mode: TurnMode, epoch: u64, now: Instant, out: &mut Vec<Action>) {
@@ -397,9 +365,10 @@ impl Board {
             if m.frozen.take().is_some() {
                 out.push(Action::Thaw { id: id.clone() });
             }
-            m.worked = Some(t.now);
-            m.stopped = None;
-            m.undrained = false;
+            // Granted, it wants the GPU for `linger` on the arbiter's word (it was gated: NVML could not
+            // see it want it); then by NVML alone.
+            (m.worked, m.active) = (Some(t.now), Some(t.now));
+            (m.stopped, m.undrained, m.owed) = (None, false, false);
         }
         self.tell(&id, TurnMode::Hold, epoch, t.now, out);
         self.counts.grants += 1;
@@ -429,9 +398,7 @@ impl Board {
                     return;
                 }
                 let over = now.saturating_duration_since(h.since) >= self.s.quantum;
-                let idle = m
-                    .worked
-                    .is_none_or(|w| now.saturating_duration_since(w) >= self.s.idle);
+                let idle = self.holder_idle(&m, h.since, now);
                 if over || idle {
                     let epoch = self.next_epoch(t.now_ns);
                     self.tell(&h.id, TurnMode::Yield, epoch, now, out);
@@ -464,11 +431,13 @@ impl Board {
                     }
                 }
                 self.holder = None;
+                self.deafen_if_idle_on_words(&h.id, h.since);
                 let back = !drained || !for_idle || self.wants(&m, now);
                 if back && !self.queue.contains(&h.id) {
                     self.queue.push_back(h.id.clone());
                     if let Some(m) = self.members.get_mut(&h.id) {
                         m.since.get_or_insert(now);
+                        m.owed = true;
                     }
                 }
                 self.grant_next(t, out);
@@ -551,6 +520,9 @@ impl Board {
         if !self.queue.contains(&id.to_string()) {
             self.queue.push_back(id.to_string());
         }
+        if let Some(m) = self.members.get_mut(id) {
+            m.owed = true;
+        }
     }
 
     /// A member whose turn words say other than it was told (its own store, or a file replaced) is told
@@ -576,6 +548,7 @@ impl Board {
 }
 
 pub mod runs_on;
+pub mod signs;
 
 #[cfg(test)]
 mod tests;

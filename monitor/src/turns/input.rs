@@ -1,7 +1,9 @@
 //! What one tick of the arbiter sees and answers, for one GPU: its settings, NVML's figures and each
-//! oversubscribe container's turn words, charge and NVML sign (`Seen`), what to do (`Action`), and how a
-//! collection of the monitor becomes that (`members`, `others`, `busy`). Not here: the decisions
-//! (`decide`), the reads and writes (`run`).
+//! oversubscribe container's turn words and NVML's figures of its processes (`Seen`), what to do
+//! (`Action`), and how a collection of the monitor becomes that (`members`, `others`, `held`, `busy`).
+//! Everything that can cost a container's neighbour (wanting the GPU, working, memory) comes from what the
+//! host measures; the turn words are the tenant's, read only where they can cost that tenant alone (issue
+//! 44). Not here: the decisions (`decide`), the reads and writes (`run`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -47,10 +49,12 @@ pub struct GpuNvml {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {
     pub id: String,
-    /// Its ledger's turn words (None: no ledger to read).
+    /// Its ledger's turn words (None: no ledger to read). The tenant's to write: read only where they
+    /// can cost this container alone (its drain, its waiting threads while it is told to wait).
     pub turn: Option<TurnSnapshot>,
-    /// Its ledger's charge, clamped to its quota.
-    pub charged: u64,
+    /// NVML at this tick's new collection: the bytes its processes hold on the GPU (None: no new
+    /// collection, or NVML's process list could not be read).
+    pub held: Option<u64>,
     /// NVML at this tick's new collection: its processes used the GPU (None: no new collection).
     pub busy: Option<bool>,
 }
@@ -116,8 +120,9 @@ pub struct Counts {
 pub struct Figures {
     /// Containers that want the GPU.
     pub wanting: usize,
-    /// Their charges, and those of the ones that do not hold it.
-    pub charged: u64,
+    /// What their processes need on the device by NVML (each one's most in its spell of wanting the
+    /// GPU), and the part of it of the ones that do not hold it.
+    pub need: u64,
     pub waiting: u64,
     /// NVML: the device's used memory, its total, and what other processes hold.
     pub used: u64,
@@ -150,6 +155,12 @@ pub fn others(r: &GpuReading, list: &[(usize, usize)], truth: &Truth) -> u64 {
         .filter(|(pid, _)| !mine.contains(pid))
         .map(|(_, b)| *b)
         .fold(0, u64::saturating_add)
+}
+
+/// The bytes NVML lists the member's processes holding on the GPU (None: NVML's list could not be read).
+pub fn held(r: &GpuReading, truth: &Truth, c: usize, g: usize) -> Option<u64> {
+    r.processes.as_ref()?;
+    Some(truth.used(c, g))
 }
 
 /// Whether NVML saw the member's processes use the GPU (None: NVML cannot tell utilisation).

@@ -1,8 +1,8 @@
 //! The arbiter at work: a thread of the monitor that ticks (`[monitor.turns] tick_ms`, 50 ms by default).
 //! Each tick it takes the GPUs' oversubscribe containers from the collector's last reading (their
-//! limits, cgroups, and at each new collection NVML's figures and which of their processes used the GPU,
-//! as the watchdog attributed them), reads each one's ledger (`Snapshot::read`: the turn words and the
-//! charge; tenant-writable, so hints), hands all that to the GPU's `decide::Board`, writes the turns it
+//! limits, cgroups, and at each new collection NVML's figures: which of their processes used the GPU and
+//! what they hold, as the watchdog attributed them), reads each one's ledger (`Snapshot::read`: the turn
+//! words alone, tenant-writable, so hints; its charge is never read), hands all that to the GPU's `decide::Board`, writes the turns it
 //! decides into the ledgers (`region::write_turn`, one `pwrite` each, opened as
 //! `hostfile::open_regular_for_update` opens: no link followed, one link, the ledger's size) and the
 //! heartbeat into every other, freezes and thaws cgroups (`freezer`) and rewrites each GPU's status
@@ -11,7 +11,7 @@
 //! only writes `Unmanaged` where a previous run left another word. Not here: the decisions (`decide`).
 
 use super::decide::{self, Action, Board, GpuNvml, Seen, Tick, Why};
-use super::input::{busy, members, others};
+use super::input::{busy, held, members, others};
 use super::record::{self, Frozen, GpuTurns, MemberTurn};
 use super::view::TurnsView;
 use crate::config::Turns;
@@ -235,7 +235,7 @@ impl Arbiter {
         let seen: Vec<Seen> = list
             .iter()
             .map(|&(ci, gi)| {
-                let (cs, gs) = (&c.containers[ci], &c.containers[ci].gpus[gi]);
+                let cs = &c.containers[ci];
                 let path = self.root.ledger_path(&cs.id, uuid).ok();
                 let snap = path.as_deref().and_then(|p| Snapshot::read(p).ok());
                 if let Some(p) = path {
@@ -243,8 +243,10 @@ impl Arbiter {
                 }
                 Seen {
                     id: cs.id.clone(),
-                    turn: snap.as_ref().map(|s| s.turn),
-                    charged: snap.map_or(0, |s| s.used.min(gs.limit.unwrap_or(u64::MAX))),
+                    turn: snap.map(|s| s.turn),
+                    held: reading
+                        .filter(|_| fresh && c.truth.knows(uuid))
+                        .and_then(|r| held(r, c.truth, ci, gi)),
                     busy: reading
                         .filter(|_| fresh && c.truth.knows(uuid))
                         .and_then(|r| busy(r, c.truth, ci, gi)),
@@ -268,14 +270,14 @@ impl Arbiter {
             let f = board.why;
             let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
             log(&format!(
-                "GPU {uuid}: {} ({} want it; charged {}, {} of it by those not holding it; NVML: {} used of {}, {} by other processes)",
+                "GPU {uuid}: {} ({} want it; their processes need {} by NVML, {} of it those not holding it; the device: {} used of {}, {} by other processes)",
                 if is {
                     "contended: taking turns"
                 } else {
                     "no longer contended: every oversubscribed container runs freely"
                 },
                 f.wanting,
-                gib(f.charged),
+                gib(f.need),
                 gib(f.waiting),
                 gib(f.used),
                 gib(f.total),

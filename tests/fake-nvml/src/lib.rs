@@ -225,16 +225,14 @@ fn fill_str<const N: usize>(s: &str) -> [c_char; N] {
 /// Live processes with memory on device `i`: (pid, bytes). Like the real NVML, which names processes
 /// by host PID, each is named by the PID the caller sees: a process in the caller's own PID namespace
 /// by the PID it recorded, one in a namespace below (a container, seen from the host) by its PID in
-/// the caller's `/proc`; one the caller cannot see keeps the PID it recorded.
+/// the caller's `/proc`; one the caller cannot see keeps the PID it recorded. A process's bytes are what
+/// is charged to the device for it; with `FAKE_NVML_PROCESS_MANAGED_PAGES=1` in the caller's environment
+/// also the managed pages its work pulled in (`Shared::paged_in`, the paging model), as a GPU whose
+/// process list shows what is resident (the monitor's tests set it; the library's truth-up never sees it).
 fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
-    let procs: Vec<(u32, u64, u64)> = with(|s, _| {
-        Ok(s.snapshot()
-            .processes
-            .into_iter()
-            .filter(|p| p.2[i] > 0)
-            .map(|p| (p.0, p.1, p.2[i]))
-            .collect())
-    })?;
+    let pages = std::env::var("FAKE_NVML_PROCESS_MANAGED_PAGES").is_ok_and(|v| v.trim() == "1");
+    let since = fake_gpu::monotonic_ns().saturating_sub(fake_gpu::config::paging_window_ns());
+    let procs = with(|s, _| Ok(s.processes_on(i, pages.then_some(since))))?;
     Ok(host_pids(procs))
 }
 

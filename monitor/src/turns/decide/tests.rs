@@ -4,6 +4,7 @@ use super::*;
 use vgpu_ledger::region::TurnSnapshot;
 
 mod runs_on;
+mod truth;
 
 const GIB: u64 = 1 << 30;
 
@@ -30,6 +31,8 @@ struct Gpu {
     nvml_at: Option<Instant>,
     used: u64,
     busy: BTreeMap<String, bool>,
+    /// What NVML lists each member's processes holding.
+    mem: BTreeMap<String, u64>,
     frozen: Vec<String>,
     actions: Vec<Action>,
 }
@@ -44,18 +47,21 @@ impl Gpu {
             nvml_at: None,
             used: 0,
             busy: BTreeMap::new(),
+            mem: BTreeMap::new(),
             frozen: vec![],
             actions: vec![],
         }
     }
 
-    fn add(&mut self, id: &str, charged: u64) {
+    /// A member whose processes hold `held` bytes by NVML.
+    fn add(&mut self, id: &str, held: u64) {
         self.members.push(Seen {
             id: id.into(),
             turn: Some(TurnSnapshot::default()),
-            charged,
+            held: None,
             busy: None,
         });
+        self.mem.insert(id.into(), held);
     }
 
     fn m(&mut self, id: &str) -> &mut Seen {
@@ -92,6 +98,7 @@ impl Gpu {
         });
         for s in &mut self.members {
             s.busy = n.map(|_| self.busy.get(&s.id).copied().unwrap_or(false));
+            s.held = n.map(|_| self.mem.get(&s.id).copied().unwrap_or(0));
         }
         let a = self.b.tick(&Tick {
             now: self.now,
@@ -453,11 +460,12 @@ fn contention_ends_everyone_free_and_thawed_and_a_gone_member_is_thawed_and_forg
     let a = g.tick(50, false);
     assert!(a.contains(&Action::Thaw { id: "c".into() }));
     assert!(!g.b.members().any(|m| m.0 == "c"));
-    // b stops wanting (nothing more from it): one wants, not contended, all free and thawed.
+    // b stops wanting (nothing more from it): it is still owed its turn, gets it after a's quantum, is
+    // idle by NVML and handed back; then one wants: not contended, all free and thawed.
     g.busy.insert("b".into(), false);
     g.b.not_frozen("b");
     g.frozen.retain(|f| f != "b");
-    g.run(100, &["a"]);
+    g.run(400, &["a"]);
     assert!(!g.b.contended());
     assert_eq!((g.mode("a"), g.mode("b")), (TurnMode::Free, TurnMode::Free));
     assert!(g.frozen.is_empty());
@@ -509,8 +517,11 @@ fn a_waiting_count_whose_time_stands_still_is_no_sign() {
     g.busy.insert(waiter.clone(), false);
     g.turn(&waiter).waiting = 1;
     let holder = g.b.holder().unwrap().to_string();
-    g.run(100, &[holder.as_str()]);
+    // It is owed its turn (it wanted the GPU when told to wait): it gets it after the holder's quantum,
+    // is idle by NVML, is handed back without a place in the queue, and the turns end.
+    g.run(400, &[holder.as_str()]);
     assert!(!g.b.contended(), "{:?}", g.b.members().collect::<Vec<_>>());
+    assert!(g.frozen.is_empty());
 }
 
 /// A holder whose last pass was still running when its quantum ended (a long kernel: the library drains

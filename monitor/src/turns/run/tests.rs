@@ -8,7 +8,8 @@ use vgpu_ledger::{Kind, Ledger};
 const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";
 const GIB: u64 = 1 << 30;
 
-/// Two live oversubscribe containers with a ledger each charged `gib` GiB, NVML busy for both.
+/// Two live oversubscribe containers with a ledger each charged `gib` GiB, NVML busy for both and listing
+/// their processes holding as much (and a host process 1 GiB).
 struct Node {
     _d: tempfile::TempDir,
     root: StateRoot,
@@ -50,7 +51,7 @@ fn node(gib: u64) -> Node {
             vec![TrueProc {
                 pid: 100 + i as u32,
                 start_time: 1,
-                used: 256 << 20,
+                used: gib * GIB,
                 tracked: true,
             }],
         );
@@ -59,7 +60,7 @@ fn node(gib: u64) -> Node {
         uuid: UUID.into(),
         total: 16 * GIB,
         used: 14 * GIB,
-        processes: Some(vec![(100, 256 << 20), (101, 256 << 20), (999, GIB)]),
+        processes: Some(vec![(100, gib * GIB), (101, gib * GIB), (999, GIB)]),
         process_utilization: Some(vec![(100, 0.9), (101, 0.8)]),
         ..Default::default()
     }];
@@ -163,6 +164,36 @@ fn two_that_fit_are_free_and_a_tampered_ledger_is_never_written_through_a_link()
     let before = std::fs::read(&other).unwrap();
     n.ticks(&a, 2);
     assert_eq!(std::fs::read(&other).unwrap(), before);
+}
+
+/// Issue 44's attack: a container that runs no CUDA at all writes 12 GiB into its ledger's total and keeps
+/// moving its `launches` and waiting words, beside an honest neighbour that NVML shows busy with 3 GiB on
+/// a 16 GiB GPU. The old arbiter read the words (wanting, working, 15 GiB charged past the 15 GiB left)
+/// and took turns: the neighbour was told to yield. Now NVML decides: the forger holds nothing and never
+/// used the GPU, so nobody is told anything but Free.
+#[test]
+fn a_forged_total_and_moving_words_cost_no_neighbour() {
+    let mut n = node(12);
+    n.truth.by_gpu.get_mut(&(0, 0)).unwrap()[0].used = 3 * GIB;
+    n.truth.by_gpu.remove(&(1, 0));
+    n.gpus[0].used = 4 * GIB;
+    n.gpus[0].processes = Some(vec![(100, 3 * GIB), (999, GIB)]);
+    n.gpus[0].process_utilization = Some(vec![(100, 0.9)]);
+    let a = Arbiter::new(turns(true), n.root.clone(), Duration::from_secs(1));
+    let (forger, _) = &n._ledgers[1];
+    for _ in 0..20 {
+        forger.turn().note_launch();
+        forger.turn().add_waiting(1);
+        forger.turn().add_waited(50_000_000);
+        n.ticks(&a, 1);
+    }
+    let st = record::read_gpus(&n.root);
+    assert!(!st[0].contended, "{st:?}");
+    assert_eq!(n.turn("c1").mode, TurnMode::Free, "the honest one runs");
+    assert_eq!(
+        (st[0].grants, st[0].out_of_turn, st[0].revocations),
+        (0, 0, 0)
+    );
 }
 
 #[test]

@@ -156,4 +156,44 @@ impl Shared {
             .fold(0u64, u64::saturating_add);
         self.used(dev).saturating_add(paged_in).min(self.total(dev))
     }
+
+    /// Each live process's managed pages on `dev` that its work pulled in from the host (its managed bytes
+    /// not charged at allocation) when it was active since `since` (work queued or finished after it),
+    /// else 0, at most the device: (PID as the process sees it, its PID namespace inode or 0, bytes). What
+    /// the fake NVML adds to a process's memory in its process list, as `resident_used` adds them to the
+    /// device's.
+    pub fn paged_in(&self, dev: usize, since: u64) -> Vec<(u32, u64, u64)> {
+        (0..SLOTS)
+            .map(|i| &self.layout().slots[i])
+            .filter(|s| s.state.load(Acquire) == LIVE && s.busy_until.load(Relaxed) > since)
+            .map(|s| {
+                let bytes = s.managed[dev]
+                    .load(Relaxed)
+                    .saturating_sub(s.managed_resident[dev].load(Relaxed))
+                    .min(self.total(dev));
+                (s.pid.load(Relaxed), s.pid_ns.load(Relaxed), bytes)
+            })
+            .filter(|p| p.2 > 0)
+            .collect()
+    }
+
+    /// The live processes holding memory on `dev` (after reclaiming dead ones): (PID as the process sees
+    /// it, its PID namespace inode or 0, bytes), the bytes charged to the device for it, plus, with
+    /// `pages_since`, the managed pages its work pulled in when it was active since then (`paged_in`).
+    pub fn processes_on(&self, dev: usize, pages_since: Option<u64>) -> Vec<(u32, u64, u64)> {
+        let paged = pages_since.map_or(vec![], |since| self.paged_in(dev, since));
+        self.snapshot()
+            .processes
+            .into_iter()
+            .map(|p| {
+                let extra: u64 = paged
+                    .iter()
+                    .filter(|q| (q.0, q.1) == (p.0, p.1))
+                    .map(|q| q.2)
+                    .sum();
+                (p.0, p.1, p.2[dev].saturating_add(extra))
+            })
+            .filter(|p| p.2 > 0)
+            .collect()
+    }
 }
