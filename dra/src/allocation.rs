@@ -169,17 +169,22 @@ fn merge(claim: &str, devices: Vec<Allocated>) -> Result<Vec<Allocated>, Allocat
             continue;
         };
         o.more_requests.push(d.request);
-        o.memory = o.memory.saturating_add(d.memory);
-        if o.memory > o.gpu.total_memory {
+        let memory = o
+            .settings
+            .memory_limit
+            .unwrap_or(0)
+            .saturating_add(d.settings.memory_limit.unwrap_or(0));
+        if memory > o.gpu.total_memory {
             return Err(AllocationError::Capacity {
                 claim: claim.to_string(),
                 device: o.device.clone(),
                 capacity: dra::MEMORY,
-                value: o.memory.to_string(),
+                value: memory.to_string(),
                 why: "its requests together consume more than the GPU has".into(),
             });
         }
-        o.compute = match (o.compute, d.compute) {
+        o.settings.memory_limit = Some(memory);
+        o.settings.compute_limit = match (o.settings.compute_limit, d.settings.compute_limit) {
             (Some(a), Some(b)) if a + b < 100 => Some(a + b),
             _ => None,
         };

@@ -161,7 +161,10 @@ fn two_requests_on_one_gpu_are_one_device_with_their_capacity_summed() {
         (d[0].request.as_str(), d[0].more_requests.as_slice()),
         ("gpu", &["gpu-b".to_string()][..])
     );
-    assert_eq!((d[0].memory, d[0].compute), (12 << 30, Some(50)));
+    assert_eq!(
+        (d[0].settings.memory_limit, d[0].settings.compute_limit),
+        (Some(12 << 30), Some(50))
+    );
     assert_eq!(
         quota(&d),
         "vgpu.io/memory-limit=12884901888,vgpu.io/compute-limit=50"
