@@ -65,6 +65,9 @@ pub mod env {
     pub const MEMORY_RESERVE: &str = "VGPU_MEMORY_RESERVE";
     /// The library's log level (diagnostics only; not a setting of the quota).
     pub const LOG_LEVEL: &str = "LIBCUDA_LOG_LEVEL";
+    /// `1`: every launch under a compute share is measured by events, none goes unmeasured while the
+    /// share has room (diagnostics and comparisons; it can only cost the process that sets it).
+    pub const COMPUTE_METERED: &str = "VGPU_COMPUTE_METERED";
     /// NVIDIA's device list, read to find the container's GPUs (never written).
     pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
 }
@@ -144,8 +147,8 @@ pub const ANNOTATIONS: &[Key] = &[
 ];
 
 /// Every variable of a container's environment that sets (or, for `VGPU_LIMITS_FILE`, points at) its
-/// limits: the ones whose near misses are refused. Not here: `LIBCUDA_LOG_LEVEL` (diagnostics) and
-/// `NVIDIA_VISIBLE_DEVICES` (NVIDIA's).
+/// limits: the ones whose near misses are refused. Not here: `LIBCUDA_LOG_LEVEL` and
+/// `VGPU_COMPUTE_METERED` (diagnostics) and `NVIDIA_VISIBLE_DEVICES` (NVIDIA's).
 pub const ENV: &[Key] = &[
     key(env::MEMORY_LIMIT, Scope::PerGpu, Topic::Memory),
     key(env::SHARED_CACHE, Scope::Container, Topic::Memory),

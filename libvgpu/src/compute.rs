@@ -51,17 +51,18 @@ use flight::{Grouping, InFlight};
 use sample::Position;
 use timer::{Begun, Timer};
 mod graphs;
+mod meter;
 mod quiet;
 mod rate;
 mod sample;
 mod settle;
-pub(crate) use quiet::forked_child;
 use quiet::FORKED;
 pub mod sync;
 pub mod teardown;
 mod timer;
 mod trace;
 mod truth;
+mod unmeasured;
 mod which;
 use events::{capturing, CUDA_ERROR_NOT_READY};
 pub use graphs::graph_reparametrised;
@@ -153,6 +154,8 @@ struct Share {
     synced: AtomicBool,
     /// Launches that could have been grouped, counted (`groupable`).
     grouped: AtomicU64,
+    /// Whether launches go unmeasured for now, and what they are debited (`meter`).
+    meter: meter::Meter,
     /// When a synchronisation last retired launches that are not charged yet (`Flights::retired`,
     /// CLOCK_MONOTONIC ns; 0: none wait). A hint read with one load on the launch path: set after they
     /// are queued, cleared once they are all charged.
@@ -219,6 +222,7 @@ impl Share {
             synced: AtomicBool::new(true),
             grouped: AtomicU64::new(0),
             retired_at: AtomicU64::new(0),
+            meter: meter::Meter::new(),
         }
     }
 
@@ -276,6 +280,7 @@ impl Share {
             let deficit = if !area.open_gate_if_full(tokens, self.rate.cap()) {
                 self.rate.cap() - tokens
             } else if tokens > 0 && !busy {
+                self.meter(tokens);
                 break;
             } else {
                 if !busy {
@@ -306,33 +311,6 @@ impl Share {
             self.area().held(held);
         }
         held
-    }
-
-    /// After a reading of NVML: what this process used by the driver's figure and was not charged
-    /// (`truth`) is charged now. The launches in flight count as charged (their estimates are debited).
-    fn floor(&self) {
-        if !self.busy.truth.has_news() {
-            return;
-        }
-        let in_flight = {
-            let q = lock(&self.timer.flights);
-            q.queue
-                .iter()
-                .chain(q.retired.iter())
-                .map(|f| f.estimate)
-                .sum()
-        };
-        let short = self.busy.truth.floor(in_flight);
-        if short > 0 {
-            self.area().charge(short);
-            if trace::on() {
-                log::debug(format_args!(
-                    "compute share: device {}: charged {} us the driver saw used and the events did not",
-                    self.quota.ordinal,
-                    short / 1000
-                ));
-            }
-        }
     }
 
     /// Whether a launch of `work` on `stream` of context `ctx` goes untimed (`sample`: a sampling position,
@@ -481,6 +459,9 @@ pub fn throttled(
     }
     let entered = trace::on().then(mono_ns);
     let held = share.admit();
+    if share.meter.unmeasured() {
+        return share.launch_unmeasured(entered, held, launch);
+    }
     // The floor is asked once: for the draw deep in a queue, or for the timing (it counts the refresh).
     let floor = std::cell::OnceCell::new();
     let floor_of = || *floor.get_or_init(|| share.groupable(work));
@@ -532,6 +513,12 @@ extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         for s in shares() {
             s.drain(None);
+            // What ran since the last reading (unmeasured launches above all) is charged from the
+            // driver's figure, as far as its samples have come.
+            if s.busy.truth.active() {
+                s.busy.refresh_every(mono_ns(), 0);
+                s.floor();
+            }
         }
     });
 }
@@ -540,7 +527,7 @@ static AT_EXIT: Once = Once::new();
 
 /// Registered with the first share: the exit handler here (after the CUDA runtime registered its own,
 /// so that it runs first), the fork handlers with the library's (`lifecycle`: its child handler tells
-/// the share it forked, `quiet::forked_child`).
+/// the share it forked, `lifecycle::FORKED`).
 fn register_exit() {
     crate::lifecycle::register();
     AT_EXIT.call_once(|| {

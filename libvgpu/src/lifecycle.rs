@@ -3,11 +3,16 @@
 //! this process's slots back. (The compute share registers its own exit handler, later: `compute`.)
 
 use std::panic::catch_unwind;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
 use crate::{devices, guard, records};
 
 static REGISTER: Once = Once::new();
+
+/// Set in the child of a fork: the compute share's launches in flight and spare events are the parent's
+/// (`compute`, which reads it lazily).
+pub static FORKED: AtomicBool = AtomicBool::new(false);
 
 extern "C" {
     fn pthread_atfork(
@@ -49,7 +54,7 @@ unsafe extern "C" fn child() {
         records::RECORDS.unlock_all();
         records::RECORDS.clear_after_fork();
         devices::child_after_fork();
-        crate::compute::forked_child();
+        FORKED.store(true, Ordering::Relaxed);
     });
 }
 

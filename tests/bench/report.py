@@ -84,11 +84,13 @@ def per_call_table(rows):
         out.append(f"| {label} | {fmt(b, ' ns')} | {fmt(v, ' ns')} | {fmt(added, ' ns')} | "
                    f"{ratio:.2f}x | {fmt(nl, ' ns')} | {target} | {verdict(ok)} |")
         sm = rounds_of(rows, bench, "vgpu-sm50", "ns_median")
+        sm99 = rounds_of(rows, bench, "vgpu-sm99", "ns_median")
         over = rounds_of(rows, bench, "vgpu-over", "ns_median")
         free = rounds_of(rows, bench, "vgpu-over-free", "ns_median")
         notes.append(f"- {bench}: bare rounds {spread(bare)}; with libvgpu {spread(vgpu)}"
                      + (f"; no quota {spread(nolim)}" if nolim else "")
                      + (f"; under a 50% compute share (nothing in flight: one launch in eight timed, two events) {spread(sm)}" if sm else "")
+                     + (f"; under a 99% share (well inside it: unmeasured once NVML's figure of the process is read) {spread(sm99)}" if sm99 else "")
                      + (f"; oversubscribed, turn gate with no arbiter {spread(over)}" if over else "")
                      + (f"; oversubscribed, the arbiter's Free {spread(free)}" if free else "")
                      + " (ns, median of each run)")

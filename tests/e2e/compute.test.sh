@@ -203,7 +203,9 @@ between "contexts switched between kernels: a 30% tenant beside a busy neighbour
 # neighbour starts looping kernels (5 ms slices, 1.5 ms lost per switch). From 300 ms to 800 ms after the
 # steps slow down, their charges must read two contexts (the library before: 33-68%, one context until a
 # second after its first reading).
-slice_env=(FAKE_CUDA_TIMESLICE_US=5000 FAKE_CUDA_SWITCH_US=1500)
+# Every launch measured (VGPU_COMPUTE_METERED=1: at 90% with a full bucket launches would otherwise go
+# unmeasured, Share::meter): what is checked here is how the events read the neighbour.
+slice_env=(FAKE_CUDA_TIMESLICE_US=5000 FAKE_CUDA_SWITCH_US=1500 VGPU_COMPUTE_METERED=1)
 env "${slice_env[@]}" VGPU_COMPUTE_WINDOW=5s LIBCUDA_LOG_LEVEL=3 LD_PRELOAD=$LIBVGPU CUDA_DEVICE_MEMORY_SHARED_CACHE=$WORK/stale \
     CUDA_DEVICE_SM_LIMIT=90 "$CLIENTS_DIR/compute_client" steps 3 100000 >"$WORK/stale.out" 2>"$WORK/stale.err" &
 st=$!
@@ -401,7 +403,8 @@ check "  ... and every launch is still charged its 2 ms ($((charged / 1000000)) 
 # window (never held back). The library that recorded an end after every launch made a step 16 x 40 us
 # longer (bare + ~640 us) and charged each launch its event too (240 us). One end per group of launches:
 # bare + ~240 us.
-ev=(FAKE_CUDA_KERNEL_US=200 FAKE_CUDA_EVENT_GPU_US=40 VGPU_COMPUTE_WINDOW=2s)
+# Every launch measured, as above: what is checked is the events' own cost.
+ev=(FAKE_CUDA_KERNEL_US=200 FAKE_CUDA_EVENT_GPU_US=40 VGPU_COMPUTE_WINDOW=2s VGPU_COMPUTE_METERED=1)
 bare_us=$(field step_us "$(export "${ev[@]}"; vg "$WORK/ev0" "" "$CC" steps $SECS 2000)")
 out=$(export "${ev[@]}"; vg "$WORK/ev1" 90 "$CC" steps $SECS 2000)
 us=$(field step_us "$out")
@@ -424,7 +427,7 @@ check "  ... a step waited for by polling, then 3 ms of host time: each launch s
 # 99%. Now they are sampled as launches with nothing in flight are (one in eight timed), and an untimed one
 # is charged its work's timed average less one event's cost, which it does not have (probed): sampled
 # without that, each launch was charged 94-95 us where the GPU spent ~87, and the loop was held back.
-pq=(FAKE_CUDA_KERNEL_US=20 FAKE_CUDA_EVENT_GPU_US=15 FAKE_CUDA_EVENT_RECORD_US=5 VGPU_COMPUTE_WINDOW=2s)
+pq=(FAKE_CUDA_KERNEL_US=20 FAKE_CUDA_EVENT_GPU_US=15 FAKE_CUDA_EVENT_RECORD_US=5 VGPU_COMPUTE_WINDOW=2s VGPU_COMPUTE_METERED=1)
 # untimed_pct OUTPUT: percent of the launches the debug trace lines of OUTPUT say went untimed.
 untimed_pct() {
     printf '%s\n' "$1" | awk '/compute trace/ { for (i = 1; i < NF; i++) { if ($i == "launches") l += $(i + 1); if ($i == "untimed") u += $(i + 1) } }
@@ -452,6 +455,21 @@ check "  ... and the loop keeps >= 84% of its rate without a share ($n1 / $n0 la
 out=$(export "${pq[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pq2" 90 "$CC" pairs $SECS 30)
 between "the same launches queued a few deep (30 us of host time after each) at 90%: most go untimed" "$(untimed_pct "$out")" 60 100
 charged_pairs "$WORK/pq2"
+# The same loop at 99%, launches unmeasured by default: well inside its share (the bucket holds what it could
+# overdraw before the driver's next figure of it is charged, compute/meter.rs), it pays no event at all and
+# the floor charges what NVML saw (compute/truth.rs). Measured launch by launch (VGPU_COMPUTE_METERED=1) the
+# same loop made 0.34 records and 0.5 queries a launch and spent 2.6 us of library time on each; unmeasured,
+# 0.006, 0.008 and 0.7 us, charged 78.8 us a launch against its kernels' 80 (the floor's slack: 1-2%).
+pu=("${pq[@]/VGPU_COMPUTE_METERED=1/VGPU_COMPUTE_METERED=0}")
+out=$(export "${pu[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pu" 99 "$CC" pairs $SECS 70)
+ev_rate=$(awk '/compute trace/ { for (i = 1; i <= NF; i++) { if ($i == "launches") l += $(i + 1)
+                                   if ($i == "records" || $i == "queries") e += $(i + 1) } }
+               END { printf "%.3f", (l > 0 ? e / l : -1) }' <<<"$out")
+check "a launch-bound loop inside a 99% share goes unmeasured: at most 0.05 event calls a launch ($ev_rate)" \
+    awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.05) }'
+charged=$(bucket "$WORK/pu" charged_ns) n=$(bucket "$WORK/pu" launches)
+check "  ... and is charged its kernels' mean (80 us) less at most the floor's slack ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 76e3 && c / n <= 88e3) }'
 
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)

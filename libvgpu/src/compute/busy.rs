@@ -127,6 +127,12 @@ impl Busy {
         self.reading(now_ns, REFRESH_NS, false);
     }
 
+    /// Asks NVML when the reading is `max_age` old (a launching thread whose launches go unmeasured: the
+    /// driver's figure is then their charge, `Share::meter`).
+    pub fn refresh_every(&self, now_ns: u64, max_age: u64) {
+        self.reading(now_ns, max_age, false);
+    }
+
     /// The reading, refreshed first when it is older than `max_age` ns (one thread refreshes; the
     /// others keep the last reading meanwhile). `contradicted`: asked because the stretch contradicts
     /// the reading (`sharers_beside`).

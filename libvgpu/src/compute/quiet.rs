@@ -4,16 +4,11 @@
 //! the parent's (`FORKED`).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// Set in a child after `fork`: what is in flight is the parent's (`Share::forget_parent`).
-pub(super) static FORKED: AtomicBool = AtomicBool::new(false);
-
-/// In the child of a fork (`lifecycle`'s handler): what is in flight and the spare events are the parent's.
-pub(crate) fn forked_child() {
-    FORKED.store(true, Ordering::Relaxed);
-}
+/// Set in the child of a fork (`lifecycle`'s handler): what is in flight and the spare events are the parent's.
+pub(super) use crate::lifecycle::FORKED;
 
 /// Held (read) while a thread hands events of the share to the driver, held (write) across a teardown.
 static EVENTS: RwLock<()> = RwLock::new(());

@@ -237,6 +237,7 @@ impl Share {
         let e = self.estimate.load(Ordering::Relaxed);
         self.estimate
             .store(averaged(e, ns / members), Ordering::Relaxed);
+        self.meter.measured.fetch_add(members, Ordering::Relaxed);
     }
 
     /// Waits for the launches in flight (of context `ctx`, or all) to finish and charges them: the

@@ -58,6 +58,8 @@ pub struct Truth {
     booked: AtomicU64,
     /// A reading came since the last `floor`.
     fresh: AtomicBool,
+    /// Readings of this process's figure are coming (a baseline was taken): the floor holds.
+    active: AtomicBool,
     /// The last floor charged something: readings are asked for more often (`Busy`).
     suspect: AtomicBool,
     book: Mutex<Book>,
@@ -80,7 +82,12 @@ impl Truth {
         self.fresh.load(Ordering::Relaxed)
     }
 
-    /// Whether the last floor charged something (the tenant's charge fell short of the driver's figure).
+    /// Whether the floor holds: the driver's figure of this process is being read.
+    pub fn active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Whether the events fell short of the driver's figure at the last floor (`set_suspect`).
     pub fn suspect(&self) -> bool {
         self.suspect.load(Ordering::Relaxed)
     }
@@ -96,6 +103,7 @@ impl Truth {
             b.own_newest = b.batch_newest;
             b.baseline = b.batch_newest;
             b.booked_before = self.booked.load(Ordering::Relaxed);
+            self.active.store(true, Ordering::Relaxed);
             return;
         }
         // The driver's sample period, where this batch shows two samplings.
@@ -153,8 +161,13 @@ impl Truth {
             SLACK_NS + b.used / 1_000_000 * SLACK_USED_PPM + wall_ns / 1_000_000 * SLACK_WALL_PPM;
         let short = b.used.saturating_sub(charged.saturating_add(slack));
         b.floored += short;
-        self.suspect.store(short > 0, Ordering::Relaxed);
         short
+    }
+
+    /// Whether the events fell short of the driver's figure (the last floor charged something while
+    /// launches were measured): readings come more often and launches stay measured.
+    pub fn set_suspect(&self, s: bool) {
+        self.suspect.store(s, Ordering::Relaxed);
     }
 
     /// In a child after `fork`: the parent's readings and charges are not the child's.
@@ -165,6 +178,7 @@ impl Truth {
         self.booked.store(0, Ordering::Relaxed);
         self.fresh.store(false, Ordering::Relaxed);
         self.suspect.store(false, Ordering::Relaxed);
+        self.active.store(false, Ordering::Relaxed);
     }
 }
 
