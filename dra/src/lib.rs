@@ -13,7 +13,6 @@ pub mod allocation;
 pub mod apiserver;
 pub mod checkpoint;
 pub mod claim_spec;
-pub mod driver_root;
 pub mod kubelet;
 pub mod plugin;
 pub mod proto;

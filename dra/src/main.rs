@@ -16,7 +16,8 @@ use vgpu_dra::plugin::Plugin;
 use vgpu_dra::proto::dra_v1::dra_plugin_server::DraPluginServer;
 use vgpu_dra::proto::registration::registration_server::RegistrationServer;
 use vgpu_dra::publisher::Publisher;
-use vgpu_dra::{apiserver, driver_root, slice};
+use vgpu_dra::{apiserver, slice};
+use vgpu_host::driver_root;
 use vgpu_host::keys::dra;
 use vgpu_host::nvml::Nvml;
 

@@ -1,6 +1,6 @@
 //! The names only the host tools use: the binaries' names, the hooks' `PATH`, the config's variable and the
-//! DRA claim's variables (`host`), the CDI kinds (`cdi`), the DRA driver's name and capacities (`dra`). Not
-//! here: the names a container carries, which the library reads too (`vgpu_ledger::keys`).
+//! DRA claim's variables (`host`), the CDI kinds (`cdi`), the device plugin's resources (`device_plugin`),
+//! the DRA driver's name and capacities (`dra`). Not here: the names a container carries, which the library reads too (`vgpu_ledger::keys`).
 
 /// Names of the host side: binaries, the hooks' environment, the config's variable.
 pub mod host {
@@ -32,6 +32,15 @@ pub mod cdi {
     pub const NVIDIA_KIND: &str = "nvidia.com/gpu";
     /// The kind of the per-claim specs vgpu-dra-plugin writes: `vgpu.io/claim=<claim uid>-gpu-<index>`.
     pub const CLAIM_KIND: &str = "vgpu.io/claim";
+}
+
+/// vgpu-device-plugin's extended resources (the kubelet's device plugin API): what a pod's
+/// `resources.limits` name.
+pub mod device_plugin {
+    /// GPU memory, in the plugin's unit (`--memory-unit`, 1 GiB by default), on one GPU.
+    pub const MEMORY: &str = "vgpu.io/memory";
+    /// A GPU's compute share, whole percents (100 a GPU), on the GPU of the container's memory.
+    pub const COMPUTE: &str = "vgpu.io/compute";
 }
 
 /// Kubernetes Dynamic Resource Allocation: vgpu-dra-plugin's driver and its devices' capacities.

@@ -24,6 +24,7 @@
 //! * [`request`]: one GPU of a container with what it asks there, memory quota and compute share together.
 //! * [`admission`]: the node's committed quotas against each GPU, under the node lock (the shim's and the
 //!   hook's creates, `vgpuctl update`).
+//! * [`driver_root`]: the node's NVML under a driver root mounted into a node daemon's pod.
 //! * [`driverlimit`]: a container's quotas set as its cgroup's limits in the driver (NVML r615+).
 //! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
 //! * [`version`]: the version and commit every host binary prints.
@@ -36,6 +37,7 @@ pub mod attribution;
 pub mod cdi;
 pub mod config;
 pub mod creator;
+pub mod driver_root;
 pub mod driverlimit;
 pub mod gc;
 pub mod held;

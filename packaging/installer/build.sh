@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The installer image, made offline from the project's own files (no base image is pulled): a static busybox
 # (for /bin/sh, cp, chroot, nsenter), the glibc-2.28 host binaries of `make package` and the interposer in
-# /vgpu, and install.sh as the entrypoint. The chart's DRA DaemonSet runs vgpu-dra-plugin from the same
-# image, in the image (not on the node): /usr/local/bin/vgpu-dra-plugin (the workspace build) with the glibc
-# it was linked against, copied from this machine at its paths, and the glibc libraries NVML itself needs
-# (libdl, libpthread, librt, libm), as the node's libnvidia-ml.so.1 is loaded from the mounted driver root.
+# /vgpu, and install.sh as the entrypoint. The chart's DRA and device plugin DaemonSets run vgpu-dra-plugin
+# and vgpu-device-plugin from the same image, in the image (not on the node): /usr/local/bin/ (the workspace
+# builds) with the glibc they were linked against, copied from this machine at its paths, and the glibc
+# libraries NVML itself needs (libdl, libpthread, librt, libm), as the node's libnvidia-ml.so.1 is loaded
+# from the mounted driver root.
 # `docker import` of that root filesystem; the image is tagged vgpu/installer:VERSION (or $1) in the Docker
 # that DOCKER_HOST names. Prints the tag.
 set -euo pipefail
@@ -13,7 +14,8 @@ VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 TAG=${1:-vgpu/installer:$VERSION}
 BIN=${CARGO_TARGET_DIR:-target}/glibc-2.28/x86_64-unknown-linux-gnu/release
 DRA=${CARGO_TARGET_DIR:-target}/release/vgpu-dra-plugin
-for f in "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$DRA" target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so /bin/busybox; do
+DP=${CARGO_TARGET_DIR:-target}/release/vgpu-device-plugin
+for f in "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$DRA" "$DP" target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so /bin/busybox; do
     [ -f "$f" ] || { echo "installer: missing $f (run make package; busybox: apt-get install busybox-static)" >&2; exit 1; }
 done
 ROOT=target/installer/rootfs
@@ -26,10 +28,10 @@ done
 install -m 0755 "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} packaging/installer/install.sh "$ROOT/vgpu/"
 install -m 0644 target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so "$ROOT/vgpu/"
 mkdir -p "$ROOT/usr/local/bin"
-install -m 0755 "$DRA" "$ROOT/usr/local/bin/"
-"$(command -v llvm-strip || echo strip)" "$ROOT/usr/local/bin/vgpu-dra-plugin"
-# The plugin's shared libraries (ldd: "name => /path (addr)", the loader as "/path (addr)"), then NVML's.
-libs=$(ldd "$DRA" | grep -Eo '/[^ ]+' | grep -v '^/proc')
+install -m 0755 "$DRA" "$DP" "$ROOT/usr/local/bin/"
+"$(command -v llvm-strip || echo strip)" "$ROOT/usr/local/bin/vgpu-dra-plugin" "$ROOT/usr/local/bin/vgpu-device-plugin"
+# The plugins' shared libraries (ldd: "name => /path (addr)", the loader as "/path (addr)"), then NVML's.
+libs=$( (ldd "$DRA"; ldd "$DP") | grep -Eo '/[^ ]+' | grep -v '^/proc' | sort -u)
 libc=$(printf '%s\n' $libs | grep '/libc\.so\.6$')
 for l in libdl.so.2 libpthread.so.0 librt.so.1 libm.so.6; do libs="$libs $(dirname "$libc")/$l"; done
 for l in $libs; do

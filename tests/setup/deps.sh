@@ -111,3 +111,9 @@ if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
     echo "deps: installing kubernetes-validate"
     python3 -m pip install -q kubernetes-validate
 fi
+# cel-python evaluates the chart's tenant-quota admission policy's CEL against sample pods
+# (tests/e2e/quota-policy.test.sh).
+if ! python3 -c 'import celpy' 2>/dev/null; then
+    echo "deps: installing cel-python"
+    python3 -m pip install -q cel-python
+fi

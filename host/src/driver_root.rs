@@ -1,5 +1,5 @@
-//! Finding the node's NVML library from inside the plugin's pod. The pod mounts the driver's root
-//! folder of the node read-only (`/` where the driver is installed on the host, `/run/nvidia/driver` where
+//! Finding the node's NVML library from inside a node daemon's pod (vgpu-dra-plugin, vgpu-device-plugin).
+//! The pod mounts the driver's root folder of the node read-only (`/` where the driver is installed on the host, `/run/nvidia/driver` where
 //! NVIDIA's GPU Operator runs it in a container) and the plugin looks for `libnvidia-ml.so.1` in the
 //! library folders distributions and the operator's driver image use, as NVIDIA's own DRA driver does
 //! with its `nvidiaDriverRoot`. An explicit library path (`--nvml-library`, else the vgpu config's

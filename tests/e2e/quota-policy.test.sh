@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The chart's tenant-quota ValidatingAdmissionPolicy (quotaPolicy.enabled): its CEL evaluated against sample
+# pods and namespace ConfigMaps with cel-python (lib/vap-eval.py, as the API server evaluates a policy), from
+# the chart as rendered (vgpu-helm-render) and validated offline (kubernetes-validate). What no cluster here
+# can show: the API server itself running it.
+set -uo pipefail
+. "$(dirname "$0")/lib/common.sh"
+t_init quota-policy
+RENDER=$T/release/vgpu-helm-render CHART=$REPO/packaging/helm/vgpu
+t_require "$RENDER"
+python3 -c 'import celpy' 2>/dev/null || { echo "quota-policy: cel-python is not installed (tests/setup/deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
+"$RENDER" "$CHART" > "$WORK/default.yaml"
+check_not "off by default" grep -q 'tenant-quota' "$WORK/default.yaml"
+"$RENDER" "$CHART" --set quotaPolicy.enabled=true > "$WORK/chart.yaml"
+check "quotaPolicy.enabled=true renders and validates (kubernetes-validate --strict)" kubernetes-validate --strict --quiet "$WORK/chart.yaml"
+
+# pod ANNOTATIONS-JSON [RUNTIMECLASS] [LIMITS-JSON]: a pod file; verdict POD PARAMS: the policy's answer.
+pod() {
+    local f=$WORK/pod$RANDOM.json
+    jq -n --argjson a "$1" --arg rc "${2-vgpu}" --argjson l "${3:-{\}}" '{apiVersion: "v1", kind: "Pod",
+        metadata: ({name: "p", namespace: "team-a"} + (if $a == null then {} else {annotations: $a} end)),
+        spec: ((if $rc == "" then {} else {runtimeClassName: $rc} end)
+               + {containers: [{name: "main", image: "i", resources: {limits: $l}}]})}' > "$f"
+    echo "$f"
+}
+params() { local f=$WORK/cm$RANDOM.json; jq -n --argjson d "$1" '{apiVersion: "v1", kind: "ConfigMap", metadata: {name: "vgpu-quota-maxima"}, data: $d}' > "$f"; echo "$f"; }
+verdict() { python3 "$REPO/tests/e2e/lib/vap-eval.py" "$WORK/chart.yaml" vgpu-tenant-quota "$1" "$2"; }
+MAX=$(params '{"memory-max": "8Gi", "compute-max": "50"}')
+MEMONLY=$(params '{"memory-max": "8Gi"}')
+
+check_eq "a pod without quota annotations is not matched" "$(verdict "$(pod null)" none)" "not matched"
+check_eq "within the maxima, under vgpu's RuntimeClass: admitted" \
+    "$(verdict "$(pod '{"vgpu.io/memory-limit": "4Gi", "vgpu.io/compute-limit": "30"}')" "$MAX")" admitted
+check_eq "exactly the maxima in other units (8192Mi, 8G = GiB as vgpu reads it, 50): admitted" \
+    "$(verdict "$(pod '{"vgpu.io/memory-limit": "8192Mi", "vgpu.io/memory-limit.trainer": "8G", "vgpu.io/compute-limit.0": "50"}')" "$MAX")" admitted
+check_eq "a per-container key over the maximum: denied, naming it" \
+    "$(verdict "$(pod '{"vgpu.io/memory-limit": "4Gi", "vgpu.io/memory-limit.trainer.1": "9Gi"}')" "$MAX")" \
+    "denied: a vgpu.io/memory-limit annotation asks more than this namespace allows (memory-max 8Gi in ConfigMap vgpu-quota-maxima)"
+check_eq "1.5Ti: denied" "$(verdict "$(pod '{"vgpu.io/memory-limit": "1.5Ti"}')" "$MAX" | cut -c1-60)" \
+    "denied: a vgpu.io/memory-limit annotation asks more than thi"
+check_eq "compute over the maximum: denied" "$(verdict "$(pod '{"vgpu.io/compute-limit": "60"}')" "$MAX")" \
+    "denied: a vgpu.io/compute-limit annotation asks more than this namespace allows (compute-max 50 in ConfigMap vgpu-quota-maxima)"
+check_eq "compute where the namespace sets no compute-max: denied" "$(verdict "$(pod '{"vgpu.io/compute-limit": "10"}')" "$MEMONLY")" \
+    "denied: a vgpu.io/compute-limit annotation asks more than this namespace allows (compute-max unset in ConfigMap vgpu-quota-maxima)"
+check_eq "memory alone where only memory-max is set: admitted" "$(verdict "$(pod '{"vgpu.io/memory-limit": "2Gi"}')" "$MEMONLY")" admitted
+check_eq "a namespace without the ConfigMap: denied" "$(verdict "$(pod '{"vgpu.io/memory-limit": "1Gi"}')" none)" \
+    "denied: no params (parameterNotFoundAction Deny)"
+check_eq "without vgpu's RuntimeClass: denied" "$(verdict "$(pod '{"vgpu.io/memory-limit": "1Gi"}' runc)" "$MAX")" \
+    "denied: a pod with a vgpu.io quota annotation must set runtimeClassName vgpu (vgpu's runtime enforces it)"
+check_eq "  ... or none at all: denied" "$(verdict "$(pod '{"vgpu.io/memory-limit": "1Gi"}' "")" "$MAX" | cut -c1-47)" \
+    "denied: a pod with a vgpu.io quota annotation m"
+check_eq "a unit vgpu does not read (4GB): denied" "$(verdict "$(pod '{"vgpu.io/memory-limit": "4GB"}')" "$MAX")" \
+    "denied: a vgpu.io/memory-limit annotation is not a quantity vgpu reads (a number and a binary unit, e.g. 8Gi)"
+check_eq "a share that is no whole percent (30%): denied" "$(verdict "$(pod '{"vgpu.io/compute-limit": "30%"}')" "$MAX")" \
+    "denied: a vgpu.io/compute-limit annotation is not a whole percent"
+check_eq "a pod asking the device plugin's vgpu.io/memory may not add its own annotation" \
+    "$(verdict "$(pod '{"vgpu.io/memory-limit.main": "2Gi"}' vgpu '{"vgpu.io/memory": "4"}')" "$MAX")" \
+    "denied: a pod that asks vgpu.io/memory or vgpu.io/compute gets its quota from vgpu's device plugin and may not set vgpu.io quota annotations"
+t_done
