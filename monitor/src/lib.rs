@@ -26,6 +26,7 @@ mod collector;
 pub mod config;
 pub mod docker;
 pub mod freezer;
+pub mod frozen;
 pub mod http;
 mod kill;
 pub mod labels;
