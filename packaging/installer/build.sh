@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installer image, made offline from the project's own files (no base image is pulled): a static busybox
 # (for /bin/sh, cp, chroot, nsenter), the glibc-2.28 host binaries of `make package` and the interposer in
-# /vgpu, and install.sh as the entrypoint. The chart's DRA DaemonSet runs vgpu-dra-plugin from the same
+# /vgpu, and install.sh as the entrypoint (the chart's gc and monitor run /vgpu/vgpuctl in the image, with
+# the glibc below). The chart's DRA DaemonSet runs vgpu-dra-plugin from the same
 # image, in the image (not on the node): /usr/local/bin/vgpu-dra-plugin (the workspace build) with the glibc
 # it was linked against, copied from this machine at its paths, and the glibc libraries NVML itself needs
 # (libdl, libpthread, librt, libm), as the node's libnvidia-ml.so.1 is loaded from the mounted driver root.
@@ -28,8 +29,10 @@ install -m 0644 target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so "$ROOT/vgpu/"
 mkdir -p "$ROOT/usr/local/bin"
 install -m 0755 "$DRA" "$ROOT/usr/local/bin/"
 "$(command -v llvm-strip || echo strip)" "$ROOT/usr/local/bin/vgpu-dra-plugin"
-# The plugin's shared libraries (ldd: "name => /path (addr)", the loader as "/path (addr)"), then NVML's.
-libs=$(ldd "$DRA" | grep -Eo '/[^ ]+' | grep -v '^/proc')
+# The plugin's and vgpuctl's shared libraries (ldd: "name => /path (addr)", the loader as "/path (addr)"),
+# then NVML's: the chart's gc and monitor run /vgpu/vgpuctl in the image too, with only the node paths they
+# need mounted (install.sh).
+libs="$(ldd "$DRA" | grep -Eo '/[^ ]+' | grep -v '^/proc') $(ldd "$BIN/vgpuctl" | grep -Eo '/[^ ]+' | grep -v '^/proc')"
 libc=$(printf '%s\n' $libs | grep '/libc\.so\.6$')
 for l in libdl.so.2 libpthread.so.0 librt.so.1 libm.so.6; do libs="$libs $(dirname "$libc")/$l"; done
 for l in $libs; do
