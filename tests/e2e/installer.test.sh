@@ -216,6 +216,7 @@ check_match "  ... and one line saying where it looked" 'no libnvidia-ml.so.1 un
 out=$(chart_run "$N" -v "$DR:/driver-root:ro" --tmpfs /tmp -e FAKE_CUDA_DEVICES=16Gi "$IMG" monitor --once 2>"$WORK/monitor.err")
 check_match "  ... NVML from the driver root (the GPU Operator's layout): vgpu_nvml_up 1" '^vgpu_nvml_up 1$' "$out"
 check_match "  ... the node's GPU (16 GiB)" '^vgpu_host_gpu_memory_total_bytes\{.*\} 17179869184$' "$out"
+rmdir "$N/run/vgpu"  # made for the mount (the chart's hostPath makes it on a node): not install's
 
 echo "-- uninstall"
 INSTALLER_ARGS=(uninstall)
