@@ -79,19 +79,21 @@ impl Monitor {
 
     /// A monitor of `root` reading `nvml` (none: the ledgers' figures only, no watchdog).
     pub fn with_nvml(root: StateRoot, nvml: Option<Box<dyn Nvml>>, policy: Policy) -> Monitor {
+        let share = share_run::ShareRun::new(
+            vgpu_host::config::ShareWall::Off,
+            share_wall::Settings {
+                window: Duration::from_secs(10),
+                tolerance: 0.05,
+            },
+            policy.kill,
+        )
+        .with_record(&root);
         Monitor {
             root,
             nvml,
             policy,
             watch: Mutex::new(Watch::default()),
-            share: share_run::ShareRun::new(
-                vgpu_host::config::ShareWall::Off,
-                share_wall::Settings {
-                    window: Duration::from_secs(10),
-                    tolerance: 0.05,
-                },
-                policy.kill,
-            ),
+            share,
             last: Mutex::new(None),
             build: metrics::BuildInfo::default(),
             node: String::new(),
@@ -129,7 +131,8 @@ impl Monitor {
         mode: vgpu_host::config::ShareWall,
         settings: share_wall::Settings,
     ) -> Monitor {
-        self.share = share_run::ShareRun::new(mode, settings, self.policy.kill);
+        self.share =
+            share_run::ShareRun::new(mode, settings, self.policy.kill).with_record(&self.root);
         self
     }
 

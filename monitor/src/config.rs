@@ -137,6 +137,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.listen, DEFAULT_LISTEN);
+        // Issue 44: a bare node's exporter listened on every address by default, and the scrape names
+        // every tenant's pods and usage: by default only the node reaches it now.
+        let addr: std::net::SocketAddr = d.listen.parse().unwrap();
+        assert!(addr.ip().is_loopback(), "{addr}");
         assert_eq!(
             (
                 d.interval.as_secs(),

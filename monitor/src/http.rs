@@ -4,11 +4,15 @@
 //! Each connection has a whole-request deadline (headers and answer; one request per connection), hyper
 //! caps the header bytes and count and closes a client that has not sent its headers in time, and
 //! connections are capped in all and per peer address, so one tenant cannot take every slot from the node's
-//! Prometheus. Over the per-peer cap a connection is closed at once. With every slot taken, a newcomer
-//! takes the slot of the oldest connection that has not sent its request yet, of a peer that holds at
-//! least as many connections as the newcomer's peer then would (`Slots::take`): no set of peers can keep a
-//! scraper out by holding idle connections (issue 44: 16 addresses × 16 idle connections filled the 256),
-//! and a peer can only ever push out peers holding as many as it does.
+//! Prometheus. At its peer's cap a newcomer takes the slot of that peer's own oldest connection that has
+//! not sent its request yet (closed at once when there is none): a scraper that shares its address with
+//! others (the chart's kube-rbac-proxy, which reaches the monitor from 127.0.0.1 like every local peer) is
+//! not kept out by their idle connections. With every slot taken, a newcomer takes the slot of the oldest
+//! connection that has not sent its request yet, of a peer that holds at least as many connections as the
+//! newcomer's peer then would (`Slots::take`): no set of peers can keep a scraper out by holding idle
+//! connections (issue 44: 16 addresses × 16 idle connections filled the 256), and a peer can only ever push
+//! out peers holding as many as it does. The accept loop yields after each connection, so a connection
+//! whose request is already there is answered (never pushed out) before a flood of newcomers is accepted.
 //!
 //! Why hyper rather than tiny_http: tiny_http has no header-size cap and no deadline on a whole request
 //! (its timeouts are per read, the hole a one-byte-every-3-s client used), and it spends a thread per
@@ -118,6 +122,9 @@ async fn accept_loop(
             let _ = tokio::time::timeout(limits.deadline, conn).await;
         });
         slots.started(id, task.abort_handle());
+        // Let the new connection read a request that is already there before the next accept: a flood of
+        // newcomers from its address cannot push it out while it was about to be answered.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -153,6 +160,13 @@ impl Table {
         self.by_peer.get(peer).copied().unwrap_or(0)
     }
 
+    /// Closes connection `id` (its task aborted) and gives its slot back.
+    fn push_out(&mut self, id: u64) {
+        if let Some(task) = self.remove(id).and_then(|c| c.task) {
+            task.abort();
+        }
+    }
+
     fn remove(&mut self, id: u64) -> Option<Conn> {
         let c = self.conns.remove(&id)?;
         if let Some(n) = self.by_peer.get_mut(&c.peer) {
@@ -177,24 +191,28 @@ impl Slots {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A slot for a connection from `peer`, or none when the peer has its cap, or every slot is taken and
-    /// no connection may be pushed out for it: the oldest that has not sent its request, of a peer holding
-    /// at least as many connections as `peer` will (ids grow with time: the smallest is the oldest).
+    /// A slot for a connection from `peer`, or none when no connection may be pushed out for it: at the
+    /// peer's cap, its own oldest that has not sent its request; with every slot taken, the oldest that has
+    /// not sent its request, of a peer holding at least as many connections as `peer` will (ids grow with
+    /// time: the smallest is the oldest).
     fn take(&self, peer: IpAddr) -> Option<Slot> {
         let mut t = self.table();
         let mine = t.count(&peer) + 1;
         if mine > self.limits.per_peer {
-            return None;
-        }
-        if t.conns.len() >= self.limits.connections {
+            // At its own cap: only its own oldest idle connection makes room.
+            let own = t
+                .conns
+                .iter()
+                .find(|(_, c)| !c.asked && c.peer == peer)
+                .map(|(id, _)| *id)?;
+            t.push_out(own);
+        } else if t.conns.len() >= self.limits.connections {
             let victim = t
                 .conns
                 .iter()
                 .find(|(_, c)| !c.asked && t.count(&c.peer) >= mine)
                 .map(|(id, _)| *id)?;
-            if let Some(task) = t.remove(victim).and_then(|c| c.task) {
-                task.abort();
-            }
+            t.push_out(victim);
         }
         let id = t.next;
         t.next += 1;

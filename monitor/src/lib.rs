@@ -8,7 +8,8 @@
 //!   the last reading, so a scrape costs the encoding alone (`vgpu_monitor_reading_age_seconds` says how old
 //!   it is);
 //! * the decisions: `watchdog` (over quota, pending shrinks, ledgers below the truth), the compute share's
-//!   wall (`share_wall` its decisions, `share_run` its passes, `freezer` the cgroup writes), the
+//!   wall (`share_wall` its decisions, `share_run` its passes, `freezer` the cgroup writes, `frozen` the
+//!   walls' record of what they froze, thawed by the next start), the
 //!   time-quanta arbiter of oversubscribed GPUs (`turns`, a thread of its own);
 //! * what is shown: `metrics` (every family registered and encoded), `labels` (label values, escaped),
 //!   `docker` (the names Docker gave its containers), `stderr` (the log lines); `config` its settings;
@@ -26,6 +27,7 @@ mod collector;
 pub mod config;
 pub mod docker;
 pub mod freezer;
+pub mod frozen;
 pub mod http;
 mod kill;
 pub mod labels;

@@ -46,6 +46,8 @@ pub fn run(
                 std::process::exit(128 + sig as i32);
             }
         })?;
+    // What the share wall of a run killed outright (SIGKILL, the OOM killer) left frozen is thawed first.
+    monitor.share.thaw_left_frozen();
     // The first reading is made before the first request is accepted: a scrape never waits for one.
     monitor.collect();
     if let Some(a) = monitor.turns.clone() {

@@ -11,6 +11,7 @@
 //! kill itself (`Monitor::kill`).
 
 use crate::freezer;
+use crate::frozen::{Frozen, Record};
 // The monitor's one log: control characters escaped (a pod name cannot forge a line).
 use crate::share_wall::{Over, Runaway, Settings, Use, Wall};
 use crate::stderr::{log, who};
@@ -32,6 +33,9 @@ pub struct ShareRun {
     mode: ShareWall,
     /// The monitor's kill policy: kill what runs on while frozen.
     kill: bool,
+    /// Where what it holds frozen is recorded (`<root>/share-wall/frozen.json`), so that a monitor killed
+    /// outright has it thawed by the next one (none: not recorded, the unit tests' walls).
+    record: Option<Record>,
     inner: Mutex<Inner>,
 }
 
@@ -102,6 +106,7 @@ impl ShareRun {
         ShareRun {
             mode,
             kill,
+            record: None,
             inner: Mutex::new(Inner {
                 wall: Wall::new(settings),
                 frozen: BTreeMap::new(),
@@ -111,6 +116,35 @@ impl ShareRun {
                 freezes: 0,
                 failures: 0,
             }),
+        }
+    }
+
+    /// This wall recording what it holds frozen in `<root>/share-wall/frozen.json`.
+    pub fn with_record(mut self, root: &vgpu_host::state_root::StateRoot) -> ShareRun {
+        self.record = Some(Record::new(root, "share-wall", "share wall"));
+        self
+    }
+
+    /// At the start: thaws what the last run recorded as frozen by its share wall (it was killed
+    /// outright: SIGKILL, the OOM killer), whatever this run's mode.
+    pub fn thaw_left_frozen(&self) {
+        if let Some(r) = &self.record {
+            r.thaw_left();
+        }
+    }
+
+    /// Records what the wall holds frozen now (every freeze and thaw; nothing when not recording).
+    fn save(&self, w: &Inner) {
+        if let Some(r) = &self.record {
+            let list: Vec<Frozen> = w
+                .frozen
+                .iter()
+                .map(|(id, f)| Frozen {
+                    container: id.clone(),
+                    cgroup: f.dir.clone(),
+                })
+                .collect();
+            r.save(&list);
         }
     }
 
@@ -161,6 +195,8 @@ impl ShareRun {
                     };
                     w.frozen.insert(o.container.clone(), held);
                     w.freezes += 1;
+                    // Recorded before anything else can happen to the monitor.
+                    self.save(&w);
                 }
                 Err(e) => {
                     w.failures += 1;
@@ -170,7 +206,11 @@ impl ShareRun {
         }
         let victims = self.runaways(&mut w, cs, truth, gpus);
         // A frozen container that is gone is forgotten (its cgroup went with it).
+        let before = w.frozen.len();
         w.frozen.retain(|id, _| cs.iter().any(|c| &c.id == id));
+        if w.frozen.len() != before {
+            self.save(&w);
+        }
         drop(w);
         self.thaw_due(now);
         victims
@@ -221,6 +261,7 @@ impl ShareRun {
             .filter(|(_, f)| f.until <= now)
             .map(|(id, _)| id.clone())
             .collect();
+        let any = !due.is_empty();
         for id in due {
             if let Some(Held { dir, counted, .. }) = w.frozen.remove(&id) {
                 let held = Instant::now().saturating_duration_since(counted);
@@ -233,6 +274,9 @@ impl ShareRun {
                     }
                 }
             }
+        }
+        if any {
+            self.save(&w);
         }
     }
 

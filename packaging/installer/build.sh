@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The installer image, made offline from the project's own files (no base image is pulled): a static busybox
 # (for /bin/sh, cp, chroot, nsenter), the glibc-2.28 host binaries of `make package` and the interposer in
-# /vgpu, and install.sh as the entrypoint. The chart's DRA and device plugin DaemonSets run vgpu-dra-plugin
-# and vgpu-device-plugin from the same image, in the image (not on the node): /usr/local/bin/ (the workspace
-# builds) with the glibc they were linked against, copied from this machine at its paths, and the glibc
-# libraries NVML itself needs (libdl, libpthread, librt, libm), as the node's libnvidia-ml.so.1 is loaded
-# from the mounted driver root.
+# /vgpu, and install.sh as the entrypoint (the chart's gc and monitor run /vgpu/vgpuctl in the image, with
+# the glibc below). The chart's DRA and device plugin DaemonSets run vgpu-dra-plugin and vgpu-device-plugin
+# from the same image, in the image (not on the node): /usr/local/bin/ (the workspace builds) with the glibc
+# they were linked against, copied from this machine at its paths, and the glibc libraries NVML itself needs
+# (libdl, libpthread, librt, libm), as the node's libnvidia-ml.so.1 is loaded from the mounted driver root.
 # `docker import` of that root filesystem; the image is tagged vgpu/installer:VERSION (or $1) in the Docker
 # that DOCKER_HOST names. Prints the tag.
 set -euo pipefail
@@ -30,8 +30,10 @@ install -m 0644 target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so "$ROOT/vgpu/"
 mkdir -p "$ROOT/usr/local/bin"
 install -m 0755 "$DRA" "$DP" "$ROOT/usr/local/bin/"
 "$(command -v llvm-strip || echo strip)" "$ROOT/usr/local/bin/vgpu-dra-plugin" "$ROOT/usr/local/bin/vgpu-device-plugin"
-# The plugins' shared libraries (ldd: "name => /path (addr)", the loader as "/path (addr)"), then NVML's.
-libs=$( (ldd "$DRA"; ldd "$DP") | grep -Eo '/[^ ]+' | grep -v '^/proc' | sort -u)
+# The plugins' and vgpuctl's shared libraries (ldd: "name => /path (addr)", the loader as "/path (addr)"),
+# then NVML's: the chart's gc and monitor run /vgpu/vgpuctl in the image too, with only the node paths they
+# need mounted (install.sh).
+libs=$( (ldd "$DRA"; ldd "$DP"; ldd "$BIN/vgpuctl") | grep -Eo '/[^ ]+' | grep -v '^/proc' | sort -u)
 libc=$(printf '%s\n' $libs | grep '/libc\.so\.6$')
 for l in libdl.so.2 libpthread.so.0 librt.so.1 libm.so.6; do libs="$libs $(dirname "$libc")/$l"; done
 for l in $libs; do

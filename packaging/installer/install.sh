@@ -8,10 +8,14 @@
 #                          configure wrote) and remove exactly the files install wrote (its manifest)
 #   install.sh gc-loop     vgpuctl gc every $VGPU_GC_INTERVAL seconds (default 600), for ever
 #   install.sh monitor [ARGS]  vgpuctl monitor ARGS (docs/monitor.md): the node's metrics and watchdog, with
-#                          the node's config, NVML and /proc (the pod runs with the host's PIDs and network)
+#                          the node's NVML from the driver root (the pod runs with the host's PIDs)
 #   install.sh idle        sleep for ever (the uninstall DaemonSet's pod, once its init container is done)
-# vgpuctl runs chrooted into the node, against the node's own glibc and paths: what it configures is what
-# the engine will run. Settings (environment):
+# install and uninstall run vgpuctl chrooted into the node, against the node's own glibc and paths: what it
+# configures is what the engine will run. gc-loop and monitor run the image's vgpuctl (with the image's
+# glibc) against the few node paths the chart mounts, not the node's root: the state root at its own path
+# ($VGPU_STATE_ROOT, default /run/vgpu), /etc/vgpu read-only (the node's config), and for the monitor the
+# driver root read-only ($VGPU_DRIVER_ROOT, default /driver-root), where libnvidia-ml.so.1 is looked for.
+# Settings (environment):
 #   VGPU_ENGINE          containerd (default), docker, crio or podman
 #   VGPU_ENGINE_CONFIG   the engine's config file on the node, if not the engine's default
 #   VGPU_RESTART         systemd (default: systemctl restart ENGINE in the node's namespaces, through PID 1)
@@ -23,8 +27,12 @@
 #   VGPU_DEFAULT_MEMORY_LIMIT, VGPU_REQUIRE_MEMORY_LIMIT
 #                        the node policy written into a new /etc/vgpu/config.toml (default_memory_limit,
 #                        e.g. 4Gi; require_memory_limit, true or false)
+#   VGPU_STATE_ROOT      gc-loop, monitor: the node's state root, mounted at that same path (default /run/vgpu)
+#   VGPU_DRIVER_ROOT     monitor: where the node's NVIDIA driver root is mounted (default /driver-root)
 set -eu
 HOST=${VGPU_HOST_ROOT:-/host}
+STATE=${VGPU_STATE_ROOT:-/run/vgpu}
+DRIVER_ROOT=${VGPU_DRIVER_ROOT:-/driver-root}
 ENGINE=${VGPU_ENGINE:-containerd}
 RESTART=${VGPU_RESTART:-systemd}
 BIN=/usr/local/bin
@@ -35,7 +43,7 @@ PAYLOAD=/vgpu
 say() { echo "vgpu-installer: $*" >&2; }
 die() { say "$*"; exit 1; }
 
-[ -d "$HOST/etc" ] || die "$HOST holds no node root filesystem (mount the node's / there)"
+case "${1:-}" in install|uninstall) [ -d "$HOST/etc" ] || die "$HOST holds no node root filesystem (mount the node's / there)" ;; esac
 case "$ENGINE" in containerd|docker|crio|podman) ;; *) die "VGPU_ENGINE=$ENGINE: not containerd, docker, crio or podman" ;; esac
 case "$RESTART" in systemd|none) ;; *) die "VGPU_RESTART=$RESTART: not systemd or none" ;; esac
 case "${VGPU_SET_AS_DEFAULT:-false}" in true|false|"") ;; *) die "VGPU_SET_AS_DEFAULT=$VGPU_SET_AS_DEFAULT: not true or false" ;; esac
@@ -130,11 +138,25 @@ uninstall() {
     say "uninstalled"
 }
 
+# The node's libnvidia-ml.so.1 under the mounted driver root (the DRA plugin's folders), or nothing (the
+# monitor then serves the ledgers' figures only, vgpu_nvml_up 0, and says so).
+nvml_library() {
+    for d in usr/lib64 usr/lib/x86_64-linux-gnu usr/lib/aarch64-linux-gnu usr/lib lib64 lib/x86_64-linux-gnu lib; do
+        [ -e "$DRIVER_ROOT/$d/libnvidia-ml.so.1" ] && { echo "$DRIVER_ROOT/$d/libnvidia-ml.so.1"; return; }
+    done
+    say "no libnvidia-ml.so.1 under the driver root $DRIVER_ROOT: the monitor runs without NVML"
+}
+monitor() {
+    lib=$(nvml_library)
+    if [ -n "$lib" ]; then set -- --nvml-library "$lib" "$@"; fi
+    exec /vgpu/vgpuctl monitor --state-root "$STATE" "$@"
+}
+
 case "${1:-}" in
 install) install ;;
 uninstall) uninstall ;;
-gc-loop) while :; do vgpuctl gc || true; sleep "${VGPU_GC_INTERVAL:-600}"; done ;;
-monitor) shift; exec chroot "$HOST" "$BIN/vgpuctl" monitor "$@" ;;
+gc-loop) while :; do /vgpu/vgpuctl gc --state-root "$STATE" || true; sleep "${VGPU_GC_INTERVAL:-600}"; done ;;
+monitor) shift; monitor "$@" ;;
 idle) while :; do sleep 3600; done ;;
 *) die "usage: install.sh install|uninstall|gc-loop|monitor [ARGS]|idle" ;;
 esac

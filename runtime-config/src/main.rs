@@ -75,7 +75,7 @@ enum CdiCmd {
 
 #[derive(Args)]
 struct MonitorArgs {
-    /// Address to serve /metrics on (default: [monitor] listen, else 0.0.0.0:9394).
+    /// Address to serve /metrics on (default: [monitor] listen, else 127.0.0.1:9394).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// Seconds between watchdog passes (default: [monitor] interval_seconds, else 10).

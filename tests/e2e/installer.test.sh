@@ -4,41 +4,89 @@
 # DaemonSet runs it, with a folder standing in for the node's root (busybox and glibc, containerd's config).
 # Checked: what install writes (files, config.toml, lower_runtime, containerd's vgpu handler), that a second
 # install changes nothing, that the monitor container's entrypoint serves the node's metrics, that uninstall restores containerd's config byte for byte and removes exactly what
-# install wrote, the Helm chart rendered with several values and validated against the Kubernetes API
-# schemas (offline), and the gc container's entrypoint working with only the capabilities the chart gives it.
+# install wrote, the Helm chart rendered and linted by a real Helm (helm-python-sdk) with several values and
+# validated against the Kubernetes API schemas (offline), and the gc and monitor containers' entrypoints
+# working with only the capabilities and node paths the chart gives them (no node root, no chroot).
 set -uo pipefail
 . "$(dirname "$0")/engines-lib.sh"
 t_init installer
 t_require "$T/vgpu/libvgpu.so" "$T/vgpu/libvgpu_core.so"
 command -v kubernetes-validate >/dev/null || { echo "installer: kubernetes-validate missing (make deps)"; echo "0 passed, 1 failed"; exit 1; }
 
-echo "-- the Helm chart (rendered by vgpu-helm-render, helm template's subset; validated offline)"
-RENDER=$T/release/vgpu-helm-render
+echo "-- the Helm chart (rendered and linted by a real Helm: helm-python-sdk; validated offline)"
+python3 -c 'import helm_python' 2>/dev/null || { echo "installer: helm-python-sdk missing (make deps)"; echo "0 passed, 1 failed"; exit 1; }
 CHART=$REPO/packaging/helm/vgpu
-t_require "$RENDER"
-render() { "$RENDER" "$CHART" "$@" > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
-kinds() { python3 -c 'import sys, yaml; print(" ".join(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1])) if d))' "$WORK/chart.yaml"; }
-check "the defaults render and validate (kubernetes-validate --strict)" render
-check_eq "  ... a RuntimeClass and the node DaemonSet" "$(kinds)" "DaemonSet RuntimeClass"
-# field PATH: one value of the rendered documents, by kind and a Python expression on it.
+RENDER=(python3 "$REPO/tests/helm/template.py")
+render() { "${RENDER[@]}" "$CHART" "$@" > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
+kinds() { python3 -c 'import sys, yaml; print(" ".join(sorted(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1])) if d)))' "$WORK/chart.yaml"; }
+check "the defaults render, lint (helm lint --strict) and validate (kubernetes-validate --strict)" render
+check_eq "  ... the node DaemonSet, its service account, kube-rbac-proxy's RBAC and the RuntimeClass" "$(kinds)" \
+    "ClusterRole ClusterRole ClusterRoleBinding DaemonSet RuntimeClass ServiceAccount"
+# field PATH: one value of the rendered documents, by kind (the last of a kind) and a Python expression on
+# it; `a` holds every document.
 cfield() { python3 -c 'import sys, yaml
-docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
-print(eval(sys.argv[2], {"d": docs}))' "$WORK/chart.yaml" "$1"; }
+a = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+d = {x["kind"]: x for x in a}
+print(eval(sys.argv[2], {"d": d, "a": a}))' "$WORK/chart.yaml" "$1"; }
 POD='d["DaemonSet"]["spec"]["template"]["spec"]'
+ctr() { echo "[c for c in $POD['containers'] if c['name'] == '$1'][0]"; }
 check_eq "  ... the image is the chart's appVersion, which is the workspace's version" \
     "$(cfield "$POD[\"initContainers\"][0][\"image\"]")" \
     "vgpu/installer:$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
 check_eq "  ... the chart's version is the workspace's" "$(sed -n 's/^version: //p' "$CHART/Chart.yaml")" \
     "$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
-check_eq "  ... gc runs with all capabilities dropped but SYS_CHROOT and SYS_PTRACE" \
-    "$(cfield "$POD[\"containers\"][0][\"securityContext\"]")" \
-    "{'allowPrivilegeEscalation': False, 'capabilities': {'drop': ['ALL'], 'add': ['SYS_CHROOT', 'SYS_PTRACE']}}"
+# Issue 44: gc and the monitor had the node's / mounted read-write (gc, with its capabilities, appended a
+# line to a root-owned 0644 file). Now only the install init container has the node's root.
+check_eq "  ... gc runs with all capabilities dropped but SYS_PTRACE, its own filesystem read-only" \
+    "$(cfield "$(ctr gc)['securityContext']")" \
+    "{'allowPrivilegeEscalation': False, 'readOnlyRootFilesystem': True, 'capabilities': {'drop': ['ALL'], 'add': ['SYS_PTRACE']}}"
+check_eq "  ... gc mounts the state root and /etc/vgpu (read-only), not the node's /" \
+    "$(cfield "[(m['name'], m['mountPath'], m.get('readOnly', False)) for m in $(ctr gc)['volumeMounts']]")" \
+    "[('state-root', '/run/vgpu', False), ('vgpu-config', '/etc/vgpu', True)]"
+check_eq "  ... the monitor mounts the state root, /etc/vgpu and the driver root (both read-only), not the node's /" \
+    "$(cfield "[(m['name'], m['mountPath'], m.get('readOnly', False)) for m in $(ctr monitor)['volumeMounts']]")" \
+    "[('state-root', '/run/vgpu', False), ('vgpu-config', '/etc/vgpu', True), ('driver-root', '/driver-root', True)]"
+check_eq "  ... only the install init container mounts the node's /" \
+    "$(cfield "[c['name'] for c in $POD['initContainers'] + $POD['containers'] for m in c.get('volumeMounts', []) if m['name'] == 'host-root']")" \
+    "['install']"
+check_eq "  ... the volumes: the node's /, the state root, /etc/vgpu and the driver root" \
+    "$(cfield "[(v['name'], v['hostPath']['path']) for v in $POD['volumes']]")" \
+    "[('host-root', '/'), ('state-root', '/run/vgpu'), ('vgpu-config', '/etc/vgpu'), ('driver-root', '/')]"
+# Issue 44: the monitor listened on 0.0.0.0 on the host network, where a NetworkPolicy does not apply: any
+# pod reaching the node read every tenant's names and usage.
+check_eq "  ... the monitor listens on 127.0.0.1 only" "$(cfield "$(ctr monitor)['args']")" \
+    "['monitor', '--listen', '127.0.0.1:9394']"
+check_eq "  ... kube-rbac-proxy serves the node's port with TLS and passes only /metrics on to it" \
+    "$(cfield "($(ctr kube-rbac-proxy)['args'], $(ctr kube-rbac-proxy)['ports'], $(ctr kube-rbac-proxy)['env'][0]['valueFrom'])")" \
+    "(['--secure-listen-address=[\$(IP)]:9394', '--upstream=http://127.0.0.1:9394/', '--allow-paths=/metrics', '--tls-min-version=VersionTLS12'], [{'name': 'metrics', 'containerPort': 9394, 'protocol': 'TCP'}], {'fieldRef': {'fieldPath': 'status.podIP'}})"
+check_eq "  ... as a non-root user with no capability, read-only" "$(cfield "$(ctr kube-rbac-proxy)['securityContext']")" \
+    "{'allowPrivilegeEscalation': False, 'readOnlyRootFilesystem': True, 'runAsNonRoot': True, 'runAsUser': 65532, 'runAsGroup': 65532, 'capabilities': {'drop': ['ALL']}}"
+check_eq "  ... the pod runs as the chart's service account" "$(cfield "$POD['serviceAccountName']")" vgpu-node
+check_eq "  ... which may create TokenReviews and SubjectAccessReviews, nothing else" \
+    "$(cfield "([x['rules'] for x in a if x['kind'] == 'ClusterRole' and x['metadata']['name'] == 'vgpu-rbac-proxy'], [(x['roleRef']['name'], x['subjects']) for x in a if x['kind'] == 'ClusterRoleBinding'])")" \
+    "([[{'apiGroups': ['authentication.k8s.io'], 'resources': ['tokenreviews'], 'verbs': ['create']}, {'apiGroups': ['authorization.k8s.io'], 'resources': ['subjectaccessreviews'], 'verbs': ['create']}]], [('vgpu-rbac-proxy', [{'kind': 'ServiceAccount', 'name': 'vgpu-node', 'namespace': 'kube-system'}])])"
+check_eq "  ... and scrapers get GET on /metrics from vgpu-metrics-reader" \
+    "$(cfield "[x['rules'] for x in a if x['kind'] == 'ClusterRole' and x['metadata']['name'] == 'vgpu-metrics-reader']")" \
+    "[[{'nonResourceURLs': ['/metrics'], 'verbs': ['get']}]]"
 # Issue 44: the monitor had no liveness probe; a stuck collector was never restarted.
-check_eq "  ... the monitor is restarted when /healthz fails (a stuck collector)" \
-    "$(cfield "[c.get('livenessProbe', {}).get('httpGet') for c in $POD['containers'] if c['name'] == 'monitor']")" \
-    "[{'path': '/healthz', 'port': 9394}]"
-check_eq "  ... scrape annotations on the monitor's port" \
-    "$(cfield "d['DaemonSet']['spec']['template']['metadata']['annotations']['prometheus.io/port']")" 9394
+check_eq "  ... the monitor is restarted when /healthz fails (a stuck collector), probed on 127.0.0.1" \
+    "$(cfield "$(ctr monitor)['livenessProbe']['httpGet']")" "{'host': '127.0.0.1', 'path': '/healthz', 'port': 9394}"
+check_eq "  ... scrape annotations on the node's port, over https" \
+    "$(cfield "[d['DaemonSet']['spec']['template']['metadata']['annotations'][k] for k in ('prometheus.io/port', 'prometheus.io/scheme')]")" \
+    "['9394', 'https']"
+check "monitor.rbacProxy.scrapers binds a Prometheus to vgpu-metrics-reader" \
+    render -f <(printf 'monitor:\n  rbacProxy:\n    scrapers: [{kind: ServiceAccount, name: prometheus-k8s, namespace: monitoring}]\n')
+check_eq "  ... by a ClusterRoleBinding" \
+    "$(cfield "[x['subjects'] for x in a if x['kind'] == 'ClusterRoleBinding' and x['roleRef']['name'] == 'vgpu-metrics-reader']")" \
+    "[[{'kind': 'ServiceAccount', 'name': 'prometheus-k8s', 'namespace': 'monitoring'}]]"
+check "monitor.rbacProxy.enabled=false, stateRoot=/var/run/vgpu-op, monitor.driverRoot=/run/nvidia/driver" \
+    render --set monitor.rbacProxy.enabled=false --set stateRoot=/var/run/vgpu-op --set monitor.driverRoot=/run/nvidia/driver
+check_eq "  ... the monitor serves the node's port itself, no proxy, no proxy RBAC" \
+    "$(cfield "($(ctr monitor)['args'], [c['name'] for c in $POD['containers']], $(ctr monitor)['ports'][0]['containerPort'])") $(kinds)" \
+    "(['monitor', '--listen', '0.0.0.0:9394'], ['gc', 'monitor'], 9394) DaemonSet RuntimeClass ServiceAccount"
+check_eq "  ... the state root and the driver root are the values'" \
+    "$(cfield "([(v['name'], v['hostPath']['path']) for v in $POD['volumes']][1:], [m['mountPath'] for m in $(ctr gc)['volumeMounts']][0], {e['name']: e['value'] for e in $(ctr monitor)['env']})")" \
+    "([('state-root', '/var/run/vgpu-op'), ('vgpu-config', '/etc/vgpu'), ('driver-root', '/run/nvidia/driver')], '/var/run/vgpu-op', {'VGPU_STATE_ROOT': '/var/run/vgpu-op', 'VGPU_DRIVER_ROOT': '/driver-root'})"
 check "values: crio, set-as-default, a required 4Gi default quota, port 9500, a ServiceMonitor" \
     render --set engine=crio --set setAsDefault=true --set quota.default=4Gi --set quota.required=true \
         --set monitor.port=9500 --set monitor.serviceMonitor.enabled=true --set monitor.scrapeAnnotations=false
@@ -47,30 +95,33 @@ check_eq "  ... reach the installer's environment" \
     "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true'}"
 check_eq "  ... a Service and a ServiceMonitor on port 9500, no scrape annotations" \
     "$(kinds) $(cfield "d['ServiceMonitor']['spec']['endpoints'][0]['port']") $(cfield "d['Service']['spec']['ports'][0]['port']") $(cfield "'annotations' in d['DaemonSet']['spec']['template']['metadata']")" \
-    "DaemonSet RuntimeClass Service ServiceMonitor metrics 9500 False"
+    "ClusterRole ClusterRole ClusterRoleBinding DaemonSet RuntimeClass Service ServiceAccount ServiceMonitor metrics 9500 False"
+check_eq "  ... the ServiceMonitor scrapes kube-rbac-proxy with TLS and Prometheus's token" \
+    "$(cfield "{k: v for k, v in d['ServiceMonitor']['spec']['endpoints'][0].items() if k in ('scheme', 'bearerTokenFile', 'tlsConfig')}") $(cfield "$(ctr kube-rbac-proxy)['args'][0]")" \
+    "{'scheme': 'https', 'bearerTokenFile': '/var/run/secrets/kubernetes.io/serviceaccount/token', 'tlsConfig': {'insecureSkipVerify': True}} --secure-listen-address=[\$(IP)]:9500"
 check "monitor disabled, a custom node selector and no tolerations" \
     render --set monitor.enabled=false --set nodeSelector.pool=gpu -f <(printf 'tolerations: []\nnodeSelector: {pool: gpu}\n')
-check_eq "  ... gc alone, on the pool" "$(cfield "[c['name'] for c in $POD['containers']]") $(cfield "$POD['nodeSelector']")" \
-    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'}"
+check_eq "  ... gc alone, on the pool, no proxy RBAC" "$(cfield "[c['name'] for c in $POD['containers']]") $(cfield "$POD['nodeSelector']") $(kinds)" \
+    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'} DaemonSet RuntimeClass ServiceAccount"
 check "mode=uninstall renders and validates" render --set mode=uninstall
 check_eq "  ... the uninstall DaemonSet alone, running install.sh uninstall" \
     "$(kinds) $(cfield "d['DaemonSet']['metadata']['name']") $(cfield "$POD['initContainers'][0]['args']")" \
     "DaemonSet vgpu-uninstall ['uninstall']"
-check_match "an unknown function in a template is refused, not rendered wrong" 'nosuchfunc' \
-    "$(mkdir -p "$WORK/bad" && cp -r "$CHART/." "$WORK/bad/" && echo '{{ .Values.engine | nosuchfunc }}' > "$WORK/bad/templates/zz.yaml" && "$RENDER" "$WORK/bad" 2>&1)"
+check_match "an unknown function in a template is refused in one line" '^template.py: .*function "nosuchfunc" not defined' \
+    "$(mkdir -p "$WORK/bad" && cp -r "$CHART/." "$WORK/bad/" && echo '{{ .Values.engine | nosuchfunc }}' > "$WORK/bad/templates/zz.yaml" && "${RENDER[@]}" "$WORK/bad" 2>&1)"
 check "the example pod (docs/examples) validates" kubernetes-validate --strict --quiet "$REPO/docs/examples/pod-with-quota.yaml"
 # DRA needs resource.k8s.io/v1 with consumable capacity: Kubernetes 1.34, the oldest schema it is checked against.
-render_dra() { "$RENDER" "$CHART" --set dra.enabled=true > "$WORK/chart.yaml" 2> "$WORK/chart.err" &&
+render_dra() { "${RENDER[@]}" "$CHART" --set dra.enabled=true > "$WORK/chart.yaml" 2> "$WORK/chart.err" &&
     kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
 check_eq "  ... the DeviceClass, the driver's RBAC, its node policy and its DaemonSet beside the node's" "$(kinds)" \
-    "DaemonSet DeviceClass ServiceAccount ClusterRole ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding ClusterRoleBinding DaemonSet RuntimeClass"
+    "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding DaemonSet DaemonSet DeviceClass RuntimeClass ServiceAccount ServiceAccount ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
 # Issue 44: the ClusterRole let the driver create, update and delete every ResourceSlice in the cluster.
 check_eq "  ... a policy holds the driver's service account to its own node's ResourceSlices (issue 44)" \
     "$(cfield "(d['ValidatingAdmissionPolicy']['spec']['matchConstraints']['resourceRules'][0]['resources'], d['ValidatingAdmissionPolicy']['spec']['matchConditions'][0]['expression'].strip(), [v['expression'] for v in d['ValidatingAdmissionPolicy']['spec']['validations']], d['ValidatingAdmissionPolicyBinding']['spec'])")" \
     "(['resourceslices'], 'request.userInfo.username == \"system:serviceaccount:kube-system:vgpu-dra\"', [\"variables.userNode != ''\", 'variables.userNode == variables.objectNode'], {'policyName': 'vgpu-dra-own-node-slices', 'validationActions': ['Deny']})"
 check_eq "  ... the driver may read its Node, manage ResourceSlices and read ResourceClaims, nothing else" \
-    "$(cfield "[(r['resources'], r['verbs']) for r in d['ClusterRole']['rules']]")" \
+    "$(cfield "[(r['resources'], r['verbs']) for x in a if x['kind'] == 'ClusterRole' and x['metadata']['name'] == 'vgpu-dra' for r in x['rules']]")" \
     "[(['nodes'], ['get']), (['resourceslices'], ['get', 'list', 'create', 'update', 'patch', 'delete']), (['resourceclaims'], ['get'])]"
 # The DRA DaemonSet's pod (the second DaemonSet: the chart renders it first).
 DRAPOD='[x for x in __import__("yaml").safe_load_all(open("'$WORK/chart.yaml'")) if x and x["kind"] == "DaemonSet" and x["metadata"]["name"].endswith("-dra")][0]["spec"]["template"]["spec"]'
@@ -80,12 +131,12 @@ check_eq "  ... the plugin runs from the image with the node's driver root (/) r
 check_eq "  ... privileged for the GPUs' device nodes, its own filesystem read-only, no host namespaces" \
     "$(cfield "($DRAPOD['containers'][0]['securityContext'], [k for k in ('hostNetwork', 'hostPID', 'hostIPC') if $DRAPOD.get(k)])")" \
     "({'privileged': True, 'readOnlyRootFilesystem': True}, [])"
-"$RENDER" "$CHART" --set dra.enabled=true --set dra.driverRoot=/run/nvidia/driver > "$WORK/chart.yaml" 2> "$WORK/chart.err"
+"${RENDER[@]}" "$CHART" --set dra.enabled=true --set dra.driverRoot=/run/nvidia/driver > "$WORK/chart.yaml" 2> "$WORK/chart.err"
 check_eq "  ... dra.driverRoot=/run/nvidia/driver (NVIDIA's GPU Operator): that folder is the driver root" \
     "$(cfield "[v['hostPath']['path'] for v in $DRAPOD['volumes'] if v['name'] == 'driver-root']")" "['/run/nvidia/driver']"
 check_eq "  ... the DeviceClass selects the driver's devices" \
     "$(cfield "d['DeviceClass']['spec']['selectors'][0]['cel']['expression']")" 'device.driver == "gpu.vgpu.io"'
-render_ex() { "$RENDER" "$CHART" --set dra.enabled=true --set dra.examples.namespace=team-a --set dra.examples.quotaDevices=2 \
+render_ex() { "${RENDER[@]}" "$CHART" --set dra.enabled=true --set dra.examples.namespace=team-a --set dra.examples.quotaDevices=2 \
     > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml"; }
 check "dra.examples.namespace=team-a renders the example claims and quota, valid for 1.34" render_ex
 check_eq "  ... 8 GiB and 30% of a GPU, and the namespace capped at 2 vgpu devices" \
@@ -152,12 +203,20 @@ after1=$(fingerprint "$N/etc/containerd/config.toml"); manifest1=$(cat "$N/etc/v
 check "a second install (a pod restart) succeeds" installer "$N"
 check_eq "  ... and changes nothing" "$(fingerprint "$N/etc/containerd/config.toml") $(cat "$N/etc/vgpu/installed-by-daemonset")" "$after1 $manifest1"
 
-echo "-- the monitor container (install.sh monitor): the installed vgpuctl, chrooted into the node"
-INSTALLER_ARGS=(monitor --once)
-out=$(installer "$N" 2>"$WORK/monitor.err")
+echo "-- the monitor container (install.sh monitor) as the chart runs it: the image's vgpuctl, the node's paths mounted"
+# chart_run NODE ARGS...: the image with the chart's gc and monitor mounts instead of the node's root: the
+# state root at its path, /etc/vgpu read-only, the image's own filesystem read-only.
+chart_run() { local n=$1; shift; mkdir -p "$n/run/vgpu"; docker run --rm --read-only -v "$n/run/vgpu:/run/vgpu" -v "$n/etc/vgpu:/etc/vgpu:ro" "$@"; }
+out=$(chart_run "$N" -v "$N:/driver-root:ro" "$IMG" monitor --once 2>"$WORK/monitor.err")
 check_match "  ... prints one scrape of the node's state root" '^vgpu_state_errors [0-9]+$' "$out"
-check_match "  ... with no NVML on this node: vgpu_nvml_up 0" '^vgpu_nvml_up 0$' "$out"
+check_match "  ... with no NVML under the driver root: vgpu_nvml_up 0" '^vgpu_nvml_up 0$' "$out"
 check_match "  ... in OpenMetrics text" '^# EOF$' "$out"
+check_match "  ... and one line saying where it looked" 'no libnvidia-ml.so.1 under the driver root /driver-root' "$(cat "$WORK/monitor.err")"
+# (The fake NVML keeps its device state under /tmp, a tmpfs here; the real one needs none.)
+out=$(chart_run "$N" -v "$DR:/driver-root:ro" --tmpfs /tmp -e FAKE_CUDA_DEVICES=16Gi "$IMG" monitor --once 2>"$WORK/monitor.err")
+check_match "  ... NVML from the driver root (the GPU Operator's layout): vgpu_nvml_up 1" '^vgpu_nvml_up 1$' "$out"
+check_match "  ... the node's GPU (16 GiB)" '^vgpu_host_gpu_memory_total_bytes\{.*\} 17179869184$' "$out"
+rmdir "$N/run/vgpu"  # made for the mount (the chart's hostPath makes it on a node): not install's
 
 echo "-- uninstall"
 INSTALLER_ARGS=(uninstall)
@@ -197,15 +256,15 @@ check_eq "  ... config.toml carries the runtime and the policy" \
     'lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" default_memory_limit = "4Gi" require_memory_limit = true '
 check "  ... which vgpuctl reads" env VGPU_CONFIG="$N/etc/vgpu/config.toml" "$T/release/vgpuctl" status --state-root "$WORK/none" 
 check_match "  ... and vgpu is containerd's default runtime" 'default_runtime_name = "vgpu"' "$(cat "$N/etc/containerd/config.toml")"
-echo "-- the gc container with only the chart's capabilities"
+echo "-- the gc container with only the chart's capabilities and mounts (the state root, /etc/vgpu read-only)"
 mkdir -p "$N/run/vgpu"
-docker run -d --name vgpu-e2e-gc -e VGPU_GC_INTERVAL=3600 --cap-drop ALL --cap-add SYS_CHROOT --cap-add SYS_PTRACE \
-    --security-opt no-new-privileges -v "$N:/host" "$IMG" gc-loop > /dev/null
+docker run -d --name vgpu-e2e-gc -e VGPU_GC_INTERVAL=3600 --cap-drop ALL --cap-add SYS_PTRACE \
+    --security-opt no-new-privileges --read-only -v "$N/run/vgpu:/run/vgpu" -v "$N/etc/vgpu:/etc/vgpu:ro" "$IMG" gc-loop > /dev/null
 gc_ran() { docker logs vgpu-e2e-gc 2>&1 | grep -q 'removed'; }
 wait_for 20 gc_ran
 out=$(docker logs vgpu-e2e-gc 2>&1)
 docker rm -f vgpu-e2e-gc > /dev/null 2>&1
-check_match "  ... runs vgpuctl gc chrooted into the node" '^0 removed, 0 kept' "$out"
+check_match "  ... runs the image's vgpuctl gc on the mounted state root" '^0 removed, 0 kept' "$out"
 check_eq "  ... without a permission error" "$(printf '%s\n' "$out" | grep -ciE 'error|not permitted|denied')" 0
 INSTALLER_ARGS=(uninstall)
 check "  ... uninstall succeeds" installer "$N"

@@ -6,10 +6,11 @@
 # runs past its share + tolerance over the window is frozen (cgroup v2 `cgroup.freeze`) for the time it ran
 # over, then thawed: a bypassing process at a 10% share is held near its share, the finding is logged once,
 # the metrics say so; a container under the library at its share is never frozen; with the wall set to
-# report only, the bypassing container is reported and never frozen. Freezing cannot stop GPU work already
-# queued: a container whose kernel runs on through its freezes is found (`busy_while_frozen`, logged once,
-# counted) and left running by default; under `kill = true` its busy process is killed, its neighbour
-# under the library untouched.
+# report only, the bypassing container is reported and never frozen. A monitor killed outright while a
+# container is frozen leaves its record in the state root, and the next one thaws it at its start. Freezing
+# cannot stop GPU work already queued: a container whose kernel runs on through its freezes is found
+# (`busy_while_frozen`, logged once, counted) and left running by default; under `kill = true` its busy
+# process is killed, its neighbour under the library untouched.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -119,8 +120,31 @@ sleep 1
 check "  ... and thawed when the monitor stops (SIGTERM)" grep -q 'frozen 0' "$CGX/cgroup.events"
 wait "$PX"
 
-echo "-- report only: the bypassing container is reported, never frozen"
+echo "-- the monitor killed outright (SIGKILL, the OOM killer) while a container is frozen: the next one thaws it"
+# Issue 44: the share wall kept what it froze in memory only, and a killed monitor left the container
+# frozen for good. Now each freeze is recorded in the state root and a starting monitor thaws what is
+# recorded, whatever its own mode: the next monitor here only reports, so any thaw is the record's.
+monitor_start mk && pass "monitor starts (share wall: freeze)" || fail "monitor starts (to be killed)"
+bypassing y 10 1
+Y=$ID
+shim run --bundle "$B" "$Y" >"$WORK/y.out" 2>&1 &
+PY=$!
+wait_for 10 running "$Y"
+CGY=$(cgroup_of "$Y")
+check "a bypassing container is frozen" wait_for 15 grep -q 'frozen 1' "$CGY/cgroup.events"
+check "  ... and its freeze is recorded in the state root" \
+    wait_for 2 jq -e --arg id "$Y" --arg cg "$CGY" 'any(.[]; .container == $id and .cgroup == $cg)' "$STATE/share-wall/frozen.json"
+{ kill -KILL "$mk_PID"; wait "$mk_PID"; } 2>/dev/null
+sleep 2
+check "  ... the monitor is SIGKILLed: the container stays frozen (nothing thawed it)" grep -q 'frozen 1' "$CGY/cgroup.events"
 monitor_start rep --share-wall report && pass "monitor with --share-wall report starts" || fail "monitor with --share-wall report starts"
+check "  ... the next monitor thaws it at its start" wait_for 3 grep -q 'frozen 0' "$CGY/cgroup.events"
+check "  ... and says so in one line" \
+    grep -q "share wall: thawed container $Y ($CGY), left frozen by a previous run" "$WORK/rep.log"
+check_not "  ... the record is cleared" test -e "$STATE/share-wall/frozen.json"
+wait "$PY"
+
+echo "-- report only: the bypassing container is reported, never frozen"
 bypassing r 8
 R=$ID
 shim run --bundle "$B" "$R" >"$WORK/r.out" 2>&1 &

@@ -94,7 +94,8 @@ done
 
 # Packages (make package, tests/e2e/package.test.sh, installer.test.sh): cargo-deb and cargo-generate-rpm
 # build them, dpkg-shlibdeps (dpkg-dev) reads the binaries' glibc floor, rpm reads the .rpm back, and
-# kubernetes-validate checks the Kubernetes manifests against the API's schemas offline.
+# kubernetes-validate checks the Kubernetes manifests against the API's schemas offline, helm-python-sdk
+# renders and lints the chart with Helm's own engine.
 for p in dpkg-dev rpm; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
         echo "deps: installing $p"
@@ -116,4 +117,9 @@ fi
 if ! python3 -c 'import celpy' 2>/dev/null; then
     echo "deps: installing cel-python"
     python3 -m pip install -q cel-python
+fi
+# A real Helm for the chart's tests (tests/helm/template.py): Helm v4's SDK behind a C library, no binary.
+if ! python3 -c 'import helm_python' 2>/dev/null; then
+    echo "deps: installing helm-python-sdk"
+    python3 -m pip install -q helm-python-sdk
 fi

@@ -8,8 +8,10 @@ use std::time::Duration;
 use vgpu_ledger::quantity::parse_quantity;
 use vgpu_ledger::QuantityError;
 
-/// Default listen address (HAMi's device plugin exports on 9394 too).
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:9394";
+/// Default listen address (HAMi's device plugin exports on 9394 too): the node's loopback only. The
+/// scrape names every tenant's pods and usage; a bare node that wants a remote Prometheus to scrape it says
+/// so (`listen = "0.0.0.0:9394"`), and the Helm chart fronts it with kube-rbac-proxy.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9394";
 /// Default time between watchdog passes.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// Default bytes beyond a quota before the watchdog reports.

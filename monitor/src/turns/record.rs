@@ -1,9 +1,10 @@
 //! The arbiter's host-only files, under `<state root>/turns/` (never in a container's folder, which the
 //! tenant sees): per GPU its status (`gpu-<uuid>.json`: holder, queue, epoch, counters, each member's
 //! mode, freeze and wait), rewritten atomically when it changes and read by `vgpuctl status`; and the
-//! cgroups this arbiter froze (`frozen.json`), so a monitor that starts after a crash thaws what the
-//! last one left frozen. Not here: the decisions (`decide`), when the files are written (`run`).
+//! cgroups this arbiter froze (`frozen.json`, `frozen::Record`), so a monitor that starts after a crash
+//! thaws what the last one left frozen. Not here: the decisions (`decide`), when the files are written (`run`).
 
+use crate::frozen::Record;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,6 @@ use vgpu_ledger::region::TurnMode;
 pub const MAX_RECORD: u64 = 1 << 20;
 
 const OPTIONS: WriteOptions = WriteOptions::with_mode(0o644).create_parents();
-const FROZEN_FILE: &str = "frozen.json";
 
 /// `<root>/turns`
 pub fn dir(root: &StateRoot) -> PathBuf {
@@ -111,28 +111,9 @@ fn read<T: for<'de> Deserialize<'de>>(p: &Path) -> Option<T> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// A cgroup the arbiter froze.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Frozen {
-    pub container: String,
-    pub cgroup: PathBuf,
-}
-
-/// Records what this arbiter holds frozen now (none: the file removed).
-pub fn write_frozen(root: &StateRoot, frozen: &[Frozen]) -> io::Result<()> {
-    let p = dir(root).join(FROZEN_FILE);
-    if frozen.is_empty() {
-        return match std::fs::remove_file(&p) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        };
-    }
-    write_atomic(&p, &serde_json::to_vec_pretty(frozen)?, OPTIONS)
-}
-
-/// What a previous arbiter recorded as frozen by it (none when it stopped cleanly).
-pub fn read_frozen(root: &StateRoot) -> Vec<Frozen> {
-    read(&dir(root).join(FROZEN_FILE)).unwrap_or_default()
+/// The record of the cgroups this arbiter froze: `<root>/turns/frozen.json` (`frozen::Record`).
+pub fn frozen_record(root: &StateRoot) -> Record {
+    Record::new(root, "turns", "turns")
 }
 
 #[cfg(test)]
@@ -192,15 +173,16 @@ mod tests {
         assert_eq!((two.grants, two.busy_while_frozen), (1, 0));
         remove_gpu(&root, "GPU-2");
 
-        let f = vec![Frozen {
+        let r = frozen_record(&root);
+        let f = vec![crate::frozen::Frozen {
             container: "a".into(),
             cgroup: "/sys/fs/cgroup/a".into(),
         }];
-        write_frozen(&root, &f).unwrap();
-        assert_eq!(read_frozen(&root), f);
+        r.write(&f).unwrap();
+        assert_eq!(r.read(), f);
+        assert!(d.path().join("turns/frozen.json").is_file());
         assert!(read_gpus(&root).iter().all(|g| g.uuid.starts_with("GPU")));
-        write_frozen(&root, &[]).unwrap();
-        assert!(read_frozen(&root).is_empty());
-        write_frozen(&root, &[]).unwrap();
+        r.write(&[]).unwrap();
+        assert!(r.read().is_empty());
     }
 }

@@ -12,10 +12,11 @@
 
 use super::decide::{self, Action, Board, GpuNvml, Seen, Tick, Why};
 use super::input::{busy, held, members, others};
-use super::record::{self, Frozen, GpuTurns, MemberTurn};
+use super::record::{self, GpuTurns, MemberTurn};
 use super::view::TurnsView;
 use crate::config::Turns;
 use crate::freezer;
+use crate::frozen::Frozen;
 use crate::share_run::Victim;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -125,35 +126,7 @@ impl Arbiter {
 
     /// At the start: thaws what a previous run recorded as frozen by it (it stopped without thawing).
     pub fn thaw_left_frozen(&self) {
-        let Some(mount) = freezer::host_v2_mount() else {
-            return;
-        };
-        for f in record::read_frozen(&self.root) {
-            // Only a directory below the cgroup mount, as `freezer::of_container` makes them.
-            let ok = f
-                .cgroup
-                .strip_prefix(&mount)
-                .ok()
-                .and_then(|rel| freezer::of_container(&rel.to_string_lossy(), &mount))
-                .is_some();
-            if !ok {
-                continue;
-            }
-            match freezer::set_frozen(&f.cgroup, false) {
-                Ok(()) => log(&format!(
-                    "thawed container {} ({}), left frozen by a previous run",
-                    f.container,
-                    f.cgroup.display()
-                )),
-                Err(e) if f.cgroup.exists() => {
-                    log(&format!("cannot thaw {}: {e}", f.cgroup.display()))
-                }
-                Err(_) => {}
-            }
-        }
-        if let Err(e) = record::write_frozen(&self.root, &[]) {
-            log(&format!("cannot clear the record of frozen cgroups: {e}"));
-        }
+        record::frozen_record(&self.root).thaw_left();
     }
 
     /// One tick over the collector's last reading (none yet: nothing to do). Returns, under the kill
@@ -423,9 +396,7 @@ impl Arbiter {
                 cgroup: d.clone(),
             })
             .collect();
-        if let Err(e) = record::write_frozen(&self.root, &list) {
-            log(&format!("cannot record the frozen cgroups: {e}"));
-        }
+        record::frozen_record(&self.root).save(&list);
     }
 
     /// Rewrites the GPU's status file when it changed.

@@ -218,20 +218,21 @@ fn a_restart_thaws_what_the_last_run_recorded_frozen() {
     let outside = d.path().join("cg");
     std::fs::create_dir(&outside).unwrap();
     std::fs::write(outside.join("cgroup.freeze"), "1").unwrap();
-    record::write_frozen(
-        &root,
-        &[Frozen {
+    record::frozen_record(&root)
+        .write(&[crate::frozen::Frozen {
             container: "c1".into(),
             cgroup: outside.clone(),
-        }],
-    )
-    .unwrap();
+        }])
+        .unwrap();
     Arbiter::new(turns(true), root.clone(), Duration::from_secs(1)).thaw_left_frozen();
     if freezer::host_v2_mount().is_some() {
         assert_eq!(
             std::fs::read_to_string(outside.join("cgroup.freeze")).unwrap(),
             "1"
         );
-        assert!(record::read_frozen(&root).is_empty(), "the record is done");
+        assert!(
+            record::frozen_record(&root).read().is_empty(),
+            "the record is done"
+        );
     }
 }
