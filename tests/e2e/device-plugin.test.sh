@@ -125,12 +125,11 @@ check "pod b's container created beside it (12 GiB on $GB)" create_quiet
 check_eq "  ... limits: each on its GPU" "$(jq -r '[.devices[] | "\(.uuid)=\(.memory_limit)"] | join(" ")' "$STATE/containers/$IDB/limits.json")" "$GB=$((12 * GIB))"
 plain delete -f "$IDA" > /dev/null 2>&1; plain delete -f "$IDB" > /dev/null 2>&1
 
-echo "-- the chart's optional DaemonSet (rendered by vgpu-helm-render, validated offline)"
-RENDER=$T/release/vgpu-helm-render CHART=$REPO/packaging/helm/vgpu
-t_require "$RENDER"
-"$RENDER" "$CHART" > "$WORK/default.yaml"
+echo "-- the chart's optional DaemonSet (rendered by a real Helm, tests/helm/template.py; validated offline)"
+RENDER=(python3 "$REPO/tests/helm/template.py") CHART=$REPO/packaging/helm/vgpu
+"${RENDER[@]}" "$CHART" > "$WORK/default.yaml"
 check_not "off by default: no device plugin in the default render" grep -q 'vgpu-device-plugin' "$WORK/default.yaml"
-"$RENDER" "$CHART" --set devicePlugin.enabled=true --set devicePlugin.memoryUnit=512Mi > "$WORK/dp.yaml"
+"${RENDER[@]}" "$CHART" --set devicePlugin.enabled=true --set devicePlugin.memoryUnit=512Mi > "$WORK/dp.yaml"
 check "devicePlugin.enabled=true renders and validates (kubernetes-validate --strict)" kubernetes-validate --strict --quiet "$WORK/dp.yaml"
 check "  ... a DaemonSet running the plugin with the unit, the kubelet's folder and the host's /dev, no API token" python3 -c '
 import sys, yaml

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # The chart's tenant-quota ValidatingAdmissionPolicy (quotaPolicy.enabled): its CEL evaluated against sample
 # pods and namespace ConfigMaps with cel-python (lib/vap-eval.py, as the API server evaluates a policy), from
-# the chart as rendered (vgpu-helm-render) and validated offline (kubernetes-validate). What no cluster here
+# the chart as rendered by a real Helm (tests/helm/template.py) and validated offline (kubernetes-validate). What no cluster here
 # can show: the API server itself running it.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 t_init quota-policy
-RENDER=$T/release/vgpu-helm-render CHART=$REPO/packaging/helm/vgpu
-t_require "$RENDER"
+RENDER=(python3 "$REPO/tests/helm/template.py") CHART=$REPO/packaging/helm/vgpu
 python3 -c 'import celpy' 2>/dev/null || { echo "quota-policy: cel-python is not installed (tests/setup/deps.sh)"; echo "0 passed, 1 failed"; exit 1; }
-"$RENDER" "$CHART" > "$WORK/default.yaml"
+"${RENDER[@]}" "$CHART" > "$WORK/default.yaml"
 check_not "off by default" grep -q 'tenant-quota' "$WORK/default.yaml"
-"$RENDER" "$CHART" --set quotaPolicy.enabled=true > "$WORK/chart.yaml"
+"${RENDER[@]}" "$CHART" --set quotaPolicy.enabled=true > "$WORK/chart.yaml"
 check "quotaPolicy.enabled=true renders and validates (kubernetes-validate --strict)" kubernetes-validate --strict --quiet "$WORK/chart.yaml"
 
 # pod ANNOTATIONS-JSON [RUNTIMECLASS] [LIMITS-JSON]: a pod file; verdict POD PARAMS: the policy's answer.
