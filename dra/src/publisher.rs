@@ -6,10 +6,10 @@
 //! Each slice names the Node as its owner, so it goes with the node. Not here: what a slice holds
 //! (`crate::slice`), the API calls (`crate::apiserver`).
 
+use crate::node_gpus::NodeGpu;
 use crate::slice;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use crate::node_gpus::NodeGpu;
 
 /// What was published last, and for whom.
 #[derive(Debug, Clone)]

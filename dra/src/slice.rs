@@ -14,6 +14,7 @@
 //! one that names no compute takes 0 (no share: it runs unpaced, as a container without a share does
 //! today); memory at least vgpu's smallest quota, compute in whole percents.
 
+use crate::node_gpus::{cuda_semver, semver, NodeGpu};
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
     ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -22,7 +23,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use vgpu_host::keys::dra;
-use crate::node_gpus::{cuda_semver, semver, NodeGpu};
 
 /// The device name of the GPU at NVML index `index`.
 pub fn device_name(index: u32) -> String {
@@ -111,11 +111,17 @@ fn device(node_gpu: &NodeGpu) -> Device {
         ),
         (
             "driverVersion",
-            node_gpu.driver_version.as_deref().and_then(semver).map(version),
+            node_gpu
+                .driver_version
+                .as_deref()
+                .and_then(semver)
+                .map(version),
         ),
         (
             "cudaDriverVersion",
-            node_gpu.cuda_driver_version.map(|v| version(cuda_semver(v))),
+            node_gpu
+                .cuda_driver_version
+                .map(|v| version(cuda_semver(v))),
         ),
     ];
     for (name, value) in optional {

@@ -31,7 +31,15 @@ fn versions_as_dra_takes_them() {
     assert_eq!(semver("580.65.06").as_deref(), Some("580.65.6"));
     assert_eq!(semver("535.104.05").as_deref(), Some("535.104.5"));
     assert_eq!(semver("550.54").as_deref(), Some("550.54.0"));
-    for bad in ["", "580", "580.65.06.1", "580.x.1", "580..1", "r580.65", "-1.2.3"] {
+    for bad in [
+        "",
+        "580",
+        "580.65.06.1",
+        "580.x.1",
+        "580..1",
+        "r580.65",
+        "-1.2.3",
+    ] {
         assert_eq!(semver(bad), None, "{bad}");
     }
     assert_eq!(cuda_semver(13000), "13.0.0");

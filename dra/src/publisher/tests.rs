@@ -102,6 +102,9 @@ fn a_change_of_the_gpus_is_published_at_the_next_generation() {
     };
     let s = p.rescan(std::slice::from_ref(&upgraded)).unwrap();
     assert_eq!(s.spec.pool.generation, 6);
-    let attrs = s.spec.devices.as_ref().unwrap()[0].attributes.clone().unwrap();
+    let attrs = s.spec.devices.as_ref().unwrap()[0]
+        .attributes
+        .clone()
+        .unwrap();
     assert_eq!(attrs["driverVersion"].version.as_deref(), Some("590.10.1"));
 }

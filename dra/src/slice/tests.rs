@@ -87,7 +87,10 @@ fn a_claim_selects_on_the_model_and_versions() {
         Some("9.0.0")
     );
     assert_eq!(attrs["driverVersion"].version.as_deref(), Some("580.65.6"));
-    assert_eq!(attrs["cudaDriverVersion"].version.as_deref(), Some("13.0.0"));
+    assert_eq!(
+        attrs["cudaDriverVersion"].version.as_deref(),
+        Some("13.0.0")
+    );
 }
 
 #[test]

@@ -92,10 +92,14 @@ impl Nvml for Fake {
 
     fn model(&self, index: u32) -> Result<GpuModel, NvmlError> {
         self.check("nvmlDeviceGetName")?;
-        let g = self.gpus.iter().find(|g| g.index == index).ok_or_else(|| NvmlError::Call {
-            call: format!("nvmlDeviceGetHandleByIndex_v2({index})"),
-            error: "Invalid Argument (error 2)".into(),
-        })?;
+        let g = self
+            .gpus
+            .iter()
+            .find(|g| g.index == index)
+            .ok_or_else(|| NvmlError::Call {
+                call: format!("nvmlDeviceGetHandleByIndex_v2({index})"),
+                error: "Invalid Argument (error 2)".into(),
+            })?;
         Ok(GpuModel {
             name: Some(g.name.clone()),
             ..self.model.clone()
