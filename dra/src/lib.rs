@@ -2,7 +2,8 @@
 //! on every GPU node): the scheduler, not the tenant, decides a container's quota.
 //!
 //! At start it publishes the node's GPUs as a ResourceSlice ([`slice`], sent by [`apiserver`]) whose
-//! memory and compute share are consumable capacity, and serves the kubelet's plugin API on two unix
+//! memory and compute share are consumable capacity and whose attributes say what each GPU is
+//! ([`node_gpus`]), and serves the kubelet's plugin API on two unix
 //! sockets ([`kubelet`], the generated bindings in [`proto`]). When the kubelet prepares a claim, [`plugin`]
 //! reads what the scheduler allocated ([`allocation`]), writes a CDI spec per claim whose hook carries the
 //! claim's quota ([`claim_spec`]; the hook puts it in place of the container's own quota settings) and
@@ -14,6 +15,7 @@ pub mod apiserver;
 pub mod checkpoint;
 pub mod claim_spec;
 pub mod kubelet;
+pub mod node_gpus;
 pub mod plugin;
 pub mod proto;
 pub mod publisher;

@@ -16,7 +16,7 @@ use vgpu_dra::plugin::Plugin;
 use vgpu_dra::proto::dra_v1::dra_plugin_server::DraPluginServer;
 use vgpu_dra::proto::registration::registration_server::RegistrationServer;
 use vgpu_dra::publisher::Publisher;
-use vgpu_dra::{apiserver, slice};
+use vgpu_dra::{apiserver, node_gpus, slice};
 use vgpu_host::driver_root;
 use vgpu_host::keys::dra;
 use vgpu_host::nvml::Nvml;
@@ -70,7 +70,7 @@ fn main() -> Result<()> {
         (None, None) => cfg.nvml_library.clone(),
     };
     let nvml = vgpu_host::nvml::open(&lib).with_context(|| format!("cannot load NVML ({lib})"))?;
-    let gpus = nvml.devices()?;
+    let gpus = node_gpus::read(&*nvml)?;
     let node_slice = slice::build(&cli.driver_name, &cli.node_name, &gpus);
     if cli.print_slice {
         println!("{}", serde_json::to_string_pretty(&node_slice)?);
@@ -84,7 +84,7 @@ fn main() -> Result<()> {
     let plugin = Plugin::new(
         cli.driver_name.clone(),
         cli.node_name.clone(),
-        gpus.clone(),
+        node_gpus::host_gpus(&gpus),
         cli.cdi_dir.clone(),
         hooks,
         cli.plugin_dir.join("checkpoint.json"),
@@ -112,7 +112,7 @@ async fn serve(
     cli: Cli,
     plugin: Plugin,
     nvml: Box<dyn Nvml>,
-    gpus: Vec<vgpu_host::nvml::HostGpu>,
+    gpus: Vec<node_gpus::NodeGpu>,
 ) -> Result<()> {
     let client = kube::Client::try_default()
         .await
@@ -191,7 +191,7 @@ async fn serve(
                 _ = tick.tick() => {}
                 _ = stop_rescan.wait_for(|s| *s) => return,
             }
-            let gpus = match nvml.devices() {
+            let gpus = match node_gpus::read(&*nvml) {
                 Ok(g) => g,
                 Err(e) => {
                     eprintln!("vgpu-dra-plugin: cannot read the GPUs again: {e}");
@@ -201,7 +201,7 @@ async fn serve(
             let Some(s) = publisher.rescan(&gpus) else {
                 continue;
             };
-            plugin.set_gpus(gpus);
+            plugin.set_gpus(node_gpus::host_gpus(&gpus));
             match apiserver::publish(&client, &s).await {
                 Ok(()) => announce(&s),
                 Err(e) => {

@@ -2,14 +2,14 @@
 //! already has are read, every one but ours is stale (an older name, a renamed driver's leftovers of this
 //! node) and goes, and ours continues the pool's generation one past the highest seen, so the scheduler
 //! takes the restarted plugin's slice over any it cached; afterwards the GPUs are read again every
-//! interval and a change (a GPU gone or added, its memory changed) is published at the next generation.
+//! interval and a change (a GPU gone or added, its memory changed, another driver) is published at the next generation.
 //! Each slice names the Node as its owner, so it goes with the node. Not here: what a slice holds
 //! (`crate::slice`), the API calls (`crate::apiserver`).
 
+use crate::node_gpus::NodeGpu;
 use crate::slice;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use vgpu_host::nvml::HostGpu;
 
 /// What was published last, and for whom.
 #[derive(Debug, Clone)]
@@ -18,7 +18,7 @@ pub struct Publisher {
     node: String,
     owner: OwnerReference,
     generation: i64,
-    gpus: Vec<HostGpu>,
+    gpus: Vec<NodeGpu>,
     /// The last slice was not published: the next rescan publishes even without a change.
     unpublished: bool,
 }
@@ -52,7 +52,7 @@ impl Publisher {
         node: &str,
         node_uid: &str,
         existing: &[ResourceSlice],
-        gpus: &[HostGpu],
+        gpus: &[NodeGpu],
     ) -> Start {
         let ours = slice::slice_name(node, driver);
         let last = existing
@@ -88,7 +88,7 @@ impl Publisher {
 
     /// The slice to publish when `gpus` differ from those published last (at the next generation); None
     /// when nothing changed.
-    pub fn rescan(&mut self, gpus: &[HostGpu]) -> Option<ResourceSlice> {
+    pub fn rescan(&mut self, gpus: &[NodeGpu]) -> Option<ResourceSlice> {
         if gpus == self.gpus.as_slice() && !self.unpublished {
             return None;
         }

@@ -4,10 +4,17 @@
 //! places a claim for "8Gi and 30" only on a GPU with that much left, and records what it consumed in the
 //! claim's allocation (`crate::allocation` reads it back). Not here: sending it (`crate::apiserver`).
 //!
+//! Each device's attributes, what a claim's CEL selector reads (`device.attributes["gpu.vgpu.io"].…`),
+//! are named as NVIDIA's DRA driver (k8s-dra-driver-gpu) names them, so a selector written for its GPUs
+//! reads ours: `index`, `uuid`, `productName`, `architecture` (strings and an int), `cudaComputeCapability`,
+//! `driverVersion` and `cudaDriverVersion` (versions). The memory is the `memory` capacity
+//! (`device.capacity["gpu.vgpu.io"].memory`). An attribute NVML cannot tell is left out.
+//!
 //! The request policies: a claim that names no memory takes the whole GPU's (the safe reading of "a GPU"),
 //! one that names no compute takes 0 (no share: it runs unpaced, as a container without a share does
 //! today); memory at least vgpu's smallest quota, compute in whole percents.
 
+use crate::node_gpus::{cuda_semver, semver, NodeGpu};
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
     ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -16,7 +23,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use vgpu_host::keys::dra;
-use vgpu_host::nvml::HostGpu;
 
 /// The device name of the GPU at NVML index `index`.
 pub fn device_name(index: u32) -> String {
@@ -50,7 +56,8 @@ pub fn bytes_quantity(bytes: u64) -> Quantity {
     })
 }
 
-fn device(g: &HostGpu) -> Device {
+fn device(node_gpu: &NodeGpu) -> Device {
+    let g = &node_gpu.gpu;
     let total = bytes_quantity(g.total_memory);
     let memory = DeviceCapacity {
         value: total.clone(),
@@ -84,13 +91,48 @@ fn device(g: &HostGpu) -> Device {
         int: Some(i.into()),
         ..Default::default()
     };
+    let version = |v: String| DeviceAttribute {
+        version: Some(v),
+        ..Default::default()
+    };
+    let model = &node_gpu.model;
+    let mut attributes = BTreeMap::from([
+        ("index".to_string(), int(g.index)),
+        ("uuid".to_string(), string(&g.uuid)),
+    ]);
+    let optional = [
+        ("productName", model.name.as_deref().map(string)),
+        ("architecture", model.architecture.as_deref().map(string)),
+        (
+            "cudaComputeCapability",
+            model
+                .compute_capability
+                .map(|(major, minor)| version(format!("{major}.{minor}.0"))),
+        ),
+        (
+            "driverVersion",
+            node_gpu
+                .driver_version
+                .as_deref()
+                .and_then(semver)
+                .map(version),
+        ),
+        (
+            "cudaDriverVersion",
+            node_gpu
+                .cuda_driver_version
+                .map(|v| version(cuda_semver(v))),
+        ),
+    ];
+    for (name, value) in optional {
+        if let Some(v) = value {
+            attributes.insert(name.to_string(), v);
+        }
+    }
     Device {
         name: device_name(g.index),
         allow_multiple_allocations: Some(true),
-        attributes: Some(BTreeMap::from([
-            ("index".to_string(), int(g.index)),
-            ("uuid".to_string(), string(&g.uuid)),
-        ])),
+        attributes: Some(attributes),
         capacity: Some(BTreeMap::from([
             (dra::COMPUTE.to_string(), compute),
             (dra::MEMORY.to_string(), memory),
@@ -101,7 +143,7 @@ fn device(g: &HostGpu) -> Device {
 
 /// The node's slice: every GPU of `gpus` a device of the pool `node`, generation 1, no owner
 /// (`crate::publisher` sets both when it publishes).
-pub fn build(driver: &str, node: &str, gpus: &[HostGpu]) -> ResourceSlice {
+pub fn build(driver: &str, node: &str, gpus: &[NodeGpu]) -> ResourceSlice {
     ResourceSlice {
         metadata: ObjectMeta {
             name: Some(slice_name(node, driver)),

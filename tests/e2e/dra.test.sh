@@ -62,6 +62,12 @@ ok_if "a one-GPU node: the recorded slice, owned by its Node, at the generation 
     '.metadata.ownerReferences == [{"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": $u, "controller": true}]
      and .spec.pool.generation == 4 and (del(.metadata.ownerReferences) | .spec.pool.generation = 1) == $want[0]' \
     "$API/slices/node-a-gpu.vgpu.io.json" > /dev/null
+ok_if "the published device says what the GPU is, as a claim's selector reads it (NVML through the real binding)" \
+    jq -e '.spec.devices[0] | .attributes == {"index": {"int": 0}, "uuid": {"string": "GPU-fa4ec0de-0000-4000-8000-000000000000"},
+        "productName": {"string": "NVIDIA H100 (fake, 16 GiB)"}, "architecture": {"string": "Hopper"},
+        "cudaComputeCapability": {"version": "9.0.0"}, "driverVersion": {"version": "580.65.6"},
+        "cudaDriverVersion": {"version": "13.0.0"}} and .capacity.memory.value == "16Gi"' \
+    "$API/slices/node-a-gpu.vgpu.io.json" > /dev/null
 ok_if "the node's stale slice was deleted, another node's kept" bash -c \
     "test ! -e '$API/slices/node-a-gpu.vgpu.io-v0.json' -a -e '$API/slices/node-z-gpu.vgpu.io.json' &&
      grep -Eq '^DELETE /apis/resource.k8s.io/v1/resourceslices/node-a-gpu.vgpu.io-v0[? ]' '$API/requests.log' &&

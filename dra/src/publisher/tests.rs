@@ -5,12 +5,17 @@ use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use vgpu_host::keys::dra;
 
-fn gpu(index: u32, total_memory: u64) -> HostGpu {
-    HostGpu {
-        index,
-        uuid: format!("GPU-{index}"),
-        total_memory,
-        minor: Some(index),
+fn gpu(index: u32, total_memory: u64) -> NodeGpu {
+    NodeGpu {
+        gpu: vgpu_host::nvml::HostGpu {
+            index,
+            uuid: format!("GPU-{index}"),
+            total_memory,
+            minor: Some(index),
+        },
+        model: Default::default(),
+        driver_version: Some("580.65.06".into()),
+        cuda_driver_version: None,
     }
 }
 
@@ -90,4 +95,16 @@ fn a_change_of_the_gpus_is_published_at_the_next_generation() {
         5
     );
     assert_eq!(p.rescan(&[gpu(1, 80 << 30)]), None);
+    // The driver upgraded: its version is an attribute claims select on.
+    let upgraded = NodeGpu {
+        driver_version: Some("590.10.01".into()),
+        ..gpu(1, 80 << 30)
+    };
+    let s = p.rescan(std::slice::from_ref(&upgraded)).unwrap();
+    assert_eq!(s.spec.pool.generation, 6);
+    let attrs = s.spec.devices.as_ref().unwrap()[0]
+        .attributes
+        .clone()
+        .unwrap();
+    assert_eq!(attrs["driverVersion"].version.as_deref(), Some("590.10.1"));
 }

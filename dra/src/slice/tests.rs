@@ -3,12 +3,30 @@
 
 use super::*;
 
-fn gpu(index: u32, total_memory: u64) -> HostGpu {
-    HostGpu {
-        index,
-        uuid: format!("GPU-fa4ec0de-0000-4000-8000-00000000000{index}"),
-        total_memory,
-        minor: Some(index),
+use vgpu_host::nvml::{GpuModel, HostGpu};
+
+/// A GPU as the fake NVML describes it (so the e2e suite's slice, read through the real binding from the
+/// fake libnvidia-ml, is the same recorded object): an H100 under driver 580.65.06 (CUDA 13.0).
+fn gpu(index: u32, total_memory: u64) -> NodeGpu {
+    let name = if total_memory.is_multiple_of(1 << 30) {
+        format!("NVIDIA H100 (fake, {} GiB)", total_memory >> 30)
+    } else {
+        format!("NVIDIA H100 (fake, {} MiB)", total_memory >> 20)
+    };
+    NodeGpu {
+        gpu: HostGpu {
+            index,
+            uuid: format!("GPU-fa4ec0de-0000-4000-8000-00000000000{index}"),
+            total_memory,
+            minor: Some(index),
+        },
+        model: GpuModel {
+            name: Some(name),
+            architecture: Some("Hopper".into()),
+            compute_capability: Some((9, 0)),
+        },
+        driver_version: Some("580.65.06".into()),
+        cuda_driver_version: Some(13000),
     }
 }
 
@@ -37,6 +55,41 @@ fn a_two_gpu_node() {
     assert_eq!(
         serde_json::to_value(&s).unwrap(),
         recorded("slice-two-gpus.json")
+    );
+}
+
+#[test]
+fn what_nvml_cannot_tell_is_left_out() {
+    let mut g = gpu(0, 16 << 30);
+    g.model = GpuModel::default();
+    g.driver_version = Some("not-a-version".into());
+    g.cuda_driver_version = None;
+    let s = build(dra::DRIVER, "node-a", &[g]);
+    let attrs = s.spec.devices.unwrap()[0].attributes.clone().unwrap();
+    assert_eq!(
+        attrs.keys().collect::<Vec<_>>(),
+        ["index", "uuid"],
+        "only what is known"
+    );
+}
+
+#[test]
+fn a_claim_selects_on_the_model_and_versions() {
+    let s = build(dra::DRIVER, "node-a", &[gpu(0, 16 << 30)]);
+    let attrs = s.spec.devices.unwrap()[0].attributes.clone().unwrap();
+    assert_eq!(
+        attrs["productName"].string.as_deref(),
+        Some("NVIDIA H100 (fake, 16 GiB)")
+    );
+    assert_eq!(attrs["architecture"].string.as_deref(), Some("Hopper"));
+    assert_eq!(
+        attrs["cudaComputeCapability"].version.as_deref(),
+        Some("9.0.0")
+    );
+    assert_eq!(attrs["driverVersion"].version.as_deref(), Some("580.65.6"));
+    assert_eq!(
+        attrs["cudaDriverVersion"].version.as_deref(),
+        Some("13.0.0")
     );
 }
 

@@ -57,6 +57,37 @@ impl AddressingMode {
     }
 }
 
+/// What a GPU is, beyond its memory: what a Kubernetes DRA claim selects on (the DRA driver publishes it as
+/// the device's attributes). Each part is `None` where the driver has no such call or says it is not
+/// supported there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuModel {
+    /// NVML's product name (`nvmlDeviceGetName`, "NVIDIA H100 80GB HBM3").
+    pub name: Option<String>,
+    /// The architecture's name ([`architecture_name`] of `nvmlDeviceGetArchitecture`'s number).
+    pub architecture: Option<String>,
+    /// CUDA compute capability, (major, minor) (`nvmlDeviceGetCudaComputeCapability`, (9, 0) on Hopper).
+    pub compute_capability: Option<(u32, u32)>,
+}
+
+/// The name of `nvmlDeviceArchitecture_t` `arch` (nvml.h's `NVML_DEVICE_ARCH_*`), as NVIDIA's own tools
+/// (go-nvlib) write it; None for an unknown number (`NVML_DEVICE_ARCH_UNKNOWN`, a newer one).
+pub fn architecture_name(arch: u32) -> Option<&'static str> {
+    Some(match arch {
+        2 => "Kepler",
+        3 => "Maxwell",
+        4 => "Pascal",
+        5 => "Volta",
+        6 => "Turing",
+        7 => "Ampere",
+        8 => "Ada Lovelace",
+        9 => "Hopper",
+        10 => "Blackwell",
+        11 => "Orin",
+        _ => return None,
+    })
+}
+
 /// Why NVML could not answer: one line naming the library or the call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NvmlError {
@@ -78,6 +109,13 @@ pub trait Nvml: Send + Sync {
 
     /// The driver's version (`nvmlSystemGetDriverVersion`, "580.65.06"); `Ok(None)`: NVML has no such call.
     fn driver_version(&self) -> Result<Option<String>, NvmlError>;
+
+    /// The CUDA version the driver supports (`nvmlSystemGetCudaDriverVersion_v2`, 13000 for 13.0);
+    /// `Ok(None)`: NVML has no such call.
+    fn cuda_driver_version(&self) -> Result<Option<u32>, NvmlError>;
+
+    /// What GPU `index` is: its product name, architecture and compute capability.
+    fn model(&self, index: u32) -> Result<GpuModel, NvmlError>;
 
     /// Whether the driver can limit a cgroup's GPU memory (`nvmlDeviceSetMemoryLimits_v1`, r615+): what
     /// `driver_memory_limit` needs.

@@ -2,7 +2,7 @@
 //! limits they were given. Not here: the real library (`library`); the project's fake
 //! `libnvidia-ml.so.1` (tests/fake-nvml), which the e2e suites load through the real binding.
 
-use super::api::{AddressingMode, GpuReading, HostGpu, Nvml, NvmlError};
+use super::api::{AddressingMode, GpuModel, GpuReading, HostGpu, Nvml, NvmlError};
 use std::ffi::CStr;
 use std::sync::Mutex;
 
@@ -21,6 +21,11 @@ pub struct Fake {
     pub fail: Option<String>,
     /// What `addressing_mode` answers for every GPU (None: a driver without the call).
     pub addressing: Option<AddressingMode>,
+    /// What `cuda_driver_version` answers (`Fake::gpus`: 13000, CUDA 13.0).
+    pub cuda_version: Option<u32>,
+    /// The architecture and compute capability `model` answers for every GPU, its name being the
+    /// reading's (`Fake::gpus`: Hopper, 9.0).
+    pub model: GpuModel,
 }
 
 impl Fake {
@@ -39,6 +44,12 @@ impl Fake {
                 })
                 .collect(),
             driver_version: Some("580.65.06".into()),
+            cuda_version: Some(13000),
+            model: GpuModel {
+                name: None,
+                architecture: Some("Hopper".into()),
+                compute_capability: Some((9, 0)),
+            },
             ..Default::default()
         }
     }
@@ -72,6 +83,27 @@ impl Nvml for Fake {
     fn driver_version(&self) -> Result<Option<String>, NvmlError> {
         self.check("nvmlSystemGetDriverVersion")?;
         Ok(self.driver_version.clone())
+    }
+
+    fn cuda_driver_version(&self) -> Result<Option<u32>, NvmlError> {
+        self.check("nvmlSystemGetCudaDriverVersion_v2")?;
+        Ok(self.cuda_version)
+    }
+
+    fn model(&self, index: u32) -> Result<GpuModel, NvmlError> {
+        self.check("nvmlDeviceGetName")?;
+        let g = self
+            .gpus
+            .iter()
+            .find(|g| g.index == index)
+            .ok_or_else(|| NvmlError::Call {
+                call: format!("nvmlDeviceGetHandleByIndex_v2({index})"),
+                error: "Invalid Argument (error 2)".into(),
+            })?;
+        Ok(GpuModel {
+            name: Some(g.name.clone()),
+            ..self.model.clone()
+        })
     }
 
     fn has_memory_limits(&self) -> bool {

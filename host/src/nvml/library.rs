@@ -8,11 +8,13 @@
 //! its `memory_info` calls `nvmlDeviceGetMemoryInfo_v2`, where vgpu compares against v1's figures (those
 //! the interposer's NVML answers and the fake NVML's v1/v2 split are built on: changing it would change
 //! what the monitor reports); and its process list is `_v3` (`_v2` behind a feature), never the
-//! unversioned list the monitor falls back to on older drivers. The binding is 17 symbols; every optional
+//! unversioned list the monitor falls back to on older drivers. The binding is 20 symbols; every optional
 //! one is asked for by name and its absence is an answer (no minor number, no utilisation, no process
 //! list), never a failure to load.
 
-use super::api::{AddressingMode, GpuReading, HostGpu, Nvml, NvmlError};
+use super::api::{
+    architecture_name, AddressingMode, GpuModel, GpuReading, HostGpu, Nvml, NvmlError,
+};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 
 type Device = *mut c_void;
@@ -97,6 +99,9 @@ type StringFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
 type SetFn = unsafe extern "C" fn(Device, *const SetMemoryLimits) -> c_int;
 type AddressingFn = unsafe extern "C" fn(Device, *mut AddressingModeV1) -> c_int;
 type SystemStringFn = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
+type ArchitectureFn = unsafe extern "C" fn(Device, *mut c_uint) -> c_int;
+type CapabilityFn = unsafe extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int;
+type CudaVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 
 enum Lister {
     V2(ListFn<ProcessV2>),
@@ -119,6 +124,9 @@ pub struct Library {
     set_limits: Option<SetFn>,
     addressing: Option<AddressingFn>,
     driver_version: Option<SystemStringFn>,
+    cuda_version: Option<CudaVersionFn>,
+    architecture: Option<ArchitectureFn>,
+    capability: Option<CapabilityFn>,
     error_string: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
     shutdown: unsafe extern "C" fn() -> c_int,
     /// nvmlInit_v2 succeeded: dropping shuts NVML down.
@@ -184,6 +192,10 @@ impl Library {
                 set_limits: maybe!("nvmlDeviceSetMemoryLimits_v1"),
                 addressing: maybe!("nvmlDeviceGetAddressingMode"),
                 driver_version: maybe!("nvmlSystemGetDriverVersion"),
+                cuda_version: maybe!("nvmlSystemGetCudaDriverVersion_v2")
+                    .or(maybe!("nvmlSystemGetCudaDriverVersion")),
+                architecture: maybe!("nvmlDeviceGetArchitecture"),
+                capability: maybe!("nvmlDeviceGetCudaComputeCapability"),
                 error_string: maybe!("nvmlErrorString"),
                 shutdown: need!("nvmlShutdown"),
                 initialised: false,
@@ -324,6 +336,63 @@ impl Nvml for Library {
         string(|b, l| unsafe { f(b, l) })
             .map(Some)
             .map_err(|rc| self.call("nvmlSystemGetDriverVersion", rc).unwrap_err())
+    }
+
+    fn cuda_driver_version(&self) -> Result<Option<u32>, NvmlError> {
+        let Some(f) = self.cuda_version else {
+            return Ok(None);
+        };
+        let mut v: c_int = 0;
+        // SAFETY: a valid out-pointer.
+        self.call("nvmlSystemGetCudaDriverVersion_v2", unsafe { f(&mut v) })?;
+        Ok(u32::try_from(v).ok())
+    }
+
+    fn model(&self, index: u32) -> Result<GpuModel, NvmlError> {
+        let dev = self.handle(index)?;
+        // An answer of NOT_SUPPORTED (or no such call) is no figure; any other failure is an error.
+        let answered = |call: &str, rc: c_int| match rc {
+            NOT_SUPPORTED | FUNCTION_NOT_FOUND => Ok(false),
+            rc => self.call(format!("{call}({index})"), rc).map(|()| true),
+        };
+        let name = match self.name {
+            // SAFETY: `b` holds `l` bytes (`string`).
+            Some(f) => match string(|b, l| unsafe { f(dev, b, l) }) {
+                Ok(n) => Some(n),
+                Err(rc) => {
+                    answered("nvmlDeviceGetName", rc)?;
+                    None
+                }
+            },
+            None => None,
+        };
+        let architecture = match self.architecture {
+            Some(f) => {
+                let mut a: c_uint = 0;
+                // SAFETY: a valid out-pointer.
+                let rc = unsafe { f(dev, &mut a) };
+                answered("nvmlDeviceGetArchitecture", rc)?
+                    .then(|| architecture_name(a).map(str::to_string))
+                    .flatten()
+            }
+            None => None,
+        };
+        let compute_capability = match self.capability {
+            Some(f) => {
+                let (mut major, mut minor): (c_int, c_int) = (0, 0);
+                // SAFETY: valid out-pointers.
+                let rc = unsafe { f(dev, &mut major, &mut minor) };
+                answered("nvmlDeviceGetCudaComputeCapability", rc)?
+                    .then(|| Some((u32::try_from(major).ok()?, u32::try_from(minor).ok()?)))
+                    .flatten()
+            }
+            None => None,
+        };
+        Ok(GpuModel {
+            name: name.filter(|n| !n.is_empty()),
+            architecture,
+            compute_capability,
+        })
     }
 
     fn has_memory_limits(&self) -> bool {

@@ -11,7 +11,7 @@ pub mod api;
 pub mod fake;
 pub mod library;
 
-pub use api::{AddressingMode, GpuReading, HostGpu, Nvml, NvmlError};
+pub use api::{architecture_name, AddressingMode, GpuModel, GpuReading, HostGpu, Nvml, NvmlError};
 pub use fake::Fake;
 pub use library::Library;
 

@@ -153,6 +153,7 @@ macro_rules! nvml_fn {
 }
 
 mod addressing;
+mod architecture;
 
 #[repr(C)]
 pub struct PciInfo {

@@ -69,3 +69,14 @@ fn a_library_without_nvml_is_a_missing_symbol() {
         "{e:?}"
     );
 }
+
+#[test]
+fn architectures_are_named_as_nvidias_tools_name_them() {
+    assert_eq!(architecture_name(7), Some("Ampere"));
+    assert_eq!(architecture_name(8), Some("Ada Lovelace"));
+    assert_eq!(architecture_name(9), Some("Hopper"));
+    assert_eq!(architecture_name(10), Some("Blackwell"));
+    // NVML_DEVICE_ARCH_UNKNOWN, and a number newer than this table: no attribute rather than a guess.
+    assert_eq!(architecture_name(0xffff_ffff), None);
+    assert_eq!(architecture_name(12), None);
+}
