@@ -138,6 +138,7 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits_file::WriteLimits;
     use std::os::unix::fs::FileTypeExt;
     use std::path::Path;
     use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger, Limits, LIMITS_VERSION};

@@ -148,6 +148,7 @@ impl Container {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits_file::WriteLimits;
     use vgpu_ledger::{Kind, Ledger, LIMITS_VERSION};
 
     const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";

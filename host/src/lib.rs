@@ -30,9 +30,12 @@
 //! * [`version`]: the version and commit every host binary prints.
 //! * [`keys`]: the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's).
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
+//! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
+//! * [`limits_file`]: limits.json as the host writes it (validated, capped, replaced atomically).
 
 pub mod abandoned;
 pub mod admission;
+pub mod atomic;
 pub mod attribution;
 pub mod cdi;
 pub mod config;
@@ -43,6 +46,7 @@ pub mod gc;
 pub mod held;
 pub mod inventory;
 pub mod keys;
+pub mod limits_file;
 pub mod logging;
 pub mod memory_limit;
 pub mod nvml;

@@ -11,8 +11,8 @@ use crate::stderr::log;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::PathBuf;
+use vgpu_host::atomic::{write_atomic, WriteOptions};
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 
 /// Largest record read back (hundreds of containers are far smaller).
 const MAX_RECORD: u64 = 1 << 20;

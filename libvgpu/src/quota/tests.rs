@@ -8,6 +8,7 @@ fn a_forced_overrun_is_told_once_at_the_crossing() {
 }
 
 use super::*;
+use vgpu_host::limits_file::WriteLimits;
 
 const UUID: &str = "GPU-00000000-0000-0000-0000-0000000000aa";
 const ENV: LedgerMode<'static> = LedgerMode::Env { dir: None };

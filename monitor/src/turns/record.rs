@@ -8,8 +8,8 @@ use crate::frozen::Record;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
+use vgpu_host::atomic::{write_atomic, WriteOptions};
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::region::TurnMode;
 
 /// Largest record read back (a status file of hundreds of containers is far smaller).
