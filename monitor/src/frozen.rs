@@ -67,7 +67,7 @@ impl Record {
 
     /// What the last run recorded as frozen (none when it stopped cleanly, or the file is unreadable).
     pub fn read(&self) -> Vec<Frozen> {
-        vgpu_ledger::hostfile::read_regular(&self.path, MAX_RECORD)
+        vgpu_host::hostfile::read_regular(&self.path, MAX_RECORD)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()

@@ -18,10 +18,10 @@
 
 use std::path::Path;
 use vgpu_host::atomic;
+use vgpu_host::hostfile;
 use vgpu_host::procs;
 use vgpu_host::state_root::StateRoot;
 use vgpu_host::usage::ContainerState;
-use vgpu_ledger::hostfile;
 
 /// What `record_missing` needs of the host: whether a recorded init lives (`procs::init_alive`), a
 /// process's `/proc/<pid>/cgroup` text, and the monitor's own cgroup v2 path.

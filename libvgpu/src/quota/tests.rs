@@ -79,7 +79,7 @@ fn the_slot_is_attached_on_the_first_charge() {
     assert!(q.charge(Kind::Data, 60));
     assert!(q.attached());
     assert!(!q.charge(Kind::Data, 60), "the limit holds");
-    let host = vgpu_ledger::Snapshot::read(&dir.path().join("l")).unwrap();
+    let host = vgpu_host::hostfile::read_ledger(&dir.path().join("l")).unwrap();
     assert_eq!(host.refusals, 1, "the refusal is counted for the monitor");
     q.refund(Kind::Data, 60);
     assert_eq!(q.used(), 0);

@@ -107,7 +107,7 @@ pub fn read_gpus(root: &StateRoot) -> Vec<GpuTurns> {
 }
 
 fn read<T: for<'de> Deserialize<'de>>(p: &Path) -> Option<T> {
-    let bytes = vgpu_ledger::hostfile::read_regular(p, MAX_RECORD).ok()?;
+    let bytes = vgpu_host::hostfile::read_regular(p, MAX_RECORD).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
