@@ -95,7 +95,7 @@ impl Checkpoint {
 
     /// Writes it to `path` atomically (mode 0600: the plugin's own bookkeeping).
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
-        use vgpu_ledger::atomic::{write_atomic, WriteOptions};
+        use vgpu_host::atomic::{write_atomic, WriteOptions};
         let text = serde_json::to_string_pretty(self).expect("a checkpoint serialises");
         write_atomic(
             path,

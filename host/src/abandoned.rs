@@ -12,10 +12,10 @@
 //! provisioning, so the creator never decides anything there.
 
 use crate::creator::is_abandoned;
+use crate::hostfile;
 use crate::inventory::Container;
 use crate::removal::{self, RemoveError};
 use crate::state_root::StateRoot;
-use vgpu_ledger::hostfile;
 
 /// [`is_abandoned`](crate::creator::is_abandoned), for a container as the state root's reader gives it, and no process holds a slot of
 /// its ledgers (none can, without an owner; checked all the same, as the collector does).

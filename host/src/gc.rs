@@ -138,6 +138,7 @@ fn is_garbage(c: &Container, age: Duration, pending_grace: Duration) -> Result<b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits_file::WriteLimits;
     use std::os::unix::fs::FileTypeExt;
     use std::path::Path;
     use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger, Limits, LIMITS_VERSION};
@@ -202,7 +203,7 @@ mod tests {
             return;
         }
         let path = root.limits_path(id).unwrap();
-        let mut limits = vgpu_ledger::hostfile::load_limits(&path).unwrap();
+        let mut limits = crate::hostfile::load_limits(&path).unwrap();
         limits.init_pid = Some(owner.init_pid);
         limits.pid_ns = Some(owner.pid_ns);
         limits.init_start_time = Some(owner.start_time);
@@ -267,7 +268,7 @@ mod tests {
             provision(&root, id, Owner::default());
         }
         let path = |id| root.limits_path(id).unwrap();
-        let big = vgpu_ledger::hostfile::MAX_LIMITS_FILE as usize + 1;
+        let big = crate::hostfile::MAX_LIMITS_FILE as usize + 1;
         fs::write(path("big"), vec![b' '; big]).unwrap();
         fs::remove_file(path("fifo")).unwrap();
         nix::unistd::mkfifo(

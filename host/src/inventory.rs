@@ -4,9 +4,9 @@
 //! root the same way. Not here: what they make of it (tables, metrics, refusals, removals), writing it
 //! (`vgpu_oci::provision`).
 //!
-//! Everything is read as a tenant may have left it (`vgpu_ledger::hostfile`): the limits file and the
+//! Everything is read as a tenant may have left it (`crate::hostfile`): the limits file and the
 //! ledgers are opened without following a link, never blocking on a FIFO, only if regular and of bounded
-//! size, and read with `pread` into memory (`Snapshot::read`: never mapped, so a tenant truncating a ledger
+//! size, and read with `pread` into memory (`hostfile::read_ledger`: never mapped, so a tenant truncating a ledger
 //! cannot kill the reader; liveness asked with `F_OFD_GETLK`, no lock taken). Nothing is written.
 //!
 //! A ledger that is not there ([`LedgerRead::Missing`]) is not an error: no process of the container has
@@ -15,11 +15,11 @@
 //! read, so a ledger removed between the two is not reported as unreadable. Anything else that is not a
 //! ledger (a FIFO, a link, a foreign file) is [`LedgerRead::Unreadable`], with why.
 
+use crate::hostfile;
 use crate::state_root::StateRoot;
 use crate::walk::{ContainerDir, OtherEntry, StateEntry};
 use std::io;
 use std::path::Path;
-use vgpu_ledger::hostfile;
 use vgpu_ledger::layout::LEDGER_EXTENSION;
 use vgpu_ledger::{DeviceLimit, LedgerError, Limits, LimitsError, Snapshot};
 
@@ -83,7 +83,7 @@ pub fn containers(root: &StateRoot) -> io::Result<Vec<Container>> {
 
 /// The ledger at `path`, read (see the module's header for a missing one).
 pub fn read_ledger(path: &Path) -> LedgerRead {
-    match Snapshot::read(path) {
+    match hostfile::read_ledger(path) {
         Ok(s) => LedgerRead::Read(s),
         Err(LedgerError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
             LedgerRead::Missing
@@ -148,6 +148,7 @@ impl Container {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits_file::WriteLimits;
     use vgpu_ledger::{Kind, Ledger, LIMITS_VERSION};
 
     const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";

@@ -160,6 +160,7 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits_file::WriteLimits;
     use vgpu_ledger::{DeviceLimit, Kind, Ledger, Limits};
 
     #[test]

@@ -14,15 +14,11 @@
 //! * [`settings`]: one GPU's settings (memory quota and mode, compute share, policy, window), as the hook
 //!   plans them, limits.json stores them and `vgpuctl update` changes them.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
-//! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
-//! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking).
 //!
 //! The formats are described in docs/architecture.md.
 
-pub mod atomic;
 pub mod envcompute;
 pub mod envlimits;
-pub mod hostfile;
 pub mod keys;
 pub mod layout;
 pub mod limits;

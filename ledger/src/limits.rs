@@ -1,5 +1,6 @@
 //! limits.json: the per-container limits the hook writes once and the library reads (docs/architecture.md,
-//! "limits.json"). Not here: the atomic write itself (`crate::atomic`), the file's place (`crate::layout`).
+//! "limits.json"). Not here: writing the file on the host (`vgpu_host::limits_file`: these bytes, replaced
+//! atomically), the file's place (`crate::layout`).
 //!
 //! The file is mounted read-only into the container, so a tenant cannot raise its quota; `vgpuctl update`
 //! changes a running container's limits through `crate::live`.
@@ -13,12 +14,8 @@ use crate::keys::kube;
 use crate::layout;
 use crate::settings::{GpuSettings, InvalidSettings};
 
-/// How the limits file is written: mode 0644 whatever was there, synced (docs/architecture.md).
-const WRITE_OPTIONS: crate::atomic::WriteOptions =
-    crate::atomic::WriteOptions::with_mode(0o644).durable();
-
 /// Largest limits file a host tool reads (one entry per GPU is some 200 bytes; 1024 GPUs fit), and so
-/// the largest one written (`vgpu_ledger::hostfile` reads no more).
+/// the largest one written (`vgpu_host::hostfile` reads no more).
 pub const MAX_LIMITS_FILE: u64 = 1 << 20;
 
 /// Longest cgroup path a limits file records (the kernel's `PATH_MAX`).
@@ -319,31 +316,26 @@ impl Limits {
         Ok(())
     }
 
-    /// Write the file atomically (temporary file in the same folder, then rename), mode 0644: readable by
-    /// the container's non-root processes, writable by nobody inside (it is mounted read-only anyway).
-    pub fn write_atomic(&self, path: &Path) -> io::Result<()> {
-        self.validate().map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: {e}", path.display()),
-            )
-        })?;
+    /// The file's bytes as the host writes them (`vgpu_host::limits_file`): validated, pretty JSON and a
+    /// newline, at most [`MAX_LIMITS_FILE`]. An error is one line without the path (the writer names it).
+    pub fn to_file_bytes(&self) -> io::Result<Vec<u8>> {
+        self.validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         text.push(b'\n');
-        // The host's readers take no larger file (`hostfile::MAX_LIMITS_FILE`): one written larger would
-        // hide the container from them all (status, admission, gc, the monitor).
+        // The host's readers take no larger file (`MAX_LIMITS_FILE`): one written larger would hide the
+        // container from them all (status, admission, gc, the monitor).
         if text.len() as u64 > MAX_LIMITS_FILE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{}: would be {} bytes, more than the host's readers take ({})",
-                    path.display(),
+                    "would be {} bytes, more than the host's readers take ({})",
                     text.len(),
                     MAX_LIMITS_FILE
                 ),
             ));
         }
-        crate::atomic::write_atomic(path, &text, WRITE_OPTIONS)
+        Ok(text)
     }
 
     /// Absolute path of a device's ledger: the `ledger` entry resolved against the limits file's folder.

@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use vgpu_host::limits_file::WriteLimits;
 use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{DeviceLimit, GpuSettings, Kind, Ledger, Limits};
 use vgpu_monitor::{watchdog::Policy, Monitor};

@@ -11,8 +11,8 @@ use crate::stderr::log;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::PathBuf;
+use vgpu_host::atomic::{write_atomic, WriteOptions};
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 
 /// Largest record read back (hundreds of containers are far smaller).
 const MAX_RECORD: u64 = 1 << 20;
@@ -67,7 +67,7 @@ impl Record {
 
     /// What the last run recorded as frozen (none when it stopped cleanly, or the file is unreadable).
     pub fn read(&self) -> Vec<Frozen> {
-        vgpu_ledger::hostfile::read_regular(&self.path, MAX_RECORD)
+        vgpu_host::hostfile::read_regular(&self.path, MAX_RECORD)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()

@@ -11,16 +11,17 @@
 //!   monitor's own cgroup or one above it;
 //! * the file edited as JSON, every key it holds kept (a newer release's too), `cgroup` added only where
 //!   absent, checked to be a limits file still, written whole and renamed over the old one
-//!   (`vgpu_ledger::atomic`), under the container's folder lock as `vgpuctl update` takes it (busy: the
+//!   (`vgpu_host::atomic`), under the container's folder lock as `vgpuctl update` takes it (busy: the
 //!   next collection tries again).
 //!
 //! Not here: when the cgroup is frozen (`share_wall`, `turns`), its directory (`freezer::cgroup_of`).
 
 use std::path::Path;
+use vgpu_host::atomic;
+use vgpu_host::hostfile;
 use vgpu_host::procs;
 use vgpu_host::state_root::StateRoot;
 use vgpu_host::usage::ContainerState;
-use vgpu_ledger::{atomic, hostfile};
 
 /// What `record_missing` needs of the host: whether a recorded init lives (`procs::init_alive`), a
 /// process's `/proc/<pid>/cgroup` text, and the monitor's own cgroup v2 path.

@@ -180,7 +180,7 @@ fn driver_limit(cfg: &Config, root: &StateRoot, id: &str, pid: u32) -> Result<()
     if !cfg.driver_memory_limit {
         return Ok(());
     }
-    let limits = vgpu_ledger::hostfile::load_limits(&root.limits_path(id)?)
+    let limits = vgpu_host::hostfile::load_limits(&root.limits_path(id)?)
         .map_err(|e| anyhow!("container {id}: {e}"))?;
     Ok(vgpu_host::driverlimit::apply(cfg, pid, &limits)?)
 }

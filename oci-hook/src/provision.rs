@@ -16,12 +16,13 @@ use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use vgpu_host::atomic::{write_atomic, WriteOptions};
+use vgpu_host::hostfile;
+use vgpu_host::limits_file::WriteLimits;
 use vgpu_host::procs;
 use vgpu_host::removal;
 use vgpu_host::state_root::StateRoot;
 use vgpu_host::walk;
-use vgpu_ledger::atomic::{write_atomic, WriteOptions};
-use vgpu_ledger::hostfile;
 use vgpu_ledger::layout;
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
 

@@ -17,10 +17,10 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
+use vgpu_host::atomic::{write_atomic, WriteOptions};
 use vgpu_host::config::Config;
 use vgpu_host::keys::host::RUNTIME_BIN;
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 
 /// Writes one error line to stderr and, when the engine gave `--log`, to that file in its format (Docker
 /// and containerd read the runtime's last error from there).

@@ -1,9 +1,9 @@
 //! Reading and writing other programs' config files: the old file or the new one after a crash, never half,
-//! mode and owner kept. The atomic write itself lives in `vgpu_ledger::atomic`; this only picks its options.
+//! mode and owner kept. The atomic write itself lives in `vgpu_host::atomic`; this only picks its options.
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use vgpu_ledger::atomic::WriteOptions;
+use vgpu_host::atomic::WriteOptions;
 
 /// A config file that could not be read, written or removed. `Display` is one line naming the file
 /// (the atomic write's own error names it already).
@@ -27,7 +27,7 @@ pub fn write_atomic(path: &Path, contents: &[u8], new_mode: u32) -> Result<()> {
         .keep_owner()
         .durable()
         .create_parents();
-    vgpu_ledger::atomic::write_atomic(path, contents, opts).map_err(FileError::Write)
+    vgpu_host::atomic::write_atomic(path, contents, opts).map_err(FileError::Write)
 }
 
 /// Reads `path`; `None` when it does not exist.

@@ -2,6 +2,7 @@
 //! oversubscribe quotas, unreadable limits files, the container being created left out.
 
 use super::*;
+use crate::limits_file::WriteLimits;
 use vgpu_ledger::layout;
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
 use vgpu_ledger::GpuSettings;

@@ -160,7 +160,7 @@ pub fn parse(text: &str) -> Result<Spec, String> {
 
 /// Writes `text` to `path` atomically (mode 0644, the folder made if missing).
 pub fn write(path: &Path, text: &str) -> Result<(), CdiError> {
-    use vgpu_ledger::atomic::{write_atomic, WriteOptions};
+    use crate::atomic::{write_atomic, WriteOptions};
     write_atomic(
         path,
         text.as_bytes(),

@@ -1,6 +1,7 @@
 //! Unit tests of `held`: a container's processes counted as the watchdog counts them, others' not, an
 //! unlisted GPU unknown, a gone container's nothing.
 use super::*;
+use crate::limits_file::WriteLimits;
 use vgpu_ledger::{DeviceLimit, Limits};
 
 const U0: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";

@@ -60,7 +60,7 @@ fn round_trip_and_lookups() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("limits.json");
     let l = sample();
-    l.write_atomic(&path).unwrap();
+    std::fs::write(&path, l.to_file_bytes().unwrap()).unwrap();
     let back = Limits::load(&path).unwrap();
     assert_eq!(back, l);
     use std::os::unix::fs::PermissionsExt;
@@ -260,11 +260,9 @@ fn missing_file_names_the_path() {
 
 #[test]
 fn write_refuses_invalid() {
-    let dir = tempfile::tempdir().unwrap();
     let mut l = sample();
     l.devices[1].ledger = "../escape".into();
-    assert!(l.write_atomic(&dir.path().join("limits.json")).is_err());
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    assert!(l.to_file_bytes().is_err());
 }
 
 #[test]
@@ -307,21 +305,20 @@ fn a_file_past_the_host_readers_cap_is_never_written_and_a_bad_cgroup_is_invalid
     let path = dir.path().join("limits.json");
     let mut l = sample();
     l.kubernetes = Some(KubeNames {
-        pod: "p".repeat(crate::hostfile::MAX_LIMITS_FILE as usize),
+        pod: "p".repeat(MAX_LIMITS_FILE as usize),
         ..Default::default()
     });
-    let e = l.write_atomic(&path).unwrap_err();
+    let e = l.to_file_bytes().unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     assert!(
         e.to_string().contains("more than the host's readers take"),
         "{e}"
     );
-    assert!(!path.exists());
     // The owner facts: an absolute cgroup path, or none.
     let mut l = sample();
     l.init_start_time = Some(42);
     l.cgroup = Some("/kubepods/pod1/crio-3f2a".into());
-    l.write_atomic(&path).unwrap();
+    std::fs::write(&path, l.to_file_bytes().unwrap()).unwrap();
     assert_eq!(Limits::load(&path).unwrap(), l);
     for bad in [
         "kubepods",
@@ -443,7 +440,7 @@ fn a_shrinks_held_figure_round_trips_and_bounds_what_is_allowed() {
     l.devices[0].settings.memory_limit = Some(1 << 30);
     l.devices[0].shrunk_from = Some(4 << 30);
     l.devices[0].held_at_shrink = Some(3 << 30);
-    l.write_atomic(&path).unwrap();
+    std::fs::write(&path, l.to_file_bytes().unwrap()).unwrap();
     let back = Limits::load(&path).unwrap();
     assert_eq!(back, l);
     assert_eq!(back.devices[0].allowed_memory(), Some(3 << 30));
@@ -467,7 +464,7 @@ fn a_shrinks_held_figure_round_trips_and_bounds_what_is_allowed() {
 }
 
 /// limits.json as the hook and `vgpuctl update` wrote it before a device's settings became one struct
-/// (`write_atomic`: pretty JSON and a newline): one file with a memory quota alone, one with every
+/// (`to_file_bytes`: pretty JSON and a newline): one file with a memory quota alone, one with every
 /// per-GPU setting. The struct is flattened (`crate::settings`), so the keys stay the device's own: the
 /// first file is written back byte for byte; the second to the same JSON, its device's settings now
 /// all before `ledger` (no reader looks at the order of keys).
@@ -545,10 +542,7 @@ const GOLDEN_EVERY_SETTING: &str = r#"{
 "#;
 
 fn written(l: &Limits) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("limits.json");
-    l.write_atomic(&path).unwrap();
-    std::fs::read_to_string(&path).unwrap()
+    String::from_utf8(l.to_file_bytes().unwrap()).unwrap()
 }
 
 #[test]

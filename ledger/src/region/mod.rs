@@ -26,16 +26,16 @@
 //! | `generation` | the limits generation `vgpuctl update` bumps (`crate::live`)               |
 //! | `turn`   | the time-quanta turn of an oversubscribed GPU (`TURN_AREA`), arbiter ↔ library |
 //! | `view`   | `used()` and `Snapshot`, read-only                                             |
-//! | `host`   | `Snapshot::read`: the host tools' view, read with `pread`, never mapped         |
+//! | `file`   | `Snapshot::from_file`: the view read with `pread` from the file, never mapped    |
 
 mod book;
 mod commit;
 mod compute;
 mod error;
 mod fd;
+mod file;
 mod format;
 mod generation;
-mod host;
 mod kind;
 mod ledger;
 mod lock;

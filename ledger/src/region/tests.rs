@@ -12,6 +12,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::SeqCst;
 
+/// The host tools' view (`vgpu_host::hostfile::read_ledger` opens the file as untrusted first).
+fn read_file(path: &std::path::Path) -> Result<Snapshot, LedgerError> {
+    let file = std::fs::File::open(path).map_err(|source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Snapshot::from_file(path, &file)
+}
+
 const GI: u64 = 1 << 30;
 const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
 
@@ -117,7 +126,7 @@ fn open_error(bytes: &[u8]) -> String {
     let joined = Ledger::open_or_create(&path, UUID, GI)
         .unwrap_err()
         .to_string();
-    let host = Snapshot::read(&path).unwrap_err().to_string();
+    let host = read_file(&path).unwrap_err().to_string();
     assert_eq!(rw, ro);
     assert_eq!(rw, joined);
     assert_eq!(rw, host, "the host tools' reader checks the same way");
@@ -371,11 +380,11 @@ fn readonly_view_never_writes() {
     // the monitor's lock query did not disturb the owner: it still holds its slot
     assert!(ro.snapshot().slots[0].alive);
     // the host tools' view, read with pread, is the same snapshot
-    assert_eq!(Snapshot::read(&path).unwrap(), snap);
+    assert_eq!(read_file(&path).unwrap(), snap);
     assert_eq!(std::fs::read(&path).unwrap(), before);
     drop(s);
     assert!(ro.snapshot().slots.is_empty());
-    assert!(Snapshot::read(&path).unwrap().slots.is_empty());
+    assert!(read_file(&path).unwrap().slots.is_empty());
 }
 
 #[test]
@@ -394,7 +403,7 @@ fn host_view_of_a_ledger_truncated_under_it_is_an_error_never_a_sigbus() {
             }
         });
         for _ in 0..3000 {
-            match Snapshot::read(&path) {
+            match read_file(&path) {
                 Ok(_) => ok += 1,
                 Err(e) => {
                     assert!(e.to_string().contains("truncated"), "{e}");
@@ -434,7 +443,7 @@ fn the_host_reads_only_the_slots_below_the_high_water_mark() {
     }
     // A slot far above the mark, never claimed through attach: not read.
     poke_slot_pid(&path, 700, 4242);
-    let snap = Snapshot::read(&path).unwrap();
+    let snap = read_file(&path).unwrap();
     assert_eq!(
         snap.slots.iter().map(|s| s.index).collect::<Vec<_>>(),
         [0, 1, 2]
@@ -445,29 +454,29 @@ fn the_host_reads_only_the_slots_below_the_high_water_mark() {
     assert!(l.snapshot().slots.iter().any(|s| s.index == 700));
     // A mark of 0 (a ledger of a library that kept none) reads every slot.
     poke_high_water(&path, 0);
-    let all = Snapshot::read(&path).unwrap();
+    let all = read_file(&path).unwrap();
     assert!(all.slots.iter().any(|s| s.index == 700 && s.pid == 4242));
     // A tenant lowering the mark hides its slots' detail, not its total.
     poke_high_water(&path, 1);
-    let hidden = Snapshot::read(&path).unwrap();
+    let hidden = read_file(&path).unwrap();
     assert_eq!(hidden.slots.len(), 1);
     assert_eq!(hidden.used, 300);
     // Attaching again raises the mark past every slot in use.
     drop(held);
     let again = l.attach().unwrap();
     assert_eq!(again.index(), 0);
-    let s = Snapshot::read(&path).unwrap();
+    let s = read_file(&path).unwrap();
     assert!(s.slots.iter().any(|s| s.index == 0 && s.alive));
 }
 
 #[test]
 fn refusals_are_counted_for_the_host() {
     let (_dir, path, l) = fresh();
-    assert_eq!(Snapshot::read(&path).unwrap().refusals, 0);
+    assert_eq!(read_file(&path).unwrap().refusals, 0);
     l.count_refusal();
     l.count_refusal();
     assert_eq!(l.refusals(), 2);
-    assert_eq!(Snapshot::read(&path).unwrap().refusals, 2);
+    assert_eq!(read_file(&path).unwrap().refusals, 2);
     assert_eq!(l.snapshot().refusals, 2);
     // A read-only ledger (the host's) never counts.
     Ledger::open_readonly(&path).unwrap().count_refusal();
@@ -477,13 +486,13 @@ fn refusals_are_counted_for_the_host() {
 #[test]
 fn the_compute_bucket_is_read_by_the_host_as_the_library_sees_it() {
     let (_dir, path, l) = fresh();
-    assert_eq!(Snapshot::read(&path).unwrap().compute, Default::default());
+    assert_eq!(read_file(&path).unwrap().compute, Default::default());
     let area = l.compute();
     area.refill(5_000_000, PPM / 2, i64::MAX);
     area.settle(3_000_000, 0);
     area.settle(4_000_000, 0);
     area.held(1_500);
-    let host = Snapshot::read(&path).unwrap().compute;
+    let host = read_file(&path).unwrap().compute;
     assert_eq!(host, l.snapshot().compute);
     assert_eq!(host, area.snapshot());
     assert_eq!(
@@ -704,7 +713,7 @@ fn spill_is_a_book_of_its_own_exact_across_death() {
     assert_eq!((snap.used, snap.spilled), (700, 600));
     let sa = snap.slots.iter().find(|s| s.index == a.index()).unwrap();
     assert_eq!((sa.total(), sa.spilled), (700, 600));
-    let host = Snapshot::read(&path).unwrap();
+    let host = read_file(&path).unwrap();
     assert_eq!((host.used, host.spilled), (700, 600));
     // killed between commit and apply: the pending spill is counted by the snapshot, finished by the next
     a.commit_spill_unapplied(40);

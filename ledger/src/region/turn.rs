@@ -198,7 +198,7 @@ pub fn write_heartbeat(file: &File, heartbeat_ns: u64) -> io::Result<()> {
     )
 }
 
-/// The turn as a host tool read it (`Snapshot::read`, or any `pread` of the first 384 bytes).
+/// The turn as a host tool read it (`Snapshot::from_file`, or any `pread` of the first 384 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct TurnSnapshot {
     pub mode: TurnMode,

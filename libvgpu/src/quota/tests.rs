@@ -8,6 +8,7 @@ fn a_forced_overrun_is_told_once_at_the_crossing() {
 }
 
 use super::*;
+use vgpu_host::limits_file::WriteLimits;
 
 const UUID: &str = "GPU-00000000-0000-0000-0000-0000000000aa";
 const ENV: LedgerMode<'static> = LedgerMode::Env { dir: None };
@@ -78,7 +79,7 @@ fn the_slot_is_attached_on_the_first_charge() {
     assert!(q.charge(Kind::Data, 60));
     assert!(q.attached());
     assert!(!q.charge(Kind::Data, 60), "the limit holds");
-    let host = vgpu_ledger::Snapshot::read(&dir.path().join("l")).unwrap();
+    let host = vgpu_host::hostfile::read_ledger(&dir.path().join("l")).unwrap();
     assert_eq!(host.refusals, 1, "the refusal is counted for the monitor");
     q.refund(Kind::Data, 60);
     assert_eq!(q.used(), 0);

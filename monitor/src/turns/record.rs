@@ -8,8 +8,8 @@ use crate::frozen::Record;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
+use vgpu_host::atomic::{write_atomic, WriteOptions};
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::atomic::{write_atomic, WriteOptions};
 use vgpu_ledger::region::TurnMode;
 
 /// Largest record read back (a status file of hundreds of containers is far smaller).
@@ -107,7 +107,7 @@ pub fn read_gpus(root: &StateRoot) -> Vec<GpuTurns> {
 }
 
 fn read<T: for<'de> Deserialize<'de>>(p: &Path) -> Option<T> {
-    let bytes = vgpu_ledger::hostfile::read_regular(p, MAX_RECORD).ok()?;
+    let bytes = vgpu_host::hostfile::read_regular(p, MAX_RECORD).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 

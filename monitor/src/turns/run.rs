@@ -1,7 +1,7 @@
 //! The arbiter at work: a thread of the monitor that ticks (`[monitor.turns] tick_ms`, 50 ms by default).
 //! Each tick it takes the GPUs' oversubscribe containers from the collector's last reading (their
 //! limits, cgroups, and at each new collection NVML's figures: which of their processes used the GPU and
-//! what they hold, as the watchdog attributed them), reads each one's ledger (`Snapshot::read`: the turn
+//! what they hold, as the watchdog attributed them), reads each one's ledger (`hostfile::read_ledger`: the turn
 //! words alone, tenant-writable, so hints; its charge is never read), hands all that to the GPU's `decide::Board`, writes the turns it
 //! decides into the ledgers (`region::write_turn`, one `pwrite` each, opened as
 //! `hostfile::open_regular_for_update` opens: no link followed, one link, the ledger's size) and the
@@ -27,7 +27,6 @@ use vgpu_host::nvml::GpuReading;
 use vgpu_host::state_root::StateRoot;
 use vgpu_host::usage::ContainerState;
 use vgpu_ledger::region::{self, TurnMode, FILE_SIZE};
-use vgpu_ledger::Snapshot;
 
 /// NVML's sample tail: its utilisation of a process counts against it from this long after it was told
 /// to stop.
@@ -210,7 +209,9 @@ impl Arbiter {
             .map(|&(ci, gi)| {
                 let cs = &c.containers[ci];
                 let path = self.root.ledger_path(&cs.id, uuid).ok();
-                let snap = path.as_deref().and_then(|p| Snapshot::read(p).ok());
+                let snap = path
+                    .as_deref()
+                    .and_then(|p| vgpu_host::hostfile::read_ledger(p).ok());
                 if let Some(p) = path {
                     ledgers.insert(cs.id.clone(), p);
                 }
@@ -288,7 +289,7 @@ impl Arbiter {
     /// once until a write there works again.
     fn put(&self, w: &mut Inner, path: PathBuf, turn: Option<(TurnMode, u64)>, now_ns: u64) {
         let r =
-            vgpu_ledger::hostfile::open_regular_for_update(&path, FILE_SIZE as u64).and_then(|f| {
+            vgpu_host::hostfile::open_regular_for_update(&path, FILE_SIZE as u64).and_then(|f| {
                 match turn {
                     Some((mode, epoch)) => region::write_turn(&f, mode, epoch, now_ns),
                     None => region::write_heartbeat(&f, now_ns),
@@ -465,7 +466,8 @@ impl Arbiter {
                 let Ok(p) = self.root.ledger_path(&c.containers[ci].id, uuid) else {
                     continue;
                 };
-                let left = Snapshot::read(&p).is_ok_and(|s| s.turn.mode != TurnMode::Unmanaged);
+                let left = vgpu_host::hostfile::read_ledger(&p)
+                    .is_ok_and(|s| s.turn.mode != TurnMode::Unmanaged);
                 if left {
                     self.put(w, p, Some((TurnMode::Unmanaged, 0)), monotonic_ns());
                 }

@@ -50,7 +50,7 @@ fn a_compute_share_alone_gets_its_ledger_and_no_memory_limit() {
     assert_eq!(dev.settings, p.gpus[0].settings);
     assert_eq!(dev.settings.compute_share(), Some(30));
     let ledger = dir.join("ledgers/GPU-fa4ec0de-0000-4000-8000-000000000000.ledger");
-    let snap = vgpu_ledger::Snapshot::read(&ledger).unwrap();
+    let snap = vgpu_host::hostfile::read_ledger(&ledger).unwrap();
     assert_eq!((snap.used, snap.compute.launches), (0, 0));
 }
 

@@ -1,6 +1,7 @@
 //! Tests of `vgpuctl status`: the model read from a real state root and ledgers, and its table.
 
 use super::*;
+use vgpu_host::limits_file::WriteLimits;
 use vgpu_host::nvml::AddressingMode;
 use vgpu_host::state_root::StateRoot;
 use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger};

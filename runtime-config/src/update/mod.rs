@@ -25,11 +25,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use vgpu_host::admission::{self, Policy};
 use vgpu_host::held::HeldError;
+use vgpu_host::hostfile;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
+use vgpu_host::limits_file::WriteLimits;
 use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
 use vgpu_host::request::GpuRequest;
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::{format_bytes, hostfile, live, Limits};
+use vgpu_ledger::{format_bytes, live, Limits};
 
 use crate::update::change::{apply, Change, Request, UpdateError};
 

@@ -1,8 +1,17 @@
 //! The turn words as both sides see them: the arbiter's `pwrite`s through the library's mapping, the
 //! library's counters through the host's `pread`, and a fresh or foreign byte read as "go".
 
-use super::super::{Ledger, Snapshot};
+use super::super::{Ledger, LedgerError, Snapshot};
 use super::{write_heartbeat, write_turn, TurnMode, TurnSnapshot};
+
+/// The host tools' view (`vgpu_host::hostfile::read_ledger` opens the file as untrusted first).
+fn read_file(path: &std::path::Path) -> Result<Snapshot, LedgerError> {
+    let file = std::fs::File::open(path).map_err(|source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Snapshot::from_file(path, &file)
+}
 
 const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
 
@@ -13,7 +22,7 @@ fn a_fresh_ledger_is_unmanaged_and_every_launch_goes() {
     let l = Ledger::open_or_create(&path, UUID, 1 << 30).unwrap();
     assert_eq!(l.turn().mode(), TurnMode::Unmanaged);
     assert!(l.turn().mode().launches_go());
-    assert_eq!(Snapshot::read(&path).unwrap().turn, TurnSnapshot::default());
+    assert_eq!(read_file(&path).unwrap().turn, TurnSnapshot::default());
 }
 
 #[test]
@@ -49,7 +58,7 @@ fn the_arbiters_writes_reach_the_mapping_and_the_librarys_counters_reach_the_hos
     t.add_waiting(-1);
     t.add_waited(1_500);
     t.set_drained(3);
-    let host = Snapshot::read(&path).unwrap().turn;
+    let host = read_file(&path).unwrap().turn;
     assert_eq!(host, t.snapshot());
     assert_eq!(
         (

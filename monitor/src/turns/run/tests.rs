@@ -87,7 +87,7 @@ fn turns(enabled: bool) -> Turns {
 
 impl Node {
     fn turn(&self, id: &str) -> vgpu_ledger::region::TurnSnapshot {
-        Snapshot::read(&self.root.ledger_path(id, UUID).unwrap())
+        vgpu_host::hostfile::read_ledger(&self.root.ledger_path(id, UUID).unwrap())
             .unwrap()
             .turn
     }

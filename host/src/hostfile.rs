@@ -1,7 +1,7 @@
 //! Host-side reads of the state files a tenant can reach: never following a symbolic link, never blocking,
 //! never opening anything but a regular file of a plausible size, and reading into memory (no mapping).
-//! Not here: what the bytes mean (the ledger: `region::Snapshot::read`; limits.json: [`load_limits`] only
-//! opens it this way and hands the bytes to `limits`).
+//! Not here: what the bytes mean ([`read_ledger`] and [`load_limits`] only open the file this way and hand
+//! it to the ledger crate: `Snapshot::from_file`, `Limits::from_slice`).
 //!
 //! A container's ledger folder is writable from inside the container, so where a ledger was a tenant can
 //! leave a FIFO (opening it blocks until a writer comes), a device node (opening some devices does
@@ -20,10 +20,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::limits::{Limits, LimitsError, LimitsErrorKind};
+use vgpu_ledger::limits::{Limits, LimitsError, LimitsErrorKind};
+use vgpu_ledger::{LedgerError, Snapshot};
 
 /// Largest limits file a host tool reads (`limits::MAX_LIMITS_FILE`: no larger one is written).
-pub use crate::limits::MAX_LIMITS_FILE;
+pub use vgpu_ledger::limits::MAX_LIMITS_FILE;
 
 /// A regular file opened for reading by [`open_regular`].
 #[derive(Debug)]
@@ -156,7 +157,7 @@ impl StateFile {
 
 /// Opens `path` for writing in place (`pwrite`) if it is a regular file of exactly `len` bytes with a
 /// single link, without following a link and without blocking, as [`open_regular`] opens for reading:
-/// the time-quanta arbiter's turn words in a container's ledger (`region::write_turn`). A hard link
+/// the time-quanta arbiter's turn words in a container's ledger (`vgpu_ledger::region::write_turn`). A hard link
 /// the tenant made in its folder to another file is refused by its link count. Errors are one line
 /// without the path (callers name it).
 pub fn open_regular_for_update(path: &Path, len: u64) -> io::Result<File> {
@@ -177,7 +178,7 @@ pub fn read_regular(path: &Path, max_len: u64) -> io::Result<Vec<u8>> {
 }
 
 /// Reads and validates a limits file from the host (the garbage collector, vgpuctl, provisioning): as
-/// [`crate::Limits::load`], but opened as every host-side read of state is (see the module's header).
+/// [`Limits::load`], but opened as every host-side read of state is (see the module's header).
 pub fn load_limits(path: &Path) -> Result<Limits, LimitsError> {
     let err = |kind| LimitsError {
         path: path.to_path_buf(),
@@ -185,6 +186,19 @@ pub fn load_limits(path: &Path) -> Result<Limits, LimitsError> {
     };
     let bytes = read_regular(path, MAX_LIMITS_FILE).map_err(|e| err(LimitsErrorKind::Io(e)))?;
     Limits::from_slice(&bytes).map_err(err)
+}
+
+/// Reads the ledger at `path` as a host tool must (`vgpuctl status`, the garbage collector, the monitor):
+/// opened as every host-side read of state is (see the module's header: never a link followed, never
+/// blocking, any size opens and the header check names a wrong one), then read with `pread`, never mapped
+/// (`Snapshot::from_file`). A FIFO, a link, a device or a file of the wrong size is an error naming the
+/// file and what it is; no error shows the file's bytes.
+pub fn read_ledger(path: &Path) -> Result<Snapshot, LedgerError> {
+    let file = open_regular(path, u64::MAX).map_err(|source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Snapshot::from_file(path, file.file())
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
-//! The host tools' view of a ledger (`vgpuctl status`, the garbage collector): `Snapshot::read`. Not here:
-//! the library's view through its mapping (`view`), opening files safely (`crate::hostfile`).
+//! A ledger read from its file rather than its mapping: `Snapshot::from_file`, the view the host tools
+//! take (`vgpuctl status`, the garbage collector, the monitor) once `vgpu_host::hostfile::read_ledger` has
+//! opened the file as untrusted. Not here: the library's view through its mapping (`view`), opening a
+//! tenant's file safely (`vgpu_host::hostfile`).
 //!
-//! A ledger sits in a folder its container can write, so the host reads it as untrusted: opened without
-//! following a link and without blocking, only a regular file of the ledger's size (`crate::hostfile`), its
-//! bytes read with `pread` into memory — nothing is mapped, so a tenant truncating the file while we read
-//! gives a short read and an error, never a SIGBUS — and each slot's liveness asked with `F_OFD_GETLK`
+//! Its bytes are read with `pread` into memory — nothing is mapped, so a tenant truncating the file while we
+//! read gives a short read and an error, never a SIGBUS — and each slot's liveness asked with `F_OFD_GETLK`
 //! through that same read-only descriptor (no lock is ever taken). Only the slots below the header's
 //! high-water mark are read (`stats`): a node's ledgers use a few of their 1024 slots. The snapshot is the
 //! bytes of one read: exact when nobody charges, each number a value it had under load (as the mapped
@@ -21,7 +21,10 @@ use super::lock;
 use super::stats::{slots_to_read, HIGH_WATER_OFFSET, REFUSALS_OFFSET};
 use super::turn::TurnSnapshot;
 use super::view::{read_slots, Snapshot, Source};
+use std::fs::File;
+use std::io;
 use std::mem::offset_of;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// A ledger's bytes as read: the header, the commit area and the first slots.
@@ -76,17 +79,14 @@ impl Source for Bytes<'_> {
 }
 
 impl Snapshot {
-    /// Reads the ledger at `path` as a host tool must (see the module's header): never follows a link,
-    /// never blocks, maps nothing, writes nothing, takes no lock. A FIFO, a link, a device or a file of the
-    /// wrong size is an error naming the file and what it is; no error shows the file's bytes.
-    pub fn read(path: &Path) -> Result<Snapshot, LedgerError> {
+    /// Reads the ledger open as `file` (`path` names it in errors; the caller opened it, on the host as
+    /// untrusted: `vgpu_host::hostfile::read_ledger`): maps nothing, writes nothing, takes no lock. A file
+    /// of the wrong size or header is an error naming the file; no error shows the file's bytes.
+    pub fn from_file(path: &Path, file: &File) -> Result<Snapshot, LedgerError> {
         // Any size opens (the header check names a wrong one). The header first, for the high-water mark;
         // then, in one read, the header again, the commit word and the slots below the mark.
-        let file = crate::hostfile::open_regular(path, u64::MAX).map_err(io_err(path))?;
-        let head = file
-            .read_prefix(SLOTS_OFFSET as u64)
-            .map_err(io_err(path))?;
-        let size = file.len();
+        let size = file.metadata().map_err(io_err(path))?.len();
+        let head = read_prefix(file, SLOTS_OFFSET).map_err(io_err(path))?;
         check_header(path, size, &head)?;
         let mark = u32::from_le_bytes(
             head[HIGH_WATER_OFFSET..HIGH_WATER_OFFSET + 4]
@@ -94,7 +94,7 @@ impl Snapshot {
                 .unwrap(),
         );
         let want = SLOTS_OFFSET + slots_to_read(mark) * SLOT_SIZE;
-        let bytes = file.read_prefix(want as u64).map_err(io_err(path))?;
+        let bytes = read_prefix(file, want).map_err(io_err(path))?;
         if bytes.len() < want {
             // Shrunk since fstat: the check names it as a file of the wrong size.
             check_header(path, bytes.len() as u64, &bytes)?;
@@ -104,7 +104,7 @@ impl Snapshot {
         let refusals = b.u64_at(REFUSALS_OFFSET);
         let (used, spilled, mut slots) = read_slots(&b);
         for s in &mut slots {
-            s.alive = lock::slot_is_locked(file.file(), s.index as usize).unwrap_or(false);
+            s.alive = lock::slot_is_locked(file, s.index as usize).unwrap_or(false);
         }
         Ok(Snapshot {
             uuid,
@@ -119,4 +119,20 @@ impl Snapshot {
             slots,
         })
     }
+}
+
+/// The file's first `n` bytes (fewer if it is shorter), read with `pread`.
+fn read_prefix(file: &File, n: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; n];
+    let mut have = 0;
+    while have < n {
+        match file.read_at(&mut buf[have..], have as u64) {
+            Ok(0) => break,
+            Ok(k) => have += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(have);
+    Ok(buf)
 }
