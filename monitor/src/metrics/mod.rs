@@ -19,6 +19,7 @@ use vgpu_ledger::Kind;
 
 pub use crate::labels::{Labels, Value};
 
+pub mod allocation;
 pub mod share;
 pub mod turns;
 
@@ -482,6 +483,7 @@ pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
         );
         took.set(c.took.as_secs_f64());
     }
+    allocation::register(s, &mut reg);
     share::register(s.share, &mut reg);
     more(&mut reg);
     kills.inc_by(s.watchdog.kills);
