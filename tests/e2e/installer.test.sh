@@ -19,7 +19,8 @@ t_require "$RENDER"
 render() { "$RENDER" "$CHART" "$@" > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 kinds() { python3 -c 'import sys, yaml; print(" ".join(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1])) if d))' "$WORK/chart.yaml"; }
 check "the defaults render and validate (kubernetes-validate --strict)" render
-check_eq "  ... a RuntimeClass and the node DaemonSet" "$(kinds)" "DaemonSet RuntimeClass"
+check_eq "  ... the uninstall hook, the node DaemonSet, its node policy (a ConfigMap) and a RuntimeClass" "$(kinds)" \
+    "DaemonSet DaemonSet ConfigMap RuntimeClass"
 # field PATH: one value of the rendered documents, by kind and a Python expression on it.
 cfield() { python3 -c 'import sys, yaml
 docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
@@ -44,10 +45,10 @@ check "values: crio, set-as-default, a required 4Gi default quota, port 9500, a 
         --set monitor.port=9500 --set monitor.serviceMonitor.enabled=true --set monitor.scrapeAnnotations=false
 check_eq "  ... reach the installer's environment" \
     "$(cfield "{e['name']: e['value'] for e in $POD['initContainers'][0]['env']}")" \
-    "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true'}"
+    "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true', 'VGPU_CHART_CONFIG': '/etc/vgpu-chart/config.toml'}"
 check_eq "  ... a Service and a ServiceMonitor on port 9500, no scrape annotations" \
     "$(kinds) $(cfield "d['ServiceMonitor']['spec']['endpoints'][0]['port']") $(cfield "d['Service']['spec']['ports'][0]['port']") $(cfield "'annotations' in d['DaemonSet']['spec']['template']['metadata']")" \
-    "DaemonSet RuntimeClass Service ServiceMonitor metrics 9500 False"
+    "DaemonSet DaemonSet ConfigMap RuntimeClass Service ServiceMonitor metrics 9500 False"
 check "monitor disabled, a custom node selector and no tolerations" \
     render --set monitor.enabled=false --set nodeSelector.pool=gpu -f <(printf 'tolerations: []\nnodeSelector: {pool: gpu}\n')
 check_eq "  ... gc alone, on the pool" "$(cfield "[c['name'] for c in $POD['containers']]") $(cfield "$POD['nodeSelector']")" \
@@ -64,7 +65,7 @@ render_dra() { "$RENDER" "$CHART" --set dra.enabled=true > "$WORK/chart.yaml" 2>
     kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
 check_eq "  ... the DeviceClass, the driver's RBAC, its node policy and its DaemonSet beside the node's" "$(kinds)" \
-    "DaemonSet DeviceClass ServiceAccount ClusterRole ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding ClusterRoleBinding DaemonSet RuntimeClass"
+    "DaemonSet DaemonSet DeviceClass ServiceAccount ClusterRole ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding ClusterRoleBinding DaemonSet ConfigMap RuntimeClass"
 # Issue 44: the ClusterRole let the driver create, update and delete every ResourceSlice in the cluster.
 check_eq "  ... a policy holds the driver's service account to its own node's ResourceSlices (issue 44)" \
     "$(cfield "(d['ValidatingAdmissionPolicy']['spec']['matchConstraints']['resourceRules'][0]['resources'], d['ValidatingAdmissionPolicy']['spec']['matchConditions'][0]['expression'].strip(), [v['expression'] for v in d['ValidatingAdmissionPolicy']['spec']['validations']], d['ValidatingAdmissionPolicyBinding']['spec'])")" \
@@ -196,6 +197,22 @@ check_eq "  ... config.toml carries the runtime and the policy" \
     "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
     'lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" default_memory_limit = "4Gi" require_memory_limit = true '
 check "  ... which vgpuctl reads" env VGPU_CONFIG="$N/etc/vgpu/config.toml" "$T/release/vgpuctl" status --state-root "$WORK/none" 
+# Issue 46: `helm upgrade --set quota.default=8Gi` changed nothing on a node that had a config. The chart's
+# ConfigMap as the chart renders it, mounted where the DaemonSet mounts it: the installer's own config is
+# rewritten from it (the node's lower_runtime kept), an operator's is not (below).
+mkdir -p "$WORK/chart-config"
+"$RENDER" "$CHART" --set quota.default=8Gi | python3 -c 'import sys, yaml
+print([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "ConfigMap"][0]["data"]["config.toml"], end="")' \
+    > "$WORK/chart-config/config.toml"
+check "an upgrade's install with the chart's new node policy (8Gi, not required) succeeds" installer "$N" \
+    -e VGPU_NVIDIA_RUNTIME=/opt/nvidia/bin/nvidia-container-runtime -e VGPU_SET_AS_DEFAULT=true \
+    -e VGPU_CHART_CONFIG=/etc/vgpu-chart/config.toml -v "$WORK/chart-config:/etc/vgpu-chart:ro"
+check_eq "  ... and reconciles config.toml to it" \
+    "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
+    'default_memory_limit = "8Gi" lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" '
+check_match "  ... once: again, it is up to date" 'config.toml is up to date' "$(installer "$N" \
+    -e VGPU_NVIDIA_RUNTIME=/opt/nvidia/bin/nvidia-container-runtime -e VGPU_SET_AS_DEFAULT=true \
+    -e VGPU_CHART_CONFIG=/etc/vgpu-chart/config.toml -v "$WORK/chart-config:/etc/vgpu-chart:ro" 2>&1)"
 check_match "  ... and vgpu is containerd's default runtime" 'default_runtime_name = "vgpu"' "$(cat "$N/etc/containerd/config.toml")"
 echo "-- the gc container with only the chart's capabilities"
 mkdir -p "$N/run/vgpu"
@@ -214,7 +231,7 @@ out=$(installer "$N" -e VGPU_DEFAULT_MEMORY_LIMIT='4Gi"; x' 2>&1)
 check_eq "a quantity that is not one is one line naming it" "$out" 'vgpu-installer: VGPU_DEFAULT_MEMORY_LIMIT=4Gi"; x: not a quantity (e.g. 4Gi)'
 N=$WORK/node3; node "$N"; mkdir -p "$N/etc/vgpu"; echo 'state_root = "/var/run/vgpu-op"' > "$N/etc/vgpu/config.toml"
 INSTALLER_ARGS=(install)
-check_match "an operator's config.toml is left as it is" 'exists: left as it is' "$(installer "$N" 2>&1)"
+check_match "an operator's config.toml is left as it is" "not the installer's: left as it is" "$(installer "$N" 2>&1)"
 INSTALLER_ARGS=(uninstall)
 check "  ... uninstall succeeds" installer "$N"
 check_eq "  ... and keeps it" "$(cat "$N/etc/vgpu/config.toml")" 'state_root = "/var/run/vgpu-op"'

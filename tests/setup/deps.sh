@@ -111,3 +111,9 @@ if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
     echo "deps: installing kubernetes-validate"
     python3 -m pip install -q kubernetes-validate
 fi
+# A real Helm (v4, its Go library with a C API) for the chart's lint, template and upgrade tests
+# (tests/e2e/helm.test.sh): helm-python-sdk ships it, no helm binary to fetch.
+if ! python3 -c 'import helm_python' 2>/dev/null; then
+    echo "deps: installing helm-python-sdk"
+    python3 -m pip install -q helm-python-sdk==0.2.2
+fi
