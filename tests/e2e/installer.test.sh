@@ -195,7 +195,7 @@ check "VGPU_NVIDIA_RUNTIME names it, with the chart's node policy and set-as-def
     -e VGPU_REQUIRE_MEMORY_LIMIT=true -e VGPU_SET_AS_DEFAULT=true
 check_eq "  ... config.toml carries the runtime and the policy" \
     "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
-    'lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" default_memory_limit = "4Gi" require_memory_limit = true '
+    'default_memory_limit = "4Gi" require_memory_limit = true lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" '
 check "  ... which vgpuctl reads" env VGPU_CONFIG="$N/etc/vgpu/config.toml" "$T/release/vgpuctl" status --state-root "$WORK/none" 
 # Issue 46: `helm upgrade --set quota.default=8Gi` changed nothing on a node that had a config. The chart's
 # ConfigMap as the chart renders it, mounted where the DaemonSet mounts it: the installer's own config is

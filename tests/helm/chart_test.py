@@ -164,5 +164,5 @@ check("  ... and the node DaemonSet's pod template changes, so its pods roll and
       any(l.strip().startswith("+") and "8Gi" in l for l in changed.get("daemonset.yaml", [])),
       changed.get("daemonset.yaml"))
 
-print(f"{PASSED} passed, {FAILED} failed")
+print(f"helm: {PASSED} passed, {FAILED} failed")
 sys.exit(1 if FAILED else 0)

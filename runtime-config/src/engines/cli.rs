@@ -226,7 +226,9 @@ impl RuntimeCmd {
                     .is_some_and(|n| n == lower::NVIDIA_RUNTIME);
             if let Some((change, line)) = lower {
                 changes.push(change);
-                eprintln!("{line}");
+                if !dry_run {
+                    eprintln!("{line}");
+                }
             }
             finish(&changes, dry_run, engine, "configured", out)?;
             for n in engine.notes(m, &cx) {

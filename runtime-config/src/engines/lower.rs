@@ -91,8 +91,14 @@ pub fn change(files: &dyn Files, config: &Path, dirs: &[PathBuf]) -> Option<(Cha
     let nvidia = find_nvidia(files, dirs)?;
     let text = files.read(config).ok()?;
     let new = with_lower_runtime(text.as_deref(), &nvidia)?;
+    let what = format!("lower_runtime = {:?}", nvidia.display().to_string());
     Some((
-        Change::write(config.to_path_buf(), new, 0o644),
+        // Not an engine's file: `--dry-run` says what changes in it on stderr, the engines' files alone
+        // go to stdout.
+        Change {
+            record: Some(what),
+            ..Change::write(config.to_path_buf(), new, 0o644)
+        },
         format!(
             "lower_runtime = {:?} in {} (NVIDIA's runtime, so that its GPU injection still happens under vgpu; --no-nvidia-lower-runtime leaves it)",
             nvidia.display(),

@@ -18,6 +18,11 @@ fn the_gpu_operators_runtime_is_found_by_its_path_and_written_as_the_lower_runti
     let dirs = search_dirs(Some("/usr/bin:relative:/opt/bin"));
     assert_eq!(dirs.last(), Some(&PathBuf::from("/opt/bin")), "{dirs:?}");
     let (c, line) = change(&files, Path::new("/etc/vgpu/config.toml"), &dirs).unwrap();
+    assert_eq!(
+        c.record.as_deref(),
+        Some(format!("lower_runtime = \"{TOOLKIT}\"").as_str()),
+        "--dry-run notes it on stderr: not an engine's file"
+    );
     let text = c.contents.unwrap();
     assert_eq!(
         text,
