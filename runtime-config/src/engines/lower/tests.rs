@@ -1,5 +1,6 @@
 //! NVIDIA's runtime found by its absolute path and written as vgpu's lower runtime, the rest of the file
 //! kept; an operator's own lower runtime left.
+#![cfg(test)]
 
 use super::*;
 use crate::engines::files::MemFiles;
