@@ -10,7 +10,7 @@
 //! memory in bytes. Served for the GPUs NVML lists (without NVML a GPU's memory and index are unknown).
 //! Not here: the per-container figures (`super::render_with`), the reading (`vgpu_host::usage`).
 
-use super::{Labels, Scrape, HAMI_ZONE};
+use crate::labels::{Labels, HAMI_ZONE};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -89,9 +89,15 @@ fn bytes(v: u64) -> i64 {
     v.min(i64::MAX as u64) as i64
 }
 
-/// Registers HAMi's scheduler series for every GPU NVML lists (none without NVML).
-pub fn register(s: &Scrape, reg: &mut Registry) {
-    let Some(gpus) = s.gpus else { return };
+/// Registers HAMi's scheduler series for every GPU NVML lists (`gpus`; none without NVML), on node
+/// `node`, from what `containers` commit.
+pub fn register(
+    node: &str,
+    containers: &[ContainerState],
+    gpus: Option<&[GpuReading]>,
+    reg: &mut Registry,
+) {
+    let Some(gpus) = gpus else { return };
     let limit: IntFamily = family(
         reg,
         "hami_gpu_memory_limit_bytes",
@@ -127,10 +133,10 @@ pub fn register(s: &Scrape, reg: &mut Registry) {
         "hami_node_gpu_memory_allocated_ratio",
         "GPU Memory Allocated Percentage on a certain GPU, 0-1: quotas committed over its memory",
     );
-    let committed = commitments(s.containers);
+    let committed = commitments(containers);
     for r in gpus {
         let c = committed.get(r.uuid.as_str()).cloned().unwrap_or_default();
-        let l = labels(s.node, r);
+        let l = labels(node, r);
         limit.get_or_create(&l).set(bytes(r.total));
         core_limit.get_or_create(&l).set(f64::from(GPU_CORES));
         let mut with_cores = l.clone();
