@@ -37,7 +37,7 @@ pub struct Settings {
     pub share_wall: ShareWall,
     pub share_window: Duration,
     pub share_tolerance: f64,
-    /// HAMi's `node` label: `[monitor] node`, else the host name.
+    /// HAMi's `node` label: `[monitor] node`, else `NODE_NAME`, else the host name.
     pub node: String,
     /// The time-quanta arbiter (`[monitor.turns]`).
     pub turns: Turns,
@@ -115,12 +115,20 @@ impl Settings {
                 .nvml_library
                 .or_else(|| table.nvml_library.clone())
                 .unwrap_or_else(|| default_nvml.to_string()),
-            node: table.node.clone().unwrap_or_else(|| {
-                nix::unistd::gethostname()
-                    .map(|h| h.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            }),
+            node: node_name(table.node.as_deref(), std::env::var("NODE_NAME").ok()),
         })
+    }
+}
+
+/// HAMi's `node` label: `[monitor] node`, else the environment's `NODE_NAME` (the Kubernetes node's name,
+/// which the chart passes from the downward API, as HAMi's own monitor takes it), else the host name.
+pub fn node_name(configured: Option<&str>, env: Option<String>) -> String {
+    match (configured, env) {
+        (Some(n), _) => n.to_string(),
+        (None, Some(n)) if !n.is_empty() => n,
+        _ => nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -187,6 +195,21 @@ mod tests {
             (ShareWall::Report, 20, 2.0)
         );
         assert_eq!(s.node, "gpu-7");
+        assert_eq!(
+            node_name(Some("gpu-7"), Some("k8s-node".into())),
+            "gpu-7",
+            "the config wins"
+        );
+        assert_eq!(
+            node_name(None, Some("k8s-node".into())),
+            "k8s-node",
+            "then NODE_NAME (the chart's downward API)"
+        );
+        assert_eq!(
+            node_name(None, Some(String::new())),
+            nix::unistd::gethostname().unwrap().to_string_lossy(),
+            "an empty NODE_NAME is no name"
+        );
         assert_eq!(
             (d.turns.enabled, d.turns.quantum.as_secs(), d.turns.force),
             (true, 30, false),

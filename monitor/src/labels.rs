@@ -32,5 +32,8 @@ impl EncodeLabelValue for Value {
     }
 }
 
+/// HAMi's `zone` label: its vGPU monitor and scheduler register every series under `zone="vGPU"`.
+pub const HAMI_ZONE: &str = "vGPU";
+
 /// Label pairs of one series.
 pub type Labels = Vec<(&'static str, Value)>;

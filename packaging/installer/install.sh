@@ -2,8 +2,9 @@
 # The installer image's entrypoint (the Helm chart packaging/helm/vgpu, docs/install.md). The node's
 # root filesystem is mounted at $VGPU_HOST_ROOT (default /host).
 #   install.sh install     copy the binaries and the interposer onto the node, write /etc/vgpu/config.toml
-#                          if the node has none (lower_runtime = nvidia-container-runtime when the node has
-#                          it), add the vgpu runtime to the engine, restart the engine if its config changed
+#                          from the chart's policy unless the node has one the installer did not write
+#                          (lower_runtime = NVIDIA's runtime by its path when the node has it), add the vgpu
+#                          runtime to the engine, restart the engine if its config changed
 #   install.sh uninstall   take the runtime out of the engine (vgpuctl runtime unconfigure: only what
 #                          configure wrote) and remove exactly the files install wrote (its manifest)
 #   install.sh gc-loop     vgpuctl gc every $VGPU_GC_INTERVAL seconds (default 600), for ever
@@ -24,9 +25,11 @@
 #                        --set-as-default; unconfigure restores the previous default)
 #   VGPU_NVIDIA_RUNTIME  NVIDIA's runtime on the node, when it is not found in /usr/bin, /usr/local/bin,
 #                        /usr/sbin, the GPU Operator's /usr/local/nvidia/toolkit or the node's PATH
+#   VGPU_CHART_CONFIG    the chart's node policy (its ConfigMap <release>-node-config), written with the
+#                        node's lower_runtime as /etc/vgpu/config.toml
 #   VGPU_DEFAULT_MEMORY_LIMIT, VGPU_REQUIRE_MEMORY_LIMIT
-#                        the node policy written into a new /etc/vgpu/config.toml (default_memory_limit,
-#                        e.g. 4Gi; require_memory_limit, true or false)
+#                        without VGPU_CHART_CONFIG, the node policy (default_memory_limit, e.g. 4Gi;
+#                        require_memory_limit, true or false)
 #   VGPU_STATE_ROOT      gc-loop, monitor: the node's state root, mounted at that same path (default /run/vgpu)
 #   VGPU_DRIVER_ROOT     monitor: where the node's NVIDIA driver root is mounted (default /driver-root)
 set -eu
@@ -95,30 +98,48 @@ put() {
     grep -qx "$2" "$HOST$MANIFEST" 2>/dev/null || echo "$2" >> "$HOST$MANIFEST"
 }
 
+MARKER="# Written by the vgpu installer DaemonSet"
+# chart_policy: the node policy, the chart's ConfigMap (mounted at $VGPU_CHART_CONFIG), else from the
+# environment (an installer run without the chart).
+chart_policy() {
+    if [ -n "${VGPU_CHART_CONFIG:-}" ] && [ -f "$VGPU_CHART_CONFIG" ]; then
+        head -1 "$VGPU_CHART_CONFIG" | grep -q "^$MARKER" || die "$VGPU_CHART_CONFIG: not the chart's node config (its first line must start with '$MARKER')"
+        grep -v '^lower_runtime' "$VGPU_CHART_CONFIG"
+        return
+    fi
+    printf '%s\n' "$MARKER; rewritten at each install, removed by its uninstall." \
+        "hook_path = \"$BIN/vgpu-hook\"" "library = \"$LIB/libvgpu.so\""
+    [ -n "${VGPU_DEFAULT_MEMORY_LIMIT:-}" ] && echo "default_memory_limit = \"$VGPU_DEFAULT_MEMORY_LIMIT\""
+    [ "${VGPU_REQUIRE_MEMORY_LIMIT:-false}" = true ] && echo "require_memory_limit = true"
+    true
+}
+
 install() {
     mkdir -p "$HOST/etc/vgpu"
     for f in vgpuctl vgpu-hook vgpu-container-runtime; do put "$PAYLOAD/$f" "$BIN/$f" 755; done
     for f in libvgpu.so libvgpu_core.so; do put "$PAYLOAD/$f" "$LIB/$f" 644; done
-    if [ ! -e "$HOST/etc/vgpu/config.toml" ]; then
+    # The node's config is the chart's while the installer wrote it (its first line says so): rewritten
+    # from the chart's policy at every install, so `helm upgrade` reconciles it; an operator's is left.
+    if [ ! -e "$HOST/etc/vgpu/config.toml" ] || head -1 "$HOST/etc/vgpu/config.toml" | grep -q "^$MARKER"; then
         lower=$(nvidia_runtime)
         lower=${lower:-runc}
-        {
-            printf '%s\n' "# Written by the vgpu installer DaemonSet; removed by its uninstall." \
-                "hook_path = \"$BIN/vgpu-hook\"" "library = \"$LIB/libvgpu.so\"" "lower_runtime = \"$lower\""
-            [ -n "${VGPU_DEFAULT_MEMORY_LIMIT:-}" ] && echo "default_memory_limit = \"$VGPU_DEFAULT_MEMORY_LIMIT\""
-            [ "${VGPU_REQUIRE_MEMORY_LIMIT:-false}" = true ] && echo "require_memory_limit = true"
-            true
-        } > /tmp/config.toml
-        put /tmp/config.toml /etc/vgpu/config.toml 644
-        say "wrote /etc/vgpu/config.toml (lower_runtime = $lower)"
+        { chart_policy; echo "lower_runtime = \"$lower\""; } > /tmp/config.toml
+        if cmp -s /tmp/config.toml "$HOST/etc/vgpu/config.toml"; then
+            say "/etc/vgpu/config.toml is up to date"
+        else
+            put /tmp/config.toml /etc/vgpu/config.toml 644
+            say "wrote /etc/vgpu/config.toml (lower_runtime = $lower)"
+        fi
     else
-        say "/etc/vgpu/config.toml exists: left as it is"
+        say "/etc/vgpu/config.toml is not the installer's: left as it is"
     fi
     before=$(fingerprint)
     # shellcheck disable=SC2046
     set -- $(engine_args)
     [ "${VGPU_SET_AS_DEFAULT:-false}" = true ] && set -- "$@" --set-as-default
-    vgpuctl runtime configure "$@" --runtime-path "$BIN/vgpu-container-runtime" --hook-path "$BIN/vgpu-hook" >&2
+    # lower_runtime is the installer's to decide (above): configure leaves it.
+    vgpuctl runtime configure "$@" --runtime-path "$BIN/vgpu-container-runtime" --hook-path "$BIN/vgpu-hook" \
+        --no-nvidia-lower-runtime >&2
     [ "$before" = "$(fingerprint)" ] || restart_engine
     say "installed"
 }

@@ -4,6 +4,7 @@
 //! verb's spec is `vgpu_host::cdi`'s (the DRA driver writes it too); the `monitor` verb is the
 //! `vgpu_monitor` crate's.
 pub mod clidocs;
+pub mod containers;
 pub mod doctor;
 pub mod engines;
 pub mod fsutil;

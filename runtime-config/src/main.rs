@@ -163,6 +163,12 @@ fn run(cli: Cli) -> Result<()> {
             let mut status = vgpuctl::status::collect(&root.root()?, &physical)?;
             status.note_addressing(&addressing);
             docker_names(&mut status);
+            if status.wants_names() {
+                let graphroot = vgpuctl::containers::podman_graphroot(
+                    std::env::var("CONTAINERS_STORAGE_CONF").ok().as_deref(),
+                );
+                status.note_podman_names(&vgpuctl::containers::podman_names(&graphroot));
+            }
             if json {
                 serde_json::to_writer_pretty(&mut out, &status)?;
                 writeln!(out)?;

@@ -68,8 +68,8 @@ echo '{}' > "$DJ"
 # 5. NVML not loading: a failure naming the library and the config key.
 doctor --nvml-library /nonexistent/libnvidia-ml.so.1
 ok_if "NVML not loading: exit 1" test "$(rc)" = 1
-ok_if "  ... FAIL nvml naming the library and the key" bash -c \
-    "grep -qE '^FAIL +nvml +cannot load NVML \(/nonexistent/libnvidia-ml.so.1\): .*\(config key nvml_library\)$' '$WORK/out'"
+ok_if "  ... FAIL nvml naming the library, dlopen's reason and the key" bash -c \
+    "grep -qE '^FAIL +nvml +cannot load NVML \(/nonexistent/libnvidia-ml.so.1\): dlopen failed: .*No such file or directory \(config key nvml_library\)$' '$WORK/out'"
 
 # 6. The state root on its parent's filesystem: a warning with the mount that caps it.
 umount -l "$STATE"

@@ -55,6 +55,15 @@ ok_if "poststop removed the container's state" test -z "$(state_left)"
 for _ in $(seq 40); do "$VGPUCTL" status --json --state-root "$STATE" > "$WORK/status.json"
     jq -e '.containers[0].gpus[0].used > 0' "$WORK/status.json" > /dev/null 2>&1 && break; sleep 0.2; done
 "$VGPUCTL" status --state-root "$STATE" > "$WORK/status.txt"
+# Issue 46: Podman's names (its containers/storage record; this storage's root through storage.conf, as
+# Podman's own CONTAINERS_STORAGE_CONF names it) in status, and as what `vgpuctl update` takes.
+printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\n' "$WORK/storage" > "$WORK/storage.conf"
+CONTAINERS_STORAGE_CONF=$WORK/storage.conf "$VGPUCTL" status --state-root "$STATE" > "$WORK/status-named.txt"
+CID=$(jq -r '.containers[0].id' "$WORK/status.json")
+CONTAINERS_STORAGE_CONF=$WORK/storage.conf "$VGPUCTL" update vgpu-e2e-cuda --memory-limit 1Gi --state-root "$STATE" \
+    > "$WORK/update-name.out" 2>&1
+"$VGPUCTL" update "${CID:0:12}" --memory-limit 1Gi --state-root "$STATE" > "$WORK/update-prefix.out" 2>&1
+"$VGPUCTL" update "${CID:0:12}x" --memory-limit 1Gi --state-root "$STATE" > "$WORK/update-none.out" 2>&1
 "${P[@]}" wait vgpu-e2e-cuda > /dev/null; "${P[@]}" logs vgpu-e2e-cuda > "$WORK/cuda.out" 2>&1; "${P[@]}" rm vgpu-e2e-cuda > /dev/null
 ok_if "inside, the GPU's total is the quota" grep -q 'op=info .*total=1073741824' "$WORK/cuda.out"
 ok_if "an allocation within the quota succeeds" grep -q 'op=alloc size=536870912 .*rc=0' "$WORK/cuda.out"
@@ -63,6 +72,10 @@ ok_if "vgpuctl status --json: quota and usage by kind" jq -e '.containers[0].gpu
     and .by_kind.data == 536870912 and .by_kind.context > 0 and .used == .by_kind.data + .by_kind.context' "$WORK/status.json" > /dev/null
 ok_if "vgpuctl status --json: one live process" jq -e '.containers[0].gpus[0].processes | length == 1 and .[0].alive' "$WORK/status.json" > /dev/null
 ok_if "vgpuctl status table: the container's line" grep -qE '^[0-9a-f]{12} +0 +GPU-.* 1.00 GiB +768 MiB \(75%\)' "$WORK/status.txt"
+ok_if "  ... named by Podman's name (was -)" grep -qE "^${CID:0:12} .* vgpu-e2e-cuda\$" "$WORK/status-named.txt"
+ok_if "vgpuctl update takes the Podman name" grep -q "$CID" "$WORK/update-name.out"
+ok_if "  ... and the 12 characters status prints" grep -q "$CID" "$WORK/update-prefix.out"
+ok_if "  ... and names what fits no container in one line" grep -qx "vgpuctl: error: no container ${CID:0:12}x under $STATE: .*" "$WORK/update-none.out"
 "$VGPUCTL" status --state-root "$STATE" > "$WORK/status2.txt"
 ok_if "vgpuctl status: nothing running afterwards" grep -q "^no containers" "$WORK/status2.txt"
 "${P[@]}" "${RUN[@]}" --annotation vgpu.io/memory-limit=4Qi -e NVIDIA_VISIBLE_DEVICES=0 localhost/vgpu-e2e:rootfs \

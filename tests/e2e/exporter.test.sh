@@ -4,7 +4,7 @@
 # label values (checked by promtool and by a real Prometheus scraping the monitor), in the monitor's log
 # lines and in `vgpuctl status`; a client sending one header byte every 3 s and idle connections do not
 # delay a scrape; /healthz and vgpu_build_info; every series the Grafana dashboard queries is one the
-# exporter serves.
+# exporter serves; every query of HAMi's own dashboard returns data from a real Prometheus.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -56,8 +56,9 @@ scrape >"$WORK/scrape.txt"
 check_eq "the scrape ends at its one # EOF" "$(grep -c '^# EOF$' "$WORK/scrape.txt"):$(tail -1 "$WORK/scrape.txt")" "1:# EOF"
 promtool check metrics <"$WORK/scrape.txt" >"$WORK/promtool.out" 2>&1
 check_not "promtool check metrics parses the scrape" grep -Ei 'pars|error' "$WORK/promtool.out"
-check_eq "  ... and lints nothing but OpenMetrics' counter names (HELP on the family, samples _total)" \
-    "$(grep -v '_total no help text$' "$WORK/promtool.out")" ""
+# HAMi's own name hami_gpu_shared_count (a gauge ending in _count) is HAMi's dashboard's: kept as HAMi wrote it.
+check_eq "  ... and lints nothing but OpenMetrics' counter names (HELP on the family, samples _total) and HAMi's" \
+    "$(grep -v -e '_total no help text$' -e '^hami_gpu_shared_count non-histogram' "$WORK/promtool.out")" ""
 
 # A real Prometheus scrapes the monitor (OpenMetrics negotiated, its strict parser) every second.
 PROM_PORT=$(free_port)
@@ -158,6 +159,48 @@ check_eq "  ... each of them served by the exporter" "$(printf '%s\n' "$out" | g
 for want in vgpu_nvml_up vgpu_state_errors vgpu_monitor_reading_age_seconds vgpu_compute_limit_ratio 'node=~\"$node\"' 'label_values(vgpu_build_info, instance)'; do
     check "  ... it queries $want" grep -qF -- "$want" "$REPO/packaging/grafana/vgpu-dashboard.json"
 done
+
+echo "-- HAMi's own dashboard (HAMi 2.10's hami-vgpu-dashboard.json): every panel's query has data"
+# Its 15 panels' queries and its two variables' as HAMi wrote them ($node and $namespace: All), asked of
+# the Prometheus that scrapes the monitor. Its scheduler series come from what admission counts: A (1 GiB),
+# B (512 MiB) and CS (1 GiB, 30%) on GPU 0.
+HAMI_QUERIES=(
+    'count(hami_gpu_memory_limit_bytes{node=~".*"})'
+    'sum(hami_gpu_memory_limit_bytes{node=~".*"})'
+    'sum(hami_gpu_memory_allocated_bytes{node=~".*"})'
+    '100 * sum(hami_gpu_memory_allocated_bytes{node=~".*"}) / sum(hami_gpu_memory_limit_bytes{node=~".*"})'
+    'sum(hami_gpu_shared_count{node=~".*"})'
+    'hami_host_gpu_memory_used_bytes and on (device_uuid) hami_gpu_memory_limit_bytes{node=~".*"}'
+    'hami_host_gpu_utilization_ratio and on (device_uuid) hami_gpu_memory_limit_bytes{node=~".*"}'
+    'sum by (node) (hami_gpu_memory_allocated_bytes{node=~".*"})'
+    'sum by (node) (hami_gpu_memory_limit_bytes{node=~".*"})'
+    'hami_node_gpu_memory_allocated_ratio{node=~".*"}'
+    'hami_gpu_core_allocated_ratio{node=~".*"}'
+    'hami_gpu_shared_count{node=~".*"}'
+    'hami_vgpu_memory_used_bytes{namespace=~".*"}'
+    'hami_vgpu_memory_limit_bytes{namespace=~".*"}'
+    'hami_container_device_utilization_ratio{namespace=~".*"}'
+    '100 * hami_vgpu_memory_used_bytes{namespace=~".*"} / hami_vgpu_memory_limit_bytes{namespace=~".*"}'
+    'topk(10, hami_vgpu_memory_used_bytes{namespace=~".*"})'
+)
+value() { promql "$1" | jq -r '.data.result[0].value[1] // "none"'; }
+three() { [ "$(value 'hami_gpu_shared_count{device_index="0"}')" = 3 ]; }
+check "Prometheus sees the three containers on GPU 0 (hami_gpu_shared_count)" wait_for 30 three
+for q in "${HAMI_QUERIES[@]}"; do
+    check_match "  ... $q" '^[1-9][0-9]*$' "$(promql "$q" | jq '.data.result | length')"
+done
+for var in node:hami_gpu_memory_limit_bytes namespace:hami_vgpu_memory_used_bytes; do
+    check_match "  ... its variable label_values(${var#*:}, ${var%%:*})" '^[1-9]' \
+        "$(curl -sfG --max-time 5 "http://127.0.0.1:$PROM_PORT/api/v1/label/${var%%:*}/values" \
+            --data-urlencode "match[]=${var#*:}" | jq '.data | length')"
+done
+check_eq "  ... GPU 0's quotas committed: 1 GiB + 512 MiB + 1 GiB" \
+    "$(value 'hami_gpu_memory_allocated_bytes{device_index="0"}')" $((GIB * 5 / 2))
+check_eq "  ... its compute shares committed: 30 of 100" "$(value 'hami_gpu_core_allocated_ratio{device_index="0"}')" 30
+check_eq "  ... allocated over its memory" \
+    "$(value 'hami_node_gpu_memory_allocated_ratio{device_index="0"} == bool on (device_uuid) (hami_gpu_memory_allocated_bytes{device_index="0"} / ignoring (device_cores) hami_gpu_memory_limit_bytes)')" 1
+check_eq "  ... the node label is the monitor's node (the host name here)" \
+    "$(promql 'hami_gpu_memory_limit_bytes{device_index="0"}' | jq -r '.data.result[0].metric.node')" "$(hostname)"
 
 for id in "$A" "$BY" "$CS"; do plain kill "$id" KILL >/dev/null 2>&1; done
 wait "$PA" "$PB" "$PCS"

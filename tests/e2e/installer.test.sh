@@ -20,8 +20,8 @@ RENDER=(python3 "$REPO/tests/helm/template.py")
 render() { "${RENDER[@]}" "$CHART" "$@" > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 kinds() { python3 -c 'import sys, yaml; print(" ".join(sorted(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1])) if d)))' "$WORK/chart.yaml"; }
 check "the defaults render, lint (helm lint --strict) and validate (kubernetes-validate --strict)" render
-check_eq "  ... the node DaemonSet, its service account, kube-rbac-proxy's RBAC and the RuntimeClass" "$(kinds)" \
-    "ClusterRole ClusterRole ClusterRoleBinding DaemonSet RuntimeClass ServiceAccount"
+check_eq "  ... the node DaemonSet, the uninstall hook's, the node policy (a ConfigMap), its service account, kube-rbac-proxy's RBAC and the RuntimeClass" "$(kinds)" \
+    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
 # field PATH: one value of the rendered documents, by kind (the last of a kind) and a Python expression on
 # it; `a` holds every document.
 cfield() { python3 -c 'import sys, yaml
@@ -49,9 +49,9 @@ check_eq "  ... the monitor mounts the state root, /etc/vgpu and the driver root
 check_eq "  ... only the install init container mounts the node's /" \
     "$(cfield "[c['name'] for c in $POD['initContainers'] + $POD['containers'] for m in c.get('volumeMounts', []) if m['name'] == 'host-root']")" \
     "['install']"
-check_eq "  ... the volumes: the node's /, the state root, /etc/vgpu and the driver root" \
-    "$(cfield "[(v['name'], v['hostPath']['path']) for v in $POD['volumes']]")" \
-    "[('host-root', '/'), ('state-root', '/run/vgpu'), ('vgpu-config', '/etc/vgpu'), ('driver-root', '/')]"
+check_eq "  ... the node's volumes: its /, the state root, /etc/vgpu and the driver root; and the chart's node policy" \
+    "$(cfield "[(v['name'], v['hostPath']['path']) for v in $POD['volumes'] if 'hostPath' in v] + [(v['name'], v['configMap']['name']) for v in $POD['volumes'] if 'configMap' in v]")" \
+    "[('host-root', '/'), ('state-root', '/run/vgpu'), ('vgpu-config', '/etc/vgpu'), ('driver-root', '/'), ('node-config', 'vgpu-node-config')]"
 # Issue 44: the monitor listened on 0.0.0.0 on the host network, where a NetworkPolicy does not apply: any
 # pod reaching the node read every tenant's names and usage.
 check_eq "  ... the monitor listens on 127.0.0.1 only" "$(cfield "$(ctr monitor)['args']")" \
@@ -83,26 +83,26 @@ check "monitor.rbacProxy.enabled=false, stateRoot=/var/run/vgpu-op, monitor.driv
     render --set monitor.rbacProxy.enabled=false --set stateRoot=/var/run/vgpu-op --set monitor.driverRoot=/run/nvidia/driver
 check_eq "  ... the monitor serves the node's port itself, no proxy, no proxy RBAC" \
     "$(cfield "($(ctr monitor)['args'], [c['name'] for c in $POD['containers']], $(ctr monitor)['ports'][0]['containerPort'])") $(kinds)" \
-    "(['monitor', '--listen', '0.0.0.0:9394'], ['gc', 'monitor'], 9394) DaemonSet RuntimeClass ServiceAccount"
+    "(['monitor', '--listen', '0.0.0.0:9394'], ['gc', 'monitor'], 9394) ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
 check_eq "  ... the state root and the driver root are the values'" \
-    "$(cfield "([(v['name'], v['hostPath']['path']) for v in $POD['volumes']][1:], [m['mountPath'] for m in $(ctr gc)['volumeMounts']][0], {e['name']: e['value'] for e in $(ctr monitor)['env']})")" \
+    "$(cfield "([(v['name'], v['hostPath']['path']) for v in $POD['volumes'] if 'hostPath' in v][1:], [m['mountPath'] for m in $(ctr gc)['volumeMounts']][0], {e['name']: e['value'] for e in $(ctr monitor)['env'] if 'value' in e})")" \
     "([('state-root', '/var/run/vgpu-op'), ('vgpu-config', '/etc/vgpu'), ('driver-root', '/run/nvidia/driver')], '/var/run/vgpu-op', {'VGPU_STATE_ROOT': '/var/run/vgpu-op', 'VGPU_DRIVER_ROOT': '/driver-root'})"
 check "values: crio, set-as-default, a required 4Gi default quota, port 9500, a ServiceMonitor" \
     render --set engine=crio --set setAsDefault=true --set quota.default=4Gi --set quota.required=true \
         --set monitor.port=9500 --set monitor.serviceMonitor.enabled=true --set monitor.scrapeAnnotations=false
 check_eq "  ... reach the installer's environment" \
     "$(cfield "{e['name']: e['value'] for e in $POD['initContainers'][0]['env']}")" \
-    "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true'}"
+    "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true', 'VGPU_CHART_CONFIG': '/etc/vgpu-chart/config.toml'}"
 check_eq "  ... a Service and a ServiceMonitor on port 9500, no scrape annotations" \
     "$(kinds) $(cfield "d['ServiceMonitor']['spec']['endpoints'][0]['port']") $(cfield "d['Service']['spec']['ports'][0]['port']") $(cfield "'annotations' in d['DaemonSet']['spec']['template']['metadata']")" \
-    "ClusterRole ClusterRole ClusterRoleBinding DaemonSet RuntimeClass Service ServiceAccount ServiceMonitor metrics 9500 False"
+    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet RuntimeClass Service ServiceAccount ServiceMonitor metrics 9500 False"
 check_eq "  ... the ServiceMonitor scrapes kube-rbac-proxy with TLS and Prometheus's token" \
     "$(cfield "{k: v for k, v in d['ServiceMonitor']['spec']['endpoints'][0].items() if k in ('scheme', 'bearerTokenFile', 'tlsConfig')}") $(cfield "$(ctr kube-rbac-proxy)['args'][0]")" \
     "{'scheme': 'https', 'bearerTokenFile': '/var/run/secrets/kubernetes.io/serviceaccount/token', 'tlsConfig': {'insecureSkipVerify': True}} --secure-listen-address=[\$(IP)]:9500"
 check "monitor disabled, a custom node selector and no tolerations" \
     render --set monitor.enabled=false --set nodeSelector.pool=gpu -f <(printf 'tolerations: []\nnodeSelector: {pool: gpu}\n')
 check_eq "  ... gc alone, on the pool, no proxy RBAC" "$(cfield "[c['name'] for c in $POD['containers']]") $(cfield "$POD['nodeSelector']") $(kinds)" \
-    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'} DaemonSet RuntimeClass ServiceAccount"
+    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'} ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
 check "mode=uninstall renders and validates" render --set mode=uninstall
 check_eq "  ... the uninstall DaemonSet alone, running install.sh uninstall" \
     "$(kinds) $(cfield "d['DaemonSet']['metadata']['name']") $(cfield "$POD['initContainers'][0]['args']")" \
@@ -115,7 +115,7 @@ render_dra() { "${RENDER[@]}" "$CHART" --set dra.enabled=true > "$WORK/chart.yam
     kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
 check_eq "  ... the DeviceClass, the driver's RBAC, its node policy and its DaemonSet beside the node's" "$(kinds)" \
-    "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding DaemonSet DaemonSet DeviceClass RuntimeClass ServiceAccount ServiceAccount ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
+    "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap DaemonSet DaemonSet DaemonSet DeviceClass RuntimeClass ServiceAccount ServiceAccount ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
 # Issue 44: the ClusterRole let the driver create, update and delete every ResourceSlice in the cluster.
 check_eq "  ... a policy holds the driver's service account to its own node's ResourceSlices (issue 44)" \
     "$(cfield "(d['ValidatingAdmissionPolicy']['spec']['matchConstraints']['resourceRules'][0]['resources'], d['ValidatingAdmissionPolicy']['spec']['matchConditions'][0]['expression'].strip(), [v['expression'] for v in d['ValidatingAdmissionPolicy']['spec']['validations']], d['ValidatingAdmissionPolicyBinding']['spec'])")" \
@@ -253,8 +253,24 @@ check "VGPU_NVIDIA_RUNTIME names it, with the chart's node policy and set-as-def
     -e VGPU_REQUIRE_MEMORY_LIMIT=true -e VGPU_SET_AS_DEFAULT=true
 check_eq "  ... config.toml carries the runtime and the policy" \
     "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
-    'lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" default_memory_limit = "4Gi" require_memory_limit = true '
+    'default_memory_limit = "4Gi" require_memory_limit = true lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" '
 check "  ... which vgpuctl reads" env VGPU_CONFIG="$N/etc/vgpu/config.toml" "$T/release/vgpuctl" status --state-root "$WORK/none" 
+# Issue 46: `helm upgrade --set quota.default=8Gi` changed nothing on a node that had a config. The chart's
+# ConfigMap as the chart renders it, mounted where the DaemonSet mounts it: the installer's own config is
+# rewritten from it (the node's lower_runtime kept), an operator's is not (below).
+mkdir -p "$WORK/chart-config"
+"${RENDER[@]}" "$CHART" --set quota.default=8Gi | python3 -c 'import sys, yaml
+print([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "ConfigMap"][0]["data"]["config.toml"], end="")' \
+    > "$WORK/chart-config/config.toml"
+check "an upgrade's install with the chart's new node policy (8Gi, not required) succeeds" installer "$N" \
+    -e VGPU_NVIDIA_RUNTIME=/opt/nvidia/bin/nvidia-container-runtime -e VGPU_SET_AS_DEFAULT=true \
+    -e VGPU_CHART_CONFIG=/etc/vgpu-chart/config.toml -v "$WORK/chart-config:/etc/vgpu-chart:ro"
+check_eq "  ... and reconciles config.toml to it" \
+    "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
+    'default_memory_limit = "8Gi" lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" '
+check_match "  ... once: again, it is up to date" 'config.toml is up to date' "$(installer "$N" \
+    -e VGPU_NVIDIA_RUNTIME=/opt/nvidia/bin/nvidia-container-runtime -e VGPU_SET_AS_DEFAULT=true \
+    -e VGPU_CHART_CONFIG=/etc/vgpu-chart/config.toml -v "$WORK/chart-config:/etc/vgpu-chart:ro" 2>&1)"
 check_match "  ... and vgpu is containerd's default runtime" 'default_runtime_name = "vgpu"' "$(cat "$N/etc/containerd/config.toml")"
 echo "-- the gc container with only the chart's capabilities and mounts (the state root, /etc/vgpu read-only)"
 mkdir -p "$N/run/vgpu"
@@ -273,7 +289,7 @@ out=$(installer "$N" -e VGPU_DEFAULT_MEMORY_LIMIT='4Gi"; x' 2>&1)
 check_eq "a quantity that is not one is one line naming it" "$out" 'vgpu-installer: VGPU_DEFAULT_MEMORY_LIMIT=4Gi"; x: not a quantity (e.g. 4Gi)'
 N=$WORK/node3; node "$N"; mkdir -p "$N/etc/vgpu"; echo 'state_root = "/var/run/vgpu-op"' > "$N/etc/vgpu/config.toml"
 INSTALLER_ARGS=(install)
-check_match "an operator's config.toml is left as it is" 'exists: left as it is' "$(installer "$N" 2>&1)"
+check_match "an operator's config.toml is left as it is" "not the installer's: left as it is" "$(installer "$N" 2>&1)"
 INSTALLER_ARGS=(uninstall)
 check "  ... uninstall succeeds" installer "$N"
 check_eq "  ... and keeps it" "$(cat "$N/etc/vgpu/config.toml")" 'state_root = "/var/run/vgpu-op"'

@@ -164,7 +164,10 @@ done
 check_eq "  ... not podman (it reads its hooks at every command)" "$(printf '%s\n' "$out" | grep -c 'restart podman')" 0
 [ "$HOOKS_DIR_WAS" = no ] && check_not "the hooks folder configure created is gone with the hooks" test -e /usr/share/containers/oci/hooks.d
 for f in "${ENGINE_FILES[@]}"; do
-    if [ "${before[$f]}" = absent ]; then
+    if [ "${before[$f]}" = absent ] && [ "$f" = /etc/docker/daemon.json ]; then
+        # Issue 46: configure made it; unconfigure left `{}` behind, now it removes it again.
+        check_not "$f, which configure created, is gone again (not left as {})" test -e "$f"
+    elif [ "${before[$f]}" = absent ]; then
         # configure made it; unconfigure leaves the file without vgpu's entry (an empty config).
         check_not "$f names vgpu no more" grep -q vgpu "$f"
     else

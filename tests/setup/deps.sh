@@ -118,8 +118,9 @@ if ! python3 -c 'import celpy' 2>/dev/null; then
     echo "deps: installing cel-python"
     python3 -m pip install -q cel-python
 fi
-# A real Helm for the chart's tests (tests/helm/template.py): Helm v4's SDK behind a C library, no binary.
+# A real Helm (v4, its Go library with a C API) for the chart's lint, template and upgrade tests
+# (tests/e2e/helm.test.sh): helm-python-sdk ships it, no helm binary to fetch.
 if ! python3 -c 'import helm_python' 2>/dev/null; then
     echo "deps: installing helm-python-sdk"
-    python3 -m pip install -q helm-python-sdk
+    python3 -m pip install -q helm-python-sdk==0.2.2
 fi

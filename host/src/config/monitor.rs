@@ -122,7 +122,7 @@ pub struct MonitorConfig {
     pub share_window: Option<Duration>,
     /// Its tolerance, points of the GPU's time (`share_tolerance`).
     pub share_tolerance: Option<f64>,
-    /// The node's name on the host GPUs' series (HAMi's `node` label); default: the host name.
+    /// The node's name on the host GPUs' series (HAMi's `node` label); default: `NODE_NAME`, else the host name.
     pub node: Option<String>,
     /// The time-quanta arbiter (`[monitor.turns]`).
     pub turns: super::turns::TurnsConfig,

@@ -143,6 +143,15 @@ unsafe impl Send for Library {}
 // SAFETY: as above.
 unsafe impl Sync for Library {}
 
+/// libloading's error with its cause: its `Display` says only "dlopen failed"; dlopen's own reason
+/// (`dlerror()`: the file not found, a missing dependency, the wrong ELF class) is its `source`.
+fn with_cause(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
 impl Library {
     /// Loads and initialises NVML from `lib` (a soname or a path).
     pub fn load(lib: &str) -> Result<Library, NvmlError> {
@@ -150,7 +159,7 @@ impl Library {
         // NVML user.
         let l = unsafe { libloading::Library::new(lib) }.map_err(|e| NvmlError::Load {
             lib: lib.into(),
-            error: e.to_string(),
+            error: with_cause(&e),
         })?;
         let missing = |symbol| NvmlError::MissingSymbol {
             lib: lib.into(),

@@ -17,8 +17,9 @@ use vgpu_host::nvml::GpuReading;
 use vgpu_host::usage::ContainerState;
 use vgpu_ledger::Kind;
 
-pub use crate::labels::{Labels, Value};
+pub use crate::labels::{Labels, Value, HAMI_ZONE};
 
+pub mod allocation;
 pub mod share;
 pub mod turns;
 
@@ -99,9 +100,6 @@ pub fn container_labels(c: &ContainerState, g: usize) -> Labels {
         ("device_uuid", gpu.uuid.clone().into()),
     ]
 }
-
-/// HAMi's `zone` label: its vGPU monitor registers every series under `zone="vGPU"`.
-pub const HAMI_ZONE: &str = "vGPU";
 
 /// The labels of a container's GPU on a `hami_*` series: exactly HAMi's vGPU monitor's (`zone`,
 /// `namespace`, `pod`, `container`, `vdevice_index`, `device_uuid`), no container id.
@@ -482,6 +480,7 @@ pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
         );
         took.set(c.took.as_secs_f64());
     }
+    allocation::register(s.node, s.containers, s.gpus, &mut reg);
     share::register(s.share, &mut reg);
     more(&mut reg);
     kills.inc_by(s.watchdog.kills);

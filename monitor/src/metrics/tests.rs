@@ -204,9 +204,9 @@ fn updates_their_time_and_a_pending_shrink_are_exported() {
 /// The label pairs of one sample line, decoded as OpenMetrics reads them (`\\`, `\"`, `\n`); `None`
 /// where the line is not one well-formed sample.
 /// A sample's name, its label pairs and its value.
-type Sample = (String, Vec<(String, String)>, String);
+pub(super) type Sample = (String, Vec<(String, String)>, String);
 
-fn sample(line: &str) -> Option<Sample> {
+pub(super) fn sample(line: &str) -> Option<Sample> {
     let (name, rest) = line.split_once('{')?;
     let mut labels = vec![];
     let mut chars = rest.chars();

@@ -189,6 +189,21 @@ pub fn nvidia(h: &Host, cfg: &Config, r: &mut Report) {
             s.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         ),
     };
+    // NVIDIA's runtime installed but not under the shim: containers whose GPUs it injects (from
+    // NVIDIA_VISIBLE_DEVICES, `--gpus`) get none through vgpu.
+    if let (Some(p), false) = (&runtime, lower) {
+        r.push(
+            Verdict::Warn,
+            "nvidia",
+            format!(
+                "runtime {} is installed but not used: lower_runtime = {:?}, so containers whose GPUs NVIDIA's runtime injects get none under vgpu; set lower_runtime = {:?} (vgpuctl runtime configure does), or keep it if their GPUs come from CDI; {spec_text}",
+                p.display(),
+                cfg.lower_runtime,
+                p.display().to_string()
+            ),
+        );
+        return;
+    }
     let verdict = if runtime.is_none() && specs.is_empty() {
         Verdict::Warn
     } else {

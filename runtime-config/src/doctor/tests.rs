@@ -142,7 +142,7 @@ fn one_line_per_check_whatever_the_error_text() {
 #[test]
 fn a_good_node_is_all_ok() {
     let s = Scene::new();
-    s.installed("");
+    s.installed("lower_runtime = \"nvidia-container-runtime\"\n");
     s.program("nvidia-container-runtime");
     let r = s.run();
     let state = only(&r, "state");
@@ -426,6 +426,17 @@ fn nvidias_runtime_or_cdi_spec() {
     assert_eq!(only(&r, "nvidia").verdict, Verdict::Ok);
     assert!(only(&r, "nvidia").text.starts_with("runtime "));
     assert_eq!(only(&r, "files").verdict, Verdict::Ok);
+    // Issue 46: NVIDIA's runtime installed, lower_runtime still runc: a warning naming both.
+    s.installed("");
+    let l = only(&s.run(), "nvidia").clone();
+    assert_eq!(l.verdict, Verdict::Warn);
+    assert!(
+        l.text.contains(
+            "nvidia-container-runtime is installed but not used: lower_runtime = \"runc\""
+        ),
+        "{}",
+        l.text
+    );
 }
 
 #[test]

@@ -10,8 +10,9 @@ pub struct Change {
     pub path: PathBuf,
     pub contents: Option<String>,
     pub mode: u32,
-    /// vgpuctl's own record (`record`), not an engine's config, with what changes in it in one line:
-    /// `--dry-run` notes that on stderr instead of printing the file with the configs on stdout.
+    /// A file of vgpu's own — vgpuctl's record (`record`), vgpu's config (`lower`) — not an engine's
+    /// config, with what changes in it in one line: `--dry-run` notes that on stderr instead of printing
+    /// the file with the configs on stdout.
     pub record: Option<String>,
     /// A folder configure created, removed when empty (a file of someone else's in it keeps it).
     pub dir: bool,

@@ -5,12 +5,14 @@ use super::api::{Context, DynEngine, Install};
 use super::change::{apply, preview, Change};
 use super::error::{EngineError, Result};
 use super::files::Disk;
+use super::lower;
 use super::record;
 use super::registry::{find, ENGINES};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use std::collections::BTreeSet;
 use std::io::Write;
+use std::path::Path;
 
 const CONFIGURE_ABOUT: &str =
     "Add the vgpu runtime (Docker, containerd, CRI-O) or hooks (Podman) to the engine's config.";
@@ -82,6 +84,17 @@ fn verb(name: &'static str, configure: bool) -> Command {
          it is). Unconfigure never removes such an entry. containerd: a vgpu handler in an imported file is \
          never edited; --force lets vgpu's drop-in override one read before it, never one read after",
     ));
+    cmd = cmd.arg(
+        Arg::new("no_nvidia_lower_runtime")
+            .long("no-nvidia-lower-runtime")
+            .action(ArgAction::SetTrue)
+            .help(
+                "Docker, containerd, CRI-O: leave lower_runtime in vgpu's config as it is. By default, where \
+                 NVIDIA's runtime is installed (/usr/bin, /usr/local/bin, /usr/sbin, the GPU Operator's \
+                 /usr/local/nvidia/toolkit, the PATH) and lower_runtime is unset, runc or NVIDIA's by name, \
+                 configure writes its absolute path there, so that NVIDIA's GPU injection still happens under vgpu",
+            ),
+    );
     Install::augment_args(cmd)
         .about(CONFIGURE_ABOUT)
         .long_about(CONFIGURE_LONG)
@@ -196,10 +209,33 @@ impl RuntimeCmd {
         // Held from reading the files to writing them: runs at once keep each other's changes.
         let _lock = (!dry_run).then(|| record::lock(&record)).transpose()?;
         if configure {
-            let changes = engine.configure(m, &cx)?;
+            let mut changes = engine.configure(m, &cx)?;
+            // NVIDIA's runtime under the shim (`lower`): the engines the shim serves, not Podman's hooks.
+            let lower = (engine.name() != "podman" && !m.get_flag("no_nvidia_lower_runtime"))
+                .then(|| {
+                    lower::change(
+                        &Disk,
+                        &vgpu_host::config::Config::path().0,
+                        &lower::search_dirs(std::env::var("PATH").ok().as_deref()),
+                    )
+                })
+                .flatten();
+            let nvidia_found = lower.is_some()
+                || Path::new(&vgpu_host::config::Config::lower_runtime_despite_errors())
+                    .file_name()
+                    .is_some_and(|n| n == lower::NVIDIA_RUNTIME);
+            if let Some((change, line)) = lower {
+                changes.push(change);
+                if !dry_run {
+                    eprintln!("{line}");
+                }
+            }
             finish(&changes, dry_run, engine, "configured", out)?;
             for n in engine.notes(m, &cx) {
-                eprintln!("{n}");
+                // The advice to run NVIDIA's runtime underneath is taken already.
+                if !(nvidia_found && n.contains(lower::NVIDIA_RUNTIME)) {
+                    eprintln!("{n}");
+                }
             }
             Ok(())
         } else {

@@ -48,25 +48,28 @@ impl ContainerEngine for Docker {
         let c = configure(&cfg, current.as_deref(), &s)?;
         let mut changes = Vec::new();
         // What --set-as-default replaced, unless an earlier configure (this vgpuctl's or an older one's)
-        // already remembers it.
-        if let Some(prev) = c.replaced_default {
-            if prior.is_none() && legacy.is_none() {
-                let entry = record::Entry {
-                    previous_default: Some(record::PreviousDefault {
-                        name: prev,
-                        toml: None,
-                    }),
-                    ..record::Entry::new(self.name(), &cfg)
-                };
-                let name = self.name();
-                changes.extend(record::change(
-                    cx.record,
-                    rec_text.as_deref(),
-                    name,
-                    &cfg,
-                    Some(entry),
-                )?);
-            }
+        // already remembers it; and that there was no daemon.json, so that unconfigure removes the one it
+        // made rather than leave `{}`.
+        let created = current.is_none() && prior.is_none();
+        let replaced = c
+            .replaced_default
+            .filter(|_| prior.is_none() && legacy.is_none());
+        if created || replaced.is_some() {
+            let entry = record::Entry {
+                previous_default: replaced.map(|prev| record::PreviousDefault {
+                    name: prev,
+                    toml: None,
+                }),
+                created_config: created,
+                ..record::Entry::new(self.name(), &cfg)
+            };
+            changes.extend(record::change(
+                cx.record,
+                rec_text.as_deref(),
+                self.name(),
+                &cfg,
+                Some(entry),
+            )?);
         }
         // The record first: a crash between the two leaves a record unconfigure can use.
         changes.extend(c.changes);
@@ -84,6 +87,17 @@ impl ContainerEngine for Docker {
             None => legacy.as_deref().and_then(read_legacy),
         };
         let mut changes = unconfigure(&cfg, current.as_deref(), prev.as_deref())?;
+        // A daemon.json configure created that holds nothing else now goes, as there was none.
+        let created = prior.as_ref().is_some_and(|e| e.created_config);
+        for c in changes.iter_mut().filter(|c| created && c.path == cfg) {
+            let empty = c
+                .contents
+                .as_deref()
+                .and_then(|t| serde_json::from_str::<serde_json::Map<String, Value>>(t).ok());
+            if empty.is_some_and(|m| m.is_empty()) {
+                *c = Change::remove(cfg.clone());
+            }
+        }
         if legacy.is_some() {
             changes.push(Change::remove(legacy_path));
         }

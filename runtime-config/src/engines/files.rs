@@ -18,6 +18,8 @@ pub trait Files {
     fn list(&self, dir: &Path) -> Result<Vec<PathBuf>>;
     /// The stdout of `program --version`; None when it cannot be run.
     fn version_output(&self, program: &str) -> Option<String>;
+    /// Whether `path` is a file someone may run (a mode with an execute bit).
+    fn is_executable(&self, path: &Path) -> bool;
 }
 
 /// Glob matching as Go's `filepath.Glob`: `*` does not cross `/`, and matches a leading dot.
@@ -58,6 +60,10 @@ impl Files for Disk {
     }
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+    fn is_executable(&self, path: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     }
     fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         let mut names = match std::fs::read_dir(dir) {
@@ -154,6 +160,10 @@ impl Files for MemFiles {
     }
     fn version_output(&self, program: &str) -> Option<String> {
         self.versions.get(program).cloned()
+    }
+    /// Every file of the map runs.
+    fn is_executable(&self, path: &Path) -> bool {
+        self.files.contains_key(path)
     }
 }
 

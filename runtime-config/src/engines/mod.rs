@@ -27,6 +27,7 @@ pub mod docker;
 pub mod error;
 pub mod files;
 pub mod hooks;
+pub mod lower;
 pub mod ownership;
 pub mod podman;
 pub mod record;

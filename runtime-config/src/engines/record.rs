@@ -76,6 +76,10 @@ pub struct Entry {
     /// unconfigure removes the folders from the hooks folder up to this one, each if empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks_dirs_created: Option<PathBuf>,
+    /// Docker: configure created `config` (there was no daemon.json); unconfigure removes it again when
+    /// nothing but vgpu's entry was ever in it, rather than leave a `{}` where there was no file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub created_config: bool,
 }
 
 impl Entry {
@@ -88,6 +92,7 @@ impl Entry {
             import_added: None,
             drop_in_dirs_created: None,
             hooks_dirs_created: None,
+            created_config: false,
         }
     }
     /// Whether it says anything (an entry that does not is not kept).
@@ -97,6 +102,7 @@ impl Entry {
             && self.import_added.is_none()
             && self.drop_in_dirs_created.is_none()
             && self.hooks_dirs_created.is_none()
+            && !self.created_config
     }
 }
 

@@ -57,8 +57,9 @@ pub struct SetAsDefault {
 /// should keep doing so underneath the vgpu shim, which hands over to `lower_runtime` (default runc).
 pub fn nvidia_note(config_text: Option<&str>) -> Vec<String> {
     if config_text.is_some_and(|t| t.contains("nvidia-container-runtime")) {
-        vec!["note: this engine's config names nvidia-container-runtime; so that NVIDIA's device injection \
-              still happens under vgpu, set lower_runtime = \"nvidia-container-runtime\" in /etc/vgpu/config.toml"
+        vec!["note: this engine's config names nvidia-container-runtime, and vgpu's lower_runtime is not it: so \
+              that NVIDIA's device injection still happens under vgpu, set lower_runtime to its absolute path in \
+              /etc/vgpu/config.toml (configure does, where it finds one and --no-nvidia-lower-runtime is not given)"
             .into()]
     } else {
         vec![]

@@ -66,6 +66,9 @@ pub struct Container {
     /// The name Docker gave it (asked of dockerd: `note_docker_names`), when Docker made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub docker_name: Option<String>,
+    /// The name Podman gave it (its containers/storage record: `note_podman_names`), when Podman made it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub podman_name: Option<String>,
     /// Live updates made to it (`vgpuctl update`), and the last one's time (Unix seconds).
     #[serde(skip_serializing_if = "is_zero")]
     pub updates: u64,
@@ -239,6 +242,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                 updated_at: None,
                 kubernetes: None,
                 docker_name: None,
+                podman_name: None,
                 error: Some(format!("not a container's state: {why}")),
                 gpus: vec![],
             },
@@ -250,6 +254,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                     updated_at: None,
                     kubernetes: None,
                     docker_name: None,
+                    podman_name: None,
                     error: None,
                     gpus: vec![],
                 };
@@ -288,6 +293,18 @@ impl Status {
             .filter(|c| c.kubernetes.is_none())
         {
             c.docker_name = names.get(&c.id).cloned();
+        }
+    }
+
+    /// Names the containers Podman knows by their id (`crate::containers::podman_names`); as with
+    /// Docker's, a Kubernetes container keeps its Kubernetes names.
+    pub fn note_podman_names(&mut self, names: &HashMap<String, String>) {
+        for c in self
+            .containers
+            .iter_mut()
+            .filter(|c| c.kubernetes.is_none())
+        {
+            c.podman_name = names.get(&c.id).cloned();
         }
     }
 

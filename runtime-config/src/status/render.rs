@@ -36,9 +36,12 @@ fn processes(ps: &[Process]) -> String {
         .join(",")
 }
 
-/// Kubernetes' `namespace/pod/container`, else Docker's name (which has no `/`), else `-`.
+/// Kubernetes' `namespace/pod/container`, else Docker's or Podman's name (neither has a `/`), else `-`.
 fn names(c: &Container) -> String {
-    match (&c.kubernetes, &c.docker_name) {
+    match (
+        &c.kubernetes,
+        c.docker_name.as_ref().or(c.podman_name.as_ref()),
+    ) {
         (Some(k), _) => format!(
             "{}/{}/{}",
             printable(&k.namespace),
@@ -106,7 +109,7 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         "BY KIND",
         "COMPUTE",
         "PIDS (HOST/INSIDE)",
-        "NAME (DOCKER, OR K8S NS/POD/CONTAINER)",
+        "NAME (DOCKER, PODMAN, OR K8S NS/POD/CONTAINER)",
     ]);
     for c in &s.containers {
         if let Some(e) = &c.error {

@@ -572,3 +572,42 @@ fn docker_containers_show_by_name() {
     assert!(line("kkkk").ends_with("  ml/p/c"), "{text}");
     assert!(!text.lines().any(|l| l.starts_with("victim")), "{text}");
 }
+
+// Issue 46 item 2: a Podman container showed as "-" (Podman writes no name into its spec); its name, from
+// Podman's containers/storage record, shows (a Kubernetes container keeps its Kubernetes names).
+#[test]
+fn podman_containers_show_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (_p, _c) = (
+        provision(&root, "pppp", uuid, 1 << 30),
+        provision(&root, "cccc", uuid, 1 << 30),
+    );
+    let mut s = collect(&root, &[]).unwrap();
+    s.note_podman_names(&[("pppp".to_string(), "trainer".to_string())].into());
+    let json = serde_json::to_value(&s).unwrap();
+    let json = |id: &str| {
+        json["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .cloned()
+    };
+    assert_eq!(json("pppp").unwrap()["podman_name"], "trainer");
+    assert!(json("cccc").unwrap().get("podman_name").is_none());
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let line = |id: &str| {
+        text.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        line("pppp").ends_with("  trainer") && line("cccc").ends_with("  -"),
+        "{text}"
+    );
+}

@@ -51,6 +51,9 @@ pub enum RunError {
     Limits(#[from] vgpu_ledger::LimitsError),
     #[error(transparent)]
     Admission(#[from] admission::AdmissionError),
+    /// The container reference fits no container, or several.
+    #[error(transparent)]
+    Reference(#[from] crate::containers::RefError),
     #[error("no container {id} under {root} (the environment-only mode has no state to update)")]
     NotProvisioned { id: String, root: String },
     #[error(
@@ -87,7 +90,10 @@ type Result<T, E = RunError> = std::result::Result<T, E>;
 /// `vgpuctl update`'s options.
 #[derive(Args, Debug)]
 pub struct UpdateArgs {
-    /// The container's id (as its engine knows it: the folder name under the state root's containers/).
+    /// The container: its id (the folder name under the state root's containers/), a unique prefix of it
+    /// (as `vgpuctl status` prints it), or its name: Kubernetes' (container, pod/container or
+    /// namespace/pod/container), Docker's or Podman's.
+    #[arg(value_name = "CONTAINER")]
     pub id: String,
     /// Change only the container's GPU of this index (its CUDA ordinal inside); default: every GPU.
     #[arg(long, value_name = "INDEX")]
@@ -197,8 +203,13 @@ impl UpdateArgs {
             self.compute_limit.as_deref(),
             self.compute_window.as_deref(),
         )?;
+        let id = crate::containers::resolve(
+            &self.id,
+            &crate::containers::known(&root, &self.id),
+            root.root(),
+        )?;
         let host = NvmlHost::new(&cfg.nvml_library);
-        let outcome = update(&root, Policy::of(&cfg), &self.id, &req, &host)?;
+        let outcome = update(&root, Policy::of(&cfg), &id, &req, &host)?;
         if self.json {
             serde_json::to_writer_pretty(&mut *out, &outcome)?;
             writeln!(out)?;

@@ -52,6 +52,11 @@ fn a_library_that_is_not_there_is_one_line_naming_it() {
         "{s}"
     );
     assert!(!s.contains('\n'));
+    // Issue 46: dlopen's own reason, not libloading's bare "dlopen failed".
+    assert!(
+        s.ends_with("dlopen failed: /nonexistent/libnvidia-ml.so.1: cannot open shared object file: No such file or directory"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -29,6 +29,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "vgpu.podPlacement" -}}
 nodeSelector:
   {{- toYaml .Values.nodeSelector | nindent 2 }}
+{{ include "vgpu.podScheduling" . }}
+{{- end }}
+{{- define "vgpu.podScheduling" -}}
 tolerations:
   {{- toYaml .Values.tolerations | nindent 2 }}
 {{- with .Values.affinity }}
@@ -41,5 +44,17 @@ priorityClassName: {{ . }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- define "vgpu.nodeConfig" -}}
+# Written by the vgpu installer DaemonSet from the chart's ConfigMap {{ .Release.Name }}-node-config: rewritten at
+# each install and helm upgrade, removed by its uninstall. lower_runtime is the node's, found by the installer.
+hook_path = "/usr/local/bin/vgpu-hook"
+library = "/usr/lib/vgpu/libvgpu.so"
+{{- with .Values.quota.default }}
+default_memory_limit = {{ . | quote }}
+{{- end }}
+{{- if .Values.quota.required }}
+require_memory_limit = true
 {{- end }}
 {{- end }}

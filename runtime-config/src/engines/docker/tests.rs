@@ -57,6 +57,54 @@ fn the_engine_records_the_replaced_default() {
     assert_eq!((disk.get(P), disk.get(R)), (Some(orig), None));
 }
 
+/// Issue 46: `dpkg -r` left `{}` where there was no daemon.json. configure records that it created the
+/// file; unconfigure removes it when nothing else was put in it, and keeps it when the operator added keys.
+#[test]
+fn a_daemon_json_configure_created_goes_at_unconfigure() {
+    use crate::engines::api::Install;
+    use crate::engines::files::MemFiles;
+    const R: &str = "/var/lib/vgpu/engines.json";
+    let install = Install::default();
+    let t = ConfigFile::default();
+    let set = SetAsDefault::default();
+    fn cx<'a>(d: &'a MemFiles, install: &'a Install) -> Context<'a> {
+        Context {
+            files: d,
+            record: Path::new(R),
+            install,
+            force: false,
+        }
+    }
+    for (added, kept) in [(None, false), (Some("  \"log-level\": \"warn\",\n"), true)] {
+        let mut disk = MemFiles::with(&[]);
+        let ch = Docker.configure(&t, &set, &cx(&disk, &install)).unwrap();
+        disk.apply(&ch);
+        assert!(
+            disk.get(R).unwrap().contains("\"created_config\": true"),
+            "{:?}",
+            disk.get(R)
+        );
+        if let Some(line) = added {
+            let text = disk
+                .get(P)
+                .unwrap()
+                .replacen("{\n", &format!("{{\n{line}"), 1);
+            disk.apply(&[Change::write(P.into(), text, 0o644)]);
+        }
+        let ch = Docker.unconfigure(&t, &cx(&disk, &install)).unwrap();
+        disk.apply(&ch);
+        assert_eq!(disk.get(P).is_some(), kept, "{:?}", disk.get(P));
+        assert_eq!(disk.get(R), None, "the record's entry goes");
+    }
+    // A daemon.json that was there, empty object and all, stays.
+    let mut disk = MemFiles::with(&[(P, "{}\n")]);
+    let ch = Docker.configure(&t, &set, &cx(&disk, &install)).unwrap();
+    disk.apply(&ch);
+    let ch = Docker.unconfigure(&t, &cx(&disk, &install)).unwrap();
+    disk.apply(&ch);
+    assert_eq!(disk.get(P), Some("{}\n"));
+}
+
 /// A `vgpu` runtime someone else defined (another runtime under that name) is refused by configure and
 /// left alone by unconfigure; --force replaces it with vgpu's.
 #[test]

@@ -1,0 +1,168 @@
+"""The Helm chart (packaging/helm/vgpu) under a real Helm: Helm v4's own library through helm-python-sdk
+(PyPI; no helm binary, no cluster). Lint, the values schema's refusals, the rendered objects
+(`helm template`), and what `helm upgrade` changes between two renderings (its rendered diff).
+Prints one line per check and `N passed, N failed`; run by tests/e2e/helm.test.sh.
+Usage: python3 chart_test.py CHART WORK"""
+
+import difflib
+import subprocess
+import sys
+
+import helm_python as helm
+import yaml
+
+CHART, WORK = sys.argv[1], sys.argv[2]
+PASSED = FAILED = 0
+
+
+def check(what, ok, detail=""):
+    global PASSED, FAILED
+    if ok:
+        PASSED += 1
+        print(f"  ok   {what}")
+    else:
+        FAILED += 1
+        print(f"  FAIL {what}")
+        for line in str(detail).splitlines()[:20]:
+            print(f"       | {line}")
+
+
+def render(values=None, **opts):
+    """The chart's objects as `helm template vgpu -n kube-system` renders them: {template: [docs]}."""
+    chart = helm.Chart.load(CHART)
+    out = chart.render(values or {}, name="vgpu", namespace="kube-system", **opts)
+    return {k.split("/")[-1]: [d for d in yaml.safe_load_all(v) if d] for k, v in out.items()}
+
+
+def objects(rendered):
+    return [d for docs in rendered.values() for d in docs]
+
+
+def one(rendered, kind, name):
+    found = [d for d in objects(rendered) if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {len(found)}"
+    return found[0]
+
+
+def validate(rendered, path, *extra):
+    with open(path, "w") as f:
+        yaml.safe_dump_all(objects(rendered), f)
+    r = subprocess.run(["kubernetes-validate", "--strict", "--quiet", *extra, path], capture_output=True, text=True)
+    return r.returncode == 0, r.stdout + r.stderr
+
+
+def sets(*assignments):
+    values = {}
+    for a in assignments:
+        for k, v in helm.parse_set_string(a).items():
+            node = values
+            while isinstance(v, dict) and k in node and isinstance(node[k], dict):
+                (k2, v2), = v.items()
+                node, k, v = node[k], k2, v2
+            node[k] = v
+    return values
+
+
+print("-- helm lint --strict (Helm", helm.helm_sdk_version() + ")")
+for label, values, kube in [
+    ("the defaults, Kubernetes 1.25", {}, "v1.25.0"),
+    ("DRA on, Kubernetes 1.34", sets("dra.enabled=true"), "v1.34.0"),
+]:
+    r = helm.lint(CHART, values, strict=True, kube_version=kube)
+    bad = [m for m in r["messages"] if m["severity"] >= 2] + r["errors"]
+    check(f"lint: {label}", not bad, bad)
+meta = helm.Chart.load(CHART).metadata
+check("Chart.yaml: kubeVersion >=1.25 (docs/compatibility.md)", meta.get("kubeVersion") == ">=1.25.0-0", meta)
+
+print("-- values.schema.json: unknown keys and bad values are refused, with the key named")
+for assignment, named in [
+    ("engin=crio", "additional properties 'engin' not allowed"),
+    ("engine=cri-o", "/engine"),
+    ("quota.default=8GB", "/quota/default"),
+    ("quota.defualt=8Gi", "additional properties 'defualt' not allowed"),
+    ("monitor.port=70000", "/monitor/port"),
+    ("restart=sometimes", "/restart"),
+    ("mode=delete", "/mode"),
+    ("dra.nodeSelector=gpu", "/dra/nodeSelector"),
+    ("gc.intervalSeconds=0", "/gc/intervalSeconds"),
+]:
+    try:
+        render(helm.parse_set_string(assignment), is_install=True)
+        check(f"--set {assignment} is refused", False, "rendered")
+    except helm.HelmValuesError as e:
+        check(f"--set {assignment} is refused, naming {named}", named in str(e), e)
+for assignment in ["engine=crio", "quota.default=8Gi", "quota.default=512Mi", "monitor.port=9500", "mode=uninstall"]:
+    try:
+        render(helm.parse_set_string(assignment), is_install=True)
+        check(f"--set {assignment} renders", True)
+    except helm.HelmError as e:
+        check(f"--set {assignment} renders", False, e)
+
+print("-- helm template: the objects")
+d = render(is_install=True)
+ok, out = validate(d, f"{WORK}/defaults.yaml")
+check("the defaults validate (kubernetes-validate --strict)", ok, out)
+check("  ... a ConfigMap, the node DaemonSet, its uninstall hook and the RuntimeClass",
+      sorted((o["kind"], o["metadata"]["name"]) for o in objects(d))
+      == [("ConfigMap", "vgpu-node-config"), ("DaemonSet", "vgpu-node"), ("DaemonSet", "vgpu-uninstall-hook"),
+          ("RuntimeClass", "vgpu")], [(o["kind"], o["metadata"]["name"]) for o in objects(d)])
+node = one(d, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
+monitor = next(c for c in node["containers"] if c["name"] == "monitor")
+check("  ... the monitor gets NODE_NAME from the downward API (spec.nodeName)",
+      {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in monitor.get("env", []),
+      monitor.get("env"))
+install = node["initContainers"][0]
+check("  ... the installer reads the node policy from the ConfigMap",
+      {"name": "node-config", "mountPath": "/etc/vgpu-chart", "readOnly": True} in install["volumeMounts"]
+      and {"name": "node-config", "configMap": {"name": "vgpu-node-config"}} in node["volumes"]
+      and {"name": "VGPU_CHART_CONFIG", "value": "/etc/vgpu-chart/config.toml"} in install["env"], install)
+hook = one(d, "DaemonSet", "vgpu-uninstall-hook")
+check("  ... helm uninstall's pre-delete hook runs install.sh uninstall on the node DaemonSet's nodes",
+      hook["metadata"]["annotations"].get("helm.sh/hook") == "pre-delete"
+      and hook["spec"]["template"]["spec"]["initContainers"][0]["args"] == ["uninstall"]
+      and hook["spec"]["template"]["spec"]["nodeSelector"] == node["nodeSelector"], hook)
+nohook = render(sets("uninstallHook.enabled=false"), is_install=True)
+check("  ... uninstallHook.enabled=false: no hook",
+      [o["metadata"]["name"] for o in objects(nohook) if o["kind"] == "DaemonSet"] == ["vgpu-node"])
+dra = render(sets("dra.enabled=true"), is_install=True)
+ok, out = validate(dra, f"{WORK}/dra.yaml", "-k", "1.34.0")
+check("dra.enabled=true validates against Kubernetes 1.34", ok, out)
+plugin = one(dra, "DaemonSet", "vgpu-dra")["spec"]["template"]["spec"]
+check("  ... the DRA DaemonSet has its own node selector (vgpu.io/dra), not NVIDIA's",
+      plugin["nodeSelector"] == {"vgpu.io/dra": "true"} and plugin["tolerations"] == node["tolerations"],
+      plugin["nodeSelector"])
+pool = render(sets("dra.enabled=true", "dra.nodeSelector.pool=vgpu-dra"), is_install=True)
+check("  ... and takes dra.nodeSelector",
+      one(pool, "DaemonSet", "vgpu-dra")["spec"]["template"]["spec"]["nodeSelector"]
+      == {"vgpu.io/dra": "true", "pool": "vgpu-dra"})
+un = render(sets("mode=uninstall"), is_install=True)
+check("mode=uninstall: the uninstall DaemonSet alone",
+      [(o["kind"], o["metadata"]["name"]) for o in objects(un)] == [("DaemonSet", "vgpu-uninstall")],
+      [(o["kind"], o["metadata"]["name"]) for o in objects(un)])
+
+print("-- helm upgrade --set quota.default=8Gi --set quota.required=true: the rendered diff")
+before = render(is_install=True, revision=1)
+after = render(sets("quota.default=8Gi", "quota.required=true"), is_upgrade=True, revision=2)
+changed = {}
+for t in sorted(set(before) | set(after)):
+    a = yaml.safe_dump_all(before.get(t, []), sort_keys=True).splitlines()
+    b = yaml.safe_dump_all(after.get(t, []), sort_keys=True).splitlines()
+    diff = [l for l in difflib.unified_diff(a, b, t, t, lineterm="", n=0) if l[:1] in "+-" and l[:3] not in ("+++", "---")]
+    if diff:
+        changed[t] = diff
+for t, diff in changed.items():
+    print(f"     {t}:")
+    for line in diff:
+        print(f"       {line}")
+check("  ... changes the ConfigMap, the node DaemonSet and the stored uninstall hook's environment only",
+      sorted(changed) == ["cleanup-hook.yaml", "daemonset.yaml", "node-config.yaml"], sorted(changed))
+config = one(after, "ConfigMap", "vgpu-node-config")["data"]["config.toml"]
+check("  ... the node policy in the ConfigMap is the new one",
+      'default_memory_limit = "8Gi"\n' in config and "require_memory_limit = true\n" in config, config)
+check("  ... and the node DaemonSet's pod template changes, so its pods roll and the installer rewrites "
+      "each node's config from it",
+      any(l.strip().startswith("+") and "8Gi" in l for l in changed.get("daemonset.yaml", [])),
+      changed.get("daemonset.yaml"))
+
+print(f"helm: {PASSED} passed, {FAILED} failed")
+sys.exit(1 if FAILED else 0)
