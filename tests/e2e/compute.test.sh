@@ -470,8 +470,8 @@ ev_rate=$(awk '/compute trace/ { for (i = 1; i <= NF; i++) { if ($i == "launches
 check "a launch-bound loop inside a 99% share goes unmeasured: at most 0.05 event calls a launch ($ev_rate)" \
     awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.05) }'
 charged=$(bucket "$WORK/pu" charged_ns) n=$(bucket "$WORK/pu" launches)
-check "  ... and is charged its kernels' mean (80 us) less at most the floor's slack ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
-    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 76e3 && c / n <= 88e3) }'
+check "  ... and is charged its kernels' mean (80 us), less at most the floor's slack and NVML's rounding (10%) ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 72e3 && c / n <= 88e3) }'
 
 # --- bad input: one line naming the variable, CUDA refused ------------------------------------------------
 out=$(vg "$WORK/c9" 150 "$RT" info)
