@@ -65,8 +65,8 @@ pub mod env {
     pub const MEMORY_RESERVE: &str = "VGPU_MEMORY_RESERVE";
     /// The library's log level (diagnostics only; not a setting of the quota).
     pub const LOG_LEVEL: &str = "LIBCUDA_LOG_LEVEL";
-    /// `1`: every launch under a compute share is measured by events, none goes unmeasured while the
-    /// share has room (diagnostics and comparisons; it can only cost the process that sets it).
+    /// `0`: launches under a compute share may go unmeasured while the share has room (the driver's figure
+    /// charges them; opt-in until measured on a GPU). Unset or `1`: every launch measured by events.
     pub const COMPUTE_METERED: &str = "VGPU_COMPUTE_METERED";
     /// NVIDIA's device list, read to find the container's GPUs (never written).
     pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";

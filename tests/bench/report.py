@@ -90,7 +90,7 @@ def per_call_table(rows):
         notes.append(f"- {bench}: bare rounds {spread(bare)}; with libvgpu {spread(vgpu)}"
                      + (f"; no quota {spread(nolim)}" if nolim else "")
                      + (f"; under a 50% compute share (nothing in flight: one launch in eight timed, two events) {spread(sm)}" if sm else "")
-                     + (f"; under a 99% share (well inside it: unmeasured once NVML's figure of the process is read) {spread(sm99)}" if sm99 else "")
+                     + (f"; under a 99% share, unmeasured launches allowed (VGPU_COMPUTE_METERED=0) {spread(sm99)}" if sm99 else "")
                      + (f"; oversubscribed, turn gate with no arbiter {spread(over)}" if over else "")
                      + (f"; oversubscribed, the arbiter's Free {spread(free)}" if free else "")
                      + " (ns, median of each run)")

@@ -80,10 +80,10 @@ nolimit_env=(env -u CUDA_DEVICE_MEMORY_LIMIT "${common_env[@]}" LD_PRELOAD="$lib
 # The launch under a compute share (the throttled path: the fake's kernels take no time, so every launch
 # finds nothing in flight, one in eight is timed with two events, and nothing is held back).
 sm_env=(env "${vgpu_env[@]:1}" CUDA_DEVICE_SM_LIMIT=50)
-# The same under a 99% share: a loop well inside it goes unmeasured once the driver's figure of the process
-# is read (`compute::Share::meter`: the bucket can absorb the whole GPU until the next reading is charged),
+# The same under a 99% share with unmeasured launches allowed (VGPU_COMPUTE_METERED=0, opt-in): a loop well
+# inside it goes unmeasured once the driver's figure of the process is read (`compute::Share::meter`: the bucket can absorb the whole GPU until the next reading is charged),
 # and pays no event at all.
-sm99_env=(env "${vgpu_env[@]:1}" CUDA_DEVICE_SM_LIMIT=99 CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger-sm99")
+sm99_env=(env "${vgpu_env[@]:1}" CUDA_DEVICE_SM_LIMIT=99 VGPU_COMPUTE_METERED=0 CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger-sm99")
 # The launch on an oversubscribed GPU (the time-quanta turn gate, issue 29): with no arbiter (the ledger's
 # turn Unmanaged), and with the arbiter's Free written into the ledger (tests/e2e/lib/turn.py): one load of
 # the mode byte per launch either way.

@@ -167,12 +167,14 @@ check "  ... each replay charged about its 16 ms of kernels, the memsets next to
 # ~5.2 ms on average; read as two contexts sharing the GPU, each launch pays half of that (~2.6 ms), the
 # switching included, where its solo charge is at most 9/8 of 2 ms. Measured 2.34-2.45 ms a launch on
 # this 2-core machine (old and new libraries alike, lower under load); the bound stays above 9/8 x 2 ms.
+# Up to 3.6 ms: the floor charges what the fake NVML shows of the tenant, whose slices take in the switch
+# to it (3.3 ms a launch once in a full run).
 out=$(SWITCH=1500 tenant_beside ts4 module work $SECS)
 between "beside a busy neighbour with switches that lose time, eager kernels at 30% pay their part: under 30%" \
     "$(share "$out")" 15 27
 charged=$(bucket "$WORK/ts4" charged_ns); n=$(bucket "$WORK/ts4" launches)
 check "  ... each launch charged more than its solo 9/8 x 2 ms ($(( charged / n / 1000 )) us per launch)" \
-    awk -v c="$charged" -v n="$n" 'BEGIN { per = c / n; exit !(per >= 2.3e6 && per <= 3.2e6) }'
+    awk -v c="$charged" -v n="$n" 'BEGIN { per = c / n; exit !(per >= 2.3e6 && per <= 3.6e6) }'
 
 # Contexts switched between kernels (FAKE_CUDA_SLICE_BETWEEN), as an H100 does with short ones: a tenant's
 # start events then miss the neighbour's slices and switches before its kernels, and the pair loses time
@@ -457,18 +459,21 @@ check "  ... and the loop keeps >= 84% of its rate without a share ($n1 / $n0 la
 out=$(export "${pq[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pq2" 90 "$CC" pairs $SECS 30)
 between "the same launches queued a few deep (30 us of host time after each) at 90%: most go untimed" "$(untimed_pct "$out")" 60 100
 charged_pairs "$WORK/pq2"
-# The same loop at 99%, launches unmeasured by default: well inside its share (the bucket holds what it could
+# The same loop at 99% with unmeasured launches allowed (VGPU_COMPUTE_METERED=0; opt-in until measured on a
+# GPU): well inside its share (the bucket holds what it could
 # overdraw before the driver's next figure of it is charged, compute/meter.rs), it pays no event at all and
 # the floor charges what NVML saw (compute/truth.rs). Measured launch by launch (VGPU_COMPUTE_METERED=1) the
 # same loop made 0.34 records and 0.5 queries a launch and spent 2.6 us of library time on each; unmeasured,
-# 0.006, 0.008 and 0.7 us, charged 78.8 us a launch against its kernels' 80 (the floor's slack: 1-2%).
+# 0.006, 0.008 and 0.7 us, charged 78.8 us a launch against its kernels' 80 (the floor's slack: 1-2%); on a
+# loaded machine up to ~0.08 event calls a launch (the first measured ones, and flips back while the bucket
+# dips below its headroom).
 pu=("${pq[@]/VGPU_COMPUTE_METERED=1/VGPU_COMPUTE_METERED=0}")
 out=$(export "${pu[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pu" 99 "$CC" pairs $SECS 70)
 ev_rate=$(awk '/compute trace/ { for (i = 1; i <= NF; i++) { if ($i == "launches") l += $(i + 1)
                                    if ($i == "records" || $i == "queries") e += $(i + 1) } }
                END { printf "%.3f", (l > 0 ? e / l : -1) }' <<<"$out")
-check "a launch-bound loop inside a 99% share goes unmeasured: at most 0.05 event calls a launch ($ev_rate)" \
-    awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.05) }'
+check "a launch-bound loop inside a 99% share, unmeasured launches allowed (VGPU_COMPUTE_METERED=0), goes unmeasured: at most 0.15 event calls a launch ($ev_rate)" \
+    awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.15) }'
 charged=$(bucket "$WORK/pu" charged_ns) n=$(bucket "$WORK/pu" launches)
 check "  ... and is charged its kernels' mean (80 us), less at most the floor's slack and NVML's rounding (10%) ($((charged / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
     awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 72e3 && c / n <= 88e3) }'

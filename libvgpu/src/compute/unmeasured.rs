@@ -54,9 +54,8 @@ impl Share {
     pub(super) fn meter(&self, tokens: i64) {
         let (truth, m) = (&self.busy.truth, &self.meter);
         let headroom = (PPM - self.rate.ppm().min(PPM)) * (UNMETERED_READ_NS + NVML_LAG_NS) / PPM;
-        let free = !m.always
+        let free = m.allowed
             && truth.active()
-            && !truth.suspect()
             && m.measured.load(Ordering::Relaxed) >= CONVERGED
             && tokens >= headroom as i64;
         if m.unmeasured.swap(free, Ordering::Relaxed) != free && trace::on() {

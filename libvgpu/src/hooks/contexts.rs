@@ -248,6 +248,9 @@ impl<D: Driver> Interposer<'_, D> {
     ) -> CUresult {
         let q = match self.ctx_quota(pctx.cast(), dev) {
             Ok(q) => q,
+            Err(None) if !self.drv.primary_active(dev) => {
+                return self.learn_pid_around(pctx.cast(), dev, retain)
+            }
             Err(None) => return retain(),
             Err(Some(e)) => return e.cuda(),
         };
