@@ -102,10 +102,12 @@ print("-- helm template: the objects")
 d = render(is_install=True)
 ok, out = validate(d, f"{WORK}/defaults.yaml")
 check("the defaults validate (kubernetes-validate --strict)", ok, out)
-check("  ... a ConfigMap, the node DaemonSet, its uninstall hook and the RuntimeClass",
+check("  ... kube-rbac-proxy's RBAC and service account, a ConfigMap, the node DaemonSet, its uninstall hook and the RuntimeClass",
       sorted((o["kind"], o["metadata"]["name"]) for o in objects(d))
-      == [("ConfigMap", "vgpu-node-config"), ("DaemonSet", "vgpu-node"), ("DaemonSet", "vgpu-uninstall-hook"),
-          ("RuntimeClass", "vgpu")], [(o["kind"], o["metadata"]["name"]) for o in objects(d)])
+      == [("ClusterRole", "vgpu-metrics-reader"), ("ClusterRole", "vgpu-rbac-proxy"),
+          ("ClusterRoleBinding", "vgpu-rbac-proxy"), ("ConfigMap", "vgpu-node-config"), ("DaemonSet", "vgpu-node"),
+          ("DaemonSet", "vgpu-uninstall-hook"), ("RuntimeClass", "vgpu"), ("ServiceAccount", "vgpu-node")],
+      [(o["kind"], o["metadata"]["name"]) for o in objects(d)])
 node = one(d, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
 monitor = next(c for c in node["containers"] if c["name"] == "monitor")
 check("  ... the monitor gets NODE_NAME from the downward API (spec.nodeName)",
