@@ -53,9 +53,11 @@ impl Share {
     /// with the bucket's level `tokens`.
     pub(super) fn meter(&self, tokens: i64) {
         let (truth, m) = (&self.busy.truth, &self.meter);
+        if !m.allowed {
+            return; // the default: nothing to decide, and no write per launch
+        }
         let headroom = (PPM - self.rate.ppm().min(PPM)) * (UNMETERED_READ_NS + NVML_LAG_NS) / PPM;
-        let free = m.allowed
-            && truth.active()
+        let free = truth.active()
             && m.measured.load(Ordering::Relaxed) >= CONVERGED
             && tokens >= headroom as i64;
         if m.unmeasured.swap(free, Ordering::Relaxed) != free && trace::on() {

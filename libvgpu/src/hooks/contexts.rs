@@ -105,10 +105,10 @@ impl<D: Driver> Interposer<'_, D> {
         dev: CUdevice,
         create: impl FnOnce() -> CUresult,
     ) -> CUresult {
-        if out.is_null() || self.drv.unlimited() || exiting() || self.nvml_pid().is_some() {
+        if out.is_null() {
             return create();
         }
-        let Some(uuid) = crate::compute::shared_uuid(dev) else {
+        let Some(uuid) = self.pid_to_learn(dev) else {
             return create();
         };
         let before = self.drv.device_processes(&uuid);
@@ -119,6 +119,16 @@ impl<D: Driver> Interposer<'_, D> {
             self.discover((&mut b, &before), (&mut a, &after));
         }
         r
+    }
+
+    /// The UUID of `dev` when this process's NVML PID is still to be learned for a compute share there
+    /// (a limit applies, the PID is unknown, the device is under a share); None otherwise, after at most
+    /// loads and the configuration's lookup, no driver call unless a share applies.
+    fn pid_to_learn(&self, dev: CUdevice) -> Option<String> {
+        if self.drv.unlimited() || exiting() || self.nvml_pid().is_some() || crate::compute::off() {
+            return None;
+        }
+        crate::compute::shared_uuid(dev)
     }
 
     /// Where to read the device's free memory before a context is created without NVML: a context of
@@ -248,7 +258,8 @@ impl<D: Driver> Interposer<'_, D> {
     ) -> CUresult {
         let q = match self.ctx_quota(pctx.cast(), dev) {
             Ok(q) => q,
-            Err(None) if !self.drv.primary_active(dev) => {
+            // Only a share's process whose NVML PID is unknown asks whether the retain creates the context.
+            Err(None) if self.pid_to_learn(dev).is_some() && !self.drv.primary_active(dev) => {
                 return self.learn_pid_around(pctx.cast(), dev, retain)
             }
             Err(None) => return retain(),
