@@ -65,3 +65,76 @@ impl Meter {
         self.unmeasured.load(Ordering::Relaxed)
     }
 }
+
+/// Whether launches go (or stay) unmeasured with the bucket at `tokens` and the rule's `headroom` (ns):
+/// they go once the bucket holds the headroom, and come back to measured only when it has fallen to half
+/// of it. Without the hysteresis a loop whose bucket hovered about the headroom flipped every few
+/// milliseconds on an H200 (486 times each way in 5 s at 99%, where the bucket holds at most 9.9 ms and the
+/// headroom is 7.5), each flip back paying events and teaching the debit from a mixed interval. What falls
+/// below the headroom meanwhile is a debt the bucket repays with naps: the overdraw stays bounded.
+pub(super) fn goes_unmeasured(unmeasured_now: bool, tokens: i64, headroom: u64) -> bool {
+    let need = if unmeasured_now {
+        headroom / 2
+    } else {
+        headroom
+    };
+    tokens >= need.min(i64::MAX as u64) as i64
+}
+
+/// What an unmeasured launch is debited after a reading: nine tenths of what the `n` unmeasured launches
+/// since the last one took (their debits and the floor's `short`), never more than measured launches
+/// cost on average (`measured`, 0: none yet). A reading whose samples came late makes up an earlier
+/// interval's shortfall, and taught from it alone the debit overshot (102 µs a launch for 80 µs kernels on
+/// the fake driver); what the cap leaves short, the floor charges. None: no unmeasured launch to learn
+/// from.
+pub(super) fn learned_debit(debited: u64, short: u64, n: u64, measured: u64) -> Option<u64> {
+    let each = debited.saturating_add(short).checked_div(n)?;
+    let learned = each - each / 10;
+    let capped = if measured > 0 {
+        learned.min(measured)
+    } else {
+        learned
+    };
+    Some(capped.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_hovering_about_the_headroom_does_not_flip_the_mode_at_every_launch() {
+        let headroom = 7_500_000;
+        // The level an H200's 99% loop showed: between 0.6 and 1.1 of the headroom, over and over.
+        let levels = (0..200).map(|i| if i % 2 == 0 { 8_250_000 } else { 4_500_000 });
+        let (mut now, mut flips) = (false, 0);
+        for t in levels {
+            let next = goes_unmeasured(now, t, headroom);
+            flips += usize::from(next != now);
+            now = next;
+        }
+        assert_eq!(flips, 1, "into unmeasured once, and it stays");
+        assert!(
+            !goes_unmeasured(true, 3_000_000, headroom),
+            "below half: measured again"
+        );
+        assert!(
+            !goes_unmeasured(false, 7_000_000, headroom),
+            "not in before the headroom"
+        );
+    }
+
+    #[test]
+    fn the_debit_is_nine_tenths_of_what_unmeasured_launches_took_capped_at_the_measured_average() {
+        assert_eq!(learned_debit(80_000, 20_000, 1, 0), Some(90_000));
+        // a late reading's catch-up would teach 1.26x the kernels' time: the measured average caps it
+        assert_eq!(learned_debit(90_000, 50_000, 1, 80_000), Some(80_000));
+        assert_eq!(learned_debit(70_000, 0, 1, 80_000), Some(63_000));
+        assert_eq!(learned_debit(5, 0, 0, 80_000), None);
+        assert_eq!(
+            learned_debit(0, 0, 3, 80_000),
+            Some(1),
+            "0 means not learned: never stored"
+        );
+    }
+}

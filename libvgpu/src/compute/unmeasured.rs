@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use vgpu_ledger::region::PPM;
 
-use super::meter::{CONVERGED, NVML_LAG_NS, UNMETERED_READ_NS};
+use super::meter::{goes_unmeasured, learned_debit, CONVERGED, NVML_LAG_NS, UNMETERED_READ_NS};
 use super::{lock, mono_ns, trace, Share};
 use crate::ffi::*;
 use crate::log;
@@ -34,8 +34,9 @@ impl Share {
         self.busy.truth.set_suspect(short > 0 && !unmeasured);
         let n = m.count.swap(0, Ordering::Relaxed);
         let debited = m.debited.swap(0, Ordering::Relaxed);
-        if let Some(each) = (debited + short).checked_div(n) {
-            m.cost.store(each - each / 10, Ordering::Relaxed);
+        if let Some(cost) = learned_debit(debited, short, n, self.estimate.load(Ordering::Relaxed))
+        {
+            m.cost.store(cost, Ordering::Relaxed);
         }
         if short > 0 {
             self.area().charge(short);
@@ -59,7 +60,7 @@ impl Share {
         let headroom = (PPM - self.rate.ppm().min(PPM)) * (UNMETERED_READ_NS + NVML_LAG_NS) / PPM;
         let free = truth.active()
             && m.measured.load(Ordering::Relaxed) >= CONVERGED
-            && tokens >= headroom as i64;
+            && goes_unmeasured(m.unmeasured.load(Ordering::Relaxed), tokens, headroom);
         if m.unmeasured.swap(free, Ordering::Relaxed) != free && trace::on() {
             log::debug(format_args!(
                 "compute share: device {}: launches {}",
@@ -93,10 +94,14 @@ impl Share {
             m.ran.store(true, Ordering::Relaxed);
             m.count.fetch_add(1, Ordering::Relaxed);
             m.debited.fetch_add(ns, Ordering::Relaxed);
-            self.area().settle_launches(ns, 0, 1);
+            let tokens = self.area().settle_launches(ns, 0, 1);
             self.busy.truth.booked(ns);
             if trace::on() {
-                self.trace.untimed(0);
+                // Counted as untimed at its debit, and the interval's line written from here too: a
+                // process whose launches all go unmeasured otherwise writes none.
+                self.trace.untimed(ns);
+                let gate = self.area().gate_closed();
+                self.trace.tick(mono_ns(), self.quota.ordinal, tokens, gate);
             }
         }
         self.spent(entered, driver, held);
