@@ -309,6 +309,9 @@ impl Share {
         }
         if held > 0 {
             self.area().held(held);
+            if self.meter.allowed {
+                self.meter.held_at.store(mono_ns(), Ordering::Relaxed);
+            }
         }
         held
     }

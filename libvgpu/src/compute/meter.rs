@@ -42,6 +42,8 @@ pub struct Meter {
     pub(super) debited: AtomicU64,
     /// Launches charged from their events so far.
     pub measured: AtomicU64,
+    /// When a launching thread was last held back (mono ns; 0: never).
+    pub(super) held_at: AtomicU64,
     /// `VGPU_COMPUTE_METERED=0`: launches may go unmeasured (opt-in; otherwise every launch is measured).
     pub(super) allowed: bool,
 }
@@ -55,6 +57,7 @@ impl Meter {
             count: AtomicU64::new(0),
             debited: AtomicU64::new(0),
             measured: AtomicU64::new(0),
+            held_at: AtomicU64::new(0),
             allowed: std::env::var_os(vgpu_ledger::keys::env::COMPUTE_METERED)
                 .is_some_and(|v| v == "0"),
         }
@@ -72,14 +75,27 @@ impl Meter {
 /// milliseconds on an H200 (486 times each way in 5 s at 99%, where the bucket holds at most 9.9 ms and the
 /// headroom is 7.5), each flip back paying events and teaching the debit from a mixed interval. What falls
 /// below the headroom meanwhile is a debt the bucket repays with naps: the overdraw stays bounded.
-pub(super) fn goes_unmeasured(unmeasured_now: bool, tokens: i64, headroom: u64) -> bool {
+///
+/// And never within `CALM_NS` of a nap (`since_held_ns`): a process held back is at its share, not inside
+/// it. A saturating loop's naps refill its bucket past the headroom, so on the bucket alone it flipped
+/// in, drained it unmeasured and flipped back (326 times each way in 5 s on an H200, with the hysteresis),
+/// and ran at 0.77x of its measured rate.
+pub(super) fn goes_unmeasured(
+    unmeasured_now: bool,
+    tokens: i64,
+    headroom: u64,
+    since_held_ns: u64,
+) -> bool {
     let need = if unmeasured_now {
         headroom / 2
     } else {
         headroom
     };
-    tokens >= need.min(i64::MAX as u64) as i64
+    since_held_ns >= CALM_NS && tokens >= need.min(i64::MAX as u64) as i64
 }
+
+/// How long after a nap launches stay measured.
+pub(super) const CALM_NS: u64 = 1_000_000_000;
 
 /// What an unmeasured launch is debited after a reading: nine tenths of what the `n` unmeasured launches
 /// since the last one took (their debits and the floor's `short`), never more than measured launches
@@ -109,19 +125,33 @@ mod tests {
         let levels = (0..200).map(|i| if i % 2 == 0 { 8_250_000 } else { 4_500_000 });
         let (mut now, mut flips) = (false, 0);
         for t in levels {
-            let next = goes_unmeasured(now, t, headroom);
+            let next = goes_unmeasured(now, t, headroom, u64::MAX);
             flips += usize::from(next != now);
             now = next;
         }
         assert_eq!(flips, 1, "into unmeasured once, and it stays");
         assert!(
-            !goes_unmeasured(true, 3_000_000, headroom),
+            !goes_unmeasured(true, 3_000_000, headroom, u64::MAX),
             "below half: measured again"
         );
         assert!(
-            !goes_unmeasured(false, 7_000_000, headroom),
+            !goes_unmeasured(false, 7_000_000, headroom, u64::MAX),
             "not in before the headroom"
         );
+    }
+
+    #[test]
+    fn a_process_held_back_in_the_last_second_stays_measured_whatever_its_bucket() {
+        let headroom = 7_500_000;
+        assert!(
+            !goes_unmeasured(false, 9_900_000, headroom, 10_000_000),
+            "a nap 10 ms ago"
+        );
+        assert!(
+            !goes_unmeasured(true, 9_900_000, headroom, 999_999_999),
+            "back to measured at once"
+        );
+        assert!(goes_unmeasured(false, 9_900_000, headroom, CALM_NS));
     }
 
     #[test]

@@ -60,7 +60,12 @@ impl Share {
         let headroom = (PPM - self.rate.ppm().min(PPM)) * (UNMETERED_READ_NS + NVML_LAG_NS) / PPM;
         let free = truth.active()
             && m.measured.load(Ordering::Relaxed) >= CONVERGED
-            && goes_unmeasured(m.unmeasured.load(Ordering::Relaxed), tokens, headroom);
+            && goes_unmeasured(
+                m.unmeasured.load(Ordering::Relaxed),
+                tokens,
+                headroom,
+                mono_ns().saturating_sub(m.held_at.load(Ordering::Relaxed)),
+            );
         if m.unmeasured.swap(free, Ordering::Relaxed) != free && trace::on() {
             log::debug(format_args!(
                 "compute share: device {}: launches {}",
