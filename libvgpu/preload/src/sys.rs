@@ -143,14 +143,23 @@ pub fn report_missing_core(path: &[u8]) {
             }
         },
     };
+    // One write(2): in parts, another thread's or the program's own output came between them.
+    let mut line = [0u8; 1024];
+    let mut n = 0;
     for part in [
         &b"vgpu: cannot load the quota engine "[..],
         path,
         b": ",
         err,
-        b"; CUDA and NVML calls will fail\n",
     ] {
-        // SAFETY: writing a byte slice to stderr.
-        unsafe { write(2, part.as_ptr().cast(), part.len()) };
+        let take = part.len().min(line.len() - TAIL.len() - n);
+        line[n..n + take].copy_from_slice(&part[..take]);
+        n += take;
     }
+    line[n..n + TAIL.len()].copy_from_slice(TAIL);
+    n += TAIL.len();
+    // SAFETY: writing `n` initialised bytes of a local buffer to stderr.
+    unsafe { write(2, line.as_ptr().cast(), n) };
 }
+
+const TAIL: &[u8] = b"; CUDA and NVML calls will fail\n";
