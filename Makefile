@@ -32,7 +32,8 @@ build: build-deps
 
 # The shipped interposer, two files that always travel together: libvgpu.so, the no_std preload front every
 # process loads, and libvgpu_core.so, the engine it loads beside itself on the first CUDA/NVML call.
-# zig links both against glibc 2.17 symbols only.
+# zig links both against glibc 2.17 symbols only. And libvgpu-single.so, the front carrying the engine
+# (loaded from a memfd where no libvgpu_core.so lies beside it): for a place that mounts one file (HAMi).
 libvgpu:
 	$(CARGO) zigbuild --release -p libvgpu --target $(ZIG_TARGET)
 	$(CARGO) zigbuild --release --manifest-path libvgpu/preload/Cargo.toml --target $(ZIG_TARGET) \
@@ -40,6 +41,10 @@ libvgpu:
 	@mkdir -p $(TARGET)/$(LIBVGPU_DIR)
 	cp $(TARGET)/$(VGPU_ARCH)-unknown-linux-gnu/release/libvgpu_core.so $(TARGET)/$(LIBVGPU_DIR)/libvgpu_core.so
 	cp $(TARGET)/preload/$(VGPU_ARCH)-unknown-linux-gnu/release/libvgpu.so $(TARGET)/$(LIBVGPU_DIR)/libvgpu.so
+	VGPU_ENGINE_PATH=$(abspath $(TARGET)/$(LIBVGPU_DIR)/libvgpu_core.so) $(CARGO) zigbuild --release \
+		--manifest-path libvgpu/preload/Cargo.toml --features embedded-engine --target $(ZIG_TARGET) \
+		--target-dir $(TARGET)/preload-single
+	cp $(TARGET)/preload-single/$(VGPU_ARCH)-unknown-linux-gnu/release/libvgpu.so $(TARGET)/$(LIBVGPU_DIR)/libvgpu-single.so
 
 # The fake driver under its real sonames.
 fake:
@@ -72,6 +77,9 @@ lint: build-deps
 	$(CARGO) fmt --manifest-path libvgpu/preload/Cargo.toml --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release --manifest-path libvgpu/preload/Cargo.toml --target-dir $(TARGET)/preload -- -D warnings
+	@# libvgpu-single.so's code too; any file stands in for the engine's bytes in a check.
+	VGPU_ENGINE_PATH=$(abspath libvgpu/preload/Cargo.toml) $(CARGO) clippy --release \
+		--manifest-path libvgpu/preload/Cargo.toml --features embedded-engine --target-dir $(TARGET)/preload-lint -- -D warnings
 
 test: build deps lint
 	$(CARGO) test --release --workspace

@@ -23,20 +23,22 @@
 #   (and /tmp/license, /usr/bin/vgpuvalidator only where the host has /usr/local/vgpu/license: not here).
 # HAMi's docker/vgpu-init.sh writes the host's ld.so.preload as "/usr/local/vgpu/libvgpu.so".
 #
-# What fails today, and why part of this suite stands in for a change of the library: vgpu's libvgpu.so is
-# a preload front that loads its engine, libvgpu_core.so, from the folder it was loaded from
-# (libvgpu/preload/src/sys.rs, sibling_path of dladdr's dli_fname). Under HAMi's mounts that folder,
-# /usr/local/vgpu, is the per-container folder, which holds no engine: CUDA is refused with one line
-# (never run unlimited). The cases marked "engine beside the front" put libvgpu_core.so into the
-# per-container host folder before the container starts, standing in for a library that finds its engine
-# (docs/engines/hami.md says what the library needs); everything else in them is HAMi's answer as above.
+# Which file goes where HAMi-core's was: libvgpu-single.so (`make libvgpu`), the preload front carrying its
+# engine. vgpu's libvgpu.so is a front that loads its engine, libvgpu_core.so, from the folder it was loaded
+# from (libvgpu/preload/src/sys.rs, sibling_path of dladdr's dli_fname); under HAMi's mounts that folder,
+# /usr/local/vgpu, is the per-container folder, which holds no engine. libvgpu-single.so loads the engine it
+# carries from a memfd instead (docs/engines/hami.md). The plain front there refuses CUDA with one line
+# (never run unlimited): the suite's first case.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
 . "$(dirname "$0")/lib/bundle.sh"
 t_init hami-compat
+SINGLE=$T/vgpu/libvgpu-single.so
+# The engine only for the libraries it needs (libpthread, libdl, ...): the rootfs gets them, as a real
+# image's glibc has them; it lands in the rootfs's library folder, never beside the mounted front.
 CORE=$T/vgpu/libvgpu_core.so
-t_require "$LIBVGPU" "$CORE" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1" "$CLIENTS_DIR/rt_client"
+t_require "$LIBVGPU" "$SINGLE" "$CORE" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1" "$CLIENTS_DIR/rt_client"
 command -v runc > /dev/null || { echo "hami-compat: runc is not installed"; exit 1; }
 GIB=1073741824
 MIB=1048576
@@ -44,16 +46,17 @@ GPU0=GPU-fa4ec0de-0000-4000-8000-000000000000
 
 ROOTFS=$WORK/rootfs
 rootfs_busybox "$ROOTFS"
-rootfs_add_libs "$ROOTFS" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1" "$CLIENTS_DIR"/* "$LIBVGPU" "$CORE"
+rootfs_add_libs "$ROOTFS" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1" "$CLIENTS_DIR"/* "$SINGLE" "$CORE"
 mkdir -p "$ROOTFS/usr/local/vgpu"
 FAKESTATE=$WORK/fakestate
 mkdir -p "$FAKESTATE" "$WORK/rt"
 # The node as HAMi's device plugin leaves it: its hook path (HOOK_PATH=/usr/local, here under $WORK), the
-# library HAMi-core's image would have copied there (vgpu's instead), the preload file vgpu-init.sh writes.
+# library HAMi-core's image would have copied there (vgpu's single-file build instead), the preload file
+# vgpu-init.sh writes.
 HOSTHOOK=$WORK/host/usr/local/vgpu
 VGPULOCK=$WORK/host/tmp/vgpulock
 mkdir -p "$HOSTHOOK/containers"
-cp "$LIBVGPU" "$HOSTHOOK/libvgpu.so"
+cp "$SINGLE" "$HOSTHOOK/libvgpu.so"
 echo /usr/local/vgpu/libvgpu.so > "$HOSTHOOK/ld.so.preload"
 on_exit 'for id in $(runc --root "$WORK/rt" list -q 2>/dev/null); do runc --root "$WORK/rt" delete -f "$id"; done'
 
@@ -91,34 +94,30 @@ hami_allocate() {
 }
 run_it() { runc --root "$WORK/rt" run --bundle "$B" "$ID" < /dev/null 2>&1; }
 
-echo "-- exactly HAMi's answer, vgpu's libvgpu.so alone where HAMi-core's was"
+echo "-- the plain front where HAMi-core's was: its engine is not beside it"
 CMD=(rt_client device 0 info fill 64Mi)
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000001 main 1024 0
+bundle_bind "$B" "$LIBVGPU" /usr/local/vgpu/libvgpu.so ro
 out=$(run_it)
-if [ "$(field total "$out")" = "$GIB" ]; then
-    pass "the container sees HAMi's 1024m as the GPU's size (the library found its engine)"
-else
-    check_match "never unlimited: CUDA is refused with one line naming the missing engine" \
-        'vgpu: cannot load the quota engine /usr/local/vgpu/libvgpu_core.so' "$out"
-    check_not "  ... and no allocation got through" grep -q 'op=fill .*bytes=[1-9]' <<< "$out"
-fi
+check_match "never unlimited: CUDA is refused with one line naming the missing engine" \
+    'vgpu: cannot load the quota engine /usr/local/vgpu/libvgpu_core.so' "$out"
+check_not "  ... and no allocation got through" grep -q 'op=fill .*bytes=[1-9]' <<< "$out"
 
-echo "-- HAMi's answer, engine beside the front (the library change's stand-in)"
+echo "-- exactly HAMi's answer, libvgpu-single.so where HAMi-core's was"
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000002 main 1024 0
-cp "$CORE" "$CDIR/libvgpu_core.so"
 out=$(run_it)
 check_eq "the container sees HAMi's CUDA_DEVICE_MEMORY_LIMIT_0=1024m as the GPU's size" "$(field total "$out")" "$GIB"
 check_eq "cuDeviceTotalMem = 1 GiB" "$(field devtotal "$out")" "$GIB"
 check_match "an allocation past it is refused with out-of-memory" 'op=fill .*err=CUDA_ERROR_OUT_OF_MEMORY' "$out"
 bytes=$(field bytes "$out")
 check "  ... after at most the 1 GiB HAMi's scheduler counted (${bytes:-?} bytes)" test "${bytes:-$((2 * GIB))}" -le "$GIB"
+check "  ... with no engine file in the container's folder (the one the library carries)" test ! -e "$CDIR/libvgpu_core.so"
 ledger=$(ls "$CDIR"/*.cache.$GPU0 2>/dev/null | head -1)
 check "the ledger is <CUDA_DEVICE_MEMORY_SHARED_CACHE>.<GPU uuid> in HAMi's per-container host folder" test -f "$ledger"
 check_eq "  ... created mode 0600 by the container's process" "$(stat -c %a "$ledger" 2>/dev/null)" 600
 
 echo "-- a non-root container user under HAMi's 0777 folder"
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000003 main 1024 0
-cp "$CORE" "$CDIR/libvgpu_core.so"
 bundle_jq "$B" '.process.user = {"uid": 65534, "gid": 65534}'
 out=$(run_it)
 check_eq "uid 65534 sees the 1 GiB too" "$(field total "$out")" "$GIB"
@@ -135,25 +134,21 @@ share_of() {
 }
 between() { if [ "$2" -ge "$3" ] && [ "$2" -le "$4" ]; then pass "$1 ($2%)"; else fail "$1: $2% not in [$3, $4]"; fi; }
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000004 main 4096 30 FAKE_CUDA_KERNEL_US=$KUS
-cp "$CORE" "$CDIR/libvgpu_core.so"
 out=$(run_it)
 between "a saturating launch loop at CUDA_DEVICE_SM_LIMIT=30 gets about 30% of the fake GPU" "$(share_of "$out")" 15 45
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000005 main 4096 30 FAKE_CUDA_KERNEL_US=$KUS GPU_CORE_UTILIZATION_POLICY=disable
-cp "$CORE" "$CDIR/libvgpu_core.so"
 out=$(run_it)
 between "GPU_CORE_UTILIZATION_POLICY=disable (HAMi's core limits off): not held back" "$(share_of "$out")" 70 100
 
 echo "-- CUDA_DISABLE_CONTROL=true: HAMi mounts no /etc/ld.so.preload, so nothing is enforced (as HAMi intends)"
 CMD=(rt_client device 0 info fill 64Mi)
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000006 main 1024 0 CUDA_DISABLE_CONTROL=true
-cp "$CORE" "$CDIR/libvgpu_core.so"
 check_not "the answer has no /etc/ld.so.preload mount" jq -e '.mounts | any(.destination == "/etc/ld.so.preload")' "$B/config.json"
 out=$(run_it)
 check_eq "the container sees the whole 16 GiB GPU" "$(field total "$out")" $((16 * GIB))
 bytes=$(field bytes "$out")
 check "  ... and allocates past HAMi's 1024m (${bytes:-?} bytes)" test "${bytes:-0}" -gt "$GIB"
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000007 main 1024 0 CUDA_DISABLE_CONTROL=false
-cp "$CORE" "$CDIR/libvgpu_core.so"
 out=$(run_it)
 check_eq "CUDA_DISABLE_CONTROL=false keeps the preload and the quota" "$(field total "$out")" "$GIB"
 

@@ -26,6 +26,12 @@ mod sys;
 /// The core's file name; it lives in the same folder as this object.
 const CORE_FILE: &[u8] = b"libvgpu_core.so\0";
 
+/// libvgpu-single.so's engine: the bytes of libvgpu_core.so, built with it (build.rs), loaded through a
+/// memfd when the folder holds none. File-backed and never touched otherwise, it costs a process that
+/// does not need it no memory; one that loads it keeps a private copy (the engine's size) in its memfd.
+#[cfg(feature = "embedded-engine")]
+static EMBEDDED_ENGINE: &[u8] = include_bytes!(env!("VGPU_EMBEDDED_ENGINE"));
+
 #[derive(Clone, Copy)]
 enum Family {
     Cuda,
@@ -234,6 +240,12 @@ fn core_handle() -> usize {
     let h = match sys::sibling_path(resolve as *const c_void, CORE_FILE, &mut path) {
         Some(p) => sys::dlopen_local(p),
         None => 0,
+    };
+    // libvgpu-single.so: no engine beside the front, the one it carries.
+    #[cfg(feature = "embedded-engine")]
+    let h = match h {
+        0 => sys::dlopen_image(EMBEDDED_ENGINE),
+        h => h,
     };
     if h == 0 {
         if CORE.swap(CORE_MISSING, Ordering::AcqRel) != CORE_MISSING {

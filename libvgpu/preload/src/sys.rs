@@ -127,6 +127,62 @@ pub fn dlopen_local(path: *const c_char) -> usize {
     unsafe { core::mem::transmute::<usize, DlopenFn>(dlopen)(path, RTLD_NOW | RTLD_LOCAL) as usize }
 }
 
+/// dlopen of an engine held in memory (`image`): written into a memfd and opened as /proc/self/fd/N
+/// (the descriptor closed at once; the mapping stays). 0 when the kernel has no memfd_create (before 3.17),
+/// a seccomp profile refuses it, /proc is not mounted or the loader refuses the image.
+#[cfg(feature = "embedded-engine")]
+pub fn dlopen_image(image: &[u8]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    const SYS_MEMFD_CREATE: core::ffi::c_long = 319;
+    #[cfg(target_arch = "aarch64")]
+    const SYS_MEMFD_CREATE: core::ffi::c_long = 279;
+    const MFD_CLOEXEC: core::ffi::c_uint = 1;
+    extern "C" {
+        fn syscall(n: core::ffi::c_long, ...) -> core::ffi::c_long;
+        fn close(fd: c_int) -> c_int;
+    }
+    // SAFETY: memfd_create(name, flags) with a NUL-terminated name; glibc's syscall() exists since long
+    // before the 2.17 floor, its memfd_create wrapper (2.27) does not.
+    let fd = unsafe { syscall(SYS_MEMFD_CREATE, c"libvgpu_core.so".as_ptr(), MFD_CLOEXEC) };
+    if fd < 0 || fd > c_int::MAX as core::ffi::c_long {
+        return 0;
+    }
+    let fd = fd as c_int;
+    let mut off = 0;
+    while off < image.len() {
+        let rest = &image[off..];
+        // SAFETY: writes the initialised bytes of `rest` to the memfd just created.
+        let n = unsafe { write(fd, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            // SAFETY: closes the descriptor this function opened.
+            unsafe { close(fd) };
+            return 0;
+        }
+        off += n as usize;
+    }
+    // "/proc/self/fd/<fd>\0"
+    let mut path = [0u8; 32];
+    let prefix = b"/proc/self/fd/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 10];
+    let (mut v, mut k) = (fd as u32, 0);
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..k].iter().rev().enumerate() {
+        path[prefix.len() + i] = *d;
+    }
+    let h = dlopen_local(path.as_ptr().cast());
+    // SAFETY: closes the descriptor this function opened; the loader keeps its own mapping.
+    unsafe { close(fd) };
+    h
+}
+
 /// One line on stderr: the core is missing, so CUDA and NVML calls will fail.
 pub fn report_missing_core(path: &[u8]) {
     let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
