@@ -69,6 +69,7 @@ fn renders_hami_and_vgpu_series_with_labels() {
         utilization: Some(0.25),
         processes: Some(vec![]),
         process_utilization: Some(vec![(10, 0.5), (11, 0.125), (99, 1.0)]),
+        ..Default::default()
     }];
     let wd = WatchdogView {
         events: vec![("over_quota", 2)],
@@ -370,6 +371,7 @@ fn hami_series_carry_hamis_labels_and_scale() {
         utilization: Some(0.37),
         processes: Some(vec![]),
         process_utilization: Some(vec![(10, 0.5)]),
+        ..Default::default()
     }];
     let text = render(&Scrape {
         build: BuildInfo::default(),
