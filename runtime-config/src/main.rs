@@ -148,10 +148,11 @@ fn run(cli: Cli) -> Result<()> {
             hook_path,
         }) => cdi_generate(&output, nvml_library, hook_path, &mut out),
         Cmd::Status { json, root } => {
-            // The GPUs' memory and addressing mode for the per-GPU totals, when NVML is there (status
-            // works without it).
-            let nvml = vgpu_host::config::Config::load()
-                .ok()
+            // The GPUs' memory and addressing mode for the per-GPU totals, and their memory no process's
+            // figure shows, when NVML is there (status works without it).
+            let cfg = vgpu_host::config::Config::load().ok();
+            let nvml = cfg
+                .as_ref()
                 .and_then(|c| vgpu_host::nvml::open(&c.nvml_library).ok());
             let gpus = nvml
                 .as_ref()
@@ -168,8 +169,23 @@ fn run(cli: Cli) -> Result<()> {
                     Some((g.uuid.clone(), mode))
                 })
                 .collect();
-            let mut status = vgpuctl::status::collect(&root.root()?, &physical)?;
+            let root = root.root()?;
+            let mut status = vgpuctl::status::collect(&root, &physical)?;
             status.note_addressing(&addressing);
+            if let Some(readings) = nvml.as_ref().and_then(|n| n.readings().ok()) {
+                // The threshold and tolerance the monitor uses ([monitor] of the config, else the defaults).
+                let table = cfg.as_ref().and_then(|c| c.monitor().ok());
+                let settings = vgpu_monitor::unattributed::Settings {
+                    threshold: table
+                        .and_then(|t| t.unattributed_threshold)
+                        .unwrap_or(vgpu_host::config::DEFAULT_UNATTRIBUTED_THRESHOLD),
+                    scans: 1,
+                    tolerance: table
+                        .and_then(|t| t.tolerance)
+                        .unwrap_or(vgpu_host::config::DEFAULT_TOLERANCE),
+                };
+                status.note_unattributed(&root, &readings, settings);
+            }
             docker_names(&mut status);
             if status.wants_names() {
                 let graphroot = vgpuctl::containers::podman_graphroot(
