@@ -6,7 +6,7 @@
 
 use crate::metrics::{self, WatchdogView};
 use crate::stderr::log;
-use crate::{docker, share_run, share_wall, turns, watchdog};
+use crate::{docker, share_run, share_wall, turns, unattributed, watchdog};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +22,8 @@ pub struct Monitor {
     root: StateRoot,
     nvml: Option<Box<dyn Nvml>>,
     pub(crate) policy: Policy,
+    /// When memory no process's figure shows is logged, and whose it likely is.
+    unattributed: unattributed::Settings,
     pub(crate) watch: Mutex<Watch>,
     /// The compute share's wall (off until `with_share_wall`).
     pub(crate) share: share_run::ShareRun,
@@ -54,6 +56,8 @@ pub(crate) struct Watch {
     pub(crate) passes: u64,
     /// What each pending shrink still allows, as the truth went down (`watchdog::Shrinks`).
     pub(crate) shrinks: watchdog::Shrinks,
+    /// Each GPU's unattributed memory, collection after collection (`unattributed::Episodes`).
+    pub(crate) unattributed: unattributed::Episodes,
 }
 
 /// One reading of everything: the state root, NVML and the attribution of NVML's processes.
@@ -61,6 +65,8 @@ pub struct Reading {
     pub containers: Vec<usage::ContainerState>,
     pub gpus: Option<Vec<GpuReading>>,
     pub truth: Truth,
+    /// Per GPU, its used memory that no process's figure shows (`unattributed`).
+    pub unattributed: Vec<unattributed::Remainder>,
     pub state_error: Option<String>,
 }
 
@@ -92,6 +98,10 @@ impl Monitor {
             root,
             nvml,
             policy,
+            unattributed: unattributed::Settings {
+                tolerance: policy.tolerance,
+                ..Default::default()
+            },
             watch: Mutex::new(Watch::default()),
             share,
             last: Mutex::new(None),
@@ -133,6 +143,14 @@ impl Monitor {
     ) -> Monitor {
         self.share =
             share_run::ShareRun::new(mode, settings, self.policy.kill).with_record(&self.root);
+        self
+    }
+
+    /// This monitor logging a GPU's unattributed memory past `threshold` once it lasted `scans`
+    /// collections (the holder is named past the watchdog's tolerance, which stays the policy's).
+    pub fn with_unattributed(mut self, threshold: u64, scans: u32) -> Monitor {
+        self.unattributed.threshold = threshold;
+        self.unattributed.scans = scans;
         self
     }
 
@@ -186,10 +204,17 @@ impl Monitor {
             procs::inspect,
             procs::own_ns(),
         );
+        let unattributed = unattributed::remainders(
+            &containers,
+            gpus.as_deref().unwrap_or_default(),
+            &truth,
+            self.unattributed,
+        );
         Reading {
             containers,
             gpus,
             truth,
+            unattributed,
             state_error,
         }
     }
@@ -207,6 +232,7 @@ impl Monitor {
         // Served before the pass logs anything: a finding in the log is never newer than the scrape.
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
         self.pass_on(&c.reading);
+        self.unattributed_pass(&c.reading);
         let r = &c.reading;
         let victims = self.share.pass(&r.containers, &r.truth, r.gpus.as_deref());
         self.kill_runaways(r, &victims, "the share wall");
@@ -265,6 +291,13 @@ impl Monitor {
             }),
         };
         metrics::render_with(&scrape, |reg| {
+            metrics::unattributed::register(
+                &self.node,
+                r.gpus.as_deref().unwrap_or_default(),
+                &r.containers,
+                &r.unattributed,
+                reg,
+            );
             if let Some(t) = &turns {
                 metrics::turns::register(
                     t,
@@ -279,6 +312,26 @@ impl Monitor {
                 );
             }
         })
+    }
+
+    /// Logs each GPU's unattributed memory that stayed past the threshold (`unattributed::Episodes`), counted
+    /// as the watchdog's `unattributed_memory` events. Nothing without NVML.
+    fn unattributed_pass(&self, r: &Reading) {
+        if r.gpus.is_none() {
+            return;
+        }
+        let mut w = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        for ev in w.unattributed.scan(&r.unattributed, self.unattributed) {
+            if let unattributed::Event::Began(_) = ev {
+                *w.events.entry("unattributed_memory").or_default() += 1;
+            }
+            log(&unattributed::describe(
+                &ev,
+                &r.unattributed,
+                &r.containers,
+                self.unattributed,
+            ));
+        }
     }
 
     fn watchdog_view(&self) -> WatchdogView {

@@ -2,10 +2,14 @@
 //! `vgpu_host::config`), then the command line over it, then the defaults. Not here: reading the file.
 
 use std::time::Duration;
-use vgpu_host::config::monitor::{interval, share_tolerance, share_wall, share_window, tolerance};
+use vgpu_host::config::monitor::{
+    interval, share_tolerance, share_wall, share_window, tolerance, unattributed_scans,
+    unattributed_threshold,
+};
 use vgpu_host::config::{
     MonitorConfig, MonitorConfigError, ShareWall, TurnsConfig, DEFAULT_INTERVAL, DEFAULT_LISTEN,
-    DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
+    DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE, DEFAULT_UNATTRIBUTED_SCANS,
+    DEFAULT_UNATTRIBUTED_THRESHOLD,
 };
 
 /// What the command line sets (each `None`/false where it does not).
@@ -22,6 +26,9 @@ pub struct Flags {
     pub share_window_seconds: Option<u64>,
     /// Points of the GPU's time.
     pub share_tolerance: Option<f64>,
+    /// A quantity, as typed.
+    pub unattributed_threshold: Option<String>,
+    pub unattributed_scans: Option<u64>,
 }
 
 /// The monitor's effective settings.
@@ -37,6 +44,10 @@ pub struct Settings {
     pub share_wall: ShareWall,
     pub share_window: Duration,
     pub share_tolerance: f64,
+    /// A GPU's used memory that no process's figure shows is logged past this many bytes, once it lasted
+    /// `unattributed_scans` collections.
+    pub unattributed_threshold: u64,
+    pub unattributed_scans: u32,
     /// HAMi's `node` label: `[monitor] node`, else `NODE_NAME`, else the host name.
     pub node: String,
     /// The time-quanta arbiter (`[monitor.turns]`).
@@ -99,8 +110,22 @@ impl Settings {
             Some(p) => share_tolerance(p)?,
             None => table.share_tolerance.unwrap_or(DEFAULT_SHARE_TOLERANCE),
         };
+        let threshold = match &flags.unattributed_threshold {
+            Some(t) => unattributed_threshold(t)?,
+            None => table
+                .unattributed_threshold
+                .unwrap_or(DEFAULT_UNATTRIBUTED_THRESHOLD),
+        };
+        let scans = match flags.unattributed_scans {
+            Some(n) => unattributed_scans(n)?,
+            None => table
+                .unattributed_scans
+                .unwrap_or(DEFAULT_UNATTRIBUTED_SCANS),
+        };
         Ok(Settings {
             turns: Turns::new(&table.turns),
+            unattributed_threshold: threshold,
+            unattributed_scans: scans,
             share_wall,
             share_window,
             share_tolerance,
@@ -173,6 +198,8 @@ mod tests {
             share_window: Some(Duration::from_secs(20)),
             share_tolerance: Some(2.0),
             node: Some("gpu-7".into()),
+            unattributed_threshold: Some(1 << 30),
+            unattributed_scans: Some(5),
             turns: TurnsConfig {
                 quantum: Some(Duration::from_secs(2)),
                 force: Some(true),
@@ -196,6 +223,10 @@ mod tests {
         );
         assert_eq!(s.node, "gpu-7");
         assert_eq!(
+            (s.unattributed_threshold, s.unattributed_scans),
+            (1 << 30, 5)
+        );
+        assert_eq!(
             node_name(Some("gpu-7"), Some("k8s-node".into())),
             "gpu-7",
             "the config wins"
@@ -216,6 +247,11 @@ mod tests {
             "the arbiter runs by default, 30 s turns"
         );
         assert_eq!(
+            (d.unattributed_threshold, d.unattributed_scans),
+            (256 << 20, 3),
+            "unattributed memory is logged past 256 MiB for 3 collections"
+        );
+        assert_eq!(
             (s.turns.enabled, s.turns.quantum.as_secs(), s.turns.force),
             (true, 2, true)
         );
@@ -233,8 +269,15 @@ mod tests {
             share_wall: Some("off".into()),
             share_window_seconds: Some(3),
             share_tolerance: Some(0.0),
+            unattributed_threshold: Some("64Mi".into()),
+            unattributed_scans: Some(1),
         };
         let s = Settings::new(&table, flags, "n").unwrap();
+        assert_eq!(
+            (s.unattributed_threshold, s.unattributed_scans),
+            (64 << 20, 1),
+            "the flags win"
+        );
         assert_eq!(
             (s.share_wall, s.share_window.as_secs(), s.share_tolerance),
             (ShareWall::Off, 3, 0.0)
@@ -276,6 +319,18 @@ mod tests {
             },
             Flags {
                 share_tolerance: Some(101.0),
+                ..Flags::default()
+            },
+            Flags {
+                unattributed_threshold: Some("256MB".into()),
+                ..Flags::default()
+            },
+            Flags {
+                unattributed_threshold: Some("lots".into()),
+                ..Flags::default()
+            },
+            Flags {
+                unattributed_scans: Some(0),
                 ..Flags::default()
             },
         ] {

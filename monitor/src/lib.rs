@@ -7,7 +7,8 @@
 //!   pass and the kill policy on that reading (`kill`); the HTTP server (`http`) answers `GET /metrics` from
 //!   the last reading, so a scrape costs the encoding alone (`vgpu_monitor_reading_age_seconds` says how old
 //!   it is);
-//! * the decisions: `watchdog` (over quota, pending shrinks, ledgers below the truth), the compute share's
+//! * the decisions: `watchdog` (over quota, pending shrinks, ledgers below the truth), `unattributed`
+//!   (each GPU's used memory that no process's figure shows, and the container that likely holds it), the compute share's
 //!   wall (`share_wall` its decisions, `share_run` its passes, `freezer` the cgroup writes, `frozen` the
 //!   walls' record of what they froze, thawed by the next start), the
 //!   time-quanta arbiter of oversubscribed GPUs (`turns`, a thread of its own);
@@ -38,6 +39,7 @@ pub mod share_run;
 pub mod share_wall;
 mod stderr;
 pub mod turns;
+pub mod unattributed;
 pub mod watchdog;
 
 pub use collector::{Collected, Monitor, Reading};

@@ -104,6 +104,14 @@ struct MonitorArgs {
     /// share_tolerance, else 5).
     #[arg(long, value_name = "POINTS")]
     share_tolerance: Option<f64>,
+    /// A GPU's used memory that no process's NVML figure shows is logged past this, e.g. 256Mi (default:
+    /// [monitor] unattributed_threshold, else 256Mi).
+    #[arg(long, value_name = "QUANTITY")]
+    unattributed_threshold: Option<String>,
+    /// ... once it stayed past the threshold this many collections in a row (default: [monitor]
+    /// unattributed_scans, else 3).
+    #[arg(long, value_name = "N")]
+    unattributed_scans: Option<u64>,
     /// Print one scrape on stdout and exit (no server, no watchdog).
     #[arg(long)]
     once: bool,
@@ -140,10 +148,11 @@ fn run(cli: Cli) -> Result<()> {
             hook_path,
         }) => cdi_generate(&output, nvml_library, hook_path, &mut out),
         Cmd::Status { json, root } => {
-            // The GPUs' memory and addressing mode for the per-GPU totals, when NVML is there (status
-            // works without it).
-            let nvml = vgpu_host::config::Config::load()
-                .ok()
+            // The GPUs' memory and addressing mode for the per-GPU totals, and their memory no process's
+            // figure shows, when NVML is there (status works without it).
+            let cfg = vgpu_host::config::Config::load().ok();
+            let nvml = cfg
+                .as_ref()
                 .and_then(|c| vgpu_host::nvml::open(&c.nvml_library).ok());
             let gpus = nvml
                 .as_ref()
@@ -160,8 +169,23 @@ fn run(cli: Cli) -> Result<()> {
                     Some((g.uuid.clone(), mode))
                 })
                 .collect();
-            let mut status = vgpuctl::status::collect(&root.root()?, &physical)?;
+            let root = root.root()?;
+            let mut status = vgpuctl::status::collect(&root, &physical)?;
             status.note_addressing(&addressing);
+            if let Some(readings) = nvml.as_ref().and_then(|n| n.readings().ok()) {
+                // The threshold and tolerance the monitor uses ([monitor] of the config, else the defaults).
+                let table = cfg.as_ref().and_then(|c| c.monitor().ok());
+                let settings = vgpu_monitor::unattributed::Settings {
+                    threshold: table
+                        .and_then(|t| t.unattributed_threshold)
+                        .unwrap_or(vgpu_host::config::DEFAULT_UNATTRIBUTED_THRESHOLD),
+                    scans: 1,
+                    tolerance: table
+                        .and_then(|t| t.tolerance)
+                        .unwrap_or(vgpu_host::config::DEFAULT_TOLERANCE),
+                };
+                status.note_unattributed(&root, &readings, settings);
+            }
             docker_names(&mut status);
             if status.wants_names() {
                 let graphroot = vgpuctl::containers::podman_graphroot(
@@ -269,6 +293,8 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         share_wall: a.share_wall,
         share_window_seconds: a.share_window,
         share_tolerance: a.share_tolerance,
+        unattributed_threshold: a.unattributed_threshold,
+        unattributed_scans: a.unattributed_scans,
     };
     let s = config::Settings::new(cfg.monitor()?, flags, &cfg.nvml_library)?;
     let root = a
@@ -285,6 +311,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         tolerance: s.share_tolerance / 100.0,
     };
     let mut m = Monitor::new(root.clone(), &s.nvml_library, policy)
+        .with_unattributed(s.unattributed_threshold, s.unattributed_scans)
         .with_share_wall(s.share_wall, share)
         .with_turns(vgpu_monitor::turns::run::Arbiter::new(
             s.turns,
@@ -307,12 +334,14 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     let listener = std::net::TcpListener::bind(&s.listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", s.listen))?;
     eprintln!(
-        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}; share wall {}, window {} s, tolerance {} points; turns {}",
+        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}; unattributed memory logged past {} for {} collections; share wall {}, window {} s, tolerance {} points; turns {}",
         listener.local_addr()?,
         root.root().display(),
         s.interval.as_secs(),
         vgpu_ledger::format_bytes(s.tolerance),
         if s.kill { "on" } else { "off" },
+        vgpu_ledger::format_bytes(s.unattributed_threshold),
+        s.unattributed_scans,
         s.share_wall.name(),
         s.share_window.as_secs(),
         s.share_tolerance,

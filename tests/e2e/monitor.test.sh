@@ -4,6 +4,9 @@
 # container process that bypasses the preload (the container renames /etc, so /etc/ld.so.preload is gone)
 # and allocates past its quota is reported (metric + one log line) and, under the kill policy, killed; a
 # container whose tenant zeroed its ledger is reported; a container within its quota is never touched.
+# Memory no process's NVML figure shows (issue 48: an export kept after its release, managed memory): the
+# GPU's unattributed remainder as a series, a log line once it lasted three collections and a line of
+# `vgpuctl status`, with the container that likely holds it when its ledger charges past its NVML figure.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -104,10 +107,72 @@ check "C still runs" running "$C"
 check_eq "A still holds its 556 MiB (NVML)" "$(series vgpu_container_gpu_memory_nvml_bytes "$LA")" $((556 * MIB))
 check_eq "only B was killed" "$(grep -c 'killed pid' "$WORK/killer.log")" 1
 
+echo "-- memory no process's NVML figure shows: the GPU's unattributed remainder, logged once it lasts"
+kill "$killer_PID"
+# The fake NVML's per-process figures leave managed memory out, as a GPU's do (tests/fake-driver.md).
+FAKE_NVML_PROCESS_OMITS_MANAGED=1 monitor_start unat && pass "monitor starts" || fail "monitor starts"
+U0=GPU-fa4ec0de-0000-4000-8000-000000000000
+HG="device_index=\"0\",device_uuid=\"$U0\""
+unattributed() { series vgpu_host_gpu_memory_unattributed_bytes "$HG"; }
+unattributed_is() { [ "$(unattributed)" = "$1" ]; }
+# backs_at_least N: the monitor has logged GPU 0's remainder back within the threshold N times.
+backs_at_least() { [ "$(grep -c "unattributed memory: GPU 0 ($U0): back to 0 B, within 256 MiB" "$WORK/unat.log")" -ge "$1" ]; }
+# gpu_status: vgpuctl status's line of GPU 0 in its unattributed memory table (the last line naming it).
+gpu_status() { FAKE_CUDA_STATE_DIR=$FAKESTATE FAKE_NVML_PROCESS_OMITS_MANAGED=1 "$VGPUCTL" status | grep "^$U0 " | tail -1; }
+check_eq "vgpu_host_gpu_memory_unattributed_bytes: 0 while every byte is a process's (A and C, 556 MiB each)" "$(unattributed)" 0
+check_eq "  ... beside the processes' figures" "$(series vgpu_host_gpu_memory_processes_bytes "$HG")" $((1112 * MIB))
+check_eq "  ... and the driver's reserve (none on the fake)" "$(series vgpu_host_gpu_memory_reserved_bytes "$HG")" 0
+# An export kept after its release: 512 MiB the device uses and no process lists.
+echo $((512 * MIB)) >"$FAKESTATE/unlisted-0"
+check "vgpu_host_gpu_memory_unattributed_bytes = 512 MiB" wait_for 5 unattributed_is $((512 * MIB))
+LINE="unattributed memory: GPU 0 \($U0\): 512 MiB in use that no process's NVML figure shows, past 256 MiB for 3 collections \(used 1.59 GiB, driver reserve 0 B, processes 1.09 GiB\); no container's ledger charges more than NVML shows for its processes: the holder is not known"
+check "the monitor logs it once it lasted three collections, no ledger explaining it" wait_for 10 grep -qE "$LINE" "$WORK/unat.log"
+check_match "vgpuctl status: GPU 0's 512 MiB past the threshold, holder unknown" \
+    " 1.59 GiB +0 B +1.09 GiB +512 MiB \(past the threshold\) +unknown$" "$(gpu_status)"
+check_match "vgpu_watchdog_events_total{finding=unattributed_memory} counts it" \
+    '^vgpu_watchdog_events_total\{finding="unattributed_memory"\} 1$' "$(scrape)"
+sleep 2
+check_eq "  ... logged once, not at every collection" "$(grep -c 'unattributed memory: GPU 0 .*in use that no process' "$WORK/unat.log")" 1
+rm -f "$FAKESTATE/unlisted-0"
+check "the descriptor closed: back to 0, logged" wait_for 5 backs_at_least 1
+check_eq "  ... vgpu_host_gpu_memory_unattributed_bytes 0" "$(unattributed)" 0
+
+echo "-- the likely holder: a container whose ledger charges past what NVML shows for its processes"
+new_bundle rt_client device 0 '!managed' 512Mi sleep 60
+bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_MEMORY_LIMIT=1G
+D=$ID
+shim run --bundle "$B" "$D" >"$WORK/d.out" 2>&1 &
+PD=$!
+check "container D allocated 512 MiB of managed memory" wait_for 20 grep -q 'op=managed .*rc=0' "$WORK/d.out"
+LD="container_id=\"$D\",vdevice_index=\"0\""
+d_charged_is() { [ "$(series vgpu_memory_used_bytes "$LD")" = "$1" ]; }
+check "D's ledger charges its context and the managed memory (768 MiB)" wait_for 5 d_charged_is $((768 * MIB))
+check_eq "  ... NVML's figure of its process leaves the managed memory out (256 MiB)" "$(series vgpu_container_gpu_memory_nvml_bytes "$LD")" $((256 * MIB))
+check "vgpu_host_gpu_memory_unattributed_bytes = 512 MiB" wait_for 5 unattributed_is $((512 * MIB))
+LINE="unattributed memory: GPU 0 \($U0\): 512 MiB in use .*; likely held by container $D, whose ledger charges 512 MiB more than NVML shows for its processes \(768 MiB against 256 MiB; its ledger: managed 512 MiB\)"
+check "the line names D as the likely holder" wait_for 10 grep -qE "$LINE" "$WORK/unat.log"
+check_eq "vgpu_container_gpu_memory_unattributed_likely_bytes for D = 512 MiB" \
+    "$(series vgpu_container_gpu_memory_unattributed_likely_bytes "$LD")" $((512 * MIB))
+out=$(scrape)
+check_eq "  ... and for no one else" "$(printf '%s\n' "$out" | grep -c '^vgpu_container_gpu_memory_unattributed_likely_bytes{')" 1
+check_match "vgpuctl status names D as the likely holder" \
+    " 512 MiB \(past the threshold\) +container ${D:0:12} \(-\): 512 MiB charged past NVML$" "$(gpu_status)"
+check_eq "vgpuctl status --json: D, 768 MiB charged, 256 MiB in NVML" \
+    "$(FAKE_CUDA_STATE_DIR=$FAKESTATE FAKE_NVML_PROCESS_OMITS_MANAGED=1 "$VGPUCTL" status --json | jq -c '.unattributed[0].likely_holders')" \
+    "[{\"container_id\":\"$D\",\"charged\":$((768 * MIB)),\"nvml\":$((256 * MIB)),\"likely\":$((512 * MIB))}]"
+plain kill "$D" KILL >/dev/null 2>&1
+wait "$PD"
+check "D gone: back to 0, logged" wait_for 10 backs_at_least 2
+
 echo "-- bad input: one clear line"
 out=$(VGPU_CONFIG=/dev/null "$VGPUCTL" monitor --tolerance 5GB --once 2>&1)
 check_match "a decimal tolerance is refused" '^vgpuctl: error: .*tolerance.*' "$out"
 check_eq "  ... in one line" "$(printf '%s\n' "$out" | wc -l)" 1
+for bad in "--unattributed-threshold 256MB" "--unattributed-threshold lots" "--unattributed-scans 0"; do
+    out=$(VGPU_CONFIG=/dev/null "$VGPUCTL" monitor $bad --once 2>&1)
+    check_match "$bad is refused" "^vgpuctl: error: \[monitor\] unattributed_(threshold|scans)" "$out"
+    check_eq "  ... in one line" "$(printf '%s\n' "$out" | wc -l)" 1
+done
 
 for id in "$A" "$C"; do plain kill "$id" KILL >/dev/null 2>&1; done
 wait "$PA" "$PC"

@@ -1,6 +1,7 @@
 //! The `[monitor]` table of the vgpu config file, typed: `vgpuctl monitor`'s listen address, interval,
-//! tolerance (a quantity, as bytes), kill policy, NVML library, node name (HAMi's `node` label), and its
-//! compute share wall (mode, window, tolerance in points); its `turns` sub-table is `turns`'s. Not here: the rest of the file (the
+//! tolerance (a quantity, as bytes), kill policy, NVML library, node name (HAMi's `node` label), its
+//! compute share wall (mode, window, tolerance in points), and when memory no process's figure shows is
+//! logged (threshold and scans); its `turns` sub-table is `turns`'s. Not here: the rest of the file (the
 //! parent module), the monitor's command line over it (`vgpu_monitor::config`).
 
 use serde::Deserialize;
@@ -16,6 +17,13 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9394";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// Default bytes beyond a quota before the watchdog reports.
 pub const DEFAULT_TOLERANCE: u64 = 64 << 20;
+
+/// Default bytes of a GPU's used memory that no process's NVML figure shows before the monitor logs it.
+pub const DEFAULT_UNATTRIBUTED_THRESHOLD: u64 = 256 << 20;
+/// Default consecutive collections the remainder must stay past the threshold before it is logged.
+pub const DEFAULT_UNATTRIBUTED_SCANS: u32 = 3;
+/// The most collections `unattributed_scans` may ask for.
+pub const MAX_UNATTRIBUTED_SCANS: u32 = 1000;
 
 /// Default window over which the share wall compares a container's GPU time with its share.
 pub const DEFAULT_SHARE_WINDOW: Duration = Duration::from_secs(10);
@@ -72,6 +80,15 @@ pub enum MonitorConfigError {
     /// `tolerance` that is neither a quantity nor a byte count (`got`: as TOML writes it).
     #[error("[monitor] tolerance: expected a quantity like \"64Mi\", got {got}")]
     ToleranceType { got: String },
+    #[error("[monitor] unattributed_threshold: {0}")]
+    UnattributedThreshold(QuantityError),
+    /// `unattributed_threshold` that is neither a quantity nor a byte count (`got`: as TOML writes it).
+    #[error("[monitor] unattributed_threshold: expected a quantity like \"256Mi\", got {got}")]
+    UnattributedThresholdType { got: String },
+    #[error(
+        "[monitor] unattributed_scans must be 1 to {MAX_UNATTRIBUTED_SCANS} collections, got {scans}"
+    )]
+    UnattributedScans { scans: u64 },
     #[error("[monitor] node: expected a node name of 1 to 253 printable characters, got {node:?}")]
     Node { node: String },
     /// The `[monitor.turns]` table (the time-quanta arbiter).
@@ -87,6 +104,20 @@ pub fn share_wall(text: &str) -> Result<ShareWall> {
         .into_iter()
         .find(|m| m.name() == text)
         .ok_or_else(|| MonitorConfigError::ShareWall { value: text.into() })
+}
+
+/// `unattributed_threshold` given as text (the table's string, or `vgpuctl monitor
+/// --unattributed-threshold`): a quantity.
+pub fn unattributed_threshold(text: &str) -> Result<u64> {
+    parse_quantity(text).map_err(MonitorConfigError::UnattributedThreshold)
+}
+
+/// `unattributed_scans` checked: 1 to `MAX_UNATTRIBUTED_SCANS` collections.
+pub fn unattributed_scans(scans: u64) -> Result<u32> {
+    match u32::try_from(scans) {
+        Ok(n) if (1..=MAX_UNATTRIBUTED_SCANS).contains(&n) => Ok(n),
+        _ => Err(MonitorConfigError::UnattributedScans { scans }),
+    }
 }
 
 /// `share_window_seconds` checked: 1 to `MAX_SHARE_WINDOW_SECONDS`.
@@ -124,6 +155,11 @@ pub struct MonitorConfig {
     pub share_tolerance: Option<f64>,
     /// The node's name on the host GPUs' series (HAMi's `node` label); default: `NODE_NAME`, else the host name.
     pub node: Option<String>,
+    /// Bytes of a GPU's used memory no process's figure shows before it is logged
+    /// (`unattributed_threshold`: a quantity like `256Mi`, or an integer of bytes).
+    pub unattributed_threshold: Option<u64>,
+    /// Consecutive collections it must last first (`unattributed_scans`).
+    pub unattributed_scans: Option<u32>,
     /// The time-quanta arbiter (`[monitor.turns]`).
     pub turns: super::turns::TurnsConfig,
 }
@@ -140,6 +176,8 @@ struct Raw {
     share_window_seconds: Option<u64>,
     share_tolerance: Option<toml::Value>,
     node: Option<String>,
+    unattributed_threshold: Option<toml::Value>,
+    unattributed_scans: Option<u64>,
     turns: Option<toml::Table>,
 }
 
@@ -175,6 +213,16 @@ impl MonitorConfig {
                 })
             }
         };
+        let threshold = match raw.unattributed_threshold {
+            None => None,
+            Some(toml::Value::Integer(i)) if i >= 0 => Some(i as u64),
+            Some(toml::Value::String(s)) => Some(unattributed_threshold(&s)?),
+            Some(other) => {
+                return Err(MonitorConfigError::UnattributedThresholdType {
+                    got: other.to_string(),
+                })
+            }
+        };
         let share_tolerance = match raw.share_tolerance {
             None => None,
             Some(toml::Value::Integer(i)) => Some(share_tolerance(i as f64)?),
@@ -194,6 +242,8 @@ impl MonitorConfig {
             share_wall: raw.share_wall.as_deref().map(share_wall).transpose()?,
             share_window: raw.share_window_seconds.map(share_window).transpose()?,
             share_tolerance,
+            unattributed_threshold: threshold,
+            unattributed_scans: raw.unattributed_scans.map(unattributed_scans).transpose()?,
             turns: super::turns::TurnsConfig::from_table(raw.turns.unwrap_or_default())?,
             node: match raw.node {
                 Some(n) if n.is_empty() || n.len() > 253 || n.chars().any(char::is_control) => {
@@ -248,6 +298,17 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(table("tolerance = 5\n").unwrap().tolerance, Some(5));
+        let m = table("unattributed_threshold = \"512Mi\"\nunattributed_scans = 5\n").unwrap();
+        assert_eq!(
+            (m.unattributed_threshold, m.unattributed_scans),
+            (Some(512 << 20), Some(5))
+        );
+        assert_eq!(
+            table("unattributed_threshold = 0\n")
+                .unwrap()
+                .unattributed_threshold,
+            Some(0)
+        );
         use MonitorConfigError as E;
         let kind = |text: &str| std::mem::discriminant(&table(text).unwrap_err());
         for (bad, want) in [
@@ -262,6 +323,14 @@ mod tests {
                 E::ShareToleranceType { got: "".into() },
             ),
             ("node = \"\"\n", E::Node { node: "".into() }),
+            (
+                "unattributed_threshold = true\n",
+                E::UnattributedThresholdType { got: "".into() },
+            ),
+            (
+                "unattributed_scans = 0\n",
+                E::UnattributedScans { scans: 0 },
+            ),
         ] {
             assert_eq!(kind(bad), std::mem::discriminant(&want), "{bad}");
         }
@@ -284,6 +353,13 @@ mod tests {
             ("share_tolerance = \"5%\"\n", "share_tolerance"),
             ("node = \"\"\n", "node"),
             ("node = \"a\\nb\"\n", "node"),
+            (
+                "unattributed_threshold = \"256MB\"\n",
+                "unattributed_threshold",
+            ),
+            ("unattributed_threshold = -1\n", "unattributed_threshold"),
+            ("unattributed_scans = 0\n", "unattributed_scans"),
+            ("unattributed_scans = 100000\n", "unattributed_scans"),
         ] {
             let e = table(bad).unwrap_err().to_string();
             assert!(e.contains(names) && !e.contains('\n'), "{bad}: {e}");

@@ -273,6 +273,14 @@ fn the_packaged_config_shows_every_key_with_its_default() {
         Some(false),
         "the kill policy is shown off, its default"
     );
+    assert_eq!(
+        (m.unattributed_threshold, m.unattributed_scans),
+        (
+            Some(DEFAULT_UNATTRIBUTED_THRESHOLD),
+            Some(DEFAULT_UNATTRIBUTED_SCANS)
+        ),
+        "the unattributed memory's keys are shown at their defaults"
+    );
     use super::turns::{DEFAULT_GRACE, DEFAULT_IDLE, DEFAULT_QUANTUM, DEFAULT_TICK};
     let t = &m.turns;
     assert_eq!(

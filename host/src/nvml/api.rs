@@ -23,11 +23,21 @@ pub struct GpuReading {
     pub uuid: String,
     pub name: String,
     pub total: u64,
+    /// `nvmlDeviceGetMemoryInfo`'s used: what processes allocated and the driver's reserve together.
     pub used: u64,
+    /// The part of `used` the driver and firmware reserve for themselves (`nvmlDeviceGetMemoryInfo_v2`'s
+    /// `reserved`); `None` when NVML has no such call.
+    pub reserved: Option<u64>,
     /// 0.0–1.0; `None` when NVML cannot tell.
     pub utilization: Option<f64>,
     /// Compute processes: (host PID, bytes); `None` when the list could not be read.
     pub processes: Option<Vec<(u32, u64)>>,
+    /// The graphics and MPS client processes NVML lists beside them: (host PID, bytes), a PID possibly
+    /// also in `processes` (a process that does both); `None` when NVML has neither list.
+    pub other_processes: Option<Vec<(u32, u64)>>,
+    /// Processes NVML listed with no figure (`NVML_VALUE_NOT_AVAILABLE`, as under some virtualisations):
+    /// left out of the lists above, so their memory is no per-process figure's.
+    pub unmeasured_processes: usize,
     /// Each process's SM utilisation 0.0–1.0 (its latest sample); `None` when NVML cannot tell.
     pub process_utilization: Option<Vec<(u32, f64)>>,
 }

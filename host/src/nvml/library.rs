@@ -8,20 +8,20 @@
 //! its `memory_info` calls `nvmlDeviceGetMemoryInfo_v2`, where vgpu compares against v1's figures (those
 //! the interposer's NVML answers and the fake NVML's v1/v2 split are built on: changing it would change
 //! what the monitor reports); and its process list is `_v3` (`_v2` behind a feature), never the
-//! unversioned list the monitor falls back to on older drivers. The binding is 20 symbols; every optional
-//! one is asked for by name and its absence is an answer (no minor number, no utilisation, no process
-//! list), never a failure to load.
+//! unversioned list the monitor falls back to on older drivers. `nvmlDeviceGetMemoryInfo_v2` is asked
+//! beside v1 only for its `reserved` (the driver's own part of v1's used), and the graphics and MPS client
+//! lists beside the compute list, so the monitor can tell memory no process's figure shows
+//! (`vgpu_monitor::unattributed`). The binding is 23 symbols; every optional one is asked for by name and
+//! its absence is an answer (no minor number, no utilisation, no process list, no reserve), never a
+//! failure to load.
 
 use super::api::{
     architecture_name, AddressingMode, GpuModel, GpuReading, HostGpu, Nvml, NvmlError,
 };
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 
-type Device = *mut c_void;
-const SUCCESS: c_int = 0;
+use lists::{samples, Device, Lister, UtilFn, SUCCESS};
 const NOT_SUPPORTED: c_int = 3;
-const INSUFFICIENT_SIZE: c_int = 7;
-const NOT_FOUND: c_int = 6;
 const FUNCTION_NOT_FOUND: c_int = 13;
 /// Room for a UUID or a name (NVML's own buffer sizes are 80 and 96).
 const BUF: usize = 96;
@@ -35,42 +35,25 @@ struct Memory {
     used: u64,
 }
 
+/// nvmlMemory_v2_t: `used` without the driver's reserve, which is `reserved`.
+#[repr(C)]
+struct MemoryV2 {
+    version: c_uint,
+    total: u64,
+    reserved: u64,
+    free: u64,
+    used: u64,
+}
+
+/// `nvmlMemory_v2`: NVML_STRUCT_VERSION(Memory, 2), the struct's size with the version in the high byte.
+const MEMORY_V2: c_uint = std::mem::size_of::<MemoryV2>() as c_uint | (2 << 24);
+
 /// nvmlUtilization_t.
 #[repr(C)]
 #[derive(Default)]
 struct Utilization {
     gpu: c_uint,
     memory: c_uint,
-}
-
-/// nvmlProcessInfo_v2_t (the `_v2` and `_v3` lists).
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct ProcessV2 {
-    pid: c_uint,
-    used: u64,
-    gpu_instance: c_uint,
-    compute_instance: c_uint,
-}
-
-/// nvmlProcessInfo_v1_t (the list without a version suffix).
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct ProcessV1 {
-    pid: c_uint,
-    used: u64,
-}
-
-/// nvmlProcessUtilizationSample_t.
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct UtilSample {
-    pid: c_uint,
-    time_stamp: u64,
-    sm: c_uint,
-    mem: c_uint,
-    enc: c_uint,
-    dec: c_uint,
 }
 
 /// `nvmlDeviceAddressingMode_v1_t` (nvml.h of r575+): a struct version, then one of
@@ -93,8 +76,6 @@ struct SetMemoryLimits {
     hard: u64,
 }
 
-type ListFn<T> = unsafe extern "C" fn(Device, *mut c_uint, *mut T) -> c_int;
-type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) -> c_int;
 type StringFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
 type SetFn = unsafe extern "C" fn(Device, *const SetMemoryLimits) -> c_int;
 type AddressingFn = unsafe extern "C" fn(Device, *mut AddressingModeV1) -> c_int;
@@ -102,11 +83,6 @@ type SystemStringFn = unsafe extern "C" fn(*mut c_char, c_uint) -> c_int;
 type ArchitectureFn = unsafe extern "C" fn(Device, *mut c_uint) -> c_int;
 type CapabilityFn = unsafe extern "C" fn(Device, *mut c_int, *mut c_int) -> c_int;
 type CudaVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
-
-enum Lister {
-    V2(ListFn<ProcessV2>),
-    V1(ListFn<ProcessV1>),
-}
 
 /// NVML, loaded and initialised.
 pub struct Library {
@@ -117,10 +93,13 @@ pub struct Library {
     uuid: StringFn,
     name: Option<StringFn>,
     memory: unsafe extern "C" fn(Device, *mut Memory) -> c_int,
+    memory_v2: Option<unsafe extern "C" fn(Device, *mut MemoryV2) -> c_int>,
     minor: Option<unsafe extern "C" fn(Device, *mut c_uint) -> c_int>,
     utilization: Option<unsafe extern "C" fn(Device, *mut Utilization) -> c_int>,
     process_utilization: Option<UtilFn>,
     lister: Option<Lister>,
+    /// The graphics and MPS client lists (each where NVML has it).
+    other_listers: Vec<Lister>,
     set_limits: Option<SetFn>,
     addressing: Option<AddressingFn>,
     driver_version: Option<SystemStringFn>,
@@ -185,6 +164,18 @@ impl Library {
                 Some(f) => Some(Lister::V2(f)),
                 None => maybe!("nvmlDeviceGetComputeRunningProcesses").map(Lister::V1),
             };
+            let graphics = match maybe!("nvmlDeviceGetGraphicsRunningProcesses_v3")
+                .or(maybe!("nvmlDeviceGetGraphicsRunningProcesses_v2"))
+            {
+                Some(f) => Some(Lister::V2(f)),
+                None => maybe!("nvmlDeviceGetGraphicsRunningProcesses").map(Lister::V1),
+            };
+            let mps = match maybe!("nvmlDeviceGetMPSComputeRunningProcesses_v3")
+                .or(maybe!("nvmlDeviceGetMPSComputeRunningProcesses_v2"))
+            {
+                Some(f) => Some(Lister::V2(f)),
+                None => maybe!("nvmlDeviceGetMPSComputeRunningProcesses").map(Lister::V1),
+            };
             let init: unsafe extern "C" fn() -> c_int = need!("nvmlInit_v2");
             let n = Library {
                 lib: lib.into(),
@@ -194,10 +185,12 @@ impl Library {
                 uuid: need!("nvmlDeviceGetUUID"),
                 name: maybe!("nvmlDeviceGetName"),
                 memory: need!("nvmlDeviceGetMemoryInfo"),
+                memory_v2: maybe!("nvmlDeviceGetMemoryInfo_v2"),
                 minor: maybe!("nvmlDeviceGetMinorNumber"),
                 utilization: maybe!("nvmlDeviceGetUtilizationRates"),
                 process_utilization: maybe!("nvmlDeviceGetProcessUtilization"),
                 lister,
+                other_listers: graphics.into_iter().chain(mps).collect(),
                 set_limits: maybe!("nvmlDeviceSetMemoryLimits_v1"),
                 addressing: maybe!("nvmlDeviceGetAddressingMode"),
                 driver_version: maybe!("nvmlSystemGetDriverVersion"),
@@ -290,11 +283,26 @@ impl Library {
             // SAFETY: `u` has nvmlUtilization_t's layout.
             (unsafe { f(dev, &mut u) } == SUCCESS).then(|| f64::from(u.gpu.min(100)) / 100.0)
         });
-        let processes = match self.lister {
-            Some(Lister::V2(f)) => list(dev, f, |p: &ProcessV2| (p.pid, p.used)),
-            Some(Lister::V1(f)) => list(dev, f, |p: &ProcessV1| (p.pid, p.used)),
-            None => None,
+        let reserved = self.memory_v2.and_then(|f| {
+            let mut m = MemoryV2 {
+                version: MEMORY_V2,
+                total: 0,
+                reserved: 0,
+                free: 0,
+                used: 0,
+            };
+            // SAFETY: `m` has nvmlMemory_v2_t's layout, its version set.
+            (unsafe { f(dev, &mut m) } == SUCCESS).then_some(m.reserved.min(mem.used))
+        });
+        let mut unmeasured_processes = 0;
+        let mut listed = |l: &Lister| {
+            let (ps, unmeasured) = l.list(dev)?;
+            unmeasured_processes += unmeasured;
+            Some(ps)
         };
+        let processes = self.lister.as_ref().and_then(&mut listed);
+        let others: Vec<_> = self.other_listers.iter().filter_map(&mut listed).collect();
+        let other_processes = (!others.is_empty()).then(|| others.concat());
         let hint = processes.as_ref().map_or(0, |p| p.len());
         let process_utilization = self.process_utilization.and_then(|f| {
             let mut seen = self.util_seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -309,8 +317,11 @@ impl Library {
             name,
             total: mem.total,
             used: mem.used,
+            reserved,
             utilization,
             processes,
+            other_processes,
+            unmeasured_processes,
             process_utilization,
         })
     }
@@ -504,73 +515,7 @@ fn string(f: impl FnOnce(*mut c_char, c_uint) -> c_int) -> Result<String, c_int>
         .into_owned())
 }
 
-/// Per-process SM utilisation since the previous reading: NVML keeps a buffer of samples (one per process
-/// per sampling period) and returns those newer than `since`; each process's figure is the mean of its
-/// samples, a process with none is absent (it did not run). Asking from the last timestamp seen, not from
-/// 0, is what keeps an idle or frozen process from being read at its last busy sample, which the buffer
-/// still holds for seconds (the compute share wall would freeze it again for work it no longer does).
-/// Returns the fractions and the newest timestamp among the samples; NOT_FOUND (no sample since) is an
-/// empty list, any other error `None` (unknown).
-fn samples(dev: Device, f: UtilFn, hint: usize, since: u64) -> Option<(Vec<(u32, f64)>, u64)> {
-    // Sized from the process list first (one call), grown on INSUFFICIENT_SIZE.
-    let mut buf = vec![UtilSample::default(); hint * 8 + 16];
-    for _ in 0..3 {
-        let mut n = buf.len() as c_uint;
-        // SAFETY: `buf` holds `n` samples.
-        match unsafe { f(dev, buf.as_mut_ptr(), &mut n, since) } {
-            SUCCESS => {
-                buf.truncate(n as usize);
-                return Some(mean_per_pid(&buf, since));
-            }
-            NOT_FOUND => return Some((Vec::new(), since)),
-            INSUFFICIENT_SIZE => buf = vec![UtilSample::default(); n as usize + 16],
-            _ => return None,
-        }
-    }
-    None
-}
-
-/// Each PID's mean SM fraction over the samples newer than `since` (NVML may return older ones too), and
-/// the newest timestamp.
-fn mean_per_pid(buf: &[UtilSample], since: u64) -> (Vec<(u32, f64)>, u64) {
-    let mut sums: std::collections::BTreeMap<u32, (f64, u32)> = Default::default();
-    let mut newest = since;
-    for s in buf.iter().filter(|s| s.time_stamp > since || since == 0) {
-        let e = sums.entry(s.pid).or_default();
-        e.0 += f64::from(s.sm.min(100)) / 100.0;
-        e.1 += 1;
-        newest = newest.max(s.time_stamp);
-    }
-    let fractions = sums
-        .into_iter()
-        .map(|(pid, (sum, n))| (pid, sum / f64::from(n)))
-        .collect();
-    (fractions, newest)
-}
-
-/// NVML's list protocol: grow the buffer while it answers INSUFFICIENT_SIZE (processes come and go).
-fn list<T: Default + Clone>(
-    dev: Device,
-    f: ListFn<T>,
-    get: impl Fn(&T) -> (u32, u64),
-) -> Option<Vec<(u32, u64)>> {
-    let mut buf: Vec<T> = vec![T::default(); 64];
-    for _ in 0..4 {
-        let mut n = buf.len() as c_uint;
-        // SAFETY: `buf` holds `n` entries of the struct the function fills.
-        let rc = unsafe { f(dev, &mut n, buf.as_mut_ptr()) };
-        if rc == SUCCESS {
-            buf.truncate(n as usize);
-            // NVML reports u64::MAX ("not available") under some virtualisations: no figure to compare.
-            return Some(buf.iter().map(&get).filter(|p| p.1 != u64::MAX).collect());
-        }
-        if rc != INSUFFICIENT_SIZE {
-            return None;
-        }
-        buf = vec![T::default(); n as usize + 64];
-    }
-    None
-}
+mod lists;
 
 #[cfg(test)]
 mod tests;

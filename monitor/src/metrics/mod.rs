@@ -2,7 +2,7 @@
 //! (`vgpu_*`), encoded with `prometheus-client` in the OpenMetrics text format. Built at each scrape from
 //! the collector's last reading of the state root and NVML; the watchdog's counters and open findings come
 //! from its passes. Every family is registered in this room: the compute share wall's in `share`, the
-//! time-quanta arbiter's in `turns`. Not here: reading anything (`vgpu_host::usage`, `nvml`), deciding
+//! time-quanta arbiter's in `turns`, memory no process's figure shows in `unattributed`. Not here: reading anything (`vgpu_host::usage`, `nvml`), deciding
 //! (`watchdog`), HTTP (`http`).
 
 use prometheus_client::encoding::text::encode;
@@ -22,6 +22,7 @@ pub use crate::labels::{Labels, Value, HAMI_ZONE};
 pub mod allocation;
 pub mod share;
 pub mod turns;
+pub mod unattributed;
 
 type IntFamily = Family<Labels, Gauge>;
 type RatioFamily = Family<Labels, Gauge<f64, AtomicU64>>;

@@ -69,6 +69,7 @@ fn renders_hami_and_vgpu_series_with_labels() {
         utilization: Some(0.25),
         processes: Some(vec![]),
         process_utilization: Some(vec![(10, 0.5), (11, 0.125), (99, 1.0)]),
+        ..Default::default()
     }];
     let wd = WatchdogView {
         events: vec![("over_quota", 2)],
@@ -370,6 +371,7 @@ fn hami_series_carry_hamis_labels_and_scale() {
         utilization: Some(0.37),
         processes: Some(vec![]),
         process_utilization: Some(vec![(10, 0.5)]),
+        ..Default::default()
     }];
     let text = render(&Scrape {
         build: BuildInfo::default(),
@@ -456,4 +458,97 @@ fn outside_kubernetes_the_container_label_is_dockers_name() {
         ..docker
     };
     assert_eq!(label(&kube), "main");
+}
+
+/// Each GPU's unattributed memory with the host GPUs' labels, the figures it is made of (the reserve only
+/// where NVML told it), and the likely holder with its container's labels.
+#[test]
+fn unattributed_memory_per_gpu_and_its_likely_holder() {
+    use crate::unattributed::{remainders, Settings};
+    let c = ContainerState {
+        id: "c1".into(),
+        live: true,
+        gpus: vec![GpuState {
+            uuid: "GPU-0".into(),
+            limit: Some(2 << 30),
+            total: 768 << 20,
+            slots_sum: 768 << 20,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut truth = Truth {
+        listed: vec!["GPU-0".into(), "GPU-1".into()],
+        ..Default::default()
+    };
+    truth.by_gpu.insert(
+        (0, 0),
+        vec![TrueProc {
+            pid: 10,
+            start_time: 1,
+            used: 256 << 20,
+            tracked: true,
+        }],
+    );
+    let gpus = vec![
+        GpuReading {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "H".into(),
+            used: 868 << 20,
+            reserved: Some(100 << 20),
+            processes: Some(vec![(10, 256 << 20)]),
+            ..Default::default()
+        },
+        GpuReading {
+            index: 1,
+            uuid: "GPU-1".into(),
+            name: "H".into(),
+            used: 0,
+            processes: Some(vec![]),
+            ..Default::default()
+        },
+    ];
+    let cs = [c];
+    let rs = remainders(&cs, &gpus, &truth, Settings::default());
+    let mut reg = Registry::default();
+    unattributed::register("n1", &gpus, &cs, &rs, &mut reg);
+    let mut text = String::new();
+    encode(&mut text, &reg).unwrap();
+    let host = |i: u32| {
+        format!(
+            r#"zone="vGPU",node="n1",device_index="{i}",device_uuid="GPU-{i}",device_type="NVIDIA-H""#
+        )
+    };
+    for want in [
+        format!(
+            "vgpu_host_gpu_memory_unattributed_bytes{{{}}} {}",
+            host(0),
+            512u64 << 20
+        ),
+        format!(
+            "vgpu_host_gpu_memory_processes_bytes{{{}}} {}",
+            host(0),
+            256u64 << 20
+        ),
+        format!(
+            "vgpu_host_gpu_memory_reserved_bytes{{{}}} {}",
+            host(0),
+            100u64 << 20
+        ),
+        format!("vgpu_host_gpu_memory_unattributed_bytes{{{}}} 0", host(1)),
+        format!(
+            r#"vgpu_container_gpu_memory_unattributed_likely_bytes{{namespace="",pod="",container="c1",container_id="c1",vdevice_index="0",device_uuid="GPU-0"}} {}"#,
+            512u64 << 20
+        ),
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want}\n{text}");
+    }
+    assert!(
+        !text.contains(&format!(
+            "vgpu_host_gpu_memory_reserved_bytes{{{}}}",
+            host(1)
+        )),
+        "no reserve where NVML could not tell: {text}"
+    );
 }

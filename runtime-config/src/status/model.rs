@@ -31,6 +31,43 @@ pub struct Status {
     /// `vgpuctl monitor` last wrote them; none while it does not run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub turns: Vec<vgpu_monitor::turns::record::GpuTurns>,
+    /// Per GPU NVML lists, its used memory that no process's NVML figure shows, and which containers
+    /// likely hold it (`note_unattributed`); none without NVML.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unattributed: Vec<Unattributed>,
+}
+
+/// One GPU's used memory against NVML's per-process figures, as `vgpuctl monitor` measures it
+/// (`vgpu_monitor::unattributed`), read once for the command.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Unattributed {
+    /// NVML's index and UUID.
+    pub index: u32,
+    pub uuid: String,
+    /// NVML's used memory, the driver's reserve within it, and every listed process's figure added up.
+    pub used: u64,
+    pub reserved: u64,
+    pub processes: u64,
+    /// `used − reserved − processes`: what no process's figure shows (exported handles kept after their
+    /// release, managed memory, the driver's references).
+    pub unattributed: u64,
+    /// Past `[monitor] unattributed_threshold` (the monitor logs it once it lasts).
+    pub past_threshold: bool,
+    /// The live containers whose ledgers charge past their processes' NVML figures on this GPU, largest
+    /// first: the likely holders (a hint from files the tenants write). Only past the threshold.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub likely_holders: Vec<LikelyHolder>,
+}
+
+/// A container that likely holds some of a GPU's unattributed memory.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct LikelyHolder {
+    pub container_id: String,
+    /// Its ledger's total on the GPU, and what NVML shows its processes holding there.
+    pub charged: u64,
+    pub nvml: u64,
+    /// `charged − nvml`, at most the GPU's unattributed memory.
+    pub likely: u64,
 }
 
 /// One GPU's totals over the containers that have a quota on it.
@@ -231,6 +268,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
         gpus: vec![],
         containers: vec![],
         turns: vgpu_monitor::turns::record::read_gpus(root),
+        unattributed: vec![],
     };
     for entry in inventory::read(root)? {
         let c = match entry {
@@ -308,12 +346,61 @@ impl Status {
         }
     }
 
+    /// Notes each GPU's unattributed memory from NVML's reading `gpus` and the state root's containers
+    /// (`vgpu_monitor::unattributed`: the processes attributed as the monitor attributes them).
+    pub fn note_unattributed(
+        &mut self,
+        root: &StateRoot,
+        gpus: &[vgpu_host::nvml::GpuReading],
+        settings: vgpu_monitor::unattributed::Settings,
+    ) {
+        let mut cs = vgpu_host::usage::read(root).unwrap_or_default();
+        vgpu_host::usage::mark_live(&mut cs, procs::init_alive);
+        let truth = vgpu_host::attribution::attribute(&cs, gpus, procs::inspect, procs::own_ns());
+        self.unattributed = unattributed(
+            &cs,
+            &vgpu_monitor::unattributed::remainders(&cs, gpus, &truth, settings),
+            settings.threshold,
+        );
+    }
+
     /// Notes each GPU's addressing mode (by UUID, as NVML answered it) in the per-GPU totals.
     pub fn note_addressing(&mut self, modes: &[(String, AddressingMode)]) {
         for g in &mut self.gpus {
             g.addressing = modes.iter().find(|m| m.0 == g.uuid).map(|m| m.1.name());
         }
     }
+}
+
+/// The monitor's remainders as status shows them: holders by container id.
+fn unattributed(
+    cs: &[vgpu_host::usage::ContainerState],
+    rs: &[vgpu_monitor::unattributed::Remainder],
+    threshold: u64,
+) -> Vec<Unattributed> {
+    rs.iter()
+        .map(|r| Unattributed {
+            index: r.index,
+            uuid: r.uuid.clone(),
+            used: r.used,
+            reserved: r.reserved,
+            processes: r.processes,
+            unattributed: r.unattributed,
+            past_threshold: r.unattributed > threshold,
+            likely_holders: r
+                .holders
+                .iter()
+                .filter_map(|h| {
+                    Some(LikelyHolder {
+                        container_id: cs.get(h.c)?.id.clone(),
+                        charged: h.charged,
+                        nvml: h.nvml,
+                        likely: h.likely,
+                    })
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// Every live process of the host, by (PID namespace, PID inside it) — what a ledger's slot records.

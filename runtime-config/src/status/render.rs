@@ -8,7 +8,7 @@ use std::io::Write;
 use vgpu_host::printable::printable;
 use vgpu_ledger::format_bytes;
 
-use super::model::{Compute, Container, Process, Status};
+use super::model::{Compute, Container, Process, Status, Unattributed};
 
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
@@ -90,7 +90,8 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-/// The human view: one line per container and GPU, then one per GPU with its totals.
+/// The human view: one line per container and GPU, then one per GPU with its totals, then one per GPU
+/// NVML lists with its memory no process's figure shows.
 pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
     if s.containers.is_empty() {
         writeln!(
@@ -98,8 +99,18 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
             "no containers with a GPU memory quota or compute share (state root {})",
             printable(&s.state_root)
         )?;
-        return Ok(());
+    } else {
+        containers(s, out)?;
     }
+    if !s.unattributed.is_empty() {
+        writeln!(out)?;
+        unattributed(s, out)?;
+    }
+    Ok(())
+}
+
+/// The containers' rows, the per-GPU totals and the arbiter's turns.
+fn containers(s: &Status, out: &mut dyn Write) -> Result<()> {
     let mut t = table(&[
         "CONTAINER",
         "GPU",
@@ -221,6 +232,62 @@ pub fn print_table(s: &Status, out: &mut dyn Write) -> Result<()> {
         turns(s, out)?;
     }
     Ok(())
+}
+
+/// Per GPU NVML lists: its used memory, the driver's reserve, the processes' figures and what none of them
+/// shows, with the containers that likely hold it (past the threshold; `unknown` when no ledger explains
+/// it).
+fn unattributed(s: &Status, out: &mut dyn Write) -> Result<()> {
+    let mut t = table(&[
+        "GPU",
+        "USED (NVML)",
+        "DRIVER RESERVE",
+        "PROCESSES",
+        "UNATTRIBUTED",
+        "LIKELY HOLDER (ITS LEDGER PAST ITS PROCESSES' NVML FIGURES)",
+    ]);
+    for g in &s.unattributed {
+        row(
+            &mut t,
+            vec![
+                g.uuid.clone(),
+                format_bytes(g.used),
+                format_bytes(g.reserved),
+                format_bytes(g.processes),
+                match g.past_threshold {
+                    true => format!("{} (past the threshold)", format_bytes(g.unattributed)),
+                    false => format_bytes(g.unattributed),
+                },
+                holders(s, g),
+            ],
+        );
+    }
+    write_table(&t, out)
+}
+
+/// `container ID (NAME): 1.00 GiB charged past NVML`, each likely holder; `unknown` past the threshold
+/// with none, else `-`.
+fn holders(s: &Status, g: &Unattributed) -> String {
+    if g.likely_holders.is_empty() {
+        return if g.past_threshold { "unknown" } else { "-" }.into();
+    }
+    g.likely_holders
+        .iter()
+        .map(|h| {
+            let name = s
+                .containers
+                .iter()
+                .find(|c| c.id == h.container_id)
+                .map_or("-".into(), names);
+            format!(
+                "container {} ({}): {} charged past NVML",
+                short(&h.container_id),
+                name,
+                format_bytes(h.charged.saturating_sub(h.nvml))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The time-quanta arbiter's view per oversubscribed GPU (`vgpuctl monitor`'s status files).

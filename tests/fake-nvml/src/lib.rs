@@ -8,6 +8,7 @@ use fake_gpu::{Config, Shared};
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::sync::Mutex;
 
+mod unlisted;
 mod utilisation;
 
 type Ret = c_uint;
@@ -77,7 +78,7 @@ fn guard(f: impl FnOnce() -> R) -> Ret {
 fn device_used(s: &Shared, i: usize) -> u64 {
     s.snapshot();
     let since = fake_gpu::monotonic_ns().saturating_sub(fake_gpu::config::paging_window_ns());
-    s.resident_used(i, since)
+    unlisted::device_used(s, i, since)
 }
 
 fn with<T>(f: impl FnOnce(&Shared, u64) -> Result<T, Ret>) -> Result<T, Ret> {
@@ -230,10 +231,11 @@ fn fill_str<const N: usize>(s: &str) -> [c_char; N] {
 /// is charged to the device for it; with `FAKE_NVML_PROCESS_MANAGED_PAGES=1` in the caller's environment
 /// also the managed pages its work pulled in (`Shared::paged_in`, the paging model), as a GPU whose
 /// process list shows what is resident (the monitor's tests set it; the library's truth-up never sees it).
+/// With `FAKE_NVML_PROCESS_OMITS_MANAGED=1` a process's figure leaves its managed memory out (`unlisted`).
 fn processes(i: usize) -> Result<Vec<(u32, u64)>, Ret> {
     let pages = std::env::var("FAKE_NVML_PROCESS_MANAGED_PAGES").is_ok_and(|v| v.trim() == "1");
     let since = fake_gpu::monotonic_ns().saturating_sub(fake_gpu::config::paging_window_ns());
-    let procs = with(|s, _| Ok(s.processes_on(i, pages.then_some(since))))?;
+    let procs = with(|s, _| Ok(unlisted::processes_on(s, i, pages.then_some(since))))?;
     Ok(host_pids(procs))
 }
 

@@ -1,5 +1,6 @@
 //! Unit tests of `nvml/library`: the binding's conversions, without a driver.
 
+use super::lists::*;
 use super::*;
 
 fn sample(pid: u32, time_stamp: u64, sm: u32) -> UtilSample {
@@ -84,4 +85,45 @@ fn architectures_are_named_as_nvidias_tools_name_them() {
     // NVML_DEVICE_ARCH_UNKNOWN, and a number newer than this table: no attribute rather than a guess.
     assert_eq!(architecture_name(0xffff_ffff), None);
     assert_eq!(architecture_name(12), None);
+}
+
+/// A process list of three, one without a figure (`NVML_VALUE_NOT_AVAILABLE`), the first call answering
+/// INSUFFICIENT_SIZE for a buffer too small.
+unsafe extern "C" fn three_processes(_: Device, n: *mut c_uint, buf: *mut ProcessV2) -> c_int {
+    let procs = [(10, 5 << 20), (11, u64::MAX), (12, 7 << 20)];
+    // SAFETY: the binding passes a valid count and a buffer of that many entries.
+    unsafe {
+        if (*n as usize) < procs.len() {
+            *n = procs.len() as c_uint;
+            return INSUFFICIENT_SIZE;
+        }
+        for (i, (pid, used)) in procs.into_iter().enumerate() {
+            buf.add(i).write(ProcessV2 {
+                pid,
+                used,
+                ..Default::default()
+            });
+        }
+        *n = procs.len() as c_uint;
+    }
+    SUCCESS
+}
+
+/// A process NVML lists without a figure is left out of the list and counted, so the monitor knows that
+/// its memory is no per-process figure's (the unattributed remainder is not computed on such a GPU).
+#[test]
+fn processes_without_a_figure_are_counted_apart() {
+    let (ps, unmeasured) = list(std::ptr::null_mut(), three_processes, |p: &ProcessV2| {
+        (p.pid, p.used)
+    })
+    .unwrap();
+    assert_eq!(ps, vec![(10, 5 << 20), (12, 7 << 20)]);
+    assert_eq!(unmeasured, 1);
+}
+
+/// `nvmlMemory_v2`, as nvml.h defines it: 40 bytes, version 2 in the high byte.
+#[test]
+fn memory_v2_has_nvmls_layout_and_version() {
+    assert_eq!(std::mem::size_of::<MemoryV2>(), 40);
+    assert_eq!(MEMORY_V2, 40 | (2 << 24));
 }

@@ -23,6 +23,7 @@ fn reading(index: u32, uuid: &str, name: &str) -> GpuReading {
         utilization: Some(0.1),
         processes: Some(vec![]),
         process_utilization: None,
+        ..Default::default()
     }
 }
 

@@ -177,6 +177,24 @@ impl Shared {
             .collect()
     }
 
+    /// Each live process's managed bytes charged to `dev` (resident there): (PID as the process sees it,
+    /// its PID namespace inode or 0, bytes). What the fake NVML leaves out of a process's figure with
+    /// `FAKE_NVML_PROCESS_OMITS_MANAGED=1`, as a real GPU's per-process figure leaves out managed memory.
+    pub fn resident_managed(&self, dev: usize) -> Vec<(u32, u64, u64)> {
+        (0..SLOTS)
+            .map(|i| &self.layout().slots[i])
+            .filter(|s| s.state.load(Acquire) == LIVE)
+            .map(|s| {
+                (
+                    s.pid.load(Relaxed),
+                    s.pid_ns.load(Relaxed),
+                    s.managed_resident[dev].load(Relaxed),
+                )
+            })
+            .filter(|p| p.2 > 0)
+            .collect()
+    }
+
     /// The live processes holding memory on `dev` (after reclaiming dead ones): (PID as the process sees
     /// it, its PID namespace inode or 0, bytes), the bytes charged to the device for it, plus, with
     /// `pages_since`, the managed pages its work pulled in when it was active since then (`paged_in`).
