@@ -96,9 +96,9 @@ pod() {
     check "P still runs" running "$P"
     check_eq "only Q's process was killed" "$(grep -c 'killed pid' "$WORK/pod.log")" 1
     # (read until a collection after the kill has it: right after the kill, a scrape can fall between
-    # collections and find no series for P, as it did once.)
+    # collections and find no series for P, as it did once; and a loaded machine (two builds beside the suite) took more than 5 s to collect again once.)
     p_is_p() { [ "$(series vgpu_container_gpu_memory_nvml_bytes "container_id=\"$P\"")" = $((556 * MIB)) ]; }
-    wait_for 5 p_is_p
+    wait_for 20 p_is_p
     check_eq "P's processes are P's: NVML's truth for P = 556 MiB" \
         "$(series vgpu_container_gpu_memory_nvml_bytes "container_id=\"$P\"")" $((556 * MIB))
     kill "$pod_PID"
