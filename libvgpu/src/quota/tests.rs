@@ -224,7 +224,9 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
 // could still be writing; once it has been odd for ODD_BOUND, the file as it is. A file that does not
 // parse then is not applied (looked at again). Failed before: the odd word kept the old quota for good.
 /// A container's limits file (1 GiB on one GPU) with its mounted copy, and a quota following it.
-fn followed_quota(dir: &Path) -> (vgpu_ledger::limits::Limits, std::path::PathBuf, DeviceQuota) {
+pub(crate) fn followed_quota(
+    dir: &Path,
+) -> (vgpu_ledger::limits::Limits, std::path::PathBuf, DeviceQuota) {
     use vgpu_ledger::layout;
     use vgpu_ledger::limits::{DeviceLimit, Limits};
     const MIB: u64 = 1 << 20;
