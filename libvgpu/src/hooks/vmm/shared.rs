@@ -9,8 +9,8 @@
 //! device the driver says the handle's memory is on (`cuMemGetAllocationPropertiesFromHandle`), by the
 //! union of the ranges mapped or bound of it (the driver gives no size for a handle; memory is usable
 //! only mapped), before the mapping is made; refused past the quota. An import of this process's own
-//! export (the same file descriptor, known by its device and inode) is one more reference on the
-//! exported handle's record: charged once. An import whose device cannot be told is released and refused
+//! export (the same file descriptor, known by its device and inode, for a regular file only: see
+//! `fd_identity`) is one more reference on the exported handle's record: charged once. An import whose device cannot be told is released and refused
 //! under a limit.
 #![allow(clippy::missing_safety_doc)]
 
@@ -30,12 +30,20 @@ use crate::records::{Rec, Spans, VmmRec};
 /// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: the shareable handle is a file descriptor.
 const POSIX_FD: c_int = 1;
 
-/// The identity of an open file (device and inode), the same in every process the descriptor reaches.
+/// The identity of an open file (device and inode), the same in every process the descriptor reaches:
+/// only for a regular file, whose inode is its own (a memory file). A device node's or an anonymous
+/// inode's is shared by every descriptor of its kind (a driver that exports through opens of its control
+/// device gives every export the same one), so none is given for those: a tenant could otherwise export
+/// a small handle once and have any other process's export it imports taken for that one (charged
+/// nothing). Such an import is charged as another process's, once more (on the safe side).
 pub(crate) fn fd_identity(fd: c_int) -> Option<u64> {
     // SAFETY: all-zero is a valid stat buffer; fstat only writes it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a plain descriptor number and a valid out-pointer.
     if fd < 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return None;
     }
     Some((st.st_ino as u64) ^ (st.st_dev as u64).rotate_left(40) | 1)

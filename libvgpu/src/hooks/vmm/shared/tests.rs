@@ -222,3 +222,20 @@ fn a_descriptors_identity_is_the_same_through_a_duplicate() {
     unsafe { libc::close(dup) };
     assert_eq!(fd_identity(-1), None);
 }
+
+// A descriptor of a device node (as a driver that exports through opens of its control device gives) or
+// of an anonymous inode shares its inode with every other: it tells no export from another, so an import
+// through one is never taken for the process's own export.
+#[test]
+fn a_device_nodes_or_an_anonymous_inodes_descriptor_has_no_identity() {
+    let a = std::fs::File::open("/dev/null").unwrap();
+    let b = std::fs::File::open("/dev/null").unwrap();
+    assert_eq!(fd_identity(std::os::fd::AsRawFd::as_raw_fd(&a)), None);
+    assert_eq!(fd_identity(std::os::fd::AsRawFd::as_raw_fd(&b)), None);
+    // SAFETY: a new eventfd this test owns, closed below.
+    let ev = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(ev >= 0);
+    assert_eq!(fd_identity(ev), None);
+    // SAFETY: closing the eventfd made above.
+    unsafe { libc::close(ev) };
+}
