@@ -28,6 +28,8 @@ macro_rules! hooked_symbols {
                 cuStreamBeginCaptureToGraph cuStreamBeginCaptureToGraph_ptsz cuStreamWaitEvent cuStreamWaitEvent_ptsz
                 cuMemCreate cuMemRelease cuMemRetainAllocationHandle cuMemMap cuMemUnmap
                 cuMemExportToShareableHandle cuMemImportFromShareableHandle
+                cuMemMapArrayAsync cuMemMapArrayAsync_ptsz
+                cuMulticastCreate cuMulticastBindMem cuMulticastBindAddr cuMulticastUnbind
                 cuGraphInstantiate cuGraphInstantiate_v2 cuGraphInstantiateWithFlags
                 cuGraphInstantiateWithParams cuGraphInstantiateWithParams_ptsz
                 cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx cuLaunchKernelEx_ptsz

@@ -186,3 +186,31 @@ pub struct CUlaunchConfig {
 }
 
 const _: () = assert!(std::mem::offset_of!(CUlaunchConfig, h_stream) == 32);
+
+/// `CUarrayMapInfo` (`cuMemMapArrayAsync`): one tile region of a sparse array mapped onto (or unmapped from)
+/// a VMM handle's memory. The two unions are kept as raw words: `resource` is the array or mipmapped
+/// array handle; `subresource` a sparse level's eight `unsigned int`s, or a mip tail's layer (the low half
+/// of the first word; the high half is padding), offset and size.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUarrayMapInfo {
+    pub resource_type: c_int,
+    pub resource: u64,
+    pub subresource_type: c_int,
+    pub subresource: [u64; 4],
+    pub mem_operation_type: c_int,
+    pub mem_handle_type: c_int,
+    pub mem_handle: u64,
+    pub offset: u64,
+    pub device_bit_mask: c_uint,
+    pub flags: c_uint,
+    pub reserved: [c_uint; 2],
+}
+const _: () = assert!(std::mem::size_of::<CUarrayMapInfo>() == 96);
+const _: () = assert!(std::mem::offset_of!(CUarrayMapInfo, subresource) == 24);
+const _: () = assert!(std::mem::offset_of!(CUarrayMapInfo, mem_operation_type) == 56);
+const _: () = assert!(std::mem::offset_of!(CUarrayMapInfo, mem_handle) == 64);
+const _: () = assert!(std::mem::offset_of!(CUarrayMapInfo, offset) == 72);
+pub const CU_MEM_OPERATION_TYPE_MAP: c_int = 1;
+pub const CU_MEM_OPERATION_TYPE_UNMAP: c_int = 2;
+pub const CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL: c_int = 1;

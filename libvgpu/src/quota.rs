@@ -562,4 +562,4 @@ fn crossed(used: u64, bytes: u64, limit: u64) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

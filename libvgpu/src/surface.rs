@@ -1,7 +1,7 @@
 //! The driver surface held to the hooks (tests only): every entry point of the CUDA headers and of the
 //! real driver's exports is classified in `libvgpu/abi/surface.tsv` (generated from the headers and
-//! `libvgpu/abi/classes.txt` by `libvgpu/abi/gen/surface.py`), and every one that charges, launches,
-//! synchronises or is refused must be hooked under each of its names (`libvgpu/abi/symbols.rs`, which
+//! `libvgpu/abi/classes.txt` by `libvgpu/abi/gen/surface.py`), and every one that charges, holds memory,
+//! launches, synchronises or is refused must be hooked under each of its names (`libvgpu/abi/symbols.rs`, which
 //! builds the `dlsym` and `cuGetProcAddress` routing), unless `classes.txt` lists it as a known gap.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,8 +9,10 @@ use std::fs;
 use std::path::Path;
 
 /// Classes whose every entry point must be hooked.
-const HOOKED: [&str; 4] = ["charge", "launch", "sync", "refuse"];
-const CLASSES: [&str; 6] = ["charge", "launch", "sync", "refuse", "query", "pass"];
+const HOOKED: [&str; 5] = ["charge", "hold", "launch", "sync", "refuse"];
+const CLASSES: [&str; 7] = [
+    "charge", "hold", "launch", "sync", "refuse", "query", "pass",
+];
 
 /// One row of surface.tsv.
 struct Row {

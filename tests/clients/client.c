@@ -333,6 +333,7 @@ static void *churn_thread(void *p) {
 
 #include "appfds.h" /* closefds / pipes ops */
 #include "mem_ops.h" /* charges to the object's device: sync2, pool-of, graph-on, vmm-export/import, truth */
+#include "hold_ops.h" /* what keeps VMM memory alive: vmm-close-fd, vmm-import-path, vmm-windows, tile-*, mc-* */
 
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
 static int run_op(int argc, char **argv, int i, int *required_failed) {
@@ -946,6 +947,7 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
     } else if (!strcmp(op, "hold")) {
         hold_at_exit = 1;
     } else if (mem_op(op, argc, argv, i, &used, &rc)) {
+    } else if (hold_op(op, argc, argv, i, &used, &rc)) {
     } else {
         fprintf(stderr, "client: unknown op '%s'\n", op);
         exit(2);

@@ -98,6 +98,24 @@ for client in rt_client linked_client; do
     out=$("$C" '!info' '!host' 64Mi '!info' 2>&1)
     check "$client: host memory takes no device memory" "$(val "$out" info free 2)" "$(val "$out" info free)"
 
+    # ---- what keeps VMM memory alive besides its handle (issue 48) ----
+    out=$("$C" '!vmm-fd' 64Mi '!vmm-export' '!free-all' '!info' '!vmm-close-fd' '!info' 2>&1)
+    check "$client: exported VMM memory stays while its descriptor is open, and goes once it is closed" \
+        "$(val "$out" info free) $(val "$out" info free 2)" "$((4 * GiB - 320 * MiB)) $((4 * GiB - 256 * MiB))"
+    out=$("$C" '!vmm' 64Mi '!tile-map' '!vmm-drop-first' '!info' '!tile-unmap' '!info' \
+        '!vmm' 64Mi '!mc-bind' '!vmm-drop-first' '!info' '!mc-unbind' '!info' 2>&1)
+    check "$client: a sparse array's tile and a multicast binding hold VMM memory past its release" \
+        "$(val "$out" info free) $(val "$out" info free 2) $(val "$out" info free 3) $(val "$out" info free 4)" \
+        "$((4 * GiB - 320 * MiB)) $((4 * GiB - 256 * MiB)) $((4 * GiB - 320 * MiB)) $((4 * GiB - 256 * MiB))"
+    "$C" '!vmm-fd' 64Mi '!vmm-export' sleep 5 >"$work/exporter.out" 2>&1 &
+    exporter=$!
+    for _ in $(seq 100); do grep -q '^op=vmm-export ' "$work/exporter.out" && break; sleep 0.05; done
+    path=/proc/$(val "$(cat "$work/exporter.out")" init pid)/fd/$(val "$(cat "$work/exporter.out")" vmm-export fd)
+    out=$("$C" '!vmm-import-path' "$path" '!vmm-windows' 2Mi 32 '!info' 2>&1)
+    kill "$exporter" 2>/dev/null; wait "$exporter" 2>/dev/null
+    check "$client: another process's export imported and mapped in windows at their offsets, counted once" \
+        "$(val "$out" vmm-windows mapped) $(val "$out" info free)" "32 $((4 * GiB - 2 * 256 * MiB - 64 * MiB))"
+
     # ---- OOM at the device size ----
     export FAKE_CUDA_DEVICES=1Gi
     out=$(FAKE_CUDA_CONTEXT_BYTES=0 "$C" '!fill' 100Mi '!info' 2>&1)

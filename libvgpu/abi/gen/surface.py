@@ -28,8 +28,8 @@ OVERRIDES = {
     "cuGraphInstantiate": [(10000, "cuGraphInstantiate"), (11000, "cuGraphInstantiate_v2"),
                            (12000, "cuGraphInstantiateWithFlags")],
 }
-CLASSES = ["charge", "launch", "sync", "refuse", "query", "pass"]
-HOOKED = ["charge", "launch", "sync", "refuse"]
+CLASSES = ["charge", "hold", "launch", "sync", "refuse", "query", "pass"]
+HOOKED = ["charge", "hold", "launch", "sync", "refuse"]
 
 
 def declared():
@@ -159,14 +159,15 @@ def render(rows):
            "| class | meaning | hooked |",
            "| --- | --- | --- |",
            "| charge | allocates, frees or moves device memory: the ledger must move with it | every name |",
+           "| hold | takes or drops a reference that keeps CUDA device memory alive past its handle's release (a retain, an export, a sparse array's tile, a multicast binding, another process's memory opened here): the charge must stay while one may live | every name |",
            "| launch | launches work on the GPU: kernels, graphs, memsets, copies, decompression (the compute share; the stack the driver grows) | every name |",
            "| sync | waits for the GPU: where freed stream-ordered memory is reconciled | every name |",
            "| refuse | refused under a limit (what it does cannot be charged) | every name |",
            "| query | reads state, changes nothing on the device (`cuMemGetInfo` and `cuDeviceTotalMem` are hooked to show the quota) | no |",
-           "| pass | passes through: no device memory of the process's own changes (copies, streams, events, host memory, interop) | no |",
+           "| pass | passes through: no device memory of the process's own changes, and no reference keeps any alive (copies, streams, events, host memory, memory another API allocated) | no |",
            "",
-           "`cargo test -p libvgpu surface` fails when an entry is unclassified, when a charge, launch, sync or",
-           "refuse entry is not hooked (`libvgpu/abi/symbols.rs`, which builds the `dlsym` and `cuGetProcAddress`",
+           "`cargo test -p libvgpu surface` fails when an entry is unclassified, when a charge, hold, launch, sync",
+           "or refuse entry is not hooked (`libvgpu/abi/symbols.rs`, which builds the `dlsym` and `cuGetProcAddress`",
            "routing) under every one of its names, unless `classes.txt` lists it as a known gap with its issue",
            "item, and when a listed gap is hooked (the marker must go). The gaps are printed by name.",
            "",

@@ -70,6 +70,27 @@ fn figures(pct: u32, window_ms: u32) -> (u64, i64) {
 mod tests {
     use super::*;
 
+    // Issue 48 item 1: the share is read like the quota, so a tenant writing back the generation word
+    // its processes applied hid a cut of the share as it hid a shrink; the read-only file itself is
+    // looked at within a second whatever the word says.
+    #[test]
+    fn a_share_cut_behind_a_word_written_back_applies_within_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut limits, _file, q) = crate::quota::tests::followed_quota(dir.path());
+        let r = Rate::new(50, 1000);
+        limits.updates += 1;
+        limits.devices[0].settings.compute_limit = Some(10);
+        vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+        q.ledger().set_limits_generation(0);
+        r.follow(&q);
+        assert_eq!(r.ppm(), 500_000, "not looked at yet");
+        std::thread::sleep(std::time::Duration::from_millis(
+            crate::live::FILE_CHECK_MS + 50,
+        ));
+        r.follow(&q);
+        assert_eq!(r.ppm(), 100_000, "the file itself, within a second");
+    }
+
     #[test]
     fn rate_and_capacity_are_the_shares() {
         let r = Rate::new(30, 1000);

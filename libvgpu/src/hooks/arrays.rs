@@ -161,14 +161,23 @@ hook!(cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, d: *const CUDA_ARRAY
     interposer().array_create(handle, estimate_3d(d.width as u64, d.height as u64, d.depth as u64, d.flags, d.format, d.num_channels, levels), true, call)
 });
 
+// A destroyed array's tiles mapped onto VMM memory (`hooks/vmm/holders`) give their references back.
 hook!(cuArrayDestroy(a: CUarray) {
     let e = interposer();
-    e.tracked_free(&e.rec.arrays, a as u64, || forward!("cuArrayDestroy", fn(CUarray), a))
+    let r = e.tracked_free(&e.rec.arrays, a as u64, || forward!("cuArrayDestroy", fn(CUarray), a));
+    if r == CUDA_SUCCESS {
+        e.array_gone(a as u64);
+    }
+    r
 });
 
 hook!(cuMipmappedArrayDestroy(a: CUmipmappedArray) {
     let e = interposer();
-    e.tracked_free(&e.rec.arrays, a as u64, || forward!("cuMipmappedArrayDestroy", fn(CUmipmappedArray), a))
+    let r = e.tracked_free(&e.rec.arrays, a as u64, || forward!("cuMipmappedArrayDestroy", fn(CUmipmappedArray), a));
+    if r == CUDA_SUCCESS {
+        e.array_gone(a as u64);
+    }
+    r
 });
 
 #[cfg(test)]

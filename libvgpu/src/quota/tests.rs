@@ -224,7 +224,9 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
 // could still be writing; once it has been odd for ODD_BOUND, the file as it is. A file that does not
 // parse then is not applied (looked at again). Failed before: the odd word kept the old quota for good.
 /// A container's limits file (1 GiB on one GPU) with its mounted copy, and a quota following it.
-fn followed_quota(dir: &Path) -> (vgpu_ledger::limits::Limits, std::path::PathBuf, DeviceQuota) {
+pub(crate) fn followed_quota(
+    dir: &Path,
+) -> (vgpu_ledger::limits::Limits, std::path::PathBuf, DeviceQuota) {
     use vgpu_ledger::layout;
     use vgpu_ledger::limits::{DeviceLimit, Limits};
     const MIB: u64 = 1 << 20;
@@ -285,6 +287,47 @@ fn a_generation_written_back_hides_no_update_past_a_second() {
     q.ledger().set_limits_generation(0);
     std::thread::sleep(Duration::from_millis(crate::live::FILE_CHECK_MS + 50));
     assert_eq!(q.limit(), 2048 * MIB);
+}
+
+// Issue 48 item 1, the adversary as a thread: it writes the applied generation back whenever the word
+// moves, all the while; the host's shrink is still applied within a second (FILE_CHECK_MS, plus the
+// settling of a file changed a moment ago).
+#[test]
+fn a_tenant_thread_rewriting_the_word_hides_no_shrink() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut limits, _file, q) = followed_quota(dir.path());
+    let q = std::sync::Arc::new(q);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tenant = {
+        let (q, stop) = (q.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if q.ledger().limits_generation() != 0 {
+                    q.ledger().set_limits_generation(0);
+                }
+                std::hint::spin_loop();
+            }
+        })
+    };
+    assert_eq!(q.limit(), 1024 * MIB);
+    limits.updates += 1;
+    limits.devices[0].settings.memory_limit = Some(512 * MIB);
+    let published = Instant::now();
+    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    // the thread is faster than this process's next call (so it is on a busy machine, not always)
+    q.ledger().set_limits_generation(0);
+    while q.limit() != 512 * MIB && published.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = published.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    tenant.join().unwrap();
+    assert_eq!(q.limit(), 512 * MIB, "applied");
+    assert!(
+        took < Duration::from_millis(crate::live::FILE_CHECK_MS + 250),
+        "within a second: {took:?}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Per-process records of what was charged, and their fork handling: which allocation, array, handle,
 //! module, context, pool and graph holds how many bytes of which device. Policies live in `hooks`.
 
+mod holds;
 mod table;
 
 use std::cell::Cell;
@@ -11,6 +12,7 @@ use parking_lot::Mutex;
 use vgpu_ledger::Kind;
 
 use crate::ffi::CUdevice;
+pub use holds::{McBind, Spans, TileKey, VmmMap};
 pub use table::Table;
 
 /// What one tracked allocation charged.
@@ -46,7 +48,8 @@ impl Rec {
 }
 
 /// A VMM physical allocation as charged, with the references the driver counts on it: its handle, each
-/// `cuMemRetainAllocationHandle` and each mapping. The driver frees it when the last one goes.
+/// `cuMemRetainAllocationHandle`, each mapping, each sparse-array tile mapped onto it and each multicast
+/// binding. The driver frees it when the last one goes, unless it was exported (`exported`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VmmRec {
     pub rec: Rec,
@@ -54,8 +57,17 @@ pub struct VmmRec {
     /// An import of this process's own export: the handle whose record holds the charge (it holds one
     /// reference on that record while any of its own lives). 0 otherwise.
     pub of: u64,
-    /// Imported from another process: charged by what is mapped of it (`hooks/vmm`).
+    /// Imported from another process: charged by the union of what is mapped or bound of it (`Spans`).
     pub imported: bool,
+    /// Exported (`cuMemExportToShareableHandle` succeeded): a descriptor or another process's import may
+    /// keep the memory past every reference of this process, which the library cannot see; the charge
+    /// stays when the last reference here goes, until the process ends.
+    pub exported: bool,
+    /// Exports of it in flight (an export racing its last release keeps the charge too).
+    pub exporting: u32,
+    /// A multicast object (`cuMulticastCreate`): no memory of its own; while it lives, the memory bound to
+    /// it (`Records::mc_binds`) is held.
+    pub multicast: bool,
 }
 
 impl VmmRec {
@@ -65,7 +77,15 @@ impl VmmRec {
             refs: 1,
             of: 0,
             imported: false,
+            exported: false,
+            exporting: 0,
+            multicast: false,
         }
+    }
+
+    /// Whether the memory may live on when this process holds no reference to it.
+    pub fn kept(&self) -> bool {
+        self.exported || self.exporting > 0
     }
 }
 
@@ -128,8 +148,16 @@ pub struct Records {
     pub arrays: Table<Rec>,
     /// cuMemCreate handles.
     pub vmm: Table<VmmRec>,
-    /// VMM mappings by address: (address, handle).
-    pub vmm_maps: Table<(u64, u64)>,
+    /// VMM mappings by address.
+    pub vmm_maps: Table<VmmMap>,
+    /// Imported handle -> the ranges of it charged (mapped, bound, or being mapped).
+    pub vmm_spans: Table<Spans>,
+    /// Sparse array or mipmapped array -> its tiles mapped onto VMM handles (`cuMemMapArrayAsync`), each
+    /// holding a reference on its handle's record until unmapped or the array is destroyed.
+    pub array_maps: Table<Vec<(TileKey, u64)>>,
+    /// Multicast object -> the memory bound to it, each binding holding a reference on its handle's
+    /// record until unbound or the object is gone.
+    pub mc_binds: Table<Vec<McBind>>,
     /// Handles this process exported as file descriptors, by the descriptor's identity: (identity, handle).
     pub vmm_exports: Table<(u64, u64)>,
     pub modules: Table<Rec>,
@@ -189,6 +217,9 @@ impl Records {
             arrays: Table::new(),
             vmm: Table::new(),
             vmm_maps: Table::new(),
+            vmm_spans: Table::new(),
+            array_maps: Table::new(),
+            mc_binds: Table::new(),
             vmm_exports: Table::new(),
             modules: Table::new(),
             contexts: Table::new(),
@@ -235,6 +266,9 @@ impl Records {
         self.recs().iter().for_each(|t| t.lock_all());
         self.vmm.lock_all();
         self.vmm_maps.lock_all();
+        self.vmm_spans.lock_all();
+        self.array_maps.lock_all();
+        self.mc_binds.lock_all();
         self.vmm_exports.lock_all();
         self.primary.lock_all();
         self.pools.lock_all();
@@ -256,6 +290,9 @@ impl Records {
         self.recs().iter().for_each(|t| t.unlock_all());
         self.vmm.unlock_all();
         self.vmm_maps.unlock_all();
+        self.vmm_spans.unlock_all();
+        self.array_maps.unlock_all();
+        self.mc_binds.unlock_all();
         self.vmm_exports.unlock_all();
         self.primary.unlock_all();
         self.pools.unlock_all();
@@ -280,6 +317,9 @@ impl Records {
         self.recs().iter().for_each(|t| t.clear());
         self.vmm.clear();
         self.vmm_maps.clear();
+        self.vmm_spans.clear();
+        self.array_maps.clear();
+        self.mc_binds.clear();
         self.vmm_exports.clear();
         self.primary.clear();
         self.pools.clear();

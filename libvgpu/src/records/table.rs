@@ -80,6 +80,16 @@ impl<V> Table<V> {
         self.shards.iter().any(|s| s.lock().values().any(&mut pred))
     }
 
+    /// A copy of an entry matching `pred` (a scan of every shard).
+    pub fn find(&self, mut pred: impl FnMut(&V) -> bool) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.shards
+            .iter()
+            .find_map(|s| s.lock().values().find(|v| pred(v)).cloned())
+    }
+
     /// Keys of all entries (a snapshot).
     pub fn keys(&self) -> Vec<u64> {
         self.shards

@@ -130,7 +130,11 @@ fn create_array(
     flags: u32,
     levels: u32,
 ) -> Result<Handle, CUresult> {
-    let bytes = array_bytes(desc[0], desc[1], desc[2], format, channels, levels)?;
+    let mut bytes = array_bytes(desc[0], desc[1], desc[2], format, channels, levels)?;
+    // CUDA_ARRAY3D_SPARSE, CUDA_ARRAY3D_DEFERRED_MAPPING: no memory until tiles are mapped onto VMM memory
+    if flags & (0x40 | 0x80) != 0 {
+        bytes = 0;
+    }
     let (_, _, phys) = current(d)?;
     d.charge(phys, bytes)?;
     let h = new_handle();
@@ -144,6 +148,7 @@ fn create_array(
             channels,
             flags,
             mipmap: levels > 1 || flags & 0x100 != 0,
+            tiles: Vec::new(),
         },
     );
     Ok(h)
@@ -155,6 +160,9 @@ fn destroy_array(d: &Driver, h: Handle, mipmap: bool) -> R {
         Some(a) if a.mipmap == mipmap => {
             let a = objs.arrays.remove(&h).unwrap();
             d.refund(a.phys, a.bytes);
+            for (_, t) in a.tiles {
+                crate::api_vmm::unref(d, &mut objs, t);
+            }
             Ok(())
         }
         _ => Err(INVALID_HANDLE),
@@ -189,6 +197,7 @@ pub struct MemReq {
 cu_fn! {
 fn cuMemAlloc_v2(dptr: *mut u64, size: usize) {
     let d = drv()?;
+    crate::api_vmm::sweep_kept(d);
     if dptr.is_null() { return Err(INVALID_VALUE); }
     out(dptr, alloc_charged(d, size as u64, Kind::Data)?)
 }
@@ -245,6 +254,7 @@ fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) {
 
 fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
     let d = drv()?;
+    crate::api_vmm::sweep_kept(d);
     if free.is_null() || total.is_null() { return Err(INVALID_VALUE); }
     let (_, _, phys) = current(d)?;
     let t = d.shared.total(phys);

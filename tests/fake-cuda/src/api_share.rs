@@ -2,7 +2,12 @@
 //! through a file descriptor: `cuMemExportToShareableHandle` (POSIX descriptors only) and
 //! `cuMemImportFromShareableHandle`. An import in the exporting process is a new handle of the same
 //! physical allocation: it holds a reference, so releasing the exported handle frees nothing while the
-//! import (or a mapping made through it) lives, as the real driver does.
+//! import (or a mapping made through it) lives, as the real driver does. The descriptor itself keeps the
+//! memory too, as on an H200 (issue 48: three 1 GiB allocations exported and released held 3 GiB): the
+//! export takes an OFD lock through the descriptor's open file description and keeps a probe description
+//! of its own, so the memory is given back once every copy of the descriptor, in any process, is closed
+//! (`open_elsewhere`). Another process imports the descriptor by the allocation's device and size,
+//! written into it at the export: its handle names the same memory, counted in the exporter's process.
 
 use crate::api_pool::release_pools;
 use crate::driver::*;
@@ -66,11 +71,16 @@ fn cuMemExportToShareableHandle(out_handle: *mut c_void, h: u64, kind: c_int, _f
     if out_handle.is_null() { return Err(INVALID_VALUE); }
     if kind != POSIX_FD { return Err(NOT_SUPPORTED); }
     let h = resolve(h);
-    if !lock(&d.objs).vmm.contains_key(&h) { return Err(INVALID_VALUE); }
+    let mut objs = lock(&d.objs);
+    let Some(p) = objs.vmm.get_mut(&h) else { return Err(INVALID_VALUE) };
     // A descriptor of an anonymous file stands for the allocation; its inode identifies it.
     let fd = libc::memfd_create(c"fake-cuda-vmm".as_ptr(), libc::MFD_CLOEXEC);
     if fd < 0 { return Err(OUT_OF_MEMORY); }
+    let probe = if p.foreign || p.mc.is_some() { None } else { keep_alive(fd, p.phys, p.size) };
     let id = identity(fd).ok_or(INVALID_VALUE)?;
+    if let Some(probe) = probe {
+        p.exports.push(probe);
+    }
     with(|s| s.exports.insert(id, h));
     out(out_handle as *mut c_int, fd)
 }
@@ -79,8 +89,16 @@ fn cuMemImportFromShareableHandle(h: *mut u64, os_handle: *mut c_void, kind: c_i
     let d = drv()?;
     if h.is_null() { return Err(INVALID_VALUE); }
     if kind != POSIX_FD { return Err(NOT_SUPPORTED); }
-    let id = identity(os_handle as usize as c_int).ok_or(INVALID_VALUE)?;
-    let orig = with(|s| s.exports.get(&id).copied()).ok_or(INVALID_VALUE)?;
+    let fd = os_handle as usize as c_int;
+    let id = identity(fd).ok_or(INVALID_VALUE)?;
+    let Some(orig) = with(|s| s.exports.get(&id).copied()) else {
+        // another process's export: the same memory, counted where it was made
+        let (phys, size) = exported_memory(fd).ok_or(INVALID_VALUE)?;
+        if phys >= d.shared.ndev() { return Err(INVALID_VALUE); }
+        let imported = new_handle() as u64;
+        lock(&d.objs).vmm.insert(imported, Phys { phys, size, refs: 1, foreign: true, ..Phys::default() });
+        return out(h, imported);
+    };
     let mut objs = lock(&d.objs);
     let p = objs.vmm.get_mut(&orig).ok_or(INVALID_VALUE)?;
     p.refs += 1;
@@ -88,4 +106,52 @@ fn cuMemImportFromShareableHandle(h: *mut u64, os_handle: *mut c_void, kind: c_i
     with(|s| s.imports.insert(imported, orig));
     out(h, imported)
 }
+}
+
+/// Marks `fd` as the descriptor of `size` bytes on physical device `phys`: the two words written into
+/// it (for another process's import), an OFD lock through its description, and a probe description of
+/// our own that sees the lock. None when the lock cannot be taken (the memory is then not kept).
+fn keep_alive(fd: c_int, phys: usize, size: u64) -> Option<c_int> {
+    let words = [phys as u64, size];
+    // SAFETY: 16 bytes from a local array into a descriptor we made.
+    let n = unsafe { libc::pwrite(fd, words.as_ptr().cast(), 16, 0) };
+    // SAFETY: a plain fcntl on our descriptor with a valid flock.
+    let locked =
+        n == 16 && unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &lock_range(libc::F_WRLCK)) } == 0;
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).ok()?;
+    // SAFETY: a NUL-terminated path.
+    let probe = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    (locked && probe >= 0).then_some(probe)
+}
+
+fn lock_range(kind: c_int) -> libc::flock {
+    // SAFETY: all-zero is a valid flock.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_len = 1;
+    fl
+}
+
+/// Whether the exported descriptor `probe` watches is still open somewhere (its lock is held).
+pub fn open_elsewhere(probe: c_int) -> bool {
+    let mut fl = lock_range(libc::F_WRLCK);
+    // SAFETY: a plain fcntl on our probe with a valid flock.
+    let r = unsafe { libc::fcntl(probe, libc::F_OFD_GETLK, &mut fl) };
+    r != 0 || fl.l_type != libc::F_UNLCK as _
+}
+
+pub fn close_probes(probes: &[c_int]) {
+    for &p in probes {
+        // SAFETY: our own probe descriptor, closed once.
+        unsafe { libc::close(p) };
+    }
+}
+
+/// The (physical device, size) an export wrote into descriptor `fd`.
+fn exported_memory(fd: c_int) -> Option<(usize, u64)> {
+    let mut words = [0u64; 2];
+    // SAFETY: 16 bytes into a local array.
+    let n = unsafe { libc::pread(fd, words.as_mut_ptr().cast(), 16, 0) };
+    (n == 16 && words[1] > 0).then_some((words[0] as usize, words[1]))
 }

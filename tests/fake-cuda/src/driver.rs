@@ -7,6 +7,7 @@ use fake_gpu::config::{env_size, visible_devices};
 use fake_gpu::{Config, Shared};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, MutexGuard, Once};
 
@@ -62,11 +63,21 @@ pub struct Pool {
     pub threshold: u64,
 }
 
-/// VMM physical memory (`cuMemCreate`), freed when released and unmapped everywhere.
+/// VMM physical memory (`cuMemCreate`), freed when released and unmapped everywhere, and kept while a
+/// descriptor it was exported to is open anywhere (`exports`, `api_vmm::sweep_kept`). A multicast object
+/// (`mc`) and another process's memory imported here (`foreign`) are handles of the same kind that take
+/// no device memory of this process's own.
+#[derive(Default)]
 pub struct Phys {
     pub phys: usize,
     pub size: u64,
     pub refs: u32,
+    /// Probes of the descriptors it was exported to (`api_share`): open while any copy of one is.
+    pub exports: Vec<c_int>,
+    pub foreign: bool,
+    /// A multicast object: what is bound to it, (offset in the object, CUDA ordinal of the memory's
+    /// device, physical handle), each holding a reference.
+    pub mc: Option<Vec<(u64, usize, u64)>>,
 }
 
 #[derive(Clone)]
@@ -121,6 +132,9 @@ pub struct Array {
     pub channels: u32,
     pub flags: u32,
     pub mipmap: bool,
+    /// Sparse tiles mapped onto VMM memory (`cuMemMapArrayAsync`): (subresource type and words, handle),
+    /// each holding a reference.
+    pub tiles: Vec<((i32, [u64; 4]), u64)>,
 }
 
 #[derive(Default)]
@@ -157,6 +171,9 @@ pub struct Objs {
     pub modules: HashMap<Handle, Module>,
     pub functions: HashMap<Handle, Handle>,
     pub arrays: HashMap<Handle, Array>,
+    /// Exported VMM memory no handle or mapping holds any more, kept while a descriptor it was exported
+    /// to is open: (physical device, bytes, probes).
+    pub kept: Vec<(usize, u64, Vec<c_int>)>,
 }
 
 pub struct Driver {
