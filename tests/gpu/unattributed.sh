@@ -7,7 +7,7 @@
 # each, nvidia-smi's view. And the monitor's log line once the export's remainder lasted three collections.
 #   VGPUCTL   the vgpuctl to run (default target/release/vgpuctl)
 #   OUT       results folder (unattributed.txt)
-# Not run yet (written 2026-11-29 with the monitor's unattributed memory; docs/monitor.md).
+# Run on an H200 2026-11-29 (docs/gpu-results.md): the export and managed memory each read 1.01 GiB unattributed.
 set -uo pipefail
 vgpuctl=$(realpath "${VGPUCTL:-target/release/vgpuctl}")
 out=${OUT:-/tmp/unattributed}
