@@ -1,3 +1,5 @@
+//! Unit tests of `hami`: the names HAMi gives its folders and the library its ledgers, a kubelet's pod
+//! cgroup, and a folder read with the tenant's hostile files beside its ledger, each skipped with one line.
 use super::*;
 use std::os::unix::fs::symlink;
 use vgpu_ledger::{Kind, Ledger as Region};
