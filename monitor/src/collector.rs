@@ -197,9 +197,6 @@ impl Monitor {
             Ok(c) => (c, None),
             Err(e) => (vec![], Some(e.to_string())),
         };
-        let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
-        let (hami, hami_skipped) = self.read_hami(gpus.as_deref().unwrap_or_default());
-        containers.extend(hami);
         usage::mark_live(&mut containers, procs::init_alive);
         for line in
             crate::older::record_missing(&self.root, &mut containers, &crate::older::Host::real())
@@ -222,6 +219,11 @@ impl Monitor {
                 c.docker_name = n;
             }
         }
+        // NVML read right before the attribution (a process it lists may be gone a moment later).
+        let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
+        let (mut hami, hami_skipped) = self.read_hami(gpus.as_deref().unwrap_or_default());
+        usage::mark_live(&mut hami, procs::init_alive);
+        containers.extend(hami);
         let truth = attribution::attribute(
             &containers,
             gpus.as_deref().unwrap_or_default(),
