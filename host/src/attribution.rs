@@ -1,11 +1,14 @@
 //! Which container each GPU process NVML lists belongs to: by the cgroup its container recorded, else by
 //! its PID namespace, only among live containers (`owner_of`), and what each container's processes truly
 //! hold on each of its GPUs (`attribute`, its `Truth`). The watchdog decides on it (`vgpu_monitor`), and
-//! `vgpuctl update` measures a shrink by it (`held`). Not here: reading `/proc` (`procs`) or NVML (`nvml`).
+//! `vgpuctl update` measures a shrink by it (`held`). Containers of HAMi's folders (`usage::Origin::Hami`)
+//! recorded neither cgroup nor namespace: they are given only processes no container of the state root
+//! claims (`hami_owner`), so nothing a tenant writes in its ledger takes a process from another container.
+//! Not here: reading `/proc` (`procs`) or NVML (`nvml`).
 
 use crate::nvml::GpuReading;
 use crate::procs::{cgroup_within, HostProc};
-use crate::usage::ContainerState;
+use crate::usage::{ContainerState, Origin};
 use std::collections::BTreeMap;
 
 /// A GPU process attributed to a container.
@@ -55,9 +58,12 @@ impl Truth {
 ///    host's own PID namespace (`host_ns`) names no container: every host process lives there.
 ///
 /// A container with a recorded cgroup is never given a process outside it: a pod's sidecar sharing its
-/// PID namespace is not its process.
+/// PID namespace is not its process. Containers of HAMi's folders are never named here ([`hami_owner`]).
 pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Option<usize> {
-    let live = || (0..containers.len()).filter(|&i| containers[i].live);
+    let live = || {
+        (0..containers.len())
+            .filter(|&i| containers[i].live && containers[i].origin == Origin::StateRoot)
+    };
     if let Some(cg) = p.unified_cgroup() {
         let by_cgroup = live()
             .filter_map(|i| Some((i, containers[i].cgroup.as_deref()?)))
@@ -77,6 +83,54 @@ pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Op
     }
 }
 
+/// The live container of HAMi's folders a host process belongs to, for a process no container of the state
+/// root owns ([`owner_of`] first). Such a container recorded nothing the host wrote but its folder's name,
+/// so:
+/// 1. a process whose cgroup is a kubelet's pod cgroup (`hami::kubelet_pod_uid`) is only ever one of that
+///    pod's containers (the host's record: a tenant names neither its cgroup nor its folder);
+/// 2. among those (or, outside a pod's cgroup, among all but in the host's PID namespace), the only one
+///    with a live slot of its ledgers owned by the process (its PID inside and its namespace), else the
+///    only one with a live slot in the process's PID namespace (a process that bypasses the library, or
+///    before its first allocation), else, in a pod's cgroup, the pod's only container.
+///
+/// Slots are the tenant's writing: where no pod cgroup tells, a tenant can claim a process of a namespace
+/// it names (two claims name none). So these containers are reported on, never enforced on.
+pub fn hami_owner(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Option<usize> {
+    let pod = p
+        .unified_cgroup()
+        .and_then(|cg| crate::hami::kubelet_pod_uid(&cg));
+    let candidates: Vec<usize> = (0..containers.len())
+        .filter(|&i| containers[i].live)
+        .filter(|&i| match (&containers[i].origin, &pod) {
+            (Origin::Hami { pod_uid, .. }, Some(uid)) => pod_uid.eq_ignore_ascii_case(uid),
+            (Origin::Hami { .. }, None) => p.ns != host_ns,
+            (Origin::StateRoot, _) => false,
+        })
+        .collect();
+    let only = |keep: &dyn Fn(&ContainerState) -> bool| -> Option<usize> {
+        match candidates
+            .iter()
+            .filter(|&&i| keep(&containers[i]))
+            .collect::<Vec<_>>()[..]
+        {
+            [one] => Some(*one),
+            _ => None,
+        }
+    };
+    let owners = |c: &ContainerState| {
+        c.gpus
+            .iter()
+            .flat_map(|g| g.owners.clone())
+            .collect::<Vec<_>>()
+    };
+    only(&|c| owners(c).contains(&(p.inner_pid, p.ns)))
+        .or_else(|| only(&|c| owners(c).iter().any(|o| o.1 == p.ns)))
+        .or_else(|| match candidates[..] {
+            [one] if pod.is_some() => Some(one),
+            _ => None,
+        })
+}
+
 /// Attributes every process NVML lists to a container's GPU. `inspect` reads a host PID's `/proc`;
 /// `host_ns` is the monitor's own PID namespace.
 pub fn attribute(
@@ -93,7 +147,8 @@ pub fn attribute(
         for &(pid, used) in procs {
             let hp = seen.entry(pid).or_insert_with(|| inspect(pid));
             let place = hp.as_ref().and_then(|hp| {
-                let c = owner_of(containers, hp, host_ns)?;
+                let c = owner_of(containers, hp, host_ns)
+                    .or_else(|| hami_owner(containers, hp, host_ns))?;
                 let g = containers[c].gpus.iter().position(|g| g.uuid == r.uuid)?;
                 let tracked = containers[c].gpus[g]
                     .owners
@@ -113,3 +168,6 @@ pub fn attribute(
     }
     t
 }
+
+#[cfg(test)]
+mod tests;

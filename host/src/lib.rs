@@ -31,6 +31,8 @@
 //! * [`keys`]: the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's).
 //! * [`printable`]: a tenant's text (names, image paths) made safe for a log line or a terminal.
 //! * [`atomic`]: replacing a file atomically (every writer of vgpu uses it).
+//! * [`hami`]: HAMi's per-container folders and the ledgers vgpu's library makes there, read as a
+//!   tenant's files (the monitor and `vgpuctl status` under HAMi's device plugin).
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking):
 //!   limits files, ledgers (`read_ledger`), the monitor's records.
 //! * [`limits_file`]: limits.json as the host writes it (validated, capped, replaced atomically).
@@ -45,6 +47,7 @@ pub mod creator;
 pub mod driver_root;
 pub mod driverlimit;
 pub mod gc;
+pub mod hami;
 pub mod held;
 pub mod hostfile;
 pub mod inventory;

@@ -3,6 +3,8 @@
 //! its slots, usage by kind and the live slots' owners. Read through the host tools' one reader of the state
 //! root (`inventory`: no link followed, never blocking, nothing mapped, no lock taken; a missing ledger is no
 //! usage, not an error), so the monitor sees what `vgpuctl status`, admission and the garbage collector see.
+//! Containers HAMi's device plugin started with vgpu's library have no state under the state root: they are
+//! made from HAMi's per-container folders ([`from_hami`], read by `crate::hami`), marked [`Origin::Hami`].
 //! Not here: NVML, which process is whose (`attribution`), the monitor's metrics and decisions.
 
 use crate::inventory::{self, LedgerRead};
@@ -10,10 +12,30 @@ use crate::state_root::StateRoot;
 use vgpu_ledger::region::KINDS;
 use vgpu_ledger::KubeNames;
 
+/// Where a container's state was read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// vgpu's state root: the host wrote its limits file (the quota the monitor may enforce).
+    #[default]
+    StateRoot,
+    /// HAMi's per-container folder (`crate::hami`): no file of the host's holds its quota, only what the
+    /// library wrote into the ledger, a file the tenant can write. Reported, never enforced.
+    Hami {
+        /// The pod's UID and the container's name, as the folder's name gives them.
+        pod_uid: String,
+        container: String,
+        /// The folder on the host.
+        dir: std::path::PathBuf,
+    },
+}
+
 /// One container's state.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerState {
+    /// The container id; `hami/<pod UID>_<container>` for a container of HAMi's folders.
     pub id: String,
+    /// Where its state was read (vgpu's state root, or HAMi's folders: report only).
+    pub origin: Origin,
     pub names: Option<KubeNames>,
     /// The name Docker gave it, when it has no Kubernetes names and dockerd knows it (the monitor's
     /// `docker::Cache`).
@@ -26,7 +48,8 @@ pub struct ContainerState {
     /// Its cgroup v2 path, recorded at creation (none: not recorded, see `vgpu_ledger::Limits::cgroup`).
     pub cgroup: Option<String>,
     /// Its recorded init process still lives in its recorded namespace (`mark_live`): only then do its
-    /// recorded namespace and cgroup name any process (a gone container's namespace inode is reused).
+    /// recorded namespace and cgroup name any process (a gone container's namespace inode is reused). A
+    /// container of HAMi's folders records no init: it is live while a process holds a slot of its ledgers.
     pub live: bool,
     pub gpus: Vec<GpuState>,
     /// Live updates made to it (`vgpuctl update`) and the last one's time, Unix seconds.
@@ -81,10 +104,55 @@ pub fn read(root: &StateRoot) -> std::io::Result<Vec<ContainerState>> {
     Ok(inventory::containers(root)?.iter().map(container).collect())
 }
 
-/// Sets each container's `live` (see [`ContainerState::init_alive`]).
+/// Sets each container's `live` (see [`ContainerState::init_alive`]); one of HAMi's folders is live while
+/// a process holds a slot of one of its ledgers (the kernel's locks say so, whatever the file's bytes).
 pub fn mark_live(containers: &mut [ContainerState], alive: impl Fn(u32, u64, Option<u64>) -> bool) {
     for c in containers {
-        c.live = c.init_alive(&alive);
+        c.live = match c.origin {
+            Origin::StateRoot => c.init_alive(&alive),
+            Origin::Hami { .. } => c.gpus.iter().any(|g| !g.owners.is_empty()),
+        };
+    }
+}
+
+/// A container of HAMi's per-container folders (`crate::hami`), one GPU per ledger: the quota the library
+/// wrote in the ledger's header (none where it was given none), its usage as a state root's. Kubernetes'
+/// names are the pod's UID for the pod (the folder names no namespace or pod name) and the container's
+/// name. Each GPU's index is its rank among the folder's GPUs in `order` (NVML's UUIDs by index: CUDA's
+/// order inside, for GPUs of one model), by UUID after those NVML does not list.
+pub fn from_hami(f: &crate::hami::Folder, order: &[String]) -> ContainerState {
+    let mut ledgers: Vec<&crate::hami::Ledger> = f.ledgers.iter().collect();
+    let at = |u: &str| order.iter().position(|o| o == u).unwrap_or(usize::MAX);
+    ledgers.sort_by(|a, b| (at(&a.uuid), &a.uuid).cmp(&(at(&b.uuid), &b.uuid)));
+    ContainerState {
+        id: format!("hami/{}", f.name),
+        origin: Origin::Hami {
+            pod_uid: f.pod_uid.clone(),
+            container: f.container.clone(),
+            dir: f.dir.clone(),
+        },
+        names: Some(KubeNames {
+            namespace: String::new(),
+            pod: f.pod_uid.clone(),
+            container: f.container.clone(),
+        }),
+        gpus: ledgers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut g = GpuState {
+                    index: i as u32,
+                    uuid: l.uuid.clone(),
+                    // The library records "no quota" as the ledger's largest total.
+                    limit: (l.snapshot.limit < vgpu_ledger::region::MAX_TOTAL)
+                        .then_some(l.snapshot.limit),
+                    ..Default::default()
+                };
+                from_snapshot(&mut g, &l.snapshot);
+                g
+            })
+            .collect(),
+        ..Default::default()
     }
 }
 
@@ -137,24 +205,27 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
     };
     match ledger {
         LedgerRead::Missing => {}
-        LedgerRead::Read(snap) => {
-            g.total = snap.used;
-            g.refusals = snap.refusals;
-            g.spilled = snap.spilled;
-            g.compute = snap.compute;
-            for s in &snap.slots {
-                for (k, u) in s.usage.iter().enumerate() {
-                    g.by_kind[k] = g.by_kind[k].saturating_add(*u);
-                }
-                g.slots_sum = g.slots_sum.saturating_add(s.total());
-                if s.alive {
-                    g.owners.push((s.pid, s.pid_ns));
-                }
-            }
-        }
+        LedgerRead::Read(snap) => from_snapshot(&mut g, &snap),
         LedgerRead::Unreadable(e) => g.error = Some(e),
     }
     g
+}
+
+/// A ledger's figures into `g`: its total, refusals, spill, compute bucket, usage by kind and live owners.
+fn from_snapshot(g: &mut GpuState, snap: &vgpu_ledger::Snapshot) {
+    g.total = snap.used;
+    g.refusals = snap.refusals;
+    g.spilled = snap.spilled;
+    g.compute = snap.compute;
+    for s in &snap.slots {
+        for (k, u) in s.usage.iter().enumerate() {
+            g.by_kind[k] = g.by_kind[k].saturating_add(*u);
+        }
+        g.slots_sum = g.slots_sum.saturating_add(s.total());
+        if s.alive {
+            g.owners.push((s.pid, s.pid_ns));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -249,6 +320,54 @@ mod tests {
         std::fs::remove_file(&lp).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", &lp).unwrap();
         assert!(read(&root).unwrap()[0].error.is_some());
+    }
+
+    /// A folder of HAMi's: one container, its GPUs in NVML's order, the quota and usage its library
+    /// recorded, live while a slot is held, named by the pod's UID and the container's name.
+    #[test]
+    fn a_hami_folder_is_a_container_reported_from_its_ledgers() {
+        let d = tempfile::tempdir().unwrap();
+        let pod = "7c0e3d1a-0000-4000-8000-000000000002";
+        let dir = d.path().join(format!("{pod}_main"));
+        std::fs::create_dir(&dir).unwrap();
+        let (u0, u1) = ("GPU-a", "GPU-b");
+        let l0 = Ledger::open_or_create(&dir.join(format!("x.cache.{u0}")), u0, 1 << 30).unwrap();
+        let l1 = Ledger::open_or_create(&dir.join(format!("x.cache.{u1}")), u1, u64::MAX).unwrap();
+        let slot = l1.attach().unwrap();
+        l1.charge(&slot, Kind::Data, 5 << 20, u64::MAX).unwrap();
+        let scan = crate::hami::scan(d.path()).unwrap();
+        // NVML lists GPU-b first: it is the container's GPU 0.
+        let order = vec![u1.to_string(), u0.to_string()];
+        let mut cs = vec![from_hami(&scan.folders[0], &order)];
+        let c = &cs[0];
+        assert_eq!(c.id, format!("hami/{pod}_main"));
+        assert!(
+            matches!(&c.origin, Origin::Hami { pod_uid, container, .. } if pod_uid == pod && container == "main")
+        );
+        let n = c.names.as_ref().unwrap();
+        assert_eq!(
+            (n.namespace.as_str(), n.pod.as_str(), n.container.as_str()),
+            ("", pod, "main")
+        );
+        let g: Vec<(u32, &str, Option<u64>, u64)> = c
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.uuid.as_str(), g.limit, g.total))
+            .collect();
+        assert_eq!(g, [(0, u1, None, 5 << 20), (1, u0, Some(1 << 30), 0)]);
+        assert_eq!(c.gpus[0].owners, vec![(std::process::id(), own_ns())]);
+        assert_eq!(
+            (c.pid_ns, c.init_pid, c.cgroup.as_deref()),
+            (None, None, None)
+        );
+        mark_live(&mut cs, |_, _, _| panic!("no init to ask about"));
+        assert!(cs[0].live);
+        drop(slot);
+        let scan = crate::hami::scan(d.path()).unwrap();
+        let mut cs = vec![from_hami(&scan.folders[0], &[])];
+        mark_live(&mut cs, |_, _, _| true);
+        assert!(!cs[0].live, "no slot held");
+        drop((l0, l1));
     }
 
     fn own_ns() -> u64 {

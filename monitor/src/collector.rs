@@ -7,10 +7,11 @@
 use crate::metrics::{self, WatchdogView};
 use crate::stderr::log;
 use crate::{docker, share_run, share_wall, turns, unattributed, watchdog};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vgpu_host::attribution::{self, Truth};
+use vgpu_host::config::HamiContainers;
 use vgpu_host::nvml::{GpuReading, Nvml};
 use vgpu_host::procs;
 use vgpu_host::state_root::StateRoot;
@@ -36,6 +37,16 @@ pub struct Monitor {
     docker: Mutex<docker::Cache>,
     /// The time-quanta arbiter of oversubscribed GPUs (none until `with_turns`).
     pub(crate) turns: Option<Arc<turns::run::Arbiter>>,
+    /// HAMi's per-container folders (not looked at until `with_hami`).
+    hami: HamiWatch,
+}
+
+/// Where HAMi's per-container folders are looked for, and the lines the last collection had to say about
+/// them: a line is logged when it first appears, so a bad file is one line however long it stays.
+#[derive(Default)]
+struct HamiWatch {
+    setting: Option<HamiContainers>,
+    said: Mutex<BTreeSet<String>>,
 }
 
 /// One collection: a reading, when it was finished and how long it took.
@@ -68,6 +79,9 @@ pub struct Reading {
     /// Per GPU, its used memory that no process's figure shows (`unattributed`).
     pub unattributed: Vec<unattributed::Remainder>,
     pub state_error: Option<String>,
+    /// The files of HAMi's per-container folders skipped (`vgpu_host::hami::Skipped`); None when no folder
+    /// of HAMi's was read.
+    pub hami_skipped: Option<usize>,
 }
 
 impl Monitor {
@@ -109,7 +123,15 @@ impl Monitor {
             node: String::new(),
             docker: Mutex::new(docker::Cache::new(None, docker::DEADLINE)),
             turns: None,
+            hami: HamiWatch::default(),
         }
+    }
+
+    /// This monitor also reporting the containers of HAMi's per-container folders where `setting` says
+    /// (`vgpu_host::hami`): their figures and report-only findings, never a kill or a freeze.
+    pub fn with_hami(mut self, setting: HamiContainers) -> Monitor {
+        self.hami.setting = Some(setting);
+        self
     }
 
     /// This monitor with the time-quanta arbiter (`turns`), which `run` starts in a thread of its own.
@@ -197,7 +219,11 @@ impl Monitor {
                 c.docker_name = n;
             }
         }
+        // NVML read right before the attribution (a process it lists may be gone a moment later).
         let gpus = self.nvml.as_ref().and_then(|n| n.readings().ok());
+        let (mut hami, hami_skipped) = self.read_hami(gpus.as_deref().unwrap_or_default());
+        usage::mark_live(&mut hami, procs::init_alive);
+        containers.extend(hami);
         let truth = attribution::attribute(
             &containers,
             gpus.as_deref().unwrap_or_default(),
@@ -216,7 +242,56 @@ impl Monitor {
             truth,
             unattributed,
             state_error,
+            hami_skipped,
         }
+    }
+
+    /// The containers of HAMi's per-container folders (`vgpu_host::hami`, `usage::from_hami`: each GPU's
+    /// index by NVML's order in `gpus`) and how many files were skipped (None: no folder read); each line
+    /// about a skipped file, or about the folder itself, logged once.
+    fn read_hami(&self, gpus: &[GpuReading]) -> (Vec<usage::ContainerState>, Option<usize>) {
+        let Some(setting) = &self.hami.setting else {
+            return (vec![], None);
+        };
+        let Some(dir) = setting.dir() else {
+            return (vec![], None);
+        };
+        let mut order: Vec<&GpuReading> = gpus.iter().collect();
+        order.sort_by_key(|r| r.index);
+        let order: Vec<String> = order.into_iter().map(|r| r.uuid.clone()).collect();
+        let mut lines = BTreeSet::new();
+        let out = match vgpu_host::hami::scan(dir) {
+            Ok(scan) => {
+                lines.extend(
+                    scan.skipped
+                        .iter()
+                        .map(|k| format!("skipped in HAMi's folders: {}", k.why)),
+                );
+                let cs = scan
+                    .folders
+                    .iter()
+                    .map(|f| usage::from_hami(f, &order))
+                    .collect();
+                (cs, Some(scan.skipped.len()))
+            }
+            // HAMi's default folder, looked for on every node: a node without HAMi has none.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !setting.is_set() => {
+                (vec![], None)
+            }
+            Err(e) => {
+                lines.insert(format!(
+                    "HAMi's containers folder {}: {e}; no container of HAMi's is reported",
+                    dir.display()
+                ));
+                (vec![], None)
+            }
+        };
+        let mut said = self.hami.said.lock().unwrap_or_else(|e| e.into_inner());
+        for l in lines.difference(&said) {
+            log(l);
+        }
+        *said = lines;
+        out
     }
 
     /// Reads everything now, runs the watchdog pass on it and keeps it for the scrapes: what the collector
@@ -291,6 +366,9 @@ impl Monitor {
             }),
         };
         metrics::render_with(&scrape, |reg| {
+            if let Some(n) = r.hami_skipped {
+                metrics::hami_skipped(reg, n);
+            }
             metrics::unattributed::register(
                 &self.node,
                 r.gpus.as_deref().unwrap_or_default(),
@@ -353,7 +431,7 @@ impl Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vgpu_host::nvml::Fake;
+    use vgpu_host::nvml::{Fake, Nvml};
 
     const POLICY: Policy = Policy {
         tolerance: 64 << 20,
@@ -387,5 +465,64 @@ mod tests {
         assert!(text.lines().any(|l| l == "vgpu_nvml_up 0"), "{text}");
         let m = Monitor::with_nvml(root, None, POLICY);
         assert!(m.scrape().lines().any(|l| l == "vgpu_nvml_up 0"));
+    }
+
+    /// A container of HAMi's folders in the scrape: its pod UID and container name as labels, the usage
+    /// and quota its ledger holds, GPU 1 its index 0 (the only GPU of the container); a link and an
+    /// oversized file beside its ledger counted as skipped; nothing of HAMi's served while off.
+    #[test]
+    fn hamis_folders_are_containers_of_the_scrape() {
+        use vgpu_ledger::{Kind, Ledger};
+        let d = tempfile::tempdir().unwrap();
+        let root = StateRoot::new(d.path().join("state"));
+        let hami = d.path().join("containers");
+        let pod = "7c0e3d1a-0000-4000-8000-000000000002";
+        let dir = hami.join(format!("{pod}_main"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let u1 = "GPU-fa4ec0de-0000-4000-8000-000000000001";
+        let l =
+            Ledger::open_or_create(&dir.join(format!("{pod}.cache.{u1}")), u1, 1 << 30).unwrap();
+        let slot = l.attach().unwrap();
+        l.charge(&slot, Kind::Data, 300 << 20, 1 << 30).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join(format!("evil.cache.{u1}"))).unwrap();
+        let big = std::fs::File::create(dir.join(format!("big.cache.{u1}"))).unwrap();
+        big.set_len(64 << 20).unwrap();
+        let nvml = || Some(Box::new(Fake::gpus(2, 16 << 30)) as Box<dyn Nvml>);
+        let m = Monitor::with_nvml(root.clone(), nvml(), POLICY)
+            .with_hami(HamiContainers::Dir(hami.clone()));
+        let text = m.scrape();
+        let labels = format!(
+            "namespace=\"\",pod=\"{pod}\",container=\"main\",container_id=\"hami/{pod}_main\",vdevice_index=\"0\",device_uuid=\"{u1}\""
+        );
+        for want in [
+            format!("vgpu_memory_used_bytes{{{labels}}} 314572800"),
+            format!("vgpu_memory_limit_bytes{{{labels}}} 1073741824"),
+            format!("vgpu_ledger_processes{{{labels}}} 1"),
+            format!("vgpu_memory_used_by_kind_bytes{{{labels},kind=\"data\"}} 314572800"),
+            format!("hami_vgpu_memory_used_bytes{{zone=\"vGPU\",namespace=\"\",pod=\"{pod}\",container=\"main\",vdevice_index=\"0\",device_uuid=\"{u1}\"}} 314572800"),
+            "vgpu_hami_skipped_files 2".to_string(),
+        ] {
+            assert!(text.lines().any(|l| l == want), "{want}\n{text}");
+        }
+        // HAMi's scheduler commits its containers: vgpu's allocation series count none of them.
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("hami_gpu_memory_allocated_bytes{")
+                    && l.contains(u1)
+                    && !l.ends_with(" 0")),
+            "{text}"
+        );
+        let m = Monitor::with_nvml(root.clone(), nvml(), POLICY).with_hami(HamiContainers::Off);
+        let text = m.scrape();
+        assert!(
+            !text.contains("hami/") && !text.contains("vgpu_hami_skipped_files"),
+            "{text}"
+        );
+        // A folder set but missing: nothing reported (the line is logged once).
+        let m = Monitor::with_nvml(root, nvml(), POLICY)
+            .with_hami(HamiContainers::Dir(d.path().join("none")));
+        assert!(!m.scrape().contains("hami/"));
+        drop((slot, l));
     }
 }

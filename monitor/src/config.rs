@@ -7,9 +7,9 @@ use vgpu_host::config::monitor::{
     unattributed_threshold,
 };
 use vgpu_host::config::{
-    MonitorConfig, MonitorConfigError, ShareWall, TurnsConfig, DEFAULT_INTERVAL, DEFAULT_LISTEN,
-    DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE, DEFAULT_UNATTRIBUTED_SCANS,
-    DEFAULT_UNATTRIBUTED_THRESHOLD,
+    HamiContainers, MonitorConfig, MonitorConfigError, ShareWall, TurnsConfig, DEFAULT_INTERVAL,
+    DEFAULT_LISTEN, DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE,
+    DEFAULT_UNATTRIBUTED_SCANS, DEFAULT_UNATTRIBUTED_THRESHOLD,
 };
 
 /// What the command line sets (each `None`/false where it does not).
@@ -50,6 +50,8 @@ pub struct Settings {
     pub unattributed_scans: u32,
     /// HAMi's `node` label: `[monitor] node`, else `NODE_NAME`, else the host name.
     pub node: String,
+    /// Where HAMi's per-container folders are looked for (`[monitor] hami_containers_dir`; no flag).
+    pub hami_containers: HamiContainers,
     /// The time-quanta arbiter (`[monitor.turns]`).
     pub turns: Turns,
 }
@@ -141,6 +143,7 @@ impl Settings {
                 .or_else(|| table.nvml_library.clone())
                 .unwrap_or_else(|| default_nvml.to_string()),
             node: node_name(table.node.as_deref(), std::env::var("NODE_NAME").ok()),
+            hami_containers: table.hami_containers_dir.clone(),
         })
     }
 }
@@ -200,6 +203,7 @@ mod tests {
             node: Some("gpu-7".into()),
             unattributed_threshold: Some(1 << 30),
             unattributed_scans: Some(5),
+            hami_containers_dir: HamiContainers::Off,
             turns: TurnsConfig {
                 quantum: Some(Duration::from_secs(2)),
                 force: Some(true),
@@ -222,6 +226,11 @@ mod tests {
             (ShareWall::Report, 20, 2.0)
         );
         assert_eq!(s.node, "gpu-7");
+        assert_eq!(
+            (&d.hami_containers, &s.hami_containers),
+            (&HamiContainers::Auto, &HamiContainers::Off),
+            "HAMi's default folder whenever it exists, unless the table says otherwise"
+        );
         assert_eq!(
             (s.unattributed_threshold, s.unattributed_scans),
             (1 << 30, 5)

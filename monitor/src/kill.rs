@@ -12,6 +12,7 @@ use crate::watchdog::{self, Finding};
 use std::collections::BTreeMap;
 use vgpu_host::attribution;
 use vgpu_host::procs;
+use vgpu_host::usage::Origin;
 use vgpu_ledger::format_bytes;
 
 impl Monitor {
@@ -106,6 +107,9 @@ impl Monitor {
             ..Default::default()
         };
         procs::kill_checked(&seen, |now| {
+            if r.containers[c].origin != Origin::StateRoot {
+                return Err("a container of HAMi's folders is never enforced on");
+            }
             if !r.containers[c].init_alive(procs::init_alive) {
                 return Err("the container's init process is gone");
             }
@@ -123,6 +127,17 @@ fn describe(f: &Finding, r: &Reading) -> String {
     let (c, g, _) = f.key();
     let (cs, gs) = (&r.containers[c], &r.containers[c].gpus[g]);
     let at = format!("{} GPU {} ({})", who(cs), gs.index, gs.uuid);
+    let line = describe_kind(f, gs, at);
+    match cs.origin {
+        Origin::StateRoot => line,
+        Origin::Hami { .. } => format!(
+            "{line} (report only: under HAMi the quota is what its library wrote in the ledger, a file the tenant can write)"
+        ),
+    }
+}
+
+/// The log line of a finding on `gs`, at `at` (the container and its GPU).
+fn describe_kind(f: &Finding, gs: &vgpu_host::usage::GpuState, at: String) -> String {
     match f {
         Finding::OverQuota { truth, limit, allowed, procs, kill, .. } => {
             let list: Vec<String> = procs

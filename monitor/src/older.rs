@@ -21,7 +21,7 @@ use vgpu_host::atomic;
 use vgpu_host::hostfile;
 use vgpu_host::procs;
 use vgpu_host::state_root::StateRoot;
-use vgpu_host::usage::ContainerState;
+use vgpu_host::usage::{ContainerState, Origin};
 
 /// What `record_missing` needs of the host: whether a recorded init lives (`procs::init_alive`), a
 /// process's `/proc/<pid>/cgroup` text, and the monitor's own cgroup v2 path.
@@ -55,7 +55,7 @@ pub fn record_missing(
     let mut lines = Vec::new();
     for c in containers
         .iter_mut()
-        .filter(|c| c.live && c.cgroup.is_none())
+        .filter(|c| c.live && c.cgroup.is_none() && c.origin == Origin::StateRoot)
     {
         let (Some(pid), Some(ns), Some(start)) = (c.init_pid, c.pid_ns, c.init_start_time) else {
             continue;

@@ -9,8 +9,18 @@ pub(crate) fn log(msg: &str) {
     eprintln!("vgpuctl monitor: {}", vgpu_host::printable::printable(msg));
 }
 
-/// "container ID (pod NS/POD, container NAME)".
+/// "container ID (pod NS/POD, container NAME)"; "container hami/UID_NAME (HAMi: pod UID, container
+/// NAME)" for one of HAMi's folders.
 pub(crate) fn who(c: &usage::ContainerState) -> String {
+    if let usage::Origin::Hami {
+        pod_uid, container, ..
+    } = &c.origin
+    {
+        return format!(
+            "container {} (HAMi: pod UID {pod_uid}, container {container})",
+            c.id
+        );
+    }
     match &c.names {
         Some(n) => format!(
             "container {} (pod {}/{}, container {})",

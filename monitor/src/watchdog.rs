@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use vgpu_host::attribution::{TrueProc, Truth};
-use vgpu_host::usage::{ContainerState, GpuState};
+use vgpu_host::usage::{ContainerState, GpuState, Origin};
 
 /// The watchdog's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +195,8 @@ pub fn decide(
             let allowed = pending.map_or(limit, |(held, _)| held);
             let ceiling = allowed.saturating_add(policy.tolerance);
             if used > ceiling {
-                let kill = if policy.kill {
+                // A container of HAMi's folders has no quota of the host's: reported, never killed.
+                let kill = if policy.kill && cs.origin == Origin::StateRoot {
                     victims(&procs, used, ceiling)
                 } else {
                     vec![]

@@ -172,6 +172,24 @@ fn run(cli: Cli) -> Result<()> {
             let root = root.root()?;
             let mut status = vgpuctl::status::collect(&root, &physical)?;
             status.note_addressing(&addressing);
+            // HAMi's per-container folders, where the monitor looks for them ([monitor] of the config).
+            let hami = cfg
+                .as_ref()
+                .and_then(|c| c.monitor().ok())
+                .map(|t| t.hami_containers_dir.clone())
+                .unwrap_or_default();
+            if let Some(dir) = hami.dir() {
+                let mut order: Vec<_> = gpus.iter().collect();
+                order.sort_by_key(|g| g.index);
+                let order: Vec<String> = order.into_iter().map(|g| g.uuid.clone()).collect();
+                status.note_hami(dir, hami.is_set(), &order);
+                for line in &status.hami_skipped {
+                    eprintln!(
+                        "vgpuctl status: skipped in HAMi's folders: {}",
+                        vgpu_host::printable::printable(line)
+                    );
+                }
+            }
             if let Some(readings) = nvml.as_ref().and_then(|n| n.readings().ok()) {
                 // The threshold and tolerance the monitor uses ([monitor] of the config, else the defaults).
                 let table = cfg.as_ref().and_then(|c| c.monitor().ok());
@@ -313,6 +331,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     let mut m = Monitor::new(root.clone(), &s.nvml_library, policy)
         .with_unattributed(s.unattributed_threshold, s.unattributed_scans)
         .with_share_wall(s.share_wall, share)
+        .with_hami(s.hami_containers.clone())
         .with_turns(vgpu_monitor::turns::run::Arbiter::new(
             s.turns,
             root.clone(),
@@ -334,7 +353,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
     let listener = std::net::TcpListener::bind(&s.listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", s.listen))?;
     eprintln!(
-        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}; unattributed memory logged past {} for {} collections; share wall {}, window {} s, tolerance {} points; turns {}",
+        "vgpuctl monitor: serving http://{}/metrics for {}; watchdog every {} s, tolerance {}, kill {}; unattributed memory logged past {} for {} collections; share wall {}, window {} s, tolerance {} points; turns {}; HAMi's folders {}",
         listener.local_addr()?,
         root.root().display(),
         s.interval.as_secs(),
@@ -354,6 +373,14 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
                 t.idle.as_secs_f64(),
                 t.grace.as_secs_f64()
             ),
+        },
+        match &s.hami_containers {
+            vgpu_host::config::HamiContainers::Off => "off".to_string(),
+            h @ vgpu_host::config::HamiContainers::Auto => format!(
+                "{} when it exists",
+                h.dir().unwrap_or(std::path::Path::new("")).display()
+            ),
+            vgpu_host::config::HamiContainers::Dir(d) => d.display().to_string(),
         }
     );
     Ok(vgpu_monitor::run(m, listener, s.interval)?)

@@ -29,16 +29,25 @@
 # /usr/local/vgpu, is the per-container folder, which holds no engine. libvgpu-single.so loads the engine it
 # carries from a memfd instead (docs/engines/hami.md). The plain front there refuses CUDA with one line
 # (never run unlimited): the suite's first case.
+#
+# The node's tools find those containers from HAMi's per-container folders (`[monitor] hami_containers_dir`):
+# `vgpuctl monitor`'s metrics and `vgpuctl status` show the containers that ran (and the one running) with
+# their pod UID, container name, the quota and usage their ledgers hold and NVML's truth, and a link and an
+# oversized file the tenant left beside its ledger are skipped with one line each.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
 . "$(dirname "$0")/lib/bundle.sh"
+. "$(dirname "$0")/lib/vgpu.sh"
+. "$(dirname "$0")/lib/monitor.sh"
 t_init hami-compat
+VGPUCTL=$T/release/vgpuctl
 SINGLE=$T/vgpu/libvgpu-single.so
 # The engine only for the libraries it needs (libpthread, libdl, ...): the rootfs gets them, as a real
 # image's glibc has them; it lands in the rootfs's library folder, never beside the mounted front.
 CORE=$T/vgpu/libvgpu_core.so
-t_require "$LIBVGPU" "$SINGLE" "$CORE" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1" "$CLIENTS_DIR/rt_client"
+t_require "$LIBVGPU" "$SINGLE" "$CORE" "$FAKE_DIR/libcuda.so.1" "$FAKE_DIR/libnvidia-ml.so.1" "$CLIENTS_DIR/rt_client" \
+    "$VGPUCTL" "$(command -v curl)"
 command -v runc > /dev/null || { echo "hami-compat: runc is not installed"; exit 1; }
 GIB=1073741824
 MIB=1048576
@@ -151,5 +160,62 @@ check "  ... and allocates past HAMi's 1024m (${bytes:-?} bytes)" test "${bytes:
 hami_allocate 7c0e3d1a-0000-4000-8000-000000000007 main 1024 0 CUDA_DISABLE_CONTROL=false
 out=$(run_it)
 check_eq "CUDA_DISABLE_CONTROL=false keeps the preload and the quota" "$(field total "$out")" "$GIB"
+
+echo "-- vgpuctl monitor and vgpuctl status find HAMi's containers in HAMi's per-container folders"
+# The node's config: an empty state root (no container of vgpu's runtime), the fake NVML, and HAMi's
+# containers folder under this suite's hook path.
+vgpu_config
+printf '[monitor]\nhami_containers_dir = "%s"\n' "$HOSTHOOK/containers" >>"$WORK/config.toml"
+POD=7c0e3d1a-0000-4000-8000-000000000008
+# The tenant leaves, where its ledger is, a link to the host's /etc/shadow and a 64 MiB file, both named as
+# ledgers are, then holds 300 MiB. Its cgroup as a kubelet's cgroupfs driver names a pod's.
+CMD=(sh -c "ln -s /etc/shadow /usr/local/vgpu/evil.cache.$GPU0 && head -c 67108864 /dev/zero >/usr/local/vgpu/big.cache.$GPU0 && exec rt_client device 0 '!alloc' 300Mi sleep 60")
+hami_allocate "$POD" main 1024 0
+bundle_jq "$B" '.linux.cgroupsPath = $c' --arg c "/kubepods/besteffort/pod$POD/$ID"
+HCDIR=$CDIR
+runc --root "$WORK/rt" run --bundle "$B" "$ID" </dev/null >"$WORK/h.out" 2>&1 &
+check "a container HAMi allocated holds 300 MiB" wait_for 20 grep -q 'op=alloc .*rc=0' "$WORK/h.out"
+monitor_start hmon && pass "the monitor starts with [monitor] hami_containers_dir" || fail "the monitor starts with [monitor] hami_containers_dir"
+check_match "  ... and says where it looks" "HAMi's folders $HOSTHOOK/containers\$" "$(head -1 "$WORK/hmon.log")"
+LH="namespace=\"\",pod=\"$POD\",container=\"main\",container_id=\"hami/${POD}_main\",vdevice_index=\"0\",device_uuid=\"$GPU0\""
+# The context is charged as measured (256 MiB on the fake GPU), then 300 MiB of data.
+check_eq "vgpu_memory_used_bytes of pod $POD, container main = 556 MiB (its ledger)" \
+    "$(series vgpu_memory_used_bytes "$LH")" $((556 * MIB))
+check_eq "vgpu_memory_limit_bytes = HAMi's 1024m, as its library recorded it" "$(series vgpu_memory_limit_bytes "$LH")" "$GIB"
+check_eq "usage by kind: data 300 MiB" "$(series vgpu_memory_used_by_kind_bytes "$LH.*kind=\"data\"")" $((300 * MIB))
+check_eq "one process holds a slot" "$(series vgpu_ledger_processes "$LH")" 1
+check_eq "NVML's truth: its process's 556 MiB (its own slot, in its PID namespace)" \
+    "$(series vgpu_container_gpu_memory_nvml_bytes "$LH")" $((556 * MIB))
+check_eq "  ... nothing untracked" "$(series vgpu_container_gpu_memory_untracked_bytes "$LH")" 0
+HH="zone=\"vGPU\",namespace=\"\",pod=\"$POD\",container=\"main\",vdevice_index=\"0\",device_uuid=\"$GPU0\""
+check_eq "hami_vgpu_memory_used_bytes (HAMi's labels, the pod by its UID)" "$(series hami_vgpu_memory_used_bytes "$HH")" $((556 * MIB))
+check_eq "hami_vgpu_memory_limit_bytes" "$(series hami_vgpu_memory_limit_bytes "$HH")" "$GIB"
+P2=7c0e3d1a-0000-4000-8000-000000000002
+check_eq "a container that ran and exited (pod ...0002): its quota" \
+    "$(series vgpu_memory_limit_bytes "pod=\"$P2\",container=\"main\",container_id=\"hami/${P2}_main\"")" "$GIB"
+check_eq "  ... and no process" "$(series vgpu_ledger_processes "pod=\"$P2\"")" 0
+check_not "a folder without a ledger (CUDA_DISABLE_CONTROL=true: no preload) is no container" \
+    grep -q 'pod="7c0e3d1a-0000-4000-8000-000000000006"' <<<"$(scrape)"
+check_eq "the link and the oversized file are skipped (vgpu_hami_skipped_files)" "$(scrape | grep '^vgpu_hami_skipped_files ' | awk '{print $2}')" 2
+evil="skipped in HAMi's folders: vgpu ledger $HCDIR/evil.cache.$GPU0: is a symbolic link, which vgpu never follows here"
+big="skipped in HAMi's folders: vgpu ledger $HCDIR/big.cache.$GPU0: is 67108864 bytes, more than such a file can be"
+check "the link is logged" wait_for 5 grep -qF "$evil" "$WORK/hmon.log"
+check "the oversized file is logged" wait_for 5 grep -qF "$big" "$WORK/hmon.log"
+sleep 3
+check_eq "  ... the link once, over several collections" "$(grep -cF "$evil" "$WORK/hmon.log")" 1
+check_eq "  ... the oversized file once" "$(grep -cF "$big" "$WORK/hmon.log")" 1
+check_eq "nothing else is skipped or logged about HAMi's folders" "$(grep -c "HAMi" "$WORK/hmon.log")" 3
+check_eq "no process was killed, no cgroup frozen" "$(grep -cE 'killed pid|froze' "$WORK/hmon.log")" 0
+vstatus() { FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" status "$@"; }
+out=$(vstatus 2>"$WORK/status.err")
+line=$(grep "^hami/${POD}_main " <<<"$out")
+check_match "vgpuctl status: the container, its quota and its usage" \
+    "^hami/${POD}_main +0 +$GPU0 +1.00 GiB +556 MiB \(54%\) +context=256 MiB data=300 MiB" "$line"
+check_match "  ... its process, host PID and PID 1 inside, and its pod UID and container" \
+    " [0-9]+/1 +HAMi pod UID $POD, container main$" "$line"
+check_eq "  ... the link and the oversized file one stderr line each" \
+    "$(grep -cF -e "vgpuctl status: $evil" -e "vgpuctl status: $big" "$WORK/status.err")" 2
+check_eq "vgpuctl status --json: its pod UID" \
+    "$(vstatus --json 2>/dev/null | jq -r --arg id "hami/${POD}_main" '.containers[] | select(.id == $id) | .hami.pod_uid')" "$POD"
 
 t_done

@@ -15,7 +15,7 @@ pub mod monitor;
 pub mod turns;
 
 pub use monitor::{
-    MonitorConfig, MonitorConfigError, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN,
+    HamiContainers, MonitorConfig, MonitorConfigError, ShareWall, DEFAULT_INTERVAL, DEFAULT_LISTEN,
     DEFAULT_SHARE_TOLERANCE, DEFAULT_SHARE_WINDOW, DEFAULT_TOLERANCE, DEFAULT_UNATTRIBUTED_SCANS,
     DEFAULT_UNATTRIBUTED_THRESHOLD,
 };

@@ -1,10 +1,12 @@
 //! The `[monitor]` table of the vgpu config file, typed: `vgpuctl monitor`'s listen address, interval,
 //! tolerance (a quantity, as bytes), kill policy, NVML library, node name (HAMi's `node` label), its
-//! compute share wall (mode, window, tolerance in points), and when memory no process's figure shows is
-//! logged (threshold and scans); its `turns` sub-table is `turns`'s. Not here: the rest of the file (the
+//! compute share wall (mode, window, tolerance in points), when memory no process's figure shows is
+//! logged (threshold and scans), and where HAMi's per-container folders are looked for
+//! (`hami_containers_dir`, also read by `vgpuctl status`); its `turns` sub-table is `turns`'s. Not here: the rest of the file (the
 //! parent module), the monitor's command line over it (`vgpu_monitor::config`).
 
 use serde::Deserialize;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vgpu_ledger::quantity::parse_quantity;
 use vgpu_ledger::QuantityError;
@@ -31,6 +33,58 @@ pub const DEFAULT_SHARE_WINDOW: Duration = Duration::from_secs(10);
 pub const DEFAULT_SHARE_TOLERANCE: f64 = 5.0;
 /// The longest share window (the monitor keeps a sample per interval over it).
 pub const MAX_SHARE_WINDOW_SECONDS: u64 = 3600;
+
+/// Where the monitor and `vgpuctl status` look for HAMi's per-container folders (`hami_containers_dir`;
+/// `vgpu_host::hami`): containers HAMi's device plugin started with vgpu's library, reported from their
+/// ledgers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum HamiContainers {
+    /// Unset: HAMi's default folder (`hami::DEFAULT_CONTAINERS_DIR`, `/usr/local/vgpu/containers`) whenever
+    /// it exists; a node without HAMi's device plugin has none, and nothing is said.
+    #[default]
+    Auto,
+    /// `false`: not looked for.
+    Off,
+    /// A folder of HAMi's (`<global.gpuHookPath>/vgpu/containers` for a chart with another hook path):
+    /// looked at every time; while it is missing, the monitor says so once.
+    Dir(PathBuf),
+}
+
+impl HamiContainers {
+    /// The folder to look at: the one set, HAMi's default one (`Auto`), none when off.
+    pub fn dir(&self) -> Option<&Path> {
+        match self {
+            HamiContainers::Auto => Some(Path::new(crate::hami::DEFAULT_CONTAINERS_DIR)),
+            HamiContainers::Off => None,
+            HamiContainers::Dir(d) => Some(d),
+        }
+    }
+
+    /// Whether the folder was set (a missing one is then worth a line).
+    pub fn is_set(&self) -> bool {
+        matches!(self, HamiContainers::Dir(_))
+    }
+}
+
+/// `hami_containers_dir` checked: `false`, or an absolute path of printable characters (at most 4096
+/// bytes); `got` in the error as TOML writes it.
+pub fn hami_containers_dir(value: &toml::Value) -> Result<HamiContainers> {
+    match value {
+        toml::Value::Boolean(false) => Ok(HamiContainers::Off),
+        toml::Value::String(p)
+            if p.starts_with('/') && p.len() <= 4096 && !p.chars().any(char::is_control) =>
+        {
+            Ok(HamiContainers::Dir(PathBuf::from(p)))
+        }
+        // On one line whatever it holds (TOML writes a string with a newline over several).
+        toml::Value::String(p) => Err(MonitorConfigError::HamiContainersDir {
+            got: format!("{p:?}"),
+        }),
+        other => Err(MonitorConfigError::HamiContainersDir {
+            got: other.to_string().replace('\n', "\\n"),
+        }),
+    }
+}
 
 /// What the compute share wall does with a container that ran past its share + tolerance.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -91,6 +145,11 @@ pub enum MonitorConfigError {
     UnattributedScans { scans: u64 },
     #[error("[monitor] node: expected a node name of 1 to 253 printable characters, got {node:?}")]
     Node { node: String },
+    /// `hami_containers_dir` that is neither `false` nor an absolute path (`got`: as TOML writes it).
+    #[error(
+        "[monitor] hami_containers_dir: expected an absolute path like \"/usr/local/vgpu/containers\" or false, got {got}"
+    )]
+    HamiContainersDir { got: String },
     /// The `[monitor.turns]` table (the time-quanta arbiter).
     #[error(transparent)]
     Turns(#[from] super::turns::TurnsConfigError),
@@ -160,6 +219,8 @@ pub struct MonitorConfig {
     pub unattributed_threshold: Option<u64>,
     /// Consecutive collections it must last first (`unattributed_scans`).
     pub unattributed_scans: Option<u32>,
+    /// Where HAMi's per-container folders are looked for (`hami_containers_dir`; unset: `Auto`).
+    pub hami_containers_dir: HamiContainers,
     /// The time-quanta arbiter (`[monitor.turns]`).
     pub turns: super::turns::TurnsConfig,
 }
@@ -178,6 +239,7 @@ struct Raw {
     node: Option<String>,
     unattributed_threshold: Option<toml::Value>,
     unattributed_scans: Option<u64>,
+    hami_containers_dir: Option<toml::Value>,
     turns: Option<toml::Table>,
 }
 
@@ -244,6 +306,10 @@ impl MonitorConfig {
             share_tolerance,
             unattributed_threshold: threshold,
             unattributed_scans: raw.unattributed_scans.map(unattributed_scans).transpose()?,
+            hami_containers_dir: match &raw.hami_containers_dir {
+                None => HamiContainers::Auto,
+                Some(v) => hami_containers_dir(v)?,
+            },
             turns: super::turns::TurnsConfig::from_table(raw.turns.unwrap_or_default())?,
             node: match raw.node {
                 Some(n) if n.is_empty() || n.len() > 253 || n.chars().any(char::is_control) => {
@@ -309,6 +375,21 @@ mod tests {
                 .unattributed_threshold,
             Some(0)
         );
+        assert_eq!(
+            table("hami_containers_dir = \"/opt/hami/vgpu/containers\"\n")
+                .unwrap()
+                .hami_containers_dir,
+            HamiContainers::Dir("/opt/hami/vgpu/containers".into())
+        );
+        let off = table("hami_containers_dir = false\n")
+            .unwrap()
+            .hami_containers_dir;
+        assert_eq!((off.dir(), off.is_set()), (None, false));
+        let auto = table("").unwrap().hami_containers_dir;
+        assert_eq!(
+            (auto.dir(), auto.is_set()),
+            (Some(Path::new("/usr/local/vgpu/containers")), false)
+        );
         use MonitorConfigError as E;
         let kind = |text: &str| std::mem::discriminant(&table(text).unwrap_err());
         for (bad, want) in [
@@ -360,6 +441,14 @@ mod tests {
             ("unattributed_threshold = -1\n", "unattributed_threshold"),
             ("unattributed_scans = 0\n", "unattributed_scans"),
             ("unattributed_scans = 100000\n", "unattributed_scans"),
+            ("hami_containers_dir = true\n", "hami_containers_dir"),
+            ("hami_containers_dir = \"\"\n", "hami_containers_dir"),
+            (
+                "hami_containers_dir = \"vgpu/containers\"\n",
+                "hami_containers_dir",
+            ),
+            ("hami_containers_dir = \"/a\\nb\"\n", "hami_containers_dir"),
+            ("hami_containers_dir = 1\n", "hami_containers_dir"),
         ] {
             let e = table(bad).unwrap_err().to_string();
             assert!(e.contains(names) && !e.contains('\n'), "{bad}: {e}");

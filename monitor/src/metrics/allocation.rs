@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use vgpu_host::nvml::GpuReading;
-use vgpu_host::usage::ContainerState;
+use vgpu_host::usage::{ContainerState, Origin};
 
 /// HAMi's cores of a whole GPU (its device plugin's `devcore`, 100 × a core scaling of 1).
 pub const GPU_CORES: u32 = 100;
@@ -37,7 +37,8 @@ pub struct Commitment {
 /// alike) and the compute shares.
 pub fn commitments(cs: &[ContainerState]) -> BTreeMap<&str, Commitment> {
     let mut by_gpu: BTreeMap<&str, Commitment> = BTreeMap::new();
-    for c in cs {
+    // Containers of HAMi's folders are HAMi's scheduler's to count (vgpu's admission never saw them).
+    for c in cs.iter().filter(|c| c.origin == Origin::StateRoot) {
         let mut seen = BTreeSet::new();
         for g in &c.gpus {
             let e = by_gpu.entry(g.uuid.as_str()).or_default();

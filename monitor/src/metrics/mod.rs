@@ -172,6 +172,17 @@ fn set(f: &IntFamily, l: &Labels, v: u64) {
     f.get_or_create(l).set(v.min(i64::MAX as u64) as i64);
 }
 
+/// `vgpu_hami_skipped_files`: files of HAMi's per-container folders the last collection skipped (served
+/// while a folder of HAMi's is read).
+pub fn hami_skipped(reg: &mut Registry, n: usize) {
+    plain(
+        reg,
+        "vgpu_hami_skipped_files",
+        "files of HAMi's per-container folders skipped: not a ledger of its name's GPU (a link, a FIFO, a file of the wrong size or header), or past the entries looked at",
+    )
+    .set(n as i64);
+}
+
 /// The scrape's text (OpenMetrics, ending in `# EOF`).
 pub fn render(s: &Scrape) -> String {
     render_with(s, |_| {})

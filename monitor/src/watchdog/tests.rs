@@ -482,3 +482,46 @@ fn a_zeroed_ledger_and_an_inconsistent_one_are_reported() {
     );
     assert_eq!(decide(&[a], &t, POLICY, &NONE), vec![]);
 }
+
+/// A container of HAMi's folders over the quota its ledger records: reported, never a process to kill,
+/// whatever the kill policy (its quota is a file its tenant writes).
+#[test]
+fn a_hami_folders_container_over_its_ledgers_quota_is_reported_never_killed() {
+    let mut c = container("hami/p_main", 0, 512 * MIB, 0, vec![]);
+    c.pid_ns = None;
+    c.origin = vgpu_host::usage::Origin::Hami {
+        pod_uid: "p".into(),
+        container: "main".into(),
+        dir: "/usr/local/vgpu/containers/p_main".into(),
+    };
+    let truth = Truth {
+        by_gpu: [(
+            (0, 0),
+            vec![TrueProc {
+                pid: 4242,
+                start_time: 1,
+                used: 800 * MIB,
+                tracked: false,
+            }],
+        )]
+        .into(),
+        listed: vec![U0.into()],
+        unattributed: 0,
+    };
+    let policy = Policy {
+        tolerance: 64 * MIB,
+        kill: true,
+    };
+    let f = decide(&[c.clone()], &truth, policy, &Shrinks::default());
+    assert!(
+        matches!(&f[..], [Finding::OverQuota { kill, truth, .. }] if kill.is_empty() && *truth == 800 * MIB),
+        "{f:?}"
+    );
+    // The same container of the state root is killed.
+    c.origin = vgpu_host::usage::Origin::StateRoot;
+    let f = decide(&[c], &truth, policy, &Shrinks::default());
+    assert!(
+        matches!(&f[..], [Finding::OverQuota { kill, .. }] if kill == &[4242]),
+        "{f:?}"
+    );
+}

@@ -8,7 +8,7 @@ pub mod model;
 pub mod render;
 
 pub use model::{
-    collect, Compute, Container, Gpu, GpuTotal, LikelyHolder, Process, Status, Unattributed,
+    collect, Compute, Container, Gpu, GpuTotal, Hami, LikelyHolder, Process, Status, Unattributed,
     SCHEMA_VERSION,
 };
 pub use render::print_table;

@@ -3,7 +3,11 @@
 //! value (`--json` writes it as it is). Read from the state root through the host tools' one reader (`vgpu_host::inventory`: nothing
 //! followed, waited on, mapped, locked or written, so looking never changes what it looks at; a missing
 //! ledger is no usage, not an error). A ledger's processes are named by the PID inside their container;
-//! their host PIDs are found in `/proc` (the monitor's `procs`). Not here: the table (`render`).
+//! their host PIDs are found in `/proc` (the monitor's `procs`). Containers HAMi's device plugin started with
+//! vgpu's library are listed from HAMi's per-container folders (`note_hami`, `vgpu_host::hami`), marked
+//! `hami`: their quota is the one their library wrote in the ledger (no file of the host's holds it), and
+//! they are not in the per-GPU totals (HAMi's scheduler commits them, not vgpu's admission). Not here: the
+//! table (`render`).
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Result;
@@ -35,6 +39,23 @@ pub struct Status {
     /// likely hold it (`note_unattributed`); none without NVML.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unattributed: Vec<Unattributed>,
+    /// What was skipped in HAMi's per-container folders (a link, a FIFO, a file of the wrong size or
+    /// header, ...), or why the folder could not be read: one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hami_skipped: Vec<String>,
+    /// HAMi's folders as read (`note_hami`), for `note_unattributed`.
+    #[serde(skip)]
+    hami_folders: Vec<vgpu_host::hami::Folder>,
+}
+
+/// Where a container of HAMi's per-container folders was found.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Hami {
+    /// The pod's UID and the container's name, as the folder's name `<pod UID>_<container>` gives them.
+    pub pod_uid: String,
+    pub container: String,
+    /// The folder on the host.
+    pub folder: String,
 }
 
 /// One GPU's used memory against NVML's per-process figures, as `vgpuctl monitor` measures it
@@ -106,6 +127,10 @@ pub struct Container {
     /// The name Podman gave it (its containers/storage record: `note_podman_names`), when Podman made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub podman_name: Option<String>,
+    /// Found in HAMi's per-container folders (`note_hami`): its id is `hami/<pod UID>_<container>`, its
+    /// quota the one its library wrote in the ledger.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hami: Option<Hami>,
     /// Live updates made to it (`vgpuctl update`), and the last one's time (Unix seconds).
     #[serde(skip_serializing_if = "is_zero")]
     pub updates: u64,
@@ -135,7 +160,8 @@ pub struct Gpu {
     pub pending_shrink: bool,
     /// Bytes per kind (context, module, data, ...), all processes together; kinds at zero left out.
     pub by_kind: serde_json::Map<String, serde_json::Value>,
-    /// The unified-memory mode: plain, spill or oversubscribe.
+    /// The unified-memory mode: plain, spill or oversubscribe; `unknown` for a container of HAMi's folders
+    /// (its environment's `CUDA_OVERSUBSCRIBE` is not recorded on the host).
     pub memory_mode: &'static str,
     /// Spill mode: the host budget and the bytes spilled past the quota (not part of `used`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -223,39 +249,86 @@ fn gpu(dev: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> Gpu {
     };
     match ledger {
         LedgerRead::Read(snap) => {
-            g.used = snap.used;
-            g.over_quota = dev
-                .settings
-                .memory_limit
-                .filter(|&q| snap.used > q)
-                .map(|q| snap.used - q);
+            from_snapshot(&mut g, &snap);
             g.pending_shrink = g.over_quota.is_some() && dev.shrunk_from.is_some();
-            g.spilled = snap.spilled;
-            if let Some(c) = &mut g.compute {
-                c.charged_ns = snap.compute.charged_ns;
-                c.held_ns = snap.compute.held_ns;
-                c.launches = snap.compute.launches;
-            }
-            g.by_kind = by_kind(|k| snap.slots.iter().map(|s| s.usage[k.index()]).sum());
-            g.processes = snap
-                .slots
-                .iter()
-                .map(|s| Process {
-                    slot: s.index,
-                    pid: s.pid,
-                    pid_ns: s.pid_ns,
-                    host_pid: None,
-                    alive: s.alive,
-                    used: s.total(),
-                    spilled: s.spilled,
-                })
-                .collect();
         }
         // No process has started CUDA there yet: nothing to show.
         LedgerRead::Missing => {}
         LedgerRead::Unreadable(e) => g.error = Some(e),
     }
     g
+}
+
+/// A ledger's figures into `g` (whose quota and compute share are set): its use and what is past the
+/// quota, spill, compute bucket, usage by kind and processes.
+fn from_snapshot(g: &mut Gpu, snap: &vgpu_ledger::Snapshot) {
+    g.used = snap.used;
+    g.over_quota = g.quota.filter(|&q| snap.used > q).map(|q| snap.used - q);
+    g.spilled = snap.spilled;
+    if let Some(c) = &mut g.compute {
+        c.charged_ns = snap.compute.charged_ns;
+        c.held_ns = snap.compute.held_ns;
+        c.launches = snap.compute.launches;
+    }
+    g.by_kind = by_kind(|k| snap.slots.iter().map(|s| s.usage[k.index()]).sum());
+    g.processes = snap
+        .slots
+        .iter()
+        .map(|s| Process {
+            slot: s.index,
+            pid: s.pid,
+            pid_ns: s.pid_ns,
+            host_pid: None,
+            alive: s.alive,
+            used: s.total(),
+            spilled: s.spilled,
+        })
+        .collect();
+}
+
+/// A container of HAMi's folders: its GPUs in the order of `usage::from_hami` (NVML's, `order`), each
+/// with the quota its library wrote in the ledger.
+fn hami_container(f: &vgpu_host::hami::Folder, order: &[String]) -> Container {
+    let state = vgpu_host::usage::from_hami(f, order);
+    Container {
+        id: state.id,
+        init_pid: None,
+        kubernetes: None,
+        docker_name: None,
+        podman_name: None,
+        hami: Some(Hami {
+            pod_uid: f.pod_uid.clone(),
+            container: f.container.clone(),
+            folder: f.dir.display().to_string(),
+        }),
+        updates: 0,
+        updated_at: None,
+        error: None,
+        gpus: state
+            .gpus
+            .iter()
+            .filter_map(|gs| {
+                let l = f.ledgers.iter().find(|l| l.uuid == gs.uuid)?;
+                let mut g = Gpu {
+                    index: gs.index,
+                    uuid: gs.uuid.clone(),
+                    quota: gs.limit,
+                    used: 0,
+                    over_quota: None,
+                    pending_shrink: false,
+                    by_kind: Default::default(),
+                    memory_mode: "unknown",
+                    spill_limit: None,
+                    spilled: 0,
+                    compute: None,
+                    processes: vec![],
+                    error: None,
+                };
+                from_snapshot(&mut g, &l.snapshot);
+                Some(g)
+            })
+            .collect(),
+    }
 }
 
 /// Reads every container under `root`. Entries of the state root that are not a container's state are
@@ -269,6 +342,8 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
         containers: vec![],
         turns: vgpu_monitor::turns::record::read_gpus(root),
         unattributed: vec![],
+        hami_skipped: vec![],
+        hami_folders: vec![],
     };
     for entry in inventory::read(root)? {
         let c = match entry {
@@ -281,6 +356,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                 kubernetes: None,
                 docker_name: None,
                 podman_name: None,
+                hami: None,
                 error: Some(format!("not a container's state: {why}")),
                 gpus: vec![],
             },
@@ -293,6 +369,7 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
                     kubernetes: None,
                     docker_name: None,
                     podman_name: None,
+                    hami: None,
                     error: None,
                     gpus: vec![],
                 };
@@ -317,9 +394,38 @@ pub fn collect(root: &StateRoot, physical: &[(String, u64)]) -> Result<Status> {
 }
 
 impl Status {
-    /// Whether a container has no name yet: the ones Kubernetes named need not ask dockerd.
+    /// Whether a container has no name yet: the ones Kubernetes named need not ask dockerd, nor those of
+    /// HAMi's folders.
     pub fn wants_names(&self) -> bool {
-        self.containers.iter().any(|c| c.kubernetes.is_none())
+        self.containers
+            .iter()
+            .any(|c| c.kubernetes.is_none() && c.hami.is_none())
+    }
+
+    /// Lists the containers of HAMi's per-container folder `dir` (`vgpu_host::hami::scan`; each GPU's
+    /// index by NVML's order, `order`) after the state root's, and what was skipped there. A missing
+    /// folder is nothing to say unless `said` (the config named it).
+    pub fn note_hami(&mut self, dir: &std::path::Path, said: bool, order: &[String]) {
+        match vgpu_host::hami::scan(dir) {
+            Ok(scan) => {
+                self.hami_skipped = scan.skipped.iter().map(|k| k.why.clone()).collect();
+                let mut cs: Vec<Container> = scan
+                    .folders
+                    .iter()
+                    .map(|f| hami_container(f, order))
+                    .collect();
+                name_host_pids(&mut cs, host_pids);
+                self.containers.extend(cs);
+                self.hami_folders = scan.folders;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !said => {}
+            Err(e) => {
+                self.hami_skipped = vec![format!(
+                    "HAMi's containers folder {}: {e}; no container of HAMi's is listed",
+                    dir.display()
+                )]
+            }
+        }
     }
 
     /// Names the containers Docker knows by their id (`vgpu_monitor::docker::names`); a Kubernetes
@@ -328,7 +434,7 @@ impl Status {
         for c in self
             .containers
             .iter_mut()
-            .filter(|c| c.kubernetes.is_none())
+            .filter(|c| c.kubernetes.is_none() && c.hami.is_none())
         {
             c.docker_name = names.get(&c.id).cloned();
         }
@@ -340,7 +446,7 @@ impl Status {
         for c in self
             .containers
             .iter_mut()
-            .filter(|c| c.kubernetes.is_none())
+            .filter(|c| c.kubernetes.is_none() && c.hami.is_none())
         {
             c.podman_name = names.get(&c.id).cloned();
         }
@@ -355,6 +461,14 @@ impl Status {
         settings: vgpu_monitor::unattributed::Settings,
     ) {
         let mut cs = vgpu_host::usage::read(root).unwrap_or_default();
+        let mut order: Vec<&vgpu_host::nvml::GpuReading> = gpus.iter().collect();
+        order.sort_by_key(|r| r.index);
+        let order: Vec<String> = order.into_iter().map(|r| r.uuid.clone()).collect();
+        cs.extend(
+            self.hami_folders
+                .iter()
+                .map(|f| vgpu_host::usage::from_hami(f, &order)),
+        );
         vgpu_host::usage::mark_live(&mut cs, procs::init_alive);
         let truth = vgpu_host::attribution::attribute(&cs, gpus, procs::inspect, procs::own_ns());
         self.unattributed = unattributed(
@@ -431,7 +545,8 @@ fn name_host_pids(containers: &mut [Container], scan: impl FnOnce() -> HashMap<(
     }
 }
 
-/// Per GPU: the containers on it, their quotas and usage summed, and its memory.
+/// Per GPU: the containers on it, their quotas and usage summed, and its memory (the state root's
+/// containers: those of HAMi's folders are listed after the totals are made).
 fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal> {
     let mut by: BTreeMap<&str, GpuTotal> = BTreeMap::new();
     for g in containers.iter().flat_map(|c| &c.gpus) {

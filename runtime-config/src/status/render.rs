@@ -10,8 +10,13 @@ use vgpu_ledger::format_bytes;
 
 use super::model::{Compute, Container, Process, Status, Unattributed};
 
+/// A container id's first 12 characters; the whole of a container of HAMi's folders
+/// (`hami/<pod UID>_<container>`).
 fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
+    match id.starts_with("hami/") {
+        true => id,
+        false => &id[..id.len().min(12)],
+    }
 }
 
 /// `host/inside` per process (`?` where unknown), `(dead)` for a slot whose owner is gone.
@@ -36,8 +41,16 @@ fn processes(ps: &[Process]) -> String {
         .join(",")
 }
 
-/// Kubernetes' `namespace/pod/container`, else Docker's or Podman's name (neither has a `/`), else `-`.
+/// Kubernetes' `namespace/pod/container`, else Docker's or Podman's name (neither has a `/`), else `-`;
+/// `HAMi pod UID <uid>, container <name>` for a container of HAMi's folders.
 fn names(c: &Container) -> String {
+    if let Some(h) = &c.hami {
+        return format!(
+            "HAMi pod UID {}, container {}",
+            printable(&h.pod_uid),
+            printable(&h.container)
+        );
+    }
     match (
         &c.kubernetes,
         c.docker_name.as_ref().or(c.podman_name.as_ref()),

@@ -710,3 +710,90 @@ fn shows_each_gpus_unattributed_memory_and_its_likely_holder() {
     );
     drop(slot);
 }
+
+/// Issue 45 item 1: a container HAMi's device plugin started with vgpu's library is listed from HAMi's
+/// per-container folder (its pod UID and container, the quota and usage its ledger holds, its process),
+/// after the state root's and outside the per-GPU totals; a link and an oversized file beside its ledger
+/// are skipped, one line each.
+#[test]
+fn containers_of_hamis_folders_are_listed_from_their_ledgers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().join("state"));
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let (_a, _) = provision(&root, "a", uuid, 1 << 30);
+    let pod = "7c0e3d1a-0000-4000-8000-000000000002";
+    let hami = dir.path().join("containers");
+    let folder = hami.join(format!("{pod}_main"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let l =
+        Ledger::open_or_create(&folder.join(format!("{pod}.cache.{uuid}")), uuid, 1 << 30).unwrap();
+    let slot = l.attach().unwrap();
+    l.charge(&slot, Kind::Data, 300 << 20, 1 << 30).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", folder.join(format!("evil.cache.{uuid}"))).unwrap();
+    std::fs::File::create(folder.join(format!("big.cache.{uuid}")))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let mut s = collect(&root, &[(uuid.to_string(), 16 << 30)]).unwrap();
+    s.note_hami(&hami, true, &[uuid.to_string()]);
+    assert_eq!(s.containers.len(), 2);
+    let c = &s.containers[1];
+    assert_eq!(c.id, format!("hami/{pod}_main"));
+    assert_eq!(
+        c.hami,
+        Some(Hami {
+            pod_uid: pod.into(),
+            container: "main".into(),
+            folder: folder.display().to_string(),
+        })
+    );
+    let g = &c.gpus[0];
+    assert_eq!(
+        (g.index, g.quota, g.used, g.memory_mode),
+        (0, Some(1 << 30), 300 << 20, "unknown")
+    );
+    assert_eq!(g.processes.len(), 1);
+    assert_eq!(g.processes[0].host_pid, Some(std::process::id()));
+    assert_eq!(
+        s.gpus[0].containers, 1,
+        "HAMi's scheduler's, not in the totals"
+    );
+    assert_eq!(s.hami_skipped.len(), 2, "{:?}", s.hami_skipped);
+    assert!(s
+        .hami_skipped
+        .iter()
+        .any(|l| l.contains("evil.cache") && l.contains("symbolic link")));
+    assert!(s
+        .hami_skipped
+        .iter()
+        .any(|l| l.contains("big.cache") && l.contains("67108864 bytes")));
+    // Docker's names are not for it (HAMi's folder names it).
+    s.note_docker_names(&[(c.id.clone(), "x".to_string())].into());
+    assert_eq!(s.containers[1].docker_name, None);
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("hami/{pod}_main ")))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("300 MiB (29%)"), "{line}");
+    assert!(
+        line.ends_with(&format!("HAMi pod UID {pod}, container main")),
+        "{line}"
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["containers"][1]["hami"]["pod_uid"], pod);
+    assert_eq!(json["hami_skipped"].as_array().unwrap().len(), 2);
+    // A folder the config names that is missing says so; HAMi's default one missing is nothing.
+    let mut s = collect(&root, &[]).unwrap();
+    s.note_hami(&dir.path().join("none"), false, &[]);
+    assert!(s.hami_skipped.is_empty());
+    s.note_hami(&dir.path().join("none"), true, &[]);
+    assert!(
+        s.hami_skipped[0].contains("HAMi's containers folder"),
+        "{:?}",
+        s.hami_skipped
+    );
+    drop((slot, l));
+}
