@@ -25,7 +25,9 @@ pub struct Allocated {
     /// What the claim consumed of the GPU, as the GPU's settings (the host tools' one per-GPU shape of a
     /// memory quota and a compute share): `memory_limit`, the bytes of its memory (the whole GPU when the
     /// allocation names none: a cluster without consumable capacity allocates whole devices), always set;
-    /// `compute_limit`, the percent of its time (none: 0, none named, or all of it).
+    /// `compute_request`, the percent of its time, a floor that may borrow the GPU's idle time up to the
+    /// whole GPU (no limit: the scheduler counts requests, as admission does; none: 0, none named, or
+    /// all of it).
     pub settings: GpuSettings,
 }
 
@@ -144,7 +146,7 @@ pub fn read(
             gpu: gpu.clone(),
             settings: GpuSettings {
                 memory_limit: Some(memory),
-                compute_limit: compute,
+                compute_request: compute,
                 ..Default::default()
             },
         });
@@ -159,8 +161,8 @@ pub fn read(
 }
 
 /// One device per GPU, in the order of their first request: the requests on one GPU answered together,
-/// their memory summed (at most the GPU's), their compute summed (no share when one has none, or when the
-/// sum is the whole GPU's time).
+/// their memory summed (at most the GPU's), their compute requests summed (one without is 0; no share
+/// when the sum is the whole GPU's time).
 fn merge(claim: &str, devices: Vec<Allocated>) -> Result<Vec<Allocated>, AllocationError> {
     let mut out: Vec<Allocated> = Vec::new();
     for d in devices {
@@ -184,10 +186,8 @@ fn merge(claim: &str, devices: Vec<Allocated>) -> Result<Vec<Allocated>, Allocat
             });
         }
         o.settings.memory_limit = Some(memory);
-        o.settings.compute_limit = match (o.settings.compute_limit, d.settings.compute_limit) {
-            (Some(a), Some(b)) if a + b < 100 => Some(a + b),
-            _ => None,
-        };
+        let sum = o.settings.compute_request.unwrap_or(0) + d.settings.compute_request.unwrap_or(0);
+        o.settings.compute_request = (1..100).contains(&sum).then_some(sum);
     }
     Ok(out)
 }
@@ -236,8 +236,8 @@ pub fn quota(devices: &[Allocated]) -> String {
         if let Some(bytes) = d.settings.memory_limit {
             out.push(format!("{}={bytes}", key(annotation::MEMORY_LIMIT)));
         }
-        if let Some(p) = d.settings.compute_limit {
-            out.push(format!("{}={p}", key(annotation::COMPUTE_LIMIT)));
+        if let Some(p) = d.settings.compute_request {
+            out.push(format!("{}={p}", key(annotation::COMPUTE_REQUEST)));
         }
         if same {
             break;

@@ -97,7 +97,7 @@ mod tests {
             gpu,
             settings: GpuSettings {
                 memory_limit: Some(8 << 30),
-                compute_limit: Some(30),
+                compute_request: Some(30),
                 ..Default::default()
             },
         };
@@ -123,7 +123,8 @@ mod tests {
             h[0].env,
             vec![
                 "PATH=/usr/bin".to_string(),
-                "VGPU_CLAIM_QUOTA=vgpu.io/memory-limit=8589934592,vgpu.io/compute-limit=30".into(),
+                "VGPU_CLAIM_QUOTA=vgpu.io/memory-limit=8589934592,vgpu.io/compute-request=30"
+                    .into(),
                 "VGPU_CLAIM_PODS=pod-1,pod-2".into()
             ]
         );

@@ -12,7 +12,9 @@
 //!
 //! The request policies: a claim that names no memory takes the whole GPU's (the safe reading of "a GPU"),
 //! one that names no compute takes 0 (no share: it runs unpaced, as a container without a share does
-//! today); memory at least vgpu's smallest quota, compute in whole percents.
+//! today); memory at least vgpu's smallest quota, compute in whole percents. The compute a claim consumes
+//! is its compute request (its floor, `vgpu.io/compute-request`: the scheduler keeps a GPU's at most
+//! 100, as admission does), with no limit: it borrows the GPU's idle time (`crate::allocation`).
 
 use crate::node_gpus::{cuda_semver, semver, NodeGpu};
 use k8s_openapi::api::resource::v1::{

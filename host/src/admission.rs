@@ -1,6 +1,10 @@
 //! Quota admission: a container is refused when its quota on a GPU would make the quotas of that GPU's
-//! containers add up past the GPU's memory (less a reserve the node keeps), unless the node allows
-//! overcommit. Run by the shim and the hook at a container's creation and by `vgpuctl update` on a running
+//! containers add up past the GPU's memory (less a reserve the node keeps), or its compute request the
+//! requests of that GPU's containers past 100% of its time, unless the node allows overcommit. Requests
+//! are floors (`vgpu_ledger::division`): they hold only when they fit. A compute limit without a request
+//! is its own request (a hard cap), and counts as one only on a GPU where a container asks for a request
+//! of its own (asked, or committed): on a GPU of caps alone nothing is promised and caps may add up
+//! past 100, as they always could. Run by the shim and the hook at a container's creation and by `vgpuctl update` on a running
 //! one, each with the container's GPUs and what it asks on each ([`GpuRequest`]). Not here: deciding the
 //! quota (`vgpu_oci::plan`), writing the state (`vgpu_oci::provision`).
 //!
@@ -20,7 +24,7 @@ use nix::fcntl::{Flock, FlockArg};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
-use vgpu_ledger::format_bytes;
+use vgpu_ledger::{format_bytes, GpuSettings};
 
 /// Name of the lock file in the state root.
 pub const LOCK_FILE_NAME: &str = "admission.lock";
@@ -63,6 +67,14 @@ pub enum AdmissionError {
         committed: Committed,
         total: u64,
         reserve: u64,
+    },
+    /// The compute request asked for, with the requests committed already, passes the GPU's whole time.
+    #[error("admission: GPU {index} ({uuid}) would have {}% of its time promised as compute requests ({committed}% already, {asked}% asked for), more than its 100%: lower vgpu.io/compute-request (a compute limit without a request is its own request on a GPU where a container has a request); set allow_overcommit = true in the vgpu config to allow it", committed + asked)]
+    ComputeFull {
+        index: u32,
+        uuid: String,
+        asked: u32,
+        committed: u32,
     },
     /// The state root or its lock file (`what`: which, and what was done).
     #[error("{what}: {err}")]
@@ -130,6 +142,12 @@ pub struct Committed {
     /// graphs, contexts and modules stay device memory in that mode (docs/libvgpu.md), so each may hold
     /// its whole quota on the device.
     pub oversubscribe: u64,
+    /// The compute requests of the containers with a share, percent (a limit alone counts as its
+    /// request: `GpuSettings::request_limit`).
+    pub requests: u32,
+    /// Some container here asked for a request of its own (not a limit alone): the requests are
+    /// promised, so they must fit.
+    pub explicit_requests: bool,
 }
 
 impl Committed {
@@ -144,6 +162,14 @@ impl Committed {
 
     fn total(&self) -> u64 {
         self.plain.saturating_add(self.oversubscribe)
+    }
+
+    /// Counts a GPU's compute request, when it has a share.
+    fn add_share(&mut self, s: &GpuSettings) {
+        if let Some((request, _)) = s.request_limit() {
+            self.requests = self.requests.saturating_add(request);
+            self.explicit_requests |= s.compute_request.is_some();
+        }
     }
 }
 
@@ -170,11 +196,11 @@ pub fn committed(
             Ok(l) => {
                 // A GPU listed for its compute share alone commits no memory.
                 for d in &l.devices {
+                    let here = sum.entry(d.uuid.clone()).or_default();
                     if let Some(bytes) = d.settings.memory_limit {
-                        sum.entry(d.uuid.clone())
-                            .or_default()
-                            .add(bytes, d.settings.memory.is_oversubscribe());
+                        here.add(bytes, d.settings.memory.is_oversubscribe());
                     }
+                    here.add_share(&d.settings);
                 }
             }
             Err(_) => unreadable.push(c.dir.id),
@@ -199,6 +225,7 @@ pub fn check(
     if policy.overcommit {
         return Ok(());
     }
+    check_requests(asked, gpus, committed)?;
     for (g, asked) in asked
         .iter()
         .filter_map(|g| Some((g, g.settings.memory_limit?)))
@@ -224,6 +251,40 @@ pub fn check(
                 committed: here,
                 total: host.total_memory,
                 reserve: policy.reserve,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The refusal, if any, of a container's compute requests given what is committed: on each GPU where
+/// it or a committed container asks for a request of its own, the requests (a limit alone counting as
+/// its request) must fit in the GPU's whole time.
+fn check_requests(
+    asked: &[GpuRequest],
+    gpus: &[HostGpu],
+    committed: &BTreeMap<String, Committed>,
+) -> Result<(), AdmissionError> {
+    for g in asked {
+        let mut mine = Committed::default();
+        mine.add_share(&g.settings);
+        if mine.requests == 0 {
+            continue;
+        }
+        let here = committed.get(&g.uuid).copied().unwrap_or_default();
+        if !(mine.explicit_requests || here.explicit_requests) {
+            continue;
+        }
+        if here.requests.saturating_add(mine.requests) > vgpu_ledger::division::WHOLE {
+            let index = gpus
+                .iter()
+                .find(|h| h.uuid == g.uuid)
+                .map_or(g.index as u32, |h| h.index);
+            return Err(AdmissionError::ComputeFull {
+                index,
+                uuid: g.uuid.clone(),
+                asked: mine.requests,
+                committed: here.requests,
             });
         }
     }

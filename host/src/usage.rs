@@ -68,8 +68,12 @@ pub struct GpuState {
     /// Bytes, from limits.json (what the library enforces); None: no memory quota (a compute share
     /// alone).
     pub limit: Option<u64>,
-    /// The compute share in percent, from limits.json (None: none, or the policy `disable`).
+    /// The compute share's limit (its cap) in percent, from limits.json (None: none, a request alone, or
+    /// the policy `disable`).
     pub compute_limit: Option<u32>,
+    /// The compute share's request (its floor) in percent, as limits.json gives it (None: none, a limit
+    /// alone, or the policy `disable`). A limit alone is its own request: [`GpuState::request_limit`].
+    pub compute_request: Option<u32>,
     /// The library's pacing window for the share, ms (None: its default).
     pub compute_window_ms: Option<u32>,
     /// The quota before `vgpuctl update` lowered it (limits.json's `shrunk_from`): usage above the quota
@@ -156,6 +160,18 @@ pub fn from_hami(f: &crate::hami::Folder, order: &[String]) -> ContainerState {
     }
 }
 
+impl GpuState {
+    /// The share's request and limit, percent, as `vgpu_ledger::division` takes them (a limit alone is
+    /// its own request, a request alone has the limit 100); None: no share.
+    pub fn request_limit(&self) -> Option<(u32, u32)> {
+        if self.compute_request.is_none() && self.compute_limit.is_none() {
+            return None;
+        }
+        let limit = self.compute_limit.unwrap_or(vgpu_ledger::division::WHOLE);
+        Some((self.compute_request.unwrap_or(limit).min(limit), limit))
+    }
+}
+
 impl ContainerState {
     /// Its recorded init process runs in its recorded PID namespace with its recorded start time
     /// (`alive` is `vgpu_host::procs::init_alive` but in tests); never before the owner was recorded.
@@ -194,6 +210,10 @@ fn gpu(d: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> GpuState {
         uuid: d.uuid.clone(),
         limit: d.settings.memory_limit,
         compute_limit: d.settings.compute_share(),
+        compute_request: d
+            .settings
+            .compute_request
+            .filter(|_| d.settings.request_limit().is_some()),
         compute_window_ms: d.settings.compute_window_ms,
         shrunk_from: d.shrunk_from,
         held_at_shrink: d.held_at_shrink,
@@ -277,6 +297,9 @@ mod tests {
         let s = read(&root).unwrap();
         assert_eq!((s[0].gpus[0].limit, s[0].gpus[0].total), (Some(1 << 30), 0));
         assert_eq!(s[0].gpus[0].compute_limit, Some(40));
+        // A limit alone is its own request.
+        assert_eq!(s[0].gpus[0].compute_request, None);
+        assert_eq!(s[0].gpus[0].request_limit(), Some((40, 40)));
         assert_eq!(s[0].gpus[0].error, None);
 
         let path = root.ledger_path("c1", uuid).unwrap();

@@ -1,10 +1,15 @@
 //! The compute-share environment grammar (HAMi-core's): `CUDA_DEVICE_SM_LIMIT[_<i>]` and
-//! `GPU_CORE_UTILIZATION_POLICY`, for the library (and the hook). Not here: how a share is enforced.
+//! `GPU_CORE_UTILIZATION_POLICY`, and vgpu's request beside HAMi-core's limit, `CUDA_DEVICE_SM_REQUEST[_<i>]`,
+//! for the library (and the hook). Not here: how a share is enforced, how requests and limits divide a
+//! GPU (`crate::division`).
 //!
 //! - a limit is a whole percent `0..=100`, surrounding whitespace ignored; empty = not set;
 //! - `0` or `100` is no limit for the GPUs the variable covers (HAMi-core reads 0 so; 100 throttles nothing);
 //! - `CUDA_DEVICE_SM_LIMIT_<i>` is GPU `i` (the same indices as `CUDA_DEVICE_MEMORY_LIMIT_<i>`) and wins
 //!   over `CUDA_DEVICE_SM_LIMIT`;
+//! - a request (the floor) is a whole percent `1..=100` (0 is an error: leave it out for none), the same
+//!   forms, at most the limit of its GPU ([`EnvCompute::check_requests`]); a limit alone is its own
+//!   request, a request alone has the limit 100;
 //! - `GPU_CORE_UTILIZATION_POLICY`: `force` (hard cap), `disable` (no throttling at all), or
 //!   empty/`default`; case-insensitive.
 //!
@@ -24,10 +29,14 @@ use crate::keys::{annotation, env};
 /// The share for every GPU; `<SM_LIMIT_VAR>_<i>` is the share of the i-th.
 pub const SM_LIMIT_VAR: &str = env::SM_LIMIT;
 pub const POLICY_VAR: &str = env::CORE_POLICY;
+/// The request for every GPU; `<SM_REQUEST_VAR>_<i>` is the request of the i-th.
+pub const SM_REQUEST_VAR: &str = env::SM_REQUEST;
 /// The OCI side's keys (the hook): the share of every GPU of the container, `.<i>` of its i-th, and in a
 /// pod `.<container>[.<i>]` (the memory limit's forms); and the policy. Values: a whole percent 1..=100
 /// (100: no share), and force, disable or default.
 pub const LIMIT_ANNOTATION: &str = annotation::COMPUTE_LIMIT;
+/// The request's annotation, in the limit's forms; a whole percent 1..=100.
+pub const REQUEST_ANNOTATION: &str = annotation::COMPUTE_REQUEST;
 pub const POLICY_ANNOTATION: &str = annotation::COMPUTE_POLICY;
 /// The pacing window of a share (`parse_window`): the annotation, and the environment mode's variable.
 pub const WINDOW_ANNOTATION: &str = annotation::COMPUTE_WINDOW;
@@ -54,12 +63,15 @@ pub enum Policy {
     Disable,
 }
 
-/// The shares the environment asks for, in percent (0 = no limit).
+/// The shares the environment asks for, in percent (limits: 0 = no limit).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnvCompute {
     pub global: Option<u32>,
     pub per_index: BTreeMap<u32, u32>,
     pub policy: Policy,
+    /// The requests: `CUDA_DEVICE_SM_REQUEST` and `CUDA_DEVICE_SM_REQUEST_<i>`, 1..=100.
+    pub request_global: Option<u32>,
+    pub request_per_index: BTreeMap<u32, u32>,
 }
 
 impl Policy {
@@ -88,17 +100,47 @@ pub fn parse_annotation_percent(value: &str, source: &str) -> Result<Option<u32>
         _ => Err(PercentError {
             setting: source.to_string(),
             value: value.to_string(),
+            what: "limit",
         }),
     }
 }
 
-/// A share that is no whole percent 1..=100. `Display` is one line naming the setting.
+/// A request (the floor) as the annotations, vgpuctl and the environment write it: a whole percent
+/// 1..=100 (100: the whole GPU whenever it is busy); `0`, empty or anything else is an error of one line
+/// naming `source`.
+pub fn parse_request_percent(value: &str, source: &str) -> Result<u32, PercentError> {
+    match value.trim().parse::<u32>() {
+        Ok(p) if (1..=100).contains(&p) => Ok(p),
+        _ => Err(PercentError {
+            setting: source.to_string(),
+            value: value.to_string(),
+            what: "request",
+        }),
+    }
+}
+
+/// A share's limit or request that is no whole percent 1..=100. `Display` is one line naming the
+/// setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{setting}={value:?}: a compute limit is a whole percent of the GPU's time, 1 to 100")]
+#[error("{setting}={value:?}: a compute {what} is a whole percent of the GPU's time, 1 to 100")]
 pub struct PercentError {
     /// Where the value was read ("annotation vgpu.io/compute-limit").
     pub setting: String,
     pub value: String,
+    /// `limit` or `request`.
+    pub what: &'static str,
+}
+
+/// A request above the limit of its GPU. `Display` is one line naming both settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{request}={value}: a compute request is at most its limit, and {limit} is {limit_value} on the same GPU")]
+pub struct RequestAboveLimit {
+    /// Where the request was read ("annotation vgpu.io/compute-request.1", "env CUDA_DEVICE_SM_REQUEST").
+    pub request: String,
+    pub value: u32,
+    /// Where the limit was read.
+    pub limit: String,
+    pub limit_value: u32,
 }
 
 /// A malformed pacing window. `Display` is one line naming the setting, the problem and the grammar.
@@ -162,10 +204,9 @@ impl EnvCompute {
     pub fn parse(vars: &[(String, String)]) -> Result<EnvCompute, EnvLimitError> {
         let mut latest: BTreeMap<&str, &str> = BTreeMap::new();
         for (k, v) in vars {
-            let ours = k == SM_LIMIT_VAR
-                || k == POLICY_VAR
-                || k.strip_prefix(SM_LIMIT_VAR)
-                    .is_some_and(|r| r.starts_with('_'));
+            let form =
+                |base: &str| k == base || k.strip_prefix(base).is_some_and(|r| r.starts_with('_'));
+            let ours = k == POLICY_VAR || form(SM_LIMIT_VAR) || form(SM_REQUEST_VAR);
             if ours {
                 latest.insert(k, v);
             }
@@ -183,6 +224,19 @@ impl EnvCompute {
             let value = value.to_string();
             if var == POLICY_VAR {
                 out.policy = Policy::parse(v).ok_or_else(|| err(EnvProblem::Policy { value }))?;
+                continue;
+            }
+            if var.starts_with(SM_REQUEST_VAR) {
+                let pct = match v.parse::<u32>() {
+                    Ok(p) if (1..=100).contains(&p) => p,
+                    _ => return Err(err(EnvProblem::Request { value })),
+                };
+                match gpu_of(var, SM_REQUEST_VAR).map_err(err)? {
+                    None => out.request_global = Some(pct),
+                    Some(i) => {
+                        out.request_per_index.insert(i, pct);
+                    }
+                }
                 continue;
             }
             let pct = match v.parse::<u32>() {
@@ -208,6 +262,57 @@ impl EnvCompute {
             .and_then(|i| self.per_index.get(&i).copied())
             .or(self.global)?;
         (1..100).contains(&pct).then_some(pct)
+    }
+
+    /// The request of GPU `i` in percent, 1..=100, or None when it has none (or the policy is
+    /// `disable`). A limit alone is its own request: that is the division's reading
+    /// (`crate::settings::GpuSettings::request_limit`), not this one's.
+    pub fn request_for(&self, i: Option<u32>) -> Option<u32> {
+        if self.policy == Policy::Disable {
+            return None;
+        }
+        i.and_then(|i| self.request_per_index.get(&i).copied())
+            .or(self.request_global)
+    }
+
+    /// True when some GPU has a request (the policy aside).
+    pub fn has_requests(&self) -> bool {
+        self.request_global.is_some() || !self.request_per_index.is_empty()
+    }
+
+    /// Every request is at most the limit of its GPU (no limit, 0 or 100: the whole GPU); the first that
+    /// is not is the error, naming both variables. Checked for every GPU a variable names and for the
+    /// GPUs that only the variables for every GPU cover.
+    pub fn check_requests(&self) -> Result<(), RequestAboveLimit> {
+        let named = self.per_index.keys().chain(self.request_per_index.keys());
+        for i in std::iter::once(None).chain(named.map(|&i| Some(i))) {
+            let Some(request) = i
+                .and_then(|i| self.request_per_index.get(&i).map(|&p| (p, Some(i))))
+                .or(self.request_global.map(|p| (p, None)))
+            else {
+                continue;
+            };
+            let Some(limit) = i
+                .and_then(|i| self.per_index.get(&i).map(|&p| (p, Some(i))))
+                .or(self.global.map(|p| (p, None)))
+                .filter(|(p, _)| (1..100).contains(p))
+            else {
+                continue;
+            };
+            if request.0 > limit.0 {
+                let name = |base: &str, i: Option<u32>| match i {
+                    Some(i) => format!("env {}", crate::keys::per_gpu_var(base, i)),
+                    None => format!("env {base}"),
+                };
+                return Err(RequestAboveLimit {
+                    request: name(SM_REQUEST_VAR, request.1),
+                    value: request.0,
+                    limit: name(SM_LIMIT_VAR, limit.1),
+                    limit_value: limit.0,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// True when no GPU is throttled.
@@ -291,6 +396,86 @@ mod tests {
         assert_eq!(Policy::parse(" Force"), Some(Policy::Force));
         assert_eq!(Policy::parse("sometimes"), None);
         assert_eq!(serde_json::to_string(&Policy::Force).unwrap(), "\"force\"");
+    }
+
+    #[test]
+    fn requests_per_gpu_override_the_global_one_and_stay_within_their_limits() {
+        let c = EnvCompute::parse(&env(&[
+            ("CUDA_DEVICE_SM_REQUEST", "20"),
+            ("CUDA_DEVICE_SM_REQUEST_1", " 100 "),
+            ("CUDA_DEVICE_SM_LIMIT", "60"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.request_for(Some(0)), Some(20));
+        assert_eq!(c.request_for(Some(1)), Some(100));
+        assert_eq!(c.request_for(None), Some(20));
+        assert!(c.has_requests());
+        // GPU 1 has no limit (0): its request may be the whole GPU.
+        assert_eq!(c.check_requests(), Ok(()));
+        // A request alone: not throttled (its limit is the whole GPU), but a request all the same.
+        let c = EnvCompute::parse(&env(&[("CUDA_DEVICE_SM_REQUEST", "30")])).unwrap();
+        assert!(c.is_unlimited() && c.has_requests());
+        assert_eq!(c.check_requests(), Ok(()));
+        // Above its limit: one line naming both variables, per GPU or for every GPU.
+        let above = |pairs: &[(&str, &str)]| {
+            EnvCompute::parse(&env(pairs))
+                .unwrap()
+                .check_requests()
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            above(&[("CUDA_DEVICE_SM_REQUEST", "40"), ("CUDA_DEVICE_SM_LIMIT", "30")]),
+            "env CUDA_DEVICE_SM_REQUEST=40: a compute request is at most its limit, and env CUDA_DEVICE_SM_LIMIT is 30 on the same GPU"
+        );
+        assert_eq!(
+            above(&[("CUDA_DEVICE_SM_REQUEST", "40"), ("CUDA_DEVICE_SM_LIMIT_2", "30")]),
+            "env CUDA_DEVICE_SM_REQUEST=40: a compute request is at most its limit, and env CUDA_DEVICE_SM_LIMIT_2 is 30 on the same GPU"
+        );
+        assert_eq!(
+            above(&[("CUDA_DEVICE_SM_REQUEST_1", "40"), ("CUDA_DEVICE_SM_LIMIT", "30")]),
+            "env CUDA_DEVICE_SM_REQUEST_1=40: a compute request is at most its limit, and env CUDA_DEVICE_SM_LIMIT is 30 on the same GPU"
+        );
+        // Under disable there is no request at all.
+        let c = EnvCompute::parse(&env(&[
+            ("CUDA_DEVICE_SM_REQUEST", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        ]))
+        .unwrap();
+        assert_eq!(c.request_for(Some(0)), None);
+    }
+
+    #[test]
+    fn request_percents() {
+        assert_eq!(parse_request_percent(" 30 ", "k"), Ok(30));
+        assert_eq!(parse_request_percent("100", "k"), Ok(100));
+        for v in ["0", "", "101", "30%", "-5", "0.5", "x"] {
+            let e = parse_request_percent(v, "annotation vgpu.io/compute-request").unwrap_err();
+            assert_eq!((e.value.as_str(), e.what), (v, "request"));
+        }
+        assert_eq!(
+            parse_request_percent("0", "annotation vgpu.io/compute-request")
+                .unwrap_err()
+                .to_string(),
+            "annotation vgpu.io/compute-request=\"0\": a compute request is a whole percent of the GPU's time, 1 to 100"
+        );
+        for (k, v) in [
+            ("CUDA_DEVICE_SM_REQUEST", "0"),
+            ("CUDA_DEVICE_SM_REQUEST", "101"),
+            ("CUDA_DEVICE_SM_REQUEST_1", "x"),
+        ] {
+            let e = EnvCompute::parse(&env(&[(k, v)])).unwrap_err();
+            assert_eq!(e.var, k);
+            assert!(matches!(e.problem, EnvProblem::Request { .. }), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("a compute request is a whole percent 1..=100"),
+                "{e}"
+            );
+        }
+        let e = EnvCompute::parse(&env(&[("CUDA_DEVICE_SM_REQUEST_x", "30")])).unwrap_err();
+        assert!(matches!(e.problem, EnvProblem::Index { .. }), "{e}");
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub enum EnvProblem {
     /// A compute share that is no whole percent 0..=100.
     #[error("={value:?}: not a whole percent 0..=100")]
     Percent { value: String },
+    /// A compute request that is no whole percent 1..=100.
+    #[error("={value:?}: a compute request is a whole percent 1..=100")]
+    Request { value: String },
     /// A policy that is not force, disable or default.
     #[error("={value:?}: expected force, disable or default")]
     Policy { value: String },

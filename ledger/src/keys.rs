@@ -28,8 +28,10 @@ pub mod annotation {
     pub const MEMORY_SPILL: &str = "vgpu.io/memory-spill";
     /// Headroom of oversubscribe mode; container-wide.
     pub const MEMORY_RESERVE: &str = "vgpu.io/memory-reserve";
-    /// Compute share, a whole percent; per GPU.
+    /// Compute share's limit (its cap), a whole percent; per GPU.
     pub const COMPUTE_LIMIT: &str = "vgpu.io/compute-limit";
+    /// Compute share's request (its floor), a whole percent; per GPU.
+    pub const COMPUTE_REQUEST: &str = "vgpu.io/compute-request";
     /// How the shares apply: force, disable or default; container-wide.
     pub const COMPUTE_POLICY: &str = "vgpu.io/compute-policy";
     /// The shares' pacing window ("250ms"); container-wide.
@@ -46,8 +48,10 @@ pub mod env {
     pub const MEMORY_PREFIX: &str = "CUDA_DEVICE_MEMORY_";
     /// The environment mode's ledger prefix (HAMi-core's).
     pub const SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
-    /// Compute share (HAMi-core's); per GPU: `_<i>`.
+    /// Compute share's limit (HAMi-core's); per GPU: `_<i>`.
     pub const SM_LIMIT: &str = "CUDA_DEVICE_SM_LIMIT";
+    /// Compute share's request (vgpu's, beside HAMi-core's limit); per GPU: `_<i>`.
+    pub const SM_REQUEST: &str = "CUDA_DEVICE_SM_REQUEST";
     /// HAMi's oversubscribe switch.
     pub const OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
     /// The compute shares' policy (HAMi-core's).
@@ -141,6 +145,7 @@ pub const ANNOTATIONS: &[Key] = &[
     key(annotation::MEMORY_SPILL, Scope::Container, Topic::Memory),
     key(annotation::MEMORY_RESERVE, Scope::Container, Topic::Memory),
     key(annotation::COMPUTE_LIMIT, Scope::PerGpu, Topic::Compute),
+    key(annotation::COMPUTE_REQUEST, Scope::PerGpu, Topic::Compute),
     key(annotation::COMPUTE_POLICY, Scope::Container, Topic::Compute),
     key(annotation::COMPUTE_WINDOW, Scope::Container, Topic::Compute),
     key(annotation::PROVISIONED_BY, Scope::Container, Topic::Written),
@@ -153,6 +158,7 @@ pub const ENV: &[Key] = &[
     key(env::MEMORY_LIMIT, Scope::PerGpu, Topic::Memory),
     key(env::SHARED_CACHE, Scope::Container, Topic::Memory),
     key(env::SM_LIMIT, Scope::PerGpu, Topic::Compute),
+    key(env::SM_REQUEST, Scope::PerGpu, Topic::Compute),
     key(env::OVERSUBSCRIBE, Scope::Container, Topic::Memory),
     key(env::CORE_POLICY, Scope::Container, Topic::Compute),
     key(env::COMPUTE_WINDOW, Scope::Container, Topic::Compute),
@@ -270,6 +276,14 @@ mod tests {
             env_var("CUDA_DEVICE_SM_LIMIT_3").map(|k| k.name),
             Some(env::SM_LIMIT)
         );
+        assert_eq!(
+            env_var("CUDA_DEVICE_SM_REQUEST_3").map(|k| k.name),
+            Some(env::SM_REQUEST)
+        );
+        assert_eq!(
+            annotation("vgpu.io/compute-request.trainer.0").map(|k| k.name),
+            Some(annotation::COMPUTE_REQUEST)
+        );
         for n in [
             "CUDA_DEVICE_SM_LIMIT_",
             "CUDA_OVERSUBSCRIBE_1",
@@ -293,7 +307,7 @@ mod tests {
     fn the_forms_listed() {
         assert_eq!(
             annotation_forms(),
-            "vgpu.io/memory-limit, vgpu.io/memory-limit.<i>, vgpu.io/memory-limit.<container>[.<i>] (for a pod's container), vgpu.io/memory-mode, vgpu.io/memory-spill, vgpu.io/memory-reserve, vgpu.io/compute-limit, vgpu.io/compute-limit.<i>, vgpu.io/compute-limit.<container>[.<i>], vgpu.io/compute-policy and vgpu.io/compute-window"
+            "vgpu.io/memory-limit, vgpu.io/memory-limit.<i>, vgpu.io/memory-limit.<container>[.<i>] (for a pod's container), vgpu.io/memory-mode, vgpu.io/memory-spill, vgpu.io/memory-reserve, vgpu.io/compute-limit, vgpu.io/compute-limit.<i>, vgpu.io/compute-limit.<container>[.<i>], vgpu.io/compute-request, vgpu.io/compute-request.<i>, vgpu.io/compute-request.<container>[.<i>], vgpu.io/compute-policy and vgpu.io/compute-window"
         );
     }
 }

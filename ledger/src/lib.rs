@@ -8,7 +8,10 @@
 //!   library's read.
 //! * [`layout`]: where the state lives on the host and inside the container.
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
-//! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `GPU_CORE_UTILIZATION_POLICY`).
+//! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `CUDA_DEVICE_SM_REQUEST[_<i>]`,
+//!   `GPU_CORE_UTILIZATION_POLICY`).
+//! * [`division`]: how one GPU's time is divided among its tenants' requests and limits (the host's share
+//!   wall and the library apply the same rules).
 //! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
 //! * [`keys`]: the registry of every annotation and variable name vgpu reads or writes.
 //! * [`settings`]: one GPU's settings (memory quota and mode, compute share, policy, window), as the hook
@@ -17,6 +20,7 @@
 //!
 //! The formats are described in docs/architecture.md.
 
+pub mod division;
 pub mod envcompute;
 pub mod envlimits;
 pub mod keys;

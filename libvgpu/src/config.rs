@@ -179,6 +179,7 @@ impl Config {
         // those GPUs. A malformed share or window refuses CUDA like a malformed memory limit.
         let limits = EnvLimits::parse(vars).map_err(ConfigError::Memory)?;
         let shares = EnvCompute::parse(vars).map_err(ConfigError::Compute)?;
+        shares.check_requests().map_err(ConfigError::Request)?;
         let window_ms = env::window_ms(vars).map_err(ConfigError::Window)?;
         let memory = match limits.is_unlimited() {
             true => None,
@@ -341,6 +342,9 @@ fn env_settings(
         memory_limit,
         memory,
         compute_limit: share.map(|(pct, _)| pct),
+        // Carried where a share is enforced (`CUDA_DEVICE_SM_REQUEST[_<i>]`); the division of the GPU by
+        // requests (`vgpu_ledger::division`) is not applied in the process yet.
+        compute_request: share.and_then(|(_, c)| c.shares.request_for(gpu.index)),
         compute_policy: share.map(|(_, c)| c.shares.policy).unwrap_or_default(),
         compute_window_ms: share.map(|(_, c)| c.window_ms),
     }

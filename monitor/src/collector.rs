@@ -328,7 +328,8 @@ impl Monitor {
         let share = self.share.view(&r.containers, |c, g| {
             metrics::container_labels(&r.containers[c], g)
         });
-        // The share wall's findings are the watchdog's `over_share` and `busy_while_frozen`.
+        // The share wall's findings are the watchdog's `over_share`, `busy_while_frozen` and
+        // `over_entitlement`.
         if share.events > 0 {
             view.events.push(("over_share", share.events));
         }
@@ -336,8 +337,17 @@ impl Monitor {
             view.events
                 .push(("busy_while_frozen", share.runaway_events));
         }
+        if share.floor_events > 0 {
+            view.events.push(("over_entitlement", share.floor_events));
+        }
         view.open
             .extend(share.open.iter().map(|l| (l.clone(), "over_share")));
+        view.open.extend(
+            share
+                .floor_open
+                .iter()
+                .map(|l| (l.clone(), "over_entitlement")),
+        );
         view.open.extend(
             share
                 .runaway_open

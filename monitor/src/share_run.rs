@@ -7,13 +7,16 @@
 //! runs on while frozen is logged once (`busy_while_frozen`), and under the kill policy the processes
 //! NVML shows busy there while it is frozen are named for the monitor to kill (`Victim`: the watchdog's
 //! pidfd-checked kill). It owns what the scrape shows of the wall (`ShareView`, registered by `metrics::share`).
-//! Not here: the decisions (`share_wall`), the cgroup files (`freezer`), attribution (`watchdog`), the
-//! kill itself (`Monitor::kill`).
+//! Each container GPU's share is its request and limit (a limit alone is its own request); the GPU's
+//! own busy time (NVML's device utilisation, or its processes' summed) tells the wall whether the GPU was
+//! saturated, so that a floor is starved only when the GPU had no idle time to give (`share_wall`,
+//! "Floors"). Not here: the decisions (`share_wall`), the cgroup files (`freezer`), attribution
+//! (`watchdog`), the kill itself (`Monitor::kill`).
 
 use crate::freezer;
 use crate::frozen::{Frozen, Record};
 // The monitor's one log: control characters escaped (a pod name cannot forge a line).
-use crate::share_wall::{Over, Runaway, Settings, Use, Wall};
+use crate::share_wall::{Over, Runaway, Settings, Use, Wall, Why};
 use crate::stderr::{log, who};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,9 +48,10 @@ struct Inner {
     frozen: BTreeMap<String, Held>,
     /// Seconds each container was frozen since the last pass, not yet handed to the wall.
     frozen_secs: BTreeMap<String, f64>,
-    /// Findings that began: `over_share`, `busy_while_frozen`.
+    /// Findings that began: `over_share`, `busy_while_frozen`, `over_entitlement`.
     events: u64,
     runaway_events: u64,
+    floor_events: u64,
     freezes: u64,
     failures: u64,
 }
@@ -82,6 +86,9 @@ pub struct ShareView {
     pub open: Vec<Labels>,
     pub runaway_events: u64,
     pub runaway_open: Vec<Labels>,
+    /// `over_entitlement`: borrowed past its entitlement while a floor was starved.
+    pub floor_events: u64,
+    pub floor_open: Vec<Labels>,
     /// The wall runs (not `off`).
     pub on: bool,
 }
@@ -92,6 +99,11 @@ pub struct GpuView {
     pub labels: Labels,
     /// Use over the window (None: not measured yet).
     pub used: Option<f64>,
+    /// The share's request and limit, 0–1.
+    pub request: f64,
+    pub limit: f64,
+    /// GPU-seconds used past the request (borrowed), in all.
+    pub borrowed: f64,
     /// GPU-seconds past the allowance, in all.
     pub excess: f64,
     /// GPU-seconds used past its thawed time (at least what ran while it was frozen), in all.
@@ -113,6 +125,7 @@ impl ShareRun {
                 frozen_secs: BTreeMap::new(),
                 events: 0,
                 runaway_events: 0,
+                floor_events: 0,
                 freezes: 0,
                 failures: 0,
             }),
@@ -174,7 +187,10 @@ impl ShareRun {
             };
             let dir = (self.mode == ShareWall::Freeze).then(|| freezer::cgroup_of(&cs[c]));
             if o.begins {
-                w.events += 1;
+                match o.why {
+                    Why::Limit => w.events += 1,
+                    Why::Floor { .. } => w.floor_events += 1,
+                }
                 log(&describe(&cs[c], &o, &dir, w.wall.settings().tolerance));
             }
             let Some(dir) = dir else { continue };
@@ -314,6 +330,7 @@ impl ShareRun {
             failures: w.failures,
             events: w.events,
             runaway_events: w.runaway_events,
+            floor_events: w.floor_events,
             on: self.mode != ShareWall::Off,
             ..Default::default()
         };
@@ -322,10 +339,13 @@ impl ShareRun {
         }
         for (c, cs) in cs.iter().enumerate() {
             for (g, gs) in cs.gpus.iter().enumerate() {
-                if gs.compute_limit.is_none() {
+                let Some((request, limit)) = gs.request_limit() else {
                     continue;
-                }
+                };
                 let l = labels(c, g);
+                if w.wall.floor_open(&cs.id, &gs.uuid, now) {
+                    v.floor_open.push(l.clone());
+                }
                 if w.wall.open(&cs.id, &gs.uuid, now) {
                     v.open.push(l.clone());
                 }
@@ -335,6 +355,9 @@ impl ShareRun {
                 v.gpus.push(GpuView {
                     labels: l,
                     used: w.wall.used_ratio(&cs.id, &gs.uuid),
+                    request: f64::from(request) / 100.0,
+                    limit: f64::from(limit) / 100.0,
+                    borrowed: w.wall.borrowed_total(&cs.id, &gs.uuid),
                     excess: w.wall.excess_total(&cs.id, &gs.uuid),
                     frozen_busy: w.wall.frozen_busy_total(&cs.id, &gs.uuid),
                     frozen: w.frozen.contains_key(&cs.id),
@@ -377,6 +400,18 @@ fn busy_procs(truth: &Truth, gpus: &[GpuReading], c: usize, g: usize, uuid: &str
     })
 }
 
+/// How busy GPU `uuid` was, 0–1, every process on it: NVML's device utilisation or its processes'
+/// samples summed, whichever is more (either may be missing; none: idle, no evidence).
+fn gpu_busy(gpus: &[GpuReading], uuid: &str) -> f64 {
+    let device = gpus
+        .iter()
+        .find(|r| r.uuid == uuid)
+        .and_then(|r| r.utilization)
+        .unwrap_or(0.0);
+    let procs: f64 = samples_of(gpus, uuid).iter().map(|s| s.1).sum();
+    device.max(procs).clamp(0.0, 1.0)
+}
+
 /// Each container GPU with a share whose process list NVML gave: the processes' utilisation summed, and
 /// how long the container was frozen since the last pass (`frozen`, by container id).
 /// NVML without samples for the GPU counts as idle (no evidence of use, no action).
@@ -389,7 +424,7 @@ fn measure(
     let mut out = Vec::new();
     for (c, cstate) in cs.iter().enumerate() {
         for (g, gs) in cstate.gpus.iter().enumerate() {
-            let Some(pct) = gs.compute_limit else {
+            let Some((request, limit)) = gs.request_limit() else {
                 continue;
             };
             if !truth.knows(&gs.uuid) {
@@ -402,13 +437,16 @@ fn measure(
                     .map(|s| s.1)
                     .sum()
             });
-            let share = f64::from(pct.min(100)) / 100.0;
+            let share = f64::from(limit.min(100)) / 100.0;
             let window = f64::from(gs.compute_window_ms.unwrap_or(DEFAULT_WINDOW_MS)) / 1000.0;
             out.push(Use {
                 container: cstate.id.clone(),
                 gpu: gs.uuid.clone(),
                 share,
+                request: f64::from(request.min(limit)) / 100.0,
+                requested: gs.compute_request.is_some(),
                 busy: busy.min(1.0),
+                gpu_busy: gpu_busy(gpus, &gs.uuid),
                 burst: share * (1.0 - share) * window,
                 frozen: frozen.get(&cstate.id).copied().unwrap_or(0.0),
             });
@@ -444,13 +482,28 @@ fn describe(
         ),
         Some(Err(e)) => format!("cannot freeze it: {e}"),
     };
-    format!(
-        "over its compute share: {at}: its processes used {:.2} s of GPU time in the last {:.1} s (NVML), share {}% + {} points: {action}",
-        o.used,
-        o.span,
-        (o.share * 100.0).round(),
-        tol * 100.0
-    )
+    let pct = |r: f64| (r * 100.0).round();
+    match &o.why {
+        Why::Limit => format!(
+            "over its compute share: {at}: its processes used {:.2} s of GPU time in the last {:.1} s (NVML), share {}% + {} points: {action}",
+            o.used,
+            o.span,
+            pct(o.share),
+            tol * 100.0
+        ),
+        Why::Floor { entitled, starved } => format!(
+            "over its compute entitlement while a floor is starved: {at}: its processes used {:.2} s of GPU time in the last {:.1} s (NVML), entitled to {}% + {} points (request {}%, limit {}%) while container {} got {}% of its floor of {}% of the saturated GPU: {action}",
+            o.used,
+            o.span,
+            pct(*entitled),
+            tol * 100.0,
+            pct(o.request),
+            pct(o.share),
+            starved.container,
+            pct(starved.got),
+            pct(starved.floor),
+        ),
+    }
 }
 
 /// The `busy_while_frozen` finding's log line.
@@ -469,3 +522,6 @@ fn describe_runaway(c: &ContainerState, r: &Runaway, kill: bool, tol: f64) -> St
         tol * 100.0
     )
 }
+
+#[cfg(test)]
+mod tests;

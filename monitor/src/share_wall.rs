@@ -10,11 +10,28 @@
 //! credit). A freeze stops the container's CPU threads, not GPU work already queued: a container GPU
 //! whose processes used more GPU time over the window than its thawed time plus its allowance could
 //! explain, while frozen for half the window or more, runs work on while frozen (`Runaway`, the finding
-//! `busy_while_frozen`; `runs_on_while_frozen` is the rule). Pure: time is passed in, nothing is read or
-//! written here. Not here: measuring and acting (`share_run`), the cgroup writes (`freezer`).
+//! `busy_while_frozen`; `runs_on_while_frozen` is the rule).
+//!
+//! **Floors** (issue 42): a share is a request (its floor) and a limit (its cap; the bucket above). On a
+//! GPU where some container has a request of its own, each pass divides the GPU among its containers
+//! with a share by `vgpu_ledger::division` (the library's rules, in one place), busy-ness from NVML
+//! (processes seen using the GPU in the pass; a container the wall held frozen counts as busy): each gets
+//! its entitlement. A second bucket per container GPU earns `entitlement + tolerance` and is debited the
+//! GPU time measured; while no floor was starved for a window (or the starved container went idle) its
+//! debt is forgiven (borrowing idle time is the point). A floor is starved when the GPU was saturated (every process's use, NVML: at least
+//! `1 − tolerance`) and a busy container, not frozen, used less than its floor (its request, or its
+//! entitlement when the requests add up past 100) less the tolerance. Then, for a window, a container
+//! in debt on that bucket, a borrower past its entitlement, is frozen as for its limit (the finding
+//! `over_entitlement`): the borrowers are held to their entitlements plus the tolerance, and the floor
+//! gets its time back less the tolerance.
+//! NVML cannot tell a light tenant from a starved one: on a saturated GPU, a busy tenant below its floor
+//! is taken as starved. On a GPU of limits alone (today's hard caps, never promised anything) the floor
+//! bucket does nothing. Pure: time is passed in, nothing is read or written here. Not here: measuring
+//! and acting (`share_run`), the cgroup writes (`freezer`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
+use vgpu_ledger::division::{self, Tenant};
 
 /// The wall's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -31,10 +48,17 @@ pub struct Settings {
 pub struct Use {
     pub container: String,
     pub gpu: String,
-    /// The share, 0–1.
+    /// The share's limit (its cap), 0–1 (1: a request alone).
     pub share: f64,
+    /// The share's request (its floor), 0–1: a limit alone is its own request.
+    pub request: f64,
+    /// The request is the container's own (not a limit alone's): the GPU's floors are promised.
+    pub requested: bool,
     /// The GPU's time the container's processes used since the last pass, 0–1 (NVML).
     pub busy: f64,
+    /// The GPU's time every process on the GPU used since the last pass, 0–1 (NVML: the device's
+    /// utilisation, or its processes' summed, whichever is more).
+    pub gpu_busy: f64,
     /// GPU-seconds the library itself lets a container run ahead of its share (its bucket's capacity).
     pub burst: f64,
     /// Seconds since the last pass that its cgroup was held frozen by the wall (0 when never frozen, as
@@ -42,18 +66,49 @@ pub struct Use {
     pub frozen: f64,
 }
 
+/// Why a container GPU is frozen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Why {
+    /// It ran past its limit plus the tolerance.
+    Limit,
+    /// It ran past its entitlement plus the tolerance while a busy container's floor on the GPU was
+    /// starved (`over_entitlement`).
+    Floor {
+        /// Its entitlement at this pass, 0–1 (`vgpu_ledger::division`).
+        entitled: f64,
+        /// The starved container.
+        starved: Starved,
+    },
+}
+
+/// A busy container of a saturated GPU that used less than its floor less the tolerance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Starved {
+    pub container: String,
+    /// What it used of the GPU since the last pass, 0–1.
+    pub got: f64,
+    /// Its floor, 0–1: its request, or its entitlement when that is less.
+    pub floor: f64,
+}
+
 /// A container GPU in debt at this pass (and not already frozen for it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Over {
     pub container: String,
     pub gpu: String,
+    /// Its limit, 0–1.
     pub share: f64,
+    /// Its request, 0–1.
+    pub request: f64,
+    /// Past its limit, or past its entitlement while a floor was starved.
+    pub why: Why,
     /// GPU-seconds its processes used over the last `span` seconds (at most about a window).
     pub used: f64,
     pub span: f64,
     /// GPU-seconds past what the bucket allowed.
     pub debt: f64,
-    /// How long to freeze it: the debt earned back at `share + tolerance`, at most a window.
+    /// How long to freeze it: the debt earned back at `share + tolerance` (for a floor, its entitlement
+    /// + tolerance), at most a window.
     pub freeze_for: Duration,
     /// A finding begins (none was open).
     pub begins: bool,
@@ -100,6 +155,13 @@ struct Track {
     last_runaway: Option<Instant>,
     /// GPU-seconds used past its thawed time (at least what ran while it was frozen), in all.
     frozen_busy_total: f64,
+    /// GPU-seconds of credit on the floor bucket, which earns its entitlement + tolerance (negative:
+    /// debt, kept only while a floor on the GPU is starved).
+    floor_level: f64,
+    /// The last pass it was in debt on the floor bucket while a floor was starved.
+    last_floor_debt: Option<Instant>,
+    /// GPU-seconds used past its request (borrowed), in all.
+    borrowed_total: f64,
 }
 
 /// One pass of a container GPU, as the window keeps it.
@@ -119,6 +181,9 @@ pub struct Wall {
     tracks: BTreeMap<(String, String), Track>,
     /// What the last pass found running on while frozen.
     runaways: Vec<Runaway>,
+    /// Per GPU, the last pass a floor was starved there and the container most short of it (kept a
+    /// window: the borrowers' floor buckets stay in force that long).
+    starved: BTreeMap<String, (Instant, Starved)>,
 }
 
 impl Wall {
@@ -128,6 +193,7 @@ impl Wall {
             last: None,
             tracks: BTreeMap::new(),
             runaways: Vec::new(),
+            starved: BTreeMap::new(),
         }
     }
 
@@ -146,12 +212,27 @@ impl Wall {
             None => return vec![],
             Some(t) => now.saturating_duration_since(t).as_secs_f64().min(window),
         };
+        let (entitled, starved) = divide(uses, tol);
+        for (gpu, s) in starved {
+            self.starved.insert(gpu.to_string(), (now, s));
+        }
+        // A floor stays starved a window, while its container is still busy (one gone idle wants
+        // nothing back).
+        self.starved.retain(|gpu, (at, s)| {
+            now.saturating_duration_since(*at).as_secs_f64() <= window
+                && uses.iter().any(|u| {
+                    &u.gpu == gpu && u.container == s.container && (u.busy > 0.0 || u.frozen > 0.0)
+                })
+        });
         let mut out = Vec::new();
         let mut kept = BTreeMap::new();
-        for u in uses {
+        for (u, &e) in uses.iter().zip(&entitled) {
             let key = (u.container.clone(), u.gpu.clone());
             let rate = (u.share + tol).min(1.0);
             let cap = u.burst + tol * window;
+            // The floor bucket: the entitlement's rate, and the burst the library allows at it.
+            let floor_rate = (e + tol).min(1.0);
+            let floor_cap = e * (1.0 - e) * window + tol * window;
             let Some(mut t) = self.tracks.remove(&key) else {
                 // First seen: its rate was measured over less than this pass (since its process
                 // began, or over the samples NVML has of it), so it starts its clock, full, unbilled.
@@ -165,6 +246,9 @@ impl Wall {
                         excess_total: 0.0,
                         last_runaway: None,
                         frozen_busy_total: 0.0,
+                        floor_level: floor_cap,
+                        last_floor_debt: None,
+                        borrowed_total: 0.0,
                     },
                 );
                 continue;
@@ -173,6 +257,20 @@ impl Wall {
             let avail = t.level + rate * dt;
             t.excess_total += (gpu - avail.max(0.0)).max(0.0);
             t.level = (avail - gpu).clamp(-rate * window, cap);
+            t.borrowed_total += (gpu - u.request * dt).max(0.0);
+            // Only a starved floor (within the last window) makes a debt of borrowing; a borrower of
+            // idle time owes nothing. Kept a window, the bucket holds the borrower to its entitlement on
+            // average, not only at the passes that found the floor short.
+            let starving = self
+                .starved
+                .get(&u.gpu)
+                .map(|(_, s)| s)
+                .filter(|s| s.container != u.container);
+            t.floor_level =
+                (t.floor_level + floor_rate * dt - gpu).clamp(-floor_rate * window, floor_cap);
+            if starving.is_none() {
+                t.floor_level = t.floor_level.max(0.0);
+            }
             // Used past its thawed time: at least that much ran while it was frozen.
             let held = u.frozen.clamp(0.0, dt);
             t.frozen_busy_total += (gpu - (dt - held)).max(0.0);
@@ -206,25 +304,42 @@ impl Wall {
                 t.last_runaway = Some(now);
             }
             let frozen = t.paid_until.is_some_and(|p| p > now);
+            let begun = |last: Option<Instant>| {
+                last.is_none_or(|d| now.saturating_duration_since(d).as_secs_f64() > window)
+            };
+            let over = |why, debt: f64, rate: f64, begins| Over {
+                container: u.container.clone(),
+                gpu: u.gpu.clone(),
+                share: u.share,
+                request: u.request,
+                why,
+                used,
+                span,
+                debt,
+                freeze_for: Duration::from_secs_f64((debt / rate).min(window)),
+                begins,
+            };
             if t.level < 0.0 && !frozen {
-                let begins = t
-                    .last_debt
-                    .is_none_or(|d| now.saturating_duration_since(d).as_secs_f64() > window);
-                let freeze_for = Duration::from_secs_f64((-t.level / rate).min(window));
-                t.paid_until = Some(now + freeze_for);
+                let o = over(Why::Limit, -t.level, rate, begun(t.last_debt));
+                t.paid_until = Some(now + o.freeze_for);
                 t.last_debt = Some(now);
-                out.push(Over {
-                    container: u.container.clone(),
-                    gpu: u.gpu.clone(),
-                    share: u.share,
-                    used,
-                    span,
-                    debt: -t.level,
-                    freeze_for,
-                    begins,
-                });
-            } else if t.level < 0.0 {
-                t.last_debt = Some(now);
+                out.push(o);
+            } else {
+                if t.level < 0.0 {
+                    t.last_debt = Some(now);
+                }
+                if let Some(s) = starving.filter(|_| t.floor_level < 0.0) {
+                    if !frozen {
+                        let why = Why::Floor {
+                            entitled: e,
+                            starved: s.clone(),
+                        };
+                        let o = over(why, -t.floor_level, floor_rate, begun(t.last_floor_debt));
+                        t.paid_until = Some(now + o.freeze_for);
+                        out.push(o);
+                    }
+                    t.last_floor_debt = Some(now);
+                }
             }
             kept.insert(key, t);
         }
@@ -278,12 +393,87 @@ impl Wall {
         self.track(container, gpu).map_or(0.0, |t| t.excess_total)
     }
 
+    /// GPU-seconds a container GPU used past its request (borrowed), in all.
+    pub fn borrowed_total(&self, container: &str, gpu: &str) -> f64 {
+        self.track(container, gpu).map_or(0.0, |t| t.borrowed_total)
+    }
+
+    /// Whether an `over_entitlement` finding is open for a container GPU at `now`: it borrowed past its
+    /// entitlement while a floor was starved within the last window.
+    pub fn floor_open(&self, container: &str, gpu: &str, now: Instant) -> bool {
+        self.track(container, gpu)
+            .and_then(|t| t.last_floor_debt)
+            .is_some_and(|d| now.saturating_duration_since(d) <= self.settings.window)
+    }
+
     /// Whether a finding is open for a container GPU at `now`: in debt within the last window.
     pub fn open(&self, container: &str, gpu: &str, now: Instant) -> bool {
         self.track(container, gpu)
             .and_then(|t| t.last_debt)
             .is_some_and(|d| now.saturating_duration_since(d) <= self.settings.window)
     }
+}
+
+/// A share as the division takes it: a whole percent.
+fn percent(ratio: f64) -> u32 {
+    (ratio.clamp(0.0, 1.0) * 100.0).round() as u32
+}
+
+/// Each use's entitlement at this pass, 0–1, and per GPU where a floor is starved the container most
+/// short of its floor. Only on a GPU where a container has a request of its own: elsewhere (limits
+/// alone) the entitlement is the limit and nothing is starved. Busy-ness is NVML's (a container held
+/// frozen by the wall counts as busy: it would be, and its entitlement is what it pays its freeze back
+/// at).
+fn divide(uses: &[Use], tol: f64) -> (Vec<f64>, BTreeMap<&str, Starved>) {
+    let mut entitled: Vec<f64> = uses.iter().map(|u| u.share).collect();
+    let mut starved = BTreeMap::new();
+    let mut gpus: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, u) in uses.iter().enumerate() {
+        gpus.entry(u.gpu.as_str()).or_default().push(i);
+    }
+    for (gpu, members) in gpus {
+        if !members.iter().any(|&i| uses[i].requested) {
+            continue;
+        }
+        let busy = |u: &Use| u.busy > 0.0 || u.frozen > 0.0;
+        let tenants: Vec<Tenant> = members
+            .iter()
+            .map(|&i| Tenant {
+                request: percent(uses[i].request),
+                limit: percent(uses[i].share),
+                busy: busy(&uses[i]),
+            })
+            .collect();
+        let shares = division::divide(&tenants);
+        for (&i, e) in members.iter().zip(shares) {
+            entitled[i] = e / 100.0;
+        }
+        let saturated = members
+            .iter()
+            .map(|&i| uses[i].gpu_busy)
+            .fold(0.0, f64::max)
+            >= 1.0 - tol;
+        if !saturated {
+            continue;
+        }
+        let short = members
+            .iter()
+            .map(|&i| (&uses[i], uses[i].request.min(entitled[i])))
+            .filter(|(u, _)| busy(u) && u.frozen <= 0.0)
+            .filter(|(u, floor)| u.busy.clamp(0.0, 1.0) < floor - tol)
+            .max_by(|a, b| (a.1 - a.0.busy).total_cmp(&(b.1 - b.0.busy)));
+        if let Some((u, floor)) = short {
+            starved.insert(
+                gpu,
+                Starved {
+                    container: u.container.clone(),
+                    got: u.busy.clamp(0.0, 1.0),
+                    floor,
+                },
+            );
+        }
+    }
+    (entitled, starved)
 }
 
 impl Track {

@@ -7,6 +7,7 @@
 //! every quota is. Not here: reading and checking the settings (`crate::request`).
 //!
 //! The value is the quota annotations' own grammar, comma-separated: `vgpu.io/memory-limit=8Gi`,
+//! `vgpu.io/compute-request=30` (a claim's compute capacity is its request, vgpu-dra-plugin's),
 //! `vgpu.io/compute-limit=30`, or their per-GPU forms `.<i>`.
 //!
 //! A claim is bound to the pods it is reserved for: the same spec gives the hook their uids
@@ -31,7 +32,7 @@ pub struct ClaimQuota {
 pub enum ClaimQuotaError {
     #[error("{var}={value:?}: {entry:?} is not KEY=VALUE", var = vgpu_host::keys::host::CLAIM_QUOTA_VAR)]
     Malformed { value: String, entry: String },
-    #[error("{var}: {key:?} is not a quota setting (vgpu.io/memory-limit or vgpu.io/compute-limit, or their .<i> forms)", var = vgpu_host::keys::host::CLAIM_QUOTA_VAR)]
+    #[error("{var}: {key:?} is not a quota setting (vgpu.io/memory-limit, vgpu.io/compute-limit or vgpu.io/compute-request, or their .<i> forms)", var = vgpu_host::keys::host::CLAIM_QUOTA_VAR)]
     NotQuota { key: String },
     #[error("{var} is set but empty", var = vgpu_host::keys::host::CLAIM_QUOTA_VAR)]
     Empty,
@@ -84,7 +85,10 @@ impl ClaimQuota {
                             .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
                 })
             };
-            if !per_gpu(annotation::MEMORY_LIMIT) && !per_gpu(annotation::COMPUTE_LIMIT) {
+            if !per_gpu(annotation::MEMORY_LIMIT)
+                && !per_gpu(annotation::COMPUTE_LIMIT)
+                && !per_gpu(annotation::COMPUTE_REQUEST)
+            {
                 return Err(ClaimQuotaError::NotQuota { key: k.to_string() });
             }
             settings.push((k.to_string(), v.to_string()));
@@ -183,10 +187,19 @@ impl SpecFacts {
     /// container (annotations in every form, HAMi's env variables) goes, the claim's come in.
     pub fn with_claim(mut self, claim: &ClaimQuota) -> SpecFacts {
         self.annotations.retain(|(k, _)| {
-            !is_form(k, annotation::MEMORY_LIMIT) && !is_form(k, annotation::COMPUTE_LIMIT)
+            ![
+                annotation::MEMORY_LIMIT,
+                annotation::COMPUTE_LIMIT,
+                annotation::COMPUTE_REQUEST,
+            ]
+            .iter()
+            .any(|base| is_form(k, base))
         });
-        self.env
-            .retain(|(k, _)| !is_env_form(k, env::MEMORY_LIMIT) && !is_env_form(k, env::SM_LIMIT));
+        self.env.retain(|(k, _)| {
+            ![env::MEMORY_LIMIT, env::SM_LIMIT, env::SM_REQUEST]
+                .iter()
+                .any(|base| is_env_form(k, base))
+        });
         self.annotations.extend(claim.settings.iter().cloned());
         self
     }
@@ -224,6 +237,27 @@ mod tests {
         assert_eq!(r.memory.limit_for(0).unwrap().bytes, 8 << 30);
         assert_eq!(r.memory.limit_for(1).unwrap().bytes, 8 << 30);
         assert_eq!(r.compute.share_for(0).unwrap().percent, Some(30));
+        // The tenant's own requests (annotations in every form, env) go too: a claim's compute is its
+        // request, and the tenant cannot raise its floor.
+        let facts = SpecFacts {
+            env: kv(&[
+                ("CUDA_DEVICE_SM_REQUEST", "100"),
+                ("CUDA_DEVICE_SM_REQUEST_0", "100"),
+            ]),
+            annotations: kv(&[
+                ("vgpu.io/compute-request", "100"),
+                ("vgpu.io/compute-request.0", "100"),
+                ("vgpu.io/compute-request.main", "100"),
+                ("io.kubernetes.cri.container-name", "main"),
+            ]),
+            ..Default::default()
+        };
+        let claim =
+            ClaimQuota::parse("vgpu.io/memory-limit=8Gi,vgpu.io/compute-request=30").unwrap();
+        let r = Request::read(&facts.with_claim(&claim)).unwrap();
+        let s = r.settings_for(0);
+        assert_eq!((s.compute_request, s.compute_limit), (Some(30), None));
+        assert_eq!(r.settings_for(1).compute_request, Some(30));
     }
 
     #[test]
@@ -300,6 +334,15 @@ mod tests {
         assert_eq!(r.memory.limit_for(1).unwrap().bytes, 2 << 30);
         assert!(matches!(
             ClaimQuota::parse("vgpu.io/memory-mode=spill"),
+            Err(ClaimQuotaError::NotQuota { .. })
+        ));
+        let c =
+            ClaimQuota::parse("vgpu.io/compute-request.1=20,vgpu.io/compute-request.0=40").unwrap();
+        let r = Request::read(&SpecFacts::default().with_claim(&c)).unwrap();
+        assert_eq!(r.settings_for(0).compute_request, Some(40));
+        assert_eq!(r.settings_for(1).compute_request, Some(20));
+        assert!(matches!(
+            ClaimQuota::parse("vgpu.io/compute-request.main=30"),
             Err(ClaimQuotaError::NotQuota { .. })
         ));
         assert!(matches!(

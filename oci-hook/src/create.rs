@@ -101,8 +101,10 @@ impl<'a> Create<'a> {
                                 vgpu_ledger::format_bytes(b)
                             )),
                         g.settings
-                            .compute_limit
-                            .map_or("no share".into(), |p| format!("share {p}%"))
+                            .request_limit()
+                            .map_or("no share".into(), |(r, l)| format!(
+                                "share: request {r}%, limit {l}%"
+                            ))
                     )
                 })
                 .collect();

@@ -1,5 +1,5 @@
 //! What a container asks of vgpu, read once from its spec into one typed value: per GPU its memory quota
-//! (`crate::memory_request`) and compute share (`crate::compute_request`); container-wide its
+//! (`crate::memory_request`) and compute share's limit and request (`crate::compute_request`); container-wide its
 //! unified-memory mode, the shares' policy and window, whether it is a pod's, its Kubernetes names. Every
 //! key is checked against the registry first (`crate::unknown_keys`). Not here: checking the request
 //! against the container's GPUs (`crate::plan`).
@@ -88,6 +88,7 @@ impl Request {
             memory_limit: self.memory.limit_for(i).map(|r| r.bytes),
             memory: self.mode,
             compute_limit: self.compute.share_for(i).and_then(|s| s.percent),
+            compute_request: self.compute.request_for(i).and_then(|s| s.percent),
             compute_policy: self.compute.policy,
             compute_window_ms: self.compute.window_ms,
         }
@@ -151,6 +152,24 @@ mod tests {
         assert_eq!(r.memory.limit_for(1).unwrap().bytes, 2 << 30);
         assert_eq!(r.memory.limit_for(0), None);
         assert_eq!(r.compute.share_for(0).unwrap().percent, Some(30));
+        assert_eq!(r.settings_for(0).compute_request, None);
+        // With a request beside the limit, each GPU's settings carry both.
+        let q = read(
+            &[
+                ("vgpu.io/compute-limit", "30"),
+                ("vgpu.io/compute-request.1", "10"),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                q.settings_for(1).compute_request,
+                q.settings_for(1).compute_limit
+            ),
+            (Some(10), Some(30))
+        );
+        assert_eq!(q.settings_for(0).compute_request, None);
         assert_eq!(
             (r.compute.policy, r.compute.window_ms),
             (Policy::Force, Some(250))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The compute share (CUDA_DEVICE_SM_LIMIT) on the fake driver, whose kernels take FAKE_CUDA_KERNEL_US
-# each: a saturating launch loop (`work`: kernels for N seconds, synchronising every 16) and a graph loop
-# (`graph-work`) must get their share of the fake GPU's time, two processes of one container share one
+# The compute share (CUDA_DEVICE_SM_LIMIT; its request CUDA_DEVICE_SM_REQUEST beside it, issue 42) on the
+# fake driver, whose kernels take FAKE_CUDA_KERNEL_US each: a saturating launch loop (`work`: kernels for N
+# seconds, synchronising every 16) and a graph loop (`graph-work`) must get their share of the fake GPU's
+# time, two processes of one container share one
 # budget, and without a limit (or with the policy `disable`) nothing is held back. The shares are measured
 # as launches x kernel time / wall time; the bounds are wide for a loaded 2-core machine but exclude what
 # an unthrottled loop gets (~100% per process).
@@ -9,6 +10,8 @@
 # annotation vgpu.io/compute-limit or the spec's CUDA_DEVICE_SM_LIMIT goes into limits.json, the library in
 # the container throttles from that file alone (the tenant's own CUDA_DEVICE_SM_LIMIT=0 does not lift it),
 # a share needs no memory quota, vgpuctl status shows it, and a bad value fails the container with one line.
+# A request goes into limits.json beside the limit (the library holds the limit; a request alone is
+# unthrottled), status shows both, and admission keeps a GPU's requests within 100%.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -490,6 +493,15 @@ out=$(GPU_CORE_UTILIZATION_POLICY=sometimes vg "$WORK/c9" 30 "$RT" info)
 check_match "a bad GPU_CORE_UTILIZATION_POLICY is refused, naming it" 'GPU_CORE_UTILIZATION_POLICY="sometimes"' "$out"
 out=$(VGPU_COMPUTE_WINDOW=1m vg "$WORK/c9" 30 "$RT" info)
 check_match "a bad VGPU_COMPUTE_WINDOW is refused, naming it" 'VGPU_COMPUTE_WINDOW="1m": unknown unit' "$out"
+# issue 42: the request (the floor) beside the limit, in the environment mode
+out=$(CUDA_DEVICE_SM_REQUEST=40 vg "$WORK/c9" 30 "$RT" info)
+check_match "CUDA_DEVICE_SM_REQUEST=40 above CUDA_DEVICE_SM_LIMIT=30 is refused, naming both" \
+    'env CUDA_DEVICE_SM_REQUEST=40: a compute request is at most its limit, and env CUDA_DEVICE_SM_LIMIT is 30 on the same GPU' "$out"
+check_match "... and CUDA does not start" 'rc=[1-9]' "$out"
+out=$(CUDA_DEVICE_SM_REQUEST_0=0 vg "$WORK/c9" 30 "$RT" info)
+check_match "CUDA_DEVICE_SM_REQUEST_0=0 is refused, naming it" 'CUDA_DEVICE_SM_REQUEST_0="0": a compute request is a whole percent 1..=100' "$out"
+out=$(CUDA_DEVICE_SM_REQUEST=20 vg "$WORK/c10" 30 "$RT" module work $SECS)
+between "a request of 20 under a limit of 30: the library holds the limit, ~30% (the in-process lending is next)" "$(share "$out")" 20 42
 
 # --- through the OCI side: annotation -> limits.json -> the library in the container ------------------------
 oci_setup
@@ -556,6 +568,45 @@ bundle_annotate "$B" vgpu.io/compute-policy disable
 out=$(shim run --bundle "$B" "$ID" 2>&1)
 between "vgpu.io/compute-policy=disable: the container runs unthrottled" "$(share "$out")" 80 100
 
+# issue 42: a request (the floor) beside the limit, or alone, through the OCI side
+share_bundle rt_client module work $SECS
+bundle_annotate "$B" vgpu.io/compute-limit 30
+bundle_annotate "$B" vgpu.io/compute-request 20
+check "shim: vgpu.io/compute-request=20 beside vgpu.io/compute-limit=30 is created" create_quiet
+check_eq "  ... limits.json holds both" \
+    "$(jq -c '.devices[0] | [.compute_limit, .compute_request, .memory_limit]' "$STATE/containers/$ID/limits.json")" "[30,20,null]"
+"$VGPUCTL" status --json --state-root "$STATE" >"$WORK/status.json"
+check "  ... vgpuctl status --json: request 20, limit 30; the GPU's requests 20" jq -e \
+    '(.containers[0].gpus[0].compute | .request_percent == 20 and .limit_percent == 30) and .gpus[0].compute_requests == 20' \
+    "$WORK/status.json"
+check_match "  ... and its table" "request 20%, limit 30% \([0-9.]+ s charged" "$("$VGPUCTL" status --state-root "$STATE" | grep -F "request 20%")"
+gone "$ID"
+share_bundle rt_client module work $SECS
+bundle_annotate "$B" vgpu.io/compute-request 30
+out=$(shim run --bundle "$B" "$ID" 2>&1)
+between "vgpu.io/compute-request=30 alone (its limit the whole GPU): the container runs unthrottled" "$(share "$out")" 80 100
+share_bundle sleep 60
+bundle_env "$B" CUDA_DEVICE_SM_REQUEST_0=60 CUDA_DEVICE_SM_LIMIT=90
+check "shim: the spec's env CUDA_DEVICE_SM_REQUEST_0=60 with CUDA_DEVICE_SM_LIMIT=90 is created" create_quiet
+check_eq "  ... limits.json holds both" \
+    "$(jq -c '.devices[0] | [.compute_limit, .compute_request]' "$STATE/containers/$ID/limits.json")" "[90,60]"
+FIRST=$ID
+# Admission: the GPU's requests within 100% (60 committed).
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-request 50
+bad_share_admission="admission: GPU 0 \(GPU-[^)]+\) would have 110% of its time promised as compute requests \(60% already, 50% asked for\), more than its 100%: lower vgpu.io/compute-request"
+out=$(shim create --bundle "$B" "$ID" </dev/null 2>&1); rc=$?
+if [ "$rc" != 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" = 1 ] && grep -Eq -- "$bad_share_admission" <<<"$out"; then
+    pass "a second container whose request takes the GPU's requests past 100% is refused: $out"
+else fail "a request past the GPU's 100% (rc=$rc)" "$out"; fi
+check_eq "  ... nothing left of it" "$(ls "$STATE/containers" | grep -c "^$ID\$")" 0
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-limit 70
+check "  ... a limit alone of 70 beside it is refused too (its own request)" sh -c "! shim create --bundle '$B' '$ID' </dev/null >/dev/null 2>&1"
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-request 40
+check "  ... a request of 40 fits" create_quiet
+gone "$ID"
+gone "$FIRST"
+check_eq "  ... their state removed" "$(state_left)" ""
+
 # bad_share WHAT EXPECT: $B/$ID fails to create with one line matching EXPECT, leaving nothing.
 bad_share() {
     local out rc=0
@@ -577,5 +628,15 @@ share_bundle true; bundle_annotate "$B" vgpu.io/compute-limit.1 30
 bad_share "a share for a GPU the container lacks is refused" 'annotation vgpu.io/compute-limit.1: the container has no GPU 1'
 share_bundle true; bundle_annotate "$B" vgpu.io/compute-policy sometimes
 bad_share "a bad vgpu.io/compute-policy is refused" 'annotation vgpu.io/compute-policy="sometimes": expected force, disable or default'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-request 60; bundle_annotate "$B" vgpu.io/compute-limit 50
+bad_share "a request above its limit is refused, naming both" 'annotation vgpu.io/compute-request=60: a compute request is at most its limit, and annotation vgpu.io/compute-limit is 50 on the same GPU'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-request 0
+bad_share "vgpu.io/compute-request=0 is refused" 'annotation vgpu.io/compute-request="0": a compute request is a whole percent of the GPU.s time, 1 to 100'
+share_bundle true; bundle_env "$B" CUDA_DEVICE_SM_REQUEST=ten
+bad_share "env CUDA_DEVICE_SM_REQUEST=ten is refused" 'env CUDA_DEVICE_SM_REQUEST="ten": a compute request is a whole percent 1..=100'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-request.1 30
+bad_share "a request for a GPU the container lacks is refused" 'annotation vgpu.io/compute-request.1: the container has no GPU 1'
+share_bundle true; bundle_annotate "$B" vgpu.io/compute-requests 30
+bad_share "a misspelt vgpu.io/compute-requests is refused" 'annotation vgpu.io/compute-requests is not one vgpu defines \(did you mean vgpu.io/compute-request\?\)'
 
 t_done

@@ -91,7 +91,7 @@ SPEC=$CDI/vgpu.io-claim_$UID1.json
 ok_if "the claim's CDI spec: its GPU's node, the quota and its pod in the provisioning hook's env only" jq -e --arg h "$HOOK" --arg p "$POD1" \
     '.kind == "vgpu.io/claim" and .devices[0].containerEdits.deviceNodes[0].path == "/dev/nvidia0"
      and ([.containerEdits.hooks[] | [.hookName, .path, (.env | map(select(startswith("VGPU_CLAIM_"))))]]
-          == [["createRuntime", $h, ["VGPU_CLAIM_QUOTA=vgpu.io/memory-limit=8589934592,vgpu.io/compute-limit=30", "VGPU_CLAIM_PODS=\($p)"]], ["poststop", $h, []]])' "$SPEC" > /dev/null
+          == [["createRuntime", $h, ["VGPU_CLAIM_QUOTA=vgpu.io/memory-limit=8589934592,vgpu.io/compute-request=30", "VGPU_CLAIM_PODS=\($p)"]], ["poststop", $h, []]])' "$SPEC" > /dev/null
 ok_if "and the checkpoint has the claim" jq -e --arg u "$UID1" '.claims[$u].namespace == "team-a"' "$PLUGDIR/checkpoint.json" > /dev/null
 "$KUBELET" prepare "$PLUGDIR/dra.sock" team-a absent 00000000-0000-0000-0000-000000000000 > "$WORK/absent.json"
 ok_if "a claim the API server does not have: an error for that claim alone, nothing written" bash -c \
@@ -127,11 +127,13 @@ tar -C "$WORK/rootfs" -c . | "${P[@]}" import - localhost/vgpu-e2e:rootfs > /dev
 FAKE=(-e LD_LIBRARY_PATH=/usr/local/fake -v "$FAKE_DIR:/usr/local/fake:ro" -v "$WORK/fake-cuda:$WORK/fake-cuda" -e FAKE_CUDA_STATE_DIR="$WORK/fake-cuda")
 DEV=$(jq -r --arg u "$UID1" '.claims[$u].devices[0].cdi_device_ids[0]' "$WORK/prep2.json")
 pm "${RUN[@]}" --device "$DEV" --annotation io.kubernetes.cri.sandbox-uid=$POD1 --annotation vgpu.io/memory-limit=12Gi --annotation vgpu.io/compute-limit=90 \
-    -e CUDA_DEVICE_MEMORY_LIMIT=14g "${FAKE[@]}" localhost/vgpu-e2e:rootfs \
+    --annotation vgpu.io/compute-request=90 -e CUDA_DEVICE_MEMORY_LIMIT=14g -e CUDA_DEVICE_SM_REQUEST=100 "${FAKE[@]}" localhost/vgpu-e2e:rootfs \
     /bin/sh -c 'cat /run/vgpu/limits.json; exec "$@"' - /bin/rt_client info '!alloc' 6Gi alloc 4Gi > "$WORK/run.out" 2>&1
-ok_if "the container's limits are the claim's: 8 GiB and 30%, not its own 12Gi / 90 / 14g" \
+ok_if "the container's limits are the claim's: 8 GiB and 30%, not its own 12Gi / 90 / 90 / 14g / 100" \
     grep -qE '"memory_limit": *8589934592' "$WORK/run.out"
-ok_if "its compute share is the claim's 30" grep -qE '"compute_limit": *30' "$WORK/run.out"
+# issue 42: a claim's compute capacity is its request (a floor, no limit), not a hard cap.
+ok_if "its compute share is the claim's request of 30, with no limit" bash -c \
+    "grep -qE '\"compute_request\": *30' '$WORK/run.out' && ! grep -q '\"compute_limit\"' '$WORK/run.out'"
 ok_if "inside, the GPU's total is the claimed 8 GiB" grep -q 'op=info .*total=8589934592' "$WORK/run.out"
 ok_if "6 GiB fits, 4 GiB more fails with out-of-memory" bash -c \
     "grep -q 'op=alloc size=6442450944 .*rc=0' '$WORK/run.out' && grep -q 'op=alloc size=4294967296 .*err=CUDA_ERROR_OUT_OF_MEMORY' '$WORK/run.out'"

@@ -130,6 +130,9 @@ PCS=$!
 check "container CS with a 30% compute share runs" wait_for 20 grep -q 'rc=0' "$WORK/cs.out"
 FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" monitor --once >"$WORK/once.txt" 2>"$WORK/once.err"
 check_match "vgpuctl monitor --once reads the fake NVML" '^vgpu_nvml_up 1$' "$(cat "$WORK/once.txt")"
+check_match "  ... and CS's share: its limit, and its request beside it (a limit alone is its own request)" \
+    "vgpu_compute_limit_ratio\{[^}]*container_id=\"$CS\"[^}]*\} 0.3 .*vgpu_compute_request_ratio\{[^}]*container_id=\"$CS\"[^}]*\} 0.3" \
+    "$(tr '\n' ' ' <"$WORK/once.txt")"
 # The families served (# TYPE lines; a counter's samples end in _total) against every metric name in the
 # dashboard's panel and variable queries (PromQL's functions, keywords and the labels inside {...} and
 # by (...) removed).

@@ -11,7 +11,10 @@
 # cannot stop GPU work already queued: a container whose kernel runs on through its freezes is found
 # (`busy_while_frozen`, logged once, counted) and left running by default; under `kill = true` its busy
 # process is killed, its neighbour under the library untouched. A container whose state an older release
-# wrote without its cgroup is found from its recorded init and frozen all the same.
+# wrote without its cgroup is found from its recorded init and frozen all the same. Floors (issue 42): a
+# container with a request alone borrows an idle neighbour's floor freely, and once that neighbour runs
+# (the GPU saturated, its use below its floor by NVML) the borrower is frozen down to its entitlement
+# (`over_entitlement`) and the floor gets its time back; the floor's container is never frozen.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -279,6 +282,55 @@ check "  ... and the wall freezes it" wait_for 20 grep -q 'frozen 1' "$CGO/cgrou
 { kill "$old_PID"; wait "$old_PID"; } 2>/dev/null
 check "  ... thawed when the monitor stops" wait_for 5 grep -q 'frozen 0' "$CGO/cgroup.events"
 wait "$PO"
+
+echo "-- floors (issue 42): a borrower of an idle floor runs free, and is held to its entitlement once the floor is busy"
+# Two bypassing containers (no preload: the wall alone decides) on a time-sliced fake GPU
+# (FAKE_CUDA_TIMESLICE_US: both running, each gets half): R asks a request of 30, F one of 70, each with no
+# limit (the whole GPU). F's process idles 8 s, then runs 16 s; R runs throughout.
+monitor_start flo && pass "monitor starts (share wall: freeze)" || fail "monitor starts (floors)"
+# floor_bundle NAME REQUEST CMD: a bypassing container at a request alone on the sliced GPU.
+floor_bundle() {
+    cp -a "$ROOTFS" "$WORK/rootfs-$1"
+    new_bundle sh -c "mv /etc /etc2 && $3"
+    bundle_jq "$B" '.root.path = $r | .root.readonly = false' --arg r "$WORK/rootfs-$1"
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 CUDA_DEVICE_SM_REQUEST=$2 FAKE_CUDA_KERNEL_US=2000 FAKE_CUDA_TIMESLICE_US=5000
+}
+floor_bundle fl 70 "sleep 8; exec compute_client plain 16"
+F=$ID
+shim run --bundle "$B" "$F" >"$WORK/fl.out" 2>&1 &
+PF=$!
+floor_bundle bo 30 "exec compute_client plain 28"
+BO=$ID
+shim run --bundle "$B" "$BO" >"$WORK/bo.out" 2>&1 &
+PB=$!
+check "both run (requests 70 + 30: admitted)" wait_for 10 running "$F"
+check "  ... (the borrower too)" wait_for 10 running "$BO"
+CGF=$(cgroup_of "$F") CGB=$(cgroup_of "$BO")
+watch_frozen "$CGF" "$WORK/fl.frozen"
+watch_frozen "$CGB" "$WORK/bo.frozen"
+LF="container_id=\"$F\",vdevice_index=\"0\"" LB="container_id=\"$BO\",vdevice_index=\"0\""
+sleep 5
+check_eq "the borrower's request and limit are exported (0.3, 1.0: a request alone)" \
+    "$(series vgpu_compute_request_ratio "$LB") $(series vgpu_compute_limit_ratio "$LB")" "0.3 1.0"
+br=$(series vgpu_compute_share_borrowed_ratio "$LB")
+check "while F idles, the borrower uses its time: past its request over the window (${br})" \
+    awk -v b="${br:-0}" 'BEGIN { exit !(b >= 0.4) }'
+check_not "  ... and is not frozen" grep -q 'frozen 1' "$WORK/bo.frozen"
+check "once F runs, the borrower is frozen: over its entitlement while F's floor is starved" \
+    wait_for 15 grep -q "over its compute entitlement while a floor is starved: container $BO GPU 0 .*entitled to 30% + 5 points (request 30%, limit 100%) while container $F got [0-9]*% of its floor of 70% of the saturated GPU: freezing $CGB for " "$WORK/flo.log"
+check "  ... its cgroup is frozen" wait_for 10 grep -q 'frozen 1' "$WORK/bo.frozen"
+wait "$PF"
+sf=$(share_of "$WORK/fl.out")
+check "F got its floor back, less the tolerance: ${sf}% of the GPU over its run (sliced, unheld: ~50%)" test "${sf:-0}" -ge 55
+check_not "  ... F was never frozen" grep -q 'frozen 1' "$WORK/fl.frozen"
+check_eq "  ... and no finding names F" "$(grep -cE "over its compute (share|entitlement)[^:]*: container $F " "$WORK/flo.log")" 0
+check_eq "the finding is logged once" "$(grep -c "over its compute entitlement while a floor is starved: container $BO" "$WORK/flo.log")" 1
+check_match "vgpu_watchdog_events_total counts one over_entitlement finding" 'vgpu_watchdog_events_total\{finding="over_entitlement"\} 1' "$(scrape)"
+bt=$(series vgpu_compute_share_borrowed_seconds_total "$LB")
+check "vgpu_compute_share_borrowed_seconds_total counts the borrower's time past its request (${bt} s)" \
+    awk -v b="${bt:-0}" 'BEGIN { exit !(b >= 2) }'
+wait "$PB"
+{ kill "$flo_PID"; wait "$flo_PID"; } 2>/dev/null
 
 echo "-- bad input: one clear line"
 out=$(VGPU_CONFIG=/dev/null "$VGPUCTL" monitor --share-wall stop --once 2>&1)

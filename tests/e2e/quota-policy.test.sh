@@ -55,4 +55,34 @@ check_eq "a share that is no whole percent (30%): denied" "$(verdict "$(pod '{"v
 check_eq "a pod asking the device plugin's vgpu.io/memory may not add its own annotation" \
     "$(verdict "$(pod '{"vgpu.io/memory-limit.main": "2Gi"}' vgpu '{"vgpu.io/memory": "4"}')" "$MAX")" \
     "denied: a pod that asks vgpu.io/memory or vgpu.io/compute gets its quota from vgpu's device plugin and may not set vgpu.io quota annotations"
+
+echo "-- compute requests (issue 42): within compute-max, bounded by a limit below 100; no request through the env"
+MAX100=$(params '{"memory-max": "8Gi", "compute-max": "100"}')
+check_eq "a request and a limit within compute-max: admitted" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request": "20", "vgpu.io/compute-limit": "50"}')" "$MAX")" admitted
+check_eq "a request over compute-max: denied, naming it" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request.main": "60", "vgpu.io/compute-limit": "50"}')" "$MAX")" \
+    "denied: a vgpu.io/compute-request annotation asks more than this namespace allows (compute-max 50 in ConfigMap vgpu-quota-maxima)"
+check_eq "a request where the namespace sets no compute-max: denied" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request": "10"}')" "$MEMONLY")" \
+    "denied: a vgpu.io/compute-request annotation asks more than this namespace allows (compute-max unset in ConfigMap vgpu-quota-maxima)"
+BOUND="denied: a pod with a vgpu.io/compute-request annotation must bound it below the compute-max of this namespace (50): set vgpu.io/compute-limit, and vgpu.io/compute-limit.<container> for each container a per-GPU limit key names (a request alone may use the whole GPU)"
+check_eq "a request alone below a compute-max of 50 (its limit would be the whole GPU): denied" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request": "20"}')" "$MAX")" "$BOUND"
+check_eq "  ... a container's per-GPU limit without its limit for every GPU leaves its other GPUs unbounded: denied" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request": "20", "vgpu.io/compute-limit": "50", "vgpu.io/compute-limit.trainer.1": "40"}')" "$MAX")" "$BOUND"
+check_eq "  ... with it: admitted" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request": "20", "vgpu.io/compute-limit": "50", "vgpu.io/compute-limit.trainer.1": "40", "vgpu.io/compute-limit.trainer": "50"}')" "$MAX")" admitted
+check_eq "  ... a request alone where compute-max is 100: admitted" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request": "20"}')" "$MAX100")" admitted
+check_eq "a request that is no whole percent (20%): denied" \
+    "$(verdict "$(pod '{"vgpu.io/compute-request": "20%", "vgpu.io/compute-limit": "50"}')" "$MAX")" \
+    "denied: a vgpu.io/compute-request annotation is not a whole percent"
+envpod=$WORK/envpod.json
+jq '.spec.containers[0].env = [{name: "CUDA_DEVICE_SM_REQUEST_0", value: "100"}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
+check_eq "a container's own CUDA_DEVICE_SM_REQUEST env (no annotation): matched and denied" "$(verdict "$envpod" "$MAX100")" \
+    "denied: a container may not set CUDA_DEVICE_SM_REQUEST in its env (a compute request is a floor other tenants give up); ask it with the vgpu.io/compute-request annotation, within this namespace's compute-max"
+jq '.spec.initContainers = [{name: "init", image: "i", env: [{name: "CUDA_DEVICE_SM_REQUEST", value: "50"}]}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
+check_eq "  ... an init container's too" "$(verdict "$envpod" "$MAX100" | cut -c1-60)" \
+    "denied: a container may not set CUDA_DEVICE_SM_REQUEST in it"
 t_done

@@ -3,7 +3,8 @@
 # a process already running under a 1 GiB quota sees 2 GiB within a second of the update and can then hold
 # 1.5 GiB; shrinking back to 1 GiB below its use refuses its next allocation, keeps what it holds, and
 # status and the monitor say "over quota by ... (pending shrink)"; a grow past the GPU is refused with
-# nothing changed; a compute share changed from 30% to 60% shows in the bucket's rate; two updates racing
+# nothing changed; a compute share changed from 30% to 60% shows in the bucket's rate, and its request (its
+# floor, issue 42) is changed within its limit, refused above it in one line; two updates racing
 # each other and a create leave admission's sum exact; bad input is one line. A tenant that, after a
 # shrink, writes its ledger's generation word back (or keeps it odd) still gets the shrink within a
 # second: the library reads the read-only limits file itself.
@@ -190,6 +191,17 @@ r2=$(rate 3)
 between() { if [ "$2" -ge "$3" ] && [ "$2" -le "$4" ]; then pass "$1 ($2%)"; else fail "$1: $2% not in [$3, $4]"; fi; }
 between "  ... the bucket was charged at about 30% before" "$r1" 20 40
 between "  ... and at about 60% after" "$r2" 45 75
+# issue 42: its request (the floor), a limit alone's own before (60), changed live and admitted.
+out=$(update "$CID" --compute-request 20 2>&1)
+check_match "vgpuctl update --compute-request 20: says what changed" "GPU 0 \(GPU-[^)]+\) compute request 60% -> 20%" "$out"
+check_eq "  ... status shows request 20, limit 60" "$(gpu_of "$CID" '.compute | "\(.request_percent) \(.limit_percent)"')" "20 60"
+check_eq "  ... and limits.json (the mounted copy too)" \
+    "$(jq -c '.devices[0] | [.compute_request, .compute_limit]' "$STATE/containers/$CID/limits.json" "$STATE/containers/$CID/limits.mounted.json" | sort -u)" "[20,60]"
+out=$(update "$CID" --compute-request 70 2>&1); rc=$?
+check "  ... a request above its limit (70 > 60) is refused (exit $rc)" test "$rc" -ne 0
+check_match "  ... in one line naming --compute-request" "^vgpuctl: .*--compute-request: container $CID's GPU 0 .* would have a compute request of 70% above its compute limit of 60%" "$out"
+check "  ... both together are fine" update "$CID" --compute-request 70 --compute-limit 80
+check_eq "  ... status: request 70, limit 80" "$(gpu_of "$CID" '.compute | "\(.request_percent) \(.limit_percent)"')" "70 80"
 gone "$CID"
 
 echo "-- a container that has exited (not yet deleted) is not updated"
@@ -219,6 +231,8 @@ bad() {
 BAD='--memory-limit.*4GB' bad upd-c --memory-limit 4GB
 BAD='below|at least' bad upd-c --memory-limit 1Mi
 BAD='has no compute share: one cannot be added to a running container' bad upd-c --compute-limit 50
+BAD='has no compute share: one cannot be added to a running container' bad upd-c --compute-request 50
+BAD='--compute-request="0": a compute request is a whole percent' bad upd-c --compute-request 0
 BAD='no container nosuch' bad nosuch --memory-limit 2Gi
 BAD='nothing to change' bad upd-c
 BAD='has no GPU 3' bad upd-c --gpu 3 --memory-limit 2Gi

@@ -50,12 +50,12 @@ fn the_recorded_claim_is_8gi_and_30_percent_of_gpu_0() {
         ("gpu", "gpu-0", 0)
     );
     assert_eq!(
-        (d[0].settings.memory_limit, d[0].settings.compute_limit),
+        (d[0].settings.memory_limit, d[0].settings.compute_request),
         (Some(8 << 30), Some(30))
     );
     assert_eq!(
         quota(&d),
-        "vgpu.io/memory-limit=8589934592,vgpu.io/compute-limit=30"
+        "vgpu.io/memory-limit=8589934592,vgpu.io/compute-request=30"
     );
 }
 
@@ -69,7 +69,7 @@ fn two_gpus_that_differ_get_one_setting_each() {
     let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
     assert_eq!(
         quota(&d),
-        "vgpu.io/memory-limit.0=8589934592,vgpu.io/compute-limit.0=30,vgpu.io/memory-limit.1=4294967296"
+        "vgpu.io/memory-limit.0=8589934592,vgpu.io/compute-request.0=30,vgpu.io/memory-limit.1=4294967296"
     );
 }
 
@@ -79,7 +79,7 @@ fn whole_devices_and_shares_of_none_or_all() {
     results(&mut c)[0].consumed_capacity = None;
     let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
     assert_eq!(
-        (d[0].settings.memory_limit, d[0].settings.compute_limit),
+        (d[0].settings.memory_limit, d[0].settings.compute_request),
         (Some(16 << 30), None)
     );
     for all_or_none in ["0", "100"] {
@@ -88,7 +88,7 @@ fn whole_devices_and_shares_of_none_or_all() {
             Quantity(all_or_none.into()),
         )]));
         let d = read(&c, dra::DRIVER, "node-a", &gpus()).unwrap();
-        assert_eq!(d[0].settings.compute_limit, None);
+        assert_eq!(d[0].settings.compute_request, None);
     }
 }
 
@@ -162,12 +162,12 @@ fn two_requests_on_one_gpu_are_one_device_with_their_capacity_summed() {
         ("gpu", &["gpu-b".to_string()][..])
     );
     assert_eq!(
-        (d[0].settings.memory_limit, d[0].settings.compute_limit),
+        (d[0].settings.memory_limit, d[0].settings.compute_request),
         (Some(12 << 30), Some(50))
     );
     assert_eq!(
         quota(&d),
-        "vgpu.io/memory-limit=12884901888,vgpu.io/compute-limit=50"
+        "vgpu.io/memory-limit=12884901888,vgpu.io/compute-request=50"
     );
     // Together past the GPU: refused with one line naming the device.
     let mut third = results(&mut c)[0].clone();

@@ -1,4 +1,5 @@
-//! Unit tests of admission: the sum against each GPU, a compute share alone, the reserve and overcommit,
+//! Unit tests of admission: the sum against each GPU, a compute share alone, compute requests, the reserve
+//! and overcommit,
 //! oversubscribe quotas, unreadable limits files, the container being created left out.
 
 use super::*;
@@ -65,7 +66,7 @@ fn provision(root: &StateRoot, id: &str, gpus: &[GpuRequest]) {
 fn plain(bytes: u64) -> Committed {
     Committed {
         plain: bytes,
-        oversubscribe: 0,
+        ..Default::default()
     }
 }
 
@@ -123,8 +124,101 @@ fn a_compute_share_alone_commits_no_memory_and_is_never_refused() {
     provision(&root, "s1", &share);
     let (sum, unreadable) = committed(&root, "x").unwrap();
     assert!(unreadable.is_empty());
-    assert_eq!(sum.get(uuid), None);
+    assert_eq!(sum.get(uuid).map(|c| c.total()), Some(0));
     check(&plan(uuid, 16 * GIB), &[gpu(uuid, 16 * GIB)], &sum, STRICT).unwrap();
+}
+
+/// One GPU's compute share alone: `request` and `limit` as limits.json holds them.
+fn share(uuid: &str, request: Option<u32>, limit: Option<u32>) -> Vec<GpuRequest> {
+    let mut p = plan(uuid, GIB);
+    p[0].settings.memory_limit = None;
+    p[0].settings.compute_request = request;
+    p[0].settings.compute_limit = limit;
+    p
+}
+
+#[test]
+fn compute_requests_never_add_up_past_the_gpus_time() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let gpus = [gpu(uuid, 16 * GIB)];
+    provision(&root, "r30", &share(uuid, Some(30), None));
+    provision(&root, "r50", &share(uuid, Some(20), Some(50)));
+    let (sum, _) = committed(&root, "none").unwrap();
+    assert_eq!(
+        (sum[uuid].requests, sum[uuid].explicit_requests),
+        (50, true)
+    );
+    // 50 more fit; 51 do not, in one line naming the GPU, the figures and the key.
+    check(&share(uuid, Some(50), None), &gpus, &sum, STRICT).unwrap();
+    let e = check(&share(uuid, Some(51), Some(90)), &gpus, &sum, STRICT).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            AdmissionError::ComputeFull {
+                asked: 51,
+                committed: 50,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let line = e.to_string();
+    assert!(
+        line.starts_with(&format!("admission: GPU 0 ({uuid}) would have 101% of its time promised as compute requests (50% already, 51% asked for), more than its 100%: lower vgpu.io/compute-request")),
+        "{line}"
+    );
+    assert!(!line.contains('\n'));
+    // Beside requests, a limit alone is its own request: a cap of 60 does not fit beside 50.
+    assert!(check(&share(uuid, None, Some(60)), &gpus, &sum, STRICT).is_err());
+    check(&share(uuid, None, Some(50)), &gpus, &sum, STRICT).unwrap();
+    // Overcommit allows anything.
+    let over = Policy {
+        overcommit: true,
+        reserve: 0,
+    };
+    check(&share(uuid, Some(100), None), &gpus, &sum, over).unwrap();
+    // A memory quota beside the share changes nothing to the count.
+    let mut both = share(uuid, Some(60), None);
+    both[0].settings.memory_limit = Some(GIB);
+    assert!(check(&both, &gpus, &sum, STRICT).is_err());
+}
+
+#[test]
+fn caps_alone_may_add_up_past_the_gpu_as_they_always_could() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    let gpus = [gpu(uuid, 16 * GIB)];
+    provision(&root, "c60", &share(uuid, None, Some(60)));
+    provision(&root, "c70", &share(uuid, None, Some(70)));
+    let (sum, _) = committed(&root, "none").unwrap();
+    assert_eq!(
+        (sum[uuid].requests, sum[uuid].explicit_requests),
+        (130, false)
+    );
+    // No container there has a request: caps are promised nothing, a third is admitted.
+    check(&share(uuid, None, Some(50)), &gpus, &sum, STRICT).unwrap();
+    // A request beside them is refused: the caps would be floors it could not get past.
+    let e = check(&share(uuid, Some(10), None), &gpus, &sum, STRICT).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            AdmissionError::ComputeFull {
+                asked: 10,
+                committed: 130,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // A container without a share asks nothing.
+    check(&plan(uuid, GIB), &gpus, &sum, STRICT).unwrap();
+    // The policy `disable` leaves no share to count.
+    let mut off = share(uuid, Some(10), None);
+    off[0].settings.compute_policy = vgpu_ledger::envcompute::Policy::Disable;
+    check(&off, &gpus, &sum, STRICT).unwrap();
 }
 
 #[test]
@@ -167,8 +261,8 @@ fn oversubscribe_quotas_may_sum_past_the_gpu_among_themselves() {
     c.insert(
         "GPU-a".to_string(),
         Committed {
-            plain: 0,
             oversubscribe: 12 * GIB,
+            ..Default::default()
         },
     );
     check(&over("GPU-a", 12 * GIB), &gpus, &c, STRICT).unwrap();

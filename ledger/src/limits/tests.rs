@@ -160,7 +160,22 @@ fn bad_files_get_one_clear_error() {
         ),
         (
             good.replace("\"memory_limit\":2147483648,", ""),
-            "device 1 (GPU-bbbb): has neither memory_limit nor compute_limit",
+            "device 1 (GPU-bbbb): has no memory_limit, compute_limit or compute_request",
+        ),
+        (
+            good.replace("\"memory_limit\":2147483648,", "\"compute_request\":0,"),
+            "device 1 (GPU-bbbb): compute_request 0 is not a percent 1..=100",
+        ),
+        (
+            good.replace(
+                "\"memory_limit\":2147483648,",
+                "\"compute_limit\":30,\"compute_request\":40,",
+            ),
+            "device 1 (GPU-bbbb): compute_request 40 is above compute_limit 30",
+        ),
+        (
+            good.replace("\"memory_limit\":2147483648,", "\"compute_request\":\"x\","),
+            "devices[1].compute_request: invalid type: string \"x\", expected u32",
         ),
         (
             good.replace("\"memory_limit\":2147483648,", "\"compute_limit\":100,"),
@@ -249,6 +264,33 @@ fn a_compute_share_with_or_without_a_memory_quota() {
     assert!(!old.contains("compute"), "{old}");
     l.devices[1].settings.compute_policy = Policy::Disable;
     assert_eq!(l.devices[1].settings.compute_share(), None);
+}
+
+// Issue 42: a request beside the limit, or alone (no limit: the whole GPU), on disk as its own key;
+// absent in every file written before it (a limit alone, its own request).
+#[test]
+fn a_compute_request_with_or_without_a_limit() {
+    let mut l = sample();
+    l.devices[0].settings.compute_limit = Some(60);
+    l.devices[0].settings.compute_request = Some(20);
+    l.devices[1].settings.memory_limit = None;
+    l.devices[1].settings.compute_request = Some(30);
+    let text = serde_json::to_string(&l).unwrap();
+    assert!(
+        text.contains(r#""compute_limit":60,"compute_request":20,"#),
+        "{text}"
+    );
+    let back = Limits::from_slice(text.as_bytes()).unwrap();
+    assert_eq!(back, l);
+    assert_eq!(back.devices[0].settings.request_limit(), Some((20, 60)));
+    assert_eq!(back.devices[1].settings.request_limit(), Some((30, 100)));
+    // The library's cap: none for a request alone.
+    assert_eq!(back.devices[1].settings.compute_share(), None);
+    let mut cap = sample();
+    cap.devices[0].settings.compute_limit = Some(30);
+    let text = serde_json::to_string(&cap).unwrap();
+    assert!(!text.contains("compute_request"), "{text}");
+    assert_eq!(cap.devices[0].settings.request_limit(), Some((30, 30)));
 }
 
 #[test]

@@ -12,10 +12,11 @@ use vgpu_ledger::keys::env as key;
 pub const CACHE_NAME: &str = "cudevshr.cache";
 
 /// Whether the configuration reads variable `name`: the memory limits and the shared cache, the compute
-/// shares, their policy and window, the unified-memory settings, the limits file, the session's folder.
+/// shares' limits and requests, their policy and window, the unified-memory settings, the limits file, the session's folder.
 pub fn read_by_config(name: &str) -> bool {
     name.starts_with(key::MEMORY_PREFIX)
         || name.starts_with(key::SM_LIMIT)
+        || name.starts_with(key::SM_REQUEST)
         || [
             key::CORE_POLICY,
             key::COMPUTE_WINDOW,

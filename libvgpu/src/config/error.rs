@@ -5,7 +5,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use vgpu_ledger::envcompute::WindowError;
+use vgpu_ledger::envcompute::{RequestAboveLimit, WindowError};
 use vgpu_ledger::envlimits::EnvLimitError;
 use vgpu_ledger::limits::LimitsError;
 use vgpu_ledger::memmode::ModeError;
@@ -20,6 +20,9 @@ pub enum ConfigError {
     /// A malformed compute share or policy variable (`CUDA_DEVICE_SM_LIMIT[_<i>]`,
     /// `GPU_CORE_UTILIZATION_POLICY`).
     Compute(EnvLimitError),
+    /// A compute request above the limit of its GPU (`CUDA_DEVICE_SM_REQUEST[_<i>]` past
+    /// `CUDA_DEVICE_SM_LIMIT[_<i>]`).
+    Request(RequestAboveLimit),
     /// A malformed pacing window (`VGPU_COMPUTE_WINDOW`).
     Window(WindowError),
     /// Unified-memory settings that are malformed or contradict each other.
@@ -33,6 +36,7 @@ impl fmt::Display for ConfigError {
                 write!(f, "limits file {}: {err}", path.display())
             }
             ConfigError::Memory(e) | ConfigError::Compute(e) => fmt::Display::fmt(e, f),
+            ConfigError::Request(e) => fmt::Display::fmt(e, f),
             ConfigError::Window(e) => fmt::Display::fmt(e, f),
             ConfigError::Mode(e) => fmt::Display::fmt(e, f),
         }

@@ -496,3 +496,46 @@ fn the_environments_shares_are_the_same_configurations() {
         Config::from_env(&env(&[("CUDA_DEVICE_SM_LIMIT", "x")]), Path::new(NOFILE)).unwrap_err();
     assert!(matches!(e, ConfigError::Compute(_)), "{e:?}");
 }
+
+// Issue 42: the environment's requests (`CUDA_DEVICE_SM_REQUEST[_<i>]`) ride with the share's settings;
+// a request above its limit, or one that is no percent 1..=100, refuses CUDA in one line naming it.
+#[test]
+fn the_environments_requests_ride_with_the_shares() {
+    assert!(env::read_by_config("CUDA_DEVICE_SM_REQUEST_1"));
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "60"),
+            ("CUDA_DEVICE_SM_REQUEST", "20"),
+            ("CUDA_DEVICE_SM_REQUEST_1", "40"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    let s = c.share(gpu("GPU-b", Some(1))).unwrap();
+    assert_eq!(s.settings.request_limit(), Some((40, 60)));
+    // The cap the library enforces is the limit, as before.
+    assert_eq!(s.share(), Some((60, 1000)));
+    assert_eq!(
+        c.share(gpu("GPU-a", Some(0)))
+            .unwrap()
+            .settings
+            .compute_request,
+        Some(20)
+    );
+    for (vars, want) in [
+        (
+            &[
+                ("CUDA_DEVICE_SM_LIMIT", "30"),
+                ("CUDA_DEVICE_SM_REQUEST", "40"),
+            ][..],
+            "env CUDA_DEVICE_SM_REQUEST=40: a compute request is at most its limit",
+        ),
+        (
+            &[("CUDA_DEVICE_SM_REQUEST", "0")][..],
+            "CUDA_DEVICE_SM_REQUEST=\"0\": a compute request is a whole percent 1..=100",
+        ),
+    ] {
+        let e = Config::from_env(&env(vars), Path::new(NOFILE)).unwrap_err();
+        assert!(e.to_string().starts_with(want), "{e}");
+    }
+}

@@ -27,7 +27,8 @@ pub const GPU_CORES: u32 = 100;
 pub struct Commitment {
     /// Memory quotas, bytes (a GPU listed for its compute share alone commits none, as in admission).
     pub memory: u64,
-    /// Compute shares, percent of the GPU (past 100 no one can get its share).
+    /// Compute shares' requests, percent of the GPU (a limit alone is its own request; past 100 no one
+    /// can get its floor).
     pub cores: u32,
     /// Containers that list the GPU (HAMi's "containers sharing this GPU").
     pub containers: u64,
@@ -43,7 +44,9 @@ pub fn commitments(cs: &[ContainerState]) -> BTreeMap<&str, Commitment> {
         for g in &c.gpus {
             let e = by_gpu.entry(g.uuid.as_str()).or_default();
             e.memory = e.memory.saturating_add(g.limit.unwrap_or(0));
-            e.cores = e.cores.saturating_add(g.compute_limit.unwrap_or(0));
+            e.cores = e
+                .cores
+                .saturating_add(g.request_limit().map_or(0, |(r, _)| r));
             if seen.insert(g.uuid.as_str()) {
                 e.containers += 1;
             }

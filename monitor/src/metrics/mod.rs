@@ -270,7 +270,12 @@ pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
     let compute_limit = ratio(
         &mut reg,
         "vgpu_compute_limit_ratio",
-        "the container's compute share of the GPU's time, 0-1 (limits.json; only GPUs with a share)",
+        "the container's compute limit (its cap) of the GPU's time, 0-1 (limits.json; 1 for a request alone; only GPUs with a share)",
+    );
+    let compute_request = ratio(
+        &mut reg,
+        "vgpu_compute_request_ratio",
+        "the container's compute request (its floor) of the GPU's time, 0-1 (limits.json; a limit alone is its own request; only GPUs with a share)",
     );
     let compute_charged = SecondsFamily::default();
     reg.register(
@@ -391,8 +396,13 @@ pub fn render_with(s: &Scrape, more: impl FnOnce(&mut Registry)) -> String {
                     set(&limit, h, b);
                 }
             }
-            if let Some(pct) = g.compute_limit {
-                compute_limit.get_or_create(&l).set(f64::from(pct) / 100.0);
+            if let Some((request, limit)) = g.request_limit() {
+                compute_limit
+                    .get_or_create(&l)
+                    .set(f64::from(limit) / 100.0);
+                compute_request
+                    .get_or_create(&l)
+                    .set(f64::from(request) / 100.0);
                 compute_charged
                     .get_or_create(&l)
                     .inc_by(g.compute.charged_ns as f64 / 1e9);

@@ -33,6 +33,18 @@ pub fn register(view: &ShareView, reg: &mut Registry) {
         "GPU-seconds the container used past its thawed time: work that ran on while the share wall held it frozen (NVML)",
         frozen_busy.clone(),
     );
+    let borrowed = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    reg.register(
+        "vgpu_compute_share_borrowed_ratio",
+        "share of the GPU's time the container's processes used past its compute request over the share wall's window (NVML; 0 within its request)",
+        borrowed.clone(),
+    );
+    let borrowed_total = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    reg.register(
+        "vgpu_compute_share_borrowed_seconds",
+        "GPU-seconds the container used past its compute request: idle time lent by others (NVML, the share wall)",
+        borrowed_total.clone(),
+    );
     let frozen = Family::<Labels, Gauge>::default();
     reg.register(
         "vgpu_container_frozen",
@@ -42,7 +54,11 @@ pub fn register(view: &ShareView, reg: &mut Registry) {
     for g in &view.gpus {
         if let Some(u) = g.used {
             used.get_or_create(&g.labels).set(u);
+            borrowed
+                .get_or_create(&g.labels)
+                .set((u - g.request).max(0.0));
         }
+        borrowed_total.get_or_create(&g.labels).inc_by(g.borrowed);
         excess.get_or_create(&g.labels).inc_by(g.excess);
         frozen_busy.get_or_create(&g.labels).inc_by(g.frozen_busy);
         frozen.get_or_create(&g.labels).set(i64::from(g.frozen));

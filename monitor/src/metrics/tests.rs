@@ -112,6 +112,7 @@ fn renders_hami_and_vgpu_series_with_labels() {
         format!("vgpu_container_sm_utilization_ratio{{{l}}} 0.625"),
         format!("vgpu_memory_refusals_total{{{l}}} 3"),
         format!("vgpu_compute_limit_ratio{{{l}}} 0.3"),
+        format!("vgpu_compute_request_ratio{{{l}}} 0.3"),
         format!("vgpu_compute_charged_seconds_total{{{l}}} 1.5"),
         format!("vgpu_compute_held_seconds_total{{{l}}} 0.25"),
         format!("vgpu_compute_launches_total{{{l}}} 42"),
@@ -162,6 +163,60 @@ fn a_gpu_with_a_share_alone_has_no_memory_limit_series_and_one_without_no_comput
         "{text}"
     );
     assert_eq!(series("vgpu_compute_launches_total{"), 1, "{text}");
+}
+
+// Issue 42: a share's request beside its limit; a request alone has the limit 1 (the whole GPU).
+#[test]
+fn a_shares_request_and_limit_are_exported() {
+    let gpu = |index, request, limit| GpuState {
+        index,
+        uuid: format!("GPU-{index}"),
+        compute_limit: limit,
+        compute_request: request,
+        ..Default::default()
+    };
+    let c = ContainerState {
+        id: "c1".into(),
+        gpus: vec![gpu(0, Some(20), Some(60)), gpu(1, Some(30), None)],
+        ..Default::default()
+    };
+    let text = render(&Scrape {
+        build: BuildInfo::default(),
+        node: "n1",
+        containers: &[c],
+        gpus: None,
+        truth: &Truth::default(),
+        watchdog: &WatchdogView::default(),
+        share: &Default::default(),
+        state_error: None,
+        collection: None,
+    });
+    let value = |name: &str, gpu: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains(&format!("device_uuid=\"{gpu}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        value("vgpu_compute_request_ratio{", "GPU-0").as_deref(),
+        Some("0.2"),
+        "{text}"
+    );
+    assert_eq!(
+        value("vgpu_compute_limit_ratio{", "GPU-0").as_deref(),
+        Some("0.6"),
+        "{text}"
+    );
+    assert_eq!(
+        value("vgpu_compute_request_ratio{", "GPU-1").as_deref(),
+        Some("0.3"),
+        "{text}"
+    );
+    assert_eq!(
+        value("vgpu_compute_limit_ratio{", "GPU-1").as_deref(),
+        Some("1.0"),
+        "{text}"
+    );
 }
 
 // Issue 27: the monitor exports each container's updates, the last one's time and a pending shrink.

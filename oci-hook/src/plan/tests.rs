@@ -158,6 +158,96 @@ fn a_compute_share_with_or_without_a_memory_quota() {
     assert_eq!(gpus(p), vec![(0, Some(4 << 30), Some(30))]);
 }
 
+#[test]
+fn a_compute_request_beside_or_without_a_limit() {
+    let facts = |ann: &[(&str, &str)], env: &[(&str, &str)]| SpecFacts {
+        env: kv(env),
+        annotations: kv(ann),
+        ..Default::default()
+    };
+    let shares = |f: SpecFacts| -> Vec<(usize, Option<u32>, Option<u32>)> {
+        plan(&f, host)
+            .unwrap()
+            .unwrap()
+            .gpus
+            .iter()
+            .map(|g| {
+                (
+                    g.index,
+                    g.settings.compute_request,
+                    g.settings.compute_limit,
+                )
+            })
+            .collect()
+    };
+    // A request alone lists every GPU for it (its limit the whole GPU), the policy with it.
+    let f = facts(
+        &[
+            ("vgpu.io/compute-request", "30"),
+            ("vgpu.io/compute-policy", "force"),
+        ],
+        &[("NVIDIA_VISIBLE_DEVICES", "0,1")],
+    );
+    let p = plan(&f, host).unwrap().unwrap();
+    assert_eq!(p.gpus[1].settings.compute_policy, Policy::Force);
+    assert_eq!(shares(f), vec![(0, Some(30), None), (1, Some(30), None)]);
+    // Request and limit, per GPU; the env's as the annotations'.
+    let f = facts(
+        &[
+            ("vgpu.io/compute-request.0", "20"),
+            ("vgpu.io/compute-limit", "60"),
+        ],
+        &[("NVIDIA_VISIBLE_DEVICES", "0,1")],
+    );
+    assert_eq!(
+        shares(f),
+        vec![(0, Some(20), Some(60)), (1, None, Some(60))]
+    );
+    let f = facts(
+        &[],
+        &[
+            ("NVIDIA_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_DEVICE_SM_REQUEST_1", "100"),
+        ],
+    );
+    assert_eq!(shares(f), vec![(1, Some(100), None)]);
+    // Refusals, one line naming the key; nothing planned.
+    for (ann, env, want) in [
+        (
+            &[("vgpu.io/compute-request.1", "30")][..],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")][..],
+            "annotation vgpu.io/compute-request.1: the container has no GPU 1: it gets 1 GPU",
+        ),
+        (
+            &[("vgpu.io/compute-request", "30")],
+            &[],
+            "annotation vgpu.io/compute-request is set but the container gets no GPU",
+        ),
+        (
+            &[("vgpu.io/compute-request", "60"), ("vgpu.io/compute-limit", "50")],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")],
+            "annotation vgpu.io/compute-request=60: a compute request is at most its limit, and annotation vgpu.io/compute-limit is 50",
+        ),
+        (
+            &[("vgpu.io/compute-request", "ten")],
+            &[("NVIDIA_VISIBLE_DEVICES", "0")],
+            "annotation vgpu.io/compute-request=\"ten\": a compute request is a whole percent",
+        ),
+        (
+            &[],
+            &[
+                ("NVIDIA_VISIBLE_DEVICES", "0"),
+                ("CUDA_DEVICE_SM_REQUEST", "101"),
+            ],
+            "env CUDA_DEVICE_SM_REQUEST=\"101\": a compute request is a whole percent 1..=100",
+        ),
+    ] {
+        let e = plan(&facts(ann, env), host).unwrap_err().to_string();
+        assert!(e.starts_with(want), "{e} (wanted {want})");
+        assert!(!e.contains('\n'));
+    }
+}
+
 // Each GPU's settings whole: the container-wide mode only where there is a memory quota, the policy and
 // the window only where there is a share (limits.json gets them as planned).
 #[test]

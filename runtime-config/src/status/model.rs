@@ -21,7 +21,8 @@ use vgpu_host::procs;
 /// The version of `--json`'s shape: raised whenever a field changes meaning or goes away (added fields do
 /// not raise it). 2: `schema_version`, `gpus` (per-GPU totals), `kubernetes`, processes' `host_pid`.
 /// 3: a GPU's `quota` is null when it has a compute share and no memory quota; `compute` per GPU and
-/// `compute_shares` per GPU total.
+/// `compute_shares` per GPU total. (Added since, without a raise: a share's `request_percent` and the
+/// totals' `compute_requests`.)
 pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Debug, Serialize)]
@@ -98,8 +99,11 @@ pub struct GpuTotal {
     pub containers: usize,
     /// The sum of their quotas (what admission checks against the GPU).
     pub committed: u64,
-    /// The sum of their compute shares, percent (past 100 no one can get its share).
+    /// The sum of their compute shares' limits, percent (100 for a request alone).
     pub compute_shares: u32,
+    /// The sum of their compute shares' requests, percent (a limit alone is its own request; past 100
+    /// no one can get its floor).
+    pub compute_requests: u32,
     /// The sum of what their ledgers hold.
     pub used: u64,
     /// The GPU's memory, from NVML (None when NVML is not there).
@@ -179,8 +183,10 @@ pub struct Gpu {
 /// processes together, since the ledger was made).
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct Compute {
-    /// Percent of the GPU's time.
+    /// The share's limit (its cap), percent of the GPU's time (100: a request alone).
     pub limit_percent: u32,
+    /// The share's request (its floor), percent of the GPU's time (a limit alone is its own request).
+    pub request_percent: u32,
     /// `force` or `default` (both a hard cap today).
     pub policy: vgpu_ledger::envcompute::Policy,
     /// The share's pacing window, ms (limits.json's `compute_window_ms`, else the default).
@@ -233,17 +239,21 @@ fn gpu(dev: &vgpu_ledger::DeviceLimit, ledger: LedgerRead) -> Gpu {
         memory_mode: dev.settings.memory.name(),
         spill_limit: dev.settings.memory.spill_limit(),
         spilled: 0,
-        compute: dev.settings.compute_share().map(|limit_percent| Compute {
-            limit_percent,
-            policy: dev.settings.compute_policy,
-            window_ms: dev
-                .settings
-                .compute_window_ms
-                .unwrap_or(vgpu_ledger::envcompute::DEFAULT_WINDOW_MS),
-            charged_ns: 0,
-            held_ns: 0,
-            launches: 0,
-        }),
+        compute: dev
+            .settings
+            .request_limit()
+            .map(|(request_percent, limit_percent)| Compute {
+                limit_percent,
+                request_percent,
+                policy: dev.settings.compute_policy,
+                window_ms: dev
+                    .settings
+                    .compute_window_ms
+                    .unwrap_or(vgpu_ledger::envcompute::DEFAULT_WINDOW_MS),
+                charged_ns: 0,
+                held_ns: 0,
+                launches: 0,
+            }),
         processes: vec![],
         error: None,
     };
@@ -555,6 +565,7 @@ fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal>
             containers: 0,
             committed: 0,
             compute_shares: 0,
+            compute_requests: 0,
             used: 0,
             physical: physical.iter().find(|p| p.0 == g.uuid).map(|p| p.1),
             addressing: None,
@@ -562,6 +573,7 @@ fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal>
         t.containers += 1;
         t.committed = t.committed.saturating_add(g.quota.unwrap_or(0));
         t.compute_shares += g.compute.as_ref().map_or(0, |c| c.limit_percent);
+        t.compute_requests += g.compute.as_ref().map_or(0, |c| c.request_percent);
         t.used = t.used.saturating_add(g.used);
     }
     by.into_values().collect()

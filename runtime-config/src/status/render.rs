@@ -66,15 +66,20 @@ fn names(c: &Container) -> String {
     }
 }
 
-/// `30% (1.9 s charged, 4.1 s held, 512 launches)`, or `-` without a share.
+/// `30% (1.9 s charged, 4.1 s held, 512 launches)` for a limit alone (its own request), `request 20%,
+/// limit 60% (...)` beside a request, or `-` without a share.
 fn compute(c: &Option<Compute>) -> String {
     let Some(c) = c else {
         return "-".into();
     };
     let s = |ns: u64| format!("{:.1} s", ns as f64 / 1e9);
+    let share = if c.request_percent == c.limit_percent {
+        format!("{}%", c.limit_percent)
+    } else {
+        format!("request {}%, limit {}%", c.request_percent, c.limit_percent)
+    };
     format!(
-        "{}% ({} charged, {} held, {} launches)",
-        c.limit_percent,
+        "{share} ({} charged, {} held, {} launches)",
         s(c.charged_ns),
         s(c.held_ns),
         c.launches
@@ -205,6 +210,7 @@ fn containers(s: &Status, out: &mut dyn Write) -> Result<()> {
             "PHYSICAL",
             "USED",
             "COMPUTE SHARES",
+            "COMPUTE REQUESTS",
             "HMM/ATS",
         ]);
         for g in &s.gpus {
@@ -226,6 +232,7 @@ fn containers(s: &Status, out: &mut dyn Write) -> Result<()> {
                     physical,
                     format_bytes(g.used),
                     format!("{}%", g.compute_shares),
+                    format!("{}%", g.compute_requests),
                     // on: pageable host memory can reach the GPU unseen (docs/libvgpu.md)
                     match g.addressing {
                         Some("none") => "off".into(),

@@ -265,6 +265,7 @@ fn host_pids_names_per_gpu_totals_and_a_schema_version() {
             containers: 2,
             committed: 8 << 30,
             compute_shares: 0,
+            compute_requests: 0,
             used: 1 << 30,
             physical: Some(16 << 30),
             addressing: None,
@@ -363,6 +364,7 @@ fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
         g.compute,
         Some(Compute {
             limit_percent: 30,
+            request_percent: 30,
             policy: vgpu_ledger::envcompute::Policy::Force,
             window_ms: 250,
             charged_ns: 1_900_000_000,
@@ -389,6 +391,8 @@ fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
     assert_eq!(share["compute"]["charged_ns"], 1_900_000_000u64);
     assert!(json["containers"][0]["gpus"][0].get("compute").is_none());
     assert_eq!(json["gpus"][0]["compute_shares"], 100);
+    assert_eq!(json["gpus"][0]["compute_requests"], 100);
+    assert_eq!(share["compute"]["request_percent"], 30);
     let mut out = Vec::new();
     print_table(&s, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
@@ -400,6 +404,56 @@ fn shows_each_gpus_compute_share_and_what_its_bucket_recorded() {
     assert!(
         text.lines()
             .any(|l| l.starts_with(uuid) && l.contains(" 100% ")),
+        "{text}"
+    );
+}
+
+// Issue 42: a share's request beside its limit, or alone (its limit the whole GPU), and the GPU's sums.
+#[test]
+fn shows_each_shares_request_and_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(dir.path().to_path_buf());
+    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
+    for (id, request, limit) in [("floor", Some(20), Some(60)), ("alone", Some(30), None)] {
+        let (_, _) = provision(&root, id, uuid, 1 << 30);
+        let lp = root.limits_path(id).unwrap();
+        let mut l = vgpu_ledger::Limits::load(&lp).unwrap();
+        l.devices[0].settings.memory_limit = None;
+        l.devices[0].settings.compute_request = request;
+        l.devices[0].settings.compute_limit = limit;
+        l.write_atomic(&lp).unwrap();
+    }
+    let s = collect(&root, &[(uuid.to_string(), 16 << 30)]).unwrap();
+    let share = |id: &str| {
+        let c = s.containers.iter().find(|c| c.id == id).unwrap();
+        let g = c.gpus[0].compute.as_ref().unwrap();
+        (g.request_percent, g.limit_percent)
+    };
+    assert_eq!((share("floor"), share("alone")), ((20, 60), (30, 100)));
+    assert_eq!(
+        (s.gpus[0].compute_requests, s.gpus[0].compute_shares),
+        (50, 160)
+    );
+    let mut out = Vec::new();
+    print_table(&s, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let line = |id: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap()
+    };
+    assert!(
+        line("floor").contains("request 20%, limit 60% (0.0 s charged"),
+        "{text}"
+    );
+    assert!(
+        line("alone").contains("request 30%, limit 100% ("),
+        "{text}"
+    );
+    assert!(text.contains("COMPUTE REQUESTS"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(uuid) && l.contains(" 160% ") && l.contains(" 50% ")),
         "{text}"
     );
 }

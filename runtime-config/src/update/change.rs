@@ -4,14 +4,14 @@
 //! the files (`update::apply`).
 
 use serde::Serialize;
-use vgpu_ledger::envcompute::{parse_annotation_percent, parse_window};
+use vgpu_ledger::envcompute::{parse_annotation_percent, parse_request_percent, parse_window};
 use vgpu_ledger::limits::{DeviceLimit, Limits};
 use vgpu_ledger::GpuSettings;
 
 /// Why an update is refused. Each is one line; nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateError {
-    #[error("nothing to change: give --memory-limit, --compute-limit or --compute-window")]
+    #[error("nothing to change: give --memory-limit, --compute-limit, --compute-request or --compute-window")]
     NothingAsked,
     /// A value the annotations' grammar refuses (the message names the option).
     #[error("{0}")]
@@ -36,6 +36,20 @@ pub enum UpdateError {
         index: u32,
         uuid: String,
     },
+    #[error("container {id}'s GPU {index} ({uuid}) has a compute request alone (its limit is the whole GPU): a limit cannot be added to a running container")]
+    NoLimit {
+        id: String,
+        index: u32,
+        uuid: String,
+    },
+    #[error("--compute-request: container {id}'s GPU {index} ({uuid}) would have a compute request of {request}% above its compute limit of {limit}%: a request is at most its limit (give --compute-request and --compute-limit together)")]
+    RequestAboveLimit {
+        id: String,
+        index: u32,
+        uuid: String,
+        request: u32,
+        limit: u32,
+    },
     #[error("--memory-limit: {} is larger than the container's GPU {index} ({uuid}, {})", vgpu_ledger::format_bytes(*asked), vgpu_ledger::format_bytes(*total))]
     LargerThanGpu {
         index: u32,
@@ -50,23 +64,29 @@ pub enum UpdateError {
 pub struct Request {
     pub gpu: Option<u32>,
     /// The values asked, as the GPUs' settings hold them (`vgpu_ledger::settings`): `memory_limit`,
-    /// `compute_limit` and `compute_window_ms` where given. The mode and the policy are no options of
+    /// `compute_limit`, `compute_request` and `compute_window_ms` where given. The mode and the policy are no options of
     /// update: they stay unset (their defaults) and are never applied.
     pub settings: GpuSettings,
 }
 
 impl Request {
     /// Reads the options as the annotations are read (`vgpu.io/memory-limit`, `vgpu.io/compute-limit`,
-    /// `vgpu.io/compute-window`): the same grammar, the same floor, the error naming the option.
+    /// `vgpu.io/compute-request`, `vgpu.io/compute-window`): the same grammar, the same floor, the error
+    /// naming the option.
     pub fn parse(
         gpu: Option<u32>,
         memory: Option<&str>,
         compute: Option<&str>,
+        request: Option<&str>,
         window: Option<&str>,
     ) -> Result<Request, UpdateError> {
-        if memory.is_none() && compute.is_none() && window.is_none() {
+        if memory.is_none() && compute.is_none() && request.is_none() && window.is_none() {
             return Err(UpdateError::NothingAsked);
         }
+        let compute_request = request
+            .map(|v| parse_request_percent(v, "--compute-request"))
+            .transpose()
+            .map_err(|e| UpdateError::Value(e.to_string()))?;
         let memory_limit = memory
             .map(|v| vgpu_host::memory_limit::parse(v, "--memory-limit"))
             .transpose()
@@ -88,6 +108,7 @@ impl Request {
             settings: GpuSettings {
                 memory_limit,
                 compute_limit,
+                compute_request,
                 compute_window_ms,
                 ..Default::default()
             },
@@ -100,15 +121,17 @@ impl Request {
 pub struct Change {
     pub gpu: u32,
     pub uuid: String,
-    /// `memory_limit` (bytes), `compute_limit` (percent) or `compute_window_ms`.
+    /// `memory_limit` (bytes), `compute_limit` or `compute_request` (percent) or `compute_window_ms`.
     pub setting: &'static str,
     pub from: Option<u64>,
     pub to: u64,
 }
 
 /// `limits` with `req` applied, and what changed. The memory quota of a GPU is set only where it has one,
-/// the share and window only where it has a share: adding either to a running container is refused (its
-/// processes have set up their devices without it). `gpu_total`: a GPU's memory by UUID, when known.
+/// the share's limit only where it has one, its request and window only where it has a share (a limit
+/// or a request): adding either to a running container is refused (its processes have set up their
+/// devices without it). A request ends at most the limit. `gpu_total`: a GPU's memory by UUID, when
+/// known.
 pub fn apply(
     limits: &Limits,
     req: &Request,
@@ -158,13 +181,46 @@ pub fn apply(
             }
             set_memory(d, old, bytes, &mut changes);
         }
-        if asked.compute_limit.is_some() || asked.compute_window_ms.is_some() {
-            let Some(old) = d.settings.compute_share() else {
+        let compute = asked.compute_limit.is_some()
+            || asked.compute_request.is_some()
+            || asked.compute_window_ms.is_some();
+        if compute {
+            let Some((old_request, _)) = d.settings.request_limit() else {
                 return Err(refuse(true));
             };
-            if let Some(p) = asked.compute_limit.filter(|&p| p != old) {
-                changes.push(change(d, "compute_limit", Some(old as u64), p as u64));
-                d.settings.compute_limit = Some(p);
+            if let Some(p) = asked.compute_limit {
+                let Some(old) = d.settings.compute_limit else {
+                    return Err(UpdateError::NoLimit {
+                        id: id.clone(),
+                        index,
+                        uuid: uuid.clone(),
+                    });
+                };
+                if p != old {
+                    changes.push(change(d, "compute_limit", Some(old as u64), p as u64));
+                    d.settings.compute_limit = Some(p);
+                }
+            }
+            if let Some(r) = asked.compute_request {
+                if d.settings.compute_request != Some(r) {
+                    let from = Some(old_request as u64);
+                    changes.push(change(d, "compute_request", from, r as u64));
+                    d.settings.compute_request = Some(r);
+                }
+            }
+            if let Some((request, limit)) = d
+                .settings
+                .compute_request
+                .map(|r| (r, d.settings.compute_limit.unwrap_or(100)))
+                .filter(|(r, l)| r > l)
+            {
+                return Err(UpdateError::RequestAboveLimit {
+                    id: id.clone(),
+                    index,
+                    uuid,
+                    request,
+                    limit,
+                });
             }
             let old_window = d.settings.compute_window_ms;
             if let Some(w) = asked.compute_window_ms.filter(|&w| Some(w) != old_window) {

@@ -104,9 +104,15 @@ pub struct UpdateArgs {
     /// list the GPU's processes).
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<String>,
-    /// The new compute share in percent of the GPU's time, as vgpu.io/compute-limit (1-99).
+    /// The new compute share's limit (its cap) in percent of the GPU's time, as vgpu.io/compute-limit
+    /// (1-99).
     #[arg(long, value_name = "PERCENT")]
     pub compute_limit: Option<String>,
+    /// The new compute share's request (its floor) in percent of the GPU's time, as
+    /// vgpu.io/compute-request (1-100, at most the limit); admitted as at creation (the requests of a
+    /// GPU add up to at most 100).
+    #[arg(long, value_name = "PERCENT")]
+    pub compute_request: Option<String>,
     /// The new pacing window of the share, as vgpu.io/compute-window (10ms to 10s).
     #[arg(long, value_name = "DURATION")]
     pub compute_window: Option<String>,
@@ -201,6 +207,7 @@ impl UpdateArgs {
             self.gpu,
             self.memory_limit.as_deref(),
             self.compute_limit.as_deref(),
+            self.compute_request.as_deref(),
             self.compute_window.as_deref(),
         )?;
         let id = crate::containers::resolve(
@@ -393,7 +400,7 @@ fn print(o: &Outcome, out: &mut dyn Write) -> Result<()> {
     for c in &o.changes {
         let show = |v: u64| match c.setting {
             "memory_limit" => format_bytes(v),
-            "compute_limit" => format!("{v}%"),
+            "compute_limit" | "compute_request" => format!("{v}%"),
             _ => format!("{v} ms"),
         };
         writeln!(

@@ -85,7 +85,12 @@ fn running(root: &StateRoot, id: &str, memory: u64, share: bool) {
 }
 
 fn req(memory: Option<&str>, compute: Option<&str>, window: Option<&str>) -> Request {
-    Request::parse(None, memory, compute, window).unwrap()
+    Request::parse(None, memory, compute, None, window).unwrap()
+}
+
+/// `--compute-request` (with `--compute-limit` when given).
+fn request(r: &str, limit: Option<&str>) -> Request {
+    Request::parse(None, None, limit, Some(r), None).unwrap()
 }
 
 fn limits(root: &StateRoot, id: &str) -> Limits {
@@ -112,7 +117,7 @@ fn options_take_the_annotations_grammar_and_errors() {
             .compute_window_ms,
         Some(250)
     );
-    let e = |m, c, w| Request::parse(None, m, c, w).unwrap_err();
+    let e = |m, c, w| Request::parse(None, m, c, None, w).unwrap_err();
     assert!(matches!(e(None, None, None), UpdateError::NothingAsked));
     for bad in ["4GB", "1Mi", "0", "x"] {
         let err = e(Some(bad), None, None);
@@ -125,6 +130,79 @@ fn options_take_the_annotations_grammar_and_errors() {
         UpdateError::RemoveShare
     ));
     assert!(matches!(e(None, None, Some("5ms")), UpdateError::Value(_)));
+    // --compute-request: a whole percent 1..=100, the error naming the option.
+    assert_eq!(request("100", None).settings.compute_request, Some(100));
+    for bad in ["0", "101", "30%", ""] {
+        let err = Request::parse(None, None, None, Some(bad), None).unwrap_err();
+        assert!(matches!(err, UpdateError::Value(_)), "{bad}: {err}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "--compute-request={bad:?}: a compute request is a whole percent"
+            )),
+            "{err}"
+        );
+    }
+}
+
+// Issue 42: `--compute-request` on a running container's share, admitted as at creation.
+#[test]
+fn a_request_is_changed_within_its_limit_and_admitted() {
+    let d = tempfile::tempdir().unwrap();
+    let root = StateRoot::new(d.path().to_path_buf());
+    running(&root, "c1", GIB, true);
+    // A limit of 30 alone is its own request: 30 -> 10, then the limit raised with a request of 20.
+    let o = update(&root, STRICT, "c1", &request("10", None), &IDLE).unwrap();
+    assert_eq!(
+        o.changes
+            .iter()
+            .map(|c| (c.setting, c.from, c.to))
+            .collect::<Vec<_>>(),
+        vec![("compute_request", Some(30), 10)]
+    );
+    let s = mounted(&root, "c1").devices[0].settings;
+    assert_eq!((s.compute_request, s.compute_limit), (Some(10), Some(30)));
+    let o = update(&root, STRICT, "c1", &request("20", Some("80")), &IDLE).unwrap();
+    assert_eq!(o.changes.len(), 2, "{:?}", o.changes);
+    assert_eq!(
+        limits(&root, "c1").devices[0].settings.request_limit(),
+        Some((20, 80))
+    );
+    // Above the limit, asked or left by a lowered limit: one line naming the option, nothing changed.
+    let before = std::fs::read(root.limits_path("c1").unwrap()).unwrap();
+    for r in [request("90", None), req(None, Some("15"), None)] {
+        let e = update(&root, STRICT, "c1", &r, &IDLE).unwrap_err();
+        assert!(
+            matches!(e, RunError::Refused(UpdateError::RequestAboveLimit { .. })),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("--compute-request: container c1's GPU 0"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(root.limits_path("c1").unwrap()).unwrap(),
+        before
+    );
+    // Admission: the requests of the GPU add up to at most 100.
+    running(&root, "c2", GIB, true);
+    update(&root, STRICT, "c2", &request("30", None), &IDLE).unwrap();
+    let e = update(&root, STRICT, "c1", &request("71", Some("90")), &IDLE).unwrap_err();
+    assert!(matches!(e, RunError::Admission(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("101% of its time promised as compute requests"),
+        "{e}"
+    );
+    update(&root, STRICT, "c1", &request("70", Some("90")), &IDLE).unwrap();
+    // A GPU without a share gets no request; one with a request alone gets no limit.
+    running(&root, "c3", GIB, false);
+    let e = update(&root, STRICT, "c3", &request("10", None), &IDLE).unwrap_err();
+    assert!(
+        matches!(e, RunError::Refused(UpdateError::NoShare { .. })),
+        "{e}"
+    );
 }
 
 #[test]
@@ -210,7 +288,7 @@ fn what_a_running_container_was_made_without_cannot_be_added() {
         matches!(e, RunError::Refused(UpdateError::NoShare { .. })),
         "{e}"
     );
-    let r = Request::parse(Some(3), Some("1Gi"), None, None).unwrap();
+    let r = Request::parse(Some(3), Some("1Gi"), None, None, None).unwrap();
     let e = update(&root, STRICT, "c1", &r, &IDLE).unwrap_err();
     assert!(
         matches!(e, RunError::Refused(UpdateError::NoSuchGpu { .. })),

@@ -1,0 +1,79 @@
+//! What the wall is handed of a collection (issue 42): each container GPU with a share, its request and
+//! limit (a limit alone its own request, a request alone the whole GPU as its limit), its processes'
+//! use and the whole GPU's, from NVML alone.
+
+use super::*;
+use vgpu_host::usage::GpuState;
+
+fn container(id: &str, request: Option<u32>, limit: Option<u32>) -> ContainerState {
+    ContainerState {
+        id: id.into(),
+        gpus: vec![GpuState {
+            uuid: "GPU-0".into(),
+            compute_request: request,
+            compute_limit: limit,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn proc_(pid: u32) -> TrueProc {
+    TrueProc {
+        pid,
+        start_time: 1,
+        used: 0,
+        tracked: true,
+    }
+}
+
+#[test]
+fn each_share_is_measured_with_its_request_limit_and_the_gpus_own_use() {
+    let cs = vec![
+        container("floor", Some(30), None),
+        container("cap", None, Some(70)),
+        container("none", None, None),
+    ];
+    let mut truth = Truth {
+        listed: vec!["GPU-0".into()],
+        ..Default::default()
+    };
+    truth.by_gpu.insert((0, 0), vec![proc_(10), proc_(11)]);
+    truth.by_gpu.insert((1, 0), vec![proc_(20)]);
+    truth.by_gpu.insert((2, 0), vec![proc_(30)]);
+    let reading = GpuReading {
+        index: 0,
+        uuid: "GPU-0".into(),
+        name: "fake".into(),
+        total: 1 << 34,
+        used: 0,
+        // The device's own figure can read less than its processes' (different sample windows): the
+        // more of the two is the GPU's use.
+        utilization: Some(0.5),
+        processes: Some(vec![]),
+        process_utilization: Some(vec![
+            (10, 0.25),
+            (11, 0.25),
+            (20, 0.3),
+            (30, 0.1),
+            (99, 0.05),
+        ]),
+    };
+    let uses = measure(&cs, &truth, &[reading], &BTreeMap::new());
+    let got: Vec<_> = uses
+        .iter()
+        .map(|u| (u.container.as_str(), u.request, u.share, u.requested))
+        .collect();
+    // The container without a share is not the wall's.
+    assert_eq!(
+        got,
+        vec![("floor", 0.3, 1.0, true), ("cap", 0.7, 0.7, false)]
+    );
+    assert!((uses[0].busy - 0.5).abs() < 1e-9, "{uses:?}");
+    assert!((uses[1].busy - 0.3).abs() < 1e-9, "{uses:?}");
+    for u in &uses {
+        assert!((u.gpu_busy - 0.95).abs() < 1e-9, "{u:?}");
+    }
+    // A request alone: no burst of its own (its limit is the whole GPU).
+    assert_eq!(uses[0].burst, 0.0);
+}
