@@ -7,7 +7,8 @@
 # VGPU_LIB (default target/vgpu/libvgpu.so) at a QUOTA (default 2G) quota, then under VGPU_LIB_BEFORE when
 # set; at each stage the device's used memory and NVML's per-process figures (nvidia-smi) and the quota view
 # (cuMemGetInfo, the library's view under it). Results in $OUT/handles.txt (OUT: target/gpu-results).
-# Environment: CUDA_INCLUDE (/usr/local/cuda/include), HANDLES_CASES (all six), HANDLES_MIB (1024).
+# Environment: CUDA_INCLUDE (/usr/local/cuda/include), HANDLES_CASES (all six), HANDLES_MIB (1024), TWO_QUOTA
+# (4G: the quota of the two-process cases, windows and ipc).
 # Run from the repository root on the GPU machine.
 set -u
 root=$PWD
@@ -32,9 +33,13 @@ res=$out/handles.txt
     for c in $cases; do
         echo "=== $c: without the library (device used $(used) MiB before)"
         sampled "$work/handles_probe" "$c" "$mib"
+        # Two processes (windows, ipc) each need a context (~518 MiB on an H200) beside the exporter's
+        # handle: under 2 GiB the child's context did not fit (2026-11-29), so they run at TWO_QUOTA.
+        q=$quota
+        case $c in windows | ipc) q=${TWO_QUOTA:-4G} ;; esac
         for L in "$lib" ${before:+"$before"}; do
-            echo "=== $c: $L, quota $quota"
-            sampled env LD_PRELOAD="$L" CUDA_DEVICE_MEMORY_LIMIT="$quota" \
+            echo "=== $c: $L, quota $q"
+            sampled env LD_PRELOAD="$L" CUDA_DEVICE_MEMORY_LIMIT="$q" \
                 CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/ledger-$c-$RANDOM" LIBCUDA_LOG_LEVEL=2 \
                 "$work/handles_probe" "$c" "$mib"
         done
