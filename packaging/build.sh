@@ -28,7 +28,7 @@ TOP=${CARGO_TARGET_DIR:-target}
 export CARGO_TARGET_DIR=$TOP/glibc-$HOST_GLIBC
 BIN=$CARGO_TARGET_DIR/$TRIPLE/release
 STAGE=target/package-stage
-for f in "$TOP/$LIBS/libvgpu.so" "$TOP/$LIBS/libvgpu_core.so"; do
+for f in "$TOP/$LIBS/libvgpu.so" "$TOP/$LIBS/libvgpu_core.so" "$TOP/$LIBS/libvgpu-single.so"; do
     [ -f "$f" ] || { echo "package: missing $f (run make build, or make libvgpu VGPU_ARCH=$ARCH)" >&2; exit 1; }
 done
 
@@ -43,7 +43,8 @@ STRIP=$(command -v llvm-strip || echo strip)
 
 rm -rf "$OUT" "$STAGE"
 mkdir -p "$STAGE/lib" "$OUT"
-cp "$TOP/$LIBS/libvgpu.so" "$TOP/$LIBS/libvgpu_core.so" "$STAGE/lib/"
+# libvgpu-single.so rides along for nodes that mount one file (HAMi's device plugin: docs/engines/hami.md).
+cp "$TOP/$LIBS/libvgpu.so" "$TOP/$LIBS/libvgpu_core.so" "$TOP/$LIBS/libvgpu-single.so" "$STAGE/lib/"
 "$DOCGEN" generate-docs "$STAGE/docs"
 gzip -9n "$STAGE"/docs/man/*.1
 

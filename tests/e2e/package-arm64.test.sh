@@ -36,8 +36,8 @@ check_match "the file name says arm64" '_arm64\.deb$' "$DEB"
 echo "-- every ELF file in it: AArch64, glibc floors"
 dpkg-deb -x "$DEB" "$WORK/x"
 elves=$(find "$WORK/x" -type f -exec sh -c 'head -c4 "$1" | grep -q ELF && echo "$1"' _ {} \; | sort)
-check_eq "the three binaries and the two libraries are the ELF files" "$(printf '%s\n' "$elves" | sed "s|$WORK/x||" | tr '\n' ' ')" \
-    "/usr/bin/vgpu-container-runtime /usr/bin/vgpu-hook /usr/bin/vgpuctl /usr/lib/vgpu/libvgpu.so /usr/lib/vgpu/libvgpu_core.so "
+check_eq "the three binaries and the three libraries are the ELF files" "$(printf '%s\n' "$elves" | sed "s|$WORK/x||" | tr '\n' ' ')" \
+    "/usr/bin/vgpu-container-runtime /usr/bin/vgpu-hook /usr/bin/vgpuctl /usr/lib/vgpu/libvgpu-single.so /usr/lib/vgpu/libvgpu.so /usr/lib/vgpu/libvgpu_core.so "
 # The newest GLIBC_ version any of the files asks for (readelf reads any architecture; objdump only this one's).
 floor() { readelf -W --dyn-syms "$@" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1; }
 for f in $elves; do
@@ -62,6 +62,6 @@ check_match "the .rpm is aarch64" '^Architecture: aarch64$' "$(rpm -qpi "$RPM" 2
 check_match "  ... and requires the glibc floor" 'libc.so.6\(GLIBC_2.28\)' "$(rpm -qpR "$RPM" 2>/dev/null)"
 rpm -qpl "$RPM" 2>/dev/null | grep -E '^/usr/(bin|lib/vgpu)/' | sort > "$WORK/rpm-files"
 check_eq "  ... with the same binaries and libraries" "$(tr '\n' ' ' < "$WORK/rpm-files")" \
-    "/usr/bin/vgpu-container-runtime /usr/bin/vgpu-hook /usr/bin/vgpuctl /usr/lib/vgpu/libvgpu.so /usr/lib/vgpu/libvgpu_core.so /usr/lib/vgpu/package-hooks "
+    "/usr/bin/vgpu-container-runtime /usr/bin/vgpu-hook /usr/bin/vgpuctl /usr/lib/vgpu/libvgpu-single.so /usr/lib/vgpu/libvgpu.so /usr/lib/vgpu/libvgpu_core.so /usr/lib/vgpu/package-hooks "
 ((FAILED)) && tail -20 "$WORK/build.err"
 t_done

@@ -80,7 +80,7 @@ check_match "  ... whose failure (NVML) does not fail the install" '^FAIL +nvml 
 check_match "  ... ending with its count" '^vgpuctl doctor: [1-9][0-9]* failed' "$(cat "$WORK/install.out")"
 dpkg -L vgpu | sort > "$WORK/files"
 for f in /usr/bin/vgpuctl /usr/bin/vgpu-hook /usr/bin/vgpu-container-runtime /usr/lib/vgpu/libvgpu.so \
-         /usr/lib/vgpu/libvgpu_core.so /lib/systemd/system/vgpu-gc.timer /lib/systemd/system/vgpu-monitor.service \
+         /usr/lib/vgpu/libvgpu_core.so /usr/lib/vgpu/libvgpu-single.so /lib/systemd/system/vgpu-gc.timer /lib/systemd/system/vgpu-monitor.service \
          /etc/vgpu/config.toml /usr/share/man/man1/vgpuctl.1.gz /usr/share/man/man1/vgpuctl-runtime-configure.1.gz \
          /usr/share/man/man1/vgpu-hook.1.gz /usr/share/man/man1/vgpu-container-runtime.1.gz \
          /usr/share/bash-completion/completions/vgpuctl /usr/share/zsh/vendor-completions/_vgpuctl \
