@@ -58,6 +58,7 @@ fn each_share_is_measured_with_its_request_limit_and_the_gpus_own_use() {
             (30, 0.1),
             (99, 0.05),
         ]),
+        ..Default::default()
     };
     let uses = measure(&cs, &truth, &[reading], &BTreeMap::new());
     let got: Vec<_> = uses
