@@ -476,8 +476,12 @@ out=$(export "${pu[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pu" 99 "$CC" pairs $SECS 
 # client's own launch count.
 ev_rate=$(awk -v l="$(field launched "$out")" '/compute trace/ { for (i = 1; i <= NF; i++) if ($i == "records" || $i == "queries") e += $(i + 1) }
                END { printf "%.3f", (l > 0 ? e / l : -1) }' <<<"$out")
-check "a launch-bound loop inside a 99% share, unmeasured launches allowed (VGPU_COMPUTE_METERED=0), goes unmeasured: at most 0.15 event calls a launch ($ev_rate)" \
-    awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.15) }'
+# At most 0.25: launches stay measured for a second after any nap past the meter's first 64 (a loop at its
+# share must; the H200's saturating graph loop flipped modes hundreds of times a second without the rule),
+# and on a loaded machine the fake's loop naps now and then: 0.19 in one run (0.03 before the rule, 0.57 when
+# the start's naps counted too).
+check "a launch-bound loop inside a 99% share, unmeasured launches allowed (VGPU_COMPUTE_METERED=0), goes unmeasured: at most 0.25 event calls a launch ($ev_rate)" \
+    awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.25) }'
 charged=$(bucket "$WORK/pu" charged_ns) n=$(bucket "$WORK/pu" launches)
 # Sealed: never charged less than its kernels' mean (80 us) beyond the floor's slack and NVML's rounding.
 # Not yet precise: its debit, learned from intervals where launches flipped between measured and not, has
