@@ -85,7 +85,8 @@ pub fn scan(dir: &Path) -> io::Result<Scan> {
         let entry = entry?;
         let path = entry.path();
         let skip = |why: &str| Skipped {
-            why: format!("HAMi container folder {}: {why}", path.display()),
+            // Debug form: a file name the tenant chose, control characters escaped.
+            why: format!("HAMi container folder {:?}: {why}", path),
             path: path.clone(),
         };
         // Not following links: a link to a folder is not a container's folder.
@@ -205,10 +206,11 @@ fn ledgers(dir: &Path, skipped: &mut Vec<Skipped>) -> Vec<Ledger> {
         match out.last() {
             Some(kept) if kept.uuid == l.uuid => skipped.push(Skipped {
                 why: format!(
-                    "vgpu ledger {}: another ledger of GPU {} in the folder ({}) is the one read",
-                    l.path.display(),
+                    // Debug form: the names are the tenant's (control characters escaped).
+                    "vgpu ledger {:?}: another ledger of GPU {:?} in the folder ({:?}) is the one read",
+                    l.path,
                     l.uuid,
-                    kept.path.display()
+                    kept.path
                 ),
                 path: l.path,
             }),
