@@ -51,6 +51,7 @@ use flight::{Grouping, InFlight};
 use sample::Position;
 use timer::{Begun, Timer};
 mod graphs;
+mod lend;
 mod meter;
 mod quiet;
 mod rate;
@@ -100,8 +101,9 @@ fn share_of(dev: CUdevice) -> Result<Option<&'static Share>, Error> {
         0 => {
             let v = match resolve(dev) {
                 Ok(None) => NONE,
-                Ok(Some((q, pct, window_ms))) => {
-                    Box::leak(Box::new(Share::new(q, pct, window_ms))) as *const Share as usize
+                Ok(Some((q, (request, limit), window_ms))) => {
+                    Box::leak(Box::new(Share::new(q, request, limit, window_ms))) as *const Share
+                        as usize
                 }
                 Err(_) => REFUSED,
             };
@@ -204,12 +206,12 @@ pub fn averaged(prev: u64, measured: u64) -> u64 {
 }
 
 impl Share {
-    fn new(quota: DeviceQuota, pct: u32, window_ms: u32) -> Share {
+    fn new(quota: DeviceQuota, request: u32, limit: u32, window_ms: u32) -> Share {
         register_exit();
         let busy = busy::Busy::new(&quota.uuid);
         Share {
             quota,
-            rate: rate::Rate::new(pct, window_ms),
+            rate: rate::Rate::new(request, limit, window_ms),
             timer: Timer::default(),
             estimate: AtomicU64::new(FIRST_ESTIMATE_NS),
             unmeasured_until: AtomicU64::new(0),
@@ -247,6 +249,15 @@ impl Share {
     /// it is full again. Returns how long it held the thread.
     fn admit(&self) -> u64 {
         self.rate.follow(&self.quota);
+        if self.rate.elastic() {
+            // A borrower reads NVML every `LEND_REFRESH_NS`, so that a floor waking beside it has its
+            // time back within one reading (`lend`).
+            let now = mono_ns();
+            if self.rate.borrowing() {
+                self.busy.refresh_every(now, lend::LEND_REFRESH_NS);
+            }
+            self.rate.lend(&self.busy, now);
+        }
         // After a synchronisation (launches retired, not charged yet) the GPU may be waiting for this
         // launch: what finished is charged at the next synchronisation, before it waits (`syncing`),
         // debited meanwhile at its estimate; or here once `SETTLE_BEHIND` launches are in flight (the GPU
@@ -277,6 +288,13 @@ impl Share {
         loop {
             let tokens = self.tokens();
             let busy = lock(&self.timer.flights).queue.len() >= MAX_IN_FLIGHT;
+            if self.rate.free() && !busy {
+                // Entitled to the whole GPU (a request alone, the GPU its alone): nothing to wait for.
+                // The bucket still counts what runs, for when a neighbour wakes.
+                area.open_gate_if_full(tokens, tokens);
+                self.meter(tokens.max(1));
+                break;
+            }
             let deficit = if !area.open_gate_if_full(tokens, self.rate.cap()) {
                 self.rate.cap() - tokens
             } else if tokens > 0 && !busy {
@@ -294,6 +312,7 @@ impl Share {
             // The thread waits anyway: the time NVML's reading takes comes out of the nap.
             let t0 = mono_ns();
             self.busy.refresh(t0);
+            self.rate.lend(&self.busy, t0);
             std::thread::sleep(Duration::from_nanos(
                 nap.saturating_sub(mono_ns().saturating_sub(t0)),
             ));
@@ -309,6 +328,7 @@ impl Share {
         }
         if held > 0 {
             self.area().held(held);
+            self.rate.held(mono_ns());
             // Naps before the meter converged are the start's (the bucket filling), not a loop at its
             // share: counted, they kept a loop well inside 99% measured for its first second (0.57
             // event calls a launch on the fake driver, against 0.03 without the rule).

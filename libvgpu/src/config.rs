@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use vgpu_ledger::envcompute::{self, EnvCompute};
+use vgpu_ledger::envcompute::{self, EnvCompute, Policy};
 use vgpu_ledger::envlimits::EnvLimits;
 use vgpu_ledger::limits::Limits;
 use vgpu_ledger::memmode::ModeSettings;
@@ -34,10 +34,13 @@ impl DeviceSpec {
         self.settings.memory_limit.unwrap_or(u64::MAX)
     }
 
-    /// The compute share (percent) and its pacing window (ms); None: no share (or the policy `disable`).
-    pub fn share(&self) -> Option<(u32, u32)> {
-        Some((
-            self.settings.compute_share()?,
+    /// The compute share's request and limit (percent, `GpuSettings::request_limit`) and its pacing
+    /// window (ms); None: no share (or the policy `disable`), or a request of the whole GPU (nothing to
+    /// hold back).
+    pub fn share(&self) -> Option<((u32, u32), u32)> {
+        let (request, limit) = self.settings.request_limit()?;
+        (request < vgpu_ledger::division::WHOLE).then_some((
+            (request, limit),
             self.settings
                 .compute_window_ms
                 .unwrap_or(envcompute::DEFAULT_WINDOW_MS),
@@ -195,7 +198,11 @@ impl Config {
                     .map_err(ConfigError::Mode)?,
             }),
         };
-        let compute = (!shares.is_unlimited()).then_some(EnvShares { shares, window_ms });
+        // A request alone is a share too (its limit the whole GPU): lent all of it while the GPU is its
+        // alone, held to its floor and what is lent beside busy neighbours (`compute::lend`).
+        let any_request = shares.policy != Policy::Disable && shares.has_requests();
+        let compute =
+            (!shares.is_unlimited() || any_request).then_some(EnvShares { shares, window_ms });
         if memory.is_none() && compute.is_none() {
             return Ok(Config::Unlimited);
         }
@@ -295,10 +302,11 @@ impl Config {
     pub fn has_shares(&self) -> bool {
         match self {
             Config::Unlimited => false,
-            Config::File { limits, .. } => limits
-                .devices
-                .iter()
-                .any(|d| d.settings.compute_share().is_some()),
+            Config::File { limits, .. } => limits.devices.iter().any(|d| {
+                d.settings
+                    .request_limit()
+                    .is_some_and(|(r, _)| r < vgpu_ledger::division::WHOLE)
+            }),
             Config::Env { compute, .. } => compute.is_some(),
         }
     }
@@ -337,16 +345,17 @@ fn env_settings(
     compute: Option<&EnvShares>,
     gpu: Gpu<'_>,
 ) -> GpuSettings {
-    let share = compute.and_then(|c| Some((c.shares.share_for(gpu.index)?, c)));
+    let limit = compute.and_then(|c| c.shares.share_for(gpu.index));
+    // `CUDA_DEVICE_SM_REQUEST[_<i>]`, the floor the share lends above (`compute::lend`).
+    let request = compute.and_then(|c| c.shares.request_for(gpu.index));
+    let share = compute.filter(|_| limit.is_some() || request.is_some());
     GpuSettings {
         memory_limit,
         memory,
-        compute_limit: share.map(|(pct, _)| pct),
-        // Carried where a share is enforced (`CUDA_DEVICE_SM_REQUEST[_<i>]`); the division of the GPU by
-        // requests (`vgpu_ledger::division`) is not applied in the process yet.
-        compute_request: share.and_then(|(_, c)| c.shares.request_for(gpu.index)),
-        compute_policy: share.map(|(_, c)| c.shares.policy).unwrap_or_default(),
-        compute_window_ms: share.map(|(_, c)| c.window_ms),
+        compute_limit: limit,
+        compute_request: request,
+        compute_policy: share.map(|c| c.shares.policy).unwrap_or_default(),
+        compute_window_ms: share.map(|c| c.window_ms),
     }
 }
 

@@ -505,7 +505,7 @@ check_match "... and CUDA does not start" 'rc=[1-9]' "$out"
 out=$(CUDA_DEVICE_SM_REQUEST_0=0 vg "$WORK/c9" 30 "$RT" info)
 check_match "CUDA_DEVICE_SM_REQUEST_0=0 is refused, naming it" 'CUDA_DEVICE_SM_REQUEST_0="0": a compute request is a whole percent 1..=100' "$out"
 out=$(CUDA_DEVICE_SM_REQUEST=20 vg "$WORK/c10" 30 "$RT" module work $SECS)
-between "a request of 20 under a limit of 30: the library holds the limit, ~30% (the in-process lending is next)" "$(share "$out")" 20 42
+between "a request of 20 under a limit of 30, alone: the library lends it up to its limit, ~30%" "$(share "$out")" 20 42
 
 # --- through the OCI side: annotation -> limits.json -> the library in the container ------------------------
 oci_setup

@@ -22,7 +22,7 @@
 //! the time it took is summed for the debug trace (`spent`).
 
 use std::ffi::{c_char, c_uint, c_void};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::truth::Truth;
 use crate::ffi::*;
@@ -66,6 +66,11 @@ pub struct Busy {
     contradicted_age: AtomicU64,
     /// This process's own samples, integrated into the floor under its charge (`truth`).
     pub truth: Truth,
+    /// The last reading's SM utilisation of the other processes together and of this one, percent
+    /// (`lend`'s inputs), and how many readings named this process's PID so far (0: none yet).
+    others: AtomicU32,
+    own: AtomicU32,
+    readings: AtomicU64,
 }
 
 impl Busy {
@@ -78,6 +83,9 @@ impl Busy {
             spent: AtomicU64::new(0),
             contradicted_age: AtomicU64::new(CONTRADICTED_NS),
             truth: Truth::default(),
+            others: AtomicU32::new(0),
+            own: AtomicU32::new(0),
+            readings: AtomicU64::new(0),
         }
     }
 
@@ -147,10 +155,15 @@ impl Busy {
             return self.sharers.load(Ordering::Relaxed);
         }
         let t0 = std::time::Instant::now();
-        let n = self
-            .handle()
-            .and_then(|dev| read(dev, &self.truth))
-            .map_or(CONTEXT, |(busy, k)| count(&busy[..k], own_pid()));
+        let got = self.handle().and_then(|dev| read(dev, &self.truth));
+        let me = own_pid();
+        let n = got.map_or(CONTEXT, |(busy, k)| count(&busy[..k], me));
+        if let (Some((busy, k)), Some(me)) = (got, me) {
+            let (others, own) = loads(&busy[..k], me);
+            self.others.store(others, Ordering::Relaxed);
+            self.own.store(own, Ordering::Relaxed);
+            self.readings.fetch_add(1, Ordering::Relaxed);
+        }
         let before = self.sharers.swap(n, Ordering::Relaxed);
         if before != n {
             self.contradicted_age
@@ -164,6 +177,34 @@ impl Busy {
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         n
     }
+}
+
+impl Busy {
+    /// The last reading that named this process: (how many so far, the others' SM utilisation together,
+    /// this process's), percent; `(0, _, _)` before the first (NVML cannot say, or does not know this
+    /// process's PID yet).
+    pub fn loads(&self) -> (u64, u32, u32) {
+        (
+            self.readings.load(Ordering::Relaxed),
+            self.others.load(Ordering::Relaxed),
+            self.own.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The SM utilisation of the processes other than `me` together (at most 100) and of `me`, percent, from
+/// one reading's `(pid, sm)` pairs. The container's other processes are among the others: NVML names
+/// processes, not containers.
+pub fn loads(busy: &[(u32, u32)], me: u32) -> (u32, u32) {
+    let (mut others, mut own) = (0u32, 0u32);
+    for &(p, sm) in busy {
+        if p == me {
+            own = own.saturating_add(sm);
+        } else {
+            others = others.saturating_add(sm);
+        }
+    }
+    (others.min(100), own.min(100))
 }
 
 /// How busy a neighbour must keep the GPU to count as a whole context: 5% of its time (NVML's SM

@@ -65,9 +65,13 @@ pub fn shared_uuid(dev: CUdevice) -> Option<String> {
     Some(id.uuid)
 }
 
-/// The share of device `dev`: its bucket's quota (the container's ledger), percent and window; None when
+/// A device's share: its bucket's quota (the container's ledger), its request and limit (percent) and its
+/// window (ms).
+pub type Resolved = (DeviceQuota, (u32, u32), u32);
+
+/// The share of device `dev` (`Resolved`); None when
 /// the device has no share; Err (logged) when it has one that cannot be enforced.
-pub fn resolve(dev: CUdevice) -> Result<Option<(DeviceQuota, u32, u32)>, Error> {
+pub fn resolve(dev: CUdevice) -> Result<Option<Resolved>, Error> {
     let cfg = match settings::config() {
         Ok(c) if c.has_shares() => c,
         _ => return Ok(None),
@@ -81,7 +85,7 @@ pub fn resolve(dev: CUdevice) -> Result<Option<(DeviceQuota, u32, u32)>, Error> 
     let Some(spec) = cfg.share(id.gpu()) else {
         return Ok(None);
     };
-    let Some((pct, window_ms)) = spec.share() else {
+    let Some(((request, limit), window_ms)) = spec.share() else {
         return Ok(None);
     };
     match DeviceQuota::open_unattached(dev, &id.uuid, 0, &spec.ledger, cfg.ledger_mode()) {
@@ -92,18 +96,29 @@ pub fn resolve(dev: CUdevice) -> Result<Option<(DeviceQuota, u32, u32)>, Error> 
                 q.follow(file);
             }
             log::info(format_args!(
-                "device {dev} ({}): compute share {pct}%, window {window_ms} ms, bucket in {}",
+                "device {dev} ({}): compute share {}, window {window_ms} ms, bucket in {}",
                 id.uuid,
+                described(request, limit),
                 spec.ledger.display()
             ));
-            Ok(Some((q, pct, window_ms)))
+            Ok(Some((q, (request, limit), window_ms)))
         }
         Err(e) => {
             log::error(format_args!(
-                "device {dev} ({}): compute share {pct}%: {e}; launches on it are refused",
-                id.uuid
+                "device {dev} ({}): compute share {}: {e}; launches on it are refused",
+                id.uuid,
+                described(request, limit)
             ));
             Err(e)
         }
+    }
+}
+
+/// A share as the log says it: its limit (`30%`), with its request when it lends (`30% (request 10%)`).
+fn described(request: u32, limit: u32) -> String {
+    if request < limit {
+        format!("{limit}% (request {request}%)")
+    } else {
+        format!("{limit}%")
     }
 }

@@ -126,17 +126,20 @@ fn compute_shares_come_from_the_mounted_limits_file_alone() {
     let share = |g| c.share(g).map(|s| (s.share().unwrap(), s.ledger));
     assert_eq!(
         share(gpu("GPU-a", Some(0))),
-        Some(((30, 1000), dir.path().join("ledgers/GPU-a.ledger"))),
+        Some((((30, 30), 1000), dir.path().join("ledgers/GPU-a.ledger"))),
         "no window in the file: the default, not the tenant's variable"
     );
     assert_eq!(limit(&c, gpu("GPU-b", None)), Some(4096));
-    assert_eq!(share(gpu("GPU-b", None)).map(|s| s.0), Some((70, 250)));
+    assert_eq!(
+        share(gpu("GPU-b", None)).map(|s| s.0),
+        Some(((70, 70), 250))
+    );
     let mig = Gpu {
         uuid: "MIG-x",
         parent: Some("GPU-b"),
         index: Some(1),
     };
-    assert_eq!(share(mig).map(|s| s.0 .0), Some(70));
+    assert_eq!(share(mig).map(|s| s.0 .0), Some((70, 70)));
     assert_eq!(share(gpu("GPU-c", Some(2))), None);
     assert_eq!(share(gpu("GPU-z", Some(3))), None);
     // No limits file: the environment's shares (here none: 0 is no share).
@@ -468,7 +471,7 @@ fn the_environments_shares_are_the_same_configurations() {
     let s = c.share(gpu("GPU-a", Some(0))).unwrap();
     assert_eq!(
         (s.share(), s.ledger, s.settings.memory_limit),
-        (Some((30, 250)), PathBuf::from("/x/q.GPU-a"), None)
+        (Some(((30, 30), 250)), PathBuf::from("/x/q.GPU-a"), None)
     );
     assert_eq!(c.share(gpu("GPU-b", Some(1))), None, "100 is no share");
     assert_eq!(c.ledger_mode(), LedgerMode::Env { dir: None });
@@ -480,7 +483,7 @@ fn the_environments_shares_are_the_same_configurations() {
         panic!()
     };
     assert_eq!(m, c.share(gpu("GPU-a", Some(0))).unwrap());
-    assert_eq!((m.limit(), m.share()), (1 << 30, Some((30, 250))));
+    assert_eq!((m.limit(), m.share()), (1 << 30, Some(((30, 30), 250))));
     // Disabled: no share anywhere, and nothing else set is no limit at all.
     let c = Config::from_env(
         &env(&[
@@ -513,8 +516,8 @@ fn the_environments_requests_ride_with_the_shares() {
     .unwrap();
     let s = c.share(gpu("GPU-b", Some(1))).unwrap();
     assert_eq!(s.settings.request_limit(), Some((40, 60)));
-    // The cap the library enforces is the limit, as before.
-    assert_eq!(s.share(), Some((60, 1000)));
+    // The share lends from the request up to the limit (`compute::lend`).
+    assert_eq!(s.share(), Some(((40, 60), 1000)));
     assert_eq!(
         c.share(gpu("GPU-a", Some(0)))
             .unwrap()
@@ -538,4 +541,30 @@ fn the_environments_requests_ride_with_the_shares() {
         let e = Config::from_env(&env(vars), Path::new(NOFILE)).unwrap_err();
         assert!(e.to_string().starts_with(want), "{e}");
     }
+    // A request alone is a share whose limit is the whole GPU (lent all of it while alone); a request of
+    // the whole GPU holds nothing back.
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_SM_REQUEST", "30"),
+            ("CUDA_DEVICE_SM_REQUEST_1", "100"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    assert!(c.has_shares());
+    assert_eq!(
+        c.share(gpu("GPU-a", Some(0))).unwrap().share(),
+        Some(((30, 100), envcompute::DEFAULT_WINDOW_MS))
+    );
+    assert_eq!(c.share(gpu("GPU-b", Some(1))), None);
+    // Disabled, a request is none either.
+    let c = Config::from_env(
+        &env(&[
+            ("CUDA_DEVICE_SM_REQUEST", "30"),
+            ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+        ]),
+        Path::new(NOFILE),
+    )
+    .unwrap();
+    assert!(!c.has_shares());
 }

@@ -1,0 +1,163 @@
+//! The elastic share in the process (issue 42): a share with a request (its floor) below its limit (its
+//! cap) runs at its limit while the GPU is its alone, at its request as soon as a neighbour is busy, and
+//! is lent what the busy tenants leave idle in proportion to its request. Who is busy comes from the
+//! driver (NVML's per-process SM utilisation, `busy`), never from a neighbour's ledger: no tenant learns
+//! more of another than NVML shows it. The host's share wall applies `vgpu_ledger::division` to the same
+//! figures and freezes a borrower that keeps a floor starved; this is the tenant's own side, which makes
+//! the wall's freezes rare.
+//!
+//! A tenant sees neither the others' requests nor their limits, so it cannot compute the division
+//! itself; it converges on it instead, as TCP's flows converge on a fair rate:
+//! - alone (the others below `IDLE_BELOW`, NVML's figures summed; for `ALONE_AFTER_NS` when it shared the
+//!   GPU before: a neighbour paced by its own bucket pauses for most of each window): the limit;
+//! - a neighbour busy while it was alone: the floor at once, nothing lent. So a floor that becomes busy
+//!   beside a borrower has its time back within one of the borrower's readings (a borrower reads NVML
+//!   every `LEND_REFRESH_NS`, and sooner when its launches read as stretched:
+//!   `busy::Busy::sharers_beside`);
+//! - every `STEP_NS` while others are busy, on the figures smoothed over `SMOOTH_NS` (a paced tenant's
+//!   use comes in bursts): where `SATURATED_BELOW` or more of the GPU is idle and the tenant wants more
+//!   (its bucket held it back since the last step), it is lent `request × idle` more (so the busy
+//!   tenants grow in proportion to their requests, and together by less than what is idle); where less
+//!   is idle and the tenant gets less than it is entitled to (the GPU time-slices it: someone else is
+//!   entitled to more than it gets), what it was lent is halved (every borrower alike). Growth in
+//!   proportion to the request and halving bring the lent parts to the proportions of the requests
+//!   (weighted max-min), each entitlement between its request and its limit.
+//!
+//! Without a reading that names this process (no NVML, or its PID not known yet) nothing changes: the
+//! entitlement stays the limit, as a share without a request is.
+
+/// Others using less than this of the GPU together (percent) leave it to this tenant. A neighbour this
+/// small keeps its floor anyway: the GPU time-slices busy contexts.
+pub const IDLE_BELOW: u32 = 5;
+/// How long the others must stay below `IDLE_BELOW` before a tenant that shared the GPU takes it alone.
+pub const ALONE_AFTER_NS: u64 = 1_000_000_000;
+/// Less than this left idle (percent, smoothed): the GPU is saturated.
+pub const SATURATED_BELOW: f64 = 5.0;
+/// A tenant gets its entitlement when NVML shows it within this of it (percent, smoothed).
+pub const SERVED_WITHIN: f64 = 5.0;
+/// How often what is lent grows or shrinks while others are busy: NVML's figures are means over up to a
+/// second (its sample period is 200 ms on an H200), and faster steps would answer their own echo.
+pub const STEP_NS: u64 = 500_000_000;
+/// The time constant the figures are smoothed over.
+pub const SMOOTH_NS: u64 = 1_000_000_000;
+/// How old a borrower's reading may get (a launching thread asks NVML then: 1.4 ms in 200, 0.7% of the
+/// borrower's time, only while it borrows).
+pub const LEND_REFRESH_NS: u64 = 200_000_000;
+
+const PPM: u64 = 1_000_000;
+
+/// One share's lending state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lending {
+    /// The GPU was this tenant's alone at the last reading.
+    pub alone: bool,
+    /// What is lent above the request while others are busy, ppm of the GPU's time.
+    pub lent: u64,
+    /// When `lent` last grew or shrank (CLOCK_MONOTONIC ns).
+    pub stepped_at: u64,
+    /// Since when the others have been below `IDLE_BELOW` while this tenant was not alone (0: they are
+    /// not).
+    pub quiet_since: u64,
+    /// The others' and this process's utilisation, percent, smoothed over `SMOOTH_NS`, and when last
+    /// read (0: never).
+    pub others: f64,
+    pub own: f64,
+    pub read_at: u64,
+}
+
+impl Lending {
+    /// Before any reading: the limit (`alone`), as without a request.
+    pub const START: Lending = Lending {
+        alone: true,
+        lent: 0,
+        stepped_at: 0,
+        quiet_since: 0,
+        others: 0.0,
+        own: 0.0,
+        read_at: 0,
+    };
+
+    /// The entitlement, ppm: the limit alone, else the request and what is lent, at most the limit.
+    pub fn entitled(&self, request: u64, limit: u64) -> u64 {
+        if self.alone {
+            limit
+        } else {
+            request.saturating_add(self.lent).min(limit)
+        }
+    }
+
+    /// The state after a reading at `now` of the others' and this process's SM utilisation (percent), for
+    /// a share of `request` and `limit` ppm; `wants`: its bucket held it back since the last step (it has
+    /// work beyond its entitlement).
+    pub fn step(
+        self,
+        request: u64,
+        limit: u64,
+        (others, own): (u32, u32),
+        wants: bool,
+        now: u64,
+    ) -> Lending {
+        let a = match self.read_at {
+            0 => 1.0,
+            t => (now.saturating_sub(t) as f64 / SMOOTH_NS as f64).min(1.0),
+        };
+        let mut l = Lending {
+            quiet_since: 0,
+            others: self.others + a * (f64::from(others) - self.others),
+            own: self.own + a * (f64::from(own) - self.own),
+            read_at: now.max(1),
+            ..self
+        };
+        if others < IDLE_BELOW {
+            let since = if self.quiet_since == 0 {
+                now.max(1)
+            } else {
+                self.quiet_since
+            };
+            if self.alone || now.saturating_sub(since) >= ALONE_AFTER_NS {
+                return Lending {
+                    alone: true,
+                    lent: 0,
+                    stepped_at: now,
+                    ..l
+                };
+            }
+            return Lending {
+                quiet_since: since,
+                ..l
+            };
+        }
+        if self.alone {
+            // A neighbour woke: its floor first, and the figures from here on.
+            return Lending {
+                alone: false,
+                lent: 0,
+                stepped_at: now,
+                others: f64::from(others),
+                own: f64::from(own),
+                ..l
+            };
+        }
+        if now.saturating_sub(self.stepped_at) < STEP_NS {
+            return l;
+        }
+        let entitled = self.entitled(request, limit) as f64 * 100.0 / PPM as f64;
+        let idle = (100.0 - l.others - l.own).max(0.0);
+        let served = l.own + SERVED_WITHIN >= entitled;
+        if idle >= SATURATED_BELOW && wants {
+            // At least a point a step, so that a tenant with a tiny request still fills the GPU; in
+            // proportion to what is idle, so that the busy tenants together never grow past it.
+            let more = ((request as f64 * idle / 100.0) as u64).max(PPM / 100);
+            l.lent = (self.lent + more).min(limit.saturating_sub(request));
+        } else if idle < SATURATED_BELOW && !served {
+            // The GPU is full and time-sliced below what this tenant is entitled to: someone is
+            // entitled to more than it gets.
+            l.lent = self.lent / 2;
+        }
+        l.stepped_at = now;
+        l
+    }
+}
+
+#[cfg(test)]
+mod tests;

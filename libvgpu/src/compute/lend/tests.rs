@@ -1,0 +1,197 @@
+use super::*;
+
+const MS: u64 = 1_000_000;
+const P: u64 = 10_000; // ppm per percent
+
+#[test]
+fn alone_the_limit_and_a_neighbour_waking_gives_the_floor_back_at_once() {
+    let l = Lending::START;
+    assert_eq!(l.entitled(30 * P, 100 * P), 100 * P, "before any reading");
+    let l = l.step(30 * P, 80 * P, (2, 60), true, 100 * MS);
+    assert_eq!(l.entitled(30 * P, 80 * P), 80 * P, "others at 2%: alone");
+    let l = l.step(30 * P, 80 * P, (40, 60), true, 150 * MS);
+    assert_eq!(
+        l.entitled(30 * P, 80 * P),
+        30 * P,
+        "a neighbour woke: the floor, at once"
+    );
+    // The neighbour pauses (its own bucket's pacing): alone only once it stays quiet a second.
+    let q = l.step(30 * P, 80 * P, (1, 90), true, 160 * MS);
+    assert_eq!(q.entitled(30 * P, 80 * P), 30 * P, "one quiet reading");
+    let q = q.step(30 * P, 80 * P, (2, 90), true, 160 * MS + ALONE_AFTER_NS - 1);
+    assert_eq!(
+        q.entitled(30 * P, 80 * P),
+        30 * P,
+        "quiet just under a second"
+    );
+    let r = q.step(30 * P, 80 * P, (30, 30), true, 160 * MS + ALONE_AFTER_NS);
+    assert_eq!(r.quiet_since, 0, "busy again: the quiet starts over");
+    let q = q.step(30 * P, 80 * P, (0, 90), true, 160 * MS + ALONE_AFTER_NS);
+    assert_eq!(q.entitled(30 * P, 80 * P), 80 * P, "quiet a second: alone");
+}
+
+/// Sharing the GPU with the smoothed figures `others` and `own` already at `(others, own)`, lent `lent`.
+fn sharing(others: u32, own: u32, lent: u64) -> Lending {
+    Lending {
+        alone: false,
+        lent,
+        others: f64::from(others),
+        own: f64::from(own),
+        read_at: 1,
+        ..Lending::START
+    }
+}
+
+#[test]
+fn lent_grows_with_the_request_while_the_gpu_idles_and_halves_when_it_is_saturated() {
+    let busy = sharing(30, 20, 0);
+    let l = busy.step(20 * P, 100 * P, (30, 20), true, STEP_NS - 1);
+    assert_eq!(l.lent, 0, "not before a step's time");
+    let l = busy.step(20 * P, 100 * P, (30, 20), true, STEP_NS);
+    assert_eq!(l.lent, 10 * P, "request 20 x half the GPU idle");
+    let l = l.step(20 * P, 100 * P, (30, 20), false, 2 * STEP_NS);
+    assert_eq!(
+        l.lent,
+        10 * P,
+        "a tenant its bucket did not hold back is lent no more"
+    );
+    let l = sharing(70, 27, 10 * P).step(20 * P, 100 * P, (70, 27), true, STEP_NS);
+    assert_eq!(
+        l.lent,
+        10 * P,
+        "3% idle, served what it is entitled to: held"
+    );
+    let l = sharing(78, 20, 10 * P).step(20 * P, 100 * P, (78, 20), true, STEP_NS);
+    assert_eq!(l.lent, 5 * P, "2% idle, time-sliced to 20 of 30: halved");
+    let l = sharing(10, 45, 28 * P).step(20 * P, 50 * P, (10, 45), true, STEP_NS);
+    assert_eq!(l.entitled(20 * P, 50 * P), 50 * P, "never above the limit");
+    assert_eq!(l.lent, 30 * P);
+}
+
+#[test]
+fn a_paced_neighbours_bursts_are_smoothed() {
+    // Readings every 100 ms of a neighbour that runs one in three (its bucket's pacing): 90, 0, 0, ...
+    let mut l = sharing(30, 20, 0);
+    let mut now = 0;
+    for k in 0..30 {
+        now += 100 * MS;
+        let others = if k % 3 == 0 { 90 } else { 6 };
+        l = l.step(20 * P, 100 * P, (others, 20), false, now);
+    }
+    assert!((25.0..=45.0).contains(&l.others), "{}", l.others);
+    assert!(!l.alone);
+}
+
+/// A GPU that time-slices busy contexts: each gets an equal part of the time, at most what its share
+/// lets it run (its entitlement) or wants (its demand), what one leaves going to the others.
+fn sliced(caps: &[u64]) -> Vec<u64> {
+    let mut got = vec![0u64; caps.len()];
+    let mut left = 100 * P;
+    let mut open: Vec<usize> = (0..caps.len()).filter(|&i| caps[i] > 0).collect();
+    while !open.is_empty() && left > 0 {
+        let each = left / open.len() as u64;
+        let mut next = Vec::new();
+        for &i in &open {
+            let take = (caps[i] - got[i]).min(each);
+            got[i] += take;
+            left -= take;
+            if got[i] < caps[i] {
+                next.push(i);
+            }
+        }
+        if next.len() == open.len() && each == 0 {
+            break;
+        }
+        open = next;
+    }
+    got
+}
+
+/// Tenants `(request, limit, demand)` in percent, every one stepping on a reading each 100 ms of what
+/// the GPU gave each over the last 100 ms, for `secs`; the mean use of each over the last half, percent.
+fn run(tenants: &[(u64, u64, u64)], secs: u64) -> Vec<f64> {
+    let mut ls = vec![Lending::START; tenants.len()];
+    let mut sums = vec![0u64; tenants.len()];
+    let ticks = secs * 10;
+    let mut used = vec![0u64; tenants.len()];
+    for t in 0..ticks {
+        let now = t * 100 * MS;
+        let caps: Vec<u64> = tenants
+            .iter()
+            .zip(&ls)
+            .map(|(&(r, l, d), s)| s.entitled(r * P, l * P).min(d * P))
+            .collect();
+        used = sliced(&caps);
+        let total: u64 = used.iter().sum();
+        for (i, &(r, l, d)) in tenants.iter().enumerate() {
+            if d == 0 {
+                continue;
+            }
+            let own = (used[i] / P) as u32;
+            let others = ((total - used[i]) / P) as u32;
+            let wants = d * P > ls[i].entitled(r * P, l * P);
+            ls[i] = ls[i].step(r * P, l * P, (others, own), wants, now);
+        }
+        if t >= ticks / 2 {
+            for (s, u) in sums.iter_mut().zip(&used) {
+                *s += u;
+            }
+        }
+    }
+    let _ = used;
+    sums.iter()
+        .map(|&s| s as f64 / P as f64 / (ticks - ticks / 2) as f64)
+        .collect()
+}
+
+#[test]
+fn a_floor_alone_runs_at_its_limit() {
+    let u = run(&[(30, 100, 100)], 10);
+    assert!(u[0] >= 99.0, "{u:?}");
+    let u = run(&[(30, 100, 100), (70, 100, 0)], 10);
+    assert!(u[0] >= 99.0, "the other idle: {u:?}");
+}
+
+#[test]
+fn floors_that_fill_the_gpu_get_exactly_their_floors() {
+    let u = run(&[(30, 100, 100), (70, 100, 100)], 20);
+    assert!(
+        (u[0] - 30.0).abs() <= 3.0 && (u[1] - 70.0).abs() <= 3.0,
+        "{u:?}"
+    );
+    let u = run(&[(20, 100, 100), (30, 100, 100), (50, 100, 100)], 20);
+    for (got, want) in u.iter().zip([20.0, 30.0, 50.0]) {
+        assert!((got - want).abs() <= 3.0, "{u:?}");
+    }
+}
+
+#[test]
+fn what_floors_leave_is_shared_in_proportion_to_the_requests() {
+    // 20 and 40: the 40 left idle goes 1:2, to 33 and 67.
+    let u = run(&[(20, 100, 100), (40, 100, 100)], 30);
+    let sum = u[0] + u[1];
+    assert!(sum >= 85.0, "the GPU is kept busy: {u:?}");
+    assert!(u[0] >= 20.0 && u[1] >= 40.0, "the floors hold: {u:?}");
+    let ratio = u[1] / u[0];
+    assert!((1.5..=2.6).contains(&ratio), "about 1:2: {u:?}");
+    // Equal requests: equal parts.
+    let u = run(&[(20, 100, 100), (20, 100, 100)], 30);
+    assert!((u[0] - u[1]).abs() <= 5.0 && u[0] + u[1] >= 85.0, "{u:?}");
+    // A limit caps what is lent.
+    let u = run(&[(20, 30, 100), (20, 100, 100)], 30);
+    assert!(u[0] <= 30.5 && u[1] >= 60.0, "{u:?}");
+}
+
+#[test]
+fn a_floor_waking_beside_a_borrower_has_it_back_within_one_reading() {
+    let (r, l) = (30 * P, 100 * P);
+    // The borrower alone: its limit.
+    let b = Lending::START.step(r, l, (0, 100), true, 0);
+    assert_eq!(b.entitled(r, l), 100 * P);
+    // The 70% floor wakes; time-sliced, it got half the GPU in the borrower's next reading.
+    let b = b.step(r, l, (50, 50), true, 100 * MS);
+    assert_eq!(b.entitled(r, l), 30 * P);
+    // And a waking floor starts at its own floor, not lent anything, beside the busy borrower.
+    let f = Lending::START.step(70 * P, l, (100, 0), true, 100 * MS);
+    assert_eq!(f.entitled(70 * P, l), 70 * P);
+}
