@@ -510,10 +510,11 @@ between "a request of 20 under a limit of 30, alone: the library lends it up to 
 # --- through the OCI side: annotation -> limits.json -> the library in the container ------------------------
 oci_setup
 VGPUCTL=$T/release/vgpuctl
-# share_bundle CMD...: a container with the fake GPU and its kernel time, no memory quota.
+# share_bundle CMD...: a container with the fake GPU and its kernel time, no memory quota; its context holds
+# CTX_BYTES (0 unless set: the library then never learns its process's PID in NVML's lists).
 share_bundle() {
     new_bundle "$@"
-    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 FAKE_CUDA_KERNEL_US=$FAKE_CUDA_KERNEL_US FAKE_CUDA_CONTEXT_BYTES=0
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 FAKE_CUDA_KERNEL_US=$FAKE_CUDA_KERNEL_US FAKE_CUDA_CONTEXT_BYTES=${CTX_BYTES:-0}
 }
 # The tenant's own settings, tried inside the container: each would lift the share in environment mode.
 TENANT=(--env CUDA_DEVICE_SM_LIMIT=0 --env CUDA_DEVICE_SM_LIMIT_0=100 --env GPU_CORE_UTILIZATION_POLICY=disable
@@ -585,7 +586,9 @@ check "  ... vgpuctl status --json: request 20, limit 30; the GPU's requests 20"
     "$WORK/status.json"
 check_match "  ... and its table" "request 20%, limit 30% \([0-9.]+ s charged" "$("$VGPUCTL" status --state-root "$STATE" | grep -F "request 20%")"
 gone "$ID"
-share_bundle rt_client module work $SECS
+# Alone, a request is lent the whole GPU (compute::lend); the library finds its process in NVML's list by
+# its context's memory, as on a real GPU.
+CTX_BYTES=64m share_bundle rt_client module work $SECS
 bundle_annotate "$B" vgpu.io/compute-request 30
 out=$(shim run --bundle "$B" "$ID" 2>&1)
 between "vgpu.io/compute-request=30 alone (its limit the whole GPU): the container runs unthrottled" "$(share "$out")" 80 100

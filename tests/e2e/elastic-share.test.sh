@@ -112,10 +112,10 @@ between "  ... so the 70 got ~70% over its 1.5 s" "$(share "$out")" 55 78
 # --- through the OCI side -----------------------------------------------------------------------------------
 oci_setup
 # share_bundle CMD...: a container with the fake GPU, its kernel time and time slicing; its context holds
-# memory, as a real one does (the library finds its process in NVML's list by it).
+# CTX_BYTES (64m: memory, as a real one does; the library finds its process in NVML's list by it).
 share_bundle() {
     new_bundle "$@"
-    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 FAKE_CUDA_KERNEL_US=$FAKE_CUDA_KERNEL_US FAKE_CUDA_CONTEXT_BYTES=64m \
+    bundle_env "$B" NVIDIA_VISIBLE_DEVICES=0 FAKE_CUDA_KERNEL_US=$FAKE_CUDA_KERNEL_US FAKE_CUDA_CONTEXT_BYTES=${CTX_BYTES:-64m} \
         FAKE_CUDA_TIMESLICE_US=$FAKE_CUDA_TIMESLICE_US
 }
 share_bundle rt_client module work 3
@@ -131,6 +131,16 @@ out=$(shim run --bundle "$B" "$ID" 2>&1)
 wait $n
 between "  ... beside a busy neighbour with a floor of 70, it is held near its 30" "$(share "$out")" 20 42
 between "  ... and the neighbour gets ~70%" "$(share "$(cat "$WORK/o1.out")")" 55 80
+# A tenant whose PID the library never learns (its context holds no memory: no process appears in NVML's
+# list by it) counts its own use among the others': it is never alone, so it gains nothing by hiding.
+CTX_BYTES=0 share_bundle rt_client module work 4
+bundle_annotate "$B" vgpu.io/compute-request 30
+FAKE_CUDA_STATE_DIR=$FAKESTATE tenant "$WORK/o2" 70 "" "$RT" module work 4.5 >"$WORK/o2.out" &
+n=$!
+sleep 0.3
+out=$(shim run --bundle "$B" "$ID" 2>&1)
+wait $n
+between "  ... one whose PID the library never learns, beside the same neighbour, is held near its 30 too" "$(share "$out")" 20 44
 check_eq "  ... poststop removed the state" "$(state_left)" ""
 
 t_done

@@ -67,7 +67,7 @@ pub struct Busy {
     /// This process's own samples, integrated into the floor under its charge (`truth`).
     pub truth: Truth,
     /// The last reading's SM utilisation of the other processes together and of this one, percent
-    /// (`lend`'s inputs), and how many readings named this process's PID so far (0: none yet).
+    /// (`lend`'s inputs), and how many readings so far (0: none yet).
     others: AtomicU32,
     own: AtomicU32,
     readings: AtomicU64,
@@ -158,8 +158,11 @@ impl Busy {
         let got = self.handle().and_then(|dev| read(dev, &self.truth));
         let me = own_pid();
         let n = got.map_or(CONTEXT, |(busy, k)| count(&busy[..k], me));
-        if let (Some((busy, k)), Some(me)) = (got, me) {
-            let (others, own) = loads(&busy[..k], me);
+        if let Some((busy, k)) = got {
+            // This process's PID not known yet: every busy process is an other, itself among them (the
+            // lending then grows step by step where it would have taken the GPU alone at once; a tenant
+            // that kept its PID from being learned gains nothing by it).
+            let (others, own) = loads(&busy[..k], me.unwrap_or(0));
             self.others.store(others, Ordering::Relaxed);
             self.own.store(own, Ordering::Relaxed);
             self.readings.fetch_add(1, Ordering::Relaxed);
@@ -180,9 +183,9 @@ impl Busy {
 }
 
 impl Busy {
-    /// The last reading that named this process: (how many so far, the others' SM utilisation together,
-    /// this process's), percent; `(0, _, _)` before the first (NVML cannot say, or does not know this
-    /// process's PID yet).
+    /// The last reading: (how many so far, the others' SM utilisation together, this process's), percent;
+    /// `(0, _, _)` before the first (NVML cannot say). Before this process's PID is known, every busy
+    /// process counts as an other.
     pub fn loads(&self) -> (u64, u32, u32) {
         (
             self.readings.load(Ordering::Relaxed),
@@ -418,6 +421,18 @@ mod tests {
             now + 100_000_000,
             "the reading changed (2 to 1): 100 ms again"
         );
+    }
+
+    #[test]
+    fn loads_are_the_others_together_and_this_process() {
+        assert_eq!(loads(&[(7, 30), (8, 50), (9, 40)], 7), (90, 30));
+        assert_eq!(
+            loads(&[(8, 50), (9, 60)], 7),
+            (100, 0),
+            "at most the whole GPU"
+        );
+        // This process's PID not known (0): itself among the others.
+        assert_eq!(loads(&[(7, 30), (8, 50)], 0), (80, 0));
     }
 
     #[test]

@@ -23,8 +23,9 @@
 //!   proportion to the request and halving bring the lent parts to the proportions of the requests
 //!   (weighted max-min), each entitlement between its request and its limit.
 //!
-//! Without a reading that names this process (no NVML, or its PID not known yet) nothing changes: the
-//! entitlement stays the limit, as a share without a request is.
+//! Without NVML nothing changes: the entitlement stays the limit, as a share without a request is. Before
+//! NVML's PID of this process is known, its own use counts among the others': it is never alone, and
+//! grows into an idle GPU step by step (a tenant that kept its PID from being learned gains nothing).
 
 /// Others using less than this of the GPU together (percent) leave it to this tenant. A neighbour this
 /// small keeps its floor anyway: the GPU time-slices busy contexts.
