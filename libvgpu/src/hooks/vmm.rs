@@ -164,18 +164,8 @@ impl<D: Driver> Interposer<'_, D> {
         if self.drv.unlimited() {
             return call();
         }
-        let ticket = match self.hold_range(handle, offset, size) {
-            Ok(t) => t,
-            Err(r) => return r,
-        };
-        let ours = self.vmm_ref(handle);
-        let r = call();
-        self.hold_range_end(handle, ticket, offset, size, r == CUDA_SUCCESS);
-        if r != CUDA_SUCCESS {
-            if ours {
-                self.vmm_unref(handle);
-            }
-        } else if ours {
+        let (r, held) = self.held_by(handle, offset, size, call);
+        if held {
             let m = VmmMap {
                 ptr,
                 handle,

@@ -152,18 +152,8 @@ impl<D: Driver> Interposer<'_, D> {
         if self.drv.unlimited() {
             return call();
         }
-        let ticket = match self.hold_range(handle, offset, size) {
-            Ok(t) => t,
-            Err(r) => return r,
-        };
-        let ours = self.vmm_ref(handle);
-        let r = call();
-        self.hold_range_end(handle, ticket, offset, size, r == CUDA_SUCCESS);
-        if !ours {
-            return r;
-        }
-        if r != CUDA_SUCCESS {
-            self.vmm_unref(handle);
+        let (r, held) = self.held_by(handle, offset, size, call);
+        if !held {
             return r;
         }
         let dev = self.rec.vmm.with(handle, |v| v.map_or(-1, |v| v.rec.dev));

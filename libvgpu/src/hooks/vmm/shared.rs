@@ -193,6 +193,30 @@ impl<D: Driver> Interposer<'_, D> {
         Ok(Some(ticket))
     }
 
+    /// A call that maps or binds `[offset, offset + size)` of `handle` (cuMemMap, cuMulticastBindMem):
+    /// the range charged first (`hold_range`), the handle referenced before the call (so that a release
+    /// racing it cannot give back what the call is about to keep), and both settled after it. Returns the
+    /// call's result and whether the handle is ours and now held by what the call made.
+    pub(crate) fn held_by(
+        &self,
+        handle: u64,
+        offset: u64,
+        size: u64,
+        call: impl FnOnce() -> CUresult,
+    ) -> (CUresult, bool) {
+        let ticket = match self.hold_range(handle, offset, size) {
+            Ok(t) => t,
+            Err(r) => return (r, false),
+        };
+        let ours = self.vmm_ref(handle);
+        let r = call();
+        self.hold_range_end(handle, ticket, offset, size, r == CUDA_SUCCESS);
+        if ours && r != CUDA_SUCCESS {
+            self.vmm_unref(handle);
+        }
+        (r, ours && r == CUDA_SUCCESS)
+    }
+
     /// The driver mapped or bound (`done`) the range `hold_range` charged under `ticket`, or did not:
     /// the charge follows (a failed map gives back what no other mapping covers).
     pub(crate) fn hold_range_end(
