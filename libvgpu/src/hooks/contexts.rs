@@ -222,8 +222,8 @@ impl<D: Driver> Interposer<'_, D> {
             rec.dev
         });
         for t in [&self.rec.allocs, &self.rec.arrays, &self.rec.modules] {
-            for (_, rec) in t.drain_where(|r| r.ctx == ctx) {
-                self.release(&rec);
+            for (key, rec) in t.drain_where(|r| r.ctx == ctx) {
+                self.release_unless_exported(key, &rec);
             }
         }
         if let Some(dev) = dev.filter(|&d| !self.rec.contexts.any(|r| r.dev == d)) {

@@ -301,7 +301,33 @@ impl<D: Driver> Interposer<'_, D> {
             ));
             return CUDA_ERROR_NOT_SUPPORTED;
         }
-        call()
+        let r = call();
+        if r == CUDA_SUCCESS {
+            self.exported(p);
+        }
+        r
+    }
+
+    /// The allocation holding `p` was shared through legacy IPC: its free will not refund it (`Rec::exported`).
+    /// The driver exports from the base; an interior pointer it accepted marks its allocation all the same.
+    fn exported(&self, p: CUdeviceptr) {
+        let mark = |k: u64| {
+            self.rec.allocs.with(k, |r| match r {
+                Some(r) if p >= k && p - k < r.bytes.max(1) => {
+                    r.exported = true;
+                    true
+                }
+                _ => false,
+            })
+        };
+        if !mark(p) {
+            let _ = self
+                .rec
+                .allocs
+                .keys()
+                .into_iter()
+                .any(|k| k <= p && mark(k));
+        }
     }
 }
 

@@ -69,7 +69,10 @@ pub fn free_ptr(d: &Driver, p: u64) -> R {
             if a.kind == Kind::Managed {
                 crate::paging::note(&d.shared, a.phys, a.size, a.charged, false);
             }
-            d.refund(a.phys, a.charged);
+            // Shared through legacy IPC: the memory stays the process's until it ends (an H200's).
+            if !lock(&d.objs).ipc.remove(&p) {
+                d.refund(a.phys, a.charged);
+            }
             Ok(())
         }
         Err(Some(kind)) => {
@@ -228,6 +231,8 @@ fn cuIpcGetMemHandle(handle: *mut [u8; 64], p: u64) {
     // Device memory from cuMemAlloc/cuMemAllocPitch only, from its base (the driver's rule): managed,
     // pool and graph memory are refused.
     if start != p || !matches!(a.kind, Kind::Data | Kind::Pitch) { return Err(INVALID_VALUE); }
+    drop(mem);
+    lock(&d.objs).ipc.insert(p);
     let mut h = [0u8; 64];
     h[..8].copy_from_slice(&p.to_le_bytes());
     h[8..12].copy_from_slice(&std::process::id().to_le_bytes());
