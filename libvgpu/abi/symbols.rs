@@ -17,7 +17,7 @@ macro_rules! hooked_symbols {
                 cuMemAdvise cuMemAdvise_v2 cuMemPrefetchAsync cuMemPrefetchAsync_ptsz cuMemPrefetchAsync_v2
                 cuMemPrefetchAsync_v2_ptsz cuMemPrefetchBatchAsync cuMemPrefetchBatchAsync_ptsz
                 cuMemDiscardAndPrefetchBatchAsync cuMemDiscardAndPrefetchBatchAsync_ptsz
-                cuMemFree cuMemFree_v2 cuIpcGetMemHandle
+                cuMemFree cuMemFree_v2 cuIpcGetMemHandle cuMemGetHandleForAddressRange
                 cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz

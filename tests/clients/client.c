@@ -54,6 +54,7 @@
     X(cuMemGetAddressRange, "cuMemGetAddressRange")                                \
     X(cuPointerGetAttribute, "cuPointerGetAttribute")                              \
     X(cuIpcGetMemHandle, "cuIpcGetMemHandle")                                      \
+    X(cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange")              \
     X(cuMemcpyHtoD, "cuMemcpyHtoD")                                                \
     X(cuMemcpyDtoH, "cuMemcpyDtoH")                                                \
     X(cuMemcpyDtoD, "cuMemcpyDtoD")                                                \
@@ -909,6 +910,14 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         CUipcMemHandle h;
         if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
         else rc = CALL(cuIpcGetMemHandle, &h, held[nheld - 1].ptr);
+    } else if (!strcmp(op, "dmabuf")) {
+        /* cuMemGetHandleForAddressRange of the last plain allocation: a dma-buf descriptor, kept open. */
+        int fd = -1;
+        if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            rc = CALL(cuMemGetHandleForAddressRange, &fd, held[nheld - 1].ptr, held[nheld - 1].size,
+                      CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+        printf(" fd=%d", fd);
     } else if (!strcmp(op, "addrrange")) {
         CUdeviceptr base = 0;
         size_t sz = 0;

@@ -100,9 +100,13 @@ out=$(vg alloc 600m ipc free-last truth 0 alloc 600m)
 check "cuIpcGetMemHandle, then cuMemFree: still held and still charged (truth = ledger = 600 MiB)" \
     test "$(truth "$out")" = "$((600 * MiB))/$((600 * MiB))"
 check "  ... so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs alloc)" = "0 2 "
-check "  ... with a line saying why it stays charged" grep -q "shared through CUDA IPC: another process may keep its memory" "$W/err"
+check "  ... with a line saying why it stays charged" grep -q "it was shared (CUDA IPC or a dma-buf descriptor): another process may keep its memory" "$W/err"
 out=$(vg alloc 600m free-last alloc 600m)
 check "  ... where a free never shared gives it back (the second granted)" test "$(echo "$out" | rcs alloc)" = "0 0 "
+out=$(vg alloc 600m dmabuf free-last truth 0 alloc 600m)
+check "a dma-buf descriptor (cuMemGetHandleForAddressRange), then cuMemFree: still held and charged (truth = ledger = 600 MiB)" \
+    test "$(echo "$out" | rcs dmabuf)/$(truth "$out")" = "0 /$((600 * MiB))/$((600 * MiB))"
+check "  ... so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs alloc)" = "0 2 "
 
 # --- issue 48 item 3: another process's export mapped in windows is charged by their union (the library
 # before this charged the largest window: 32 windows of 64 MiB, 2 GiB in all, cost 64 MiB under 1 GiB)

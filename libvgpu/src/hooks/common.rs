@@ -199,7 +199,7 @@ impl<D: Driver> Interposer<'_, D> {
         r
     }
 
-    /// Gives back what `rec` (at `key`) charged, unless it was shared through legacy IPC (`Rec::exported`):
+    /// Gives back what `rec` (at `key`) charged, unless it was shared (legacy IPC, dma-buf: `Rec::exported`):
     /// that stays charged until the process ends (its slot in the ledger is reclaimed then).
     pub(crate) fn release_unless_exported(&self, key: u64, rec: &Rec) {
         if !rec.exported {
@@ -209,8 +209,8 @@ impl<D: Driver> Interposer<'_, D> {
         // Said as a warning the first time (why the quota ran short), then at info level.
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let line = format_args!(
-            "quota: 0x{key:x} ({} bytes on device {}) freed, but it was shared through CUDA IPC: another \
-             process may keep its memory, so it stays charged until this process ends",
+            "quota: 0x{key:x} ({} bytes on device {}) freed, but it was shared (CUDA IPC or a dma-buf \
+             descriptor): another process may keep its memory, so it stays charged until this process ends",
             rec.bytes, rec.dev
         );
         if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {

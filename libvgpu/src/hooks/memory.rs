@@ -308,6 +308,42 @@ impl<D: Driver> Interposer<'_, D> {
         r
     }
 
+    /// `cuMemGetHandleForAddressRange`: a dma-buf descriptor of `[p, p + size)` keeps the memory it covers
+    /// past its free (as a legacy IPC export does): every allocation and VMM handle mapped there that it
+    /// covers stays charged until the process ends (`Rec::exported`, `VmmRec::exported`).
+    pub(crate) fn range_exported(
+        &self,
+        p: CUdeviceptr,
+        size: u64,
+        call: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        let r = call();
+        if r != CUDA_SUCCESS || self.drv.unlimited() {
+            return r;
+        }
+        let end = p.saturating_add(size.max(1));
+        for k in self.rec.allocs.keys() {
+            self.rec.allocs.with(k, |r| {
+                if let Some(r) = r.filter(|r| k < end && p < k.saturating_add(r.bytes.max(1))) {
+                    r.exported = true;
+                }
+            });
+        }
+        for k in self.rec.vmm_maps.keys() {
+            let Some(m) = self.rec.vmm_maps.with(k, |m| m.copied()) else {
+                continue;
+            };
+            if m.ptr < end && p < m.ptr.saturating_add(m.size) {
+                self.rec.vmm.with(m.handle, |v| {
+                    if let Some(v) = v {
+                        v.exported = true;
+                    }
+                });
+            }
+        }
+        r
+    }
+
     /// The allocation holding `p` was shared through legacy IPC: its free will not refund it (`Rec::exported`).
     /// The driver exports from the base; an interior pointer it accepted marks its allocation all the same.
     fn exported(&self, p: CUdeviceptr) {
@@ -330,6 +366,10 @@ impl<D: Driver> Interposer<'_, D> {
         }
     }
 }
+
+hook!(cuMemGetHandleForAddressRange(handle: *mut std::ffi::c_void, p: CUdeviceptr, size: usize, ty: std::ffi::c_int, flags: std::ffi::c_ulonglong) {
+    interposer().range_exported(p, size as u64, || forward!("cuMemGetHandleForAddressRange", fn(*mut std::ffi::c_void, CUdeviceptr, usize, std::ffi::c_int, std::ffi::c_ulonglong), handle, p, size, ty, flags))
+});
 
 hook!(cuIpcGetMemHandle(handle: *mut CUipcMemHandle, p: CUdeviceptr) {
     interposer().ipc_handle(p, || forward!("cuIpcGetMemHandle", fn(*mut CUipcMemHandle, CUdeviceptr), handle, p))

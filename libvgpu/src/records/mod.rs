@@ -31,7 +31,8 @@ pub struct Rec {
     /// Served as managed memory by a memory mode (spilled, or every plain allocation in oversubscribe
     /// mode) where the application asked for device memory: CUDA IPC of it is refused (`hooks/memory`).
     pub served_managed: bool,
-    /// Shared through legacy CUDA IPC (`cuIpcGetMemHandle`): another process may keep its memory past the
+    /// Shared through legacy CUDA IPC (`cuIpcGetMemHandle`) or a dma-buf descriptor
+    /// (`cuMemGetHandleForAddressRange`): another process or the descriptor may keep its memory past the
     /// free (an H200 keeps it), so the free does not refund it; it stays charged until this process ends.
     pub exported: bool,
 }

@@ -239,6 +239,22 @@ fn cuIpcGetMemHandle(handle: *mut [u8; 64], p: u64) {
     out(handle, h)
 }
 
+// A dma-buf descriptor of device memory (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1): one of /dev/null stands for
+// it. The allocation it covers is kept past its free until the process ends, as an H200 keeps it.
+fn cuMemGetHandleForAddressRange(handle: *mut c_int, p: u64, size: usize, ty: c_int, _flags: u64) {
+    let d = drv()?;
+    if handle.is_null() || size == 0 || ty != 1 { return Err(INVALID_VALUE); }
+    let mut mem = lock(&d.mem);
+    let (start, a) = mem.find(p, size as u64).ok_or(INVALID_VALUE)?;
+    if !matches!(a.kind, Kind::Data | Kind::Pitch) { return Err(INVALID_VALUE); }
+    drop(mem);
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 { return Err(UNKNOWN); }
+    lock(&d.objs).ipc.insert(start);
+    out(handle, fd)
+}
+
 fn cuMemAllocPitch_v2(dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: c_uint) {
     let d = drv()?;
     if dptr.is_null() || pitch.is_null() || width == 0 || height == 0 || !matches!(elem, 4 | 8 | 16) {

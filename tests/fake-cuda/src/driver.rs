@@ -174,8 +174,9 @@ pub struct Objs {
     /// Exported VMM memory no handle or mapping holds any more, kept while a descriptor it was exported
     /// to is open: (physical device, bytes, probes).
     pub kept: Vec<(usize, u64, Vec<c_int>)>,
-    /// Allocations shared through legacy IPC (`cuIpcGetMemHandle`), by base pointer: freed, their memory
-    /// is kept until the process ends, as an H200 keeps it.
+    /// Allocations shared through legacy IPC (`cuIpcGetMemHandle`) or a dma-buf descriptor
+    /// (`cuMemGetHandleForAddressRange`), by base pointer: freed, their memory is kept until the process
+    /// ends, as an H200 keeps it.
     pub ipc: std::collections::HashSet<u64>,
 }
 
