@@ -15,13 +15,13 @@
 //!   every `LEND_REFRESH_NS`, and sooner when its launches read as stretched:
 //!   `busy::Busy::sharers_beside`);
 //! - every `STEP_NS` while others are busy, on the figures smoothed over `SMOOTH_NS` (a paced tenant's
-//!   use comes in bursts): where `SATURATED_BELOW` or more of the GPU is idle and the tenant wants more
-//!   (its bucket held it back since the last step), it is lent `request × idle` more (so the busy
-//!   tenants grow in proportion to their requests, and together by less than what is idle); where less
-//!   is idle and the tenant gets less than it is entitled to (the GPU time-slices it: someone else is
-//!   entitled to more than it gets), what it was lent is halved (every borrower alike). Growth in
-//!   proportion to the request and halving bring the lent parts to the proportions of the requests
-//!   (weighted max-min), each entitlement between its request and its limit.
+//!   use comes in bursts): where more than `SATURATED_BELOW` of the GPU is idle and the tenant wants more
+//!   (its bucket held it back since the last step), it is lent `request × (idle − margin)` more (so the
+//!   busy tenants grow in proportion to their requests, and together approach the margin without
+//!   crossing it); where less is idle, what it was lent is halved (every borrower alike: a neighbour may
+//!   be held below its floor by what it borrows, which it cannot see). Growth in proportion to the
+//!   request and halving bring the lent parts to the proportions of the requests (weighted max-min), each
+//!   entitlement between its request and its limit.
 //!
 //! Without NVML nothing changes: the entitlement stays the limit, as a share without a request is. Before
 //! NVML's PID of this process is known, its own use counts among the others': it is never alone, and
@@ -34,8 +34,6 @@ pub const IDLE_BELOW: u32 = 5;
 pub const ALONE_AFTER_NS: u64 = 1_000_000_000;
 /// Less than this left idle (percent, smoothed): the GPU is saturated.
 pub const SATURATED_BELOW: f64 = 5.0;
-/// A tenant gets its entitlement when NVML shows it within this of it (percent, smoothed).
-pub const SERVED_WITHIN: f64 = 5.0;
 /// How often what is lent grows or shrinks while others are busy: NVML's figures are means over up to a
 /// second (its sample period is 200 ms on an H200), and faster steps would answer their own echo.
 pub const STEP_NS: u64 = 500_000_000;
@@ -142,18 +140,21 @@ impl Lending {
         if now.saturating_sub(self.stepped_at) < STEP_NS {
             return l;
         }
-        let entitled = self.entitled(request, limit) as f64 * 100.0 / PPM as f64;
+        // Saturation on the smoothed figures (a paced neighbour's burst is no full GPU); growth on the
+        // lesser of the smoothed and the last reading's idle time (the mean lags a growth just made).
         let idle = (100.0 - l.others - l.own).max(0.0);
-        let served = l.own + SERVED_WITHIN >= entitled;
-        if idle >= SATURATED_BELOW && wants {
-            // At least a point a step, so that a tenant with a tiny request still fills the GPU; in
-            // proportion to what is idle, so that the busy tenants together never grow past it.
-            let more = ((request as f64 * idle / 100.0) as u64).max(PPM / 100);
-            l.lent = (self.lent + more).min(limit.saturating_sub(request));
-        } else if idle < SATURATED_BELOW && !served {
-            // The GPU is full and time-sliced below what this tenant is entitled to: someone is
-            // entitled to more than it gets.
+        let idle_now = (100.0 - f64::from(others) - f64::from(own)).max(0.0);
+        if idle < SATURATED_BELOW {
+            // The GPU is full: a neighbour may be held below its floor by what this one borrows (it
+            // cannot tell; the neighbour's floor comes first), so every borrower gives back half.
             l.lent = self.lent / 2;
+        } else if wants && idle.min(idle_now) - SATURATED_BELOW >= 1.0 {
+            let idle = idle.min(idle_now);
+            // In proportion to the request and to what is idle past the margin, so that the busy tenants
+            // together approach the margin without crossing it; at least a point a step, so that a tenant
+            // with a tiny request still fills the GPU.
+            let more = ((request as f64 * (idle - SATURATED_BELOW) / 100.0) as u64).max(PPM / 100);
+            l.lent = (self.lent + more).min(limit.saturating_sub(request));
         }
         l.stepped_at = now;
         l

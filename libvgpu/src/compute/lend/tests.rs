@@ -48,21 +48,26 @@ fn lent_grows_with_the_request_while_the_gpu_idles_and_halves_when_it_is_saturat
     let l = busy.step(20 * P, 100 * P, (30, 20), true, STEP_NS - 1);
     assert_eq!(l.lent, 0, "not before a step's time");
     let l = busy.step(20 * P, 100 * P, (30, 20), true, STEP_NS);
-    assert_eq!(l.lent, 10 * P, "request 20 x half the GPU idle");
-    let l = l.step(20 * P, 100 * P, (30, 20), false, 2 * STEP_NS);
     assert_eq!(
         l.lent,
-        10 * P,
-        "a tenant its bucket did not hold back is lent no more"
+        9 * P,
+        "request 20 x the 45 points idle past the margin"
     );
+    let l = l.step(20 * P, 100 * P, (30, 20), false, 2 * STEP_NS);
+    assert_eq!(l.lent, 9 * P, "not held back: lent no more");
+    let l = sharing(70, 25, 10 * P).step(20 * P, 100 * P, (70, 25), true, STEP_NS);
+    assert_eq!(l.lent, 10 * P, "5% idle: the margin, held");
     let l = sharing(70, 27, 10 * P).step(20 * P, 100 * P, (70, 27), true, STEP_NS);
     assert_eq!(
         l.lent,
-        10 * P,
-        "3% idle, served what it is entitled to: held"
+        5 * P,
+        "3% idle: halved, even served all it is entitled to"
     );
-    let l = sharing(78, 20, 10 * P).step(20 * P, 100 * P, (78, 20), true, STEP_NS);
-    assert_eq!(l.lent, 5 * P, "2% idle, time-sliced to 20 of 30: halved");
+    let l = sharing(30, 20, 0).step(20 * P, 100 * P, (60, 30), true, STEP_NS);
+    assert_eq!(
+        l.lent, P,
+        "the mean says 50 idle, the reading 10: grown by the lesser"
+    );
     let l = sharing(10, 45, 28 * P).step(20 * P, 50 * P, (10, 45), true, STEP_NS);
     assert_eq!(l.entitled(20 * P, 50 * P), 50 * P, "never above the limit");
     assert_eq!(l.lent, 30 * P);
