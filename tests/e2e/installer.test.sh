@@ -20,8 +20,8 @@ RENDER=(python3 "$REPO/tests/helm/template.py")
 render() { "${RENDER[@]}" "$CHART" "$@" > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 kinds() { python3 -c 'import sys, yaml; print(" ".join(sorted(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1])) if d)))' "$WORK/chart.yaml"; }
 check "the defaults render, lint (helm lint --strict) and validate (kubernetes-validate --strict)" render
-check_eq "  ... the node DaemonSet, the uninstall hook's, the node policy (a ConfigMap), its service account, kube-rbac-proxy's RBAC and the RuntimeClass" "$(kinds)" \
-    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
+check_eq "  ... the node DaemonSet, the uninstall hooks (a DaemonSet, a Job and its RBAC), the node policy (a ConfigMap), its service account, kube-rbac-proxy's RBAC and the RuntimeClass" "$(kinds)" \
+    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount"
 # field PATH: one value of the rendered documents, by kind (the last of a kind) and a Python expression on
 # it; `a` holds every document.
 cfield() { python3 -c 'import sys, yaml
@@ -102,7 +102,7 @@ check_eq "  ... the ServiceMonitor scrapes kube-rbac-proxy with TLS and Promethe
 check "monitor disabled, a custom node selector and no tolerations" \
     render --set monitor.enabled=false --set nodeSelector.pool=gpu -f <(printf 'tolerations: []\nnodeSelector: {pool: gpu}\n')
 check_eq "  ... gc alone, on the pool, no proxy RBAC" "$(cfield "[c['name'] for c in $POD['containers']]") $(cfield "$POD['nodeSelector']") $(kinds)" \
-    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'} ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
+    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'} ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount"
 check "mode=uninstall renders and validates" render --set mode=uninstall
 check_eq "  ... the uninstall DaemonSet alone, running install.sh uninstall" \
     "$(kinds) $(cfield "d['DaemonSet']['metadata']['name']") $(cfield "$POD['initContainers'][0]['args']")" \
