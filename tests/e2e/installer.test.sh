@@ -83,7 +83,7 @@ check "monitor.rbacProxy.enabled=false, stateRoot=/var/run/vgpu-op, monitor.driv
     render --set monitor.rbacProxy.enabled=false --set stateRoot=/var/run/vgpu-op --set monitor.driverRoot=/run/nvidia/driver
 check_eq "  ... the monitor serves the node's port itself, no proxy, no proxy RBAC" \
     "$(cfield "($(ctr monitor)['args'], [c['name'] for c in $POD['containers']], $(ctr monitor)['ports'][0]['containerPort'])") $(kinds)" \
-    "(['monitor', '--listen', '0.0.0.0:9394'], ['gc', 'monitor'], 9394) ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
+    "(['monitor', '--listen', '0.0.0.0:9394'], ['gc', 'monitor'], 9394) ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount"
 check_eq "  ... the state root and the driver root are the values'" \
     "$(cfield "([(v['name'], v['hostPath']['path']) for v in $POD['volumes'] if 'hostPath' in v][1:], [m['mountPath'] for m in $(ctr gc)['volumeMounts']][0], {e['name']: e['value'] for e in $(ctr monitor)['env'] if 'value' in e})")" \
     "([('state-root', '/var/run/vgpu-op'), ('vgpu-config', '/etc/vgpu'), ('driver-root', '/run/nvidia/driver')], '/var/run/vgpu-op', {'VGPU_STATE_ROOT': '/var/run/vgpu-op', 'VGPU_DRIVER_ROOT': '/driver-root'})"
@@ -95,7 +95,7 @@ check_eq "  ... reach the installer's environment" \
     "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true', 'VGPU_CHART_CONFIG': '/etc/vgpu-chart/config.toml'}"
 check_eq "  ... a Service and a ServiceMonitor on port 9500, no scrape annotations" \
     "$(kinds) $(cfield "d['ServiceMonitor']['spec']['endpoints'][0]['port']") $(cfield "d['Service']['spec']['ports'][0]['port']") $(cfield "'annotations' in d['DaemonSet']['spec']['template']['metadata']")" \
-    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet RuntimeClass Service ServiceAccount ServiceMonitor metrics 9500 False"
+    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass Service ServiceAccount ServiceAccount ServiceMonitor metrics 9500 False"
 check_eq "  ... the ServiceMonitor scrapes kube-rbac-proxy with TLS and Prometheus's token" \
     "$(cfield "{k: v for k, v in d['ServiceMonitor']['spec']['endpoints'][0].items() if k in ('scheme', 'bearerTokenFile', 'tlsConfig')}") $(cfield "$(ctr kube-rbac-proxy)['args'][0]")" \
     "{'scheme': 'https', 'bearerTokenFile': '/var/run/secrets/kubernetes.io/serviceaccount/token', 'tlsConfig': {'insecureSkipVerify': True}} --secure-listen-address=[\$(IP)]:9500"
@@ -115,7 +115,7 @@ render_dra() { "${RENDER[@]}" "$CHART" --set dra.enabled=true > "$WORK/chart.yam
     kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
 check_eq "  ... the DeviceClass, the driver's RBAC, its node policy and its DaemonSet beside the node's" "$(kinds)" \
-    "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap DaemonSet DaemonSet DaemonSet DeviceClass RuntimeClass ServiceAccount ServiceAccount ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
+    "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap DaemonSet DaemonSet DaemonSet DeviceClass Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount ServiceAccount ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
 # Issue 44: the ClusterRole let the driver create, update and delete every ResourceSlice in the cluster.
 check_eq "  ... a policy holds the driver's service account to its own node's ResourceSlices (issue 44)" \
     "$(cfield "(d['ValidatingAdmissionPolicy']['spec']['matchConstraints']['resourceRules'][0]['resources'], d['ValidatingAdmissionPolicy']['spec']['matchConditions'][0]['expression'].strip(), [v['expression'] for v in d['ValidatingAdmissionPolicy']['spec']['validations']], d['ValidatingAdmissionPolicyBinding']['spec'])")" \
