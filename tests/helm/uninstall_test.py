@@ -47,7 +47,7 @@ def ran(c, action):
 
 
 def left(c):
-    return sorted(f"{fake_cluster.Cluster.kind_of(c, p)} {n}" for (p, _, n) in c.objects)
+    return sorted(f"{c.kind_of(p)} {n}" for (p, _, n) in c.objects)
 
 
 def one_step():
