@@ -157,6 +157,15 @@ check "the image builds with docker import (nothing pulled)" bash "$REPO/packagi
 check_eq "its entrypoint is install.sh install" \
     "$(docker image inspect -f '{{json .Config.Entrypoint}} {{json .Config.Cmd}}' "$IMG" 2>&1)" '["/vgpu/install.sh"] ["install"]'
 
+echo "-- the uninstall hook's Job in the image, as the chart runs it (its waiter against an API server: uninstall-hook.test.sh)"
+JOB_RUN=(docker run --rm --user 65534 --read-only --cap-drop ALL --security-opt no-new-privileges --entrypoint /usr/local/bin/vgpu-daemonset-wait "$IMG")
+check_match "the image carries /usr/local/bin/vgpu-daemonset-wait, which runs there as the Job's user 65534" '^vgpu-daemonset-wait ' \
+    "$("${JOB_RUN[@]}" --version 2>&1)"
+out=$("${JOB_RUN[@]}" vgpu-uninstall-hook --namespace=kube-system --timeout-seconds=10 2>&1); rc=$?
+check_match "  ... and, with no API server to reach, says so in one line, exit status 1" \
+    "^1 1 vgpu-daemonset-wait: cannot reach the API server \\(KUBECONFIG or the pod's service account\\): .+" \
+    "$rc $(printf '%s\n' "$out" | wc -l) $out"
+
 echo "-- the DRA plugin in the image, as the chart's vgpu-dra DaemonSet runs it"
 check_match "the image carries /usr/local/bin/vgpu-dra-plugin, which runs in the image (with its glibc)" '^vgpu-dra-plugin ' \
     "$(docker run --rm --entrypoint /usr/local/bin/vgpu-dra-plugin "$IMG" --version 2>&1)"
