@@ -9,11 +9,15 @@
 //! claim's quota ([`claim_spec`]; the hook puts it in place of the container's own quota settings) and
 //! remembers the claim in a checkpoint ([`checkpoint`]) so a restarted plugin keeps it. See
 //! docs/engines/kubernetes.md.
+//!
+//! Beside it, [`daemonset_wait`] for `vgpu-daemonset-wait`, the chart's uninstall hook (it needs the same
+//! API client).
 
 pub mod allocation;
 pub mod apiserver;
 pub mod checkpoint;
 pub mod claim_spec;
+pub mod daemonset_wait;
 pub mod kubelet;
 pub mod node_gpus;
 pub mod plugin;

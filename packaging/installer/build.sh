@@ -3,7 +3,8 @@
 # (for /bin/sh, cp, chroot, nsenter), the glibc-2.28 host binaries of `make package` and the interposer in
 # /vgpu, and install.sh as the entrypoint (the chart's gc and monitor run /vgpu/vgpuctl in the image, with
 # the glibc below). The chart's DRA and device plugin DaemonSets run vgpu-dra-plugin and vgpu-device-plugin
-# from the same image, in the image (not on the node): /usr/local/bin/ (the workspace builds) with the glibc
+# from the same image, and its uninstall hook's Job vgpu-daemonset-wait, in the image (not on the node):
+# /usr/local/bin/ (the workspace builds) with the glibc
 # they were linked against, copied from this machine at its paths, and the glibc libraries NVML itself needs
 # (libdl, libpthread, librt, libm), as the node's libnvidia-ml.so.1 is loaded from the mounted driver root.
 # `docker import` of that root filesystem; the image is tagged vgpu/installer:VERSION (or $1) in the Docker
@@ -15,7 +16,8 @@ TAG=${1:-vgpu/installer:$VERSION}
 BIN=${CARGO_TARGET_DIR:-target}/glibc-2.28/x86_64-unknown-linux-gnu/release
 DRA=${CARGO_TARGET_DIR:-target}/release/vgpu-dra-plugin
 DP=${CARGO_TARGET_DIR:-target}/release/vgpu-device-plugin
-for f in "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$DRA" "$DP" target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so /bin/busybox; do
+DW=${CARGO_TARGET_DIR:-target}/release/vgpu-daemonset-wait
+for f in "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$DRA" "$DP" "$DW" target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so /bin/busybox; do
     [ -f "$f" ] || { echo "installer: missing $f (run make package; busybox: apt-get install busybox-static)" >&2; exit 1; }
 done
 ROOT=target/installer/rootfs
@@ -28,12 +30,12 @@ done
 install -m 0755 "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} packaging/installer/install.sh "$ROOT/vgpu/"
 install -m 0644 target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so "$ROOT/vgpu/"
 mkdir -p "$ROOT/usr/local/bin"
-install -m 0755 "$DRA" "$DP" "$ROOT/usr/local/bin/"
-"$(command -v llvm-strip || echo strip)" "$ROOT/usr/local/bin/vgpu-dra-plugin" "$ROOT/usr/local/bin/vgpu-device-plugin"
+install -m 0755 "$DRA" "$DP" "$DW" "$ROOT/usr/local/bin/"
+"$(command -v llvm-strip || echo strip)" "$ROOT/usr/local/bin/"{vgpu-dra-plugin,vgpu-device-plugin,vgpu-daemonset-wait}
 # The plugins' and vgpuctl's shared libraries (ldd: "name => /path (addr)", the loader as "/path (addr)"),
 # then NVML's: the chart's gc and monitor run /vgpu/vgpuctl in the image too, with only the node paths they
 # need mounted (install.sh).
-libs=$( (ldd "$DRA"; ldd "$DP"; ldd "$BIN/vgpuctl") | grep -Eo '/[^ ]+' | grep -v '^/proc' | sort -u)
+libs=$( (ldd "$DRA"; ldd "$DP"; ldd "$DW"; ldd "$BIN/vgpuctl") | grep -Eo '/[^ ]+' | grep -v '^/proc' | sort -u)
 libc=$(printf '%s\n' $libs | grep '/libc\.so\.6$')
 for l in libdl.so.2 libpthread.so.0 librt.so.1 libm.so.6; do libs="$libs $(dirname "$libc")/$l"; done
 for l in $libs; do

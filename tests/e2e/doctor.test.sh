@@ -34,6 +34,19 @@ ok_if "files: library, hook, lower runtime" line ok files > /dev/null
 ok_if "hmm/ats: GPU 0 off (the fake's default, as the H100 here)" bash -c "grep -E '^ok +hmm/ats' '$WORK/out' | grep -qF 'GPU 0: off'"
 ok_if "one line per check, then the count" bash -c "grep -vcE '^(ok|warn|FAIL|-) +[a-z/]+ +' '$WORK/out' | grep -qx 1 && tail -1 '$WORK/out' | grep -qx 'vgpuctl doctor: 0 failed, 0 warnings'"
 
+# Issue 46: configure advised lower_runtime = "nvidia-container-runtime", a bare name the shim did not find on
+# the GPU Operator's nodes, and a node with NVIDIA's runtime kept runc underneath with no warning.
+ok_if "runtime configure wrote NVIDIA's runtime, by its absolute path, as lower_runtime" \
+    grep -qx "lower_runtime = \"$WORK/bin/nvidia-container-runtime\"" "$VGPU_CONFIG"
+cp "$VGPU_CONFIG" "$WORK/nvidia.toml"
+sed -i 's|^lower_runtime = .*|lower_runtime = "runc"|' "$VGPU_CONFIG"
+"$VGPUCTL" runtime configure --runtime=docker --config "$DJ" --runtime-path "$SHIM" --no-nvidia-lower-runtime > /dev/null
+ok_if "--no-nvidia-lower-runtime leaves lower_runtime = runc" grep -qx 'lower_runtime = "runc"' "$VGPU_CONFIG"
+doctor
+ok_if "  ... which doctor warns about: exit 2" test "$(rc)" = 2
+ok_if "  ... warn nvidia naming NVIDIA's runtime and runc" bash -c "grep -E '^warn +nvidia +' '$WORK/out' | grep -qF 'runtime $WORK/bin/nvidia-container-runtime is installed but not used: lower_runtime = \"runc\"'"
+cp "$WORK/nvidia.toml" "$VGPU_CONFIG"
+
 # HMM on: a warning naming the node setting that turns it off; exit 2.
 FAKE_NVML_ADDRESSING_MODE=hmm doctor
 ok_if "HMM on: exit 2" test "$(rc)" = 2

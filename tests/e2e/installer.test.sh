@@ -20,8 +20,8 @@ RENDER=(python3 "$REPO/tests/helm/template.py")
 render() { "${RENDER[@]}" "$CHART" "$@" > "$WORK/chart.yaml" 2> "$WORK/chart.err" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 kinds() { python3 -c 'import sys, yaml; print(" ".join(sorted(d["kind"] for d in yaml.safe_load_all(open(sys.argv[1])) if d)))' "$WORK/chart.yaml"; }
 check "the defaults render, lint (helm lint --strict) and validate (kubernetes-validate --strict)" render
-check_eq "  ... the node DaemonSet, the uninstall hook's, the node policy (a ConfigMap), its service account, kube-rbac-proxy's RBAC and the RuntimeClass" "$(kinds)" \
-    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
+check_eq "  ... the node DaemonSet, the uninstall hooks (a DaemonSet, a Job and its RBAC), the node policy (a ConfigMap), its service account, kube-rbac-proxy's RBAC and the RuntimeClass" "$(kinds)" \
+    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount"
 # field PATH: one value of the rendered documents, by kind (the last of a kind) and a Python expression on
 # it; `a` holds every document.
 cfield() { python3 -c 'import sys, yaml
@@ -83,7 +83,7 @@ check "monitor.rbacProxy.enabled=false, stateRoot=/var/run/vgpu-op, monitor.driv
     render --set monitor.rbacProxy.enabled=false --set stateRoot=/var/run/vgpu-op --set monitor.driverRoot=/run/nvidia/driver
 check_eq "  ... the monitor serves the node's port itself, no proxy, no proxy RBAC" \
     "$(cfield "($(ctr monitor)['args'], [c['name'] for c in $POD['containers']], $(ctr monitor)['ports'][0]['containerPort'])") $(kinds)" \
-    "(['monitor', '--listen', '0.0.0.0:9394'], ['gc', 'monitor'], 9394) ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
+    "(['monitor', '--listen', '0.0.0.0:9394'], ['gc', 'monitor'], 9394) ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount"
 check_eq "  ... the state root and the driver root are the values'" \
     "$(cfield "([(v['name'], v['hostPath']['path']) for v in $POD['volumes'] if 'hostPath' in v][1:], [m['mountPath'] for m in $(ctr gc)['volumeMounts']][0], {e['name']: e['value'] for e in $(ctr monitor)['env'] if 'value' in e})")" \
     "([('state-root', '/var/run/vgpu-op'), ('vgpu-config', '/etc/vgpu'), ('driver-root', '/run/nvidia/driver')], '/var/run/vgpu-op', {'VGPU_STATE_ROOT': '/var/run/vgpu-op', 'VGPU_DRIVER_ROOT': '/driver-root'})"
@@ -95,14 +95,14 @@ check_eq "  ... reach the installer's environment" \
     "{'VGPU_ENGINE': 'crio', 'VGPU_ENGINE_CONFIG': '', 'VGPU_SET_AS_DEFAULT': 'true', 'VGPU_RESTART': 'systemd', 'VGPU_NVIDIA_RUNTIME': '', 'VGPU_DEFAULT_MEMORY_LIMIT': '4Gi', 'VGPU_REQUIRE_MEMORY_LIMIT': 'true', 'VGPU_CHART_CONFIG': '/etc/vgpu-chart/config.toml'}"
 check_eq "  ... a Service and a ServiceMonitor on port 9500, no scrape annotations" \
     "$(kinds) $(cfield "d['ServiceMonitor']['spec']['endpoints'][0]['port']") $(cfield "d['Service']['spec']['ports'][0]['port']") $(cfield "'annotations' in d['DaemonSet']['spec']['template']['metadata']")" \
-    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet RuntimeClass Service ServiceAccount ServiceMonitor metrics 9500 False"
+    "ClusterRole ClusterRole ClusterRoleBinding ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass Service ServiceAccount ServiceAccount ServiceMonitor metrics 9500 False"
 check_eq "  ... the ServiceMonitor scrapes kube-rbac-proxy with TLS and Prometheus's token" \
     "$(cfield "{k: v for k, v in d['ServiceMonitor']['spec']['endpoints'][0].items() if k in ('scheme', 'bearerTokenFile', 'tlsConfig')}") $(cfield "$(ctr kube-rbac-proxy)['args'][0]")" \
     "{'scheme': 'https', 'bearerTokenFile': '/var/run/secrets/kubernetes.io/serviceaccount/token', 'tlsConfig': {'insecureSkipVerify': True}} --secure-listen-address=[\$(IP)]:9500"
 check "monitor disabled, a custom node selector and no tolerations" \
     render --set monitor.enabled=false --set nodeSelector.pool=gpu -f <(printf 'tolerations: []\nnodeSelector: {pool: gpu}\n')
 check_eq "  ... gc alone, on the pool, no proxy RBAC" "$(cfield "[c['name'] for c in $POD['containers']]") $(cfield "$POD['nodeSelector']") $(kinds)" \
-    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'} ConfigMap DaemonSet DaemonSet RuntimeClass ServiceAccount"
+    "['gc'] {'nvidia.com/gpu.present': 'true', 'pool': 'gpu'} ConfigMap DaemonSet DaemonSet Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount"
 check "mode=uninstall renders and validates" render --set mode=uninstall
 check_eq "  ... the uninstall DaemonSet alone, running install.sh uninstall" \
     "$(kinds) $(cfield "d['DaemonSet']['metadata']['name']") $(cfield "$POD['initContainers'][0]['args']")" \
@@ -115,7 +115,7 @@ render_dra() { "${RENDER[@]}" "$CHART" --set dra.enabled=true > "$WORK/chart.yam
     kubernetes-validate --strict --quiet -k 1.34.0 "$WORK/chart.yaml" && kubernetes-validate --strict --quiet "$WORK/chart.yaml"; }
 check "dra.enabled=true renders and validates against Kubernetes 1.34 and the newest schema" render_dra
 check_eq "  ... the DeviceClass, the driver's RBAC, its node policy and its DaemonSet beside the node's" "$(kinds)" \
-    "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap DaemonSet DaemonSet DaemonSet DeviceClass RuntimeClass ServiceAccount ServiceAccount ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
+    "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap DaemonSet DaemonSet DaemonSet DeviceClass Job Role RoleBinding RuntimeClass ServiceAccount ServiceAccount ServiceAccount ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
 # Issue 44: the ClusterRole let the driver create, update and delete every ResourceSlice in the cluster.
 check_eq "  ... a policy holds the driver's service account to its own node's ResourceSlices (issue 44)" \
     "$(cfield "(d['ValidatingAdmissionPolicy']['spec']['matchConstraints']['resourceRules'][0]['resources'], d['ValidatingAdmissionPolicy']['spec']['matchConditions'][0]['expression'].strip(), [v['expression'] for v in d['ValidatingAdmissionPolicy']['spec']['validations']], d['ValidatingAdmissionPolicyBinding']['spec'])")" \
@@ -156,6 +156,15 @@ IMG=vgpu-e2e/installer:test
 check "the image builds with docker import (nothing pulled)" bash "$REPO/packaging/installer/build.sh" "$IMG"
 check_eq "its entrypoint is install.sh install" \
     "$(docker image inspect -f '{{json .Config.Entrypoint}} {{json .Config.Cmd}}' "$IMG" 2>&1)" '["/vgpu/install.sh"] ["install"]'
+
+echo "-- the uninstall hook's Job in the image, as the chart runs it (its waiter against an API server: uninstall-hook.test.sh)"
+JOB_RUN=(docker run --rm --user 65534 --read-only --cap-drop ALL --security-opt no-new-privileges --entrypoint /usr/local/bin/vgpu-daemonset-wait "$IMG")
+check_match "the image carries /usr/local/bin/vgpu-daemonset-wait, which runs there as the Job's user 65534" '^vgpu-daemonset-wait ' \
+    "$("${JOB_RUN[@]}" --version 2>&1)"
+out=$("${JOB_RUN[@]}" vgpu-uninstall-hook --namespace=kube-system --timeout-seconds=10 2>&1); rc=$?
+check_match "  ... and, with no API server to reach, says so in one line, exit status 1" \
+    "^1 1 vgpu-daemonset-wait: cannot reach the API server \\(KUBECONFIG or the pod's service account\\): .+" \
+    "$rc $(printf '%s\n' "$out" | wc -l) $out"
 
 echo "-- the DRA plugin in the image, as the chart's vgpu-dra DaemonSet runs it"
 check_match "the image carries /usr/local/bin/vgpu-dra-plugin, which runs in the image (with its glibc)" '^vgpu-dra-plugin ' \

@@ -85,6 +85,8 @@ for assignment, named in [
     ("mode=delete", "/mode"),
     ("dra.nodeSelector=gpu", "/dra/nodeSelector"),
     ("gc.intervalSeconds=0", "/gc/intervalSeconds"),
+    ("uninstallHook.timeoutSeconds=5", "/uninstallHook/timeoutSeconds"),
+    ("uninstallHook.wait=true", "additional properties 'wait' not allowed"),
 ]:
     try:
         render(helm.parse_set_string(assignment), is_install=True)
@@ -102,11 +104,13 @@ print("-- helm template: the objects")
 d = render(is_install=True)
 ok, out = validate(d, f"{WORK}/defaults.yaml")
 check("the defaults validate (kubernetes-validate --strict)", ok, out)
-check("  ... kube-rbac-proxy's RBAC and service account, a ConfigMap, the node DaemonSet, its uninstall hook and the RuntimeClass",
+check("  ... kube-rbac-proxy's RBAC and service account, a ConfigMap, the node DaemonSet, its uninstall hooks and the RuntimeClass",
       sorted((o["kind"], o["metadata"]["name"]) for o in objects(d))
       == [("ClusterRole", "vgpu-metrics-reader"), ("ClusterRole", "vgpu-rbac-proxy"),
           ("ClusterRoleBinding", "vgpu-rbac-proxy"), ("ConfigMap", "vgpu-node-config"), ("DaemonSet", "vgpu-node"),
-          ("DaemonSet", "vgpu-uninstall-hook"), ("RuntimeClass", "vgpu"), ("ServiceAccount", "vgpu-node")],
+          ("DaemonSet", "vgpu-uninstall-hook"), ("Job", "vgpu-uninstall-wait"), ("Role", "vgpu-uninstall-hook"),
+          ("RoleBinding", "vgpu-uninstall-hook"), ("RuntimeClass", "vgpu"), ("ServiceAccount", "vgpu-node"),
+          ("ServiceAccount", "vgpu-uninstall-hook")],
       [(o["kind"], o["metadata"]["name"]) for o in objects(d)])
 node = one(d, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
 monitor = next(c for c in node["containers"] if c["name"] == "monitor")
@@ -118,14 +122,68 @@ check("  ... the installer reads the node policy from the ConfigMap",
       {"name": "node-config", "mountPath": "/etc/vgpu-chart", "readOnly": True} in install["volumeMounts"]
       and {"name": "node-config", "configMap": {"name": "vgpu-node-config"}} in node["volumes"]
       and {"name": "VGPU_CHART_CONFIG", "value": "/etc/vgpu-chart/config.toml"} in install["env"], install)
+print("-- helm uninstall in one step: the pre-delete hooks")
+# Issue 46: the hook was a DaemonSet alone, kept by Helm after the release (before-hook-creation only), and
+# nothing held the release's deletion back until the nodes were done (Helm waits for hook Jobs and Pods only).
+hooks = [o for o in objects(d) if "helm.sh/hook" in o["metadata"].get("annotations", {})]
+ann = {(o["kind"], o["metadata"]["name"]): o["metadata"]["annotations"] for o in hooks}
+check("  ... the hooks: the waiter's service account, Role and RoleBinding, the uninstall DaemonSet, the Job",
+      sorted(ann) == [("DaemonSet", "vgpu-uninstall-hook"), ("Job", "vgpu-uninstall-wait"), ("Role", "vgpu-uninstall-hook"),
+                      ("RoleBinding", "vgpu-uninstall-hook"), ("ServiceAccount", "vgpu-uninstall-hook")], sorted(ann))
+check("  ... all pre-delete, none outliving the release: each deleted once all succeed (hook-succeeded), "
+      "a failed run's replaced by the next (before-hook-creation)",
+      all(a.get("helm.sh/hook") == "pre-delete"
+          and set(a.get("helm.sh/hook-delete-policy", "").split(",")) == {"before-hook-creation", "hook-succeeded"}
+          for a in ann.values()), ann)
+weight = {k: int(a.get("helm.sh/hook-weight", "0")) for k, a in ann.items()}
+check("  ... in order (Helm runs a weight's hooks before the next's): RBAC, then the DaemonSet, then the Job last",
+      max(w for (k, _), w in weight.items() if k in ("ServiceAccount", "Role", "RoleBinding"))
+      < weight[("DaemonSet", "vgpu-uninstall-hook")] < weight[("Job", "vgpu-uninstall-wait")], weight)
 hook = one(d, "DaemonSet", "vgpu-uninstall-hook")
-check("  ... helm uninstall's pre-delete hook runs install.sh uninstall on the node DaemonSet's nodes",
-      hook["metadata"]["annotations"].get("helm.sh/hook") == "pre-delete"
-      and hook["spec"]["template"]["spec"]["initContainers"][0]["args"] == ["uninstall"]
-      and hook["spec"]["template"]["spec"]["nodeSelector"] == node["nodeSelector"], hook)
+hpod = hook["spec"]["template"]["spec"]
+check("  ... the DaemonSet runs install.sh uninstall, privileged with the node's /, on the node DaemonSet's nodes",
+      hpod["initContainers"][0]["args"] == ["uninstall"] and hpod["initContainers"][0]["securityContext"] == {"privileged": True}
+      and {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}} in hpod["volumes"]
+      and (hpod["nodeSelector"], hpod["tolerations"]) == (node["nodeSelector"], node["tolerations"]), hpod)
+check("  ... with the install container's engine settings (it unconfigures what install configured)",
+      hpod["initContainers"][0]["env"] == [e for e in install["env"] if e["name"] != "VGPU_CHART_CONFIG"],
+      (hpod["initContainers"][0]["env"], install["env"]))
+sel = hook["spec"]["selector"]["matchLabels"]
+labels = hook["spec"]["template"]["metadata"]["labels"]
+nsel = one(d, "DaemonSet", "vgpu-node")["spec"]["selector"]["matchLabels"]
+check("  ... its selector is its own: its pods' labels, not the node DaemonSet's pods'",
+      sel.items() <= labels.items() and sel.get("vgpu.io/role") == "uninstall-hook"
+      and not sel.items() <= one(d, "DaemonSet", "vgpu-node")["spec"]["template"]["metadata"]["labels"].items()
+      and sel != nsel, (sel, nsel))
+job = one(d, "Job", "vgpu-uninstall-wait")
+jpod = job["spec"]["template"]["spec"]
+wait = jpod["containers"][0]
+check("  ... the Job runs vgpu-daemonset-wait on that DaemonSet, in its namespace, 240 s",
+      wait["command"] == ["/usr/local/bin/vgpu-daemonset-wait"]
+      and wait["args"] == ["vgpu-uninstall-hook", "--namespace=kube-system", "--timeout-seconds=240"], wait)
+check("  ... once (backoffLimit 0), within Helm's default 300 s for the hook, its log printed by Helm on failure",
+      job["spec"]["backoffLimit"] == 0 and 240 < job["spec"]["activeDeadlineSeconds"] <= 300
+      and jpod["restartPolicy"] == "Never"
+      and ann[("Job", "vgpu-uninstall-wait")].get("helm.sh/hook-output-log-policy") == "hook-failed", job["spec"])
+check("  ... unprivileged: not root, no capabilities, its filesystem read-only",
+      wait["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                                  "runAsUser": 65534, "capabilities": {"drop": ["ALL"]}}, wait["securityContext"])
+role, binding = one(d, "Role", "vgpu-uninstall-hook"), one(d, "RoleBinding", "vgpu-uninstall-hook")
+check("  ... its service account may get that DaemonSet and list pods in the namespace, nothing else",
+      jpod["serviceAccountName"] == "vgpu-uninstall-hook"
+      and binding["subjects"] == [{"kind": "ServiceAccount", "name": "vgpu-uninstall-hook", "namespace": "kube-system"}]
+      and binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vgpu-uninstall-hook"}
+      and role["rules"] == [{"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["vgpu-uninstall-hook"], "verbs": ["get"]},
+                            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}], (role, binding))
+longer = render(sets("uninstallHook.timeoutSeconds=900"), is_install=True)
+lj = one(longer, "Job", "vgpu-uninstall-wait")
+check("  ... uninstallHook.timeoutSeconds=900: the wait and the Job's deadline follow",
+      lj["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--timeout-seconds=900"
+      and lj["spec"]["activeDeadlineSeconds"] == 930, lj["spec"])
 nohook = render(sets("uninstallHook.enabled=false"), is_install=True)
 check("  ... uninstallHook.enabled=false: no hook",
-      [o["metadata"]["name"] for o in objects(nohook) if o["kind"] == "DaemonSet"] == ["vgpu-node"])
+      [o["metadata"]["name"] for o in objects(nohook) if "helm.sh/hook" in o["metadata"].get("annotations", {})] == [])
+print("-- the rest")
 dra = render(sets("dra.enabled=true"), is_install=True)
 ok, out = validate(dra, f"{WORK}/dra.yaml", "-k", "1.34.0")
 check("dra.enabled=true validates against Kubernetes 1.34", ok, out)

@@ -4,7 +4,10 @@ calls vgpu-dra-plugin makes. GET .../namespaces/NS/resourceclaims/NAME returns D
 GET /api/v1/nodes/NAME DIR/nodes/NAME.json (404 with a Status when absent); GET
 /apis/resource.k8s.io/v1/resourceslices lists DIR/slices/*.json, filtered by a fieldSelector on
 spec.nodeName and spec.driver as the real server does; PATCH .../resourceslices/NAME (a server-side apply)
-stores the body as DIR/slices/NAME.json and returns it; DELETE .../resourceslices/NAME removes it. Every
+stores the body as DIR/slices/NAME.json and returns it; DELETE .../resourceslices/NAME removes it. For the
+chart's uninstall hook (vgpu-daemonset-wait): GET /apis/apps/v1/namespaces/NS/daemonsets/NAME returns
+DIR/daemonsets/NS_NAME.json, GET /api/v1/namespaces/NS/pods lists DIR/pods/NS_*.json filtered by a
+labelSelector of k=v terms. Every
 request is logged to DIR/requests.log as "METHOD PATH CONTENT-TYPE". The port it listens on is written to
 DIR/port."""
 import glob, json, os, re, sys
@@ -16,6 +19,8 @@ CLAIM = re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclai
 SLICE = re.compile(r"^/apis/resource\.k8s\.io/v1/resourceslices/([^/?]+)$")
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 NODE = re.compile(r"^/api/v1/nodes/([^/?]+)$")
+DAEMONSET = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/daemonsets/([^/?]+)$")
+PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 # The fields a ResourceSlice may be selected by, as paths into the object.
 FIELDS = {"spec.nodeName": ("spec", "nodeName"), "spec.driver": ("spec", "driver")}
 
@@ -42,10 +47,15 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if url.path == SLICES:
             return self.list_slices(parse_qs(url.query).get("fieldSelector", [""])[0])
+        p = PODS.match(url.path)
+        if p:
+            return self.list_pods(p.group(1), parse_qs(url.query).get("labelSelector", [""])[0])
         m = CLAIM.match(url.path)
         n = NODE.match(url.path)
+        d = DAEMONSET.match(url.path)
         path = (m and os.path.join(DIR, "claims", f"{m.group(1)}_{m.group(2)}.json")) or (
-            n and os.path.join(DIR, "nodes", f"{n.group(1)}.json"))
+            n and os.path.join(DIR, "nodes", f"{n.group(1)}.json")) or (
+            d and os.path.join(DIR, "daemonsets", f"{d.group(1)}_{d.group(2)}.json"))
         if not path or not os.path.isfile(path):
             return self.not_found()
         with open(path) as f:
@@ -67,6 +77,16 @@ class Handler(BaseHTTPRequestHandler):
                 items.append(obj)
         self.answer(200, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
                           "metadata": {"resourceVersion": "1"}, "items": items})
+
+    def list_pods(self, namespace, selector):
+        want = dict(term.partition("=")[::2] for term in filter(None, selector.split(",")))
+        items = []
+        for p in sorted(glob.glob(os.path.join(DIR, "pods", f"{namespace}_*.json"))):
+            with open(p) as f:
+                obj = json.load(f)
+            if all(obj["metadata"].get("labels", {}).get(k) == v for k, v in want.items()):
+                items.append(obj)
+        self.answer(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items})
 
     def do_DELETE(self):
         self.log()
