@@ -19,6 +19,7 @@
 //! file the tenant can write. Readers may report it, never enforce by it.
 
 use crate::hostfile;
+use crate::printable::printable;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -189,7 +190,7 @@ fn ledgers(dir: &Path, skipped: &mut Vec<Skipped>) -> Vec<Ledger> {
             // Gone between the listing and the open: nothing to say.
             Err(LedgerError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
             Err(e) => skipped.push(Skipped {
-                why: e.to_string(),
+                why: skip_line(&path, &e),
                 path,
             }),
         }
@@ -218,6 +219,16 @@ fn ledgers(dir: &Path, skipped: &mut Vec<Skipped>) -> Vec<Ledger> {
         }
     }
     out
+}
+
+/// The line saying why the ledger at `path` was skipped: the ledger error's, with the path in Debug form
+/// (the name is the tenant's) and anything else it quotes with control characters escaped.
+fn skip_line(path: &Path, e: &LedgerError) -> String {
+    let line = e.to_string();
+    match line.strip_prefix(&format!("vgpu ledger {}: ", path.display())) {
+        Some(rest) => format!("vgpu ledger {path:?}: {}", printable(rest)),
+        None => printable(&line).into_owned(),
+    }
 }
 
 /// The ledger at `path`, opened as a tenant's file (`hostfile::open_regular`: at most a ledger's size) and

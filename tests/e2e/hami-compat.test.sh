@@ -197,8 +197,8 @@ check_eq "  ... and no process" "$(series vgpu_ledger_processes "pod=\"$P2\"")" 
 check_not "a folder without a ledger (CUDA_DISABLE_CONTROL=true: no preload) is no container" \
     grep -q 'pod="7c0e3d1a-0000-4000-8000-000000000006"' <<<"$(scrape)"
 check_eq "the link and the oversized file are skipped (vgpu_hami_skipped_files)" "$(scrape | grep '^vgpu_hami_skipped_files ' | awk '{print $2}')" 2
-evil="skipped in HAMi's folders: vgpu ledger $HCDIR/evil.cache.$GPU0: is a symbolic link, which vgpu never follows here"
-big="skipped in HAMi's folders: vgpu ledger $HCDIR/big.cache.$GPU0: is 67108864 bytes, more than such a file can be"
+evil="skipped in HAMi's folders: vgpu ledger \"$HCDIR/evil.cache.$GPU0\": is a symbolic link, which vgpu never follows here"
+big="skipped in HAMi's folders: vgpu ledger \"$HCDIR/big.cache.$GPU0\": is 67108864 bytes, more than such a file can be"
 check "the link is logged" wait_for 5 grep -qF "$evil" "$WORK/hmon.log"
 check "the oversized file is logged" wait_for 5 grep -qF "$big" "$WORK/hmon.log"
 sleep 3
