@@ -18,6 +18,8 @@
 //! library wrote into the ledger's header at creation (from HAMi's `CUDA_DEVICE_MEMORY_LIMIT_<i>`), in a
 //! file the tenant can write. Readers may report it, never enforce by it.
 
+pub mod bundle;
+
 use crate::hostfile;
 use crate::printable::printable;
 use std::fs;

@@ -332,6 +332,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         .with_unattributed(s.unattributed_threshold, s.unattributed_scans)
         .with_share_wall(s.share_wall, share)
         .with_hami(s.hami_containers.clone())
+        .with_hami_tasks(s.hami_tasks.clone())
         .with_turns(vgpu_monitor::turns::run::Arbiter::new(
             s.turns,
             root.clone(),
