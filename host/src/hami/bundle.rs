@@ -143,6 +143,12 @@ fn quota(
         Err(e) => return Err(format!("init.pid: {e}")),
     };
     let mut init = inspect(pid).ok_or_else(|| format!("its init process {pid} is gone"))?;
+    let written = fs::metadata(b.join("init.pid")).and_then(|m| m.modified());
+    if written.is_ok_and(|w| !started_before(&init, w)) {
+        return Err(format!(
+            "its init process {pid} is gone (the PID is another process's, started after init.pid was written)"
+        ));
+    }
     init.cgroup = Some(init.cgroup());
     Ok(Some(HostQuota {
         bundle: b.to_path_buf(),
@@ -165,6 +171,23 @@ fn hami_folder(spec: &serde_json::Value, containers_dir: &Path) -> Option<String
         let name = src.file_name()?.to_str()?;
         (src.parent()? == containers_dir && split_name(name).is_some()).then(|| name.to_string())
     })
+}
+
+/// `p` started before `written` (give or take 2 s): the shim writes `init.pid` once the init exists, so
+/// a process holding that PID but started later is another one (the PID reused after the container ended).
+/// Its start is the boot time (`/proc/stat`'s `btime`) plus its start ticks at USER_HZ, 100 on every
+/// architecture Linux runs containers on; unknown when `/proc/stat` cannot tell (then taken as before).
+fn started_before(p: &HostProc, written: std::time::SystemTime) -> bool {
+    let btime = fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
+    });
+    let Some(btime) = btime else { return true };
+    let started = btime + p.start_time / 100;
+    let written = written
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    started <= written + 2
 }
 
 /// [`read`] with the host's `/proc`.

@@ -107,6 +107,22 @@ fn a_hami_bundle_that_cannot_be_used_is_one_line_naming_it() {
         &["CUDA_DEVICE_MEMORY_LIMIT_0=1g", &gpu],
         Some(999_999_999),
     );
+    // This process's PID in an init.pid written before it started: a PID reused since.
+    let r = bundle(
+        &tasks,
+        "reused",
+        &folder("e"),
+        &["CUDA_DEVICE_MEMORY_LIMIT_0=1g", &gpu],
+        Some(me),
+    );
+    let long_ago =
+        std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    fs::File::options()
+        .write(true)
+        .open(r.join("init.pid"))
+        .unwrap()
+        .set_modified(long_ago)
+        .unwrap();
     let l = bundle(&tasks, "link", &folder("d"), &[&gpu], Some(me));
     fs::remove_file(l.join("config.json")).unwrap();
     symlink("/etc/passwd", l.join("config.json")).unwrap();
@@ -126,5 +142,6 @@ fn a_hami_bundle_that_cannot_be_used_is_one_line_naming_it() {
     assert!(line("limit").contains("CUDA_DEVICE_MEMORY_LIMIT_0"));
     assert!(line("gone").contains("its init process 999999999 is gone"));
     assert!(line("link").contains("symbolic link"));
-    assert_eq!(f.problems.len(), 4);
+    assert!(line("reused").contains("started after init.pid was written"));
+    assert_eq!(f.problems.len(), 5);
 }
