@@ -2,7 +2,8 @@
 //! its PID namespace, only among live containers (`owner_of`), and what each container's processes truly
 //! hold on each of its GPUs (`attribute`, its `Truth`). The watchdog decides on it (`vgpu_monitor`), and
 //! `vgpuctl update` measures a shrink by it (`held`). Containers of HAMi's folders (`usage::Origin::Hami`)
-//! recorded neither cgroup nor namespace: they are given only processes no container of the state root
+//! recorded neither cgroup nor namespace unless their containerd bundle was found (`hami::bundle`: then
+//! they are matched as the state root's are); the others are given only processes no other container
 //! claims (`hami_owner`), so nothing a tenant writes in its ledger takes a process from another container.
 //! Not here: reading `/proc` (`procs`) or NVML (`nvml`).
 
@@ -82,8 +83,8 @@ pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Op
 }
 
 /// The live container of HAMi's folders without a host record (`usage::Origin::Hami`'s `bundle` None) a
-/// host process belongs to, for a process no other container owns ([`owner_of`] first). Such a container recorded nothing the host wrote but its folder's name,
-/// so:
+/// host process belongs to, for a process no other container owns ([`owner_of`] first). Such a container
+/// recorded nothing the host wrote but its folder's name, so:
 /// 1. a process whose cgroup is a kubelet's pod cgroup (`hami::kubelet_pod_uid`) is only ever one of that
 ///    pod's containers (the host's record: a tenant names neither its cgroup nor its folder);
 /// 2. among those (or, outside a pod's cgroup, among all but in the host's PID namespace), the only one

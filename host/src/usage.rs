@@ -4,7 +4,8 @@
 //! root (`inventory`: no link followed, never blocking, nothing mapped, no lock taken; a missing ledger is no
 //! usage, not an error), so the monitor sees what `vgpuctl status`, admission and the garbage collector see.
 //! Containers HAMi's device plugin started with vgpu's library have no state under the state root: they are
-//! made from HAMi's per-container folders ([`from_hami`], read by `crate::hami`), marked [`Origin::Hami`].
+//! made from HAMi's per-container folders ([`from_hami`], read by `crate::hami`), marked [`Origin::Hami`],
+//! and given the quota and init their containerd bundle holds where one is found ([`join_host_quotas`]).
 //! Not here: NVML, which process is whose (`attribution`), the monitor's metrics and decisions.
 
 use crate::inventory::{self, LedgerRead};
@@ -18,8 +19,9 @@ pub enum Origin {
     /// vgpu's state root: the host wrote its limits file (the quota the monitor may enforce).
     #[default]
     StateRoot,
-    /// HAMi's per-container folder (`crate::hami`): no file of the host's holds its quota, only what the
-    /// library wrote into the ledger, a file the tenant can write. Reported, never enforced.
+    /// HAMi's per-container folder (`crate::hami`): without its `bundle`, no file of the host's holds its
+    /// quota, only what the library wrote into the ledger, a file the tenant can write: reported, never
+    /// enforced. With it, the quota is its OCI spec's ([`with_host_quota`]), enforced.
     Hami {
         /// The pod's UID and the container's name, as the folder's name gives them.
         pod_uid: String,

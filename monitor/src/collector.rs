@@ -130,7 +130,8 @@ impl Monitor {
     }
 
     /// This monitor also reporting the containers of HAMi's per-container folders where `setting` says
-    /// (`vgpu_host::hami`): their figures and report-only findings, never a kill or a freeze.
+    /// (`vgpu_host::hami`): their figures and findings, report only unless their bundle's spec is found
+    /// (`with_hami_tasks`); never a freeze.
     pub fn with_hami(mut self, setting: HamiContainers) -> Monitor {
         self.hami.setting = Some(setting);
         self
