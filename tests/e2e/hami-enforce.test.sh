@@ -132,8 +132,16 @@ check_eq "no process killed" "$(grep -c 'killed pid' "$WORK/rmon.log")" 0
 check "the hostile container still runs" task_running hostile
 kill "$rmon_PID"; wait "$rmon_PID" 2>/dev/null
 
-echo "-- the bundles of the private containerd: the spec's quota, enforced"
+echo "-- vgpuctl status with the same config: the spec's quota, not the ledger's"
+out=$(FAKE_CUDA_STATE_DIR=$FAKESTATE VGPU_CONFIG=$WORK/nobundle.toml "$VGPUCTL" status 2>/dev/null)
+check_match "without the bundles: the ledger's 64 GiB" "^hami/${PE}_hostile +0 +$GPU0 +64.0 GiB " "$out"
 cfg bundles "$TASKS"
+out=$(FAKE_CUDA_STATE_DIR=$FAKESTATE VGPU_CONFIG=$WORK/bundles.toml "$VGPUCTL" status 2>/dev/null)
+check_match "with them: the spec's 1 GiB, said" "^hami/${PE}_hostile +0 +$GPU0 +1.00 GiB .*quota of its OCI spec$" "$out"
+check_eq "  ... --json names the spec" "$(FAKE_CUDA_STATE_DIR=$FAKESTATE VGPU_CONFIG=$WORK/bundles.toml "$VGPUCTL" status --json 2>/dev/null |
+    jq -r --arg id "hami/${PE}_hostile" '.containers[] | select(.id == $id) | .hami.spec')" "$TASKS/k8s.io/hostile/config.json"
+
+echo "-- the bundles of the private containerd: the spec's quota, enforced"
 VGPU_CONFIG=$WORK/bundles.toml monitor_start emon --kill && pass "the monitor starts" || fail "the monitor starts"
 check "the hostile container's process is killed" wait_for 15 grep -q "killed pid" "$WORK/emon.log"
 line=$(grep -m1 "over quota: container hami/${PE}_hostile" "$WORK/emon.log")
