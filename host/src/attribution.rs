@@ -2,7 +2,8 @@
 //! its PID namespace, only among live containers (`owner_of`), and what each container's processes truly
 //! hold on each of its GPUs (`attribute`, its `Truth`). The watchdog decides on it (`vgpu_monitor`), and
 //! `vgpuctl update` measures a shrink by it (`held`). Containers of HAMi's folders (`usage::Origin::Hami`)
-//! recorded neither cgroup nor namespace: they are given only processes no container of the state root
+//! recorded neither cgroup nor namespace unless their containerd bundle was found (`hami::bundle`: then
+//! they are matched as the state root's are); the others are given only processes no other container
 //! claims (`hami_owner`), so nothing a tenant writes in its ledger takes a process from another container.
 //! Not here: reading `/proc` (`procs`) or NVML (`nvml`).
 
@@ -58,12 +59,10 @@ impl Truth {
 ///    host's own PID namespace (`host_ns`) names no container: every host process lives there.
 ///
 /// A container with a recorded cgroup is never given a process outside it: a pod's sidecar sharing its
-/// PID namespace is not its process. Containers of HAMi's folders are never named here ([`hami_owner`]).
+/// PID namespace is not its process. Containers of HAMi's folders are named here only with the bundle the
+/// host recorded (`hami::bundle`: its init's cgroup and namespace); the others by [`hami_owner`].
 pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Option<usize> {
-    let live = || {
-        (0..containers.len())
-            .filter(|&i| containers[i].live && containers[i].origin == Origin::StateRoot)
-    };
+    let live = || (0..containers.len()).filter(|&i| containers[i].live && containers[i].enforced());
     if let Some(cg) = p.unified_cgroup() {
         let by_cgroup = live()
             .filter_map(|i| Some((i, containers[i].cgroup.as_deref()?)))
@@ -83,9 +82,9 @@ pub fn owner_of(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> Op
     }
 }
 
-/// The live container of HAMi's folders a host process belongs to, for a process no container of the state
-/// root owns ([`owner_of`] first). Such a container recorded nothing the host wrote but its folder's name,
-/// so:
+/// The live container of HAMi's folders without a host record (`usage::Origin::Hami`'s `bundle` None) a
+/// host process belongs to, for a process no other container owns ([`owner_of`] first). Such a container
+/// recorded nothing the host wrote but its folder's name, so:
 /// 1. a process whose cgroup is a kubelet's pod cgroup (`hami::kubelet_pod_uid`) is only ever one of that
 ///    pod's containers (the host's record: a tenant names neither its cgroup nor its folder);
 /// 2. among those (or, outside a pod's cgroup, among all but in the host's PID namespace), the only one
@@ -102,6 +101,12 @@ pub fn hami_owner(containers: &[ContainerState], p: &HostProc, host_ns: u64) -> 
     let candidates: Vec<usize> = (0..containers.len())
         .filter(|&i| containers[i].live)
         .filter(|&i| match (&containers[i].origin, &pod) {
+            (
+                Origin::Hami {
+                    bundle: Some(_), ..
+                },
+                _,
+            ) => false,
             (Origin::Hami { pod_uid, .. }, Some(uid)) => pod_uid.eq_ignore_ascii_case(uid),
             (Origin::Hami { .. }, None) => p.ns != host_ns,
             (Origin::StateRoot, _) => false,

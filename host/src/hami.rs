@@ -4,7 +4,8 @@
 //! at `/usr/local/vgpu` inside, mode 0777), where the library makes its ledgers
 //! `<CUDA_DEVICE_MEMORY_SHARED_CACHE's file name>.<GPU uuid>`. [`scan`] lists those folders and reads their
 //! ledgers for the monitor and `vgpuctl status` (`usage::from_hami` makes them containers). Not here: what
-//! is made of them (metrics, report-only findings), which processes are theirs (`attribution`).
+//! is made of them (metrics, findings), which processes are theirs (`attribution`), the quota the host
+//! keeps for them (`bundle`).
 //!
 //! The containers folder and its entries are HAMi's (its device plugin makes them, as root); everything
 //! inside a container's folder is the tenant's. So inside it: at most [`MAX_ENTRIES`] entries are looked
@@ -14,11 +15,15 @@
 //! A file of that pattern that is not a ledger of its name's GPU is [`Skipped`] with one line saying why,
 //! and the folder's other ledgers are still read. Nothing is written, no lock taken.
 //!
-//! No quota file of the host's exists under HAMi: the quota a folder's container shows is the one its
-//! library wrote into the ledger's header at creation (from HAMi's `CUDA_DEVICE_MEMORY_LIMIT_<i>`), in a
-//! file the tenant can write. Readers may report it, never enforce by it.
+//! The quota a folder's ledger shows is the one its library wrote into the ledger's header at creation
+//! (from the process's `CUDA_DEVICE_MEMORY_LIMIT_<i>`), in a file the tenant can write: readers may report
+//! it, never enforce by it. The host's own record of the quota is the container's OCI spec in its
+//! containerd bundle ([`bundle`]), where one is found.
+
+pub mod bundle;
 
 use crate::hostfile;
+use crate::printable::printable;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -189,7 +194,7 @@ fn ledgers(dir: &Path, skipped: &mut Vec<Skipped>) -> Vec<Ledger> {
             // Gone between the listing and the open: nothing to say.
             Err(LedgerError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
             Err(e) => skipped.push(Skipped {
-                why: e.to_string(),
+                why: skip_line(&path, &e),
                 path,
             }),
         }
@@ -218,6 +223,16 @@ fn ledgers(dir: &Path, skipped: &mut Vec<Skipped>) -> Vec<Ledger> {
         }
     }
     out
+}
+
+/// The line saying why the ledger at `path` was skipped: the ledger error's, with the path in Debug form
+/// (the name is the tenant's) and anything else it quotes with control characters escaped.
+fn skip_line(path: &Path, e: &LedgerError) -> String {
+    let line = e.to_string();
+    match line.strip_prefix(&format!("vgpu ledger {}: ", path.display())) {
+        Some(rest) => format!("vgpu ledger {path:?}: {}", printable(rest)),
+        None => printable(&line).into_owned(),
+    }
 }
 
 /// The ledger at `path`, opened as a tenant's file (`hostfile::open_regular`: at most a ledger's size) and

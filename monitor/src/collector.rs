@@ -46,6 +46,8 @@ pub struct Monitor {
 #[derive(Default)]
 struct HamiWatch {
     setting: Option<HamiContainers>,
+    /// Where their bundles are (`vgpu_host::hami::bundle`; `Auto`: containerd's default).
+    tasks: HamiContainers,
     said: Mutex<BTreeSet<String>>,
 }
 
@@ -128,9 +130,17 @@ impl Monitor {
     }
 
     /// This monitor also reporting the containers of HAMi's per-container folders where `setting` says
-    /// (`vgpu_host::hami`): their figures and report-only findings, never a kill or a freeze.
+    /// (`vgpu_host::hami`): their figures and findings, report only unless their bundle's spec is found
+    /// (`with_hami_tasks`); never a freeze.
     pub fn with_hami(mut self, setting: HamiContainers) -> Monitor {
         self.hami.setting = Some(setting);
+        self
+    }
+
+    /// Where this monitor looks for the bundles of HAMi's containers (`[monitor] hami_task_dir`): a
+    /// container whose bundle's spec is found there is enforced on by the quota it holds.
+    pub fn with_hami_tasks(mut self, setting: HamiContainers) -> Monitor {
+        self.hami.tasks = setting;
         self
     }
 
@@ -267,11 +277,12 @@ impl Monitor {
                         .iter()
                         .map(|k| format!("skipped in HAMi's folders: {}", k.why)),
                 );
-                let cs = scan
+                let mut cs = scan
                     .folders
                     .iter()
                     .map(|f| usage::from_hami(f, &order))
                     .collect();
+                self.host_quotas(&mut cs, dir, &order, &mut lines);
                 (cs, Some(scan.skipped.len()))
             }
             // HAMi's default folder, looked for on every node: a node without HAMi has none.
@@ -292,6 +303,49 @@ impl Monitor {
         }
         *said = lines;
         out
+    }
+
+    /// The quotas the bundles of HAMi's containers hold (`hami::bundle`), given to `cs`; without any
+    /// (`hami_task_dir` off or missing) one line says they are reported only, and so does one for each
+    /// container holding a slot whose bundle is not found.
+    fn host_quotas(
+        &self,
+        cs: &mut Vec<usage::ContainerState>,
+        dir: &std::path::Path,
+        order: &[String],
+        lines: &mut BTreeSet<String>,
+    ) {
+        let only = "their quotas are reported, never enforced on";
+        let auto = std::path::Path::new(vgpu_host::hami::bundle::DEFAULT_TASK_DIR);
+        let Some(tasks) = self.hami.tasks.dir_or(auto) else {
+            lines.insert(format!(
+                "HAMi's containers: [monitor] hami_task_dir = false: {only}"
+            ));
+            return;
+        };
+        match vgpu_host::hami::bundle::read_host(tasks, dir) {
+            Ok(found) => {
+                lines.extend(found.problems.iter().cloned());
+                usage::join_host_quotas(cs, &found.quotas, dir, order);
+            }
+            Err(e) => {
+                lines.insert(format!(
+                    "HAMi's containers: no bundle of the host's to read their quotas from ({}: {e}): {only}",
+                    tasks.display()
+                ));
+                return;
+            }
+        }
+        for c in cs.iter() {
+            let held = c.gpus.iter().any(|g| !g.owners.is_empty());
+            if held && matches!(c.origin, usage::Origin::Hami { bundle: None, .. }) {
+                lines.insert(format!(
+                    "HAMi's container {}: no bundle under {} mounts its folder: its quota is reported, never enforced on",
+                    c.id,
+                    tasks.display()
+                ));
+            }
+        }
     }
 
     /// Reads everything now, runs the watchdog pass on it and keeps it for the scrapes: what the collector

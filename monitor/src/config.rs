@@ -52,6 +52,8 @@ pub struct Settings {
     pub node: String,
     /// Where HAMi's per-container folders are looked for (`[monitor] hami_containers_dir`; no flag).
     pub hami_containers: HamiContainers,
+    /// Where the bundles of HAMi's containers are looked for (`[monitor] hami_task_dir`; no flag).
+    pub hami_tasks: HamiContainers,
     /// The time-quanta arbiter (`[monitor.turns]`).
     pub turns: Turns,
 }
@@ -144,6 +146,7 @@ impl Settings {
                 .unwrap_or_else(|| default_nvml.to_string()),
             node: node_name(table.node.as_deref(), std::env::var("NODE_NAME").ok()),
             hami_containers: table.hami_containers_dir.clone(),
+            hami_tasks: table.hami_task_dir.clone(),
         })
     }
 }
@@ -204,6 +207,7 @@ mod tests {
             unattributed_threshold: Some(1 << 30),
             unattributed_scans: Some(5),
             hami_containers_dir: HamiContainers::Off,
+            hami_task_dir: HamiContainers::Off,
             turns: TurnsConfig {
                 quantum: Some(Duration::from_secs(2)),
                 force: Some(true),

@@ -107,8 +107,10 @@ impl Monitor {
             ..Default::default()
         };
         procs::kill_checked(&seen, |now| {
-            if r.containers[c].origin != Origin::StateRoot {
-                return Err("a container of HAMi's folders is never enforced on");
+            if !r.containers[c].enforced() {
+                return Err(
+                    "a container of HAMi's folders without its bundle's spec is never enforced on",
+                );
             }
             if !r.containers[c].init_alive(procs::init_alive) {
                 return Err("the container's init process is gone");
@@ -128,9 +130,15 @@ fn describe(f: &Finding, r: &Reading) -> String {
     let (cs, gs) = (&r.containers[c], &r.containers[c].gpus[g]);
     let at = format!("{} GPU {} ({})", who(cs), gs.index, gs.uuid);
     let line = describe_kind(f, gs, at);
-    match cs.origin {
+    match &cs.origin {
         Origin::StateRoot => line,
-        Origin::Hami { .. } => format!(
+        Origin::Hami {
+            bundle: Some(b), ..
+        } => format!(
+            "{line} (HAMi's container: the quota its OCI spec holds, {:?})",
+            b.join("config.json")
+        ),
+        Origin::Hami { bundle: None, .. } => format!(
             "{line} (report only: under HAMi the quota is what its library wrote in the ledger, a file the tenant can write)"
         ),
     }

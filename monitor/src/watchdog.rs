@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use vgpu_host::attribution::{TrueProc, Truth};
-use vgpu_host::usage::{ContainerState, GpuState, Origin};
+use vgpu_host::usage::{ContainerState, GpuState};
 
 /// The watchdog's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,8 +195,9 @@ pub fn decide(
             let allowed = pending.map_or(limit, |(held, _)| held);
             let ceiling = allowed.saturating_add(policy.tolerance);
             if used > ceiling {
-                // A container of HAMi's folders has no quota of the host's: reported, never killed.
-                let kill = if policy.kill && cs.origin == Origin::StateRoot {
+                // A container of HAMi's folders without its bundle's spec has no quota of the host's:
+                // reported, never killed.
+                let kill = if policy.kill && cs.enforced() {
                     victims(&procs, used, ceiling)
                 } else {
                     vec![]

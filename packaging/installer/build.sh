@@ -17,7 +17,7 @@ BIN=${CARGO_TARGET_DIR:-target}/glibc-2.28/x86_64-unknown-linux-gnu/release
 DRA=${CARGO_TARGET_DIR:-target}/release/vgpu-dra-plugin
 DP=${CARGO_TARGET_DIR:-target}/release/vgpu-device-plugin
 DW=${CARGO_TARGET_DIR:-target}/release/vgpu-daemonset-wait
-for f in "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$DRA" "$DP" "$DW" target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so /bin/busybox; do
+for f in "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} "$DRA" "$DP" "$DW" target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so target/vgpu/libvgpu-single.so /bin/busybox; do
     [ -f "$f" ] || { echo "installer: missing $f (run make package; busybox: apt-get install busybox-static)" >&2; exit 1; }
 done
 ROOT=target/installer/rootfs
@@ -28,7 +28,7 @@ for a in sh cp mv rm mkdir rmdir chmod cat echo printf grep find md5sum dirname 
     ln -s busybox "$ROOT/bin/$a"
 done
 install -m 0755 "$BIN"/{vgpuctl,vgpu-hook,vgpu-container-runtime} packaging/installer/install.sh "$ROOT/vgpu/"
-install -m 0644 target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so "$ROOT/vgpu/"
+install -m 0644 target/vgpu/libvgpu.so target/vgpu/libvgpu_core.so target/vgpu/libvgpu-single.so "$ROOT/vgpu/"
 mkdir -p "$ROOT/usr/local/bin"
 install -m 0755 "$DRA" "$DP" "$DW" "$ROOT/usr/local/bin/"
 "$(command -v llvm-strip || echo strip)" "$ROOT/usr/local/bin/"{vgpu-dra-plugin,vgpu-device-plugin,vgpu-daemonset-wait}

@@ -117,13 +117,17 @@ chart_policy() {
 install() {
     mkdir -p "$HOST/etc/vgpu"
     for f in vgpuctl vgpu-hook vgpu-container-runtime; do put "$PAYLOAD/$f" "$BIN/$f" 755; done
-    for f in libvgpu.so libvgpu_core.so; do put "$PAYLOAD/$f" "$LIB/$f" 644; done
+    # libvgpu-single.so: the front carrying its engine, for HAMi's device plugin (docs/engines/hami.md).
+    for f in libvgpu.so libvgpu_core.so libvgpu-single.so; do put "$PAYLOAD/$f" "$LIB/$f" 644; done
     # The node's config is the chart's while the installer wrote it (its first line says so): rewritten
     # from the chart's policy at every install, so `helm upgrade` reconciles it; an operator's is left.
     if [ ! -e "$HOST/etc/vgpu/config.toml" ] || head -1 "$HOST/etc/vgpu/config.toml" | grep -q "^$MARKER"; then
         lower=$(nvidia_runtime)
         lower=${lower:-runc}
-        { chart_policy; echo "lower_runtime = \"$lower\""; } > /tmp/config.toml
+        # lower_runtime right after the first line (the marker), before any table of the policy
+        # ([monitor]): a key after a table header would be that table's.
+        chart_policy > /tmp/policy.toml
+        { head -1 /tmp/policy.toml; echo "lower_runtime = \"$lower\""; tail -n +2 /tmp/policy.toml; } > /tmp/config.toml
         if cmp -s /tmp/config.toml "$HOST/etc/vgpu/config.toml"; then
             say "/etc/vgpu/config.toml is up to date"
         else

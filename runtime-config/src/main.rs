@@ -183,6 +183,16 @@ fn run(cli: Cli) -> Result<()> {
                 order.sort_by_key(|g| g.index);
                 let order: Vec<String> = order.into_iter().map(|g| g.uuid.clone()).collect();
                 status.note_hami(dir, hami.is_set(), &order);
+                // The quotas containerd's bundles hold, as the monitor enforces them ([monitor] hami_task_dir).
+                let tasks = cfg
+                    .as_ref()
+                    .and_then(|c| c.monitor().ok())
+                    .map(|t| t.hami_task_dir.clone())
+                    .unwrap_or_default();
+                let auto = std::path::Path::new(vgpu_host::hami::bundle::DEFAULT_TASK_DIR);
+                if let Some(tasks) = tasks.dir_or(auto) {
+                    status.note_hami_quotas(tasks, &order);
+                }
                 for line in &status.hami_skipped {
                     eprintln!(
                         "vgpuctl status: skipped in HAMi's folders: {}",
@@ -332,6 +342,7 @@ fn monitor(a: MonitorArgs, out: &mut dyn Write) -> Result<()> {
         .with_unattributed(s.unattributed_threshold, s.unattributed_scans)
         .with_share_wall(s.share_wall, share)
         .with_hami(s.hami_containers.clone())
+        .with_hami_tasks(s.hami_tasks.clone())
         .with_turns(vgpu_monitor::turns::run::Arbiter::new(
             s.turns,
             root.clone(),

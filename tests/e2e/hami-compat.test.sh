@@ -165,7 +165,10 @@ echo "-- vgpuctl monitor and vgpuctl status find HAMi's containers in HAMi's per
 # The node's config: an empty state root (no container of vgpu's runtime), the fake NVML, and HAMi's
 # containers folder under this suite's hook path.
 vgpu_config
-printf '[monitor]\nhami_containers_dir = "%s"\n' "$HOSTHOOK/containers" >>"$WORK/config.toml"
+# containerd's task folder, empty: runc alone keeps no bundle where containerd's shim would
+# (hami-enforce.test.sh enforces from those).
+mkdir -p "$WORK/tasks"
+printf '[monitor]\nhami_containers_dir = "%s"\nhami_task_dir = "%s"\n' "$HOSTHOOK/containers" "$WORK/tasks" >>"$WORK/config.toml"
 POD=7c0e3d1a-0000-4000-8000-000000000008
 # The tenant leaves, where its ledger is, a link to the host's /etc/shadow and a 64 MiB file, both named as
 # ledgers are, then holds 300 MiB. Its cgroup as a kubelet's cgroupfs driver names a pod's.
@@ -197,14 +200,16 @@ check_eq "  ... and no process" "$(series vgpu_ledger_processes "pod=\"$P2\"")" 
 check_not "a folder without a ledger (CUDA_DISABLE_CONTROL=true: no preload) is no container" \
     grep -q 'pod="7c0e3d1a-0000-4000-8000-000000000006"' <<<"$(scrape)"
 check_eq "the link and the oversized file are skipped (vgpu_hami_skipped_files)" "$(scrape | grep '^vgpu_hami_skipped_files ' | awk '{print $2}')" 2
-evil="skipped in HAMi's folders: vgpu ledger $HCDIR/evil.cache.$GPU0: is a symbolic link, which vgpu never follows here"
-big="skipped in HAMi's folders: vgpu ledger $HCDIR/big.cache.$GPU0: is 67108864 bytes, more than such a file can be"
+evil="skipped in HAMi's folders: vgpu ledger \"$HCDIR/evil.cache.$GPU0\": is a symbolic link, which vgpu never follows here"
+big="skipped in HAMi's folders: vgpu ledger \"$HCDIR/big.cache.$GPU0\": is 67108864 bytes, more than such a file can be"
 check "the link is logged" wait_for 5 grep -qF "$evil" "$WORK/hmon.log"
 check "the oversized file is logged" wait_for 5 grep -qF "$big" "$WORK/hmon.log"
 sleep 3
 check_eq "  ... the link once, over several collections" "$(grep -cF "$evil" "$WORK/hmon.log")" 1
 check_eq "  ... the oversized file once" "$(grep -cF "$big" "$WORK/hmon.log")" 1
-check_eq "nothing else is skipped or logged about HAMi's folders" "$(grep -c "HAMi" "$WORK/hmon.log")" 3
+check_eq "one line says no bundle mounts the running container's folder: reported, never enforced on" \
+    "$(grep -cF "HAMi's container hami/${POD}_main: no bundle under $WORK/tasks mounts its folder: its quota is reported, never enforced on" "$WORK/hmon.log")" 1
+check_eq "nothing else is skipped or logged about HAMi's folders" "$(grep -c "HAMi" "$WORK/hmon.log")" 4
 check_eq "no process was killed, no cgroup frozen" "$(grep -cE 'killed pid|froze' "$WORK/hmon.log")" 0
 vstatus() { FAKE_CUDA_STATE_DIR=$FAKESTATE "$VGPUCTL" status "$@"; }
 out=$(vstatus 2>"$WORK/status.err")

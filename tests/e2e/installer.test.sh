@@ -10,7 +10,7 @@
 set -uo pipefail
 . "$(dirname "$0")/engines-lib.sh"
 t_init installer
-t_require "$T/vgpu/libvgpu.so" "$T/vgpu/libvgpu_core.so"
+t_require "$T/vgpu/libvgpu.so" "$T/vgpu/libvgpu_core.so" "$T/vgpu/libvgpu-single.so"
 command -v kubernetes-validate >/dev/null || { echo "installer: kubernetes-validate missing (make deps)"; echo "0 passed, 1 failed"; exit 1; }
 
 echo "-- the Helm chart (rendered and linted by a real Helm: helm-python-sdk; validated offline)"
@@ -195,9 +195,11 @@ find "$N" | sort > "$WORK/node1.before"
 before=$(fingerprint "$N/etc/containerd/config.toml")
 INSTALLER_ARGS=(install)
 check "install succeeds" installer "$N"
-for f in usr/local/bin/vgpuctl usr/local/bin/vgpu-hook usr/local/bin/vgpu-container-runtime usr/lib/vgpu/libvgpu.so usr/lib/vgpu/libvgpu_core.so; do
+for f in usr/local/bin/vgpuctl usr/local/bin/vgpu-hook usr/local/bin/vgpu-container-runtime usr/lib/vgpu/libvgpu.so usr/lib/vgpu/libvgpu_core.so usr/lib/vgpu/libvgpu-single.so; do
     check "installed: /$f" test -s "$N/$f"
 done
+check "libvgpu-single.so (for HAMi's device plugin) is the one make libvgpu built (cmp)" \
+    cmp "$N/usr/lib/vgpu/libvgpu-single.so" "$T/vgpu/libvgpu-single.so"
 check "the binaries are the image's (cmp)" cmp "$N/usr/local/bin/vgpuctl" "$BIN/vgpuctl"
 check_match "config.toml: lower_runtime = runc, the installed hook and library" \
     '^hook_path = "/usr/local/bin/vgpu-hook"$' "$(cat "$N/etc/vgpu/config.toml" 2>&1)"
@@ -262,7 +264,7 @@ check "VGPU_NVIDIA_RUNTIME names it, with the chart's node policy and set-as-def
     -e VGPU_REQUIRE_MEMORY_LIMIT=true -e VGPU_SET_AS_DEFAULT=true
 check_eq "  ... config.toml carries the runtime and the policy" \
     "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
-    'default_memory_limit = "4Gi" require_memory_limit = true lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" '
+    'lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" default_memory_limit = "4Gi" require_memory_limit = true '
 check "  ... which vgpuctl reads" env VGPU_CONFIG="$N/etc/vgpu/config.toml" "$T/release/vgpuctl" status --state-root "$WORK/none" 
 # Issue 46: `helm upgrade --set quota.default=8Gi` changed nothing on a node that had a config. The chart's
 # ConfigMap as the chart renders it, mounted where the DaemonSet mounts it: the installer's own config is
@@ -276,11 +278,24 @@ check "an upgrade's install with the chart's new node policy (8Gi, not required)
     -e VGPU_CHART_CONFIG=/etc/vgpu-chart/config.toml -v "$WORK/chart-config:/etc/vgpu-chart:ro"
 check_eq "  ... and reconciles config.toml to it" \
     "$(grep -E '^(lower_runtime|default_memory_limit|require_memory_limit)' "$N/etc/vgpu/config.toml" 2>&1 | tr '\n' ' ')" \
-    'default_memory_limit = "8Gi" lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" '
+    'lower_runtime = "/opt/nvidia/bin/nvidia-container-runtime" default_memory_limit = "8Gi" '
 check_match "  ... once: again, it is up to date" 'config.toml is up to date' "$(installer "$N" \
     -e VGPU_NVIDIA_RUNTIME=/opt/nvidia/bin/nvidia-container-runtime -e VGPU_SET_AS_DEFAULT=true \
     -e VGPU_CHART_CONFIG=/etc/vgpu-chart/config.toml -v "$WORK/chart-config:/etc/vgpu-chart:ro" 2>&1)"
 check_match "  ... and vgpu is containerd's default runtime" 'default_runtime_name = "vgpu"' "$(cat "$N/etc/containerd/config.toml")"
+# The chart with HAMi's folders for the monitor: its node policy ends with a [monitor] table, and the
+# node's lower_runtime must stay a top-level key (it was appended into [monitor] before).
+"${RENDER[@]}" "$CHART" --set quota.default=8Gi --set monitor.hami.containersDir=/usr/local/vgpu/containers | python3 -c 'import sys, yaml
+print([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "ConfigMap"][0]["data"]["config.toml"], end="")' \
+    > "$WORK/chart-config/config.toml"
+check "an install with monitor.hami.containersDir's node policy succeeds" installer "$N" \
+    -e VGPU_NVIDIA_RUNTIME=/opt/nvidia/bin/nvidia-container-runtime -e VGPU_SET_AS_DEFAULT=true \
+    -e VGPU_CHART_CONFIG=/etc/vgpu-chart/config.toml -v "$WORK/chart-config:/etc/vgpu-chart:ro"
+check_eq "  ... lower_runtime top-level, [monitor] with HAMi's folder and containerd's task folder" \
+    "$(python3 -c 'import sys, tomllib; c = tomllib.load(open(sys.argv[1], "rb"))
+print(c["lower_runtime"], c["monitor"]["hami_containers_dir"], c["monitor"]["hami_task_dir"])' "$N/etc/vgpu/config.toml" 2>&1)" \
+    "/opt/nvidia/bin/nvidia-container-runtime /usr/local/vgpu/containers /run/containerd/io.containerd.runtime.v2.task"
+check "  ... which vgpuctl reads" env VGPU_CONFIG="$N/etc/vgpu/config.toml" "$T/release/vgpuctl" status --state-root "$WORK/none"
 echo "-- the gc container with only the chart's capabilities and mounts (the state root, /etc/vgpu read-only)"
 mkdir -p "$N/run/vgpu"
 docker run -d --name vgpu-e2e-gc -e VGPU_GC_INTERVAL=3600 --cap-drop ALL --cap-add SYS_PTRACE \

@@ -87,6 +87,8 @@ for assignment, named in [
     ("gc.intervalSeconds=0", "/gc/intervalSeconds"),
     ("uninstallHook.timeoutSeconds=5", "/uninstallHook/timeoutSeconds"),
     ("uninstallHook.wait=true", "additional properties 'wait' not allowed"),
+    ("monitor.hami.containersDir=usr/local/vgpu/containers", "/monitor/hami/containersDir"),
+    ("monitor.hami.taskdir=/run", "additional properties 'taskdir' not allowed"),
 ]:
     try:
         render(helm.parse_set_string(assignment), is_install=True)
@@ -195,6 +197,36 @@ pool = render(sets("dra.enabled=true", "dra.nodeSelector.pool=vgpu-dra"), is_ins
 check("  ... and takes dra.nodeSelector",
       one(pool, "DaemonSet", "vgpu-dra")["spec"]["template"]["spec"]["nodeSelector"]
       == {"vgpu.io/dra": "true", "pool": "vgpu-dra"})
+check("  ... by default the monitor mounts none of HAMi's folders, the node policy says nothing of them",
+      not any(v["name"].startswith("hami-") for v in node["volumes"])
+      and "hami" not in one(d, "ConfigMap", "vgpu-node-config")["data"]["config.toml"])
+hd = "/usr/local/vgpu/containers"
+td = "/run/containerd/io.containerd.runtime.v2.task"
+hami = render(sets(f"monitor.hami.containersDir={hd}"), is_install=True)
+ok, out = validate(hami, f"{WORK}/hami.yaml")
+check("monitor.hami.containersDir set: validates", ok, out)
+hnode = one(hami, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
+hmon = next(c for c in hnode["containers"] if c["name"] == "monitor")
+check("  ... the monitor mounts HAMi's folder read-only at the node's path",
+      {"name": "hami-containers", "mountPath": hd, "readOnly": True} in hmon["volumeMounts"]
+      and {"name": "hami-containers", "hostPath": {"path": hd, "type": "DirectoryOrCreate"}} in hnode["volumes"],
+      hmon["volumeMounts"])
+check("  ... and containerd's task folder read-only, HostToContainer (rootfs mounts the node unmounts go)",
+      {"name": "hami-tasks", "mountPath": td, "readOnly": True, "mountPropagation": "HostToContainer"}
+      in hmon["volumeMounts"]
+      and {"name": "hami-tasks", "hostPath": {"path": td, "type": "DirectoryOrCreate"}} in hnode["volumes"],
+      hmon["volumeMounts"])
+check("  ... the other containers mount neither",
+      all(not any(m["name"].startswith("hami-") for m in c.get("volumeMounts", []))
+          for c in hnode["containers"] + hnode["initContainers"] if c["name"] != "monitor"))
+hconf = one(hami, "ConfigMap", "vgpu-node-config")["data"]["config.toml"]
+check("  ... the node policy's [monitor] names both",
+      f'[monitor]\nhami_containers_dir = "{hd}"\nhami_task_dir = "{td}"' in hconf, hconf)
+ronly = render(sets(f"monitor.hami.containersDir={hd}", "monitor.hami.taskDir="), is_install=True)
+rnode = one(ronly, "DaemonSet", "vgpu-node")["spec"]["template"]["spec"]
+check("  ... taskDir \"\": the task folder not mounted, hami_task_dir = false (report only)",
+      not any(v["name"] == "hami-tasks" for v in rnode["volumes"])
+      and "hami_task_dir = false" in one(ronly, "ConfigMap", "vgpu-node-config")["data"]["config.toml"])
 un = render(sets("mode=uninstall"), is_install=True)
 check("mode=uninstall: the uninstall DaemonSet alone",
       [(o["kind"], o["metadata"]["name"]) for o in objects(un)] == [("DaemonSet", "vgpu-uninstall")],

@@ -15,6 +15,7 @@ fn hami(pod: &str, owners: Vec<(u32, u64)>) -> ContainerState {
             pod_uid: pod.into(),
             container: "main".into(),
             dir: format!("/usr/local/vgpu/containers/{pod}_main").into(),
+            bundle: None,
         },
         gpus: vec![GpuState {
             uuid: U0.into(),

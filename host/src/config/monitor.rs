@@ -60,6 +60,16 @@ impl HamiContainers {
         }
     }
 
+    /// The folder to look at, `auto` when unset (a setting of another folder than HAMi's containers one:
+    /// `hami_task_dir`).
+    pub fn dir_or<'a>(&'a self, auto: &'a Path) -> Option<&'a Path> {
+        match self {
+            HamiContainers::Auto => Some(auto),
+            HamiContainers::Off => None,
+            HamiContainers::Dir(d) => Some(d),
+        }
+    }
+
     /// Whether the folder was set (a missing one is then worth a line).
     pub fn is_set(&self) -> bool {
         matches!(self, HamiContainers::Dir(_))
@@ -69,6 +79,18 @@ impl HamiContainers {
 /// `hami_containers_dir` checked: `false`, or an absolute path of printable characters (at most 4096
 /// bytes); `got` in the error as TOML writes it.
 pub fn hami_containers_dir(value: &toml::Value) -> Result<HamiContainers> {
+    folder_setting(value, |got| MonitorConfigError::HamiContainersDir { got })
+}
+
+/// `hami_task_dir` checked as `hami_containers_dir` is.
+pub fn hami_task_dir(value: &toml::Value) -> Result<HamiContainers> {
+    folder_setting(value, |got| MonitorConfigError::HamiTaskDir { got })
+}
+
+fn folder_setting(
+    value: &toml::Value,
+    err: impl Fn(String) -> MonitorConfigError,
+) -> Result<HamiContainers> {
     match value {
         toml::Value::Boolean(false) => Ok(HamiContainers::Off),
         toml::Value::String(p)
@@ -77,12 +99,8 @@ pub fn hami_containers_dir(value: &toml::Value) -> Result<HamiContainers> {
             Ok(HamiContainers::Dir(PathBuf::from(p)))
         }
         // On one line whatever it holds (TOML writes a string with a newline over several).
-        toml::Value::String(p) => Err(MonitorConfigError::HamiContainersDir {
-            got: format!("{p:?}"),
-        }),
-        other => Err(MonitorConfigError::HamiContainersDir {
-            got: other.to_string().replace('\n', "\\n"),
-        }),
+        toml::Value::String(p) => Err(err(format!("{p:?}"))),
+        other => Err(err(other.to_string().replace('\n', "\\n"))),
     }
 }
 
@@ -150,6 +168,11 @@ pub enum MonitorConfigError {
         "[monitor] hami_containers_dir: expected an absolute path like \"/usr/local/vgpu/containers\" or false, got {got}"
     )]
     HamiContainersDir { got: String },
+    /// `hami_task_dir` that is neither `false` nor an absolute path (`got`: as TOML writes it).
+    #[error(
+        "[monitor] hami_task_dir: expected an absolute path like \"/run/containerd/io.containerd.runtime.v2.task\" or false, got {got}"
+    )]
+    HamiTaskDir { got: String },
     /// The `[monitor.turns]` table (the time-quanta arbiter).
     #[error(transparent)]
     Turns(#[from] super::turns::TurnsConfigError),
@@ -221,6 +244,9 @@ pub struct MonitorConfig {
     pub unattributed_scans: Option<u32>,
     /// Where HAMi's per-container folders are looked for (`hami_containers_dir`; unset: `Auto`).
     pub hami_containers_dir: HamiContainers,
+    /// Where the bundles of HAMi's containers are looked for (`hami_task_dir`, containerd's runc shim's
+    /// task folder; unset: `Auto`, `hami::bundle::DEFAULT_TASK_DIR`).
+    pub hami_task_dir: HamiContainers,
     /// The time-quanta arbiter (`[monitor.turns]`).
     pub turns: super::turns::TurnsConfig,
 }
@@ -240,6 +266,7 @@ struct Raw {
     unattributed_threshold: Option<toml::Value>,
     unattributed_scans: Option<u64>,
     hami_containers_dir: Option<toml::Value>,
+    hami_task_dir: Option<toml::Value>,
     turns: Option<toml::Table>,
 }
 
@@ -309,6 +336,10 @@ impl MonitorConfig {
             hami_containers_dir: match &raw.hami_containers_dir {
                 None => HamiContainers::Auto,
                 Some(v) => hami_containers_dir(v)?,
+            },
+            hami_task_dir: match &raw.hami_task_dir {
+                None => HamiContainers::Auto,
+                Some(v) => hami_task_dir(v)?,
             },
             turns: super::turns::TurnsConfig::from_table(raw.turns.unwrap_or_default())?,
             node: match raw.node {
@@ -385,6 +416,20 @@ mod tests {
             .unwrap()
             .hami_containers_dir;
         assert_eq!((off.dir(), off.is_set()), (None, false));
+        let tasks =
+            table("hami_task_dir = \"/run/k3s/containerd/io.containerd.runtime.v2.task\"\n")
+                .unwrap()
+                .hami_task_dir;
+        assert_eq!(
+            tasks.dir_or(Path::new("/x")),
+            Some(Path::new(
+                "/run/k3s/containerd/io.containerd.runtime.v2.task"
+            ))
+        );
+        let auto = table("").unwrap().hami_task_dir;
+        assert_eq!(auto.dir_or(Path::new("/x")), Some(Path::new("/x")));
+        let off = table("hami_task_dir = false\n").unwrap().hami_task_dir;
+        assert_eq!(off.dir_or(Path::new("/x")), None);
         let auto = table("").unwrap().hami_containers_dir;
         assert_eq!(
             (auto.dir(), auto.is_set()),
@@ -449,6 +494,8 @@ mod tests {
             ),
             ("hami_containers_dir = \"/a\\nb\"\n", "hami_containers_dir"),
             ("hami_containers_dir = 1\n", "hami_containers_dir"),
+            ("hami_task_dir = \"run\"\n", "hami_task_dir"),
+            ("hami_task_dir = true\n", "hami_task_dir"),
         ] {
             let e = table(bad).unwrap_err().to_string();
             assert!(e.contains(names) && !e.contains('\n'), "{bad}: {e}");

@@ -221,3 +221,43 @@ fn the_containers_folder_must_be_one() {
     assert!(e.contains("not a folder"), "{e}");
     assert!(scan(&d.path().join("real")).unwrap().folders.is_empty());
 }
+
+/// Names from the tenant's folder (and a stray folder name) carrying ESC and a newline: every skip line is
+/// one line with them escaped (Debug form), so the tenant cannot forge log lines or drive a terminal.
+#[test]
+fn control_characters_in_names_are_escaped_in_skip_lines() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("containers");
+    let ctr = root.join(format!("{POD}_main"));
+    fs::create_dir_all(&ctr).unwrap();
+    let _l = ledger(&ctr, "a.cache", GPU0, 1 << 20);
+    // A second ledger of GPU0 (a copy: no live slot), a link and a non-ledger under names the tenant chose.
+    fs::copy(
+        ctr.join(format!("a.cache.{GPU0}")),
+        ctr.join(format!("z\u{1b}[2J.cache.{GPU0}")),
+    )
+    .unwrap();
+    symlink("/etc/shadow", ctr.join(format!("x\nforged.cache.{GPU1}"))).unwrap();
+    fs::create_dir(root.join("bad\u{1b}]0;title\u{7}\nname")).unwrap();
+    let s = scan(&root).unwrap();
+    assert_eq!(s.folders.len(), 1, "{s:?}");
+    assert_eq!(s.skipped.len(), 3, "{:?}", s.skipped);
+    for k in &s.skipped {
+        assert!(
+            !k.why.chars().any(|c| c.is_control()),
+            "a control character in {:?}",
+            k.why
+        );
+    }
+    let line = |part: &str| -> &str {
+        let hits: Vec<&Skipped> = s.skipped.iter().filter(|k| k.why.contains(part)).collect();
+        assert_eq!(hits.len(), 1, "{part}: {:?}", s.skipped);
+        &hits[0].why
+    };
+    let dup = line("another ledger of GPU");
+    assert!(dup.contains(r"z\u{1b}[2J.cache."), "{dup}");
+    let link = line("symbolic link");
+    assert!(link.contains(r"x\nforged.cache."), "{link}");
+    let folder = line("not named <pod UID>_<container>");
+    assert!(folder.contains(r"bad\u{1b}]0;title\u{7}\nname"), "{folder}");
+}

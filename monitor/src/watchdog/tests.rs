@@ -484,15 +484,16 @@ fn a_zeroed_ledger_and_an_inconsistent_one_are_reported() {
 }
 
 /// A container of HAMi's folders over the quota its ledger records: reported, never a process to kill,
-/// whatever the kill policy (its quota is a file its tenant writes).
+/// whatever the kill policy (its quota is a file its tenant writes); with its bundle's spec, killed.
 #[test]
-fn a_hami_folders_container_over_its_ledgers_quota_is_reported_never_killed() {
+fn a_hami_container_is_killed_only_with_its_bundles_quota() {
     let mut c = container("hami/p_main", 0, 512 * MIB, 0, vec![]);
     c.pid_ns = None;
     c.origin = vgpu_host::usage::Origin::Hami {
         pod_uid: "p".into(),
         container: "main".into(),
         dir: "/usr/local/vgpu/containers/p_main".into(),
+        bundle: None,
     };
     let truth = Truth {
         by_gpu: [(
@@ -517,11 +518,18 @@ fn a_hami_folders_container_over_its_ledgers_quota_is_reported_never_killed() {
         matches!(&f[..], [Finding::OverQuota { kill, truth, .. }] if kill.is_empty() && *truth == 800 * MIB),
         "{f:?}"
     );
-    // The same container of the state root is killed.
-    c.origin = vgpu_host::usage::Origin::StateRoot;
-    let f = decide(&[c], &truth, policy, &Shrinks::default());
-    assert!(
-        matches!(&f[..], [Finding::OverQuota { kill, .. }] if kill == &[4242]),
-        "{f:?}"
-    );
+    // The same container with its bundle's spec (the quota the host recorded), and one of the state
+    // root, are killed.
+    let bundle = Some("/run/containerd/io.containerd.runtime.v2.task/k8s.io/c1".into());
+    if let vgpu_host::usage::Origin::Hami { bundle: b, .. } = &mut c.origin {
+        *b = bundle;
+    }
+    for origin in [c.origin.clone(), vgpu_host::usage::Origin::StateRoot] {
+        c.origin = origin;
+        let f = decide(&[c.clone()], &truth, policy, &Shrinks::default());
+        assert!(
+            matches!(&f[..], [Finding::OverQuota { kill, .. }] if kill == &[4242]),
+            "{f:?}"
+        );
+    }
 }

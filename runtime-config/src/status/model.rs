@@ -57,6 +57,9 @@ pub struct Hami {
     pub container: String,
     /// The folder on the host.
     pub folder: String,
+    /// The OCI spec whose quota replaces the ledger's (`note_hami_quotas`: its containerd bundle's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
 }
 
 /// One GPU's used memory against NVML's per-process figures, as `vgpuctl monitor` measures it
@@ -310,6 +313,7 @@ fn hami_container(f: &vgpu_host::hami::Folder, order: &[String]) -> Container {
             pod_uid: f.pod_uid.clone(),
             container: f.container.clone(),
             folder: f.dir.display().to_string(),
+            spec: None,
         }),
         updates: 0,
         updated_at: None,
@@ -578,3 +582,5 @@ fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal>
     }
     by.into_values().collect()
 }
+
+mod hami_quota;

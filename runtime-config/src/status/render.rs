@@ -46,9 +46,14 @@ fn processes(ps: &[Process]) -> String {
 fn names(c: &Container) -> String {
     if let Some(h) = &c.hami {
         return format!(
-            "HAMi pod UID {}, container {}",
+            "HAMi pod UID {}, container {}{}",
             printable(&h.pod_uid),
-            printable(&h.container)
+            printable(&h.container),
+            if h.spec.is_some() {
+                ", quota of its OCI spec"
+            } else {
+                ""
+            }
         );
     }
     match (

@@ -799,6 +799,7 @@ fn containers_of_hamis_folders_are_listed_from_their_ledgers() {
             pod_uid: pod.into(),
             container: "main".into(),
             folder: folder.display().to_string(),
+            spec: None,
         })
     );
     let g = &c.gpus[0];

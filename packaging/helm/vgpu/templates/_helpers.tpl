@@ -57,4 +57,13 @@ default_memory_limit = {{ . | quote }}
 {{- if .Values.quota.required }}
 require_memory_limit = true
 {{- end }}
+{{- with .Values.monitor.hami.containersDir }}
+[monitor]
+hami_containers_dir = {{ . | quote }}
+{{- if $.Values.monitor.hami.taskDir }}
+hami_task_dir = {{ $.Values.monitor.hami.taskDir | quote }}
+{{- else }}
+hami_task_dir = false
+{{- end }}
+{{- end }}
 {{- end }}
