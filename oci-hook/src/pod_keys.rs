@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use vgpu_ledger::envlimits;
-use vgpu_ledger::keys::kube;
+use vgpu_host::keys::kube;
 
 /// Annotations a CRI runtime writes with the container's name in its pod (containerd, CRI-O).
 const CONTAINER_NAME_KEYS: [&str; 2] = [kube::CRI_CONTAINER_NAME, kube::CRIO_CONTAINER_NAME];
