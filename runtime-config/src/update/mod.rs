@@ -28,10 +28,10 @@ use vgpu_host::held::HeldError;
 use vgpu_host::hostfile;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
 use vgpu_host::limits_file::WriteLimits;
+use vgpu_host::live;
 use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
 use vgpu_host::request::GpuRequest;
 use vgpu_host::state_root::StateRoot;
-use vgpu_host::live;
 use vgpu_ledger::{format_bytes, Limits};
 
 use crate::update::change::{apply, Change, Request, UpdateError};
