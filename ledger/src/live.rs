@@ -7,7 +7,8 @@
 //! created: a file renamed over the host's `limits.json` afterwards (the owner's record does that) never
 //! reaches the container. So provisioning gives that inode a second name, `limits.mounted.json`
 //! (`layout::MOUNTED_LIMITS_FILE_NAME`), and an update rewrites *that* file in place, under the node's
-//! admission lock, bracketed by the ledgers' generation word (a seqlock), `vgpu_host::live::publish`'s steps:
+//! admission lock, bracketed by the ledgers' generation word (a seqlock). `vgpu_host::live::publish` takes
+//! these steps:
 //!
 //! 1. every ledger of the container: generation `g − 1` (odd: being written), `g` a fresh random even
 //!    number (drawn from `/dev/urandom`: the tenant cannot write it ahead of the update);
