@@ -36,6 +36,8 @@
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking):
 //!   limits files, ledgers (`read_ledger`), the monitor's records.
 //! * [`limits_file`]: limits.json as the host writes it (validated, capped, replaced atomically).
+//! * [`live`]: a live update's write into a running container (`vgpuctl update`): its mounted limits file
+//!   rewritten in place between two generations of its ledgers.
 
 pub mod abandoned;
 pub mod admission;
@@ -53,6 +55,7 @@ pub mod hostfile;
 pub mod inventory;
 pub mod keys;
 pub mod limits_file;
+pub mod live;
 pub mod logging;
 pub mod memory_limit;
 pub mod nvml;

@@ -1,10 +1,10 @@
 //! The registry of the names a container carries: every annotation and environment variable vgpu reads or
-//! writes, with the forms a per-GPU setting takes; the `vgpu.io/` prefix as each engine wants it; the
-//! Kubernetes annotations read (the limits file records the names). The hook's key check and its parsers,
-//! this crate's grammars (`envlimits`, `envcompute`, `memmode`) and vgpuctl's engine configurations take
-//! their names from here, and so does the library's settings loader (its `config::env` names every variable
-//! it reads from [`env`]). Not here: what a value means (each grammar's own module), the names
-//! only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's: `vgpu_host::keys`).
+//! writes, with the forms a per-GPU setting takes; the `vgpu.io/` prefix as each engine wants it. The
+//! hook's key check and its parsers, this crate's grammars (`envlimits`, `envcompute`, `memmode`) and
+//! vgpuctl's engine configurations take their names from here, and so does the library's settings loader
+//! (its `config::env` names every variable it reads from [`env`]). Not here: what a value means (each
+//! grammar's own module), the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the
+//! DRA driver's, the Kubernetes annotations CRI runtimes write: `vgpu_host::keys`).
 //!
 //! Adding a setting is one entry in [`ANNOTATIONS`] or [`ENV`] (plus its constant) and its parser; the key
 //! check ([`annotation`], [`env_var`]) and the list of keys in its messages follow from the tables.
@@ -74,37 +74,6 @@ pub mod env {
     pub const COMPUTE_METERED: &str = "VGPU_COMPUTE_METERED";
     /// NVIDIA's device list, read to find the container's GPUs (never written).
     pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
-}
-
-/// The annotations CRI runtimes write into a Kubernetes container's spec, as vgpu reads them.
-pub mod kube {
-    /// containerd's (CRI plugin's) names.
-    pub const CRI_CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
-    pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
-    pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
-    pub const CRI_SANDBOX_NAME: &str = "io.kubernetes.cri.sandbox-name";
-    pub const CRI_SANDBOX_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
-    /// The pod's uid, from the kubelet's sandbox metadata; containerd writes it after the pod annotations
-    /// its `pod_annotations` lets through, so a pod annotation of this name cannot replace it.
-    pub const CRI_SANDBOX_UID: &str = "io.kubernetes.cri.sandbox-uid";
-    /// CRI-O's names.
-    pub const CRIO_CONTAINER_NAME: &str = "io.kubernetes.container.name";
-    pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
-    pub const CRIO_POD_NAME: &str = "io.kubernetes.pod.name";
-    pub const CRIO_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-    /// The pod's uid: a label the kubelet sets on every container, which CRI-O writes into the spec after
-    /// the container's annotations.
-    pub const CRIO_POD_UID: &str = "io.kubernetes.pod.uid";
-    /// Where a container's pod uid is read from (every one present must name a pod the claim is for).
-    pub const POD_UID_KEYS: [&str; 2] = [CRI_SANDBOX_UID, CRIO_POD_UID];
-
-    /// Keys that say a CRI runtime made the container for a pod (the sandbox has no container name).
-    pub const POD_MARKERS: [&str; 4] = [
-        CRI_CONTAINER_TYPE,
-        CRI_SANDBOX_ID,
-        CRIO_CONTAINER_TYPE,
-        CRIO_POD_NAME,
-    ];
 }
 
 /// How far a setting reaches.

@@ -1,11 +1,13 @@
 //! The vgpu ledger crate: everything the other components share, each contract written once.
-//! Not here: anything only one component needs (the hook's planning, the library's hooks, vgpuctl's engines).
+//! Not here: anything only one component needs (the hook's planning, the library's hooks, vgpuctl's engines),
+//! nor what only the host tools share (`vgpu_host`: atomic writes, the limits file's and a live update's
+//! writes, safe host reads, the host-only names).
 //!
 //! * [`region`]: the ledger ("shared region") — one memory-mapped file per GPU and container that every
 //!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.
 //! * [`limits`]: limits.json, the per-container limits written by the hook.
-//! * [`live`]: live updates of a running container's limits (`vgpuctl update`): the host's write, the
-//!   library's read.
+//! * [`live`]: live updates of a running container's limits (`vgpuctl update`): the protocol and the
+//!   library's read (the host's write is `vgpu_host::live`).
 //! * [`layout`]: where the state lives on the host and inside the container.
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `CUDA_DEVICE_SM_REQUEST[_<i>]`,
@@ -13,7 +15,8 @@
 //! * [`division`]: how one GPU's time is divided among its tenants' requests and limits (the host's share
 //!   wall and the library apply the same rules).
 //! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
-//! * [`keys`]: the registry of every annotation and variable name vgpu reads or writes.
+//! * [`keys`]: the registry of the annotation and variable names a container carries (the host-only names,
+//!   the Kubernetes annotations among them, are `vgpu_host::keys`).
 //! * [`settings`]: one GPU's settings (memory quota and mode, compute share, policy, window), as the hook
 //!   plans them, limits.json stores them and `vgpuctl update` changes them.
 //! * [`quantity`]: "4Gi" ⇄ bytes.

@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::keys::kube;
 use crate::layout;
 use crate::settings::{GpuSettings, InvalidSettings};
 
@@ -75,7 +74,8 @@ pub struct Creator {
     pub start_time: u64,
 }
 
-/// Pod namespace, pod and container name of a Kubernetes container (empty: not given).
+/// Pod namespace, pod and container name of a Kubernetes container (empty: not given), as the hook read
+/// them from the CRI runtime's annotations (`vgpu_host::keys::kube::names`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KubeNames {
     #[serde(default)]
@@ -84,27 +84,6 @@ pub struct KubeNames {
     pub pod: String,
     #[serde(default)]
     pub container: String,
-}
-
-impl KubeNames {
-    /// The names from a container's annotations: CRI-O's `io.kubernetes.pod.name`,
-    /// `io.kubernetes.pod.namespace`, `io.kubernetes.container.name`, or containerd's
-    /// `io.kubernetes.cri.sandbox-name`, `io.kubernetes.cri.sandbox-namespace`,
-    /// `io.kubernetes.cri.container-name`. `None` when none is there.
-    pub fn from_annotations(annotations: &[(String, String)]) -> Option<KubeNames> {
-        let get = |keys: &[&str]| {
-            keys.iter()
-                .find_map(|k| annotations.iter().find(|(a, _)| a == k))
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
-        };
-        let n = KubeNames {
-            namespace: get(&[kube::CRIO_POD_NAMESPACE, kube::CRI_SANDBOX_NAMESPACE]),
-            pod: get(&[kube::CRIO_POD_NAME, kube::CRI_SANDBOX_NAME]),
-            container: get(&[kube::CRIO_CONTAINER_NAME, kube::CRI_CONTAINER_NAME]),
-        };
-        (n != KubeNames::default()).then_some(n)
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

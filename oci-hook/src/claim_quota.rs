@@ -17,7 +17,8 @@
 //! (its uid is in the name) and get that claim's quota a second time.
 
 use crate::request::SpecFacts;
-use vgpu_ledger::keys::{annotation, env, kube};
+use vgpu_host::keys::kube;
+use vgpu_ledger::keys::{annotation, env};
 
 /// A claim's quota settings, as annotation key/value pairs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,8 +14,8 @@
 //! the two never mix up (a container whose name is all digits cannot be named).
 
 use std::collections::BTreeMap;
+use vgpu_host::keys::kube;
 use vgpu_ledger::envlimits;
-use vgpu_ledger::keys::kube;
 
 /// Annotations a CRI runtime writes with the container's name in its pod (containerd, CRI-O).
 const CONTAINER_NAME_KEYS: [&str; 2] = [kube::CRI_CONTAINER_NAME, kube::CRIO_CONTAINER_NAME];

@@ -345,7 +345,7 @@ fn fill(dir: &Path, plan: &Plan, limits: &Limits, image_preload: Option<&str>) -
         fs::Permissions::from_mode(0o644),
     )?;
     // The inode the container's mount will hold, under a second name: `vgpuctl update` rewrites it in
-    // place once limits.json has been replaced by rename (`vgpu_ledger::live`).
+    // place once limits.json has been replaced by rename (`vgpu_host::live`).
     fs::hard_link(
         dir.join(layout::LIMITS_FILE_NAME),
         dir.join(layout::MOUNTED_LIMITS_FILE_NAME),

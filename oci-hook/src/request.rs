@@ -13,6 +13,7 @@ use crate::memory_request::{self, MemoryRequest, MemoryRequestError};
 use crate::pod_keys::PodMember;
 use crate::spec::Spec;
 use crate::unknown_keys::{self, UnknownKey};
+use vgpu_host::keys::kube;
 use vgpu_ledger::memmode::{ModeError, ModeSettings};
 use vgpu_ledger::{GpuSettings, KubeNames, MemoryMode};
 
@@ -115,7 +116,7 @@ impl Request {
             compute,
             mode,
             in_pod: member.in_a_pod(),
-            kubernetes: KubeNames::from_annotations(ann),
+            kubernetes: kube::names(ann),
         })
     }
 }

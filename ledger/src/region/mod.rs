@@ -52,7 +52,7 @@ pub use error::{LedgerError, Refused};
 pub use format::{
     FILE_SIZE, FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,
 };
-pub use generation::{generation_from_header, write_generation, GENERATION_OFFSET};
+pub use generation::GENERATION_OFFSET;
 pub use kind::Kind;
 pub use ledger::Ledger;
 pub use measure::MeasureLock;

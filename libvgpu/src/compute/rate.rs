@@ -185,7 +185,7 @@ mod tests {
         let r = Rate::new(50, 50, 1000);
         limits.updates += 1;
         limits.devices[0].settings.compute_limit = Some(10);
-        vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+        vgpu_host::live::publish(dir.path(), &limits).unwrap();
         q.ledger().set_limits_generation(0);
         r.follow(&q);
         assert_eq!(r.ppm(), 500_000, "not looked at yet");

@@ -181,7 +181,7 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
     let publish = |l: &mut Limits, bytes| {
         l.updates += 1;
         l.devices[0].settings.memory_limit = Some(bytes);
-        vgpu_ledger::live::publish(dir.path(), l).unwrap();
+        vgpu_host::live::publish(dir.path(), l).unwrap();
     };
     publish(&mut limits, 2048 * MIB);
     assert_eq!(q.limit(), 2048 * MIB);
@@ -275,7 +275,7 @@ fn a_generation_written_back_hides_no_update_past_a_second() {
     // processes applied (0: the file as loaded), as a thread that watches the word can.
     limits.updates += 1;
     limits.devices[0].settings.memory_limit = Some(512 * MIB);
-    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    vgpu_host::live::publish(dir.path(), &limits).unwrap();
     q.ledger().set_limits_generation(0);
     std::thread::sleep(Duration::from_millis(crate::live::FILE_CHECK_MS + 50));
     assert_eq!(q.limit(), 512 * MIB, "the file itself, within a second");
@@ -283,7 +283,7 @@ fn a_generation_written_back_hides_no_update_past_a_second() {
     // Read once for that change: the next update is seen again the same way.
     limits.updates += 1;
     limits.devices[0].settings.memory_limit = Some(2048 * MIB);
-    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    vgpu_host::live::publish(dir.path(), &limits).unwrap();
     q.ledger().set_limits_generation(0);
     std::thread::sleep(Duration::from_millis(crate::live::FILE_CHECK_MS + 50));
     assert_eq!(q.limit(), 2048 * MIB);
@@ -314,7 +314,7 @@ fn a_tenant_thread_rewriting_the_word_hides_no_shrink() {
     limits.updates += 1;
     limits.devices[0].settings.memory_limit = Some(512 * MIB);
     let published = Instant::now();
-    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    vgpu_host::live::publish(dir.path(), &limits).unwrap();
     // the thread is faster than this process's next call (so it is on a busy machine, not always)
     q.ledger().set_limits_generation(0);
     while q.limit() != 512 * MIB && published.elapsed() < Duration::from_secs(3) {
@@ -339,7 +339,7 @@ fn a_generation_left_odd_is_read_through_after_a_bound() {
     // The host shrinks to 512 MiB; before the process looks, the tenant makes the word odd.
     limits.updates += 1;
     limits.devices[0].settings.memory_limit = Some(512 * MIB);
-    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    vgpu_host::live::publish(dir.path(), &limits).unwrap();
     let forged = q.ledger().limits_generation() | 1;
     q.ledger().set_limits_generation(forged);
     assert_eq!(q.limit(), 1024 * MIB, "odd: a host may be writing");
@@ -364,6 +364,6 @@ fn a_generation_left_odd_is_read_through_after_a_bound() {
     // The host's next update (an even word) is read as ever.
     limits.updates += 1;
     limits.devices[0].settings.memory_limit = Some(2048 * MIB);
-    vgpu_ledger::live::publish(dir.path(), &limits).unwrap();
+    vgpu_host::live::publish(dir.path(), &limits).unwrap();
     assert_eq!(q.limit(), 2048 * MIB);
 }

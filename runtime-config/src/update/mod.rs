@@ -2,7 +2,7 @@
 //! restarting it (docs/oci.md, "Changing a running container"). The change goes through admission under
 //! the node lock, exactly as a create does (a grow that would pass the GPU is refused with the same line),
 //! then into the host's `limits.json` (renamed into place) and the container's mounted copy (rewritten in
-//! place, bracketed by the ledgers' generation: `vgpu_ledger::live`), where every process's library picks
+//! place, bracketed by the ledgers' generation: `vgpu_host::live`), where every process's library picks
 //! it up on its next allocation, memory query or launch. Not here: the options' grammar and the pure
 //! change (`change`).
 //!
@@ -28,10 +28,11 @@ use vgpu_host::held::HeldError;
 use vgpu_host::hostfile;
 use vgpu_host::inventory::{read_ledger, LedgerRead};
 use vgpu_host::limits_file::WriteLimits;
+use vgpu_host::live;
 use vgpu_host::nvml::{HostGpu, Nvml, NvmlError};
 use vgpu_host::request::GpuRequest;
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::{format_bytes, live, Limits};
+use vgpu_ledger::{format_bytes, Limits};
 
 use crate::update::change::{apply, Change, Request, UpdateError};
 

@@ -3,7 +3,8 @@
 //! a fragment another file pulls in with `include!`),
 //! a file that is not a test (a crate root included) has at most 600 lines, and no crate's modules import
 //! each other in a circle, the crate root included (a facade: a module names an item by the module that
-//! holds it, not through the root).
+//! holds it, not through the root). And the crates depend on each other one way, as docs/architecture.md's
+//! table says: the interposer on the ledger crate alone, no crate on the `vgpuctl` crate.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -94,4 +95,70 @@ fn no_crate_has_an_import_circle() {
         "import circles (modules that import each other, super:: included):\n{}",
         bad.join("\n")
     );
+}
+
+/// The vgpu crates each of vgpu's crates may depend on (its `[dependencies]`; tests' own are free), as
+/// docs/architecture.md's table lists them: one way, top to bottom.
+const MAY_DEPEND_ON: &[(&str, &[&str])] = &[
+    (
+        "runtime-config",
+        &["vgpu-monitor", "vgpu-oci", "vgpu-host", "vgpu-ledger"],
+    ),
+    ("dra", &["vgpu-host", "vgpu-ledger"]),
+    ("device-plugin", &["vgpu-host", "vgpu-ledger"]),
+    ("monitor", &["vgpu-host", "vgpu-ledger"]),
+    ("oci-hook", &["vgpu-host", "vgpu-ledger"]),
+    ("host", &["vgpu-ledger"]),
+    ("libvgpu", &["vgpu-ledger"]),
+    ("ledger", &[]),
+];
+
+/// The path dependencies of a manifest's `[dependencies]` table, by name (`name = { path = ... }`).
+fn path_dependencies(manifest: &str) -> Vec<String> {
+    let Some(table) = manifest.split("\n[dependencies]\n").nth(1) else {
+        return Vec::new();
+    };
+    let table = table.split("\n[").next().unwrap_or("");
+    table
+        .lines()
+        .filter(|l| l.contains("path = "))
+        .filter_map(|l| l.split('=').next())
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn crates_depend_on_each_other_one_way() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut bad = Vec::new();
+    for (folder, allowed) in MAY_DEPEND_ON {
+        let manifest = fs::read_to_string(root.join(folder).join("Cargo.toml")).unwrap();
+        let deps = path_dependencies(&manifest);
+        if *folder != "ledger" {
+            assert!(!deps.is_empty(), "{folder}: no path dependency read");
+        }
+        for d in deps {
+            if !allowed.contains(&d.as_str()) {
+                bad.push(format!("{folder} depends on {d}"));
+            }
+        }
+    }
+    // No crate at all, tests included, depends on the vgpuctl crate (its library is the binary's own).
+    for src in crate_sources() {
+        let manifest = fs::read_to_string(src.with_file_name("Cargo.toml")).unwrap();
+        if path_dependencies(&manifest).iter().any(|d| d == "vgpuctl") {
+            bad.push(format!("{} depends on vgpuctl", src.display()));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "dependencies against docs/architecture.md's table: {bad:?}"
+    );
+}
+
+#[test]
+fn path_dependencies_are_read_from_the_dependencies_table_only() {
+    let m = "[package]\nname = \"x\"\n[dependencies]\na = { path = \"../a\" }\nserde = \"1\"\n\n[dev-dependencies]\nb = { path = \"../b\" }\n";
+    assert_eq!(path_dependencies(m), ["a"]);
+    assert!(path_dependencies("[package]\n").is_empty());
 }
