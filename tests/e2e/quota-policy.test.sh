@@ -80,9 +80,18 @@ check_eq "a request that is no whole percent (20%): denied" \
     "denied: a vgpu.io/compute-request annotation is not a whole percent"
 envpod=$WORK/envpod.json
 jq '.spec.containers[0].env = [{name: "CUDA_DEVICE_SM_REQUEST_0", value: "100"}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
-check_eq "a container's own CUDA_DEVICE_SM_REQUEST env (no annotation): matched and denied" "$(verdict "$envpod" "$MAX100")" \
-    "denied: a container may not set CUDA_DEVICE_SM_REQUEST in its env (a compute request is a floor other tenants give up); ask it with the vgpu.io/compute-request annotation, within this namespace's compute-max"
+ENVDENY="denied: a container may not set a quota variable in its env (CUDA_DEVICE_SM_*, CUDA_DEVICE_MEMORY_*, CUDA_DISABLE_CONTROL, GPU_CORE_UTILIZATION_POLICY, CUDA_OVERSUBSCRIBE, VGPU_*; vgpu's hook and HAMi's library read them as its quota or their switches); ask a quota with the vgpu.io annotations, within this namespace's maxima"
+check_eq "a container's own CUDA_DEVICE_SM_REQUEST env (no annotation): matched and denied" "$(verdict "$envpod" "$MAX100")" "$ENVDENY"
 jq '.spec.initContainers = [{name: "init", image: "i", env: [{name: "CUDA_DEVICE_SM_REQUEST", value: "50"}]}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
-check_eq "  ... an init container's too" "$(verdict "$envpod" "$MAX100" | cut -c1-60)" \
-    "denied: a container may not set CUDA_DEVICE_SM_REQUEST in it"
+check_eq "  ... an init container's too" "$(verdict "$envpod" "$MAX100")" "$ENVDENY"
+# Under HAMi's device plugin a pod's own value comes after the plugin's in the spec and wins (the quota
+# HAMi's scheduler counted, or HAMi-core's switch off): every quota variable is refused, with or without
+# vgpu's annotations; a pod's other variables are not looked at.
+for v in CUDA_DEVICE_MEMORY_LIMIT_0=65536m CUDA_DEVICE_SM_LIMIT=100 CUDA_DISABLE_CONTROL=true \
+    GPU_CORE_UTILIZATION_POLICY=disable CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x VGPU_LIMITS_FILE=/tmp/l.json; do
+    jq --arg n "${v%%=*}" --arg v "${v#*=}" '.spec.containers[0].env = [{name: "PATH", value: "/bin"}, {name: $n, value: $v}] | del(.metadata.annotations) | del(.spec.runtimeClassName) | .spec.containers[0].resources.limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}' "$(pod null)" > "$envpod"
+    check_eq "a HAMi pod (nvidia.com/gpumem) that sets ${v%%=*} in its env: denied" "$(verdict "$envpod" "$MAX100")" "$ENVDENY"
+done
+jq '.spec.containers[0].env = [{name: "PATH", value: "/bin"}, {name: "CUDA_VISIBLE_DEVICES", value: "0"}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
+check_eq "  ... a pod whose env holds no quota variable is not matched" "$(verdict "$envpod" "$MAX100")" "not matched"
 t_done
