@@ -80,7 +80,7 @@ check_eq "a request that is no whole percent (20%): denied" \
     "denied: a vgpu.io/compute-request annotation is not a whole percent"
 envpod=$WORK/envpod.json
 jq '.spec.containers[0].env = [{name: "CUDA_DEVICE_SM_REQUEST_0", value: "100"}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
-ENVDENY="denied: a container may not set a quota variable in its env (CUDA_DEVICE_SM_*, CUDA_DEVICE_MEMORY_*, CUDA_DISABLE_CONTROL, GPU_CORE_UTILIZATION_POLICY, CUDA_OVERSUBSCRIBE, VGPU_*; vgpu's hook and HAMi's library read them as its quota or their switches); ask a quota with the vgpu.io annotations, within this namespace's maxima"
+ENVDENY="denied: a container may not set a quota variable in its env (CUDA_DEVICE_SM_*, CUDA_DEVICE_MEMORY_*, CUDA_DISABLE_CONTROL, GPU_CORE_UTILIZATION_POLICY, CUDA_OVERSUBSCRIBE, VGPU_MEMORY_*, VGPU_COMPUTE_*, VGPU_LIMITS_FILE; vgpu's hook and HAMi's library read them as its quota or their switches); ask a quota with the vgpu.io annotations, within this namespace's maxima"
 check_eq "a container's own CUDA_DEVICE_SM_REQUEST env (no annotation): matched and denied" "$(verdict "$envpod" "$MAX100")" "$ENVDENY"
 jq '.spec.initContainers = [{name: "init", image: "i", env: [{name: "CUDA_DEVICE_SM_REQUEST", value: "50"}]}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
 check_eq "  ... an init container's too" "$(verdict "$envpod" "$MAX100")" "$ENVDENY"
@@ -94,4 +94,8 @@ for v in CUDA_DEVICE_MEMORY_LIMIT_0=65536m CUDA_DEVICE_SM_LIMIT=100 CUDA_DISABLE
 done
 jq '.spec.containers[0].env = [{name: "PATH", value: "/bin"}, {name: "CUDA_VISIBLE_DEVICES", value: "0"}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
 check_eq "  ... a pod whose env holds no quota variable is not matched" "$(verdict "$envpod" "$MAX100")" "not matched"
+# vgpu's own pods (the installer, the device plugin: VGPU_ENGINE, VGPU_CONFIG, VGPU_DRIVER_ROOT) are none of
+# them: the chart's own DaemonSets are admitted with the policy on.
+jq '.spec.containers[0].env = [{name: "VGPU_ENGINE", value: "containerd"}, {name: "VGPU_CONFIG", value: "/host/etc/vgpu/config.toml"}, {name: "VGPU_DRIVER_ROOT", value: "/"}] | del(.metadata.annotations)' "$(pod null)" > "$envpod"
+check_eq "  ... nor one whose env holds vgpu's own settings (VGPU_ENGINE, VGPU_CONFIG, VGPU_DRIVER_ROOT)" "$(verdict "$envpod" "$MAX100")" "not matched"
 t_done
