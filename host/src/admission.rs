@@ -1,7 +1,7 @@
 //! Quota admission: a container is refused when its quota on a GPU would make the quotas of that GPU's
 //! containers add up past the GPU's memory (less a reserve the node keeps), or its compute request the
 //! requests of that GPU's containers past 100% of its time, unless the node allows overcommit. Requests
-//! are floors (`vgpu_ledger::division`): they hold only when they fit. A compute limit without a request
+//! are floors (`crate::division`): they hold only when they fit. A compute limit without a request
 //! is its own request (a hard cap), and counts as one only on a GPU where a container asks for a request
 //! of its own (asked, or committed): on a GPU of caps alone nothing is promised and caps may add up
 //! past 100, as they always could. Run by the shim and the hook at a container's creation and by `vgpuctl update` on a running
@@ -275,7 +275,7 @@ fn check_requests(
         if !(mine.explicit_requests || here.explicit_requests) {
             continue;
         }
-        if here.requests.saturating_add(mine.requests) > vgpu_ledger::division::WHOLE {
+        if here.requests.saturating_add(mine.requests) > crate::division::WHOLE {
             let index = gpus
                 .iter()
                 .find(|h| h.uuid == g.uuid)

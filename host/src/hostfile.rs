@@ -157,8 +157,8 @@ impl StateFile {
 
 /// Opens `path` for writing in place (`pwrite`) if it is a regular file of exactly `len` bytes with a
 /// single link, without following a link and without blocking, as [`open_regular`] opens for reading:
-/// the time-quanta arbiter's turn words in a container's ledger (`vgpu_ledger::region::write_turn`). A hard link
-/// the tenant made in its folder to another file is refused by its link count. Errors are one line
+/// the time-quanta arbiter's turn words in a container's ledger (`crate::turn_write`). A hard link the
+/// tenant made in its folder to another file is refused by its link count. Errors are one line
 /// without the path (callers name it).
 pub fn open_regular_for_update(path: &Path, len: u64) -> io::Result<File> {
     open_checked(path, OpenOptions::new().write(true), |meta| {

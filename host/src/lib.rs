@@ -24,6 +24,8 @@
 //! * [`request`]: one GPU of a container with what it asks there, memory quota and compute share together.
 //! * [`admission`]: the node's committed quotas against each GPU, under the node lock (the shim's and the
 //!   hook's creates, `vgpuctl update`).
+//! * [`division`]: how one GPU's time is divided among its tenants' requests and limits (the monitor's
+//!   share wall; the library converges on the same rules without calling it).
 //! * [`driver_root`]: the node's NVML under a driver root mounted into a node daemon's pod.
 //! * [`driverlimit`]: a container's quotas set as its cgroup's limits in the driver (NVML r615+).
 //! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
@@ -36,6 +38,7 @@
 //! * [`hostfile`]: host-side reads of state files a tenant can reach (no link followed, never blocking):
 //!   limits files, ledgers (`read_ledger`), the monitor's records.
 //! * [`limits_file`]: limits.json as the host writes it (validated, capped, replaced atomically).
+//! * [`turn_write`]: the time-quanta arbiter's writes into a container's ledger (its turn and heartbeat).
 //! * [`live`]: a live update's write into a running container (`vgpuctl update`): its mounted limits file
 //!   rewritten in place between two generations of its ledgers.
 
@@ -46,6 +49,7 @@ pub mod attribution;
 pub mod cdi;
 pub mod config;
 pub mod creator;
+pub mod division;
 pub mod driver_root;
 pub mod driverlimit;
 pub mod gc;
@@ -64,6 +68,7 @@ pub mod procs;
 pub mod removal;
 pub mod request;
 pub mod state_root;
+pub mod turn_write;
 pub mod usage;
 pub mod version;
 pub mod walk;

@@ -273,13 +273,13 @@ impl ContainerState {
 }
 
 impl GpuState {
-    /// The share's request and limit, percent, as `vgpu_ledger::division` takes them (a limit alone is
+    /// The share's request and limit, percent, as `crate::division` takes them (a limit alone is
     /// its own request, a request alone has the limit 100); None: no share.
     pub fn request_limit(&self) -> Option<(u32, u32)> {
         if self.compute_request.is_none() && self.compute_limit.is_none() {
             return None;
         }
-        let limit = self.compute_limit.unwrap_or(vgpu_ledger::division::WHOLE);
+        let limit = self.compute_limit.unwrap_or(crate::division::WHOLE);
         Some((self.compute_request.unwrap_or(limit).min(limit), limit))
     }
 }

@@ -1,7 +1,7 @@
 //! The compute-share environment grammar (HAMi-core's): `CUDA_DEVICE_SM_LIMIT[_<i>]` and
 //! `GPU_CORE_UTILIZATION_POLICY`, and vgpu's request beside HAMi-core's limit, `CUDA_DEVICE_SM_REQUEST[_<i>]`,
 //! for the library (and the hook). Not here: how a share is enforced, how requests and limits divide a
-//! GPU (`crate::division`).
+//! GPU (`vgpu_host::division`, host-only).
 //!
 //! - a limit is a whole percent `0..=100`, surrounding whitespace ignored; empty = not set;
 //! - `0` or `100` is no limit for the GPUs the variable covers (HAMi-core reads 0 so; 100 throttles nothing);
@@ -25,6 +25,9 @@ use std::collections::BTreeMap;
 
 use crate::envlimits::{gpu_of, EnvLimitError, EnvProblem};
 use crate::keys::{annotation, env};
+
+/// The whole GPU, percent: the largest share and request, and the limit of a request alone.
+pub const WHOLE: u32 = 100;
 
 /// The share for every GPU; `<SM_LIMIT_VAR>_<i>` is the share of the i-th.
 pub const SM_LIMIT_VAR: &str = env::SM_LIMIT;

@@ -12,8 +12,6 @@
 //! * [`envlimits`]: the limit environment (`CUDA_DEVICE_MEMORY_LIMIT[_<i>]`), read by the hook and the library.
 //! * [`envcompute`]: the compute-share environment (`CUDA_DEVICE_SM_LIMIT[_<i>]`, `CUDA_DEVICE_SM_REQUEST[_<i>]`,
 //!   `GPU_CORE_UTILIZATION_POLICY`).
-//! * [`division`]: how one GPU's time is divided among its tenants' requests and limits (the host's share
-//!   wall and the library apply the same rules).
 //! * [`memmode`]: the unified-memory modes (plain, spill, oversubscribe) and their annotations/variables.
 //! * [`keys`]: the registry of the annotation and variable names a container carries (the host-only names,
 //!   the Kubernetes annotations among them, are `vgpu_host::keys`).
@@ -23,7 +21,6 @@
 //!
 //! The formats are described in docs/architecture.md.
 
-pub mod division;
 pub mod envcompute;
 pub mod envlimits;
 pub mod keys;

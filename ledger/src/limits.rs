@@ -295,28 +295,6 @@ impl Limits {
         Ok(())
     }
 
-    /// The file's bytes as the host writes them (`vgpu_host::limits_file`): validated, pretty JSON and a
-    /// newline, at most [`MAX_LIMITS_FILE`]. An error is one line without the path (the writer names it).
-    pub fn to_file_bytes(&self) -> io::Result<Vec<u8>> {
-        self.validate()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
-        text.push(b'\n');
-        // The host's readers take no larger file (`MAX_LIMITS_FILE`): one written larger would hide the
-        // container from them all (status, admission, gc, the monitor).
-        if text.len() as u64 > MAX_LIMITS_FILE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "would be {} bytes, more than the host's readers take ({})",
-                    text.len(),
-                    MAX_LIMITS_FILE
-                ),
-            ));
-        }
-        Ok(text)
-    }
-
     /// Absolute path of a device's ledger: the `ledger` entry resolved against the limits file's folder.
     pub fn ledger_path(&self, limits_path: &Path, dev: &DeviceLimit) -> PathBuf {
         limits_path

@@ -34,7 +34,7 @@ pub struct GpuSettings {
     /// The compute request, the floor: a percent of the GPU's time 1..=100, at most the limit (100
     /// without one); absent: the limit is the request (a hard cap, as in files written before it
     /// existed). A request alone has the limit 100. How a GPU's time is divided by requests and limits:
-    /// `crate::division`.
+    /// `vgpu_host::division`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_request: Option<u32>,
     /// How the share is applied; absent: the default (today the same hard cap as `force`).
@@ -81,14 +81,14 @@ impl GpuSettings {
         self.compute_limit.is_some() || self.compute_request.is_some()
     }
 
-    /// The compute share's request and limit, percent, as `crate::division` takes them: `(request,
-    /// limit)`. A limit alone is its own request (a hard cap, lending nothing it does not leave idle); a
-    /// request alone has the limit 100. None: no share, or the policy `disable`.
+    /// The compute share's request and limit, percent, as the division (`vgpu_host::division`) takes
+    /// them: `(request, limit)`. A limit alone is its own request (a hard cap, lending nothing it does
+    /// not leave idle); a request alone has the limit 100. None: no share, or the policy `disable`.
     pub fn request_limit(&self) -> Option<(u32, u32)> {
         if self.compute_policy == Policy::Disable || !self.has_compute_share() {
             return None;
         }
-        let limit = self.compute_limit.unwrap_or(crate::division::WHOLE);
+        let limit = self.compute_limit.unwrap_or(crate::envcompute::WHOLE);
         Some((self.compute_request.unwrap_or(limit).min(limit), limit))
     }
 
@@ -135,10 +135,10 @@ impl GpuSettings {
             return Err(InvalidSettings::ComputeLimit { percent });
         }
         if let Some(request) = self.compute_request {
-            if !(1..=crate::division::WHOLE).contains(&request) {
+            if !(1..=crate::envcompute::WHOLE).contains(&request) {
                 return Err(InvalidSettings::ComputeRequest { percent: request });
             }
-            let limit = self.compute_limit.unwrap_or(crate::division::WHOLE);
+            let limit = self.compute_limit.unwrap_or(crate::envcompute::WHOLE);
             if request > limit {
                 return Err(InvalidSettings::RequestAboveLimit { request, limit });
             }

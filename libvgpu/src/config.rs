@@ -39,7 +39,7 @@ impl DeviceSpec {
     /// hold back).
     pub fn share(&self) -> Option<((u32, u32), u32)> {
         let (request, limit) = self.settings.request_limit()?;
-        (request < vgpu_ledger::division::WHOLE).then_some((
+        (request < vgpu_ledger::envcompute::WHOLE).then_some((
             (request, limit),
             self.settings
                 .compute_window_ms
@@ -305,7 +305,7 @@ impl Config {
             Config::File { limits, .. } => limits.devices.iter().any(|d| {
                 d.settings
                     .request_limit()
-                    .is_some_and(|(r, _)| r < vgpu_ledger::division::WHOLE)
+                    .is_some_and(|(r, _)| r < vgpu_ledger::envcompute::WHOLE)
             }),
             Config::Env { compute, .. } => compute.is_some(),
         }

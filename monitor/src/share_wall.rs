@@ -14,7 +14,7 @@
 //!
 //! **Floors** (issue 42): a share is a request (its floor) and a limit (its cap; the bucket above). On a
 //! GPU where some container has a request of its own, each pass divides the GPU among its containers
-//! with a share by `vgpu_ledger::division` (the library's rules, in one place), busy-ness from NVML
+//! with a share by `vgpu_host::division` (the library's rules, in one place), busy-ness from NVML
 //! (processes seen using the GPU in the pass; a container the wall held frozen counts as busy): each gets
 //! its entitlement. A second bucket per container GPU earns `entitlement + tolerance` and is debited the
 //! GPU time measured; while no floor was starved for a window (or the starved container went idle) its
@@ -31,7 +31,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
-use vgpu_ledger::division::{self, Tenant};
+use vgpu_host::division::{self, Tenant};
 
 /// The wall's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,7 +74,7 @@ pub enum Why {
     /// It ran past its entitlement plus the tolerance while a busy container's floor on the GPU was
     /// starved (`over_entitlement`).
     Floor {
-        /// Its entitlement at this pass, 0–1 (`vgpu_ledger::division`).
+        /// Its entitlement at this pass, 0–1 (`vgpu_host::division`).
         entitled: f64,
         /// The starved container.
         starved: Starved,

@@ -2,6 +2,7 @@
 //! mounted inode is rewritten in place without the host's facts, a container made before live updates is
 //! refused with nothing changed.
 use super::*;
+use crate::limits_file::WriteLimits;
 use std::os::unix::fs::MetadataExt;
 use vgpu_ledger::live::read_stable;
 use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger};

@@ -43,7 +43,7 @@ fn provisioned() -> (tempfile::TempDir, Limits) {
     )
     .unwrap();
     let host = d.path().join(layout::LIMITS_FILE_NAME);
-    std::fs::write(&host, limits.to_file_bytes().unwrap()).unwrap();
+    std::fs::write(&host, serde_json::to_vec_pretty(&limits).unwrap()).unwrap();
     std::fs::hard_link(&host, d.path().join(layout::MOUNTED_LIMITS_FILE_NAME)).unwrap();
     (d, limits)
 }

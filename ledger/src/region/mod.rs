@@ -57,7 +57,7 @@ pub use kind::Kind;
 pub use ledger::Ledger;
 pub use measure::MeasureLock;
 pub use slot::Slot;
-pub use turn::{write_heartbeat, write_turn, TurnArea, TurnMode, TurnSnapshot, TURN_OFFSET};
+pub use turn::{TurnArea, TurnMode, TurnSnapshot, TURN_OFFSET};
 pub use view::{SlotSnapshot, Snapshot};
 
 // The library shares one Ledger and its Slot between all threads of a process.

@@ -1,8 +1,9 @@
 //! The time-quanta turn of an oversubscribed GPU (`format::TURN_AREA`): the words through which the node's
 //! arbiter (`vgpuctl monitor`, `vgpu_monitor::turns`) tells a container's processes whether they may launch
 //! work on this GPU now, and they tell it that they want to, that they are busy, and that they drained
-//! their work when asked to yield. Not here: the arbiter's decisions (the monitor), the waiting itself
-//! (the library's `turns`).
+//! their work when asked to yield. Not here: the arbiter's decisions (the monitor), its writes
+//! (`vgpu_host::turn_write`, at [`TURN_OFFSET`] and [`TurnArea`]'s offsets), the waiting itself (the
+//! library's `turns`).
 //!
 //! ```text
 //! offset  size  written by  what
@@ -26,10 +27,7 @@
 use super::format::TURN_AREA;
 use super::ledger::Ledger;
 use portable_atomic::{AtomicU64, AtomicU8};
-use std::fs::File;
-use std::io;
 use std::mem::{offset_of, size_of};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 /// The bytes of `TURN_AREA`, reached only as atomics through the mapping.
@@ -167,7 +165,7 @@ impl TurnArea {
         }
     }
 
-    /// Sets mode and epoch through the mapping (tests; the host writes through `write_turn`).
+    /// Sets mode and epoch through the mapping (tests; the host writes through `vgpu_host::turn_write`).
     pub fn set(&self, mode: TurnMode, epoch: u64, heartbeat_ns: u64) {
         self.heartbeat.store(heartbeat_ns, Release);
         self.epoch.store(epoch, Release);
@@ -177,26 +175,6 @@ impl TurnArea {
 
 /// Byte offset of the turn area in a ledger file.
 pub const TURN_OFFSET: u64 = TURN_AREA.0 as u64;
-
-/// Writes a turn into the ledger open as `file` (the arbiter's side: host tools never map a ledger): the
-/// heartbeat, the epoch, then the one mode byte, each one `pwrite`, so a reader that sees the new mode sees
-/// its epoch or a later one.
-pub fn write_turn(file: &File, mode: TurnMode, epoch: u64, heartbeat_ns: u64) -> io::Result<()> {
-    write_heartbeat(file, heartbeat_ns)?;
-    file.write_all_at(
-        &epoch.to_le_bytes(),
-        TURN_OFFSET + offset_of!(TurnArea, epoch) as u64,
-    )?;
-    file.write_all_at(&[mode.to_byte()], TURN_OFFSET)
-}
-
-/// Writes only the heartbeat (the arbiter's pass over a GPU whose turn did not change).
-pub fn write_heartbeat(file: &File, heartbeat_ns: u64) -> io::Result<()> {
-    file.write_all_at(
-        &heartbeat_ns.to_le_bytes(),
-        TURN_OFFSET + offset_of!(TurnArea, heartbeat) as u64,
-    )
-}
 
 /// The turn as a host tool read it (`Snapshot::from_file`, or any `pread` of the first 384 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

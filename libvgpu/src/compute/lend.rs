@@ -2,7 +2,7 @@
 //! cap) runs at its limit while the GPU is its alone, at its request as soon as a neighbour is busy, and
 //! is lent what the busy tenants leave idle in proportion to its request. Who is busy comes from the
 //! driver (NVML's per-process SM utilisation, `busy`), never from a neighbour's ledger: no tenant learns
-//! more of another than NVML shows it. The host's share wall applies `vgpu_ledger::division` to the same
+//! more of another than NVML shows it. The host's share wall applies `vgpu_host::division` to the same
 //! figures and freezes a borrower that keeps a floor starved; this is the tenant's own side, which makes
 //! the wall's freezes rare.
 //!

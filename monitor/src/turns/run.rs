@@ -3,7 +3,7 @@
 //! limits, cgroups, and at each new collection NVML's figures: which of their processes used the GPU and
 //! what they hold, as the watchdog attributed them), reads each one's ledger (`hostfile::read_ledger`: the turn
 //! words alone, tenant-writable, so hints; its charge is never read), hands all that to the GPU's `decide::Board`, writes the turns it
-//! decides into the ledgers (`region::write_turn`, one `pwrite` each, opened as
+//! decides into the ledgers (`vgpu_host::turn_write`, one `pwrite` each, opened as
 //! `hostfile::open_regular_for_update` opens: no link followed, one link, the ledger's size) and the
 //! heartbeat into every other, freezes and thaws cgroups (`freezer`) and rewrites each GPU's status
 //! file when it changed (`record`). A clean stop writes `Unmanaged` into every ledger it manages and
@@ -25,8 +25,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vgpu_host::attribution::Truth;
 use vgpu_host::nvml::GpuReading;
 use vgpu_host::state_root::StateRoot;
+use vgpu_host::turn_write;
 use vgpu_host::usage::ContainerState;
-use vgpu_ledger::region::{self, TurnMode, FILE_SIZE};
+use vgpu_ledger::region::{TurnMode, FILE_SIZE};
 
 /// NVML's sample tail: its utilisation of a process counts against it from this long after it was told
 /// to stop.
@@ -291,8 +292,8 @@ impl Arbiter {
         let r =
             vgpu_host::hostfile::open_regular_for_update(&path, FILE_SIZE as u64).and_then(|f| {
                 match turn {
-                    Some((mode, epoch)) => region::write_turn(&f, mode, epoch, now_ns),
-                    None => region::write_heartbeat(&f, now_ns),
+                    Some((mode, epoch)) => turn_write::write_turn(&f, mode, epoch, now_ns),
+                    None => turn_write::write_heartbeat(&f, now_ns),
                 }
             });
         match r {

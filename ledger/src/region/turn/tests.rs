@@ -1,8 +1,9 @@
-//! The turn words as both sides see them: the arbiter's `pwrite`s through the library's mapping, the
-//! library's counters through the host's `pread`, and a fresh or foreign byte read as "go".
+//! The turn words as both sides see them: the library's counters through the host's `pread`, and a
+//! fresh or foreign byte read as "go". The arbiter's `pwrite`s through the mapping: `vgpu_host::turn_write`'s
+//! tests.
 
 use super::super::{Ledger, LedgerError, Snapshot};
-use super::{write_heartbeat, write_turn, TurnMode, TurnSnapshot};
+use super::{TurnMode, TurnSnapshot};
 
 /// The host tools' view (`vgpu_host::hostfile::read_ledger` opens the file as untrusted first).
 fn read_file(path: &std::path::Path) -> Result<Snapshot, LedgerError> {
@@ -26,18 +27,17 @@ fn a_fresh_ledger_is_unmanaged_and_every_launch_goes() {
 }
 
 #[test]
-fn the_arbiters_writes_reach_the_mapping_and_the_librarys_counters_reach_the_host() {
+fn the_arbiters_words_and_the_librarys_counters_reach_the_host() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.ledger");
     let l = Ledger::open_or_create(&path, UUID, 1 << 30).unwrap();
-    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     for (mode, epoch) in [
         (TurnMode::Free, 1),
         (TurnMode::Hold, 2),
         (TurnMode::Yield, 3),
         (TurnMode::Wait, 4),
     ] {
-        write_turn(&file, mode, epoch, 1_000 + epoch).unwrap();
+        l.turn().set(mode, epoch, 1_000 + epoch);
         assert_eq!(l.turn().heartbeat(), 1_000 + epoch);
         assert_eq!((l.turn().mode(), l.turn().epoch()), (mode, epoch));
         assert_eq!(
@@ -45,12 +45,6 @@ fn the_arbiters_writes_reach_the_mapping_and_the_librarys_counters_reach_the_hos
             matches!(mode, TurnMode::Free | TurnMode::Hold)
         );
     }
-    write_heartbeat(&file, 7_777).unwrap();
-    assert_eq!(
-        (l.turn().mode(), l.turn().heartbeat()),
-        (TurnMode::Wait, 7_777)
-    );
-    write_heartbeat(&file, 1_004).unwrap();
     let t = l.turn();
     t.note_launch();
     t.note_launch();

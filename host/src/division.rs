@@ -1,7 +1,7 @@
 //! The division of one GPU's time among the tenants with a compute share on it (issue 42): each tenant
 //! has a request (its floor) and a limit (its cap), and is busy or idle. The rules, written once here
-//! for every side that applies them (the host's share wall in `vgpuctl monitor`, and the library's
-//! in-process share):
+//! for the host's share wall in `vgpuctl monitor`, which computes them; the library's in-process share
+//! (`libvgpu`'s `compute::lend`) converges on them from what it measures without calling this:
 //!
 //! - an idle tenant is entitled to nothing now: its request is lent to the busy ones (once busy, the next
 //!   division gives it its floor back);
@@ -17,10 +17,10 @@
 //! Pure: no I/O, no allocation ([`divide_into`]), no state. Who is busy is the caller's to decide, from
 //! the driver's view (NVML's per-process samples), never from a tenant's own word. Not here: measuring,
 //! enforcing (the wall's freezes: `vgpu_monitor::share_wall`), the settings a request and a limit come
-//! from (`crate::settings::GpuSettings::request_limit`).
+//! from (`vgpu_ledger::settings::GpuSettings::request_limit`). Host-only (a tenant sees neither the
+//! others' requests nor their limits), so it is not in the crate the interposer links.
 
-/// The whole GPU, percent.
-pub const WHOLE: u32 = 100;
+pub use vgpu_ledger::envcompute::WHOLE;
 
 /// One tenant of a GPU as the division sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
