@@ -1,3 +1,5 @@
+//! Unit tests of `lend`: the entitlement alone, beside a waking neighbour, grown and halved with the GPU's
+//! idle share, smoothed over a paced neighbour's bursts; and simulations of tenants sharing a GPU.
 use super::*;
 
 const MS: u64 = 1_000_000;
