@@ -49,7 +49,10 @@ pub fn from_hami(f: &crate::hami::Folder, order: &[String]) -> ContainerState {
 /// A container of HAMi's folders given the quota its bundle's spec holds (`hami::bundle`), the host's
 /// record: each of the spec's GPUs (in `order`, NVML's, as `from_hami` counts them: CUDA's index inside)
 /// gets `CUDA_DEVICE_MEMORY_LIMIT[_<i>]` as its limit, whatever the ledger's header says (the tenant's
-/// file), a GPU without a ledger included; a ledger's GPU the spec does not give has no limit. Its init,
+/// file), and `CUDA_DEVICE_SM_LIMIT[_<i>]` as its compute share's limit, a cap that is its own request
+/// (HAMi has no floors; a request the spec names is not HAMi's scheduler's and is not taken) under the
+/// spec's policy (`disable`: none) and pacing window, a GPU without a ledger included; a ledger's GPU the
+/// spec does not give has no limit and no share. Its init,
 /// namespace and cgroup are the init's the shim recorded, so the processes are matched as a state root
 /// container's are (`attribution::owner_of`) and it is live while that init runs.
 pub fn with_host_quota(
@@ -66,17 +69,24 @@ pub fn with_host_quota(
     uuids.dedup();
     for g in &mut c.gpus {
         g.limit = None;
+        (g.compute_limit, g.compute_request, g.compute_window_ms) = (None, None, None);
     }
     for (i, u) in uuids.iter().enumerate() {
-        let limit = Some(q.limits.bytes_for(i as u32)).filter(|&b| b > 0);
-        match c.gpus.iter_mut().find(|g| &g.uuid == *u) {
-            Some(g) => g.limit = limit,
-            None => c.gpus.push(GpuState {
-                uuid: u.to_string(),
-                limit,
-                ..Default::default()
-            }),
-        }
+        let at = match c.gpus.iter().position(|g| &g.uuid == *u) {
+            Some(at) => at,
+            None => {
+                c.gpus.push(GpuState {
+                    uuid: u.to_string(),
+                    ..Default::default()
+                });
+                c.gpus.len() - 1
+            }
+        };
+        let g = &mut c.gpus[at];
+        g.limit = Some(q.limits.bytes_for(i as u32)).filter(|&b| b > 0);
+        // HAMi's share is a cap: its own request (`request_limit`), no floor promised.
+        g.compute_limit = q.compute.share_for(Some(i as u32));
+        g.compute_window_ms = q.window_ms;
     }
     // Indexes: the spec's GPUs first in its order, then the ledgers' others.
     let rank = |g: &GpuState| {
@@ -194,6 +204,7 @@ mod tests {
     #[test]
     fn a_bundles_quota_is_the_hami_containers_whatever_its_ledger_says() {
         use crate::hami::bundle::HostQuota;
+        use vgpu_ledger::envcompute::EnvCompute;
         use vgpu_ledger::envlimits::EnvLimits;
         let d = tempfile::tempdir().unwrap();
         let pod = "7c0e3d1a-0000-4000-8000-000000000002";
@@ -215,6 +226,8 @@ mod tests {
             folder: folder.to_string(),
             uuids: vec![u1.to_string(), u0.to_string()],
             limits: EnvLimits::parse(&env(limits)).unwrap(),
+            compute: EnvCompute::parse(&env(limits)).unwrap(),
+            window_ms: Some(250),
             init: crate::procs::HostProc {
                 pid: 77,
                 ns: 4026532001,
@@ -225,13 +238,26 @@ mod tests {
         };
         let main = format!("{pod}_main");
         let quotas = [
-            quota(&main, &[("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m")], 5),
+            quota(
+                &main,
+                &[
+                    ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+                    ("CUDA_DEVICE_SM_LIMIT_0", "10"),
+                ],
+                5,
+            ),
             quota(
                 &format!("{pod}_side"),
-                &[("CUDA_DEVICE_MEMORY_LIMIT", "2g")],
+                &[
+                    ("CUDA_DEVICE_MEMORY_LIMIT", "2g"),
+                    ("CUDA_DEVICE_SM_LIMIT", "30"),
+                    ("GPU_CORE_UTILIZATION_POLICY", "disable"),
+                ],
                 6,
             ),
         ];
+        // A share the ledger's side claimed (none is read from a ledger: this stands for any) is replaced.
+        (cs[0].gpus[0].compute_limit, cs[0].gpus[0].compute_request) = (Some(90), Some(90));
         join_host_quotas(&mut cs, &quotas, d.path(), &order);
         assert_eq!(cs.len(), 2);
         let c = &cs[0];
@@ -243,6 +269,16 @@ mod tests {
             .map(|g| (g.index, g.uuid.as_str(), g.limit))
             .collect();
         assert_eq!(g, [(0, u0, Some(1 << 30)), (1, u1, None)]);
+        let share: Vec<(Option<(u32, u32)>, Option<u32>)> = c
+            .gpus
+            .iter()
+            .map(|g| (g.request_limit(), g.compute_window_ms))
+            .collect();
+        assert_eq!(
+            share,
+            [(Some((10, 10)), Some(250)), (None, Some(250))],
+            "the spec's cap, its own request, on its GPU 0 only"
+        );
         assert_eq!(
             (c.init_pid, c.pid_ns, c.init_start_time, c.cgroup.as_deref()),
             (
@@ -257,6 +293,10 @@ mod tests {
         assert_eq!(
             side.gpus.iter().map(|g| g.limit).collect::<Vec<_>>(),
             [Some(2 << 30); 2]
+        );
+        assert!(
+            side.gpus.iter().all(|g| g.request_limit().is_none()),
+            "disable: no share"
         );
         mark_live(&mut cs, |pid, ns, start| {
             (pid, ns, start) == (77, 4026532001, Some(5))
