@@ -10,12 +10,12 @@
 //! (`<containers dir>/<pod UID>_<container>`) at `/usr/local/vgpu`, as HAMi's Allocate answer does. Its
 //! quota is the spec's `CUDA_DEVICE_MEMORY_LIMIT[_<i>]` (the grammar the library reads:
 //! `vgpu_ledger::envlimits`), `<i>` the container's CUDA index, its compute share the spec's
-//! `CUDA_DEVICE_SM_LIMIT[_<i>]` under `GPU_CORE_UTILIZATION_POLICY` (`vgpu_ledger::envcompute`), and its
-//! GPUs the UUIDs of the spec's
-//! `NVIDIA_VISIBLE_DEVICES`. Its processes are those of its init's cgroup, or of its init's PID namespace,
-//! as `/proc` shows them for the PID the shim recorded (`procs::inspect`: the PID with its start time and
-//! namespace). Bundles of other containers are passed over without a word; a HAMi bundle that cannot be
-//! used (a malformed limit, no GPU UUIDs, an init that is gone) is one line naming it.
+//! `CUDA_DEVICE_SM_LIMIT[_<i>]` under `GPU_CORE_UTILIZATION_POLICY` (`vgpu_ledger::envcompute`) paced
+//! over its `VGPU_COMPUTE_WINDOW`, and its GPUs the UUIDs of the spec's `NVIDIA_VISIBLE_DEVICES`. Its
+//! processes are those of its init's cgroup, or of its init's PID namespace, as `/proc` shows them for the
+//! PID the shim recorded (`procs::inspect`: the PID with its start time and namespace). Bundles of other
+//! containers are passed over without a word; a HAMi bundle that cannot be used (a malformed limit, share
+//! or window, no GPU UUIDs, an init that is gone) is one line naming it.
 
 use crate::hami::split_name;
 use crate::hostfile;
