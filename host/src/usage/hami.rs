@@ -269,7 +269,7 @@ mod tests {
             .map(|g| (g.index, g.uuid.as_str(), g.limit))
             .collect();
         assert_eq!(g, [(0, u0, Some(1 << 30)), (1, u1, None)]);
-        let share: Vec<(Option<(u32, u32)>, Option<u32>)> = c
+        let share: Vec<_> = c
             .gpus
             .iter()
             .map(|g| (g.request_limit(), g.compute_window_ms))
