@@ -337,7 +337,7 @@ impl ShareRun {
         if !v.on {
             return v;
         }
-        for (c, cs) in cs.iter().enumerate() {
+        for (c, cs) in cs.iter().enumerate().filter(|(_, c)| c.enforced()) {
             for (g, gs) in cs.gpus.iter().enumerate() {
                 let Some((request, limit)) = gs.request_limit() else {
                     continue;
@@ -422,7 +422,8 @@ fn measure(
     frozen: &BTreeMap<String, f64>,
 ) -> Vec<Use> {
     let mut out = Vec::new();
-    for (c, cstate) in cs.iter().enumerate() {
+    // Only a share the host recorded (a state root's limits file, a HAMi container's bundle spec).
+    for (c, cstate) in cs.iter().enumerate().filter(|(_, c)| c.enforced()) {
         for (g, gs) in cstate.gpus.iter().enumerate() {
             let Some((request, limit)) = gs.request_limit() else {
                 continue;

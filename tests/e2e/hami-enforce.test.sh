@@ -14,7 +14,9 @@
 # CUDA_DEVICE_MEMORY_LIMIT_0=65536m, so the library makes its ledger claiming 64 GiB, and it holds 2 GiB.
 # Without the bundles (hami_task_dir missing) the monitor reports the ledger's 64 GiB and says once that
 # it enforces nothing; with them, the quota is the spec's 1 GiB, and `vgpuctl monitor --kill` kills the
-# process; a container within its 1 GiB beside it is left alone.
+# process; a container within its 1 GiB beside it is left alone. The compute share likewise: a container
+# whose spec says CUDA_DEVICE_SM_LIMIT=10 but whose process sets its own CUDA_DEVICE_SM_LIMIT=0 and runs flat
+# out is frozen by the share wall (`--share-wall freeze`) at the spec's 10%, and without the bundles never.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
 . "$(dirname "$0")/lib/rootfs.sh"
@@ -69,7 +71,8 @@ check "a private containerd starts" wait_for 20 "${CTR[@]}" version
 TASKS=$CTD/state/io.containerd.runtime.v2.task
 
 # hami_run POD CTR MEM_MIB CMD...: a container started by containerd with HAMi's Allocate answer for one
-# device of MEM_MIB (no compute limit), its output in $WORK/<ctr>.out. Sets $CDIR (its HAMi folder).
+# device of MEM_MIB (no compute limit, or $SM percent), its output in $WORK/<ctr>.out. Sets $CDIR (its HAMi
+# folder).
 hami_run() {
     local pod=$1 ctr=$2 mem=$3; shift 3
     CDIR=$HOSTHOOK/containers/${pod}_$ctr
@@ -78,7 +81,7 @@ hami_run() {
     "${CTR[@]}" run -d --log-uri "file://$WORK/$ctr.out" \
         --cgroup "/kubepods/besteffort/pod$pod/$ctr" \
         --env LD_LIBRARY_PATH=/opt/fake --env FAKE_CUDA_STATE_DIR=/fakestate --env PATH=/opt/clients:/bin \
-        --env "CUDA_DEVICE_MEMORY_LIMIT_0=${mem}m" --env CUDA_DEVICE_SM_LIMIT=0 \
+        --env "CUDA_DEVICE_MEMORY_LIMIT_0=${mem}m" --env "CUDA_DEVICE_SM_LIMIT=${SM:-0}" \
         --env "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/$(cat /proc/sys/kernel/random/uuid).cache" \
         --env "NVIDIA_VISIBLE_DEVICES=$GPU0" \
         --mount "$bind:ro,src=$FAKE_DIR,dst=/opt/fake" \
@@ -156,5 +159,57 @@ check_eq "its NVML truth, by its init's cgroup: 556 MiB" "$(series vgpu_containe
     $((556 * MIB))
 check_eq "the hostile one's series: the spec's 1 GiB" "$(series vgpu_memory_limit_bytes "$LE")" "$GIB"
 check_eq "nothing said about reporting only" "$(grep -c 'reported, never enforced' "$WORK/emon.log")" 0
+
+echo "-- the compute share: a container past its spec's CUDA_DEVICE_SM_LIMIT=10 is frozen (the share wall)"
+# HAMi's scheduler counted 10% of the GPU for it, but its process runs with its own CUDA_DEVICE_SM_LIMIT=0:
+# the library throttles nothing and 2 ms kernels keep the fake GPU busy. The monitor's share wall (a 5 s
+# window) takes the share from the bundle's spec and freezes the container's cgroup (the kubelet-style one
+# containerd made) for its excess. Without the bundles, the same container is never frozen.
+kill "$emon_PID"; wait "$emon_PID" 2>/dev/null
+PS=7c0e3d1a-0000-4000-8000-0000000000e3
+CGS=$(findmnt -n -t cgroup2 -o TARGET | head -1)/kubepods/besteffort/pod$PS/spinner
+LS="pod=\"$PS\",container=\"spinner\",container_id=\"hami/${PS}_spinner\",vdevice_index=\"0\",device_uuid=\"$GPU0\""
+# spinner SECONDS OUT: the spinner's container started afresh; OUT records every 50 ms whether its cgroup is
+# frozen, until the cgroup is gone.
+spinner() {
+    "${CTR[@]}" tasks kill -s KILL spinner > /dev/null 2>&1 && sleep 1
+    "${CTR[@]}" tasks delete spinner > /dev/null 2>&1; "${CTR[@]}" containers delete spinner > /dev/null 2>&1
+    SM=10 hami_run "$PS" spinner 1024 sh -c "CUDA_DEVICE_SM_LIMIT=0 FAKE_CUDA_KERNEL_US=2000 exec compute_client plain $1"
+    wait_for 10 test -e "$CGS/cgroup.events" || return 1
+    while [ -e "$CGS/cgroup.events" ]; do grep -h '^frozen' "$CGS/cgroup.events" 2>/dev/null; sleep 0.05; done >"$2" &
+    on_exit "kill $! 2>/dev/null"
+}
+# share_cfg NAME BASE: BASE's config with a 5 s share window.
+share_cfg() { cp "$WORK/$2.toml" "$WORK/$1.toml"; echo 'share_window_seconds = 5' >> "$WORK/$1.toml"; }
+spinner 30 "$WORK/s.frozen"
+check "the spinner runs, in its own cgroup v2" task_running spinner
+check "its bundle's spec holds HAMi's CUDA_DEVICE_SM_LIMIT=10" \
+    jq -e '.process.env | index("CUDA_DEVICE_SM_LIMIT=10")' "$TASKS/k8s.io/spinner/config.json"
+share_cfg share bundles
+VGPU_CONFIG=$WORK/share.toml monitor_start smon --share-wall freeze && pass "the monitor starts" || fail "the monitor starts"
+check "vgpu_compute_limit_ratio of the spinner: its spec's 10%" \
+    wait_for 10 sh -c "curl -sf '$URL' | grep -qxF 'vgpu_compute_limit_ratio{namespace=\"\",$LS} 0.1'"
+check "the monitor logs one line: the spinner ran past its share (NVML), freezing its cgroup" \
+    wait_for 20 grep -q "over its compute share: container hami/${PS}_spinner (HAMi: pod UID $PS, container spinner) GPU 0 ($GPU0): its processes used .* (NVML), share 10% + 5 points: freezing $CGS for " "$WORK/smon.log"
+check "its cgroup is frozen (cgroup.events: frozen 1)" wait_for 10 grep -q 'frozen 1' "$WORK/s.frozen"
+check "  ... and thawed again (duty cycling)" wait_for 15 sh -c "grep -A1000 'frozen 1' '$WORK/s.frozen' | grep -q 'frozen 0'"
+check "its freezes are counted" \
+    awk -v n="$(scrape | awk '/^vgpu_compute_share_freezes_total /{print $2}')" 'BEGIN { exit !(n >= 1) }'
+check_eq "no freeze failed" "$(scrape | awk '/^vgpu_compute_share_freeze_failures_total /{print $2}')" 0
+check_eq "  ... once for its run, not at every freeze" "$(grep -c 'over its compute share' "$WORK/smon.log")" 1
+check_eq "the finding names no other container" "$(grep 'over its compute share' "$WORK/smon.log" | grep -vc "hami/${PS}_spinner")" 0
+kill "$smon_PID"; wait "$smon_PID" 2>/dev/null
+check "the monitor thaws it when it stops" grep -q 'frozen 0' "$CGS/cgroup.events"
+
+echo "-- without the bundles the spinner is reported only: never frozen"
+spinner 20 "$WORK/n.frozen"
+check "the spinner runs again" task_running spinner
+share_cfg noshare nobundle
+VGPU_CONFIG=$WORK/noshare.toml monitor_start nmon --share-wall freeze && pass "the monitor starts" || fail "the monitor starts"
+sleep 12
+check "  ... and still runs" task_running spinner
+check_eq "no share finding" "$(grep -c 'over its compute share' "$WORK/nmon.log")" 0
+check_not "its cgroup was never frozen" grep -q 'frozen 1' "$WORK/n.frozen"
+check_eq "no freeze" "$(scrape | awk '/^vgpu_compute_share_freezes_total /{print $2}')" 0
 
 t_done

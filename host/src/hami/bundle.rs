@@ -9,11 +9,13 @@
 //! A bundle is HAMi's when its spec mounts one of HAMi's per-container folders
 //! (`<containers dir>/<pod UID>_<container>`) at `/usr/local/vgpu`, as HAMi's Allocate answer does. Its
 //! quota is the spec's `CUDA_DEVICE_MEMORY_LIMIT[_<i>]` (the grammar the library reads:
-//! `vgpu_ledger::envlimits`), `<i>` the container's CUDA index, and its GPUs the UUIDs of the spec's
-//! `NVIDIA_VISIBLE_DEVICES`. Its processes are those of its init's cgroup, or of its init's PID namespace,
-//! as `/proc` shows them for the PID the shim recorded (`procs::inspect`: the PID with its start time and
-//! namespace). Bundles of other containers are passed over without a word; a HAMi bundle that cannot be
-//! used (a malformed limit, no GPU UUIDs, an init that is gone) is one line naming it.
+//! `vgpu_ledger::envlimits`), `<i>` the container's CUDA index, its compute share the spec's
+//! `CUDA_DEVICE_SM_LIMIT[_<i>]` under `GPU_CORE_UTILIZATION_POLICY` (`vgpu_ledger::envcompute`) paced
+//! over its `VGPU_COMPUTE_WINDOW`, and its GPUs the UUIDs of the spec's `NVIDIA_VISIBLE_DEVICES`. Its
+//! processes are those of its init's cgroup, or of its init's PID namespace, as `/proc` shows them for the
+//! PID the shim recorded (`procs::inspect`: the PID with its start time and namespace). Bundles of other
+//! containers are passed over without a word; a HAMi bundle that cannot be used (a malformed limit, share
+//! or window, no GPU UUIDs, an init that is gone) is one line naming it.
 
 use crate::hami::split_name;
 use crate::hostfile;
@@ -22,6 +24,7 @@ use crate::procs::{self, HostProc};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use vgpu_ledger::envcompute::{self, EnvCompute};
 use vgpu_ledger::envlimits::EnvLimits;
 use vgpu_ledger::layout::check_gpu_uuid;
 
@@ -43,6 +46,12 @@ pub struct HostQuota {
     pub uuids: Vec<String>,
     /// `CUDA_DEVICE_MEMORY_LIMIT[_<i>]` (0: no quota for that GPU).
     pub limits: EnvLimits,
+    /// `CUDA_DEVICE_SM_LIMIT[_<i>]` and `GPU_CORE_UTILIZATION_POLICY`: the compute share HAMi's scheduler
+    /// counted (`share_for`; `disable`: none). Its requests are not HAMi's and are not taken
+    /// (`usage::with_host_quota`).
+    pub compute: EnvCompute,
+    /// `VGPU_COMPUTE_WINDOW`, the library's pacing window, ms (None: its default).
+    pub window_ms: Option<u32>,
     /// Its init process as `/proc` showed it (PID, namespace, start time, cgroup text).
     pub init: HostProc,
 }
@@ -114,6 +123,14 @@ fn quota(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let limits = EnvLimits::parse(&env).map_err(|e| printable(&e.to_string()).into_owned())?;
+    let compute = EnvCompute::parse(&env).map_err(|e| printable(&e.to_string()).into_owned())?;
+    // The library reads the last one (`libvgpu::config::env::window_ms`).
+    let window_ms = match env.iter().rev().find(|(k, _)| k == envcompute::WINDOW_VAR) {
+        Some((k, v)) if !v.trim().is_empty() => Some(
+            envcompute::parse_window(v, k).map_err(|e| printable(&e.to_string()).into_owned())?,
+        ),
+        _ => None,
+    };
     let visible = env
         .iter()
         .rev()
@@ -155,6 +172,8 @@ fn quota(
         folder,
         uuids,
         limits,
+        compute,
+        window_ms,
         init,
     }))
 }

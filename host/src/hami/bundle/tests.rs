@@ -71,6 +71,11 @@ fn hamis_bundles_are_found_by_the_folder_they_mount_the_others_passed_over() {
         (q.limits.bytes_for(0), q.limits.bytes_for(1)),
         (1 << 30, 2 << 30)
     );
+    assert_eq!(
+        (q.compute.share_for(Some(0)), q.compute.share_for(Some(1))),
+        (Some(30), Some(30))
+    );
+    assert_eq!(q.window_ms, None, "the library's default");
     assert_eq!(q.init.pid, me);
     assert_eq!(q.init.start_time, procs::start_time(me).unwrap());
     assert!(q.init.unified_cgroup().is_some());
@@ -123,6 +128,20 @@ fn a_hami_bundle_that_cannot_be_used_is_one_line_naming_it() {
         .unwrap()
         .set_modified(long_ago)
         .unwrap();
+    bundle(
+        &tasks,
+        "share",
+        &folder("f"),
+        &["CUDA_DEVICE_SM_LIMIT_0=half", &gpu],
+        Some(me),
+    );
+    bundle(
+        &tasks,
+        "window",
+        &folder("g"),
+        &["CUDA_DEVICE_SM_LIMIT=10", "VGPU_COMPUTE_WINDOW=1m", &gpu],
+        Some(me),
+    );
     let l = bundle(&tasks, "link", &folder("d"), &[&gpu], Some(me));
     fs::remove_file(l.join("config.json")).unwrap();
     symlink("/etc/passwd", l.join("config.json")).unwrap();
@@ -143,5 +162,37 @@ fn a_hami_bundle_that_cannot_be_used_is_one_line_naming_it() {
     assert!(line("gone").contains("its init process 999999999 is gone"));
     assert!(line("link").contains("symbolic link"));
     assert!(line("reused").contains("started after init.pid was written"));
-    assert_eq!(f.problems.len(), 5);
+    assert!(line("share").contains("CUDA_DEVICE_SM_LIMIT_0"));
+    assert!(line("window").contains("VGPU_COMPUTE_WINDOW"));
+    assert_eq!(f.problems.len(), 7);
+}
+
+/// The share as the spec gives it: per GPU over the global one, the policy `disable` none, and the
+/// library's pacing window (the wall's burst) as the spec sets it.
+#[test]
+fn the_specs_compute_share_policy_and_window_are_read() {
+    let d = tempfile::tempdir().unwrap();
+    let (tasks, ctrs) = (d.path().join("tasks"), d.path().join("containers"));
+    let me = std::process::id();
+    let gpus = format!("NVIDIA_VISIBLE_DEVICES={GPU0},{GPU1}");
+    let folder = |c: &str| ctrs.join(format!("{POD}_{c}"));
+    let env = [
+        "CUDA_DEVICE_SM_LIMIT=20",
+        "CUDA_DEVICE_SM_LIMIT_1=40",
+        "VGPU_COMPUTE_WINDOW=250ms",
+        &gpus,
+    ];
+    bundle(&tasks, "a", &folder("a"), &env, Some(me));
+    let off = [
+        "CUDA_DEVICE_SM_LIMIT=20",
+        "GPU_CORE_UTILIZATION_POLICY=DISABLE",
+        &gpus,
+    ];
+    bundle(&tasks, "b", &folder("b"), &off, Some(me));
+    let f = read_host(&tasks, &ctrs).unwrap();
+    assert!(f.problems.is_empty(), "{:?}", f.problems);
+    let share = |q: &HostQuota| (q.compute.share_for(Some(0)), q.compute.share_for(Some(1)));
+    assert_eq!(share(&f.quotas[0]), (Some(20), Some(40)));
+    assert_eq!(f.quotas[0].window_ms, Some(250));
+    assert_eq!(share(&f.quotas[1]), (None, None), "disable: no share");
 }
