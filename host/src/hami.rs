@@ -3,7 +3,7 @@
 //! HAMi gives each one a host folder `<hook path>/vgpu/containers/<pod UID>_<container>` (mounted read-write
 //! at `/usr/local/vgpu` inside, mode 0777), where the library makes its ledgers
 //! `<CUDA_DEVICE_MEMORY_SHARED_CACHE's file name>.<GPU uuid>`. [`scan`] lists those folders and reads their
-//! ledgers for the monitor and `vgpuctl status` (`usage::from_hami` makes them containers). Not here: what
+//! ledgers for the monitor and `vgpuctl status` (`usage::hami::from_hami` makes them containers). Not here: what
 //! is made of them (metrics, findings), which processes are theirs (`attribution`), the quota the host
 //! keeps for them (`bundle`).
 //!

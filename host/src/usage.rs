@@ -13,8 +13,7 @@ use crate::state_root::StateRoot;
 use vgpu_ledger::region::KINDS;
 use vgpu_ledger::KubeNames;
 
-mod hami;
-pub use hami::{from_hami, join_host_quotas, with_host_quota};
+pub mod hami;
 
 /// Where a container's state was read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -256,7 +256,7 @@ impl Monitor {
         }
     }
 
-    /// The containers of HAMi's per-container folders (`vgpu_host::hami`, `usage::from_hami`: each GPU's
+    /// The containers of HAMi's per-container folders (`vgpu_host::hami`, `usage::hami::from_hami`: each GPU's
     /// index by NVML's order in `gpus`) and how many files were skipped (None: no folder read); each line
     /// about a skipped file, or about the folder itself, logged once.
     fn read_hami(&self, gpus: &[GpuReading]) -> (Vec<usage::ContainerState>, Option<usize>) {
@@ -280,7 +280,7 @@ impl Monitor {
                 let mut cs = scan
                     .folders
                     .iter()
-                    .map(|f| usage::from_hami(f, &order))
+                    .map(|f| usage::hami::from_hami(f, &order))
                     .collect();
                 self.host_quotas(&mut cs, dir, &order, &mut lines);
                 (cs, Some(scan.skipped.len()))
@@ -326,7 +326,7 @@ impl Monitor {
         match vgpu_host::hami::bundle::read_host(tasks, dir) {
             Ok(found) => {
                 lines.extend(found.problems.iter().cloned());
-                usage::join_host_quotas(cs, &found.quotas, dir, order);
+                usage::hami::join_host_quotas(cs, &found.quotas, dir, order);
             }
             Err(e) => {
                 lines.insert(format!(

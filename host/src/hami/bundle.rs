@@ -48,7 +48,7 @@ pub struct HostQuota {
     pub limits: EnvLimits,
     /// `CUDA_DEVICE_SM_LIMIT[_<i>]` and `GPU_CORE_UTILIZATION_POLICY`: the compute share HAMi's scheduler
     /// counted (`share_for`; `disable`: none). Its requests are not HAMi's and are not taken
-    /// (`usage::with_host_quota`).
+    /// (`usage::hami::with_host_quota`).
     pub compute: EnvCompute,
     /// `VGPU_COMPUTE_WINDOW`, the library's pacing window, ms (None: its default).
     pub window_ms: Option<u32>,

@@ -146,6 +146,7 @@ pub fn join_host_quotas(
 
 #[cfg(test)]
 mod tests {
+    use crate::usage::hami::*;
     use crate::usage::tests::own_ns;
     use crate::usage::*;
     use vgpu_ledger::{Kind, Ledger};

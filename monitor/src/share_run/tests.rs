@@ -85,7 +85,7 @@ fn each_share_is_measured_with_its_request_limit_and_the_gpus_own_use() {
 #[test]
 fn a_hami_containers_share_is_its_bundle_specs_and_none_without_one() {
     use vgpu_host::hami::bundle::HostQuota;
-    use vgpu_host::usage::{from_hami, join_host_quotas};
+    use vgpu_host::usage::hami::{from_hami, join_host_quotas};
     use vgpu_ledger::envcompute::EnvCompute;
     use vgpu_ledger::envlimits::EnvLimits;
     let pod = "7c0e3d1a-0000-4000-8000-000000000002";

@@ -299,10 +299,10 @@ fn from_snapshot(g: &mut Gpu, snap: &vgpu_ledger::Snapshot) {
         .collect();
 }
 
-/// A container of HAMi's folders: its GPUs in the order of `usage::from_hami` (NVML's, `order`), each
+/// A container of HAMi's folders: its GPUs in the order of `usage::hami::from_hami` (NVML's, `order`), each
 /// with the quota its library wrote in the ledger.
 fn hami_container(f: &vgpu_host::hami::Folder, order: &[String]) -> Container {
-    let state = vgpu_host::usage::from_hami(f, order);
+    let state = vgpu_host::usage::hami::from_hami(f, order);
     Container {
         id: state.id,
         init_pid: None,
@@ -481,7 +481,7 @@ impl Status {
         cs.extend(
             self.hami_folders
                 .iter()
-                .map(|f| vgpu_host::usage::from_hami(f, &order)),
+                .map(|f| vgpu_host::usage::hami::from_hami(f, &order)),
         );
         vgpu_host::usage::mark_live(&mut cs, procs::init_alive);
         let truth = vgpu_host::attribution::attribute(&cs, gpus, procs::inspect, procs::own_ns());

@@ -5,7 +5,7 @@ use super::Status;
 
 impl Status {
     /// The quotas the containerd bundles under `tasks` hold for the HAMi containers listed
-    /// (`vgpu_host::hami::bundle`, `usage::with_host_quota`, as the monitor enforces them): each GPU's quota
+    /// (`vgpu_host::hami::bundle`, `usage::hami::with_host_quota`, as the monitor enforces them): each GPU's quota
     /// is its spec's, not its ledger's. Bundles that cannot be read change nothing.
     pub fn note_hami_quotas(&mut self, tasks: &std::path::Path, order: &[String]) {
         let Some(dir) = self.hami_folders.first().and_then(|f| f.dir.parent()) else {
@@ -34,7 +34,7 @@ impl Status {
                     .collect(),
                 ..Default::default()
             };
-            vgpu_host::usage::with_host_quota(&mut state, q, order);
+            vgpu_host::usage::hami::with_host_quota(&mut state, q, order);
             for g in &mut c.gpus {
                 if let Some(s) = state.gpus.iter().find(|s| s.uuid == g.uuid) {
                     (g.index, g.quota) = (s.index, s.limit);
