@@ -64,14 +64,21 @@ pair() {
     wait $a
     sa=$(share "$(cat "$WORK/$1a.out")"); sb=$(share "$(cat "$WORK/$1b.out")")
 }
+# (On this fake two paced tenants lose time where their pauses meet, more on a loaded machine: a 30% hard
+# cap beside a busy neighbour reads 21% in compute.test.sh. The 70 read 55-64% here; what it does not use
+# is idle time, lent.)
 pair p1 30 70 5
 between "floors 30 and 70 both busy: the 30 gets ~30% (70 beside it: $sb%)" "$sa" 22 40
-between "  ... the 70 gets ~70%" "$sb" 58 78
+between "  ... the 70 gets ~70%" "$sb" 50 78
+check "  ... the 70 at least 1.5x the 30 ($sb% vs $sa%)" awk -v a="$sa" -v b="$sb" 'BEGIN { exit !(b >= 1.5 * a) }'
+# The 40 they leave goes 1:2 in the simulation (lend/tests.rs); on this fake, whose paced tenants lose time
+# where their pauses meet, a 6 s run split it from 1:1 to 1:3 (the 40 read 43-62%): its floor and its
+# order are checked here, the proportion on the GPU (tests/gpu/elastic.sh).
 pair p2 20 40 6
-between "floors 20 and 40 both busy: the 40% they leave is shared 1:2; the 20 gets ~33% (its floor at least)" "$sa" 20 44
-between "  ... the 40 gets ~67% (its floor at least)" "$sb" 45 80
-check "  ... the 40 gets more than the 20 ($sb% vs $sa%), and together they keep the GPU busy ($((sa + sb))%)" \
-    awk -v a="$sa" -v b="$sb" 'BEGIN { exit !(b > 1.2 * a && a + b >= 75) }'
+between "floors 20 and 40 both busy: the 40% they leave is lent; the 20 gets its floor at least" "$sa" 18 48
+between "  ... the 40 gets its floor at least" "$sb" 38 80
+check "  ... the 40 gets at least what the 20 gets ($sb% vs $sa%), and together they keep the GPU busy ($((sa + sb))%)" \
+    awk -v a="$sa" -v b="$sb" 'BEGIN { exit !(b >= a && a + b >= 75) }'
 tenant "$WORK/t1" 20 "" "$RT" module work 5 >"$WORK/t1.out" &
 t1=$!
 tenant "$WORK/t2" 30 "" "$RT" module work 5 >"$WORK/t2.out" &
