@@ -41,6 +41,9 @@
  *              and whatever time the GPU waited for the CPU
  *   poll       as steps, but waits for each step by polling cuStreamQuery (no synchronisation), then
  *              sleeps ARG us: an application that polls and launches again long after
+ *   frames     a paced frame loop: each frame queues a burst of plain launches and sleeps until the next, no
+ *              query, no synchronisation; ARG PERIOD_US[:BURST[:DEAR]] (10000:4); with DEAR, each launch
+ *              after a frame's first runs DEAR times as long (same kernel and grid); prints frames= late=
  *   tick       one launch and a synchronisation every ARG ms (default 500) for SECONDS: a process that is
  *              busy by NVML's per-process reading (it had SM activity in the last second) and uses
  *              next to nothing of the GPU
@@ -330,6 +333,29 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
             usleep((useconds_t)((arg ? atof(arg) : 500) * 1000));
         }
         *took = now() - t0;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(mode, "frames")) {
+        /* A paced frame loop (issue 41, attack 4): each frame queues a burst of launches and sleeps until
+           the next frame, with no query and no synchronisation. ARG: PERIOD_US[:BURST] (10000:4). A frame
+           is late when its burst was queued after the frame's deadline. */
+        double period = (arg ? atof(arg) : 10000) / 1e6;
+        const char *colon = arg ? strchr(arg, ':') : NULL;
+        int burst = colon ? atoi(colon + 1) : 4;
+        const char *dear = colon ? strchr(colon + 1, ':') : NULL;
+        if (dear) { mult = (unsigned)atoi(dear + 1); cycles_x = cycles * mult; }
+        long frames = 0, late = 0;
+        double t0 = now();
+        for (*launched = 0; now() - t0 < secs; frames++) {
+            double due = t0 + frames * period;
+            for (int i = 0; i < burst; i++, (*launched)++) TRY(launch_one("plain", ex, dear && i > 0));
+            if (now() > due + period) late++;
+            double left = t0 + (frames + 1) * period - now();
+            if (left > 0) usleep((useconds_t)(left * 1e6));
+        }
+        *took = now() - t0;
+        TRY(cuStreamSynchronize(stream));
+        printf("frames=%ld late=%ld\n", frames, late);
         return CUDA_SUCCESS;
     }
     if (!strcmp(mode, "steps") || !strcmp(mode, "poll")) {

@@ -284,6 +284,26 @@ charged=$(bucket "$WORK/b_capgroup" charged_ns) n=$(bucket "$WORK/b_capgroup" la
 check "  ... each launch charged its 200 us kernel ($(( charged / (n > 0 ? n : 1) / 1000 )) us for each of $n)" \
     awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 200 && c >= n * 200e3 * 0.95 && c <= n * 200e3 * 1.1) }'
 between "  ... and gets ~10%" "$(FAKE_CUDA_KERNEL_US=200 share "$out")" 5 16
+# A paced frame loop (issue 41, attack 4): each 10 ms frame queues 8 launches of 200 us and sleeps until
+# the next, with no query and no synchronisation. Its launches queued behind unfinished ones were timed in a
+# group whose end was recorded when the next frame's first launch found the group at the queue's front,
+# 8 ms after its work ended: the interval took in the GPU's idle time (the library before: 250-252 us a
+# launch; 284 with 16 a frame). Now a group closed on a stream with nothing left to run is charged its
+# members' floors (x 9/8 at most), and the floor from the driver's figure (compute/truth.rs) charges
+# what that leaves short.
+out=$(FAKE_CUDA_KERNEL_US=200 vg "$WORK/b_frames" 40 "$CC" frames 4 10000:8)
+check_match "a paced frame loop (8 x 200 us launches a 10 ms frame, no query, no synchronisation) at 40% runs to the end" 'rc=0 ' "$out"
+charged=$(bucket "$WORK/b_frames" charged_ns) n=$(bucket "$WORK/b_frames" launches)
+check "  ... each launch charged its kernel's 200 us within 5%, not the idle time after its frame ($(( charged / (n > 0 ? n : 1) / 1000 )) us for each of $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 2000 && c >= n * 200e3 * 0.95 && c <= n * 200e3 * 1.05) }'
+check_match "  ... and every frame was queued on time" 'late=0$' "$out"
+# What a stale group is charged (its members' least times) is what a tenant would aim at: the same kernel
+# and grid, cheap first in each frame, then 7 launches that run 10x as long (as a kernel that spins on a
+# flag the host sets after the launch). The floor from the driver's figure charges what the least times
+# leave short: ~10% under 10% (the frames' kernels: 200 us + 7 x 2 ms).
+out=$(FAKE_CUDA_KERNEL_US=200 vg "$WORK/b_framesx" 10 "$CC" frames 4 20000:8:10)
+between "  ... a frame loop whose later launches run 10x their kernel's least time, at 10%, gets ~10%" \
+    "$(awk -v l="$(field launched "$out")" -v s="$(field seconds "$out")" 'BEGIN { printf "%d", (s > 0 ? l / 8 * 14.2 / (s * 10) : -1) }')" 5 14
 # Whatever way a tenant finds to make its launches read short (which launch is timed is learned from the
 # host time of its own calls; a kernel whose work is fixed after its launch returned runs short when timed
 # and long when not: a GPU probe got 94% under 10%), the driver's own figure of the process's SM time

@@ -83,6 +83,24 @@ pub(super) fn event_query(e: CUevent) -> CUresult {
     r
 }
 
+/// Whether everything queued on `s` has finished (`cuStreamQuery`); an error or work still running:
+/// false. Asked before a group's end is recorded late (`Timer::record_closing`).
+pub(super) fn stream_idle(s: CUstream) -> bool {
+    count(&QUERIES);
+    // A query in global capture mode would invalidate a capture another stream has going.
+    let _relaxed = Relaxed::enter();
+    match real!(
+        Lib::Cuda,
+        "cuStreamQuery",
+        unsafe extern "C" fn(CUstream) -> CUresult
+    ) {
+        // SAFETY: the stream an application's launch was queued on; groups on it close before it is
+        // destroyed (`sync::stream_ending`).
+        Some(f) => (unsafe { f(s) }) == CUDA_SUCCESS,
+        None => false,
+    }
+}
+
 /// The time between two completed events of ours. `cuEventElapsedTime_v2` (CUDA 12.8 on; what cuda.h 13
 /// names `cuEventElapsedTime`) where the driver has it: on an H100 (driver 580) the unversioned export
 /// took 462 ns a call, `_v2` 68–117 (tests/gpu/launch_cost.cu).

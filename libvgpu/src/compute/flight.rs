@@ -105,6 +105,10 @@ pub struct InFlight {
     pub mixed: bool,
     /// Whether its end is recorded (`End`).
     pub state: End,
+    /// A group whose end was recorded on a stream with nothing left to run: its work ended some time
+    /// before, and the interval takes in the GPU's idle time after it (a paced loop that queued a burst and
+    /// slept). Charged by its members' floors (`compute::settle`).
+    pub stale: bool,
     /// Launches planned into the group whose launch has not returned yet.
     pub joining: u32,
     /// Something asked to close the group while launches were joining: the last of them closes it.
@@ -139,6 +143,7 @@ impl InFlight {
             floors: 0,
             mixed: false,
             state: End::Recorded,
+            stale: false,
             joining: 0,
             close_asked: false,
             skipped: false,
@@ -376,10 +381,11 @@ impl Flights {
         out
     }
 
-    /// A group's end was recorded (`ok`) or could not be.
-    pub(super) fn closed(&mut self, end: CUevent, ok: bool) {
+    /// A group's end was recorded (`ok`) or could not be; `stale`: on a stream with nothing left to run.
+    pub(super) fn closed(&mut self, end: CUevent, ok: bool, stale: bool) {
         if let Some(f) = self.by_end(end) {
             f.state = if ok { End::Recorded } else { End::Failed };
+            f.stale = ok && stale;
             if !ok {
                 f.lent_end = false;
             }

@@ -202,6 +202,14 @@ impl Share {
 
     /// Charges a measured launch (`solo`) and settles its debit.
     fn charge(&self, f: &InFlight, elapsed: u64) {
+        // A stale group's interval ran on past its work into the GPU's idle time: charged at most its
+        // members' floors x 9/8 (as a group of mixed work is), teaching nothing. What that leaves short
+        // of the GPU time it used, the floor from the driver's figure charges (`truth`).
+        let stale = f.stale && f.floors > 0;
+        let elapsed = match stale {
+            true => elapsed.min(f.floors.saturating_add(f.floors / 8)),
+            false => elapsed,
+        };
         // A graph's nodes, as read at instantiation (`hooks::graphs`).
         let graph = (f.work.1 == GRAPH_GRID)
             .then(|| RECORDS.graph_work.with(f.work.0 as u64, |c| c.cloned()))
@@ -212,8 +220,8 @@ impl Share {
         let sharers = self.busy.sharers_beside(mono_ns(), stretch);
         let (ns, tell, read_as) = {
             let mut book = lock(&self.solo);
-            let (ns, tell) = if members > 1 {
-                let work = (!f.mixed).then_some(f.work);
+            let (ns, tell) = if members > 1 || stale {
+                let work = (!f.mixed && !stale).then_some(f.work);
                 let ns = book.charge_group(work, members, elapsed, f.floors, sharers);
                 (ns, None)
             } else {
@@ -226,7 +234,7 @@ impl Share {
         }
         let tokens = self.area().settle_launches(ns, f.estimate, members);
         self.busy.truth.booked(ns);
-        if let (Some(at), 1) = (f.drawn, members) {
+        if let (Some(at), 1, false) = (f.drawn, members, stale) {
             self.costs.learned(f.work, at, ns);
         }
         if trace::on() {

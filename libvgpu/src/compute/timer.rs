@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::events::{capturing, elapsed_ns, event_create, event_record};
+use super::events::{capturing, elapsed_ns, event_create, event_record, stream_idle};
 use super::flight::{End, Flights, Grouping, InFlight, Plan, Span, GROUP_FLOORS_NS, GROUP_MAX};
 use super::quiet::quiet;
 use crate::ffi::*;
@@ -64,8 +64,9 @@ impl Timer {
         }
         if let (true, Some(g)) = (plan.close_first, plan.chained) {
             // The group before this launch closes: its end, recorded now, is this launch's start.
+            let stale = stream_idle(stream);
             let ok = event_record(g, stream) == CUDA_SUCCESS;
-            lock(&self.flights).closed(g, ok);
+            lock(&self.flights).closed(g, ok, stale);
             if !ok {
                 plan = Plan::alone(plan.opens_span);
             }
@@ -129,7 +130,8 @@ impl Timer {
             (true, close.then_some(stream))
         };
         if let Some(stream) = close {
-            self.record_closing(&[(end, stream)]);
+            // Closed by its last member, just queued: its stream is busy.
+            self.record_closing(&[(end, stream)], false);
         }
         found
     }
@@ -138,12 +140,17 @@ impl Timer {
     /// capture (a capture beginning closes groups first, `sync::capture_beginning`, but another thread may
     /// have begun one since): an end recorded there is a node of the application's graph, never timed; the
     /// group is then charged as a launch whose end failed (`Share::lost`: the wall time since it was queued).
-    fn record_closing(&self, groups: &[(CUevent, usize)]) {
+    /// `late`: closed by something other than its last member's launch (the harvest, a nap, a
+    /// synchronisation), when its work may have ended already: its stream is asked first, and a group
+    /// whose stream has nothing left to run is stale (`InFlight::stale`).
+    fn record_closing(&self, groups: &[(CUevent, usize)], late: bool) {
         let _quiet = (!groups.is_empty()).then(quiet);
         for &(end, stream) in groups {
             let stream = stream as CUstream;
-            let ok = !capturing(stream) && event_record(end, stream) == CUDA_SUCCESS;
-            lock(&self.flights).closed(end, ok);
+            let ok = !capturing(stream);
+            let stale = ok && late && stream_idle(stream);
+            let ok = ok && event_record(end, stream) == CUDA_SUCCESS;
+            lock(&self.flights).closed(end, ok, stale);
         }
     }
 
@@ -161,14 +168,14 @@ impl Timer {
             }
             q.closing(ctx, false)
         };
-        self.record_closing(&groups);
+        self.record_closing(&groups, true);
     }
 
     /// Closes the oldest launch in flight if it is an open group (the harvest reached it: the work before
     /// it is finished, so its members run now).
     pub fn close_front(&self) {
         let groups = lock(&self.flights).closing(None, true);
-        self.record_closing(&groups);
+        self.record_closing(&groups, true);
     }
 
     fn unplanned(&self, ctx: usize, plan: Plan, start: Option<CUevent>, end: Option<CUevent>) {

@@ -148,8 +148,28 @@ fn launches_behind_unfinished_work_of_their_stream_are_timed_in_groups() {
     assert!(p.close_first && p.chained == Some(ev(3)));
     assert_eq!(f.by_end(ev(3)).unwrap().state, End::Closing);
     assert!(!f.any_open());
-    f.closed(ev(3), true);
+    f.closed(ev(3), true, false);
     assert_eq!(f.by_end(ev(3)).unwrap().state, End::Recorded);
+    assert!(!f.by_end(ev(3)).unwrap().stale);
+}
+
+// A group closed on a stream with nothing left to run is stale (charged by its members' least times);
+// one whose end could not be recorded is failed, never stale (charged as lost).
+#[test]
+fn a_group_closed_on_an_idle_stream_is_stale() {
+    let mut f = deep();
+    let p = f.plan(1, 10, Some(100));
+    assert_eq!(p.grouping, Grouping::Opens);
+    push(&mut f, 3, p, 100);
+    let closing = f.closing(None, false);
+    assert_eq!(closing.len(), 1);
+    f.closed(ev(3), true, true);
+    let g = f.by_end(ev(3)).unwrap();
+    assert_eq!((g.state, g.stale), (End::Recorded, true));
+    g.state = End::Closing;
+    f.closed(ev(3), false, true);
+    let g = f.by_end(ev(3)).unwrap();
+    assert_eq!((g.state, g.stale), (End::Failed, false));
 }
 
 // Work not measured before, long work, another stream's unfinished launch in front, or a group that
