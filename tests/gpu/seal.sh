@@ -9,6 +9,9 @@
 #     given). The issue's GPU probe of the library before the floor: 94.3% under 10%.
 #  3. A capture begun on the stream of an open group (`compute_client capgroup`, 0.2 ms kernels so that groups
 #     form): the library before: 23.6% under 10%.
+#  4. A paced frame loop (`compute_client frames`): what each launch is charged against its kernel's 0.2 ms
+#     (the fake: 245-252 us before stale groups were charged their least times, 200.4-201 after).
+#  5. The attack on that rule: later launches of each frame 10x their least time, at 10%.
 # Environment: VGPU_LIB (target/vgpu/libvgpu.so), VGPU_LIB_BEFORE, OUT, CUDA_INCLUDE (/usr/local/cuda/include),
 # SEAL_SECONDS (6).
 set -uo pipefail
@@ -52,4 +55,21 @@ if [ -n "$before" ]; then
     c=$(CLIENT_KERNEL_MS=0.2 capped "$before" g_before "$W/cc" capgroup "$secs")
     echo "10% (before): $(share "$c")% ($c)" | tee -a "$res"
 fi
+
+echo "== 4. a paced frame loop: 8 launches of 0.2 ms every 10 ms, no query, no synchronisation" | tee -a "$res"
+# charged LEDGER: the bucket's charge per launch, us (header bytes 192..232 of the ledger).
+charged() { python3 -c 'import glob,struct,sys
+f = glob.glob(sys.argv[1] + ".GPU-*")[0]
+t = struct.unpack_from("<qQQQQ", open(f, "rb").read(), 192)
+print("%.1f us a launch over %d" % (t[2] / max(1, t[4]) / 1e3, t[4]))' "$W/$1"; }
+frames() { local l=$1 c=$2 sm=$3; shift 3; LD_PRELOAD="$l" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$c" CUDA_DEVICE_SM_LIMIT=$sm LIBCUDA_LOG_LEVEL=2 CLIENT_KERNEL_MS=0.2 "$W/cc" frames "$secs" "$@" 2>>"$W/log"; }
+o=$(frames "$lib" f_after 40 10000:8)
+echo "40%:    charged $(charged f_after) for 200 us kernels ($o)" | tee -a "$res"
+if [ -n "$before" ]; then
+    o=$(frames "$before" f_before 40 10000:8)
+    echo "40% (before): charged $(charged f_before) ($o)" | tee -a "$res"
+fi
+echo "== 5. the same, each frame's later 7 launches 10x as long (the same kernel and grid), at 10%" | tee -a "$res"
+o=$(frames "$lib" x_after 10 20000:8:10)
+echo "10%:    $(awk -v l="$(field launched "$o")" -v s="$(field seconds "$o")" 'BEGIN { if (s > 0) printf "%.1f", l / 8 * 14.2 / (s * 10); else print "-" }')% of the GPU ($o)" | tee -a "$res"
 grep -v '^$' "$W/log" | sort | uniq -c | sort -rn | head -20 >"$out/seal-lib-lines.txt"
