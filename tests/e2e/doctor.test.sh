@@ -46,6 +46,12 @@ doctor
 ok_if "  ... which doctor warns about: exit 2" test "$(rc)" = 2
 ok_if "  ... warn nvidia naming NVIDIA's runtime and runc" bash -c "grep -E '^warn +nvidia +' '$WORK/out' | grep -qF 'runtime $WORK/bin/nvidia-container-runtime is installed but not used: lower_runtime = \"runc\"'"
 cp "$WORK/nvidia.toml" "$VGPU_CONFIG"
+# A configure that changes only vgpu's own config.toml (lower_runtime; daemon.json already configured) said
+# "restart docker to apply", though the shim reads config.toml at each container's creation.
+sed -i 's|^lower_runtime = .*|lower_runtime = "runc"|' "$VGPU_CONFIG"
+"$VGPUCTL" runtime configure --runtime=docker --config "$DJ" --runtime-path "$SHIM" > "$WORK/lower.out" 2>&1
+ok_if "a configure that changes only lower_runtime sets it" grep -qx "lower_runtime = \"$WORK/bin/nvidia-container-runtime\"" "$VGPU_CONFIG"
+ok_if "  ... and asks for no restart of Docker" bash -c "! grep -q 'systemctl restart docker' '$WORK/lower.out' && grep -qF 'no restart needed' '$WORK/lower.out'"
 
 # HMM on: a warning naming the node setting that turns it off; exit 2.
 FAKE_NVML_ADDRESSING_MODE=hmm doctor

@@ -270,7 +270,17 @@ fn finish(
         return preview(changes, out, &mut std::io::stderr());
     }
     apply(changes, out)?;
-    writeln!(out, "{}", engine.restart_hint())?;
+    // Only vgpu's own files changed (its config's lower_runtime, the record): the shim and the hook read
+    // them at each container's creation, and the engine has nothing new to load.
+    if changes.iter().any(|c| c.record.is_none()) {
+        writeln!(out, "{}", engine.restart_hint())?;
+    } else {
+        writeln!(
+            out,
+            "{}'s own config is unchanged: no restart needed (vgpu reads its config at each container's creation)",
+            engine.title()
+        )?;
+    }
     Ok(())
 }
 
