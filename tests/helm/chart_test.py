@@ -11,20 +11,10 @@ import sys
 import helm_python as helm
 import yaml
 
+from checks import check, done
+
 CHART, WORK = sys.argv[1], sys.argv[2]
-PASSED = FAILED = 0
 
-
-def check(what, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print(f"  ok   {what}")
-    else:
-        FAILED += 1
-        print(f"  FAIL {what}")
-        for line in str(detail).splitlines()[:20]:
-            print(f"       | {line}")
 
 
 def render(values=None, **opts):
@@ -256,5 +246,4 @@ check("  ... and the node DaemonSet's pod template changes, so its pods roll and
       any(l.strip().startswith("+") and "8Gi" in l for l in changed.get("daemonset.yaml", [])),
       changed.get("daemonset.yaml"))
 
-print(f"helm: {PASSED} passed, {FAILED} failed")
-sys.exit(1 if FAILED else 0)
+done("helm")

@@ -13,22 +13,11 @@ import sys
 import helm_python as helm
 
 import fake_cluster
+from checks import check, done
 
 CHART, WAIT = sys.argv[1], sys.argv[2]
-PASSED = FAILED = 0
 NS = "kube-system"
 
-
-def check(what, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print(f"  ok   {what}")
-    else:
-        FAILED += 1
-        print(f"  FAIL {what}")
-        for line in str(detail).splitlines()[:20]:
-            print(f"       | {line}")
 
 
 def new_cluster():
@@ -127,5 +116,4 @@ for title, section in [("helm uninstall: one step", one_step), ("a node whose un
     except Exception as e:  # a Helm call that fails where it should not, or this chart's values refused
         check(f"{title}: ran to its end", False, f"{type(e).__name__}: {e}")
 
-print(f"uninstall-hook (helm): {PASSED} passed, {FAILED} failed")
-sys.exit(1 if FAILED else 0)
+done("uninstall-hook (helm)")
