@@ -18,6 +18,7 @@ macro_rules! hooked_symbols {
                 cuMemPrefetchAsync_v2_ptsz cuMemPrefetchBatchAsync cuMemPrefetchBatchAsync_ptsz
                 cuMemDiscardAndPrefetchBatchAsync cuMemDiscardAndPrefetchBatchAsync_ptsz
                 cuMemFree cuMemFree_v2 cuIpcGetMemHandle cuMemGetHandleForAddressRange
+                cuIpcOpenMemHandle cuIpcOpenMemHandle_v2 cuIpcCloseMemHandle
                 cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz

@@ -108,6 +108,42 @@ check "a dma-buf descriptor (cuMemGetHandleForAddressRange), then cuMemFree: sti
     test "$(echo "$out" | rcs dmabuf)/$(truth "$out")" = "0 /$((600 * MiB))/$((600 * MiB))"
 check "  ... so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs alloc)" = "0 2 "
 
+# --- issue 48 (gap 48.2), legacy IPC's importer (cuIpcOpenMemHandle): another container's memory opened here is
+# charged here (the library before this charged nothing: 600 MiB opened and 600 MiB more granted under
+# 1 GiB); memory a live process of the same container exported is charged once (to its exporter, until
+# it ends); a close gives back only what the open charged; an open whose exporter ended is charged here.
+# ipc_pair CACHE_A LIMIT_A EXPORTER_SECS CACHE_B LIMIT_B OPS...: a process exports 600 MiB (in the
+# container of ledger CACHE_A) and lives EXPORTER_SECS; another (CACHE_B) opens its handle, then runs OPS.
+ipc_pair() {
+    local d a=$1 la=$2 secs=$3 b=$4 lb=$5; shift 5
+    d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/$a CUDA_DEVICE_MEMORY_LIMIT=$la \
+        timeout 30 "$RT" alloc 600m ipc sleep "$secs" >"$d/exporter.out" 2>/dev/null &
+    local exporter=$!
+    for _ in $(seq 100); do grep -q '^op=ipc ' "$d/exporter.out" 2>/dev/null && break; sleep 0.1; done
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/$b CUDA_DEVICE_MEMORY_LIMIT=$lb \
+        timeout 30 "$RT" ipc-open "$(opline ipc <"$d/exporter.out" | field handle)" "$@" 2>"$W/err"
+    kill "$exporter" 2>/dev/null; wait "$exporter" 2>/dev/null
+}
+ledger() { echo "$1" | opline truth "${2:-1}" | field ledger; }
+out=$(ipc_pair ipc-a 8g 10 ipc-b 1g truth 0 alloc 600m ipc-close truth 0 alloc 600m)
+check "cuIpcOpenMemHandle of another container's 600 MiB: charged to the importer (its ledger 600 MiB)" \
+    test "$(echo "$out" | rcs ipc-open)/$(ledger "$out")" = "0 /$((600 * MiB))"
+check "  ... so 600 MiB more under its 1 GiB is refused; after cuIpcCloseMemHandle, nothing charged and granted" \
+    test "$(echo "$out" | rcs alloc)/$(ledger "$out" 2)" = "2 0 /0"
+out=$(ipc_pair ipc-c 1g 10 ipc-c 1g truth 0 alloc 300m alloc 200m ipc-close alloc 200m)
+check "the same container's export opened: charged once (the ledger 600 MiB), so 300 MiB more fit under 1 GiB" \
+    test "$(ledger "$out")/$(echo "$out" | rcs alloc)" = "$((600 * MiB))/0 2 2 "
+check "  ... and the close gives back nothing its exporter holds (200 MiB still refused)" \
+    test "$(echo "$out" | rcs ipc-close)" = "0 "
+out=$(ipc_pair ipc-e 1g 1 ipc-e 1g sleep 3 info alloc 500m truth 0)
+check "the exporter ended while the importer maps its memory: charged to the importer, 500 MiB more refused" \
+    test "$(echo "$out" | rcs ipc-open)/$(echo "$out" | rcs alloc)" = "0 /2 "
+check "  ... the device keeps it for the importer, and the ledger says so (truth = ledger = 600 MiB)" \
+    test "$(truth "$out")" = "$((600 * MiB))/$((600 * MiB))"
+
 # --- issue 48 item 3: another process's export mapped in windows is charged by their union (the library
 # before this charged the largest window: 32 windows of 64 MiB, 2 GiB in all, cost 64 MiB under 1 GiB)
 d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"

@@ -105,6 +105,7 @@ impl<D: Driver> Interposer<'_, D> {
     /// freed (`reclaim_pools`) and the charge is tried once more: a refusal never happens while freed
     /// stream-ordered memory of this process would make the request fit.
     pub(crate) fn admit(&self, q: &DeviceQuota, kind: Kind, bytes: u64) -> bool {
+        self.settle_ipc_opens();
         if q.try_charge(kind, bytes) == Some(true) {
             return true;
         }

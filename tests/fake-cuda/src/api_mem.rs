@@ -223,22 +223,6 @@ fn cuMemFree(p: c_uint) {
     free_ptr(d, p as u64)
 }
 
-fn cuIpcGetMemHandle(handle: *mut [u8; 64], p: u64) {
-    let d = drv()?;
-    if handle.is_null() { return Err(INVALID_VALUE); }
-    let mut mem = lock(&d.mem);
-    let (start, a) = mem.find(p, 1).ok_or(INVALID_VALUE)?;
-    // Device memory from cuMemAlloc/cuMemAllocPitch only, from its base (the driver's rule): managed,
-    // pool and graph memory are refused.
-    if start != p || !matches!(a.kind, Kind::Data | Kind::Pitch) { return Err(INVALID_VALUE); }
-    drop(mem);
-    lock(&d.objs).ipc.insert(p);
-    let mut h = [0u8; 64];
-    h[..8].copy_from_slice(&p.to_le_bytes());
-    h[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-    out(handle, h)
-}
-
 // A dma-buf descriptor of device memory (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1): one of /dev/null stands for
 // it. The allocation it covers is kept past its free until the process ends, as an H200 keeps it.
 fn cuMemGetHandleForAddressRange(handle: *mut c_int, p: u64, size: usize, ty: c_int, _flags: u64) {

@@ -178,6 +178,8 @@ pub struct Objs {
     /// (`cuMemGetHandleForAddressRange`), by base pointer: freed, their memory is kept until the process
     /// ends, as an H200 keeps it.
     pub ipc: std::collections::HashSet<u64>,
+    /// Other processes' allocations opened here through legacy IPC, by the address they got (`api_ipc`).
+    pub ipc_opened: HashMap<u64, crate::api_ipc::Opened>,
 }
 
 pub struct Driver {

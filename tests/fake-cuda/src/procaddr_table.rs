@@ -77,7 +77,9 @@ static RULES: &[Rule] = &[
     ("cuGreenCtxCreate", &[(12040, "cuGreenCtxCreate")], &[]),
     ("cuGreenCtxDestroy", &[(12040, "cuGreenCtxDestroy")], &[]),
     ("cuInit", &[(2000, "cuInit")], &[]),
+    ("cuIpcCloseMemHandle", &[(4010, "cuIpcCloseMemHandle")], &[]),
     ("cuIpcGetMemHandle", &[(4010, "cuIpcGetMemHandle")], &[]),
+    ("cuIpcOpenMemHandle", &[(4010, "cuIpcOpenMemHandle"), (11000, "cuIpcOpenMemHandle_v2")], &[]),
     ("cuKernelGetAttribute", &[(12000, "cuKernelGetAttribute")], &[]),
     ("cuKernelGetFunction", &[(12000, "cuKernelGetFunction")], &[]),
     ("cuLaunchCooperativeKernel", &[(9000, "cuLaunchCooperativeKernel")], &[(9000, "cuLaunchCooperativeKernel_ptsz")]),
@@ -179,7 +181,7 @@ static RULES: &[Rule] = &[
 
 /// Every exported entry point by name.
 fn symbol_table() -> Vec<(&'static str, usize)> {
-    use crate::{api_batch::*, api_capture::*, api_ctx::*, api_device::*, api_graph::*, api_green::*, api_launch::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};
+    use crate::{api_batch::*, api_capture::*, api_ctx::*, api_device::*, api_graph::*, api_green::*, api_ipc::*, api_launch::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};
     vec![
         ("cuArray3DCreate_v2", cuArray3DCreate_v2 as *const () as usize),
         ("cuArray3DGetDescriptor_v2", cuArray3DGetDescriptor_v2 as *const () as usize),
@@ -274,7 +276,10 @@ fn symbol_table() -> Vec<(&'static str, usize)> {
         ("cuGreenCtxCreate", cuGreenCtxCreate as *const () as usize),
         ("cuGreenCtxDestroy", cuGreenCtxDestroy as *const () as usize),
         ("cuInit", cuInit as *const () as usize),
+        ("cuIpcCloseMemHandle", cuIpcCloseMemHandle as *const () as usize),
         ("cuIpcGetMemHandle", cuIpcGetMemHandle as *const () as usize),
+        ("cuIpcOpenMemHandle", cuIpcOpenMemHandle as *const () as usize),
+        ("cuIpcOpenMemHandle_v2", cuIpcOpenMemHandle_v2 as *const () as usize),
         ("cuKernelGetAttribute", cuKernelGetAttribute as *const () as usize),
         ("cuKernelGetFunction", cuKernelGetFunction as *const () as usize),
         ("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel as *const () as usize),
