@@ -23,6 +23,7 @@ macro_rules! hooked_symbols {
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
                 cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
+                cuMemPoolExportToShareableHandle cuMemPoolExportPointer cuMemPoolImportPointer
                 cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuCtxSynchronize_v2 cuEventSynchronize
                 cuStreamQuery cuStreamQuery_ptsz cuEventQuery cuStreamDestroy cuStreamDestroy_v2
                 cuStreamBeginCapture cuStreamBeginCapture_ptsz cuStreamBeginCapture_v2 cuStreamBeginCapture_v2_ptsz

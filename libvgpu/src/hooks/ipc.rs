@@ -105,12 +105,14 @@ impl<D: Driver> Interposer<'_, D> {
         }
     }
 
-    /// `cuIpcOpenMemHandle[_v2]` of `handle`: `read` gives the pointer the driver wrote.
+    /// `cuIpcOpenMemHandle[_v2]` of `handle` (or `cuMemPoolImportPointer` of its export data): `read` gives
+    /// the pointer the driver wrote, `undo` gives it back when it cannot be charged.
     pub(crate) fn ipc_open(
         &self,
         handle: &CUipcMemHandle,
         call: impl FnOnce() -> CUresult,
         read: impl FnOnce() -> u64,
+        undo: impl FnOnce(u64),
     ) -> CUresult {
         if self.drv.unlimited() {
             return call();
@@ -121,14 +123,14 @@ impl<D: Driver> Interposer<'_, D> {
         }
         let p = read();
         let Some((_, bytes, dev)) = self.drv.ptr_range(p) else {
-            self.drv.ipc_close(p);
-            return self.unresolved("a legacy IPC handle opened", p);
+            undo(p);
+            return self.unresolved("another process's memory opened", p);
         };
         let q = match self.target(Some(dev)) {
             Target::Charge(q) => q,
             Target::Forward => return r,
             Target::Fail(e) => {
-                self.drv.ipc_close(p);
+                undo(p);
                 return e.cuda();
             }
         };
@@ -147,7 +149,7 @@ impl<D: Driver> Interposer<'_, D> {
             return r;
         }
         if !self.admit(q, Kind::Data, bytes) {
-            self.drv.ipc_close(p);
+            undo(p);
             return Error::OutOfMemory.cuda();
         }
         self.rec.ipc_opens.insert(
@@ -167,6 +169,21 @@ impl<D: Driver> Interposer<'_, D> {
             if let Some(o) = self.rec.ipc_opens.remove(p) {
                 self.ipc_gone(&o);
             }
+        }
+        r
+    }
+
+    /// A free of a pointer no table of ours holds: one imported from another process's pool
+    /// (`cuMemPoolImportPointer`) gives back what its import charged here once the driver took the free.
+    pub(crate) fn import_freed(&self, p: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+        let Some(o) = self.rec.ipc_opens.remove(p) else {
+            return call();
+        };
+        let r = call();
+        if r == CUDA_SUCCESS {
+            self.ipc_gone(&o);
+        } else {
+            self.rec.ipc_opens.insert(p, o);
         }
         r
     }
@@ -223,8 +240,9 @@ hook!(cuIpcOpenMemHandle(p: *mut CUdeviceptr, handle: CUipcMemHandleValue, flags
     if p.is_null() {
         return call();
     }
+    let e = interposer();
     // SAFETY: non-null, written by the driver when it succeeded (read only then).
-    interposer().ipc_open(&handle.reserved, call, || unsafe { *p })
+    e.ipc_open(&handle.reserved, call, || unsafe { *p }, |p| e.drv.ipc_close(p))
 });
 
 hook!(cuIpcOpenMemHandle_v2(p: *mut CUdeviceptr, handle: CUipcMemHandleValue, flags: c_uint) {
@@ -232,8 +250,9 @@ hook!(cuIpcOpenMemHandle_v2(p: *mut CUdeviceptr, handle: CUipcMemHandleValue, fl
     if p.is_null() {
         return call();
     }
+    let e = interposer();
     // SAFETY: as above.
-    interposer().ipc_open(&handle.reserved, call, || unsafe { *p })
+    e.ipc_open(&handle.reserved, call, || unsafe { *p }, |p| e.drv.ipc_close(p))
 });
 
 hook!(cuIpcCloseMemHandle(p: CUdeviceptr) {

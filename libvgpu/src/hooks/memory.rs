@@ -352,10 +352,11 @@ impl<D: Driver> Interposer<'_, D> {
         r
     }
 
-    /// The allocation holding `p` was shared through legacy IPC: its free will not refund it (`Rec::exported`).
+    /// The allocation holding `p` was shared (legacy IPC, a pool's exported pointer): its free will not refund it
+    /// (`Rec::exported`).
     /// The driver exports from the base; an interior pointer it accepted marks its allocation all the same.
     /// Returns the allocation's device, when it is one of ours.
-    fn exported(&self, p: CUdeviceptr) -> Option<CUdevice> {
+    pub(crate) fn exported(&self, p: CUdeviceptr) -> Option<CUdevice> {
         let mark = |k: u64| {
             self.rec.allocs.with(k, |r| match r {
                 Some(r) if p >= k && p - k < r.bytes.max(1) => {

@@ -117,6 +117,9 @@ pub struct PoolState {
     pub outstanding: u64,
     /// A pool of host memory is nobody's device quota.
     pub device_memory: bool,
+    /// Exported (`cuMemPoolExportToShareableHandle`): any of its allocations may be imported by another
+    /// process, which keeps it past its free: its frees give nothing back (`hooks/pools/shared`).
+    pub exported: bool,
 }
 
 impl PoolState {
@@ -126,6 +129,7 @@ impl PoolState {
             charged: 0,
             outstanding: 0,
             device_memory,
+            exported: false,
         }
     }
 }

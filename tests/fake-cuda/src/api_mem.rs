@@ -69,8 +69,9 @@ pub fn free_ptr(d: &Driver, p: u64) -> R {
             if a.kind == Kind::Managed {
                 crate::paging::note(&d.shared, a.phys, a.size, a.charged, false);
             }
-            // Shared through legacy IPC: the memory stays the process's until it ends (an H200's).
-            if !lock(&d.objs).ipc.remove(&p) {
+            // Shared through legacy IPC: the memory stays the process's until it ends (an H200's). Another
+            // process's memory imported here (a pool pointer) is counted here only once its exporter ended.
+            if !lock(&d.objs).ipc.remove(&p) && !crate::api_ipc::forget_opened(d, p) {
                 d.refund(a.phys, a.charged);
             }
             Ok(())

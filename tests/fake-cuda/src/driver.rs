@@ -61,6 +61,8 @@ pub struct Pool {
     pub reserved_high: u64,
     pub used_high: u64,
     pub threshold: u64,
+    /// Made with POSIX descriptors among its handle types: it can be exported.
+    pub shareable: bool,
 }
 
 /// VMM physical memory (`cuMemCreate`), freed when released and unmapped everywhere, and kept while a
@@ -180,6 +182,8 @@ pub struct Objs {
     pub ipc: std::collections::HashSet<u64>,
     /// Other processes' allocations opened here through legacy IPC, by the address they got (`api_ipc`).
     pub ipc_opened: HashMap<u64, crate::api_ipc::Opened>,
+    /// Pools imported from another process (`cuMemPoolImportFromShareableHandle`): their device.
+    pub imported_pools: HashMap<Handle, usize>,
 }
 
 pub struct Driver {

@@ -4,6 +4,7 @@
 
 use super::super::common::Interposer;
 use super::super::testing::World;
+use crate::driver::Driver;
 use crate::ffi::*;
 use crate::records::Records;
 
@@ -29,7 +30,12 @@ fn another_containers_memory_is_charged_to_the_importer_and_its_close_gives_it_b
         .insert(OPENED, (OPENED, 600, 0));
     let e = w.interposer();
     assert_eq!(
-        e.ipc_open(&handle(1), || CUDA_SUCCESS, || OPENED),
+        e.ipc_open(
+            &handle(1),
+            || CUDA_SUCCESS,
+            || OPENED,
+            |p| w.fake.ipc_close(p)
+        ),
         CUDA_SUCCESS
     );
     assert_eq!(w.used(), 600);
@@ -46,7 +52,12 @@ fn an_open_past_the_quota_is_closed_again_and_refused() {
         .insert(OPENED, (OPENED, 1200, 0));
     let e = w.interposer();
     assert_eq!(
-        e.ipc_open(&handle(1), || CUDA_SUCCESS, || OPENED),
+        e.ipc_open(
+            &handle(1),
+            || CUDA_SUCCESS,
+            || OPENED,
+            |p| w.fake.ipc_close(p)
+        ),
         CUDA_ERROR_OUT_OF_MEMORY
     );
     assert_eq!(w.used(), 0);
@@ -62,7 +73,12 @@ fn an_open_whose_device_cannot_be_told_is_closed_and_refused() {
     let w = World::new(1000);
     let e = w.interposer();
     assert_eq!(
-        e.ipc_open(&handle(1), || CUDA_SUCCESS, || OPENED),
+        e.ipc_open(
+            &handle(1),
+            || CUDA_SUCCESS,
+            || OPENED,
+            |p| w.fake.ipc_close(p)
+        ),
         CUDA_ERROR_OUT_OF_MEMORY
     );
     assert!(w
@@ -92,7 +108,12 @@ fn memory_exported_in_the_same_container_is_charged_once_and_its_close_refunds_n
     let rec = Records::new();
     let importer = other(&w, &rec);
     assert_eq!(
-        importer.ipc_open(&handle(7), || CUDA_SUCCESS, || OPENED),
+        importer.ipc_open(
+            &handle(7),
+            || CUDA_SUCCESS,
+            || OPENED,
+            |p| w.fake.ipc_close(p)
+        ),
         CUDA_SUCCESS
     );
     assert_eq!(w.used(), 600, "charged once in the container");
@@ -102,7 +123,12 @@ fn memory_exported_in_the_same_container_is_charged_once_and_its_close_refunds_n
         .borrow_mut()
         .insert(0x9000, (0x9000, 300, 0));
     assert_eq!(
-        importer.ipc_open(&handle(8), || CUDA_SUCCESS, || 0x9000),
+        importer.ipc_open(
+            &handle(8),
+            || CUDA_SUCCESS,
+            || 0x9000,
+            |p| w.fake.ipc_close(p)
+        ),
         CUDA_SUCCESS
     );
     assert_eq!(w.used(), 900);
@@ -134,7 +160,12 @@ fn an_open_of_an_exporter_that_ended_is_charged_at_the_next_admission() {
     exporter.ipc_mark(0, &handle(7));
     let importer = w.interposer();
     assert_eq!(
-        importer.ipc_open(&handle(7), || CUDA_SUCCESS, || OPENED),
+        importer.ipc_open(
+            &handle(7),
+            || CUDA_SUCCESS,
+            || OPENED,
+            |p| w.fake.ipc_close(p)
+        ),
         CUDA_SUCCESS
     );
     assert_eq!(w.used(), 0);
@@ -163,6 +194,40 @@ fn an_open_of_an_exporter_that_ended_is_charged_at_the_next_admission() {
 }
 
 #[test]
+fn an_open_settled_by_the_truth_up_is_charged_once() {
+    let w = World::new(1000);
+    w.fake
+        .ptr_ranges
+        .borrow_mut()
+        .insert(OPENED, (OPENED, 600, 0));
+    let exporter_rec = Records::new();
+    other(&w, &exporter_rec).ipc_mark(0, &handle(7));
+    let importer = w.interposer();
+    let r = importer.ipc_open(
+        &handle(7),
+        || CUDA_SUCCESS,
+        || OPENED,
+        |p| w.fake.ipc_close(p),
+    );
+    assert_eq!((r, w.used()), (CUDA_SUCCESS, 0));
+    for k in exporter_rec.ipc_marks.keys() {
+        // SAFETY: the exporter's own descriptor, closed once.
+        unsafe { libc::close(exporter_rec.ipc_marks.remove(k).unwrap()) };
+    }
+    // the exporter ended: NVML counts the memory in the importer's process now
+    w.fake.own_used.set(600);
+    importer.truth_up();
+    assert_eq!(w.used(), 600);
+    // the next admission finds it charged already: 300 more fit under 1000
+    let r = importer.alloc_plain(300, || CUDA_SUCCESS, || 0x20, |_| ());
+    assert_eq!(
+        (r, w.used()),
+        (CUDA_SUCCESS, 900),
+        "the open's charge, not a truth-up's beside it"
+    );
+}
+
+#[test]
 fn a_context_that_ends_gives_back_what_its_opens_charged() {
     let w = World::new(1000);
     w.fake
@@ -171,7 +236,12 @@ fn a_context_that_ends_gives_back_what_its_opens_charged() {
         .insert(OPENED, (OPENED, 600, 0));
     let e = w.interposer();
     assert_eq!(
-        e.ipc_open(&handle(1), || CUDA_SUCCESS, || OPENED),
+        e.ipc_open(
+            &handle(1),
+            || CUDA_SUCCESS,
+            || OPENED,
+            |p| w.fake.ipc_close(p)
+        ),
         CUDA_SUCCESS
     );
     e.ipc_context_gone(w.fake.home);
