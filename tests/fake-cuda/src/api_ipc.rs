@@ -25,14 +25,6 @@ pub struct IpcHandle {
     reserved: [u8; 64],
 }
 
-/// Memory of another process opened here: (physical device, bytes, exporter's PID, counted here now).
-pub struct Opened {
-    pub phys: usize,
-    pub size: u64,
-    pub exporter: u32,
-    pub moved: bool,
-}
-
 fn word(h: &[u8; 64], at: usize) -> u64 {
     u64::from_le_bytes(h[at..at + 8].try_into().unwrap_or_default())
 }

@@ -139,6 +139,15 @@ pub struct Array {
     pub tiles: Vec<((i32, [u64; 4]), u64)>,
 }
 
+/// Memory of another process opened here (`api_ipc`): its physical device, bytes, the exporter's PID, and
+/// whether it is counted in this process now (its exporter ended).
+pub struct Opened {
+    pub phys: usize,
+    pub size: u64,
+    pub exporter: u32,
+    pub moved: bool,
+}
+
 #[derive(Default)]
 pub struct Objs {
     pub ctxs: HashMap<Handle, Ctx>,
@@ -181,7 +190,7 @@ pub struct Objs {
     /// ends, as an H200 keeps it.
     pub ipc: std::collections::HashSet<u64>,
     /// Other processes' allocations opened here through legacy IPC, by the address they got (`api_ipc`).
-    pub ipc_opened: HashMap<u64, crate::api_ipc::Opened>,
+    pub ipc_opened: HashMap<u64, Opened>,
     /// Pools imported from another process (`cuMemPoolImportFromShareableHandle`): their device.
     pub imported_pools: HashMap<Handle, usize>,
 }
