@@ -5,8 +5,9 @@
 //!
 //! The rules (`docs/libvgpu.md`, "What a handle keeps"; `docs/security.md`):
 //! * An exporting process holds, for its whole life, a read lock of one byte of the device's ledger file
-//!   at the handle's mark (`IPC_MARK_OFFSET` + its hash), far past the file's end. Only processes of the
-//!   same container open that file, and the lock goes with the process.
+//!   at the handle's mark (`IPC_MARK_OFFSET` + its hash), far past the file's end (`hold_mark`). Only
+//!   processes of the same container open that file, and the lock goes with the process (never to a fork
+//!   child).
 //! * An open whose mark another live process holds is of memory this container's exporter holds charged
 //!   until it ends: it is recorded but charged nothing (never twice in one container). Once the mark is
 //!   gone (the exporter ended while this process still holds the memory) the open is charged here, at the
@@ -58,6 +59,55 @@ fn open_ledger(q: &DeviceQuota) -> Option<c_int> {
     (fd >= 0).then_some(fd)
 }
 
+fn page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// Takes `mark` in `q`'s ledger file for the rest of the process: a read lock through a description of its
+/// own, kept alive by a one-page `PROT_NONE` mapping of the file out of fork children's reach
+/// (`MADV_DONTFORK`), its descriptor closed at once (as the ledger keeps a slot's lock). So the mark goes
+/// when the process ends or execs, never lives on in a fork child, and no descriptor of the application's
+/// (closed or reused) can drop it. Returns the mapping's address, or None.
+fn hold_mark(q: &DeviceQuota, mark: u64) -> Option<usize> {
+    let fd = open_ledger(q)?;
+    let fl = one_byte(libc::F_RDLCK, mark);
+    let len = page();
+    // SAFETY: our own descriptor and a valid flock.
+    let locked = unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &fl) } == 0;
+    let addr = if locked {
+        // SAFETY: a new PROT_NONE mapping of the file's first page (the file is longer); the kernel picks
+        // the address, so nothing existing is touched.
+        unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+    } else {
+        libc::MAP_FAILED
+    };
+    // SAFETY: madvise of the mapping just made.
+    let pinned =
+        addr != libc::MAP_FAILED && unsafe { libc::madvise(addr, len, libc::MADV_DONTFORK) } == 0;
+    if addr != libc::MAP_FAILED && !pinned {
+        unpin(addr as usize);
+    }
+    // SAFETY: the descriptor opened above, closed once (the mapping keeps the description).
+    unsafe { libc::close(fd) };
+    pinned.then_some(addr as usize)
+}
+
+/// Drops a mark `hold_mark` took (its mapping).
+pub(crate) fn unpin(addr: usize) {
+    // SAFETY: a PROT_NONE mapping of ours, never read, unmapped once.
+    unsafe { libc::munmap(addr as *mut libc::c_void, page()) };
+}
+
 /// Whether another open file description (another live process of the container) holds `mark` in `q`'s
 /// ledger file. None when the file cannot be asked.
 fn marked_elsewhere(q: &DeviceQuota, mark: u64) -> Option<bool> {
@@ -71,36 +121,33 @@ fn marked_elsewhere(q: &DeviceQuota, mark: u64) -> Option<bool> {
 }
 
 impl<D: Driver> Interposer<'_, D> {
-    /// The exporter (`cuIpcGetMemHandle` succeeded for memory on `dev`): holds the mark of `handle` in
-    /// the device's ledger file for the rest of the process's life. Where it cannot, an import in this
-    /// container is charged a second time (on the safe side), said once.
+    /// The exporter (`cuIpcGetMemHandle` or `cuMemPoolExportPointer` succeeded for memory on `dev`): holds
+    /// the mark of `handle` in the device's ledger file for the rest of the process's life (`hold_mark`).
+    /// Where it cannot, an import in this container is charged a second time (on the safe side), said once.
     pub(crate) fn ipc_mark(&self, dev: CUdevice, handle: &CUipcMemHandle) {
         let Some(q) = self.quota_of(dev) else {
             return;
         };
-        let fd = match self.rec.ipc_marks.with(dev as u64, |f| f.copied()) {
-            Some(fd) => Some(fd),
-            None => open_ledger(q).map(|fd| {
-                // a thread that raced us keeps its own description; ours goes
-                let kept = self.rec.ipc_marks.update(dev as u64, || fd, |f| *f);
-                if kept != fd {
-                    // SAFETY: the descriptor opened just above, never shared.
-                    unsafe { libc::close(fd) };
+        let mark = mark_of(handle);
+        if self.rec.ipc_marks.with(mark, |m| m.is_some()) {
+            return; // the same handle again (the driver gives one allocation one handle)
+        }
+        match hold_mark(q, mark) {
+            Some(pin) => {
+                if let Some(other) = self.rec.ipc_marks.insert(mark, pin) {
+                    unpin(other); // a racing thread held it too: one is enough
                 }
-                kept
-            }),
-        };
-        let fl = one_byte(libc::F_RDLCK, mark_of(handle));
-        // SAFETY: our own descriptor and a valid flock.
-        let ok = fd.is_some_and(|fd| unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &fl) } == 0);
-        if !ok {
-            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            if !SAID.swap(true, Ordering::Relaxed) {
-                crate::log::warn(format_args!(
-                    "quota: could not mark a CUDA IPC export in {}: a process of this container that opens \
-                     it is charged for it a second time",
-                    q.ledger_path().display()
-                ));
+            }
+            None => {
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    crate::log::warn(format_args!(
+                        "quota: could not mark a CUDA IPC export in {}: a process of this container that \
+                         opens it is charged for it a second time",
+                        q.ledger_path().display()
+                    ));
+                }
             }
         }
     }

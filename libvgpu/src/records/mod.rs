@@ -184,8 +184,9 @@ pub struct Records {
     pub vmm_exports: Table<(u64, u64)>,
     /// Pointers opened through legacy CUDA IPC (`cuIpcOpenMemHandle`).
     pub ipc_opens: Table<IpcOpen>,
-    /// Device -> the descriptor of its ledger file through which this process holds its export marks.
-    pub ipc_marks: Table<i32>,
+    /// Export marks this process holds (`hooks/ipc`): mark -> the address of the mapping that keeps it. A
+    /// fork child has none (the mappings are not copied into it).
+    pub ipc_marks: Table<usize>,
     /// How many of `ipc_opens` are charged to nobody here (their exporter's mark was held at the open).
     pub ipc_uncharged: AtomicU32,
     pub modules: Table<Rec>,

@@ -175,11 +175,9 @@ fn an_open_of_an_exporter_that_ended_is_charged_at_the_next_admission() {
         CUDA_SUCCESS
     );
     assert_eq!(w.used(), 100);
-    // the exporter ends: its descriptions (and marks) go with it
+    // the exporter ends: its mappings (and with them its marks) go with it
     for k in exporter_rec.ipc_marks.keys() {
-        let fd = exporter_rec.ipc_marks.remove(k).unwrap();
-        // SAFETY: the exporter's own descriptor, closed once.
-        unsafe { libc::close(fd) };
+        super::unpin(exporter_rec.ipc_marks.remove(k).unwrap());
     }
     assert_eq!(
         importer.alloc_plain(400, || panic!("over the quota"), || 0, |_| ()),
@@ -211,8 +209,7 @@ fn an_open_settled_by_the_truth_up_is_charged_once() {
     );
     assert_eq!((r, w.used()), (CUDA_SUCCESS, 0));
     for k in exporter_rec.ipc_marks.keys() {
-        // SAFETY: the exporter's own descriptor, closed once.
-        unsafe { libc::close(exporter_rec.ipc_marks.remove(k).unwrap()) };
+        super::unpin(exporter_rec.ipc_marks.remove(k).unwrap());
     }
     // the exporter ended: NVML counts the memory in the importer's process now
     w.fake.own_used.set(600);
@@ -257,4 +254,46 @@ fn marks_differ_by_handle_and_lie_past_the_ledger() {
         assert!(m >= vgpu_ledger::region::IPC_MARK_OFFSET);
         assert!(m < vgpu_ledger::region::IPC_MARK_OFFSET + vgpu_ledger::region::IPC_MARK_SPAN);
     }
+}
+
+#[test]
+fn a_mark_never_lives_on_in_a_fork_child() {
+    use std::os::unix::ffi::OsStrExt;
+    let w = World::new(1000);
+    let mark = super::mark_of(&handle(5));
+    let pin = super::hold_mark(w.q, mark).expect("marked");
+    assert_eq!(super::marked_elsewhere(w.q, mark), Some(true));
+    // everything the child does is prepared here: it only opens, asks and exits (no allocation after fork)
+    let path = std::ffi::CString::new(w.q.ledger_path().as_os_str().as_bytes()).unwrap();
+    let mut ask = super::one_byte(libc::F_WRLCK, mark);
+    let mut pipe = [0; 2];
+    // SAFETY: a valid array of two descriptors.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    // SAFETY: the child runs only async-signal-safe calls on what was prepared above, then _exit.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above; the byte says the parent dropped its mark.
+        unsafe {
+            let mut b = 0u8;
+            libc::read(pipe[0], (&mut b as *mut u8).cast(), 1);
+            let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+            let r = libc::fcntl(fd, libc::F_OFD_GETLK, &mut ask);
+            libc::_exit(if r == 0 && ask.l_type == libc::F_UNLCK as libc::c_short {
+                0
+            } else {
+                1
+            });
+        }
+    }
+    super::unpin(pin);
+    let mut status = 0;
+    // SAFETY: our pipe and our child.
+    unsafe {
+        libc::write(pipe[1], [1u8].as_ptr().cast(), 1);
+        libc::waitpid(child, &mut status, 0);
+    }
+    assert_eq!(
+        status, 0,
+        "the child saw the parent's mark after the parent dropped it"
+    );
 }
