@@ -85,7 +85,7 @@ hook!(cuMemPoolImportPointer(p: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut
     if p.is_null() || data.is_null() {
         return call();
     }
-    // SAFETY: non-null; the caller's export data, read after the driver accepted it.
+    // SAFETY: non-null: the caller's export data (64 bytes), read before the call, which only reads it.
     let bytes = unsafe { *data };
     let e = interposer();
     // SAFETY: non-null, written by the driver when it succeeded (read only then).
