@@ -18,10 +18,12 @@ macro_rules! hooked_symbols {
                 cuMemPrefetchAsync_v2_ptsz cuMemPrefetchBatchAsync cuMemPrefetchBatchAsync_ptsz
                 cuMemDiscardAndPrefetchBatchAsync cuMemDiscardAndPrefetchBatchAsync_ptsz
                 cuMemFree cuMemFree_v2 cuIpcGetMemHandle cuMemGetHandleForAddressRange
+                cuIpcOpenMemHandle cuIpcOpenMemHandle_v2 cuIpcCloseMemHandle
                 cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
                 cuMipmappedArrayCreate cuMipmappedArrayDestroy
                 cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
                 cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
+                cuMemPoolExportToShareableHandle cuMemPoolExportPointer cuMemPoolImportPointer
                 cuStreamSynchronize cuStreamSynchronize_ptsz cuCtxSynchronize cuCtxSynchronize_v2 cuEventSynchronize
                 cuStreamQuery cuStreamQuery_ptsz cuEventQuery cuStreamDestroy cuStreamDestroy_v2
                 cuStreamBeginCapture cuStreamBeginCapture_ptsz cuStreamBeginCapture_v2 cuStreamBeginCapture_v2_ptsz

@@ -21,6 +21,13 @@ pub type CUevent = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
 /// `CUipcMemHandle` (64 opaque bytes): only ever passed through by pointer.
 pub type CUipcMemHandle = [u8; 64];
+/// `CUipcMemHandle` as `cuIpcOpenMemHandle` takes it, by value: a C struct of 64 bytes (passed as C passes
+/// a struct, which an array is not).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUipcMemHandleValue {
+    pub reserved: [u8; 64],
+}
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
@@ -31,6 +38,8 @@ pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
 pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
+/// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`: the device a pointer's memory is on (`hooks/ipc`).
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;

@@ -335,6 +335,7 @@ static void *churn_thread(void *p) {
 #include "appfds.h" /* closefds / pipes ops */
 #include "mem_ops.h" /* charges to the object's device: sync2, pool-of, graph-on, vmm-export/import, truth */
 #include "hold_ops.h" /* what keeps VMM memory alive: vmm-close-fd, vmm-import-path, vmm-windows, tile-*, mc-* */
+#include "ipc_ops.h" /* legacy CUDA IPC, the importer: ipc-open, ipc-close */
 
 /* Runs argv[i..]; returns the number of arguments consumed, or -1 on a required failure. */
 static int run_op(int argc, char **argv, int i, int *required_failed) {
@@ -906,10 +907,11 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         }
         printf(" size=%zu", nheld ? held[nheld - 1].size : 0);
     } else if (!strcmp(op, "ipc")) {
-        /* cuIpcGetMemHandle of the last plain allocation: its rc says whether it can be shared. */
+        /* cuIpcGetMemHandle of the last plain allocation: its rc says whether it can be shared (handle=). */
         CUipcMemHandle h;
         if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
         else rc = CALL(cuIpcGetMemHandle, &h, held[nheld - 1].ptr);
+        if (rc == CUDA_SUCCESS) print_ipc_handle(&h);
     } else if (!strcmp(op, "dmabuf")) {
         /* cuMemGetHandleForAddressRange of the last plain allocation: a dma-buf descriptor, kept open. */
         int fd = -1;
@@ -957,6 +959,7 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         hold_at_exit = 1;
     } else if (mem_op(op, argc, argv, i, &used, &rc)) {
     } else if (hold_op(op, argc, argv, i, &used, &rc)) {
+    } else if (ipc_op(op, argc, argv, i, &used, &rc)) {
     } else {
         fprintf(stderr, "client: unknown op '%s'\n", op);
         exit(2);

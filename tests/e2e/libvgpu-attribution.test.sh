@@ -100,13 +100,86 @@ out=$(vg alloc 600m ipc free-last truth 0 alloc 600m)
 check "cuIpcGetMemHandle, then cuMemFree: still held and still charged (truth = ledger = 600 MiB)" \
     test "$(truth "$out")" = "$((600 * MiB))/$((600 * MiB))"
 check "  ... so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs alloc)" = "0 2 "
-check "  ... with a line saying why it stays charged" grep -q "it was shared (CUDA IPC or a dma-buf descriptor): another process may keep its memory" "$W/err"
+check "  ... with a line saying why it stays charged" grep -q "it was shared (CUDA IPC, a dma-buf descriptor or an exported pool): another process may keep its memory" "$W/err"
 out=$(vg alloc 600m free-last alloc 600m)
 check "  ... where a free never shared gives it back (the second granted)" test "$(echo "$out" | rcs alloc)" = "0 0 "
 out=$(vg alloc 600m dmabuf free-last truth 0 alloc 600m)
 check "a dma-buf descriptor (cuMemGetHandleForAddressRange), then cuMemFree: still held and charged (truth = ledger = 600 MiB)" \
     test "$(echo "$out" | rcs dmabuf)/$(truth "$out")" = "0 /$((600 * MiB))/$((600 * MiB))"
 check "  ... so a second 600 MiB under 1 GiB is refused" test "$(echo "$out" | rcs alloc)" = "0 2 "
+
+# --- issue 48 (gap 48.2), legacy IPC's importer (cuIpcOpenMemHandle): another container's memory opened here is
+# charged here (the library before this charged nothing: 600 MiB opened and 600 MiB more granted under
+# 1 GiB); memory a live process of the same container exported is charged once (to its exporter, until
+# it ends); a close gives back only what the open charged; an open whose exporter ended is charged here.
+# ipc_pair CACHE_A LIMIT_A EXPORTER_SECS CACHE_B LIMIT_B OPS...: a process exports 600 MiB (in the
+# container of ledger CACHE_A) and lives EXPORTER_SECS; another (CACHE_B) opens its handle, then runs OPS.
+ipc_pair() {
+    local d a=$1 la=$2 secs=$3 b=$4 lb=$5; shift 5
+    d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/$a CUDA_DEVICE_MEMORY_LIMIT=$la \
+        timeout 30 "$RT" alloc 600m ipc sleep "$secs" >"$d/exporter.out" 2>/dev/null &
+    local exporter=$!
+    for _ in $(seq 100); do grep -q '^op=ipc ' "$d/exporter.out" 2>/dev/null && break; sleep 0.1; done
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/$b CUDA_DEVICE_MEMORY_LIMIT=$lb \
+        timeout 30 "$RT" ipc-open "$(opline ipc <"$d/exporter.out" | field handle)" "$@" 2>"$W/err"
+    kill "$exporter" 2>/dev/null; wait "$exporter" 2>/dev/null
+}
+ledger() { echo "$1" | opline truth "${2:-1}" | field ledger; }
+out=$(ipc_pair ipc-a 8g 10 ipc-b 1g truth 0 alloc 600m ipc-close truth 0 alloc 600m)
+check "cuIpcOpenMemHandle of another container's 600 MiB: charged to the importer (its ledger 600 MiB)" \
+    test "$(echo "$out" | rcs ipc-open)/$(ledger "$out")" = "0 /$((600 * MiB))"
+check "  ... so 600 MiB more under its 1 GiB is refused; after cuIpcCloseMemHandle, nothing charged and granted" \
+    test "$(echo "$out" | rcs alloc)/$(ledger "$out" 2)" = "2 0 /0"
+out=$(ipc_pair ipc-c 1g 10 ipc-c 1g truth 0 alloc 300m alloc 200m ipc-close alloc 200m)
+check "the same container's export opened: charged once (the ledger 600 MiB), so 300 MiB more fit under 1 GiB" \
+    test "$(ledger "$out")/$(echo "$out" | rcs alloc)" = "$((600 * MiB))/0 2 2 "
+check "  ... and the close gives back nothing its exporter holds (200 MiB still refused)" \
+    test "$(echo "$out" | rcs ipc-close)" = "0 "
+out=$(ipc_pair ipc-e 1g 1 ipc-e 1g sleep 3 info alloc 500m truth 0)
+check "the exporter ended while the importer maps its memory: charged to the importer, 500 MiB more refused" \
+    test "$(echo "$out" | rcs ipc-open)/$(echo "$out" | rcs alloc)" = "0 /2 "
+check "  ... the device keeps it for the importer, and the ledger says so (truth = ledger = 600 MiB)" \
+    test "$(truth "$out")" = "$((600 * MiB))/$((600 * MiB))"
+
+# --- issue 48 (gap 48.2), shared pools: an exported pool's freed allocation may be kept by an importer (the
+# fake keeps an exported pointer's memory until its exporter ends), so neither its free nor the pool's
+# destruction gives it back (the library before this refunded it at the destruction: 608 MiB held, the
+# ledger at 0, and 600 MiB more granted under 1 GiB); a pointer imported from another container's pool is
+# charged to the importer until it frees it; from the same container's, once.
+out=$(vg pool-shared pool 600m pool-export pool-export-ptr free-async sync pool-destroy info truth 0 alloc 600m)
+check "an exported pool's pointer exported, freed, the pool destroyed: held and charged (truth = ledger = 608 MiB)" \
+    test "$(echo "$out" | rcs pool-export-ptr)/$(truth "$out")" = "0 /$((608 * MiB))/$((608 * MiB))"
+check "  ... so 600 MiB more under 1 GiB is refused, with the line saying why" \
+    test "$(echo "$out" | rcs alloc)/$(grep -c 'or an exported pool): another process may keep its memory' "$W/err")" = "2 /1"
+# pool_pair CACHE_A CACHE_B OPS...: a process exports its pool and a 600 MiB pointer of it (ledger CACHE_A,
+# 1 GiB), another (CACHE_B, 1 GiB) imports the pool and the pointer, then runs OPS.
+pool_pair() {
+    local d a=$1 b=$2; shift 2
+    d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/$a CUDA_DEVICE_MEMORY_LIMIT=1g \
+        timeout 30 "$RT" pool-shared pool 600m pool-export pool-export-ptr sleep 10 >"$d/exporter.out" 2>/dev/null &
+    local exporter=$!
+    for _ in $(seq 100); do grep -q '^op=pool-export-ptr ' "$d/exporter.out" 2>/dev/null && break; sleep 0.1; done
+    local fd pid data
+    fd=$(opline pool-export <"$d/exporter.out" | field fd); pid=$(opline init <"$d/exporter.out" | field pid)
+    data=$(opline pool-export-ptr <"$d/exporter.out" | field data)
+    FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE=$W/$b CUDA_DEVICE_MEMORY_LIMIT=1g \
+        timeout 30 "$RT" pool-import-path "/proc/$pid/fd/$fd" pool-import-ptr "$data" "$@" 2>"$W/err"
+    kill "$exporter" 2>/dev/null; wait "$exporter" 2>/dev/null
+}
+out=$(pool_pair pool-a pool-b truth 0 alloc 600m free-imported truth 0 alloc 600m)
+check "cuMemPoolImportPointer of another container's 600 MiB: charged to the importer (its ledger 600 MiB)" \
+    test "$(echo "$out" | rcs pool-import-ptr)/$(ledger "$out")" = "0 /$((600 * MiB))"
+check "  ... so 600 MiB more under its 1 GiB is refused; once it frees the pointer, nothing charged and granted" \
+    test "$(echo "$out" | rcs alloc)/$(ledger "$out" 2)" = "2 0 /0"
+out=$(pool_pair pool-c pool-c truth 0 alloc 300m alloc 200m)
+check "a pointer of the same container's pool imported: charged once (the exporter's 608 MiB), 300 MiB more fit" \
+    test "$(echo "$out" | rcs pool-import-ptr)/$(ledger "$out")/$(echo "$out" | rcs alloc)" = "0 /$((608 * MiB))/0 2 "
 
 # --- issue 48 item 3: another process's export mapped in windows is charged by their union (the library
 # before this charged the largest window: 32 windows of 64 MiB, 2 GiB in all, cost 64 MiB under 1 GiB)

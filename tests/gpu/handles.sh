@@ -2,13 +2,16 @@
 # Issue 48 items 2-4 on a real GPU: what keeps device memory alive after its handle or pointer is released
 # (tests/gpu/handles_probe.c): an exported descriptor (three 1 GiB rounds of create, export, release), another
 # process's export mapped in 64 MiB windows, a sparse array's tile, a multicast binding (skipped where the
-# GPU has no NVLink switch), and the known gaps 48.2: a legacy IPC handle opened by another process and a
-# dma-buf descriptor, each kept past the exporter's free or not. Each case without the library, then under
+# GPU has no NVLink switch), and what 48.2 follows: a legacy IPC handle opened by another process (of the
+# same container, of another, one that outlives its exporter), a shared pool's pointer imported by another
+# process (of the same container, of another: the exporter's pool reservation printed after its free and
+# trim) and a dma-buf descriptor, each kept past the exporter's free or not. Not run on a GPU yet for the
+# ipc-other, ipc-outlive, pool and pool-other cases (added with the library's hooks, 2026-11-29). Each case without the library, then under
 # VGPU_LIB (default target/vgpu/libvgpu.so) at a QUOTA (default 2G) quota, then under VGPU_LIB_BEFORE when
 # set; at each stage the device's used memory and NVML's per-process figures (nvidia-smi) and the quota view
 # (cuMemGetInfo, the library's view under it). Results in $OUT/handles.txt (OUT: target/gpu-results).
-# Environment: CUDA_INCLUDE (/usr/local/cuda/include), HANDLES_CASES (all six), HANDLES_MIB (1024), TWO_QUOTA
-# (4G: the quota of the two-process cases, windows and ipc).
+# Environment: CUDA_INCLUDE (/usr/local/cuda/include), HANDLES_CASES (all ten), HANDLES_MIB (1024), TWO_QUOTA
+# (4G: the quota of the two-process cases, windows, ipc* and pool*).
 # Run from the repository root on the GPU machine.
 set -u
 root=$PWD
@@ -18,7 +21,7 @@ out=$(realpath -m "${OUT:-target/gpu-results}")
 inc=${CUDA_INCLUDE:-/usr/local/cuda/include}
 quota=${QUOTA:-2G}
 mib=${HANDLES_MIB:-1024}
-cases=${HANDLES_CASES:-export windows sparse multicast ipc dmabuf}
+cases=${HANDLES_CASES:-export windows sparse multicast ipc ipc-other ipc-outlive pool pool-other dmabuf}
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -36,7 +39,7 @@ res=$out/handles.txt
         # Two processes (windows, ipc) each need a context (~518 MiB on an H200) beside the exporter's
         # handle: under 2 GiB the child's context did not fit (2026-11-29), so they run at TWO_QUOTA.
         q=$quota
-        case $c in windows | ipc) q=${TWO_QUOTA:-4G} ;; esac
+        case $c in windows | ipc* | pool*) q=${TWO_QUOTA:-4G} ;; esac
         for L in "$lib" ${before:+"$before"}; do
             echo "=== $c: $L, quota $q"
             sampled env LD_PRELOAD="$L" CUDA_DEVICE_MEMORY_LIMIT="$q" \

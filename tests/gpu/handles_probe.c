@@ -11,12 +11,21 @@
  *              allocated, the tile unmapped, the array destroyed
  *   multicast  an allocation bound to a multicast object, released, another allocated, unbound
  *   ipc        (gap 48.2) cuMemAlloc, cuIpcGetMemHandle, a forked child opens it, the parent frees it
+ *   ipc-other  the same, the child in another container (a ledger of its own): its open is charged to it;
+ *              it then allocates MiB more (refused at a quota below twice MiB plus its context)
+ *   ipc-outlive the child opens, the parent ends without freeing, the child then allocates MiB more (the
+ *              open is charged to it once its exporter ended) and closes
+ *   pool       a pool made exportable (POSIX descriptors), MiB allocated from it, the pool and the pointer
+ *              exported; a forked child imports both; the parent frees the pointer, trims and destroys
+ *              the pool (its reservation printed at each), the child frees its imported pointer
+ *   pool-other the same, the child in another container
  *   dmabuf     (gap 48.2) cuMemAlloc, cuMemGetHandleForAddressRange (a dma-buf descriptor), cuMemFree,
  *              the descriptor closed */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +351,129 @@ static int case_ipc(void) {
     return 0;
 }
 
+/* In the child of a two-process case, `other`: another container (a ledger of its own, before any CUDA call). */
+static void child_ledger(int other) {
+    const char *l = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    static char buf[4096];
+    if (!other || !l) return;
+    snprintf(buf, sizeof buf, "%s-child", l);
+    setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", buf, 1);
+}
+
+/* ipc-other (`other`: the child in another container) and ipc-outlive (`outlive`: the parent ends first). */
+static int case_ipc_two(int other, int outlive) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return perror("socketpair"), 1;
+    pid_t parent = getpid(), child = fork();
+    if (child == 0) {
+        who = "child";
+        child_ledger(other);
+        CUipcMemHandle ih;
+        CUdeviceptr p = 0, more = 0;
+        if (read(sv[1], &ih, sizeof ih) != sizeof ih) return 1;
+        init();
+        TRY(CALL_DYN(cuIpcOpenMemHandle, &p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        stage("child-opened");
+        say(sv[1]);
+        if (outlive) {
+            while (kill(parent, 0) == 0) usleep(100000);
+            stage("child-after-parent-ended");
+        }
+        TRY(cuMemAlloc(&more, mib << 20));
+        stage("child-allocated-more");
+        if (more) cuMemFree(more);
+        TRY(CALL_DYN(cuIpcCloseMemHandle, p));
+        stage("child-closed");
+        return 0;
+    }
+    init();
+    CUdeviceptr p = 0;
+    CUipcMemHandle ih;
+    memset(&ih, 0, sizeof ih);
+    stage("context");
+    if (TRY(cuMemAlloc(&p, mib << 20)) != CUDA_SUCCESS) return 1;
+    TRY(CALL_DYN(cuIpcGetMemHandle, &ih, p));
+    if (write(sv[0], &ih, sizeof ih) != sizeof ih) perror("write");
+    hear(sv[0]);
+    if (outlive) {
+        stage("parent-ending");
+        return 0; /* the child waits for this process to end */
+    }
+    waitpid(child, NULL, 0);
+    stage("child-gone");
+    return 0;
+}
+
+static unsigned long long reserved(CUmemoryPool pool) {
+    unsigned long long v = 0;
+    cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+    return v >> 20;
+}
+
+/* pool and pool-other (`other`: the child in another container). */
+static int case_pool(int other) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return perror("socketpair"), 1;
+    pid_t child = fork();
+    if (child == 0) {
+        who = "child";
+        child_ledger(other);
+        CUmemPoolPtrExportData data;
+        CUmemoryPool pool = NULL;
+        CUdeviceptr p = 0, more = 0;
+        int fd = recv_fd(sv[1]);
+        if (read(sv[1], &data, sizeof data) != sizeof data) return 1;
+        init();
+        TRY(CALL_DYN(cuMemPoolImportFromShareableHandle, &pool, (void *)(uintptr_t)fd,
+                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        TRY(CALL_DYN(cuMemPoolImportPointer, &p, pool, &data));
+        stage("child-imported");
+        TRY(cuMemAlloc(&more, mib << 20));
+        stage("child-allocated-more");
+        if (more) cuMemFree(more);
+        say(sv[1]);
+        hear(sv[1]); /* the parent freed its pointer and destroyed the pool */
+        stage("child-after-parent-destroyed");
+        TRY(CALL_DYN(cuMemFreeAsync, p, NULL));
+        cuCtxSynchronize();
+        stage("child-freed");
+        return 0;
+    }
+    init();
+    CUmemPoolProps props;
+    CUmemoryPool pool = NULL;
+    CUmemPoolPtrExportData data;
+    CUdeviceptr p = 0;
+    int fd = -1;
+    memset(&props, 0, sizeof props);
+    memset(&data, 0, sizeof data);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    stage("context");
+    if (TRY(cuMemPoolCreate(&pool, &props)) != CUDA_SUCCESS) return 1;
+    if (TRY(cuMemAllocFromPoolAsync(&p, mib << 20, pool, NULL)) != CUDA_SUCCESS) return 1;
+    cuCtxSynchronize();
+    TRY(CALL_DYN(cuMemPoolExportToShareableHandle, &fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    TRY(CALL_DYN(cuMemPoolExportPointer, &data, p));
+    if (send_fd(sv[0], fd) || write(sv[0], &data, sizeof data) != sizeof data) perror("send");
+    hear(sv[0]);
+    TRY(cuMemFreeAsync(p, NULL));
+    cuCtxSynchronize();
+    printf("%s: reserved_mib=%llu\n", who, reserved(pool));
+    stage("parent-freed-while-imported");
+    TRY(cuMemPoolTrimTo(pool, 0));
+    printf("%s: reserved_mib=%llu\n", who, reserved(pool));
+    stage("parent-trimmed");
+    TRY(cuMemPoolDestroy(pool));
+    stage("parent-destroyed-pool");
+    say(sv[0]);
+    waitpid(child, NULL, 0);
+    stage("child-gone");
+    return 0;
+}
+
 static int case_dmabuf(void) {
     init();
     printf("%s: dma_buf_supported=%d\n", who, attr(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED));
@@ -370,6 +502,11 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "multicast")) return case_multicast();
     if (!strcmp(c, "ipc")) return case_ipc();
     if (!strcmp(c, "dmabuf")) return case_dmabuf();
-    fprintf(stderr, "usage: %s export|windows|sparse|multicast|ipc|dmabuf [MiB]\n", argv[0]);
+    if (!strcmp(c, "ipc-other")) return case_ipc_two(1, 0);
+    if (!strcmp(c, "ipc-outlive")) return case_ipc_two(0, 1);
+    if (!strcmp(c, "pool")) return case_pool(0);
+    if (!strcmp(c, "pool-other")) return case_pool(1);
+    fprintf(stderr, "usage: %s export|windows|sparse|multicast|ipc|ipc-other|ipc-outlive|pool|pool-other|dmabuf [MiB]\n",
+            argv[0]);
     return 2;
 }

@@ -10,14 +10,15 @@
 //! 384     256×N   SlotRecord × SLOT_COUNT (1024): owner pid / pid-namespace, 8 counter pairs
 //! ```
 //!
-//! Byte ranges locked with `fcntl` OFD write locks (`lock`); they never overlap, and nothing else is
-//! locked:
+//! Byte ranges locked with `fcntl` OFD locks (`lock`); they never overlap, and nothing else is locked:
 //!
 //! ```text
 //! range                        lock                 held by
 //! [0, 256)    (the header)     measurement lock     a process measuring a context creation (`measure`)
 //! [256, 384)  (commit area)    none
 //! [384 + 256·i, +256)          slot i's liveness    the slot's owner, for its life (`slot`)
+//! [2^56, 2^56 + 2^40)          export marks         the library: a read lock of one byte per legacy CUDA
+//!                              (past the file's end) IPC handle a live process of the container exported
 //! ```
 
 use portable_atomic::{AtomicU128, AtomicU32, AtomicU64};
@@ -45,6 +46,16 @@ pub const SLOT_SIZE: usize = 256;
 pub const FILE_SIZE: usize = SLOTS_OFFSET + SLOT_COUNT * SLOT_SIZE;
 pub const UUID_CAPACITY: usize = 96;
 /// The measurement lock's byte range: the header, which no slot lock covers (see the module's table).
+/// Where the library's export marks lie (read locks of one byte each, never written, far past the file's
+/// end): a legacy CUDA IPC handle exported by a live process of the container holds the byte its hash
+/// names, so an import of it in the same container is known to be charged to the exporter already
+/// (`libvgpu` hooks/ipc). Nothing else locks there.
+pub const IPC_MARK_OFFSET: u64 = 1 << 56;
+/// How many bytes the export marks span (a mark is the handle's hash modulo this).
+pub const IPC_MARK_SPAN: u64 = 1 << 40;
+const _: () = assert!(
+    IPC_MARK_OFFSET > FILE_SIZE as u64 && IPC_MARK_OFFSET + IPC_MARK_SPAN < i64::MAX as u64
+);
 pub const MEASURE_LOCK_OFFSET: usize = 0;
 pub const MEASURE_LOCK_LEN: usize = HEADER_SIZE;
 const _: () = assert!(

@@ -50,7 +50,8 @@ mod view;
 pub use compute::{refilled, window_capacity, ComputeArea, ComputeSnapshot, PPM};
 pub use error::{LedgerError, Refused};
 pub use format::{
-    FILE_SIZE, FORMAT_VERSION, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN, MEASURE_LOCK_OFFSET, SLOT_COUNT,
+    FILE_SIZE, FORMAT_VERSION, IPC_MARK_OFFSET, IPC_MARK_SPAN, KINDS, MAX_TOTAL, MEASURE_LOCK_LEN,
+    MEASURE_LOCK_OFFSET, SLOT_COUNT,
 };
 pub use generation::GENERATION_OFFSET;
 pub use kind::Kind;

@@ -93,6 +93,8 @@ pub struct FakeDriver {
     /// Local memory per thread of each `CUkernel`: given only for a device named by the caller (as
     /// `cuKernelGetAttribute` asks), never from the current context.
     pub kernel_locals: RefCell<HashMap<usize, u64>>,
+    /// What `ptr_range` answers for a pointer: (base, size, device); absent: the driver does not say.
+    pub ptr_ranges: RefCell<HashMap<u64, (u64, u64, CUdevice)>>,
 }
 
 impl FakeDriver {
@@ -142,6 +144,7 @@ impl FakeDriver {
             sync_fails: Cell::new(0),
             func_locals: RefCell::new(HashMap::new()),
             kernel_locals: RefCell::new(HashMap::new()),
+            ptr_ranges: RefCell::new(HashMap::new()),
         }
     }
 
@@ -358,6 +361,14 @@ impl Driver for FakeDriver {
 
     fn mem_release(&self, handle: u64) {
         self.log(format!("mem_release {handle:#x}"));
+    }
+
+    fn ptr_range(&self, ptr: u64) -> Option<(u64, u64, CUdevice)> {
+        self.ptr_ranges.borrow().get(&ptr).copied()
+    }
+
+    fn ipc_close(&self, ptr: u64) {
+        self.log(format!("ipc_close {ptr:#x}"));
     }
 
     fn module_unload(&self, module: usize) {

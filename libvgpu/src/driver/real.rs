@@ -1,7 +1,7 @@
 //! The real driver behind the seam: each method is one or two calls of the driver's own functions.
 //! Zero-sized, so `Interposer<RealDriver>` compiles to direct calls.
 
-use std::ffi::{c_char, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::ptr;
 
 use super::graph_nodes::{kernel_node, memset_node_bytes, node_type};
@@ -441,6 +441,30 @@ impl Driver for RealDriver {
 
     fn mem_release(&self, handle: u64) {
         forward!("cuMemRelease", fn(CUmemGenericAllocationHandle), handle);
+    }
+
+    fn ptr_range(&self, ptr: u64) -> Option<(u64, u64, CUdevice)> {
+        let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+        let r = forward!(
+            "cuMemGetAddressRange_v2",
+            fn(*mut CUdeviceptr, *mut usize, CUdeviceptr),
+            &mut base,
+            &mut size,
+            ptr
+        );
+        let mut dev: c_int = -1;
+        let d = forward!(
+            "cuPointerGetAttribute",
+            fn(*mut c_void, c_int, CUdeviceptr),
+            (&mut dev as *mut c_int).cast(),
+            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr
+        );
+        (r == CUDA_SUCCESS && d == CUDA_SUCCESS && dev >= 0).then_some((base, size as u64, dev))
+    }
+
+    fn ipc_close(&self, ptr: u64) {
+        forward!("cuIpcCloseMemHandle", fn(CUdeviceptr), ptr);
     }
 
     fn module_unload(&self, module: usize) {

@@ -94,6 +94,13 @@ pub trait Driver {
     /// cuMemRelease (undoing an import that cannot be charged).
     fn mem_release(&self, handle: u64);
 
+    // ---- legacy IPC (hooks/ipc)
+    /// The allocation holding `ptr`: (base, size, device), from cuMemGetAddressRange and the pointer's
+    /// CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL; None when the driver does not say.
+    fn ptr_range(&self, ptr: u64) -> Option<(u64, u64, CUdevice)>;
+    /// cuIpcCloseMemHandle (undoing an open that cannot be charged).
+    fn ipc_close(&self, ptr: u64);
+
     // ---- modules
     fn module_unload(&self, module: usize);
 

@@ -105,6 +105,7 @@ impl<D: Driver> Interposer<'_, D> {
     /// freed (`reclaim_pools`) and the charge is tried once more: a refusal never happens while freed
     /// stream-ordered memory of this process would make the request fit.
     pub(crate) fn admit(&self, q: &DeviceQuota, kind: Kind, bytes: u64) -> bool {
+        self.settle_ipc_opens();
         if q.try_charge(kind, bytes) == Some(true) {
             return true;
         }
@@ -188,7 +189,7 @@ impl<D: Driver> Interposer<'_, D> {
             return call(); // nothing is ever recorded without a limit
         }
         let Some(rec) = table.remove(key) else {
-            return call();
+            return self.import_freed(key, call);
         };
         let r = call();
         if r != CUDA_SUCCESS {
@@ -199,18 +200,20 @@ impl<D: Driver> Interposer<'_, D> {
         r
     }
 
-    /// Gives back what `rec` (at `key`) charged, unless it was shared (legacy IPC, dma-buf: `Rec::exported`):
+    /// Gives back what `rec` (at `key`) charged, unless it was shared (legacy IPC, dma-buf: `Rec::exported`; an
+    /// allocation of an exported pool: `PoolState::exported`):
     /// that stays charged until the process ends (its slot in the ledger is reclaimed then).
     pub(crate) fn release_unless_exported(&self, key: u64, rec: &Rec) {
-        if !rec.exported {
+        if !rec.exported && !self.pool_exported(rec.pool) {
             self.release(rec);
             return;
         }
         // Said as a warning the first time (why the quota ran short), then at info level.
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let line = format_args!(
-            "quota: 0x{key:x} ({} bytes on device {}) freed, but it was shared (CUDA IPC or a dma-buf \
-             descriptor): another process may keep its memory, so it stays charged until this process ends",
+            "quota: 0x{key:x} ({} bytes on device {}) freed, but it was shared (CUDA IPC, a dma-buf \
+             descriptor or an exported pool): another process may keep its memory, so it stays charged until \
+             this process ends",
             rec.bytes, rec.dev
         );
         if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {

@@ -226,6 +226,7 @@ impl<D: Driver> Interposer<'_, D> {
                 self.release_unless_exported(key, &rec);
             }
         }
+        self.ipc_context_gone(ctx);
         if let Some(dev) = dev.filter(|&d| !self.rec.contexts.any(|r| r.dev == d)) {
             self.last_context_gone(dev);
         }

@@ -289,7 +289,13 @@ impl<D: Driver> Interposer<'_, D> {
     /// `cuIpcGetMemHandle`: memory a memory mode served as managed (the application asked for device
     /// memory) cannot be shared through CUDA IPC, which is defined for device memory only. Refused here
     /// with one documented error, whatever the driver would answer: CUDA_ERROR_NOT_SUPPORTED.
-    pub(crate) fn ipc_handle(&self, p: CUdeviceptr, call: impl FnOnce() -> CUresult) -> CUresult {
+    /// `read` gives the handle the driver wrote: its mark is held for the rest of the process (`hooks/ipc`).
+    pub(crate) fn ipc_handle(
+        &self,
+        p: CUdeviceptr,
+        call: impl FnOnce() -> CUresult,
+        read: impl FnOnce() -> CUipcMemHandle,
+    ) -> CUresult {
         if self
             .rec
             .allocs
@@ -302,8 +308,10 @@ impl<D: Driver> Interposer<'_, D> {
             return CUDA_ERROR_NOT_SUPPORTED;
         }
         let r = call();
-        if r == CUDA_SUCCESS {
-            self.exported(p);
+        if r == CUDA_SUCCESS && !self.drv.unlimited() {
+            if let Some(dev) = self.exported(p).or_else(|| self.current_device()) {
+                self.ipc_mark(dev, &read());
+            }
         }
         r
     }
@@ -344,26 +352,28 @@ impl<D: Driver> Interposer<'_, D> {
         r
     }
 
-    /// The allocation holding `p` was shared through legacy IPC: its free will not refund it (`Rec::exported`).
+    /// The allocation holding `p` was shared (legacy IPC, a pool's exported pointer): its free will not refund it
+    /// (`Rec::exported`).
     /// The driver exports from the base; an interior pointer it accepted marks its allocation all the same.
-    fn exported(&self, p: CUdeviceptr) {
+    /// Returns the allocation's device, when it is one of ours.
+    pub(crate) fn exported(&self, p: CUdeviceptr) -> Option<CUdevice> {
         let mark = |k: u64| {
             self.rec.allocs.with(k, |r| match r {
                 Some(r) if p >= k && p - k < r.bytes.max(1) => {
                     r.exported = true;
-                    true
+                    Some(r.dev)
                 }
-                _ => false,
+                _ => None,
             })
         };
-        if !mark(p) {
-            let _ = self
-                .rec
+        mark(p).or_else(|| {
+            self.rec
                 .allocs
                 .keys()
                 .into_iter()
-                .any(|k| k <= p && mark(k));
-        }
+                .filter(|&k| k <= p)
+                .find_map(mark)
+        })
     }
 }
 
@@ -372,7 +382,12 @@ hook!(cuMemGetHandleForAddressRange(handle: *mut std::ffi::c_void, p: CUdevicept
 });
 
 hook!(cuIpcGetMemHandle(handle: *mut CUipcMemHandle, p: CUdeviceptr) {
-    interposer().ipc_handle(p, || forward!("cuIpcGetMemHandle", fn(*mut CUipcMemHandle, CUdeviceptr), handle, p))
+    let call = || forward!("cuIpcGetMemHandle", fn(*mut CUipcMemHandle, CUdeviceptr), handle, p);
+    if handle.is_null() {
+        return call();
+    }
+    // SAFETY: non-null, written by the driver when it succeeded (read only then).
+    interposer().ipc_handle(p, call, || unsafe { *handle })
 });
 
 hook!(cuMemFree_v2(p: CUdeviceptr) {

@@ -25,6 +25,7 @@ use crate::quota::DeviceQuota;
 use crate::real_symbols::forward;
 use crate::records::{self, PoolState, Rec};
 use crate::settings::Applies;
+pub use shared::*;
 
 impl<D: Driver> Interposer<'_, D> {
     /// Brings a pool's charge to max(reservation, live allocations).
@@ -446,6 +447,8 @@ hook!(cuCtxSynchronize() { crate::compute::sync::synchronized(crate::compute::sy
 // CUDA 13's cudaDeviceSynchronize: a context named (NULL: the current one).
 hook!(cuCtxSynchronize_v2(ctx: CUcontext) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Context(ctx)), interposer().after_sync(forward!("cuCtxSynchronize_v2", fn(CUcontext), ctx))) });
 hook!(cuEventSynchronize(ev: CUevent) { crate::compute::sync::synchronized(crate::compute::sync::syncing(crate::compute::sync::Synced::Other), interposer().after_sync(forward!("cuEventSynchronize", fn(CUevent), ev))) });
+
+mod shared;
 
 #[cfg(test)]
 mod placed_tests;

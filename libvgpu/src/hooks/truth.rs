@@ -50,6 +50,9 @@ impl<D: Driver> Interposer<'_, D> {
         if self.drv.unlimited() {
             return;
         }
+        // memory opened from an exporter that ended is this process's now (NVML may say so): charged as
+        // the open first, so the truth-up does not charge it a second time
+        self.settle_ipc_opens();
         let (Target::Charge(q), dev, _) = self.target_current() else {
             return;
         };

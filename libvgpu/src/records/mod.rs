@@ -94,6 +94,19 @@ impl VmmRec {
     }
 }
 
+/// Another process's allocation opened here through legacy CUDA IPC (`cuIpcOpenMemHandle`, `hooks/ipc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpcOpen {
+    pub dev: CUdevice,
+    pub bytes: u64,
+    /// The context it was opened in (its mapping dies with it).
+    pub ctx: usize,
+    /// Where the exporter's mark lies in the device's ledger file.
+    pub mark: u64,
+    /// Charged to this process: the exporter is in another container, or ended.
+    pub charged: bool,
+}
+
 /// A stream-ordered memory pool as charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolState {
@@ -104,6 +117,9 @@ pub struct PoolState {
     pub outstanding: u64,
     /// A pool of host memory is nobody's device quota.
     pub device_memory: bool,
+    /// Exported (`cuMemPoolExportToShareableHandle`): any of its allocations may be imported by another
+    /// process, which keeps it past its free: its frees give nothing back (`hooks/pools/shared`).
+    pub exported: bool,
 }
 
 impl PoolState {
@@ -113,6 +129,7 @@ impl PoolState {
             charged: 0,
             outstanding: 0,
             device_memory,
+            exported: false,
         }
     }
 }
@@ -165,6 +182,13 @@ pub struct Records {
     pub mc_binds: Table<Vec<McBind>>,
     /// Handles this process exported as file descriptors, by the descriptor's identity: (identity, handle).
     pub vmm_exports: Table<(u64, u64)>,
+    /// Pointers opened through legacy CUDA IPC (`cuIpcOpenMemHandle`).
+    pub ipc_opens: Table<IpcOpen>,
+    /// Export marks this process holds (`hooks/ipc`): mark -> the address of the mapping that keeps it. A
+    /// fork child has none (the mappings are not copied into it).
+    pub ipc_marks: Table<usize>,
+    /// How many of `ipc_opens` are charged to nobody here (their exporter's mark was held at the open).
+    pub ipc_uncharged: AtomicU32,
     pub modules: Table<Rec>,
     /// cuCtxCreate contexts and primary contexts (key: the context).
     pub contexts: Table<Rec>,
@@ -226,6 +250,9 @@ impl Records {
             array_maps: Table::new(),
             mc_binds: Table::new(),
             vmm_exports: Table::new(),
+            ipc_opens: Table::new(),
+            ipc_marks: Table::new(),
+            ipc_uncharged: AtomicU32::new(0),
             modules: Table::new(),
             contexts: Table::new(),
             primary: Table::new(),
@@ -275,6 +302,8 @@ impl Records {
         self.array_maps.lock_all();
         self.mc_binds.lock_all();
         self.vmm_exports.lock_all();
+        self.ipc_opens.lock_all();
+        self.ipc_marks.lock_all();
         self.primary.lock_all();
         self.pools.lock_all();
         self.stack_seen.lock_all();
@@ -299,6 +328,8 @@ impl Records {
         self.array_maps.unlock_all();
         self.mc_binds.unlock_all();
         self.vmm_exports.unlock_all();
+        self.ipc_opens.unlock_all();
+        self.ipc_marks.unlock_all();
         self.primary.unlock_all();
         self.pools.unlock_all();
         self.stack_seen.unlock_all();
@@ -326,6 +357,9 @@ impl Records {
         self.array_maps.clear();
         self.mc_binds.clear();
         self.vmm_exports.clear();
+        self.ipc_opens.clear();
+        self.ipc_marks.clear();
+        self.ipc_uncharged.store(0, Ordering::Release);
         self.primary.clear();
         self.pools.clear();
         self.stack_seen.clear();

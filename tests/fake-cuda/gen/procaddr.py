@@ -64,7 +64,7 @@ with open(outp, "w") as f:
         fmt = lambda l: ", ".join('(%d, "%s")' % (v, s) for v, s in l)
         f.write('    ("%s", &[%s], &[%s]),\n' % (b, fmt(vl), fmt(pl)))
     f.write("];\n\n/// Every exported entry point by name.\nfn symbol_table() -> Vec<(&'static str, usize)> {\n")
-    f.write("    use crate::{api_batch::*, api_capture::*, api_ctx::*, api_device::*, api_graph::*, api_green::*, api_launch::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};\n")
+    f.write("    use crate::{api_batch::*, api_capture::*, api_ctx::*, api_device::*, api_graph::*, api_green::*, api_ipc::*, api_launch::*, api_library::*, api_managed::*, api_mem::*, api_module::*, api_pool::*, api_share::*, api_vmm::*, procaddr::*};\n")
     f.write("    vec![\n")
     for s in syms:
         f.write(f'        ("{s}", {s} as *const () as usize),\n')

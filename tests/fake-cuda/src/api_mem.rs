@@ -69,8 +69,9 @@ pub fn free_ptr(d: &Driver, p: u64) -> R {
             if a.kind == Kind::Managed {
                 crate::paging::note(&d.shared, a.phys, a.size, a.charged, false);
             }
-            // Shared through legacy IPC: the memory stays the process's until it ends (an H200's).
-            if !lock(&d.objs).ipc.remove(&p) {
+            // Shared through legacy IPC: the memory stays the process's until it ends (an H200's). Another
+            // process's memory imported here (a pool pointer) is counted here only once its exporter ended.
+            if !lock(&d.objs).ipc.remove(&p) && !crate::api_ipc::forget_opened(d, p) {
                 d.refund(a.phys, a.charged);
             }
             Ok(())
@@ -221,22 +222,6 @@ fn cuMemFree(p: c_uint) {
     let d = drv()?;
     if p == 0 { return Ok(()); }
     free_ptr(d, p as u64)
-}
-
-fn cuIpcGetMemHandle(handle: *mut [u8; 64], p: u64) {
-    let d = drv()?;
-    if handle.is_null() { return Err(INVALID_VALUE); }
-    let mut mem = lock(&d.mem);
-    let (start, a) = mem.find(p, 1).ok_or(INVALID_VALUE)?;
-    // Device memory from cuMemAlloc/cuMemAllocPitch only, from its base (the driver's rule): managed,
-    // pool and graph memory are refused.
-    if start != p || !matches!(a.kind, Kind::Data | Kind::Pitch) { return Err(INVALID_VALUE); }
-    drop(mem);
-    lock(&d.objs).ipc.insert(p);
-    let mut h = [0u8; 64];
-    h[..8].copy_from_slice(&p.to_le_bytes());
-    h[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-    out(handle, h)
 }
 
 // A dma-buf descriptor of device memory (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1): one of /dev/null stands for

@@ -39,6 +39,7 @@ fn new_pool(objs: &mut Objs, phys: usize) -> Handle {
             reserved_high: 0,
             used_high: 0,
             threshold: 0,
+            shareable: false,
         },
     );
     h
@@ -110,6 +111,10 @@ fn alloc_from(d: &Driver, objs: &mut Objs, pool_h: Handle, size: u64) -> Result<
 /// The last allocation of a destroyed pool takes the pool's whole reservation with it.
 pub fn pool_free(d: &Driver, objs: &mut Objs, p: u64) -> R {
     let a = lock(&d.mem).release(p).ok_or(INVALID_VALUE)?;
+    // An exported pointer (`api_ipc`): another process may map it; kept used until this process ends.
+    if objs.ipc.remove(&p) {
+        return Ok(());
+    }
     if let Some(pool) = objs.pools.get_mut(&a.pool) {
         pool.used -= a.size.min(pool.used);
     } else if let Some(pool) = objs.dead_pools.get_mut(&a.pool) {
@@ -147,7 +152,12 @@ fn cuMemPoolCreate(pool: *mut Handle, props: *const PoolProps) {
     let p = &*props;
     if p.alloc_type != 1 || p.loc_type != 1 { return Err(INVALID_VALUE); }
     let phys = d.phys(p.loc_id).map_err(|_| INVALID_VALUE)?;
-    let h = new_pool(&mut lock(&d.objs), phys);
+    let mut objs = lock(&d.objs);
+    let h = new_pool(&mut objs, phys);
+    if let Some(pool) = objs.pools.get_mut(&h) {
+        pool.shareable = p.handle_types & 1 != 0;
+    }
+    drop(objs);
     out(pool, h)
 }
 

@@ -49,6 +49,7 @@ pub fn unref(d: &Driver, objs: &mut Objs, h: u64) {
 /// Gives back exported memory kept for descriptors that are all closed now (asked at allocations and
 /// memory queries: nothing tells the fake when a process closes a descriptor).
 pub fn sweep_kept(d: &Driver) {
+    crate::api_ipc::sweep_opened(d);
     let mut objs = lock(&d.objs);
     let kept = std::mem::take(&mut objs.kept);
     for (phys, size, probes) in kept {

@@ -61,6 +61,8 @@ pub struct Pool {
     pub reserved_high: u64,
     pub used_high: u64,
     pub threshold: u64,
+    /// Made with POSIX descriptors among its handle types: it can be exported.
+    pub shareable: bool,
 }
 
 /// VMM physical memory (`cuMemCreate`), freed when released and unmapped everywhere, and kept while a
@@ -137,6 +139,15 @@ pub struct Array {
     pub tiles: Vec<((i32, [u64; 4]), u64)>,
 }
 
+/// Memory of another process opened here (`api_ipc`): its physical device, bytes, the exporter's PID, and
+/// whether it is counted in this process now (its exporter ended).
+pub struct Opened {
+    pub phys: usize,
+    pub size: u64,
+    pub exporter: u32,
+    pub moved: bool,
+}
+
 #[derive(Default)]
 pub struct Objs {
     pub ctxs: HashMap<Handle, Ctx>,
@@ -178,6 +189,10 @@ pub struct Objs {
     /// (`cuMemGetHandleForAddressRange`), by base pointer: freed, their memory is kept until the process
     /// ends, as an H200 keeps it.
     pub ipc: std::collections::HashSet<u64>,
+    /// Other processes' allocations opened here through legacy IPC, by the address they got (`api_ipc`).
+    pub ipc_opened: HashMap<u64, Opened>,
+    /// Pools imported from another process (`cuMemPoolImportFromShareableHandle`): their device.
+    pub imported_pools: HashMap<Handle, usize>,
 }
 
 pub struct Driver {

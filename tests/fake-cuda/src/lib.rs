@@ -16,6 +16,7 @@ mod api_ctx;
 mod api_device;
 mod api_graph;
 mod api_green;
+mod api_ipc;
 mod api_launch;
 mod api_library;
 mod api_managed;

@@ -172,25 +172,37 @@ fn ipc_of_memory_served_managed_is_refused_and_device_memory_passes() {
     );
     let mut asked = 0;
     assert_eq!(
-        e.ipc_handle(0x10, || {
-            asked += 1;
-            CUDA_SUCCESS
-        }),
+        e.ipc_handle(
+            0x10,
+            || {
+                asked += 1;
+                CUDA_SUCCESS
+            },
+            || [0; 64]
+        ),
         CUDA_SUCCESS
     );
     assert_eq!(
-        e.ipc_handle(out.get(), || {
-            asked += 1;
-            CUDA_SUCCESS
-        }),
+        e.ipc_handle(
+            out.get(),
+            || {
+                asked += 1;
+                CUDA_SUCCESS
+            },
+            || [0; 64]
+        ),
         CUDA_ERROR_NOT_SUPPORTED
     );
     // unknown pointers (the application's own managed memory, another library's) go to the driver
     assert_eq!(
-        e.ipc_handle(0x99, || {
-            asked += 1;
-            1
-        }),
+        e.ipc_handle(
+            0x99,
+            || {
+                asked += 1;
+                1
+            },
+            || [0; 64]
+        ),
         1
     );
     assert_eq!(asked, 2);
@@ -201,7 +213,7 @@ fn ipc_of_memory_served_managed_is_refused_and_device_memory_passes() {
         CUDA_SUCCESS
     );
     assert_eq!(
-        e.ipc_handle(out.get(), || CUDA_SUCCESS),
+        e.ipc_handle(out.get(), || CUDA_SUCCESS, || [0; 64]),
         CUDA_ERROR_NOT_SUPPORTED
     );
 }
