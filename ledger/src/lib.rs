@@ -1,7 +1,8 @@
 //! The vgpu ledger crate: everything the other components share, each contract written once.
 //! Not here: anything only one component needs (the hook's planning, the library's hooks, vgpuctl's engines),
 //! nor what only the host tools share (`vgpu_host`: atomic writes, the limits file's and a live update's
-//! writes, safe host reads, the host-only names).
+//! writes, safe host reads, the host-only names, the state folder's marker, what a pending shrink allows,
+//! the annotations' compute percents).
 //!
 //! * [`region`]: the ledger ("shared region") — one memory-mapped file per GPU and container that every
 //!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.

@@ -320,14 +320,18 @@ pub fn state_root(cfg: &Config, r: &mut Report) {
             return;
         }
         let containers = vgpu_host::state_root::StateRoot::new(root.clone()).containers_dir();
-        if containers.is_dir() && !containers.join(layout::MARKER_FILE_NAME).exists() {
+        if containers.is_dir()
+            && !containers
+                .join(vgpu_host::state_root::MARKER_FILE_NAME)
+                .exists()
+        {
             r.push(
                 Verdict::Fail,
                 "state",
                 format!(
                     "{} is not vgpu's (no {} in it): every create fails; check state_root",
                     containers.display(),
-                    layout::MARKER_FILE_NAME
+                    vgpu_host::state_root::MARKER_FILE_NAME
                 ),
             );
             return;
