@@ -31,6 +31,8 @@
 //!   share wall; the library converges on the same rules without calling it).
 //! * [`driver_root`]: the node's NVML under a driver root mounted into a node daemon's pod.
 //! * [`driverlimit`]: a container's quotas set as its cgroup's limits in the driver (NVML r615+).
+//! * [`cgroup`]: a container's cgroup folder on the host, from its recorded path (the monitor's freezer)
+//!   or from a live process (`driverlimit`).
 //! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
 //! * [`version`]: the version and commit every host binary prints.
 //! * [`keys`]: the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's).
@@ -50,6 +52,7 @@ pub mod admission;
 pub mod atomic;
 pub mod attribution;
 pub mod cdi;
+pub mod cgroup;
 pub mod compute_share;
 pub mod config;
 pub mod creator;

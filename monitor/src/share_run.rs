@@ -185,7 +185,8 @@ impl ShareRun {
             let Some(c) = cs.iter().position(|c| c.id == o.container) else {
                 continue;
             };
-            let dir = (self.mode == ShareWall::Freeze).then(|| freezer::cgroup_of(&cs[c]));
+            let dir =
+                (self.mode == ShareWall::Freeze).then(|| vgpu_host::cgroup::of_container(&cs[c]));
             if o.begins {
                 match o.why {
                     Why::Limit => w.events += 1,
