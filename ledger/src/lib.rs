@@ -19,11 +19,15 @@
 //! * [`settings`]: one GPU's settings (memory quota and mode, compute share, policy, window), as the hook
 //!   plans them, limits.json stores them and `vgpuctl update` changes them.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
+//! * `fixtures` (tests only, the `test-fixtures` feature): limits files and provisioned folders the
+//!   crates' tests share.
 //!
 //! The formats are described in docs/architecture.md.
 
 pub mod envcompute;
 pub mod envlimits;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures;
 pub mod keys;
 pub mod layout;
 pub mod limits;
