@@ -11,7 +11,7 @@
 //! reported: whose it is cannot be told, and its container may be running. State provisioned by the shim
 //! whose hook never recorded an owner is garbage once it is older than `gc_pending_grace_seconds`, or at
 //! once when the process that provisioned it is gone (`abandoned`).
-//! Only folders holding vgpu's marker (`layout::MARKER_FILE_NAME`) are ever removed; anything else under the
+//! Only folders holding vgpu's marker (`crate::state_root::MARKER_FILE_NAME`) are ever removed; anything else under the
 //! state root is reported and left alone, and a `containers/` folder without the marker is not walked at all.
 //! A ledger folder is its tenant's: ledgers are read without following links or waiting on FIFOs.
 
@@ -24,7 +24,6 @@ use std::fs;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
-use vgpu_ledger::layout;
 
 /// Default grace for state without an owner (see the config key `gc_pending_grace_seconds`).
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(300);
@@ -44,7 +43,7 @@ pub struct GcReport {
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
     /// A leftover folder without vgpu's marker that holds something.
-    #[error("{}: holds no vgpu marker ({}) and is not empty: not made by vgpu; left alone", path.display(), layout::MARKER_FILE_NAME)]
+    #[error("{}: holds no vgpu marker ({}) and is not empty: not made by vgpu; left alone", path.display(), crate::state_root::MARKER_FILE_NAME)]
     NotOurs { path: PathBuf },
     #[error("{}: {err}", path.display())]
     Io { path: PathBuf, err: io::Error },
@@ -185,7 +184,7 @@ mod tests {
                     memory_limit: Some(1 << 30),
                     ..Default::default()
                 },
-                ledger: layout::relative_ledger_path("GPU-1").unwrap(),
+                ledger: vgpu_ledger::layout::relative_ledger_path("GPU-1").unwrap(),
                 shrunk_from: None,
                 held_at_shrink: None,
             }],

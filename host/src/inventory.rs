@@ -149,7 +149,7 @@ impl Container {
 mod tests {
     use super::*;
     use crate::limits_file::WriteLimits;
-    use vgpu_ledger::{Kind, Ledger, LIMITS_VERSION};
+    use vgpu_ledger::{Kind, Ledger};
 
     const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";
 
@@ -158,31 +158,9 @@ mod tests {
         std::fs::create_dir_all(root.ledgers_dir(id).unwrap()).unwrap();
         crate::walk::mark(&root.containers_dir()).unwrap();
         crate::walk::mark(&root.container_dir(id).unwrap()).unwrap();
-        Limits {
-            version: LIMITS_VERSION,
-            container_id: id.into(),
-            pid_ns: Some(42),
-            init_pid: Some(1),
-            init_start_time: None,
-            cgroup: None,
-            creator: None,
-            kubernetes: None,
-            updates: 0,
-            updated_at: None,
-            devices: vec![DeviceLimit {
-                index: 0,
-                uuid: UUID.into(),
-                settings: vgpu_ledger::GpuSettings {
-                    memory_limit: Some(1 << 30),
-                    ..Default::default()
-                },
-                ledger: vgpu_ledger::layout::relative_ledger_path(UUID).unwrap(),
-                shrunk_from: None,
-                held_at_shrink: None,
-            }],
-        }
-        .write_atomic(&root.limits_path(id).unwrap())
-        .unwrap();
+        let mut limits = vgpu_ledger::fixtures::one_gpu(id, UUID, 1 << 30);
+        (limits.pid_ns, limits.init_pid) = (Some(42), Some(1));
+        limits.write_atomic(&root.limits_path(id).unwrap()).unwrap();
         root.ledger_path(id, UUID).unwrap()
     }
 

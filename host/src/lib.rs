@@ -17,10 +17,13 @@
 //! * [`attribution`]: which container each GPU process NVML lists belongs to, and what each truly holds.
 //! * [`held`]: what a container holds by NVML now (`vgpuctl update`'s shrink), attributed as the watchdog
 //!   attributes.
+//! * [`shrink`]: what a container may still hold on a GPU while a shrink of its quota is pending.
 //! * [`removal`]: removing a container's state folder, only one vgpu made.
 //! * [`gc`], [`abandoned`]: the garbage collector (every hook, `vgpuctl gc`) and state whose create was killed.
 //! * [`creator`]: the process that provisions a container's state, told apart from a later one with its PID.
 //! * [`memory_limit`]: a memory quota given as a quantity (the config file, the annotations, `vgpuctl update`).
+//! * [`compute_share`]: a compute share's limit or request as a whole percent (the annotations, `vgpuctl
+//!   update`).
 //! * [`request`]: one GPU of a container with what it asks there, memory quota and compute share together.
 //! * [`admission`]: the node's committed quotas against each GPU, under the node lock (the shim's and the
 //!   hook's creates, `vgpuctl update`).
@@ -28,6 +31,8 @@
 //!   share wall; the library converges on the same rules without calling it).
 //! * [`driver_root`]: the node's NVML under a driver root mounted into a node daemon's pod.
 //! * [`driverlimit`]: a container's quotas set as its cgroup's limits in the driver (NVML r615+).
+//! * [`cgroup`]: a container's cgroup folder on the host, from its recorded path (the monitor's freezer)
+//!   or from a live process (`driverlimit`).
 //! * [`logging`]: the logs of the shim, the hook and vgpuctl (`tracing`, by the config's `log_*` keys).
 //! * [`version`]: the version and commit every host binary prints.
 //! * [`keys`]: the names only the host tools use (binaries, the hooks' `PATH`, CDI kinds, the DRA driver's).
@@ -47,6 +52,8 @@ pub mod admission;
 pub mod atomic;
 pub mod attribution;
 pub mod cdi;
+pub mod cgroup;
+pub mod compute_share;
 pub mod config;
 pub mod creator;
 pub mod division;
@@ -67,6 +74,7 @@ pub mod printable;
 pub mod procs;
 pub mod removal;
 pub mod request;
+pub mod shrink;
 pub mod state_root;
 pub mod turn_write;
 pub mod usage;

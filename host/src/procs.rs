@@ -18,6 +18,9 @@
 //! every namespace link for the inode), for the one field used. Of `/proc/<pid>/cgroup` only the unified
 //! (cgroup v2) line is used, the `0::` one, as the kernel writes it.
 
+use nix::libc;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
 /// What `/proc` says about a host PID.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostProc {
@@ -167,15 +170,18 @@ pub fn kill_checked(
     seen: &HostProc,
     still: impl FnOnce(&HostProc) -> Result<(), &'static str>,
 ) -> Result<(), KillError> {
-    use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
-    let pid = Pid::from_raw(seen.pid as i32).ok_or(KillError::Gone)?;
-    let fd = match pidfd_open(pid, PidfdFlags::empty()) {
+    let pid = i32::try_from(seen.pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or(KillError::Gone)?;
+    let gone = |e: &std::io::Error| e.raw_os_error() == Some(libc::ESRCH);
+    let fd = match pidfd_open(pid) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::SRCH) => return Err(KillError::Gone),
-        Err(e) => {
+        Err(e) if gone(&e) => return Err(KillError::Gone),
+        Err(source) => {
             return Err(KillError::Io {
                 what: "pidfd_open",
-                source: e.into(),
+                source,
             })
         }
     };
@@ -187,14 +193,45 @@ pub fn kill_checked(
         });
     }
     still(&now).map_err(KillError::Refused)?;
-    match pidfd_send_signal(&fd, Signal::KILL) {
+    match pidfd_kill(&fd) {
         Ok(()) => Ok(()),
-        Err(rustix::io::Errno::SRCH) => Err(KillError::Gone),
-        Err(e) => Err(KillError::Io {
+        Err(e) if gone(&e) => Err(KillError::Gone),
+        Err(source) => Err(KillError::Io {
             what: "pidfd_send_signal",
-            source: e.into(),
+            source,
         }),
     }
+}
+
+// The two pidfd calls go through libc's `syscall`: nix has no wrapper for them, and glibc's own come only
+// with 2.36, above the binaries' floor of 2.28.
+/// `pidfd_open(2)` (Linux 5.3): a descriptor that holds the process `pid` names now, whatever it names later.
+fn pidfd_open(pid: libc::pid_t) -> std::io::Result<OwnedFd> {
+    // SAFETY: the call takes a PID and flags and borrows nothing; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel has just made for this call, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `pidfd_send_signal(2)` of SIGKILL (Linux 5.1) to the process `fd` holds.
+fn pidfd_kill(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: an open pidfd, a signal number, no siginfo (null: as kill(2) sends it) and no flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Removing a container's state folder, only one vgpu made (its marker, `vgpu_ledger::layout::MARKER_FILE_NAME`):
+//! Removing a container's state folder, only one vgpu made (its marker, `crate::state_root::MARKER_FILE_NAME`):
 //! renamed aside first (`.rm-<name>-<pid>`) so no reader sees it half-deleted, then emptied (links removed,
 //! never followed; the marker last) and removed, so an interrupted removal leaves a folder still marked, or
 //! an empty one. Used by the hook's poststop and a failed create (`vgpu_oci::provision`), the garbage
@@ -6,11 +6,12 @@
 //! (`vgpu_oci::provision`), which folders are garbage (`gc`, `abandoned`).
 
 use crate::state_root::StateRoot;
+use crate::state_root::MARKER_FILE_NAME;
 use crate::walk;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use vgpu_ledger::layout::{self, LayoutError, MARKER_FILE_NAME};
+use vgpu_ledger::layout::LayoutError;
 
 /// Why a state folder was not removed. `Display` is one line.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +85,7 @@ pub fn remove_marked(dir: &Path) -> Result<()> {
     let cannot = |e| io_error(format!("cannot remove {}", dir.display()), e);
     for entry in fs::read_dir(dir).map_err(cannot)? {
         let entry = entry.map_err(cannot)?;
-        if entry.file_name() == layout::MARKER_FILE_NAME {
+        if entry.file_name() == MARKER_FILE_NAME {
             continue;
         }
         let p = entry.path();
@@ -95,7 +96,7 @@ pub fn remove_marked(dir: &Path) -> Result<()> {
         }
         .map_err(|e| io_error(format!("cannot remove {}", p.display()), e))?;
     }
-    match fs::remove_file(dir.join(layout::MARKER_FILE_NAME)) {
+    match fs::remove_file(dir.join(MARKER_FILE_NAME)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(cannot(e)),
         _ => {}
     }

@@ -1,12 +1,25 @@
 //! The state root on the host (`state_root` of /etc/vgpu/config.toml, default /run/vgpu) and the paths of
-//! each container's state under it, named by the file names both sides agree on (`vgpu_ledger::layout`).
-//! Not here: the walk over its container folders (`walk`).
+//! each container's state under it, named by the file names both sides agree on (`vgpu_ledger::layout`),
+//! and the names only the host writes there (the marker, the create token). Not here: the walk over its container folders (`walk`).
 
 use std::path::{Path, PathBuf};
 use vgpu_ledger::layout::{
     check_container_id, relative_ledger_path, LayoutError, LEDGERS_DIR_NAME, LIMITS_FILE_NAME,
     PRELOAD_FILE_NAME,
 };
+
+/// The marker vgpu writes in every folder it makes under the state root — `<root>/containers/` and each
+/// `<root>/containers/<id>/` — before anything else goes in. vgpu deletes, replaces or changes only folders
+/// that hold it, so a state root pointed at someone else's folder (`/var/lib`, holding Podman's
+/// `containers/storage`) loses nothing. A dot-name: never a container id.
+pub const MARKER_FILE_NAME: &str = ".vgpu-state";
+/// What the marker says to someone who finds it.
+pub const MARKER_CONTENT: &str =
+    "Made by vgpu (vgpu-hook / vgpu-container-runtime). vgpu removes only folders holding this file.\n";
+
+/// A random token written by the invocation that provisioned the folder (host only, never mounted): a
+/// create that fails removes the folder only if it still holds its own token.
+pub const CREATE_TOKEN_FILE_NAME: &str = "create.token";
 
 /// The state root on the host (`state_root` of /etc/vgpu/config.toml, default /run/vgpu).
 #[derive(Debug, Clone, PartialEq, Eq)]

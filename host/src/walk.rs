@@ -13,10 +13,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::state_root::StateRoot;
-use vgpu_ledger::layout::{
-    check_container_id, LEDGERS_DIR_NAME, LIMITS_FILE_NAME, MARKER_CONTENT, MARKER_FILE_NAME,
-};
+use crate::state_root::{StateRoot, MARKER_CONTENT, MARKER_FILE_NAME};
+use vgpu_ledger::layout::{check_container_id, LEDGERS_DIR_NAME, LIMITS_FILE_NAME};
 
 /// A container's state folder.
 #[derive(Debug, Clone, PartialEq, Eq)]

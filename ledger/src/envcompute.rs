@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use crate::envlimits::{gpu_of, EnvLimitError, EnvProblem};
-use crate::keys::{annotation, env};
+use crate::keys::env;
 
 /// The whole GPU, percent: the largest share and request, and the limit of a request alone.
 pub const WHOLE: u32 = 100;
@@ -34,15 +34,7 @@ pub const SM_LIMIT_VAR: &str = env::SM_LIMIT;
 pub const POLICY_VAR: &str = env::CORE_POLICY;
 /// The request for every GPU; `<SM_REQUEST_VAR>_<i>` is the request of the i-th.
 pub const SM_REQUEST_VAR: &str = env::SM_REQUEST;
-/// The OCI side's keys (the hook): the share of every GPU of the container, `.<i>` of its i-th, and in a
-/// pod `.<container>[.<i>]` (the memory limit's forms); and the policy. Values: a whole percent 1..=100
-/// (100: no share), and force, disable or default.
-pub const LIMIT_ANNOTATION: &str = annotation::COMPUTE_LIMIT;
-/// The request's annotation, in the limit's forms; a whole percent 1..=100.
-pub const REQUEST_ANNOTATION: &str = annotation::COMPUTE_REQUEST;
-pub const POLICY_ANNOTATION: &str = annotation::COMPUTE_POLICY;
-/// The pacing window of a share (`parse_window`): the annotation, and the environment mode's variable.
-pub const WINDOW_ANNOTATION: &str = annotation::COMPUTE_WINDOW;
+/// The pacing window of a share (`parse_window`): the environment mode's variable.
 pub const WINDOW_VAR: &str = env::COMPUTE_WINDOW;
 /// The window when none is set, and the bounds of one that is (milliseconds). A capped workload that
 /// keeps the GPU busy runs in bursts of `share × window` and waits out the rest: bursts of a few hundred
@@ -91,47 +83,6 @@ impl Policy {
     pub fn is_default(&self) -> bool {
         *self == Policy::Default
     }
-}
-
-/// A share as the OCI annotations write it: a whole percent 1..=100 (100: the whole GPU, no share);
-/// `0`, empty or anything else is an error of one line naming `source` (a share of nothing is a mistake:
-/// leave the annotation out for none). Returns the share, None for 100.
-pub fn parse_annotation_percent(value: &str, source: &str) -> Result<Option<u32>, PercentError> {
-    match value.trim().parse::<u32>() {
-        Ok(100) => Ok(None),
-        Ok(p) if (1..100).contains(&p) => Ok(Some(p)),
-        _ => Err(PercentError {
-            setting: source.to_string(),
-            value: value.to_string(),
-            what: "limit",
-        }),
-    }
-}
-
-/// A request (the floor) as the annotations, vgpuctl and the environment write it: a whole percent
-/// 1..=100 (100: the whole GPU whenever it is busy); `0`, empty or anything else is an error of one line
-/// naming `source`.
-pub fn parse_request_percent(value: &str, source: &str) -> Result<u32, PercentError> {
-    match value.trim().parse::<u32>() {
-        Ok(p) if (1..=100).contains(&p) => Ok(p),
-        _ => Err(PercentError {
-            setting: source.to_string(),
-            value: value.to_string(),
-            what: "request",
-        }),
-    }
-}
-
-/// A share's limit or request that is no whole percent 1..=100. `Display` is one line naming the
-/// setting.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{setting}={value:?}: a compute {what} is a whole percent of the GPU's time, 1 to 100")]
-pub struct PercentError {
-    /// Where the value was read ("annotation vgpu.io/compute-limit").
-    pub setting: String,
-    pub value: String,
-    /// `limit` or `request`.
-    pub what: &'static str,
 }
 
 /// A request above the limit of its GPU. `Display` is one line naming both settings.
@@ -381,21 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn annotation_percents() {
-        assert_eq!(parse_annotation_percent(" 30 ", "k"), Ok(Some(30)));
-        assert_eq!(parse_annotation_percent("1", "k"), Ok(Some(1)));
-        assert_eq!(parse_annotation_percent("100", "k"), Ok(None));
-        for v in ["0", "", "101", "30%", "-5", "0.5", "x"] {
-            let e = parse_annotation_percent(v, "annotation vgpu.io/compute-limit").unwrap_err();
-            assert_eq!(e.value, v);
-            assert_eq!(e.setting, "annotation vgpu.io/compute-limit");
-        }
-        assert_eq!(
-            parse_annotation_percent("0", "annotation vgpu.io/compute-limit")
-                .unwrap_err()
-                .to_string(),
-            "annotation vgpu.io/compute-limit=\"0\": a compute limit is a whole percent of the GPU's time, 1 to 100"
-        );
+    fn policies() {
         assert_eq!(Policy::parse(" Force"), Some(Policy::Force));
         assert_eq!(Policy::parse("sometimes"), None);
         assert_eq!(serde_json::to_string(&Policy::Force).unwrap(), "\"force\"");
@@ -450,19 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn request_percents() {
-        assert_eq!(parse_request_percent(" 30 ", "k"), Ok(30));
-        assert_eq!(parse_request_percent("100", "k"), Ok(100));
-        for v in ["0", "", "101", "30%", "-5", "0.5", "x"] {
-            let e = parse_request_percent(v, "annotation vgpu.io/compute-request").unwrap_err();
-            assert_eq!((e.value.as_str(), e.what), (v, "request"));
-        }
-        assert_eq!(
-            parse_request_percent("0", "annotation vgpu.io/compute-request")
-                .unwrap_err()
-                .to_string(),
-            "annotation vgpu.io/compute-request=\"0\": a compute request is a whole percent of the GPU's time, 1 to 100"
-        );
+    fn bad_requests_in_the_environment() {
         for (k, v) in [
             ("CUDA_DEVICE_SM_REQUEST", "0"),
             ("CUDA_DEVICE_SM_REQUEST", "101"),

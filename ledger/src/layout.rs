@@ -1,5 +1,6 @@
 //! Where vgpu's per-container state lives, on the host and inside the container (docs/architecture.md,
-//! "State on the host"): every path both sides agree on. Not here: the state root's own paths and its walk
+//! "State on the host"): every path both sides agree on. Not here: the state root's own paths, the names
+//! only the host writes in a state folder (its marker, the create token) and its walk
 //! (`vgpu_host::state_root`, `vgpu_host::walk`), which only the host tools use.
 
 use std::path::{Path, PathBuf};
@@ -29,9 +30,6 @@ pub const LIMITS_FILE_NAME: &str = "limits.json";
 pub const MOUNTED_LIMITS_FILE_NAME: &str = "limits.mounted.json";
 pub const LEDGERS_DIR_NAME: &str = "ledgers";
 pub const PRELOAD_FILE_NAME: &str = "ld.so.preload";
-/// A random token written by the invocation that provisioned the folder (host only, never mounted): a
-/// create that fails removes the folder only if it still holds its own token.
-pub const CREATE_TOKEN_FILE_NAME: &str = "create.token";
 /// Extension of a ledger file: `ledgers/<uuid>.ledger`.
 pub const LEDGER_EXTENSION: &str = "ledger";
 
@@ -39,15 +37,6 @@ pub const LEDGER_EXTENSION: &str = "ledger";
 /// vgpu's hidden temporary names add up to 19 bytes to an id or uuid (`.tmp-<id>-XXXXXX`, `.rm-<id>-<pid>`,
 /// `.<uuid>.ledger.XXXXXX.tmp`). Engines' ids are 64 characters.
 pub const MAX_NAME_LEN: usize = 200;
-
-/// The marker vgpu writes in every folder it makes under the state root — `<root>/containers/` and each
-/// `<root>/containers/<id>/` — before anything else goes in. vgpu deletes, replaces or changes only folders
-/// that hold it, so a state root pointed at someone else's folder (`/var/lib`, holding Podman's
-/// `containers/storage`) loses nothing. A dot-name: never a container id.
-pub const MARKER_FILE_NAME: &str = ".vgpu-state";
-/// What the marker says to someone who finds it.
-pub const MARKER_CONTENT: &str =
-    "Made by vgpu (vgpu-hook / vgpu-container-runtime). vgpu removes only folders holding this file.\n";
 
 /// A name that cannot be used as a path component.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

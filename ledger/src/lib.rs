@@ -1,7 +1,8 @@
 //! The vgpu ledger crate: everything the other components share, each contract written once.
 //! Not here: anything only one component needs (the hook's planning, the library's hooks, vgpuctl's engines),
 //! nor what only the host tools share (`vgpu_host`: atomic writes, the limits file's and a live update's
-//! writes, safe host reads, the host-only names).
+//! writes, safe host reads, the host-only names, the state folder's marker, what a pending shrink allows,
+//! the annotations' compute percents).
 //!
 //! * [`region`]: the ledger ("shared region") — one memory-mapped file per GPU and container that every
 //!   process of the container charges and refunds, lock-free, with exact admission and crash-safe reclaim.
@@ -18,11 +19,15 @@
 //! * [`settings`]: one GPU's settings (memory quota and mode, compute share, policy, window), as the hook
 //!   plans them, limits.json stores them and `vgpuctl update` changes them.
 //! * [`quantity`]: "4Gi" ⇄ bytes.
+//! * `fixtures` (tests only, the `test-fixtures` feature): limits files and provisioned folders the
+//!   crates' tests share.
 //!
 //! The formats are described in docs/architecture.md.
 
 pub mod envcompute;
 pub mod envlimits;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures;
 pub mod keys;
 pub mod layout;
 pub mod limits;

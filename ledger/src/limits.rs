@@ -107,22 +107,10 @@ pub struct DeviceLimit {
     /// tenant-writable ledger), at most what it was allowed before. The watchdog tolerates a pending
     /// shrink up to this (or the quota, when more), not up to `shrunk_from`: memory taken after the
     /// shrink by a tenant that hid it from its own processes is over quota. Absent in files written
-    /// before it existed (the watchdog then starts from `shrunk_from`).
+    /// before it existed (the watchdog then starts from `shrunk_from`). What either allows:
+    /// `vgpu_host::shrink`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_at_shrink: Option<u64>,
-}
-
-impl DeviceLimit {
-    /// The most the container may hold on this GPU by this file: its quota, or while a shrink is pending
-    /// (`shrunk_from`) what it held at the shrink when that is more (`held_at_shrink`; for a shrink
-    /// recorded before that figure existed, the quota it came from). None: no memory quota.
-    pub fn allowed_memory(&self) -> Option<u64> {
-        let limit = self.settings.memory_limit?;
-        Some(match self.shrunk_from {
-            Some(from) => limit.max(self.held_at_shrink.unwrap_or(from).min(from)),
-            None => limit,
-        })
-    }
 }
 
 /// A limits file that cannot be used. `Display` names the file and the problem.
@@ -305,10 +293,6 @@ impl Limits {
 
     pub fn device_by_uuid(&self, uuid: &str) -> Option<&DeviceLimit> {
         self.devices.iter().find(|d| d.uuid == uuid)
-    }
-
-    pub fn device_by_index(&self, i: u32) -> Option<&DeviceLimit> {
-        self.devices.iter().find(|d| d.index == i)
     }
 }
 

@@ -19,10 +19,8 @@ use crate::quantity::{format_bytes, parse_quantity, QuantityError};
 /// figure), so the driver has room to page.
 pub const DEFAULT_RESERVE: u64 = 1536 << 20;
 
-/// Annotation keys (OCI side) and environment variables (environment mode, and a spec's env).
-pub const MODE_ANNOTATION: &str = annotation::MEMORY_MODE;
-pub const SPILL_ANNOTATION: &str = annotation::MEMORY_SPILL;
-pub const RESERVE_ANNOTATION: &str = annotation::MEMORY_RESERVE;
+/// Environment variables (environment mode, and a spec's env); the annotations' keys are the hook's
+/// (`keys::annotation::MEMORY_*`, read through [`ModeSettings::from_pairs`]).
 pub const MODE_VAR: &str = env::MEMORY_MODE;
 pub const SPILL_VAR: &str = env::MEMORY_SPILL;
 pub const RESERVE_VAR: &str = env::MEMORY_RESERVE;
@@ -57,7 +55,7 @@ pub struct ModeSettings<'a> {
 impl ModeSettings<'_> {
     /// The settings from (name, value) pairs: a spec's or process's environment (last one wins).
     pub fn from_env(vars: &[(String, String)]) -> ModeSettings<'_> {
-        Self::pick(
+        Self::from_pairs(
             vars,
             MODE_VAR,
             SPILL_VAR,
@@ -66,18 +64,10 @@ impl ModeSettings<'_> {
         )
     }
 
-    /// The settings from a container's annotations.
-    pub fn from_annotations(annotations: &[(String, String)]) -> ModeSettings<'_> {
-        Self::pick(
-            annotations,
-            MODE_ANNOTATION,
-            SPILL_ANNOTATION,
-            RESERVE_ANNOTATION,
-            None,
-        )
-    }
-
-    fn pick<'a>(
+    /// The settings from (name, value) pairs under the names given for the mode, the spill budget, the
+    /// reserve and (environment only) `CUDA_OVERSUBSCRIBE`: the last pair of a name wins, its value trimmed,
+    /// empty as unset.
+    pub fn from_pairs<'a>(
         kv: &'a [(String, String)],
         mode: &str,
         spill: &str,
@@ -230,7 +220,7 @@ pub enum ModeError {
         value: String,
         mode: &'static str,
     },
-    #[error("{setting}=spill needs a spill budget ({SPILL_ANNOTATION} or {SPILL_VAR})")]
+    #[error("{setting}=spill needs a spill budget ({spill} or {SPILL_VAR})", spill = annotation::MEMORY_SPILL)]
     SpillWithoutBudget { setting: String },
 }
 
@@ -407,28 +397,6 @@ mod tests {
         for (pairs, want) in cases {
             assert_eq!(env(pairs).unwrap_err().to_string(), *want, "{pairs:?}");
         }
-    }
-
-    #[test]
-    fn annotations_use_their_own_keys_and_ignore_the_environment_names() {
-        let a = kv(&[
-            ("vgpu.io/memory-mode", "spill"),
-            ("vgpu.io/memory-spill", "2Gi"),
-            ("CUDA_OVERSUBSCRIBE", "true"),
-        ]);
-        assert_eq!(
-            ModeSettings::from_annotations(&a).parse(),
-            Ok(MemoryMode::Spill {
-                spill_limit: 2 << 30
-            })
-        );
-        let e = ModeSettings::from_annotations(&kv(&[("vgpu.io/memory-mode", "spill")]))
-            .parse()
-            .unwrap_err();
-        assert!(
-            matches!(e, ModeError::SpillWithoutBudget { ref setting } if setting == "vgpu.io/memory-mode"),
-            "{e}"
-        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The collector: a `Monitor` and its readings. Each collection reads everything once (the state root
 //! through `vgpu_host::usage`, NVML, the attribution of NVML's processes to containers), runs the watchdog
 //! pass and the share wall's on it (`kill`) and keeps it for the scrapes, which encode the last one
-//! (`scrape`). Not here: what is wrong and what is killed (`watchdog`, `kill`), the loop and the server
-//! (`serve`, `http`), the text (`metrics`).
+//! (`scrape`). Not here: HAMi's containers in a reading (`hami`), what is wrong and what is killed
+//! (`watchdog`, `kill`), the loop and the server (`serve`, `http`), the text (`metrics`).
+
+mod hami;
 
 use crate::metrics::{self, WatchdogView};
 use crate::stderr::log;
@@ -129,21 +131,6 @@ impl Monitor {
         }
     }
 
-    /// This monitor also reporting the containers of HAMi's per-container folders where `setting` says
-    /// (`vgpu_host::hami`): their figures and findings, report only unless their bundle's spec is found
-    /// (`with_hami_tasks`); never a freeze.
-    pub fn with_hami(mut self, setting: HamiContainers) -> Monitor {
-        self.hami.setting = Some(setting);
-        self
-    }
-
-    /// Where this monitor looks for the bundles of HAMi's containers (`[monitor] hami_task_dir`): a
-    /// container whose bundle's spec is found there is enforced on by the quota it holds.
-    pub fn with_hami_tasks(mut self, setting: HamiContainers) -> Monitor {
-        self.hami.tasks = setting;
-        self
-    }
-
     /// This monitor with the time-quanta arbiter (`turns`), which `run` starts in a thread of its own.
     /// Under the kill policy it also kills what runs on while it holds it frozen.
     pub fn with_turns(mut self, arbiter: turns::run::Arbiter) -> Monitor {
@@ -253,98 +240,6 @@ impl Monitor {
             unattributed,
             state_error,
             hami_skipped,
-        }
-    }
-
-    /// The containers of HAMi's per-container folders (`vgpu_host::hami`, `usage::hami::from_hami`: each GPU's
-    /// index by NVML's order in `gpus`) and how many files were skipped (None: no folder read); each line
-    /// about a skipped file, or about the folder itself, logged once.
-    fn read_hami(&self, gpus: &[GpuReading]) -> (Vec<usage::ContainerState>, Option<usize>) {
-        let Some(setting) = &self.hami.setting else {
-            return (vec![], None);
-        };
-        let Some(dir) = setting.dir() else {
-            return (vec![], None);
-        };
-        let mut order: Vec<&GpuReading> = gpus.iter().collect();
-        order.sort_by_key(|r| r.index);
-        let order: Vec<String> = order.into_iter().map(|r| r.uuid.clone()).collect();
-        let mut lines = BTreeSet::new();
-        let out = match vgpu_host::hami::scan(dir) {
-            Ok(scan) => {
-                lines.extend(
-                    scan.skipped
-                        .iter()
-                        .map(|k| format!("skipped in HAMi's folders: {}", k.why)),
-                );
-                let mut cs = scan
-                    .folders
-                    .iter()
-                    .map(|f| usage::hami::from_hami(f, &order))
-                    .collect();
-                self.host_quotas(&mut cs, dir, &order, &mut lines);
-                (cs, Some(scan.skipped.len()))
-            }
-            // HAMi's default folder, looked for on every node: a node without HAMi has none.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !setting.is_set() => {
-                (vec![], None)
-            }
-            Err(e) => {
-                lines.insert(format!(
-                    "HAMi's containers folder {}: {e}; no container of HAMi's is reported",
-                    dir.display()
-                ));
-                (vec![], None)
-            }
-        };
-        let mut said = self.hami.said.lock().unwrap_or_else(|e| e.into_inner());
-        for l in lines.difference(&said) {
-            log(l);
-        }
-        *said = lines;
-        out
-    }
-
-    /// The quotas the bundles of HAMi's containers hold (`hami::bundle`), given to `cs`; without any
-    /// (`hami_task_dir` off or missing) one line says they are reported only, and so does one for each
-    /// container holding a slot whose bundle is not found.
-    fn host_quotas(
-        &self,
-        cs: &mut Vec<usage::ContainerState>,
-        dir: &std::path::Path,
-        order: &[String],
-        lines: &mut BTreeSet<String>,
-    ) {
-        let only = "their quotas are reported, never enforced on";
-        let auto = std::path::Path::new(vgpu_host::hami::bundle::DEFAULT_TASK_DIR);
-        let Some(tasks) = self.hami.tasks.dir_or(auto) else {
-            lines.insert(format!(
-                "HAMi's containers: [monitor] hami_task_dir = false: {only}"
-            ));
-            return;
-        };
-        match vgpu_host::hami::bundle::read_host(tasks, dir) {
-            Ok(found) => {
-                lines.extend(found.problems.iter().cloned());
-                usage::hami::join_host_quotas(cs, &found.quotas, dir, order);
-            }
-            Err(e) => {
-                lines.insert(format!(
-                    "HAMi's containers: no bundle of the host's to read their quotas from ({}: {e}): {only}",
-                    tasks.display()
-                ));
-                return;
-            }
-        }
-        for c in cs.iter() {
-            let held = c.gpus.iter().any(|g| !g.owners.is_empty());
-            if held && matches!(c.origin, usage::Origin::Hami { bundle: None, .. }) {
-                lines.insert(format!(
-                    "HAMi's container {}: no bundle under {} mounts its folder: its quota is reported, never enforced on",
-                    c.id,
-                    tasks.display()
-                ));
-            }
         }
     }
 

@@ -1,47 +1,17 @@
-//! The share wall's and the time-quanta arbiter's hand on a container: its cgroup v2 directory
-//! (`cgroup_of`, written once for both) and the writes to its `cgroup.freeze` (1 freezes every process of
-//! the cgroup and its descendants, 0 thaws them; the kernel's freezer, which nothing inside the container
-//! can undo). The directory is the container's cgroup v2 path the hook
+//! The share wall's and the time-quanta arbiter's hand on a container: the writes to its cgroup's
+//! `cgroup.freeze` (1 freezes every process of the cgroup and its descendants, 0 thaws them; the kernel's
+//! freezer, which nothing inside the container can undo). The directory (`vgpu_host::cgroup::of_container`,
+//! one for both walls) is the container's cgroup v2 path the hook
 //! recorded at creation (`vgpu_ledger::Limits::cgroup`, the `0::` line of its init process's
 //! `/proc/<pid>/cgroup`, which the hook never records as the root, its own cgroup or one above it),
 //! under the host's cgroup v2 mount (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a hybrid host). A
 //! container with no recorded cgroup is never frozen (reported only). Not here: when to freeze
-//! (`share_wall`), which process is whose (`vgpu_host::attribution::owner_of`).
+//! (`share_wall`), finding the directory (`vgpu_host::cgroup`), which process is whose
+//! (`vgpu_host::attribution::owner_of`).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use vgpu_host::usage::ContainerState;
-
-/// Where the cgroup v2 hierarchy is mounted, from a `/proc/self/mountinfo` text (the first `cgroup2`
-/// mount of the hierarchy's root).
-pub fn v2_mount(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let f: Vec<&str> = left.split(' ').collect();
-        let root_mount = right.split(' ').next() == Some("cgroup2") && f.get(3) == Some(&"/");
-        f.get(4).filter(|_| root_mount).map(PathBuf::from)
-    })
-}
-
-/// The host's cgroup v2 mount (None: no cgroup v2, nothing can be frozen).
-pub fn host_v2_mount() -> Option<PathBuf> {
-    v2_mount(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
-}
-
-/// A container's cgroup directory: its recorded cgroup v2 path under `mount` (None for the root or a path
-/// that climbs: nothing but a container's own cgroup is ever frozen).
-pub fn of_container(recorded: &str, mount: &Path) -> Option<PathBuf> {
-    let rel = recorded.trim_start_matches('/');
-    if rel.is_empty()
-        || rel
-            .split('/')
-            .any(|c| c.is_empty() || c == "." || c == "..")
-    {
-        return None;
-    }
-    Some(mount.join(rel))
-}
+use std::path::Path;
 
 /// Opens `dir/name` for writing without following a link or creating it.
 fn open_write(dir: &Path, name: &str) -> std::io::Result<std::fs::File> {
@@ -113,48 +83,9 @@ pub fn is_frozen(dir: &Path) -> std::io::Result<bool> {
     Ok(s.trim() == "1")
 }
 
-/// A container's cgroup directory: the cgroup v2 path recorded at its creation, under the host's mount (a
-/// container without one is reported, never frozen: nothing else is known to hold only its processes).
-pub fn cgroup_of(c: &ContainerState) -> Result<PathBuf, String> {
-    let mount = host_v2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
-    let recorded = c
-        .cgroup
-        .as_deref()
-        .ok_or("no cgroup of its own was recorded at its creation")?;
-    of_container(recorded, &mount)
-        .ok_or_else(|| format!("its recorded cgroup {recorded:?} is not one to freeze"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_v2_mount_from_mountinfo_pure_or_hybrid() {
-        let hybrid = "30 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
-                      35 30 0:31 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw\n\
-                      36 30 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
-        assert_eq!(v2_mount(hybrid), Some("/sys/fs/cgroup/unified".into()));
-        let pure = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(v2_mount(pure), Some("/sys/fs/cgroup".into()));
-        // A bind of a sub-tree (a container's view) is not the hierarchy's root.
-        let sub = "29 23 0:26 /kubepods/x /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        assert_eq!(v2_mount(sub), None);
-        assert_eq!(v2_mount("1 2 0:3 / /proc rw - proc proc rw\n"), None);
-    }
-
-    #[test]
-    fn only_a_recorded_cgroup_below_the_root() {
-        let m = Path::new("/sys/fs/cgroup");
-        assert_eq!(of_container("/c1", m), Some("/sys/fs/cgroup/c1".into()));
-        assert_eq!(
-            of_container("/system.slice/crio-c1.scope", m),
-            Some("/sys/fs/cgroup/system.slice/crio-c1.scope".into())
-        );
-        for no in ["/", "", "/c1/../..", "/a//b", "/./c1"] {
-            assert_eq!(of_container(no, m), None, "{no}");
-        }
-    }
 
     /// Regression (a clean-clone CI run): a container that ended between NVML's figures and the freeze
     /// counted as a failed freeze (`vgpu_compute_share_freeze_failures_total` 1).

@@ -75,13 +75,13 @@ impl Record {
 
     /// At a start: thaws every cgroup the last run recorded as frozen (it ended without thawing), one
     /// log line each, then clears the record. Only a directory below the host's cgroup v2 mount, as
-    /// `freezer::of_container` makes them, is ever written.
+    /// `vgpu_host::cgroup::below` makes them, is ever written.
     pub fn thaw_left(&self) {
         let left = self.read();
         if left.is_empty() {
             return;
         }
-        let Some(mount) = freezer::host_v2_mount() else {
+        let Some(mount) = vgpu_host::cgroup::host_v2_mount() else {
             return;
         };
         for f in left {
@@ -89,7 +89,7 @@ impl Record {
                 .cgroup
                 .strip_prefix(&mount)
                 .ok()
-                .and_then(|rel| freezer::of_container(&rel.to_string_lossy(), &mount))
+                .and_then(|rel| vgpu_host::cgroup::below(&rel.to_string_lossy(), &mount))
                 .is_some();
             if !ok {
                 continue;
@@ -157,7 +157,7 @@ mod tests {
             std::fs::read_to_string(outside.join("cgroup.freeze")).unwrap(),
             "1"
         );
-        if freezer::host_v2_mount().is_some() {
+        if vgpu_host::cgroup::host_v2_mount().is_some() {
             assert!(r.read().is_empty(), "the record is done");
         }
     }

@@ -14,7 +14,7 @@
 //!   (`vgpu_host::atomic`), under the container's folder lock as `vgpuctl update` takes it (busy: the
 //!   next collection tries again).
 //!
-//! Not here: when the cgroup is frozen (`share_wall`, `turns`), its directory (`freezer::cgroup_of`).
+//! Not here: when the cgroup is frozen (`share_wall`, `turns`), its directory (`vgpu_host::cgroup::of_container`).
 
 use std::path::Path;
 use vgpu_host::atomic;

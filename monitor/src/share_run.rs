@@ -10,14 +10,20 @@
 //! Each container GPU's share is its request and limit (a limit alone is its own request); the GPU's
 //! own busy time (NVML's device utilisation, or its processes' summed) tells the wall whether the GPU was
 //! saturated, so that a floor is starved only when the GPU had no idle time to give (`share_wall`,
-//! "Floors"). Not here: the decisions (`share_wall`), the cgroup files (`freezer`), attribution
-//! (`watchdog`), the kill itself (`Monitor::kill`).
+//! "Floors"). Not here: the figures measured (`measure`), the log lines (`lines`), the decisions
+//! (`share_wall`), the cgroup files (`freezer`), attribution (`watchdog`), the kill itself
+//! (`Monitor::kill`).
+
+mod lines;
+mod measure;
 
 use crate::freezer;
 use crate::frozen::{Frozen, Record};
 // The monitor's one log: control characters escaped (a pod name cannot forge a line).
-use crate::share_wall::{Over, Runaway, Settings, Use, Wall, Why};
-use crate::stderr::{log, who};
+use crate::share_wall::{Settings, Wall, Why};
+use crate::stderr::log;
+use lines::{describe, describe_runaway};
+use measure::{busy_procs, measure};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -26,7 +32,6 @@ use vgpu_host::attribution::{TrueProc, Truth};
 use vgpu_host::config::ShareWall;
 use vgpu_host::nvml::GpuReading;
 use vgpu_host::usage::ContainerState;
-use vgpu_ledger::envcompute::DEFAULT_WINDOW_MS;
 
 /// Label pairs of one series (their values escaped when encoded).
 pub use crate::labels::Labels;
@@ -185,7 +190,8 @@ impl ShareRun {
             let Some(c) = cs.iter().position(|c| c.id == o.container) else {
                 continue;
             };
-            let dir = (self.mode == ShareWall::Freeze).then(|| freezer::cgroup_of(&cs[c]));
+            let dir =
+                (self.mode == ShareWall::Freeze).then(|| vgpu_host::cgroup::of_container(&cs[c]));
             if o.begins {
                 match o.why {
                     Why::Limit => w.events += 1,
@@ -379,149 +385,6 @@ impl Inner {
         }
         secs
     }
-}
-
-/// NVML's utilisation samples of GPU `uuid` (none: NVML had none).
-fn samples_of<'a>(gpus: &'a [GpuReading], uuid: &str) -> &'a [(u32, f64)] {
-    gpus.iter()
-        .find(|r| r.uuid == uuid)
-        .and_then(|r| r.process_utilization.as_deref())
-        .unwrap_or_default()
-}
-
-/// Container `c`'s processes on its GPU `g` (`uuid`) that NVML's samples show busy.
-fn busy_procs(truth: &Truth, gpus: &[GpuReading], c: usize, g: usize, uuid: &str) -> Vec<TrueProc> {
-    let samples = samples_of(gpus, uuid);
-    truth.by_gpu.get(&(c, g)).map_or(vec![], |ps| {
-        ps.iter()
-            .filter(|p| samples.iter().any(|s| s.0 == p.pid && s.1 > 0.0))
-            .copied()
-            .collect()
-    })
-}
-
-/// How busy GPU `uuid` was, 0–1, every process on it: NVML's device utilisation or its processes'
-/// samples summed, whichever is more (either may be missing; none: idle, no evidence).
-fn gpu_busy(gpus: &[GpuReading], uuid: &str) -> f64 {
-    let device = gpus
-        .iter()
-        .find(|r| r.uuid == uuid)
-        .and_then(|r| r.utilization)
-        .unwrap_or(0.0);
-    let procs: f64 = samples_of(gpus, uuid).iter().map(|s| s.1).sum();
-    device.max(procs).clamp(0.0, 1.0)
-}
-
-/// Each container GPU with a share whose process list NVML gave: the processes' utilisation summed, and
-/// how long the container was frozen since the last pass (`frozen`, by container id).
-/// NVML without samples for the GPU counts as idle (no evidence of use, no action).
-fn measure(
-    cs: &[ContainerState],
-    truth: &Truth,
-    gpus: &[GpuReading],
-    frozen: &BTreeMap<String, f64>,
-) -> Vec<Use> {
-    let mut out = Vec::new();
-    // Only a share the host recorded (a state root's limits file, a HAMi container's bundle spec).
-    for (c, cstate) in cs.iter().enumerate().filter(|(_, c)| c.enforced()) {
-        for (g, gs) in cstate.gpus.iter().enumerate() {
-            let Some((request, limit)) = gs.request_limit() else {
-                continue;
-            };
-            if !truth.knows(&gs.uuid) {
-                continue;
-            }
-            let samples = samples_of(gpus, &gs.uuid);
-            let busy: f64 = truth.by_gpu.get(&(c, g)).map_or(0.0, |ps| {
-                ps.iter()
-                    .filter_map(|p| samples.iter().find(|s| s.0 == p.pid))
-                    .map(|s| s.1)
-                    .sum()
-            });
-            let share = f64::from(limit.min(100)) / 100.0;
-            let window = f64::from(gs.compute_window_ms.unwrap_or(DEFAULT_WINDOW_MS)) / 1000.0;
-            out.push(Use {
-                container: cstate.id.clone(),
-                gpu: gs.uuid.clone(),
-                share,
-                request: f64::from(request.min(limit)) / 100.0,
-                requested: gs.compute_request.is_some(),
-                busy: busy.min(1.0),
-                gpu_busy: gpu_busy(gpus, &gs.uuid),
-                burst: share * (1.0 - share) * window,
-                frozen: frozen.get(&cstate.id).copied().unwrap_or(0.0),
-            });
-        }
-    }
-    out
-}
-
-/// "container ID (pod …) GPU INDEX (UUID)": where a finding is.
-fn at(c: &ContainerState, uuid: &str) -> String {
-    let index = c
-        .gpus
-        .iter()
-        .find(|g| g.uuid == uuid)
-        .map_or(0, |g| g.index);
-    format!("{} GPU {index} ({uuid})", who(c))
-}
-
-/// The finding's log line.
-fn describe(
-    c: &ContainerState,
-    o: &Over,
-    dir: &Option<Result<PathBuf, String>>,
-    tol: f64,
-) -> String {
-    let at = at(c, &o.gpu);
-    let action = match dir {
-        None => "reporting only".to_string(),
-        Some(Ok(d)) => format!(
-            "freezing {} for {:.1} s",
-            d.display(),
-            o.freeze_for.as_secs_f64()
-        ),
-        Some(Err(e)) => format!("cannot freeze it: {e}"),
-    };
-    let pct = |r: f64| (r * 100.0).round();
-    match &o.why {
-        Why::Limit => format!(
-            "over its compute share: {at}: its processes used {:.2} s of GPU time in the last {:.1} s (NVML), share {}% + {} points: {action}",
-            o.used,
-            o.span,
-            pct(o.share),
-            tol * 100.0
-        ),
-        Why::Floor { entitled, starved } => format!(
-            "over its compute entitlement while a floor is starved: {at}: its processes used {:.2} s of GPU time in the last {:.1} s (NVML), entitled to {}% + {} points (request {}%, limit {}%) while container {} got {}% of its floor of {}% of the saturated GPU: {action}",
-            o.used,
-            o.span,
-            pct(*entitled),
-            tol * 100.0,
-            pct(o.request),
-            pct(o.share),
-            starved.container,
-            pct(starved.got),
-            pct(starved.floor),
-        ),
-    }
-}
-
-/// The `busy_while_frozen` finding's log line.
-fn describe_runaway(c: &ContainerState, r: &Runaway, kill: bool, tol: f64) -> String {
-    let at = at(c, &r.gpu);
-    let action = match kill {
-        true => "killing its busy processes under the kill policy",
-        false => "reporting only (no kill policy), the freezes go on",
-    };
-    format!(
-        "busy while frozen: {at}: its processes used {:.2} s of GPU time in the last {:.1} s while it was frozen {:.1} s of it (NVML), share {}% + {} points: work queued on the GPU runs on through a freeze: {action}",
-        r.used,
-        r.span,
-        r.frozen,
-        (r.share * 100.0).round(),
-        tol * 100.0
-    )
 }
 
 #[cfg(test)]

@@ -88,8 +88,10 @@ impl Shrinks {
 /// starts from the quota it came from.
 fn recorded(gs: &GpuState) -> Option<u64> {
     gs.limit?;
-    let from = gs.shrunk_from?;
-    Some(gs.held_at_shrink.unwrap_or(from).min(from))
+    Some(vgpu_host::shrink::recorded(
+        gs.shrunk_from?,
+        gs.held_at_shrink,
+    ))
 }
 
 /// What the watchdog found on one container's GPU.

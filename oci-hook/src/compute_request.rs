@@ -22,9 +22,9 @@
 //! its own request; a request alone has the limit 100 (`vgpu_ledger::settings::GpuSettings`).
 
 use std::collections::BTreeMap;
+use vgpu_host::compute_share::{parse_annotation_percent, parse_request_percent, PercentError};
 use vgpu_ledger::envcompute::{
-    self, parse_annotation_percent, parse_request_percent, parse_window, EnvCompute, PercentError,
-    Policy, RequestAboveLimit, WindowError,
+    self, parse_window, EnvCompute, Policy, RequestAboveLimit, WindowError,
 };
 use vgpu_ledger::envlimits::EnvLimitError;
 use vgpu_ledger::keys::{annotation, env};

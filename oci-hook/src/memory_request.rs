@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use vgpu_host::memory_limit;
 use vgpu_ledger::envlimits::{EnvLimit, EnvLimitError, EnvLimits};
 use vgpu_ledger::keys;
+use vgpu_ledger::memmode::ModeSettings;
 
 use crate::pod_keys::{keyed, KeyFormError, PodMember};
 
@@ -134,9 +135,24 @@ fn from_annotations(
     Ok(q)
 }
 
+/// The unified-memory mode's settings from a container's annotations (`vgpu.io/memory-mode`,
+/// `-spill`, `-reserve`; the environment's names mean nothing here): the mode's grammar is the library's
+/// too (`vgpu_ledger::memmode`), these keys only the hook's.
+pub fn mode_settings(annotations: &[(String, String)]) -> ModeSettings<'_> {
+    ModeSettings::from_pairs(
+        annotations,
+        keys::annotation::MEMORY_MODE,
+        keys::annotation::MEMORY_SPILL,
+        keys::annotation::MEMORY_RESERVE,
+        None,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vgpu_ledger::memmode::ModeError;
+    use vgpu_ledger::MemoryMode;
 
     use crate::testing::kv;
 
@@ -398,5 +414,27 @@ mod tests {
                 .to_string();
             assert!(e.contains(k) && e.contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn annotations_use_their_own_keys_and_ignore_the_environment_names() {
+        let a = kv(&[
+            ("vgpu.io/memory-mode", "spill"),
+            ("vgpu.io/memory-spill", "2Gi"),
+            ("CUDA_OVERSUBSCRIBE", "true"),
+        ]);
+        assert_eq!(
+            mode_settings(&a).parse(),
+            Ok(MemoryMode::Spill {
+                spill_limit: 2 << 30
+            })
+        );
+        let e = mode_settings(&kv(&[("vgpu.io/memory-mode", "spill")]))
+            .parse()
+            .unwrap_err();
+        assert!(
+            matches!(e, ModeError::SpillWithoutBudget { ref setting } if setting == "vgpu.io/memory-mode"),
+            "{e}"
+        );
     }
 }

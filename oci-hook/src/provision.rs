@@ -6,7 +6,7 @@
 //! folder that is there (another container with this id, or a create of it in progress), and the folder
 //! carries a random token of the invocation that made it: cleaning up after a failed create removes only
 //! a folder that still holds that token, never another's state. Every folder made here holds vgpu's
-//! marker (`layout::MARKER_FILE_NAME`), written first; a folder without it is never replaced or removed
+//! marker (`state_root::MARKER_FILE_NAME`), written first; a folder without it is never replaced or removed
 //! (the state root may name someone else's folder). Ledgers are allocated for real, so a full file system
 //! fails the creation with one line instead of CUDA processes later.
 
@@ -21,7 +21,7 @@ use vgpu_host::hostfile;
 use vgpu_host::limits_file::WriteLimits;
 use vgpu_host::procs;
 use vgpu_host::removal;
-use vgpu_host::state_root::StateRoot;
+use vgpu_host::state_root::{self, StateRoot};
 use vgpu_host::walk;
 use vgpu_ledger::layout;
 use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
@@ -194,7 +194,7 @@ impl Provisioned {
 }
 
 fn holds_token(dir: &Path, token: &str) -> bool {
-    fs::read_to_string(dir.join(layout::CREATE_TOKEN_FILE_NAME)).is_ok_and(|t| t == token)
+    fs::read_to_string(dir.join(state_root::CREATE_TOKEN_FILE_NAME)).is_ok_and(|t| t == token)
 }
 
 /// 128 random bits, hex.
@@ -253,7 +253,7 @@ pub fn provision(
     let token = new_token()?;
     fill(tmp.path(), plan, &limits, image_preload).map_err(|e| no_space(e, root, id, plan))?;
     write_atomic(
-        &tmp.path().join(layout::CREATE_TOKEN_FILE_NAME),
+        &tmp.path().join(state_root::CREATE_TOKEN_FILE_NAME),
         token.as_bytes(),
         WriteOptions::with_mode(0o600),
     )?;

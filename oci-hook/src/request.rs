@@ -104,7 +104,7 @@ impl Request {
         let memory = memory_request::read(ann, env, member)?;
         let compute = compute_request::read(ann, env, member)?;
         // The annotations decide the mode when they say anything about it.
-        let annotated = ModeSettings::from_annotations(ann);
+        let annotated = memory_request::mode_settings(ann);
         let settings = if annotated.is_empty() {
             ModeSettings::from_env(env)
         } else {

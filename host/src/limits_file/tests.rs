@@ -1,32 +1,10 @@
 //! The host's write of limits.json: its bytes (today's files written back unchanged), the refusals, the
 //! atomic replacement.
 use super::*;
-use vgpu_ledger::{DeviceLimit, GpuSettings, KubeNames, LIMITS_VERSION};
+use vgpu_ledger::KubeNames;
 
 fn one_gpu() -> Limits {
-    Limits {
-        version: LIMITS_VERSION,
-        container_id: "c1".into(),
-        pid_ns: None,
-        init_pid: None,
-        init_start_time: None,
-        cgroup: None,
-        creator: None,
-        kubernetes: None,
-        updates: 0,
-        updated_at: None,
-        devices: vec![DeviceLimit {
-            index: 0,
-            uuid: "GPU-aaaa".into(),
-            settings: GpuSettings {
-                memory_limit: Some(1 << 30),
-                ..Default::default()
-            },
-            ledger: "ledgers/GPU-aaaa.ledger".into(),
-            shrunk_from: None,
-            held_at_shrink: None,
-        }],
-    }
+    vgpu_ledger::fixtures::one_gpu("c1", "GPU-aaaa", 1 << 30)
 }
 
 #[test]

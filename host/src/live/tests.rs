@@ -2,52 +2,10 @@
 //! mounted inode is rewritten in place without the host's facts, a container made before live updates is
 //! refused with nothing changed.
 use super::*;
-use crate::limits_file::WriteLimits;
 use std::os::unix::fs::MetadataExt;
+use vgpu_ledger::fixtures::{provisioned, UUID};
 use vgpu_ledger::live::read_stable;
-use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger};
-
-const UUID: &str = "GPU-fa4ec0de-0000-4000-8000-000000000000";
-
-/// A provisioned folder: limits.json with its second name, one ledger.
-fn provisioned() -> (tempfile::TempDir, Limits) {
-    let d = tempfile::tempdir().unwrap();
-    let limits = Limits {
-        version: 1,
-        container_id: "c1".into(),
-        pid_ns: Some(4026532612),
-        init_pid: Some(4242),
-        init_start_time: Some(7),
-        cgroup: Some("/kubepods/c1".into()),
-        creator: None,
-        kubernetes: None,
-        updates: 0,
-        updated_at: None,
-        devices: vec![DeviceLimit {
-            index: 0,
-            uuid: UUID.into(),
-            settings: GpuSettings {
-                memory_limit: Some(1 << 30),
-                compute_limit: Some(30),
-                ..Default::default()
-            },
-            ledger: layout::relative_ledger_path(UUID).unwrap(),
-            shrunk_from: None,
-            held_at_shrink: None,
-        }],
-    };
-    std::fs::create_dir(d.path().join(layout::LEDGERS_DIR_NAME)).unwrap();
-    Ledger::open_or_create(
-        &limits.ledger_path(&d.path().join("x"), &limits.devices[0]),
-        UUID,
-        1 << 30,
-    )
-    .unwrap();
-    let host = d.path().join(layout::LIMITS_FILE_NAME);
-    std::fs::write(&host, limits.to_file_bytes().unwrap()).unwrap();
-    std::fs::hard_link(&host, d.path().join(layout::MOUNTED_LIMITS_FILE_NAME)).unwrap();
-    (d, limits)
-}
+use vgpu_ledger::Ledger;
 
 fn ledger(d: &Path) -> Ledger {
     Ledger::open(&d.join(layout::relative_ledger_path(UUID).unwrap())).unwrap()

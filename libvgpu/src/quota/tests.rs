@@ -136,35 +136,12 @@ fn the_measurement_lock_needs_no_file_and_excludes_other_holders() {
 // Issue 27: the limit was read once from the limits file; a host update never reached a running process.
 #[test]
 fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shrink() {
+    use vgpu_ledger::fixtures::UUID as uuid;
     use vgpu_ledger::layout;
-    use vgpu_ledger::limits::{DeviceLimit, Limits};
-    use vgpu_ledger::GpuSettings;
+    use vgpu_ledger::limits::Limits;
     const MIB: u64 = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
-    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
-    let mut limits = Limits {
-        version: 1,
-        container_id: "c1".into(),
-        pid_ns: None,
-        init_pid: None,
-        init_start_time: None,
-        cgroup: None,
-        creator: None,
-        kubernetes: None,
-        updates: 0,
-        updated_at: None,
-        devices: vec![DeviceLimit {
-            index: 0,
-            uuid: uuid.into(),
-            settings: GpuSettings {
-                memory_limit: Some(1024 * MIB),
-                ..Default::default()
-            },
-            ledger: layout::relative_ledger_path(uuid).unwrap(),
-            shrunk_from: None,
-            held_at_shrink: None,
-        }],
-    };
+    let mut limits = vgpu_ledger::fixtures::one_gpu("c1", uuid, 1024 * MIB);
     std::fs::create_dir(dir.path().join("ledgers")).unwrap();
     let host = dir.path().join(layout::LIMITS_FILE_NAME);
     let file = dir.path().join(layout::MOUNTED_LIMITS_FILE_NAME);
@@ -227,33 +204,10 @@ fn a_host_update_is_followed_on_the_next_charge_and_held_memory_is_kept_on_a_shr
 pub(crate) fn followed_quota(
     dir: &Path,
 ) -> (vgpu_ledger::limits::Limits, std::path::PathBuf, DeviceQuota) {
+    use vgpu_ledger::fixtures::UUID as uuid;
     use vgpu_ledger::layout;
-    use vgpu_ledger::limits::{DeviceLimit, Limits};
     const MIB: u64 = 1 << 20;
-    let uuid = "GPU-fa4ec0de-0000-4000-8000-000000000000";
-    let limits = Limits {
-        version: 1,
-        container_id: "c1".into(),
-        pid_ns: None,
-        init_pid: None,
-        init_start_time: None,
-        cgroup: None,
-        creator: None,
-        kubernetes: None,
-        updates: 0,
-        updated_at: None,
-        devices: vec![DeviceLimit {
-            index: 0,
-            uuid: uuid.into(),
-            settings: vgpu_ledger::GpuSettings {
-                memory_limit: Some(1024 * MIB),
-                ..Default::default()
-            },
-            ledger: layout::relative_ledger_path(uuid).unwrap(),
-            shrunk_from: None,
-            held_at_shrink: None,
-        }],
-    };
+    let limits = vgpu_ledger::fixtures::one_gpu("c1", uuid, 1024 * MIB);
     std::fs::create_dir(dir.join("ledgers")).unwrap();
     let host = dir.join(layout::LIMITS_FILE_NAME);
     let file = dir.join(layout::MOUNTED_LIMITS_FILE_NAME);

@@ -341,7 +341,7 @@ impl Arbiter {
         }
         let dir = cs
             .ok_or_else(|| "it is gone".to_string())
-            .and_then(freezer::cgroup_of);
+            .and_then(vgpu_host::cgroup::of_container);
         let r = dir.and_then(freezer::freeze_for_wall);
         match r {
             Ok(Some(d)) => {

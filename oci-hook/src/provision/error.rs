@@ -5,8 +5,9 @@
 use std::io;
 use std::path::PathBuf;
 use vgpu_host::removal::RemoveError;
+use vgpu_host::state_root::MARKER_FILE_NAME;
 use vgpu_host::walk::PrepareError;
-use vgpu_ledger::layout::{LayoutError, MARKER_FILE_NAME};
+use vgpu_ledger::layout::LayoutError;
 use vgpu_ledger::limits::LimitsError;
 use vgpu_ledger::LedgerError;
 

@@ -11,7 +11,7 @@ use vgpu_ledger::GpuSettings;
 fn entries(root: &StateRoot) -> usize {
     fs::read_dir(root.containers_dir())
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name() != layout::MARKER_FILE_NAME)
+        .filter(|e| e.as_ref().unwrap().file_name() != vgpu_host::state_root::MARKER_FILE_NAME)
         .count()
 }
 

@@ -2,7 +2,7 @@
 //! saying where its files are, as `vgpuctl runtime` takes them; every engine at its defaults without it),
 //! and the NVML library. Builds the [`Host`] of the real machine and runs the checks.
 
-use super::{checks, run, Host, Report};
+use super::{run, Host, Report};
 use crate::engines::error::EngineError;
 use crate::engines::files::Disk;
 use crate::engines::registry::{find, ENGINES};
@@ -114,7 +114,7 @@ impl DoctorArgs {
         let mut program_dirs: Vec<PathBuf> = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).collect())
             .unwrap_or_default();
-        program_dirs.extend(checks::NVIDIA_DIRS.iter().map(PathBuf::from));
+        program_dirs.extend(super::cdi::NVIDIA_DIRS.iter().map(PathBuf::from));
         let open = |lib: &str| vgpu_host::nvml::open(lib);
         let host = Host {
             config_path,

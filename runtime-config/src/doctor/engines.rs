@@ -78,7 +78,7 @@ pub fn check(h: &Host, r: &mut Report) {
         install: &install,
         force: false,
     };
-    let vgpu_cdi = !checks::specs_of_kind(&h.cdi_dirs, vgpu_host::keys::cdi::KIND).is_empty();
+    let vgpu_cdi = !super::cdi::specs_of_kind(&h.cdi_dirs, vgpu_host::keys::cdi::KIND).is_empty();
     for (e, m) in &h.engines {
         let name = e.name();
         let given = where_(*e, m) != Path::new(e.default_paths()[0]);

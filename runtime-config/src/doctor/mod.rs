@@ -3,13 +3,14 @@
 //! an operator before a rollout. Not here: fixing anything (every line that is not ok says what to run).
 //!
 //! * `report`: the lines, their verdicts, the exit status and the text.
-//! * `checks`: the config, NVML and the driver, NVIDIA's runtime and CDI spec, vgpu's CDI spec, the state
-//!   root's filesystem, the installed files. Each takes its inputs through [`Host`], so that tests run it
-//!   on a fake NVML and temporary folders.
+//! * `checks`: the config, NVML and the driver, the state root's filesystem, the installed files. Each
+//!   takes its inputs through [`Host`], so that tests run it on a fake NVML and temporary folders.
+//! * `cdi`: NVIDIA's runtime and CDI spec, vgpu's CDI spec, through [`Host`] likewise.
 //! * `engines`: whether each container engine's files carry vgpu's entry (the engines' own `ownership`).
 //! * `host`: what the checks read ([`Host`]), each seam replaceable.
 //! * `cli`: `vgpuctl doctor`'s options (which engine, where its files are).
 
+pub mod cdi;
 pub mod checks;
 pub mod cli;
 pub mod engines;
@@ -28,8 +29,8 @@ pub fn run(h: &Host) -> Report {
     let cfg = checks::config(h, &mut r);
     engines::check(h, &mut r);
     let gpus = checks::nvml(h, &cfg, &mut r);
-    checks::nvidia(h, &cfg, &mut r);
-    checks::vgpu_cdi(h, gpus.as_deref(), &mut r);
+    cdi::nvidia(h, &cfg, &mut r);
+    cdi::vgpu_cdi(h, gpus.as_deref(), &mut r);
     checks::state_root(&cfg, &mut r);
     checks::installed(h, &cfg, &mut r);
     r

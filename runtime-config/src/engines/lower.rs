@@ -6,7 +6,7 @@
 //! absolute path of the one it finds as `lower_runtime` into vgpu's config (every other key and comment
 //! kept), unless `--no-nvidia-lower-runtime` or the operator chose another lower runtime. A bare name is
 //! not enough: the shim looks it up on its own `PATH`, which the GPU Operator's folder is not on.
-//! Not here: writing the file (`change::apply`), the doctor's warning (`doctor::checks::nvidia`).
+//! Not here: writing the file (`change::apply`), the doctor's warning (`doctor::cdi::nvidia`).
 
 use super::change::Change;
 use super::files::Files;

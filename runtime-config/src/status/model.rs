@@ -7,7 +7,8 @@
 //! vgpu's library are listed from HAMi's per-container folders (`note_hami`, `vgpu_host::hami`), marked
 //! `hami`: their quota is the one their library wrote in the ledger (no file of the host's holds it), and
 //! they are not in the per-GPU totals (HAMi's scheduler commits them, not vgpu's admission). Not here: the
-//! table (`render`).
+//! table (`render`), HAMi's containers listed (`hami_folders`) and their bundles' quotas (`hami_quota`),
+//! memory no process's figure shows (`unattributed`).
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Result;
@@ -299,52 +300,6 @@ fn from_snapshot(g: &mut Gpu, snap: &vgpu_ledger::Snapshot) {
         .collect();
 }
 
-/// A container of HAMi's folders: its GPUs in the order of `usage::hami::from_hami` (NVML's, `order`), each
-/// with the quota its library wrote in the ledger.
-fn hami_container(f: &vgpu_host::hami::Folder, order: &[String]) -> Container {
-    let state = vgpu_host::usage::hami::from_hami(f, order);
-    Container {
-        id: state.id,
-        init_pid: None,
-        kubernetes: None,
-        docker_name: None,
-        podman_name: None,
-        hami: Some(Hami {
-            pod_uid: f.pod_uid.clone(),
-            container: f.container.clone(),
-            folder: f.dir.display().to_string(),
-            spec: None,
-        }),
-        updates: 0,
-        updated_at: None,
-        error: None,
-        gpus: state
-            .gpus
-            .iter()
-            .filter_map(|gs| {
-                let l = f.ledgers.iter().find(|l| l.uuid == gs.uuid)?;
-                let mut g = Gpu {
-                    index: gs.index,
-                    uuid: gs.uuid.clone(),
-                    quota: gs.limit,
-                    used: 0,
-                    over_quota: None,
-                    pending_shrink: false,
-                    by_kind: Default::default(),
-                    memory_mode: "unknown",
-                    spill_limit: None,
-                    spilled: 0,
-                    compute: None,
-                    processes: vec![],
-                    error: None,
-                };
-                from_snapshot(&mut g, &l.snapshot);
-                Some(g)
-            })
-            .collect(),
-    }
-}
-
 /// Reads every container under `root`. Entries of the state root that are not a container's state are
 /// listed with an error; provisions and removals in progress are not listed. `physical`: each GPU's memory
 /// by UUID, when NVML could tell.
@@ -416,32 +371,6 @@ impl Status {
             .any(|c| c.kubernetes.is_none() && c.hami.is_none())
     }
 
-    /// Lists the containers of HAMi's per-container folder `dir` (`vgpu_host::hami::scan`; each GPU's
-    /// index by NVML's order, `order`) after the state root's, and what was skipped there. A missing
-    /// folder is nothing to say unless `said` (the config named it).
-    pub fn note_hami(&mut self, dir: &std::path::Path, said: bool, order: &[String]) {
-        match vgpu_host::hami::scan(dir) {
-            Ok(scan) => {
-                self.hami_skipped = scan.skipped.iter().map(|k| k.why.clone()).collect();
-                let mut cs: Vec<Container> = scan
-                    .folders
-                    .iter()
-                    .map(|f| hami_container(f, order))
-                    .collect();
-                name_host_pids(&mut cs, host_pids);
-                self.containers.extend(cs);
-                self.hami_folders = scan.folders;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !said => {}
-            Err(e) => {
-                self.hami_skipped = vec![format!(
-                    "HAMi's containers folder {}: {e}; no container of HAMi's is listed",
-                    dir.display()
-                )]
-            }
-        }
-    }
-
     /// Names the containers Docker knows by their id (`vgpu_monitor::docker::names`); a Kubernetes
     /// container keeps its Kubernetes names (dockershim's are Docker's, and say less).
     pub fn note_docker_names(&mut self, names: &HashMap<String, String>) {
@@ -466,69 +395,12 @@ impl Status {
         }
     }
 
-    /// Notes each GPU's unattributed memory from NVML's reading `gpus` and the state root's containers
-    /// (`vgpu_monitor::unattributed`: the processes attributed as the monitor attributes them).
-    pub fn note_unattributed(
-        &mut self,
-        root: &StateRoot,
-        gpus: &[vgpu_host::nvml::GpuReading],
-        settings: vgpu_monitor::unattributed::Settings,
-    ) {
-        let mut cs = vgpu_host::usage::read(root).unwrap_or_default();
-        let mut order: Vec<&vgpu_host::nvml::GpuReading> = gpus.iter().collect();
-        order.sort_by_key(|r| r.index);
-        let order: Vec<String> = order.into_iter().map(|r| r.uuid.clone()).collect();
-        cs.extend(
-            self.hami_folders
-                .iter()
-                .map(|f| vgpu_host::usage::hami::from_hami(f, &order)),
-        );
-        vgpu_host::usage::mark_live(&mut cs, procs::init_alive);
-        let truth = vgpu_host::attribution::attribute(&cs, gpus, procs::inspect, procs::own_ns());
-        self.unattributed = unattributed(
-            &cs,
-            &vgpu_monitor::unattributed::remainders(&cs, gpus, &truth, settings),
-            settings.threshold,
-        );
-    }
-
     /// Notes each GPU's addressing mode (by UUID, as NVML answered it) in the per-GPU totals.
     pub fn note_addressing(&mut self, modes: &[(String, AddressingMode)]) {
         for g in &mut self.gpus {
             g.addressing = modes.iter().find(|m| m.0 == g.uuid).map(|m| m.1.name());
         }
     }
-}
-
-/// The monitor's remainders as status shows them: holders by container id.
-fn unattributed(
-    cs: &[vgpu_host::usage::ContainerState],
-    rs: &[vgpu_monitor::unattributed::Remainder],
-    threshold: u64,
-) -> Vec<Unattributed> {
-    rs.iter()
-        .map(|r| Unattributed {
-            index: r.index,
-            uuid: r.uuid.clone(),
-            used: r.used,
-            reserved: r.reserved,
-            processes: r.processes,
-            unattributed: r.unattributed,
-            past_threshold: r.unattributed > threshold,
-            likely_holders: r
-                .holders
-                .iter()
-                .filter_map(|h| {
-                    Some(LikelyHolder {
-                        container_id: cs.get(h.c)?.id.clone(),
-                        charged: h.charged,
-                        nvml: h.nvml,
-                        likely: h.likely,
-                    })
-                })
-                .collect(),
-        })
-        .collect()
 }
 
 /// Every live process of the host, by (PID namespace, PID inside it) — what a ledger's slot records.
@@ -583,4 +455,6 @@ fn totals(containers: &[Container], physical: &[(String, u64)]) -> Vec<GpuTotal>
     by.into_values().collect()
 }
 
+mod hami_folders;
 mod hami_quota;
+mod unattributed;

@@ -4,7 +4,7 @@ use super::*;
 use vgpu_host::limits_file::WriteLimits;
 use vgpu_host::nvml::AddressingMode;
 use vgpu_host::state_root::StateRoot;
-use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger};
+use vgpu_ledger::Ledger;
 use vgpu_ledger::{Kind, KubeNames, Limits};
 
 fn provision(root: &StateRoot, id: &str, uuid: &str, limit: u64) -> (Ledger, std::path::PathBuf) {
@@ -23,30 +23,9 @@ fn provision_in(
     // As the hook makes them: both folders marked.
     vgpu_host::walk::mark(&root.containers_dir()).unwrap();
     vgpu_host::walk::mark(&root.container_dir(id).unwrap()).unwrap();
-    let limits = Limits {
-        version: vgpu_ledger::LIMITS_VERSION,
-        container_id: id.into(),
-        pid_ns: None,
-        init_pid: Some(1),
-        init_start_time: None,
-        cgroup: None,
-        creator: None,
-        kubernetes: None,
-        updates: 0,
-        updated_at: None,
-        devices: vec![DeviceLimit {
-            index: 0,
-            uuid: uuid.into(),
-            settings: GpuSettings {
-                memory_limit: Some(limit),
-                memory,
-                ..Default::default()
-            },
-            ledger: vgpu_ledger::layout::relative_ledger_path(uuid).unwrap(),
-            shrunk_from: None,
-            held_at_shrink: None,
-        }],
-    };
+    let mut limits = vgpu_ledger::fixtures::one_gpu(id, uuid, limit);
+    limits.init_pid = Some(1);
+    limits.devices[0].settings.memory = memory;
     limits.write_atomic(&limits_path).unwrap();
     let ledger_path = root.ledger_path(id, uuid).unwrap();
     (

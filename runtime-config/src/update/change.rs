@@ -4,7 +4,8 @@
 //! the files (`update::apply`).
 
 use serde::Serialize;
-use vgpu_ledger::envcompute::{parse_annotation_percent, parse_request_percent, parse_window};
+use vgpu_host::compute_share::{parse_annotation_percent, parse_request_percent};
+use vgpu_ledger::envcompute::parse_window;
 use vgpu_ledger::limits::{DeviceLimit, Limits};
 use vgpu_ledger::GpuSettings;
 
@@ -138,7 +139,10 @@ pub fn apply(
     gpu_total: impl Fn(&str) -> Option<u64>,
 ) -> Result<(Limits, Vec<Change>), UpdateError> {
     let id = &limits.container_id;
-    if let Some(i) = req.gpu.filter(|&i| limits.device_by_index(i).is_none()) {
+    if let Some(i) = req
+        .gpu
+        .filter(|&i| !limits.devices.iter().any(|d| d.index == i))
+    {
         return Err(UpdateError::NoSuchGpu {
             id: id.clone(),
             index: i,

@@ -308,7 +308,7 @@ pub fn update(
 }
 
 /// At a shrink, records on each GPU lowered what the container holds there now (`Host::held`), at most
-/// what it was allowed before (`DeviceLimit::allowed_memory`: a tenant that took more since is no reason
+/// what it was allowed before (`vgpu_host::shrink::allowed_memory`: a tenant that took more since is no reason
 /// to allow it more). Refused when NVML cannot tell for one of them.
 fn record_held(
     root: &StateRoot,
@@ -340,7 +340,7 @@ fn record_held(
         };
         let was = before
             .device_by_uuid(&c.uuid)
-            .and_then(|d| d.allowed_memory())
+            .and_then(vgpu_host::shrink::allowed_memory)
             .unwrap_or(bytes);
         if let Some(d) = after.devices.iter_mut().find(|d| d.uuid == c.uuid) {
             d.held_at_shrink = Some(bytes.min(was));

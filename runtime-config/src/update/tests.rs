@@ -387,7 +387,10 @@ fn a_shrink_records_what_nvml_shows_the_container_holding_not_its_ledger() {
     )
     .unwrap();
     assert_eq!(dev(&root).held_at_shrink, Some(GIB));
-    assert_eq!(dev(&root).allowed_memory(), Some(3 * GIB));
+    assert_eq!(
+        vgpu_host::shrink::allowed_memory(&dev(&root)),
+        Some(3 * GIB)
+    );
 }
 
 // Without NVML's figure there is no wall: a shrink it cannot measure is refused with one line, and

@@ -225,7 +225,7 @@ fn a_restart_thaws_what_the_last_run_recorded_frozen() {
         }])
         .unwrap();
     Arbiter::new(turns(true), root.clone(), Duration::from_secs(1)).thaw_left_frozen();
-    if freezer::host_v2_mount().is_some() {
+    if vgpu_host::cgroup::host_v2_mount().is_some() {
         assert_eq!(
             std::fs::read_to_string(outside.join("cgroup.freeze")).unwrap(),
             "1"
