@@ -194,15 +194,15 @@ fn hami_folder(spec: &serde_json::Value, containers_dir: &Path) -> Option<String
 
 /// `p` started before `written` (give or take 2 s): the shim writes `init.pid` once the init exists, so
 /// a process holding that PID but started later is another one (the PID reused after the container ended).
-/// Its start is the boot time (`/proc/stat`'s `btime`) plus its start ticks at USER_HZ, 100 on every
-/// architecture Linux runs containers on; unknown when `/proc/stat` cannot tell (then taken as before).
+/// Its start is the boot time (`/proc/stat`'s `btime`) plus its start ticks at the system's clock ticks a
+/// second (`procs::ticks_per_second`); unknown when `/proc/stat` cannot tell (then taken as before).
 fn started_before(p: &HostProc, written: std::time::SystemTime) -> bool {
     let btime = fs::read_to_string("/proc/stat").ok().and_then(|s| {
         s.lines()
             .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
     });
     let Some(btime) = btime else { return true };
-    let started = btime + p.start_time / 100;
+    let started = btime + p.start_time / procs::ticks_per_second();
     let written = written
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
