@@ -173,12 +173,16 @@ check_eq "  ... and nothing is left" "$(state_left)" ""
 
 echo "-- driver_memory_limit: the quota as the container cgroup's limit in the driver (the fake NVML records it)"
 # memlimit_file PID: where the fake NVML records the limits of PID's cgroup on GPU 0 (the hook's choice of
-# cgroup: the unified hierarchy's, else the memory controller's).
+# cgroup: the unified hierarchy's under the cgroup2 mount, unless it is the root; else the memory
+# controller's under its mount). The hook before put the unified line under /sys/fs/cgroup whatever the
+# mount: on a hybrid host (this one: cgroup2 at /sys/fs/cgroup/unified) it named a folder that is not there,
+# and for a process at the unified root (0::/, where a hybrid host keeps most) the whole host's cgroup.
 memlimit_file() {
-    local cg
+    local cg v2
     cg=$(sed -n 's/^0:://p' "/proc/$1/cgroup")
-    if [ -n "$cg" ]; then cg=/sys/fs/cgroup$cg
-    else cg=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}://p' "/proc/$1/cgroup"); fi
+    v2=$(awk '/ - cgroup2 / && $4 == "/" { print $5; exit }' /proc/self/mountinfo)
+    if [ -n "$v2" ] && [ -n "$cg" ] && [ "$cg" != / ]; then cg=$v2$cg
+    else cg=$(awk '/ - cgroup / && $4 == "/" && $NF ~ /(^|,)memory(,|$)/ { print $5; exit }' /proc/self/mountinfo)$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}://p' "/proc/$1/cgroup"); fi
     echo "/tmp/fake-cuda/memlimit-0-$(echo "$cg" | tr / _)"
 }
 vgpu_config lower_runtime='"runc"' driver_memory_limit=true
@@ -189,6 +193,8 @@ pid=$(plain state "$ID" | jq -r .pid)
 check "a container with driver_memory_limit = true runs (pid $pid)" test "$pid" -gt 0
 f=$(memlimit_file "$pid")
 check_eq "  ... its cgroup got the quota as soft and hard limit (nvmlDeviceSetMemoryLimits_v1)" "$(cat "$f" 2>&1)" "$GIB $GIB"
+check "  ... and no hierarchy's root did (the whole host's cgroup: $f)" \
+    bash -c '! ls /tmp/fake-cuda/memlimit-0-_sys_fs_cgroup_ /tmp/fake-cuda/memlimit-0-_sys_fs_cgroup_memory_ /tmp/fake-cuda/memlimit-0-_sys_fs_cgroup_unified_ 2>/dev/null | grep -q .'
 gone "$ID"; rm -f "$f"
 vgpu_config lower_runtime='"runc"'
 new_bundle sleep 60
