@@ -140,7 +140,7 @@ mod tests {
     use crate::limits_file::WriteLimits;
     use std::os::unix::fs::FileTypeExt;
     use std::path::Path;
-    use vgpu_ledger::{DeviceLimit, GpuSettings, Ledger, Limits, LIMITS_VERSION};
+    use vgpu_ledger::{Ledger, Limits};
 
     /// The owner provisioning records: the container's init process as the host sees it.
     #[derive(Debug, Clone, Copy, Default)]
@@ -170,27 +170,8 @@ mod tests {
         let ledger = root.ledger_path(id, "GPU-1").unwrap();
         Ledger::open_or_create(&ledger, "GPU-1", 1 << 30).unwrap();
         let limits = Limits {
-            version: LIMITS_VERSION,
-            container_id: id.into(),
-            pid_ns: None,
-            init_pid: None,
-            init_start_time: None,
-            cgroup: None,
             creator: crate::creator::current(),
-            devices: vec![DeviceLimit {
-                index: 0,
-                uuid: "GPU-1".into(),
-                settings: GpuSettings {
-                    memory_limit: Some(1 << 30),
-                    ..Default::default()
-                },
-                ledger: vgpu_ledger::layout::relative_ledger_path("GPU-1").unwrap(),
-                shrunk_from: None,
-                held_at_shrink: None,
-            }],
-            kubernetes: None,
-            updates: 0,
-            updated_at: None,
+            ..vgpu_ledger::fixtures::one_gpu(id, "GPU-1", 1 << 30)
         };
         limits.write_atomic(&root.limits_path(id).unwrap()).unwrap();
         record_owner(root, id, owner);

@@ -5,7 +5,7 @@
 use super::*;
 use crate::limits_file::WriteLimits;
 use vgpu_ledger::layout;
-use vgpu_ledger::limits::{DeviceLimit, Limits, LIMITS_VERSION};
+use vgpu_ledger::limits::{DeviceLimit, Limits};
 use vgpu_ledger::GpuSettings;
 
 const GIB: u64 = 1 << 30;
@@ -38,12 +38,6 @@ fn provision(root: &StateRoot, id: &str, gpus: &[GpuRequest]) {
     crate::walk::mark(&root.containers_dir()).unwrap();
     crate::walk::mark(&root.container_dir(id).unwrap()).unwrap();
     let limits = Limits {
-        version: LIMITS_VERSION,
-        container_id: id.into(),
-        pid_ns: None,
-        init_pid: None,
-        init_start_time: None,
-        cgroup: None,
         creator: crate::creator::current(),
         devices: gpus
             .iter()
@@ -56,9 +50,7 @@ fn provision(root: &StateRoot, id: &str, gpus: &[GpuRequest]) {
                 held_at_shrink: None,
             })
             .collect(),
-        kubernetes: None,
-        updates: 0,
-        updated_at: None,
+        ..vgpu_ledger::fixtures::one_gpu(id, vgpu_ledger::fixtures::UUID, 1)
     };
     limits.write_atomic(&root.limits_path(id).unwrap()).unwrap();
 }

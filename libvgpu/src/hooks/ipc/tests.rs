@@ -16,6 +16,21 @@ fn handle(n: u8) -> CUipcMemHandle {
     h
 }
 
+/// The driver says `ptr` is an allocation of `bytes` on device 0 (what an open of it returns).
+fn at(w: &World, ptr: u64, bytes: u64) {
+    w.fake.ptr_ranges.borrow_mut().insert(ptr, (ptr, bytes, 0));
+}
+
+/// `e` opens handle `n`; the driver gives `ptr` (closed again through the fake when refused).
+fn open(
+    e: &Interposer<'_, crate::driver::fake::FakeDriver>,
+    w: &World,
+    n: u8,
+    ptr: u64,
+) -> CUresult {
+    e.ipc_open(&handle(n), || CUDA_SUCCESS, || ptr, |p| w.fake.ipc_close(p))
+}
+
 /// A process of `w`'s container with records of its own (its own descriptions of the ledger file).
 fn other<'a>(w: &'a World, rec: &'a Records) -> Interposer<'a, crate::driver::fake::FakeDriver> {
     Interposer { drv: &w.fake, rec }
@@ -24,20 +39,9 @@ fn other<'a>(w: &'a World, rec: &'a Records) -> Interposer<'a, crate::driver::fa
 #[test]
 fn another_containers_memory_is_charged_to_the_importer_and_its_close_gives_it_back() {
     let w = World::new(1000);
-    w.fake
-        .ptr_ranges
-        .borrow_mut()
-        .insert(OPENED, (OPENED, 600, 0));
+    at(&w, OPENED, 600);
     let e = w.interposer();
-    assert_eq!(
-        e.ipc_open(
-            &handle(1),
-            || CUDA_SUCCESS,
-            || OPENED,
-            |p| w.fake.ipc_close(p)
-        ),
-        CUDA_SUCCESS
-    );
+    assert_eq!(open(&e, &w, 1, OPENED), CUDA_SUCCESS);
     assert_eq!(w.used(), 600);
     assert_eq!(e.ipc_close_hooked(OPENED, || CUDA_SUCCESS), CUDA_SUCCESS);
     assert_eq!(w.used(), 0);
@@ -46,20 +50,9 @@ fn another_containers_memory_is_charged_to_the_importer_and_its_close_gives_it_b
 #[test]
 fn an_open_past_the_quota_is_closed_again_and_refused() {
     let w = World::new(1000);
-    w.fake
-        .ptr_ranges
-        .borrow_mut()
-        .insert(OPENED, (OPENED, 1200, 0));
+    at(&w, OPENED, 1200);
     let e = w.interposer();
-    assert_eq!(
-        e.ipc_open(
-            &handle(1),
-            || CUDA_SUCCESS,
-            || OPENED,
-            |p| w.fake.ipc_close(p)
-        ),
-        CUDA_ERROR_OUT_OF_MEMORY
-    );
+    assert_eq!(open(&e, &w, 1, OPENED), CUDA_ERROR_OUT_OF_MEMORY);
     assert_eq!(w.used(), 0);
     assert!(w
         .fake
@@ -72,15 +65,7 @@ fn an_open_past_the_quota_is_closed_again_and_refused() {
 fn an_open_whose_device_cannot_be_told_is_closed_and_refused() {
     let w = World::new(1000);
     let e = w.interposer();
-    assert_eq!(
-        e.ipc_open(
-            &handle(1),
-            || CUDA_SUCCESS,
-            || OPENED,
-            |p| w.fake.ipc_close(p)
-        ),
-        CUDA_ERROR_OUT_OF_MEMORY
-    );
+    assert_eq!(open(&e, &w, 1, OPENED), CUDA_ERROR_OUT_OF_MEMORY);
     assert!(w
         .fake
         .calls
@@ -91,10 +76,7 @@ fn an_open_whose_device_cannot_be_told_is_closed_and_refused() {
 #[test]
 fn memory_exported_in_the_same_container_is_charged_once_and_its_close_refunds_nothing() {
     let w = World::new(1000);
-    w.fake
-        .ptr_ranges
-        .borrow_mut()
-        .insert(OPENED, (OPENED, 600, 0));
+    at(&w, OPENED, 600);
     let exporter = w.interposer();
     // the exporter's allocation, charged and shared (its free will not refund it)
     assert_eq!(
@@ -107,30 +89,11 @@ fn memory_exported_in_the_same_container_is_charged_once_and_its_close_refunds_n
     );
     let rec = Records::new();
     let importer = other(&w, &rec);
-    assert_eq!(
-        importer.ipc_open(
-            &handle(7),
-            || CUDA_SUCCESS,
-            || OPENED,
-            |p| w.fake.ipc_close(p)
-        ),
-        CUDA_SUCCESS
-    );
+    assert_eq!(open(&importer, &w, 7, OPENED), CUDA_SUCCESS);
     assert_eq!(w.used(), 600, "charged once in the container");
     // another container's handle (another mark) opened by the same importer is charged
-    w.fake
-        .ptr_ranges
-        .borrow_mut()
-        .insert(0x9000, (0x9000, 300, 0));
-    assert_eq!(
-        importer.ipc_open(
-            &handle(8),
-            || CUDA_SUCCESS,
-            || 0x9000,
-            |p| w.fake.ipc_close(p)
-        ),
-        CUDA_SUCCESS
-    );
+    at(&w, 0x9000, 300);
+    assert_eq!(open(&importer, &w, 8, 0x9000), CUDA_SUCCESS);
     assert_eq!(w.used(), 900);
     assert_eq!(
         importer.ipc_close_hooked(OPENED, || CUDA_SUCCESS),
@@ -151,23 +114,12 @@ fn memory_exported_in_the_same_container_is_charged_once_and_its_close_refunds_n
 #[test]
 fn an_open_of_an_exporter_that_ended_is_charged_at_the_next_admission() {
     let w = World::new(1000);
-    w.fake
-        .ptr_ranges
-        .borrow_mut()
-        .insert(OPENED, (OPENED, 600, 0));
+    at(&w, OPENED, 600);
     let exporter_rec = Records::new();
     let exporter = other(&w, &exporter_rec);
     exporter.ipc_mark(0, &handle(7));
     let importer = w.interposer();
-    assert_eq!(
-        importer.ipc_open(
-            &handle(7),
-            || CUDA_SUCCESS,
-            || OPENED,
-            |p| w.fake.ipc_close(p)
-        ),
-        CUDA_SUCCESS
-    );
+    assert_eq!(open(&importer, &w, 7, OPENED), CUDA_SUCCESS);
     assert_eq!(w.used(), 0);
     // nothing changes while the exporter lives
     assert_eq!(
@@ -194,19 +146,11 @@ fn an_open_of_an_exporter_that_ended_is_charged_at_the_next_admission() {
 #[test]
 fn an_open_settled_by_the_truth_up_is_charged_once() {
     let w = World::new(1000);
-    w.fake
-        .ptr_ranges
-        .borrow_mut()
-        .insert(OPENED, (OPENED, 600, 0));
+    at(&w, OPENED, 600);
     let exporter_rec = Records::new();
     other(&w, &exporter_rec).ipc_mark(0, &handle(7));
     let importer = w.interposer();
-    let r = importer.ipc_open(
-        &handle(7),
-        || CUDA_SUCCESS,
-        || OPENED,
-        |p| w.fake.ipc_close(p),
-    );
+    let r = open(&importer, &w, 7, OPENED);
     assert_eq!((r, w.used()), (CUDA_SUCCESS, 0));
     for k in exporter_rec.ipc_marks.keys() {
         super::unpin(exporter_rec.ipc_marks.remove(k).unwrap());
@@ -227,20 +171,9 @@ fn an_open_settled_by_the_truth_up_is_charged_once() {
 #[test]
 fn a_context_that_ends_gives_back_what_its_opens_charged() {
     let w = World::new(1000);
-    w.fake
-        .ptr_ranges
-        .borrow_mut()
-        .insert(OPENED, (OPENED, 600, 0));
+    at(&w, OPENED, 600);
     let e = w.interposer();
-    assert_eq!(
-        e.ipc_open(
-            &handle(1),
-            || CUDA_SUCCESS,
-            || OPENED,
-            |p| w.fake.ipc_close(p)
-        ),
-        CUDA_SUCCESS
-    );
+    assert_eq!(open(&e, &w, 1, OPENED), CUDA_SUCCESS);
     e.ipc_context_gone(w.fake.home);
     assert_eq!(w.used(), 0);
     assert!(w.rec.ipc_opens.keys().is_empty());
