@@ -309,7 +309,9 @@ impl<D: Driver> Interposer<'_, D> {
         }
         let r = call();
         if r == CUDA_SUCCESS && !self.drv.unlimited() {
-            if let Some(dev) = self.exported(p).or_else(|| self.current_device()) {
+            // Only memory this process holds charged is marked (on its own device): a mark on memory it
+            // never charged would let an open of it in this container go charged to nobody.
+            if let Some(dev) = self.exported(p) {
                 self.ipc_mark(dev, &read());
             }
         }

@@ -31,6 +31,14 @@ fn open(
     e.ipc_open(&handle(n), || CUDA_SUCCESS, || ptr, |p| w.fake.ipc_close(p))
 }
 
+/// Whether the library closed `OPENED` again through the driver (a refused open).
+fn closed_again(w: &World) -> bool {
+    w.fake
+        .calls
+        .borrow()
+        .contains(&format!("ipc_close {OPENED:#x}"))
+}
+
 /// A process of `w`'s container with records of its own (its own descriptions of the ledger file).
 fn other<'a>(w: &'a World, rec: &'a Records) -> Interposer<'a, crate::driver::fake::FakeDriver> {
     Interposer { drv: &w.fake, rec }
@@ -54,11 +62,7 @@ fn an_open_past_the_quota_is_closed_again_and_refused() {
     let e = w.interposer();
     assert_eq!(open(&e, &w, 1, OPENED), CUDA_ERROR_OUT_OF_MEMORY);
     assert_eq!(w.used(), 0);
-    assert!(w
-        .fake
-        .calls
-        .borrow()
-        .contains(&format!("ipc_close {OPENED:#x}")));
+    assert!(closed_again(&w), "the open closed again");
 }
 
 #[test]
@@ -66,11 +70,7 @@ fn an_open_whose_device_cannot_be_told_is_closed_and_refused() {
     let w = World::new(1000);
     let e = w.interposer();
     assert_eq!(open(&e, &w, 1, OPENED), CUDA_ERROR_OUT_OF_MEMORY);
-    assert!(w
-        .fake
-        .calls
-        .borrow()
-        .contains(&format!("ipc_close {OPENED:#x}")));
+    assert!(closed_again(&w), "the open closed again");
 }
 
 #[test]
@@ -109,6 +109,23 @@ fn memory_exported_in_the_same_container_is_charged_once_and_its_close_refunds_n
         CUDA_SUCCESS
     );
     assert_eq!(w.used(), 600);
+}
+
+// An export of memory this process never charged (not in its records) holds no mark: an open of it in
+// the same container is charged, or the memory would be charged to nobody.
+#[test]
+fn an_export_of_memory_never_charged_marks_nothing() {
+    let w = World::new(1000);
+    at(&w, OPENED, 600);
+    let exporter = w.interposer();
+    assert_eq!(
+        exporter.ipc_handle(0x10, || CUDA_SUCCESS, || handle(7)),
+        CUDA_SUCCESS
+    );
+    let rec = Records::new();
+    let importer = other(&w, &rec);
+    assert_eq!(open(&importer, &w, 7, OPENED), CUDA_SUCCESS);
+    assert_eq!(w.used(), 600, "charged to the importer");
 }
 
 #[test]
