@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """A workload written for the compute share's precision check (issue 24), not one it was calibrated on.
 
-    compute_matrix.py --n N [--mode eager|graph|compile] --seconds S [--warmup W] [--barrier DIR --parties P]
+    compute_matrix.py --n N [--mode eager|graph|compile] [--work matmul|conv] --seconds S [--warmup W]
+                      [--barrier DIR --parties P]
 
 A bf16 matmul loop of N x N matrices (2048: short kernels, 4096: medium, 8192: long), 24 matmuls a step and a
 synchronisation after each step. eager: 24 `torch.matmul`s; graph: a CUDA graph of them, replayed;
 compile: `torch.compile` of 24 matmuls each followed by a scaled tanh (Inductor: cuBLAS's matmul and a
-Triton kernel launched by Triton's own launcher). The loop runs W seconds untimed (the capped process
+Triton kernel launched by Triton's own launcher). `--work conv` is a second family, one the share was never
+tuned on (issue 41's check): 24 cuDNN 3x3 convolutions of 256 channels on 28x28 bf16 images (channels-last),
+a batch of N/256 (8, 16, 32), each followed by a ReLU (compile: fused by Inductor); "matmuls" then counts
+convolutions. The loop runs W seconds untimed (the capped process
 spends its fresh bucket's credit), then counts the matmuls done in S seconds. `--barrier DIR --parties P`
 lines up the processes of a pair: each starts once P processes are ready (set up, compiled). Last stdout
 line: `RESULT {json}` with matmuls per second and `ticks`, [CLOCK_MONOTONIC ms, matmuls so far] about
@@ -35,6 +39,7 @@ def main():
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--mode", choices=["eager", "graph", "compile"], default="eager")
     ap.add_argument("--graph", action="store_true", help="the same as --mode graph")
+    ap.add_argument("--work", choices=["matmul", "conv"], default="matmul")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--barrier", default="")
@@ -51,12 +56,32 @@ def main():
         for _ in range(per):
             torch.matmul(x, y, out=z)
 
+    def chain(u, v):
+        for _ in range(per):
+            u = torch.tanh((u @ v) * scale)
+        return u
+
+    if a.work == "conv":
+        conv = torch.nn.Conv2d(256, 256, 3, padding=1, bias=False).to("cuda", torch.bfloat16)
+        conv = conv.to(memory_format=torch.channels_last)
+        x = torch.randn(a.n // 256, 256, 28, 28, device="cuda", dtype=torch.bfloat16)
+        x = x.to(memory_format=torch.channels_last)
+        y = None
+
+        @torch.no_grad()
+        def batch():
+            u = x
+            for _ in range(per):
+                u = torch.relu(conv(u))
+
+        @torch.no_grad()
+        def chain(u, _):
+            for _ in range(per):
+                u = torch.relu(conv(u))
+            return u
+
     step = batch
     if mode == "compile":
-        def chain(u, v):
-            for _ in range(per):
-                u = torch.tanh((u @ v) * scale)
-            return u
         compiled = torch.compile(chain)
 
         def step():
@@ -102,7 +127,7 @@ def main():
         tick()
     dt = time.time() - t0
     ticks.append([time.monotonic_ns() // 1_000_000, done])
-    print("RESULT " + json.dumps({"n": a.n, "mode": mode, "matmuls": done - start_done, "seconds": round(dt, 3),
+    print("RESULT " + json.dumps({"n": a.n, "mode": mode, "work": a.work, "matmuls": done - start_done, "seconds": round(dt, 3),
                                   "per_s": round((done - start_done) / dt, 2), "ticks": ticks}), flush=True)
 
 

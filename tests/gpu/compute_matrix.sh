@@ -11,7 +11,8 @@
 # missed) and also says what part of the capped pair's own sum each tenant had.
 # Writes $OUT/compute-matrix.txt and, with MATRIX_TRACE=1, every process's output and the library's
 # debug trace (LIBCUDA_LOG_LEVEL=3) into $OUT/matrix-logs/ (tests/gpu/compute_trace.py reads a pair's).
-# Environment: VGPU_LIB, OUT, MATRIX_SECONDS (10: a 30% share's bucket, 0.21 s full, moves a
+# Environment: VGPU_LIB, OUT, MATRIX_WORK (matmul, or conv: a family the share was never tuned on, cuDNN
+# convolutions; compute_matrix.py), MATRIX_SECONDS (10: a 30% share's bucket, 0.21 s full, moves a
 # cell's GPU time by up to 0.21 s, ±4 points in 5 s; docs/libvgpu.md, "Precision"), MATRIX_SIZES ("2048 4096 8192"), MATRIX_MODES
 # ("eager graph compile"), MATRIX_ALONE (shares run alone, e.g. "30"; none by default) in the cells
 # MATRIX_ALONE_CELLS names (e.g. "2048-eager 2048-compile"; all by default), PY (/opt/torch/.venv/bin/python3),
@@ -28,6 +29,7 @@ lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
 out=$(realpath -m "${OUT:-target/gpu-results}")
 secs=${MATRIX_SECONDS:-10}
 reps=${MATRIX_REPEAT:-1}
+work=${MATRIX_WORK:-matmul}
 py=${PY:-/opt/torch/.venv/bin/python3}
 mkdir -p "$out"
 W=$(mktemp -d /tmp/vgpu-matrix.XXXXXX)
@@ -47,18 +49,19 @@ run() {
     case $name in ub-* | c70-*) side=B ;; esac
     local py="$(pin $side) $py"
     if [ "$sm" = none ]; then
-        $py tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
+        $py tests/gpu/compute_matrix.py --work "$work" --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
     else
         LD_PRELOAD="$lib" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$name" CUDA_DEVICE_SM_LIMIT="$sm" \
             LIBCUDA_LOG_LEVEL=$([ "${MATRIX_TRACE:-0}" = 1 ] && echo 3 || echo 1) \
-            $py tests/gpu/compute_matrix.py --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
+            $py tests/gpu/compute_matrix.py --work "$work" --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err"
     fi
     [ -d "$logs" ] && cp "$W/$name.out" "$W/$name.err" "$logs/"
     grep '^RESULT' "$W/$name.out" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()[7:])["per_s"])' 2>/dev/null \
         || { tail -3 "$W/$name.err" >&2; echo 0; }
 }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "-" }'; }
-printf '%-6s %-7s %8s | %-13s | %-13s | %s\n' size mode alone/s "unlimited a/b" "capped 30/70" "targets 30/70 (share x the larger sum)" | tee "$res"
+echo "work: $work (compute_matrix.py --work)" | tee "$res"
+printf '%-6s %-7s %8s | %-13s | %-13s | %s\n' size mode alone/s "unlimited a/b" "capped 30/70" "targets 30/70 (share x the larger sum)" | tee -a "$res"
 for mode in ${MATRIX_MODES:-eager graph compile}; do
     for n in ${MATRIX_SIZES:-2048 4096 8192}; do
         t0=$(date +%s)

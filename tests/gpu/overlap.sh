@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 41's attack 3 on a real GPU (a benchmark that prints numbers, not a test; tests/gpu/overlap.py):
+#   pipeline  kernels/s of 1 and 4 streams of 50 small matmuls a round, bare, under the library with a
+#             memory quota only, and under a 50% share: the 4-stream speed-up kept under the share (target:
+#             within 10% of bare's); with the share's trace (LIBCUDA_LOG_LEVEL=3) summed by trace_sum.py, so
+#             that what each launch was charged stands beside its kernel's time
+#   flood     ~0.7 ms matmuls, synchronised every 100, bare and at 50%: the GPU time it got (its rate against
+#             bare's) beside the device's utilisation as NVML reads it (nvidia-smi, every 100 ms; target 50 +- 3)
+# Writes $OUT/overlap.txt. Environment: VGPU_LIB (target/vgpu/libvgpu.so), VGPU_LIB_BEFORE, OUT, PY,
+# OVERLAP_SECONDS (6).
+set -u
+lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
+before=${VGPU_LIB_BEFORE:+$(realpath -m "$VGPU_LIB_BEFORE")}
+out=$(realpath -m "${OUT:-target/gpu-results}")
+py=${PY:-/opt/torch/.venv/bin/python3}
+secs=${OVERLAP_SECONDS:-6}
+mkdir -p "$out"
+W=$(mktemp -d /tmp/vgpu-overlap.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+res=$out/overlap.txt
+: >"$res"
+say() { echo "$*" | tee -a "$res"; }
+rate() { grep '^RESULT' "$1" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()[7:])["per_s"])' 2>/dev/null || { tail -3 "${1%.out}.err" >&2; echo 0; }; }
+# go NAME LIB SM ARGS...: one run (LIB "none": bare; SM "none": a memory quota only).
+go() {
+    local name=$1 l=$2 sm=$3; shift 3
+    if [ "$l" = none ]; then
+        $py tests/gpu/overlap.py "$@" --seconds "$secs" >"$W/$name.out" 2>"$W/$name.err"
+    elif [ "$sm" = none ]; then
+        LD_PRELOAD="$l" CUDA_DEVICE_MEMORY_LIMIT=16g CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$name.c" \
+            $py tests/gpu/overlap.py "$@" --seconds "$secs" >"$W/$name.out" 2>"$W/$name.err"
+    else
+        LD_PRELOAD="$l" CUDA_DEVICE_MEMORY_LIMIT=16g CUDA_DEVICE_SM_LIMIT="$sm" CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$name.c" \
+            LIBCUDA_LOG_LEVEL=${LOG:-1} $py tests/gpu/overlap.py "$@" --seconds "$secs" >"$W/$name.out" 2>"$W/$name.err"
+    fi
+    rate "$W/$name.out"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }'; }
+
+say "# overlap, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+libs="none:bare $lib:library"
+[ -n "$before" ] && libs="$libs $before:before"
+for entry in $libs; do
+    l=${entry%%:*} tag=${entry##*:}
+    for sm in none 50; do
+        [ "$l" = none ] && [ "$sm" = 50 ] && continue
+        [ "$tag" = before ] && [ "$sm" = none ] && continue
+        one=$(go "p1-$tag-$sm" "$l" "$sm" pipeline --streams 1)
+        four=$(LOG=3 go "p4-$tag-$sm" "$l" "$sm" pipeline --streams 4)
+        say "pipeline, $tag, share $sm: 1 stream $one kernels/s, 4 streams $four: speed-up $(ratio "$four" "$one")"
+        if [ "$sm" = 50 ]; then
+            python3 tests/gpu/trace_sum.py "$W/p4-$tag-$sm.err" 2>&1 | head -12 | sed 's/^/    /' | tee -a "$res"
+        fi
+    done
+done
+# flood: bare, then at 50% (each library), NVML's device utilisation sampled during the timed part.
+for entry in $libs; do
+    l=${entry%%:*} tag=${entry##*:}
+    sm=50; [ "$l" = none ] && sm=none
+    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 >"$W/util-$tag" &
+    smi=$!
+    r=$(go "f-$tag" "$l" "$sm" flood)
+    kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+    [ "$l" = none ] && bare=$r
+    # The timed part is the last $secs s: the samples of its middle (skip the first and last second).
+    u=$(awk -v s="$secs" '{ v[NR] = $1 } END { m = int(s * 10); lo = NR - m + 10; hi = NR - 10; if (lo < 1) lo = 1
+        for (i = lo; i <= hi; i++) { t += v[i]; c++ } if (c) printf "%.1f", t / c; else print "-" }' "$W/util-$tag")
+    say "flood, $tag, share $sm: $r kernels/s ($(ratio "$r" "${bare:-0}") of bare), NVML device utilisation ${u}% (middle of the timed part)"
+done
