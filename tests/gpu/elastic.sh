@@ -91,7 +91,8 @@ say "reclaim (ms from the 70's first matmul to the 30 at its floor, $(wc -l <"$W
 import sys
 v = [float(x) for x in sys.stdin if x.strip()]
 q = lambda p: v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
-print(f"p50 {q(0.5):.0f}, p99 {q(0.99):.0f}, max {max(v) if v else float(\"nan\"):.0f}")') (target 100)"
+top = max(v) if v else float("nan")
+print(f"p50 {q(0.5):.0f}, p99 {q(0.99):.0f}, max {top:.0f}")') (target 100)"
 
 if [ -n "${HAMI_LIB:-}" ]; then
     for pol in default force; do
