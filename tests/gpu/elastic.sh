@@ -11,7 +11,8 @@
 #             until the 30's log says it went back to its floor (LIBCUDA_LOG_LEVEL=3, CLOCK_MONOTONIC);
 #             ELASTIC_RECLAIMS times, p50 and p99 (target: 100 ms)
 # Writes $OUT/elastic.txt. Environment: VGPU_LIB, OUT, PY (/opt/torch/.venv/bin/python3), ELASTIC_SECONDS
-# (9), ELASTIC_RECLAIMS (10). HAMi-core's policies beside it need HAMi-core's library on the machine
+# (9), ELASTIC_RECLAIMS (10), ELASTIC_PARTS (the parts to run: "alone pair idle trio reclaim"; pair and trio
+# need alone's and pair's baselines). HAMi-core's policies beside it need HAMi-core's library on the machine
 # (HAMI_LIB): with it, the pair runs again under CUDA_DEVICE_SM_LIMIT=30/70 with
 # GPU_CORE_UTILIZATION_POLICY=default and =force.
 set -uo pipefail
@@ -47,34 +48,45 @@ loop() {
 at() { python3 -c "import time; print(time.time() + $1)"; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "-" }'; }
 
+parts=" ${ELASTIC_PARTS:-alone pair idle trio reclaim} "
+part() { case $parts in *" $1 "*) return 0 ;; esac; return 1; }
 say "# elastic share, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+if part alone; then
 loop u none --seconds "$secs"; wait
 U=$(tflops "$W/u.out")
 loop r30 30 --seconds "$secs"; wait
 say "alone: unlimited $U TFLOP/s; a request of 30 alone $(tflops "$W/r30.out") ($(pct "$(tflops "$W/r30.out")" "$U")%; target >= 95)"
+fi
 
+if part pair; then
 t=$(at 8)
 loop ua none --seconds "$secs" --start-at "$t"; loop ub none --seconds "$secs" --start-at "$t"; wait
 sum=$(awk -v a="$(tflops "$W/ua.out")" -v b="$(tflops "$W/ub.out")" 'BEGIN { print a + b }')
 t=$(at 8)
 loop p30 30 --seconds "$secs" --start-at "$t"; loop p70 70 --seconds "$secs" --start-at "$t"; wait
 a=$(tflops "$W/p30.out") b=$(tflops "$W/p70.out")
-say "pair: two unlimited $sum TFLOP/s together; floors 30/70: $a + $b = $(pct "$a" "$sum")% + $(pct "$b" "$sum")% of it (target 30 +- 5, 70 +- 5)"
+say "pair: two unlimited $sum TFLOP/s together; floors 30/70: $a + $b = $(pct "$a" "$sum")% + $(pct "$b" "$sum")% of it (target 30 +- 5, 70 +- 5); of the floors' own sum $(pct "$a" "$(awk -v a="$a" -v b="$b" 'BEGIN { print a + b }')")% / $(pct "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { print a + b }')")% (a pair that takes turns loses less to time slicing than two unlimited loops)"
+fi
 
 # One process of the 30 throughout: the 70 runs its 3 s warm-up and a third of the run, then stops; the
 # 30's measured part starts 1.5 s after that (the library takes the GPU alone after 1 s of quiet). A new
 # process of the 30 would show nothing: with no neighbour before, it is alone from its start.
+if part idle; then
 t=$(at 8)
 loop i70 70 --seconds "$(awk -v s="$secs" 'BEGIN { print s / 3 }')" --start-at "$t"
 loop i30 30 --seconds "$secs" --warmup "$(awk -v s="$secs" 'BEGIN { print 3 + s / 3 + 1.5 }')" --start-at "$t"
 wait
 say "idle: the 30 from 1.5 s after its neighbour stopped: $(tflops "$W/i30.out") ($(pct "$(tflops "$W/i30.out")" "$U")% of alone; target >= 95)"
+fi
 
+if part trio; then
 t=$(at 8)
 loop t20 20 --seconds "$secs" --start-at "$t"; loop t30 30 --seconds "$secs" --start-at "$t"
 loop t50 50 --seconds "$secs" --start-at "$t"; wait
 say "trio: floors 20/30/50: $(pct "$(tflops "$W/t20.out")" "$sum")% / $(pct "$(tflops "$W/t30.out")" "$sum")% / $(pct "$(tflops "$W/t50.out")" "$sum")% of the unlimited pair's sum"
+fi
 
+if part reclaim; then
 : >"$W/reclaims"
 for k in $(seq 1 "$reclaims"); do
     t=$(at 10)
@@ -93,6 +105,7 @@ v = [float(x) for x in sys.stdin if x.strip()]
 q = lambda p: v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
 top = max(v) if v else float("nan")
 print(f"p50 {q(0.5):.0f}, p99 {q(0.99):.0f}, max {top:.0f}")') (target 100)"
+fi
 
 if [ -n "${HAMI_LIB:-}" ]; then
     for pol in default force; do

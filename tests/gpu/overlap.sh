@@ -6,8 +6,10 @@
 #             that what each launch was charged stands beside its kernel's time
 #   flood     ~0.7 ms matmuls, synchronised every 100, bare and at 50%: the GPU time it got (its rate against
 #             bare's) beside the device's utilisation as NVML reads it (nvidia-smi, every 100 ms; target 50 +- 3)
+#             and the GPU time it got by the kernel's own time (events around each round) at 50% duty
+#             without the library, times its rate: a half-idle GPU runs its kernels faster than a busy one
 # Writes $OUT/overlap.txt. Environment: VGPU_LIB (target/vgpu/libvgpu.so), VGPU_LIB_BEFORE, OUT, PY,
-# OVERLAP_SECONDS (6).
+# OVERLAP_SECONDS (6), OVERLAP_PARTS ("pipeline flood").
 set -u
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
 before=${VGPU_LIB_BEFORE:+$(realpath -m "$VGPU_LIB_BEFORE")}
@@ -20,7 +22,8 @@ trap 'rm -rf "$W"' EXIT
 res=$out/overlap.txt
 : >"$res"
 say() { echo "$*" | tee -a "$res"; }
-rate() { grep '^RESULT' "$1" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read()[7:])["per_s"])' 2>/dev/null || { tail -3 "${1%.out}.err" >&2; echo 0; }; }
+rate() { field per_s "$1"; }
+field() { grep '^RESULT' "$2" | tail -1 | python3 -c "import json,sys; print(json.loads(sys.stdin.read()[7:])['$1'])" 2>/dev/null || { tail -3 "${2%.out}.err" >&2; echo 0; }; }
 # go NAME LIB SM ARGS...: one run (LIB "none": bare; SM "none": a memory quota only).
 go() {
     local name=$1 l=$2 sm=$3; shift 3
@@ -40,7 +43,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else
 say "# overlap, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 libs="none:bare $lib:library"
 [ -n "$before" ] && libs="$libs $before:before"
+parts=${OVERLAP_PARTS:-pipeline flood}
 for entry in $libs; do
+    case " $parts " in *" pipeline "*) ;; *) break ;; esac
     l=${entry%%:*} tag=${entry##*:}
     for sm in none 50; do
         [ "$l" = none ] && [ "$sm" = 50 ] && continue
@@ -54,6 +59,10 @@ for entry in $libs; do
     done
 done
 # flood: bare, then at 50% (each library), NVML's device utilisation sampled during the timed part.
+case " $parts " in *" flood "*) ;; *) exit 0 ;; esac
+go f-duty none none flood --duty 0.5 >/dev/null
+k50=$(field gpu_us_per_kernel "$W/f-duty.out")
+say "flood kernel time without the library: $(field gpu_us_per_kernel "$W/f-duty.out" 2>/dev/null) us at 50% duty"
 for entry in $libs; do
     l=${entry%%:*} tag=${entry##*:}
     sm=50; [ "$l" = none ] && sm=none
@@ -65,5 +74,6 @@ for entry in $libs; do
     # The timed part is the last $secs s: the samples of its middle (skip the first and last second).
     u=$(awk -v s="$secs" '{ v[NR] = $1 } END { m = int(s * 10); lo = NR - m + 10; hi = NR - 10; if (lo < 1) lo = 1
         for (i = lo; i <= hi; i++) { t += v[i]; c++ } if (c) printf "%.1f", t / c; else print "-" }' "$W/util-$tag")
-    say "flood, $tag, share $sm: $r kernels/s ($(ratio "$r" "${bare:-0}") of bare), NVML device utilisation ${u}% (middle of the timed part)"
+    got=$(awk -v r="$r" -v k="$k50" 'BEGIN { printf "%.1f", r * k / 1e4 }')
+    say "flood, $tag, share $sm: $r kernels/s ($(ratio "$r" "${bare:-0}") of bare; kernel $(field gpu_us_per_kernel "$W/f-$tag.out") us by its events), GPU time got ${got}% (rate x the 50%-duty kernel time), NVML device utilisation ${u}% (middle of the timed part)"
 done
