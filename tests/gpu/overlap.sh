@@ -9,7 +9,8 @@
 #             and the GPU time it got by the kernel's own time (events around each round) at 50% duty
 #             without the library, times its rate: a half-idle GPU runs its kernels faster than a busy one
 # Writes $OUT/overlap.txt. Environment: VGPU_LIB (target/vgpu/libvgpu.so), VGPU_LIB_BEFORE, OUT, PY,
-# OVERLAP_SECONDS (6), OVERLAP_PARTS ("pipeline flood").
+# OVERLAP_SECONDS (6), OVERLAP_PARTS ("pipeline flood"), OVERLAP_KINDS ("matmul spin": the pipeline's kernels,
+# 512² matmuls, launch-bound from Python, or one-thread spins of OVERLAP_SPIN_US, 50 us, that surely overlap).
 set -u
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
 before=${VGPU_LIB_BEFORE:+$(realpath -m "$VGPU_LIB_BEFORE")}
@@ -44,18 +45,22 @@ say "# overlap, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version
 libs="none:bare $lib:library"
 [ -n "$before" ] && libs="$libs $before:before"
 parts=${OVERLAP_PARTS:-pipeline flood}
+kinds=${OVERLAP_KINDS:-matmul spin}
 for entry in $libs; do
     case " $parts " in *" pipeline "*) ;; *) break ;; esac
     l=${entry%%:*} tag=${entry##*:}
     for sm in none 50; do
         [ "$l" = none ] && [ "$sm" = 50 ] && continue
         [ "$tag" = before ] && [ "$sm" = none ] && continue
-        one=$(go "p1-$tag-$sm" "$l" "$sm" pipeline --streams 1)
-        four=$(LOG=3 go "p4-$tag-$sm" "$l" "$sm" pipeline --streams 4)
-        say "pipeline, $tag, share $sm: 1 stream $one kernels/s, 4 streams $four: speed-up $(ratio "$four" "$one")"
-        if [ "$sm" = 50 ]; then
-            python3 tests/gpu/trace_sum.py "$W/p4-$tag-$sm.err" 2>&1 | head -12 | sed 's/^/    /' | tee -a "$res"
-        fi
+        for kind in $kinds; do
+            spin=; [ "$kind" = spin ] && spin="--spin-us ${OVERLAP_SPIN_US:-50}"
+            one=$(go "p1-$kind-$tag-$sm" "$l" "$sm" pipeline --streams 1 $spin)
+            four=$(LOG=3 go "p4-$kind-$tag-$sm" "$l" "$sm" pipeline --streams 4 $spin)
+            say "pipeline ($kind), $tag, share $sm: 1 stream $one kernels/s, 4 streams $four: speed-up $(ratio "$four" "$one")"
+            if [ "$sm" = 50 ]; then
+                python3 tests/gpu/trace_sum.py "$W/p4-$kind-$tag-$sm.err" 2>&1 | head -12 | sed 's/^/    /' | tee -a "$res"
+            fi
+        done
     done
 done
 # flood: bare, then at 50% (each library), NVML's device utilisation sampled during the timed part.
