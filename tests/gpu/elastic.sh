@@ -14,7 +14,8 @@
 # (9), ELASTIC_RECLAIMS (10), ELASTIC_PARTS (the parts to run: "alone pair idle trio reclaim"; pair and trio
 # need alone's and pair's baselines). HAMi-core's policies beside it need HAMi-core's library on the machine
 # (HAMI_LIB): with it, the pair runs again under CUDA_DEVICE_SM_LIMIT=30/70 with
-# GPU_CORE_UTILIZATION_POLICY=default and =force.
+# GPU_CORE_UTILIZATION_POLICY=default and =force, and a limit of 30 alone under each, every process its own shared
+# region (CUDA_DEVICE_MEMORY_SHARED_CACHE, as separate containers).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 lib=$(realpath -m "${VGPU_LIB:-target/vgpu/libvgpu.so}")
@@ -108,14 +109,25 @@ print(f"p50 {q(0.5):.0f}, p99 {q(0.99):.0f}, max {top:.0f}")') (target 100)"
 fi
 
 if [ -n "${HAMI_LIB:-}" ]; then
-    for pol in default force; do
+    # Its baselines on this machine when the parts that give them did not run.
+    if [ -z "${U:-}" ]; then loop u none --seconds "$secs"; wait; U=$(tflops "$W/u.out"); fi
+    if [ -z "${sum:-}" ]; then
         t=$(at 8)
-        LD_PRELOAD=$HAMI_LIB CUDA_DEVICE_SM_LIMIT=30 GPU_CORE_UTILIZATION_POLICY=$pol \
-            $py tests/gpu/compute_case.py matmul --seconds "$secs" --start-at "$t" >"$W/h30.out" 2>"$W/h30.err" &
-        LD_PRELOAD=$HAMI_LIB CUDA_DEVICE_SM_LIMIT=70 GPU_CORE_UTILIZATION_POLICY=$pol \
-            $py tests/gpu/compute_case.py matmul --seconds "$secs" --start-at "$t" >"$W/h70.out" 2>"$W/h70.err" &
-        wait
-        say "HAMi-core $pol 30/70: $(pct "$(tflops "$W/h30.out")" "$sum")% + $(pct "$(tflops "$W/h70.out")" "$sum")%"
+        loop ua none --seconds "$secs" --start-at "$t"; loop ub none --seconds "$secs" --start-at "$t"; wait
+        sum=$(awk -v a="$(tflops "$W/ua.out")" -v b="$(tflops "$W/ub.out")" 'BEGIN { print a + b }')
+    fi
+    # hami NAME LIMIT POLICY ARGS...: one loop under HAMi-core, its own shared region (its own container).
+    hami() {
+        local name=$1 lim=$2 pol=$3; shift 3
+        LD_PRELOAD=$HAMI_LIB CUDA_DEVICE_SM_LIMIT=$lim GPU_CORE_UTILIZATION_POLICY=$pol \
+            CUDA_DEVICE_MEMORY_SHARED_CACHE="$W/$name.cache" \
+            $py tests/gpu/compute_case.py matmul --seconds "$secs" "$@" >"$W/$name.out" 2>"$W/$name.err" &
+    }
+    for pol in default force; do
+        hami h30a 30 "$pol"; wait
+        t=$(at 8)
+        hami h30 30 "$pol" --start-at "$t"; hami h70 70 "$pol" --start-at "$t"; wait
+        say "HAMi-core $pol: a limit of 30 alone $(pct "$(tflops "$W/h30a.out")" "$U")% of unlimited; 30/70 at once: $(pct "$(tflops "$W/h30.out")" "$sum")% + $(pct "$(tflops "$W/h70.out")" "$sum")% of the unlimited pair's sum"
     done
 else
     say "HAMi-core: not run (no HAMI_LIB)"

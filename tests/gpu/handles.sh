@@ -10,7 +10,7 @@
 # VGPU_LIB (default target/vgpu/libvgpu.so) at a QUOTA (default 2G) quota, then under VGPU_LIB_BEFORE when
 # set; at each stage the device's used memory and NVML's per-process figures (nvidia-smi) and the quota view
 # (cuMemGetInfo, the library's view under it). Results in $OUT/handles.txt (OUT: target/gpu-results).
-# Environment: CUDA_INCLUDE (/usr/local/cuda/include), HANDLES_CASES (all ten), HANDLES_MIB (1024), TWO_QUOTA
+# Environment: CUDA_INCLUDE (/usr/local/cuda/include), HANDLES_CASES (all but multicast), HANDLES_MIB (1024), TWO_QUOTA
 # (4G: the quota of the two-process cases, windows, ipc* and pool*).
 # Run from the repository root on the GPU machine.
 set -u
@@ -21,7 +21,9 @@ out=$(realpath -m "${OUT:-target/gpu-results}")
 inc=${CUDA_INCLUDE:-/usr/local/cuda/include}
 quota=${QUOTA:-2G}
 mib=${HANDLES_MIB:-1024}
-cases=${HANDLES_CASES:-export windows sparse multicast ipc ipc-other ipc-outlive pool pool-other dmabuf}
+# multicast only when named: where the GPUs have NVLink switches a multicast object can put every GPU of the
+# host, other users' too, out of service (the GPU machines here forbid cuMulticastCreate).
+cases=${HANDLES_CASES:-export windows sparse ipc ipc-other ipc-outlive pool pool-other dmabuf}
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
