@@ -204,7 +204,9 @@ impl<D: Driver> Interposer<'_, D> {
     /// allocation of an exported pool: `PoolState::exported`):
     /// that stays charged until the process ends (its slot in the ledger is reclaimed then).
     pub(crate) fn release_unless_exported(&self, key: u64, rec: &Rec) {
-        if !rec.exported && !self.pool_exported(rec.pool) {
+        let refund = !rec.exported && !self.pool_exported(rec.pool);
+        self.managed_gone(key, rec, refund);
+        if refund {
             self.release(rec);
             return;
         }

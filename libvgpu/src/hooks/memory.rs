@@ -257,9 +257,8 @@ hook!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) {
     if dptr.is_null() {
         return call();
     }
-    let e = interposer();
-    // SAFETY: as above.
-    e.charged_call(&e.rec.allocs, Kind::Managed, bytes as u64, e.target_current(), call, || unsafe { *dptr })
+    // SAFETY: as above (read only after the driver succeeded).
+    interposer().alloc_managed(bytes as u64, call, || unsafe { *dptr })
 });
 
 hook!(cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, elem: c_uint) {
