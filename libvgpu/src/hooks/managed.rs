@@ -48,7 +48,7 @@ impl<D: Driver> Interposer<'_, D> {
         self.rec.managed.insert(p, mirror);
         // After the record is in: a context created meanwhile either is seen here or sees the record.
         for (dev, q) in self.context_devices(home) {
-            if !self.mirror_onto(p, dev, q) {
+            if self.mirror_onto(p, dev, q).is_none() {
                 log::warn(format_args!(
                     "quota: refused {bytes} bytes of managed memory: this process has a context on \
                      device {dev}, where its kernels would bring the pages, and they do not fit its quota"
@@ -82,17 +82,20 @@ impl<D: Driver> Interposer<'_, D> {
             .collect()
     }
 
-    /// Charges managed allocation `p` to `dev` (quota `q`) unless it already is (or lives there). False
-    /// when it does not fit. The charge is made outside the table's lock (admitting may call the driver)
-    /// and kept only if the allocation is still there and still not charged on `dev`.
-    fn mirror_onto(&self, p: u64, dev: CUdevice, q: &DeviceQuota) -> bool {
+    /// Charges managed allocation `p` to `dev` (quota `q`) unless it already is (or lives there): Some(true)
+    /// when this call charged it, Some(false) when there was nothing to charge, None when it does not
+    /// fit. The charge is made outside the table's lock (admitting may call the driver) and kept only if
+    /// the allocation is still there and still not charged on `dev`.
+    fn mirror_onto(&self, p: u64, dev: CUdevice, q: &DeviceQuota) -> Option<bool> {
         let bytes = self.rec.managed.with(p, |m| {
             m.filter(|m| m.home != dev && !m.devs.contains(&dev))
                 .map(|m| m.bytes)
         });
-        let Some(bytes) = bytes else { return true };
+        let Some(bytes) = bytes else {
+            return Some(false);
+        };
         if !self.admit(q, Kind::Managed, bytes) {
-            return false;
+            return None;
         }
         let kept = self.rec.managed.with(p, |m| match m {
             Some(m) if !m.devs.contains(&dev) => {
@@ -104,7 +107,7 @@ impl<D: Driver> Interposer<'_, D> {
         if !kept {
             q.refund(Kind::Managed, bytes);
         }
-        true
+        Some(kept)
     }
 
     /// A context of this process on `dev` (quota `q`) was made: every live managed allocation is
@@ -113,28 +116,22 @@ impl<D: Driver> Interposer<'_, D> {
     pub(crate) fn managed_onto_context(&self, dev: CUdevice, q: &DeviceQuota) -> bool {
         let mut charged = Vec::new();
         for p in self.rec.managed.keys() {
-            let before = self.charged_on(p, dev);
-            if !self.mirror_onto(p, dev, q) {
-                for p in charged {
-                    self.unmirror(p, dev, q);
+            match self.mirror_onto(p, dev, q) {
+                Some(true) => charged.push(p),
+                Some(false) => {}
+                None => {
+                    for p in charged {
+                        self.unmirror(p, dev, q);
+                    }
+                    log::warn(format_args!(
+                        "quota: refused a context on device {dev}: its kernels would bring this \
+                         process's managed memory there, which does not fit the device's quota"
+                    ));
+                    return false;
                 }
-                log::warn(format_args!(
-                    "quota: refused a context on device {dev}: its kernels would bring this process's \
-                     managed memory there, which does not fit the device's quota"
-                ));
-                return false;
-            }
-            if !before && self.charged_on(p, dev) {
-                charged.push(p);
             }
         }
         true
-    }
-
-    fn charged_on(&self, p: u64, dev: CUdevice) -> bool {
-        self.rec
-            .managed
-            .with(p, |m| m.is_some_and(|m| m.devs.contains(&dev)))
     }
 
     /// Takes `dev` off managed allocation `p`'s charges, giving its bytes back to `q`.
