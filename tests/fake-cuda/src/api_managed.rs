@@ -110,7 +110,7 @@ pub fn fault_in(d: &Driver, phys: usize) {
             if a.read_mostly || a.away == 0 {
                 continue;
             }
-            refund_away(d, a);
+            d.refund_away(a);
             a.away = 0;
             let add = a.size - a.charged;
             if d.charge(phys, add).is_ok() {
@@ -119,7 +119,7 @@ pub fn fault_in(d: &Driver, phys: usize) {
             }
         } else if a.away & bit == 0 && d.charge(phys, a.size).is_ok() {
             if !a.read_mostly {
-                refund_away(d, a);
+                d.refund_away(a);
                 a.away = 0;
                 let home = std::mem::take(&mut a.charged);
                 crate::paging::migrated(&d.shared, a.phys, home, false);
@@ -127,13 +127,6 @@ pub fn fault_in(d: &Driver, phys: usize) {
             }
             a.away |= bit;
         }
-    }
-}
-
-/// Gives back what the managed allocation `a` holds on devices other than its own (`fault_in`).
-pub fn refund_away(d: &Driver, a: &crate::mem::Alloc) {
-    for phys in (0..64).filter(|i| a.away & (1u64 << i) != 0) {
-        d.refund(phys, a.size);
     }
 }
 

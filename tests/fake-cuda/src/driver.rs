@@ -350,6 +350,13 @@ impl Driver {
         }
     }
 
+    /// Gives back what managed allocation `a` holds on devices other than its own (`api_managed::fault_in`).
+    pub fn refund_away(&self, a: &crate::mem::Alloc) {
+        for phys in (0..64).filter(|i| a.away & (1u64 << i) != 0) {
+            self.refund(phys, a.size);
+        }
+    }
+
     /// Creates a context on ordinal `dev` (charging context memory) and returns its handle.
     pub fn create_ctx(
         &self,
@@ -437,7 +444,7 @@ impl Driver {
         for a in freed {
             if a.kind == crate::mem::Kind::Managed {
                 crate::paging::note(&self.shared, a.phys, a.size, a.charged, false);
-                crate::api_managed::refund_away(self, &a);
+                self.refund_away(&a);
             }
             self.refund(a.phys, a.charged);
         }
