@@ -279,6 +279,12 @@ check "with a context on device 1 already, 800 MiB managed that cannot fit its 5
     test "$(echo "$out" | rcs managed)/$(truth "$out")" = "2 0 /0/0"
 check "  ... and 400 MiB that fits is charged on device 1 too (its ledger 400 MiB)" \
     test "$(ledger "$out" 2)" = "$((400 * MiB))"
+d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"
+out=$(FAKE_CUDA_MANAGED_FAULTS=1 FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE=$d/cache CUDA_DEVICE_MEMORY_LIMIT_1=1g \
+    timeout 30 "$RT" device 0 managed 800m device 1 module launch 1 alloc 300m truth 1 2>"$W/err")
+check "a quota on device 1 only: device 0's managed memory, faulted in there, is charged there (300 MiB more refused)" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out")" = "2 /$((802 * MiB))/$((802 * MiB))"
 out=$(vg device 0 managed 800m alloc 200m truth 0)
 check "a process on device 0 only is charged its managed memory once (200 MiB more granted under 1 GiB)" \
     test "$(echo "$out" | rcs alloc)/$(truth "$out")" = "0 /$((1000 * MiB))/$((1000 * MiB))"

@@ -189,7 +189,11 @@ impl<D: Driver> Interposer<'_, D> {
             return call(); // nothing is ever recorded without a limit
         }
         let Some(rec) = table.remove(key) else {
-            return self.import_freed(key, call);
+            let r = self.import_freed(key, call);
+            if r == CUDA_SUCCESS {
+                self.managed_freed(key); // managed memory of a device without a quota
+            }
+            return r;
         };
         let r = call();
         if r != CUDA_SUCCESS {

@@ -234,6 +234,7 @@ impl<D: Driver> Interposer<'_, D> {
             }
         }
         self.ipc_context_gone(ctx);
+        self.managed_context_gone(ctx);
         if let Some(dev) = dev.filter(|&d| !self.rec.contexts.any(|r| r.dev == d)) {
             self.last_context_gone(dev);
         }

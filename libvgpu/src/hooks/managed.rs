@@ -10,13 +10,16 @@
 //! * The free (or the end of its context) gives back every device it was charged on. Destroying a
 //!   context elsewhere does not: the pages it faulted in may stay there.
 //!
-//! The memory modes' managed memory (spill, oversubscribe: `Kind::Data` records) is not covered here.
+//! Managed memory of a device without a quota is charged to the other devices all the same (recorded
+//! here only). The memory modes' managed memory (spill, oversubscribe: `Kind::Data` records) is not
+//! covered here.
 
 use vgpu_ledger::Kind;
 
 use super::common::{Interposer, Target};
 use crate::driver::Driver;
 use crate::ffi::*;
+use crate::guard::exiting;
 use crate::log;
 use crate::quota::DeviceQuota;
 use crate::records::{Mirror, Rec};
@@ -32,16 +35,19 @@ impl<D: Driver> Interposer<'_, D> {
     ) -> CUresult {
         let tgt = self.target_current();
         let home = match tgt {
-            (Target::Charge(_), dev, _) => Some(dev),
+            (Target::Charge(_), dev, ctx) => Some((dev, ctx)),
+            // A device without a quota: its managed memory may still reach the devices with one.
+            (Target::Forward, dev, ctx) if ctx != 0 && !exiting() => Some((dev, ctx)),
             _ => None,
         };
         let r = self.charged_call(&self.rec.allocs, Kind::Managed, bytes, tgt, call, &read);
-        let Some(home) = home.filter(|_| r == CUDA_SUCCESS) else {
+        let Some((home, ctx)) = home.filter(|_| r == CUDA_SUCCESS) else {
             return r;
         };
         let p = read();
         let mirror = Mirror {
             home,
+            ctx,
             bytes,
             devs: Vec::new(),
         };
@@ -53,9 +59,10 @@ impl<D: Driver> Interposer<'_, D> {
                     "quota: refused {bytes} bytes of managed memory: this process has a context on \
                      device {dev}, where its kernels would bring the pages, and they do not fit its quota"
                 ));
-                if let Some(rec) = self.rec.allocs.remove(p) {
-                    self.drv.mem_free(p);
-                    self.release_unless_exported(p, &rec);
+                self.drv.mem_free(p);
+                match self.rec.allocs.remove(p) {
+                    Some(rec) => self.release_unless_exported(p, &rec),
+                    None => self.managed_freed(p),
                 }
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
@@ -154,13 +161,30 @@ impl<D: Driver> Interposer<'_, D> {
         if rec.kind != Kind::Managed || rec.pool != 0 {
             return;
         }
-        let Some(m) = self.rec.managed.remove(key) else {
-            return;
-        };
-        if !refund {
-            return;
+        if refund {
+            self.managed_freed(key);
+        } else {
+            self.rec.managed.remove(key);
         }
-        for dev in m.devs {
+    }
+
+    /// Managed memory at `key` was freed: every device it was charged on besides its own gets it back.
+    pub(crate) fn managed_freed(&self, key: u64) {
+        if let Some(m) = self.rec.managed.remove(key) {
+            self.unmirror_all(&m);
+        }
+    }
+
+    /// Context `ctx` went, and with it the managed memory allocated in it that no record of `allocs`
+    /// gave back (its device has no quota).
+    pub(crate) fn managed_context_gone(&self, ctx: usize) {
+        for (_, m) in self.rec.managed.drain_where(|m| m.ctx == ctx) {
+            self.unmirror_all(&m);
+        }
+    }
+
+    fn unmirror_all(&self, m: &Mirror) {
+        for &dev in &m.devs {
             if let Some(q) = self.quota_of(dev) {
                 q.refund(Kind::Managed, m.bytes);
             }

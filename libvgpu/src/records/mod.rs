@@ -15,11 +15,14 @@ use crate::ffi::CUdevice;
 pub use holds::{McBind, Spans, TileKey, VmmMap};
 pub use table::Table;
 
-/// A managed allocation charged to its own device (`Rec::dev`) and, because its pages reach every
-/// device where the process has a context, to those devices too (`hooks/managed`).
+/// A managed allocation charged to its own device (in `allocs`, when that device has a quota) and,
+/// because its pages reach every device where the process has a context, to those devices too
+/// (`hooks/managed`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mirror {
     pub home: CUdevice,
+    /// The context it was allocated in (freed with it).
+    pub ctx: usize,
     pub bytes: u64,
     /// The devices besides `home` it is charged on (each `bytes` of `Kind::Managed`).
     pub devs: Vec<CUdevice>,

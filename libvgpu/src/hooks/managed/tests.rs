@@ -199,3 +199,56 @@ fn a_shared_managed_allocation_stays_charged_everywhere_after_its_free() {
         "a new context is not charged for freed memory"
     );
 }
+
+/// Makes a context of device 2, which has no quota, current; device 0's context recorded as the context
+/// hooks record one.
+fn current_on_unlimited_device(w: &World) -> usize {
+    let c2 = crate::driver::fake::handle();
+    w.fake.ctx_devices.borrow_mut().insert(c2, 2);
+    w.rec.contexts.insert(
+        w.fake.ctx() as u64,
+        Rec::new(0, Kind::Context, 0, w.fake.ctx()),
+    );
+    w.fake.set_current(c2);
+    c2
+}
+
+#[test]
+fn managed_memory_of_a_device_without_a_quota_is_charged_where_the_process_has_a_context() {
+    let w = World::new(1 << 30);
+    current_on_unlimited_device(&w);
+    assert_eq!(managed(&w, 0x10, 300 * MIB), CUDA_SUCCESS);
+    assert_eq!(
+        w.usage(Kind::Managed),
+        300 * MIB,
+        "device 0 holds a context"
+    );
+    assert!(
+        w.rec.allocs.keys().is_empty(),
+        "its own device charges nothing"
+    );
+    let e = w.interposer();
+    assert_eq!(
+        e.tracked_free(&w.rec.allocs, 0x10, || CUDA_SUCCESS),
+        CUDA_SUCCESS
+    );
+    assert_eq!(w.used(), 0);
+    // Past device 0's quota: freed and refused.
+    assert_eq!(managed(&w, 0x20, 2 << 30), CUDA_ERROR_OUT_OF_MEMORY);
+    assert!(w.fake.called("mem_free 0x20"));
+    assert_eq!(w.used(), 0);
+    assert!(w.rec.managed.keys().is_empty());
+}
+
+#[test]
+fn a_new_context_is_charged_managed_memory_of_a_device_without_a_quota_until_its_context_goes() {
+    let w = World::new(1 << 30);
+    let (q1, _) = w.add_device(1, 1 << 30);
+    let c2 = current_on_unlimited_device(&w);
+    assert_eq!(managed(&w, 0x10, 300 * MIB), CUDA_SUCCESS);
+    assert_eq!(create(&w, 1, 0xc1, 0), CUDA_SUCCESS);
+    assert_eq!(q1.usage_of(Kind::Managed), 300 * MIB);
+    w.interposer().context_gone(c2);
+    assert_eq!((w.used(), q1.used()), (0, 0), "its context took it with it");
+    assert!(w.rec.managed.keys().is_empty());
+}
