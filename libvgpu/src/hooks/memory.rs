@@ -1,5 +1,6 @@
 //! Plain, pitch and managed device memory: `cuMemAlloc*`, `cuMemAllocPitch*`, `cuMemAllocManaged` and
-//! `cuMemFree*`. Charged before the driver call; pitch is estimated then trued up. Pools live in `pools`.
+//! `cuMemFree*`. Charged before the driver call; pitch is estimated then trued up. Pools live in `pools`;
+//! managed memory's charges on the process's other devices in `managed`.
 //!
 //! The unified-memory modes (`vgpu_ledger::memmode`) act here, on plain and pitch allocations only:
 //! * spill: served by the driver within the quota as in plain mode; one that the quota (or the device)
