@@ -274,6 +274,9 @@ check "a first context on device 1 where the 800 MiB cannot fit its 512 MiB: ref
     test "$(echo "$out" | rcs device)" = "0 2 "
 check "  ... with one line saying why, device 0's charge untouched" \
     test "$(grep -c 'refused a context on device 1' "$W/err")/$(truth "$out")" = "1/$((900 * MiB))/$((900 * MiB))"
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=512m vg device 0 managed 800m green 1 green 0)
+check "  ... a green context there too (a context of its own); one on device 0 is not charged it again" \
+    test "$(echo "$out" | rcs green)" = "2 0 "
 out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=512m vg device 1 device 0 managed 800m truth 0 managed 400m truth 1)
 check "with a context on device 1 already, 800 MiB managed that cannot fit its 512 MiB is refused, nothing held" \
     test "$(echo "$out" | rcs managed)/$(truth "$out")" = "2 0 /0/0"
