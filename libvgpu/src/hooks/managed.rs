@@ -1,7 +1,8 @@
 //! Managed memory on every device of the process. A managed allocation's pages go wherever they are
 //! used: a kernel on another device faults them in there (they migrate), and read-mostly advice copies
 //! them there on read. No hook sees either, so the rule is: a process's managed memory is charged to
-//! every device, under a quota, where the process has a context (`docs/libvgpu.md`, "Managed memory").
+//! every device, under a quota, where the process has a context (`docs/libvgpu.md`, "Managed memory on
+//! several devices").
 //!
 //! * `cuMemAllocManaged`: charged to its own device (as every allocation), then to each other device of
 //!   the process's contexts; if one does not fit, the allocation is freed and refused.
