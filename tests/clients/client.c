@@ -892,14 +892,16 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
         if (rc == CUDA_SUCCESS) rc = CALL(cuPointerGetAttribute, &ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, held[nheld - 1].ptr);
         printf(" managed=%d devord=%d", m, ord);
     } else if (!strcmp(op, "advise-device") || !strcmp(op, "advise-host") || !strcmp(op, "prefetch-device")
-               || !strcmp(op, "prefetch-host")) {
+               || !strcmp(op, "prefetch-host") || !strcmp(op, "advise-read-mostly")) {
         /* The last plain or managed allocation, whole: its preferred location set (cuMemAdvise, CUDA 13's
-           location form), or prefetched on the client's stream and waited for, to the device or the host. */
+           location form) or advised read-mostly, or prefetched on the client's stream and waited for, to
+           the device or the host. */
         CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev_ord};
+        CUmem_advise advice = strstr(op, "read-mostly") ? CU_MEM_ADVISE_SET_READ_MOSTLY : CU_MEM_ADVISE_SET_PREFERRED_LOCATION;
         if (strstr(op, "host")) loc.type = CU_MEM_LOCATION_TYPE_HOST;
         if (nheld == 0 || held[nheld - 1].kind != K_DEV) rc = CUDA_ERROR_INVALID_VALUE;
         else if (op[0] == 'a')
-            rc = CALL(cuMemAdvise_v2, held[nheld - 1].ptr, held[nheld - 1].size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, loc);
+            rc = CALL(cuMemAdvise_v2, held[nheld - 1].ptr, held[nheld - 1].size, advice, loc);
         else {
             rc = need_stream();
             if (rc == CUDA_SUCCESS) rc = CALL(cuMemPrefetchAsync_v2, held[nheld - 1].ptr, held[nheld - 1].size, loc, 0, stream);

@@ -353,5 +353,20 @@ check "soname of the fake driver and NVML" \
     "$(readelf -d $TD/fake/libcuda.so.1 | grep -o 'libcuda.so.1' | head -1) $(readelf -d $TD/fake/libnvidia-ml.so.1 | grep -o 'libnvidia-ml.so.1' | head -1)" \
     "libcuda.so.1 libnvidia-ml.so.1"
 
+# ---- FAKE_CUDA_MANAGED_FAULTS: a launch brings the process's managed memory to its device ----
+faults=(env FAKE_CUDA_DEVICES=2x4Gi FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_MODULE_BYTES=0)
+free_of() { printf '%s\n' "$1" | grep "^op=info ord=$2 " | sed -n "${3:-1}p" | tr ' ' '\n' | sed -n 's/^free=//p'; }
+out=$("${faults[@]}" FAKE_CUDA_MANAGED_FAULTS=1 "$RT" device 0 '!managed' 800Mi device 1 '!module' '!launch' 1 info device 0 info free-all device 1 info 2>&1)
+check "managed faults: a kernel on device 1 moves device 0's 800 MiB there (free on 1, on 0, on 1 after the free)" \
+    "$(free_of "$out" 1) $(free_of "$out" 0) $(free_of "$out" 1 2)" "$((4 * GiB - 800 * MiB)) $((4 * GiB)) $((4 * GiB))"
+out=$("${faults[@]}" FAKE_CUDA_MANAGED_FAULTS=1 "$RT" device 0 '!managed' 800Mi '!advise-read-mostly' device 1 '!module' '!launch' 1 info device 0 info 2>&1)
+check "managed faults: read-mostly memory is copied to device 1 and stays on device 0" \
+    "$(free_of "$out" 1) $(free_of "$out" 0)" "$((4 * GiB - 800 * MiB)) $((4 * GiB - 800 * MiB))"
+out=$("${faults[@]}" FAKE_CUDA_MANAGED_FAULTS=1 "$RT" device 0 '!managed' 800Mi device 1 '!module' '!launch' 1 device 0 '!module' '!launch' 1 info device 1 info 2>&1)
+check "managed faults: a kernel back on device 0 brings it home" \
+    "$(free_of "$out" 0) $(free_of "$out" 1)" "$((4 * GiB - 800 * MiB)) $((4 * GiB))"
+out=$("${faults[@]}" "$RT" device 0 '!managed' 800Mi device 1 '!module' '!launch' 1 info 2>&1)
+check "managed faults: unset, a launch moves nothing" "$(free_of "$out" 1)" "$((4 * GiB))"
+
 echo "fake-driver: $pass passed, $fail failed"
 ((fail == 0))

@@ -256,6 +256,45 @@ check "a green context is charged what it took (6 MiB, as on an H100)" \
 check "its destruction gives back the context and what was made in it (truth = ledger = the primary context)" \
     test "$(echo "$out" | rcs green-destroy)/$(truth "$out" 2)" = "0 /$((100 * MiB))/$((100 * MiB))"
 
+# --- issue 48 item 5: managed memory reaches every device where the process has a context (a kernel there
+# faults its pages in; read-mostly advice copies them there), so it is charged on each of them. The fake
+# models the faults with FAKE_CUDA_MANAGED_FAULTS=1 (a launch brings the process's managed memory to its
+# device). The library before it charged device 0 only: device 1 held 1,102 MiB under its 1 GiB quota with
+# 302 MiB charged, and the 300 MiB allocation was granted.
+out=$(FAKE_CUDA_MANAGED_FAULTS=1 vg device 0 managed 800m device 1 module launch 1 truth 1 alloc 300m truth 1)
+check "800 MiB managed on device 0, a kernel on device 1 faults it in: charged on device 1 too (truth = ledger = 802 MiB)" \
+    test "$(truth "$out")" = "$((802 * MiB))/$((802 * MiB))"
+check "  ... so 300 MiB more on device 1 under its 1 GiB is refused, the device holding what the ledger says" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out" 2)" = "2 /$((802 * MiB))/$((802 * MiB))"
+out=$(FAKE_CUDA_MANAGED_FAULTS=1 vg device 0 managed 800m advise-read-mostly device 1 module launch 1 alloc 300m truth 1 truth 0)
+check "read-mostly: device 1's copy is charged there (300 MiB more refused), device 0 keeps its own (truth = ledger on both)" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out")/$(truth "$out" 2)" = "2 /$((802 * MiB))/$((802 * MiB))/$((800 * MiB))/$((800 * MiB))"
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=512m vg device 0 managed 800m device 1 alloc 100m truth 0)
+check "a first context on device 1 where the 800 MiB cannot fit its 512 MiB: refused with out-of-memory" \
+    test "$(echo "$out" | rcs device)" = "0 2 "
+check "  ... with one line saying why, device 0's charge untouched" \
+    test "$(grep -c 'refused a context on device 1' "$W/err")/$(truth "$out")" = "1/$((900 * MiB))/$((900 * MiB))"
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=512m vg device 0 managed 800m green 1 green 0)
+check "  ... a green context there too (a context of its own); one on device 0 is not charged it again" \
+    test "$(echo "$out" | rcs green)" = "2 0 "
+out=$(CUDA_DEVICE_MEMORY_LIMIT_0=1g CUDA_DEVICE_MEMORY_LIMIT_1=512m vg device 1 device 0 managed 800m truth 0 managed 400m truth 1)
+check "with a context on device 1 already, 800 MiB managed that cannot fit its 512 MiB is refused, nothing held" \
+    test "$(echo "$out" | rcs managed)/$(truth "$out")" = "2 0 /0/0"
+check "  ... and 400 MiB that fits is charged on device 1 too (its ledger 400 MiB)" \
+    test "$(ledger "$out" 2)" = "$((400 * MiB))"
+d=$(mktemp -d "$W/case.XXXXXX"); mkdir -p "$d/fake"
+out=$(FAKE_CUDA_MANAGED_FAULTS=1 FAKE_CUDA_STATE_DIR=$d/fake FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_DEVICES=2 LD_PRELOAD=$LIB \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE=$d/cache CUDA_DEVICE_MEMORY_LIMIT_1=1g \
+    timeout 30 "$RT" device 0 managed 800m device 1 module launch 1 alloc 300m truth 1 2>"$W/err")
+check "a quota on device 1 only: device 0's managed memory, faulted in there, is charged there (300 MiB more refused)" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out")" = "2 /$((802 * MiB))/$((802 * MiB))"
+out=$(vg device 0 managed 800m alloc 200m truth 0)
+check "a process on device 0 only is charged its managed memory once (200 MiB more granted under 1 GiB)" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out")" = "0 /$((1000 * MiB))/$((1000 * MiB))"
+out=$(vg device 1 device 0 managed 800m free-all device 1 alloc 900m truth 1)
+check "the free of managed memory gives back every device it was charged on (900 MiB then fit on device 1)" \
+    test "$(echo "$out" | rcs alloc)/$(truth "$out")" = "0 /$((900 * MiB))/$((900 * MiB))"
+
 # --- item 11: an allocation whose device cannot be told is refused, with one log line
 out=$(vg device 0 nocontext async-default 64m truth 0)
 check "cuMemAllocAsync on the default stream with no context current: refused, nothing held" \

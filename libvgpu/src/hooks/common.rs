@@ -189,7 +189,11 @@ impl<D: Driver> Interposer<'_, D> {
             return call(); // nothing is ever recorded without a limit
         }
         let Some(rec) = table.remove(key) else {
-            return self.import_freed(key, call);
+            let r = self.import_freed(key, call);
+            if r == CUDA_SUCCESS {
+                self.managed_freed(key); // managed memory of a device without a quota
+            }
+            return r;
         };
         let r = call();
         if r != CUDA_SUCCESS {
@@ -204,7 +208,9 @@ impl<D: Driver> Interposer<'_, D> {
     /// allocation of an exported pool: `PoolState::exported`):
     /// that stays charged until the process ends (its slot in the ledger is reclaimed then).
     pub(crate) fn release_unless_exported(&self, key: u64, rec: &Rec) {
-        if !rec.exported && !self.pool_exported(rec.pool) {
+        let refund = !rec.exported && !self.pool_exported(rec.pool);
+        self.managed_gone(key, rec, refund);
+        if refund {
             self.release(rec);
             return;
         }

@@ -210,6 +210,13 @@ impl<D: Driver> Interposer<'_, D> {
         self.rec
             .contexts
             .insert(ctx as u64, Rec::new(dev, Kind::Context, cost, ctx));
+        // Recorded first: a managed allocation made meanwhile sees this context (`hooks/managed`).
+        if !self.managed_onto_context(dev, q) {
+            self.rec.contexts.remove(ctx as u64);
+            q.refund(Kind::Context, cost);
+            undo(ctx);
+            return Error::OutOfMemory.cuda();
+        }
         r
     }
 
@@ -227,6 +234,7 @@ impl<D: Driver> Interposer<'_, D> {
             }
         }
         self.ipc_context_gone(ctx);
+        self.managed_context_gone(ctx);
         if let Some(dev) = dev.filter(|&d| !self.rec.contexts.any(|r| r.dev == d)) {
             self.last_context_gone(dev);
         }
@@ -288,6 +296,13 @@ impl<D: Driver> Interposer<'_, D> {
             self.rec
                 .contexts
                 .insert(ctx as u64, Rec::new(dev, Kind::Context, cost, ctx));
+        }
+        if fresh && !self.managed_onto_context(dev, q) {
+            if let Some(rec) = self.rec.contexts.remove(ctx as u64) {
+                self.release(&rec);
+            }
+            self.drv.primary_release(dev);
+            return Error::OutOfMemory.cuda();
         }
         self.rec.primary.update(dev as u64, || 0, |n| *n += 1);
         r

@@ -1,5 +1,6 @@
 //! Plain, pitch and managed device memory: `cuMemAlloc*`, `cuMemAllocPitch*`, `cuMemAllocManaged` and
-//! `cuMemFree*`. Charged before the driver call; pitch is estimated then trued up. Pools live in `pools`.
+//! `cuMemFree*`. Charged before the driver call; pitch is estimated then trued up. Pools live in `pools`;
+//! managed memory's charges on the process's other devices in `managed`.
 //!
 //! The unified-memory modes (`vgpu_ledger::memmode`) act here, on plain and pitch allocations only:
 //! * spill: served by the driver within the quota as in plain mode; one that the quota (or the device)
@@ -257,9 +258,8 @@ hook!(cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) {
     if dptr.is_null() {
         return call();
     }
-    let e = interposer();
-    // SAFETY: as above.
-    e.charged_call(&e.rec.allocs, Kind::Managed, bytes as u64, e.target_current(), call, || unsafe { *dptr })
+    // SAFETY: as above (read only after the driver succeeded).
+    interposer().alloc_managed(bytes as u64, call, || unsafe { *dptr })
 });
 
 hook!(cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, elem: c_uint) {

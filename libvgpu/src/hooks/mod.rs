@@ -14,6 +14,7 @@ mod launch;
 mod legacy;
 mod libraries;
 mod limits;
+mod managed;
 mod measure;
 mod memory;
 mod modules;

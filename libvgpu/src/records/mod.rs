@@ -15,6 +15,19 @@ use crate::ffi::CUdevice;
 pub use holds::{McBind, Spans, TileKey, VmmMap};
 pub use table::Table;
 
+/// A managed allocation charged to its own device (in `allocs`, when that device has a quota) and,
+/// because its pages reach every device where the process has a context, to those devices too
+/// (`hooks/managed`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mirror {
+    pub home: CUdevice,
+    /// The context it was allocated in (freed with it).
+    pub ctx: usize,
+    pub bytes: u64,
+    /// The devices besides `home` it is charged on (each `bytes` of `Kind::Managed`).
+    pub devs: Vec<CUdevice>,
+}
+
 /// What one tracked allocation charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rec {
@@ -166,6 +179,8 @@ pub struct KnownContext {
 pub struct Records {
     /// Device pointers: plain, pitch, managed, async.
     pub allocs: Table<Rec>,
+    /// Managed allocations (`cuMemAllocManaged` under a quota) by base: the other devices charged for them.
+    pub managed: Table<Mirror>,
     /// CUarray and CUmipmappedArray.
     pub arrays: Table<Rec>,
     /// cuMemCreate handles.
@@ -243,6 +258,7 @@ impl Records {
     pub const fn new() -> Records {
         Records {
             allocs: Table::new(),
+            managed: Table::new(),
             arrays: Table::new(),
             vmm: Table::new(),
             vmm_maps: Table::new(),
@@ -296,6 +312,7 @@ impl Records {
         // the setter first: a thread holding it may be waiting for a shard (never the other way round)
         std::mem::forget(self.limit_setter.lock());
         self.recs().iter().for_each(|t| t.lock_all());
+        self.managed.lock_all();
         self.vmm.lock_all();
         self.vmm_maps.lock_all();
         self.vmm_spans.lock_all();
@@ -322,6 +339,7 @@ impl Records {
     /// fork parent and child: release what `lock_all` took.
     pub fn unlock_all(&self) {
         self.recs().iter().for_each(|t| t.unlock_all());
+        self.managed.unlock_all();
         self.vmm.unlock_all();
         self.vmm_maps.unlock_all();
         self.vmm_spans.unlock_all();
@@ -351,6 +369,7 @@ impl Records {
     pub fn clear_after_fork(&self) {
         context_gone(); // the parent's contexts mean nothing in the child
         self.recs().iter().for_each(|t| t.clear());
+        self.managed.clear();
         self.vmm.clear();
         self.vmm_maps.clear();
         self.vmm_spans.clear();

@@ -90,6 +90,17 @@ impl<V> Table<V> {
             .find_map(|s| s.lock().values().find(|v| pred(v)).cloned())
     }
 
+    /// Copies of all entries (a snapshot).
+    pub fn values(&self) -> Vec<V>
+    where
+        V: Clone,
+    {
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
     /// Keys of all entries (a snapshot).
     pub fn keys(&self) -> Vec<u64> {
         self.shards

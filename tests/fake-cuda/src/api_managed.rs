@@ -2,7 +2,9 @@
 //! allocation's residency between the host and its device, and so the device's used memory (what
 //! `cuMemGetInfo` and NVML report), as the real driver's migrations do. Residency is counted per
 //! allocation (`Alloc::charged`, the bytes on the device), not per page: moving `count` bytes in adds
-//! at most what is not yet resident, moving them out takes at most what is.
+//! at most what is not yet resident, moving them out takes at most what is. With
+//! `FAKE_CUDA_MANAGED_FAULTS=1` a kernel on another device faults the process's managed memory in there
+//! (`fault_in`; `Alloc::away`), as a real kernel's first touch does.
 
 use crate::driver::*;
 use crate::mem::Kind;
@@ -76,7 +78,8 @@ fn migrate(p: u64, count: usize, place: Place) -> R {
 }
 
 /// Advice: a preferred location moves the pages there (the real driver moves them as they are next
-/// touched; nothing touches memory here); every other advice is checked and accepted.
+/// touched; nothing touches memory here); read-mostly is remembered (`fault_in` copies such pages);
+/// every other advice is checked and accepted.
 fn advise(p: u64, count: usize, advice: c_int, place: Result<Place, CUresult>) -> R {
     if !(1..=6).contains(&advice) {
         return Err(INVALID_VALUE);
@@ -84,7 +87,47 @@ fn advise(p: u64, count: usize, advice: c_int, place: Result<Place, CUresult>) -
     if advice == 3 {
         return migrate(p, count, place?);
     }
-    migrate_none(p, count)
+    migrate_none(p, count)?;
+    if advice == 1 || advice == 2 {
+        let d = drv()?;
+        if let Some((_, a)) = lock(&d.mem).find(p, count.max(1) as u64) {
+            a.read_mostly = advice == 1;
+        }
+    }
+    Ok(())
+}
+
+/// A kernel launched on physical device `phys` (`FAKE_CUDA_MANAGED_FAULTS=1`) touches every managed
+/// allocation of the process, as a real kernel may: pages not on `phys` are faulted in there, `size`
+/// bytes charged to `phys` (skipped when it has no room: the real driver would evict). Read-mostly
+/// memory is copied (it stays where it was too); other memory moves (its own device and every other
+/// device holding it give their bytes back). A kernel on its own device brings moved memory home.
+pub fn fault_in(d: &Driver, phys: usize) {
+    let bit = 1u64 << phys;
+    let mut mem = lock(&d.mem);
+    for a in mem.allocs.values_mut().filter(|a| a.kind == Kind::Managed) {
+        if phys == a.phys {
+            if a.read_mostly || a.away == 0 {
+                continue;
+            }
+            d.refund_away(a);
+            a.away = 0;
+            let add = a.size - a.charged;
+            if d.charge(phys, add).is_ok() {
+                a.charged += add;
+                crate::paging::migrated(&d.shared, phys, add, true);
+            }
+        } else if a.away & bit == 0 && d.charge(phys, a.size).is_ok() {
+            if !a.read_mostly {
+                d.refund_away(a);
+                a.away = 0;
+                let home = std::mem::take(&mut a.charged);
+                crate::paging::migrated(&d.shared, a.phys, home, false);
+                d.refund(a.phys, home);
+            }
+            a.away |= bit;
+        }
+    }
 }
 
 /// Checks that `p` is managed memory, moving nothing.

@@ -68,6 +68,7 @@ pub fn free_ptr(d: &Driver, p: u64) -> R {
         Ok(a) => {
             if a.kind == Kind::Managed {
                 crate::paging::note(&d.shared, a.phys, a.size, a.charged, false);
+                d.refund_away(&a);
             }
             // Shared through legacy IPC: the memory stays the process's until it ends (an H200's). Another
             // process's memory imported here (a pool pointer) is counted here only once its exporter ended.

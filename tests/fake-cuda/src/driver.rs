@@ -204,6 +204,8 @@ pub struct Driver {
     /// Stack bytes per thread every launched kernel needs (FAKE_CUDA_KERNEL_STACK; 0: within the default):
     /// a launch needing more than the context's stack size grows it, as the real driver does on its own.
     pub kernel_stack: u64,
+    /// FAKE_CUDA_MANAGED_FAULTS=1: a launch brings the process's managed memory to its device (`api_managed`).
+    pub managed_faults: bool,
     pub objs: Mutex<Objs>,
     pub mem: Mutex<Mem>,
 }
@@ -308,6 +310,7 @@ pub fn init(flags: u32) -> R {
         ctx_bytes: env_size("FAKE_CUDA_CONTEXT_BYTES", 256 << 20),
         module_bytes: env_size("FAKE_CUDA_MODULE_BYTES", 2 << 20),
         kernel_stack: env_size("FAKE_CUDA_KERNEL_STACK", 0),
+        managed_faults: std::env::var_os("FAKE_CUDA_MANAGED_FAULTS").is_some_and(|v| v == "1"),
         objs: Mutex::new(objs),
     });
     ATFORK.call_once(|| {
@@ -344,6 +347,13 @@ impl Driver {
     pub fn refund(&self, phys: usize, bytes: u64) {
         if bytes != 0 {
             self.shared.refund(phys, bytes);
+        }
+    }
+
+    /// Gives back what managed allocation `a` holds on devices other than its own (`api_managed::fault_in`).
+    pub fn refund_away(&self, a: &crate::mem::Alloc) {
+        for phys in (0..64).filter(|i| a.away & (1u64 << i) != 0) {
+            self.refund(phys, a.size);
         }
     }
 
@@ -434,6 +444,7 @@ impl Driver {
         for a in freed {
             if a.kind == crate::mem::Kind::Managed {
                 crate::paging::note(&self.shared, a.phys, a.size, a.charged, false);
+                self.refund_away(&a);
             }
             self.refund(a.phys, a.charged);
         }

@@ -33,6 +33,11 @@ pub struct Alloc {
     pub touched: bool,
     /// Graph memory: allocated by a launch and not yet freed.
     pub live: bool,
+    /// Managed memory: the other physical devices (a bit each) its pages were faulted onto by kernels
+    /// there (`FAKE_CUDA_MANAGED_FAULTS`), each holding `size` bytes (`api_managed::fault_in`).
+    pub away: u64,
+    /// Managed memory advised read-mostly: a kernel elsewhere copies its pages, not moves them.
+    pub read_mostly: bool,
 }
 
 struct Arena {
@@ -121,6 +126,8 @@ impl Mem {
                 pool,
                 touched: false,
                 live: kind != Kind::Graph,
+                away: 0,
+                read_mostly: false,
             },
         );
         Some(addr)
