@@ -144,8 +144,11 @@ impl Overlap {
         c.last_stream = stream;
         if !c.multi {
             Anchor::Whole
-        } else if c.epoch.is_null() || now.saturating_sub(c.since) >= REBASE_NS {
+        } else if c.since == 0 || now.saturating_sub(c.since) >= REBASE_NS {
             Anchor::Due(c.stream)
+        } else if c.epoch.is_null() {
+            // No epoch could be recorded (`failed`): charged whole until the next try.
+            Anchor::Whole
         } else {
             Anchor::Place(c.epoch, c.gen)
         }
@@ -166,9 +169,17 @@ impl Overlap {
         let old = std::mem::replace(&mut c.epoch, epoch);
         c.stream = stream;
         c.gen += 1;
-        c.since = now;
+        c.since = now.max(1);
         c.covered = Covered::default();
         Some((c.gen, old))
+    }
+
+    /// No epoch could be recorded for context `ctx` at `now` (its stream not made, the record refused):
+    /// the next try is `REBASE_NS` later, so that a failing driver call is not made at every launch.
+    pub fn failed(&self, ctx: usize, now: u64) {
+        if let Some(c) = self.clocks().iter_mut().find(|c| c.ctx == ctx) {
+            c.since = now.max(1);
+        }
     }
 
     /// The interval `[start, end]` on the clock of `ctx`'s epoch of generation `gen`: what of it is

@@ -288,7 +288,10 @@ impl Timer {
             Anchor::Place(e, g) => (e, g),
             Anchor::Due(stream) => match self.rebase(f.ctx, stream, now) {
                 Some(x) => x,
-                None => return elapsed,
+                None => {
+                    self.overlap.failed(f.ctx, now);
+                    return elapsed;
+                }
             },
         };
         let Some(end) = position_ns(epoch, f.end) else {

@@ -75,6 +75,12 @@ fn a_context_on_one_stream_is_charged_whole_and_one_on_two_is_placed() {
     assert_eq!(o.place(1, gen2, 0, 2 * MS), Some(2 * MS as u64));
     // far from the epoch: not placed
     assert_eq!(o.place(1, gen2, FAR_NS + 1, FAR_NS + 2), None);
+    // a context whose epoch could not be recorded is charged whole until the next try
+    assert_eq!(o.anchor(3, 10, 7), Anchor::Whole);
+    assert_eq!(o.anchor(3, 11, 8), Anchor::Due(std::ptr::null_mut()));
+    o.failed(3, 8);
+    assert_eq!(o.anchor(3, 10, 9), Anchor::Whole);
+    assert_eq!(o.anchor(3, 10, 8 + REBASE_NS), Anchor::Due(std::ptr::null_mut()));
     // another context has its own clock; a gone context is forgotten
     assert_eq!(o.anchor(2, 10, 7), Anchor::Whole);
     o.forget(1);
