@@ -175,10 +175,14 @@ impl Overlap {
     }
 
     /// No epoch could be recorded for context `ctx` at `now` (its stream not made, the record refused):
-    /// the next try is `REBASE_NS` later, so that a failing driver call is not made at every launch.
-    pub fn failed(&self, ctx: usize, now: u64) {
+    /// the next try is `REBASE_NS` later, so that a failing driver call is not made at every launch;
+    /// `stream`, when not null, is the clock's stream made meanwhile (kept for the next try).
+    pub fn failed(&self, ctx: usize, stream: CUstream, now: u64) {
         if let Some(c) = self.clocks().iter_mut().find(|c| c.ctx == ctx) {
             c.since = now.max(1);
+            if !stream.is_null() {
+                c.stream = stream;
+            }
         }
     }
 

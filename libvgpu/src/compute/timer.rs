@@ -287,9 +287,9 @@ impl Timer {
             Anchor::Whole => return elapsed,
             Anchor::Place(e, g) => (e, g),
             Anchor::Due(stream) => match self.rebase(f.ctx, stream, now) {
-                Some(x) => x,
-                None => {
-                    self.overlap.failed(f.ctx, now);
+                Ok(x) => x,
+                Err(stream) => {
+                    self.overlap.failed(f.ctx, stream, now);
                     return elapsed;
                 }
             },
@@ -304,28 +304,30 @@ impl Timer {
     }
 
     /// Records a new epoch for context `ctx` on its clock's stream (`stream`, made when null); the old
-    /// epoch goes back to the spare events. None when nothing could be recorded.
-    fn rebase(&self, ctx: usize, stream: CUstream, now: u64) -> Option<(CUevent, u64)> {
+    /// epoch goes back to the spare events. Err with the clock's stream (null if none could be made)
+    /// when nothing could be recorded.
+    fn rebase(&self, ctx: usize, stream: CUstream, now: u64) -> Result<(CUevent, u64), CUstream> {
         let mut stream = stream;
         if stream.is_null() {
             let r = crate::streams::in_context(ctx, || stream_create(&mut stream));
-            if r != Ok(CUDA_SUCCESS) || stream.is_null() {
-                return None;
+            if r != Ok(CUDA_SUCCESS) {
+                return Err(std::ptr::null_mut());
             }
         }
-        let e = self.event(ctx)?;
+        let e = self.event(ctx).ok_or(stream)?;
         if event_record(e, stream) != CUDA_SUCCESS {
             lock(&self.spare).push((ctx, e as usize));
-            return None;
+            return Err(stream);
         }
         let Some((gen, old)) = self.overlap.rebased(ctx, stream, e, now) else {
+            // The context was forgotten meanwhile: its stream and events are its own.
             lock(&self.spare).push((ctx, e as usize));
-            return None;
+            return Err(stream);
         };
         if !old.is_null() {
             lock(&self.spare).push((ctx, old as usize));
         }
-        Some((e, gen))
+        Ok((e, gen))
     }
 
     /// Context `c` is gone: its spare events, its span's start and its clock died with it.

@@ -78,9 +78,10 @@ fn a_context_on_one_stream_is_charged_whole_and_one_on_two_is_placed() {
     // a context whose epoch could not be recorded is charged whole until the next try
     assert_eq!(o.anchor(3, 10, 7), Anchor::Whole);
     assert_eq!(o.anchor(3, 11, 8), Anchor::Due(std::ptr::null_mut()));
-    o.failed(3, 8);
+    o.failed(3, 55usize as CUstream, 8);
     assert_eq!(o.anchor(3, 10, 9), Anchor::Whole);
-    assert_eq!(o.anchor(3, 10, 8 + REBASE_NS), Anchor::Due(std::ptr::null_mut()));
+    // tried again later, on the stream made before
+    assert_eq!(o.anchor(3, 10, 8 + REBASE_NS), Anchor::Due(55usize as CUstream));
     // another context has its own clock; a gone context is forgotten
     assert_eq!(o.anchor(2, 10, 7), Anchor::Whole);
     o.forget(1);
