@@ -81,7 +81,10 @@ fn a_context_on_one_stream_is_charged_whole_and_one_on_two_is_placed() {
     o.failed(3, 55usize as CUstream, 8);
     assert_eq!(o.anchor(3, 10, 9), Anchor::Whole);
     // tried again later, on the stream made before
-    assert_eq!(o.anchor(3, 10, 8 + REBASE_NS), Anchor::Due(55usize as CUstream));
+    assert_eq!(
+        o.anchor(3, 10, 8 + REBASE_NS),
+        Anchor::Due(55usize as CUstream)
+    );
     // another context has its own clock; a gone context is forgotten
     assert_eq!(o.anchor(2, 10, 7), Anchor::Whole);
     o.forget(1);
