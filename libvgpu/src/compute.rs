@@ -356,8 +356,8 @@ impl Share {
         work: Work,
         groupable: impl FnOnce() -> bool,
     ) -> Result<u64, Option<Position>> {
-        // Several streams: every launch timed, so that overlap is charged once (`overlap`).
-        if work.1 == GRAPH_GRID || self.timer.overlap.multi() {
+        // Streams that overlap: every launch timed, so that overlap is charged once (`overlap`).
+        if work.1 == GRAPH_GRID || self.timer.overlap.overlapped() {
             return Err(None);
         }
         let mut q = lock(&self.timer.flights);

@@ -7,8 +7,9 @@
 //! is charged only its part not covered by the intervals charged before it (`Covered`): charged in any
 //! order, the intervals together are charged their union, never less than the longest. Only a context
 //! whose timed launches came on more than one stream places its intervals (one read more a launch); a
-//! context on one stream is charged as before; once one ran on several, the share's launches are all
-//! timed (none sampled: an untimed launch is charged what timed ones cost, which no interval places). `cuEventElapsedTime` answers f32 milliseconds, so the
+//! context on one stream is charged as before. Once intervals were found overlapping, the share's launches
+//! are all timed (none sampled: an untimed launch is charged what timed ones cost, which no interval
+//! places); streams that never overlap keep the sampling. `cuEventElapsedTime` answers f32 milliseconds, so the
 //! epoch is recorded anew every `REBASE_NS` (the covered intervals, on the old epoch's clock, are then
 //! forgotten: the intervals charged next may be charged in full, never less), and a position farther than
 //! `FAR_NS` from the epoch is not placed. Every covered interval is kept `SLACK_NS` shorter at each end
@@ -101,10 +102,10 @@ pub enum Anchor {
 #[derive(Default)]
 pub struct Overlap {
     clocks: Mutex<Vec<Clock>>,
-    /// A context of the share has timed launches on more than one stream: its launches are all timed
-    /// (`Share::untimed`), since an untimed launch's charge, learned from timed ones, is no interval to
-    /// place. One load on the launch path.
-    multi: AtomicBool,
+    /// Intervals of a context of the share were found overlapping (by an eighth of one at least): its
+    /// launches are all timed from then on (`Share::untimed`), since an untimed launch's charge, learned
+    /// from timed ones, is no interval to place. One load on the launch path.
+    overlapped: AtomicBool,
 }
 
 // SAFETY: events and streams are driver handles, usable from any thread.
@@ -137,10 +138,7 @@ impl Overlap {
             }
         };
         let c = &mut clocks[i];
-        if c.last_stream != stream && !c.multi {
-            c.multi = true;
-            self.multi.store(true, Ordering::Relaxed);
-        }
+        c.multi |= c.last_stream != stream;
         c.last_stream = stream;
         if !c.multi {
             Anchor::Whole
@@ -194,12 +192,17 @@ impl Overlap {
         }
         let mut clocks = self.clocks();
         let c = clocks.iter_mut().find(|c| c.ctx == ctx && c.gen == gen)?;
-        Some(c.covered.add(start, end))
+        let ns = c.covered.add(start, end);
+        let len = end.saturating_sub(start).max(0) as u64;
+        if len.saturating_sub(ns) >= len / 8 && len > ns {
+            self.overlapped.store(true, Ordering::Relaxed);
+        }
+        Some(ns)
     }
 
-    /// Whether a context of the share ran timed launches on more than one stream.
-    pub fn multi(&self) -> bool {
-        self.multi.load(Ordering::Relaxed)
+    /// Whether intervals of a context of the share were found overlapping.
+    pub fn overlapped(&self) -> bool {
+        self.overlapped.load(Ordering::Relaxed)
     }
 
     /// Context `ctx` is gone: its epoch and stream died with it.
@@ -211,7 +214,7 @@ impl Overlap {
     pub fn forget_parent(&self) {
         if let Ok(mut c) = self.clocks.try_lock() {
             c.clear();
-            self.multi.store(false, Ordering::Relaxed);
+            self.overlapped.store(false, Ordering::Relaxed);
         }
     }
 }

@@ -57,15 +57,19 @@ fn a_context_on_one_stream_is_charged_whole_and_one_on_two_is_placed() {
     let o = Overlap::default();
     assert_eq!(o.anchor(1, 10, 0), Anchor::Whole);
     assert_eq!(o.anchor(1, 10, 5), Anchor::Whole);
-    assert!(!o.multi());
     // another stream: an epoch is due (no stream of its own yet)
     assert_eq!(o.anchor(1, 11, 6), Anchor::Due(std::ptr::null_mut()));
-    assert!(o.multi());
     let (s, e) = (77usize as CUstream, 88usize as CUevent);
     let (gen, old) = o.rebased(1, s, e, 6).unwrap();
     assert!(old.is_null());
     assert_eq!(o.anchor(1, 10, 7), Anchor::Place(e, gen));
     assert_eq!(o.place(1, gen, 0, 2 * MS), Some(2 * MS as u64));
+    // the next interval of the stream, after it: no overlap, the launches may still be sampled
+    assert_eq!(o.place(1, gen, 2 * MS, 4 * MS), Some(2 * MS as u64));
+    assert!(!o.overlapped());
+    // another stream's over both: overlap found, every launch timed from now on
+    assert_eq!(o.place(1, gen, MS, 3 * MS), Some(2 * SLACK_NS as u64));
+    assert!(o.overlapped());
     // an epoch older than REBASE_NS is due again, on the same stream; positions read against the old
     // one are dropped, and the covered intervals forgotten
     assert_eq!(o.anchor(1, 10, 6 + REBASE_NS), Anchor::Due(s));
