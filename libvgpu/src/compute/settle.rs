@@ -234,7 +234,9 @@ impl Share {
             (ns, tell, book.read_as())
         };
         // The rules above see the whole interval (the least times learn from it); the charge is the part
-        // of it no other stream's interval covered.
+        // of it no other stream's interval covered. What untimed launches are charged learns from the
+        // whole (`whole`): they are never placed, so nothing of theirs is subtracted either.
+        let whole = ns;
         let ns = match uncovered < measured {
             true => (u128::from(ns) * u128::from(uncovered) / u128::from(measured.max(1))) as u64,
             false => ns,
@@ -245,7 +247,7 @@ impl Share {
         let tokens = self.area().settle_launches(ns, f.estimate, members);
         self.busy.truth.booked(ns);
         if let (Some(at), 1, false) = (f.drawn, members, stale) {
-            self.costs.learned(f.work, at, ns);
+            self.costs.learned(f.work, at, whole);
         }
         if trace::on() {
             self.trace.charged(elapsed, ns, sharers, read_as, members);
