@@ -7,12 +7,12 @@
 //! is charged only its part not covered by the intervals charged before it (`Covered`): charged in any
 //! order, the intervals together are charged their union, never less than the longest. Only a context
 //! whose timed launches came on more than one stream places its intervals (one read more a launch); a
-//! context on one stream is charged as before. Once intervals were found overlapping, the share's launches
-//! are all timed (none sampled: an untimed launch is charged what timed ones cost, which no interval
-//! places); streams that never overlap keep the sampling. `cuEventElapsedTime` answers f32 milliseconds, so the
-//! epoch is recorded anew every `REBASE_NS` (the covered intervals, on the old epoch's clock, are then
-//! forgotten: the intervals charged next may be charged in full, never less), and a position farther than
-//! `FAR_NS` from the epoch is not placed. Every covered interval is kept `SLACK_NS` shorter at each end
+//! context on one stream is charged as before. Once intervals were found overlapping, the share's
+//! launches are all timed (none sampled: an untimed launch is charged what timed ones cost, which no
+//! interval places); streams that never overlap keep the sampling. `cuEventElapsedTime` answers f32
+//! milliseconds, so the epoch is recorded anew every `REBASE_NS` (the covered intervals, on the old
+//! epoch's clock, are then forgotten: the intervals charged next may be charged in full, never less),
+//! and a position farther than `FAR_NS` from the epoch is not placed. Every covered interval is kept `SLACK_NS` shorter at each end
 //! than read, more than a position's rounding: two intervals of one stream, one after the other, never
 //! read as overlapping, and nothing is subtracted that the reading's error could have made up.
 
@@ -23,12 +23,13 @@ use crate::ffi::*;
 
 /// How long an epoch is used before a new one is recorded (f32 ms keep ~0.1 µs at 1 s).
 pub const REBASE_NS: u64 = 1_000_000_000;
-/// A position farther from the epoch than this is not placed (its rounding passes `SLACK_NS`).
+/// A position farther from the epoch than this is not placed (f32 ms keep ~0.5 µs at 4 s: farther, the
+/// rounding nears `SLACK_NS`).
 pub const FAR_NS: i64 = 4_000_000_000;
 /// What a covered interval is shortened by at each end.
 pub const SLACK_NS: i64 = 1_000;
-/// Covered intervals kept per context (the newest; an interval that overlaps one forgotten is charged
-/// more, never less).
+/// Covered intervals kept per context (the latest on the clock; an interval that overlaps one forgotten
+/// is charged more, never less).
 const KEEP: usize = 32;
 
 /// The covered intervals of one clock: disjoint, sorted, each already `SLACK_NS` shorter at both ends.
