@@ -53,6 +53,7 @@ use timer::{Begun, Timer};
 mod graphs;
 mod lend;
 mod meter;
+mod overlap;
 mod quiet;
 mod rate;
 mod sample;
@@ -355,7 +356,8 @@ impl Share {
         work: Work,
         groupable: impl FnOnce() -> bool,
     ) -> Result<u64, Option<Position>> {
-        if work.1 == GRAPH_GRID {
+        // Streams that overlap: every launch timed, so that overlap is charged once (`overlap`).
+        if work.1 == GRAPH_GRID || self.timer.overlap.overlapped() {
             return Err(None);
         }
         let mut q = lock(&self.timer.flights);

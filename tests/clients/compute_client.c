@@ -54,6 +54,9 @@
  *              hook closes open groups) and the capture ended (its graph dropped), in a loop, synchronised
  *              every 32 launches: a tenant that makes the share record a group's end into its capture,
  *              where the end is never timed
+ *   streams    a multi-stream pipeline: each round queues N launches on each of K streams (one on each in
+ *              turn), then cuCtxSynchronize; ARG K:N[:serial] (4:16); with serial each stream's launches
+ *              wait for the previous stream's (cuStreamWaitEvent), so the streams run one after another
  *   reset      ARG phases (default 4) of SECONDS / ARG each, launching in batches of 16 synchronised; each
  *              phase ends with its context torn down, leaving launches in flight: the even ones run in
  *              the primary context and end with cuDevicePrimaryCtxReset (what cudaDeviceReset does;
@@ -378,6 +381,36 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
         *took = now() - t0;
         qsort(step, steps, sizeof step[0], cmp_double);
         printf("step_us=%.0f\n", steps ? step[steps / 2] * 1e6 : 0.0);
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(mode, "streams")) {
+        /* A multi-stream pipeline (issue 41, attack 3): each round queues N launches on each of K streams
+           (interleaved: one on each in turn), then cuCtxSynchronize. ARG K:N[:serial] (4:16); with
+           serial, each stream's launches wait for the stream before it (cuStreamWaitEvent on an event
+           recorded after its last), so the streams run one after another. */
+        int k = arg ? atoi(arg) : 4, n = 16, serial = 0;
+        const char *c1 = arg ? strchr(arg, ':') : NULL;
+        if (c1) { n = atoi(c1 + 1); serial = strstr(c1 + 1, ":serial") != NULL; }
+        if (k < 1 || k > 16 || n < 1) return CUDA_ERROR_INVALID_VALUE;
+        CUstream st[16];
+        CUevent ev[16];
+        void *args[] = {&cycles};
+        for (int i = 0; i < k; i++) {
+            TRY(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+            TRY(cuEventCreate(&ev[i], CU_EVENT_DISABLE_TIMING));
+        }
+        double t0 = now();
+        for (*launched = 0; now() - t0 < secs;) {
+            for (int j = 0; j < (serial ? k : n); j++)
+                for (int i = 0; i < (serial ? n : k); i++, (*launched)++) {
+                    CUstream s = st[serial ? j : i];
+                    if (serial && i == 0 && j > 0) TRY(cuStreamWaitEvent(s, ev[j - 1], 0));
+                    TRY(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+                    if (serial && i == n - 1) TRY(cuEventRecord(ev[j], s));
+                }
+            TRY(cuCtxSynchronize());
+        }
+        *took = now() - t0;
         return CUDA_SUCCESS;
     }
     if (!strcmp(mode, "reset")) {

@@ -1,4 +1,5 @@
-//! The driver calls the compute share makes around a launch: events to time it, whether its stream is
+//! The driver calls the compute share makes around a launch: events to time it (and a stream of its own
+//! for `overlap`'s epoch), whether its stream is
 //! capturing a graph, and the thread's capture mode around the queries (`streams::Relaxed`). Each goes to the driver's own
 //! function, never back into the hooks.
 
@@ -99,6 +100,33 @@ pub(super) fn stream_idle(s: CUstream) -> bool {
         Some(f) => (unsafe { f(s) }) == CUDA_SUCCESS,
         None => false,
     }
+}
+
+/// A stream of ours that does not synchronise with the legacy default stream (`CU_STREAM_NON_BLOCKING`):
+/// where the share records what only dates (`overlap`'s epoch), behind none of the application's work.
+pub(super) fn stream_create(s: &mut CUstream) -> CUresult {
+    match real!(
+        Lib::Cuda,
+        "cuStreamCreate",
+        unsafe extern "C" fn(*mut CUstream, u32) -> CUresult
+    ) {
+        // SAFETY: a valid out-pointer; CU_STREAM_NON_BLOCKING.
+        Some(f) => unsafe { f(s, 1) },
+        None => CUDA_ERROR_NOT_FOUND,
+    }
+}
+
+/// Where completed event `b` lies from completed event `a` (ns, negative before it): `overlap`'s
+/// position of an interval's end against the epoch.
+pub(super) fn position_ns(a: CUevent, b: CUevent) -> Option<i64> {
+    type Elapsed = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult;
+    let f = real!(Lib::Cuda, "cuEventElapsedTime_v2", Elapsed)
+        .or_else(|| real!(Lib::Cuda, "cuEventElapsedTime", Elapsed))?;
+    count(&READS);
+    let mut ms = 0f32;
+    // SAFETY: a valid out-pointer and two events of ours of one context.
+    let r = unsafe { f(&mut ms, a, b) };
+    (r == CUDA_SUCCESS && ms.is_finite()).then_some((ms as f64 * 1e6) as i64)
 }
 
 /// The time between two completed events of ours. `cuEventElapsedTime_v2` (CUDA 12.8 on; what cuda.h 13

@@ -84,7 +84,9 @@ impl Share {
                 self.event_cost.observed(ns);
             }
         }
-        self.charge(f, elapsed);
+        // Overlap with the context's intervals charged before (other streams') is charged once.
+        let uncovered = self.timer.uncovered(f, elapsed, mono_ns());
+        self.charge(f, elapsed, uncovered);
         if let Some(ns) = self.timer.settled(f) {
             self.waited(ns);
         }
@@ -200,8 +202,10 @@ impl Share {
         self.retired_at.store(0, Ordering::Relaxed);
     }
 
-    /// Charges a measured launch (`solo`) and settles its debit.
-    fn charge(&self, f: &InFlight, elapsed: u64) {
+    /// Charges a measured launch (`solo`) and settles its debit: what its `elapsed` interval is charged,
+    /// times the part of it that is `uncovered` by intervals charged before (`overlap`).
+    fn charge(&self, f: &InFlight, elapsed: u64, uncovered: u64) {
+        let measured = elapsed;
         // A stale group's interval ran on past its work into the GPU's idle time: charged at most its
         // members' floors x 9/8 (as a group of mixed work is), teaching nothing. What that leaves short
         // of the GPU time it used, the floor from the driver's figure charges (`truth`).
@@ -229,13 +233,21 @@ impl Share {
             };
             (ns, tell, book.read_as())
         };
+        // The rules above see the whole interval (the least times learn from it); the charge is the part
+        // of it no other stream's interval covered. What untimed launches are charged learns from the
+        // whole (`whole`): they are never placed, so nothing of theirs is subtracted either.
+        let whole = ns;
+        let ns = match uncovered < measured {
+            true => (u128::from(ns) * u128::from(uncovered) / u128::from(measured.max(1))) as u64,
+            false => ns,
+        };
         if let Some(solo) = tell {
             graphs::tell_graph(f.work.0, elapsed, graph.as_deref(), solo);
         }
         let tokens = self.area().settle_launches(ns, f.estimate, members);
         self.busy.truth.booked(ns);
         if let (Some(at), 1, false) = (f.drawn, members, stale) {
-            self.costs.learned(f.work, at, ns);
+            self.costs.learned(f.work, at, whole);
         }
         if trace::on() {
             self.trace.charged(elapsed, ns, sharers, read_as, members);

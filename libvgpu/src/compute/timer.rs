@@ -5,8 +5,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::events::{capturing, elapsed_ns, event_create, event_record, stream_idle};
+use super::events::{
+    capturing, elapsed_ns, event_create, event_record, position_ns, stream_create, stream_idle,
+};
 use super::flight::{End, Flights, Grouping, InFlight, Plan, Span, GROUP_FLOORS_NS, GROUP_MAX};
+use super::overlap::{Anchor, Overlap};
 use super::quiet::quiet;
 use crate::ffi::*;
 use crate::launch_charge::Work;
@@ -28,6 +31,8 @@ pub struct Timer {
     /// `close_open` finds none; read without the lock, so that a query hook (`sync::polling`) costs one
     /// load when no group is open.
     maybe_open: AtomicBool,
+    /// Where the contexts' timed intervals lie on one clock, to charge overlap once (`overlap`).
+    pub overlap: Overlap,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -271,8 +276,63 @@ impl Timer {
         waited
     }
 
-    /// Context `c` is gone: its spare events and its span's start died with it.
+    /// What of a measured launch's `elapsed` interval no interval of its context charged before covered
+    /// (`overlap`): all of it when its context ran on one stream so far, when it cannot be placed, and
+    /// for a stale group (charged by its members' floors, its interval is not what it ran).
+    pub fn uncovered(&self, f: &InFlight, elapsed: u64, now: u64) -> u64 {
+        if f.stale {
+            return elapsed;
+        }
+        let (epoch, gen) = match self.overlap.anchor(f.ctx, f.stream, now) {
+            Anchor::Whole => return elapsed,
+            Anchor::Place(e, g) => (e, g),
+            Anchor::Due(stream) => match self.rebase(f.ctx, stream, now) {
+                Ok(x) => x,
+                Err(stream) => {
+                    self.overlap.failed(f.ctx, stream, now);
+                    return elapsed;
+                }
+            },
+        };
+        let Some(end) = position_ns(epoch, f.end) else {
+            return elapsed;
+        };
+        let start = end.saturating_sub(elapsed as i64);
+        self.overlap
+            .place(f.ctx, gen, start, end)
+            .map_or(elapsed, |ns| ns.min(elapsed))
+    }
+
+    /// Records a new epoch for context `ctx` on its clock's stream (`stream`, made when null); the old
+    /// epoch goes back to the spare events. Err with the clock's stream (null if none could be made)
+    /// when nothing could be recorded.
+    fn rebase(&self, ctx: usize, stream: CUstream, now: u64) -> Result<(CUevent, u64), CUstream> {
+        let mut stream = stream;
+        if stream.is_null() {
+            let r = crate::streams::in_context(ctx, || stream_create(&mut stream));
+            if r != Ok(CUDA_SUCCESS) {
+                return Err(std::ptr::null_mut());
+            }
+        }
+        let e = self.event(ctx).ok_or(stream)?;
+        if event_record(e, stream) != CUDA_SUCCESS {
+            lock(&self.spare).push((ctx, e as usize));
+            return Err(stream);
+        }
+        let Some((gen, old)) = self.overlap.rebased(ctx, stream, e, now) else {
+            // The context was forgotten meanwhile: its stream and events are its own.
+            lock(&self.spare).push((ctx, e as usize));
+            return Err(stream);
+        };
+        if !old.is_null() {
+            lock(&self.spare).push((ctx, old as usize));
+        }
+        Ok((e, gen))
+    }
+
+    /// Context `c` is gone: its spare events, its span's start and its clock died with it.
     pub fn forget_context(&self, c: usize) {
+        self.overlap.forget(c);
         lock(&self.spare).retain(|&(owner, _)| owner != c);
         let mut q = lock(&self.flights);
         if q.span.as_ref().is_some_and(|s| s.ctx == c) {
@@ -293,5 +353,6 @@ impl Timer {
         if let Ok(mut s) = self.spare.try_lock() {
             s.clear();
         }
+        self.overlap.forget_parent();
     }
 }

@@ -126,7 +126,7 @@ fn cuCtxGetApiVersion(ctx: Handle, v: *mut c_uint) {
 fn cuCtxSynchronize() {
     let d = drv()?;
     let (_, _, phys) = current(d)?;
-    crate::timeline::drain();
+    crate::timeline::drain(None);
     release_pools(d, &mut lock(&d.objs), phys);
     Ok(())
 }
@@ -189,11 +189,12 @@ fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) {
     Ok(())
 }
 
-fn cuStreamCreate(ps: *mut Handle, _flags: c_uint) {
+fn cuStreamCreate(ps: *mut Handle, flags: c_uint) {
     let d = drv()?;
     if ps.is_null() { return Err(INVALID_VALUE); }
     let (ctx, _, phys) = current(d)?;
     let h = new_handle();
+    if let Some(q) = crate::stream_queues::queues().as_mut() { q.created(h as u64, flags); }
     lock(&d.objs).streams.insert(h, Stream { phys, ctx });
     out(ps, h)
 }
@@ -206,13 +207,14 @@ fn cuStreamDestroy_v2(s: Handle) {
     stream_phys(d, &objs, s)?;
     objs.streams.remove(&s).ok_or(INVALID_HANDLE)?;
     objs.dead_streams.insert(s);
+    if let Some(q) = crate::stream_queues::queues().as_mut() { q.destroyed(s as u64); }
     Ok(())
 }
 
 fn cuStreamSynchronize(s: Handle) {
     let d = drv()?;
     stream_phys(d, &lock(&d.objs), s)?;
-    crate::timeline::drain();
+    crate::timeline::drain(Some(s as u64));
     let mut objs = lock(&d.objs);
     let phys = stream_phys(d, &objs, s)?;
     release_pools(d, &mut objs, phys);
@@ -222,8 +224,8 @@ fn cuStreamSynchronize(s: Handle) {
 fn cuStreamQuery(s: Handle) {
     let d = drv()?;
     stream_phys(d, &lock(&d.objs), s)?;
-    // One queue per process: a stream's work is done when the process's is.
-    if crate::timeline::drained() { Ok(()) } else { Err(NOT_READY) }
+    // One queue per process (unless FAKE_CUDA_STREAM_QUEUES): a stream's work is done when the process's is.
+    if crate::timeline::drained(s as u64) { Ok(()) } else { Err(NOT_READY) }
 }
 
 fn cuEventCreate(pe: *mut Handle, _flags: c_uint) {
@@ -258,7 +260,7 @@ fn cuEventRecord(e: Handle, s: Handle) {
     if objs.event_ctx.get(&e).is_some_and(|&c| c != home) { return Err(INVALID_HANDLE); }
     if crate::api_capture::capturing(s) { return objs.events.contains_key(&e).then_some(()).ok_or(INVALID_HANDLE); }
     let stamp = objs.events.get_mut(&e).ok_or(INVALID_HANDLE)?;
-    *stamp = crate::timeline::stamp();
+    *stamp = crate::timeline::stamp(s as u64);
     Ok(())
 }
 
@@ -351,9 +353,11 @@ fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, peer: CUdevice) {
     out(can, 0)
 }
 
-fn cuStreamWaitEvent(_s: Handle, e: Handle, _flags: c_uint) {
+fn cuStreamWaitEvent(s: Handle, e: Handle, _flags: c_uint) {
     let d = drv()?;
-    lock(&d.objs).events.get(&e).map(|_| ()).ok_or(INVALID_HANDLE)
+    let stamp = lock(&d.objs).events.get(&e).copied().ok_or(INVALID_HANDLE)?;
+    if stamp != 0 { crate::timeline::wait_event(s as u64, stamp); }
+    Ok(())
 }
 }
 

@@ -370,7 +370,7 @@ fn cuGraphLaunch(exec: Handle, stream: Handle) {
     drop(mem);
     drop(objs);
     for n in &nodes { run_memset(d, n)?; }
-    crate::timeline::run(&d.shared, on, kernels.max(1));
+    crate::timeline::run(&d.shared, on, stream as u64, kernels.max(1));
     Ok(())
 }
 

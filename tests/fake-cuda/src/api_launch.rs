@@ -58,7 +58,7 @@ pub fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) 
         crate::api_managed::fault_in(d, phys);
     }
     // A block `y` threads high is `y` kernels' work (a launch's arguments decide how long it runs).
-    crate::timeline::run(&d.shared, phys, block[1].max(1) as u64);
+    crate::timeline::run(&d.shared, phys, stream as u64, block[1].max(1) as u64);
     Ok(())
 }
 

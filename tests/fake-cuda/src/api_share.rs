@@ -61,7 +61,7 @@ fn cuCtxSynchronize_v2(ctx: Handle) {
     } else {
         lock(&d.objs).ctxs.get(&ctx).map(|c| c.phys).ok_or(INVALID_CONTEXT)?
     };
-    crate::timeline::drain();
+    crate::timeline::drain(None);
     release_pools(d, &mut lock(&d.objs), phys);
     Ok(())
 }

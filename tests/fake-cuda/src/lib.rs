@@ -3,7 +3,7 @@
 //!
 //! Layout: `types` (CUresult codes, handle types), `driver` (the per-process state, init, fork,
 //! contexts), `mem` (the device address arenas and the allocation map), one module per API area
-//! (`api_*`), `timeline` (kernel durations and event times), `paging` (managed memory's paging cost), and `procaddr` (`cuGetProcAddress`, resolved against our own symbol table).
+//! (`api_*`), `timeline` (kernel durations and event times; `stream_queues`, a queue per stream), `paging` (managed memory's paging cost), and `procaddr` (`cuGetProcAddress`, resolved against our own symbol table).
 //! Every exported function goes through [`cu_fn!`], which turns a Rust `Result` into a `CUresult`
 //! and stops any panic at the FFI edge.
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
@@ -30,4 +30,5 @@ mod errors;
 mod mem;
 mod paging;
 mod procaddr;
+mod stream_queues;
 mod timeline;

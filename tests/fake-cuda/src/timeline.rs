@@ -1,5 +1,6 @@
 //! The device's time: with `FAKE_CUDA_KERNEL_US` set, every kernel takes that long, one after another
-//! (one queue per process, as if every stream fed one engine). Launches return at once and only move the
+//! (one queue per process, as if every stream fed one engine; `FAKE_CUDA_STREAM_QUEUES=1`: one queue per
+//! stream, `stream_queues`). Launches return at once and only move the
 //! queue's end; events are stamped with the end of the queue when recorded, complete when the clock
 //! passes that stamp, and their elapsed time is the difference; synchronising sleeps until the queue is
 //! drained. Unset (the default), kernels take no time and events complete at once.
@@ -33,6 +34,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::driver::{current, Driver};
+use crate::stream_queues;
 use fake_gpu::Shared;
 
 /// CLOCK_MONOTONIC nanoseconds: one clock for every process of the machine (0 is "never").
@@ -117,7 +119,8 @@ pub fn call_start() -> u64 {
 pub fn transfer(d: &Driver, bytes: u64, since: u64) {
     if let Some(ns) = bytes.saturating_mul(1000).checked_div(bytes_per_us()) {
         let phys = current(d).map_or(0, |(_, _, phys)| phys);
-        run_ns_at(&d.shared, phys, ns, since);
+        // On the legacy default stream (with FAKE_CUDA_STREAM_QUEUES, its queue).
+        run_ns_at(&d.shared, phys, 0, ns, since);
     }
 }
 
@@ -195,20 +198,25 @@ pub fn sliced(cost: u64, left: u64, slice: u64, others: u64, switch: u64) -> (u6
 
 /// Queues `kernels` kernels of this process on physical device `phys` (`shared`: the state file, for the
 /// other processes' queues under time slicing and paging); returns when they will be done.
-pub fn run(shared: &Shared, phys: usize, kernels: u64) -> u64 {
-    run_ns(shared, phys, kernels * kernel_ns())
+/// `stream`: the stream they are queued on (its own queue with `FAKE_CUDA_STREAM_QUEUES`).
+pub fn run(shared: &Shared, phys: usize, stream: u64, kernels: u64) -> u64 {
+    run_ns_at(shared, phys, stream, kernels * kernel_ns(), now())
 }
 
-/// Queues `cost` nanoseconds of work on `phys` (longer while it pages: `paging`); returns when it will be
-/// done.
-pub fn run_ns(shared: &Shared, phys: usize, cost: u64) -> u64 {
-    run_ns_at(shared, phys, cost, now())
-}
-
-/// `run_ns` for work submitted at `now` (a call's start, for a transfer).
-fn run_ns_at(shared: &Shared, phys: usize, cost: u64, now: u64) -> u64 {
+/// Queues `cost` nanoseconds of work on `phys` (longer while it pages: `paging`), submitted at `now` (a
+/// call's start, for a transfer); returns when it will be done.
+fn run_ns_at(shared: &Shared, phys: usize, stream: u64, cost: u64, now: u64) -> u64 {
     let slice = slice_ns();
     let cost = crate::paging::cost(shared, phys, cost, now);
+    if stream_queues::on() {
+        let mut q = stream_queues::queues();
+        let q = q.as_mut().expect("made by queues()");
+        let (end, added) = q.queue(stream, cost, now);
+        if cost > 0 {
+            shared.set_busy_until(q.all_end(), added);
+        }
+        return end;
+    }
     let mut q = queue();
     let idle = q.busy_until < now;
     if idle {
@@ -252,10 +260,15 @@ fn run_ns_at(shared: &Shared, phys: usize, cost: u64, now: u64) -> u64 {
 
 /// The stamp an event recorded now gets: when the work queued before it is done (with
 /// `FAKE_CUDA_SLICE_BETWEEN`, after another event or on an idle queue: a ticket for the next work's start).
-pub fn stamp() -> u64 {
+/// `stream`: the stream it is recorded on (its own queue's end with `FAKE_CUDA_STREAM_QUEUES`).
+pub fn stamp(stream: u64) -> u64 {
     static GPU_NS: OnceLock<u64> = OnceLock::new();
     let gpu_ns = *GPU_NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_GPU_US"));
     let now = now();
+    if stream_queues::on() {
+        let mut q = stream_queues::queues();
+        return q.as_mut().map_or(now, |q| q.stamp(stream, now, gpu_ns));
+    }
     let mut q = queue();
     if gpu_ns > 0 && q.busy_until > now {
         // Behind queued work: the event takes the GPU's time before what comes after it.
@@ -283,15 +296,35 @@ pub fn wait_for(stamp: u64) {
     }
 }
 
-/// Whether everything queued is done (`cuStreamQuery`).
-pub fn drained() -> bool {
-    let until = queue().busy_until;
-    now() >= until
+/// When what is queued on `stream` is done (None: the process's every stream); with one queue per
+/// process, when the process's queue is.
+fn end_of(stream: Option<u64>) -> u64 {
+    if stream_queues::on() {
+        let q = stream_queues::queues();
+        let q = q.as_ref().expect("made by queues()");
+        return stream.map_or(q.all_end(), |s| q.stream_end(s));
+    }
+    queue().busy_until
 }
 
-/// Sleeps until everything queued is done.
-pub fn drain() {
-    wait_for(queue().busy_until);
+/// Whether everything queued on `stream` is done (`cuStreamQuery`).
+pub fn drained(stream: u64) -> bool {
+    now() >= end_of(Some(stream))
+}
+
+/// Sleeps until everything queued on `stream` (None: on every stream of the process) is done.
+pub fn drain(stream: Option<u64>) {
+    wait_for(end_of(stream));
+}
+
+/// `cuStreamWaitEvent`: with `FAKE_CUDA_STREAM_QUEUES`, `stream`'s next work starts after the event's
+/// stamp (with one queue per process, it does anyway).
+pub fn wait_event(stream: u64, stamp: u64) {
+    if stream_queues::on() {
+        if let Some(q) = stream_queues::queues().as_mut() {
+            q.wait(stream, resolve(stamp));
+        }
+    }
 }
 
 #[cfg(test)]
