@@ -100,6 +100,8 @@ for k in $(seq 1 "$reclaims"); do
         for (i = 1; i <= NF; i++) if ($i == "at") { t = $(i + 1); if (t >= s) { print t - s; exit } } }' \
         "$W/rb$k.err" >>"$W/reclaims"
 done
+# ELASTIC_LOGS: a folder to keep the 30's traces in (the entitlement's log lines say what woke it).
+[ -n "${ELASTIC_LOGS:-}" ] && mkdir -p "$ELASTIC_LOGS" && cp "$W"/rb*.err "$ELASTIC_LOGS"/
 say "reclaim (ms from the 70's first matmul to the 30 at its floor, $(wc -l <"$W/reclaims") of $reclaims runs): $(sort -n "$W/reclaims" | python3 -c '
 import sys
 v = [float(x) for x in sys.stdin if x.strip()]

@@ -10,10 +10,14 @@
 //! itself; it converges on it instead, as TCP's flows converge on a fair rate:
 //! - alone (the others below `IDLE_BELOW`, NVML's figures summed; for `ALONE_AFTER_NS` when it shared the
 //!   GPU before: a neighbour paced by its own bucket pauses for most of each window): the limit;
-//! - a neighbour busy while it was alone: the floor at once, nothing lent. So a floor that becomes busy
-//!   beside a borrower has its time back within one of the borrower's readings (a borrower reads NVML
-//!   every `LEND_REFRESH_NS`, and sooner when its launches read as stretched:
-//!   `busy::Busy::sharers_beside`);
+//! - a neighbour busy while it was alone: the floor at once, nothing lent. NVML's samples of a waking
+//!   neighbour come late (every 200 ms on an H200, every other query empty: a floor waited 435 ms at
+//!   the median for its time back), so the GPU's own timing answers first: while alone, the borrower's
+//!   own work reading as stretched `WAKE_STRETCH` past what it read as when NVML last found it alone
+//!   (another context took GPU time between its kernels: `launch_charge::SoloBook::stretch`) gives the
+//!   floor back at once (`stretched`), and NVML's readings decide from there as after any wake (quiet
+//!   for `ALONE_AFTER_NS`: alone again). A tenant that stretches its own work harms only its own
+//!   borrowing; one whose streams stretch each other alone reads as stretched at its baseline;
 //! - every `STEP_NS` while others are busy, on the figures smoothed over `SMOOTH_NS` (a paced tenant's
 //!   use comes in bursts): where more than `SATURATED_BELOW` of the GPU is idle and the tenant wants more
 //!   (its bucket held it back since the last step), it is lent `request × (idle − margin)` more (so the
@@ -26,6 +30,8 @@
 //! Without NVML nothing changes: the entitlement stays the limit, as a share without a request is. Before
 //! NVML's PID of this process is known, its own use counts among the others': it is never alone, and
 //! grows into an idle GPU step by step (a tenant that kept its PID from being learned gains nothing).
+
+use crate::launch_charge::CONTEXT;
 
 /// Others using less than this of the GPU together (percent) leave it to this tenant. A neighbour this
 /// small keeps its floor anyway: the GPU time-slices busy contexts.
@@ -42,6 +48,12 @@ pub const SMOOTH_NS: u64 = 1_000_000_000;
 /// How old a borrower's reading may get (a launching thread asks NVML then: 1.4 ms in 200, 0.7% of the
 /// borrower's time, only while it borrows).
 pub const LEND_REFRESH_NS: u64 = 200_000_000;
+
+/// How far past its stretch when last found alone (thousandths of a context) a tenant's own work must
+/// read as stretched for the GPU's timing to give its floor back before NVML shows the neighbour: a
+/// second context slicing the GPU stretches it by up to one context, a saturated GPU's lower clock by
+/// ~0.15.
+pub const WAKE_STRETCH: u64 = 300;
 
 const PPM: u64 = 1_000_000;
 
@@ -62,6 +74,9 @@ pub struct Lending {
     pub others: f64,
     pub own: f64,
     pub read_at: u64,
+    /// This tenant's own stretch (`launch_charge::CONTEXT` thousandths) when NVML last found it alone:
+    /// the baseline `stretched` compares with.
+    pub alone_stretch: u64,
 }
 
 impl Lending {
@@ -74,6 +89,7 @@ impl Lending {
         others: 0.0,
         own: 0.0,
         read_at: 0,
+        alone_stretch: CONTEXT,
     };
 
     /// The entitlement, ppm: the limit alone, else the request and what is lent, at most the limit.
@@ -82,6 +98,33 @@ impl Lending {
             limit
         } else {
             request.saturating_add(self.lent).min(limit)
+        }
+    }
+
+    /// The state after this tenant's own work read as `stretch` contexts (thousandths) at `now`: while
+    /// alone, `WAKE_STRETCH` past its baseline gives the floor back at once, as a neighbour's NVML
+    /// samples would later.
+    pub fn stretched(self, stretch: u64, now: u64) -> Lending {
+        if !self.alone || stretch < self.alone_stretch.max(CONTEXT) + WAKE_STRETCH {
+            return self;
+        }
+        Lending {
+            alone: false,
+            lent: 0,
+            stepped_at: now,
+            quiet_since: 0,
+            ..self
+        }
+    }
+
+    /// NVML's reading found this tenant alone while its own work read as `stretch`: the baseline.
+    pub fn seen_alone(self, stretch: u64) -> Lending {
+        match self.alone {
+            true => Lending {
+                alone_stretch: stretch,
+                ..self
+            },
+            false => self,
         }
     }
 

@@ -103,15 +103,17 @@ impl Rate {
         }
     }
 
-    /// Steps the lending on NVML's reading (`busy::Busy::loads`) when there is a new one: one load when
-    /// there is none, or when the share lends nothing.
+    /// Steps the lending on NVML's reading (`busy::Busy::loads`) when there is a new one, and while it
+    /// borrows on its own work's `stretch` (`lend::Lending::stretched`, thousandths of a context): one
+    /// load when there is nothing new and it borrows nothing, or when the share lends nothing.
     #[inline]
-    pub fn lend(&self, busy: &Busy, now: u64) {
+    pub fn lend(&self, busy: &Busy, stretch: u64, now: u64) {
         if !self.elastic() {
             return;
         }
         let (n, others, own) = busy.loads();
-        if n == 0 || self.reading.swap(n, Relaxed) == n {
+        let fresh = n != 0 && self.reading.swap(n, Relaxed) != n;
+        if !fresh && !self.borrowing() {
             return;
         }
         let (request, limit) = (self.request.load(Relaxed), self.limit.load(Relaxed));
@@ -119,17 +121,30 @@ impl Rate {
         let before = l.entitled(request, limit);
         let held_at = self.held_at.load(Relaxed);
         let wants = held_at != 0 && now.saturating_sub(held_at) < lend::STEP_NS;
-        *l = l.step(request, limit, (others, own), wants, now);
+        // The stretch first: a reading that does not show the neighbour yet must not make its stretch
+        // the baseline.
+        let woke = l.stretched(stretch, now);
+        let why = match woke.alone != l.alone {
+            true => "its own work's stretch",
+            false => "NVML",
+        };
+        *l = match fresh {
+            true => woke.step(request, limit, (others, own), wants, now).seen_alone(stretch),
+            false => woke,
+        };
         let after = l.entitled(request, limit);
         drop(l);
         if after != before {
             self.entitle(after);
             // CLOCK_MONOTONIC ms: the elastic suite dates the reclaim by it.
             log::debug(format_args!(
-                "compute share: entitled {}% (was {}%) at {} ms: others {others}%, own {own}%",
+                "compute share: entitled {}% (was {}%) at {} ms: others {others}%, own {own}%, own \
+                 work stretched {}.{:03} contexts (by {why})",
                 after / (PPM / 100),
                 before / (PPM / 100),
-                now / 1_000_000
+                now / 1_000_000,
+                stretch / 1000,
+                stretch % 1000
             ));
         }
     }

@@ -202,3 +202,41 @@ fn a_floor_waking_beside_a_borrower_has_it_back_within_one_reading() {
     let f = Lending::START.step(70 * P, l, (100, 0), true, 100 * MS);
     assert_eq!(f.entitled(70 * P, l), 70 * P);
 }
+
+// Issue 42's reclaim on an H200: NVML's samples of a waking neighbour came 435 ms late at the median. The
+// borrower's own work, stretched by the neighbour's slices, gives the floor back first.
+#[test]
+fn its_own_work_stretched_past_its_alone_baseline_gives_the_floor_back_before_nvml() {
+    let l = Lending::START
+        .step(30 * P, 100 * P, (0, 90), true, 100 * MS)
+        .seen_alone(CONTEXT);
+    assert_eq!(l.entitled(30 * P, 100 * P), 100 * P, "alone: the limit");
+    let same = l.stretched(CONTEXT + WAKE_STRETCH - 1, 110 * MS);
+    assert_eq!(same, l, "stretched less than WAKE_STRETCH: nothing changes");
+    let woke = l.stretched(2 * CONTEXT, 120 * MS);
+    assert_eq!(
+        woke.entitled(30 * P, 100 * P),
+        30 * P,
+        "a second context's slices: the floor at once"
+    );
+    assert_eq!((woke.lent, woke.stepped_at), (0, 120 * MS));
+    // NVML then decides: it never shows the neighbour, and a second of quiet gives the GPU back.
+    let q = woke.step(30 * P, 100 * P, (1, 90), true, 200 * MS);
+    assert_eq!(q.entitled(30 * P, 100 * P), 30 * P, "one quiet reading");
+    let q = q.step(30 * P, 100 * P, (1, 90), true, 200 * MS + ALONE_AFTER_NS);
+    assert_eq!(q.entitled(30 * P, 100 * P), 100 * P, "quiet a second: alone");
+}
+
+#[test]
+fn the_baseline_is_its_own_stretch_alone_so_streams_that_stretch_each_other_keep_borrowing() {
+    // Alone, its own streams read as 1.8 contexts: that is its baseline, not a neighbour.
+    let l = Lending::START
+        .step(30 * P, 100 * P, (0, 95), true, 100 * MS)
+        .seen_alone(1800);
+    assert!(l.stretched(1800 + WAKE_STRETCH - 1, 110 * MS).alone);
+    assert!(!l.stretched(1800 + WAKE_STRETCH, 110 * MS).alone);
+    // Only a reading that finds it alone moves the baseline; a stretch never wakes one already sharing.
+    let shared = sharing(40, 30, 10 * P);
+    assert_eq!(shared.seen_alone(2500).alone_stretch, CONTEXT);
+    assert_eq!(shared.stretched(5000, 110 * MS), shared);
+}
