@@ -129,7 +129,9 @@ impl Rate {
             false => "NVML",
         };
         *l = match fresh {
-            true => woke.step(request, limit, (others, own), wants, now).seen_alone(stretch),
+            true => woke
+                .step(request, limit, (others, own), wants, now)
+                .seen_alone(stretch),
             false => woke,
         };
         let after = l.entitled(request, limit);

@@ -224,7 +224,11 @@ fn its_own_work_stretched_past_its_alone_baseline_gives_the_floor_back_before_nv
     let q = woke.step(30 * P, 100 * P, (1, 90), true, 200 * MS);
     assert_eq!(q.entitled(30 * P, 100 * P), 30 * P, "one quiet reading");
     let q = q.step(30 * P, 100 * P, (1, 90), true, 200 * MS + ALONE_AFTER_NS);
-    assert_eq!(q.entitled(30 * P, 100 * P), 100 * P, "quiet a second: alone");
+    assert_eq!(
+        q.entitled(30 * P, 100 * P),
+        100 * P,
+        "quiet a second: alone"
+    );
 }
 
 #[test]
