@@ -87,7 +87,7 @@ def main():
         done += per * k
     dt = time.time() - t0
     print("RESULT " + json.dumps({"work": a.work, "streams": k, "n": n, "spin_us": a.spin_us, "kernels": done, "seconds": round(dt, 3),
-                                  "per_s": round(done / dt, 1),
+                                  "per_s": round(done / dt, 1), "t0": round(t0, 3), "t1": round(t0 + dt, 3),
                                   "gpu_us_per_kernel": round(1000 * gpu_ms / done, 2) if done else 0}), flush=True)
 
 

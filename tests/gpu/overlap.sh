@@ -71,14 +71,29 @@ say "flood kernel time without the library: $(field gpu_us_per_kernel "$W/f-duty
 for entry in $libs; do
     l=${entry%%:*} tag=${entry##*:}
     sm=50; [ "$l" = none ] && sm=none
-    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 >"$W/util-$tag" &
+    # Each sample with its time (nvidia-smi delivers them slower than asked): those of the timed part's
+    # middle are averaged, by the run's own start and end.
+    nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 100 >"$W/util-$tag" &
     smi=$!
     r=$(go "f-$tag" "$l" "$sm" flood)
     kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
     [ "$l" = none ] && bare=$r
     # The timed part is the last $secs s: the samples of its middle (skip the first and last second).
-    u=$(awk -v s="$secs" '{ v[NR] = $1 } END { m = int(s * 10); lo = NR - m + 10; hi = NR - 10; if (lo < 1) lo = 1
-        for (i = lo; i <= hi; i++) { t += v[i]; c++ } if (c) printf "%.1f", t / c; else print "-" }' "$W/util-$tag")
+    u=$(python3 - "$W/util-$tag" "$(field t0 "$W/f-$tag.out")" "$(field t1 "$W/f-$tag.out")" <<'PY'
+import datetime, sys
+lo, hi = float(sys.argv[2]) + 1, float(sys.argv[3]) - 1
+v = []
+for line in open(sys.argv[1]):
+    try:
+        ts, u = [x.strip() for x in line.split(",")]
+        t = datetime.datetime.strptime(ts, "%Y/%m/%d %H:%M:%S.%f").timestamp()
+    except ValueError:
+        continue
+    if lo <= t <= hi:
+        v.append(float(u))
+print(f"{sum(v) / len(v):.1f} ({len(v)} samples)" if v else "- (no samples)")
+PY
+)
     got=$(awk -v r="$r" -v k="$k50" 'BEGIN { printf "%.1f", r * k / 1e4 }')
-    say "flood, $tag, share $sm: $r kernels/s ($(ratio "$r" "${bare:-0}") of bare; kernel $(field gpu_us_per_kernel "$W/f-$tag.out") us by its events), GPU time got ${got}% (rate x the 50%-duty kernel time), NVML device utilisation ${u}% (middle of the timed part)"
+    say "flood, $tag, share $sm: $r kernels/s ($(ratio "$r" "${bare:-0}") of bare; kernel $(field gpu_us_per_kernel "$W/f-$tag.out") us by its events), GPU time got ${got}% (rate x the 50%-duty kernel time), NVML device utilisation ${u} in the timed part less its first and last second"
 done
