@@ -133,12 +133,5 @@ pub(super) fn position_ns(a: CUevent, b: CUevent) -> Option<i64> {
 /// names `cuEventElapsedTime`) where the driver has it: on an H100 (driver 580) the unversioned export
 /// took 462 ns a call, `_v2` 68–117 (tests/gpu/launch_cost.cu).
 pub(super) fn elapsed_ns(a: CUevent, b: CUevent) -> Option<u64> {
-    type Elapsed = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult;
-    let f = real!(Lib::Cuda, "cuEventElapsedTime_v2", Elapsed)
-        .or_else(|| real!(Lib::Cuda, "cuEventElapsedTime", Elapsed))?;
-    count(&READS);
-    let mut ms = 0f32;
-    // SAFETY: a valid out-pointer and two completed events of ours.
-    let r = unsafe { f(&mut ms, a, b) };
-    (r == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then_some((ms as f64 * 1e6) as u64)
+    position_ns(a, b).and_then(|ns| u64::try_from(ns).ok())
 }
