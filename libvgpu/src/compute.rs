@@ -257,8 +257,8 @@ impl Share {
             if self.rate.borrowing() {
                 self.busy.refresh_every(now, lend::LEND_REFRESH_NS);
             }
-            let stretch = lock(&self.solo).stretch();
-            self.rate.lend(&self.busy, stretch, now);
+            self.rate
+                .lend(&self.busy, || lock(&self.solo).stretch(), now);
         }
         // After a synchronisation (launches retired, not charged yet) the GPU may be waiting for this
         // launch: what finished is charged at the next synchronisation, before it waits (`syncing`),
@@ -314,8 +314,8 @@ impl Share {
             // The thread waits anyway: the time NVML's reading takes comes out of the nap.
             let t0 = mono_ns();
             self.busy.refresh(t0);
-            let stretch = lock(&self.solo).stretch();
-            self.rate.lend(&self.busy, stretch, t0);
+            self.rate
+                .lend(&self.busy, || lock(&self.solo).stretch(), t0);
             std::thread::sleep(Duration::from_nanos(
                 nap.saturating_sub(mono_ns().saturating_sub(t0)),
             ));

@@ -104,10 +104,10 @@ impl Rate {
     }
 
     /// Steps the lending on NVML's reading (`busy::Busy::loads`) when there is a new one, and while it
-    /// borrows on its own work's `stretch` (`lend::Lending::stretched`, thousandths of a context): one
+    /// borrows on its own work's `stretch`, read when needed (`lend::Lending::stretched`, thousandths of a context): one
     /// load when there is nothing new and it borrows nothing, or when the share lends nothing.
     #[inline]
-    pub fn lend(&self, busy: &Busy, stretch: u64, now: u64) {
+    pub fn lend(&self, busy: &Busy, stretch: impl FnOnce() -> u64, now: u64) {
         if !self.elastic() {
             return;
         }
@@ -116,6 +116,8 @@ impl Rate {
         if !fresh && !self.borrowing() {
             return;
         }
+        // Read only here: an elastic share at its floor with no new reading takes no lock a launch.
+        let stretch = stretch();
         let (request, limit) = (self.request.load(Relaxed), self.limit.load(Relaxed));
         let mut l = lock(&self.lending);
         let before = l.entitled(request, limit);
