@@ -34,6 +34,11 @@ use std::collections::{HashMap, HashSet};
 /// What a launch ran, for its solo cost: (function, grid) of a kernel, (graph exec, 0) of a graph.
 pub type Work = (usize, [u32; 3]);
 
+/// A map keyed by work, looked up on every launch under a share: Fx hashing, not SipHash (SipHash of a
+/// work cost ~60 Ir of the ~1,500 the share's own path spends on a launch, twice a launch). A program
+/// that makes its works collide slows only its own launches.
+pub type WorkMap<V> = HashMap<Work, V, rustc_hash::FxBuildHasher>;
+
 /// How the driver names a kernel node's function: its `CUfunction` and, from CUDA 12, its `CUkernel`
 /// (a launch may pass either as the function); the eager launches' key is whichever they passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,7 +138,7 @@ pub enum Composition {
 impl Composition {
     /// The solo time of the graph from its kernels' floors and its memsets' estimate; None when a kernel's
     /// is unknown, it has no kernel, or it is opaque.
-    pub fn solo(&self, floors: &HashMap<Work, u64>) -> Option<u64> {
+    pub fn solo(&self, floors: &WorkMap<u64>) -> Option<u64> {
         let Composition::Kernels(ks, memsets) = self else {
             return None;
         };
@@ -181,7 +186,7 @@ pub const MAX_SHARERS: u64 = 4;
 /// The solo time of each kind of work this process launched on one device.
 #[derive(Debug, Default)]
 pub struct SoloBook {
-    floors: HashMap<Work, u64>,
+    floors: WorkMap<u64>,
     /// Graphs whose first charge was logged.
     told: HashSet<Work>,
     /// Recent launches' elapsed times and solo times, summed (decayed together).

@@ -510,6 +510,21 @@ check "  ... and the loop keeps >= 84% of its rate without a share ($n1 / $n0 la
 out=$(export "${pq[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pq2" 90 "$CC" pairs $SECS 30)
 between "the same launches queued a few deep (30 us of host time after each) at 90%: most go untimed" "$(untimed_pct "$out")" 60 100
 charged_pairs "$WORK/pq2"
+# A batch-1 decode step's shape: short kernels (5 us), each launched onto an idle GPU (20 us of host time
+# after each), at 90%, every launch measured. A timed launch there costs two event records and a query
+# (~1.3 us of the host's time a record on an H200, where the launch itself costs ~3.9), so short work is
+# timed one time in 32, not one in eight. The client synchronises every 16 launches, and the launch after
+# a synchronisation is always timed (3/16 event calls a launch of the total): the library before made
+# 0.52-0.53 event calls a launch here, now ~0.27.
+sk=(FAKE_CUDA_KERNEL_US=5 VGPU_COMPUTE_WINDOW=2s VGPU_COMPUTE_METERED=1)
+out=$(export "${sk[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/sk" 90 "$CC" gap $SECS 20)
+ev_rate=$(awk -v l="$(field launched "$out")" '/compute trace/ { for (i = 1; i <= NF; i++) if ($i == "records" || $i == "queries") e += $(i + 1) }
+               END { printf "%.3f", (l > 0 ? e / l : -1) }' <<<"$out")
+check "short launches onto an idle GPU (5 us kernels, 20 us of host time after each) at 90%: at most 0.35 event calls a launch ($ev_rate)" \
+    awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.35) }'
+charged=$(bucket "$WORK/sk" charged_ns) n=$(bucket "$WORK/sk" launches)
+check "  ... each charged about its 5 us kernel ($((charged / (n > 0 ? n : 1))) ns a launch over $n)" \
+    awk -v c="$charged" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 4.5e3 && c / n <= 7e3) }'
 # The same loop at 99% with unmeasured launches allowed (VGPU_COMPUTE_METERED=0; opt-in until measured on a
 # GPU): well inside its share (the bucket holds what it could
 # overdraw before the driver's next figure of it is charged, compute/meter.rs), it pays no event at all and

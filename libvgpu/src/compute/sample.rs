@@ -25,15 +25,22 @@
 //! draw are learned from (`InFlight::drawn`): a launch always timed (the first after a synchronisation, one
 //! in a deeper queue) is one the program can tell apart.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::launch_charge::Work;
+use crate::launch_charge::{Work, WorkMap};
 
 /// One launch in this many (of work already known, in a sampling position) is timed. A timed launch
 /// costs one or two event records; one in four left a launch-bound loop ~0.5 records a launch.
 pub const TIMED_ONE_IN: u64 = 8;
+/// One launch in this many is timed when its work's average in that position is under `SHORT_NS`. An
+/// event record costs the host ~1.3 µs on an H200 (a launch ~3.9), so timing one in eight short launches
+/// (a batch-1 decode step's ~1–3 µs kernels, each launched onto an idle GPU: two records each) cost such a
+/// loop ~0.35 µs a launch, a few percent of its rate; one in 32 costs it a quarter of that. Longer work
+/// keeps one in eight: its events are cheap beside it, and its average follows its changes sooner.
+pub const TIMED_ONE_IN_SHORT: u64 = 32;
+/// Work shorter than this on average in a position is sampled one in `TIMED_ONE_IN_SHORT`.
+pub const SHORT_NS: u64 = 20_000;
 /// Launches of a work timed before any of it goes untimed.
 pub const MIN_MEASURED: u32 = 8;
 
@@ -48,17 +55,30 @@ pub enum Position {
     Deep,
 }
 
+/// How many positions there are (each work keeps an average for each).
+const POSITIONS: usize = 3;
+
+impl Position {
+    fn index(self) -> usize {
+        match self {
+            Position::Idle => 0,
+            Position::Behind => 1,
+            Position::Deep => 2,
+        }
+    }
+}
+
 /// What timed launches of each work were charged on average in each position, and the draw of which
 /// launch is timed.
 pub struct Costs {
-    by_work: Mutex<HashMap<(Work, Position), (u64, u32)>>,
+    by_work: Mutex<WorkMap<[(u64, u32); POSITIONS]>>,
     rng: AtomicU64,
 }
 
 impl Costs {
     pub fn new(seed: u64) -> Costs {
         Costs {
-            by_work: Mutex::new(HashMap::new()),
+            by_work: Mutex::new(WorkMap::default()),
             rng: AtomicU64::new(seed | 1),
         }
     }
@@ -69,7 +89,7 @@ impl Costs {
     /// moving average over about the last 8.
     pub fn learned(&self, work: Work, at: Position, ns: u64) {
         let mut m = self.by_work.lock().unwrap_or_else(|e| e.into_inner());
-        let e = m.entry((work, at)).or_insert((0, 0));
+        let e = &mut m.entry(work).or_insert([(0, 0); POSITIONS])[at.index()];
         e.1 = e.1.saturating_add(1);
         let n = e.1 as u64 - 1;
         if n == 0 {
@@ -81,13 +101,18 @@ impl Costs {
 
     /// Whether a launch of `work` in position `at` goes untimed, and then its charge.
     pub fn untimed(&self, work: Work, at: Position) -> Option<u64> {
-        if self.draw().is_multiple_of(TIMED_ONE_IN) {
-            return None;
-        }
-        let m = self.by_work.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&(work, at))
-            .filter(|(_, n)| *n > MIN_MEASURED)
-            .map(|(ns, _)| *ns)
+        let avg = {
+            let m = self.by_work.lock().unwrap_or_else(|e| e.into_inner());
+            m.get(&work)
+                .map(|by_position| by_position[at.index()])
+                .filter(|(_, n)| *n > MIN_MEASURED)
+                .map(|(ns, _)| ns)?
+        };
+        let one_in = match avg < SHORT_NS {
+            true => TIMED_ONE_IN_SHORT,
+            false => TIMED_ONE_IN,
+        };
+        (!self.draw().is_multiple_of(one_in)).then_some(avg)
     }
 
     /// The next draw (xorshift64*).
@@ -181,12 +206,28 @@ mod tests {
         );
         c.learned(W, I, 1000);
         let untimed = (0..10_000).filter(|_| c.untimed(W, I).is_some()).count();
-        let expected = 10_000 - 10_000 / TIMED_ONE_IN as usize;
+        let expected = 10_000 - 10_000 / TIMED_ONE_IN_SHORT as usize;
         assert!(
             (expected - 500..expected + 500).contains(&untimed),
             "{untimed}"
         );
         assert_eq!(c.untimed(W, I).or_else(|| c.untimed(W, I)), Some(1000));
+    }
+
+    // Short work (a decode step's kernels) is timed one time in 32, longer work one in eight.
+    #[test]
+    fn short_work_is_timed_more_seldom_than_long_work() {
+        let c = Costs::new(4242);
+        let long = (0x300, [8, 1, 1]);
+        for _ in 0..=MIN_MEASURED {
+            c.learned(W, I, SHORT_NS - 1);
+            c.learned(long, I, SHORT_NS);
+        }
+        let untimed = |w| (0..20_000).filter(|_| c.untimed(w, I).is_some()).count();
+        let (short, long) = (untimed(W), untimed(long));
+        let expect = |one_in: u64| 20_000 - 20_000 / one_in as usize;
+        assert!(short.abs_diff(expect(TIMED_ONE_IN_SHORT)) < 300, "{short}");
+        assert!(long.abs_diff(expect(TIMED_ONE_IN)) < 400, "{long}");
     }
 
     // Regression (fake driver, eager 4 MiB copies at 10%: 5–9% where the library before sampling gave

@@ -107,7 +107,7 @@ fn a_graph_seen_faster_than_its_kernels_sum_is_charged_by_that() {
 
 #[test]
 fn kernels_are_found_by_function_or_kernel_handle_and_opaque_graphs_are_not_summed() {
-    let mut floors = HashMap::new();
+    let mut floors = WorkMap::default();
     floors.insert((0x200, [4, 1, 1]), 3 * MS);
     let by_kern = KernelRef {
         func: 0x777,
