@@ -229,6 +229,12 @@ impl Share {
         }
     }
 
+    /// The charge's stretch and the wake's (`launch_charge::SoloBook`), for the lending (`rate::lend`).
+    fn stretches(&self) -> (u64, u64) {
+        let book = lock(&self.solo);
+        (book.stretch(), book.wake_stretch())
+    }
+
     fn area(&self) -> &ComputeArea {
         self.quota.ledger().compute()
     }
@@ -257,8 +263,7 @@ impl Share {
             if self.rate.borrowing() {
                 self.busy.refresh_every(now, lend::LEND_REFRESH_NS);
             }
-            self.rate
-                .lend(&self.busy, || lock(&self.solo).stretch(), now);
+            self.rate.lend(&self.busy, || self.stretches(), now);
         }
         // After a synchronisation (launches retired, not charged yet) the GPU may be waiting for this
         // launch: what finished is charged at the next synchronisation, before it waits (`syncing`),
@@ -314,8 +319,7 @@ impl Share {
             // The thread waits anyway: the time NVML's reading takes comes out of the nap.
             let t0 = mono_ns();
             self.busy.refresh(t0);
-            self.rate
-                .lend(&self.busy, || lock(&self.solo).stretch(), t0);
+            self.rate.lend(&self.busy, || self.stretches(), t0);
             std::thread::sleep(Duration::from_nanos(
                 nap.saturating_sub(mono_ns().saturating_sub(t0)),
             ));

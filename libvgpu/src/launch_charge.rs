@@ -182,6 +182,11 @@ pub fn charged(elapsed: u64, floor: u64) -> (u64, u64) {
 pub const STRETCH_HORIZON_NS: u64 = 64_000_000;
 /// The most contexts a stretch is read as: the bound of the discount.
 pub const MAX_SHARERS: u64 = 4;
+/// How much of this process's own solo work the wake's stretch (`wake_stretch`) is read over: its sums
+/// are halved while the solo one passes twice this (the last 4-8 ms of work, at least the last
+/// interval's), so that a neighbour slicing the GPU shows within a few ms of work where the charge's
+/// 64 ms horizon took tens of ms.
+pub const WAKE_HORIZON_NS: u64 = 4_000_000;
 
 /// The solo time of each kind of work this process launched on one device.
 #[derive(Debug, Default)]
@@ -194,6 +199,9 @@ pub struct SoloBook {
     solo: u64,
     /// How many contexts the last charge read the stretch as (for the trace).
     read_as: u64,
+    /// The same sums over `WAKE_HORIZON_NS` of work (`wake_stretch`): the lending's, never the charge's.
+    recent_stretched: u64,
+    recent_solo: u64,
 }
 
 impl SoloBook {
@@ -278,6 +286,15 @@ impl SoloBook {
     fn shared(&mut self, elapsed: u64, solo: u64, sharers: u64) -> u64 {
         self.stretched = self.stretched.saturating_add(elapsed);
         self.solo = self.solo.saturating_add(solo);
+        // One interval reads as at most two contexts (the wake asks whether a second one is there): a
+        // gap in one short interval cannot outweigh the rest of the window.
+        let capped = elapsed.min(solo.saturating_mul(2));
+        self.recent_stretched = self.recent_stretched.saturating_add(capped);
+        self.recent_solo = self.recent_solo.saturating_add(solo);
+        while self.recent_solo > 2 * WAKE_HORIZON_NS {
+            self.recent_stretched /= 2;
+            self.recent_solo /= 2;
+        }
         if self.solo > STRETCH_HORIZON_NS || self.stretched > STRETCH_HORIZON_NS * MAX_SHARERS {
             self.stretched /= 2;
             self.solo /= 2;
@@ -297,6 +314,18 @@ impl SoloBook {
     /// before the driver's bound.
     pub fn stretch(&self) -> u64 {
         sharers_of(self.stretched, self.solo)
+    }
+
+    /// How stretched this process's last few ms of work are (`WAKE_HORIZON_NS` to twice that of solo
+    /// work), in thousandths of a context as `stretch`, each interval read as at most two; one until
+    /// that much work was measured. One short interval stretched by a gap (the host's time, a
+    /// synchronisation) moves it by at most its own work's part of the window.
+    /// What the elastic share's wake reads (`compute::lend`); the charge keeps `stretch`.
+    pub fn wake_stretch(&self) -> u64 {
+        if self.recent_solo < WAKE_HORIZON_NS {
+            return CONTEXT;
+        }
+        sharers_of(self.recent_stretched, self.recent_solo)
     }
 
     /// How many busy contexts the last charge read its stretch as, in thousandths (one to `MAX_SHARERS`

@@ -602,8 +602,8 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
          * NODES nodes one after the other: kernel nodes of the loaded kernel (`module` first; the same
          * function and grid `launch` and `work` use), else empty nodes (each one kernel's time in the
          * fake); graph-work-memset: each of those nodes after a 4-byte memset node, as cuBLAS captures a
-         * matmul. Prints launches, seconds taken, and the longest a single launch call took (ms: how
-         * long a throttle held the thread back at once). */
+         * matmul. Prints launches, seconds taken, the longest a single launch call took (ms: how
+         * long a throttle held the thread back at once) and when the loop started (CLOCK_MONOTONIC ms). */
         int g = op[0] == 'g', with_memset = g && strlen(op) > strlen("graph-work");
         double secs = atof(ARG(1));
         int nodes = g ? atoi(ARG(2)) : 1; used = g ? 3 : 2;
@@ -651,7 +651,8 @@ static int run_op(int argc, char **argv, int i, int *required_failed) {
             if (rc == CUDA_SUCCESS && ++k % 16 == 0) rc = CALL(cuStreamSynchronize, stream);
         }
         if (rc == CUDA_SUCCESS) rc = CALL(cuStreamSynchronize, stream);
-        printf(" launched=%ld seconds=%.3f longest_launch_ms=%.1f", k, now() - t0, longest * 1e3);
+        printf(" launched=%ld seconds=%.3f longest_launch_ms=%.1f started_ms=%.0f", k, now() - t0, longest * 1e3,
+               t0 * 1e3);
         if (ex) CALL(cuGraphExecDestroy, ex);
         if (gr) CALL(cuGraphDestroy, gr);
         if (word) CALL(cuMemFree, word);

@@ -121,6 +121,32 @@ check "a borrower (a floor of 30 alone at the whole GPU) went back to its floor 
     awk -v b="${back:-99999}" 'BEGIN { exit !(b <= 300) }'
 between "  ... so the 70 got ~70% over its 2.5 s" "$(share "$out")" 55 78
 
+# --- taken back within 100 ms: the median of several wakes ---------------------------------------------------
+# NVML's samples come as an H200's do for the library (FAKE_NVML_SAMPLE_MS: every 400 ms; it answered every
+# 200 ms with every other query empty), so NVML alone gives the floor back 0-400 ms late; the borrower's own
+# work, stretched by the neighbour's slices, answers first (docs/libvgpu.md, the elastic share). Kernels of
+# 0.5 ms in 0.25 ms slices: every timed launch of the borrower's sees the neighbour's slices, as on the
+# H200. Each trial: the 30 alone as a borrower, the 70 wakes at a random phase of NVML's samples; the time
+# from the 70's first launch (its loop's start, CLOCK_MONOTONIC) to the 30's log dating its floor.
+# (With the 64 ms stretch of the charge alone, before: medians of 129 and 133 ms, worst 311 and 545 ms.)
+backs=()
+for i in 1 2 3 4 5 6 7; do
+    FAKE_NVML_SAMPLE_MS=400 FAKE_CUDA_KERNEL_US=500 FAKE_CUDA_TIMESLICE_US=250 LIBCUDA_LOG_LEVEL=3 \
+        tenant "$WORK/w${i}b" 30 "" "$RT" module work 2.2 >"$WORK/w${i}b.out" &
+    b=$!
+    sleep "1.$((RANDOM % 400 + 100))"
+    out=$(FAKE_NVML_SAMPLE_MS=400 FAKE_CUDA_KERNEL_US=500 FAKE_CUDA_TIMESLICE_US=250 \
+        tenant "$WORK/w${i}a" 70 "" "$RT" module work 0.5)
+    wait $b
+    started=$(field started_ms "$out")
+    back=$(awk -v s="${started:-0}" '/compute share: entitled 30% \(was / {
+        for (i = 1; i <= NF; i++) if ($i == "at") { t = $(i + 1); if (t >= s) { print t - s; exit } } }' "$WORK/w${i}b.out")
+    backs+=("${back:-99999}")
+done
+read -r p50 worst < <(printf '%s\n' "${backs[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)], v[NR] }')
+check "a waking floor has its time back within 100 ms at the median of 7 wakes, 200 ms at worst (${backs[*]} ms; median $p50, worst $worst)" \
+    awk -v m="$p50" -v w="$worst" 'BEGIN { exit !(m <= 100 && w <= 200) }'
+
 # --- through the OCI side -----------------------------------------------------------------------------------
 oci_setup
 # share_bundle CMD...: a container with the fake GPU, its kernel time and time slicing; its context holds

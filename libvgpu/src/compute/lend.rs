@@ -13,11 +13,17 @@
 //! - a neighbour busy while it was alone: the floor at once, nothing lent. NVML's samples of a waking
 //!   neighbour come late (every 200 ms on an H200, every other query empty: a floor waited 435 ms at
 //!   the median for its time back), so the GPU's own timing answers first: while alone, the borrower's
-//!   own work reading as stretched `WAKE_STRETCH` past what it read as when NVML last found it alone
-//!   (another context took GPU time between its kernels: `launch_charge::SoloBook::stretch`) gives the
-//!   floor back at once (`stretched`), and NVML's readings decide from there as after any wake (quiet
-//!   for `ALONE_AFTER_NS`: alone again). A tenant that stretches its own work harms only its own
-//!   borrowing; one whose streams stretch each other alone reads as stretched at its baseline;
+//!   last few ms of measured work (`launch_charge::SoloBook::wake_stretch`: `Σ elapsed / Σ solo` over
+//!   4-8 ms of its work, where the charge's `stretch` sums ~64 ms and took tens of ms of sliced work to
+//!   move) reading as stretched `WAKE_STRETCH` past what its 64 ms stretch read when NVML last found it
+//!   alone (another context took GPU time between its kernels) gives the floor back at once
+//!   (`stretched`), and NVML's readings decide from there as after any wake (quiet for
+//!   `ALONE_AFTER_NS`: alone again). False wakes are bounded: a saturated GPU's lower clock reads ~0.15
+//!   (under the bar); one whose streams stretch each other alone reads as stretched at its baseline; a
+//!   gap in one interval moves the window by that interval's part of it at most (each interval reads as
+//!   two contexts at most). A false wake only lowers the tenant's own entitlement to its request (never
+//!   below, nobody else's) until NVML's quiet second gives the GPU back, and a wake then needs
+//!   `WAKE_STRETCH` past the false one (`false_wake`): three false wakes at most in a process's life;
 //! - every `STEP_NS` while others are busy, on the figures smoothed over `SMOOTH_NS` (a paced tenant's
 //!   use comes in bursts): where more than `SATURATED_BELOW` of the GPU is idle and the tenant wants more
 //!   (its bucket held it back since the last step), it is lent `request × (idle − margin)` more (so the
@@ -49,10 +55,10 @@ pub const SMOOTH_NS: u64 = 1_000_000_000;
 /// borrower's time, only while it borrows).
 pub const LEND_REFRESH_NS: u64 = 200_000_000;
 
-/// How far past its stretch when last found alone (thousandths of a context) a tenant's own work must
-/// read as stretched for the GPU's timing to give its floor back before NVML shows the neighbour: a
-/// second context slicing the GPU stretches it by up to one context, a saturated GPU's lower clock by
-/// ~0.15.
+/// How far past its stretch when last found alone (thousandths of a context) a tenant's last few ms of
+/// work must read as stretched for the GPU's timing to give its floor back before NVML shows the
+/// neighbour (and past a false wake's stretch): a second context slicing the GPU stretches it by up to
+/// one context, a saturated GPU's lower clock by ~0.15.
 pub const WAKE_STRETCH: u64 = 300;
 
 const PPM: u64 = 1_000_000;
@@ -77,6 +83,11 @@ pub struct Lending {
     /// This tenant's own stretch (`launch_charge::CONTEXT` thousandths) when NVML last found it alone:
     /// the baseline `stretched` compares with.
     pub alone_stretch: u64,
+    /// The wake stretch that gave the floor back, until NVML shows a neighbour (0: none, or confirmed).
+    pub woke_by: u64,
+    /// The highest wake stretch whose wake NVML never confirmed (0: none): a wake needs `WAKE_STRETCH`
+    /// more from then on.
+    pub false_wake: u64,
 }
 
 impl Lending {
@@ -90,6 +101,8 @@ impl Lending {
         own: 0.0,
         read_at: 0,
         alone_stretch: CONTEXT,
+        woke_by: 0,
+        false_wake: 0,
     };
 
     /// The entitlement, ppm: the limit alone, else the request and what is lent, at most the limit.
@@ -101,11 +114,14 @@ impl Lending {
         }
     }
 
-    /// The state after this tenant's own work read as `stretch` contexts (thousandths) at `now`: while
-    /// alone, `WAKE_STRETCH` past its baseline gives the floor back at once, as a neighbour's NVML
-    /// samples would later.
+    /// The state after this tenant's last few ms of work read as `stretch` contexts (thousandths,
+    /// `launch_charge::SoloBook::wake_stretch`) at `now`: while alone, `WAKE_STRETCH` past its baseline
+    /// (and past any wake NVML did not confirm) gives the floor back at once, as a neighbour's NVML
+    /// samples would later. Only ever down to the request, nothing lent: the tenant's own entitlement.
     pub fn stretched(self, stretch: u64, now: u64) -> Lending {
-        if !self.alone || stretch < self.alone_stretch.max(CONTEXT) + WAKE_STRETCH {
+        let bar = (self.alone_stretch.max(CONTEXT) + WAKE_STRETCH)
+            .max(self.false_wake.saturating_add(WAKE_STRETCH));
+        if !self.alone || stretch < bar {
             return self;
         }
         Lending {
@@ -113,11 +129,13 @@ impl Lending {
             lent: 0,
             stepped_at: now,
             quiet_since: 0,
+            woke_by: stretch,
             ..self
         }
     }
 
-    /// NVML's reading found this tenant alone while its own work read as `stretch`: the baseline.
+    /// NVML's reading found this tenant alone while its work read as `stretch` (the charge's horizon,
+    /// `launch_charge::SoloBook::stretch`: steadier than the wake's): the baseline.
     pub fn seen_alone(self, stretch: u64) -> Lending {
         match self.alone {
             true => Lending {
@@ -148,6 +166,8 @@ impl Lending {
             others: self.others + a * (f64::from(others) - self.others),
             own: self.own + a * (f64::from(own) - self.own),
             read_at: now.max(1),
+            // NVML shows the neighbour the stretch woke for: a true wake.
+            woke_by: if others < IDLE_BELOW { self.woke_by } else { 0 },
             ..self
         };
         if others < IDLE_BELOW {
@@ -157,10 +177,14 @@ impl Lending {
                 self.quiet_since
             };
             if self.alone || now.saturating_sub(since) >= ALONE_AFTER_NS {
+                // Alone again without NVML ever showing a neighbour: the stretch woke it falsely, and
+                // only a larger one wakes it from now on.
                 return Lending {
                     alone: true,
                     lent: 0,
                     stepped_at: now,
+                    woke_by: 0,
+                    false_wake: l.false_wake.max(l.woke_by),
                     ..l
                 };
             }

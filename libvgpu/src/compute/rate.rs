@@ -104,10 +104,12 @@ impl Rate {
     }
 
     /// Steps the lending on NVML's reading (`busy::Busy::loads`) when there is a new one, and while it
-    /// borrows on its own work's `stretch`, read when needed (`lend::Lending::stretched`, thousandths of a context): one
-    /// load when there is nothing new and it borrows nothing, or when the share lends nothing.
+    /// borrows on its own work's stretch, read when needed: `stretch` gives the charge's (64 ms, the
+    /// baseline when NVML finds it alone, `lend::Lending::seen_alone`) and the wake's (its last few ms,
+    /// `lend::Lending::stretched`), thousandths of a context. One load when there is nothing new and it
+    /// borrows nothing, or when the share lends nothing.
     #[inline]
-    pub fn lend(&self, busy: &Busy, stretch: impl FnOnce() -> u64, now: u64) {
+    pub fn lend(&self, busy: &Busy, stretch: impl FnOnce() -> (u64, u64), now: u64) {
         if !self.elastic() {
             return;
         }
@@ -117,7 +119,7 @@ impl Rate {
             return;
         }
         // Read only here: an elastic share at its floor with no new reading takes no lock a launch.
-        let stretch = stretch();
+        let (stretch, wake) = stretch();
         let (request, limit) = (self.request.load(Relaxed), self.limit.load(Relaxed));
         let mut l = lock(&self.lending);
         let before = l.entitled(request, limit);
@@ -125,7 +127,7 @@ impl Rate {
         let wants = held_at != 0 && now.saturating_sub(held_at) < lend::STEP_NS;
         // The stretch first: a reading that does not show the neighbour yet must not make its stretch
         // the baseline.
-        let woke = l.stretched(stretch, now);
+        let woke = l.stretched(wake, now);
         let why = match woke.alone != l.alone {
             true => "its own work's stretch",
             false => "NVML",
@@ -143,12 +145,14 @@ impl Rate {
             // CLOCK_MONOTONIC ms: the elastic suite dates the reclaim by it.
             log::debug(format_args!(
                 "compute share: entitled {}% (was {}%) at {} ms: others {others}%, own {own}%, own \
-                 work stretched {}.{:03} contexts (by {why})",
+                 work stretched {}.{:03} contexts, its last ms {}.{:03} (by {why})",
                 after / (PPM / 100),
                 before / (PPM / 100),
                 now / 1_000_000,
                 stretch / 1000,
-                stretch % 1000
+                stretch % 1000,
+                wake / 1000,
+                wake % 1000
             ));
         }
     }

@@ -358,3 +358,41 @@ fn a_group_is_charged_as_its_members_would_be() {
     assert!(c >= 40 * MS, "{c}");
     assert_eq!(m.floor(v), Some(MS), "a mixed group teaches no floor");
 }
+
+// The wake's stretch (`compute::lend`) reads the last few ms of work: a neighbour's slices show there
+// within one interval where the charge's 64 ms horizon takes tens of ms, and one interval stretched by a
+// gap (a synchronisation, the host's time) reads as at most two contexts of its own work.
+#[test]
+fn the_wake_stretch_reads_the_last_few_ms_of_work_and_the_charge_keeps_its_horizon() {
+    let mut b = SoloBook::default();
+    let w = (K.func, K.grid);
+    for _ in 0..64 {
+        b.charge_telling(w, MS, None, CONTEXT);
+    }
+    assert_eq!(
+        (b.stretch(), b.wake_stretch()),
+        (CONTEXT, CONTEXT),
+        "alone: one context"
+    );
+    // A neighbour slices the GPU: 5 ms of work now takes twice as long (each launch charged its solo
+    // time x 9/8, so a stretch of 1.78 at most): past the lending's bar (1.3) within those 5 ms.
+    for _ in 0..5 {
+        b.charge_telling(w, 2 * MS, None, CONTEXT);
+    }
+    assert!(b.wake_stretch() >= 1400, "the wake's: {}", b.wake_stretch());
+    assert!(b.stretch() < 1300, "the charge's, 64 ms: {}", b.stretch());
+    // Back alone: the wake's stretch follows within a few ms of work.
+    for _ in 0..12 {
+        b.charge_telling(w, MS, None, CONTEXT);
+    }
+    assert!(b.wake_stretch() < 1100, "{}", b.wake_stretch());
+    // One interval 50 ms long for 1 ms of work (a gap in it) reads as two contexts of its own work at
+    // most: with the rest of the window (4 ms at least), under the lending's bar (1.3).
+    b.charge_telling(w, 50 * MS, None, CONTEXT);
+    assert!(b.wake_stretch() < 1300, "{}", b.wake_stretch());
+    // Too little work measured yet: one context.
+    let mut n = SoloBook::default();
+    n.charge_telling(w, MS, None, CONTEXT);
+    n.charge_telling(w, 4 * MS, None, CONTEXT);
+    assert_eq!(n.wake_stretch(), CONTEXT, "under WAKE_HORIZON_NS of work");
+}

@@ -543,6 +543,7 @@ fn nvmlDeviceGetGraphicsRunningProcesses_v3(dev: Device, count: *mut c_uint, _in
 // that its work ran (`busy`), else 0; none: NOT_FOUND, as the real NVML answers when it has no sample.
 fn nvmlDeviceGetProcessUtilization(dev: Device, samples: *mut ProcessUtilization, count: *mut c_uint, _last_seen: u64) {
     let i = index(dev)?;
+    if utilisation::no_new_sample(i, fake_gpu::monotonic_ns()) { if !count.is_null() { *count = 0; } return Err(NOT_FOUND); }
     let mut procs: Vec<(u32, c_uint)> = busy(i)?.into_iter().map(|(p, pct)| (p, pct as c_uint)).collect();
     for (pid, _) in processes(i)? {
         if !procs.iter().any(|p| p.0 == pid) { procs.push((pid, 0)); }

@@ -244,3 +244,65 @@ fn the_baseline_is_its_own_stretch_alone_so_streams_that_stretch_each_other_keep
     assert_eq!(shared.seen_alone(2500).alone_stretch, CONTEXT);
     assert_eq!(shared.stretched(5000, 110 * MS), shared);
 }
+
+// A false wake (the stretch woke it, NVML never showed a neighbour) costs the tenant its own borrowing
+// until NVML's quiet second gives the GPU back: its entitlement goes to its request, never below, and
+// nobody else's changes. The same stretch does not wake it again: a wake then needs `WAKE_STRETCH` more
+// than the false one, so one process wakes falsely at most three times in its life.
+#[test]
+fn a_false_wake_costs_only_its_own_borrowing_for_a_second_and_raises_the_bar() {
+    let (r, lim) = (30 * P, 100 * P);
+    let l = Lending::START
+        .step(r, lim, (0, 90), true, 100 * MS)
+        .seen_alone(CONTEXT);
+    let woke = l.stretched(1400, 110 * MS);
+    assert_eq!(woke.entitled(r, lim), r, "down to its request, not below");
+    assert_eq!(woke.woke_by, 1400);
+    // NVML shows nobody for a second: alone again, and the false wake remembered.
+    let q = woke.step(r, lim, (0, 90), true, 200 * MS);
+    let back = q.step(r, lim, (0, 90), true, 200 * MS + ALONE_AFTER_NS);
+    assert_eq!(
+        back.entitled(r, lim),
+        lim,
+        "the GPU back after NVML's quiet second"
+    );
+    assert_eq!((back.woke_by, back.false_wake), (0, 1400));
+    let back = back.seen_alone(CONTEXT);
+    assert!(
+        back.stretched(1400, 1300 * MS).alone,
+        "the same stretch: no wake"
+    );
+    assert!(back.stretched(1400 + WAKE_STRETCH - 1, 1300 * MS).alone);
+    assert!(
+        !back.stretched(1400 + WAKE_STRETCH, 1300 * MS).alone,
+        "a larger one still wakes it"
+    );
+    // Falsely woken each time at the least stretch that wakes it: the wake's stretch reads two contexts
+    // at most (`launch_charge::SoloBook::wake_stretch`), so after three nothing wakes it but NVML.
+    let (mut s, mut wakes, mut t) = (Lending::START.seen_alone(CONTEXT), 0, 1300 * MS);
+    for stretch in (CONTEXT..=2 * CONTEXT).step_by(10) {
+        let w = s.stretched(stretch, t);
+        if w.alone {
+            continue;
+        }
+        s = w.step(r, lim, (0, 90), true, t + MS).step(
+            r,
+            lim,
+            (0, 90),
+            true,
+            t + MS + ALONE_AFTER_NS,
+        );
+        assert!(s.alone);
+        wakes += 1;
+        t += 2 * ALONE_AFTER_NS;
+    }
+    assert_eq!(wakes, 3, "false wakes at 1.3, 1.6 and 1.9 contexts");
+    // A wake NVML confirms is no false one.
+    let w = back.stretched(2500, 1400 * MS);
+    let c = w.step(r, lim, (40, 60), true, 1500 * MS);
+    assert_eq!(
+        (c.woke_by, c.false_wake),
+        (0, 1400),
+        "confirmed: the bar stays"
+    );
+}
