@@ -50,6 +50,7 @@ mod flight;
 use flight::{Grouping, InFlight};
 use sample::Position;
 use timer::{Begun, Timer};
+mod gate;
 mod graphs;
 mod lend;
 mod meter;
