@@ -173,10 +173,14 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static void CUDA_CB nothing(void *data) { (void)data; }
+
 static CUresult unit_ms(const char *mode, CUgraphExec ex, int x, float *ms) {
     CUevent a, b;
     TRY(cuEventCreate(&a, 0));
     TRY(cuEventCreate(&b, 0));
+    /* CLIENT_GATE=1: an empty host function first, as the compute share's gate (libvgpu compute/gate.rs) */
+    if (getenv("CLIENT_GATE")) TRY(cuLaunchHostFunc(stream, nothing, NULL));
     TRY(cuEventRecord(a, stream));
     TRY(launch_one(mode, ex, x));
     TRY(cuEventRecord(b, stream));

@@ -3,13 +3,13 @@
 //! stream before the start event.
 //!
 //! Why: on an idle stream the GPU reaches a start event as soon as it is submitted, before the host has
-//! even called the launch after it; the driver builds the launch and rings the GPU's doorbell at the end of
-//! its call, so the interval (start → end) took in the host's whole time to submit the launch. On an H200
+//! even called the launch after it, and the driver hands a launch to the GPU late in its call, so the
+//! interval (start → end) took in the host's time to submit the launch. On an H200
 //! (driver 580, batch-1 decode, eager: kernels of ~2.9 µs, the GPU idle between launches) such intervals
 //! read 7.5–8.3 µs, and the untimed launches (87%), charged their position's average, were charged about
 //! the program's wall time. A host function holds the stream until the driver's thread has run it and
-//! let the stream go on (a round trip through the host: tens of microseconds on a GPU, more than a launch
-//! takes to submit), so the start event completes after the launch was submitted and just before its kernel
+//! let the stream go on (a round trip through the host, its thread woken and the GPU told: expected to take
+//! longer than a launch takes to submit, not measured on a GPU yet), so the start event completes after the launch was submitted and just before its kernel
 //! starts, as a start chained on a previous launch's end does.
 //!
 //! Why no program can steer it: the interval is still from an event queued on the stream *before* the

@@ -72,9 +72,9 @@ pub fn read_cost() {
 }
 
 /// What a kernel launch costs its caller before its kernel reaches the queue (FAKE_CUDA_LAUNCH_HOST_US,
-/// microseconds), spent spinning: a real driver builds the launch and rings the GPU's doorbell at the end
-/// of the call, so on an idle GPU the kernel starts about when the call returns (Nsight Systems shows it
-/// so), and an event recorded on the stream before the call completes that much before the kernel starts.
+/// microseconds), spent spinning: a driver builds the launch and hands it to the GPU late in the call (an
+/// H200's idle-stream intervals held ~5 µs besides a ~2.9 µs kernel, about a launch call's own host time),
+/// so an event recorded on an idle stream before the call completes that much before the kernel starts.
 pub fn launch_cost() {
     static NS: OnceLock<u64> = OnceLock::new();
     spin(*NS.get_or_init(|| env_us("FAKE_CUDA_LAUNCH_HOST_US")));
