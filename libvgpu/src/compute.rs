@@ -509,7 +509,7 @@ pub fn throttled(
         Err(drawn) => drawn,
     };
     let floor = floor_of();
-    let begun = share.timer.begin(ctx, stream, floor);
+    let begun = share.timer.begin(ctx, stream, floor, drawn.is_some());
     let queued_at = mono_ns();
     let (r, driver) = trace::timed(entered, launch);
     if r == CUDA_SUCCESS {

@@ -58,8 +58,16 @@ impl Timer {
 
     /// Gets a launch's events and records its start, unless it is timed from the end of the launch before
     /// it on its stream, still in flight, or joins an open group there (`Flights::plan`; `floor` as
-    /// there); None when events cannot be had (the launch then goes unmeasured).
-    pub fn begin(&self, ctx: usize, stream: CUstream, floor: Option<u64>) -> Option<Begun> {
+    /// there); None when events cannot be had (the launch then goes unmeasured). `teaches`: what it is
+    /// charged teaches its position's average (`InFlight::drawn`): its own start waits behind a `gate`
+    /// on an idle stream.
+    pub fn begin(
+        &self,
+        ctx: usize,
+        stream: CUstream,
+        floor: Option<u64>,
+        teaches: bool,
+    ) -> Option<Begun> {
         let mut plan = lock(&self.flights).plan(ctx, stream as usize, floor);
         if plan.grouping == Grouping::Joins {
             let g = plan.chained.unwrap_or(std::ptr::null_mut());
@@ -90,9 +98,9 @@ impl Timer {
             self.unplanned(ctx, plan, Some(start), None);
             return None;
         };
-        // A start of its own on an idle stream: the gate first, so that the GPU reaches the start when
-        // the launch was submitted, not before (`gate`).
-        if plan.chained.is_none() {
+        // A start of its own on an idle stream, for a launch whose charge the untimed ones are charged:
+        // the gate first, so that the GPU reaches the start when the launch was submitted (`gate`).
+        if teaches && plan.chained.is_none() {
             gate(stream);
         }
         if plan.chained.is_none() && event_record(start, stream) != CUDA_SUCCESS {

@@ -8,9 +8,10 @@
 //! driver's record does; `FAKE_CUDA_EVENT_READ_US` the same for each `cuEventQuery` and
 //! `cuEventElapsedTime`. `FAKE_CUDA_LAUNCH_HOST_US` makes each kernel launch spend that much of its
 //! caller's time before its kernel is queued (the host's time to submit it: an event recorded before the
-//! launch on an idle stream completes that much before the kernel starts). `FAKE_CUDA_EVENT_GPU_US` makes an event recorded behind queued work cost the
-//! GPU that much time before the work queued after it (an H100 kept 87% of a loop of 2048² matmuls
-//! with a timing event after each).
+//! launch on an idle stream completes that much before the kernel starts). `FAKE_CUDA_EVENT_GPU_US` makes
+//! an event recorded behind queued work cost the GPU that much time before the work queued after it (an
+//! H100 kept 87% of a loop of 2048² matmuls with a timing event after each). `FAKE_CUDA_HOSTFUNC_US`:
+//! what a host function holds its stream (`host_func`).
 //!
 //! `FAKE_CUDA_BYTES_PER_US` gives memsets and copies a time too (their bytes at that rate), queued as
 //! kernels are; a launch whose block is `y` threads high takes `y` kernels' time (see `api_module`).
