@@ -50,6 +50,7 @@ mod flight;
 use flight::{Grouping, InFlight};
 use sample::Position;
 use timer::{Begun, Timer};
+mod gate;
 mod graphs;
 mod lend;
 mod meter;
@@ -512,7 +513,7 @@ pub fn throttled(
         Err(drawn) => drawn,
     };
     let floor = floor_of();
-    let begun = share.timer.begin(ctx, stream, floor);
+    let begun = share.timer.begin(ctx, stream, floor, drawn.is_some());
     let queued_at = mono_ns();
     let (r, driver) = trace::timed(entered, launch);
     if r == CUDA_SUCCESS {

@@ -62,13 +62,18 @@
  *              the primary context and end with cuDevicePrimaryCtxReset (what cudaDeviceReset does;
  *              the primary context is then retained again), the odd ones in a context of cuCtxCreate
  *              that cuCtxDestroy ends. Also prints "phase_ms=A,B,..." (the wall time of each phase's
- *              first 64 launches, synchronised: the cost of a launch after a reset against before) */
+ *              first 64 launches, synchronised: the cost of a launch after a reset against before)
+ * CLIENT_DELAY_US=PERIOD:SPIN (any mode): a SIGALRM every PERIOD us whose handler spins SPIN us, so the
+ * launching thread is held up at random points, inside the interposer and the driver's calls too: a
+ * tenant that delays its own thread around its launches to make them read short */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -168,15 +173,32 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static void CUDA_CB nothing(void *data) { (void)data; }
+
+/* CLIENT_GATE=1: an empty host function first, as the compute share's gate (libvgpu compute/gate.rs).
+ * CLIENT_SAMPLES=N: the median of N such pairs, each on the idle stream (default 1). */
 static CUresult unit_ms(const char *mode, CUgraphExec ex, int x, float *ms) {
     CUevent a, b;
     TRY(cuEventCreate(&a, 0));
     TRY(cuEventCreate(&b, 0));
-    TRY(cuEventRecord(a, stream));
-    TRY(launch_one(mode, ex, x));
-    TRY(cuEventRecord(b, stream));
-    TRY(cuEventSynchronize(b));
-    TRY(cuEventElapsedTime(ms, a, b));
+    int n = getenv("CLIENT_SAMPLES") ? atoi(getenv("CLIENT_SAMPLES")) : 1;
+    int gate = getenv("CLIENT_GATE") && !strcmp(getenv("CLIENT_GATE"), "1");
+    if (n < 1) n = 1;
+    double *got = calloc((size_t)n, sizeof *got);
+    if (!got) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < n; i++) {
+        float one;
+        if (gate) TRY(cuLaunchHostFunc(stream, nothing, NULL));
+        TRY(cuEventRecord(a, stream));
+        TRY(launch_one(mode, ex, x));
+        TRY(cuEventRecord(b, stream));
+        TRY(cuEventSynchronize(b));
+        TRY(cuEventElapsedTime(&one, a, b));
+        got[i] = one;
+    }
+    qsort(got, (size_t)n, sizeof got[0], cmp_double);
+    *ms = (float)got[n / 2];
+    free(got);
     cuEventDestroy(a);
     cuEventDestroy(b);
     return CUDA_SUCCESS;
@@ -482,11 +504,34 @@ static CUresult run(const char *mode, double secs, const char *arg, long *launch
     return CUDA_SUCCESS;
 }
 
+static double delay_spin;
+
+static void delayed(int sig) {
+    (void)sig;
+    for (double t0 = now(); now() - t0 < delay_spin;) {
+    }
+}
+
+/* CLIENT_DELAY_US=PERIOD:SPIN: see the top. */
+static void delay_thread(void) {
+    const char *v = getenv("CLIENT_DELAY_US");
+    double period, spin;
+    if (!v || sscanf(v, "%lf:%lf", &period, &spin) != 2 || period <= 0) return;
+    delay_spin = spin / 1e6;
+    struct sigaction sa = {0};
+    sa.sa_handler = delayed;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, (long)period}, {0, (long)period}};
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: compute_client MODE SECONDS [ARG]\n");
         return 2;
     }
+    delay_thread();
     long launched = 0;
     double took = 0;
     float unit = 0;

@@ -439,6 +439,27 @@ between "  ... the same kind of loop (2 ms kernels, 3 ms host work after each) a
 n=$(bucket "$WORK/lb2" launches) c=$(bucket "$WORK/lb2" charged_ns)
 check "  ... each launch charged its 2 ms kernel, not the host's time between launches ($((c / (n > 0 ? n : 1) / 1000)) us a launch)" \
     awk -v c="$c" -v n="$n" 'BEGIN { exit !(n > 0 && c / n >= 1.98e6 && c / n <= 2.012e6) }'
+# A launch-bound loop, the GPU idle at each launch (issue 41): 200 us kernels each followed by 3 ms of host
+# work, the driver spending 50 us of the host's time on each launch before its kernel is queued
+# (FAKE_CUDA_LAUNCH_HOST_US; a driver hands the launch to the GPU late in its call). A start event of its
+# own, recorded before the launch on the idle stream, completed at once: each timed interval held the host's
+# submit time, and the untimed launches were charged their average: 250.7 us a launch (an H200's batch-1
+# decode loop: 7.5-8.3 us for kernels of ~2.9). Now a host function on the stream holds the start event of
+# a launch that teaches the average back until the launch is submitted (compute/gate.rs; its round trip
+# FAKE_CUDA_HOSTFUNC_US): each launch is charged its kernel's 200 us, but for the first after each
+# synchronisation (one in 16 here, always timed, not gated: 250): 203-205 us.
+gt=(FAKE_CUDA_KERNEL_US=200 FAKE_CUDA_LAUNCH_HOST_US=50 FAKE_CUDA_HOSTFUNC_US=500)
+out=$(export "${gt[@]}"; vg "$WORK/gt1" 10 "$CC" gap $SECS 3000)
+n=$(bucket "$WORK/gt1" launches) c=$(bucket "$WORK/gt1" charged_ns)
+check "a launch-bound loop of 200 us kernels, 50 us of the host's time to submit each, at 10%: each launch charged its kernel's 200 us within 10% ($((c / (n > 0 ? n : 1) / 1000)) us a launch over $n; the library before: 250.7)" \
+    awk -v c="$c" -v n="$n" 'BEGIN { exit !(n > 300 && c / n >= 196e3 && c / n <= 220e3) }'
+# ... and a tenant that holds its launching thread up at random points (a SIGALRM every 700 us whose
+# handler spins 300 us: inside the library, inside the driver's launch, after it) only lengthens its
+# intervals: never charged less than its kernels' time.
+out=$(export "${gt[@]}"; CLIENT_DELAY_US=700:300 vg "$WORK/gt2" 10 "$CC" gap $SECS 3000)
+n=$(bucket "$WORK/gt2" launches) c=$(bucket "$WORK/gt2" charged_ns)
+check "  ... its launching thread held up 300 us every 700 us by a signal handler: still charged at least its kernels' 200 us ($((c / (n > 0 ? n : 1) / 1000)) us a launch over $n)" \
+    awk -v c="$c" -v n="$n" 'BEGIN { exit !(n > 300 && c / n >= 196e3) }'
 # Charging a step's launches must not keep the GPU waiting for the CPU: each event read costs 200 us here
 # (FAKE_CUDA_EVENT_READ_US). Steps of 16 x 2 ms kernels and a synchronisation, 15 ms of host work between
 # steps, under 90% in a 2 s window (never held back). The library before charged a step's launches after

@@ -368,5 +368,25 @@ check "managed faults: a kernel back on device 0 brings it home" \
 out=$("${faults[@]}" "$RT" device 0 '!managed' 800Mi device 1 '!module' '!launch' 1 info 2>&1)
 check "managed faults: unset, a launch moves nothing" "$(free_of "$out" 1)" "$((4 * GiB))"
 
+# ---- a launch's host submit time, and a host function's round trip (issue 41) ----
+# compute_client's unit_ms: events recorded just before and after one launch on an idle stream. 200 us
+# kernels: the interval is the kernel's; with 100 us of the host's time to submit the launch
+# (FAKE_CUDA_LAUNCH_HOST_US) it holds that too; behind an empty host function whose round trip (2 ms)
+# outlasts the submit time (CLIENT_GATE=1, FAKE_CUDA_HOSTFUNC_US), the start completes when the launch is
+# submitted: the kernel's again. With a queue per stream too. The client's own time between its calls
+# adds a little on a loaded machine: within [want, want + 40 us).
+unit_us() { env FAKE_CUDA_KERNEL_US=200 FAKE_CUDA_STATE_DIR=$work/gate "$@" "$TD/clients/compute_client" plain 0 2>&1 |
+    sed -n 's/.*unit_ms=\([0-9.]*\).*/\1/p' | awk '{ printf "%d", $1 * 1000 }'; }
+# near US WANT: "WANT" when US is in [WANT, WANT + 40), else US.
+near() { if [ -n "$1" ] && [ "$1" -ge "$2" ] && [ "$1" -lt $(($2 + 40)) ]; then echo "$2"; else echo "${1:-none}"; fi; }
+mkdir -p "$work/gate"
+check "an event pair around a 200 us launch on an idle stream reads the kernel (us)" "$(near "$(unit_us)" 200)" 200
+check "  ... with 100 us of host time to submit it (FAKE_CUDA_LAUNCH_HOST_US), the kernel and the submit time" \
+    "$(near "$(unit_us FAKE_CUDA_LAUNCH_HOST_US=100)" 300)" 300
+check "  ... behind a host function whose round trip is 2 ms (FAKE_CUDA_HOSTFUNC_US), the kernel again" \
+    "$(near "$(unit_us FAKE_CUDA_LAUNCH_HOST_US=100 FAKE_CUDA_HOSTFUNC_US=2000 CLIENT_GATE=1)" 200)" 200
+check "  ... and so with a queue per stream (FAKE_CUDA_STREAM_QUEUES=1)" \
+    "$(near "$(unit_us FAKE_CUDA_LAUNCH_HOST_US=100 FAKE_CUDA_HOSTFUNC_US=2000 CLIENT_GATE=1 FAKE_CUDA_STREAM_QUEUES=1)" 200)" 200
+
 echo "fake-driver: $pass passed, $fail failed"
 ((fail == 0))

@@ -5,8 +5,9 @@
 //! `MIN_MEASURED` times after its first is timed one time in `TIMED_ONE_IN`, at random; the others are
 //! charged at once what that work's timed launches in the same position were charged on average
 //! (`Costs`), and cost no event. The positions (`Position`):
-//! - `Idle`: nothing of the launch's stream in flight. Timed, it needs a start event of its own, which
-//!   the GPU may reach before the launch does: its time then includes the host's time to queue it.
+//! - `Idle`: nothing of the launch's stream in flight. Timed, it needs a start event of its own, held
+//!   back on an idle stream until the launch is submitted (`gate`); without the gate the GPU reached it
+//!   before the launch, and its time included the host's time to submit it.
 //! - `Behind`: its stream's one launch in flight is the oldest of the share's (the queue is shallow: the
 //!   GPU keeps up). Timed, it is timed from that launch's end, or from a start of its own when an untimed
 //!   launch came between (`flight::Flights::skipped`).

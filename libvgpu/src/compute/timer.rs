@@ -1,5 +1,6 @@
 //! The driver's side of the launches in flight: a launch's events, got from the spare ones or made in
-//! its stream's context, recorded at its start (unless chained or grouped, `Flights::plan`), at its end,
+//! its stream's context, recorded at its start (unless chained or grouped, `Flights::plan`; on an idle
+//! stream behind a `gate`), at its end,
 //! and when a group closes; given back for reuse once the launch is charged.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +10,7 @@ use super::events::{
     capturing, elapsed_ns, event_create, event_record, position_ns, stream_create, stream_idle,
 };
 use super::flight::{End, Flights, Grouping, InFlight, Plan, Span, GROUP_FLOORS_NS, GROUP_MAX};
+use super::gate::gate;
 use super::overlap::{Anchor, Overlap};
 use super::quiet::quiet;
 use crate::ffi::*;
@@ -56,8 +58,16 @@ impl Timer {
 
     /// Gets a launch's events and records its start, unless it is timed from the end of the launch before
     /// it on its stream, still in flight, or joins an open group there (`Flights::plan`; `floor` as
-    /// there); None when events cannot be had (the launch then goes unmeasured).
-    pub fn begin(&self, ctx: usize, stream: CUstream, floor: Option<u64>) -> Option<Begun> {
+    /// there); None when events cannot be had (the launch then goes unmeasured). `teaches`: what it is
+    /// charged teaches its position's average (`InFlight::drawn`): its own start waits behind a `gate`
+    /// on an idle stream.
+    pub fn begin(
+        &self,
+        ctx: usize,
+        stream: CUstream,
+        floor: Option<u64>,
+        teaches: bool,
+    ) -> Option<Begun> {
         let mut plan = lock(&self.flights).plan(ctx, stream as usize, floor);
         if plan.grouping == Grouping::Joins {
             let g = plan.chained.unwrap_or(std::ptr::null_mut());
@@ -88,6 +98,11 @@ impl Timer {
             self.unplanned(ctx, plan, Some(start), None);
             return None;
         };
+        // A start of its own on an idle stream, for a launch whose charge the untimed ones are charged:
+        // the gate first, so that the GPU reaches the start when the launch was submitted (`gate`).
+        if teaches && plan.chained.is_none() {
+            gate(stream);
+        }
         if plan.chained.is_none() && event_record(start, stream) != CUDA_SUCCESS {
             self.unplanned(ctx, plan, Some(start), Some(end));
             return None;

@@ -228,6 +228,18 @@ fn cuStreamQuery(s: Handle) {
     if crate::timeline::drained(s as u64) { Ok(()) } else { Err(NOT_READY) }
 }
 
+fn cuLaunchHostFunc(s: Handle, f: Option<unsafe extern "C" fn(*mut c_void)>, data: *mut c_void) {
+    let d = drv()?;
+    let f = f.ok_or(INVALID_VALUE)?;
+    stream_phys(d, &lock(&d.objs), s)?;
+    // Host nodes of a capture are not modelled.
+    if crate::api_capture::capturing(s) { return Err(NOT_SUPPORTED); }
+    // Runs on the fake's callback thread once the stream's work before it is done; the stream's next
+    // work waits for its round trip (FAKE_CUDA_HOSTFUNC_US).
+    let at = crate::timeline::host_func(s as u64);
+    host_funcs().send((at, f as usize, data as usize)).map_err(|_| UNKNOWN)
+}
+
 fn cuEventCreate(pe: *mut Handle, _flags: c_uint) {
     let d = drv()?;
     if pe.is_null() { return Err(INVALID_VALUE); }
@@ -400,9 +412,31 @@ cu_alias! {
     cuEventDestroy => cuEventDestroy_v2(e: Handle);
     cuStreamSynchronize_ptsz => cuStreamSynchronize(s: Handle);
     cuStreamQuery_ptsz => cuStreamQuery(s: Handle);
+    cuLaunchHostFunc_ptsz => cuLaunchHostFunc(s: Handle, f: Option<unsafe extern "C" fn(*mut c_void)>, data: *mut c_void);
     cuEventRecord_ptsz => cuEventRecord(e: Handle, s: Handle);
     cuStreamWaitEvent_ptsz => cuStreamWaitEvent(s: Handle, e: Handle, flags: c_uint);
     cuStreamGetFlags_ptsz => cuStreamGetFlags(s: Handle, flags: *mut c_uint);
     cuStreamGetDevice_ptsz => cuStreamGetDevice(s: Handle, dev: *mut CUdevice);
     cuStreamGetPriority_ptsz => cuStreamGetPriority(s: Handle, prio: *mut c_int);
+}
+
+/// The callback thread (one, as the driver's): runs each host function when its stream reaches it, in
+/// the order they were queued.
+fn host_funcs() -> std::sync::mpsc::Sender<(u64, usize, usize)> {
+    static TX: std::sync::Mutex<Option<std::sync::mpsc::Sender<(u64, usize, usize)>>> =
+        std::sync::Mutex::new(None);
+    let mut tx = TX.lock().unwrap_or_else(|e| e.into_inner());
+    tx.get_or_insert_with(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<(u64, usize, usize)>();
+        std::thread::spawn(move || {
+            for (at, f, data) in rx {
+                crate::timeline::wait_for(at);
+                // SAFETY: the caller's function (a `CUhostFn`) and argument, called once as the driver does.
+                let f: unsafe extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(f) };
+                unsafe { f(data as *mut c_void) }
+            }
+        });
+        tx
+    })
+    .clone()
 }

@@ -57,6 +57,8 @@ pub fn launch(f: Handle, grid: [c_uint; 3], block: [c_uint; 3], stream: Handle) 
     if d.managed_faults {
         crate::api_managed::fault_in(d, phys);
     }
+    // FAKE_CUDA_LAUNCH_HOST_US: the host's time to submit the launch; its kernel is queued at the end.
+    crate::timeline::launch_cost();
     // A block `y` threads high is `y` kernels' work (a launch's arguments decide how long it runs).
     crate::timeline::run(&d.shared, phys, stream as u64, block[1].max(1) as u64);
     Ok(())

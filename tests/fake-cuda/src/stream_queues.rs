@@ -101,6 +101,14 @@ impl Queues {
         self.ends.insert(k, e);
     }
 
+    /// A host function queued on `stream` at `now` (`cuLaunchHostFunc`): when it runs (the stream's work
+    /// before it done); the stream's next work starts `ns` later (its round trip through the host).
+    pub fn host_func(&mut self, stream: u64, now: u64, ns: u64) -> u64 {
+        let at = self.stream_end(stream).max(now);
+        self.wait(stream, at + ns);
+        at
+    }
+
     /// When what is queued on `stream` (with what it waits for) is done.
     pub fn stream_end(&self, stream: u64) -> u64 {
         self.after(stream)
@@ -151,6 +159,24 @@ mod tests {
         assert_eq!(q.all_end(), 1200);
         // after an idle gap the union grows by the whole kernel
         assert_eq!(q.queue(11, 100, 5000), (5100, 100));
+    }
+
+    // The share's gate (libvgpu compute/gate.rs): an event recorded behind a host function completes
+    // when the function's round trip does, and a kernel queued meanwhile starts then, not when queued.
+    #[test]
+    fn work_after_a_host_function_waits_for_its_round_trip() {
+        let mut q = Queues::default();
+        q.created(10, NON_BLOCKING);
+        assert_eq!(q.queue(10, 100, 1000), (1100, 100));
+        // queued while the kernel runs: it runs when the kernel is done, the stream goes on 500 later
+        assert_eq!(q.host_func(10, 1050, 500), 1100);
+        assert_eq!(q.stamp(10, 1060, 0), 1600);
+        assert_eq!(q.queue(10, 100, 1200), (1700, 100));
+        // on an idle stream: from now
+        assert_eq!(q.host_func(10, 5000, 500), 5000);
+        assert_eq!(q.queue(10, 100, 5100), (5600, 100));
+        // nothing is added to the process's busy time by the round trip itself
+        assert_eq!(q.all_end(), 5600);
     }
 
     #[test]

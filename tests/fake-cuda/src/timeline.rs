@@ -6,9 +6,12 @@
 //! drained. Unset (the default), kernels take no time and events complete at once.
 //! `FAKE_CUDA_EVENT_RECORD_US` makes each `cuEventRecord` cost its caller that much CPU time, as a real
 //! driver's record does; `FAKE_CUDA_EVENT_READ_US` the same for each `cuEventQuery` and
-//! `cuEventElapsedTime`. `FAKE_CUDA_EVENT_GPU_US` makes an event recorded behind queued work cost the
-//! GPU that much time before the work queued after it (an H100 kept 87% of a loop of 2048² matmuls
-//! with a timing event after each).
+//! `cuEventElapsedTime`. `FAKE_CUDA_LAUNCH_HOST_US` makes each kernel launch spend that much of its
+//! caller's time before its kernel is queued (the host's time to submit it: an event recorded before the
+//! launch on an idle stream completes that much before the kernel starts). `FAKE_CUDA_EVENT_GPU_US` makes
+//! an event recorded behind queued work cost the GPU that much time before the work queued after it (an
+//! H100 kept 87% of a loop of 2048² matmuls with a timing event after each). `FAKE_CUDA_HOSTFUNC_US`:
+//! what a host function holds its stream (`host_func`).
 //!
 //! `FAKE_CUDA_BYTES_PER_US` gives memsets and copies a time too (their bytes at that rate), queued as
 //! kernels are; a launch whose block is `y` threads high takes `y` kernels' time (see `api_module`).
@@ -67,6 +70,15 @@ pub fn record_cost() {
 pub fn read_cost() {
     static NS: OnceLock<u64> = OnceLock::new();
     spin(*NS.get_or_init(|| env_us("FAKE_CUDA_EVENT_READ_US")));
+}
+
+/// What a kernel launch costs its caller before its kernel reaches the queue (FAKE_CUDA_LAUNCH_HOST_US,
+/// microseconds), spent spinning: a driver builds the launch and hands it to the GPU late in the call (an
+/// H200's idle-stream intervals held ~5 µs besides a ~2.9 µs kernel, about a launch call's own host time),
+/// so an event recorded on an idle stream before the call completes that much before the kernel starts.
+pub fn launch_cost() {
+    static NS: OnceLock<u64> = OnceLock::new();
+    spin(*NS.get_or_init(|| env_us("FAKE_CUDA_LAUNCH_HOST_US")));
 }
 
 /// Spends `ns` of the calling thread's CPU time.
@@ -283,6 +295,28 @@ pub fn stamp(stream: u64) -> u64 {
         q.pending = Some((q.tickets, q.busy_until.max(now)));
     }
     TICKET | q.pending.map_or(0, |(t, _)| t)
+}
+
+/// `cuLaunchHostFunc` on `stream`: when its function runs (the work queued before it is done); the
+/// stream's next work starts `FAKE_CUDA_HOSTFUNC_US` after that (the round trip through the host: the
+/// GPU tells the driver's thread, which runs the function and lets the stream go on). Not the GPU's work.
+pub fn host_func(stream: u64) -> u64 {
+    static NS: OnceLock<u64> = OnceLock::new();
+    let ns = *NS.get_or_init(|| env_us("FAKE_CUDA_HOSTFUNC_US"));
+    let now = now();
+    if stream_queues::on() {
+        let mut q = stream_queues::queues();
+        return q
+            .as_mut()
+            .expect("made by queues()")
+            .host_func(stream, now, ns);
+    }
+    let mut q = queue();
+    let at = q.busy_until.max(now);
+    q.busy_until = at + ns;
+    // An event recorded next completes when the round trip does (`FAKE_CUDA_SLICE_BETWEEN`).
+    q.after_work = true;
+    at
 }
 
 pub fn done(stamp: u64) -> bool {
