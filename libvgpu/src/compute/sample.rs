@@ -42,6 +42,17 @@ pub const TIMED_ONE_IN: u64 = 8;
 pub const TIMED_ONE_IN_SHORT: u64 = 32;
 /// Work shorter than this on average in a position is sampled one in `TIMED_ONE_IN_SHORT`.
 pub const SHORT_NS: u64 = 20_000;
+/// Launches onto an idle stream timed at most about this often a second, whatever the rates above say.
+/// Such a launch, when it teaches its position's average, waits behind a host function (`gate`), whose
+/// round trip through the driver's thread cost ~25 µs of the process's CPU on an H200 when the process
+/// was pinned to one CPU (a convolution loop's library time went from 2.8 to 5.3 µs a launch at one in
+/// eight): 200 a second is at most ~0.5% of a CPU. Still a random draw, launch by launch: the rate only
+/// sets the odds.
+pub const IDLE_TIMED_PER_S: u64 = 200;
+/// The idle launches' rate is read every this many of them (one clock read), over at least
+/// `IDLE_RATE_NS`.
+const IDLE_RATE_EVERY: u64 = 64;
+const IDLE_RATE_NS: u64 = 100_000_000;
 /// Launches of a work timed before any of it goes untimed.
 pub const MIN_MEASURED: u32 = 8;
 
@@ -74,6 +85,40 @@ impl Position {
 pub struct Costs {
     by_work: Mutex<WorkMap<[(u64, u32); POSITIONS]>>,
     rng: AtomicU64,
+    idle: IdleRate,
+}
+
+/// How fast launches come onto idle streams, and so how seldom one is timed (`IDLE_TIMED_PER_S`).
+#[derive(Default)]
+struct IdleRate {
+    /// Idle launches since `since`.
+    count: AtomicU64,
+    /// When the count started (CLOCK_MONOTONIC ns; 0: not yet).
+    since: AtomicU64,
+    /// One in how many is timed at least, from the last rate read (0: no limit yet).
+    one_in: AtomicU64,
+}
+
+impl IdleRate {
+    /// One more idle launch, `now` read only every `IDLE_RATE_EVERY`: one in how many is timed at least.
+    fn launched(&self, now: impl FnOnce() -> u64) -> u64 {
+        let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_multiple_of(IDLE_RATE_EVERY) {
+            let now = now();
+            let since = self.since.load(Ordering::Relaxed);
+            if since == 0 {
+                self.since.store(now, Ordering::Relaxed);
+                self.count.store(0, Ordering::Relaxed);
+            } else if now.saturating_sub(since) >= IDLE_RATE_NS {
+                let per_s = n.saturating_mul(1_000_000_000) / now.saturating_sub(since);
+                self.one_in
+                    .store(per_s / IDLE_TIMED_PER_S, Ordering::Relaxed);
+                self.since.store(now, Ordering::Relaxed);
+                self.count.store(0, Ordering::Relaxed);
+            }
+        }
+        self.one_in.load(Ordering::Relaxed)
+    }
 }
 
 impl Costs {
@@ -81,6 +126,7 @@ impl Costs {
         Costs {
             by_work: Mutex::new(WorkMap::default()),
             rng: AtomicU64::new(seed | 1),
+            idle: IdleRate::default(),
         }
     }
 
@@ -102,6 +148,15 @@ impl Costs {
 
     /// Whether a launch of `work` in position `at` goes untimed, and then its charge.
     pub fn untimed(&self, work: Work, at: Position) -> Option<u64> {
+        self.untimed_at(work, at, crate::clock::mono_ns)
+    }
+
+    /// `untimed`, the clock given (read once every `IDLE_RATE_EVERY` idle launches).
+    fn untimed_at(&self, work: Work, at: Position, now: impl FnOnce() -> u64) -> Option<u64> {
+        let least = match at {
+            Position::Idle => self.idle.launched(now),
+            _ => 0,
+        };
         let avg = {
             let m = self.by_work.lock().unwrap_or_else(|e| e.into_inner());
             m.get(&work)
@@ -113,7 +168,7 @@ impl Costs {
             true => TIMED_ONE_IN_SHORT,
             false => TIMED_ONE_IN,
         };
-        (!self.draw().is_multiple_of(one_in)).then_some(avg)
+        (!self.draw().is_multiple_of(one_in.max(least))).then_some(avg)
     }
 
     /// The next draw (xorshift64*).
@@ -220,15 +275,48 @@ mod tests {
     fn short_work_is_timed_more_seldom_than_long_work() {
         let c = Costs::new(4242);
         let long = (0x300, [8, 1, 1]);
+        // Behind a launch in flight: idle launches are limited by their rate too (below).
+        let at = Position::Behind;
         for _ in 0..=MIN_MEASURED {
-            c.learned(W, I, SHORT_NS - 1);
-            c.learned(long, I, SHORT_NS);
+            c.learned(W, at, SHORT_NS - 1);
+            c.learned(long, at, SHORT_NS);
         }
-        let untimed = |w| (0..20_000).filter(|_| c.untimed(w, I).is_some()).count();
+        let untimed = |w| (0..20_000).filter(|_| c.untimed(w, at).is_some()).count();
         let (short, long) = (untimed(W), untimed(long));
         let expect = |one_in: u64| 20_000 - 20_000 / one_in as usize;
         assert!(short.abs_diff(expect(TIMED_ONE_IN_SHORT)) < 300, "{short}");
         assert!(long.abs_diff(expect(TIMED_ONE_IN)) < 400, "{long}");
+    }
+
+    // Launches onto idle streams faster than IDLE_TIMED_PER_S a second are timed about that often, at
+    // random; slower ones at the work's own odds; other positions are not limited.
+    #[test]
+    fn idle_launches_are_timed_at_most_about_idle_timed_per_s() {
+        let c = Costs::new(777);
+        for _ in 0..=MIN_MEASURED {
+            c.learned(W, I, 1000);
+            c.learned(W, Position::Behind, 1000);
+        }
+        // 100,000 idle launches a second (10 us apart) for 2 s.
+        let mut t = 1_000_000_000u64;
+        let mut timed = 0;
+        for _ in 0..200_000 {
+            t += 10_000;
+            timed += c.untimed_at(W, I, || t).is_none() as u32;
+        }
+        // The first 100 ms at the work's odds (1 in 32: ~312), then ~200 a second.
+        assert!((500..1000).contains(&timed), "{timed}");
+        let behind = (0..32_000)
+            .filter(|_| c.untimed(W, Position::Behind).is_none())
+            .count();
+        assert!((700..1300).contains(&behind), "{behind}");
+        // Slower again (1,000 a second): the work's own odds.
+        let mut timed = 0;
+        for _ in 0..5_000 {
+            t += 1_000_000;
+            timed += c.untimed_at(W, I, || t).is_none() as u32;
+        }
+        assert!((100..400).contains(&timed), "{timed}");
     }
 
     // Regression (fake driver, eager 4 MiB copies at 10%: 5–9% where the library before sampling gave
