@@ -146,15 +146,23 @@ impl Costs {
         e.0 = (e.0 as i128 + (ns as i128 - e.0 as i128) / weight as i128) as u64;
     }
 
-    /// Whether a launch of `work` in position `at` goes untimed, and then its charge.
-    pub fn untimed(&self, work: Work, at: Position) -> Option<u64> {
-        self.untimed_at(work, at, crate::clock::mono_ns)
+    /// Whether a launch of `work` in position `at` goes untimed, and then its charge. `alone`: the GPU is
+    /// the tenant's alone (`Share::alone`): short work one in `TIMED_ONE_IN_SHORT`, idle launches at most
+    /// about `IDLE_TIMED_PER_S` a second; else one in `TIMED_ONE_IN`.
+    pub fn untimed(&self, work: Work, at: Position, alone: bool) -> Option<u64> {
+        self.untimed_at(work, at, alone, crate::clock::mono_ns)
     }
 
     /// `untimed`, the clock given (read once every `IDLE_RATE_EVERY` idle launches).
-    fn untimed_at(&self, work: Work, at: Position, now: impl FnOnce() -> u64) -> Option<u64> {
-        let least = match at {
-            Position::Idle => self.idle.launched(now),
+    fn untimed_at(
+        &self,
+        work: Work,
+        at: Position,
+        alone: bool,
+        now: impl FnOnce() -> u64,
+    ) -> Option<u64> {
+        let least = match (at, alone) {
+            (Position::Idle, true) => self.idle.launched(now),
             _ => 0,
         };
         let avg = {
@@ -164,7 +172,7 @@ impl Costs {
                 .filter(|(_, n)| *n > MIN_MEASURED)
                 .map(|(ns, _)| ns)?
         };
-        let one_in = match avg < SHORT_NS {
+        let one_in = match alone && avg < SHORT_NS {
             true => TIMED_ONE_IN_SHORT,
             false => TIMED_ONE_IN,
         };
@@ -250,27 +258,33 @@ mod tests {
     fn unknown_work_is_always_timed_and_known_work_one_time_in_timed_one_in() {
         let c = Costs::new(12345);
         assert!(
-            (0..100).all(|_| c.untimed(W, I).is_none()),
+            (0..100).all(|_| c.untimed(W, I, true).is_none()),
             "never timed yet"
         );
         for _ in 0..MIN_MEASURED {
             c.learned(W, I, 1000);
         }
         assert!(
-            (0..100).all(|_| c.untimed(W, I).is_none()),
+            (0..100).all(|_| c.untimed(W, I, true).is_none()),
             "timed too few times"
         );
         c.learned(W, I, 1000);
-        let untimed = (0..10_000).filter(|_| c.untimed(W, I).is_some()).count();
+        let untimed = (0..10_000)
+            .filter(|_| c.untimed(W, I, true).is_some())
+            .count();
         let expected = 10_000 - 10_000 / TIMED_ONE_IN_SHORT as usize;
         assert!(
             (expected - 500..expected + 500).contains(&untimed),
             "{untimed}"
         );
-        assert_eq!(c.untimed(W, I).or_else(|| c.untimed(W, I)), Some(1000));
+        assert_eq!(
+            c.untimed(W, I, true).or_else(|| c.untimed(W, I, true)),
+            Some(1000)
+        );
     }
 
-    // Short work (a decode step's kernels) is timed one time in 32, longer work one in eight.
+    // Short work (a decode step's kernels) is timed one time in 32 while the GPU is the tenant's alone,
+    // longer work, or any beside a busy neighbour, one in eight.
     #[test]
     fn short_work_is_timed_more_seldom_than_long_work() {
         let c = Costs::new(4242);
@@ -281,11 +295,20 @@ mod tests {
             c.learned(W, at, SHORT_NS - 1);
             c.learned(long, at, SHORT_NS);
         }
-        let untimed = |w| (0..20_000).filter(|_| c.untimed(w, at).is_some()).count();
+        let untimed = |w| {
+            (0..20_000)
+                .filter(|_| c.untimed(w, at, true).is_some())
+                .count()
+        };
         let (short, long) = (untimed(W), untimed(long));
         let expect = |one_in: u64| 20_000 - 20_000 / one_in as usize;
         assert!(short.abs_diff(expect(TIMED_ONE_IN_SHORT)) < 300, "{short}");
         assert!(long.abs_diff(expect(TIMED_ONE_IN)) < 400, "{long}");
+        // Beside a busy neighbour every work is timed one in eight.
+        let sharing = (0..20_000)
+            .filter(|_| c.untimed(W, at, false).is_some())
+            .count();
+        assert!(sharing.abs_diff(expect(TIMED_ONE_IN)) < 400, "{sharing}");
     }
 
     // Launches onto idle streams faster than IDLE_TIMED_PER_S a second are timed about that often, at
@@ -302,19 +325,19 @@ mod tests {
         let mut timed = 0;
         for _ in 0..200_000 {
             t += 10_000;
-            timed += c.untimed_at(W, I, || t).is_none() as u32;
+            timed += c.untimed_at(W, I, true, || t).is_none() as u32;
         }
         // The first 100 ms at the work's odds (1 in 32: ~312), then ~200 a second.
         assert!((500..1000).contains(&timed), "{timed}");
         let behind = (0..32_000)
-            .filter(|_| c.untimed(W, Position::Behind).is_none())
+            .filter(|_| c.untimed(W, Position::Behind, true).is_none())
             .count();
         assert!((700..1300).contains(&behind), "{behind}");
         // Slower again (1,000 a second): the work's own odds.
         let mut timed = 0;
         for _ in 0..5_000 {
             t += 1_000_000;
-            timed += c.untimed_at(W, I, || t).is_none() as u32;
+            timed += c.untimed_at(W, I, true, || t).is_none() as u32;
         }
         assert!((100..400).contains(&timed), "{timed}");
     }
@@ -329,7 +352,7 @@ mod tests {
         for _ in 0..MIN_MEASURED {
             c.learned(W, I, 2_100_000);
         }
-        let ns = (0..100).find_map(|_| c.untimed(W, I)).unwrap();
+        let ns = (0..100).find_map(|_| c.untimed(W, I, true)).unwrap();
         assert_eq!(ns, 2_100_000);
     }
 
@@ -343,12 +366,16 @@ mod tests {
             c.learned(W, Position::Idle, 3000);
             c.learned(W, Position::Behind, 1000);
         }
-        let idle = (0..100).find_map(|_| c.untimed(W, Position::Idle)).unwrap();
+        let idle = (0..100)
+            .find_map(|_| c.untimed(W, Position::Idle, true))
+            .unwrap();
         let behind = (0..100)
-            .find_map(|_| c.untimed(W, Position::Behind))
+            .find_map(|_| c.untimed(W, Position::Behind, true))
             .unwrap();
         assert_eq!((idle, behind), (3000, 1000));
-        assert!((0..100).all(|_| c.untimed((0x200, [1, 1, 1]), Position::Behind).is_none()));
+        assert!((0..100).all(|_| c
+            .untimed((0x200, [1, 1, 1]), Position::Behind, true)
+            .is_none()));
     }
 
     // Regression (fake driver, 40 us kernels each ~70 us apart, 15 us a timing event, at 90%): untimed
@@ -385,7 +412,7 @@ mod tests {
         for i in 0..100_000u64 {
             let cost = if i % 2 == 0 { 100 } else { 10_000 };
             truth += cost;
-            match c.untimed(W, I) {
+            match c.untimed(W, I, true) {
                 Some(ns) => charged += ns,
                 None => {
                     c.learned(W, I, cost);
