@@ -531,16 +531,22 @@ check "  ... and the loop keeps >= 84% of its rate without a share ($n1 / $n0 la
 out=$(export "${pq[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pq2" 90 "$CC" pairs $SECS 30)
 between "the same launches queued a few deep (30 us of host time after each) at 90%: most go untimed" "$(untimed_pct "$out")" 60 100
 charged_pairs "$WORK/pq2"
+# event_rate OUTPUT: event calls (records and queries) from the trace's lines of OUTPUT (an interval whose
+# launches all went unmeasured writes none) over the client's own launch count.
+event_rate() {
+    awk -v l="$(field launched "$1")" '/compute trace/ { for (i = 1; i <= NF; i++) if ($i == "records" || $i == "queries") e += $(i + 1) }
+        END { printf "%.3f", (l > 0 ? e / l : -1) }' <<<"$1"
+}
 # A batch-1 decode step's shape: short kernels (5 us), each launched onto an idle GPU (20 us of host time
 # after each), at 90%, every launch measured. A timed launch there costs two event records and a query
 # (~1.3 us of the host's time a record on an H200, where the launch itself costs ~3.9), so short work is
-# timed one time in 32, not one in eight. The client synchronises every 16 launches, and the launch after
-# a synchronisation is always timed (3/16 event calls a launch of the total): the library before made
-# 0.52-0.53 event calls a launch here, now ~0.27.
+# timed one time in 32, not one in eight, and launches onto idle streams at most ~200 a second, while the
+# GPU is the tenant's alone (NVML: the others under 5%). The client synchronises every 16 launches, and
+# the launch after a synchronisation is always timed (3/16 event calls a launch of the total): the library
+# before made 0.52-0.53 event calls a launch here, one in 32 alone 0.27, with the idle rate's bound ~0.2.
 sk=(FAKE_CUDA_KERNEL_US=5 VGPU_COMPUTE_WINDOW=2s VGPU_COMPUTE_METERED=1)
 out=$(export "${sk[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/sk" 90 "$CC" gap $SECS 20)
-ev_rate=$(awk -v l="$(field launched "$out")" '/compute trace/ { for (i = 1; i <= NF; i++) if ($i == "records" || $i == "queries") e += $(i + 1) }
-               END { printf "%.3f", (l > 0 ? e / l : -1) }' <<<"$out")
+ev_rate=$(event_rate "$out")
 check "short launches onto an idle GPU (5 us kernels, 20 us of host time after each) at 90%: at most 0.35 event calls a launch ($ev_rate)" \
     awk -v r="$ev_rate" 'BEGIN { exit !(r >= 0 && r <= 0.35) }'
 charged=$(bucket "$WORK/sk" charged_ns) n=$(bucket "$WORK/sk" launches)
@@ -561,10 +567,7 @@ check "  ... each charged about its 5 us kernel ($((charged / (n > 0 ? n : 1))) 
 # at most ~50% of the GPU.
 pu=("${pq[@]/VGPU_COMPUTE_METERED=1/VGPU_COMPUTE_METERED=0}")
 out=$(export "${pu[@]}"; LIBCUDA_LOG_LEVEL=3 vg "$WORK/pu" 99 "$CC" pairs $SECS 150)
-# Event calls from the trace's lines (an interval whose launches all went unmeasured writes none) over the
-# client's own launch count.
-ev_rate=$(awk -v l="$(field launched "$out")" '/compute trace/ { for (i = 1; i <= NF; i++) if ($i == "records" || $i == "queries") e += $(i + 1) }
-               END { printf "%.3f", (l > 0 ? e / l : -1) }' <<<"$out")
+ev_rate=$(event_rate "$out")
 # At most 0.25: launches stay measured for a second after any nap past the meter's first 64 (a loop at its
 # share must; the H200's saturating graph loop flipped modes hundreds of times a second without the rule),
 # and on a loaded machine the fake's loop naps now and then: 0.19 in one run (0.03 before the rule, 0.57 when
