@@ -59,8 +59,8 @@ impl Timer {
     /// Gets a launch's events and records its start, unless it is timed from the end of the launch before
     /// it on its stream, still in flight, or joins an open group there (`Flights::plan`; `floor` as
     /// there); None when events cannot be had (the launch then goes unmeasured). `teaches`: what it is
-    /// charged teaches its position's average (`InFlight::drawn`): its own start waits behind a `gate`
-    /// on an idle stream.
+    /// charged teaches its position's average (`InFlight::drawn`) and the GPU is the tenant's alone
+    /// (`Share::alone`): its own start waits behind a `gate` on an idle stream.
     pub fn begin(
         &self,
         ctx: usize,
