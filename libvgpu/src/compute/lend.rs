@@ -23,7 +23,8 @@
 //!   gap in one interval moves the window by that interval's part of it at most (each interval reads as
 //!   two contexts at most). A false wake only lowers the tenant's own entitlement to its request (never
 //!   below, nobody else's) until NVML's quiet second gives the GPU back, and a wake then needs
-//!   `WAKE_STRETCH` past the false one (`false_wake`): three false wakes at most in a process's life;
+//!   `WAKE_STRETCH` past the false one (`false_wake`, for `FALSE_WAKE_KEPT_NS`): three false wakes at
+//!   most a minute;
 //! - every `STEP_NS` while others are busy, on the figures smoothed over `SMOOTH_NS` (a paced tenant's
 //!   use comes in bursts): where more than `SATURATED_BELOW` of the GPU is idle and the tenant wants more
 //!   (its bucket held it back since the last step), it is lent `request × (idle − margin)` more (so the
@@ -60,6 +61,9 @@ pub const LEND_REFRESH_NS: u64 = 200_000_000;
 /// neighbour (and past a false wake's stretch): a second context slicing the GPU stretches it by up to
 /// one context, a saturated GPU's lower clock by ~0.15.
 pub const WAKE_STRETCH: u64 = 300;
+/// How long the bar a false wake raised is kept (`Lending::false_wake`): a process wakes falsely at most
+/// three times within it, each costing it at most its borrowing until NVML's quiet second (`ALONE_AFTER_NS`).
+pub const FALSE_WAKE_KEPT_NS: u64 = 60_000_000_000;
 
 const PPM: u64 = 1_000_000;
 
@@ -86,8 +90,10 @@ pub struct Lending {
     /// The wake stretch that gave the floor back, until NVML shows a neighbour (0: none, or confirmed).
     pub woke_by: u64,
     /// The highest wake stretch whose wake NVML never confirmed (0: none): a wake needs `WAKE_STRETCH`
-    /// more from then on.
+    /// more from then on, until `FALSE_WAKE_KEPT_NS` pass without another.
     pub false_wake: u64,
+    /// When the last false wake was found (CLOCK_MONOTONIC ns).
+    pub false_wake_at: u64,
 }
 
 impl Lending {
@@ -103,6 +109,7 @@ impl Lending {
         alone_stretch: CONTEXT,
         woke_by: 0,
         false_wake: 0,
+        false_wake_at: 0,
     };
 
     /// The entitlement, ppm: the limit alone, else the request and what is lent, at most the limit.
@@ -168,6 +175,11 @@ impl Lending {
             read_at: now.max(1),
             // NVML shows the neighbour the stretch woke for: a true wake.
             woke_by: if others < IDLE_BELOW { self.woke_by } else { 0 },
+            // A bar raised by false wakes long ago is forgotten: the tenant's work may have changed.
+            false_wake: match now.saturating_sub(self.false_wake_at) >= FALSE_WAKE_KEPT_NS {
+                true => 0,
+                false => self.false_wake,
+            },
             ..self
         };
         if others < IDLE_BELOW {
@@ -185,6 +197,7 @@ impl Lending {
                     stepped_at: now,
                     woke_by: 0,
                     false_wake: l.false_wake.max(l.woke_by),
+                    false_wake_at: if l.woke_by > 0 { now } else { l.false_wake_at },
                     ..l
                 };
             }

@@ -248,7 +248,7 @@ fn the_baseline_is_its_own_stretch_alone_so_streams_that_stretch_each_other_keep
 // A false wake (the stretch woke it, NVML never showed a neighbour) costs the tenant its own borrowing
 // until NVML's quiet second gives the GPU back: its entitlement goes to its request, never below, and
 // nobody else's changes. The same stretch does not wake it again: a wake then needs `WAKE_STRETCH` more
-// than the false one, so one process wakes falsely at most three times in its life.
+// than the false one, so one process wakes falsely at most three times in a row (a minute: below).
 #[test]
 fn a_false_wake_costs_only_its_own_borrowing_for_a_second_and_raises_the_bar() {
     let (r, lim) = (30 * P, 100 * P);
@@ -304,5 +304,30 @@ fn a_false_wake_costs_only_its_own_borrowing_for_a_second_and_raises_the_bar() {
         (c.woke_by, c.false_wake),
         (0, 1400),
         "confirmed: the bar stays"
+    );
+}
+
+// The bar a false wake raised is kept a minute, then forgotten: a long-lived process that woke falsely
+// three times (its own work's stretch) wakes by its stretch again later (before: never, for its life).
+#[test]
+fn a_raised_bar_is_forgotten_a_minute_after_the_last_false_wake() {
+    let (r, lim) = (30 * P, 100 * P);
+    let l = Lending::START
+        .step(r, lim, (0, 90), true, 100 * MS)
+        .seen_alone(CONTEXT);
+    let woke = l.stretched(1400, 110 * MS);
+    let q = woke.step(r, lim, (0, 90), true, 200 * MS);
+    let back = q.step(r, lim, (0, 90), true, 200 * MS + ALONE_AFTER_NS);
+    assert_eq!(back.false_wake, 1400);
+    let t = back.false_wake_at;
+    assert_eq!(t, 200 * MS + ALONE_AFTER_NS);
+    let kept = back.step(r, lim, (0, 90), true, t + FALSE_WAKE_KEPT_NS - 1);
+    assert_eq!(kept.false_wake, 1400, "kept for a minute");
+    assert!(kept.stretched(1400, t + FALSE_WAKE_KEPT_NS - 1).alone);
+    let forgot = kept.step(r, lim, (0, 90), true, t + FALSE_WAKE_KEPT_NS);
+    assert_eq!(forgot.false_wake, 0, "then forgotten");
+    assert!(
+        !forgot.stretched(1400, t + FALSE_WAKE_KEPT_NS).alone,
+        "the same stretch wakes it again"
     );
 }
